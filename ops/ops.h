@@ -1,0 +1,66 @@
+/* ops: the public surface of the op-graph module. See ops/graph.h for the IR itself and
+ * docs/formats.md for the JSON and msgpack schema and the signature. */
+#pragma once
+
+#include "graph.h"
+
+#include <msgpack.h>
+
+/* ---- JSON and msgpack forms (ops/graph_json.c, ops/graph_msgpack.c) ----
+ * Parsers check syntax and schema and resolve tensor names; they do not infer shapes (call
+ * ops_graph_validate). On failure they return -EINVAL (or -ENOMEM) and fill d. Writers emit the
+ * canonical form: every attribute of every node written explicitly, keys in a fixed order, so
+ * write(parse(write(g))) is byte-identical to write(g) and parse(write(g)) equals g. */
+int ops_graph_from_json(const char *text, size_t len, ops_graph **out, ops_diag *d);
+int ops_graph_from_json_file(const char *path, ops_graph **out, ops_diag *d);
+int ops_graph_to_json(const ops_graph *g, char **out /* malloc'd, NUL-terminated */);
+int ops_graph_from_msgpack(const void *buf, size_t len, ops_graph **out, ops_diag *d);
+/* From an already unpacked object (the daemon's request body). */
+int ops_graph_from_msgpack_object(const msgpack_object *obj, ops_graph **out, ops_diag *d);
+int ops_graph_to_msgpack(const ops_graph *g, void **buf /* malloc'd */, size_t *len);
+int ops_graph_pack(msgpack_packer *pk, const ops_graph *g);
+
+/* ---- Validation, shape inference, binding, canonicalisation (ops/validate.c, ops/canon.c) ----
+ * ops_graph_validate checks every rule of ops_rule, infers every tensor's dtype and shape with
+ * symbolic dimensions, and sets g->validated. Idempotent. */
+int ops_graph_validate(ops_graph *g, ops_diag *d);
+
+typedef struct ops_binding {
+    const char *name;
+    int64_t value;
+} ops_binding;
+
+/* Returns in *out a validated copy of g with the named symbols bound (shapes recomputed).
+ * Unknown names, non-positive values and conflicting repeats are errors. Symbols left unbound
+ * stay symbolic. */
+int ops_graph_bind(const ops_graph *g, const ops_binding *b, int n, ops_graph **out,
+                   ops_diag *d);
+/* Parses "NAME=VALUE" into b (b->name points into arg, which must outlive b). */
+int ops_binding_parse(char *arg, ops_binding *b, kt_err *err);
+/* Returns the name of the first unbound symbol reachable in g, or NULL when fully bound. */
+const char *ops_graph_first_unbound(const ops_graph *g);
+
+/* Returns in *out a validated copy of g in which every composite (softmax, log_softmax,
+ * logsumexp, layernorm, rmsnorm) is replaced by primitives and transpose by permute. Graph
+ * inputs and outputs keep their names and order. */
+int ops_graph_canonicalize(const ops_graph *g, ops_graph **out, ops_diag *d);
+
+/* ---- Signature (ops/signature.c) ----
+ * The canonical signature: SHA-256 over a canonical serialisation of the canonicalised graph
+ * with dimensions symbolic. Invariant to node order, tensor names and input/output declaration
+ * order; sensitive to every op, attribute, dtype, edge and fixed-vs-symbolic dimension. */
+int ops_graph_signature(const ops_graph *g, uint8_t sig[OPS_SIG_BYTES], ops_diag *d);
+void ops_sha256(const void *data, size_t len, uint8_t digest[32]);
+
+/* ---- fp64 reference interpreter and cost (ops/reference.c, ops/cost.c) ----
+ * g must be validated and fully bound. inputs[i] holds graph input i (tensor order) as a dense
+ * row-major array of doubles; outputs[j] receives graph output j and is allocated by the
+ * caller with ops_shape_numel() elements. */
+int ops_ref_run(const ops_graph *g, const double *const *inputs, double *const *outputs,
+                ops_diag *d);
+
+typedef struct ops_cost {
+    double flops; /* arithmetic of the canonical primitives, see docs/formats.md */
+    double bytes; /* minimum traffic: every graph input read once, every output written once */
+} ops_cost;
+int ops_graph_cost(const ops_graph *g, ops_cost *out, ops_diag *d);

@@ -1,0 +1,2 @@
+/* Placeholder: being written (issue 2). */
+#include "ops.h"

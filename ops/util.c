@@ -1,0 +1,105 @@
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kt_log_threshold = KT_LOG_INFO;
+
+int kt_err_set(kt_err *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+void kt_require_failed(const char *expr, const char *file, int line)
+{
+    fprintf(stderr, "<2>ktune: internal invariant broken: %s (%s:%d)\n", expr, file, line);
+    abort();
+}
+
+void kt_log(int level, const char *tag, const char *fmt, ...)
+{
+    if (level > kt_log_threshold)
+        return;
+    static const char *names[] = {[KT_LOG_ERR] = "error",
+                                  [KT_LOG_WARN] = "warning",
+                                  [KT_LOG_INFO] = "info",
+                                  [KT_LOG_DEBUG] = "debug"};
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    /* One fprintf per line so concurrent processes sharing stderr do not interleave mid-line. */
+    fprintf(stderr, "<%d>%s [%s] %s\n", level, names[level] ? names[level] : "log", tag, line);
+}
+
+int kt_grow(void *items, size_t *cap, size_t need, size_t elem_size)
+{
+    void **p = items;
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap : 8;
+    while (ncap < need)
+        ncap *= 2;
+    void *n = realloc(*p, ncap * elem_size);
+    if (!n)
+        return -ENOMEM;
+    memset((char *)n + *cap * elem_size, 0, (ncap - *cap) * elem_size);
+    *p = n;
+    *cap = ncap;
+    return 0;
+}
+
+char *kt_strdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+int kt_read_file(const char *path, char **out, size_t *len, kt_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return kt_err_set(err, -errno, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (kt_grow(&buf, &cap, n + 4097, 1) < 0) {
+            free(buf);
+            fclose(f);
+            return kt_err_set(err, -ENOMEM, "%s: out of memory reading file", path);
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    int rc = ferror(f) ? -EIO : 0;
+    fclose(f);
+    if (rc < 0) {
+        free(buf);
+        return kt_err_set(err, rc, "%s: read error", path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (len)
+        *len = n;
+    return 0;
+}
+
+void kt_hex(const uint8_t *bytes, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[bytes[i] >> 4];
+        out[2 * i + 1] = digits[bytes[i] & 15];
+    }
+    out[2 * n] = '\0';
+}

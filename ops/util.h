@@ -1,0 +1,65 @@
+/* Shared low-level helpers for every ktune module: the error-detail struct, the two assertion
+ * tiers, logging, and growable arrays. Nothing here allocates behind the caller's back except
+ * kt_grow(), whose contract is documented below. */
+#pragma once
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define KT_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#define KT_UNUSED            __attribute__((unused))
+#define KT_EXPORT            __attribute__((visibility("default")))
+#else
+#define KT_PRINTF(fmt, args)
+#define KT_UNUSED
+#define KT_EXPORT
+#endif
+
+#define KT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Human-readable detail for a failed call. Functions return 0 or a negative errno and, when the
+ * caller passed a non-NULL kt_err, fill it with the same code and a one-line message. */
+typedef struct kt_err {
+    int code;      /* negative errno, 0 when no error was recorded */
+    char msg[512]; /* one line, no trailing newline */
+} kt_err;
+
+/* Records code and message into err (when non-NULL) and returns code, so callers can write
+ * `return kt_err_set(err, -EINVAL, "...")`. */
+int kt_err_set(kt_err *err, int code, const char *fmt, ...) KT_PRINTF(3, 4);
+
+/* Always-on fatal check for broken internal invariants (never for input validation). */
+#define KT_REQUIRE(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            kt_require_failed(#cond, __FILE__, __LINE__);                                          \
+    } while (0)
+_Noreturn void kt_require_failed(const char *expr, const char *file, int line);
+
+/* Logging: one line per call, "<level> [tag] message", to stderr. Under systemd, stderr goes to
+ * the journal, which adds its own timestamp; the <N> prefix is the sd-daemon priority. */
+enum kt_log_level { KT_LOG_ERR = 3, KT_LOG_WARN = 4, KT_LOG_INFO = 6, KT_LOG_DEBUG = 7 };
+extern int kt_log_threshold; /* messages above this level are dropped; default KT_LOG_INFO */
+void kt_log(int level, const char *tag, const char *fmt, ...) KT_PRINTF(3, 4);
+#define kt_log_err(tag, ...)   kt_log(KT_LOG_ERR, tag, __VA_ARGS__)
+#define kt_log_warn(tag, ...)  kt_log(KT_LOG_WARN, tag, __VA_ARGS__)
+#define kt_log_info(tag, ...)  kt_log(KT_LOG_INFO, tag, __VA_ARGS__)
+#define kt_log_debug(tag, ...) kt_log(KT_LOG_DEBUG, tag, __VA_ARGS__)
+
+/* Ensures the array *items (of elements of elem_size bytes, *cap allocated) has room for need
+ * elements, growing geometrically. Returns 0 or -ENOMEM, leaving the old array intact on
+ * failure. New slots are zeroed. */
+int kt_grow(void *items, size_t *cap, size_t need, size_t elem_size);
+
+/* strdup that returns NULL on NULL input; NULL on allocation failure otherwise. */
+char *kt_strdup(const char *s);
+
+/* Reads a whole file into a malloc'd, NUL-terminated buffer. Caller frees *out. */
+int kt_read_file(const char *path, char **out, size_t *len, kt_err *err);
+
+/* Lowercase hex of n bytes into out (2n+1 bytes). */
+void kt_hex(const uint8_t *bytes, size_t n, char *out);
