@@ -1,0 +1,313 @@
+/* Integration tests of the `ktune` binary: runs it as a user would (argv in, stdout/stderr/exit
+ * status out) on the example graphs. KTUNE_BIN and KTUNE_SOURCE_ROOT come from meson. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct run_result {
+    int status;
+    char out[65536];
+    char err[4096];
+} run_result;
+
+static void read_all(int fd, char *buf, size_t cap)
+{
+    size_t n = 0;
+    ssize_t got;
+    while ((got = read(fd, buf + n, cap - 1 - n)) > 0)
+        n += (size_t)got;
+    buf[n] = '\0';
+}
+
+/* Runs ktune with the given arguments (NULL-terminated). Output larger than the buffers is a
+ * test failure by truncation, which the assertions will show. */
+static run_result *run_ktune(const char *first, ...)
+{
+    const char *argv[32] = {getenv("KTUNE_BIN")};
+    assert_non_null(argv[0]);
+    int argc = 1;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a; a = va_arg(ap, const char *))
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+
+    int out_pipe[2], err_pipe[2];
+    assert_int_equal(pipe(out_pipe), 0);
+    assert_int_equal(pipe(err_pipe), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(out_pipe[1], 1);
+        dup2(err_pipe[1], 2);
+        close(out_pipe[0]);
+        close(err_pipe[0]);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    run_result *r = calloc(1, sizeof(*r));
+    assert_non_null(r);
+    /* Outputs here are small; read stdout fully, then stderr (both fit in pipe buffers). */
+    read_all(out_pipe[0], r->out, sizeof(r->out));
+    read_all(err_pipe[0], r->err, sizeof(r->err));
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    int ws;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    return r;
+}
+
+static const char *example(const char *name)
+{
+    static char path[4][1024];
+    static int slot;
+    char *p = path[slot++ % 4];
+    snprintf(p, 1024, "%s/examples/%s", getenv("KTUNE_SOURCE_ROOT"), name);
+    return p;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+static json_t *parse_json_out(const run_result *r)
+{
+    json_error_t e;
+    json_t *v = json_loads(r->out, 0, &e);
+    if (!v)
+        fail_msg("ktune printed invalid JSON (%s): %s", e.text, r->out);
+    return v;
+}
+
+static void assert_signature(json_t *v)
+{
+    const char *sig = json_string_value(json_object_get(v, "signature"));
+    assert_non_null(sig);
+    assert_int_equal(strlen(sig), 64);
+    assert_int_equal(strspn(sig, "0123456789abcdef"), 64);
+}
+
+static void test_check_gemm_json(void **state)
+{
+    run_result *r = run_ktune("check", example("gemm_bias_relu.json"), "--shape", "M=1024",
+                              "--json", NULL);
+    assert_int_equal(r->status, 0);
+    json_t *v = parse_json_out(r);
+    assert_signature(v);
+    json_t *out = json_array_get(json_object_get(v, "outputs"), 0);
+    assert_string_equal(json_string_value(json_object_get(out, "name")), "Y");
+    assert_string_equal(json_string_value(json_object_get(out, "dtype")), "f16");
+    json_t *shape = json_object_get(out, "shape");
+    assert_int_equal(json_array_size(shape), 2);
+    assert_int_equal(json_integer_value(json_array_get(shape, 0)), 1024);
+    assert_int_equal(json_integer_value(json_array_get(shape, 1)), 256);
+    double flops = json_number_value(json_object_get(v, "flops"));
+    assert_true(flops >= 2.0 * 1024 * 256 * 512);
+    assert_true(flops < 2.0 * 1024 * 256 * 512 * 1.01);
+    /* Minimum bytes: A, W, bias read once and Y written once, all f16. */
+    double bytes = json_number_value(json_object_get(v, "bytes"));
+    assert_true(bytes == 2.0 * (1024 * 512 + 512 * 256 + 256 + 1024 * 256));
+    json_decref(v);
+    free(r);
+}
+
+static void test_check_every_example(void **state)
+{
+    static const struct {
+        const char *file, *shape, *out_dtype;
+        int rank;
+        long long dims[4];
+    } cases[] = {
+        {"gemm_bias_relu.json", "M=64", "f16", 2, {64, 256}},
+        {"softmax.json", "M=4096,N=8192", "f32", 2, {4096, 8192}},
+        {"layernorm.json", "M=8", "f32", 2, {8, 4096}},
+        {"rmsnorm.json", "M=8192", "bf16", 2, {8192, 4096}},
+        {"gelu_tanh_chain.json", "M=3,N=5", "f32", 2, {3, 5}},
+        {"conv2d.json", "N=128", "f32", 4, {128, 16, 32, 32}},
+        {"attention.json", "B=4,H=48,S=2048", "f16", 4, {4, 48, 2048, 64}},
+        {"sum_lastaxis.json", "M=16,N=256", "f32", 1, {16}},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        run_result *r = run_ktune("check", example(cases[i].file), "--shape", cases[i].shape,
+                                  "--json", NULL);
+        if (r->status != 0)
+            fail_msg("%s: exit %d: %s", cases[i].file, r->status, r->err);
+        json_t *v = parse_json_out(r);
+        assert_signature(v);
+        json_t *out = json_array_get(json_object_get(v, "outputs"), 0);
+        assert_string_equal(json_string_value(json_object_get(out, "dtype")), cases[i].out_dtype);
+        json_t *shape = json_object_get(out, "shape");
+        assert_int_equal(json_array_size(shape), cases[i].rank);
+        for (int k = 0; k < cases[i].rank; k++)
+            assert_int_equal(json_integer_value(json_array_get(shape, (size_t)k)),
+                             cases[i].dims[k]);
+        assert_true(json_number_value(json_object_get(v, "flops")) > 0);
+        assert_true(json_number_value(json_object_get(v, "bytes")) > 0);
+        assert_int_equal(json_array_size(json_object_get(v, "unbound")), 0);
+        json_decref(v);
+        free(r);
+    }
+}
+
+static void test_check_unbound_reports_null_cost(void **state)
+{
+    run_result *r = run_ktune("check", example("softmax.json"), "--json", NULL);
+    assert_int_equal(r->status, 0);
+    json_t *v = parse_json_out(r);
+    assert_true(json_is_null(json_object_get(v, "flops")));
+    assert_true(json_is_null(json_object_get(v, "bytes")));
+    json_t *unbound = json_object_get(v, "unbound");
+    assert_int_equal(json_array_size(unbound), 2);
+    json_t *shape = json_object_get(json_array_get(json_object_get(v, "outputs"), 0), "shape");
+    assert_string_equal(json_string_value(json_array_get(shape, 0)), "M");
+    json_decref(v);
+    free(r);
+}
+
+static void test_check_signature_independent_of_binding(void **state)
+{
+    run_result *a = run_ktune("check", example("rmsnorm.json"), "--shape", "M=1", "--json", NULL);
+    run_result *b = run_ktune("check", example("rmsnorm.json"), "--shape", "M=77", "--json", NULL);
+    json_t *va = parse_json_out(a), *vb = parse_json_out(b);
+    assert_string_equal(json_string_value(json_object_get(va, "signature")),
+                        json_string_value(json_object_get(vb, "signature")));
+    json_decref(va);
+    json_decref(vb);
+    free(a);
+    free(b);
+}
+
+static void test_check_renamed_graph_same_signature(void **state)
+{
+    /* The gemm example with every tensor renamed, nodes reversed and inputs reordered. */
+    char path[] = "/tmp/ktune-cli-XXXXXX.json";
+    int fd = mkstemps(path, 5);
+    assert_true(fd >= 0);
+    const char *text =
+        "{\"name\": \"other\", \"inputs\": {"
+        "\"b\": {\"dtype\": \"f16\", \"shape\": [256], \"const\": true},"
+        "\"x\": {\"dtype\": \"f16\", \"shape\": [\"rows\", 512]},"
+        "\"w\": {\"dtype\": \"f16\", \"shape\": [512, 256], \"const\": true}},"
+        "\"nodes\": [{\"out\": \"out\", \"op\": \"relu\", \"in\": [\"s\"]},"
+        "{\"out\": \"s\", \"op\": \"add\", \"in\": [\"p\", \"b\"]},"
+        "{\"out\": \"p\", \"op\": \"matmul\", \"in\": [\"x\", \"w\"]}],"
+        "\"outputs\": [\"out\"]}";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    run_result *a = run_ktune("check", example("gemm_bias_relu.json"), "--json", NULL);
+    run_result *b = run_ktune("check", path, "--json", NULL);
+    unlink(path);
+    assert_int_equal(b->status, 0);
+    json_t *va = parse_json_out(a), *vb = parse_json_out(b);
+    assert_string_equal(json_string_value(json_object_get(va, "signature")),
+                        json_string_value(json_object_get(vb, "signature")));
+    json_decref(va);
+    json_decref(vb);
+    free(a);
+    free(b);
+}
+
+static void test_check_broken_graph_one_line(void **state)
+{
+    run_result *r = run_ktune("check", example("broken/bad_broadcast.json"), NULL);
+    assert_int_equal(r->status, 1);
+    assert_int_equal(count_lines(r->err), 1);
+    assert_non_null(strstr(r->err, "node 1"));
+    assert_non_null(strstr(r->err, "bad broadcast"));
+    assert_non_null(strstr(r->err, "bias"));
+    assert_string_equal(r->out, "");
+    free(r);
+}
+
+static void test_check_missing_file(void **state)
+{
+    run_result *r = run_ktune("check", "/nonexistent/graph.json", NULL);
+    assert_int_equal(r->status, 1);
+    assert_int_equal(count_lines(r->err), 1);
+    assert_non_null(strstr(r->err, "/nonexistent/graph.json"));
+    free(r);
+}
+
+static void test_check_unknown_dimension_binding(void **state)
+{
+    run_result *r = run_ktune("check", example("gemm_bias_relu.json"), "--shape", "Q=4", NULL);
+    assert_int_equal(r->status, 1);
+    assert_int_equal(count_lines(r->err), 1);
+    assert_non_null(strstr(r->err, "Q"));
+    free(r);
+}
+
+static void test_check_bad_shape_syntax(void **state)
+{
+    run_result *r = run_ktune("check", example("gemm_bias_relu.json"), "--shape", "M", NULL);
+    assert_int_equal(r->status, 2);
+    assert_int_equal(count_lines(r->err), 1);
+    free(r);
+}
+
+static void test_help_and_usage(void **state)
+{
+    run_result *r = run_ktune("check", "--help", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "usage: ktune check"));
+    free(r);
+    r = run_ktune("--help", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "check"));
+    assert_non_null(strstr(r->out, "cache"));
+    free(r);
+    r = run_ktune("frobnicate", NULL);
+    assert_int_equal(r->status, 2);
+    assert_int_equal(count_lines(r->err), 1);
+    free(r);
+    r = run_ktune("check", example("softmax.json"), "--bogus", NULL);
+    assert_int_equal(r->status, 2);
+    assert_int_equal(count_lines(r->err), 1);
+    free(r);
+}
+
+static void test_check_text_output(void **state)
+{
+    run_result *r = run_ktune("check", example("conv2d.json"), "--shape", "N=2", NULL);
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "signature  "));
+    assert_non_null(strstr(r->out, "output     Y f32 [N=2, 16, 32, 32]"));
+    assert_non_null(strstr(r->out, "flops      "));
+    free(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_check_gemm_json),
+        cmocka_unit_test(test_check_every_example),
+        cmocka_unit_test(test_check_unbound_reports_null_cost),
+        cmocka_unit_test(test_check_signature_independent_of_binding),
+        cmocka_unit_test(test_check_renamed_graph_same_signature),
+        cmocka_unit_test(test_check_broken_graph_one_line),
+        cmocka_unit_test(test_check_missing_file),
+        cmocka_unit_test(test_check_unknown_dimension_binding),
+        cmocka_unit_test(test_check_bad_shape_syntax),
+        cmocka_unit_test(test_help_and_usage),
+        cmocka_unit_test(test_check_text_output),
+    };
+    return cmocka_run_group_tests_name("ktune CLI", tests, NULL, NULL);
+}
