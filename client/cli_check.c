@@ -94,8 +94,8 @@ static json_t *shape_json(const ops_graph *g, const ops_shape *s)
 static json_t *tensor_json(const ops_graph *g, int t)
 {
     const ops_tensor *x = &g->tensors[t];
-    return json_pack("{s:s, s:s, s:o}", "name", x->name, "dtype", ops_dtype_name(x->dtype),
-                     "shape", shape_json(g, &x->shape));
+    return json_pack("{s:s, s:s, s:o}", "name", x->name, "dtype", ops_dtype_name(x->dtype), "shape",
+                     shape_json(g, &x->shape));
 }
 
 static int print_json(const ops_graph *g, const char *sig_hex, const ops_cost *cost,
@@ -117,11 +117,11 @@ static int print_json(const ops_graph *g, const char *sig_hex, const ops_cost *c
         if (!is_bound)
             json_array_append_new(unbound, json_string(g->syms[s]));
     }
-    return cli_print_json(json_pack(
-        "{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "name", g->name, "signature", sig_hex,
-        "bindings", bound, "unbound", unbound, "inputs", inputs, "outputs", outputs, "flops",
-        cost ? json_real(cost->flops) : json_null(), "bytes",
-        cost ? json_real(cost->bytes) : json_null()));
+    return cli_print_json(json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "name", g->name,
+                                    "signature", sig_hex, "bindings", bound, "unbound", unbound,
+                                    "inputs", inputs, "outputs", outputs, "flops",
+                                    cost ? json_real(cost->flops) : json_null(), "bytes",
+                                    cost ? json_real(cost->bytes) : json_null()));
 }
 
 static void print_text(const ops_graph *g, const char *sig_hex, const ops_cost *cost)

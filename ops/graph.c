@@ -109,8 +109,8 @@ int ops_diag_set(ops_diag *d, const ops_graph *g, ops_rule rule, int node, const
     va_end(ap);
     if (g && node >= 0 && node < g->n_nodes) {
         const ops_node *n = &g->nodes[node];
-        const char *op = n->op > OPS_OP_INVALID && n->op < OPS_OP_COUNT ? op_table[n->op].name
-                                                                       : "?";
+        const char *op =
+            n->op > OPS_OP_INVALID && n->op < OPS_OP_COUNT ? op_table[n->op].name : "?";
         const char *out = n->out >= 0 && n->out < g->n_tensors ? g->tensors[n->out].name : "?";
         snprintf(d->msg, sizeof(d->msg), "node %d (%s -> %s): %s: %s", node, op, out,
                  ops_rule_name(rule), detail);
@@ -337,8 +337,8 @@ void ops_shape_format(const ops_graph *g, const ops_shape *s, char *buf, size_t 
         const char *sep = i ? ", " : "";
         if (d->sym >= 0 && g && d->sym < g->n_syms) {
             if (d->size >= 0)
-                used += (size_t)snprintf(buf + used, len - used, "%s%s=%lld", sep,
-                                         g->syms[d->sym], (long long)d->size);
+                used += (size_t)snprintf(buf + used, len - used, "%s%s=%lld", sep, g->syms[d->sym],
+                                         (long long)d->size);
             else
                 used += (size_t)snprintf(buf + used, len - used, "%s%s", sep, g->syms[d->sym]);
         } else {
@@ -412,10 +412,10 @@ static bool attrs_equal(const ops_attrs *a, const ops_attrs *b)
 {
     if (a->alpha != b->alpha || a->lo != b->lo || a->hi != b->hi || a->to != b->to ||
         a->n_axes != b->n_axes || a->keepdim != b->keepdim || a->axis != b->axis ||
-        a->eps != b->eps || a->transpose_a != b->transpose_a ||
-        a->transpose_b != b->transpose_b || a->groups != b->groups || a->layout != b->layout ||
-        a->has_scale != b->has_scale || a->scale != b->scale || a->causal != b->causal ||
-        a->n_perm != b->n_perm || !shape_equal(&a->shape, &b->shape))
+        a->eps != b->eps || a->transpose_a != b->transpose_a || a->transpose_b != b->transpose_b ||
+        a->groups != b->groups || a->layout != b->layout || a->has_scale != b->has_scale ||
+        a->scale != b->scale || a->causal != b->causal || a->n_perm != b->n_perm ||
+        !shape_equal(&a->shape, &b->shape))
         return false;
     for (int i = 0; i < 2; i++)
         if (a->stride[i] != b->stride[i] || a->padding[i] != b->padding[i] ||
@@ -432,9 +432,8 @@ static bool attrs_equal(const ops_attrs *a, const ops_attrs *b)
 
 bool ops_graph_equal(const ops_graph *a, const ops_graph *b)
 {
-    if (strcmp(a->name, b->name) != 0 || a->n_syms != b->n_syms ||
-        a->n_tensors != b->n_tensors || a->n_nodes != b->n_nodes ||
-        a->n_outputs != b->n_outputs || a->validated != b->validated)
+    if (strcmp(a->name, b->name) != 0 || a->n_syms != b->n_syms || a->n_tensors != b->n_tensors ||
+        a->n_nodes != b->n_nodes || a->n_outputs != b->n_outputs || a->validated != b->validated)
         return false;
     for (int i = 0; i < a->n_syms; i++)
         if (strcmp(a->syms[i], b->syms[i]) != 0)

@@ -10,7 +10,7 @@
 #include "util.h"
 
 #define OPS_MAX_RANK     8
-#define OPS_MAX_OPERANDS 4   /* conv2d: x, w, bias; layernorm: x, w, b; attention: q, k, v */
+#define OPS_MAX_OPERANDS 4 /* conv2d: x, w, bias; layernorm: x, w, b; attention: q, k, v */
 #define OPS_NO_SYM       (-1)
 #define OPS_SCALAR       (-1) /* ops_operand.tensor value for a scalar constant operand */
 #define OPS_SIG_BYTES    32   /* SHA-256 */
@@ -26,25 +26,59 @@ typedef enum ops_dtype {
 /* A job's precision policy (part of the cache key): compute in the graph's dtypes with fp32
  * accumulation, allow tf32 tensor cores for f32 matmuls, or allow f16/bf16 math for f32 graphs. */
 typedef enum ops_precision { OPS_PREC_EXACT = 0, OPS_PREC_TF32, OPS_PREC_REDUCED } ops_precision;
-const char *ops_precision_name(ops_precision p);                /* "exact", "tf32", "reduced" */
+const char *ops_precision_name(ops_precision p);                   /* "exact", "tf32", "reduced" */
 int ops_precision_from_name(const char *name, ops_precision *out); /* 0 or -EINVAL */
 
 typedef enum ops_op {
     OPS_OP_INVALID = 0,
     /* pointwise unary */
-    OPS_NEG, OPS_ABS, OPS_RELU, OPS_GELU, OPS_GELU_TANH, OPS_SILU, OPS_SIGMOID, OPS_TANH,
-    OPS_EXP, OPS_LOG, OPS_SQRT, OPS_RSQRT, OPS_SQUARE, OPS_RECIP, OPS_MISH, OPS_SOFTPLUS,
-    OPS_HARDTANH, OPS_LEAKY_RELU, OPS_CLAMP, OPS_CAST,
+    OPS_NEG,
+    OPS_ABS,
+    OPS_RELU,
+    OPS_GELU,
+    OPS_GELU_TANH,
+    OPS_SILU,
+    OPS_SIGMOID,
+    OPS_TANH,
+    OPS_EXP,
+    OPS_LOG,
+    OPS_SQRT,
+    OPS_RSQRT,
+    OPS_SQUARE,
+    OPS_RECIP,
+    OPS_MISH,
+    OPS_SOFTPLUS,
+    OPS_HARDTANH,
+    OPS_LEAKY_RELU,
+    OPS_CLAMP,
+    OPS_CAST,
     /* pointwise binary, NumPy broadcasting, either operand may be a scalar constant */
-    OPS_ADD, OPS_SUB, OPS_MUL, OPS_DIV, OPS_MAX, OPS_MIN, OPS_POW,
+    OPS_ADD,
+    OPS_SUB,
+    OPS_MUL,
+    OPS_DIV,
+    OPS_MAX,
+    OPS_MIN,
+    OPS_POW,
     /* reductions over attrs.axes; JSON names sum, mean, max, min with one operand */
-    OPS_REDUCE_SUM, OPS_REDUCE_MEAN, OPS_REDUCE_MAX, OPS_REDUCE_MIN,
+    OPS_REDUCE_SUM,
+    OPS_REDUCE_MEAN,
+    OPS_REDUCE_MAX,
+    OPS_REDUCE_MIN,
     /* composites, canonicalised into the primitives above */
-    OPS_SOFTMAX, OPS_LOG_SOFTMAX, OPS_LOGSUMEXP, OPS_LAYERNORM, OPS_RMSNORM,
+    OPS_SOFTMAX,
+    OPS_LOG_SOFTMAX,
+    OPS_LOGSUMEXP,
+    OPS_LAYERNORM,
+    OPS_RMSNORM,
     /* contractions */
-    OPS_MATMUL, OPS_CONV2D, OPS_ATTENTION,
+    OPS_MATMUL,
+    OPS_CONV2D,
+    OPS_ATTENTION,
     /* layout */
-    OPS_TRANSPOSE, OPS_PERMUTE, OPS_RESHAPE,
+    OPS_TRANSPOSE,
+    OPS_PERMUTE,
+    OPS_RESHAPE,
     OPS_OP_COUNT
 } ops_op;
 
@@ -81,24 +115,24 @@ typedef struct ops_shape {
 } ops_shape;
 
 typedef struct ops_attrs {
-    double alpha;            /* leaky_relu negative slope (default 0.01) */
-    double lo, hi;           /* hardtanh (default -1, 1) and clamp (±INFINITY when absent) */
-    ops_dtype to;            /* cast target */
-    int n_axes;              /* reductions: axes as written (negative counts from the end) */
+    double alpha;  /* leaky_relu negative slope (default 0.01) */
+    double lo, hi; /* hardtanh (default -1, 1) and clamp (±INFINITY when absent) */
+    ops_dtype to;  /* cast target */
+    int n_axes;    /* reductions: axes as written (negative counts from the end) */
     int axes[OPS_MAX_RANK];
-    bool keepdim;            /* reductions, logsumexp */
-    int axis;                /* softmax, log_softmax, logsumexp, layernorm, rmsnorm (default -1);
-                                layernorm/rmsnorm normalise over axes [axis, rank) */
-    double eps;              /* layernorm (default 1e-5), rmsnorm (default 1e-6) */
-    bool transpose_a, transpose_b; /* matmul */
+    bool keepdim; /* reductions, logsumexp */
+    int axis;     /* softmax, log_softmax, logsumexp, layernorm, rmsnorm (default -1);
+                     layernorm/rmsnorm normalise over axes [axis, rank) */
+    double eps;   /* layernorm (default 1e-5), rmsnorm (default 1e-6) */
+    bool transpose_a, transpose_b;                  /* matmul */
     int stride[2], padding[2], dilation[2], groups; /* conv2d (defaults 1, 0, 1, 1) */
-    ops_layout layout;       /* conv2d: NCHW (weight OIHW) or NHWC (weight OHWI) */
-    bool has_scale;          /* attention: scale given; otherwise 1/sqrt(head dim) */
+    ops_layout layout; /* conv2d: NCHW (weight OIHW) or NHWC (weight OHWI) */
+    bool has_scale;    /* attention: scale given; otherwise 1/sqrt(head dim) */
     double scale;
-    bool causal;             /* attention */
-    int n_perm;              /* transpose/permute */
+    bool causal; /* attention */
+    int n_perm;  /* transpose/permute */
     int perm[OPS_MAX_RANK];
-    ops_shape shape;         /* reshape target; a dim with size -1 and no sym is inferred */
+    ops_shape shape; /* reshape target; a dim with size -1 and no sym is inferred */
 } ops_attrs;
 
 typedef struct ops_operand {
@@ -143,20 +177,20 @@ typedef struct ops_graph {
 /* Rules a graph can break; every ops_diag names one. */
 typedef enum ops_rule {
     OPS_RULE_NONE = 0,
-    OPS_RULE_SYNTAX,         /* malformed JSON or msgpack */
-    OPS_RULE_SCHEMA,         /* missing field, wrong type, unknown key */
+    OPS_RULE_SYNTAX, /* malformed JSON or msgpack */
+    OPS_RULE_SCHEMA, /* missing field, wrong type, unknown key */
     OPS_RULE_UNKNOWN_OP,
     OPS_RULE_ARITY,
-    OPS_RULE_DTYPE,          /* unsupported dtype or mismatch between operands */
+    OPS_RULE_DTYPE, /* unsupported dtype or mismatch between operands */
     OPS_RULE_BROADCAST,
-    OPS_RULE_SHAPE,          /* rank or shape not allowed by the op */
+    OPS_RULE_SHAPE, /* rank or shape not allowed by the op */
     OPS_RULE_UNBOUND_DIM,
     OPS_RULE_CONFLICT_DIM,
     OPS_RULE_CYCLE,
-    OPS_RULE_UNDEFINED,      /* reference to a tensor nobody defines */
-    OPS_RULE_DUPLICATE,      /* tensor defined twice */
-    OPS_RULE_UNUSED,         /* input or node output that reaches no graph output */
-    OPS_RULE_ATTR,           /* bad attribute value */
+    OPS_RULE_UNDEFINED, /* reference to a tensor nobody defines */
+    OPS_RULE_DUPLICATE, /* tensor defined twice */
+    OPS_RULE_UNUSED,    /* input or node output that reaches no graph output */
+    OPS_RULE_ATTR,      /* bad attribute value */
     OPS_RULE_COUNT
 } ops_rule;
 
@@ -164,8 +198,8 @@ typedef enum ops_rule {
  * the rule, e.g. "node 1 (add -> t1): bad broadcast: 'bias' [255] vs 't0' [M, 256] at axis 1". */
 typedef struct ops_diag {
     ops_rule rule;
-    int node;         /* index in graph->nodes (source order), or -1 */
-    char tensor[96];  /* the tensor at fault, or "" */
+    int node;        /* index in graph->nodes (source order), or -1 */
+    char tensor[96]; /* the tensor at fault, or "" */
     char msg[512];
 } ops_diag;
 
@@ -179,7 +213,7 @@ const ops_op_info *ops_op_info_get(ops_op op);
 /* Looks an op up by JSON name and operand count ("max" with one operand is the reduction).
  * Returns OPS_OP_INVALID for an unknown name. */
 ops_op ops_op_from_name(const char *name, int n_in);
-const char *ops_dtype_name(ops_dtype dt);           /* "f32", "f16", "bf16", "f64" */
+const char *ops_dtype_name(ops_dtype dt);                  /* "f32", "f16", "bf16", "f64" */
 int ops_dtype_from_name(const char *name, ops_dtype *out); /* 0 or -EINVAL */
 size_t ops_dtype_size(ops_dtype dt);
 /* Sets the documented defaults for op in *a (zeroing everything else). */
@@ -187,7 +221,7 @@ void ops_attrs_default(ops_op op, ops_attrs *a);
 
 /* Building. Every function returns an index >= 0 or a negative errno (-ENOMEM, -EEXIST for a
  * duplicate tensor name). */
-ops_graph *ops_graph_new(const char *name); /* NULL on ENOMEM */
+ops_graph *ops_graph_new(const char *name);        /* NULL on ENOMEM */
 int ops_graph_sym(ops_graph *g, const char *name); /* finds or adds a symbolic dimension */
 int ops_graph_add_input(ops_graph *g, const char *name, ops_dtype dt, const ops_shape *shape,
                         bool is_const);

@@ -107,8 +107,8 @@ static void assert_signature(json_t *v)
 
 static void test_check_gemm_json(void **state)
 {
-    run_result *r = run_ktune("check", example("gemm_bias_relu.json"), "--shape", "M=1024",
-                              "--json", NULL);
+    run_result *r =
+        run_ktune("check", example("gemm_bias_relu.json"), "--shape", "M=1024", "--json", NULL);
     assert_int_equal(r->status, 0);
     json_t *v = parse_json_out(r);
     assert_signature(v);
@@ -146,8 +146,8 @@ static void test_check_every_example(void **state)
         {"sum_lastaxis.json", "M=16,N=256", "f32", 1, {16}},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        run_result *r = run_ktune("check", example(cases[i].file), "--shape", cases[i].shape,
-                                  "--json", NULL);
+        run_result *r =
+            run_ktune("check", example(cases[i].file), "--shape", cases[i].shape, "--json", NULL);
         if (r->status != 0)
             fail_msg("%s: exit %d: %s", cases[i].file, r->status, r->err);
         json_t *v = parse_json_out(r);
@@ -201,15 +201,14 @@ static void test_check_renamed_graph_same_signature(void **state)
     char path[] = "/tmp/ktune-cli-XXXXXX.json";
     int fd = mkstemps(path, 5);
     assert_true(fd >= 0);
-    const char *text =
-        "{\"name\": \"other\", \"inputs\": {"
-        "\"b\": {\"dtype\": \"f16\", \"shape\": [256], \"const\": true},"
-        "\"x\": {\"dtype\": \"f16\", \"shape\": [\"rows\", 512]},"
-        "\"w\": {\"dtype\": \"f16\", \"shape\": [512, 256], \"const\": true}},"
-        "\"nodes\": [{\"out\": \"out\", \"op\": \"relu\", \"in\": [\"s\"]},"
-        "{\"out\": \"s\", \"op\": \"add\", \"in\": [\"p\", \"b\"]},"
-        "{\"out\": \"p\", \"op\": \"matmul\", \"in\": [\"x\", \"w\"]}],"
-        "\"outputs\": [\"out\"]}";
+    const char *text = "{\"name\": \"other\", \"inputs\": {"
+                       "\"b\": {\"dtype\": \"f16\", \"shape\": [256], \"const\": true},"
+                       "\"x\": {\"dtype\": \"f16\", \"shape\": [\"rows\", 512]},"
+                       "\"w\": {\"dtype\": \"f16\", \"shape\": [512, 256], \"const\": true}},"
+                       "\"nodes\": [{\"out\": \"out\", \"op\": \"relu\", \"in\": [\"s\"]},"
+                       "{\"out\": \"s\", \"op\": \"add\", \"in\": [\"p\", \"b\"]},"
+                       "{\"out\": \"p\", \"op\": \"matmul\", \"in\": [\"x\", \"w\"]}],"
+                       "\"outputs\": [\"out\"]}";
     assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
     close(fd);
     run_result *a = run_ktune("check", example("gemm_bias_relu.json"), "--json", NULL);
