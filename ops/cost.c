@@ -1,2 +1,118 @@
-/* Placeholder: being written (issue 2). */
+/* FLOP and minimum-traffic counts of a bound graph, for the roofline cost model and for
+ * reporting achieved throughput. Counting rules (docs/formats-signature.md):
+ *
+ *   unary, binary          1 per output element (transcendentals count 1); cast 0
+ *   sum / max / min        n - 1 per output element, n = elements reduced into it
+ *   mean                   n per output element (n - 1 adds and one divide)
+ *   matmul                 2 * batch * M * N * K
+ *   conv2d                 2 * N * K * P * Q * (C / groups) * R * S, plus N * K * P * Q with bias
+ *   attention              2 * batch * pairs * (D + Dv), pairs = Sq * Skv, or for causal the
+ *                          unmasked (query, key) pairs only; the softmax is not counted
+ *   permute, reshape       0
+ *
+ * Counts are taken on the canonical graph (composites expanded into primitives). Bytes are the
+ * compulsory traffic: every graph input read once and every graph output written once, in their
+ * dtypes. */
 #include "ops.h"
+
+#include <stdlib.h>
+
+static double numel(const ops_graph *g, int t)
+{
+    return (double)ops_shape_numel(&g->tensors[t].shape);
+}
+
+static int64_t dim(const ops_graph *g, int t, int i)
+{
+    const ops_shape *s = &g->tensors[t].shape;
+    return s->d[i < 0 ? i + s->rank : i].size;
+}
+
+static double node_flops(const ops_graph *g, const ops_node *n)
+{
+    double out = numel(g, n->out);
+    int32_t x = n->in[0].tensor;
+    switch (ops_op_info_get(n->op)->kind) {
+    case OPS_KIND_UNARY:
+        return n->op == OPS_CAST ? 0.0 : out;
+    case OPS_KIND_BINARY:
+        return out;
+    case OPS_KIND_REDUCE: {
+        double red = out > 0 ? numel(g, x) / out : 0.0;
+        if (red <= 0)
+            return 0.0;
+        return out * (n->op == OPS_REDUCE_MEAN ? red : red - 1.0);
+    }
+    case OPS_KIND_MATMUL: {
+        const ops_shape *a = &g->tensors[x].shape;
+        int64_t k = a->rank == 1 ? a->d[0].size : dim(g, x, n->attrs.transpose_a ? -2 : -1);
+        return 2.0 * out * (double)k;
+    }
+    case OPS_KIND_CONV: {
+        /* Weight OIHW or OHWI: everything but O is reduced into each output element. */
+        int32_t w = n->in[1].tensor;
+        double per_out = numel(g, w) / (double)dim(g, w, 0);
+        return 2.0 * out * per_out + (n->n_in > 2 ? out : 0.0);
+    }
+    case OPS_KIND_ATTENTION: {
+        int32_t q = n->in[0].tensor, v = n->in[2].tensor, k = n->in[1].tensor;
+        int64_t sq = dim(g, q, -2), d = dim(g, q, -1), skv = dim(g, k, -2), dv = dim(g, v, -1);
+        double batch = sq * dv > 0 ? out / (double)(sq * dv) : 0.0;
+        double pairs = (double)sq * (double)skv;
+        if (n->attrs.causal) {
+            /* Query i sees keys 0..min(i, Skv-1). */
+            int64_t full = sq < skv ? sq : skv;
+            pairs = (double)full * (double)(full + 1) / 2.0 + (double)(sq - full) * (double)skv;
+        }
+        return 2.0 * batch * pairs * (double)(d + dv);
+    }
+    case OPS_KIND_COMPOSITE: /* not reached after canonicalisation */
+    case OPS_KIND_LAYOUT:
+        break;
+    }
+    return 0.0;
+}
+
+int ops_graph_cost(const ops_graph *g, ops_cost *out, ops_diag *d)
+{
+    if (!g || !out)
+        return -EINVAL;
+    ops_graph *tmp = NULL, *canon = NULL;
+    const ops_graph *src = g;
+    int rc;
+    if (!g->validated) {
+        tmp = ops_graph_clone(g);
+        if (!tmp)
+            return -ENOMEM;
+        rc = ops_graph_validate(tmp, d);
+        if (rc < 0)
+            goto out;
+        src = tmp;
+    }
+    rc = ops_graph_canonicalize(src, &canon, d);
+    if (rc < 0)
+        goto out;
+    for (int t = 0; t < canon->n_tensors; t++) {
+        if (ops_shape_numel(&canon->tensors[t].shape) < 0) {
+            rc = ops_diag_set(d, canon, OPS_RULE_UNBOUND_DIM, -1, canon->tensors[t].name,
+                              "cost: tensor '%s' has an unbound dimension; bind it first",
+                              canon->tensors[t].name);
+            goto out;
+        }
+    }
+    ops_cost c = {0};
+    for (int i = 0; i < canon->n_nodes; i++)
+        c.flops += node_flops(canon, &canon->nodes[i]);
+    for (int t = 0; t < canon->n_tensors; t++)
+        if (canon->tensors[t].producer < 0)
+            c.bytes += numel(canon, t) * (double)ops_dtype_size(canon->tensors[t].dtype);
+    for (int j = 0; j < canon->n_outputs; j++) {
+        int32_t t = canon->outputs[j];
+        c.bytes += numel(canon, t) * (double)ops_dtype_size(canon->tensors[t].dtype);
+    }
+    *out = c;
+out:
+    ops_graph_free(canon);
+    ops_graph_free(tmp);
+    return rc;
+}

@@ -6,6 +6,13 @@
 
 #include <msgpack.h>
 
+/* Limits every parser enforces (the msgpack form comes from untrusted daemon clients). */
+#define OPS_MAX_GRAPH_BYTES   (16u << 20)        /* JSON text or msgpack buffer */
+#define OPS_MAX_GRAPH_TENSORS 4096               /* graph inputs plus nodes */
+#define OPS_MAX_NESTING       16                 /* containers inside the document */
+#define OPS_MAX_NAME_LEN      255                /* tensor, graph and symbol names, in bytes */
+#define OPS_MAX_DIM           ((int64_t)1 << 40) /* largest fixed or bound dimension */
+
 /* ---- JSON and msgpack forms (ops/graph_json.c, ops/graph_msgpack.c) ----
  * Parsers check syntax and schema and resolve tensor names; they do not infer shapes (call
  * ops_graph_validate). On failure they return -EINVAL (or -ENOMEM) and fill d. Writers emit the
@@ -24,6 +31,13 @@ int ops_graph_pack(msgpack_packer *pk, const ops_graph *g);
  * ops_graph_validate checks every rule of ops_rule, infers every tensor's dtype and shape with
  * symbolic dimensions, and sets g->validated. Idempotent. */
 int ops_graph_validate(ops_graph *g, ops_diag *d);
+
+/* Writes in order[0 .. g->n_nodes) the node indices in a topological order (producers before
+ * consumers; deterministic: Kahn's algorithm, first the nodes that need no node output in
+ * index order, then each node in the order it becomes ready). Fails with
+ * OPS_RULE_CYCLE naming the tensors on a cycle, or OPS_RULE_UNDEFINED for an operand index out
+ * of range. Needs no prior validation; order has room for g->n_nodes entries. */
+int ops_graph_topo_order(const ops_graph *g, int32_t *order, ops_diag *d);
 
 typedef struct ops_binding {
     const char *name;
@@ -51,6 +65,13 @@ int ops_graph_canonicalize(const ops_graph *g, ops_graph **out, ops_diag *d);
  * order; sensitive to every op, attribute, dtype, edge and fixed-vs-symbolic dimension. */
 int ops_graph_signature(const ops_graph *g, uint8_t sig[OPS_SIG_BYTES], ops_diag *d);
 void ops_sha256(const void *data, size_t len, uint8_t digest[32]);
+/* The canonical order of g's graph inputs and outputs, the one the signature numbers them in:
+ * input_rank[i] is the position of graph input i (tensor order) among the inputs, and
+ * output_rank[j] that of graph output j (declaration order) among the outputs. Two graphs with
+ * the same signature agree on what the input (output) of each rank means, so a kernel tuned
+ * for one serves the other through this map. Either array may be NULL; each must hold as many
+ * entries as g has inputs (outputs). Returns 0 or a negative errno with d filled. */
+int ops_graph_canonical_io(const ops_graph *g, int *input_rank, int *output_rank, ops_diag *d);
 
 /* ---- fp64 reference interpreter and cost (ops/reference.c, ops/cost.c) ----
  * g must be validated and fully bound. inputs[i] holds graph input i (tensor order) as a dense

@@ -1,2 +1,904 @@
-/* Placeholder: being written (issue 2). */
+/* The canonical signature of an op graph (docs/formats-signature.md has the exact algorithm).
+ *
+ * The graph is validated and canonicalised (composites become primitives), then its tensors are
+ * put in a canonical order by colour refinement (Weisfeiler-Lehman on the DAG) with
+ * individualisation-refinement search for the ties refinement cannot split: every tie is tried
+ * and the lexicographically smallest serialisation wins, with branches pruned by the
+ * automorphisms already found. The winning serialisation is hashed with SHA-256.
+ *
+ * Tensors are the vertices (a node is identified with its single output tensor); symbols are
+ * refined alongside them so that "M in two places" and "M and N" split early. The
+ * serialisation is complete (op, attributes, dtype, const/output flags, graph-input shapes with
+ * canonical symbol numbers, operands by canonical id), so two graphs share a signature exactly
+ * when they are isomorphic, independently of how the search breaks ties. */
 #include "ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bound on search leaves. Refinement plus automorphism pruning keeps real graphs to a handful;
+ * past the bound the result stays deterministic for a given graph but may depend on
+ * declaration order (logged). */
+#define SIG_MAX_LEAVES 4096
+#define SIG_MAX_GENS   256
+#define SIG_MAGIC      "ktune-signature-v1"
+
+/* ---- growable byte buffer; the first failure sticks ---- */
+
+typedef struct sig_buf {
+    uint8_t *p;
+    size_t len, cap;
+    int err;
+} sig_buf;
+
+static void put_bytes(sig_buf *b, const void *src, size_t n)
+{
+    if (b->err)
+        return;
+    if (kt_grow(&b->p, &b->cap, b->len + n, 1) < 0) {
+        b->err = -ENOMEM;
+        return;
+    }
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+}
+
+static void put_u8(sig_buf *b, uint8_t v)
+{
+    put_bytes(b, &v, 1);
+}
+
+/* Integers as 8 bytes big-endian, so memcmp orders non-negative values numerically. */
+static void put_i64(sig_buf *b, int64_t v)
+{
+    uint8_t x[8];
+    for (int i = 0; i < 8; i++)
+        x[i] = (uint8_t)((uint64_t)v >> (56 - 8 * i));
+    put_bytes(b, x, 8);
+}
+
+/* Doubles by their IEEE-754 bits (every NaN written as one quiet NaN). */
+static void put_f64(sig_buf *b, double v)
+{
+    uint64_t bits;
+    if (isnan(v))
+        bits = 0x7ff8000000000000ull;
+    else
+        memcpy(&bits, &v, sizeof(bits));
+    put_i64(b, (int64_t)bits);
+}
+
+/* ---- the refinement context ---- */
+
+typedef struct sig_ctx {
+    const ops_graph *g;
+    int n;      /* tensors */
+    int n_syms; /* g->n_syms */
+    /* consumers of each tensor, CSR: (consumer output tensor, operand position key) */
+    int *cons_off, *cons_t, *cons_pos;
+    int *init;    /* initial colour from the local label */
+    int *key_off; /* scratch for refinement keys */
+    int64_t *keys;
+    size_t keys_cap;
+    int *order; /* scratch permutation */
+    int *tmp;   /* scratch for merge sort */
+    /* search state */
+    long leaves;
+    bool truncated;
+    sig_buf best, first;
+    int *best_id; /* canonical id of each tensor in the best leaf */
+    int *first_id;
+    bool have_best;
+    int **gens; /* automorphisms found (tensor -> tensor) */
+    int n_gens;
+    int *prefix;     /* the current search path (individualised tensors) */
+    int *first_path; /* the path to the first leaf, and to the best one */
+    int *best_path;
+    int first_depth, best_depth;
+    int jump_to; /* after a leaf equivalent to the first or best one: unwind to this depth */
+    const struct sig_buf *labels; /* initial labels, while ranking them */
+    int err;
+} sig_ctx;
+
+static bool is_commutative(ops_op op)
+{
+    return op == OPS_ADD || op == OPS_MUL || op == OPS_MAX || op == OPS_MIN;
+}
+
+static int norm_axis(int axis, int rank)
+{
+    return axis < 0 ? axis + rank : axis;
+}
+
+static int operand_rank(const ops_graph *g, const ops_node *n, int k)
+{
+    int32_t t = n->in[k].tensor;
+    return t >= 0 ? g->tensors[t].shape.rank : 0;
+}
+
+/* Writes one dimension: fixed (tag 0, size) or symbolic (tag 1, canonical symbol number, or 0
+ * when sym_id is NULL, i.e. in an initial label where symbol identity is not known yet). A
+ * "size -1, no symbol" reshape entry (inferred) gets tag 2. */
+static void put_dim(sig_buf *b, const ops_dim *dim, const int *sym_id)
+{
+    if (dim->sym >= 0) {
+        put_u8(b, 1);
+        put_i64(b, sym_id ? sym_id[dim->sym] : 0);
+    } else if (dim->size < 0) {
+        put_u8(b, 2);
+    } else {
+        put_u8(b, 0);
+        put_i64(b, dim->size);
+    }
+}
+
+/* The attributes that mean something for op, normalised (negative axes resolved, axes sorted),
+ * each introduced by a one-letter tag. */
+static void put_attrs(sig_buf *b, const ops_graph *g, const ops_node *n, const int *sym_id)
+{
+    const ops_attrs *a = &n->attrs;
+    int r = operand_rank(g, n, 0);
+    switch (n->op) {
+    case OPS_LEAKY_RELU:
+        put_u8(b, 'a');
+        put_f64(b, a->alpha);
+        break;
+    case OPS_HARDTANH:
+    case OPS_CLAMP:
+        put_u8(b, 'l');
+        put_f64(b, a->lo);
+        put_f64(b, a->hi);
+        break;
+    case OPS_CAST:
+        put_u8(b, 't');
+        put_i64(b, a->to);
+        break;
+    case OPS_REDUCE_SUM:
+    case OPS_REDUCE_MEAN:
+    case OPS_REDUCE_MAX:
+    case OPS_REDUCE_MIN: {
+        /* As a set of non-negative axes; no axes means all of them. */
+        bool red[OPS_MAX_RANK] = {false};
+        for (int i = 0; i < a->n_axes; i++) {
+            int ax = norm_axis(a->axes[i], r);
+            if (ax >= 0 && ax < OPS_MAX_RANK)
+                red[ax] = true;
+        }
+        put_u8(b, 'x');
+        for (int i = 0; i < r; i++)
+            if (red[i] || a->n_axes == 0)
+                put_i64(b, i);
+        put_u8(b, 'k');
+        put_u8(b, a->keepdim);
+        break;
+    }
+    case OPS_SOFTMAX:
+    case OPS_LOG_SOFTMAX:
+    case OPS_LOGSUMEXP:
+    case OPS_LAYERNORM:
+    case OPS_RMSNORM:
+        /* Canonicalisation removes these; kept so a composite that survived stays distinct. */
+        put_u8(b, 'x');
+        put_i64(b, norm_axis(a->axis, r));
+        put_u8(b, 'k');
+        put_u8(b, a->keepdim);
+        put_u8(b, 'e');
+        put_f64(b, n->op == OPS_LAYERNORM || n->op == OPS_RMSNORM ? a->eps : 0.0);
+        break;
+    case OPS_MATMUL:
+        put_u8(b, 'T');
+        put_u8(b, a->transpose_a);
+        put_u8(b, a->transpose_b);
+        break;
+    case OPS_CONV2D:
+        put_u8(b, 'c');
+        for (int i = 0; i < 2; i++) {
+            put_i64(b, a->stride[i]);
+            put_i64(b, a->padding[i]);
+            put_i64(b, a->dilation[i]);
+        }
+        put_i64(b, a->groups);
+        put_i64(b, a->layout);
+        break;
+    case OPS_ATTENTION:
+        put_u8(b, 's');
+        put_u8(b, a->has_scale);
+        put_f64(b, a->has_scale ? a->scale : 0.0);
+        put_u8(b, a->causal);
+        break;
+    case OPS_TRANSPOSE:
+    case OPS_PERMUTE:
+        put_u8(b, 'p');
+        if (a->n_perm == 0) { /* transpose without perm swaps the last two dims */
+            for (int i = 0; i < r; i++)
+                put_i64(b, i < r - 2 ? i : i == r - 2 ? r - 1 : r - 2);
+        } else {
+            for (int i = 0; i < a->n_perm; i++)
+                put_i64(b, norm_axis(a->perm[i], r));
+        }
+        break;
+    case OPS_RESHAPE:
+        put_u8(b, 'r');
+        put_i64(b, a->shape.rank);
+        for (int i = 0; i < a->shape.rank; i++)
+            put_dim(b, &a->shape.d[i], sym_id);
+        break;
+    default:
+        break;
+    }
+}
+
+/* One tensor's record. With id == NULL (initial labels) operands and symbols are anonymous;
+ * with the canonical numbering they are written by canonical id. Operands of commutative ops
+ * are sorted so that add(x, y) and add(y, x) agree. */
+static void put_tensor(sig_buf *b, const ops_graph *g, int t, const int *id, const int *sym_id)
+{
+    const ops_tensor *x = &g->tensors[t];
+    put_u8(b, x->producer < 0 ? 'I' : 'N');
+    put_u8(b, (uint8_t)x->dtype);
+    put_u8(b, x->is_const);
+    put_u8(b, x->is_output);
+    if (x->producer < 0) {
+        put_i64(b, x->shape.rank);
+        for (int i = 0; i < x->shape.rank; i++)
+            put_dim(b, &x->shape.d[i], sym_id);
+        return;
+    }
+    /* Node outputs: shapes are derived from operands and attributes, and are left out so that
+     * the signature of a bound graph equals that of its unbound form. */
+    const ops_node *n = &g->nodes[x->producer];
+    put_i64(b, n->op);
+    put_i64(b, n->n_in);
+    uint8_t rec[OPS_MAX_OPERANDS][9];
+    for (int k = 0; k < n->n_in; k++) {
+        sig_buf one = {.p = NULL};
+        if (n->in[k].tensor == OPS_SCALAR) {
+            put_u8(&one, 'S');
+            put_f64(&one, n->in[k].scalar);
+        } else {
+            put_u8(&one, 'T');
+            put_i64(&one, id ? id[n->in[k].tensor] : 0);
+        }
+        if (one.err || one.len != 9) {
+            b->err = one.err ? one.err : -EINVAL;
+            free(one.p);
+            return;
+        }
+        memcpy(rec[k], one.p, 9);
+        free(one.p);
+    }
+    if (is_commutative(n->op)) /* insertion sort of at most OPS_MAX_OPERANDS records */
+        for (int i = 1; i < n->n_in; i++)
+            for (int j = i; j > 0 && memcmp(rec[j - 1], rec[j], 9) > 0; j--) {
+                uint8_t tmp[9];
+                memcpy(tmp, rec[j], 9);
+                memcpy(rec[j], rec[j - 1], 9);
+                memcpy(rec[j - 1], tmp, 9);
+            }
+    for (int k = 0; k < n->n_in; k++)
+        put_bytes(b, rec[k], 9);
+    put_attrs(b, g, n, sym_id);
+}
+
+/* ---- sorting with a context (qsort has none, qsort_r is not portable) ---- */
+
+typedef int (*sig_cmp)(const sig_ctx *c, int a, int b);
+
+static void merge_sort(const sig_ctx *c, int *v, int *tmp, int n, sig_cmp cmp)
+{
+    if (n < 2)
+        return;
+    int h = n / 2;
+    merge_sort(c, v, tmp, h, cmp);
+    merge_sort(c, v + h, tmp, n - h, cmp);
+    int i = 0, j = h, k = 0;
+    while (i < h && j < n)
+        tmp[k++] = cmp(c, v[i], v[j]) <= 0 ? v[i++] : v[j++];
+    while (i < h)
+        tmp[k++] = v[i++];
+    while (j < n)
+        tmp[k++] = v[j++];
+    memcpy(v, tmp, sizeof(int) * (size_t)n);
+}
+
+static int cmp_keys(const sig_ctx *c, int a, int b)
+{
+    int la = c->key_off[a + 1] - c->key_off[a], lb = c->key_off[b + 1] - c->key_off[b];
+    const int64_t *ka = c->keys + c->key_off[a], *kb = c->keys + c->key_off[b];
+    for (int i = 0; i < la && i < lb; i++)
+        if (ka[i] != kb[i])
+            return ka[i] < kb[i] ? -1 : 1;
+    return la < lb ? -1 : la > lb ? 1 : 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ---- refinement ---- */
+
+static int key_reserve(sig_ctx *c, size_t need)
+{
+    if (kt_grow(&c->keys, &c->keys_cap, need, sizeof(int64_t)) < 0)
+        return c->err = -ENOMEM;
+    return 0;
+}
+
+/* Sorts the m items by their keys and rewrites col[] as "index of the first item of my cell in
+ * sorted order". Returns the number of cells. */
+static int recolour(sig_ctx *c, int m, int *col)
+{
+    for (int i = 0; i < m; i++)
+        c->order[i] = i;
+    merge_sort(c, c->order, c->tmp, m, cmp_keys);
+    int cells = 0, start = 0;
+    for (int i = 0; i < m; i++) {
+        if (i == 0 || cmp_keys(c, c->order[i - 1], c->order[i]) != 0) {
+            start = i;
+            cells++;
+        }
+        col[c->order[i]] = start;
+    }
+    return cells;
+}
+
+/* Symbol key slots for tensor t: graph-input dims, then reshape target dims. */
+static void for_each_sym_slot(const ops_graph *g, int t, void (*fn)(void *, int sym, int slot),
+                              void *arg)
+{
+    const ops_tensor *x = &g->tensors[t];
+    if (x->producer < 0) {
+        for (int i = 0; i < x->shape.rank; i++)
+            if (x->shape.d[i].sym >= 0)
+                fn(arg, x->shape.d[i].sym, i);
+        return;
+    }
+    const ops_node *n = &g->nodes[x->producer];
+    if (n->op == OPS_RESHAPE)
+        for (int i = 0; i < n->attrs.shape.rank; i++)
+            if (n->attrs.shape.d[i].sym >= 0)
+                fn(arg, n->attrs.shape.d[i].sym, OPS_MAX_RANK + i);
+}
+
+typedef struct slot_walk {
+    sig_ctx *c;
+    const int *scol; /* symbol colours */
+    const int *col;  /* tensor colours */
+    int t;
+    int want_sym; /* when >= 0: collect (colour of t, slot) for this symbol only */
+    size_t *len;
+} slot_walk;
+
+static void push_tensor_slot(void *arg, int sym, int slot)
+{
+    slot_walk *w = arg;
+    if (key_reserve(w->c, *w->len + 2) < 0)
+        return;
+    w->c->keys[(*w->len)++] = slot;
+    w->c->keys[(*w->len)++] = w->scol[sym];
+}
+
+static void push_sym_slot(void *arg, int sym, int slot)
+{
+    slot_walk *w = arg;
+    if (sym != w->want_sym || key_reserve(w->c, *w->len + 1) < 0)
+        return;
+    /* One int64 per occurrence so the multiset can be sorted element-wise. */
+    w->c->keys[(*w->len)++] = (int64_t)w->col[w->t] * 64 + slot;
+}
+
+/* Refines tensor colours col[] and symbol colours scol[] until stable. Keys start with the
+ * current colour, so refinement only splits cells and keeps their relative order. */
+static int refine(sig_ctx *c, int *col, int *scol)
+{
+    const ops_graph *g = c->g;
+    int cells = -1, scells = -1;
+    for (;;) {
+        size_t len = 0;
+        for (int t = 0; t < c->n; t++) {
+            c->key_off[t] = (int)len;
+            const ops_tensor *x = &g->tensors[t];
+            if (key_reserve(c, len + 4 + OPS_MAX_OPERANDS) < 0)
+                return c->err;
+            c->keys[len++] = col[t];
+            if (x->producer >= 0) {
+                const ops_node *n = &g->nodes[x->producer];
+                size_t ops_at = len;
+                for (int k = 0; k < n->n_in; k++)
+                    c->keys[len++] = n->in[k].tensor >= 0 ? col[n->in[k].tensor] : -1;
+                if (is_commutative(n->op))
+                    qsort(c->keys + ops_at, (size_t)n->n_in, sizeof(int64_t), cmp_i64);
+            }
+            c->keys[len++] = -2;
+            size_t cons_at = len;
+            for (int i = c->cons_off[t]; i < c->cons_off[t + 1]; i++) {
+                if (key_reserve(c, len + 1) < 0)
+                    return c->err;
+                c->keys[len++] = (int64_t)col[c->cons_t[i]] * 8 + c->cons_pos[i];
+            }
+            qsort(c->keys + cons_at, len - cons_at, sizeof(int64_t), cmp_i64);
+            if (key_reserve(c, len + 1) < 0)
+                return c->err;
+            c->keys[len++] = -3;
+            slot_walk w = {.c = c, .scol = scol, .col = col, .t = t, .want_sym = -1, .len = &len};
+            for_each_sym_slot(g, t, push_tensor_slot, &w);
+            if (c->err)
+                return c->err;
+        }
+        c->key_off[c->n] = (int)len;
+        int ncells = recolour(c, c->n, col);
+
+        /* Symbols: their colour plus the multiset of (tensor colour, slot) they occupy. */
+        len = 0;
+        for (int s = 0; s < c->n_syms; s++) {
+            c->key_off[s] = (int)len;
+            if (key_reserve(c, len + 1) < 0)
+                return c->err;
+            c->keys[len++] = scol[s];
+            size_t at = len;
+            for (int t = 0; t < c->n; t++) {
+                slot_walk w = {
+                    .c = c, .scol = scol, .col = col, .t = t, .want_sym = s, .len = &len};
+                for_each_sym_slot(g, t, push_sym_slot, &w);
+            }
+            if (c->err)
+                return c->err;
+            qsort(c->keys + at, len - at, sizeof(int64_t), cmp_i64);
+        }
+        c->key_off[c->n_syms] = (int)len;
+        int nscells = c->n_syms ? recolour(c, c->n_syms, scol) : 0;
+        if (ncells == cells && nscells == scells)
+            return 0;
+        cells = ncells;
+        scells = nscells;
+    }
+}
+
+/* ---- leaves: serialise under a discrete colouring ---- */
+
+static int sym_assign(int *sym_id, int *next, int sym)
+{
+    if (sym_id[sym] < 0)
+        sym_id[sym] = (*next)++;
+    return 0;
+}
+
+static void assign_sym_cb(void *arg, int sym, int slot)
+{
+    int **p = arg; /* p[0] = sym_id, p[1] = &next */
+    (void)slot;
+    sym_assign(p[0], p[1], sym);
+}
+
+static int serialise(sig_ctx *c, const int *id, sig_buf *out)
+{
+    const ops_graph *g = c->g;
+    int *inv = malloc(sizeof(int) * (size_t)c->n);
+    int *sym_id = malloc(sizeof(int) * (size_t)(c->n_syms + 1));
+    if (!inv || !sym_id) {
+        free(inv);
+        free(sym_id);
+        return -ENOMEM;
+    }
+    for (int t = 0; t < c->n; t++)
+        inv[id[t]] = t;
+    /* Symbols are numbered by first appearance in canonical order, so names never matter. */
+    int next = 0;
+    for (int s = 0; s < c->n_syms; s++)
+        sym_id[s] = -1;
+    for (int i = 0; i < c->n; i++) {
+        int *p[2] = {sym_id, &next};
+        for_each_sym_slot(g, inv[i], assign_sym_cb, p);
+    }
+    out->len = 0;
+    out->err = 0;
+    put_bytes(out, SIG_MAGIC, sizeof(SIG_MAGIC));
+    put_i64(out, c->n);
+    put_i64(out, next);
+    for (int i = 0; i < c->n; i++)
+        put_tensor(out, g, inv[i], id, sym_id);
+    free(inv);
+    free(sym_id);
+    return out->err;
+}
+
+static int buf_cmp(const sig_buf *a, const sig_buf *b)
+{
+    size_t n = a->len < b->len ? a->len : b->len;
+    int r = memcmp(a->p, b->p, n);
+    if (r)
+        return r;
+    return a->len < b->len ? -1 : a->len > b->len ? 1 : 0;
+}
+
+static int cmp_labels(const sig_ctx *c, int a, int b)
+{
+    return buf_cmp(&c->labels[a], &c->labels[b]);
+}
+
+/* Records the automorphism that maps the tensor with canonical id L in labelling `from` to the
+ * one with id L in labelling `to`. */
+static void add_automorphism(sig_ctx *c, const int *from, const int *to)
+{
+    if (c->n_gens >= SIG_MAX_GENS)
+        return;
+    int *inv_to = malloc(sizeof(int) * (size_t)c->n);
+    int *gen = malloc(sizeof(int) * (size_t)c->n);
+    if (!inv_to || !gen) {
+        free(inv_to);
+        free(gen);
+        return; /* pruning is an optimisation; losing a generator is harmless */
+    }
+    bool identity = true;
+    for (int t = 0; t < c->n; t++)
+        inv_to[to[t]] = t;
+    for (int t = 0; t < c->n; t++) {
+        gen[t] = inv_to[from[t]];
+        identity &= gen[t] == t;
+    }
+    free(inv_to);
+    if (identity) {
+        free(gen);
+        return;
+    }
+    c->gens[c->n_gens++] = gen;
+}
+
+/* Depth at which path a (of length n) first differs from path b. */
+static int divergence(const int *a, const int *b, int n)
+{
+    int p = 0;
+    while (p < n && a[p] == b[p])
+        p++;
+    return p;
+}
+
+static int leaf(sig_ctx *c, const int *col, int depth)
+{
+    sig_buf cur = {.p = NULL};
+    int rc = serialise(c, col, &cur);
+    if (rc < 0)
+        goto out;
+    c->leaves++;
+    if (!c->have_best) {
+        size_t sz = sizeof(int) * (size_t)c->n;
+        put_bytes(&c->best, cur.p, cur.len);
+        put_bytes(&c->first, cur.p, cur.len);
+        if (c->best.err || c->first.err) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        memcpy(c->best_id, col, sz);
+        memcpy(c->first_id, col, sz);
+        memcpy(c->first_path, c->prefix, sizeof(int) * (size_t)depth);
+        memcpy(c->best_path, c->prefix, sizeof(int) * (size_t)depth);
+        c->first_depth = c->best_depth = depth;
+        c->have_best = true;
+        goto out;
+    }
+    /* A leaf equivalent to the first (or best) one gives an automorphism that fixes the common
+     * prefix and maps that leaf's subtree at the divergence point onto ours, which therefore
+     * holds nothing new: unwind to the divergence depth. */
+    if (buf_cmp(&cur, &c->first) == 0) {
+        add_automorphism(c, c->first_id, col);
+        c->jump_to =
+            divergence(c->prefix, c->first_path, depth < c->first_depth ? depth : c->first_depth);
+    } else {
+        int r = buf_cmp(&cur, &c->best);
+        if (r == 0) {
+            add_automorphism(c, c->best_id, col);
+            c->jump_to =
+                divergence(c->prefix, c->best_path, depth < c->best_depth ? depth : c->best_depth);
+        } else if (r < 0) {
+            c->best.len = 0;
+            put_bytes(&c->best, cur.p, cur.len);
+            if (c->best.err) {
+                rc = -ENOMEM;
+                goto out;
+            }
+            memcpy(c->best_id, col, sizeof(int) * (size_t)c->n);
+            memcpy(c->best_path, c->prefix, sizeof(int) * (size_t)depth);
+            c->best_depth = depth;
+        }
+    }
+out:
+    free(cur.p);
+    return rc;
+}
+
+static int uf_find(int *p, int x)
+{
+    while (p[x] != x)
+        x = p[x] = p[p[x]];
+    return x;
+}
+
+/* True when v lies in the orbit of an already explored sibling under the automorphisms found so
+ * far that fix every vertex of the current prefix. */
+static bool pruned(sig_ctx *c, const int *prefix, int depth, const int *explored, int n_explored,
+                   int v, int *uf)
+{
+    if (n_explored == 0 || c->n_gens == 0)
+        return false;
+    for (int t = 0; t < c->n; t++)
+        uf[t] = t;
+    for (int i = 0; i < c->n_gens; i++) {
+        const int *gen = c->gens[i];
+        bool fixes = true;
+        for (int j = 0; j < depth && fixes; j++)
+            fixes = gen[prefix[j]] == prefix[j];
+        if (!fixes)
+            continue;
+        for (int t = 0; t < c->n; t++) {
+            int a = uf_find(uf, t), b = uf_find(uf, gen[t]);
+            if (a != b)
+                uf[a] = b;
+        }
+    }
+    for (int i = 0; i < n_explored; i++)
+        if (uf_find(uf, explored[i]) == uf_find(uf, v))
+            return true;
+    return false;
+}
+
+static int search(sig_ctx *c, int *col, int *scol, int depth)
+{
+    int rc = refine(c, col, scol);
+    if (rc < 0)
+        return rc;
+    /* The first non-singleton cell: the smallest colour shared by two tensors. */
+    int cell = -1;
+    int *count = calloc((size_t)c->n, sizeof(int));
+    if (!count)
+        return -ENOMEM;
+    for (int t = 0; t < c->n; t++)
+        count[col[t]]++;
+    for (int k = 0; k < c->n && cell < 0; k++)
+        if (count[k] > 1)
+            cell = k;
+    free(count);
+    if (cell < 0)
+        return leaf(c, col, depth);
+
+    int *members = NULL, *explored = NULL, *ncol = NULL, *nscol = NULL, *uf = NULL;
+    members = malloc(sizeof(int) * (size_t)c->n);
+    explored = malloc(sizeof(int) * (size_t)c->n);
+    ncol = malloc(sizeof(int) * (size_t)c->n);
+    nscol = malloc(sizeof(int) * (size_t)(c->n_syms + 1));
+    uf = malloc(sizeof(int) * (size_t)c->n);
+    if (!members || !explored || !ncol || !nscol || !uf) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    int m = 0, n_explored = 0;
+    for (int t = 0; t < c->n; t++)
+        if (col[t] == cell)
+            members[m++] = t;
+    for (int i = 0; i < m; i++) {
+        int v = members[i];
+        if (c->leaves >= SIG_MAX_LEAVES) {
+            c->truncated = true;
+            break;
+        }
+        if (pruned(c, c->prefix, depth, explored, n_explored, v, uf))
+            continue;
+        /* Individualise v: it keeps the cell's colour, the rest of the cell moves one up. */
+        memcpy(ncol, col, sizeof(int) * (size_t)c->n);
+        memcpy(nscol, scol, sizeof(int) * (size_t)c->n_syms);
+        for (int j = 0; j < m; j++)
+            if (members[j] != v)
+                ncol[members[j]] = cell + 1;
+        c->prefix[depth] = v;
+        rc = search(c, ncol, nscol, depth + 1);
+        if (rc < 0)
+            goto out;
+        explored[n_explored++] = v;
+        if (c->jump_to >= 0) {
+            if (c->jump_to < depth)
+                break;       /* keep unwinding */
+            c->jump_to = -1; /* this is the divergence point: go on with the next child */
+        }
+    }
+out:
+    free(uf);
+    free(nscol);
+    free(ncol);
+    free(explored);
+    free(members);
+    return rc;
+}
+
+static void ctx_free(sig_ctx *c)
+{
+    free(c->cons_off);
+    free(c->cons_t);
+    free(c->cons_pos);
+    free(c->init);
+    free(c->key_off);
+    free(c->keys);
+    free(c->order);
+    free(c->tmp);
+    free(c->best.p);
+    free(c->first.p);
+    free(c->best_id);
+    free(c->first_id);
+    free(c->prefix);
+    free(c->first_path);
+    free(c->best_path);
+    for (int i = 0; i < c->n_gens; i++)
+        free(c->gens[i]);
+    free(c->gens);
+}
+
+/* Builds adjacency and initial colours (from the anonymous local labels) of canonical graph g,
+ * then searches for the canonical labelling: c->best holds the serialisation and c->best_id
+ * the canonical id of every tensor. */
+static int canonical_labelling(const ops_graph *g, sig_ctx *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->g = g;
+    c->n = g->n_tensors;
+    c->n_syms = g->n_syms;
+    int rc = 0, n = c->n, big = (n > c->n_syms ? n : c->n_syms) + 1;
+    int *col = NULL, *scol = NULL;
+    sig_buf *labels = NULL;
+    c->cons_off = calloc((size_t)n + 1, sizeof(int));
+    c->key_off = calloc((size_t)big + 1, sizeof(int));
+    c->order = calloc((size_t)big, sizeof(int));
+    c->tmp = calloc((size_t)big, sizeof(int));
+    c->best_id = calloc((size_t)n + 1, sizeof(int));
+    c->first_id = calloc((size_t)n + 1, sizeof(int));
+    c->gens = calloc(SIG_MAX_GENS, sizeof(int *));
+    col = calloc((size_t)n + 1, sizeof(int));
+    scol = calloc((size_t)c->n_syms + 1, sizeof(int));
+    c->prefix = calloc((size_t)n + 1, sizeof(int));
+    c->first_path = calloc((size_t)n + 1, sizeof(int));
+    c->best_path = calloc((size_t)n + 1, sizeof(int));
+    c->jump_to = -1;
+    labels = calloc((size_t)n + 1, sizeof(sig_buf));
+    if (!c->cons_off || !c->key_off || !c->order || !c->tmp || !c->best_id || !c->first_id ||
+        !c->gens || !col || !scol || !c->prefix || !c->first_path || !c->best_path || !labels) {
+        rc = -ENOMEM;
+        goto out;
+    }
+
+    /* Consumers in CSR form; the position is 0 for commutative ops, operand index + 1 else. */
+    int n_edges = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k].tensor >= 0) {
+                c->cons_off[g->nodes[i].in[k].tensor + 1]++;
+                n_edges++;
+            }
+    for (int t = 0; t < n; t++)
+        c->cons_off[t + 1] += c->cons_off[t];
+    c->cons_t = calloc((size_t)n_edges + 1, sizeof(int));
+    c->cons_pos = calloc((size_t)n_edges + 1, sizeof(int));
+    int *fill = calloc((size_t)n + 1, sizeof(int));
+    if (!c->cons_t || !c->cons_pos || !fill) {
+        free(fill);
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        const ops_node *nd = &g->nodes[i];
+        for (int k = 0; k < nd->n_in; k++) {
+            int32_t t = nd->in[k].tensor;
+            if (t < 0)
+                continue;
+            int at = c->cons_off[t] + fill[t]++;
+            c->cons_t[at] = nd->out;
+            c->cons_pos[at] = is_commutative(nd->op) ? 0 : k + 1;
+        }
+    }
+    free(fill);
+
+    /* Initial colours: rank of each tensor's anonymous label. */
+    for (int t = 0; t < n; t++) {
+        put_tensor(&labels[t], g, t, NULL, NULL);
+        if (labels[t].err) {
+            rc = labels[t].err;
+            goto out;
+        }
+    }
+    c->labels = labels;
+    for (int t = 0; t < n; t++)
+        c->order[t] = t;
+    merge_sort(c, c->order, c->tmp, n, cmp_labels);
+    for (int i = 0, start = 0; i < n; i++) {
+        if (i > 0 && buf_cmp(&labels[c->order[i - 1]], &labels[c->order[i]]) != 0)
+            start = i;
+        col[c->order[i]] = start;
+    }
+    c->labels = NULL;
+    rc = search(c, col, scol, 0);
+    if (rc == 0 && c->err)
+        rc = c->err;
+    if (rc == 0 && c->truncated)
+        kt_log_warn("ops", "signature of '%s': tie-breaking search stopped after %d leaves",
+                    g->name, SIG_MAX_LEAVES);
+out:
+    if (labels)
+        for (int t = 0; t < n; t++)
+            free(labels[t].p);
+    free(labels);
+    free(scol);
+    free(col);
+    return rc;
+}
+
+/* Validates (a clone, when g is not validated yet) and canonicalises g into *out. */
+static int prepare(const ops_graph *g, ops_graph **out, ops_diag *d)
+{
+    ops_graph *tmp = NULL;
+    const ops_graph *src = g;
+    int rc;
+    if (!g->validated) {
+        tmp = ops_graph_clone(g);
+        if (!tmp)
+            return -ENOMEM;
+        rc = ops_graph_validate(tmp, d);
+        if (rc < 0)
+            goto out;
+        src = tmp;
+    }
+    rc = ops_graph_canonicalize(src, out, d);
+out:
+    ops_graph_free(tmp);
+    return rc;
+}
+
+int ops_graph_signature(const ops_graph *g, uint8_t sig[OPS_SIG_BYTES], ops_diag *d)
+{
+    if (!g || !sig)
+        return -EINVAL;
+    ops_graph *canon = NULL;
+    sig_ctx c;
+    int rc = prepare(g, &canon, d);
+    if (rc < 0)
+        return rc;
+    rc = canonical_labelling(canon, &c);
+    if (rc == 0)
+        ops_sha256(c.best.p, c.best.len, sig);
+    ctx_free(&c);
+    ops_graph_free(canon);
+    return rc;
+}
+
+int ops_graph_canonical_io(const ops_graph *g, int *input_rank, int *output_rank, ops_diag *d)
+{
+    if (!g)
+        return -EINVAL;
+    ops_graph *canon = NULL;
+    sig_ctx c;
+    int rc = prepare(g, &canon, d);
+    if (rc < 0)
+        return rc;
+    rc = canonical_labelling(canon, &c);
+    if (rc < 0)
+        goto out;
+    /* Canonicalisation keeps inputs (in tensor order) and outputs (in declaration order). */
+    for (int t = 0, i = 0; t < canon->n_tensors && input_rank; t++) {
+        if (canon->tensors[t].producer >= 0)
+            continue;
+        int rank = 0;
+        for (int u = 0; u < canon->n_tensors; u++)
+            if (canon->tensors[u].producer < 0 && c.best_id[u] < c.best_id[t])
+                rank++;
+        input_rank[i++] = rank;
+    }
+    for (int j = 0; j < canon->n_outputs && output_rank; j++) {
+        int rank = 0;
+        for (int k = 0; k < canon->n_outputs; k++)
+            if (c.best_id[canon->outputs[k]] < c.best_id[canon->outputs[j]])
+                rank++;
+        output_rank[j] = rank;
+    }
+out:
+    ctx_free(&c);
+    ops_graph_free(canon);
+    return rc;
+}

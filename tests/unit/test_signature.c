@@ -1,5 +1,689 @@
-/* Placeholder test: being written (issue 2). */
+/* SHA-256 and the canonical graph signature: what it must be invariant to (node order, tensor
+ * and symbol names, input/output declaration order, graph name, composites vs their primitives,
+ * operand order of commutative ops, binding) and what it must see (every op, attribute, dtype,
+ * edge, const flag, fixed vs symbolic dimension, shared vs distinct symbols). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops.h"
+
+/* ---- SHA-256 ---- */
+
+static void check_sha(const void *msg, size_t len, const char *hex)
+{
+    uint8_t dig[32];
+    char got[65];
+    ops_sha256(msg, len, dig);
+    kt_hex(dig, 32, got);
+    assert_string_equal(got, hex);
+}
+
+static void test_sha256_vectors(void **state)
+{
+    (void)state;
+    check_sha("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    check_sha("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *m448 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    check_sha(m448, strlen(m448),
+              "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    const char *m896 =
+        "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnop"
+        "qklmnopqrlmnopqrsmnopqrstnopqrstu";
+    check_sha(m896, strlen(m896),
+              "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+    char *million = malloc(1000000);
+    assert_non_null(million);
+    memset(million, 'a', 1000000);
+    check_sha(million, 1000000, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    free(million);
+}
+
+/* Padding boundaries: 55 bytes fit one block, 56 need a second, 64 is exactly one block. */
+static void test_sha256_block_boundaries(void **state)
+{
+    (void)state;
+    char x[64];
+    memset(x, 'x', sizeof(x));
+    check_sha(x, 55, "d5e285683cd4efc02d021a5c62014694958901005d6f71e89e0989fac77e4072");
+    check_sha(x, 56, "04c26261370ee7541549d16dee320c723e3fd14671e66a099afe0a377c16888e");
+    check_sha(x, 64, "7ce100971f64e7001e8fe5a51973ecdfe1ced42befe7ee8d5fd6219506b5393c");
+}
+
+/* ---- signature helpers ---- */
+
+static void sig_of(const char *json, uint8_t sig[OPS_SIG_BYTES])
+{
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    if (ops_graph_from_json(json, strlen(json), &g, &d) != 0)
+        fail_msg("parse: %s\n%s", d.msg, json);
+    if (ops_graph_signature(g, sig, &d) != 0)
+        fail_msg("signature: %s\n%s", d.msg, json);
+    ops_graph_free(g);
+}
+
+static void assert_same(const char *a, const char *b)
+{
+    uint8_t sa[OPS_SIG_BYTES], sb[OPS_SIG_BYTES];
+    sig_of(a, sa);
+    sig_of(b, sb);
+    if (memcmp(sa, sb, OPS_SIG_BYTES) != 0)
+        fail_msg("signatures differ:\n%s\n%s", a, b);
+}
+
+static void assert_differ(const char *a, const char *b)
+{
+    uint8_t sa[OPS_SIG_BYTES], sb[OPS_SIG_BYTES];
+    sig_of(a, sa);
+    sig_of(b, sb);
+    if (memcmp(sa, sb, OPS_SIG_BYTES) == 0)
+        fail_msg("signatures equal:\n%s\n%s", a, b);
+}
+
+/* A graph of one node over one f32 input X of the given shape; ATTRS is JSON text inserted
+ * into the node ("" or ",\"key\":value"). */
+#define ONE_NODE(shape, op, attrs)                                                                 \
+    "{\"name\":\"g\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":" shape "}},"                  \
+    "\"nodes\":[{\"out\":\"Y\",\"op\":\"" op "\",\"in\":[\"X\"]" attrs "}],\"outputs\":[\"Y\"]}"
+
+#define GEMM_BIAS_RELU                                                                             \
+    "{\"name\":\"gemm_bias_relu\",\"inputs\":{"                                                    \
+    "\"A\":{\"dtype\":\"f16\",\"shape\":[\"M\",512]},"                                             \
+    "\"W\":{\"dtype\":\"f16\",\"shape\":[512,256],\"const\":true},"                                \
+    "\"bias\":{\"dtype\":\"f16\",\"shape\":[256],\"const\":true}},"                                \
+    "\"nodes\":[{\"out\":\"t0\",\"op\":\"matmul\",\"in\":[\"A\",\"W\"]},"                          \
+    "{\"out\":\"t1\",\"op\":\"add\",\"in\":[\"t0\",\"bias\"]},"                                    \
+    "{\"out\":\"Y\",\"op\":\"relu\",\"in\":[\"t1\"]}],\"outputs\":[\"Y\"]}"
+
+/* ---- invariances ---- */
+
+static void test_sig_node_order_and_names(void **state)
+{
+    (void)state;
+    /* Reversed nodes, every tensor renamed, graph renamed. */
+    assert_same(GEMM_BIAS_RELU,
+                "{\"name\":\"other\",\"inputs\":{"
+                "\"a\":{\"dtype\":\"f16\",\"shape\":[\"M\",512]},"
+                "\"w\":{\"dtype\":\"f16\",\"shape\":[512,256],\"const\":true},"
+                "\"b\":{\"dtype\":\"f16\",\"shape\":[256],\"const\":true}},"
+                "\"nodes\":[{\"out\":\"out\",\"op\":\"relu\",\"in\":[\"s\"]},"
+                "{\"out\":\"s\",\"op\":\"add\",\"in\":[\"p\",\"b\"]},"
+                "{\"out\":\"p\",\"op\":\"matmul\",\"in\":[\"a\",\"w\"]}],\"outputs\":[\"out\"]}");
+}
+
+static void test_sig_input_order(void **state)
+{
+    (void)state;
+    assert_same(GEMM_BIAS_RELU,
+                "{\"name\":\"gemm_bias_relu\",\"inputs\":{"
+                "\"bias\":{\"dtype\":\"f16\",\"shape\":[256],\"const\":true},"
+                "\"W\":{\"dtype\":\"f16\",\"shape\":[512,256],\"const\":true},"
+                "\"A\":{\"dtype\":\"f16\",\"shape\":[\"M\",512]}},"
+                "\"nodes\":[{\"out\":\"t0\",\"op\":\"matmul\",\"in\":[\"A\",\"W\"]},"
+                "{\"out\":\"t1\",\"op\":\"add\",\"in\":[\"t0\",\"bias\"]},"
+                "{\"out\":\"Y\",\"op\":\"relu\",\"in\":[\"t1\"]}],\"outputs\":[\"Y\"]}");
+}
+
+#define TWO_OUT(outputs)                                                                           \
+    "{\"name\":\"two\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":[\"N\",64]},"                \
+    "\"Y\":{\"dtype\":\"f32\",\"shape\":[\"N\",64]}},"                                             \
+    "\"nodes\":[{\"out\":\"S\",\"op\":\"sub\",\"in\":[\"X\",\"Y\"]},"                              \
+    "{\"out\":\"P\",\"op\":\"exp\",\"in\":[\"X\"]}],\"outputs\":" outputs "}"
+
+static void test_sig_output_order(void **state)
+{
+    (void)state;
+    assert_same(TWO_OUT("[\"S\",\"P\"]"), TWO_OUT("[\"P\",\"S\"]"));
+}
+
+static void test_sig_symbol_rename_and_binding(void **state)
+{
+    (void)state;
+    const char *renamed = "{\"name\":\"gemm_bias_relu\",\"inputs\":{"
+                          "\"A\":{\"dtype\":\"f16\",\"shape\":[\"B\",512]},"
+                          "\"W\":{\"dtype\":\"f16\",\"shape\":[512,256],\"const\":true},"
+                          "\"bias\":{\"dtype\":\"f16\",\"shape\":[256],\"const\":true}},"
+                          "\"nodes\":[{\"out\":\"t0\",\"op\":\"matmul\",\"in\":[\"A\",\"W\"]},"
+                          "{\"out\":\"t1\",\"op\":\"add\",\"in\":[\"t0\",\"bias\"]},"
+                          "{\"out\":\"Y\",\"op\":\"relu\",\"in\":[\"t1\"]}],\"outputs\":[\"Y\"]}";
+    assert_same(GEMM_BIAS_RELU, renamed);
+
+    /* Binding M does not change the signature: dimensions are signed symbolically. */
+    ops_graph *g = NULL, *b = NULL;
+    ops_diag d = {0};
+    assert_int_equal(ops_graph_from_json(GEMM_BIAS_RELU, strlen(GEMM_BIAS_RELU), &g, &d), 0);
+    assert_int_equal(ops_graph_validate(g, &d), 0);
+    ops_binding bind = {"M", 4096};
+    assert_int_equal(ops_graph_bind(g, &bind, 1, &b, &d), 0);
+    uint8_t s1[OPS_SIG_BYTES], s2[OPS_SIG_BYTES];
+    assert_int_equal(ops_graph_signature(g, s1, &d), 0);
+    assert_int_equal(ops_graph_signature(b, s2, &d), 0);
+    assert_memory_equal(s1, s2, OPS_SIG_BYTES);
+    ops_graph_free(b);
+    ops_graph_free(g);
+
+    /* The same with a reshape target and a logsumexp (canonicalised into a reshape whose target
+     * is the symbolic output shape). */
+    const char *rs = "{\"name\":\"rs\",\"inputs\":{\"X\":{\"dtype\":\"f32\","
+                     "\"shape\":[\"M\",4,16]}},"
+                     "\"nodes\":[{\"out\":\"r\",\"op\":\"reshape\",\"in\":[\"X\"],"
+                     "\"shape\":[-1,64]},"
+                     "{\"out\":\"Y\",\"op\":\"logsumexp\",\"in\":[\"r\"]}],"
+                     "\"outputs\":[\"Y\"]}";
+    assert_int_equal(ops_graph_from_json(rs, strlen(rs), &g, &d), 0);
+    assert_int_equal(ops_graph_validate(g, &d), 0);
+    bind.value = 3;
+    assert_int_equal(ops_graph_bind(g, &bind, 1, &b, &d), 0);
+    assert_int_equal(ops_graph_signature(g, s1, &d), 0);
+    assert_int_equal(ops_graph_signature(b, s2, &d), 0);
+    assert_memory_equal(s1, s2, OPS_SIG_BYTES);
+    ops_graph_free(b);
+    ops_graph_free(g);
+}
+
+/* add/mul/max/min are commutative: operand order does not matter, for tensors and scalars. */
+static void test_sig_commutative_operands(void **state)
+{
+    (void)state;
+#define BIN(op, a, b)                                                                              \
+    "{\"name\":\"g\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":[8]},"                         \
+    "\"Y\":{\"dtype\":\"f32\",\"shape\":[8]}},"                                                    \
+    "\"nodes\":[{\"out\":\"t\",\"op\":\"exp\",\"in\":[\"Y\"]},"                                    \
+    "{\"out\":\"Z\",\"op\":\"" op "\",\"in\":[" a "," b "]}],\"outputs\":[\"Z\"]}"
+    assert_same(BIN("add", "\"X\"", "\"t\""), BIN("add", "\"t\"", "\"X\""));
+    assert_same(BIN("mul", "\"X\"", "\"t\""), BIN("mul", "\"t\"", "\"X\""));
+    assert_same(BIN("max", "\"X\"", "\"t\""), BIN("max", "\"t\"", "\"X\""));
+    assert_differ(BIN("sub", "\"X\"", "\"t\""), BIN("sub", "\"t\"", "\"X\""));
+    assert_differ(BIN("div", "\"X\"", "\"t\""), BIN("div", "\"t\"", "\"X\""));
+    assert_differ(BIN("pow", "\"X\"", "\"t\""), BIN("pow", "\"t\"", "\"X\""));
+#undef BIN
+    assert_same(ONE_NODE("[8]", "relu", ""), ONE_NODE("[8]", "relu", ""));
+#define SCAL(op, a, b)                                                                             \
+    "{\"name\":\"g\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":[8]}},"                        \
+    "\"nodes\":[{\"out\":\"Z\",\"op\":\"" op "\",\"in\":[" a "," b "]}],\"outputs\":[\"Z\"]}"
+    assert_same(SCAL("mul", "\"X\"", "2.5"), SCAL("mul", "2.5", "\"X\""));
+    assert_differ(SCAL("sub", "\"X\"", "2.5"), SCAL("sub", "2.5", "\"X\""));
+    assert_differ(SCAL("mul", "\"X\"", "2.5"), SCAL("mul", "\"X\"", "2.0"));
+    assert_differ(SCAL("mul", "\"X\"", "2.5"), SCAL("add", "\"X\"", "2.5"));
+#undef SCAL
+}
+
+/* softmax and layernorm against the same computation written in primitives. */
+static void test_sig_composite_vs_primitives(void **state)
+{
+    (void)state;
+    assert_same(ONE_NODE("[\"R\",128]", "softmax", ""),
+                "{\"name\":\"g\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":[\"R\",128]}},"
+                "\"nodes\":["
+                "{\"out\":\"m\",\"op\":\"max\",\"in\":[\"X\"],\"axes\":[-1],\"keepdim\":true},"
+                "{\"out\":\"s\",\"op\":\"sub\",\"in\":[\"X\",\"m\"]},"
+                "{\"out\":\"e\",\"op\":\"exp\",\"in\":[\"s\"]},"
+                "{\"out\":\"z\",\"op\":\"sum\",\"in\":[\"e\"],\"axes\":[-1],\"keepdim\":true},"
+                "{\"out\":\"Y\",\"op\":\"div\",\"in\":[\"e\",\"z\"]}],\"outputs\":[\"Y\"]}");
+    /* A composite and a different primitive computation stay apart. */
+    assert_differ(ONE_NODE("[\"R\",128]", "softmax", ""),
+                  ONE_NODE("[\"R\",128]", "log_softmax", ""));
+}
+
+/* A transpose and the equivalent permute sign alike (canonicalisation turns one into the
+ * other). */
+static void test_sig_transpose_is_permute(void **state)
+{
+    (void)state;
+    assert_same(ONE_NODE("[4,8,16]", "transpose", ",\"perm\":[0,2,1]"),
+                ONE_NODE("[4,8,16]", "permute", ",\"perm\":[0,2,1]"));
+    assert_differ(ONE_NODE("[4,8,16]", "permute", ",\"perm\":[0,2,1]"),
+                  ONE_NODE("[4,8,16]", "permute", ",\"perm\":[1,0,2]"));
+}
+
+/* ---- sensitivities ---- */
+
+static void test_sig_op_change(void **state)
+{
+    (void)state;
+    /* Every unary op (clamp needs a bound; hardtanh's defaults are [-1, 1], so clamp gets the
+     * same bounds to show that the op itself is signed). */
+    static const char *unary[][2] = {
+        {"neg", ""},
+        {"abs", ""},
+        {"relu", ""},
+        {"gelu", ""},
+        {"gelu_tanh", ""},
+        {"silu", ""},
+        {"sigmoid", ""},
+        {"tanh", ""},
+        {"exp", ""},
+        {"log", ""},
+        {"sqrt", ""},
+        {"rsqrt", ""},
+        {"square", ""},
+        {"recip", ""},
+        {"mish", ""},
+        {"softplus", ""},
+        {"hardtanh", ""},
+        {"leaky_relu", ""},
+        {"clamp", ",\"min\":-1,\"max\":1"},
+        {"cast", ",\"dtype\":\"f32\""},
+    };
+    enum { N = sizeof(unary) / sizeof(unary[0]) };
+    uint8_t sig[N][OPS_SIG_BYTES];
+    for (int i = 0; i < N; i++) {
+        char json[512];
+        snprintf(json, sizeof(json),
+                 "{\"name\":\"g\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":[16]}},"
+                 "\"nodes\":[{\"out\":\"Y\",\"op\":\"%s\",\"in\":[\"X\"]%s}],"
+                 "\"outputs\":[\"Y\"]}",
+                 unary[i][0], unary[i][1]);
+        sig_of(json, sig[i]);
+        for (int j = 0; j < i; j++)
+            if (memcmp(sig[i], sig[j], OPS_SIG_BYTES) == 0)
+                fail_msg("%s and %s sign alike", unary[i][0], unary[j][0]);
+    }
+    assert_differ(GEMM_BIAS_RELU,
+                  "{\"name\":\"gemm_bias_relu\",\"inputs\":{"
+                  "\"A\":{\"dtype\":\"f16\",\"shape\":[\"M\",512]},"
+                  "\"W\":{\"dtype\":\"f16\",\"shape\":[512,256],\"const\":true},"
+                  "\"bias\":{\"dtype\":\"f16\",\"shape\":[256],\"const\":true}},"
+                  "\"nodes\":[{\"out\":\"t0\",\"op\":\"matmul\",\"in\":[\"A\",\"W\"]},"
+                  "{\"out\":\"t1\",\"op\":\"mul\",\"in\":[\"t0\",\"bias\"]},"
+                  "{\"out\":\"Y\",\"op\":\"relu\",\"in\":[\"t1\"]}],\"outputs\":[\"Y\"]}");
+    assert_differ(ONE_NODE("[4,8]", "sum", ",\"axes\":[1]"),
+                  ONE_NODE("[4,8]", "mean", ",\"axes\":[1]"));
+    assert_differ(ONE_NODE("[4,8]", "max", ",\"axes\":[1]"),
+                  ONE_NODE("[4,8]", "min", ",\"axes\":[1]"));
+}
+
+static void test_sig_attr_change_pointwise_and_reduce(void **state)
+{
+    (void)state;
+    assert_differ(ONE_NODE("[16]", "leaky_relu", ""),
+                  ONE_NODE("[16]", "leaky_relu", ",\"alpha\":0.2"));
+    assert_differ(ONE_NODE("[16]", "clamp", ",\"min\":0"),
+                  ONE_NODE("[16]", "clamp", ",\"min\":0,\"max\":6"));
+    assert_differ(ONE_NODE("[16]", "hardtanh", ""),
+                  ONE_NODE("[16]", "hardtanh", ",\"min\":-2,\"max\":2"));
+    assert_differ(ONE_NODE("[16]", "cast", ",\"dtype\":\"f16\""),
+                  ONE_NODE("[16]", "cast", ",\"dtype\":\"bf16\""));
+    assert_differ(ONE_NODE("[4,8,16]", "sum", ",\"axes\":[1]"),
+                  ONE_NODE("[4,8,16]", "sum", ",\"axes\":[2]"));
+    assert_differ(ONE_NODE("[4,8,16]", "sum", ",\"axes\":[1]"),
+                  ONE_NODE("[4,8,16]", "sum", ",\"axes\":[1,2]"));
+    assert_differ(ONE_NODE("[4,8,16]", "sum", ",\"axes\":[1]"),
+                  ONE_NODE("[4,8,16]", "sum", ",\"axes\":[1],\"keepdim\":true"));
+    /* The same axis written two ways is the same reduction. */
+    assert_same(ONE_NODE("[4,8,16]", "sum", ",\"axes\":[-1]"),
+                ONE_NODE("[4,8,16]", "sum", ",\"axes\":[2]"));
+    assert_differ(ONE_NODE("[4,8,16]", "layernorm", ""),
+                  ONE_NODE("[4,8,16]", "layernorm", ",\"eps\":1e-6"));
+    assert_differ(ONE_NODE("[4,8,16]", "rmsnorm", ""),
+                  ONE_NODE("[4,8,16]", "rmsnorm", ",\"axis\":1"));
+    assert_differ(ONE_NODE("[4,8,16]", "softmax", ""),
+                  ONE_NODE("[4,8,16]", "softmax", ",\"axis\":0"));
+}
+
+#define MATMUL(ta, tb)                                                                             \
+    "{\"name\":\"mm\",\"inputs\":{\"A\":{\"dtype\":\"f32\",\"shape\":[64,64]},"                    \
+    "\"B\":{\"dtype\":\"f32\",\"shape\":[64,64]}},"                                                \
+    "\"nodes\":[{\"out\":\"C\",\"op\":\"matmul\",\"in\":[\"A\",\"B\"],\"transpose_a\":" ta         \
+    ",\"transpose_b\":" tb "}],\"outputs\":[\"C\"]}"
+
+#define CONV(attrs)                                                                                \
+    "{\"name\":\"conv\",\"inputs\":{\"X\":{\"dtype\":\"f16\",\"shape\":[\"N\",8,32,32]},"          \
+    "\"W\":{\"dtype\":\"f16\",\"shape\":[8,4,3,3],\"const\":true}},"                               \
+    "\"nodes\":[{\"out\":\"Y\",\"op\":\"conv2d\",\"in\":[\"X\",\"W\"],\"groups\":2" attrs "}],"    \
+    "\"outputs\":[\"Y\"]}"
+
+#define ATTN(attrs)                                                                                \
+    "{\"name\":\"attn\",\"inputs\":{\"q\":{\"dtype\":\"f16\",\"shape\":[\"B\",8,\"S\",64]},"       \
+    "\"k\":{\"dtype\":\"f16\",\"shape\":[\"B\",8,\"S\",64]},"                                      \
+    "\"v\":{\"dtype\":\"f16\",\"shape\":[\"B\",8,\"S\",64]}},"                                     \
+    "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"]" attrs "}],"        \
+    "\"outputs\":[\"o\"]}"
+
+static void test_sig_attr_change_contractions(void **state)
+{
+    (void)state;
+    assert_differ(MATMUL("false", "false"), MATMUL("true", "false"));
+    assert_differ(MATMUL("false", "false"), MATMUL("false", "true"));
+    assert_differ(MATMUL("true", "false"), MATMUL("false", "true"));
+    assert_differ(CONV(""), CONV(",\"stride\":2"));
+    assert_differ(CONV(",\"stride\":[2,1]"), CONV(",\"stride\":[1,2]"));
+    assert_differ(CONV(""), CONV(",\"padding\":1"));
+    assert_differ(CONV(""), CONV(",\"dilation\":2"));
+    assert_same(CONV(""), CONV(",\"stride\":1,\"padding\":0,\"dilation\":[1,1]"));
+    assert_differ(ATTN(""), ATTN(",\"causal\":true"));
+    assert_differ(ATTN(""), ATTN(",\"scale\":0.5"));
+    assert_differ(ATTN(",\"scale\":0.25"), ATTN(",\"scale\":0.5"));
+}
+
+static void test_sig_dtype_change(void **state)
+{
+    (void)state;
+    const char *f32 = ONE_NODE("[16]", "relu", "");
+    const char *f16 = "{\"name\":\"g\",\"inputs\":{\"X\":{\"dtype\":\"f16\",\"shape\":[16]}},"
+                      "\"nodes\":[{\"out\":\"Y\",\"op\":\"relu\",\"in\":[\"X\"]}],"
+                      "\"outputs\":[\"Y\"]}";
+    const char *bf16 = "{\"name\":\"g\",\"inputs\":{\"X\":{\"dtype\":\"bf16\",\"shape\":[16]}},"
+                       "\"nodes\":[{\"out\":\"Y\",\"op\":\"relu\",\"in\":[\"X\"]}],"
+                       "\"outputs\":[\"Y\"]}";
+    assert_differ(f32, f16);
+    assert_differ(f16, bf16);
+    assert_differ(f32, bf16);
+}
+
+/* add(X, X) vs add(X, Y), and which input feeds which consumer. */
+static void test_sig_edges(void **state)
+{
+    (void)state;
+#define ADD2(a, b)                                                                                 \
+    "{\"name\":\"g\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":[8]},"                         \
+    "\"Y\":{\"dtype\":\"f32\",\"shape\":[8]}},"                                                    \
+    "\"nodes\":[{\"out\":\"t\",\"op\":\"add\",\"in\":[\"" a "\",\"" b "\"]},"                      \
+    "{\"out\":\"Z\",\"op\":\"mul\",\"in\":[\"t\",\"Y\"]}],\"outputs\":[\"Z\"]}"
+    assert_differ(ADD2("X", "X"), ADD2("X", "Y"));
+    assert_same(ADD2("X", "Y"), ADD2("Y", "X"));
+    /* (X + X) * Y and (Y + Y) * X are one computation with the inputs renamed. */
+    assert_same(ADD2("X", "X"),
+                "{\"name\":\"g\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":[8]},"
+                "\"Y\":{\"dtype\":\"f32\",\"shape\":[8]}},"
+                "\"nodes\":[{\"out\":\"t\",\"op\":\"add\",\"in\":[\"Y\",\"Y\"]},"
+                "{\"out\":\"Z\",\"op\":\"mul\",\"in\":[\"t\",\"X\"]}],\"outputs\":[\"Z\"]}");
+#undef ADD2
+    /* ((exp(X) - Y) * W) + Z with W = X or W = Y: the same ops, one edge moved. */
+#define WIRE(e, s, w)                                                                              \
+    "{\"name\":\"g\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":[8]},"                         \
+    "\"Y\":{\"dtype\":\"f32\",\"shape\":[8]},\"Z\":{\"dtype\":\"f32\",\"shape\":[8]}},"            \
+    "\"nodes\":[{\"out\":\"t\",\"op\":\"exp\",\"in\":[\"" e "\"]},"                                \
+    "{\"out\":\"u\",\"op\":\"sub\",\"in\":[\"t\",\"" s "\"]},"                                     \
+    "{\"out\":\"v\",\"op\":\"mul\",\"in\":[\"u\",\"" w "\"]},"                                     \
+    "{\"out\":\"O\",\"op\":\"add\",\"in\":[\"v\",\"Z\"]}],\"outputs\":[\"O\"]}"
+    assert_same(WIRE("X", "Y", "X"), WIRE("Y", "X", "Y")); /* X and Y renamed */
+    assert_differ(WIRE("X", "Y", "X"), WIRE("X", "Y", "Y"));
+    assert_differ(WIRE("X", "Y", "X"), WIRE("X", "Y", "Z"));
+#undef WIRE
+}
+
+static void test_sig_const_flag(void **state)
+{
+    (void)state;
+    assert_differ(GEMM_BIAS_RELU,
+                  "{\"name\":\"gemm_bias_relu\",\"inputs\":{"
+                  "\"A\":{\"dtype\":\"f16\",\"shape\":[\"M\",512]},"
+                  "\"W\":{\"dtype\":\"f16\",\"shape\":[512,256]},"
+                  "\"bias\":{\"dtype\":\"f16\",\"shape\":[256],\"const\":true}},"
+                  "\"nodes\":[{\"out\":\"t0\",\"op\":\"matmul\",\"in\":[\"A\",\"W\"]},"
+                  "{\"out\":\"t1\",\"op\":\"add\",\"in\":[\"t0\",\"bias\"]},"
+                  "{\"out\":\"Y\",\"op\":\"relu\",\"in\":[\"t1\"]}],\"outputs\":[\"Y\"]}");
+}
+
+static void test_sig_fixed_vs_symbolic(void **state)
+{
+    (void)state;
+    assert_differ(ONE_NODE("[\"M\",512]", "relu", ""), ONE_NODE("[128,512]", "relu", ""));
+    assert_differ(ONE_NODE("[128,512]", "relu", ""), ONE_NODE("[256,512]", "relu", ""));
+    assert_differ(ONE_NODE("[\"M\",512]", "relu", ""), ONE_NODE("[512,\"M\"]", "relu", ""));
+    /* Shared vs distinct symbols across two inputs. */
+#define TWO_SYMS(s1, s2)                                                                           \
+    "{\"name\":\"g\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":[\"" s1 "\",8]},"              \
+    "\"Y\":{\"dtype\":\"f32\",\"shape\":[\"" s2 "\",8]}},"                                         \
+    "\"nodes\":[{\"out\":\"A\",\"op\":\"relu\",\"in\":[\"X\"]},"                                   \
+    "{\"out\":\"B\",\"op\":\"relu\",\"in\":[\"Y\"]}],\"outputs\":[\"A\",\"B\"]}"
+    assert_differ(TWO_SYMS("M", "M"), TWO_SYMS("M", "N"));
+    assert_same(TWO_SYMS("M", "N"), TWO_SYMS("P", "Q"));
+    assert_same(TWO_SYMS("M", "N"), TWO_SYMS("N", "M"));
+#undef TWO_SYMS
+    /* One symbol in two places of one input vs two symbols. */
+    assert_differ(ONE_NODE("[\"M\",\"M\"]", "relu", ""), ONE_NODE("[\"M\",\"N\"]", "relu", ""));
+}
+
+/* ---- search: symmetric graphs and random declaration orders ---- */
+
+static unsigned rng_next(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return *s >> 8;
+}
+
+static void shuffle(const char **v, int n, unsigned *seed)
+{
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(rng_next(seed) % (unsigned)(i + 1));
+        const char *t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+    }
+}
+
+/* Builds a JSON graph from input and node snippets in the given order. */
+static char *join_graph(const char **inputs, int n_in, const char **nodes, int n_nodes,
+                        const char *outputs)
+{
+    size_t cap = 8192;
+    char *s = malloc(cap);
+    assert_non_null(s);
+    size_t len = (size_t)snprintf(s, cap, "{\"name\":\"g\",\"inputs\":{");
+    for (int i = 0; i < n_in; i++)
+        len += (size_t)snprintf(s + len, cap - len, "%s%s", i ? "," : "", inputs[i]);
+    len += (size_t)snprintf(s + len, cap - len, "},\"nodes\":[");
+    for (int i = 0; i < n_nodes; i++)
+        len += (size_t)snprintf(s + len, cap - len, "%s%s", i ? "," : "", nodes[i]);
+    len += (size_t)snprintf(s + len, cap - len, "],\"outputs\":%s}", outputs);
+    assert_true(len < cap);
+    return s;
+}
+
+/* Eight identical branches sum_i relu(X_i) * W: many automorphisms, one signature whatever
+ * the declaration order; the search must finish quickly thanks to automorphism pruning. */
+static void test_sig_symmetric_branches(void **state)
+{
+    (void)state;
+    const char *inputs[] = {
+        "\"X0\":{\"dtype\":\"f32\",\"shape\":[\"N\",32]}",
+        "\"X1\":{\"dtype\":\"f32\",\"shape\":[\"N\",32]}",
+        "\"X2\":{\"dtype\":\"f32\",\"shape\":[\"N\",32]}",
+        "\"X3\":{\"dtype\":\"f32\",\"shape\":[\"N\",32]}",
+        "\"X4\":{\"dtype\":\"f32\",\"shape\":[\"N\",32]}",
+        "\"X5\":{\"dtype\":\"f32\",\"shape\":[\"N\",32]}",
+        "\"X6\":{\"dtype\":\"f32\",\"shape\":[\"N\",32]}",
+        "\"X7\":{\"dtype\":\"f32\",\"shape\":[\"N\",32]}",
+        "\"W\":{\"dtype\":\"f32\",\"shape\":[32],\"const\":true}",
+    };
+    const char *nodes[] = {
+        "{\"out\":\"r0\",\"op\":\"relu\",\"in\":[\"X0\"]}",
+        "{\"out\":\"r1\",\"op\":\"relu\",\"in\":[\"X1\"]}",
+        "{\"out\":\"r2\",\"op\":\"relu\",\"in\":[\"X2\"]}",
+        "{\"out\":\"r3\",\"op\":\"relu\",\"in\":[\"X3\"]}",
+        "{\"out\":\"r4\",\"op\":\"relu\",\"in\":[\"X4\"]}",
+        "{\"out\":\"r5\",\"op\":\"relu\",\"in\":[\"X5\"]}",
+        "{\"out\":\"r6\",\"op\":\"relu\",\"in\":[\"X6\"]}",
+        "{\"out\":\"r7\",\"op\":\"relu\",\"in\":[\"X7\"]}",
+        "{\"out\":\"a0\",\"op\":\"add\",\"in\":[\"r0\",\"r1\"]}",
+        "{\"out\":\"a1\",\"op\":\"add\",\"in\":[\"r2\",\"r3\"]}",
+        "{\"out\":\"a2\",\"op\":\"add\",\"in\":[\"r4\",\"r5\"]}",
+        "{\"out\":\"a3\",\"op\":\"add\",\"in\":[\"r6\",\"r7\"]}",
+        "{\"out\":\"b0\",\"op\":\"add\",\"in\":[\"a0\",\"a1\"]}",
+        "{\"out\":\"b1\",\"op\":\"add\",\"in\":[\"a2\",\"a3\"]}",
+        "{\"out\":\"c\",\"op\":\"add\",\"in\":[\"b0\",\"b1\"]}",
+        "{\"out\":\"Y\",\"op\":\"mul\",\"in\":[\"c\",\"W\"]}",
+    };
+    enum { NI = sizeof(inputs) / sizeof(inputs[0]), NN = sizeof(nodes) / sizeof(nodes[0]) };
+    char *base = join_graph(inputs, NI, nodes, NN, "[\"Y\"]");
+    uint8_t s0[OPS_SIG_BYTES], s[OPS_SIG_BYTES];
+    sig_of(base, s0);
+    unsigned seed = 7;
+    for (int round = 0; round < 10; round++) {
+        shuffle(inputs, NI, &seed);
+        shuffle(nodes, NN, &seed);
+        char *json = join_graph(inputs, NI, nodes, NN, "[\"Y\"]");
+        sig_of(json, s);
+        if (memcmp(s, s0, OPS_SIG_BYTES) != 0)
+            fail_msg("signature changed under reordering:\n%s\n%s", base, json);
+        free(json);
+    }
+    free(base);
+}
+
+/* An irregular graph (shared inputs, fan-out, non-commutative ops, a reduction, two outputs)
+ * under random declaration orders and output orders. */
+static void test_sig_random_orders(void **state)
+{
+    (void)state;
+    const char *inputs[] = {
+        "\"P\":{\"dtype\":\"f32\",\"shape\":[\"N\",16]}",
+        "\"Q\":{\"dtype\":\"f32\",\"shape\":[\"N\",16]}",
+        "\"R\":{\"dtype\":\"f32\",\"shape\":[\"N\",16]}",
+        "\"S\":{\"dtype\":\"f32\",\"shape\":[\"N\",16]}",
+        "\"g\":{\"dtype\":\"f32\",\"shape\":[16],\"const\":true}",
+    };
+    const char *nodes[] = {
+        "{\"out\":\"n1\",\"op\":\"add\",\"in\":[\"P\",\"Q\"]}",
+        "{\"out\":\"n2\",\"op\":\"add\",\"in\":[\"R\",\"S\"]}",
+        "{\"out\":\"n3\",\"op\":\"sub\",\"in\":[\"P\",\"R\"]}",
+        "{\"out\":\"n4\",\"op\":\"mul\",\"in\":[\"n1\",\"n2\"]}",
+        "{\"out\":\"n5\",\"op\":\"div\",\"in\":[\"n4\",\"n3\"]}",
+        "{\"out\":\"n6\",\"op\":\"mul\",\"in\":[\"n5\",\"g\"]}",
+        "{\"out\":\"O1\",\"op\":\"sum\",\"in\":[\"n6\"],\"axes\":[1]}",
+        "{\"out\":\"O2\",\"op\":\"tanh\",\"in\":[\"n4\"]}",
+    };
+    enum { NI = sizeof(inputs) / sizeof(inputs[0]), NN = sizeof(nodes) / sizeof(nodes[0]) };
+    char *base = join_graph(inputs, NI, nodes, NN, "[\"O1\",\"O2\"]");
+    uint8_t s0[OPS_SIG_BYTES], s[OPS_SIG_BYTES];
+    sig_of(base, s0);
+    unsigned seed = 99;
+    for (int round = 0; round < 20; round++) {
+        shuffle(inputs, NI, &seed);
+        shuffle(nodes, NN, &seed);
+        char *json =
+            join_graph(inputs, NI, nodes, NN, round % 2 ? "[\"O2\",\"O1\"]" : "[\"O1\",\"O2\"]");
+        sig_of(json, s);
+        if (memcmp(s, s0, OPS_SIG_BYTES) != 0)
+            fail_msg("signature changed under reordering:\n%s\n%s", base, json);
+        free(json);
+    }
+    /* Swapping the roles of Q and R (sub now takes Q) is a different computation. */
+    for (int i = 0; i < NN; i++) {
+        if (strncmp(nodes[i], "{\"out\":\"n1\"", 11) == 0)
+            nodes[i] = "{\"out\":\"n1\",\"op\":\"add\",\"in\":[\"P\",\"R\"]}";
+        else if (strncmp(nodes[i], "{\"out\":\"n2\"", 11) == 0)
+            nodes[i] = "{\"out\":\"n2\",\"op\":\"add\",\"in\":[\"Q\",\"S\"]}";
+    }
+    char *other = join_graph(inputs, NI, nodes, NN, "[\"O1\",\"O2\"]");
+    sig_of(other, s);
+    assert_true(memcmp(s, s0, OPS_SIG_BYTES) != 0);
+    free(other);
+    free(base);
+}
+
+/* ---- canonical io order and errors ---- */
+
+static void io_ranks(const char *json, const char *const *in_names, int *in_rank_by_name, int n_in,
+                     const char *const *out_names, int *out_rank_by_name, int n_out)
+{
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    assert_int_equal(ops_graph_from_json(json, strlen(json), &g, &d), 0);
+    int ir[8], orank[8];
+    if (ops_graph_canonical_io(g, ir, orank, &d) != 0)
+        fail_msg("canonical_io: %s", d.msg);
+    int k = 0;
+    for (int t = 0; t < g->n_tensors; t++) {
+        if (g->tensors[t].producer >= 0)
+            continue;
+        for (int i = 0; i < n_in; i++)
+            if (strcmp(g->tensors[t].name, in_names[i]) == 0)
+                in_rank_by_name[i] = ir[k];
+        k++;
+    }
+    assert_int_equal(k, n_in);
+    for (int j = 0; j < g->n_outputs; j++)
+        for (int i = 0; i < n_out; i++)
+            if (strcmp(g->tensors[g->outputs[j]].name, out_names[i]) == 0)
+                out_rank_by_name[i] = orank[j];
+    ops_graph_free(g);
+}
+
+static void test_canonical_io(void **state)
+{
+    (void)state;
+    const char *in_names[] = {"A", "W", "bias"};
+    int r1[3] = {-1, -1, -1}, r2[3] = {-1, -1, -1};
+    const char *reordered =
+        "{\"name\":\"x\",\"inputs\":{"
+        "\"bias\":{\"dtype\":\"f16\",\"shape\":[256],\"const\":true},"
+        "\"A\":{\"dtype\":\"f16\",\"shape\":[\"M\",512]},"
+        "\"W\":{\"dtype\":\"f16\",\"shape\":[512,256],\"const\":true}},"
+        "\"nodes\":[{\"out\":\"Y\",\"op\":\"relu\",\"in\":[\"t1\"]},"
+        "{\"out\":\"t1\",\"op\":\"add\",\"in\":[\"t0\",\"bias\"]},"
+        "{\"out\":\"t0\",\"op\":\"matmul\",\"in\":[\"A\",\"W\"]}],\"outputs\":[\"Y\"]}";
+    int o1[1] = {-1}, o2[1] = {-1};
+    const char *out_names[] = {"Y"};
+    io_ranks(GEMM_BIAS_RELU, in_names, r1, 3, out_names, o1, 1);
+    io_ranks(reordered, in_names, r2, 3, out_names, o2, 1);
+    /* Each input gets the same rank whatever its declaration position, ranks are 0..2. */
+    assert_memory_equal(r1, r2, sizeof(r1));
+    assert_int_equal(r1[0] + r1[1] + r1[2], 0 + 1 + 2);
+    assert_true(r1[0] != r1[1] && r1[1] != r1[2] && r1[0] != r1[2]);
+    assert_int_equal(o1[0], 0);
+
+    /* Two outputs declared in either order map to the same canonical ranks. */
+    const char *onames[] = {"S", "P"};
+    const char *xy[] = {"X", "Y"};
+    int a[2] = {-1, -1}, b[2] = {-1, -1}, oa[2] = {-1, -1}, ob[2] = {-1, -1};
+    io_ranks(TWO_OUT("[\"S\",\"P\"]"), xy, a, 2, onames, oa, 2);
+    io_ranks(TWO_OUT("[\"P\",\"S\"]"), xy, b, 2, onames, ob, 2);
+    assert_memory_equal(oa, ob, sizeof(oa));
+    assert_true(oa[0] != oa[1]);
+    assert_memory_equal(a, b, sizeof(a));
+}
+
+static void test_sig_invalid_graph(void **state)
+{
+    (void)state;
+    const char *bad = "{\"name\":\"g\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":[4,255]},"
+                      "\"b\":{\"dtype\":\"f32\",\"shape\":[256]}},"
+                      "\"nodes\":[{\"out\":\"Y\",\"op\":\"add\",\"in\":[\"X\",\"b\"]}],"
+                      "\"outputs\":[\"Y\"]}";
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    assert_int_equal(ops_graph_from_json(bad, strlen(bad), &g, &d), 0);
+    uint8_t sig[OPS_SIG_BYTES];
+    assert_int_equal(ops_graph_signature(g, sig, &d), -EINVAL);
+    assert_int_equal(d.rule, OPS_RULE_BROADCAST);
+    assert_false(g->validated); /* the caller's graph is left alone */
+    ops_graph_free(g);
+}
+
 int main(void)
 {
-    return 77;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sha256_vectors),
+        cmocka_unit_test(test_sha256_block_boundaries),
+        cmocka_unit_test(test_sig_node_order_and_names),
+        cmocka_unit_test(test_sig_input_order),
+        cmocka_unit_test(test_sig_output_order),
+        cmocka_unit_test(test_sig_symbol_rename_and_binding),
+        cmocka_unit_test(test_sig_commutative_operands),
+        cmocka_unit_test(test_sig_composite_vs_primitives),
+        cmocka_unit_test(test_sig_transpose_is_permute),
+        cmocka_unit_test(test_sig_op_change),
+        cmocka_unit_test(test_sig_attr_change_pointwise_and_reduce),
+        cmocka_unit_test(test_sig_attr_change_contractions),
+        cmocka_unit_test(test_sig_dtype_change),
+        cmocka_unit_test(test_sig_edges),
+        cmocka_unit_test(test_sig_const_flag),
+        cmocka_unit_test(test_sig_fixed_vs_symbolic),
+        cmocka_unit_test(test_sig_symmetric_branches),
+        cmocka_unit_test(test_sig_random_orders),
+        cmocka_unit_test(test_canonical_io),
+        cmocka_unit_test(test_sig_invalid_graph),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,514 @@
+/* Bundles (export/import) and merge. The bundle layout and the merge rule are in
+ * docs/formats-record.md. */
+#include "internal.h"
+#include "ops/ops.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define BUNDLE_VERSION 1
+#define BUNDLE_HEADER  24 /* magic, format version, schema version, record count */
+
+static const uint8_t bundle_magic[8] = {'K', 'T', 'B', 'U', 'N', 'D', 'L', 'E'};
+
+/* One stored record: its full key (with rank) and exact value bytes, both borrowed. */
+typedef struct bentry {
+    const uint8_t *key;
+    size_t klen;
+    const uint8_t *val;
+    size_t vlen;
+} bentry;
+
+typedef struct bentries {
+    bentry *e;
+    size_t n, cap;
+} bentries;
+
+static uint64_t get_be(const uint8_t *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void put_be(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(v >> (8 * (bytes - 1 - i)));
+}
+
+/* Checks one stored record: sane key, decodable value with a good checksum, verified, and
+ * stored under its own key. 0, -EBADMSG or -ENOMEM. */
+static int check_entry(const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
+                       kt_err *err)
+{
+    if (klen < CACHE_KEY_FIXED + 1 || klen > CACHE_KEY_MAX + 1)
+        return kt_err_set(err, -EBADMSG, "key of %zu bytes", klen);
+    if (key[klen - 1] > CACHE_MAX_RUNNER_UPS)
+        return kt_err_set(err, -EBADMSG, "rank %u out of range", key[klen - 1]);
+    cache_record r;
+    cache_record_init(&r);
+    int rc = cache_record_decode(val, vlen, &r, err);
+    if (rc == 0 && !r.verified)
+        rc = kt_err_set(err, -EBADMSG, "record is not verified");
+    if (rc == 0)
+        rc = cache_record_matches_key(&r, key, klen - 1, err);
+    cache_record_free(&r);
+    return rc;
+}
+
+static int add_entry(bentries *b, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    if (kt_grow(&b->e, &b->cap, b->n + 1, sizeof(*b->e)) < 0)
+        return -ENOMEM;
+    b->e[b->n++] = (bentry){key, klen, val, vlen};
+    return 0;
+}
+
+/* ---- export ---- */
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Hashes the first len bytes of fd (mapped) and appends the digest. */
+static int append_digest(int fd, size_t len)
+{
+    void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED)
+        return -errno;
+    uint8_t digest[32];
+    ops_sha256(map, len, digest);
+    munmap(map, len);
+    if (lseek(fd, 0, SEEK_END) < 0)
+        return -errno;
+    return write_all(fd, digest, sizeof(digest));
+}
+
+int cache_export(cache_env *env, const char *path, size_t *n, kt_err *err)
+{
+    if (!env || !path)
+        return kt_err_set(err, -EINVAL, "cache_export: bad arguments");
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
+        return kt_err_set(err, -ENAMETOOLONG, "%s: path too long", path);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return kt_err_set(err, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+
+    MDB_txn *txn = NULL;
+    MDB_cursor *cur = NULL;
+    int rc = cache_rtxn_begin(env, &txn, err);
+    if (rc < 0)
+        goto fail_file;
+    if ((rc = cache_lmdb_error(env, mdb_cursor_open(txn, env->kernels, &cur),
+                               "cannot open a cursor", err)) < 0)
+        goto fail_txn;
+
+    uint8_t hdr[BUNDLE_HEADER];
+    memcpy(hdr, bundle_magic, sizeof(bundle_magic));
+    put_be(hdr + 8, BUNDLE_VERSION, 4);
+    put_be(hdr + 12, CACHE_SCHEMA_VERSION, 4);
+    put_be(hdr + 16, 0, 8); /* count, patched below */
+    size_t count = 0, size = BUNDLE_HEADER;
+    int wrc = write_all(fd, hdr, sizeof(hdr));
+    MDB_val k, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    for (; wrc == 0 && mrc == MDB_SUCCESS; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        kt_err why = {0};
+        int crc = check_entry(k.mv_data, k.mv_size, v.mv_data, v.mv_size, &why);
+        if (crc == -ENOMEM) {
+            rc = kt_err_set(err, crc, "out of memory exporting %s", env->path);
+            goto fail_cursor;
+        }
+        if (crc < 0) {
+            char d[256];
+            cache_key_describe(k.mv_data, k.mv_size, true, d, sizeof(d));
+            kt_log_warn(CACHE_LOG, "%s: corrupt record %s left out of the export: %s", env->path, d,
+                        why.msg);
+            continue;
+        }
+        uint8_t kl[2], vl[4];
+        put_be(kl, k.mv_size, 2);
+        put_be(vl, v.mv_size, 4);
+        if (v.mv_size > UINT32_MAX) {
+            rc = kt_err_set(err, -EFBIG, "record of %zu bytes does not fit a bundle", v.mv_size);
+            goto fail_cursor;
+        }
+        wrc = write_all(fd, kl, 2);
+        wrc = wrc ? wrc : write_all(fd, k.mv_data, k.mv_size);
+        wrc = wrc ? wrc : write_all(fd, vl, 4);
+        wrc = wrc ? wrc : write_all(fd, v.mv_data, v.mv_size);
+        size += 2 + k.mv_size + 4 + v.mv_size;
+        count++;
+    }
+    if (wrc == 0 && mrc != MDB_NOTFOUND) {
+        rc = cache_lmdb_error(env, mrc, "cannot read records", err);
+        goto fail_cursor;
+    }
+    mdb_cursor_close(cur);
+    cache_rtxn_end(env);
+    put_be(hdr + 16, count, 8);
+    if (wrc == 0 && pwrite(fd, hdr + 16, 8, 16) != 8)
+        wrc = errno ? -errno : -EIO;
+    if (wrc == 0)
+        wrc = append_digest(fd, size);
+    if (wrc == 0 && fsync(fd) < 0)
+        wrc = -errno;
+    if (close(fd) < 0 && wrc == 0)
+        wrc = -errno;
+    fd = -1;
+    if (wrc == 0 && rename(tmp, path) < 0)
+        wrc = -errno;
+    if (wrc < 0) {
+        rc = kt_err_set(err, wrc, "%s: cannot write: %s", path, strerror(-wrc));
+        goto fail_file;
+    }
+    if (n)
+        *n = count;
+    return 0;
+
+fail_cursor:
+    mdb_cursor_close(cur);
+fail_txn:
+    cache_rtxn_end(env);
+fail_file:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    return rc;
+}
+
+/* ---- reading bundles ---- */
+
+typedef struct bundle {
+    void *map;
+    size_t size;
+    bentries ents;
+} bundle;
+
+static void bundle_unload(bundle *b)
+{
+    if (b->map && b->map != MAP_FAILED)
+        munmap(b->map, b->size);
+    free(b->ents.e);
+    memset(b, 0, sizeof(*b));
+}
+
+static int key_cmp(const bentry *a, const bentry *b)
+{
+    size_t n = a->klen < b->klen ? a->klen : b->klen;
+    int c = memcmp(a->key, b->key, n);
+    return c ? c : (a->klen > b->klen) - (a->klen < b->klen);
+}
+
+/* Maps a bundle and checks all of it: header, file checksum, framing, key order, ranks, every
+ * record. Any defect is -EBADMSG with the offending record named in err. */
+static int bundle_load(const char *path, bundle *b, kt_err *err)
+{
+    memset(b, 0, sizeof(*b));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kt_err_set(err, -errno, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        return kt_err_set(err, -e, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode) || (size_t)st.st_size < BUNDLE_HEADER + CACHE_CHECKSUM_BYTES) {
+        close(fd);
+        return kt_err_set(err, -EBADMSG, "%s: not a ktune bundle (too short)", path);
+    }
+    b->size = (size_t)st.st_size;
+    b->map = mmap(NULL, b->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (b->map == MAP_FAILED) {
+        b->map = NULL;
+        return kt_err_set(err, -errno, "%s: cannot map: %s", path, strerror(errno));
+    }
+    const uint8_t *p = b->map;
+    size_t body = b->size - CACHE_CHECKSUM_BYTES;
+    int rc;
+    if (memcmp(p, bundle_magic, sizeof(bundle_magic)) != 0) {
+        rc = kt_err_set(err, -EBADMSG, "%s: not a ktune bundle (bad magic)", path);
+        goto fail;
+    }
+    uint64_t ver = get_be(p + 8, 4), schema = get_be(p + 12, 4), count = get_be(p + 16, 8);
+    if (ver != BUNDLE_VERSION || schema != CACHE_SCHEMA_VERSION) {
+        rc = kt_err_set(err, -EPROTO,
+                        "%s: bundle format %llu, schema %llu; this ktune reads format %d, schema "
+                        "%d",
+                        path, (unsigned long long)ver, (unsigned long long)schema, BUNDLE_VERSION,
+                        CACHE_SCHEMA_VERSION);
+        goto fail;
+    }
+    uint8_t digest[32];
+    ops_sha256(p, body, digest);
+    if (memcmp(digest, p + body, sizeof(digest)) != 0) {
+        rc = kt_err_set(err, -EBADMSG, "%s: bundle checksum mismatch (file damaged)", path);
+        goto fail;
+    }
+    size_t off = BUNDLE_HEADER;
+    for (uint64_t i = 0; i < count; i++) {
+        if (body - off < 2) {
+            rc = kt_err_set(err, -EBADMSG, "%s: truncated at record %llu", path,
+                            (unsigned long long)i);
+            goto fail;
+        }
+        size_t klen = get_be(p + off, 2);
+        if (body - off - 2 < klen + 4) {
+            rc = kt_err_set(err, -EBADMSG, "%s: truncated at record %llu", path,
+                            (unsigned long long)i);
+            goto fail;
+        }
+        const uint8_t *key = p + off + 2;
+        size_t vlen = get_be(key + klen, 4);
+        off += 2 + klen + 4;
+        if (body - off < vlen) {
+            rc = kt_err_set(err, -EBADMSG, "%s: truncated at record %llu", path,
+                            (unsigned long long)i);
+            goto fail;
+        }
+        const uint8_t *val = p + off;
+        off += vlen;
+        kt_err why = {0};
+        if ((rc = check_entry(key, klen, val, vlen, &why)) < 0) {
+            char d[256];
+            cache_key_describe(key, klen, true, d, sizeof(d));
+            rc = kt_err_set(err, rc, "%s: record %llu (%s): %s", path, (unsigned long long)i, d,
+                            why.msg);
+            goto fail;
+        }
+        if (add_entry(&b->ents, key, klen, val, vlen) < 0) {
+            rc = kt_err_set(err, -ENOMEM, "out of memory reading %s", path);
+            goto fail;
+        }
+        const bentry *e = &b->ents.e[b->ents.n - 1];
+        if (b->ents.n > 1 && key_cmp(&b->ents.e[b->ents.n - 2], e) >= 0) {
+            rc = kt_err_set(err, -EBADMSG, "%s: record %llu is out of key order", path,
+                            (unsigned long long)i);
+            goto fail;
+        }
+        /* ranks of one key are contiguous from 0 */
+        uint8_t rank = key[klen - 1];
+        const bentry *prev = b->ents.n > 1 ? &b->ents.e[b->ents.n - 2] : NULL;
+        bool same_key = prev && prev->klen == klen && memcmp(prev->key, key, klen - 1) == 0;
+        if (rank != (same_key ? prev->key[klen - 1] + 1 : 0)) {
+            rc = kt_err_set(err, -EBADMSG, "%s: record %llu: rank %u out of sequence", path,
+                            (unsigned long long)i, rank);
+            goto fail;
+        }
+    }
+    if (off != body) {
+        rc = kt_err_set(err, -EBADMSG, "%s: %zu trailing bytes after %llu records", path,
+                        body - off, (unsigned long long)count);
+        goto fail;
+    }
+    return 0;
+fail:
+    bundle_unload(b);
+    return rc;
+}
+
+/* Length of the run of entries starting at i that share one key (without rank). */
+static size_t group_len(const bentries *b, size_t i)
+{
+    const bentry *first = &b->e[i];
+    size_t j = i + 1;
+    while (j < b->n && b->e[j].klen == first->klen &&
+           memcmp(b->e[j].key, first->key, first->klen - 1) == 0)
+        j++;
+    return j - i;
+}
+
+/* ---- import ---- */
+
+static int import_fn(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
+{
+    const bentries *b = ctx;
+    uint8_t rk[CACHE_KEY_MAX + 1];
+    for (size_t i = 0; i < b->n;) {
+        size_t g = group_len(b, i), klen = b->e[i].klen - 1;
+        memcpy(rk, b->e[i].key, klen);
+        for (int rank = 0; rank <= CACHE_MAX_RUNNER_UPS; rank++) {
+            rk[klen] = (uint8_t)rank;
+            MDB_val k = {.mv_size = klen + 1, .mv_data = rk};
+            int mrc = mdb_del(txn, env->kernels, &k, NULL);
+            if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND)
+                return cache_lmdb_error(env, mrc, "cannot replace a record", err);
+        }
+        for (size_t j = i; j < i + g; j++) {
+            MDB_val k = {.mv_size = b->e[j].klen, .mv_data = (void *)b->e[j].key};
+            MDB_val v = {.mv_size = b->e[j].vlen, .mv_data = (void *)b->e[j].val};
+            int rc = cache_lmdb_error(env, mdb_put(txn, env->kernels, &k, &v, 0),
+                                      "cannot store a record", err);
+            if (rc < 0)
+                return rc;
+        }
+        i += g;
+    }
+    return 0;
+}
+
+int cache_import(cache_env *env, const char *path, size_t *n, kt_err *err)
+{
+    if (!env || !path)
+        return kt_err_set(err, -EINVAL, "cache_import: bad arguments");
+    bundle b;
+    int rc = bundle_load(path, &b, err);
+    if (rc < 0)
+        return rc;
+    rc = cache_write(env, import_fn, &b.ents, err);
+    if (rc == 0 && n)
+        *n = b.ents.n;
+    bundle_unload(&b);
+    return rc;
+}
+
+/* ---- merge ---- */
+
+typedef struct merge_ctx {
+    const bentries *src;
+    cache_ranked *ranked; /* one per source entry, same order */
+    cache_merge_stats st;
+} merge_ctx;
+
+static int merge_fn(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
+{
+    merge_ctx *m = ctx;
+    m->st.keys = m->st.changed = 0; /* restartable after a map growth */
+    for (size_t i = 0; i < m->src->n;) {
+        size_t g = group_len(m->src, i);
+        bool changed = false;
+        int rc = cache_rank_into(env, txn, m->src->e[i].key, m->src->e[i].klen - 1, &m->ranked[i],
+                                 g, &changed, NULL, err);
+        if (rc < 0)
+            return rc;
+        m->st.keys++;
+        m->st.changed += changed;
+        i += g;
+    }
+    return 0;
+}
+
+/* Collects the sound records of a source cache (read transaction left open on src). */
+static int collect_dir(cache_env *src, bentries *out, size_t *corrupt, kt_err *err)
+{
+    MDB_txn *txn = NULL;
+    MDB_cursor *cur = NULL;
+    int rc = cache_rtxn_begin(src, &txn, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = cache_lmdb_error(src, mdb_cursor_open(txn, src->kernels, &cur),
+                               "cannot open a cursor", err)) < 0)
+        return rc;
+    MDB_val k, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    for (; mrc == MDB_SUCCESS; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        kt_err why = {0};
+        int crc = check_entry(k.mv_data, k.mv_size, v.mv_data, v.mv_size, &why);
+        if (crc == -ENOMEM) {
+            rc = kt_err_set(err, crc, "out of memory reading %s", src->path);
+            break;
+        }
+        if (crc < 0) {
+            char d[256];
+            cache_key_describe(k.mv_data, k.mv_size, true, d, sizeof(d));
+            kt_log_warn(CACHE_LOG, "%s: corrupt record %s skipped by merge: %s", src->path, d,
+                        why.msg);
+            (*corrupt)++;
+            continue;
+        }
+        if (add_entry(out, k.mv_data, k.mv_size, v.mv_data, v.mv_size) < 0) {
+            rc = kt_err_set(err, -ENOMEM, "out of memory reading %s", src->path);
+            break;
+        }
+    }
+    if (rc == 0 && mrc != MDB_NOTFOUND)
+        rc = cache_lmdb_error(src, mrc, "cannot read records", err);
+    mdb_cursor_close(cur);
+    return rc;
+}
+
+static bool same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+int cache_merge(cache_env *env, const char *src, cache_merge_stats *stats, kt_err *err)
+{
+    if (!env || !src)
+        return kt_err_set(err, -EINVAL, "cache_merge: bad arguments");
+    struct stat st;
+    if (stat(src, &st) < 0)
+        return kt_err_set(err, -errno, "%s: %s", src, strerror(errno));
+    merge_ctx m = {0};
+    bundle b = {0};
+    bentries dir_ents = {0};
+    cache_env *senv = NULL;
+    int rc;
+    if (S_ISDIR(st.st_mode)) {
+        char a[4096], c[4096];
+        snprintf(a, sizeof(a), "%s/data.mdb", src);
+        snprintf(c, sizeof(c), "%s/data.mdb", env->path);
+        if (same_file(a, c))
+            return kt_err_set(err, -EINVAL, "cannot merge %s into itself", src);
+        if ((rc = cache_open(src, CACHE_RDONLY, NULL, &senv, err)) < 0)
+            return rc;
+        if ((rc = collect_dir(senv, &dir_ents, &m.st.corrupt, err)) < 0)
+            goto out;
+        m.src = &dir_ents;
+    } else {
+        if ((rc = bundle_load(src, &b, err)) < 0)
+            return rc;
+        m.src = &b.ents;
+    }
+    m.st.read = m.src->n + m.st.corrupt;
+    m.ranked = calloc(m.src->n ? m.src->n : 1, sizeof(*m.ranked));
+    if (!m.ranked) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory merging %s", src);
+        goto out;
+    }
+    for (size_t i = 0; i < m.src->n; i++) {
+        if ((rc = cache_ranked_from_value(m.src->e[i].val, m.src->e[i].vlen, &m.ranked[i], err)) <
+            0)
+            goto out;
+    }
+    rc = cache_write(env, merge_fn, &m, err);
+    if (rc == 0 && stats)
+        *stats = m.st;
+    if (rc == 0)
+        kt_log_info(CACHE_LOG, "merged %s into %s: %zu records, %zu keys, %zu changed", src,
+                    env->path, m.st.read, m.st.keys, m.st.changed);
+out:
+    for (size_t i = 0; m.ranked && i < m.src->n; i++)
+        cache_ranked_free(&m.ranked[i]);
+    free(m.ranked);
+    free(dir_ents.e);
+    bundle_unload(&b);
+    if (senv) {
+        cache_rtxn_end(senv);
+        cache_close(senv);
+    }
+    return rc;
+}

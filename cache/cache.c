@@ -1,0 +1,953 @@
+/* The LMDB environment: open/close, the schema-version check, read and write transactions with
+ * map growth, kernel records with their ranking, and the trial log. The policies (ranking,
+ * growth, commit points) are documented in cache.h and docs/formats-record.md. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEFAULT_MAP_SIZE     ((size_t)64 << 20)
+#define DEFAULT_MAX_MAP_SIZE ((size_t)64 << 30)
+
+#define META_SCHEMA "schema_version"
+
+int cache_lmdb_error(cache_env *env, int mdb_rc, const char *what, kt_err *err)
+{
+    int code;
+    switch (mdb_rc) {
+    case MDB_SUCCESS:
+        return 0;
+    case MDB_NOTFOUND:
+        code = -ENOENT;
+        break;
+    case MDB_KEYEXIST:
+        code = -EEXIST;
+        break;
+    case MDB_MAP_FULL:
+        if (env)
+            env->map_full = true;
+        code = -ENOSPC;
+        break;
+    case MDB_TXN_FULL:
+    case MDB_DBS_FULL:
+    case MDB_CURSOR_FULL:
+    case MDB_PAGE_FULL:
+    case MDB_TLS_FULL:
+        code = -ENOSPC;
+        break;
+    case MDB_READERS_FULL:
+    case MDB_MAP_RESIZED:
+        code = -EAGAIN;
+        break;
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_INVALID:
+        code = -EBADMSG;
+        break;
+    case MDB_VERSION_MISMATCH:
+        code = -EPROTO;
+        break;
+    case MDB_PANIC:
+        code = -EIO;
+        break;
+    case MDB_BAD_RSLOT:
+    case MDB_BAD_TXN:
+    case MDB_BAD_VALSIZE:
+    case MDB_BAD_DBI:
+    case MDB_INCOMPATIBLE:
+        code = -EINVAL;
+        break;
+    default:
+        code = mdb_rc > 0 ? -mdb_rc : -EIO; /* LMDB passes system errors through as errno */
+        break;
+    }
+    /* Damage to the environment is logged as an error even if a caller swallows the code; every
+     * other failure is reported once, by whoever handles err, so it is only traced here. */
+    const char *why = mdb_strerror(mdb_rc);
+    if (mdb_rc == MDB_CORRUPTED || mdb_rc == MDB_PAGE_NOTFOUND || mdb_rc == MDB_PANIC)
+        kt_log_err(CACHE_LOG, "%s: %s", what, why);
+    else
+        kt_log_debug(CACHE_LOG, "%s: %s (LMDB %d)", what, why, mdb_rc);
+    return kt_err_set(err, code, "%s: %s", what, why);
+}
+
+/* ---- transactions ---- */
+
+/* mdb_txn_begin with the bounded retries of STYLE rule 15: another process grew the map
+ * (adopt its size), or the reader table is full (clear slots of dead processes). */
+static int txn_begin(cache_env *env, unsigned flags, MDB_txn **txn, kt_err *err)
+{
+    int mrc = MDB_SUCCESS;
+    for (int i = 0; i < CACHE_TXN_RETRIES; i++) {
+        mrc = mdb_txn_begin(env->env, NULL, flags, txn);
+        if (mrc == MDB_MAP_RESIZED) {
+            kt_log_debug(CACHE_LOG, "map resized by another process; adopting its size");
+            mdb_env_set_mapsize(env->env, 0);
+            continue;
+        }
+        if (mrc == MDB_READERS_FULL) {
+            int dead = 0;
+            mdb_reader_check(env->env, &dead);
+            if (dead == 0)
+                usleep(1000u << i);
+            continue;
+        }
+        break;
+    }
+    return cache_lmdb_error(env, mrc, "cannot begin a transaction", err);
+}
+
+int cache_rtxn_begin(cache_env *env, MDB_txn **txn, kt_err *err)
+{
+    if (env->rtxn) {
+        int mrc = mdb_txn_renew(env->rtxn);
+        if (mrc == MDB_SUCCESS) {
+            *txn = env->rtxn;
+            return 0;
+        }
+        /* MDB_MAP_RESIZED and friends: drop the cached handle and start afresh */
+        mdb_txn_abort(env->rtxn);
+        env->rtxn = NULL;
+        if (mrc == MDB_MAP_RESIZED)
+            mdb_env_set_mapsize(env->env, 0);
+    }
+    int rc = txn_begin(env, MDB_RDONLY, &env->rtxn, err);
+    if (rc < 0) {
+        env->rtxn = NULL;
+        return rc;
+    }
+    *txn = env->rtxn;
+    return 0;
+}
+
+void cache_rtxn_end(cache_env *env)
+{
+    if (env->rtxn)
+        mdb_txn_reset(env->rtxn);
+}
+
+/* Doubles the map, up to max_map_size. Only called with no transaction of env active. */
+static int grow_map(cache_env *env, kt_err *err)
+{
+    if (env->rtxn) {
+        mdb_txn_abort(env->rtxn);
+        env->rtxn = NULL;
+    }
+    MDB_envinfo info;
+    mdb_env_info(env->env, &info);
+    size_t cur = info.me_mapsize;
+    if (cur >= env->max_map_size)
+        return kt_err_set(err, -ENOSPC,
+                          "cache %s is full: map at its limit of %zu bytes (raise max_map_size)",
+                          env->path, env->max_map_size);
+    size_t next = cur > env->max_map_size / 2 ? env->max_map_size : cur * 2;
+    int mrc = mdb_env_set_mapsize(env->env, next);
+    if (mrc != MDB_SUCCESS)
+        return cache_lmdb_error(env, mrc, "cannot grow the cache map", err);
+    kt_log_info(CACHE_LOG, "%s: map grown from %zu to %zu bytes", env->path, cur, next);
+    return 0;
+}
+
+int cache_write(cache_env *env, cache_write_fn fn, void *ctx, kt_err *err)
+{
+    if (env->rdonly)
+        return kt_err_set(err, -EACCES, "cache %s is open read-only", env->path);
+    int rc = 0;
+    for (int attempt = 0; attempt < CACHE_GROW_RETRIES; attempt++) {
+        MDB_txn *txn = NULL;
+        env->map_full = false;
+        if ((rc = txn_begin(env, 0, &txn, err)) < 0)
+            return rc;
+        rc = fn(env, txn, ctx, err);
+        if (rc < 0) {
+            mdb_txn_abort(txn);
+        } else {
+            /* the commit point of every write call */
+            rc = cache_lmdb_error(env, mdb_txn_commit(txn), "cannot commit", err);
+        }
+        if (rc >= 0)
+            return 0;
+        if (!env->map_full)
+            return rc;
+        if ((rc = grow_map(env, err)) < 0)
+            return rc;
+    }
+    return kt_err_set(err, -ENOSPC, "cache %s: still full after %d map doublings", env->path,
+                      CACHE_GROW_RETRIES);
+}
+
+/* ---- open / close ---- */
+
+static int mkdir_p(const char *dir, kt_err *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+        return kt_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+    for (char *p = path + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p != '/' && !end)
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0775) < 0 && errno != EEXIST)
+            return kt_err_set(err, -errno, "%s: cannot create directory: %s", path,
+                              strerror(errno));
+        if (end)
+            break;
+        *p = '/';
+    }
+    return 0;
+}
+
+static int check_schema(cache_env *env, MDB_txn *txn, bool may_write, kt_err *err)
+{
+    MDB_val k = {.mv_size = strlen(META_SCHEMA), .mv_data = (void *)META_SCHEMA}, v;
+    int mrc = mdb_get(txn, env->meta, &k, &v);
+    if (mrc == MDB_NOTFOUND && may_write) {
+        uint8_t be[4] = {0, 0, 0, CACHE_SCHEMA_VERSION};
+        v = (MDB_val){.mv_size = 4, .mv_data = be};
+        return cache_lmdb_error(env, mdb_put(txn, env->meta, &k, &v, 0),
+                                "cannot write the schema version", err);
+    }
+    if (mrc == MDB_NOTFOUND)
+        return kt_err_set(err, -ENOENT, "%s is not a ktune cache (no schema version)", env->path);
+    if (mrc != MDB_SUCCESS)
+        return cache_lmdb_error(env, mrc, "cannot read the schema version", err);
+    if (v.mv_size != 4)
+        return kt_err_set(err, -EBADMSG, "%s: schema version is damaged", env->path);
+    const uint8_t *b = v.mv_data;
+    uint32_t ver = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+    if (ver > CACHE_SCHEMA_VERSION)
+        return kt_err_set(err, -EPROTO,
+                          "%s has cache schema version %u, this ktune reads up to %d: upgrade "
+                          "ktune",
+                          env->path, ver, CACHE_SCHEMA_VERSION);
+    if (ver < CACHE_SCHEMA_VERSION)
+        return kt_err_set(err, -EPROTO,
+                          "%s has cache schema version %u, which this ktune cannot "
+                          "migrate",
+                          env->path, ver);
+    return 0;
+}
+
+static int open_dbs(cache_env *env, MDB_txn *txn, unsigned flags, kt_err *err)
+{
+    static const char *names[] = {"kernels", "trials", "jobs", "meta"};
+    MDB_dbi *dbis[] = {&env->kernels, &env->trials, &env->jobs, &env->meta};
+    for (size_t i = 0; i < KT_ARRAY_LEN(names); i++) {
+        int mrc = mdb_dbi_open(txn, names[i], flags, dbis[i]);
+        if (mrc == MDB_NOTFOUND)
+            return kt_err_set(err, -ENOENT, "%s is not a ktune cache (no '%s' database)", env->path,
+                              names[i]);
+        if (mrc != MDB_SUCCESS)
+            return cache_lmdb_error(env, mrc, "cannot open a database", err);
+    }
+    return 0;
+}
+
+static int init_rw(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
+{
+    int rc = open_dbs(env, txn, MDB_CREATE, err);
+    return rc < 0 ? rc : check_schema(env, txn, true, err);
+}
+
+int cache_open(const char *dir, unsigned flags, const cache_options *opts, cache_env **out,
+               kt_err *err)
+{
+    if (!dir || !dir[0] || !out)
+        return kt_err_set(err, -EINVAL, "cache_open: no directory given");
+    cache_options o = {0, 0, -1};
+    if (opts)
+        o = *opts;
+    if (o.runner_ups < 0)
+        o.runner_ups = CACHE_RUNNER_UPS;
+    if (o.runner_ups > CACHE_MAX_RUNNER_UPS)
+        return kt_err_set(err, -EINVAL, "cache_open: at most %d runner-ups", CACHE_MAX_RUNNER_UPS);
+    size_t map = o.map_size ? o.map_size : DEFAULT_MAP_SIZE;
+    size_t max = o.max_map_size ? o.max_map_size : DEFAULT_MAX_MAP_SIZE;
+    if (max < map)
+        max = map;
+    bool rdonly = flags & CACHE_RDONLY;
+
+    int rc;
+    if (!rdonly && (rc = mkdir_p(dir, err)) < 0)
+        return rc;
+    cache_env *env = calloc(1, sizeof(*env));
+    if (!env)
+        return kt_err_set(err, -ENOMEM, "out of memory opening %s", dir);
+    env->path = strdup(dir);
+    if (!env->path) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory opening %s", dir);
+        goto fail_env;
+    }
+    env->rdonly = rdonly;
+    env->max_map_size = max;
+    env->runner_ups = o.runner_ups;
+
+    int mrc = mdb_env_create(&env->env);
+    if (mrc != MDB_SUCCESS) {
+        rc = cache_lmdb_error(env, mrc, "cannot create an LMDB environment", err);
+        goto fail_path;
+    }
+    mdb_env_set_maxdbs(env->env, 4);
+    /* A read-only opener adopts whatever size the writer uses. */
+    if (!rdonly)
+        mdb_env_set_mapsize(env->env, map);
+    mrc = mdb_env_open(env->env, dir, MDB_NOTLS | (rdonly ? MDB_RDONLY : 0), 0664);
+    if (mrc == ENOENT) {
+        rc = kt_err_set(err, -ENOENT, "no ktune cache in %s", dir);
+        goto fail_lmdb;
+    }
+    if (mrc != MDB_SUCCESS) {
+        char what[512];
+        snprintf(what, sizeof(what), "cannot open cache %s", dir);
+        rc = cache_lmdb_error(env, mrc, what, err);
+        goto fail_lmdb;
+    }
+
+    if (rdonly) {
+        MDB_txn *txn = NULL;
+        if ((rc = txn_begin(env, MDB_RDONLY, &txn, err)) < 0)
+            goto fail_lmdb;
+        rc = open_dbs(env, txn, 0, err);
+        if (rc == 0)
+            rc = check_schema(env, txn, false, err);
+        if (rc == 0) /* the handles outlive the transaction only once it commits */
+            rc = cache_lmdb_error(env, mdb_txn_commit(txn), "cannot open the databases", err);
+        else
+            mdb_txn_abort(txn);
+    } else {
+        rc = cache_write(env, init_rw, NULL, err);
+    }
+    if (rc < 0)
+        goto fail_lmdb;
+    *out = env;
+    return 0;
+
+fail_lmdb:
+    mdb_env_close(env->env);
+fail_path:
+    free(env->path);
+fail_env:
+    free(env);
+    return rc;
+}
+
+void cache_close(cache_env *env)
+{
+    if (!env)
+        return;
+    if (env->rtxn)
+        mdb_txn_abort(env->rtxn);
+    mdb_env_close(env->env);
+    free(env->path);
+    free(env);
+}
+
+const char *cache_path(const cache_env *env)
+{
+    return env->path;
+}
+
+/* ---- ranking ---- */
+
+static int identity_of(const char *family, const char *schedule, cache_ranked *out)
+{
+    size_t fl = family ? strlen(family) : 0, sl = schedule ? strlen(schedule) : 0;
+    out->identity = malloc(fl + sl + 2);
+    if (!out->identity)
+        return -ENOMEM;
+    memcpy(out->identity, family ? family : "", fl);
+    out->identity[fl] = '\0';
+    memcpy(out->identity + fl + 1, schedule ? schedule : "", sl);
+    out->identity[fl + 1 + sl] = '\0';
+    out->identity_len = fl + sl + 2;
+    return 0;
+}
+
+int cache_ranked_from_value(const uint8_t *val, size_t len, cache_ranked *out, kt_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    cache_record r;
+    cache_record_init(&r);
+    int rc = cache_record_decode(val, len, &r, err);
+    if (rc == 0 && !r.verified)
+        rc = kt_err_set(err, -EBADMSG, "record is not verified");
+    if (rc == 0 && identity_of(r.family, r.schedule, out) < 0)
+        rc = kt_err_set(err, -ENOMEM, "out of memory ranking records");
+    if (rc == 0) {
+        out->val = val;
+        out->len = len;
+        out->time_ns = r.time_ns;
+        out->time_p90_ns = r.time_p90_ns;
+        out->created = r.created;
+    }
+    cache_record_free(&r);
+    return rc;
+}
+
+void cache_ranked_free(cache_ranked *r)
+{
+    free(r->identity);
+    r->identity = NULL;
+}
+
+static const uint8_t *checksum_of(const cache_ranked *r)
+{
+    return r->val + r->len - CACHE_CHECKSUM_BYTES;
+}
+
+/* The ranking rule: faster median, then smaller p90, then older, then smaller checksum. */
+static int rank_cmp(const void *pa, const void *pb)
+{
+    const cache_ranked *a = *(cache_ranked *const *)pa, *b = *(cache_ranked *const *)pb;
+    if (a->time_ns != b->time_ns)
+        return a->time_ns < b->time_ns ? -1 : 1;
+    if (a->time_p90_ns != b->time_p90_ns)
+        return a->time_p90_ns < b->time_p90_ns ? -1 : 1;
+    if (a->created != b->created)
+        return a->created < b->created ? -1 : 1;
+    return memcmp(checksum_of(a), checksum_of(b), CACHE_CHECKSUM_BYTES);
+}
+
+static bool same_bytes(const cache_ranked *a, const cache_ranked *b)
+{
+    return a->len == b->len && memcmp(checksum_of(a), checksum_of(b), CACHE_CHECKSUM_BYTES) == 0;
+}
+
+static bool same_identity(const cache_ranked *a, const cache_ranked *b)
+{
+    return a->identity_len == b->identity_len &&
+           memcmp(a->identity, b->identity, a->identity_len) == 0;
+}
+
+typedef struct stored {
+    uint8_t *key; /* key || rank, copied */
+    size_t klen;
+    uint8_t *val; /* copied */
+    size_t len;
+    cache_ranked r;
+    bool ok;
+} stored;
+
+static void stored_free(stored *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(s[i].key);
+        free(s[i].val);
+        cache_ranked_free(&s[i].r);
+    }
+    free(s);
+}
+
+/* Copies out every stored record of key (rank entries key||0 .. key||CACHE_MAX_RUNNER_UPS). */
+static int read_ranks(cache_env *env, MDB_txn *txn, const uint8_t *key, size_t klen, stored **out,
+                      size_t *n_out, kt_err *err)
+{
+    stored *s = NULL;
+    size_t n = 0, cap = 0;
+    MDB_cursor *cur = NULL;
+    int rc = cache_lmdb_error(env, mdb_cursor_open(txn, env->kernels, &cur), "cannot open a cursor",
+                              err);
+    if (rc < 0)
+        return rc;
+    uint8_t start[CACHE_KEY_MAX + 1];
+    memcpy(start, key, klen);
+    start[klen] = 0;
+    MDB_val k = {.mv_size = klen + 1, .mv_data = start}, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    for (; mrc == MDB_SUCCESS; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size != klen + 1 || memcmp(k.mv_data, key, klen) != 0)
+            break;
+        if ((rc = kt_grow(&s, &cap, n + 1, sizeof(*s))) < 0)
+            goto fail;
+        stored *e = &s[n++];
+        e->key = malloc(k.mv_size);
+        e->val = malloc(v.mv_size ? v.mv_size : 1);
+        if (!e->key || !e->val) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        memcpy(e->key, k.mv_data, k.mv_size);
+        memcpy(e->val, v.mv_data, v.mv_size);
+        e->klen = k.mv_size;
+        e->len = v.mv_size;
+        kt_err why = {0};
+        e->ok = cache_ranked_from_value(e->val, e->len, &e->r, &why) == 0;
+        if (!e->ok) {
+            if (why.code == -ENOMEM) {
+                rc = -ENOMEM;
+                goto fail;
+            }
+            char d[256];
+            cache_key_describe(e->key, e->klen, true, d, sizeof(d));
+            kt_log_warn(CACHE_LOG, "%s: corrupt record %s dropped from its ranking: %s", env->path,
+                        d, why.msg);
+        }
+    }
+    if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND) {
+        rc = cache_lmdb_error(env, mrc, "cannot read records", err);
+        goto fail_noerr;
+    }
+    mdb_cursor_close(cur);
+    *out = s;
+    *n_out = n;
+    return 0;
+fail:
+    kt_err_set(err, rc, "out of memory reading records");
+fail_noerr:
+    mdb_cursor_close(cur);
+    stored_free(s, n);
+    return rc;
+}
+
+int cache_rank_into(cache_env *env, MDB_txn *txn, const uint8_t *key, size_t klen,
+                    const cache_ranked *add, size_t n_add, bool *changed, int *pos, kt_err *err)
+{
+    stored *old = NULL;
+    size_t n_old = 0;
+    int rc = read_ranks(env, txn, key, klen, &old, &n_old, err);
+    if (rc < 0)
+        return rc;
+    const cache_ranked **all = calloc(n_old + n_add + 1, sizeof(const cache_ranked *));
+    if (!all) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory ranking records");
+        goto out;
+    }
+    /* The candidates: every sound stored record and every addition, then one per identity (the
+     * best by the ranking rule; identical bytes are one record), sorted, truncated. */
+    size_t n = 0;
+    for (size_t i = 0; i < n_old; i++) {
+        if (old[i].ok)
+            all[n++] = &old[i].r;
+    }
+    for (size_t i = 0; i < n_add; i++)
+        all[n++] = &add[i];
+    qsort(all, n, sizeof(const cache_ranked *), rank_cmp);
+    size_t kept = 0, limit = (size_t)env->runner_ups + 1;
+    for (size_t i = 0; i < n && kept < limit; i++) {
+        bool dup = false;
+        for (size_t j = 0; j < kept && !dup; j++)
+            dup = same_bytes(all[j], all[i]) || same_identity(all[j], all[i]);
+        if (!dup)
+            all[kept++] = all[i];
+    }
+
+    bool diff = kept != n_old;
+    for (size_t i = 0; i < kept && !diff; i++)
+        diff = !old[i].ok || !same_bytes(&old[i].r, all[i]) || old[i].r.len != all[i]->len;
+    if (pos) {
+        *pos = -1;
+        for (size_t i = 0; n_add && i < kept; i++) {
+            if (same_bytes(all[i], &add[0]))
+                *pos = (int)i;
+        }
+    }
+    if (changed)
+        *changed = diff;
+    if (!diff)
+        goto out;
+    for (size_t i = 0; i < n_old; i++) {
+        MDB_val k = {.mv_size = old[i].klen, .mv_data = old[i].key};
+        rc = cache_lmdb_error(env, mdb_del(txn, env->kernels, &k, NULL), "cannot delete a record",
+                              err);
+        if (rc < 0)
+            goto out;
+    }
+    uint8_t rk[CACHE_KEY_MAX + 1];
+    memcpy(rk, key, klen);
+    for (size_t i = 0; i < kept; i++) {
+        rk[klen] = (uint8_t)i;
+        MDB_val k = {.mv_size = klen + 1, .mv_data = rk};
+        MDB_val v = {.mv_size = all[i]->len, .mv_data = (void *)all[i]->val};
+        rc = cache_lmdb_error(env, mdb_put(txn, env->kernels, &k, &v, 0), "cannot store a record",
+                              err);
+        if (rc < 0)
+            goto out;
+    }
+out:
+    free(all);
+    stored_free(old, n_old);
+    return rc;
+}
+
+/* ---- kernel records ---- */
+
+typedef struct put_ctx {
+    const uint8_t *key;
+    size_t klen;
+    const cache_ranked *add;
+    int *rank;
+} put_ctx;
+
+static int put_fn(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
+{
+    put_ctx *p = ctx;
+    return cache_rank_into(env, txn, p->key, p->klen, p->add, 1, NULL, p->rank, err);
+}
+
+int cache_put(cache_env *env, const cache_record *rec, int *rank, kt_err *err)
+{
+    if (!env || !rec)
+        return kt_err_set(err, -EINVAL, "cache_put: no cache or record");
+    if (!rec->verified)
+        return kt_err_set(err, -EINVAL, "cache_put: refusing an unverified record");
+    uint8_t key[CACHE_KEY_MAX];
+    size_t klen = 0;
+    int rc = cache_key_encode(&rec->key, key, sizeof(key), &klen, err);
+    if (rc < 0)
+        return rc;
+    cache_ranked add = {0};
+    uint8_t *val = NULL;
+    if ((rc = cache_record_encode(rec, &val, &add.len, err)) < 0)
+        return rc;
+    add.val = val;
+    add.time_ns = rec->time_ns;
+    add.time_p90_ns = rec->time_p90_ns;
+    add.created = rec->created;
+    if (identity_of(rec->family, rec->schedule, &add) < 0) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory storing a record");
+        goto out;
+    }
+    int pos = -1;
+    put_ctx p = {key, klen, &add, &pos};
+    rc = cache_write(env, put_fn, &p, err);
+    if (rc == 0 && rank)
+        *rank = pos;
+out:
+    cache_ranked_free(&add);
+    free(val);
+    return rc;
+}
+
+static void report_corrupt(cache_env *env, const void *key, size_t klen, bool has_rank,
+                           const kt_err *why)
+{
+    char d[256];
+    cache_key_describe(key, klen, has_rank, d, sizeof(d));
+    kt_log_warn(CACHE_LOG, "%s: corrupt record %s skipped: %s", env->path, d, why->msg);
+}
+
+/* Decodes a stored kernel record and checks it belongs to its key; reports a defect. */
+static int decode_stored(cache_env *env, const MDB_val *k, const MDB_val *v, cache_record *out,
+                         kt_err *err)
+{
+    kt_err why = {0};
+    int rc = cache_record_decode(v->mv_data, v->mv_size, out, &why);
+    if (rc == 0)
+        rc = cache_record_matches_key(out, k->mv_data, k->mv_size - 1, &why);
+    if (rc == -EBADMSG)
+        report_corrupt(env, k->mv_data, k->mv_size, true, &why);
+    if (rc < 0) {
+        cache_record_free(out);
+        char d[256];
+        cache_key_describe(k->mv_data, k->mv_size, true, d, sizeof(d));
+        return kt_err_set(err, rc, "record %s: %s", d, why.msg);
+    }
+    return 0;
+}
+
+int cache_get(cache_env *env, const cache_key *k, int rank, cache_record *out, kt_err *err)
+{
+    if (!env || !k || !out || rank < 0 || rank > CACHE_MAX_RUNNER_UPS)
+        return kt_err_set(err, -EINVAL, "cache_get: bad arguments");
+    uint8_t key[CACHE_KEY_MAX + 1];
+    size_t klen = 0;
+    int rc = cache_key_encode(k, key, sizeof(key), &klen, err);
+    if (rc < 0)
+        return rc;
+    key[klen++] = (uint8_t)rank;
+    MDB_txn *txn = NULL;
+    if ((rc = cache_rtxn_begin(env, &txn, err)) < 0)
+        return rc;
+    MDB_val mk = {.mv_size = klen, .mv_data = key}, mv;
+    int mrc = mdb_get(txn, env->kernels, &mk, &mv);
+    if (mrc == MDB_NOTFOUND) {
+        char d[256];
+        cache_key_describe(key, klen, true, d, sizeof(d));
+        rc = kt_err_set(err, -ENOENT, "no record for %s", d);
+    } else if (mrc != MDB_SUCCESS) {
+        rc = cache_lmdb_error(env, mrc, "cannot read a record", err);
+    } else {
+        rc = decode_stored(env, &mk, &mv, out, err);
+    }
+    cache_rtxn_end(env);
+    return rc;
+}
+
+typedef struct del_ctx {
+    const uint8_t *key;
+    size_t klen;
+} del_ctx;
+
+static int delete_fn(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
+{
+    del_ctx *d = ctx;
+    uint8_t rk[CACHE_KEY_MAX + 1];
+    memcpy(rk, d->key, d->klen);
+    size_t n = 0;
+    for (int rank = 0; rank <= CACHE_MAX_RUNNER_UPS; rank++) {
+        rk[d->klen] = (uint8_t)rank;
+        MDB_val k = {.mv_size = d->klen + 1, .mv_data = rk};
+        int mrc = mdb_del(txn, env->kernels, &k, NULL);
+        if (mrc == MDB_NOTFOUND)
+            continue;
+        int rc = cache_lmdb_error(env, mrc, "cannot delete a record", err);
+        if (rc < 0)
+            return rc;
+        n++;
+    }
+    if (n == 0) {
+        char desc[256];
+        cache_key_describe(d->key, d->klen, false, desc, sizeof(desc));
+        return kt_err_set(err, -ENOENT, "no record for %s", desc);
+    }
+    return 0;
+}
+
+int cache_delete(cache_env *env, const cache_key *k, kt_err *err)
+{
+    if (!env || !k)
+        return kt_err_set(err, -EINVAL, "cache_delete: bad arguments");
+    uint8_t key[CACHE_KEY_MAX];
+    size_t klen = 0;
+    int rc = cache_key_encode(k, key, sizeof(key), &klen, err);
+    if (rc < 0)
+        return rc;
+    del_ctx d = {key, klen};
+    return cache_write(env, delete_fn, &d, err);
+}
+
+int cache_list(cache_env *env, const uint8_t *prefix, size_t prefix_len, bool best_only,
+               cache_list_cb cb, void *ctx, size_t *n_corrupt, kt_err *err)
+{
+    if (!env || !cb || (prefix_len && !prefix))
+        return kt_err_set(err, -EINVAL, "cache_list: bad arguments");
+    if (n_corrupt)
+        *n_corrupt = 0;
+    MDB_txn *txn = NULL;
+    int rc = cache_rtxn_begin(env, &txn, err);
+    if (rc < 0)
+        return rc;
+    MDB_cursor *cur = NULL;
+    if ((rc = cache_lmdb_error(env, mdb_cursor_open(txn, env->kernels, &cur),
+                               "cannot open a cursor", err)) < 0)
+        goto out;
+    MDB_val k = {.mv_size = prefix_len, .mv_data = (void *)prefix}, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, prefix_len ? MDB_SET_RANGE : MDB_FIRST);
+    cache_record rec;
+    cache_record_init(&rec);
+    for (; mrc == MDB_SUCCESS; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size < prefix_len || (prefix_len && memcmp(k.mv_data, prefix, prefix_len) != 0))
+            break;
+        if (k.mv_size < 2)
+            continue;
+        int rank = ((const uint8_t *)k.mv_data)[k.mv_size - 1];
+        if (best_only && rank != 0)
+            continue;
+        kt_err why = {0};
+        rc = decode_stored(env, &k, &v, &rec, &why);
+        if (rc == -EBADMSG) {
+            if (n_corrupt)
+                (*n_corrupt)++;
+            rc = 0;
+            continue;
+        }
+        if (rc < 0) {
+            kt_err_set(err, rc, "%s", why.msg);
+            break;
+        }
+        rc = cb(&rec, rank, ctx);
+        cache_record_free(&rec);
+        if (rc != 0)
+            break;
+    }
+    if (rc == 0 && mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND)
+        rc = cache_lmdb_error(env, mrc, "cannot read records", err);
+    mdb_cursor_close(cur);
+out:
+    cache_rtxn_end(env);
+    return rc;
+}
+
+int cache_stat(cache_env *env, cache_stats *out, kt_err *err)
+{
+    if (!env || !out)
+        return kt_err_set(err, -EINVAL, "cache_stat: bad arguments");
+    memset(out, 0, sizeof(*out));
+    MDB_envinfo info;
+    MDB_stat st;
+    mdb_env_info(env->env, &info);
+    mdb_env_stat(env->env, &st);
+    out->schema_version = CACHE_SCHEMA_VERSION; /* checked equal on open */
+    out->map_size = info.me_mapsize;
+    out->page_size = st.ms_psize;
+    out->map_used = (info.me_last_pgno + 1) * (size_t)st.ms_psize;
+    out->max_map_size = env->max_map_size;
+    out->readers_used = info.me_numreaders;
+    out->readers_max = info.me_maxreaders;
+
+    MDB_txn *txn = NULL;
+    int rc = cache_rtxn_begin(env, &txn, err);
+    if (rc < 0)
+        return rc;
+    MDB_stat ds;
+    if ((rc = cache_lmdb_error(env, mdb_stat(txn, env->kernels, &ds), "cannot stat", err)) < 0)
+        goto out;
+    out->records = ds.ms_entries;
+    if ((rc = cache_lmdb_error(env, mdb_stat(txn, env->trials, &ds), "cannot stat", err)) < 0)
+        goto out;
+    out->trials = ds.ms_entries;
+    if ((rc = cache_lmdb_error(env, mdb_stat(txn, env->jobs, &ds), "cannot stat", err)) < 0)
+        goto out;
+    out->jobs = ds.ms_entries;
+    MDB_cursor *cur = NULL;
+    if ((rc = cache_lmdb_error(env, mdb_cursor_open(txn, env->kernels, &cur),
+                               "cannot open a cursor", err)) < 0)
+        goto out;
+    MDB_val k, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    for (; mrc == MDB_SUCCESS; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size > 0 && ((const uint8_t *)k.mv_data)[k.mv_size - 1] == 0)
+            out->keys++;
+    }
+    mdb_cursor_close(cur);
+    if (mrc != MDB_NOTFOUND)
+        rc = cache_lmdb_error(env, mrc, "cannot count keys", err);
+out:
+    cache_rtxn_end(env);
+    return rc;
+}
+
+/* ---- trials ---- */
+
+/* trial key: cache key || 0x00 || candidate id (no NUL). */
+static int trial_key(const cache_key *k, const char *cand, uint8_t *buf, size_t *len, kt_err *err)
+{
+    size_t klen = 0;
+    int rc = cache_key_encode(k, buf, CACHE_KEY_MAX, &klen, err);
+    if (rc < 0)
+        return rc;
+    buf[klen++] = 0;
+    if (cand) {
+        size_t cl = strnlen(cand, CACHE_CAND_MAX);
+        if (cl == 0 || cl == CACHE_CAND_MAX)
+            return kt_err_set(err, -EINVAL, "trial: candidate id empty or longer than %d bytes",
+                              CACHE_CAND_MAX - 1);
+        memcpy(buf + klen, cand, cl);
+        klen += cl;
+    }
+    *len = klen;
+    return 0;
+}
+
+typedef struct trial_ctx {
+    const uint8_t *key;
+    size_t klen;
+    const uint8_t *val;
+    size_t vlen;
+} trial_ctx;
+
+static int trial_put_fn(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
+{
+    trial_ctx *t = ctx;
+    MDB_val k = {.mv_size = t->klen, .mv_data = (void *)t->key};
+    MDB_val v = {.mv_size = t->vlen, .mv_data = (void *)t->val};
+    return cache_lmdb_error(env, mdb_put(txn, env->trials, &k, &v, 0), "cannot store a trial", err);
+}
+
+int cache_trial_append(cache_env *env, const cache_key *k, const cache_trial *t, kt_err *err)
+{
+    if (!env || !k || !t)
+        return kt_err_set(err, -EINVAL, "cache_trial_append: bad arguments");
+    uint8_t key[CACHE_KEY_MAX + 1 + CACHE_CAND_MAX];
+    size_t klen = 0;
+    int rc = trial_key(k, t->cand, key, &klen, err);
+    if (rc < 0)
+        return rc;
+    uint8_t *val = NULL;
+    size_t vlen = 0;
+    if ((rc = cache_trial_encode(t, &val, &vlen, err)) < 0)
+        return rc;
+    trial_ctx c = {key, klen, val, vlen};
+    rc = cache_write(env, trial_put_fn, &c, err);
+    free(val);
+    return rc;
+}
+
+int cache_trial_get(cache_env *env, const cache_key *k, const char *cand, cache_trial *out,
+                    kt_err *err)
+{
+    if (!env || !k || !cand || !out)
+        return kt_err_set(err, -EINVAL, "cache_trial_get: bad arguments");
+    uint8_t key[CACHE_KEY_MAX + 1 + CACHE_CAND_MAX];
+    size_t klen = 0;
+    int rc = trial_key(k, cand, key, &klen, err);
+    if (rc < 0)
+        return rc;
+    MDB_txn *txn = NULL;
+    if ((rc = cache_rtxn_begin(env, &txn, err)) < 0)
+        return rc;
+    MDB_val mk = {.mv_size = klen, .mv_data = key}, mv;
+    int mrc = mdb_get(txn, env->trials, &mk, &mv);
+    if (mrc == MDB_NOTFOUND) {
+        rc = kt_err_set(err, -ENOENT, "no trial of candidate %s", cand);
+    } else if (mrc != MDB_SUCCESS) {
+        rc = cache_lmdb_error(env, mrc, "cannot read a trial", err);
+    } else {
+        kt_err why = {0};
+        rc = cache_trial_decode(mv.mv_data, mv.mv_size, out, &why);
+        if (rc == -EBADMSG)
+            report_corrupt(env, key, klen, false, &why);
+        if (rc < 0)
+            kt_err_set(err, rc, "trial of candidate %s: %s", cand, why.msg);
+    }
+    cache_rtxn_end(env);
+    return rc;
+}
+
+int cache_trial_foreach(cache_env *env, const cache_key *k, cache_trial_cb cb, void *ctx,
+                        kt_err *err)
+{
+    if (!env || !k || !cb)
+        return kt_err_set(err, -EINVAL, "cache_trial_foreach: bad arguments");
+    uint8_t prefix[CACHE_KEY_MAX + 1];
+    size_t plen = 0;
+    int rc = trial_key(k, NULL, prefix, &plen, err);
+    if (rc < 0)
+        return rc;
+    MDB_txn *txn = NULL;
+    if ((rc = cache_rtxn_begin(env, &txn, err)) < 0)
+        return rc;
+    MDB_cursor *cur = NULL;
+    if ((rc = cache_lmdb_error(env, mdb_cursor_open(txn, env->trials, &cur), "cannot open a cursor",
+                               err)) < 0)
+        goto out;
+    MDB_val mk = {.mv_size = plen, .mv_data = prefix}, mv;
+    int mrc = mdb_cursor_get(cur, &mk, &mv, MDB_SET_RANGE);
+    for (; mrc == MDB_SUCCESS; mrc = mdb_cursor_get(cur, &mk, &mv, MDB_NEXT)) {
+        if (mk.mv_size <= plen || memcmp(mk.mv_data, prefix, plen) != 0)
+            break;
+        cache_trial t;
+        kt_err why = {0};
+        int drc = cache_trial_decode(mv.mv_data, mv.mv_size, &t, &why);
+        if (drc == -EBADMSG) {
+            report_corrupt(env, mk.mv_data, mk.mv_size, false, &why);
+            continue;
+        }
+        if (drc < 0) {
+            rc = kt_err_set(err, drc, "%s", why.msg);
+            break;
+        }
+        if ((rc = cb(&t, ctx)) != 0)
+            break;
+    }
+    if (rc == 0 && mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND)
+        rc = cache_lmdb_error(env, mrc, "cannot read trials", err);
+    mdb_cursor_close(cur);
+out:
+    cache_rtxn_end(env);
+    return rc;
+}

@@ -1,0 +1,154 @@
+/* The ktune cache: one LMDB environment in a directory, with the named databases `kernels` (per
+ * key the best verified record and its runner-ups), `trials` (every measured candidate), `jobs`
+ * (the daemon's journal) and `meta` (schema version). docs/formats-record.md has the layout.
+ *
+ * Errors: every function returns 0 or a negative errno and, when err is non-NULL, a one-line
+ * detail in it. Common codes: -ENOENT (nothing under that key, or no cache in the directory),
+ * -EINVAL (bad argument), -EBADMSG (a corrupt record or bundle), -ENOSPC (the map cannot grow any
+ * further, or the disk is full), -EPROTO (the cache was written by a newer ktune), -EACCES,
+ * -ENOMEM.
+ *
+ * Threads and processes: a cache_env may be used by one thread at a time (callers serialise; the
+ * daemon's cache writer owns its env). Any number of processes may open the same directory at
+ * once: readers never block the writer, and writers in different processes serialise on LMDB's
+ * lock. Do not use a cache_env across fork(): open a new one in the child.
+ *
+ * Transactions: each call runs in its own transaction. A write call (put, delete, trial append,
+ * import, merge) commits exactly once, just before it returns 0; on failure nothing it did is
+ * visible. Read calls use a short read-only transaction that ends before they return. */
+#pragma once
+
+#include "record.h"
+
+#define CACHE_SCHEMA_VERSION 1   /* the `meta` schema_version this build writes and reads */
+#define CACHE_KEY_MAX        300 /* bytes of an encoded key */
+#define CACHE_RUNNER_UPS     3   /* default number of runner-ups kept per key */
+
+typedef struct cache_env cache_env;
+
+enum cache_open_flags {
+    CACHE_RDONLY = 1u << 0, /* read-only: the cache must exist; no write call is allowed */
+};
+
+typedef struct cache_options {
+    size_t map_size;     /* initial map size in bytes; 0: 64 MiB. A larger existing file wins. */
+    size_t max_map_size; /* growth stops here (-ENOSPC); 0: 64 GiB */
+    int runner_ups;      /* runner-ups kept per key besides the best, 0..32; -1: default 3 */
+} cache_options;
+
+/* Opens (read-write: creating the directory and databases when missing) the cache in dir. opts
+ * may be NULL for the defaults. On success *out is a new handle the caller closes with
+ * cache_close. Read-write opens write the schema version on first use and refuse (-EPROTO) a
+ * cache whose schema version is newer than CACHE_SCHEMA_VERSION; read-only opens refuse it too. */
+int cache_open(const char *dir, unsigned flags, const cache_options *opts, cache_env **out,
+               kt_err *err);
+/* Closes the handle; NULL is a no-op. Every transaction of the handle must have ended. */
+void cache_close(cache_env *env);
+/* The directory the handle was opened on; valid until cache_close. */
+const char *cache_path(const cache_env *env);
+
+/* ---- keys ---- */
+
+/* The GPU id: the first CACHE_GPU_ID_BYTES of SHA-256 over the canonical fingerprint bytes. */
+void cache_gpu_id(const cache_gpu *gpu, uint8_t id[CACHE_GPU_ID_BYTES]);
+
+/* Encodes k into buf (CACHE_KEY_MAX bytes suffice): version byte, GPU id, signature, precision,
+ * then the shapes as "NAME=VALUE" joined with ';' in name order. Equal keys encode to equal bytes
+ * whatever the order of k->shapes. Returns 0 or -EINVAL (bad symbol name or value, duplicate or
+ * too many shapes, key too long). */
+int cache_key_encode(const cache_key *k, uint8_t *buf, size_t cap, size_t *len, kt_err *err);
+
+typedef enum cache_prefix {
+    CACHE_PREFIX_GPU,       /* every record of one GPU */
+    CACHE_PREFIX_SIGNATURE, /* one graph on one GPU, every precision and shape */
+    CACHE_PREFIX_PRECISION, /* one graph and precision on one GPU, every shape */
+} cache_prefix;
+/* Writes the leading bytes that every key sharing k's parts up to `level` starts with. buf needs
+ * CACHE_KEY_MAX bytes. For cache_list. */
+void cache_key_prefix(const cache_key *k, cache_prefix level, uint8_t *buf, size_t *len);
+
+/* ---- kernel records ---- */
+
+/* Inserts rec into the ranking of its key: the best verified record, then up to runner_ups others
+ * ordered by the ranking rule (faster median first; then smaller p90; then older created time;
+ * then the smaller checksum). At most one record per (family, schedule) is kept per key, the
+ * better one; a record byte-identical to a stored one changes nothing. Records that fall off the
+ * end are deleted. rec is only read. *rank (may be NULL) receives rec's position (0 = best), or
+ * -1 when it did not make the list. Refuses an unverified record (-EINVAL). */
+int cache_put(cache_env *env, const cache_record *rec, int *rank, kt_err *err);
+
+/* Decodes the record at position rank (0 = best) of key k into *out, which the caller releases
+ * with cache_record_free (also after a failure). Returns -ENOENT when there is none, -EBADMSG
+ * (reported, not returned) when the stored bytes fail their checksum or do not decode. */
+int cache_get(cache_env *env, const cache_key *k, int rank, cache_record *out, kt_err *err);
+
+/* Deletes every record (best and runner-ups) of key k. -ENOENT when there was none. */
+int cache_delete(cache_env *env, const cache_key *k, kt_err *err);
+
+/* Called for each record in key order, ranks of one key in rank order. rec is valid only during
+ * the call, and the callback must not call into the same cache_env. A non-zero return stops the
+ * walk, and cache_list returns it. */
+typedef int (*cache_list_cb)(const cache_record *rec, int rank, void *ctx);
+
+/* Walks the records whose encoded key starts with prefix (every record when prefix_len is 0).
+ * best_only skips runner-ups. A corrupt record is logged with its key, counted in *n_corrupt (may
+ * be NULL) and skipped. Returns 0, the callback's non-zero value, or a negative errno. */
+int cache_list(cache_env *env, const uint8_t *prefix, size_t prefix_len, bool best_only,
+               cache_list_cb cb, void *ctx, size_t *n_corrupt, kt_err *err);
+
+typedef struct cache_stats {
+    uint32_t schema_version;
+    size_t map_size; /* current map size in bytes */
+    size_t map_used; /* bytes of the map in use (last page + 1) */
+    size_t max_map_size;
+    uint32_t page_size;
+    size_t keys;    /* keys in `kernels` (rank-0 records) */
+    size_t records; /* records in `kernels`, runner-ups included */
+    size_t trials;
+    size_t jobs;
+    uint32_t readers_used, readers_max;
+} cache_stats;
+int cache_stat(cache_env *env, cache_stats *out, kt_err *err);
+
+/* ---- trials ---- */
+
+/* Stores trial t under (k, t->cand), replacing an earlier entry of the same candidate (its latest
+ * outcome is what a resumed search needs). One write transaction. */
+int cache_trial_append(cache_env *env, const cache_key *k, const cache_trial *t, kt_err *err);
+/* Looks one candidate up. -ENOENT when it was never tried; -EBADMSG when corrupt. */
+int cache_trial_get(cache_env *env, const cache_key *k, const char *cand, cache_trial *out,
+                    kt_err *err);
+/* Walks every trial of key k in candidate-id order; same callback rules as cache_list_cb. Corrupt
+ * entries are logged and skipped. */
+typedef int (*cache_trial_cb)(const cache_trial *t, void *ctx);
+int cache_trial_foreach(cache_env *env, const cache_key *k, cache_trial_cb cb, void *ctx,
+                        kt_err *err);
+
+/* ---- bundles and merge (cache/bundle.c) ---- */
+
+/* Writes every kernel record (best and runner-ups, exact stored bytes) into a bundle file at
+ * path, replacing it atomically (written beside it, then renamed). Corrupt records are reported
+ * and left out. *n (may be NULL) receives the number of records written. */
+int cache_export(cache_env *env, const char *path, size_t *n, kt_err *err);
+
+/* Restores a bundle: checks the whole file (framing, file checksum, every record's checksum,
+ * decoding, verified flag, key against the record's own key parts) before writing anything, then
+ * in one write transaction replaces, for each key in the bundle, all of that key's records with
+ * the bundle's. Keys not in the bundle are untouched. Export then import into an empty cache
+ * reproduces every record byte for byte. -EBADMSG on any defect, with nothing written. */
+int cache_import(cache_env *env, const char *path, size_t *n, kt_err *err);
+
+typedef struct cache_merge_stats {
+    size_t read;    /* records read from the source */
+    size_t corrupt; /* source records skipped as corrupt (cache directories only) */
+    size_t keys;    /* distinct keys in the source */
+    size_t changed; /* keys whose ranking in this cache changed */
+} cache_merge_stats;
+
+/* Merges src (a cache directory or a bundle file) into env, in one write transaction: for each
+ * key, the records of both sides are ranked by cache_put's rule and the list is truncated to
+ * env's runner_ups, so the faster verified record wins and equal times are decided by the fixed
+ * tie rule. Deterministic, commutative in its result, and idempotent. A bundle is checked as by
+ * cache_import (any defect refuses the merge); corrupt records in a source directory are
+ * reported and skipped. stats may be NULL. */
+int cache_merge(cache_env *env, const char *src, cache_merge_stats *stats, kt_err *err);

@@ -1,0 +1,326 @@
+/* Kernel records and trial entries: stored form round trips, checksum, validation; key encoding. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <math.h>
+
+#include "test_cache_util.h"
+
+static void test_record_roundtrip_every_field(void **state)
+{
+    (void)state;
+    cache_key k;
+    test_key(&k, "NVIDIA H100 80GB HBM3", 0x11, 1024);
+    k.precision = OPS_PREC_TF32;
+    cache_record r, d;
+    test_record(&r, &k, "tile=128x128x32 stages=3", 4321.5, 3000, 7);
+    r.timing = CACHE_TIMING_HOT;
+    r.kernels[1].args[5].scalar = CACHE_SCALAR_F64;
+    r.kernels[1].args[5].fval = -2.5e-300;
+    r.kernels[1].args[4].scalar = CACHE_SCALAR_I32;
+    r.kernels[1].args[4].ival = -7;
+    uint8_t *buf = NULL, *buf2 = NULL;
+    size_t len = 0, len2 = 0;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, NULL), 0);
+    assert_true(cache_value_check(buf, len));
+    cache_record_init(&d);
+    kt_err err = {0};
+    assert_int_equal(cache_record_decode(buf, len, &d, &err), 0);
+    assert_record_equal(&r, &d);
+    /* canonical: re-encoding the decoded record gives the same bytes */
+    assert_int_equal(cache_record_encode(&d, &buf2, &len2, NULL), 0);
+    assert_int_equal(len, len2);
+    assert_memory_equal(buf, buf2, len);
+    free(buf);
+    free(buf2);
+    cache_record_free(&r);
+    cache_record_free(&d);
+}
+
+static void test_record_shapes_sorted_and_version_default(void **state)
+{
+    (void)state;
+    cache_key k;
+    test_key(&k, "gpu", 0x22, 64); /* shapes given as N, M */
+    cache_record r, d;
+    test_record(&r, &k, "s", 10, 16, 1);
+    free(r.ktune_version);
+    r.ktune_version = NULL; /* encodes the running build's version */
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, NULL), 0);
+    cache_record_init(&d);
+    assert_int_equal(cache_record_decode(buf, len, &d, NULL), 0);
+    assert_string_equal(d.key.shapes[0].name, "M");
+    assert_string_equal(d.key.shapes[1].name, "N");
+    assert_non_null(d.ktune_version);
+    assert_true(strlen(d.ktune_version) > 0);
+    free(buf);
+    cache_record_free(&r);
+    cache_record_free(&d);
+}
+
+static void test_record_checksum_detects_every_flip(void **state)
+{
+    (void)state;
+    cache_key k;
+    test_key(&k, "gpu", 0x33, 8);
+    cache_record r, d;
+    test_record(&r, &k, "s", 10, 64, 2);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, NULL), 0);
+    cache_record_init(&d);
+    for (size_t i = 0; i < len; i++) {
+        buf[i] ^= 0x04;
+        kt_err err = {0};
+        assert_int_equal(cache_record_decode(buf, len, &d, &err), -EBADMSG);
+        assert_int_equal(err.code, -EBADMSG);
+        assert_false(cache_value_check(buf, len));
+        buf[i] ^= 0x04;
+    }
+    /* truncated values */
+    assert_int_equal(cache_record_decode(buf, len - 1, &d, NULL), -EBADMSG);
+    assert_int_equal(cache_record_decode(buf, 10, &d, NULL), -EBADMSG);
+    assert_int_equal(cache_record_decode(buf, 0, &d, NULL), -EBADMSG);
+    assert_int_equal(cache_record_decode(buf, len, &d, NULL), 0);
+    free(buf);
+    cache_record_free(&r);
+    cache_record_free(&d);
+}
+
+static void test_record_bad_body_with_good_checksum(void **state)
+{
+    (void)state;
+    /* a well-formed checksum over a body that is not a record */
+    const uint8_t body[] = {0x81, 0xa1, 'v', 0x63}; /* {"v": 99} */
+    uint8_t val[sizeof(body) + CACHE_CHECKSUM_BYTES];
+    memcpy(val, body, sizeof(body));
+    ops_sha256(body, sizeof(body), val + sizeof(body));
+    cache_record d;
+    cache_record_init(&d);
+    kt_err err = {0};
+    assert_int_equal(cache_record_decode(val, sizeof(val), &d, &err), -EBADMSG);
+    assert_non_null(strstr(err.msg, "version 99"));
+    const uint8_t notmap[] = {0x93, 1, 2, 3};
+    memcpy(val, notmap, sizeof(notmap));
+    ops_sha256(notmap, sizeof(notmap), val + sizeof(notmap));
+    assert_int_equal(cache_record_decode(val, sizeof(val), &d, NULL), -EBADMSG);
+    cache_record_free(&d);
+}
+
+static void test_record_encode_validates(void **state)
+{
+    (void)state;
+    cache_key k;
+    test_key(&k, "gpu", 0x44, 8);
+    cache_record r;
+    test_record(&r, &k, "s", 10, 16, 3);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    kt_err err = {0};
+    r.time_ns = NAN;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    r.time_ns = 10;
+    int nk = r.n_kernels;
+    r.n_kernels = 0;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    r.n_kernels = nk;
+    r.kernels[0].args[0].kind = CACHE_ARG_KIND_COUNT;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    r.kernels[0].args[0].kind = CACHE_ARG_INPUT;
+    r.key.shapes[0].value = 0;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    r.key.shapes[0].value = 1;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), 0);
+    free(buf);
+    cache_record_free(&r);
+}
+
+static void encode(const cache_key *k, uint8_t *buf, size_t *len)
+{
+    kt_err err = {0};
+    int rc = cache_key_encode(k, buf, CACHE_KEY_MAX, len, &err);
+    if (rc != 0)
+        fail_msg("cache_key_encode: %s", err.msg);
+}
+
+static bool same(const uint8_t *a, size_t la, const uint8_t *b, size_t lb)
+{
+    return la == lb && memcmp(a, b, la) == 0;
+}
+
+static void test_key_deterministic(void **state)
+{
+    (void)state;
+    cache_key a, b;
+    test_key(&a, "NVIDIA H100", 0x55, 1024);
+    b = a;
+    /* same shapes in the other order */
+    b.shapes[0] = a.shapes[1];
+    b.shapes[1] = a.shapes[0];
+    uint8_t ka[CACHE_KEY_MAX], kb[CACHE_KEY_MAX];
+    size_t la = 0, lb = 0;
+    encode(&a, ka, &la);
+    encode(&b, kb, &lb);
+    assert_true(same(ka, la, kb, lb));
+    /* documented layout: version, gpu id, signature, precision, shapes text */
+    assert_int_equal(ka[0], 1);
+    uint8_t id[CACHE_GPU_ID_BYTES];
+    cache_gpu_id(&a.gpu, id);
+    assert_memory_equal(ka + 1, id, CACHE_GPU_ID_BYTES);
+    assert_memory_equal(ka + 1 + CACHE_GPU_ID_BYTES, a.sig, OPS_SIG_BYTES);
+    assert_int_equal(ka[1 + CACHE_GPU_ID_BYTES + OPS_SIG_BYTES], OPS_PREC_EXACT);
+    const char *text = "M=1024;N=256";
+    size_t fixed = 2 + CACHE_GPU_ID_BYTES + OPS_SIG_BYTES;
+    assert_int_equal(la, fixed + strlen(text));
+    assert_memory_equal(ka + fixed, text, strlen(text));
+}
+
+static void test_key_distinct(void **state)
+{
+    (void)state;
+    cache_key base;
+    test_key(&base, "NVIDIA H100", 0x66, 1024);
+    uint8_t kb[CACHE_KEY_MAX];
+    size_t lb = 0;
+    encode(&base, kb, &lb);
+    cache_key v[12];
+    for (int i = 0; i < 12; i++)
+        v[i] = base;
+    snprintf(v[0].gpu.name, sizeof(v[0].gpu.name), "NVIDIA H200");
+    v[1].gpu.sm_minor = 1;
+    v[2].gpu.sm_count = 114;
+    v[3].gpu.mem_bytes += 1;
+    v[4].gpu.driver_version = 12050;
+    v[5].gpu.cuda_version = 12030;
+    v[6].sig[0] ^= 1;
+    v[7].precision = OPS_PREC_REDUCED;
+    v[8].shapes[1].value = 1025;
+    snprintf(v[9].shapes[1].name, sizeof(v[9].shapes[1].name), "K");
+    v[10].n_shapes = 1;
+    v[11].gpu.sm_major = 8;
+    uint8_t keys[12][CACHE_KEY_MAX];
+    size_t lens[12];
+    for (int i = 0; i < 12; i++) {
+        encode(&v[i], keys[i], &lens[i]);
+        assert_false(same(keys[i], lens[i], kb, lb));
+        for (int j = 0; j < i; j++)
+            assert_false(same(keys[i], lens[i], keys[j], lens[j]));
+    }
+}
+
+static void test_key_prefixes(void **state)
+{
+    (void)state;
+    cache_key k;
+    test_key(&k, "NVIDIA H100", 0x77, 4096);
+    uint8_t key[CACHE_KEY_MAX], p[CACHE_KEY_MAX];
+    size_t kl = 0, pl = 0;
+    encode(&k, key, &kl);
+    size_t want[] = {1 + CACHE_GPU_ID_BYTES, 1 + CACHE_GPU_ID_BYTES + OPS_SIG_BYTES,
+                     2 + CACHE_GPU_ID_BYTES + OPS_SIG_BYTES};
+    for (int level = CACHE_PREFIX_GPU; level <= CACHE_PREFIX_PRECISION; level++) {
+        cache_key_prefix(&k, (cache_prefix)level, p, &pl);
+        assert_int_equal(pl, want[level]);
+        assert_memory_equal(p, key, pl);
+    }
+    /* a different GPU does not share the GPU prefix */
+    cache_key o = k;
+    o.gpu.sm_count = 1;
+    uint8_t ok[CACHE_KEY_MAX];
+    size_t ol = 0;
+    encode(&o, ok, &ol);
+    cache_key_prefix(&k, CACHE_PREFIX_GPU, p, &pl);
+    assert_memory_not_equal(p, ok, pl);
+}
+
+static void test_key_rejects_bad_parts(void **state)
+{
+    (void)state;
+    cache_key k;
+    uint8_t buf[CACHE_KEY_MAX];
+    size_t len = 0;
+    kt_err err = {0};
+    test_key(&k, "g", 1, 8);
+    snprintf(k.shapes[1].name, sizeof(k.shapes[1].name), "N");
+    assert_int_equal(cache_key_encode(&k, buf, sizeof(buf), &len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "twice"));
+    test_key(&k, "g", 1, 8);
+    snprintf(k.shapes[1].name, sizeof(k.shapes[1].name), "M;N");
+    assert_int_equal(cache_key_encode(&k, buf, sizeof(buf), &len, NULL), -EINVAL);
+    test_key(&k, "g", 1, 0);
+    assert_int_equal(cache_key_encode(&k, buf, sizeof(buf), &len, NULL), -EINVAL);
+    test_key(&k, "g", 1, 8);
+    k.n_shapes = CACHE_MAX_SHAPES + 1;
+    assert_int_equal(cache_key_encode(&k, buf, sizeof(buf), &len, NULL), -EINVAL);
+    test_key(&k, "g", 1, 8);
+    k.precision = (ops_precision)9;
+    assert_int_equal(cache_key_encode(&k, buf, sizeof(buf), &len, NULL), -EINVAL);
+    /* 16 long names overflow the key */
+    test_key(&k, "g", 1, 8);
+    k.n_shapes = CACHE_MAX_SHAPES;
+    for (int i = 0; i < CACHE_MAX_SHAPES; i++) {
+        snprintf(k.shapes[i].name, sizeof(k.shapes[i].name), "S%02d_%s", i,
+                 "abcdefghijklmnopqrstuvwxyz0123456789");
+        k.shapes[i].value = INT64_MAX;
+    }
+    assert_int_equal(cache_key_encode(&k, buf, sizeof(buf), &len, &err), -EINVAL);
+    /* an empty shape list is fine */
+    test_key(&k, "g", 1, 8);
+    k.n_shapes = 0;
+    assert_int_equal(cache_key_encode(&k, buf, sizeof(buf), &len, NULL), 0);
+    assert_int_equal(len, 2 + CACHE_GPU_ID_BYTES + OPS_SIG_BYTES);
+}
+
+static void test_trial_roundtrip(void **state)
+{
+    (void)state;
+    for (int s = 0; s < CACHE_TRIAL_STATUS_COUNT; s++) {
+        cache_trial t = {0}, d;
+        snprintf(t.cand, sizeof(t.cand), "gemm/tile=64x64/stages=%d", s);
+        t.status = (cache_trial_status)s;
+        t.time_ns = 1234.25 * s;
+        t.error = 1e-5;
+        snprintf(t.detail, sizeof(t.detail), "detail %d", s);
+        t.ts = 1700000123;
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        assert_int_equal(cache_trial_encode(&t, &buf, &len, NULL), 0);
+        assert_int_equal(cache_trial_decode(buf, len, &d, NULL), 0);
+        assert_memory_equal(&t, &d, sizeof(t));
+        cache_trial_status back;
+        assert_int_equal(cache_trial_status_from_name(cache_trial_status_name(t.status), &back), 0);
+        assert_int_equal(back, t.status);
+        buf[len / 2] ^= 0xff;
+        assert_int_equal(cache_trial_decode(buf, len, &d, NULL), -EBADMSG);
+        free(buf);
+    }
+    cache_trial_status st;
+    assert_int_equal(cache_trial_status_from_name("bogus", &st), -EINVAL);
+    assert_string_equal(cache_trial_status_name(CACHE_TRIAL_COMPILE_ERROR), "compile_error");
+    cache_trial empty = {0};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(cache_trial_encode(&empty, &buf, &len, NULL), -EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_record_roundtrip_every_field),
+        cmocka_unit_test(test_record_shapes_sorted_and_version_default),
+        cmocka_unit_test(test_record_checksum_detects_every_flip),
+        cmocka_unit_test(test_record_bad_body_with_good_checksum),
+        cmocka_unit_test(test_record_encode_validates),
+        cmocka_unit_test(test_key_deterministic),
+        cmocka_unit_test(test_key_distinct),
+        cmocka_unit_test(test_key_prefixes),
+        cmocka_unit_test(test_key_rejects_bad_parts),
+        cmocka_unit_test(test_trial_roundtrip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
