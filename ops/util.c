@@ -103,3 +103,57 @@ void kt_hex(const uint8_t *bytes, size_t n, char *out)
     }
     out[2 * n] = '\0';
 }
+
+static void buf_vappend(kt_buf *b, const char *fmt, va_list ap)
+{
+    if (b->oom)
+        return;
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0 || kt_grow(&b->data, &b->cap, b->len + (size_t)n + 1, 1) < 0) {
+        b->oom = true;
+        return;
+    }
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+}
+
+void kt_buf_printf(kt_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    buf_vappend(b, fmt, ap);
+    va_end(ap);
+}
+
+void kt_buf_line(kt_buf *b, const char *fmt, ...)
+{
+    kt_buf_printf(b, "%*s", b->indent, "");
+    va_list ap;
+    va_start(ap, fmt);
+    buf_vappend(b, fmt, ap);
+    va_end(ap);
+    kt_buf_printf(b, "\n");
+}
+
+int kt_buf_status(const kt_buf *b)
+{
+    return b->oom ? -ENOMEM : 0;
+}
+
+char *kt_buf_take(kt_buf *b)
+{
+    char *s = b->oom ? NULL : b->data;
+    if (b->oom)
+        free(b->data);
+    *b = (kt_buf){0};
+    return s;
+}
+
+void kt_buf_free(kt_buf *b)
+{
+    free(b->data);
+    *b = (kt_buf){0};
+}

@@ -63,3 +63,20 @@ int kt_read_file(const char *path, char **out, size_t *len, kt_err *err);
 
 /* Lowercase hex of n bytes into out (2n+1 bytes). */
 void kt_hex(const uint8_t *bytes, size_t n, char *out);
+
+/* A growable text buffer for code generation and formatting. After any failed append the buffer
+ * is marked failed (oom) and later appends are no-ops, so emitters check once at the end. */
+typedef struct kt_buf {
+    char *data; /* NUL-terminated; NULL until the first append */
+    size_t len, cap;
+    int indent; /* spaces emitted by kt_buf_line before its text */
+    bool oom;
+} kt_buf;
+void kt_buf_printf(kt_buf *b, const char *fmt, ...) KT_PRINTF(2, 3);
+/* Appends indent spaces, the formatted text and a newline. */
+void kt_buf_line(kt_buf *b, const char *fmt, ...) KT_PRINTF(2, 3);
+/* Returns 0, or -ENOMEM when an append failed. */
+int kt_buf_status(const kt_buf *b);
+/* Hands the string to the caller (who frees it) and resets b. NULL when nothing was appended. */
+char *kt_buf_take(kt_buf *b);
+void kt_buf_free(kt_buf *b);

@@ -1,0 +1,183 @@
+/* Kernel families: a group of nodes of a canonical, fully bound graph; the knobs each family
+ * declares; and the emitter that turns (group, schedule) into readable CUDA C plus the launch
+ * description the GPU worker and the deploy-time runtime use.
+ *
+ * Emitted kernels are self-contained: no #include, f16/bf16 are carried as 16-bit integers
+ * (kt_f16, kt_bf16) converted through inline PTX by the prelude of ops_emit_prelude, so NVRTC
+ * needs no include path and compiles fast. Shapes are compile-time constants: every kernel is
+ * specialised to the bound shapes of its group. */
+#pragma once
+
+#include "ops.h"
+
+#define OPS_GROUP_MAX_NODES 64 /* node sets are uint64_t masks over the graph's nodes */
+#define OPS_GROUP_MAX_IO    16
+#define OPS_MAX_KNOBS       12
+#define OPS_KNOB_MAX_VALUES 16
+#define OPS_MAX_KERNELS     4 /* kernels in one candidate (e.g. split-K partials + reduction) */
+#define OPS_MAX_ARGS        (2 * OPS_GROUP_MAX_IO + 2)
+
+typedef enum ops_family_id {
+    OPS_FAM_POINTWISE = 0,
+    OPS_FAM_ROW,
+    OPS_FAM_GEMM,
+    OPS_FAM_CONV,
+    OPS_FAM_ATTENTION,
+    OPS_FAM_LIBRARY,
+    OPS_FAM_REFERENCE,
+    OPS_FAM_COUNT
+} ops_family_id;
+
+/* A kernel group: some nodes of g (which must be canonical, validated and fully bound). */
+typedef struct ops_group {
+    const ops_graph *g;
+    ops_precision precision; /* the job's policy (ops_group_init sets exact; search overrides) */
+    uint64_t mask;           /* bit i set: node i is in the group */
+    int n_nodes;
+    int32_t nodes[OPS_GROUP_MAX_NODES]; /* topological order */
+    int n_in;
+    int32_t in[OPS_GROUP_MAX_IO]; /* tensors read but not produced here, in first-use order */
+    int n_out;
+    int32_t out[OPS_GROUP_MAX_IO]; /* tensors produced here that a graph output is, or that a
+                                      node outside the group reads; in node order */
+} ops_group;
+
+/* Fills grp for the nodes in mask. -EINVAL (detail in d) when g is not validated and bound,
+ * has more than 64 nodes, or the group has more than OPS_GROUP_MAX_IO inputs or outputs. */
+int ops_group_init(ops_group *grp, const ops_graph *g, uint64_t mask, ops_diag *d);
+
+typedef struct ops_knob {
+    const char *name;
+    int n_values;
+    int values[OPS_KNOB_MAX_VALUES];
+    const char *const *labels; /* labels[i] names values[i] for enumerated knobs, or NULL */
+} ops_knob;
+
+/* One point of a family's space: the chosen value (not index) of every knob, in knob order. */
+typedef struct ops_schedule {
+    ops_family_id family;
+    int v[OPS_MAX_KNOBS];
+} ops_schedule;
+
+/* What the pruner knows about the target GPU. */
+typedef struct ops_device {
+    char name[64];
+    char arch[16]; /* NVRTC target, e.g. "sm_90a" */
+    int sm_major, sm_minor;
+    int sm_count;
+    int warp_size;
+    int max_threads_per_block;
+    int max_threads_per_sm;
+    int max_blocks_per_sm;
+    int regs_per_sm;
+    int max_regs_per_thread;
+    int smem_per_block;       /* without opt-in */
+    int smem_per_block_optin; /* with cudaFuncAttributeMaxDynamicSharedMemorySize */
+    int smem_per_sm;
+    int64_t l2_bytes;
+    double dram_bytes_per_s;
+    double fp32_flops_per_s;   /* FFMA */
+    double tf32_flops_per_s;   /* tensor cores */
+    double f16_flops_per_s;    /* f16/bf16 tensor cores */
+} ops_device;
+
+/* The lent H100 of MEASURE.md (sm_90a, 132 SMs, 227 KiB opt-in shared memory per block). */
+void ops_device_h100(ops_device *dev);
+
+typedef enum ops_arg_kind {
+    OPS_ARG_TENSOR,    /* a graph tensor's device pointer */
+    OPS_ARG_WORKSPACE, /* workspace base + offset */
+} ops_arg_kind;
+
+typedef struct ops_arg {
+    ops_arg_kind kind;
+    int32_t tensor; /* OPS_ARG_TENSOR: index into g->tensors */
+    int64_t offset; /* OPS_ARG_WORKSPACE: byte offset */
+} ops_arg;
+
+typedef struct ops_kernel_launch {
+    char entry[64];
+    uint32_t grid[3], block[3];
+    uint32_t smem_bytes; /* dynamic shared memory; above device smem_per_block needs opt-in */
+    int n_args;
+    ops_arg args[OPS_MAX_ARGS]; /* kernel parameters in order; all are pointers */
+    bool zero_workspace;        /* memset the workspace to 0 before this kernel */
+} ops_kernel_launch;
+
+typedef struct ops_emitted {
+    char *source; /* malloc'd CUDA C holding every kernel of the candidate */
+    int n_kernels;
+    ops_kernel_launch kernels[OPS_MAX_KERNELS]; /* launched in order on one stream */
+    int64_t workspace_bytes;
+} ops_emitted;
+void ops_emitted_free(ops_emitted *e);
+
+/* The cost model's view of one candidate (see docs/search.md). */
+typedef struct ops_estimate {
+    double seconds;   /* predicted kernel time */
+    double flops;     /* arithmetic executed, including recomputation */
+    double bytes;     /* DRAM traffic, including re-reads and workspace */
+    double occupancy; /* resident warps per SM / max, 0..1 */
+} ops_estimate;
+
+typedef struct ops_family {
+    ops_family_id id;
+    const char *name; /* "pointwise", "row", "gemm", "conv", "attention", "library", "reference" */
+    int n_knobs;
+    const ops_knob *knobs;
+    /* True when some schedule of this family can implement the group. */
+    bool (*matches)(const ops_group *grp);
+    /* NULL when the schedule is legal for grp on dev; otherwise the reason class it is pruned
+     * for: "threads", "smem", "regs", "align", "divisibility", "shape" or "redundant". */
+    const char *(*prune)(const ops_group *grp, const ops_schedule *s, const ops_device *dev);
+    /* Emits the candidate. 0, or -EINVAL/-ENOMEM with detail in d. */
+    int (*emit)(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
+                ops_emitted *out, ops_diag *d);
+    void (*estimate)(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
+                     ops_estimate *e);
+} ops_family;
+
+const ops_family *ops_family_get(ops_family_id id);
+/* "gemm math=f16 bm=128 ..." — one line, used in headers, logs and records. */
+void ops_schedule_format(const ops_schedule *s, char *buf, size_t len);
+
+/* ---- helpers shared by the emitters (ops/emit_common.c) ---- */
+
+/* The header comment: family, schedule, graph, nodes of the group, bound shapes. */
+void ops_emit_header(kt_buf *b, const ops_group *grp, const ops_schedule *s);
+/* Type definitions, f16/bf16 conversions and the math helpers (kt_gelu, kt_gelu_tanh, ...)
+ * every elementwise expression may use. */
+void ops_emit_prelude(kt_buf *b);
+/* "float", "kt_f16", "kt_bf16" (or "double" for OPS_DT_F64). */
+const char *ops_emit_ctype(ops_dtype dt);
+/* Appends an expression converting the stored value `expr` of dtype dt to float, or a float
+ * expression to dtype dt. */
+void ops_emit_to_float(kt_buf *b, ops_dtype dt, const char *expr);
+void ops_emit_from_float(kt_buf *b, ops_dtype dt, const char *expr);
+/* Appends the float expression computing elementwise node n from its operand expressions
+ * (operands[k] for tensor operands; scalar operands are taken from n). -EINVAL when n is not
+ * elementwise (unary or binary). */
+int ops_emit_elementwise(kt_buf *b, const ops_node *n, const char *const *operands);
+/* Appends the flat element offset into a tensor of shape `in` that NumPy-broadcasts against
+ * `out`, given the names of the variables holding the out index per axis (out->rank names). */
+void ops_emit_bcast_offset(kt_buf *b, const ops_shape *in, const ops_shape *out,
+                           const char *const *out_idx);
+/* True for unary and binary ops (the ones ops_emit_elementwise handles). */
+bool ops_is_elementwise(ops_op op);
+
+/* Pruning tallies by reason class (the strings family prune() functions return). */
+typedef struct ops_prune_counts {
+    int64_t kept;
+    int n_reasons;
+    struct {
+        const char *reason;
+        int64_t count;
+    } reasons[16];
+} ops_prune_counts;
+
+/* Walks the product of f's knob values in a fixed order (last knob fastest), calls prune() on
+ * each schedule and cb() on each legal one; stops early when cb returns non-zero (and returns
+ * that value). counts (optional) receives kept/pruned tallies. Requires f->matches(grp). */
+int ops_family_enumerate(const ops_family *f, const ops_group *grp, const ops_device *dev,
+                         int (*cb)(const ops_schedule *s, void *ctx), void *ctx,
+                         ops_prune_counts *counts);

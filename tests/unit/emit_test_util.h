@@ -1,0 +1,83 @@
+/* Shared by the emitter tests: build a canonical bound graph from JSON, compile emitted CUDA
+ * with NVRTC (no GPU needed), and compare emitted source with golden files. Include after
+ * <cmocka.h>. */
+#pragma once
+
+#include "ops/family.h"
+#include "search/compile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parses, validates, binds ("M=4,N=8" or "") and canonicalises; fails the test on any error. */
+static inline ops_graph *emit_test_graph(const char *json, const char *shapes)
+{
+    ops_graph *g = NULL, *bound = NULL, *canon = NULL;
+    ops_diag d = {0};
+    if (ops_graph_from_json(json, strlen(json), &g, &d) < 0 || ops_graph_validate(g, &d) < 0)
+        fail_msg("graph: %s", d.msg);
+    ops_binding b[16];
+    int n = 0;
+    char *copy = strdup(shapes);
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok && n < 16;
+         tok = strtok_r(NULL, ",", &save)) {
+        kt_err err = {0};
+        if (ops_binding_parse(tok, &b[n++], &err) < 0)
+            fail_msg("shape %s: %s", tok, err.msg);
+    }
+    if (ops_graph_bind(g, b, n, &bound, &d) < 0 || ops_graph_canonicalize(bound, &canon, &d) < 0)
+        fail_msg("bind/canonicalize: %s", d.msg);
+    free(copy);
+    ops_graph_free(g);
+    ops_graph_free(bound);
+    return canon;
+}
+
+/* The group of every node of g. */
+static inline void emit_test_whole_group(const ops_graph *g, ops_group *grp)
+{
+    ops_diag d = {0};
+    uint64_t mask = g->n_nodes == 64 ? ~0ull : (1ull << g->n_nodes) - 1;
+    if (ops_group_init(grp, g, mask, &d) < 0)
+        fail_msg("group: %s", d.msg);
+}
+
+/* Compiles src for arch; fails the test with the NVRTC log on error or on any register spill. */
+static inline void emit_test_compile(const char *src, const char *arch)
+{
+    srch_compile_result r = {0};
+    if (srch_nvrtc_compile(src, arch, &r) < 0)
+        fail_msg("NVRTC failed to run");
+    if (r.status != SRCH_COMPILE_OK)
+        fail_msg("compile for %s failed:\n%s\n---- source ----\n%s", arch, r.log, src);
+    for (int k = 0; k < r.n_kernels; k++)
+        if (r.kernels[k].spill_store_bytes || r.kernels[k].spill_load_bytes)
+            fail_msg("kernel %s spills (%d/%d bytes) for %s:\n%s", r.kernels[k].name,
+                     r.kernels[k].spill_store_bytes, r.kernels[k].spill_load_bytes, arch, src);
+    srch_compile_result_release(&r);
+}
+
+/* Compares text with tests/golden/<name>; with KTUNE_UPDATE_GOLDEN=1 rewrites the file. */
+static inline void emit_test_golden(const char *name, const char *text)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/tests/golden/%s", getenv("KTUNE_SOURCE_ROOT"), name);
+    const char *update = getenv("KTUNE_UPDATE_GOLDEN");
+    if (update && strcmp(update, "1") == 0) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(text, f);
+        fclose(f);
+        return;
+    }
+    char *want = NULL;
+    kt_err err = {0};
+    if (kt_read_file(path, &want, NULL, &err) < 0)
+        fail_msg("%s (run with KTUNE_UPDATE_GOLDEN=1 to create it)", err.msg);
+    if (strcmp(want, text) != 0)
+        fail_msg("emitted source differs from %s (KTUNE_UPDATE_GOLDEN=1 updates it after "
+                 "review):\n%s",
+                 path, text);
+    free(want);
+}

@@ -1,0 +1,5 @@
+/* Placeholder test: the row emitter is being written. */
+int main(void)
+{
+    return 77;
+}
