@@ -1,5 +1,5 @@
 /* Bundles (export/import) and merge. The bundle layout and the merge rule are in
- * docs/formats-record.md. */
+ * docs/formats.md (part 3). */
 #include "internal.h"
 #include "ops/ops.h"
 

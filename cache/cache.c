@@ -1,6 +1,6 @@
 /* The LMDB environment: open/close, the schema-version check, read and write transactions with
  * map growth, kernel records with their ranking, and the trial log. The policies (ranking,
- * growth, commit points) are documented in cache.h and docs/formats-record.md. */
+ * growth, commit points) are documented in cache.h and docs/formats.md (part 3). */
 #include "internal.h"
 
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* The ktune cache: one LMDB environment in a directory, with the named databases `kernels` (per
  * key the best verified record and its runner-ups), `trials` (every measured candidate), `jobs`
- * (the daemon's journal) and `meta` (schema version). docs/formats-record.md has the layout.
+ * (the daemon's journal) and `meta` (schema version). docs/formats.md (part 3) has the layout.
  *
  * Errors: every function returns 0 or a negative errno and, when err is non-NULL, a one-line
  * detail in it. Common codes: -ENOENT (nothing under that key, or no cache in the directory),

@@ -1,5 +1,5 @@
 /* Cache keys: the GPU id and the byte encoding of (GPU, signature, precision, bound shapes).
- * The layout is in docs/formats-record.md, "Key encoding". */
+ * The layout is in docs/formats.md (part 3), "Key encoding". */
 #include "internal.h"
 #include "ops/ops.h"
 

@@ -1,5 +1,5 @@
 /* Stored form of kernel records and trial entries: a canonical msgpack map followed by SHA-256 of
- * the map's bytes. Field names and types are in docs/formats-record.md. */
+ * the map's bytes. Field names and types are in docs/formats.md (part 3). */
 #include "internal.h"
 #include "ops/ops.h"
 #include "ktune_config.h"

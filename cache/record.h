@@ -1,5 +1,5 @@
 /* Kernel records and trial entries of the ktune cache: the plain structs, and their stored form
- * (a msgpack map followed by a SHA-256 checksum of the map's bytes). docs/formats-record.md
+ * (a msgpack map followed by a SHA-256 checksum of the map's bytes). docs/formats.md (part 3)
  * describes every field and the byte layout.
  *
  * A cache_record owns every pointer in it (strings, blobs, arrays): fill one by hand or with

@@ -1,5 +1,5 @@
 /* FLOP and minimum-traffic counts of a bound graph, for the roofline cost model and for
- * reporting achieved throughput. Counting rules (docs/formats-signature.md):
+ * reporting achieved throughput. Counting rules (docs/formats.md (part 2)):
  *
  *   unary, binary          1 per output element (transcendentals count 1); cast 0
  *   sum / max / min        n - 1 per output element, n = elements reduced into it

@@ -678,7 +678,7 @@ static json_t *int_list(enc *e, const int *v, int n)
     return arr;
 }
 
-/* Every attribute relevant to the op, in a fixed order; see docs/formats-graph.md. */
+/* Every attribute relevant to the op, in a fixed order; see docs/formats.md (part 1). */
 static void encode_attrs(enc *e, const ops_graph *g, const ops_node *n, json_t *o)
 {
     const ops_attrs *a = &n->attrs;

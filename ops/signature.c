@@ -1,4 +1,4 @@
-/* The canonical signature of an op graph (docs/formats-signature.md has the exact algorithm).
+/* The canonical signature of an op graph (docs/formats.md (part 2) has the exact algorithm).
  *
  * The graph is validated and canonicalised (composites become primitives), then its tensors are
  * put in a canonical order by colour refinement (Weisfeiler-Lehman on the DAG) with
