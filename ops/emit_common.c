@@ -146,8 +146,8 @@ int ops_emit_elementwise(kt_buf *b, const ops_node *n, const char *const *operan
             ops_op op;
             const char *infix, *fn;
         } bin[] = {
-            {OPS_ADD, " + ", NULL},    {OPS_SUB, " - ", NULL},    {OPS_MUL, " * ", NULL},
-            {OPS_DIV, " / ", NULL},    {OPS_MAX, NULL, "fmaxf"}, {OPS_MIN, NULL, "fminf"},
+            {OPS_ADD, " + ", NULL},  {OPS_SUB, " - ", NULL},   {OPS_MUL, " * ", NULL},
+            {OPS_DIV, " / ", NULL},  {OPS_MAX, NULL, "fmaxf"}, {OPS_MIN, NULL, "fminf"},
             {OPS_POW, NULL, "powf"},
         };
         for (size_t i = 0; i < KT_ARRAY_LEN(bin); i++) {

@@ -76,9 +76,9 @@ typedef struct ops_device {
     int smem_per_sm;
     int64_t l2_bytes;
     double dram_bytes_per_s;
-    double fp32_flops_per_s;   /* FFMA */
-    double tf32_flops_per_s;   /* tensor cores */
-    double f16_flops_per_s;    /* f16/bf16 tensor cores */
+    double fp32_flops_per_s; /* FFMA */
+    double tf32_flops_per_s; /* tensor cores */
+    double f16_flops_per_s;  /* f16/bf16 tensor cores */
 } ops_device;
 
 /* The lent H100 of MEASURE.md (sm_90a, 132 SMs, 227 KiB opt-in shared memory per block). */
