@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int cli_error(const char *fmt, ...)
@@ -37,4 +38,84 @@ int cli_print_json(json_t *v)
 bool cli_is_help(const char *s)
 {
     return strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0;
+}
+
+static int add_bindings(cli_graph_args *a, char *list)
+{
+    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (a->n_bindings == CLI_MAX_BINDINGS)
+            return cli_usage_error(a->sub, "more than %d --shape bindings", CLI_MAX_BINDINGS);
+        kt_err err = {0};
+        if (ops_binding_parse(tok, &a->bindings[a->n_bindings], &err) < 0)
+            return cli_usage_error(a->sub, "--shape %s", err.msg);
+        a->n_bindings++;
+    }
+    return CLI_OK;
+}
+
+int cli_parse_graph_args(int argc, char **argv, cli_graph_args *a,
+                         int (*extra)(void *ctx, const char *opt, const char *value), void *ctx)
+{
+    for (int i = 1; i < argc; i++) {
+        char *arg = argv[i];
+        char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc;
+        if (cli_is_help(arg)) {
+            fputs(a->help, stdout);
+            exit(CLI_OK);
+        } else if (strcmp(arg, "--json") == 0) {
+            a->json = true;
+        } else if (strcmp(arg, "--shape") == 0 || strncmp(arg, "--shape=", 8) == 0) {
+            char *list = arg[7] == '=' ? arg + 8 : value;
+            if (!list)
+                return cli_usage_error(a->sub, "--shape needs NAME=VALUE");
+            if ((rc = add_bindings(a, list)) != CLI_OK)
+                return rc;
+            i += arg[7] != '=';
+        } else if (strcmp(arg, "--precision") == 0) {
+            if (!value || ops_precision_from_name(value, &a->precision) < 0)
+                return cli_usage_error(a->sub, "--precision takes exact, tf32 or reduced");
+            i++;
+        } else if (arg[0] == '-' && arg[1] != '\0') {
+            rc = extra ? extra(ctx, arg, value) : 0;
+            if (rc < 0)
+                return -rc;
+            if (rc == 0)
+                return cli_usage_error(a->sub, "unknown option '%s'", arg);
+            i += rc - 1;
+        } else if (a->path) {
+            return cli_usage_error(a->sub, "one graph at a time ('%s' and '%s')", a->path, arg);
+        } else {
+            a->path = arg;
+        }
+    }
+    if (!a->path)
+        return cli_usage_error(a->sub, "missing GRAPH.json");
+    return CLI_OK;
+}
+
+int cli_load_graph(const cli_graph_args *a, ops_graph **graph, ops_graph **bound)
+{
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    *bound = NULL;
+    if (ops_graph_from_json_file(a->path, &g, &d) < 0 || ops_graph_validate(g, &d) < 0 ||
+        ops_graph_bind(g, a->bindings, a->n_bindings, bound, &d) < 0) {
+        ops_graph_free(g);
+        return cli_error("%s: %s", a->path, d.msg);
+    }
+    *graph = g;
+    return CLI_OK;
+}
+
+long cli_parse_count(const char *sub, const char *opt, const char *value)
+{
+    char *end = NULL;
+    long n = value ? strtol(value, &end, 10) : 0;
+    if (!value || *end != '\0' || n <= 0) {
+        cli_usage_error(sub, "%s takes a positive integer", opt);
+        return -1;
+    }
+    return n;
 }

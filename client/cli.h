@@ -22,3 +22,32 @@ bool cli_is_help(const char *s);
 
 int cli_check(int argc, char **argv);
 int cli_cache(int argc, char **argv);
+
+#include "ops/ops.h"
+
+#define CLI_MAX_BINDINGS 32
+
+/* The arguments every graph command shares: GRAPH.json, --shape, --precision, --json, --help. */
+typedef struct cli_graph_args {
+    const char *sub;  /* subcommand name, for messages */
+    const char *help; /* printed by --help */
+    const char *path;
+    bool json;
+    ops_precision precision;
+    ops_binding bindings[CLI_MAX_BINDINGS];
+    int n_bindings;
+} cli_graph_args;
+
+/* Parses argv (argv[0] is the subcommand). Options it does not know go to extra(ctx, option,
+ * value) where value is the next argument or NULL; extra returns how many arguments it used
+ * (1 or 2), 0 for an unknown option, or a negative CLI status to stop with. --help prints
+ * a->help and exits 0. Returns CLI_OK or the exit status to stop with. */
+int cli_parse_graph_args(int argc, char **argv, cli_graph_args *a,
+                         int (*extra)(void *ctx, const char *opt, const char *value), void *ctx);
+/* Reads, validates and binds the graph. On failure prints one line and returns CLI_FAIL. */
+int cli_load_graph(const cli_graph_args *a, ops_graph **graph, ops_graph **bound);
+/* Parses a positive integer option value; prints a usage error and returns -1 if invalid. */
+long cli_parse_count(const char *sub, const char *opt, const char *value);
+
+int cli_space(int argc, char **argv);
+int cli_compile(int argc, char **argv);

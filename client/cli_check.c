@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK_MAX_BINDINGS 32
-
 static const char check_help[] =
     "usage: ktune check GRAPH.json [--shape NAME=VALUE ...] [--json]\n"
     "\n"
@@ -24,59 +22,6 @@ static const char check_help[] =
     "  -h, --help          show this help\n"
     "\n"
     "An invalid graph exits 1 with one line on stderr naming the node, tensor and rule.\n";
-
-typedef struct check_args {
-    const char *path;
-    bool json;
-    ops_binding bindings[CHECK_MAX_BINDINGS];
-    int n_bindings;
-} check_args;
-
-static int add_bindings(check_args *a, char *list)
-{
-    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        if (a->n_bindings == CHECK_MAX_BINDINGS)
-            return cli_usage_error("check", "more than %d --shape bindings", CHECK_MAX_BINDINGS);
-        kt_err err = {0};
-        if (ops_binding_parse(tok, &a->bindings[a->n_bindings], &err) < 0)
-            return cli_usage_error("check", "--shape %s", err.msg);
-        a->n_bindings++;
-    }
-    return CLI_OK;
-}
-
-static int parse_args(int argc, char **argv, check_args *a)
-{
-    for (int i = 1; i < argc; i++) {
-        char *arg = argv[i];
-        if (cli_is_help(arg)) {
-            fputs(check_help, stdout);
-            exit(CLI_OK);
-        } else if (strcmp(arg, "--json") == 0) {
-            a->json = true;
-        } else if (strcmp(arg, "--shape") == 0) {
-            if (++i == argc)
-                return cli_usage_error("check", "--shape needs NAME=VALUE");
-            int rc = add_bindings(a, argv[i]);
-            if (rc)
-                return rc;
-        } else if (strncmp(arg, "--shape=", 8) == 0) {
-            int rc = add_bindings(a, arg + 8);
-            if (rc)
-                return rc;
-        } else if (arg[0] == '-' && arg[1] != '\0') {
-            return cli_usage_error("check", "unknown option '%s'", arg);
-        } else if (a->path) {
-            return cli_usage_error("check", "one graph at a time ('%s' and '%s')", a->path, arg);
-        } else {
-            a->path = arg;
-        }
-    }
-    if (!a->path)
-        return cli_usage_error("check", "missing GRAPH.json");
-    return CLI_OK;
-}
 
 static json_t *shape_json(const ops_graph *g, const ops_shape *s)
 {
@@ -99,7 +44,7 @@ static json_t *tensor_json(const ops_graph *g, int t)
 }
 
 static int print_json(const ops_graph *g, const char *sig_hex, const ops_cost *cost,
-                      const check_args *a)
+                      const cli_graph_args *a)
 {
     json_t *inputs = json_array(), *outputs = json_array(), *bound = json_object(),
            *unbound = json_array();
@@ -154,18 +99,15 @@ static void print_text(const ops_graph *g, const char *sig_hex, const ops_cost *
 
 int cli_check(int argc, char **argv)
 {
-    check_args a = {0};
-    int rc = parse_args(argc, argv, &a);
-    if (rc)
+    cli_graph_args a = {.sub = "check", .help = check_help};
+    int rc = cli_parse_graph_args(argc, argv, &a, NULL, NULL);
+    if (rc != CLI_OK)
         return rc;
 
     ops_graph *g = NULL, *bound = NULL;
     ops_diag d = {0};
-    if (ops_graph_from_json_file(a.path, &g, &d) < 0 || ops_graph_validate(g, &d) < 0 ||
-        ops_graph_bind(g, a.bindings, a.n_bindings, &bound, &d) < 0) {
-        rc = cli_error("%s: %s", a.path, d.msg);
-        goto out;
-    }
+    if ((rc = cli_load_graph(&a, &g, &bound)) != CLI_OK)
+        return rc;
     /* The signature is of the symbolic graph: bound shapes are a separate part of the key. */
     uint8_t sig[OPS_SIG_BYTES];
     char sig_hex[2 * OPS_SIG_BYTES + 1];

@@ -13,6 +13,10 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"check", cli_check, "validate a graph; print its signature, output shapes, FLOPs, bytes"},
+#if KTUNE_HAVE_NVRTC
+    {"space", cli_space, "enumerate fusion partitions, families and pruned schedules"},
+    {"compile", cli_compile, "emit candidates and compile them with NVRTC (no GPU needed)"},
+#endif
     {"cache", cli_cache, "inspect, export, import and merge a kernel cache (no daemon needed)"},
 };
 
