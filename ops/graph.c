@@ -460,3 +460,124 @@ bool ops_graph_equal(const ops_graph *a, const ops_graph *b)
             return false;
     return true;
 }
+
+static uint16_t f32_to_f16_bits(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, man = x & 0x7fffffu;
+    if (exp == 0xff) /* inf or NaN (keep NaN quiet and non-zero) */
+        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31)
+        return (uint16_t)(sign | 0x7c00u); /* overflow to infinity */
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign; /* underflow to signed zero */
+        /* subnormal: shift the full mantissa (with its implicit 1) into place, round to even */
+        man |= 0x800000u;
+        int shift = 14 - e;
+        uint32_t half = man >> shift, rest = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rest > mid || (rest == mid && (half & 1)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = sign | (uint32_t)e << 10 | man >> 13, rest = man & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (half & 1)))
+        half++; /* a carry into the exponent is the correct rounding, up to infinity */
+    return (uint16_t)half;
+}
+
+static float f16_bits_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    uint32_t x;
+    if (exp == 0x1f) {
+        x = sign | 0x7f800000u | man << 13;
+    } else if (exp == 0) {
+        if (!man) {
+            x = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400u));
+            x = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
+        }
+    } else {
+        x = sign | (exp + 127 - 15) << 23 | man << 13;
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static uint16_t f32_to_bf16_bits(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+    x += 0x7fffu + ((x >> 16) & 1);           /* round to nearest even */
+    return (uint16_t)(x >> 16);
+}
+
+void ops_dtype_store(ops_dtype dt, double v, void *dst)
+{
+    switch (dt) {
+    case OPS_DT_F32: {
+        float f = (float)v;
+        memcpy(dst, &f, 4);
+        break;
+    }
+    case OPS_DT_F16: {
+        uint16_t h = f32_to_f16_bits((float)v);
+        memcpy(dst, &h, 2);
+        break;
+    }
+    case OPS_DT_BF16: {
+        uint16_t h = f32_to_bf16_bits((float)v);
+        memcpy(dst, &h, 2);
+        break;
+    }
+    case OPS_DT_F64:
+        memcpy(dst, &v, 8);
+        break;
+    case OPS_DT_NONE:
+        KT_REQUIRE(!"store of an untyped element");
+    }
+}
+
+double ops_dtype_load(ops_dtype dt, const void *src)
+{
+    switch (dt) {
+    case OPS_DT_F32: {
+        float f;
+        memcpy(&f, src, 4);
+        return f;
+    }
+    case OPS_DT_F16: {
+        uint16_t h;
+        memcpy(&h, src, 2);
+        return f16_bits_to_f32(h);
+    }
+    case OPS_DT_BF16: {
+        uint16_t h;
+        memcpy(&h, src, 2);
+        uint32_t x = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &x, 4);
+        return f;
+    }
+    case OPS_DT_F64: {
+        double d;
+        memcpy(&d, src, 8);
+        return d;
+    }
+    case OPS_DT_NONE:
+        break;
+    }
+    KT_REQUIRE(!"load of an untyped element");
+    return 0;
+}

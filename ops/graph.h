@@ -238,3 +238,8 @@ ops_graph *ops_graph_clone(const ops_graph *g); /* deep copy; NULL on ENOMEM */
 /* Structural equality including names, attributes, inferred shapes and the validated flag. */
 bool ops_graph_equal(const ops_graph *a, const ops_graph *b);
 void ops_graph_free(ops_graph *g);
+
+/* Host-side storage of one element of dtype dt (f16 and bf16 rounded to nearest even, NaN and
+ * infinities kept), for data crossing to and from the GPU. */
+void ops_dtype_store(ops_dtype dt, double v, void *dst);
+double ops_dtype_load(ops_dtype dt, const void *src);

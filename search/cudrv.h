@@ -1,0 +1,67 @@
+/* The CUDA driver API, loaded at run time (dlopen of libcuda.so.1) so that nothing ktune builds
+ * links the driver: the daemon and the CLI run on machines without one, and only the processes
+ * that touch a GPU (the worker, the deploy-time runtime, GPU tests) load it.
+ *
+ * One srch_cuda per process; it owns the primary context of one device. Not thread-safe. */
+#pragma once
+
+#include "ops/util.h"
+
+#include <cuda.h>
+
+/* Each driver entry point we use, declared with the type cuda.h gives it. The X-macro keeps
+ * the symbol list in one place; names map through cuda.h's versioned #defines (cuMemAlloc is
+ * cuMemAlloc_v2, ...), so the looked-up symbol is the one the header describes. */
+#define SRCH_CUDA_FUNCS(X)                                                                         \
+    X(cuInit)                                                                                      \
+    X(cuDriverGetVersion)                                                                          \
+    X(cuDeviceGetCount)                                                                            \
+    X(cuDeviceGet)                                                                                 \
+    X(cuDeviceGetName)                                                                             \
+    X(cuDeviceGetAttribute)                                                                        \
+    X(cuDeviceTotalMem)                                                                            \
+    X(cuDevicePrimaryCtxRetain)                                                                    \
+    X(cuDevicePrimaryCtxRelease)                                                                   \
+    X(cuCtxSetCurrent)                                                                             \
+    X(cuCtxSynchronize)                                                                            \
+    X(cuGetErrorName)                                                                              \
+    X(cuGetErrorString)                                                                            \
+    X(cuMemAlloc)                                                                                  \
+    X(cuMemFree)                                                                                   \
+    X(cuMemcpyHtoD)                                                                                \
+    X(cuMemcpyDtoH)                                                                                \
+    X(cuMemsetD8)                                                                                  \
+    X(cuModuleLoadData)                                                                            \
+    X(cuModuleUnload)                                                                              \
+    X(cuModuleGetFunction)                                                                         \
+    X(cuFuncSetAttribute)                                                                          \
+    X(cuFuncGetAttribute)                                                                          \
+    X(cuLaunchKernel)                                                                              \
+    X(cuEventCreate)                                                                               \
+    X(cuEventDestroy)                                                                              \
+    X(cuEventRecord)                                                                               \
+    X(cuEventSynchronize)                                                                          \
+    X(cuEventElapsedTime)
+
+typedef struct srch_cuda {
+    void *lib;
+#define SRCH_CUDA_MEMBER(name) __typeof__(name) *p_##name;
+    SRCH_CUDA_FUNCS(SRCH_CUDA_MEMBER)
+#undef SRCH_CUDA_MEMBER
+    CUdevice device;
+    CUcontext ctx;
+    int driver_version;
+} srch_cuda;
+
+/* Loads the driver and makes device `ordinal`'s primary context current. -ENODEV when there is
+ * no driver or no device (the caller usually skips GPU work then), other negative errnos on
+ * failure; detail in err. */
+int srch_cuda_open(srch_cuda *cu, int ordinal, kt_err *err);
+void srch_cuda_close(srch_cuda *cu);
+
+/* The one translation of CUresult into our errors: 0 for CUDA_SUCCESS, otherwise a negative
+ * errno with "what: CUDA_ERROR_NAME: description" in err. Sticky errors (illegal address,
+ * launch failure, ...) poison the context: the caller's process must not use it again. */
+int srch_cuda_check(const srch_cuda *cu, CUresult rc, const char *what, kt_err *err);
+/* True for errors after which the context is unusable. */
+bool srch_cuda_sticky(CUresult rc);
