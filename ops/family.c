@@ -178,3 +178,56 @@ int ops_family_enumerate(const ops_family *f, const ops_group *grp, const ops_de
             return 0;
     }
 }
+
+int ops_group_subgraph(const ops_group *grp, ops_graph **out, ops_diag *d)
+{
+    const ops_graph *g = grp->g;
+    ops_graph *s = ops_graph_new(g->name);
+    int rc = -ENOMEM;
+    int32_t map[OPS_GROUP_MAX_NODES * (OPS_MAX_OPERANDS + 1) + OPS_GROUP_MAX_IO];
+    if (!s)
+        goto fail;
+    /* Same symbol table, so bound dimensions keep their symbols (and the signature its form). */
+    for (int i = 0; i < g->n_syms; i++)
+        if (ops_graph_sym(s, g->syms[i]) < 0)
+            goto fail;
+    for (int t = 0; t < g->n_tensors && t < (int)KT_ARRAY_LEN(map); t++)
+        map[t] = -1;
+    if (g->n_tensors > (int)KT_ARRAY_LEN(map)) {
+        rc = ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "", "graph too large to extract a group");
+        goto fail;
+    }
+    for (int i = 0; i < grp->n_in; i++) {
+        const ops_tensor *t = &g->tensors[grp->in[i]];
+        int idx = ops_graph_add_input(s, t->name, t->dtype, &t->shape, t->is_const);
+        if (idx < 0)
+            goto fail;
+        map[grp->in[i]] = idx;
+    }
+    for (int i = 0; i < grp->n_nodes; i++) {
+        const ops_node *n = &g->nodes[grp->nodes[i]];
+        int ni = ops_graph_add_node(s, n->op, g->tensors[n->out].name, &n->attrs);
+        if (ni < 0)
+            goto fail;
+        ops_node *c = &s->nodes[ni];
+        c->n_in = n->n_in;
+        for (int k = 0; k < n->n_in; k++) {
+            c->in[k] = n->in[k];
+            if (n->in[k].tensor != OPS_SCALAR)
+                c->in[k].tensor = map[n->in[k].tensor];
+        }
+        map[n->out] = c->out;
+    }
+    for (int i = 0; i < grp->n_out; i++)
+        if ((rc = ops_graph_mark_output(s, map[grp->out[i]])) < 0)
+            goto fail;
+    if ((rc = ops_graph_validate(s, d)) < 0)
+        goto fail;
+    *out = s;
+    return 0;
+fail:
+    if (rc == -ENOMEM)
+        ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "", "out of memory extracting a group");
+    ops_graph_free(s);
+    return rc;
+}

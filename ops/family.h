@@ -181,3 +181,8 @@ typedef struct ops_prune_counts {
 int ops_family_enumerate(const ops_family *f, const ops_group *grp, const ops_device *dev,
                          int (*cb)(const ops_schedule *s, void *ctx), void *ctx,
                          ops_prune_counts *counts);
+
+/* The group as a graph of its own: its inputs become graph inputs (same names, dtypes, bound
+ * shapes, const flags), its outputs graph outputs, its nodes copied in topological order.
+ * Validated on return. Used to verify a group on its own (fresh inputs, its own reference). */
+int ops_group_subgraph(const ops_group *grp, ops_graph **out, ops_diag *d);

@@ -119,6 +119,35 @@ static void test_long_chain_uses_rules(void **state)
     assert_int_equal(n, 2);
 }
 
+static void test_group_subgraph(void **state)
+{
+    ops_graph *g = emit_test_graph(diamond, "");
+    ops_group grp;
+    ops_diag d = {0};
+    /* nodes b, c, d: reads a (an intermediate of the full graph), writes y */
+    assert_int_equal(ops_group_init(&grp, g, 0xe, &d), 0);
+    assert_int_equal(grp.n_in, 1);
+    assert_string_equal(g->tensors[grp.in[0]].name, "a");
+    assert_int_equal(grp.n_out, 1);
+    ops_graph *sub = NULL;
+    assert_int_equal(ops_group_subgraph(&grp, &sub, &d), 0);
+    assert_true(sub->validated);
+    assert_int_equal(sub->n_nodes, 3);
+    assert_int_equal(sub->n_outputs, 1);
+    assert_string_equal(sub->tensors[0].name, "a");
+    assert_int_equal(sub->tensors[0].producer, -1);
+    const ops_tensor *y = &sub->tensors[sub->outputs[0]];
+    assert_string_equal(y->name, "y");
+    assert_int_equal(y->shape.rank, 2);
+    assert_int_equal(y->shape.d[0].size, 4);
+    assert_int_equal(y->shape.d[1].size, 8);
+    /* the group {a, b} writes a (read by c outside) and b (read by d outside) */
+    assert_int_equal(ops_group_init(&grp, g, 0x3, &d), 0);
+    assert_int_equal(grp.n_out, 2);
+    ops_graph_free(sub);
+    ops_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -127,6 +156,7 @@ int main(void)
         cmocka_unit_test(test_partition_groups_cover_nodes_once_in_order),
         cmocka_unit_test(test_legality_predicate_respected),
         cmocka_unit_test(test_long_chain_uses_rules),
+        cmocka_unit_test(test_group_subgraph),
     };
     return cmocka_run_group_tests_name("search space", tests, NULL, NULL);
 }
