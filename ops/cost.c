@@ -77,19 +77,8 @@ int ops_graph_cost(const ops_graph *g, ops_cost *out, ops_diag *d)
 {
     if (!g || !out)
         return -EINVAL;
-    ops_graph *tmp = NULL, *canon = NULL;
-    const ops_graph *src = g;
-    int rc;
-    if (!g->validated) {
-        tmp = ops_graph_clone(g);
-        if (!tmp)
-            return -ENOMEM;
-        rc = ops_graph_validate(tmp, d);
-        if (rc < 0)
-            goto out;
-        src = tmp;
-    }
-    rc = ops_graph_canonicalize(src, &canon, d);
+    ops_graph *canon = NULL;
+    int rc = ops_graph_canonicalize(g, &canon, d); /* validates a copy when g is not */
     if (rc < 0)
         goto out;
     for (int t = 0; t < canon->n_tensors; t++) {
@@ -113,6 +102,5 @@ int ops_graph_cost(const ops_graph *g, ops_cost *out, ops_diag *d)
     *out = c;
 out:
     ops_graph_free(canon);
-    ops_graph_free(tmp);
     return rc;
 }

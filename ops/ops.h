@@ -47,16 +47,15 @@ typedef struct ops_binding {
 /* Returns in *out a validated copy of g with the named symbols bound (shapes recomputed).
  * Unknown names, non-positive values and conflicting repeats are errors. Symbols left unbound
  * stay symbolic. */
-int ops_graph_bind(const ops_graph *g, const ops_binding *b, int n, ops_graph **out,
-                   ops_diag *d);
+int ops_graph_bind(const ops_graph *g, const ops_binding *b, int n, ops_graph **out, ops_diag *d);
 /* Parses "NAME=VALUE" into b (b->name points into arg, which must outlive b). */
 int ops_binding_parse(char *arg, ops_binding *b, kt_err *err);
 /* Returns the name of the first unbound symbol reachable in g, or NULL when fully bound. */
 const char *ops_graph_first_unbound(const ops_graph *g);
 
-/* Returns in *out a validated copy of g in which every composite (softmax, log_softmax,
- * logsumexp, layernorm, rmsnorm) is replaced by primitives and transpose by permute. Graph
- * inputs and outputs keep their names and order. */
+/* Returns in *out a validated copy of g (which need not be validated itself) in which every
+ * composite (softmax, log_softmax, logsumexp, layernorm, rmsnorm) is replaced by primitives and
+ * transpose by permute. Graph inputs and outputs keep their names and order. */
 int ops_graph_canonicalize(const ops_graph *g, ops_graph **out, ops_diag *d);
 
 /* ---- Signature (ops/signature.c) ----

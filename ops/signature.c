@@ -830,34 +830,13 @@ out:
     return rc;
 }
 
-/* Validates (a clone, when g is not validated yet) and canonicalises g into *out. */
-static int prepare(const ops_graph *g, ops_graph **out, ops_diag *d)
-{
-    ops_graph *tmp = NULL;
-    const ops_graph *src = g;
-    int rc;
-    if (!g->validated) {
-        tmp = ops_graph_clone(g);
-        if (!tmp)
-            return -ENOMEM;
-        rc = ops_graph_validate(tmp, d);
-        if (rc < 0)
-            goto out;
-        src = tmp;
-    }
-    rc = ops_graph_canonicalize(src, out, d);
-out:
-    ops_graph_free(tmp);
-    return rc;
-}
-
 int ops_graph_signature(const ops_graph *g, uint8_t sig[OPS_SIG_BYTES], ops_diag *d)
 {
     if (!g || !sig)
         return -EINVAL;
     ops_graph *canon = NULL;
     sig_ctx c;
-    int rc = prepare(g, &canon, d);
+    int rc = ops_graph_canonicalize(g, &canon, d);
     if (rc < 0)
         return rc;
     rc = canonical_labelling(canon, &c);
@@ -874,7 +853,7 @@ int ops_graph_canonical_io(const ops_graph *g, int *input_rank, int *output_rank
         return -EINVAL;
     ops_graph *canon = NULL;
     sig_ctx c;
-    int rc = prepare(g, &canon, d);
+    int rc = ops_graph_canonicalize(g, &canon, d);
     if (rc < 0)
         return rc;
     rc = canonical_labelling(canon, &c);
