@@ -115,8 +115,13 @@ static void emit_float_literal(kt_buf *b, double v)
         kt_buf_printf(b, "__int_as_float(0x7fc00000)");
     else if (isinf(f))
         kt_buf_printf(b, "__int_as_float(%s)", f > 0 ? "0x7f800000" : "(int)0xff800000");
-    else
-        kt_buf_printf(b, "%.9gf", (double)f);
+    else {
+        /* "2f" is not a float literal in C++ (it reads as a user-defined literal): make sure
+         * the digits have a point or an exponent before the suffix. */
+        char digits[32];
+        snprintf(digits, sizeof(digits), "%.9g", (double)f);
+        kt_buf_printf(b, "%s%sf", digits, strpbrk(digits, ".e") ? "" : ".0");
+    }
 }
 
 bool ops_is_elementwise(ops_op op)

@@ -1,5 +1,485 @@
-/* Placeholder test: the row emitter is being written. */
+/* The row family: matching, pruning counts, NVRTC compiles of a spread of kept schedules
+ * (sm_90a and sm_80, zero spills), ragged and strided shapes, split_row's kernels and
+ * workspace, a golden source, cost ordering. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "emit_test_util.h"
+
+extern const ops_family ops_family_row;
+#define ROW (&ops_family_row)
+
+enum { K_STRATEGY, K_THREADS, K_ROWS, K_PASS, K_STORAGE, K_VEC };
+enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD };
+enum { PASS_MULTI, PASS_ONE };
+enum { STO_REGS, STO_SHARED, STO_REREAD };
+
+static const char softmax_json[] =
+    "{\"name\": \"softmax\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", \"N\"]}},"
+    " \"nodes\": [{\"out\": \"y\", \"op\": \"softmax\", \"in\": [\"x\"], \"axis\": -1}],"
+    " \"outputs\": [\"y\"]}";
+
+static const char layernorm_json[] =
+    "{\"name\": \"layernorm\","
+    " \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", 4096]},"
+    "            \"weight\": {\"dtype\": \"f32\", \"shape\": [4096], \"const\": true},"
+    "            \"bias\": {\"dtype\": \"f32\", \"shape\": [4096], \"const\": true}},"
+    " \"nodes\": [{\"out\": \"y\", \"op\": \"layernorm\", \"in\": [\"x\", \"weight\", \"bias\"],"
+    "            \"axis\": -1, \"eps\": 1e-5}],"
+    " \"outputs\": [\"y\"]}";
+
+/* layernorm over a ragged odd row length, f16 */
+static const char layernorm_odd_json[] =
+    "{\"name\": \"layernorm_odd\","
+    " \"inputs\": {\"x\": {\"dtype\": \"f16\", \"shape\": [\"M\", \"N\"]},"
+    "            \"weight\": {\"dtype\": \"f16\", \"shape\": [\"N\"]},"
+    "            \"bias\": {\"dtype\": \"f16\", \"shape\": [\"N\"]}},"
+    " \"nodes\": [{\"out\": \"y\", \"op\": \"layernorm\", \"in\": [\"x\", \"weight\", \"bias\"]}],"
+    " \"outputs\": [\"y\"]}";
+
+static const char rmsnorm_json[] =
+    "{\"name\": \"rmsnorm\","
+    " \"inputs\": {\"x\": {\"dtype\": \"bf16\", \"shape\": [\"M\", 4096]},"
+    "            \"weight\": {\"dtype\": \"bf16\", \"shape\": [4096], \"const\": true}},"
+    " \"nodes\": [{\"out\": \"y\", \"op\": \"rmsnorm\", \"in\": [\"x\", \"weight\"], \"eps\": "
+    "1e-6}],"
+    " \"outputs\": [\"y\"]}";
+
+/* residual add + rmsnorm: two outputs (the sum and the normalised sum) */
+static const char add_rmsnorm_json[] =
+    "{\"name\": \"add_rmsnorm\","
+    " \"inputs\": {\"x\": {\"dtype\": \"bf16\", \"shape\": [\"M\", \"N\"]},"
+    "            \"r\": {\"dtype\": \"bf16\", \"shape\": [\"M\", \"N\"]},"
+    "            \"weight\": {\"dtype\": \"bf16\", \"shape\": [\"N\"]}},"
+    " \"nodes\": [{\"out\": \"h\", \"op\": \"add\", \"in\": [\"x\", \"r\"]},"
+    "           {\"out\": \"y\", \"op\": \"rmsnorm\", \"in\": [\"h\", \"weight\"]}],"
+    " \"outputs\": [\"h\", \"y\"]}";
+
+static const char sum_json[] =
+    "{\"name\": \"sum_last_axis\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", "
+    "\"N\"]}},"
+    " \"nodes\": [{\"out\": \"s\", \"op\": \"sum\", \"in\": [\"x\"], \"axes\": [-1]}],"
+    " \"outputs\": [\"s\"]}";
+
+static const char sum_mid_json[] =
+    "{\"name\": \"sum_mid\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"A\", \"B\", "
+    "\"C\"]}},"
+    " \"nodes\": [{\"out\": \"s\", \"op\": \"sum\", \"in\": [\"x\"], \"axes\": [1]}],"
+    " \"outputs\": [\"s\"]}";
+
+/* softmax over the middle axis (strided rows) */
+static const char softmax_mid_json[] =
+    "{\"name\": \"softmax_mid\", \"inputs\": {\"x\": {\"dtype\": \"f16\", \"shape\": [\"A\", "
+    "\"B\", \"C\"]}},"
+    " \"nodes\": [{\"out\": \"y\", \"op\": \"softmax\", \"in\": [\"x\"], \"axis\": 1}],"
+    " \"outputs\": [\"y\"]}";
+
+static const char log_softmax_json[] =
+    "{\"name\": \"log_softmax\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", "
+    "\"N\"]}},"
+    " \"nodes\": [{\"out\": \"y\", \"op\": \"log_softmax\", \"in\": [\"x\"]}],"
+    " \"outputs\": [\"y\"]}";
+
+/* logsumexp without keepdim: a reshape of the per-row result */
+static const char lse_json[] =
+    "{\"name\": \"lse\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", \"N\"]}},"
+    " \"nodes\": [{\"out\": \"y\", \"op\": \"logsumexp\", \"in\": [\"x\"]}],"
+    " \"outputs\": [\"y\"]}";
+
+/* mean and max over the last axis of a scaled input, a per-row scale, both outputs */
+static const char stats_json[] =
+    "{\"name\": \"stats\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", \"N\"]},"
+    "                                \"s\": {\"dtype\": \"f32\", \"shape\": [\"M\", 1]}},"
+    " \"nodes\": [{\"out\": \"t\", \"op\": \"mul\", \"in\": [\"x\", \"s\"]},"
+    "           {\"out\": \"mu\", \"op\": \"mean\", \"in\": [\"t\"], \"axes\": [1]},"
+    "           {\"out\": \"mx\", \"op\": \"max\", \"in\": [\"t\"], \"axes\": [1], \"keepdim\": "
+    "true},"
+    "           {\"out\": \"d\", \"op\": \"sub\", \"in\": [\"mx\", 2]}],"
+    " \"outputs\": [\"mu\", \"d\"]}";
+
+static const char pointwise_json[] =
+    "{\"name\": \"relu\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", \"N\"]}},"
+    " \"nodes\": [{\"out\": \"y\", \"op\": \"relu\", \"in\": [\"x\"]}],"
+    " \"outputs\": [\"y\"]}";
+
+/* two reductions over different axes */
+static const char two_axes_json[] =
+    "{\"name\": \"two_axes\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", \"N\"]}},"
+    " \"nodes\": [{\"out\": \"a\", \"op\": \"sum\", \"in\": [\"x\"], \"axes\": [0]},"
+    "           {\"out\": \"b\", \"op\": \"sum\", \"in\": [\"x\"], \"axes\": [1]}],"
+    " \"outputs\": [\"a\", \"b\"]}";
+
+typedef struct collect {
+    int n, cap;
+    ops_schedule *s;
+} collect;
+
+static int collect_cb(const ops_schedule *s, void *ctx)
+{
+    collect *c = ctx;
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 64;
+        c->s = realloc(c->s, (size_t)c->cap * sizeof(*c->s));
+        assert_non_null(c->s);
+    }
+    c->s[c->n++] = *s;
+    return 0;
+}
+
+static ops_graph *make(const char *json, const char *shapes, ops_group *grp)
+{
+    ops_graph *g = emit_test_graph(json, shapes);
+    emit_test_whole_group(g, grp);
+    return g;
+}
+
+static int64_t kept_count(const ops_group *grp, collect *c)
+{
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_prune_counts counts;
+    assert_true(ROW->matches(grp));
+    assert_int_equal(ops_family_enumerate(ROW, grp, &dev, collect_cb, c, &counts), 0);
+    return counts.kept;
+}
+
+static void emit_one(const ops_group *grp, const ops_schedule *s, ops_emitted *e)
+{
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_diag d = {0};
+    if (ROW->emit(grp, s, &dev, e, &d) < 0)
+        fail_msg("emit: %s", d.msg);
+    assert_true(e->n_kernels >= 1);
+    for (int k = 0; k < e->n_kernels; k++) {
+        const ops_kernel_launch *l = &e->kernels[k];
+        int want = grp->n_in + grp->n_out + (e->workspace_bytes > 0);
+        assert_int_equal(l->n_args, want);
+        assert_non_null(strstr(e->source, l->entry));
+        assert_true(l->grid[0] >= 1 && l->block[0] >= 32);
+        assert_true(l->smem_bytes <= (uint32_t)dev.smem_per_block_optin);
+    }
+}
+
+/* Compiles every k-th kept schedule (at most `max`) through a 2-process pool; fails on any
+ * compile error or spill. Returns how many compiled. */
+static int compile_spread(const ops_group *grp, const collect *c, int max, const char *arch)
+{
+    srch_pool *pool = NULL;
+    kt_err err = {0};
+    srch_pool_opts o = {.arch = arch, .jobs = 2, .timeout_s = 120};
+    if (srch_pool_new(&o, &pool, &err) < 0)
+        fail_msg("pool: %s", err.msg);
+    int step = c->n > max ? (c->n + max - 1) / max : 1;
+    int submitted = 0;
+    char **srcs = calloc((size_t)c->n, sizeof(char *));
+    for (int i = 0; i < c->n; i += step) {
+        ops_emitted e = {0};
+        emit_one(grp, &c->s[i], &e);
+        assert_int_equal(srch_pool_submit(pool, e.source, (uint64_t)i), 0);
+        srcs[i] = e.source;
+        e.source = NULL;
+        ops_emitted_free(&e);
+        submitted++;
+    }
+    for (int k = 0; k < submitted; k++) {
+        srch_compile_result r = {0};
+        assert_int_equal(srch_pool_next(pool, &r, &err), 0);
+        if (r.status != SRCH_COMPILE_OK)
+            fail_msg("compile for %s failed:\n%s\n---- source ----\n%s", arch, r.log, srcs[r.tag]);
+        for (int j = 0; j < r.n_kernels; j++)
+            if (r.kernels[j].spill_store_bytes || r.kernels[j].spill_load_bytes)
+                fail_msg("kernel %s spills (%d regs) for %s:\n%s", r.kernels[j].name,
+                         r.kernels[j].registers, arch, srcs[r.tag]);
+        srch_compile_result_release(&r);
+    }
+    for (int i = 0; i < c->n; i++)
+        free(srcs[i]);
+    free(srcs);
+    srch_pool_free(pool);
+    return submitted;
+}
+
+static void test_matches(void **state)
+{
+    (void)state;
+    const struct {
+        const char *json, *shapes;
+        bool want;
+    } cases[] = {
+        {softmax_json, "M=4,N=8", true},
+        {layernorm_json, "M=4", true},
+        {rmsnorm_json, "M=4", true},
+        {add_rmsnorm_json, "M=3,N=10", true},
+        {sum_json, "M=16,N=256", true},
+        {sum_mid_json, "A=16,B=256,C=256", true},
+        {softmax_mid_json, "A=2,B=5,C=7", true},
+        {log_softmax_json, "M=3,N=9", true},
+        {lse_json, "M=3,N=9", true},
+        {stats_json, "M=5,N=7", true},
+        {pointwise_json, "M=4,N=8", false},
+        {two_axes_json, "M=4,N=8", false},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
+        ops_group grp;
+        ops_graph *g = make(cases[i].json, cases[i].shapes, &grp);
+        if (ROW->matches(&grp) != cases[i].want)
+            fail_msg("case %zu (%s): matches() != %d", i, g->name, cases[i].want);
+        ops_graph_free(g);
+    }
+}
+
+static bool any_with(const collect *c, int knob, int value)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->s[i].v[knob] == value)
+            return true;
+    return false;
+}
+
+static void test_counts(void **state)
+{
+    (void)state;
+    ops_group grp;
+    ops_graph *g = make(softmax_json, "M=4096,N=8192", &grp);
+    collect c = {0};
+    int64_t kept = kept_count(&grp, &c);
+    print_message("softmax 4096x8192: %lld kept\n", (long long)kept);
+    assert_true(kept >= 50);
+    assert_true(any_with(&c, K_PASS, PASS_ONE));
+    assert_false(any_with(&c, K_STRATEGY, ST_SPLIT));  /* 4096 rows fill the GPU */
+    assert_false(any_with(&c, K_STRATEGY, ST_THREAD)); /* contiguous rows */
+    free(c.s);
+    ops_graph_free(g);
+
+    g = make(layernorm_json, "M=4096", &grp);
+    c = (collect){0};
+    kept = kept_count(&grp, &c);
+    print_message("layernorm 4096x4096: %lld kept\n", (long long)kept);
+    assert_true(kept >= 50);
+    assert_true(any_with(&c, K_PASS, PASS_ONE)); /* Welford */
+    assert_true(any_with(&c, K_STORAGE, STO_SHARED));
+    free(c.s);
+    ops_graph_free(g);
+
+    /* Few long rows: split_row is kept. */
+    g = make(softmax_json, "M=16,N=16384", &grp);
+    c = (collect){0};
+    kept_count(&grp, &c);
+    assert_true(any_with(&c, K_STRATEGY, ST_SPLIT));
+    free(c.s);
+    ops_graph_free(g);
+
+    /* One reduction, read once: no one_pass, no row storage. */
+    g = make(sum_json, "M=16,N=256", &grp);
+    c = (collect){0};
+    kept = kept_count(&grp, &c);
+    assert_true(kept > 0);
+    assert_false(any_with(&c, K_PASS, PASS_ONE));
+    assert_false(any_with(&c, K_STORAGE, STO_REGS));
+    free(c.s);
+    ops_graph_free(g);
+
+    /* rmsnorm: one reduction, but x is read twice (the sum of squares and the output). */
+    g = make(rmsnorm_json, "M=8192", &grp);
+    c = (collect){0};
+    kept_count(&grp, &c);
+    assert_false(any_with(&c, K_PASS, PASS_ONE));
+    assert_true(any_with(&c, K_STORAGE, STO_REGS));
+    free(c.s);
+    ops_graph_free(g);
+
+    /* Strided rows: thread_per_row kept, vectors not. */
+    g = make(sum_mid_json, "A=16,B=256,C=256", &grp);
+    c = (collect){0};
+    kept_count(&grp, &c);
+    assert_true(any_with(&c, K_STRATEGY, ST_THREAD));
+    assert_false(any_with(&c, K_VEC, 2));
+    free(c.s);
+    ops_graph_free(g);
+}
+
+static void test_compile_spread(void **state)
+{
+    (void)state;
+    int n = 0;
+    const struct {
+        const char *json, *shapes;
+        int n90, n80;
+    } cases[] = {
+        {softmax_json, "M=4096,N=8192", 24, 3},
+        {layernorm_json, "M=4096", 24, 3},
+        {rmsnorm_json, "M=8192", 8, 2},
+        {softmax_json, "M=16,N=16384", 8, 1},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
+        ops_group grp;
+        ops_graph *g = make(cases[i].json, cases[i].shapes, &grp);
+        collect c = {0};
+        kept_count(&grp, &c);
+        n += compile_spread(&grp, &c, cases[i].n90, "sm_90a");
+        n += compile_spread(&grp, &c, cases[i].n80, "sm_80");
+        free(c.s);
+        ops_graph_free(g);
+    }
+    print_message("compiled %d row candidates\n", n);
+    assert_true(n >= 50);
+}
+
+/* Ragged, strided and multi-output groups: a spread of each compiles. */
+static void test_ragged(void **state)
+{
+    (void)state;
+    const struct {
+        const char *json, *shapes;
+        int max;
+    } cases[] = {
+        {softmax_json, "M=333,N=777", 6},
+        {softmax_json, "M=1000,N=1000", 4},
+        {layernorm_odd_json, "M=333,N=777", 6},
+        {add_rmsnorm_json, "M=7,N=1000", 6},
+        {sum_json, "M=16,N=256", 4},
+        {sum_mid_json, "A=16,B=256,C=256", 6},
+        {softmax_mid_json, "A=3,B=333,C=7", 6},
+        {log_softmax_json, "M=5,N=4099", 4},
+        {lse_json, "M=5,N=100", 4},
+        {stats_json, "M=33,N=65", 4},
+        {sum_json, "M=1,N=1", 2},
+    };
+    int n = 0;
+    for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
+        ops_group grp;
+        ops_graph *g = make(cases[i].json, cases[i].shapes, &grp);
+        collect c = {0};
+        kept_count(&grp, &c);
+        if (c.n == 0)
+            fail_msg("%s %s: nothing kept", g->name, cases[i].shapes);
+        n += compile_spread(&grp, &c, cases[i].max, "sm_90a");
+        free(c.s);
+        ops_graph_free(g);
+    }
+    assert_true(n >= 30);
+}
+
+/* Every strategy, storage and pass of softmax on a ragged shape, one of each. */
+static void test_each_strategy(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    ops_graph *g = make(softmax_json, "M=37,N=3000", &grp);
+    collect c = {0};
+    kept_count(&grp, &c);
+    collect pick = {0};
+    bool seen[5][2][3] = {{{false}}};
+    for (int i = 0; i < c.n; i++) {
+        const int *v = c.s[i].v;
+        if (seen[v[K_STRATEGY]][v[K_PASS]][v[K_STORAGE]])
+            continue;
+        seen[v[K_STRATEGY]][v[K_PASS]][v[K_STORAGE]] = true;
+        collect_cb(&c.s[i], &pick);
+    }
+    assert_true(pick.n >= 12);
+    compile_spread(&grp, &pick, pick.n, "sm_90a");
+    free(pick.s);
+    free(c.s);
+    ops_graph_free(g);
+}
+
+static void test_split_launch(void **state)
+{
+    (void)state;
+    ops_group grp;
+    ops_graph *g = make(softmax_json, "M=16,N=16384", &grp);
+    ops_schedule s = {.family = OPS_FAM_ROW, .v = {ST_SPLIT, 256, 1, PASS_MULTI, STO_REREAD, 4}};
+    ops_emitted e = {0};
+    emit_one(&grp, &s, &e);
+    assert_int_equal(e.n_kernels, 3); /* max partials, sum partials, outputs */
+    assert_true(e.workspace_bytes > 0);
+    for (int k = 0; k < e.n_kernels; k++) {
+        assert_int_equal(e.kernels[k].args[e.kernels[k].n_args - 1].kind, OPS_ARG_WORKSPACE);
+        assert_false(e.kernels[k].zero_workspace);
+    }
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+
+    s.v[K_PASS] = PASS_ONE;
+    emit_one(&grp, &s, &e);
+    assert_int_equal(e.n_kernels, 2); /* online partials, outputs */
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
+static void test_golden(void **state)
+{
+    (void)state;
+    ops_group grp;
+    ops_graph *g = make(layernorm_json, "M=333", &grp);
+    ops_schedule s = {.family = OPS_FAM_ROW, .v = {ST_ROWS, 512, 2, PASS_ONE, STO_REGS, 4}};
+    ops_emitted e = {0};
+    emit_one(&grp, &s, &e);
+    emit_test_golden("row_layernorm.cu", e.source);
+    emit_test_compile(e.source, "sm_90a");
+    assert_int_equal(e.kernels[0].grid[0], (333 + 1) / 2);
+    assert_int_equal(e.kernels[0].block[0], 512);
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
+static double est(const ops_group *grp, int strategy, int threads, int pass, int storage, int vec)
+{
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_schedule s = {.family = OPS_FAM_ROW, .v = {strategy, threads, 1, pass, storage, vec}};
+    ops_estimate e;
+    ROW->estimate(grp, &s, &dev, &e);
+    assert_true(e.seconds > 0);
+    return e.seconds;
+}
+
+static void test_estimate(void **state)
+{
+    (void)state;
+    ops_group grp;
+    ops_graph *g = make(softmax_json, "M=16,N=16384", &grp);
+    double split = est(&grp, ST_SPLIT, 256, PASS_ONE, STO_REREAD, 4);
+    double block = est(&grp, ST_BLOCK, 1024, PASS_ONE, STO_REGS, 4);
+    double block_rr = est(&grp, ST_BLOCK, 1024, PASS_ONE, STO_REREAD, 4);
+    print_message("16x16384: split %.2f us, block_per_row %.2f / %.2f us\n", split * 1e6,
+                  block * 1e6, block_rr * 1e6);
+    assert_true(split < block);
+    assert_true(split < block_rr);
+    ops_graph_free(g);
+
+    g = make(softmax_json, "M=4096,N=8192", &grp);
+    split = est(&grp, ST_SPLIT, 256, PASS_ONE, STO_REREAD, 4);
+    block = est(&grp, ST_BLOCK, 256, PASS_ONE, STO_REGS, 4);
+    double scalar = est(&grp, ST_BLOCK, 256, PASS_ONE, STO_REGS, 1);
+    double multi = est(&grp, ST_BLOCK, 256, PASS_MULTI, STO_REREAD, 4);
+    print_message("4096x8192: split %.2f us, block_per_row %.2f us (vec 1: %.2f, multi re-read "
+                  "%.2f)\n",
+                  split * 1e6, block * 1e6, scalar * 1e6, multi * 1e6);
+    assert_true(block < split);
+    assert_true(block <= scalar);
+    assert_true(block < multi);
+    /* about the roofline: 2 x 128 MiB in and out at 3 TB/s is ~90 us */
+    assert_true(block > 85e-6 && block < 200e-6);
+    ops_graph_free(g);
+}
+
 int main(void)
 {
-    return 77;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches),      cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_estimate),     cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_split_launch), cmocka_unit_test(test_each_strategy),
+        cmocka_unit_test(test_ragged),       cmocka_unit_test(test_compile_spread),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }
