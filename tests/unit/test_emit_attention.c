@@ -1,5 +1,354 @@
-/* Placeholder test: the attention emitter is being written. */
+/* The attention family: matching, the pruned space of the acceptance examples, a deterministic
+ * spread of candidates compiled for sm_90a (and a few for sm_80) without spills, the launch
+ * description, one golden source, and the cost model's sanity. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "ops/ops.h"
+#include "tests/unit/emit_test_util.h"
+
+static const char *const causal_json =
+    "{\"name\":\"causal_attention\",\"inputs\":{"
+    "\"Q\":{\"dtype\":\"f16\",\"shape\":[\"B\",\"H\",\"S\",64]},"
+    "\"K\":{\"dtype\":\"f16\",\"shape\":[\"B\",\"H\",\"S\",64]},"
+    "\"V\":{\"dtype\":\"f16\",\"shape\":[\"B\",\"H\",\"S\",64]}},"
+    "\"nodes\":[{\"out\":\"O\",\"op\":\"attention\",\"in\":[\"Q\",\"K\",\"V\"],\"causal\":%s}],"
+    "\"outputs\":[\"O\"]}";
+
+#define EX_SHAPES "B=4,H=48,S=2048"
+
+/* bf16, head dim 128, ragged sequence lengths (Sq != Skv, neither a multiple of a tile). */
+static const char *const ragged128_json =
+    "{\"name\":\"ragged128\",\"inputs\":{"
+    "\"q\":{\"dtype\":\"bf16\",\"shape\":[2,3,333,128]},"
+    "\"k\":{\"dtype\":\"bf16\",\"shape\":[2,3,777,128]},"
+    "\"v\":{\"dtype\":\"bf16\",\"shape\":[2,3,777,128]}},"
+    "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"],\"causal\":%s}],"
+    "\"outputs\":[\"o\"]}";
+
+/* An elementwise epilogue: relu(o + bias) + residual, Dv = 96, an explicit scale. */
+static const char *const epilogue_json =
+    "{\"name\":\"attn_epilogue\",\"inputs\":{"
+    "\"q\":{\"dtype\":\"%s\",\"shape\":[\"B\",333,64]},"
+    "\"k\":{\"dtype\":\"%s\",\"shape\":[\"B\",777,64]},"
+    "\"v\":{\"dtype\":\"%s\",\"shape\":[\"B\",777,96]},"
+    "\"bias\":{\"dtype\":\"%s\",\"shape\":[96]},"
+    "\"r\":{\"dtype\":\"%s\",\"shape\":[\"B\",333,96]}},"
+    "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"],\"causal\":true,"
+    "\"scale\":0.3},"
+    "{\"out\":\"a\",\"op\":\"add\",\"in\":[\"o\",\"bias\"]},"
+    "{\"out\":\"h\",\"op\":\"relu\",\"in\":[\"a\"]},"
+    "{\"out\":\"y\",\"op\":\"add\",\"in\":[\"h\",\"r\"]}],"
+    "\"outputs\":[\"y\"]}";
+
+/* The acceptance example (B=4, H=48, S=2048, D=64), causal or not. */
+static ops_graph *example_graph(bool causal)
+{
+    char json[4096];
+    snprintf(json, sizeof(json), causal_json, causal ? "true" : "false");
+    return emit_test_graph(json, EX_SHAPES);
+}
+
+static ops_graph *ragged_graph(bool causal)
+{
+    char json[4096];
+    snprintf(json, sizeof(json), ragged128_json, causal ? "true" : "false");
+    return emit_test_graph(json, "");
+}
+
+static ops_graph *epilogue_graph(const char *dt)
+{
+    char json[4096];
+    snprintf(json, sizeof(json), epilogue_json, dt, dt, dt, dt, dt);
+    return emit_test_graph(json, "B=3");
+}
+
+typedef struct sched_list {
+    int n;
+    ops_schedule s[1024];
+} sched_list;
+
+static int collect(const ops_schedule *s, void *ctx)
+{
+    sched_list *l = ctx;
+    if (l->n < (int)KT_ARRAY_LEN(l->s))
+        l->s[l->n++] = *s;
+    return 0;
+}
+
+static int64_t enumerate(const ops_graph *g, ops_group *grp, sched_list *l)
+{
+    emit_test_whole_group(g, grp);
+    const ops_family *f = ops_family_get(OPS_FAM_ATTENTION);
+    assert_true(f->matches(grp));
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_prune_counts pc;
+    l->n = 0;
+    assert_int_equal(ops_family_enumerate(f, grp, &dev, collect, l, &pc), 0);
+    return pc.kept;
+}
+
+static bool group_matches(const char *json, const char *shapes)
+{
+    ops_graph *g = emit_test_graph(json, shapes);
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    bool m = ops_family_get(OPS_FAM_ATTENTION)->matches(&grp);
+    ops_graph_free(g);
+    return m;
+}
+
+static void test_matches(void **state)
+{
+    (void)state;
+    char json[4096];
+    snprintf(json, sizeof(json), causal_json, "true");
+    assert_true(group_matches(json, EX_SHAPES));
+    snprintf(json, sizeof(json), epilogue_json, "f16", "f16", "f16", "f16", "f16");
+    assert_true(group_matches(json, "B=2"));
+    /* a reduction after the attention is not an elementwise epilogue */
+    assert_false(group_matches(
+        "{\"name\":\"x\",\"inputs\":{\"q\":{\"dtype\":\"f16\",\"shape\":[4,64]},"
+        "\"k\":{\"dtype\":\"f16\",\"shape\":[4,64]},\"v\":{\"dtype\":\"f16\",\"shape\":[4,64]}},"
+        "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"]},"
+        "{\"out\":\"y\",\"op\":\"sum\",\"in\":[\"o\"],\"axes\":[-1]}],\"outputs\":[\"y\"]}",
+        ""));
+    /* the attention output is also needed outside the group: two outputs */
+    assert_false(group_matches(
+        "{\"name\":\"x\",\"inputs\":{\"q\":{\"dtype\":\"f16\",\"shape\":[4,64]},"
+        "\"k\":{\"dtype\":\"f16\",\"shape\":[4,64]},\"v\":{\"dtype\":\"f16\",\"shape\":[4,64]}},"
+        "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"]},"
+        "{\"out\":\"y\",\"op\":\"relu\",\"in\":[\"o\"]}],\"outputs\":[\"y\",\"o\"]}",
+        ""));
+    /* a node computing q inside the group (the family has no prologue) */
+    assert_false(group_matches(
+        "{\"name\":\"x\",\"inputs\":{\"q\":{\"dtype\":\"f16\",\"shape\":[4,64]},"
+        "\"k\":{\"dtype\":\"f16\",\"shape\":[4,64]},\"v\":{\"dtype\":\"f16\",\"shape\":[4,64]}},"
+        "\"nodes\":[{\"out\":\"qs\",\"op\":\"mul\",\"in\":[\"q\",2.0]},"
+        "{\"out\":\"y\",\"op\":\"attention\",\"in\":[\"qs\",\"k\",\"v\"]}],\"outputs\":[\"y\"]}",
+        ""));
+    /* no attention */
+    assert_false(group_matches(
+        "{\"name\":\"x\",\"inputs\":{\"a\":{\"dtype\":\"f16\",\"shape\":[4,64]},"
+        "\"b\":{\"dtype\":\"f16\",\"shape\":[64,8]}},"
+        "\"nodes\":[{\"out\":\"y\",\"op\":\"matmul\",\"in\":[\"a\",\"b\"]}],\"outputs\":[\"y\"]}",
+        ""));
+}
+
+static void test_counts(void **state)
+{
+    (void)state;
+    static sched_list l;
+    ops_group grp;
+    for (int causal = 0; causal < 2; causal++) {
+        ops_graph *g = example_graph(causal);
+        int64_t kept = enumerate(g, &grp, &l);
+        print_message("attention.json causal=%d: %lld candidates\n", causal, (long long)kept);
+        assert_true(kept >= 50);
+        ops_graph_free(g);
+    }
+    ops_graph *g = ragged_graph(true);
+    assert_true(enumerate(g, &grp, &l) >= 20);
+    ops_graph_free(g);
+    g = epilogue_graph("f32");
+    assert_true(enumerate(g, &grp, &l) >= 8);
+    for (int i = 0; i < l.n; i++)
+        assert_int_equal(l.s[i].v[4], 0); /* f32 data: the ffma path only */
+    ops_graph_free(g);
+    /* a head dim the mma path cannot tile is pruned as "shape" */
+    g = emit_test_graph(
+        "{\"name\":\"x\",\"inputs\":{\"q\":{\"dtype\":\"f16\",\"shape\":[40,72]},"
+        "\"k\":{\"dtype\":\"f16\",\"shape\":[40,72]},\"v\":{\"dtype\":\"f16\",\"shape\":[40,72]}},"
+        "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"]}],"
+        "\"outputs\":[\"o\"]}",
+        "");
+    assert_int_equal(enumerate(g, &grp, &l), 0);
+    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {64, 64, 4, 2, 1, 0, 0, 1}};
+    ops_device dev;
+    ops_device_h100(&dev);
+    assert_string_equal(ops_family_get(OPS_FAM_ATTENTION)->prune(&grp, &s, &dev), "shape");
+    ops_emitted e;
+    ops_diag d = {0};
+    assert_int_equal(ops_family_get(OPS_FAM_ATTENTION)->emit(&grp, &s, &dev, &e, &d), -EINVAL);
+    ops_graph_free(g);
+}
+
+/* Emits n schedules spread evenly over l and queues them; checks each launch description. */
+static int submit_spread(srch_pool *pool, const ops_group *grp, const sched_list *l, int n,
+                         int tag0)
+{
+    ops_device dev;
+    ops_device_h100(&dev);
+    const ops_family *f = ops_family_get(OPS_FAM_ATTENTION);
+    int step = l->n > n ? l->n / n : 1, sent = 0;
+    for (int i = 0; i < l->n && sent < n; i += step) {
+        ops_emitted e;
+        ops_diag d = {0};
+        if (f->emit(grp, &l->s[i], &dev, &e, &d) < 0)
+            fail_msg("emit: %s", d.msg);
+        assert_int_equal(e.n_kernels, 1);
+        const ops_kernel_launch *k = &e.kernels[0];
+        assert_int_equal(k->n_args, grp->n_in + 1);
+        assert_int_equal(k->block[0], (uint32_t)l->s[i].v[2] * 32);
+        assert_true(k->smem_bytes <= (uint32_t)dev.smem_per_block_optin);
+        assert_true(k->grid[0] >= 1 && k->grid[1] >= 1);
+        assert_non_null(strstr(e.source, "__launch_bounds__"));
+        assert_int_equal(srch_pool_submit(pool, e.source, (uint64_t)(tag0 + sent)), 0);
+        ops_emitted_free(&e);
+        sent++;
+    }
+    return sent;
+}
+
+static void drain(srch_pool *pool, int expect)
+{
+    kt_err err = {0};
+    srch_compile_result r;
+    int done = 0;
+    while (srch_pool_next(pool, &r, &err) == 0) {
+        if (r.status != SRCH_COMPILE_OK)
+            fail_msg("candidate %llu failed to compile:\n%s", (unsigned long long)r.tag, r.log);
+        for (int k = 0; k < r.n_kernels; k++)
+            if (r.kernels[k].spill_store_bytes || r.kernels[k].spill_load_bytes)
+                fail_msg("candidate %llu spills: %s (%d regs)", (unsigned long long)r.tag,
+                         r.kernels[k].name, r.kernels[k].registers);
+        done++;
+        srch_compile_result_release(&r);
+    }
+    assert_int_equal(done, expect);
+}
+
+static void test_compile_spread(void **state)
+{
+    (void)state;
+    kt_err err = {0};
+    srch_pool *pool;
+    srch_pool_opts o = {.arch = "sm_90a", .jobs = 2, .timeout_s = 120};
+    if (srch_pool_new(&o, &pool, &err) < 0)
+        fail_msg("pool: %s", err.msg);
+    static sched_list l;
+    ops_group grp;
+    int sent = 0;
+    ops_graph *g1 = example_graph(true);
+    enumerate(g1, &grp, &l);
+    sent += submit_spread(pool, &grp, &l, 24, sent);
+    ops_graph *g2 = ragged_graph(false);
+    enumerate(g2, &grp, &l);
+    sent += submit_spread(pool, &grp, &l, 12, sent);
+    ops_graph *g3 = epilogue_graph("f16");
+    enumerate(g3, &grp, &l);
+    sent += submit_spread(pool, &grp, &l, 8, sent);
+    ops_graph *g4 = epilogue_graph("f32");
+    enumerate(g4, &grp, &l);
+    sent += submit_spread(pool, &grp, &l, 8, sent);
+    assert_true(sent >= 50);
+    drain(pool, sent);
+    srch_pool_free(pool);
+
+    /* a few for sm_80 (mma.sync, ldmatrix and cp.async exist there too) */
+    o.arch = "sm_80";
+    if (srch_pool_new(&o, &pool, &err) < 0)
+        fail_msg("pool: %s", err.msg);
+    enumerate(g1, &grp, &l);
+    sent = submit_spread(pool, &grp, &l, 2, 0);
+    enumerate(g2, &grp, &l);
+    sent += submit_spread(pool, &grp, &l, 1, sent);
+    enumerate(g4, &grp, &l);
+    sent += submit_spread(pool, &grp, &l, 1, sent);
+    drain(pool, sent);
+    srch_pool_free(pool);
+    ops_graph_free(g1);
+    ops_graph_free(g2);
+    ops_graph_free(g3);
+    ops_graph_free(g4);
+}
+
+static void test_golden_and_launch(void **state)
+{
+    (void)state;
+    ops_graph *g = example_graph(true);
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_device dev;
+    ops_device_h100(&dev);
+    /* bq=128 bkv=64 warps=8 stages=2 math=f16 smem=swizzle q=regs exp=exp2 */
+    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {128, 64, 8, 2, 1, 1, 1, 1}};
+    const ops_family *f = ops_family_get(OPS_FAM_ATTENTION);
+    assert_null(f->prune(&grp, &s, &dev));
+    ops_emitted e;
+    ops_diag d = {0};
+    assert_int_equal(f->emit(&grp, &s, &dev, &e, &d), 0);
+    const ops_kernel_launch *k = &e.kernels[0];
+    assert_int_equal(k->grid[0], 2048 / 128);
+    assert_int_equal(k->grid[1], 4 * 48);
+    assert_int_equal(k->grid[2], 1);
+    assert_int_equal(k->block[0], 256);
+    /* Q tile + two stages of K and V, 16-bit, unpadded (swizzled) */
+    assert_int_equal(k->smem_bytes, 2 * (128 * 64 + 2 * 64 * (64 + 64)));
+    assert_int_equal(k->n_args, 4);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(k->args[i].kind, OPS_ARG_TENSOR);
+        assert_int_equal(k->args[i].tensor, grp.in[i]);
+    }
+    assert_int_equal(k->args[3].tensor, ops_graph_find_tensor(g, "O"));
+    assert_int_equal(e.workspace_bytes, 0);
+    emit_test_golden("attention_f16_causal.cu", e.source);
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
+static double estimate(const ops_graph *g, const int *v)
+{
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_schedule s = {.family = OPS_FAM_ATTENTION};
+    memcpy(s.v, v, 8 * sizeof(int));
+    ops_estimate e;
+    ops_family_get(OPS_FAM_ATTENTION)->estimate(&grp, &s, &dev, &e);
+    assert_true(e.seconds > 0 && e.flops > 0 && e.bytes > 0);
+    assert_true(e.occupancy > 0 && e.occupancy <= 1);
+    return e.seconds;
+}
+
+static void test_estimate(void **state)
+{
+    (void)state;
+    ops_graph *gc = example_graph(true);
+    ops_graph *gn = example_graph(false);
+    const int v[8] = {128, 64, 8, 2, 1, 1, 1, 1};
+    double tc = estimate(gc, v), tn = estimate(gn, v);
+    print_message("causal %.1f us, non-causal %.1f us\n", tc * 1e6, tn * 1e6);
+    /* causal does about half the work */
+    assert_true(tc / tn > 0.45 && tc / tn < 0.62);
+    /* 4*48*2048*2048*64*4 flops at ~745 TFLOP/s peak: between 0.1 and 10 ms */
+    assert_true(tn > 1e-4 && tn < 1e-2);
+    /* double buffering beats one buffer, all else equal */
+    const int v1[8] = {128, 64, 8, 1, 1, 1, 1, 1};
+    assert_true(estimate(gn, v) < estimate(gn, v1));
+    ops_graph_free(gc);
+    ops_graph_free(gn);
+    /* tensor cores beat FFMA: the same problem in f16 and in f32 */
+    ops_graph *g16 = epilogue_graph("f16"), *g32 = epilogue_graph("f32");
+    const int vm[8] = {64, 64, 4, 2, 1, 0, 0, 1}, vf[8] = {64, 64, 4, 2, 0, 0, 0, 1};
+    assert_true(estimate(g16, vm) < estimate(g32, vf));
+    ops_graph_free(g16);
+    ops_graph_free(g32);
+}
+
 int main(void)
 {
-    return 77;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches),           cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_golden_and_launch), cmocka_unit_test(test_estimate),
+        cmocka_unit_test(test_compile_spread),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }
