@@ -1433,7 +1433,7 @@ static void emit_signature(rw_gen *s, kt_buf *b, const char *entry, bool workspa
                            ops_kernel_launch *k)
 {
     const rw_info *in = s->in;
-    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", s->p->threads,
+    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d, 1) %s(", s->p->threads,
                   entry);
     k->n_args = 0;
     for (int i = 0; i < in->grp->n_in; i++) {

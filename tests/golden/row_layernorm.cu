@@ -60,7 +60,7 @@ struct __align__(16) float_x4 {
 };
 
 /* 333 rows of 4096 elements (stride 1); 2 rows per block, 256 threads per row */
-extern "C" __global__ void __launch_bounds__(512) ktune_row_rows_per_block_t512_r2_one_reg_v4(const float *__restrict__ in0_x, const float *__restrict__ in1_weight, const float *__restrict__ in2_bias, float *__restrict__ out0_y)
+extern "C" __global__ void __launch_bounds__(512, 1) ktune_row_rows_per_block_t512_r2_one_reg_v4(const float *__restrict__ in0_x, const float *__restrict__ in1_weight, const float *__restrict__ in2_bias, float *__restrict__ out0_y)
 {
     __shared__ float kt_red[48];
     const int g = threadIdx.x / 256; /* row group */
