@@ -1,5 +1,736 @@
-/* Placeholder test: the gemm emitter is being written. */
+/* The gemm family: which groups it matches, how many schedules survive pruning, that a spread of
+ * kept candidates compiles for sm_90a (and sm_80) without spills, ragged shapes, the golden
+ * source of one schedule, the cost model's ordering, and the index math the kernels rely on
+ * (raster bijection, shared-memory swizzle, ldmatrix/mma fragment maps), all without a GPU. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "tests/unit/emit_test_util.h"
+
+#include <math.h>
+
+/* Index math exported by ops/emit_gemm.c for these tests. */
+#include "ops/emit_gemm.h"
+
+extern const ops_family ops_family_gemm;
+
+/* Knob order of the family (values, not indices). */
+enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM };
+enum { FFMA = 0, TF32 = 1, F16 = 2, BF16 = 3 };
+enum { PAD = 0, XOR = 1 };
+
+static const char gemm_bias_relu[] =
+    "{\"name\": \"gemm_bias_relu\", \"inputs\": {"
+    "\"A\": {\"dtype\": \"f16\", \"shape\": [\"M\", 512]},"
+    "\"W\": {\"dtype\": \"f16\", \"shape\": [512, 256], \"const\": true},"
+    "\"bias\": {\"dtype\": \"f16\", \"shape\": [256], \"const\": true}},"
+    "\"nodes\": [{\"out\": \"t0\", \"op\": \"matmul\", \"in\": [\"A\", \"W\"]},"
+    "{\"out\": \"t1\", \"op\": \"add\", \"in\": [\"t0\", \"bias\"]},"
+    "{\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"t1\"]}],"
+    "\"outputs\": [\"Y\"]}";
+
+/* A plain matmul of dtype DT, [M, K] x [K, N]. */
+static char *plain_gemm(const char *dt)
+{
+    char *s = NULL;
+    int n = asprintf(&s,
+                     "{\"name\": \"gemm\", \"inputs\": {"
+                     "\"A\": {\"dtype\": \"%s\", \"shape\": [\"M\", \"K\"]},"
+                     "\"B\": {\"dtype\": \"%s\", \"shape\": [\"K\", \"N\"]}},"
+                     "\"nodes\": [{\"out\": \"Y\", \"op\": \"matmul\", \"in\": [\"A\", \"B\"]}],"
+                     "\"outputs\": [\"Y\"]}",
+                     dt, dt);
+    assert_true(n > 0);
+    return s;
+}
+
+/* A rich group: f32 A cast to DT (prologue), B (transposed when tb), batched with a broadcast
+ * batch dim on B, bias, gelu, residual add, scale, cast to f32. */
+static char *rich_gemm(const char *dt, bool ta, bool tb)
+{
+    char *s = NULL;
+    int n = asprintf(
+        &s,
+        "{\"name\": \"rich\", \"inputs\": {"
+        "\"A\": {\"dtype\": \"f32\", \"shape\": [2, %s]},"
+        "\"B\": {\"dtype\": \"%s\", \"shape\": [1, %s]},"
+        "\"bias\": {\"dtype\": \"%s\", \"shape\": [\"N\"]},"
+        "\"R\": {\"dtype\": \"%s\", \"shape\": [2, \"M\", \"N\"]}},"
+        "\"nodes\": [{\"out\": \"a16\", \"op\": \"cast\", \"in\": [\"A\"], \"dtype\": \"%s\"},"
+        "{\"out\": \"t0\", \"op\": \"matmul\", \"in\": [\"a16\", \"B\"], \"transpose_a\": %s, "
+        "\"transpose_b\": %s},"
+        "{\"out\": \"t1\", \"op\": \"add\", \"in\": [\"t0\", \"bias\"]},"
+        "{\"out\": \"t2\", \"op\": \"gelu\", \"in\": [\"t1\"]},"
+        "{\"out\": \"t3\", \"op\": \"add\", \"in\": [\"t2\", \"R\"]},"
+        "{\"out\": \"t4\", \"op\": \"mul\", \"in\": [\"t3\", 0.5]},"
+        "{\"out\": \"Y\", \"op\": \"cast\", \"in\": [\"t4\"], \"dtype\": \"f32\"}],"
+        "\"outputs\": [\"Y\"]}",
+        ta ? "\"K\", \"M\"" : "\"M\", \"K\"", dt, tb ? "\"N\", \"K\"" : "\"K\", \"N\"", dt, dt, dt,
+        ta ? "true" : "false", tb ? "true" : "false");
+    assert_true(n > 0);
+    return s;
+}
+
+static void group_of(const ops_graph *g, uint64_t mask, ops_group *grp)
+{
+    ops_diag d = {0};
+    if (ops_group_init(grp, g, mask, &d) < 0)
+        fail_msg("group: %s", d.msg);
+}
+
+static ops_schedule sched(int math, int bm, int bn, int bk, int wm, int wn, int stages, int splitk,
+                          int raster, int smem)
+{
+    ops_schedule s = {.family = OPS_FAM_GEMM};
+    int v[] = {math, bm, bn, bk, wm, wn, stages, splitk, raster, smem};
+    memcpy(s.v, v, sizeof(v));
+    return s;
+}
+
+/* ---- matches ---- */
+
+static bool matches_json(const char *json, const char *shapes, uint64_t mask)
+{
+    ops_graph *g = emit_test_graph(json, shapes);
+    ops_group grp;
+    group_of(g, mask ? mask : (1ull << g->n_nodes) - 1, &grp);
+    bool m = ops_family_gemm.matches(&grp);
+    ops_graph_free(g);
+    return m;
+}
+
+static void test_matches(void **state)
+{
+    (void)state;
+    /* node order in gemm_bias_relu: 0 matmul, 1 add, 2 relu */
+    assert_true(matches_json(gemm_bias_relu, "M=1024", 0x7));
+    assert_true(matches_json(gemm_bias_relu, "M=1024", 0x1));
+    assert_true(matches_json(gemm_bias_relu, "M=1024", 0x3));
+    assert_false(matches_json(gemm_bias_relu, "M=1024", 0x6)); /* no matmul */
+    assert_false(matches_json(gemm_bias_relu, "M=1024", 0x4));
+    assert_false(matches_json(gemm_bias_relu, "M=1024", 0x5)); /* t0 and Y both leave the group */
+
+    char *rich = rich_gemm("f16", false, true);
+    assert_true(matches_json(rich, "M=64,N=48,K=32", 0));
+    assert_false(matches_json(rich, "M=64,N=48,K=32", 0x1)); /* the cast alone */
+    assert_true(matches_json(rich, "M=64,N=48,K=32", 0x3));  /* cast + matmul */
+    assert_true(matches_json(rich, "M=64,N=48,K=32", 0x2));  /* matmul reading the cast */
+    free(rich);
+
+    /* An epilogue reading the prologue cast's output is not a gemm epilogue. */
+    static const char reads_cast[] =
+        "{\"name\": \"x\", \"inputs\": {"
+        "\"A\": {\"dtype\": \"f32\", \"shape\": [16, 16]},"
+        "\"B\": {\"dtype\": \"f16\", \"shape\": [16, 16]}},"
+        "\"nodes\": [{\"out\": \"a\", \"op\": \"cast\", \"in\": [\"A\"], \"dtype\": \"f16\"},"
+        "{\"out\": \"t\", \"op\": \"matmul\", \"in\": [\"a\", \"B\"]},"
+        "{\"out\": \"Y\", \"op\": \"add\", \"in\": [\"t\", \"a\"]}],"
+        "\"outputs\": [\"Y\"]}";
+    assert_false(matches_json(reads_cast, "", 0));
+    assert_true(matches_json(reads_cast, "", 0x2));
+
+    /* A reduction after the matmul, two matmuls, an epilogue changing the shape. */
+    static const char reduce_after[] =
+        "{\"name\": \"x\", \"inputs\": {"
+        "\"A\": {\"dtype\": \"f16\", \"shape\": [16, 16]},"
+        "\"B\": {\"dtype\": \"f16\", \"shape\": [16, 16]}},"
+        "\"nodes\": [{\"out\": \"t\", \"op\": \"matmul\", \"in\": [\"A\", \"B\"]},"
+        "{\"out\": \"Y\", \"op\": \"sum\", \"in\": [\"t\"], \"axes\": [1]}],"
+        "\"outputs\": [\"Y\"]}";
+    assert_false(matches_json(reduce_after, "", 0));
+    static const char two_mm[] =
+        "{\"name\": \"x\", \"inputs\": {"
+        "\"A\": {\"dtype\": \"f16\", \"shape\": [16, 16]},"
+        "\"B\": {\"dtype\": \"f16\", \"shape\": [16, 16]}},"
+        "\"nodes\": [{\"out\": \"t\", \"op\": \"matmul\", \"in\": [\"A\", \"B\"]},"
+        "{\"out\": \"Y\", \"op\": \"matmul\", \"in\": [\"t\", \"B\"]}],"
+        "\"outputs\": [\"Y\"]}";
+    assert_false(matches_json(two_mm, "", 0));
+    assert_true(matches_json(two_mm, "", 0x1));
+    static const char bcast_up[] =
+        "{\"name\": \"x\", \"inputs\": {"
+        "\"A\": {\"dtype\": \"f16\", \"shape\": [16, 16]},"
+        "\"B\": {\"dtype\": \"f16\", \"shape\": [16, 16]},"
+        "\"C\": {\"dtype\": \"f16\", \"shape\": [3, 16, 16]}},"
+        "\"nodes\": [{\"out\": \"t\", \"op\": \"matmul\", \"in\": [\"A\", \"B\"]},"
+        "{\"out\": \"Y\", \"op\": \"add\", \"in\": [\"t\", \"C\"]}],"
+        "\"outputs\": [\"Y\"]}";
+    assert_false(matches_json(bcast_up, "", 0)); /* the add grows the output */
+}
+
+/* ---- counts ---- */
+
+static int count_cb(const ops_schedule *s, void *ctx)
+{
+    (void)s;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+static int64_t kept(const ops_graph *g, uint64_t mask, ops_precision prec)
+{
+    ops_group grp;
+    group_of(g, mask, &grp);
+    grp.precision = prec;
+    ops_device dev;
+    ops_device_h100(&dev);
+    assert_true(ops_family_gemm.matches(&grp));
+    ops_prune_counts pc;
+    int n = 0;
+    assert_int_equal(ops_family_enumerate(&ops_family_gemm, &grp, &dev, count_cb, &n, &pc), 0);
+    assert_int_equal(pc.kept, n);
+    return pc.kept;
+}
+
+typedef struct math_tally {
+    int per_math[4];
+} math_tally;
+
+static int tally_cb(const ops_schedule *s, void *ctx)
+{
+    ((math_tally *)ctx)->per_math[s->v[MATH]]++;
+    return 0;
+}
+
+static math_tally tally(const ops_graph *g, ops_precision prec)
+{
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    grp.precision = prec;
+    ops_device dev;
+    ops_device_h100(&dev);
+    math_tally t = {{0}};
+    assert_int_equal(ops_family_enumerate(&ops_family_gemm, &grp, &dev, tally_cb, &t, NULL), 0);
+    return t;
+}
+
+static void test_counts(void **state)
+{
+    (void)state;
+    ops_graph *g = emit_test_graph(gemm_bias_relu, "M=1024");
+    int64_t fused = kept(g, 0x7, OPS_PREC_EXACT);
+    int64_t mm = kept(g, 0x1, OPS_PREC_EXACT);
+    int64_t mm_add = kept(g, 0x3, OPS_PREC_EXACT);
+    print_message("gemm_bias_relu M=1024: fused %lld, matmul %lld, matmul+add %lld\n",
+                  (long long)fused, (long long)mm, (long long)mm_add);
+    assert_true(fused >= 250);
+    assert_true(fused + mm + mm_add >= 500);
+    math_tally t = tally(g, OPS_PREC_EXACT);
+    assert_int_equal(t.per_math[F16], fused); /* f16 data: f16 tensor cores only */
+    ops_graph_free(g);
+
+    char *json = plain_gemm("bf16");
+    g = emit_test_graph(json, "M=4096,N=4096,K=4096");
+    t = tally(g, OPS_PREC_EXACT);
+    print_message("bf16 4096^3: bf16 %d\n", t.per_math[BF16]);
+    assert_true(t.per_math[BF16] >= 250);
+    assert_int_equal(t.per_math[FFMA] + t.per_math[TF32] + t.per_math[F16], 0);
+    ops_graph_free(g);
+    free(json);
+
+    json = plain_gemm("f32");
+    g = emit_test_graph(json, "M=1024,N=1024,K=1024");
+    t = tally(g, OPS_PREC_EXACT);
+    print_message("f32 1024^3 exact: ffma %d\n", t.per_math[FFMA]);
+    assert_true(t.per_math[FFMA] >= 50);
+    assert_int_equal(t.per_math[TF32] + t.per_math[F16] + t.per_math[BF16], 0);
+    t = tally(g, OPS_PREC_TF32);
+    print_message("f32 1024^3 tf32: ffma %d tf32 %d\n", t.per_math[FFMA], t.per_math[TF32]);
+    assert_true(t.per_math[FFMA] >= 50 && t.per_math[TF32] >= 50);
+    assert_int_equal(t.per_math[F16] + t.per_math[BF16], 0);
+    t = tally(g, OPS_PREC_REDUCED);
+    assert_true(t.per_math[F16] > 0 && t.per_math[BF16] > 0);
+    ops_graph_free(g);
+    free(json);
+}
+
+/* ---- compiling ---- */
+
+typedef struct cand_list {
+    int n, cap;
+    ops_schedule *s;
+} cand_list;
+
+static int collect_cb(const ops_schedule *s, void *ctx)
+{
+    cand_list *l = ctx;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 256;
+        l->s = realloc(l->s, (size_t)l->cap * sizeof(*l->s));
+        assert_non_null(l->s);
+    }
+    l->s[l->n++] = *s;
+    return 0;
+}
+
+/* Emits `want` schedules spread evenly over the kept list of grp and submits them to pool;
+ * returns how many were submitted. */
+static int submit_spread(srch_pool *pool, const ops_group *grp, int want, uint64_t tag0,
+                         char **sources)
+{
+    ops_device dev;
+    ops_device_h100(&dev);
+    cand_list l = {0};
+    assert_int_equal(ops_family_enumerate(&ops_family_gemm, grp, &dev, collect_cb, &l, NULL), 0);
+    assert_true(l.n > 0);
+    int n = want < l.n ? want : l.n;
+    for (int i = 0; i < n; i++) {
+        const ops_schedule *s = &l.s[(int64_t)i * l.n / n];
+        ops_emitted em;
+        ops_diag d = {0};
+        if (ops_family_gemm.emit(grp, s, &dev, &em, &d) < 0)
+            fail_msg("emit: %s", d.msg);
+        assert_int_equal(srch_pool_submit(pool, em.source, tag0 + (uint64_t)i), 0);
+        sources[tag0 + (uint64_t)i] = em.source;
+        em.source = NULL;
+        ops_emitted_free(&em);
+    }
+    free(l.s);
+    return n;
+}
+
+/* Waits for n results; fails on any compile error or spill. */
+static void drain(srch_pool *pool, int n, char **sources)
+{
+    for (int i = 0; i < n; i++) {
+        srch_compile_result r = {0};
+        kt_err err = {0};
+        assert_int_equal(srch_pool_next(pool, &r, &err), 0);
+        if (r.status != SRCH_COMPILE_OK)
+            fail_msg("candidate %llu: %s\n%s\n---- source ----\n%s", (unsigned long long)r.tag,
+                     srch_status_name(r.status), r.log, sources[r.tag]);
+        for (int k = 0; k < r.n_kernels; k++)
+            if (r.kernels[k].spill_store_bytes || r.kernels[k].spill_load_bytes)
+                fail_msg("candidate %llu: %s spills %d/%d bytes (%d registers)\n%s",
+                         (unsigned long long)r.tag, r.kernels[k].name,
+                         r.kernels[k].spill_store_bytes, r.kernels[k].spill_load_bytes,
+                         r.kernels[k].registers, sources[r.tag]);
+        srch_compile_result_release(&r);
+    }
+}
+
+#define MAX_SOURCES 256
+
+static void test_compile_spread_sm90(void **state)
+{
+    (void)state;
+    srch_pool *pool = NULL;
+    srch_pool_opts o = {.arch = "sm_90a", .jobs = 2, .timeout_s = 120};
+    kt_err err = {0};
+    assert_int_equal(srch_pool_new(&o, &pool, &err), 0);
+    char **sources = calloc(MAX_SOURCES, sizeof(char *));
+    int n = 0;
+
+    ops_graph *g1 = emit_test_graph(gemm_bias_relu, "M=1024");
+    ops_group grp;
+    emit_test_whole_group(g1, &grp);
+    n += submit_spread(pool, &grp, 24, (uint64_t)n, sources);
+
+    char *json = plain_gemm("bf16");
+    ops_graph *g2 = emit_test_graph(json, "M=4096,N=4096,K=4096");
+    free(json);
+    emit_test_whole_group(g2, &grp);
+    n += submit_spread(pool, &grp, 12, (uint64_t)n, sources);
+
+    json = plain_gemm("f32");
+    ops_graph *g3 = emit_test_graph(json, "M=1024,N=1024,K=1024");
+    free(json);
+    emit_test_whole_group(g3, &grp);
+    n += submit_spread(pool, &grp, 8, (uint64_t)n, sources);
+    grp.precision = OPS_PREC_TF32;
+    ops_device dev;
+    ops_device_h100(&dev);
+    /* the tf32 share of the space */
+    cand_list l = {0};
+    assert_int_equal(ops_family_enumerate(&ops_family_gemm, &grp, &dev, collect_cb, &l, NULL), 0);
+    int tf = 0;
+    for (int i = 0; i < l.n && tf < 10; i += 7) {
+        if (l.s[i].v[MATH] != TF32)
+            continue;
+        ops_emitted em;
+        ops_diag d = {0};
+        if (ops_family_gemm.emit(&grp, &l.s[i], &dev, &em, &d) < 0)
+            fail_msg("emit: %s", d.msg);
+        assert_int_equal(srch_pool_submit(pool, em.source, (uint64_t)n), 0);
+        sources[n++] = em.source;
+        em.source = NULL;
+        ops_emitted_free(&em);
+        tf++;
+    }
+    free(l.s);
+
+    print_message("compiling %d gemm candidates for sm_90a\n", n);
+    assert_true(n >= 50);
+    drain(pool, n, sources);
+    srch_pool_free(pool);
+    for (int i = 0; i < n; i++)
+        free(sources[i]);
+    free(sources);
+    ops_graph_free(g1);
+    ops_graph_free(g2);
+    ops_graph_free(g3);
+}
+
+static void emit_compile(const ops_graph *g, ops_precision prec, ops_schedule s, const char *arch)
+{
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    grp.precision = prec;
+    ops_device dev;
+    ops_device_h100(&dev);
+    const char *why = ops_family_gemm.prune(&grp, &s, &dev);
+    char buf[256];
+    ops_schedule_format(&s, buf, sizeof(buf));
+    if (why)
+        fail_msg("%s pruned (%s)", buf, why);
+    ops_emitted em;
+    ops_diag d = {0};
+    if (ops_family_gemm.emit(&grp, &s, &dev, &em, &d) < 0)
+        fail_msg("emit %s: %s", buf, d.msg);
+    emit_test_compile(em.source, arch);
+    ops_emitted_free(&em);
+}
+
+/* Ragged shapes, transposes, prologue casts, broadcast batches and odd leading dimensions. */
+static void test_compile_ragged(void **state)
+{
+    (void)state;
+    srch_pool *pool = NULL;
+    srch_pool_opts o = {.arch = "sm_90a", .jobs = 2, .timeout_s = 120};
+    kt_err err = {0};
+    assert_int_equal(srch_pool_new(&o, &pool, &err), 0);
+    char **sources = calloc(MAX_SOURCES, sizeof(char *));
+    int n = 0;
+    ops_device dev;
+    ops_device_h100(&dev);
+    struct {
+        char *json;
+        const char *shape;
+        ops_precision prec;
+        ops_schedule s;
+    } cases[] = {
+        {plain_gemm("f16"), "M=1000,N=1000,K=1000", OPS_PREC_EXACT,
+         sched(F16, 64, 64, 32, 2, 2, 3, 1, 4, XOR)},
+        {plain_gemm("f16"), "M=1000,N=1000,K=100", OPS_PREC_EXACT,
+         sched(F16, 64, 128, 64, 2, 2, 2, 1, 1, PAD)},
+        {plain_gemm("f16"), "M=333,N=777,K=1000", OPS_PREC_EXACT, /* N odd: 2-byte rows of B */
+         sched(F16, 64, 64, 32, 2, 4, 3, 1, 1, XOR)},
+        {plain_gemm("f16"), "M=333,N=778,K=999", OPS_PREC_EXACT, /* K odd: A rows misaligned */
+         sched(F16, 64, 64, 32, 2, 4, 3, 2, 1, PAD)},
+        {plain_gemm("f32"), "M=1000,N=1000,K=1000", OPS_PREC_EXACT,
+         sched(FFMA, 64, 64, 16, 2, 2, 3, 1, 4, PAD)},
+        {plain_gemm("f32"), "M=1000,N=1000,K=1000", OPS_PREC_TF32,
+         sched(TF32, 128, 128, 16, 2, 2, 3, 1, 1, XOR)},
+        {plain_gemm("f32"), "M=333,N=777,K=1001", OPS_PREC_TF32,
+         sched(TF32, 64, 64, 16, 2, 2, 3, 1, 1, PAD)},
+        {plain_gemm("f32"), "M=333,N=777,K=1001", OPS_PREC_EXACT,
+         sched(FFMA, 64, 64, 8, 2, 2, 2, 1, 1, PAD)},
+        {plain_gemm("f32"), "M=1000,N=1000,K=1000", OPS_PREC_REDUCED,
+         sched(BF16, 128, 64, 32, 2, 2, 3, 1, 1, XOR)},
+        {plain_gemm("bf16"), "M=1000,N=1000,K=1000", OPS_PREC_EXACT,
+         sched(BF16, 128, 256, 32, 2, 4, 3, 1, 1, XOR)},
+        {rich_gemm("f16", false, false), "M=333,N=200,K=96", OPS_PREC_EXACT,
+         sched(F16, 64, 64, 32, 2, 2, 3, 1, 1, XOR)},
+        {rich_gemm("f16", true, true), "M=333,N=200,K=96", OPS_PREC_EXACT,
+         sched(F16, 64, 64, 32, 2, 4, 3, 1, 1, PAD)},
+        {rich_gemm("bf16", true, false), "M=100,N=72,K=40", OPS_PREC_EXACT,
+         sched(BF16, 32, 32, 16, 1, 2, 2, 1, 1, XOR)},
+        {rich_gemm("f32", true, true), "M=100,N=72,K=40", OPS_PREC_TF32,
+         sched(TF32, 32, 32, 16, 2, 1, 2, 1, 1, PAD)},
+        {rich_gemm("f32", false, true), "M=100,N=72,K=40", OPS_PREC_EXACT,
+         sched(FFMA, 32, 64, 8, 1, 2, 2, 1, 1, PAD)},
+        {rich_gemm("f32", true, false), "M=100,N=72,K=41", OPS_PREC_EXACT,
+         sched(FFMA, 32, 32, 8, 1, 1, 2, 1, 1, PAD)},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
+        ops_graph *g = emit_test_graph(cases[i].json, cases[i].shape);
+        ops_group grp;
+        emit_test_whole_group(g, &grp);
+        grp.precision = cases[i].prec;
+        char buf[256];
+        ops_schedule_format(&cases[i].s, buf, sizeof(buf));
+        const char *why = ops_family_gemm.prune(&grp, &cases[i].s, &dev);
+        if (why)
+            fail_msg("case %zu (%s): %s pruned (%s)", i, cases[i].shape, buf, why);
+        ops_emitted em;
+        ops_diag d = {0};
+        if (ops_family_gemm.emit(&grp, &cases[i].s, &dev, &em, &d) < 0)
+            fail_msg("emit %s: %s", buf, d.msg);
+        assert_int_equal(srch_pool_submit(pool, em.source, (uint64_t)n), 0);
+        sources[n++] = em.source;
+        em.source = NULL;
+        ops_emitted_free(&em);
+        ops_graph_free(g);
+        free(cases[i].json);
+    }
+    drain(pool, n, sources);
+    srch_pool_free(pool);
+    for (int i = 0; i < n; i++)
+        free(sources[i]);
+    free(sources);
+}
+
+static void test_compile_sm80(void **state)
+{
+    (void)state;
+    ops_graph *g = emit_test_graph(gemm_bias_relu, "M=1000");
+    emit_compile(g, OPS_PREC_EXACT, sched(F16, 128, 128, 32, 2, 2, 3, 1, 1, XOR), "sm_80");
+    emit_compile(g, OPS_PREC_EXACT, sched(F16, 64, 64, 64, 2, 2, 4, 2, 1, PAD), "sm_80");
+    ops_graph_free(g);
+    char *json = plain_gemm("f32");
+    g = emit_test_graph(json, "M=1000,N=1000,K=1000");
+    emit_compile(g, OPS_PREC_TF32, sched(TF32, 128, 64, 32, 2, 2, 3, 1, 1, PAD), "sm_80");
+    emit_compile(g, OPS_PREC_EXACT, sched(FFMA, 64, 64, 16, 2, 2, 3, 1, 4, PAD), "sm_80");
+    ops_graph_free(g);
+    free(json);
+}
+
+/* ---- launch description and golden source ---- */
+
+static void test_launch_and_golden(void **state)
+{
+    (void)state;
+    ops_graph *g = emit_test_graph(gemm_bias_relu, "M=1024");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_schedule s = sched(F16, 64, 64, 32, 2, 2, 3, 1, 1, XOR);
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    ops_emitted em;
+    ops_diag d = {0};
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.n_kernels, 1);
+    assert_int_equal(em.workspace_bytes, 0);
+    const ops_kernel_launch *k = &em.kernels[0];
+    assert_string_equal(k->entry, "ktune_gemm_f16_64x64x32");
+    assert_int_equal(k->grid[0], 16 * 4);
+    assert_int_equal(k->grid[2], 1);
+    assert_int_equal(k->block[0], 128);
+    assert_int_equal(k->smem_bytes, 3 * (64 * 32 + 32 * 64) * 2);
+    assert_int_equal(k->n_args, 4); /* A, W, bias, Y */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(k->args[i].tensor, grp.in[i]);
+    assert_int_equal(k->args[3].tensor, grp.out[0]);
+    assert_non_null(strstr(em.source, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+    assert_non_null(strstr(em.source, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+    assert_non_null(strstr(em.source, "cp.async.cg.shared.global"));
+    assert_non_null(strstr(em.source, "__launch_bounds__(THREADS, 1)"));
+    emit_test_golden("gemm_f16_bias_relu.cu", em.source);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+
+    /* split-K: a partial kernel with workspace, then the reduction. */
+    s = sched(F16, 128, 128, 32, 2, 2, 3, 4, 1, PAD);
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.n_kernels, 2);
+    assert_int_equal(em.workspace_bytes, 4LL * 1024 * 256 * 4);
+    assert_int_equal(em.kernels[0].grid[2], 4);
+    assert_int_equal(em.kernels[0].n_args, 5);
+    assert_int_equal(em.kernels[0].args[4].kind, OPS_ARG_WORKSPACE);
+    assert_string_equal(em.kernels[1].entry, "ktune_gemm_splitk_reduce");
+    assert_int_equal(em.kernels[1].n_args, 5);
+    assert_int_equal((int64_t)em.kernels[1].grid[0] * em.kernels[1].block[0] * 2, 1024 * 256);
+    ops_emitted_free(&em);
+    ops_graph_free(g);
+}
+
+/* ---- cost model ---- */
+
+static double est(const ops_graph *g, ops_precision prec, ops_schedule s)
+{
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    grp.precision = prec;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_estimate e;
+    ops_family_gemm.estimate(&grp, &s, &dev, &e);
+    assert_true(e.seconds > 0 && isfinite(e.seconds));
+    assert_true(e.flops > 0 && e.bytes > 0);
+    assert_true(e.occupancy > 0 && e.occupancy <= 1);
+    return e.seconds;
+}
+
+static void test_estimate(void **state)
+{
+    (void)state;
+    char *json = plain_gemm("f16");
+    ops_graph *g = emit_test_graph(json, "M=4096,N=4096,K=4096");
+    double tc = est(g, OPS_PREC_EXACT, sched(F16, 128, 128, 32, 2, 2, 3, 1, 8, XOR));
+    double ffma = est(g, OPS_PREC_EXACT, sched(FFMA, 128, 128, 16, 2, 2, 3, 1, 8, PAD));
+    assert_true(tc * 5 < ffma);
+    /* 4096^3 at 2 * 4096^3 flops: between the f16 peak and ten times it */
+    assert_true(tc > 2.0 * 4096.0 * 4096 * 4096 / 745e12 &&
+                tc < 10 * 2.0 * 4096.0 * 4096 * 4096 / 745e12);
+    ops_graph_free(g);
+
+    /* 1024 x 1024 x 4096: 256 x 128 tiles give 32 blocks, 64 x 64 give 256. */
+    g = emit_test_graph(json, "M=1024,N=1024,K=4096");
+    double tiny = est(g, OPS_PREC_EXACT, sched(F16, 256, 128, 32, 4, 2, 3, 1, 1, XOR));
+    double full = est(g, OPS_PREC_EXACT, sched(F16, 64, 64, 32, 2, 2, 3, 1, 1, XOR));
+    double split = est(g, OPS_PREC_EXACT, sched(F16, 256, 128, 32, 4, 2, 3, 4, 1, XOR));
+    assert_true(full < tiny);
+    assert_true(split < tiny);
+    /* deeper pipelines are no slower */
+    double s2 = est(g, OPS_PREC_EXACT, sched(F16, 64, 64, 32, 2, 2, 2, 1, 1, XOR));
+    assert_true(full <= s2);
+    ops_graph_free(g);
+    free(json);
+
+    /* tf32 beats FFMA on f32 when allowed */
+    json = plain_gemm("f32");
+    g = emit_test_graph(json, "M=4096,N=4096,K=4096");
+    double t32 = est(g, OPS_PREC_TF32, sched(TF32, 128, 128, 32, 2, 2, 3, 1, 8, XOR));
+    double f32 = est(g, OPS_PREC_TF32, sched(FFMA, 128, 128, 16, 2, 2, 3, 1, 8, PAD));
+    assert_true(t32 < f32);
+    ops_graph_free(g);
+    free(json);
+}
+
+/* ---- index math ---- */
+
+static void test_raster_bijection(void **state)
+{
+    (void)state;
+    static const int dims[][2] = {{1, 1},  {1, 7},  {7, 1},   {8, 8},
+                                  {13, 5}, {5, 13}, {32, 32}, {33, 17}};
+    static const int groups[] = {1, 2, 4, 8, 16};
+    for (size_t d = 0; d < KT_ARRAY_LEN(dims); d++) {
+        int tm_n = dims[d][0], tn_n = dims[d][1];
+        for (size_t gi = 0; gi < KT_ARRAY_LEN(groups); gi++) {
+            char *seen = calloc((size_t)tm_n * tn_n, 1);
+            for (int pid = 0; pid < tm_n * tn_n; pid++) {
+                int tm, tn;
+                ops_gemm_raster(pid, tm_n, tn_n, groups[gi], &tm, &tn);
+                assert_true(tm >= 0 && tm < tm_n && tn >= 0 && tn < tn_n);
+                assert_int_equal(seen[tm * tn_n + tn], 0);
+                seen[tm * tn_n + tn] = 1;
+            }
+            free(seen);
+        }
+    }
+    /* group 1 is row-major; a group of 4 walks 4 rows down a column first */
+    int tm, tn;
+    ops_gemm_raster(5, 8, 8, 1, &tm, &tn);
+    assert_true(tm == 0 && tn == 5);
+    ops_gemm_raster(5, 8, 8, 4, &tm, &tn);
+    assert_true(tm == 1 && tn == 1);
+}
+
+/* The 128-byte phase of 8 rows at one 16-byte column: distinct bank groups. */
+static void check_ldsm_phase(int layout, int cols, int esize, int pad)
+{
+    int e16 = 16 / esize;
+    for (int r0 = 0; r0 < 64; r0 += 8)
+        for (int c = 0; c < cols; c += e16) {
+            int used = 0;
+            for (int r = r0; r < r0 + 8; r++) {
+                int byte = ops_gemm_smem_slot(layout, cols, esize, pad, r, c) * esize;
+                assert_int_equal(byte % 16, 0); /* ldmatrix rows and cp.async need 16 bytes */
+                int group = byte / 16 % 8;
+                assert_int_equal(used >> group & 1, 0);
+                used |= 1 << group;
+            }
+        }
+}
+
+static void test_smem_swizzle(void **state)
+{
+    (void)state;
+    static const int col_bytes[] = {16, 32, 64, 128, 256, 512};
+    for (int layout = PAD; layout <= XOR; layout++)
+        for (int esize = 2; esize <= 4; esize += 2)
+            for (size_t ci = 0; ci < KT_ARRAY_LEN(col_bytes); ci++) {
+                int cols = col_bytes[ci] / esize, rows = 64;
+                int pad = layout == PAD ? 16 / esize : 0;
+                int slots = rows * (cols + pad);
+                char *seen = calloc((size_t)slots, 1);
+                for (int r = 0; r < rows; r++)
+                    for (int c = 0; c < cols; c++) {
+                        int s = ops_gemm_smem_slot(layout, cols, esize, pad, r, c);
+                        assert_true(s >= 0 && s < slots);
+                        assert_int_equal(seen[s], 0);
+                        seen[s] = 1;
+                        /* 16-byte chunks stay contiguous (vector copies, ldmatrix rows) */
+                        if (c % (16 / esize))
+                            assert_int_equal(
+                                s, ops_gemm_smem_slot(layout, cols, esize, pad, r, c - 1) + 1);
+                    }
+                free(seen);
+                if (col_bytes[ci] >= 32 && (layout == XOR || (col_bytes[ci] / 16) % 2 == 0))
+                    check_ldsm_phase(layout, cols, esize, pad);
+            }
+}
+
+/* ldmatrix model: with row addresses from ops_gemm_ldsm_lane, which stored (row, col) lands in
+ * (lane, register j, half h)? 32-bit elements (tf32) are pairs of 16-bit halves. */
+static void ldsm_model(int kind, bool trans, bool b32, int lane, int j, int h, int *row, int *col)
+{
+    int src = 8 * j; /* lanes 8j..8j+7 address matrix j's rows */
+    if (!trans) {
+        int mr = lane / 4, half = 2 * (lane % 4) + h;
+        int r, c;
+        ops_gemm_ldsm_lane(kind, src + mr, &r, &c);
+        *row = r;
+        *col = b32 ? c + half / 2 : c + half;
+    } else {
+        int mr = 2 * (lane % 4) + h;
+        int r, c;
+        ops_gemm_ldsm_lane(kind, src + mr, &r, &c);
+        *row = r;
+        *col = c + lane / 4;
+    }
+}
+
+static void test_fragment_maps(void **state)
+{
+    (void)state;
+    enum { A_K, A_M, B_N, B_K, A_K_TF32, B_K_TF32 };
+    for (int lane = 0; lane < 32; lane++) {
+        int g = lane / 4, t = lane % 4;
+        for (int j = 0; j < 4; j++)
+            for (int h = 0; h < 2; h++) {
+                /* mma m16n8k16 A: reg j half h at row g (+8 for j odd), k 2t + h (+8 for j >= 2) */
+                int am = g + (j & 1) * 8, ak = 2 * t + h + (j >> 1) * 8;
+                int r, c;
+                ldsm_model(A_K, false, false, lane, j, h, &r, &c);
+                assert_true(r == am && c == ak); /* stored [m][k] */
+                ldsm_model(A_M, true, false, lane, j, h, &r, &c);
+                assert_true(r == ak && c == am); /* stored [k][m] */
+                /* B: x4 register j is b[j >> 1][j & 1]: k 2t + h (+8 for j odd), n g (+8 for
+                 * j >= 2) */
+                int bk = 2 * t + h + (j & 1) * 8, bn = g + (j >> 1) * 8;
+                ldsm_model(B_N, true, false, lane, j, h, &r, &c);
+                assert_true(r == bk && c == bn); /* stored [k][n] */
+                ldsm_model(B_K, false, false, lane, j, h, &r, &c);
+                assert_true(r == bn && c == bk); /* stored [n][k] */
+            }
+        for (int j = 0; j < 4; j++) {
+            /* mma m16n8k8 tf32 A: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4) */
+            int r, c;
+            ldsm_model(A_K_TF32, false, true, lane, j, 0, &r, &c);
+            assert_true(r == g + (j & 1) * 8 && c == t + (j >> 1) * 4);
+            /* B: b[j >> 1][j & 1] = (k t (+4 for j odd), n g (+8 for j >= 2)), stored [n][k] */
+            ldsm_model(B_K_TF32, false, true, lane, j, 0, &r, &c);
+            assert_true(r == g + (j >> 1) * 8 && c == t + (j & 1) * 4);
+        }
+    }
+}
+
 int main(void)
 {
-    return 77;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches),           cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_raster_bijection),  cmocka_unit_test(test_smem_swizzle),
+        cmocka_unit_test(test_fragment_maps),     cmocka_unit_test(test_estimate),
+        cmocka_unit_test(test_launch_and_golden), cmocka_unit_test(test_compile_ragged),
+        cmocka_unit_test(test_compile_sm80),      cmocka_unit_test(test_compile_spread_sm90),
+    };
+    return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
 }
