@@ -243,26 +243,27 @@ static ops_dtype math_dtype(int math, ops_dtype dt)
     }
 }
 
-/* Whether the precision policy admits the math path for the matmul's dtype, and whether it is
- * worth searching. f16/bf16 data always runs on its own tensor cores (FFMA computes the same
- * products and sums, slower, so it is kept only for skinny problems where the 16-row mma tile
- * is mostly padding); f32 data uses FFMA, tf32 under the tf32 and reduced policies, and f16/bf16
- * tensor cores under reduced. */
-static bool math_allowed(const gemm_problem *p, int math)
+/* Why the math path is not searched for the matmul's dtype, or NULL when it is. f16/bf16 data
+ * runs on its own tensor cores ("shape" for the other 16-bit type or tf32); FFMA computes the
+ * same products and sums, slower, so on 16-bit data it is kept only for skinny problems where
+ * the 16-row mma tile is mostly padding ("redundant" otherwise). f32 data uses FFMA, tf32 under
+ * the tf32 and reduced policies, and f16/bf16 tensor cores under reduced ("precision" when the
+ * job's policy forbids the path). */
+static const char *math_excluded(const gemm_problem *p, int math)
 {
     ops_precision prec = p->grp->precision;
     if (p->dt == OPS_DT_F16 || p->dt == OPS_DT_BF16) {
         if (math == MATH_FFMA)
-            return p->M < 16 || p->N < 16;
-        return math == (p->dt == OPS_DT_F16 ? MATH_F16 : MATH_BF16);
+            return p->M < 16 || p->N < 16 ? NULL : "redundant";
+        return math == (p->dt == OPS_DT_F16 ? MATH_F16 : MATH_BF16) ? NULL : "shape";
     }
     switch (math) {
     case MATH_FFMA:
-        return true;
+        return NULL;
     case MATH_TF32:
-        return prec == OPS_PREC_TF32 || prec == OPS_PREC_REDUCED;
+        return prec == OPS_PREC_TF32 || prec == OPS_PREC_REDUCED ? NULL : "precision";
     default:
-        return prec == OPS_PREC_REDUCED;
+        return prec == OPS_PREC_REDUCED ? NULL : "precision";
     }
 }
 
@@ -400,8 +401,8 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
     int kmin = c->tc ? c->kstep : 8;
     if (dev->sm_major < 8)
         c->why = "shape"; /* cp.async and mma.sync need sm_80 */
-    else if (!math_allowed(p, c->math))
-        c->why = "redundant";
+    else if (math_excluded(p, c->math))
+        c->why = math_excluded(p, c->math);
     else if (c->bk % kmin)
         c->why = "divisibility";
     else if ((c->bm > 16 && c->bm / 2 >= p->M) || (c->bn > 16 && c->bn / 2 >= p->N) ||

@@ -128,7 +128,8 @@ typedef struct ops_family {
     /* True when some schedule of this family can implement the group. */
     bool (*matches)(const ops_group *grp);
     /* NULL when the schedule is legal for grp on dev; otherwise the reason class it is pruned
-     * for: "threads", "smem", "regs", "align", "divisibility", "shape" or "redundant". */
+     * for: "threads", "smem", "regs", "align", "divisibility", "shape", "precision" (the job's
+     * precision policy forbids the math path) or "redundant". */
     const char *(*prune)(const ops_group *grp, const ops_schedule *s, const ops_device *dev);
     /* Emits the candidate. 0, or -EINVAL/-ENOMEM with detail in d. */
     int (*emit)(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
