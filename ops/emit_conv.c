@@ -1,14 +1,1338 @@
-/* The conv family (being written; see issue "Candidates"). Until then it matches no group. */
+/* The conv family: one conv2d node (NCHW/OIHW or NHWC/OHWI; stride, padding, dilation, groups,
+ * optional bias) plus an elementwise epilogue chain on its output, as one kernel.
+ *
+ * Two algorithms (knob "algo"):
+ *   implicit_gemm  GEMM view M = N*P*Q output pixels, N = K/groups output channels,
+ *                  K = (C/groups)*R*S; the im2col matrix is gathered on the fly into shared
+ *                  memory. Math "ffma" (fp32, per-thread TM x TN register tile) or "mma"
+ *                  (mma.sync m16n8k16 f16/bf16 tensor cores fed by ldmatrix, fp32 accumulation).
+ *                  Tiles move through shared memory either by multi-stage cp.async (when the
+ *                  gather is 16-byte contiguous: NHWC, 16-bit data, C/groups % 8 == 0) or by
+ *                  predicated loads into registers (stages 1: single buffer; 2: the next tile is
+ *                  loaded while the current one is multiplied).
+ *   direct         one thread computes TK output channels x TQ adjacent output columns of one
+ *                  output row; the filter slice of the block is staged in shared memory
+ *                  ("shared") or read per filter row into registers ("registers"). Meant for few
+ *                  input channels (the 3-channel first layer of vision nets) and depthwise convs.
+ *
+ * Knobs that do not apply to the chosen algorithm must sit at their first value; the other
+ * combinations are pruned as "redundant", so every kept schedule is a distinct kernel. */
 #include "family.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { K_ALGO, K_MATH, K_BM, K_BN, K_BK, K_WARPS, K_STAGES, K_TK, K_TQ, K_FILTER, N_KNOBS };
+enum { ALGO_IGEMM = 0, ALGO_DIRECT = 1 };
+enum { MATH_FFMA = 0, MATH_MMA = 1 };
+enum { FILTER_SHARED = 0, FILTER_REGS = 1 };
+
+static const char *const algo_labels[] = {"implicit_gemm", "direct"};
+static const char *const math_labels[] = {"ffma", "mma"};
+static const char *const filter_labels[] = {"shared", "registers"};
+
+static const ops_knob conv_knobs[N_KNOBS] = {
+    [K_ALGO] = {"algo", 2, {ALGO_IGEMM, ALGO_DIRECT}, algo_labels},
+    [K_MATH] = {"math", 2, {MATH_FFMA, MATH_MMA}, math_labels},
+    [K_BM] = {"bm", 3, {32, 64, 128}, NULL},
+    [K_BN] = {"bn", 4, {16, 32, 64, 128}, NULL},
+    [K_BK] = {"bk", 3, {8, 16, 32}, NULL},
+    [K_WARPS] = {"warps", 4, {1, 2, 4, 8}, NULL},
+    [K_STAGES] = {"stages", 4, {1, 2, 3, 4}, NULL},
+    [K_TK] = {"tk", 4, {1, 2, 4, 8}, NULL},
+    [K_TQ] = {"tq", 4, {1, 2, 4, 8}, NULL},
+    [K_FILTER] = {"filter", 2, {FILTER_SHARED, FILTER_REGS}, filter_labels},
+};
+
+/* Registers a kept schedule may be estimated to need: well under the 255 ptxas allows, since
+ * the estimate is coarse and a spill is a failed candidate. */
+#define REG_BUDGET 192
+
+/* What the emitters need to know about the group. */
+typedef struct conv_info {
+    const ops_graph *g;
+    const ops_node *node; /* the conv2d */
+    int conv_out;         /* its output tensor */
+    int x, w, bias;       /* operand tensors; bias -1 when absent */
+    int y;                /* the group output */
+    ops_dtype dt;         /* dtype of x and w */
+    bool nhwc;
+    int64_t n, c, h, wd; /* input batch, channels, height, width */
+    int64_t k, r, s;     /* filter: output channels, height, width */
+    int64_t p, q;        /* output height, width */
+    int sh, sw, ph, pw, dh, dw, groups;
+    int64_t cg, kg;     /* channels per group (in, out) */
+    int64_t gm, gk;     /* GEMM view: rows (output pixels), reduction length */
+    bool wide;          /* some offset needs 64 bits */
+    int epilogue_nodes; /* elementwise nodes in the group */
+} conv_info;
+
+/* True when every dimension of sub broadcasts (right-aligned, equal or 1) against full. */
+static bool broadcasts_to(const ops_shape *sub, const ops_shape *full)
+{
+    if (sub->rank > full->rank)
+        return false;
+    int shift = full->rank - sub->rank;
+    for (int i = 0; i < sub->rank; i++) {
+        int64_t a = sub->d[i].size, b = full->d[i + shift].size;
+        if (a < 1 || (a != 1 && a != b))
+            return false;
+    }
+    return true;
+}
+
+static bool shape_equal(const ops_shape *a, const ops_shape *b)
+{
+    if (a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->d[i].size != b->d[i].size)
+            return false;
+    return true;
+}
+
+/* Fills ci when the group is one conv2d plus an elementwise epilogue; false otherwise. */
+static bool conv_analyse(const ops_group *grp, conv_info *ci)
+{
+    const ops_graph *g = grp->g;
+    memset(ci, 0, sizeof(*ci));
+    ci->g = g;
+    ci->bias = -1;
+    if (!g || !g->validated || grp->n_nodes < 1 || grp->n_out != 1)
+        return false;
+    int conv = -1;
+    for (int i = 0; i < grp->n_nodes; i++) {
+        const ops_node *n = &g->nodes[grp->nodes[i]];
+        if (n->op == OPS_CONV2D) {
+            if (conv >= 0)
+                return false; /* two convs */
+            conv = grp->nodes[i];
+        } else if (!ops_is_elementwise(n->op)) {
+            return false;
+        } else {
+            ci->epilogue_nodes++;
+        }
+    }
+    if (conv < 0)
+        return false;
+    const ops_node *cn = &g->nodes[conv];
+    if (cn->n_in < 2 || cn->n_in > 3)
+        return false;
+    /* The conv reads graph tensors straight from memory: no prologue inside the group. */
+    for (int k = 0; k < cn->n_in; k++) {
+        int t = cn->in[k].tensor;
+        if (t == OPS_SCALAR)
+            return false;
+        int prod = g->tensors[t].producer;
+        if (prod >= 0 && (grp->mask >> prod & 1))
+            return false;
+    }
+    ci->node = cn;
+    ci->conv_out = cn->out;
+    ci->x = cn->in[0].tensor;
+    ci->w = cn->in[1].tensor;
+    ci->bias = cn->n_in == 3 ? cn->in[2].tensor : -1;
+    ci->y = grp->out[0];
+    const ops_tensor *xt = &g->tensors[ci->x], *wt = &g->tensors[ci->w];
+    const ops_shape *os = &g->tensors[ci->conv_out].shape;
+    if (xt->shape.rank != 4 || wt->shape.rank != 4 || os->rank != 4)
+        return false;
+    if (!shape_equal(&g->tensors[ci->y].shape, os))
+        return false;
+    ci->dt = xt->dtype;
+    if (ci->dt != OPS_DT_F32 && ci->dt != OPS_DT_F16 && ci->dt != OPS_DT_BF16)
+        return false;
+    if (wt->dtype != ci->dt || (ci->bias >= 0 && g->tensors[ci->bias].dtype != ci->dt))
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (xt->shape.d[i].size < 1 || wt->shape.d[i].size < 1 || os->d[i].size < 1)
+            return false;
+    /* Every epilogue value is computed per output element: its shape must broadcast there. */
+    for (int i = 0; i < grp->n_nodes; i++) {
+        const ops_node *n = &g->nodes[grp->nodes[i]];
+        if (n->op == OPS_CONV2D)
+            continue;
+        if (!broadcasts_to(&g->tensors[n->out].shape, os))
+            return false;
+        for (int k = 0; k < n->n_in; k++) {
+            int t = n->in[k].tensor;
+            if (t != OPS_SCALAR && !broadcasts_to(&g->tensors[t].shape, os))
+                return false;
+            if (t != OPS_SCALAR && g->tensors[t].dtype == OPS_DT_F64)
+                return false;
+        }
+    }
+    const ops_attrs *a = &cn->attrs;
+    ci->nhwc = a->layout == OPS_LAYOUT_NHWC;
+    ci->n = xt->shape.d[0].size;
+    ci->c = xt->shape.d[ci->nhwc ? 3 : 1].size;
+    ci->h = xt->shape.d[ci->nhwc ? 1 : 2].size;
+    ci->wd = xt->shape.d[ci->nhwc ? 2 : 3].size;
+    ci->k = wt->shape.d[0].size;
+    ci->cg = wt->shape.d[ci->nhwc ? 3 : 1].size;
+    ci->r = wt->shape.d[ci->nhwc ? 1 : 2].size;
+    ci->s = wt->shape.d[ci->nhwc ? 2 : 3].size;
+    ci->p = os->d[ci->nhwc ? 1 : 2].size;
+    ci->q = os->d[ci->nhwc ? 2 : 3].size;
+    ci->sh = a->stride[0];
+    ci->sw = a->stride[1];
+    ci->ph = a->padding[0];
+    ci->pw = a->padding[1];
+    ci->dh = a->dilation[0];
+    ci->dw = a->dilation[1];
+    ci->groups = a->groups > 0 ? a->groups : 1;
+    if (ci->c != ci->cg * ci->groups || ci->k % ci->groups != 0)
+        return false;
+    ci->kg = ci->k / ci->groups;
+    ci->gm = ci->n * ci->p * ci->q;
+    ci->gk = ci->cg * ci->r * ci->s;
+    /* 32-bit offsets unless some tensor the kernel indexes is too large for them. */
+    int64_t big = ci->gm * ci->k;
+    for (int i = 0; i < grp->n_in; i++) {
+        int64_t numel = ops_shape_numel(&g->tensors[grp->in[i]].shape);
+        if (numel > big)
+            big = numel;
+    }
+    ci->wide = big > ((int64_t)1 << 30);
+    return true;
+}
 
 static bool conv_matches(const ops_group *grp)
 {
-    (void)grp;
-    return false;
+    conv_info ci;
+    return conv_analyse(grp, &ci);
+}
+
+/* ---- schedules: derived tile shapes and resource estimates ---- */
+
+static int div_up(int64_t a, int64_t b)
+{
+    return (int)((a + b - 1) / b);
+}
+
+/* The tensor-core operand type, or OPS_DT_NONE when the precision policy forbids mma. */
+static ops_dtype mma_type(const ops_group *grp, const conv_info *ci)
+{
+    if (ci->dt == OPS_DT_F16 || ci->dt == OPS_DT_BF16)
+        return ci->dt;
+    /* f32 data may use 16-bit tensor cores only under "reduced"; bf16 keeps f32's range, so
+     * large activations never overflow to inf. */
+    return grp->precision == OPS_PREC_REDUCED ? OPS_DT_BF16 : OPS_DT_NONE;
+}
+
+/* Whether the im2col gather is 16-byte contiguous and aligned, so cp.async can move it. */
+static bool cp_async_ok(const conv_info *ci)
+{
+    return ci->nhwc && (ci->dt == OPS_DT_F16 || ci->dt == OPS_DT_BF16) && ci->cg % 8 == 0;
+}
+
+typedef struct ig_plan {
+    int bm, bn, bk, threads, stages, bufs;
+    bool mma, cp_async;
+    ops_dtype mt; /* mma operand type */
+    /* ffma: per-thread register tile; thread grid (fast dimension first) */
+    int tm, tn;
+    /* mma: warp grid and per-warp mma tiles */
+    int warps_m, warps_n, mi, ni;
+    /* loads */
+    int a_per, b_per, a_rows; /* plain: elements per thread; distinct gathered rows */
+    int a_chunks, b_chunks;   /* cp.async: 16-byte chunks per thread */
+    int smem, regs;
+} ig_plan;
+
+/* Fills the plan; returns NULL or the reason the schedule is illegal. */
+static const char *ig_plan_make(const ops_group *grp, const conv_info *ci, const ops_schedule *s,
+                                const ops_device *dev, ig_plan *pl)
+{
+    memset(pl, 0, sizeof(*pl));
+    pl->bm = s->v[K_BM];
+    pl->bn = s->v[K_BN];
+    pl->bk = s->v[K_BK];
+    pl->threads = 32 * s->v[K_WARPS];
+    pl->stages = s->v[K_STAGES];
+    pl->mma = s->v[K_MATH] == MATH_MMA;
+    if (pl->threads > dev->max_threads_per_block)
+        return "threads";
+    if (ci->groups > 65535 || ci->gm > ((int64_t)1 << 31) - 256)
+        return "shape";
+    if (pl->mma) {
+        pl->mt = mma_type(grp, ci);
+        if (pl->mt == OPS_DT_NONE)
+            return "shape"; /* the precision policy keeps this group off tensor cores */
+        if (pl->bk % 16)
+            return "divisibility";
+        pl->cp_async = cp_async_ok(ci);
+        if (pl->cp_async && pl->stages < 2)
+            return "redundant"; /* the cp.async pipeline covers this group */
+        if (!pl->cp_async && pl->stages > 2)
+            return "align"; /* deep pipelines need the 16-byte cp.async gather */
+        /* Warp grid: the most square warp tile whose sides are whole mma tiles. */
+        int warps = s->v[K_WARPS], best = -1;
+        double best_skew = 1e9;
+        for (int wm = 1; wm <= warps; wm *= 2) {
+            int wn = warps / wm;
+            if (pl->bm % (16 * wm) || pl->bn % (8 * wn))
+                continue;
+            double skew = fabs(log2((double)pl->bm / wm * wn / pl->bn));
+            if (skew < best_skew) {
+                best_skew = skew;
+                best = wm;
+            }
+        }
+        if (best < 0)
+            return "shape";
+        pl->warps_m = best;
+        pl->warps_n = warps / best;
+        pl->mi = pl->bm / best / 16;
+        pl->ni = pl->bn / pl->warps_n / 8;
+    } else {
+        if (pl->stages > 2)
+            return "redundant"; /* the ffma path double-buffers through registers at most */
+        int per = pl->bm * pl->bn / pl->threads;
+        if (per < 1)
+            return "threads";
+        if (per > 64)
+            return "regs";
+        /* Near-square register tiles: 8x8, 8x4, 4x4, 4x2, 2x2, 2x1, 1x1. */
+        static const int tms[] = {1, 2, 2, 4, 4, 8, 8};
+        int lg = 0;
+        while ((1 << lg) < per)
+            lg++;
+        pl->tm = tms[lg];
+        pl->tn = per / pl->tm;
+        if (pl->bm % pl->tm || pl->bn % pl->tn)
+            return "shape";
+    }
+    pl->bufs = pl->stages;
+    if (pl->cp_async) {
+        int cpr = pl->bk / 8;
+        if ((pl->bm * cpr) % pl->threads || (pl->bn * cpr) % pl->threads)
+            return "threads";
+        pl->a_chunks = pl->bm * cpr / pl->threads;
+        pl->b_chunks = pl->bn * cpr / pl->threads;
+        if (pl->a_chunks < 1 || pl->b_chunks < 1)
+            return "threads";
+    } else {
+        if ((pl->bm * pl->bk) % pl->threads || (pl->bn * pl->bk) % pl->threads)
+            return "threads";
+        pl->a_per = pl->bm * pl->bk / pl->threads;
+        pl->b_per = pl->bn * pl->bk / pl->threads;
+        pl->a_rows = pl->threads >= pl->bm ? 1 : pl->bm / pl->threads;
+    }
+    /* Tiles much larger than the problem only waste work (the smallest value always stays). */
+    if ((pl->bm > 32 && pl->bm / 2 >= ci->gm) || (pl->bn > 16 && pl->bn / 2 >= ci->kg) ||
+        (pl->bk > (pl->mma ? 16 : 8) && pl->bk / 2 >= ci->gk))
+        return "redundant";
+    if (pl->mma)
+        pl->smem = pl->bufs * (pl->bm + pl->bn) * (pl->bk + 8) * 2;
+    else
+        pl->smem = pl->bufs * pl->bk * (pl->bm + 1 + pl->bn + 1) * 4;
+    if (pl->smem > dev->smem_per_block_optin)
+        return "smem";
+    /* Registers: accumulators + fragments + gather bookkeeping + staged tile + addressing. */
+    int rows = pl->cp_async ? pl->a_chunks : pl->a_rows;
+    /* Plain loads: ptxas issues every gathered load of a tile before the first shared store
+     * (and, double-buffered, keeps them in flight across the multiply), holding value and
+     * 64-bit address: count three registers per element. */
+    int staged = pl->cp_async ? 0 : 3 * (pl->a_per + pl->b_per);
+    if (pl->mma)
+        pl->regs = pl->mi * pl->ni * 4 + pl->mi * 4 + pl->ni * 2 + 3 * rows + staged + 40;
+    else
+        pl->regs = pl->tm * pl->tn + pl->tm + pl->tn + 3 * rows + staged + 32;
+    int cap = dev->regs_per_sm / pl->threads;
+    if (cap > dev->max_regs_per_thread)
+        cap = dev->max_regs_per_thread;
+    if (pl->regs > REG_BUDGET || pl->regs > cap * 3 / 4)
+        return "regs";
+    return NULL;
+}
+
+typedef struct direct_plan {
+    int tk, tq, threads, win, smem, regs;
+    bool shared;
+    int64_t spatial; /* thread tiles per channel block: N * P * ceil(Q / TQ) */
+} direct_plan;
+
+static const char *direct_plan_make(const conv_info *ci, const ops_schedule *s,
+                                    const ops_device *dev, direct_plan *pl)
+{
+    memset(pl, 0, sizeof(*pl));
+    pl->tk = s->v[K_TK];
+    pl->tq = s->v[K_TQ];
+    pl->threads = 32 * s->v[K_WARPS];
+    pl->shared = s->v[K_FILTER] == FILTER_SHARED;
+    if (pl->threads > dev->max_threads_per_block)
+        return "threads";
+    if (pl->threads < 64)
+        return "threads"; /* one warp per block leaves the SM idle between filter rows */
+    if (ci->groups > 1 && ci->kg % pl->tk)
+        return "divisibility"; /* a thread's channels must share one group's inputs */
+    if ((pl->tk > 1 && pl->tk / 2 >= ci->k) || (pl->tq > 1 && pl->tq / 2 >= ci->q))
+        return "redundant";
+    pl->spatial = ci->n * ci->p * div_up(ci->q, pl->tq);
+    if (pl->spatial > ((int64_t)1 << 31) - 1024 || div_up(ci->k, pl->tk) > 65535)
+        return "shape";
+    pl->win = (pl->tq - 1) * ci->sw + (int)(ci->s - 1) * ci->dw + 1;
+    if (pl->shared) {
+        pl->smem = pl->tk * (int)ci->gk * 4;
+        if (ci->gk > 65536 || pl->smem > dev->smem_per_block_optin)
+            return "smem";
+    }
+    pl->regs = pl->tk * pl->tq + pl->win + (pl->shared ? pl->tk : pl->tk * (int)ci->s) + 24;
+    int cap = dev->regs_per_sm / pl->threads;
+    if (cap > dev->max_regs_per_thread)
+        cap = dev->max_regs_per_thread;
+    if (pl->regs > 160 || pl->regs > cap * 3 / 4)
+        return "regs";
+    return NULL;
+}
+
+/* Knobs of the other algorithm must stay at their first value. */
+static bool other_knobs_default(const ops_schedule *s, int algo)
+{
+    static const int ig_only[] = {K_MATH, K_BM, K_BN, K_BK, K_STAGES};
+    static const int direct_only[] = {K_TK, K_TQ, K_FILTER};
+    const int *ks = algo == ALGO_IGEMM ? direct_only : ig_only;
+    size_t n = algo == ALGO_IGEMM ? KT_ARRAY_LEN(direct_only) : KT_ARRAY_LEN(ig_only);
+    for (size_t i = 0; i < n; i++)
+        if (s->v[ks[i]] != conv_knobs[ks[i]].values[0])
+            return false;
+    return true;
+}
+
+static const char *conv_prune(const ops_group *grp, const ops_schedule *s, const ops_device *dev)
+{
+    conv_info ci;
+    if (!conv_analyse(grp, &ci))
+        return "shape";
+    int algo = s->v[K_ALGO];
+    if (!other_knobs_default(s, algo))
+        return "redundant";
+    if (algo == ALGO_DIRECT) {
+        direct_plan pl;
+        return direct_plan_make(&ci, s, dev, &pl);
+    }
+    ig_plan pl;
+    return ig_plan_make(grp, &ci, s, dev, &pl);
+}
+
+/* ---- emission: shared pieces ---- */
+
+/* The float expression of the stored value `ref` of dtype dt (buf holds it). */
+static const char *to_f(char *buf, size_t len, ops_dtype dt, const char *ref)
+{
+    kt_buf t = {0};
+    ops_emit_to_float(&t, dt, ref);
+    snprintf(buf, len, "%s", t.data ? t.data : ref);
+    kt_buf_free(&t);
+    return buf;
+}
+
+typedef struct conv_names {
+    char in[OPS_GROUP_MAX_IO][16];        /* kernel parameter per group input */
+    char param[OPS_GROUP_MAX_IO + 1][64]; /* their declarations, then the output's */
+    int n_params;
+    char call[512]; /* the names, comma-separated */
+} conv_names;
+
+static void conv_names_make(const ops_group *grp, const conv_info *ci, conv_names *nm)
+{
+    const ops_graph *g = grp->g;
+    size_t cl = 0;
+    nm->n_params = 0;
+    for (int i = 0; i < grp->n_in; i++) {
+        int t = grp->in[i];
+        if (t == ci->x)
+            snprintf(nm->in[i], sizeof(nm->in[i]), "x");
+        else if (t == ci->w)
+            snprintf(nm->in[i], sizeof(nm->in[i]), "w");
+        else if (t == ci->bias)
+            snprintf(nm->in[i], sizeof(nm->in[i]), "bias");
+        else
+            snprintf(nm->in[i], sizeof(nm->in[i]), "in%d", i);
+        snprintf(nm->param[nm->n_params++], sizeof(nm->param[0]), "const %s *__restrict__ %s",
+                 ops_emit_ctype(g->tensors[t].dtype), nm->in[i]);
+        cl += (size_t)snprintf(nm->call + cl, sizeof(nm->call) - cl, "%s%s", i ? ", " : "",
+                               nm->in[i]);
+    }
+    snprintf(nm->param[nm->n_params++], sizeof(nm->param[0]), "%s *__restrict__ y",
+             ops_emit_ctype(g->tensors[ci->y].dtype));
+    snprintf(nm->call + cl, sizeof(nm->call) - cl, ", y");
+}
+
+/* "head(lead..., params...)" wrapped at 100 columns, continuation lines aligned after '('. */
+static void emit_signature(kt_buf *b, const char *head, const char *const *lead, int n_lead,
+                           const conv_names *nm)
+{
+    size_t col = strlen(head) + 1, align = col;
+    kt_buf_printf(b, "%s(", head);
+    int n = n_lead + nm->n_params;
+    for (int i = 0; i < n; i++) {
+        const char *item = i < n_lead ? lead[i] : nm->param[i - n_lead];
+        size_t len = strlen(item) + 1; /* with its "," or ")" */
+        if (i > 0 && col + 1 + len > 100) {
+            kt_buf_printf(b, ",\n%*s", (int)align, "");
+            col = align;
+        } else if (i > 0) {
+            kt_buf_printf(b, ", ");
+            col += 2;
+        }
+        kt_buf_printf(b, "%s", item);
+        col += strlen(item);
+    }
+    kt_buf_printf(b, ")\n");
+}
+
+static const char *param_of(const ops_group *grp, const conv_names *nm, int tensor)
+{
+    for (int i = 0; i < grp->n_in; i++)
+        if (grp->in[i] == tensor)
+            return nm->in[i];
+    return NULL;
+}
+
+static void emit_constants(kt_buf *b, const conv_info *ci)
+{
+    const char *lx = ci->nhwc ? "NHWC" : "NCHW", *lw = ci->nhwc ? "OHWI" : "OIHW";
+    kt_buf_line(b, "typedef %s idx_t; /* element offsets */", ci->wide ? "long long" : "int");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* Problem shape: input %s, filter %s, output %s. */", lx, lw, lx);
+    kt_buf_line(b, "constexpr int BATCH = %lld, C = %lld, H = %lld, W = %lld;", (long long)ci->n,
+                (long long)ci->c, (long long)ci->h, (long long)ci->wd);
+    kt_buf_line(b, "constexpr int K = %lld, R = %lld, S = %lld;", (long long)ci->k,
+                (long long)ci->r, (long long)ci->s);
+    kt_buf_line(b, "constexpr int P = %lld, Q = %lld;", (long long)ci->p, (long long)ci->q);
+    kt_buf_line(b, "constexpr int STR_H = %d, STR_W = %d, PAD_H = %d, PAD_W = %d;", ci->sh, ci->sw,
+                ci->ph, ci->pw);
+    kt_buf_line(b, "constexpr int DIL_H = %d, DIL_W = %d;", ci->dh, ci->dw);
+    kt_buf_line(b, "constexpr int GROUPS = %d, CG = %lld, KG = %lld; /* channels per group */",
+                ci->groups, (long long)ci->cg, (long long)ci->kg);
+    kt_buf_line(b, "/* GEMM view: rows are output pixels, columns output channels of a group,");
+    kt_buf_line(b, " * the reduction runs over (c, r, s) in the filter's memory order. */");
+    kt_buf_line(b, "constexpr int GEMM_M = BATCH * P * Q, GEMM_N = KG, GEMM_K = CG * R * S;");
+    kt_buf_printf(b, "\n");
+}
+
+/* The float expression of graph tensor t at output element (n, k, p, q). */
+static void operand_expr(kt_buf *e, const ops_group *grp, const conv_info *ci, const conv_names *nm,
+                         int t)
+{
+    const ops_graph *g = grp->g;
+    static const char *const nchw[] = {"n", "k", "p", "q"}, *const nhwc[] = {"n", "p", "q", "k"};
+    kt_buf off = {0};
+    ops_emit_bcast_offset(&off, &g->tensors[t].shape, &g->tensors[ci->conv_out].shape,
+                          ci->nhwc ? nhwc : nchw);
+    char ref[600];
+    snprintf(ref, sizeof(ref), "%s[%s]", param_of(grp, nm, t), off.data ? off.data : "0");
+    kt_buf_free(&off);
+    ops_emit_to_float(e, g->tensors[t].dtype, ref);
+}
+
+/* kt_conv_store(acc, n, k, p, q, ...): adds the bias, runs the epilogue chain and writes the
+ * output element; every kernel calls it once per output element it owns. */
+static int emit_store_fn(kt_buf *b, const ops_group *grp, const conv_info *ci, const conv_names *nm)
+{
+    const ops_graph *g = grp->g;
+    char var[OPS_GROUP_MAX_NODES][16];
+    int var_tensor[OPS_GROUP_MAX_NODES];
+    int n_vars = 0, rc = 0;
+    kt_buf_line(b, "/* Bias, epilogue and store of output element (n, k, p, q). */");
+    static const char *const lead[] = {"float acc", "idx_t n", "idx_t k", "idx_t p", "idx_t q"};
+    emit_signature(b, "__device__ __forceinline__ void kt_conv_store", lead, 5, nm);
+    kt_buf_line(b, "{");
+    b->indent += 4;
+    for (int i = 0; i < grp->n_nodes && rc == 0; i++) {
+        const ops_node *n = &g->nodes[grp->nodes[i]];
+        const ops_tensor *t = &g->tensors[n->out];
+        kt_buf e = {0};
+        if (n->op == OPS_CONV2D) {
+            kt_buf_printf(&e, "acc");
+            if (ci->bias >= 0) {
+                /* The conv's bias is per output channel (not NumPy-aligned to the last axis). */
+                char ref[32], fl[64];
+                snprintf(ref, sizeof(ref), "%s[k]", param_of(grp, nm, ci->bias));
+                kt_buf_printf(&e, " + %s", to_f(fl, sizeof(fl), ci->dt, ref));
+            }
+        } else {
+            kt_buf opb[OPS_MAX_OPERANDS] = {{0}};
+            const char *ops[OPS_MAX_OPERANDS] = {0};
+            for (int k = 0; k < n->n_in; k++) {
+                int ti = n->in[k].tensor;
+                if (ti == OPS_SCALAR)
+                    continue;
+                const char *v = NULL;
+                for (int j = 0; j < n_vars; j++)
+                    if (var_tensor[j] == ti)
+                        v = var[j];
+                if (v)
+                    kt_buf_printf(&opb[k], "%s", v);
+                else
+                    operand_expr(&opb[k], grp, ci, nm, ti);
+                ops[k] = opb[k].data ? opb[k].data : "0.0f";
+            }
+            rc = ops_emit_elementwise(&e, n, ops);
+            for (int k = 0; k < OPS_MAX_OPERANDS; k++)
+                kt_buf_free(&opb[k]);
+        }
+        snprintf(var[n_vars], sizeof(var[n_vars]), "v%d", n_vars);
+        var_tensor[n_vars] = n->out;
+        kt_buf_line(b, "const float %s = %s; /* %s = %s */", var[n_vars], e.data ? e.data : "0.0f",
+                    t->name, ops_op_info_get(n->op)->name);
+        if (kt_buf_status(&e) < 0)
+            rc = -ENOMEM;
+        kt_buf_free(&e);
+        n_vars++;
+    }
+    const char *yv = "acc";
+    for (int j = 0; j < n_vars; j++)
+        if (var_tensor[j] == ci->y)
+            yv = var[j];
+    kt_buf val = {0};
+    ops_emit_from_float(&val, g->tensors[ci->y].dtype, yv);
+    kt_buf_line(b, "y[%s] = %s;",
+                ci->nhwc ? "((n * P + p) * Q + q) * K + k" : "((n * K + k) * P + p) * Q + q",
+                val.data ? val.data : yv);
+    if (kt_buf_status(&val) < 0)
+        rc = -ENOMEM;
+    kt_buf_free(&val);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_printf(b, "\n");
+    return rc;
+}
+
+/* ---- emission: direct ---- */
+
+static void emit_direct(kt_buf *b, const conv_info *ci, const direct_plan *pl, const conv_names *nm)
+{
+    const char *xt = ops_emit_ctype(ci->dt);
+    kt_buf_line(b, "/* Direct convolution: each thread computes TK output channels x TQ adjacent "
+                   "output columns");
+    kt_buf_line(b, " * of one output row; a block shares its TK channels, so filter reads are "
+                   "warp-uniform. */");
+    kt_buf_line(b, "constexpr int TK = %d, TQ = %d, THREADS = %d;", pl->tk, pl->tq, pl->threads);
+    kt_buf_line(b, "constexpr int QT = (Q + TQ - 1) / TQ;   /* column tiles per output row */");
+    kt_buf_line(b, "constexpr int SPATIAL = BATCH * P * QT; /* thread tiles per channel block */");
+    kt_buf_line(b, "constexpr int WIN = (TQ - 1) * STR_W + (S - 1) * DIL_W + 1; /* input columns "
+                   "a thread reads per filter row */");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
+    emit_signature(b, "ktune_conv_direct", NULL, 0, nm);
+    kt_buf_line(b, "{");
+    b->indent = 4;
+    kt_buf_line(b, "const int k0 = blockIdx.y * TK;  /* first output channel of this block */");
+    kt_buf_line(b, "const int grp = k0 / KG;         /* its group: all TK channels share it */");
+    char wl[160], fl[200];
+    if (pl->shared) {
+        kt_buf_line(b, "/* The block's filter slice [TK][GEMM_K], staged once. */");
+        kt_buf_line(b, "extern __shared__ __align__(16) float ws[];");
+        kt_buf_line(b, "for (int i = threadIdx.x; i < TK * GEMM_K; i += THREADS)");
+        kt_buf_line(b, "    ws[i] = (k0 + i / GEMM_K < K) ? %s : 0.0f;",
+                    to_f(fl, sizeof(fl), ci->dt, "w[(idx_t)k0 * GEMM_K + i]"));
+        kt_buf_line(b, "__syncthreads();");
+    }
+    kt_buf_line(b, "const int t = blockIdx.x * THREADS + threadIdx.x;");
+    kt_buf_line(b, "if (t >= SPATIAL)");
+    kt_buf_line(b, "    return;%s", pl->shared ? " /* after the only barrier */" : "");
+    kt_buf_line(b, "const int qt = t %% QT, p = (t / QT) %% P, n = t / (QT * P);");
+    kt_buf_line(b, "const int q0 = qt * TQ;");
+    kt_buf_line(b, "const int h0 = p * STR_H - PAD_H, w0 = q0 * STR_W - PAD_W;");
+    kt_buf_line(b, "float acc[TK][TQ] = {};");
+    bool unroll_c = ci->cg * ci->r * ci->s * pl->tk * pl->tq <= 1024;
+    bool unroll_r = ci->r * ci->s * pl->tk * pl->tq <= 512;
+    kt_buf_line(b, "#pragma unroll%s", unroll_c ? "" : " 1");
+    kt_buf_line(b, "for (int c = 0; c < CG; c++) {");
+    b->indent = 8;
+    if (ci->nhwc)
+        kt_buf_line(b, "const %s *xc = x + (idx_t)n * H * W * C + grp * CG + c;", xt);
+    else
+        kt_buf_line(b, "const %s *xc = x + ((idx_t)n * C + grp * CG + c) * H * W;", xt);
+    kt_buf_line(b, "#pragma unroll%s", unroll_r ? "" : " 1");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    b->indent = 12;
+    kt_buf_line(b, "const int h = h0 + r * DIL_H;");
+    kt_buf_line(b, "if ((unsigned)h >= (unsigned)H)");
+    kt_buf_line(b, "    continue;");
+    kt_buf_line(b, "const %s *xr = xc + (idx_t)h * W%s;", xt, ci->nhwc ? " * C" : "");
+    kt_buf_line(b, "float xv[WIN]; /* the input row segment under this thread's outputs */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < WIN; i++) {");
+    kt_buf_line(b, "    const int ww = w0 + i;");
+    snprintf(wl, sizeof(wl), "xr[ww%s]", ci->nhwc ? " * C" : "");
+    kt_buf_line(b, "    xv[i] = (unsigned)ww < (unsigned)W ? %s : 0.0f;",
+                to_f(fl, sizeof(fl), ci->dt, wl));
+    kt_buf_line(b, "}");
+    const char *widx = ci->nhwc ? "(r * S + s) * CG + c" : "(c * R + r) * S + s";
+    if (!pl->shared) {
+        kt_buf_line(b, "float wv[TK][S]; /* this filter row of the thread's channels */");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int j = 0; j < TK; j++)");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int s = 0; s < S; s++)");
+        snprintf(wl, sizeof(wl), "w[(idx_t)(k0 + j) * GEMM_K + %s]", widx);
+        kt_buf_line(b, "        wv[j][s] = k0 + j < K ? %s : 0.0f;",
+                    to_f(fl, sizeof(fl), ci->dt, wl));
+    }
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int s = 0; s < S; s++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < TK; j++) {");
+    if (pl->shared)
+        kt_buf_line(b, "        const float wgt = ws[j * GEMM_K + %s];", widx);
+    else
+        kt_buf_line(b, "        const float wgt = wv[j][s];");
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int i = 0; i < TQ; i++)");
+    kt_buf_line(b, "            acc[j][i] = fmaf(xv[i * STR_W + s * DIL_W], wgt, acc[j][i]);");
+    kt_buf_line(b, "    }");
+    b->indent = 8;
+    kt_buf_line(b, "}");
+    b->indent = 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < TK; j++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int i = 0; i < TQ; i++)");
+    kt_buf_line(b, "        if (k0 + j < K && q0 + i < Q)");
+    kt_buf_line(b, "            kt_conv_store(acc[j][i], n, k0 + j, p, q0 + i, %s);", nm->call);
+    b->indent = 0;
+    kt_buf_line(b, "}");
+}
+
+/* ---- emission: implicit GEMM ---- */
+
+static void emit_mma_helpers(kt_buf *b, const ig_plan *pl)
+{
+    const char *ty = pl->mt == OPS_DT_BF16 ? "bf16" : "f16";
+    kt_buf_line(b, "/* ---- tensor-core and async-copy primitives (inline PTX) ---- */");
+    kt_buf_line(b, "__device__ __forceinline__ unsigned kt_smem_addr(const void *p)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    return (unsigned)__cvta_generic_to_shared(p);");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "__device__ __forceinline__ void kt_ldmatrix_x4(unsigned (&r)[4], const void "
+                   "*p)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%%0, %%1, %%2, "
+                   "%%3}, [%%4];\\n\"");
+    kt_buf_line(b, "                 : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3])");
+    kt_buf_line(b, "                 : \"r\"(kt_smem_addr(p))");
+    kt_buf_line(b, "                 : \"memory\");");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "__device__ __forceinline__ void kt_ldmatrix_x2(unsigned (&r)[2], const void "
+                   "*p)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    asm volatile(\"ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%%0, %%1}, "
+                   "[%%2];\\n\"");
+    kt_buf_line(b, "                 : \"=r\"(r[0]), \"=r\"(r[1])");
+    kt_buf_line(b, "                 : \"r\"(kt_smem_addr(p))");
+    kt_buf_line(b, "                 : \"memory\");");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "/* d += a * b on one m16n8k16 tile, %s operands, fp32 accumulation. */", ty);
+    kt_buf_line(b, "__device__ __forceinline__ void kt_mma(float (&d)[4], const unsigned (&a)[4], "
+                   "const unsigned (&b)[2])");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 \"", ty, ty);
+    kt_buf_line(b, "                 \"{%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, "
+                   "{%%0, %%1, %%2, %%3};\\n\"");
+    kt_buf_line(b, "                 : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])");
+    kt_buf_line(b, "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
+                   "\"r\"(b[0]), \"r\"(b[1]));");
+    kt_buf_line(b, "}");
+    if (pl->cp_async) {
+        kt_buf_line(b, "/* 16-byte global -> shared copy; ok == false writes zeros (padding, "
+                       "tile edges). */");
+        kt_buf_line(b, "__device__ __forceinline__ void kt_cp_async16(void *dst, const void *src, "
+                       "bool ok)");
+        kt_buf_line(b, "{");
+        kt_buf_line(b, "    asm volatile(\"cp.async.cg.shared.global [%%0], [%%1], 16, %%2;\\n\"");
+        kt_buf_line(b, "                 :");
+        kt_buf_line(b, "                 : \"r\"(kt_smem_addr(dst)), \"l\"(src), \"r\"(ok ? 16 : "
+                       "0)");
+        kt_buf_line(b, "                 : \"memory\");");
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "__device__ __forceinline__ void kt_cp_async_commit()");
+        kt_buf_line(b, "{");
+        kt_buf_line(b, "    asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");");
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "template <int N> __device__ __forceinline__ void kt_cp_async_wait()");
+        kt_buf_line(b, "{");
+        kt_buf_line(b,
+                    "    asm volatile(\"cp.async.wait_group %%0;\\n\" ::\"n\"(N) : \"memory\");");
+        kt_buf_line(b, "}");
+    }
+    kt_buf_printf(b, "\n");
+}
+
+/* The (c, r, s) of reduction index kk, in the filter's memory order. */
+static void emit_kk_split(kt_buf *b, const conv_info *ci, const char *kk)
+{
+    if (ci->nhwc)
+        kt_buf_line(b, "const int c = %s %% CG, r = %s / (S * CG), s = (%s / CG) %% S;", kk, kk,
+                    kk);
+    else
+        kt_buf_line(b, "const int c = %s / (R * S), r = (%s / S) %% R, s = %s %% S;", kk, kk, kk);
+}
+
+/* Per gathered row (output pixel): where its receptive field starts. Rows past the end get an
+ * out-of-range height so each of their loads is masked. */
+static void emit_row_setup(kt_buf *b, const conv_info *ci, const char *count, const char *mexpr)
+{
+    kt_buf_line(b, "/* Gathered rows (output pixels): receptive-field origin; rows past GEMM_M "
+                   "get a height");
+    kt_buf_line(b, " * no load accepts. */");
+    kt_buf_line(b, "idx_t a_base[%s];", count);
+    kt_buf_line(b, "int a_h[%s], a_w[%s];", count, count);
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < %s; i++) {", count);
+    kt_buf_line(b, "    const int m = m0 + %s;", mexpr);
+    kt_buf_line(b, "    const int q = m %% Q, p = (m / Q) %% P, n = m / (Q * P);");
+    if (ci->nhwc)
+        kt_buf_line(b, "    a_base[i] = (idx_t)n * H * W * C + grp * CG;");
+    else
+        kt_buf_line(b, "    a_base[i] = ((idx_t)n * C + grp * CG) * H * W;");
+    kt_buf_line(b, "    a_h[i] = m < GEMM_M ? p * STR_H - PAD_H : -(1 << 24);");
+    kt_buf_line(b, "    a_w[i] = q * STR_W - PAD_W;");
+    kt_buf_line(b, "}");
+}
+
+/* The offset of x at gathered row slot `slot`, channel c, input position (h, ww). */
+static void x_offset(char *buf, size_t len, const conv_info *ci, const char *slot)
+{
+    if (ci->nhwc)
+        snprintf(buf, len, "a_base[%s] + ((idx_t)h * W + ww) * C + c", slot);
+    else
+        snprintf(buf, len, "a_base[%s] + ((idx_t)c * H + h) * W + ww", slot);
+}
+
+/* The shared-memory value of stored element `ref`: float for ffma, the 16-bit mma type for mma
+ * (f32 data under "reduced" rounds to bf16 here). */
+static const char *tile_value(char *buf, size_t len, const conv_info *ci, const ig_plan *pl,
+                              const char *ref)
+{
+    if (!pl->mma)
+        return to_f(buf, len, ci->dt, ref);
+    if (ci->dt == OPS_DT_F32)
+        snprintf(buf, len, "kt_f32_to_bf16(%s)", ref);
+    else
+        snprintf(buf, len, "%s", ref);
+    return buf;
+}
+
+/* Plain predicated loads of tile kt into a_reg/b_reg, and their store into shared memory. */
+static void emit_plain_loader(kt_buf *b, const conv_info *ci, const ig_plan *pl)
+{
+    const char *st = pl->mma ? "unsigned short" : "float";
+    const char *zero = pl->mma ? "(unsigned short)0" : "0.0f";
+    char off[160], ref[200], val[240];
+    kt_buf_line(b, "%s a_reg[A_PER], b_reg[B_PER];", st);
+    kt_buf_line(b, "/* Gathers tile kt of the implicit im2col matrix and of the filter into "
+                   "registers;");
+    kt_buf_line(b, " * consecutive threads take consecutive pixels (A) and reduction indices (B), "
+                   "so reads coalesce. */");
+    kt_buf_line(b, "auto load_tile = [&](int kt) {");
+    b->indent += 4;
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int e = 0; e < A_PER; e++) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int kk = kt * BK + (tid + e * THREADS) / BM;");
+    emit_kk_split(b, ci, "kk");
+    kt_buf_line(b,
+                "const int h = a_h[e %% A_ROWS] + r * DIL_H, ww = a_w[e %% A_ROWS] + s * DIL_W;");
+    kt_buf_line(b, "const bool ok = kk < GEMM_K && (unsigned)h < (unsigned)H && (unsigned)ww < "
+                   "(unsigned)W;");
+    x_offset(off, sizeof(off), ci, "e % A_ROWS");
+    snprintf(ref, sizeof(ref), "x[%s]", off);
+    kt_buf_line(b, "a_reg[e] = ok ? %s : %s;", tile_value(val, sizeof(val), ci, pl, ref), zero);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int e = 0; e < B_PER; e++) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int idx = tid + e * THREADS;");
+    kt_buf_line(b, "const int kk = kt * BK + idx %% BK, col = n0 + idx / BK;");
+    kt_buf_line(b, "const bool ok = kk < GEMM_K && col < GEMM_N;");
+    snprintf(ref, sizeof(ref), "w[(idx_t)(grp * KG + col) * GEMM_K + kk]");
+    kt_buf_line(b, "b_reg[e] = ok ? %s : %s;", tile_value(val, sizeof(val), ci, pl, ref), zero);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    b->indent -= 4;
+    kt_buf_line(b, "};");
+    kt_buf_line(b, "auto store_tile = [&](int stage) {");
+    b->indent += 4;
+    if (pl->mma) {
+        kt_buf_line(b, "unsigned short *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int e = 0; e < A_PER; e++) {");
+        kt_buf_line(b, "    const int idx = tid + e * THREADS;");
+        kt_buf_line(b, "    as[(idx %% BM) * LDS + idx / BM] = a_reg[e];");
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int e = 0; e < B_PER; e++) {");
+        kt_buf_line(b, "    const int idx = tid + e * THREADS;");
+        kt_buf_line(b, "    bs[(idx / BK) * LDS + idx %% BK] = b_reg[e];");
+        kt_buf_line(b, "}");
+    } else {
+        kt_buf_line(b, "float *as = As + stage * BK * LDA, *bs = Bs + stage * BK * LDB;");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int e = 0; e < A_PER; e++) {");
+        kt_buf_line(b, "    const int idx = tid + e * THREADS;");
+        kt_buf_line(b, "    as[(idx / BM) * LDA + idx %% BM] = a_reg[e];");
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int e = 0; e < B_PER; e++) {");
+        kt_buf_line(b, "    const int idx = tid + e * THREADS;");
+        kt_buf_line(b, "    bs[(idx %% BK) * LDB + idx / BK] = b_reg[e];");
+        kt_buf_line(b, "}");
+    }
+    b->indent -= 4;
+    kt_buf_line(b, "};");
+}
+
+static void emit_cp_async_loader(kt_buf *b, const conv_info *ci)
+{
+    char off[160];
+    kt_buf_line(b, "/* Issues the 16-byte copies of tile kt into stage `stage`: each thread copies "
+                   "A_CHUNKS");
+    kt_buf_line(b, " * 8-channel runs of pixels and B_CHUNKS 8-element runs of filter rows, all at "
+                   "one reduction");
+    kt_buf_line(b, " * column, so (c, r, s) is split once per tile. */");
+    kt_buf_line(b, "auto load_tile = [&](int kt, int stage) {");
+    b->indent += 4;
+    kt_buf_line(b, "unsigned short *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;");
+    kt_buf_line(b, "const int kk = kt * BK + (tid %% CPR) * 8;");
+    emit_kk_split(b, ci, "kk");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int e = 0; e < A_CHUNKS; e++) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int h = a_h[e] + r * DIL_H, ww = a_w[e] + s * DIL_W;");
+    kt_buf_line(b, "const bool ok = kk < GEMM_K && (unsigned)h < (unsigned)H && (unsigned)ww < "
+                   "(unsigned)W;");
+    x_offset(off, sizeof(off), ci, "e");
+    kt_buf_line(b, "kt_cp_async16(as + ((tid + e * THREADS) / CPR) * LDS + (tid %% CPR) * 8,");
+    kt_buf_line(b, "              ok ? x + %s : x, ok);", off);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int e = 0; e < B_CHUNKS; e++) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int col = n0 + (tid + e * THREADS) / CPR;");
+    kt_buf_line(b, "const bool ok = kk < GEMM_K && col < GEMM_N;");
+    kt_buf_line(b, "kt_cp_async16(bs + ((tid + e * THREADS) / CPR) * LDS + (tid %% CPR) * 8,");
+    kt_buf_line(b, "              ok ? w + (idx_t)(grp * KG + col) * GEMM_K + kk : w, ok);");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    b->indent -= 4;
+    kt_buf_line(b, "};");
+}
+
+static void emit_compute_ffma(kt_buf *b, const conv_info *ci)
+{
+    /* The fast thread index runs along the output's contiguous dimension so stores coalesce:
+     * pixels for NCHW, channels for NHWC. Shared reads stay conflict-free or broadcast. */
+    if (ci->nhwc) {
+        kt_buf_line(b, "const int col0 = tid %% (BN / TN), row0 = tid / (BN / TN);");
+    } else {
+        kt_buf_line(b, "const int row0 = tid %% (BM / TM), col0 = tid / (BM / TM);");
+    }
+    kt_buf_line(b, "/* Thread tile: rows row0 + i * (BM / TM), columns col0 + j * (BN / TN). */");
+    kt_buf_line(b, "float acc[TM][TN] = {};");
+    kt_buf_line(b, "auto compute_tile = [&](int stage) {");
+    b->indent += 4;
+    kt_buf_line(b, "const float *as = As + stage * BK * LDA, *bs = Bs + stage * BK * LDB;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int kk = 0; kk < BK; kk++) {");
+    kt_buf_line(b, "    float a[TM], bv[TN];");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int i = 0; i < TM; i++)");
+    kt_buf_line(b, "        a[i] = as[kk * LDA + row0 + i * (BM / TM)];");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < TN; j++)");
+    kt_buf_line(b, "        bv[j] = bs[kk * LDB + col0 + j * (BN / TN)];");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int i = 0; i < TM; i++)");
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int j = 0; j < TN; j++)");
+    kt_buf_line(b, "            acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);");
+    kt_buf_line(b, "}");
+    b->indent -= 4;
+    kt_buf_line(b, "};");
+}
+
+static void emit_compute_mma(kt_buf *b)
+{
+    kt_buf_line(b, "const int lane = tid %% 32, warp = tid / 32;");
+    kt_buf_line(b, "const int wm0 = (warp %% WARPS_M) * WTM, wn0 = (warp / WARPS_M) * WTN;");
+    kt_buf_line(b, "float acc[MI][NI][4] = {};");
+    kt_buf_line(b, "/* One stage: BK / 16 steps of MI x NI mma tiles per warp, fragments by "
+                   "ldmatrix. */");
+    kt_buf_line(b, "auto compute_tile = [&](int stage) {");
+    b->indent += 4;
+    kt_buf_line(b, "const unsigned short *as = As + stage * BM * LDS, *bs = Bs + stage * BN * "
+                   "LDS;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int k16 = 0; k16 < BK; k16 += 16) {");
+    b->indent += 4;
+    kt_buf_line(b, "unsigned af[MI][4], bf[NI][2];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int mi = 0; mi < MI; mi++)");
+    kt_buf_line(b, "    kt_ldmatrix_x4(af[mi], as + (wm0 + mi * 16 + lane %% 16) * LDS + k16 + "
+                   "(lane / 16) * 8);");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ni = 0; ni + 1 < NI; ni += 2) {");
+    kt_buf_line(b, "    unsigned t[4];");
+    kt_buf_line(b, "    kt_ldmatrix_x4(t, bs + (wn0 + ni * 8 + lane %% 8 + (lane / 16) * 8) * "
+                   "LDS + k16 +");
+    kt_buf_line(b, "                          ((lane / 8) %% 2) * 8);");
+    kt_buf_line(b, "    bf[ni][0] = t[0];");
+    kt_buf_line(b, "    bf[ni][1] = t[1];");
+    kt_buf_line(b, "    bf[ni + 1][0] = t[2];");
+    kt_buf_line(b, "    bf[ni + 1][1] = t[3];");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "if (NI %% 2)");
+    kt_buf_line(b, "    kt_ldmatrix_x2(bf[NI - 1], bs + (wn0 + (NI - 1) * 8 + lane %% 8) * LDS + "
+                   "k16 +");
+    kt_buf_line(b, "                                   ((lane / 8) %% 2) * 8);");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int mi = 0; mi < MI; mi++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int ni = 0; ni < NI; ni++)");
+    kt_buf_line(b, "        kt_mma(acc[mi][ni], af[mi], bf[ni]);");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    b->indent -= 4;
+    kt_buf_line(b, "};");
+}
+
+static void emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const conv_names *nm)
+{
+    if (pl->mma)
+        emit_mma_helpers(b, pl);
+    kt_buf_line(b, "/* Implicit GEMM: block tile BM pixels x BN channels, BK-deep reduction "
+                   "steps. */");
+    kt_buf_line(b, "constexpr int BM = %d, BN = %d, BK = %d, THREADS = %d, STAGES = %d;", pl->bm,
+                pl->bn, pl->bk, pl->threads, pl->stages);
+    kt_buf_line(b, "constexpr int KTILES = (GEMM_K + BK - 1) / BK;");
+    if (pl->mma) {
+        kt_buf_line(b, "constexpr int WARPS_M = %d, WARPS_N = %d;          /* warp grid */",
+                    pl->warps_m, pl->warps_n);
+        kt_buf_line(b, "constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N; /* warp tile */");
+        kt_buf_line(b, "constexpr int MI = WTM / 16, NI = WTN / 8;           /* mma tiles per "
+                       "warp */");
+        kt_buf_line(b, "constexpr int LDS = BK + 8; /* row pitch: the 16-byte pad makes ldmatrix "
+                       "conflict-free */");
+    } else {
+        kt_buf_line(b, "constexpr int TM = %d, TN = %d;          /* outputs per thread */", pl->tm,
+                    pl->tn);
+        kt_buf_line(b, "constexpr int LDA = BM + 1, LDB = BN + 1; /* padded k-major rows */");
+    }
+    if (pl->cp_async) {
+        kt_buf_line(b, "constexpr int CPR = BK / 8; /* 16-byte chunks per tile row */");
+        kt_buf_line(b, "constexpr int A_CHUNKS = BM * CPR / THREADS, B_CHUNKS = BN * CPR / "
+                       "THREADS;");
+    } else {
+        kt_buf_line(b, "constexpr int A_PER = BM * BK / THREADS, B_PER = BN * BK / THREADS; /* "
+                       "elements per thread */");
+        kt_buf_line(b, "constexpr int A_ROWS = THREADS >= BM ? 1 : BM / THREADS; /* distinct "
+                       "pixels among them */");
+    }
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
+    emit_signature(b, pl->mma ? "ktune_conv_igemm_mma" : "ktune_conv_igemm_ffma", NULL, 0, nm);
+    kt_buf_line(b, "{");
+    b->indent = 4;
+    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kt_smem[];");
+    if (pl->mma) {
+        kt_buf_line(b, "unsigned short *As = (unsigned short *)kt_smem; /* [STAGES][BM][LDS] "
+                       "pixels x reduction */");
+        kt_buf_line(b, "unsigned short *Bs = As + STAGES * BM * LDS;     /* [STAGES][BN][LDS] "
+                       "channels x reduction */");
+    } else {
+        kt_buf_line(b, "float *As = (float *)kt_smem;         /* [STAGES][BK][LDA] */");
+        kt_buf_line(b, "float *Bs = As + STAGES * BK * LDA;   /* [STAGES][BK][LDB] */");
+    }
+    kt_buf_line(b, "const int tid = threadIdx.x;");
+    kt_buf_line(b, "const int m0 = blockIdx.x * BM;  /* first output pixel of the tile */");
+    kt_buf_line(b, "const int n0 = blockIdx.y * BN;  /* first output channel within the group */");
+    kt_buf_line(b, "const int grp = blockIdx.z;      /* conv group */");
+    if (pl->cp_async) {
+        emit_row_setup(b, ci, "A_CHUNKS", "(tid + i * THREADS) / CPR");
+        emit_cp_async_loader(b, ci);
+    } else {
+        emit_row_setup(b, ci, "A_ROWS", "(tid + i * THREADS) % BM");
+        emit_plain_loader(b, ci, pl);
+    }
+    if (pl->mma)
+        emit_compute_mma(b);
+    else
+        emit_compute_ffma(b, ci);
+    kt_buf_printf(b, "\n");
+    if (pl->cp_async) {
+        kt_buf_line(b, "/* Multi-stage pipeline: STAGES - 1 tiles in flight while one is "
+                       "multiplied. */");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int st = 0; st < STAGES - 1; st++) {");
+        kt_buf_line(b, "    if (st < KTILES)");
+        kt_buf_line(b, "        load_tile(st, st);");
+        kt_buf_line(b, "    kt_cp_async_commit();");
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "for (int kt = 0; kt < KTILES; kt++) {");
+        kt_buf_line(b, "    kt_cp_async_wait<STAGES - 2>(); /* tile kt has landed */");
+        kt_buf_line(b, "    __syncthreads();                /* ... for every thread; stage "
+                       "(kt - 1) is free */");
+        kt_buf_line(b, "    if (kt + STAGES - 1 < KTILES)");
+        kt_buf_line(b, "        load_tile(kt + STAGES - 1, (kt + STAGES - 1) %% STAGES);");
+        kt_buf_line(b, "    kt_cp_async_commit();");
+        kt_buf_line(b, "    compute_tile(kt %% STAGES);");
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "kt_cp_async_wait<0>();");
+    } else if (pl->stages == 2) {
+        kt_buf_line(b, "/* Double buffer: tile kt + 1 is loaded into registers while tile kt is "
+                       "multiplied. */");
+        kt_buf_line(b, "load_tile(0);");
+        kt_buf_line(b, "store_tile(0);");
+        kt_buf_line(b, "__syncthreads();");
+        kt_buf_line(b, "for (int kt = 0; kt < KTILES; kt++) {");
+        kt_buf_line(b, "    if (kt + 1 < KTILES)");
+        kt_buf_line(b, "        load_tile(kt + 1);");
+        kt_buf_line(b, "    compute_tile(kt %% 2);");
+        kt_buf_line(b, "    if (kt + 1 < KTILES)");
+        kt_buf_line(b, "        store_tile((kt + 1) %% 2);");
+        kt_buf_line(b, "    __syncthreads();");
+        kt_buf_line(b, "}");
+    } else {
+        kt_buf_line(b, "for (int kt = 0; kt < KTILES; kt++) {");
+        kt_buf_line(b, "    load_tile(kt);");
+        kt_buf_line(b, "    store_tile(0);");
+        kt_buf_line(b, "    __syncthreads();");
+        kt_buf_line(b, "    compute_tile(0);");
+        kt_buf_line(b, "    __syncthreads();");
+        kt_buf_line(b, "}");
+    }
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* Epilogue: each accumulator is one output element (masked at the edges). */");
+    if (pl->mma) {
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int mi = 0; mi < MI; mi++)");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int ni = 0; ni < NI; ni++)");
+        kt_buf_line(b, "        #pragma unroll");
+        kt_buf_line(b, "        for (int v = 0; v < 4; v++) {");
+        kt_buf_line(b, "            const int m = m0 + wm0 + mi * 16 + lane / 4 + (v / 2) * 8;");
+        kt_buf_line(b, "            const int col = n0 + wn0 + ni * 8 + (lane %% 4) * 2 + v %% 2;");
+        kt_buf_line(b, "            if (m < GEMM_M && col < GEMM_N)");
+        kt_buf_line(b, "                kt_conv_store(acc[mi][ni][v], m / (Q * P), grp * KG + "
+                       "col, (m / Q) %% P, m %% Q,");
+        kt_buf_line(b, "                              %s);", nm->call);
+        kt_buf_line(b, "        }");
+    } else {
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int i = 0; i < TM; i++) {");
+        kt_buf_line(b, "    const int m = m0 + row0 + i * (BM / TM);");
+        kt_buf_line(b, "    if (m >= GEMM_M)");
+        kt_buf_line(b, "        continue;");
+        kt_buf_line(b, "    const int q = m %% Q, p = (m / Q) %% P, n = m / (Q * P);");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int j = 0; j < TN; j++) {");
+        kt_buf_line(b, "        const int col = n0 + col0 + j * (BN / TN);");
+        kt_buf_line(b, "        if (col < GEMM_N)");
+        kt_buf_line(b, "            kt_conv_store(acc[i][j], n, grp * KG + col, p, q, %s);",
+                    nm->call);
+        kt_buf_line(b, "    }");
+        kt_buf_line(b, "}");
+    }
+    b->indent = 0;
+    kt_buf_line(b, "}");
+}
+
+static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
+                     ops_emitted *out, ops_diag *d)
+{
+    conv_info ci;
+    memset(out, 0, sizeof(*out));
+    if (!conv_analyse(grp, &ci))
+        return ops_diag_set(d, grp->g, OPS_RULE_SHAPE, -1, "",
+                            "conv: the group is not one conv2d with an elementwise epilogue");
+    const char *why = conv_prune(grp, s, dev);
+    if (why) {
+        char sched[256];
+        ops_schedule_format(s, sched, sizeof(sched));
+        return ops_diag_set(d, grp->g, OPS_RULE_SHAPE, -1, "",
+                            "conv: schedule '%s' is pruned for this group (%s)", sched, why);
+    }
+    conv_names nm;
+    conv_names_make(grp, &ci, &nm);
+    kt_buf b = {0};
+    ops_emit_header(&b, grp, s);
+    ops_emit_prelude(&b);
+    kt_buf_printf(&b, "\n");
+    emit_constants(&b, &ci);
+    int rc = emit_store_fn(&b, grp, &ci, &nm);
+    if (rc < 0) {
+        kt_buf_free(&b);
+        return rc == -ENOMEM ? rc
+                             : ops_diag_set(d, grp->g, OPS_RULE_SHAPE, -1, "",
+                                            "conv: cannot emit the epilogue");
+    }
+    ops_kernel_launch *l = &out->kernels[0];
+    if (s->v[K_ALGO] == ALGO_DIRECT) {
+        direct_plan pl;
+        direct_plan_make(&ci, s, dev, &pl);
+        emit_direct(&b, &ci, &pl, &nm);
+        snprintf(l->entry, sizeof(l->entry), "ktune_conv_direct");
+        l->grid[0] = (uint32_t)div_up(pl.spatial, pl.threads);
+        l->grid[1] = (uint32_t)div_up(ci.k, pl.tk);
+        l->grid[2] = 1;
+        l->block[0] = (uint32_t)pl.threads;
+        l->smem_bytes = (uint32_t)pl.smem;
+    } else {
+        ig_plan pl;
+        ig_plan_make(grp, &ci, s, dev, &pl);
+        emit_igemm(&b, &ci, &pl, &nm);
+        snprintf(l->entry, sizeof(l->entry), "ktune_conv_igemm_%s", pl.mma ? "mma" : "ffma");
+        l->grid[0] = (uint32_t)div_up(ci.gm, pl.bm);
+        l->grid[1] = (uint32_t)div_up(ci.kg, pl.bn);
+        l->grid[2] = (uint32_t)ci.groups;
+        l->block[0] = (uint32_t)pl.threads;
+        l->smem_bytes = (uint32_t)pl.smem;
+    }
+    l->block[1] = l->block[2] = 1;
+    for (int i = 0; i < grp->n_in; i++)
+        l->args[l->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = grp->in[i]};
+    l->args[l->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = ci.y};
+    if (kt_buf_status(&b) < 0) {
+        kt_buf_free(&b);
+        return -ENOMEM;
+    }
+    out->source = kt_buf_take(&b);
+    out->n_kernels = 1;
+    out->workspace_bytes = 0;
+    return 0;
+}
+
+/* ---- cost model ---- */
+
+/* Resident blocks per SM and the efficiency that wave quantisation and occupancy leave. */
+static double launch_efficiency(const ops_device *dev, int64_t blocks, int threads, int regs,
+                                int smem, double *occupancy)
+{
+    int warps = threads / 32;
+    int bps = dev->max_blocks_per_sm;
+    int by_threads = dev->max_threads_per_sm / threads;
+    int regs_rounded = (regs + 7) / 8 * 8;
+    int by_regs = dev->regs_per_sm / (regs_rounded * threads);
+    int by_smem = smem > 0 ? dev->smem_per_sm / (smem + 1024) : bps;
+    if (by_threads < bps)
+        bps = by_threads;
+    if (by_regs < bps)
+        bps = by_regs;
+    if (by_smem < bps)
+        bps = by_smem;
+    if (bps < 1)
+        bps = 1;
+    int64_t full = (int64_t)dev->sm_count * bps;
+    double wave, resident;
+    if (blocks >= full) {
+        int64_t waves = (blocks + full - 1) / full;
+        wave = (double)blocks / (double)(waves * full);
+        resident = bps;
+    } else {
+        /* Fewer blocks than slots: SMs left idle, and fewer warps on the busy ones. */
+        wave = blocks >= dev->sm_count ? 1.0 : (double)blocks / dev->sm_count;
+        resident = ceil((double)blocks / dev->sm_count);
+    }
+    double occ = resident * warps / (dev->max_threads_per_sm / 32.0);
+    if (occ > 1.0)
+        occ = 1.0;
+    *occupancy = occ;
+    /* Latency hiding saturates around half occupancy. */
+    double occ_eff = occ >= 0.5 ? 1.0 : 0.4 + 1.2 * occ;
+    return wave * occ_eff;
+}
+
+static void conv_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
+                          ops_estimate *e)
+{
+    memset(e, 0, sizeof(*e));
+    conv_info ci;
+    if (!conv_analyse(grp, &ci)) {
+        e->seconds = INFINITY;
+        return;
+    }
+    const ops_graph *g = grp->g;
+    int64_t out_numel = ci.gm * ci.k;
+    double bytes = 0;
+    for (int i = 0; i < grp->n_in; i++) {
+        const ops_tensor *t = &g->tensors[grp->in[i]];
+        bytes += (double)ops_shape_numel(&t->shape) * (double)ops_dtype_size(t->dtype);
+    }
+    bytes += (double)out_numel * (double)ops_dtype_size(g->tensors[ci.y].dtype);
+    double x_bytes =
+        (double)ops_shape_numel(&g->tensors[ci.x].shape) * (double)ops_dtype_size(ci.dt);
+    double flops = 2.0 * (double)out_numel * (double)ci.gk + (double)out_numel * ci.epilogue_nodes;
+    double peak = dev->fp32_flops_per_s, compute_eff, launch_eff, occ;
+    if (s->v[K_ALGO] == ALGO_DIRECT) {
+        direct_plan pl;
+        if (direct_plan_make(&ci, s, dev, &pl)) {
+            e->seconds = INFINITY;
+            return;
+        }
+        int64_t kblocks = div_up(ci.k, pl.tk);
+        /* Each channel block re-reads the input, mostly from L2. */
+        bytes += x_bytes * 0.05 * (double)(kblocks - 1);
+        /* FMAs per filter row against the loads feeding them (input window and weights). */
+        double fma = (double)pl.tk * pl.tq * (double)ci.s;
+        double loads = (double)pl.win + (double)pl.tk * (double)ci.s;
+        compute_eff = 0.9 * fma / (fma + loads);
+        launch_eff = launch_efficiency(dev, (int64_t)div_up(pl.spatial, pl.threads) * kblocks,
+                                       pl.threads, pl.regs, pl.smem, &occ);
+    } else {
+        ig_plan pl;
+        if (ig_plan_make(grp, &ci, s, dev, &pl)) {
+            e->seconds = INFINITY;
+            return;
+        }
+        int64_t mt = div_up(ci.gm, pl.bm), nt = div_up(ci.kg, pl.bn), kt = div_up(ci.gk, pl.bk);
+        bytes += x_bytes * 0.1 * (double)(nt - 1);
+        /* Work done on the padded tiles. */
+        double tile_eff = (double)ci.gm / (double)(mt * pl.bm) * (double)ci.kg /
+                          (double)(nt * pl.bn) * (double)ci.gk / (double)(kt * pl.bk);
+        /* A short reduction loop is dominated by the pipeline fill and the epilogue. */
+        double loop_eff = (double)kt / (double)(kt + 2);
+        static const double pipe[] = {0, 0.6, 0.8, 0.95, 1.0};
+        double inner;
+        if (pl.mma) {
+            peak = dev->f16_flops_per_s;
+            inner = (double)(pl.mi * pl.ni) / (double)(pl.mi + pl.ni) / 2.0;
+            if (!pl.cp_async)
+                inner *= 0.6; /* element-wise gathers cannot keep tensor cores fed */
+        } else {
+            inner = (double)(pl.tm * pl.tn) / (double)(pl.tm + pl.tn) / 4.0;
+        }
+        if (inner > 1.0)
+            inner = 1.0;
+        compute_eff = 0.85 * inner * pipe[pl.stages] * loop_eff * tile_eff;
+        launch_eff =
+            launch_efficiency(dev, mt * nt * ci.groups, pl.threads, pl.regs, pl.smem, &occ);
+        /* The load pipeline hides memory latency the same way it hides compute. */
+        launch_eff *= pipe[pl.stages] * loop_eff;
+    }
+    double t_mem = bytes / dev->dram_bytes_per_s;
+    double t_compute = flops / (peak * compute_eff);
+    e->flops = flops;
+    e->bytes = bytes;
+    e->occupancy = occ;
+    e->seconds = (t_mem > t_compute ? t_mem : t_compute) / launch_eff + 2e-6;
 }
 
 const ops_family ops_family_conv = {
     .id = OPS_FAM_CONV,
     .name = "conv",
+    .n_knobs = N_KNOBS,
+    .knobs = conv_knobs,
     .matches = conv_matches,
+    .prune = conv_prune,
+    .emit = conv_emit,
+    .estimate = conv_estimate,
 };

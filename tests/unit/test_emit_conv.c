@@ -1,5 +1,703 @@
-/* Placeholder test: the conv emitter is being written. */
+/* The conv family: which groups it matches, how many schedules survive pruning, that a spread of
+ * kept candidates compiles with NVRTC (sm_90a, a few for sm_80) without spills, golden sources
+ * per algorithm, and the ordering of the cost model on obvious pairs. No GPU needed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "ops/ops.h"
+#include "tests/unit/emit_test_util.h"
+
+#include <math.h>
+
+/* The family under test (family.h keeps the tables private to ops/family.c). */
+#define FAM (*ops_family_get(OPS_FAM_CONV))
+
+/* ---- graphs ---- */
+
+/* f32 3x3, (16, 64, 56, 56) -> 64, pad 1, no bias, relu. */
+static const char g_f32_56[] =
+    "{\"name\": \"conv3x3_64\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f32\", \"shape\": [16, 64, 56, 56]},"
+    "  \"W\": {\"dtype\": \"f32\", \"shape\": [64, 64, 3, 3], \"const\": true}},"
+    " \"nodes\": ["
+    "  {\"out\": \"c\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"], \"padding\": [1, 1]},"
+    "  {\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"c\"]}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* AlexNet's first layer: (100, 3, 224, 224) -> 96, 11x11, stride 4, pad 2, bias. */
+static const char g_alexnet[] =
+    "{\"name\": \"alexnet_conv1\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f32\", \"shape\": [100, 3, 224, 224]},"
+    "  \"W\": {\"dtype\": \"f32\", \"shape\": [96, 3, 11, 11], \"const\": true},"
+    "  \"b\": {\"dtype\": \"f32\", \"shape\": [96], \"const\": true}},"
+    " \"nodes\": ["
+    "  {\"out\": \"c\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\", \"b\"], \"stride\": [4, 4],"
+    "   \"padding\": [2, 2]},"
+    "  {\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"c\"]}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* f16 NHWC 3x3 (16, 56, 56, 64) -> 64 with bias, residual add and relu. */
+static const char g_f16_nhwc[] =
+    "{\"name\": \"conv_nhwc_res\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f16\", \"shape\": [16, 56, 56, 64]},"
+    "  \"W\": {\"dtype\": \"f16\", \"shape\": [64, 3, 3, 64], \"const\": true},"
+    "  \"b\": {\"dtype\": \"f16\", \"shape\": [64], \"const\": true},"
+    "  \"Z\": {\"dtype\": \"f16\", \"shape\": [16, 56, 56, 64]}},"
+    " \"nodes\": ["
+    "  {\"out\": \"c\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\", \"b\"], \"padding\": [1, 1],"
+    "   \"layout\": \"NHWC\"},"
+    "  {\"out\": \"t\", \"op\": \"add\", \"in\": [\"c\", \"Z\"]},"
+    "  {\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"t\"]}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* Ragged: C = 3, K = 7, 3x5 filter, stride (2, 1), pad (1, 2), dilation (1, 2), odd spatial. */
+static const char g_ragged[] =
+    "{\"name\": \"conv_ragged\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f32\", \"shape\": [3, 3, 33, 77]},"
+    "  \"W\": {\"dtype\": \"f32\", \"shape\": [7, 3, 3, 5], \"const\": true},"
+    "  \"b\": {\"dtype\": \"f32\", \"shape\": [7, 1, 1]}},"
+    " \"nodes\": ["
+    "  {\"out\": \"c\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"], \"stride\": [2, 1],"
+    "   \"padding\": [1, 2], \"dilation\": [1, 2]},"
+    "  {\"out\": \"t\", \"op\": \"add\", \"in\": [\"c\", \"b\"]},"
+    "  {\"out\": \"Y\", \"op\": \"gelu\", \"in\": [\"t\"]}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* Depthwise 3x3 (groups == C) with bias. */
+static const char g_depthwise[] =
+    "{\"name\": \"conv_dw\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f32\", \"shape\": [8, 32, 28, 28]},"
+    "  \"W\": {\"dtype\": \"f32\", \"shape\": [32, 1, 3, 3], \"const\": true},"
+    "  \"b\": {\"dtype\": \"f32\", \"shape\": [32], \"const\": true}},"
+    " \"nodes\": ["
+    "  {\"out\": \"Y\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\", \"b\"], \"padding\": [1, 1],"
+    "   \"groups\": 32}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* Grouped NHWC bf16: 64 -> 128 channels in 4 groups (16 in, 32 out each), stride 2. */
+static const char g_grouped_bf16[] =
+    "{\"name\": \"conv_grouped\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"bf16\", \"shape\": [4, 15, 15, 64]},"
+    "  \"W\": {\"dtype\": \"bf16\", \"shape\": [128, 3, 3, 16], \"const\": true}},"
+    " \"nodes\": ["
+    "  {\"out\": \"c\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"], \"stride\": [2, 2],"
+    "   \"padding\": [1, 1], \"groups\": 4, \"layout\": \"NHWC\"},"
+    "  {\"out\": \"Y\", \"op\": \"silu\", \"in\": [\"c\"]}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* bf16 NCHW with odd channel counts: tensor cores through the plain gather. */
+static const char g_bf16_odd[] =
+    "{\"name\": \"conv_bf16_odd\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"bf16\", \"shape\": [2, 5, 19, 21]},"
+    "  \"W\": {\"dtype\": \"bf16\", \"shape\": [9, 5, 3, 3], \"const\": true}},"
+    " \"nodes\": ["
+    "  {\"out\": \"c\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"], \"padding\": [1, 1]},"
+    "  {\"out\": \"Y\", \"op\": \"cast\", \"in\": [\"c\"], \"dtype\": \"f32\"}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* Two convs in one group: not this family's. */
+static const char g_two_convs[] =
+    "{\"name\": \"two_convs\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f32\", \"shape\": [1, 4, 8, 8]},"
+    "  \"W\": {\"dtype\": \"f32\", \"shape\": [4, 4, 3, 3]}},"
+    " \"nodes\": ["
+    "  {\"out\": \"a\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"], \"padding\": [1, 1]},"
+    "  {\"out\": \"Y\", \"op\": \"conv2d\", \"in\": [\"a\", \"W\"], \"padding\": [1, 1]}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* A conv followed by a reduction. */
+static const char g_conv_sum[] =
+    "{\"name\": \"conv_sum\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f32\", \"shape\": [1, 4, 8, 8]},"
+    "  \"W\": {\"dtype\": \"f32\", \"shape\": [4, 4, 3, 3]}},"
+    " \"nodes\": ["
+    "  {\"out\": \"a\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"]},"
+    "  {\"out\": \"Y\", \"op\": \"sum\", \"in\": [\"a\"], \"axes\": [1]}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* A prologue on the conv input (relu before the conv) cannot fuse into the gather. */
+static const char g_prologue[] = "{\"name\": \"relu_conv\", \"inputs\": {"
+                                 "  \"X\": {\"dtype\": \"f32\", \"shape\": [1, 4, 8, 8]},"
+                                 "  \"W\": {\"dtype\": \"f32\", \"shape\": [4, 4, 3, 3]}},"
+                                 " \"nodes\": ["
+                                 "  {\"out\": \"a\", \"op\": \"relu\", \"in\": [\"X\"]},"
+                                 "  {\"out\": \"Y\", \"op\": \"conv2d\", \"in\": [\"a\", \"W\"]}],"
+                                 " \"outputs\": [\"Y\"]}";
+
+static char *example(const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/examples/%s", getenv("KTUNE_SOURCE_ROOT"), name);
+    char *text = NULL;
+    kt_err err = {0};
+    if (kt_read_file(path, &text, NULL, &err) < 0)
+        fail_msg("%s", err.msg);
+    return text;
+}
+
+static ops_graph *conv2d_example(void)
+{
+    char *text = example("conv2d.json");
+    ops_graph *g = emit_test_graph(text, "N=128");
+    free(text);
+    return g;
+}
+
+/* ---- helpers ---- */
+
+typedef struct sched_list {
+    int n, cap;
+    ops_schedule *s;
+} sched_list;
+
+static int collect(const ops_schedule *s, void *ctx)
+{
+    sched_list *l = ctx;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 256;
+        l->s = realloc(l->s, sizeof(*l->s) * (size_t)l->cap);
+        assert_non_null(l->s);
+    }
+    l->s[l->n++] = *s;
+    return 0;
+}
+
+static sched_list kept(const ops_group *grp, const ops_device *dev, ops_prune_counts *counts)
+{
+    sched_list l = {0};
+    assert_true(FAM.matches(grp));
+    assert_int_equal(ops_family_enumerate(&FAM, grp, dev, collect, &l, counts), 0);
+    return l;
+}
+
+static int knob_index(const char *name)
+{
+    for (int k = 0; k < FAM.n_knobs; k++)
+        if (strcmp(FAM.knobs[k].name, name) == 0)
+            return k;
+    fail_msg("no knob %s", name);
+    return -1;
+}
+
+/* A schedule from "knob=value ..." (labels for enumerated knobs); others at their first value. */
+static ops_schedule sched(const char *spec)
+{
+    ops_schedule s = {.family = OPS_FAM_CONV};
+    for (int k = 0; k < FAM.n_knobs; k++)
+        s.v[k] = FAM.knobs[k].values[0];
+    char *copy = strdup(spec);
+    for (char *save = NULL, *tok = strtok_r(copy, " ", &save); tok;
+         tok = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(tok, '=');
+        assert_non_null(eq);
+        *eq = '\0';
+        const ops_knob *knob = &FAM.knobs[knob_index(tok)];
+        int v = (int)strtol(eq + 1, NULL, 10);
+        for (int i = 0; knob->labels && i < knob->n_values; i++)
+            if (strcmp(knob->labels[i], eq + 1) == 0)
+                v = knob->values[i];
+        s.v[knob_index(tok)] = v;
+    }
+    free(copy);
+    return s;
+}
+
+static bool group_of(const ops_graph *g, uint64_t mask, ops_group *grp)
+{
+    ops_diag d = {0};
+    assert_int_equal(ops_group_init(grp, g, mask, &d), 0);
+    return FAM.matches(grp);
+}
+
+/* ---- matches ---- */
+
+static void test_matches(void **state)
+{
+    (void)state;
+    ops_group grp;
+    ops_graph *g = conv2d_example();
+    assert_true(group_of(g, 3, &grp));  /* conv + relu */
+    assert_true(group_of(g, 1, &grp));  /* the conv alone: its output leaves the group */
+    assert_false(group_of(g, 2, &grp)); /* relu alone */
+    ops_graph_free(g);
+
+    const char *yes[] = {g_f32_56,    g_alexnet,      g_f16_nhwc, g_ragged,
+                         g_depthwise, g_grouped_bf16, g_bf16_odd};
+    for (size_t i = 0; i < KT_ARRAY_LEN(yes); i++) {
+        g = emit_test_graph(yes[i], "");
+        emit_test_whole_group(g, &grp);
+        assert_true(FAM.matches(&grp));
+        ops_graph_free(g);
+    }
+    const char *no[] = {g_two_convs, g_conv_sum, g_prologue};
+    for (size_t i = 0; i < KT_ARRAY_LEN(no); i++) {
+        g = emit_test_graph(no[i], "");
+        emit_test_whole_group(g, &grp);
+        assert_false(FAM.matches(&grp));
+        ops_graph_free(g);
+    }
+    /* Each conv of the two-conv graph on its own is fine; the reduction's conv too. */
+    g = emit_test_graph(g_two_convs, "");
+    assert_true(group_of(g, 1, &grp));
+    assert_true(group_of(g, 2, &grp));
+    ops_graph_free(g);
+    g = emit_test_graph(g_conv_sum, "");
+    assert_true(group_of(g, 1, &grp));
+    assert_false(group_of(g, 2, &grp));
+    ops_graph_free(g);
+}
+
+/* ---- counts and pruning ---- */
+
+static void print_counts(const char *what, const ops_prune_counts *c)
+{
+    printf("# %s: %lld kept;", what, (long long)c->kept);
+    for (int i = 0; i < c->n_reasons; i++)
+        printf(" %s %lld", c->reasons[i].reason, (long long)c->reasons[i].count);
+    printf("\n");
+}
+
+static int count_algo(const sched_list *l, int algo)
+{
+    int n = 0, k = knob_index("algo");
+    for (int i = 0; i < l->n; i++)
+        n += l->s[i].v[k] == algo;
+    return n;
+}
+
+static void test_counts(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    ops_prune_counts counts;
+
+    ops_graph *g = conv2d_example();
+    emit_test_whole_group(g, &grp);
+    sched_list l = kept(&grp, &dev, &counts);
+    print_counts("conv2d.json N=128", &counts);
+    assert_true(counts.kept >= 50);
+    assert_int_equal(l.n, counts.kept);
+    assert_true(count_algo(&l, 0) >= 20 && count_algo(&l, 1) >= 20);
+    /* f32 under "exact" never takes tensor cores; "reduced" adds them. */
+    int math = knob_index("math");
+    for (int i = 0; i < l.n; i++)
+        assert_int_equal(l.s[i].v[math], 0);
+    free(l.s);
+    grp.precision = OPS_PREC_REDUCED;
+    l = kept(&grp, &dev, &counts);
+    int mma = 0;
+    for (int i = 0; i < l.n; i++)
+        mma += l.s[i].v[math] == 1;
+    assert_true(mma > 0);
+    free(l.s);
+    ops_graph_free(g);
+
+    const struct {
+        const char *name, *json;
+        int min;
+    } cases[] = {
+        {"f32 56x56x64", g_f32_56, 50}, {"alexnet conv1", g_alexnet, 30},
+        {"f16 nhwc", g_f16_nhwc, 50},   {"ragged", g_ragged, 50},
+        {"depthwise", g_depthwise, 20}, {"grouped bf16", g_grouped_bf16, 30},
+        {"bf16 odd", g_bf16_odd, 30},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
+        g = emit_test_graph(cases[i].json, "");
+        emit_test_whole_group(g, &grp);
+        l = kept(&grp, &dev, &counts);
+        print_counts(cases[i].name, &counts);
+        assert_true(counts.kept >= cases[i].min);
+        free(l.s);
+        ops_graph_free(g);
+    }
+}
+
+static void test_prune_reasons(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    ops_graph *g = emit_test_graph(g_f16_nhwc, "");
+    emit_test_whole_group(g, &grp);
+    const ops_family *f = &FAM;
+    /* Knobs of the other algorithm away from their first value. */
+    ops_schedule s = sched("algo=direct bm=64");
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s = sched("algo=implicit_gemm tq=4");
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    /* mma needs 16-deep reduction steps. */
+    s = sched("math=mma bm=64 bn=64 bk=8 warps=4 stages=3");
+    assert_string_equal(f->prune(&grp, &s, &dev), "divisibility");
+    s = sched("math=mma bm=64 bn=64 bk=32 warps=4 stages=3");
+    assert_null(f->prune(&grp, &s, &dev));
+    /* This gather is cp.async-able, so the unpipelined variant is redundant. */
+    s = sched("math=mma bm=64 bn=64 bk=32 warps=4 stages=1");
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    /* 128x64 on one warp: a 128x64 warp tile holds too many accumulators. */
+    s = sched("math=mma bm=128 bn=64 bk=32 warps=1 stages=3");
+    assert_string_equal(f->prune(&grp, &s, &dev), "regs");
+    ops_graph_free(g);
+
+    /* NCHW cannot feed cp.async: deep pipelines are pruned for alignment. */
+    g = emit_test_graph(g_bf16_odd, "");
+    emit_test_whole_group(g, &grp);
+    s = sched("math=mma bm=64 bn=16 bk=16 warps=2 stages=3");
+    assert_string_equal(f->prune(&grp, &s, &dev), "align");
+    s = sched("math=mma bm=64 bn=16 bk=16 warps=2 stages=2");
+    assert_null(f->prune(&grp, &s, &dev));
+    ops_graph_free(g);
+
+    /* Depthwise: a thread's channels must share a group. */
+    g = emit_test_graph(g_depthwise, "");
+    emit_test_whole_group(g, &grp);
+    s = sched("algo=direct tk=2 tq=4 warps=4");
+    assert_string_equal(f->prune(&grp, &s, &dev), "divisibility");
+    s = sched("algo=direct tk=1 tq=4 warps=4");
+    assert_null(f->prune(&grp, &s, &dev));
+    ops_graph_free(g);
+
+    /* f32 under "exact": no tensor cores. */
+    g = emit_test_graph(g_f32_56, "");
+    emit_test_whole_group(g, &grp);
+    s = sched("math=mma bm=64 bn=64 bk=32 warps=4 stages=2");
+    assert_string_equal(f->prune(&grp, &s, &dev), "shape");
+    grp.precision = OPS_PREC_REDUCED;
+    assert_null(f->prune(&grp, &s, &dev));
+    ops_graph_free(g);
+}
+
+/* ---- compiling a spread of kept candidates ---- */
+
+typedef struct spread_case {
+    const char *name, *json, *shapes;
+    ops_precision prec;
+    int n; /* candidates to compile */
+} spread_case;
+
+static void compile_spread(const spread_case *cases, size_t n_cases, const char *arch,
+                           int min_total, bool allow_all)
+{
+    ops_device dev;
+    ops_device_h100(&dev);
+    srch_pool *pool = NULL;
+    kt_err err = {0};
+    srch_pool_opts opts = {.arch = arch, .jobs = 2, .timeout_s = 120};
+    assert_int_equal(srch_pool_new(&opts, &pool, &err), 0);
+    char **sources = NULL;
+    char(*names)[300] = NULL;
+    int total = 0;
+    for (size_t c = 0; c < n_cases; c++) {
+        char *text = NULL;
+        if (strncmp(cases[c].json, "example:", 8) == 0)
+            text = example(cases[c].json + 8);
+        ops_graph *g = emit_test_graph(text ? text : cases[c].json, cases[c].shapes);
+        free(text);
+        ops_group grp;
+        emit_test_whole_group(g, &grp);
+        grp.precision = cases[c].prec;
+        sched_list l = kept(&grp, &dev, NULL);
+        /* KTUNE_CONV_ALL=1 compiles every kept candidate (minutes; checks the pruner). */
+        const char *all = getenv("KTUNE_CONV_ALL");
+        int want = allow_all && all && strcmp(all, "1") == 0 ? l.n : cases[c].n;
+        int n = want < l.n ? want : l.n;
+        for (int i = 0; i < n; i++) {
+            /* Evenly spaced through the enumeration order, which walks every knob. */
+            const ops_schedule *s = &l.s[(int64_t)i * l.n / n];
+            ops_emitted e = {0};
+            ops_diag d = {0};
+            if (FAM.emit(&grp, s, &dev, &e, &d) < 0)
+                fail_msg("%s: emit failed: %s", cases[c].name, d.msg);
+            assert_int_equal(e.n_kernels, 1);
+            assert_int_equal(e.kernels[0].n_args, grp.n_in + 1);
+            assert_true(e.kernels[0].smem_bytes <= (uint32_t)dev.smem_per_block_optin);
+            sources = realloc(sources, sizeof(*sources) * (size_t)(total + 1));
+            names = realloc(names, sizeof(*names) * (size_t)(total + 1));
+            char sc[256];
+            ops_schedule_format(s, sc, sizeof(sc));
+            snprintf(names[total], sizeof(names[total]), "%s: %s", cases[c].name, sc);
+            sources[total] = e.source;
+            e.source = NULL;
+            assert_int_equal(srch_pool_submit(pool, sources[total], (uint64_t)total), 0);
+            total++;
+        }
+        free(l.s);
+        ops_graph_free(g);
+    }
+    assert_true(total >= min_total);
+    int failed = 0, spilled = 0, max_regs = 0;
+    for (int i = 0; i < total; i++) {
+        srch_compile_result r = {0};
+        assert_int_equal(srch_pool_next(pool, &r, &err), 0);
+        int t = (int)r.tag;
+        if (r.status != SRCH_COMPILE_OK) {
+            failed++;
+            printf("# FAILED %s (%s)\n%s\n%s\n", names[t], srch_status_name(r.status), r.log,
+                   sources[t]);
+        }
+        for (int k = 0; k < r.n_kernels; k++) {
+            if (r.kernels[k].spill_store_bytes || r.kernels[k].spill_load_bytes) {
+                spilled++;
+                printf("# SPILL %s: %d regs, %d/%d bytes\n", names[t], r.kernels[k].registers,
+                       r.kernels[k].spill_store_bytes, r.kernels[k].spill_load_bytes);
+            }
+            if (r.kernels[k].registers > max_regs)
+                max_regs = r.kernels[k].registers;
+        }
+        srch_compile_result_release(&r);
+    }
+    printf("# %s: compiled %d candidates, %d failed, %d spilled, max %d registers\n", arch, total,
+           failed, spilled, max_regs);
+    for (int i = 0; i < total; i++)
+        free(sources[i]);
+    free(sources);
+    free(names);
+    srch_pool_free(pool);
+    assert_int_equal(failed, 0);
+    assert_int_equal(spilled, 0);
+}
+
+static void test_compile_sm90a(void **state)
+{
+    (void)state;
+    const spread_case cases[] = {
+        {"conv2d.json", "example:conv2d.json", "N=128", OPS_PREC_EXACT, 16},
+        {"f32 56x56x64", g_f32_56, "", OPS_PREC_EXACT, 8},
+        {"f32 56x56x64 reduced", g_f32_56, "", OPS_PREC_REDUCED, 4},
+        {"alexnet conv1", g_alexnet, "", OPS_PREC_EXACT, 8},
+        {"f16 nhwc", g_f16_nhwc, "", OPS_PREC_EXACT, 10},
+        {"ragged", g_ragged, "", OPS_PREC_EXACT, 6},
+        {"depthwise", g_depthwise, "", OPS_PREC_EXACT, 4},
+        {"grouped bf16", g_grouped_bf16, "", OPS_PREC_EXACT, 4},
+        {"bf16 odd", g_bf16_odd, "", OPS_PREC_EXACT, 4},
+    };
+    compile_spread(cases, KT_ARRAY_LEN(cases), "sm_90a", 50, true);
+}
+
+static void test_compile_sm80(void **state)
+{
+    (void)state;
+    const spread_case cases[] = {
+        {"conv2d.json", "example:conv2d.json", "N=128", OPS_PREC_EXACT, 2},
+        {"f16 nhwc", g_f16_nhwc, "", OPS_PREC_EXACT, 3},
+        {"bf16 odd", g_bf16_odd, "", OPS_PREC_EXACT, 1},
+    };
+    compile_spread(cases, KT_ARRAY_LEN(cases), "sm_80", 6, false);
+}
+
+/* The largest tiles must fit registers too: the kept schedules with the most accumulators. */
+static void test_compile_extremes(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    const struct {
+        const char *json, *spec;
+    } cases[] = {
+        {g_f16_nhwc, "math=mma bm=128 bn=64 bk=32 warps=4 stages=4"},
+        {g_f16_nhwc, "math=mma bm=128 bn=32 bk=32 warps=2 stages=4"},
+        {g_f32_56, "bm=128 bn=64 bk=8 warps=4 stages=2"},
+        {g_alexnet, "algo=direct tk=4 tq=8 warps=4 filter=registers"},
+        {g_alexnet, "algo=direct tk=8 tq=4 warps=8 filter=shared"},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
+        ops_graph *g = emit_test_graph(cases[i].json, "");
+        ops_group grp;
+        emit_test_whole_group(g, &grp);
+        ops_schedule s = sched(cases[i].spec);
+        const char *why = FAM.prune(&grp, &s, &dev);
+        if (why)
+            fail_msg("%s pruned (%s)", cases[i].spec, why);
+        ops_emitted e = {0};
+        ops_diag d = {0};
+        assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), 0);
+        emit_test_compile(e.source, "sm_90a");
+        ops_emitted_free(&e);
+        ops_graph_free(g);
+    }
+}
+
+/* ---- golden sources, one per algorithm ---- */
+
+static void golden(const char *json, const char *shapes, const char *spec, const char *file,
+                   const char *entry)
+{
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_graph *g = emit_test_graph(json, shapes);
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_schedule s = sched(spec);
+    assert_null(FAM.prune(&grp, &s, &dev));
+    ops_emitted e = {0};
+    ops_diag d = {0};
+    assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), 0);
+    assert_string_equal(e.kernels[0].entry, entry);
+    assert_non_null(strstr(e.source, "__launch_bounds__(THREADS, 1)"));
+    assert_null(strstr(e.source, "#include"));
+    emit_test_golden(file, e.source);
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
+static void test_golden(void **state)
+{
+    (void)state;
+    char *text = example("conv2d.json");
+    golden(text, "N=128", "algo=direct tk=4 tq=4 warps=4 filter=shared", "conv_direct.cu",
+           "ktune_conv_direct");
+    golden(text, "N=128", "bm=64 bn=16 bk=16 warps=2 stages=2", "conv_implicit_gemm_ffma.cu",
+           "ktune_conv_igemm_ffma");
+    free(text);
+    golden(g_f16_nhwc, "", "math=mma bm=128 bn=64 bk=32 warps=4 stages=3",
+           "conv_implicit_gemm_mma.cu", "ktune_conv_igemm_mma");
+}
+
+/* The launch description mirrors the kernel's parameters and covers the output. */
+static void test_launch(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_graph *g = emit_test_graph(g_f16_nhwc, "");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_schedule s = sched("math=mma bm=128 bn=64 bk=32 warps=4 stages=3");
+    ops_emitted e = {0};
+    ops_diag d = {0};
+    assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), 0);
+    const ops_kernel_launch *l = &e.kernels[0];
+    assert_int_equal(l->n_args, 5);
+    for (int i = 0; i < grp.n_in; i++) {
+        assert_int_equal(l->args[i].kind, OPS_ARG_TENSOR);
+        assert_int_equal(l->args[i].tensor, grp.in[i]);
+    }
+    assert_int_equal(l->args[4].tensor, grp.out[0]);
+    assert_int_equal(l->grid[0], (16 * 56 * 56 + 127) / 128);
+    assert_int_equal(l->grid[1], 1);
+    assert_int_equal(l->grid[2], 1);
+    assert_int_equal(l->block[0], 128);
+    assert_int_equal(l->smem_bytes, 3 * (128 + 64) * (32 + 8) * 2);
+    assert_int_equal(e.workspace_bytes, 0);
+    /* Parameters: group inputs in order, then the output. */
+    const char *sig = strstr(e.source, "ktune_conv_igemm_mma(");
+    assert_non_null(sig);
+    const char *params[] = {"const kt_f16 *__restrict__ x", "const kt_f16 *__restrict__ w",
+                            "const kt_f16 *__restrict__ bias", "const kt_f16 *__restrict__ in3",
+                            "kt_f16 *__restrict__ y)"};
+    for (size_t i = 0; i < KT_ARRAY_LEN(params); i++) {
+        const char *at = strstr(sig, params[i]);
+        assert_non_null(at);
+        sig = at;
+    }
+    ops_emitted_free(&e);
+
+    /* A pruned schedule is refused with a reason. */
+    s = sched("math=mma bm=64 bn=64 bk=8 warps=4 stages=3");
+    assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), -EINVAL);
+    assert_non_null(strstr(d.msg, "divisibility"));
+    ops_graph_free(g);
+}
+
+/* ---- cost model ---- */
+
+static double best_estimate(const ops_group *grp, const ops_device *dev, int algo, int math)
+{
+    sched_list l = kept(grp, dev, NULL);
+    int ka = knob_index("algo"), km = knob_index("math");
+    double best = INFINITY;
+    for (int i = 0; i < l.n; i++) {
+        if (l.s[i].v[ka] != algo || (math >= 0 && l.s[i].v[km] != math))
+            continue;
+        ops_estimate e;
+        FAM.estimate(grp, &l.s[i], dev, &e);
+        assert_true(e.seconds > 0 && isfinite(e.seconds));
+        assert_true(e.occupancy > 0 && e.occupancy <= 1);
+        assert_true(e.flops > 0 && e.bytes > 0);
+        if (e.seconds < best)
+            best = e.seconds;
+    }
+    free(l.s);
+    return best;
+}
+
+static void test_estimate(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+
+    /* Three input channels: direct beats implicit GEMM. */
+    ops_graph *g = conv2d_example();
+    emit_test_whole_group(g, &grp);
+    double direct = best_estimate(&grp, &dev, 1, -1), igemm = best_estimate(&grp, &dev, 0, -1);
+    printf("# conv2d.json: direct %.2f us, implicit_gemm %.2f us\n", direct * 1e6, igemm * 1e6);
+    assert_true(direct < igemm);
+    ops_graph_free(g);
+    g = emit_test_graph(g_alexnet, "");
+    emit_test_whole_group(g, &grp);
+    direct = best_estimate(&grp, &dev, 1, -1);
+    igemm = best_estimate(&grp, &dev, 0, -1);
+    printf("# alexnet conv1: direct %.2f us, implicit_gemm %.2f us\n", direct * 1e6, igemm * 1e6);
+    assert_true(direct < igemm);
+    ops_graph_free(g);
+
+    /* 64 channels in f16: tensor-core implicit GEMM beats direct and the ffma GEMM. */
+    g = emit_test_graph(g_f16_nhwc, "");
+    emit_test_whole_group(g, &grp);
+    direct = best_estimate(&grp, &dev, 1, -1);
+    double mma = best_estimate(&grp, &dev, 0, 1), ffma = best_estimate(&grp, &dev, 0, 0);
+    printf("# f16 nhwc: direct %.2f us, ffma %.2f us, mma %.2f us\n", direct * 1e6, ffma * 1e6,
+           mma * 1e6);
+    assert_true(mma < direct);
+    assert_true(mma < ffma);
+
+    /* A pipelined cp.async schedule beats the same tiles with fewer stages. */
+    ops_estimate e2, e4;
+    ops_schedule s2 = sched("math=mma bm=128 bn=64 bk=32 warps=4 stages=2");
+    ops_schedule s4 = sched("math=mma bm=128 bn=64 bk=32 warps=4 stages=4");
+    FAM.estimate(&grp, &s2, &dev, &e2);
+    FAM.estimate(&grp, &s4, &dev, &e4);
+    assert_true(e4.seconds < e2.seconds);
+    ops_graph_free(g);
+
+    /* A big problem: many small blocks beat a handful of huge ones. Batch 1, 28x28 output,
+     * 64 channels: bm=128 gives 7 blocks, bm=32 gives 25. */
+    static const char small[] =
+        "{\"name\": \"c\", \"inputs\": {"
+        "  \"X\": {\"dtype\": \"f16\", \"shape\": [1, 28, 28, 256]},"
+        "  \"W\": {\"dtype\": \"f16\", \"shape\": [64, 3, 3, 256]}},"
+        " \"nodes\": [{\"out\": \"Y\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"],"
+        "  \"padding\": [1, 1], \"layout\": \"NHWC\"}], \"outputs\": [\"Y\"]}";
+    g = emit_test_graph(small, "");
+    emit_test_whole_group(g, &grp);
+    ops_schedule few = sched("math=mma bm=128 bn=64 bk=32 warps=8 stages=3");
+    ops_schedule many = sched("math=mma bm=32 bn=16 bk=32 warps=1 stages=3");
+    ops_estimate ef, em;
+    assert_null(FAM.prune(&grp, &few, &dev));
+    assert_null(FAM.prune(&grp, &many, &dev));
+    FAM.estimate(&grp, &few, &dev, &ef);
+    FAM.estimate(&grp, &many, &dev, &em);
+    assert_true(em.seconds < ef.seconds);
+    ops_graph_free(g);
+}
+
 int main(void)
 {
-    return 77;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches),          cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_prune_reasons),    cmocka_unit_test(test_launch),
+        cmocka_unit_test(test_estimate),         cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_compile_extremes), cmocka_unit_test(test_compile_sm90a),
+        cmocka_unit_test(test_compile_sm80),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }
