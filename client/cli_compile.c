@@ -148,6 +148,7 @@ int cli_compile(int argc, char **argv)
             pick[i] = i;
         n_pick = n_cand;
     }
+    double t_compile = now_s();
     srch_pool_opts po = {
         .arch = dev.arch, .jobs = (int)o.jobs, .timeout_s = o.timeout_s, .store_dir = o.store_dir};
     if (srch_pool_new(&po, &pool, &err) < 0) {
@@ -225,7 +226,7 @@ int cli_compile(int argc, char **argv)
     }
     if (tty && !a.json && total)
         fprintf(stderr, "\n");
-    double seconds = now_s() - t0;
+    double seconds = now_s() - t0, compile_wall = now_s() - t_compile;
 
     if (a.json) {
         json_t *fams = json_object();
@@ -236,20 +237,33 @@ int cli_compile(int argc, char **argv)
                                               (json_int_t)t.per_family[f][0], "failed",
                                               (json_int_t)t.per_family[f][1], "spilled",
                                               (json_int_t)t.per_family[f][2]));
-        rc = cli_print_json(json_pack(
-            "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:o, s:O}", "graph",
-            s->g->name, "arch", dev.arch, "space", (json_int_t)n_cand, "selected",
-            (json_int_t)n_pick, "compiled", (json_int_t)t.compiled, "failed", (json_int_t)t.failed,
-            "spilled", (json_int_t)t.spilled, "described", (json_int_t)t.described, "from_store",
-            (json_int_t)t.from_store, "seconds", seconds, "compile_seconds", t.compile_seconds,
-            "jobs", (int)(o.jobs ? o.jobs : sysconf(_SC_NPROCESSORS_ONLN)), "max_registers",
-            t.max_registers, "families", fams, "failures", failures));
+        json_t *o_json = json_object();
+        json_object_set_new(o_json, "graph", json_string(s->g->name));
+        json_object_set_new(o_json, "arch", json_string(dev.arch));
+        json_object_set_new(o_json, "space", json_integer(n_cand));
+        json_object_set_new(o_json, "selected", json_integer(n_pick));
+        json_object_set_new(o_json, "compiled", json_integer(t.compiled));
+        json_object_set_new(o_json, "failed", json_integer(t.failed));
+        json_object_set_new(o_json, "spilled", json_integer(t.spilled));
+        json_object_set_new(o_json, "described", json_integer(t.described));
+        json_object_set_new(o_json, "from_store", json_integer(t.from_store));
+        json_object_set_new(o_json, "seconds", json_real(seconds));
+        json_object_set_new(o_json, "space_seconds", json_real(seconds - compile_wall));
+        json_object_set_new(o_json, "compile_wall_seconds", json_real(compile_wall));
+        json_object_set_new(o_json, "compile_seconds", json_real(t.compile_seconds));
+        json_object_set_new(o_json, "jobs",
+                            json_integer(o.jobs ? o.jobs : sysconf(_SC_NPROCESSORS_ONLN)));
+        json_object_set_new(o_json, "max_registers", json_integer(t.max_registers));
+        json_object_set_new(o_json, "families", fams);
+        json_object_set(o_json, "failures", failures);
+        rc = cli_print_json(o_json);
     } else {
         printf("selected   %lld of %lld candidates (%s)\n", (long long)n_pick, (long long)n_cand,
                n_pick < n_cand ? "spread over every family" : "all");
-        printf("compiled   %lld (%lld from the store), %.1f s wall, %.1f s compiling, %s\n",
-               (long long)t.compiled, (long long)t.from_store, seconds, t.compile_seconds,
-               dev.arch);
+        printf("compiled   %lld (%lld from the store) for %s in %.2f s (%.2f s building the "
+               "space, %.2f s emitting and compiling; %.1f s of compiler time)\n",
+               (long long)t.compiled, (long long)t.from_store, dev.arch, seconds,
+               seconds - compile_wall, compile_wall, t.compile_seconds);
         printf("failed     %lld\n", (long long)t.failed);
         printf("spilled    %lld\n", (long long)t.spilled);
         printf("described  %lld (library candidates: no kernel)\n", (long long)t.described);

@@ -453,6 +453,8 @@ static void push_done(srch_pool *p, pool_done *d)
     p->done_tail = d;
 }
 
+static int dispatch(srch_pool *p, kt_err *err);
+
 int srch_pool_submit(srch_pool *p, const char *source, uint64_t tag)
 {
     uint8_t key[SRCH_KEY_BYTES];
@@ -485,7 +487,9 @@ int srch_pool_submit(srch_pool *p, const char *source, uint64_t tag)
         p->queue_head = j;
     p->queue_tail = j;
     p->pending++;
-    return 0;
+    /* Start it now if a worker is idle, so compiling overlaps whatever the caller does next
+     * (emitting the next candidate). */
+    return dispatch(p, NULL);
 }
 
 int srch_pool_pending(const srch_pool *p)

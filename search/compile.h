@@ -57,7 +57,8 @@ typedef struct srch_compile_result {
 
 /* Starts the workers. Returns 0 or a negative errno with detail in err. */
 int srch_pool_new(const srch_pool_opts *opts, srch_pool **out, kt_err *err);
-/* Queues source (copied) for compilation. Never blocks on a compile. 0 or -ENOMEM. */
+/* Queues source (copied) for compilation and hands it to an idle worker at once. Never waits
+ * for a compile. 0 or -ENOMEM. */
 int srch_pool_submit(srch_pool *p, const char *source, uint64_t tag);
 /* Number of submitted compiles whose result has not been returned yet. */
 int srch_pool_pending(const srch_pool *p);

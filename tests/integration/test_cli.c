@@ -293,6 +293,51 @@ static void test_check_text_output(void **state)
     free(r);
 }
 
+static void test_space_json(void **state)
+{
+    run_result *r =
+        run_ktune("space", example("gemm_bias_relu.json"), "--shape", "M=1024", "--json", NULL);
+    if (r->status != 0)
+        fail_msg("exit %d: %s", r->status, r->err);
+    json_t *v = parse_json_out(r);
+    assert_true(json_integer_value(json_object_get(v, "candidates")) >= 500);
+    assert_true(json_integer_value(json_object_get(v, "pruned")) > 0);
+    json_t *fam = json_object_get(v, "families");
+    assert_true(json_integer_value(json_object_get(fam, "gemm")) > 0);
+    assert_true(json_integer_value(json_object_get(fam, "pointwise")) > 0);
+    assert_int_equal(json_array_size(json_object_get(v, "partitions")), 4);
+    json_decref(v);
+    free(r);
+    /* the search needs every dimension bound */
+    r = run_ktune("space", example("gemm_bias_relu.json"), NULL);
+    assert_int_equal(r->status, 1);
+    assert_int_equal(count_lines(r->err), 1);
+    assert_non_null(strstr(r->err, "--shape M="));
+    free(r);
+}
+
+static void test_compile_json(void **state)
+{
+    run_result *r = run_ktune("compile", example("softmax.json"), "--shape", "M=64,N=1000",
+                              "--limit", "6", "--jobs", "2", "--json", NULL);
+    if (r->status != 0)
+        fail_msg("exit %d: %s", r->status, r->err);
+    json_t *v = parse_json_out(r);
+    assert_int_equal(json_integer_value(json_object_get(v, "compiled")), 6);
+    assert_int_equal(json_integer_value(json_object_get(v, "failed")), 0);
+    assert_int_equal(json_integer_value(json_object_get(v, "spilled")), 0);
+    assert_true(json_number_value(json_object_get(v, "seconds")) > 0);
+    json_t *fam = json_object_get(v, "families");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(fam, "row"), "compiled")),
+                     3);
+    json_decref(v);
+    free(r);
+    r = run_ktune("compile", example("softmax.json"), "--shape", "M=4,N=8", "--limit", "0", NULL);
+    assert_int_equal(r->status, 2);
+    assert_int_equal(count_lines(r->err), 1);
+    free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +352,8 @@ int main(void)
         cmocka_unit_test(test_check_bad_shape_syntax),
         cmocka_unit_test(test_help_and_usage),
         cmocka_unit_test(test_check_text_output),
+        cmocka_unit_test(test_space_json),
+        cmocka_unit_test(test_compile_json),
     };
     return cmocka_run_group_tests_name("ktune CLI", tests, NULL, NULL);
 }
