@@ -160,6 +160,7 @@ static void test_gemm_bias_relu(void **state)
     assert_non_null(strstr(e.source, "cublasLtMatmul("));
     assert_non_null(strstr(e.source, "CUBLASLT_EPILOGUE_RELU_BIAS"));
     assert_non_null(strstr(e.source, "family library"));
+    emit_test_golden("library_gemm_bias_relu.txt", e.source);
     ops_emitted_free(&e);
 
     /* estimate: heuristic result 0 ranks first; sane magnitude (a 1 GFLOP f16 GEMM) */
