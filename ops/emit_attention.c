@@ -74,16 +74,6 @@ typedef struct attn_info {
     bool has_epilogue;
 } attn_info;
 
-static bool same_shape(const ops_shape *a, const ops_shape *b)
-{
-    if (a->rank != b->rank)
-        return false;
-    for (int i = 0; i < a->rank; i++)
-        if (a->d[i].size != b->d[i].size)
-            return false;
-    return true;
-}
-
 static bool attn_analyse(const ops_group *grp, attn_info *a)
 {
     const ops_graph *g = grp->g;
@@ -117,7 +107,8 @@ static bool attn_analyse(const ops_group *grp, attn_info *a)
     /* Every other node computes one value per attention output element. */
     for (int i = 0; i < grp->n_nodes; i++) {
         const ops_node *n = &g->nodes[grp->nodes[i]];
-        if (grp->nodes[i] != a->att_node && !same_shape(&g->tensors[n->out].shape, &ot->shape))
+        if (grp->nodes[i] != a->att_node &&
+            !ops_shape_same_sizes(&g->tensors[n->out].shape, &ot->shape))
             return false;
     }
     a->has_epilogue = grp->n_nodes > 1;

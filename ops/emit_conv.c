@@ -83,16 +83,6 @@ static bool broadcasts_to(const ops_shape *sub, const ops_shape *full)
     return true;
 }
 
-static bool shape_equal(const ops_shape *a, const ops_shape *b)
-{
-    if (a->rank != b->rank)
-        return false;
-    for (int i = 0; i < a->rank; i++)
-        if (a->d[i].size != b->d[i].size)
-            return false;
-    return true;
-}
-
 /* Fills ci when the group is one conv2d plus an elementwise epilogue; false otherwise. */
 static bool conv_analyse(const ops_group *grp, conv_info *ci)
 {
@@ -139,7 +129,7 @@ static bool conv_analyse(const ops_group *grp, conv_info *ci)
     const ops_shape *os = &g->tensors[ci->conv_out].shape;
     if (xt->shape.rank != 4 || wt->shape.rank != 4 || os->rank != 4)
         return false;
-    if (!shape_equal(&g->tensors[ci->y].shape, os))
+    if (!ops_shape_same_sizes(&g->tensors[ci->y].shape, os))
         return false;
     ci->dt = xt->dtype;
     if (ci->dt != OPS_DT_F32 && ci->dt != OPS_DT_F16 && ci->dt != OPS_DT_BF16)

@@ -85,16 +85,6 @@ static bool in_group(const ops_group *grp, int node)
     return node >= 0 && (grp->mask >> node & 1);
 }
 
-static bool same_shape(const ops_shape *a, const ops_shape *b)
-{
-    if (a->rank != b->rank)
-        return false;
-    for (int i = 0; i < a->rank; i++)
-        if (a->d[i].size != b->d[i].size)
-            return false;
-    return true;
-}
-
 static void batch_of(const ops_shape *s, ops_shape *out)
 {
     *out = *s;
@@ -147,7 +137,8 @@ static int gemm_analyse(const ops_group *grp, gemm_problem *p)
         if (ni == p->mm || ni == p->cast[0] || ni == p->cast[1])
             continue;
         const ops_node *n = &g->nodes[ni];
-        if (!ops_is_elementwise(n->op) || !same_shape(&g->tensors[n->out].shape, &mo->shape))
+        if (!ops_is_elementwise(n->op) ||
+            !ops_shape_same_sizes(&g->tensors[n->out].shape, &mo->shape))
             return -EINVAL;
         bool from_chain = false;
         for (int k = 0; k < n->n_in; k++) {

@@ -82,16 +82,6 @@ static int ilog2(int v)
     return l;
 }
 
-static bool shape_equal(const ops_shape *a, const ops_shape *b)
-{
-    if (a->rank != b->rank)
-        return false;
-    for (int i = 0; i < a->rank; i++)
-        if (a->d[i].size != b->d[i].size)
-            return false;
-    return true;
-}
-
 /* A C identifier made from a tensor name ("y.max" -> "y_max"). */
 static void sanitize(const char *name, char *out, size_t len)
 {
@@ -173,7 +163,7 @@ static void ctx_broadcast(const pw_ctx *ctx, const ops_shape *in, const ops_shap
     int shift = out->rank - in->rank;
     for (int k = 0; k < in->rank; k++)
         res->x[k] = in->d[k].size == 1 ? coord_zero() : ctx->x[k + shift];
-    if (shape_equal(in, out) && ctx->has_flat) {
+    if (ops_shape_same_sizes(in, out) && ctx->has_flat) {
         res->has_flat = true;
         res->flat = ctx->flat;
     }
@@ -457,7 +447,7 @@ static bool pw_analyse(const ops_group *grp, pw_info *info)
     }
     const ops_shape *sh = &g->tensors[grp->out[0]].shape;
     for (int i = 1; i < grp->n_out; i++)
-        if (!shape_equal(sh, &g->tensors[grp->out[i]].shape))
+        if (!ops_shape_same_sizes(sh, &g->tensors[grp->out[i]].shape))
             return false;
     memset(info, 0, sizeof(*info));
     info->it = *sh;

@@ -118,16 +118,6 @@ typedef struct rw_plan {
 
 /* ---- analysis ---- */
 
-static bool shape_equal(const ops_shape *a, const ops_shape *b)
-{
-    if (a->rank != b->rank)
-        return false;
-    for (int i = 0; i < a->rank; i++)
-        if (a->d[i].size != b->d[i].size)
-            return false;
-    return true;
-}
-
 static int slot_of(const rw_info *in, int32_t t)
 {
     for (int i = 0; i < in->n_slots; i++)
@@ -287,7 +277,7 @@ static bool rw_analyse(const ops_group *grp, bool use_pairs, rw_info *in)
             in->a0 = lo;
             in->a1 = hi;
             found = true;
-        } else if (!shape_equal(xs, &in->X) || lo != in->a0 || hi != in->a1) {
+        } else if (!ops_shape_same_sizes(xs, &in->X) || lo != in->a0 || hi != in->a1) {
             return false;
         }
     }
@@ -315,7 +305,7 @@ static bool rw_analyse(const ops_group *grp, bool use_pairs, rw_info *in)
         in->max_bytes = b > in->max_bytes ? b : in->max_bytes;
         in->wide |= ops_shape_numel(&t->shape) > 2000000000LL;
         if (!n) {
-            if (shape_equal(&t->shape, &in->X)) {
+            if (ops_shape_same_sizes(&t->shape, &in->X)) {
                 x_strides(in, &t->shape, in->stride[s]);
                 in->cls[s] = CL_FULL; /* even when every row is one element long */
             } else if (ops_shape_numel(&t->shape) == 1) {
@@ -330,7 +320,7 @@ static bool rw_analyse(const ops_group *grp, bool use_pairs, rw_info *in)
         if (is_reduce(n->op)) {
             int u = slot_of(in, n->in[0].tensor);
             if (u < 0 || in->cls[u] != CL_FULL ||
-                !shape_equal(&g->tensors[in->tensor[u]].shape, &in->X))
+                !ops_shape_same_sizes(&g->tensors[in->tensor[u]].shape, &in->X))
                 return false;
             in->src[s] = u;
             in->kind[s] = n->op == OPS_REDUCE_MAX   ? RK_MAX
@@ -374,7 +364,7 @@ static bool rw_analyse(const ops_group *grp, bool use_pairs, rw_info *in)
                 const ops_shape *us = &g->tensors[in->tensor[u]].shape;
                 if (ops_shape_numel(us) == 1 && in->node[u] < 0)
                     continue;
-                if (!shape_equal(us, &t->shape))
+                if (!ops_shape_same_sizes(us, &t->shape))
                     return false;
                 if (in->node[u] < 0)
                     in->flat_use[u] = true;
@@ -391,7 +381,7 @@ static bool rw_analyse(const ops_group *grp, bool use_pairs, rw_info *in)
                 return false;
         if (!x_strides(in, &t->shape, in->stride[s]))
             return false;
-        in->cls[s] = any_full || shape_equal(&t->shape, &in->X) ? CL_FULL : CL_ROW;
+        in->cls[s] = any_full || ops_shape_same_sizes(&t->shape, &in->X) ? CL_FULL : CL_ROW;
     }
     /* An input read both per row (X-aligned) and by FLAT nodes would need two readings. */
     for (int s = 0; s < grp->n_in; s++) {
@@ -411,7 +401,7 @@ static bool rw_analyse(const ops_group *grp, bool use_pairs, rw_info *in)
         int s = slot_of(in, grp->out[i]);
         const ops_shape *sh = &g->tensors[grp->out[i]].shape;
         if (in->cls[s] == CL_FULL) {
-            if (!shape_equal(sh, &in->X))
+            if (!ops_shape_same_sizes(sh, &in->X))
                 return false;
             in->full_out = true;
         } else if (ops_shape_numel(sh) != in->n_rows) {
@@ -621,7 +611,7 @@ static const char *rw_plan_of(const rw_info *in, const ops_schedule *s, const op
             count[u] += reads[u];
     }
     for (int u = 0; u < in->grp->n_in; u++) {
-        if (count[u] >= 2 && shape_equal(&in->g->tensors[in->tensor[u]].shape, &in->X)) {
+        if (count[u] >= 2 && ops_shape_same_sizes(&in->g->tensors[in->tensor[u]].shape, &in->X)) {
             p->cached[u] = p->storage != STO_REREAD;
             p->n_cached += p->cached[u];
         }

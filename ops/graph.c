@@ -328,6 +328,16 @@ int64_t ops_shape_numel(const ops_shape *s)
     return n;
 }
 
+bool ops_shape_same_sizes(const ops_shape *a, const ops_shape *b)
+{
+    if (a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->d[i].size != b->d[i].size)
+            return false;
+    return true;
+}
+
 void ops_shape_format(const ops_graph *g, const ops_shape *s, char *buf, size_t len)
 {
     size_t used = 0;

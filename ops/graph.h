@@ -231,6 +231,8 @@ int ops_graph_add_node(ops_graph *g, ops_op op, const char *out_name, const ops_
 int ops_graph_mark_output(ops_graph *g, int tensor);
 int ops_graph_find_tensor(const ops_graph *g, const char *name); /* index or -1 */
 int64_t ops_shape_numel(const ops_shape *s); /* -1 when a dimension is unbound */
+/* Same rank and the same size in every dimension (symbols not compared). */
+bool ops_shape_same_sizes(const ops_shape *a, const ops_shape *b);
 /* Formats a shape as "[M, 512]" (bound symbols print their value as "M=1024"). */
 void ops_shape_format(const ops_graph *g, const ops_shape *s, char *buf, size_t len);
 
