@@ -1,0 +1,101 @@
+/* The GPU worker (`ktune-worker`) and its protocol.
+ *
+ * One worker process per GPU (CUDA_VISIBLE_DEVICES pins it) owns the CUDA context: it loads
+ * candidates, verifies them against the fp64 reference and times them. A faulting kernel
+ * poisons the context and a hung one runs until its process dies, so the search talks to the
+ * worker across a process boundary and kills/respawns it (search/supervisor.h).
+ *
+ * Protocol: a stream of msgpack maps, requests on the worker's stdin, replies on its stdout, one
+ * reply per request, in order (stderr is the worker's log). Every request has "op"; every reply
+ * has "ok" (bool) and, on failure, "error" {"code": "EINVAL", "msg": "..."}.
+ *
+ *   {"op": "hello"}
+ *     -> {"ok": true, "gpu": {name, sm_major, sm_minor, sm_count, mem_bytes, driver_version,
+ *         cuda_version, sm_clock_khz, l2_bytes, smem_per_block_optin, regs_per_sm},
+ *         "cupti": true, "cublaslt": true, "selftest": "ok"}
+ *     The self-test runs a known kernel, verifies it and times it once.
+ *   {"op": "eval", ...srch_eval_req...}  -> {"ok": true, ...srch_eval_result...}
+ *     Verifies (unless "verify": false) and times (unless "time": false) one candidate. The
+ *     candidate stays loaded under its id for "retime" until "forget" or until the worker
+ *     holds more than 64 (the oldest goes).
+ *   {"op": "retime", "ids": [...], "rounds": N, "cold": bool}
+ *     -> {"ok": true, "times": [{"id", "median_ns", "p10_ns", "p90_ns", "reps"}, ...]}
+ *   {"op": "forget", "ids": [...]} -> {"ok": true}
+ *   {"op": "quit"} -> {"ok": true}, then exit 0.
+ *
+ * Encoding of srch_eval_req and srch_eval_result: search/worker_proto.c, documented there; the
+ * group travels as its subgraph (ops_graph_pack) plus its bindings. */
+#pragma once
+
+#include "ops/family.h"
+#include "ops/library.h"
+#include "timing.h"
+
+#include <msgpack.h>
+
+typedef enum srch_status {
+    SRCH_OK = 0,
+    SRCH_WRONG,        /* over tolerance, or NaN/Inf where the reference is finite */
+    SRCH_RACE,         /* two runs on the same inputs differ bitwise */
+    SRCH_FAULT,        /* the kernel faulted (the worker died or its context is poisoned) */
+    SRCH_HANG,         /* the kernel ran past its deadline and the worker was killed */
+    SRCH_LOAD_ERROR,   /* the cubin did not load or launch (resources, bad image) */
+    SRCH_UNAVAILABLE,  /* a library candidate whose algorithm the heuristic did not return */
+    SRCH_COMPILE_ERROR,
+    SRCH_STATUS_COUNT
+} srch_status;
+const char *srch_status_str(srch_status s); /* "ok", "wrong", "race", "fault", "hang", ... */
+
+#define SRCH_MAX_BINDINGS 16
+
+typedef struct srch_eval_req {
+    uint64_t id;
+    ops_graph *sub; /* the group as a graph (ops_group_subgraph): inputs first, then nodes */
+    int n_bindings;
+    struct {
+        char name[48];
+        int64_t value;
+    } bindings[SRCH_MAX_BINDINGS]; /* the bound symbols of sub (its msgpack form is symbolic) */
+    ops_precision precision;
+    double tolerance; /* normwise; <= 0 means MEASURE.md's default for dtype and precision */
+    int seeds;        /* verification input sets, >= 2; each also run twice for races */
+    uint64_t seed0;   /* first seed: the same candidate gets the same inputs every time */
+    bool verify, time;
+    srch_time_opts timing;
+    /* The candidate: a cubin with kernels, or a cuBLASLt call. Kernel arguments and the
+     * lt tensor fields index sub->tensors. */
+    bool library;
+    void *cubin;
+    size_t cubin_len;
+    int n_kernels;
+    ops_kernel_launch kernels[OPS_MAX_KERNELS];
+    int64_t workspace_bytes;
+    ops_lt_desc lt;
+} srch_eval_req;
+
+typedef struct srch_eval_result {
+    uint64_t id;
+    srch_status status;
+    char msg[256];   /* why, for anything but ok */
+    double err_norm; /* ||out - ref|| / ||ref|| over all outputs, worst seed */
+    double err_max;  /* max over elements of |out - ref| / (atol + rtol |ref|) (<= 1 passes) */
+    srch_time_stats time;
+} srch_eval_result;
+
+/* Message encoding (search/worker_proto.c). Packers write one map; unpackers read one map and
+ * fill the struct (the request's sub, cubin are malloc'd: release with srch_eval_req_free).
+ * -EPROTO with detail in err for a malformed message. */
+int srch_eval_req_pack(msgpack_packer *pk, const srch_eval_req *r);
+int srch_eval_req_unpack(const msgpack_object *o, srch_eval_req *r, kt_err *err);
+void srch_eval_req_free(srch_eval_req *r);
+int srch_eval_result_pack(msgpack_packer *pk, const srch_eval_result *r);
+int srch_eval_result_unpack(const msgpack_object *o, srch_eval_result *r, kt_err *err);
+
+/* Builds the request for a candidate of a space group: extracts the subgraph, maps the emitted
+ * launch arguments (graph tensors) onto it, records the bindings. cubin is borrowed. */
+int srch_eval_req_for_group(const ops_group *grp, const ops_emitted *e, const void *cubin,
+                            size_t cubin_len, srch_eval_req *out, ops_diag *d);
+
+/* The worker's main loop (search/worker.c), run by the ktune-worker executable: reads requests
+ * from in_fd, writes replies to out_fd, until "quit" or end of input. Returns the exit status. */
+int srch_worker_main(int in_fd, int out_fd);
