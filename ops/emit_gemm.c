@@ -1,7 +1,9 @@
 /* The gemm family: one matmul (batched with broadcast batch dims, operand transposes) with an
  * optional cast prologue on its operands and a chain of elementwise epilogue nodes (bias,
  * activations, residual, scale, cast), as one kernel; with parallel split-K, a partial-products
- * kernel writing fp32 slices to the workspace plus a reduction kernel that applies the epilogue.
+ * kernel writing fp32 slices to the workspace plus a reduction kernel that applies the epilogue;
+ * with serial split-K, one kernel whose slices of a tile take turns (slice 0, 1, ...) on a
+ * per-tile semaphore adding into an fp32 tile in the workspace, the last applying the epilogue.
  *
  * Every math path shares one kernel skeleton:
  *   - grid.x walks the TILES_M x TILES_N output tiles in a grouped order (RASTER tile-rows are
@@ -40,13 +42,16 @@ enum {
     KN_SPLITK,
     KN_RASTER,
     KN_SMEM,
+    KN_SPLITK_MODE, /* last, so the other knobs keep their positions */
     KN_COUNT
 };
 enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16 };
 enum { SMEM_PAD, SMEM_XOR };
+enum { SPLITK_PARALLEL, SPLITK_SERIAL };
 
 static const char *const math_labels[] = {"ffma", "tf32", "f16", "bf16"};
 static const char *const smem_labels[] = {"pad", "xor"};
+static const char *const splitk_mode_labels[] = {"parallel", "serial"};
 
 static const ops_knob gemm_knobs[KN_COUNT] = {
     [KN_MATH] = {"math", 4, {MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16}, math_labels},
@@ -56,9 +61,12 @@ static const ops_knob gemm_knobs[KN_COUNT] = {
     [KN_WM] = {"wm", 3, {1, 2, 4}, NULL}, /* warps along m */
     [KN_WN] = {"wn", 3, {1, 2, 4}, NULL}, /* warps along n */
     [KN_STAGES] = {"stages", 3, {2, 3, 4}, NULL},
-    [KN_SPLITK] = {"splitk", 4, {1, 2, 4, 8}, NULL}, /* parallel split-K slices */
+    [KN_SPLITK] = {"splitk", 4, {1, 2, 4, 8}, NULL}, /* split-K slices */
     [KN_RASTER] = {"raster", 3, {1, 4, 8}, NULL},    /* tile-rows per raster group */
     [KN_SMEM] = {"smem", 2, {SMEM_PAD, SMEM_XOR}, smem_labels},
+    /* parallel: fp32 partials per slice + a reduction kernel; serial: one kernel, the slices of
+     * a tile accumulate in turn (see emit_serial_epilogue). Meaningless with splitk=1. */
+    [KN_SPLITK_MODE] = {"splitk_mode", 2, {SPLITK_PARALLEL, SPLITK_SERIAL}, splitk_mode_labels},
 };
 
 /* ---- the group: what matmul, which prologue and epilogue ---- */
@@ -201,6 +209,8 @@ typedef struct gemm_operand {
 
 typedef struct gemm_cfg {
     int math, bm, bn, bk, wm, wn, stages, splitk, raster, smem;
+    bool serial;   /* split-K slices accumulate in turn in one kernel (splitk > 1) */
+    bool parallel; /* split-K partials plus a reduction kernel (splitk > 1) */
     int threads, wtm, wtn;
     bool tc;
     int mi, ni, kstep;  /* tensor cores: mma tiles per warp along m and n; k per mma */
@@ -341,6 +351,8 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
     c->splitk = s->v[KN_SPLITK];
     c->raster = s->v[KN_RASTER];
     c->smem = s->v[KN_SMEM];
+    c->serial = c->splitk > 1 && s->v[KN_SPLITK_MODE] == SPLITK_SERIAL;
+    c->parallel = c->splitk > 1 && !c->serial;
     c->threads = 32 * c->wm * c->wn;
     c->wtm = c->bm / c->wm;
     c->wtn = c->bn / c->wn;
@@ -370,6 +382,10 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
         lanes_ok = ffma_lanes(c);
         c->regs = c->tm * c->tn + c->tm + c->tn + 40;
     }
+    /* Serial split-K: ptxas hoists the running-sum loads ahead of their adds (measured: 128
+     * accumulators spill at the 255 cap), so count half the accumulators again. */
+    if (c->serial)
+        c->regs += (c->tc ? c->mi * c->ni * 4 : c->tm * c->tn) / 2;
     for (int k = 0; k < 2; k++) {
         c->regs += c->op[k].iters * 5 / 2;
         if (!c->op[k].vb)
@@ -426,11 +442,28 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
         c->why = "redundant"; /* half as many slices already fill the GPU */
     else if (p->batch * c->splitk > 65535 || c->tiles_m * c->tiles_n >= ((int64_t)1 << 31))
         c->why = "shape";
+    else if (c->splitk == 1 && s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL)
+        c->why = "redundant"; /* one slice: the mode changes nothing */
+    else if (c->serial && p->batch * c->tiles_m * c->tiles_n * c->splitk > dev->sm_count)
+        c->why = "shape"; /* serial slices wait on each other: keep every block co-resident
+                             (one block per SM always fits), see emit_serial_helpers */
     else if (c->stages > 2 && c->stages - 1 > c->kps)
         c->why = "redundant"; /* deeper than the k loop */
     else if (c->raster > 1 && (c->tiles_n == 1 || c->tiles_m * c->tiles_n <= dev->sm_count ||
                                knob_prev(KN_RASTER, c->raster) >= c->tiles_m))
         c->why = "redundant"; /* one wave, one tile column, or the same order as a smaller group */
+}
+
+/* Serial split-K workspace: an int semaphore per (batch, tile), padded to 256 bytes, then an fp32
+ * running-sum tile of BM x BN per (batch, tile). */
+static int64_t serial_acc_offset(const gemm_problem *p, const gemm_cfg *c)
+{
+    return cdiv(p->batch * c->tiles_m * c->tiles_n * 4, 256) * 256;
+}
+
+static int64_t serial_workspace_bytes(const gemm_problem *p, const gemm_cfg *c)
+{
+    return serial_acc_offset(p, c) + p->batch * c->tiles_m * c->tiles_n * c->bm * c->bn * 4;
 }
 
 /* ---- shared index math (mirrored in the emitted CUDA) ---- */
@@ -746,6 +779,88 @@ static void emit_ptx_helpers(const gemm_emit *e)
     }
 }
 
+/* Serial split-K: the hand-off between the slices of one tile. Progress: slice s waits only for
+ * slices 0 .. s - 1 of its tile, and those have lower linear block indices (slice is the fastest
+ * part of blockIdx.x). The lowest-indexed unfinished block therefore never waits on an unfinished
+ * block, so some block always makes progress as long as blocks are resident in index order; and
+ * pruning keeps the whole grid within one block per SM, so every block is resident at once
+ * whatever order the hardware starts them in. */
+static void emit_serial_helpers(const gemm_emit *e)
+{
+    kt_buf *b = e->b;
+    kt_buf_printf(
+        b,
+        "\n/* ---- serial split-K hand-off ----\n"
+        " * The SPLITK blocks of a tile (adjacent blockIdx.x, slice fastest) each sum their k "
+        "slice, then take\n"
+        " * turns in slice order on the tile's semaphore: slice s waits until sem == s, adds the "
+        "running sum\n"
+        " * (slice 0 has none), and either stores it and sets sem = s + 1 or, being the last, "
+        "applies the\n"
+        " * epilogue. The sum order is fixed, so results are deterministic. No deadlock: a slice "
+        "waits only\n"
+        " * for lower slices, which have lower block indices and so are started first, and the "
+        "whole grid\n"
+        " * fits on the GPU at one block per SM. Running sums bypass L1 (.cg): another SM wrote "
+        "them. */\n");
+    if (e->c->tc)
+        kt_buf_printf(b, "__device__ __forceinline__ float4 kt_ld_cg4(const float *p)\n"
+                         "{\n"
+                         "    float4 v;\n"
+                         "    asm volatile(\"ld.global.cg.v4.f32 {%%0, %%1, %%2, %%3}, [%%4];\" "
+                         ": \"=f\"(v.x), \"=f\"(v.y), \"=f\"(v.z), \"=f\"(v.w) : \"l\"(p) : "
+                         "\"memory\");\n"
+                         "    return v;\n"
+                         "}\n"
+                         "__device__ __forceinline__ void kt_st_cg4(float *p, float x, float y, "
+                         "float z, float w)\n"
+                         "{\n"
+                         "    asm volatile(\"st.global.cg.v4.f32 [%%0], {%%1, %%2, %%3, %%4};\" :: "
+                         "\"l\"(p), \"f\"(x), \"f\"(y), \"f\"(z), \"f\"(w) : \"memory\");\n"
+                         "}\n");
+    else
+        kt_buf_printf(b, "__device__ __forceinline__ float kt_ld_cg(const float *p)\n"
+                         "{\n"
+                         "    float v;\n"
+                         "    asm volatile(\"ld.global.cg.f32 %%0, [%%1];\" : \"=f\"(v) : "
+                         "\"l\"(p) : \"memory\");\n"
+                         "    return v;\n"
+                         "}\n"
+                         "__device__ __forceinline__ void kt_st_cg(float *p, float v)\n"
+                         "{\n"
+                         "    asm volatile(\"st.global.cg.f32 [%%0], %%1;\" :: \"l\"(p), "
+                         "\"f\"(v) : \"memory\");\n"
+                         "}\n");
+    kt_buf_printf(
+        b, "/* Blocks until the tile's semaphore reads `turn`: one thread polls with acquire "
+           "loads, the barrier\n"
+           " * holds the others. */\n"
+           "__device__ __forceinline__ void ktg_wait_turn(const int *sem, int turn)\n"
+           "{\n"
+           "    if (threadIdx.x == 0) {\n"
+           "        int v;\n"
+           "        for (;;) {\n"
+           "            asm volatile(\"ld.acquire.gpu.global.b32 %%0, [%%1];\" : \"=r\"(v) : "
+           "\"l\"(sem) : \"memory\");\n"
+           "            if (v == turn)\n"
+           "                break;\n"
+           "            asm volatile(\"nanosleep.u32 64;\" ::: \"memory\");\n"
+           "        }\n"
+           "    }\n"
+           "    __syncthreads();\n"
+           "}\n"
+           "/* Gives the tile to slice `turn`: every thread's stores are made visible "
+           "device-wide first. */\n"
+           "__device__ __forceinline__ void ktg_pass_turn(int *sem, int turn)\n"
+           "{\n"
+           "    __threadfence();\n"
+           "    __syncthreads();\n"
+           "    if (threadIdx.x == 0)\n"
+           "        asm volatile(\"st.release.gpu.global.b32 [%%0], %%1;\" :: \"l\"(sem), "
+           "\"r\"(turn) : \"memory\");\n"
+           "}\n");
+}
+
 /* ---- emitted helpers: constants, raster, layouts, loaders ---- */
 
 static void emit_constants(const gemm_emit *e)
@@ -785,6 +900,19 @@ static void emit_constants(const gemm_emit *e)
     kt_buf_printf(b, "enum : int { A_STAGE = %d, B_STAGE = %d }; /* shared elements per stage */\n",
                   c->op[0].stage, c->op[1].stage);
     kt_buf_printf(b, "typedef %s idx_t;\n", c->idx64 ? "long long" : "int");
+    if (c->serial)
+        kt_buf_printf(b,
+                      "/* Serial split-K workspace (%lld bytes, zeroed before the launch):\n"
+                      " *   [0, ACC_OFFSET): int sem[BATCH][TILES_M * TILES_N], the slice whose "
+                      "turn it is per tile;\n"
+                      " *   [ACC_OFFSET, end): float run[BATCH][TILES_M * TILES_N][BM * BN], the "
+                      "running sum of each\n"
+                      " *   tile in its threads' register order (register r of thread t at r * "
+                      "THREADS + t, %s). */\n"
+                      "enum : int { ACC_OFFSET = %lld };\n",
+                      (long long)serial_workspace_bytes(p, c),
+                      c->tc ? "in float4 groups of one mma tile" : "one float each",
+                      (long long)serial_acc_offset(p, c));
 }
 
 static void emit_raster(const gemm_emit *e)
@@ -1330,7 +1458,7 @@ static int emit_epilogue(const gemm_emit *e)
         kt_buf_printf(b, "out, bz, m, n + 1, acc1);\n");
     }
     kt_buf_printf(b, "}\n");
-    if (c->splitk > 1) {
+    if (c->parallel) {
         kt_buf_printf(b,
                       "/* Split-K partial sums: fp32 slice `slice` of the workspace, "
                       "[SPLITK][BATCH][M][N]. */\n"
@@ -1367,7 +1495,64 @@ static int emit_epilogue(const gemm_emit *e)
 static void main_entry(const gemm_cfg *c, char *buf, size_t len)
 {
     snprintf(buf, len, "ktune_gemm_%s_%dx%dx%d%s", math_labels[c->math], c->bm, c->bn, c->bk,
-             c->splitk > 1 ? "_partial" : "");
+             c->parallel ? "_partial"
+             : c->serial ? "_serial"
+                         : "");
+}
+
+/* Serial split-K, after the k loop: wait for this slice's turn, add the running sum of the
+ * lower slices to the accumulators, then either store the sum and pass the turn on (returning)
+ * or, in the last slice, fall through to the epilogue. */
+static void emit_serial_epilogue(const gemm_emit *e)
+{
+    const gemm_cfg *c = e->c;
+    kt_buf *b = e->b;
+    const char *ni = c->tc ? "NI" : "TN";
+    kt_buf_line(b, "/* Serial split-K: add the lower slices' running sum in slice order. */");
+    kt_buf_line(b, "unsigned char *wsb = static_cast<unsigned char *>(workspace);");
+    kt_buf_line(b, "int *sem = reinterpret_cast<int *>(wsb) + bz * (TILES_M * TILES_N) + pid;");
+    kt_buf_line(b,
+                "float *run = reinterpret_cast<float *>(wsb + ACC_OFFSET) + ((idx_t)bz * (TILES_M "
+                "* TILES_N) + pid) * (BM * BN) + threadIdx.x%s;",
+                c->tc ? " * 4" : "");
+    kt_buf_line(b, "if (slice > 0) {");
+    b->indent = 8;
+    kt_buf_line(b, "ktg_wait_turn(sem, slice);");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < %s; i++) {", c->tc ? "MI" : "TM");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < %s; j++) {", ni);
+    b->indent = 16;
+    if (c->tc) {
+        kt_buf_line(b, "const float4 v = kt_ld_cg4(run + (i * NI + j) * THREADS * 4);");
+        kt_buf_line(b, "acc[i][j][0] += v.x;");
+        kt_buf_line(b, "acc[i][j][1] += v.y;");
+        kt_buf_line(b, "acc[i][j][2] += v.z;");
+        kt_buf_line(b, "acc[i][j][3] += v.w;");
+    } else {
+        kt_buf_line(b, "acc[i][j] += kt_ld_cg(run + (i * TN + j) * THREADS);");
+    }
+    b->indent = 8;
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    b->indent = 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "if (slice < SPLITK - 1) {");
+    b->indent = 8;
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < %s; i++)", c->tc ? "MI" : "TM");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < %s; j++)", ni);
+    if (c->tc)
+        kt_buf_line(b, "        kt_st_cg4(run + (i * NI + j) * THREADS * 4, acc[i][j][0], "
+                       "acc[i][j][1], acc[i][j][2], acc[i][j][3]);");
+    else
+        kt_buf_line(b, "        kt_st_cg(run + (i * TN + j) * THREADS, acc[i][j]);");
+    kt_buf_line(b, "ktg_pass_turn(sem, slice + 1);");
+    kt_buf_line(b, "return;");
+    b->indent = 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "/* The last slice holds the full sum: the epilogue. */");
 }
 
 static void emit_main_kernel(const gemm_emit *e, const char *entry)
@@ -1377,7 +1562,10 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
     kt_buf *b = e->b;
     const char *sty = ops_emit_ctype(c->sdt);
     kt_buf_printf(b, "\n/* Block: a BM x BN output tile of batch bz%s; %d warps. */\n",
-                  c->splitk > 1 ? " over the k tiles of one split-K slice" : "", c->wm * c->wn);
+                  c->parallel ? " over the k tiles of one split-K slice"
+                  : c->serial ? " over the k tiles of one split-K slice, summed in turn"
+                              : "",
+                  c->wm * c->wn);
     kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1) %s", entry);
     emit_kernel_params(e, c->splitk > 1);
     kt_buf_printf(b, "\n{\n");
@@ -1388,9 +1576,20 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;");
     kt_buf_line(b, "const int wm0 = warp / WN * WTM, wn0 = warp %% WN * WTN;");
     kt_buf_line(b, "int tile_m, tile_n;");
-    kt_buf_line(b, "ktg_raster(blockIdx.x, tile_m, tile_n);");
+    if (c->serial) {
+        kt_buf_line(b, "/* the slices of a tile are adjacent blocks, lowest slice first */");
+        kt_buf_line(b, "const int pid = blockIdx.x / SPLITK, slice = blockIdx.x %% SPLITK;");
+        kt_buf_line(b, "ktg_raster(pid, tile_m, tile_n);");
+    } else {
+        kt_buf_line(b, "ktg_raster(blockIdx.x, tile_m, tile_n);");
+    }
     kt_buf_line(b, "const int m0 = tile_m * BM, n0 = tile_n * BN;");
-    if (c->splitk > 1) {
+    if (c->serial) {
+        kt_buf_line(b, "const int bz = blockIdx.z;");
+        kt_buf_line(b, "const int kt0 = slice * KTILES_PER_SLICE;");
+        kt_buf_line(b, "const int nkt = KTILES - kt0 < KTILES_PER_SLICE ? KTILES - kt0 : "
+                       "KTILES_PER_SLICE;");
+    } else if (c->parallel) {
         kt_buf_line(b, "const int bz = blockIdx.z / SPLITK, slice = blockIdx.z %% SPLITK;");
         kt_buf_line(b, "const int kt0 = slice * KTILES_PER_SLICE;");
         kt_buf_line(b, "const int nkt = KTILES - kt0 < KTILES_PER_SLICE ? KTILES - kt0 : "
@@ -1477,8 +1676,10 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
         kt_buf_printf(&args, "%s", out_name(e));
     }
     const char *a = args.data ? args.data : "";
-    if (c->splitk > 1)
+    if (c->parallel)
         kt_buf_line(b, "float *ws = static_cast<float *>(workspace);");
+    if (c->serial)
+        emit_serial_epilogue(e);
     if (c->tc) {
         kt_buf_line(b, "/* Accumulator (i, j) holds rows g, g + 8 and columns 2t, 2t + 1 of its "
                        "16 x 8 mma tile. */");
@@ -1489,7 +1690,7 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "    for (int j = 0; j < NI; j++) {");
         b->indent = 12;
         kt_buf_line(b, "const int m = m0 + wm0 + i * 16 + g, n = n0 + wn0 + j * 8 + 2 * t;");
-        if (c->splitk > 1) {
+        if (c->parallel) {
             kt_buf_line(b, "ktg_partial2(ws, slice, bz, m, n, acc[i][j][0], acc[i][j][1]);");
             kt_buf_line(b, "ktg_partial2(ws, slice, bz, m + 8, n, acc[i][j][2], acc[i][j][3]);");
         } else {
@@ -1506,7 +1707,7 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "    for (int j = 0; j < TN; j++) {");
         b->indent = 12;
         kt_buf_line(b, "const int m = m0 + am + i * LY, n = n0 + bn + j * LX;");
-        if (c->splitk > 1)
+        if (c->parallel)
             kt_buf_line(b, "ktg_partial(ws, slice, bz, m, n, acc[i][j]);");
         else
             kt_buf_line(b, "ktg_store(%s, bz, m, n, acc[i][j]);", a);
@@ -1638,6 +1839,8 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     ops_emit_prelude(&b);
     emit_constants(&e);
     emit_ptx_helpers(&e);
+    if (c.serial)
+        emit_serial_helpers(&e);
     emit_raster(&e);
     kt_buf_printf(&b, "\n/* ---- shared-memory layouts and tile loaders ---- */\n");
     emit_slot_fn(&e, 0);
@@ -1655,7 +1858,7 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
         return ops_diag_set(d, grp->g, OPS_RULE_SHAPE, -1, "", "gemm: epilogue not elementwise");
     }
     emit_main_kernel(&e, entry);
-    if (c.splitk > 1)
+    if (c.parallel)
         emit_reduce_kernel(&e);
     if ((rc = kt_buf_status(&b)) < 0) {
         kt_buf_free(&b);
@@ -1665,14 +1868,18 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     out->source = kt_buf_take(&b);
     ops_kernel_launch *k = &out->kernels[out->n_kernels++];
     snprintf(k->entry, sizeof(k->entry), "%s", entry);
-    k->grid[0] = (uint32_t)(c.tiles_m * c.tiles_n);
+    k->grid[0] = (uint32_t)(c.tiles_m * c.tiles_n * (c.serial ? c.splitk : 1));
     k->grid[1] = 1;
-    k->grid[2] = (uint32_t)(p.batch * c.splitk);
+    k->grid[2] = (uint32_t)(p.batch * (c.serial ? 1 : c.splitk));
     k->block[0] = (uint32_t)c.threads;
     k->block[1] = k->block[2] = 1;
     k->smem_bytes = (uint32_t)c.smem_bytes;
     fill_args(&p, k, c.splitk > 1);
-    if (c.splitk > 1) {
+    if (c.serial) {
+        k->zero_workspace = true; /* the semaphores start at 0 */
+        out->workspace_bytes = serial_workspace_bytes(&p, &c);
+    }
+    if (c.parallel) {
         out->workspace_bytes = (int64_t)c.splitk * p.batch * p.M * p.N * 4;
         k = &out->kernels[out->n_kernels++];
         snprintf(k->entry, sizeof(k->entry), "ktune_gemm_splitk_reduce");
@@ -1687,10 +1894,10 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
 
 /* ---- cost model ----
  * seconds = max(DRAM bytes / bandwidth, L2->SM bytes / L2 bandwidth, executed flops / (peak *
- * efficiency)) + launch latency per kernel. The efficiency multiplies: wave quantisation (blocks
- * over sm_count x resident blocks per SM), the warp tile's shared-memory intensity, latency
- * hiding from resident warps and pipeline depth, the k-loop's fill and drain, and for mma.sync
- * on sm_90 a 0.6 factor (the wgmma peak is out of its reach). */
+ * efficiency)) + launch latency per kernel (+ the serial split-K hand-off chain). The efficiency
+ * multiplies: wave quantisation (blocks over sm_count x resident blocks per SM), the warp tile's
+ * shared-memory intensity, latency hiding from resident warps and pipeline depth, the k-loop's fill
+ * and drain, and for mma.sync on sm_90 a 0.6 factor (the wgmma peak is out of its reach). */
 
 static void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                           ops_estimate *est)
@@ -1725,8 +1932,14 @@ static void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops
                          (double)c.bn * (double)ops_dtype_size(p.src_dt[1]));
     if (ab > (double)dev->l2_bytes / 2)
         bytes += l2_traffic * (c.raster > 1 ? 0.05 : 0.15);
-    double ws = c.splitk > 1 ? (double)c.splitk * B * M * N * 4.0 : 0;
+    double ws = c.parallel ? (double)c.splitk * B * M * N * 4.0 : 0;
     est->bytes = bytes + 2 * ws;
+    /* Serial split-K: the workspace zeroed, and the running sums of every tile written and read
+     * back once per hand-off (SPLITK - 1 of them). */
+    double sws = c.serial ? (double)serial_workspace_bytes(&p, &c) : 0;
+    double tile_bytes = (double)c.bm * c.bn * 4.0;
+    if (c.serial)
+        est->bytes += sws + 2.0 * (c.splitk - 1) * B * (double)(c.tiles_m * c.tiles_n) * tile_bytes;
 
     /* Residency: blocks per SM by threads, shared memory, registers. */
     int regs = c.regs < 32 ? 32 : c.regs;
@@ -1782,8 +1995,17 @@ static void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops
     double t_dram = bytes / (dev->dram_bytes_per_s * fmin(1.0, 2.0 * sm_used));
     double t_l2 = l2_traffic / (3.0 * dev->dram_bytes_per_s * fmin(1.0, 2.0 * sm_used));
     double t = fmax(t_math, fmax(t_dram, t_l2)) + 2e-6;
-    if (c.splitk > 1) /* the reduction kernel reads the partials and applies the epilogue */
+    if (c.parallel) /* the reduction kernel reads the partials and applies the epilogue */
         t += (ws + bytes - ab) / dev->dram_bytes_per_s + 2e-6;
+    if (c.serial) {
+        /* The slices of a tile finish their k loops together and then add up one at a time:
+         * per hand-off a fence and a semaphore round trip through L2 (~0.5 us) and one block
+         * reading and writing a BM x BN fp32 tile at its SM's share of L2 bandwidth; plus the
+         * memset of the workspace before the launch. */
+        double sm_l2 = 3.0 * dev->dram_bytes_per_s / dev->sm_count;
+        t += (c.splitk - 1) * (0.5e-6 + 2.0 * tile_bytes / sm_l2);
+        t += 0.5e-6 + sws / dev->dram_bytes_per_s;
+    }
     est->seconds = t;
 }
 

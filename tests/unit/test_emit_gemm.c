@@ -19,9 +19,10 @@
 extern const ops_family ops_family_gemm;
 
 /* Knob order of the family (values, not indices). */
-enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM };
+enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM, SPLITK_MODE };
 enum { FFMA = 0, TF32 = 1, F16 = 2, BF16 = 3 };
 enum { PAD = 0, XOR = 1 };
+enum { PARALLEL = 0, SERIAL = 1 };
 
 static const char gemm_bias_relu[] =
     "{\"name\": \"gemm_bias_relu\", \"inputs\": {"
@@ -88,6 +89,13 @@ static ops_schedule sched(int math, int bm, int bn, int bk, int wm, int wn, int 
     ops_schedule s = {.family = OPS_FAM_GEMM};
     int v[] = {math, bm, bn, bk, wm, wn, stages, splitk, raster, smem};
     memcpy(s.v, v, sizeof(v));
+    return s;
+}
+
+/* The same with serial split-K. */
+static ops_schedule serial(ops_schedule s)
+{
+    s.v[SPLITK_MODE] = SERIAL;
     return s;
 }
 
@@ -445,6 +453,15 @@ static void test_compile_ragged(void **state)
          sched(FFMA, 32, 64, 8, 1, 2, 2, 1, 1, PAD)},
         {rich_gemm("f32", true, false), "M=100,N=72,K=41", OPS_PREC_EXACT,
          sched(FFMA, 32, 32, 8, 1, 1, 2, 1, 1, PAD)},
+        /* serial split-K: ragged tiles, odd N, batches, FFMA */
+        {plain_gemm("f16"), "M=100,N=201,K=3000", OPS_PREC_EXACT,
+         serial(sched(F16, 64, 64, 32, 2, 4, 3, 4, 1, XOR))},
+        {rich_gemm("f16", true, true), "M=100,N=72,K=1000", OPS_PREC_EXACT,
+         serial(sched(F16, 32, 32, 32, 1, 2, 3, 4, 1, PAD))},
+        {plain_gemm("f32"), "M=33,N=77,K=2001", OPS_PREC_EXACT,
+         serial(sched(FFMA, 32, 64, 8, 1, 2, 3, 8, 1, PAD))},
+        {rich_gemm("f32", false, true), "M=100,N=72,K=999", OPS_PREC_TF32,
+         serial(sched(TF32, 32, 32, 16, 2, 1, 2, 2, 1, PAD))},
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
         ops_graph *g = emit_test_graph(cases[i].json, cases[i].shape);
@@ -487,6 +504,123 @@ static void test_compile_sm80(void **state)
     emit_compile(g, OPS_PREC_EXACT, sched(FFMA, 64, 64, 16, 2, 2, 3, 1, 4, PAD), "sm_80");
     ops_graph_free(g);
     free(json);
+    json = plain_gemm("f16");
+    g = emit_test_graph(json, "M=64,N=256,K=8192");
+    emit_compile(g, OPS_PREC_EXACT, serial(sched(F16, 64, 64, 64, 2, 2, 3, 4, 1, XOR)), "sm_80");
+    emit_compile(g, OPS_PREC_EXACT, serial(sched(F16, 32, 64, 32, 1, 2, 4, 8, 1, PAD)), "sm_80");
+    ops_graph_free(g);
+    free(json);
+}
+
+/* ---- serial split-K ---- */
+
+static double est(const ops_graph *g, ops_precision prec, ops_schedule s);
+
+typedef struct serial_tally {
+    int serial, serial_one_slice, parallel_split;
+} serial_tally;
+
+static int serial_cb(const ops_schedule *s, void *ctx)
+{
+    serial_tally *t = ctx;
+    if (s->v[SPLITK_MODE] == SERIAL) {
+        t->serial++;
+        t->serial_one_slice += s->v[SPLITK] == 1;
+    } else if (s->v[SPLITK] > 1) {
+        t->parallel_split++;
+    }
+    return 0;
+}
+
+static void test_serial_splitk(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    char *json = plain_gemm("f16");
+    ops_graph *g = emit_test_graph(json, "M=64,N=256,K=8192"); /* small M, large K */
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+
+    /* The space has serial candidates, never with one slice. */
+    serial_tally t = {0};
+    assert_int_equal(ops_family_enumerate(&ops_family_gemm, &grp, &dev, serial_cb, &t, NULL), 0);
+    print_message("64x256x8192 f16: serial %d, parallel split %d\n", t.serial, t.parallel_split);
+    assert_true(t.serial > 0 && t.parallel_split > 0);
+    assert_int_equal(t.serial_one_slice, 0);
+    ops_schedule one = serial(sched(F16, 64, 64, 64, 2, 2, 3, 1, 1, XOR));
+    assert_string_equal(ops_family_gemm.prune(&grp, &one, &dev), "redundant");
+
+    /* One kernel; the workspace holds 4 tile semaphores (padded to 256 bytes) and 4 fp32 tiles. */
+    ops_schedule s = serial(sched(F16, 64, 64, 64, 2, 2, 3, 4, 1, XOR));
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    ops_emitted em;
+    ops_diag d = {0};
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.n_kernels, 1);
+    const ops_kernel_launch *k = &em.kernels[0];
+    assert_string_equal(k->entry, "ktune_gemm_f16_64x64x64_serial");
+    assert_true(k->zero_workspace);
+    assert_int_equal(em.workspace_bytes, 256 + 4 * 64 * 64 * 4);
+    assert_int_equal(k->grid[0], 4 * 4); /* tiles x slices, slice fastest */
+    assert_int_equal(k->grid[1], 1);
+    assert_int_equal(k->grid[2], 1);
+    assert_int_equal(k->n_args, 4); /* A, B, Y, workspace */
+    assert_int_equal(k->args[3].kind, OPS_ARG_WORKSPACE);
+    assert_int_equal(k->args[3].offset, 0);
+    assert_non_null(strstr(em.source, "splitk_mode=serial"));
+    assert_non_null(strstr(em.source, "ld.acquire.gpu.global.b32"));
+    assert_non_null(strstr(em.source, "st.release.gpu.global.b32"));
+    assert_non_null(strstr(em.source, "__threadfence();"));
+    assert_non_null(strstr(em.source, "const int pid = blockIdx.x / SPLITK, slice = blockIdx.x % "
+                                      "SPLITK;"));
+    assert_non_null(strstr(em.source, "enum : int { ACC_OFFSET = 256 };"));
+    assert_null(strstr(em.source, "ktune_gemm_splitk_reduce"));
+    emit_test_compile(em.source, "sm_90a");
+    int64_t serial_ws = em.workspace_bytes;
+    ops_emitted_free(&em);
+
+    /* Parallel split-K of the same tiles needs a slice of partials per slice. */
+    ops_schedule par = sched(F16, 64, 64, 64, 2, 2, 3, 4, 1, XOR);
+    assert_int_equal(ops_family_gemm.emit(&grp, &par, &dev, &em, &d), 0);
+    assert_false(em.kernels[0].zero_workspace);
+    assert_true(serial_ws < em.workspace_bytes);
+    ops_emitted_free(&em);
+
+    /* A 16-row tile and FFMA serial candidates compile too, without spills. */
+    ops_graph *gf = emit_test_graph(json, "M=64,N=256,K=8192");
+    emit_compile(gf, OPS_PREC_EXACT, serial(sched(F16, 16, 64, 64, 1, 2, 4, 8, 1, PAD)), "sm_90a");
+    ops_graph_free(gf);
+    free(json);
+    json = plain_gemm("f32");
+    gf = emit_test_graph(json, "M=64,N=256,K=8192");
+    emit_compile(gf, OPS_PREC_EXACT, serial(sched(FFMA, 64, 64, 16, 2, 2, 3, 4, 1, PAD)), "sm_90a");
+    emit_compile(gf, OPS_PREC_EXACT, serial(sched(FFMA, 64, 64, 16, 2, 2, 3, 4, 1, PAD)), "sm_80");
+    ops_graph_free(gf);
+    free(json);
+
+    /* A grid beyond one block per SM is pruned: 32 tiles x 8 slices > 132 SMs. */
+    ops_graph *gb = emit_test_graph(gemm_bias_relu, "M=512");
+    ops_group gbg;
+    emit_test_whole_group(gb, &gbg);
+    ops_schedule wide = sched(F16, 64, 64, 32, 2, 2, 2, 8, 1, XOR);
+    assert_null(ops_family_gemm.prune(&gbg, &wide, &dev)); /* parallel: fine */
+    wide = serial(wide);
+    assert_string_equal(ops_family_gemm.prune(&gbg, &wide, &dev), "shape");
+    ops_graph_free(gb);
+
+    /* Cost model: serial saves the reduction kernel for few slices of small tiles, a long
+     * hand-off chain of big tiles loses to parallel, and any split beats 4 lone blocks. */
+    double ser2 = est(g, OPS_PREC_EXACT, serial(sched(F16, 32, 64, 64, 1, 2, 3, 2, 1, XOR)));
+    double par2 = est(g, OPS_PREC_EXACT, sched(F16, 32, 64, 64, 1, 2, 3, 2, 1, XOR));
+    assert_true(ser2 < par2);
+    double ser8 = est(g, OPS_PREC_EXACT, serial(sched(F16, 64, 128, 64, 2, 2, 3, 8, 1, XOR)));
+    double par8 = est(g, OPS_PREC_EXACT, sched(F16, 64, 128, 64, 2, 2, 3, 8, 1, XOR));
+    assert_true(par8 < ser8);
+    double none = est(g, OPS_PREC_EXACT, sched(F16, 64, 64, 64, 2, 2, 3, 1, 1, XOR));
+    double ser4 = est(g, OPS_PREC_EXACT, serial(sched(F16, 64, 64, 64, 2, 2, 3, 4, 1, XOR)));
+    assert_true(ser2 < none && ser4 < none);
+    ops_graph_free(g);
 }
 
 /* ---- launch description and golden source ---- */
@@ -726,11 +860,17 @@ static void test_fragment_maps(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),           cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_raster_bijection),  cmocka_unit_test(test_smem_swizzle),
-        cmocka_unit_test(test_fragment_maps),     cmocka_unit_test(test_estimate),
-        cmocka_unit_test(test_launch_and_golden), cmocka_unit_test(test_compile_ragged),
-        cmocka_unit_test(test_compile_sm80),      cmocka_unit_test(test_compile_spread_sm90),
+        cmocka_unit_test(test_matches),
+        cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_raster_bijection),
+        cmocka_unit_test(test_smem_swizzle),
+        cmocka_unit_test(test_fragment_maps),
+        cmocka_unit_test(test_estimate),
+        cmocka_unit_test(test_launch_and_golden),
+        cmocka_unit_test(test_compile_ragged),
+        cmocka_unit_test(test_compile_sm80),
+        cmocka_unit_test(test_serial_splitk),
+        cmocka_unit_test(test_compile_spread_sm90),
     };
     return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
 }
