@@ -51,3 +51,4 @@ long cli_parse_count(const char *sub, const char *opt, const char *value);
 
 int cli_space(int argc, char **argv);
 int cli_compile(int argc, char **argv);
+int cli_tune(int argc, char **argv);

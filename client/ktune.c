@@ -16,6 +16,7 @@ static const struct {
 #if KTUNE_HAVE_NVRTC
     {"space", cli_space, "enumerate fusion partitions, families and pruned schedules"},
     {"compile", cli_compile, "emit candidates and compile them with NVRTC (no GPU needed)"},
+    {"tune", cli_tune, "tune a graph on a GPU (--local: in this process) and cache the winner"},
 #endif
     {"cache", cli_cache, "inspect, export, import and merge a kernel cache (no daemon needed)"},
 };

@@ -61,7 +61,7 @@ const char *srch_status_name(srch_compile_status s)
     switch (s) {
     case SRCH_COMPILE_OK:
         return "ok";
-    case SRCH_COMPILE_ERROR:
+    case SRCH_COMPILE_REJECTED:
         return "compile_error";
     case SRCH_COMPILE_TIMEOUT:
         return "timeout";
@@ -108,7 +108,7 @@ int srch_nvrtc_compile(const char *source, const char *arch, srch_compile_result
     }
     r->log[log_len] = '\0';
     if (crc != NVRTC_SUCCESS) {
-        r->status = SRCH_COMPILE_ERROR;
+        r->status = SRCH_COMPILE_REJECTED;
         goto out;
     }
     if ((rc = nvrtcGetCUBINSize(prog, &r->cubin_len)) != NVRTC_SUCCESS) {
@@ -585,7 +585,7 @@ static int finish_job(srch_pool *p, pool_worker *w, kt_err *err)
     }
     pool_job *j = w->job;
     d->r.tag = j->tag;
-    d->r.status = b[0] == SRCH_COMPILE_OK ? SRCH_COMPILE_OK : SRCH_COMPILE_ERROR;
+    d->r.status = b[0] == SRCH_COMPILE_OK ? SRCH_COMPILE_OK : SRCH_COMPILE_REJECTED;
     d->r.seconds = seconds;
     memcpy(d->r.key, j->key, SRCH_KEY_BYTES);
     memcpy(d->r.log, b + 13, log_len);

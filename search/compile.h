@@ -37,9 +37,9 @@ typedef struct srch_kernel_usage {
 
 typedef enum srch_compile_status {
     SRCH_COMPILE_OK = 0,
-    SRCH_COMPILE_ERROR,   /* NVRTC rejected the source; the log says why */
-    SRCH_COMPILE_TIMEOUT, /* the worker ran past timeout_s and was killed */
-    SRCH_COMPILE_CRASH,   /* the worker died (signal, OOM) */
+    SRCH_COMPILE_REJECTED, /* NVRTC rejected the source; the log says why */
+    SRCH_COMPILE_TIMEOUT,  /* the worker ran past timeout_s and was killed */
+    SRCH_COMPILE_CRASH,    /* the worker died (signal, OOM) */
 } srch_compile_status;
 
 typedef struct srch_compile_result {

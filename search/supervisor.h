@@ -11,8 +11,8 @@
 typedef struct srch_worker srch_worker;
 
 typedef struct srch_worker_opts {
-    const char *exe;   /* ktune-worker path; NULL: $KTUNE_WORKER, else next to the running binary */
-    int gpu;           /* CUDA_VISIBLE_DEVICES for the child */
+    const char *exe; /* ktune-worker path; NULL: $KTUNE_WORKER, else next to the running binary */
+    int gpu;         /* CUDA_VISIBLE_DEVICES for the child */
     double hello_timeout_s; /* default 60 */
 } srch_worker_opts;
 

@@ -21,6 +21,10 @@
  *   {"op": "retime", "ids": [...], "rounds": N, "cold": bool}
  *     -> {"ok": true, "times": [{"id", "median_ns", "p10_ns", "p90_ns", "reps"}, ...]}
  *   {"op": "forget", "ids": [...]} -> {"ok": true}
+ *   {"op": "reference", "sub", "bindings", "seed0", "seeds"} (as in eval)
+ *     -> {"ok": true, "inputs": [[bin per input] per seed], "outputs": [[bin per output] per
+ *         seed]}: the generated inputs (stored dtype) and the fp64 GPU reference (doubles), so
+ *         tests can check both against ops_ref_run.
  *   {"op": "quit"} -> {"ok": true}, then exit 0.
  *
  * Encoding of srch_eval_req and srch_eval_result: search/worker_proto.c, documented there; the
@@ -35,12 +39,12 @@
 
 typedef enum srch_status {
     SRCH_OK = 0,
-    SRCH_WRONG,        /* over tolerance, or NaN/Inf where the reference is finite */
-    SRCH_RACE,         /* two runs on the same inputs differ bitwise */
-    SRCH_FAULT,        /* the kernel faulted (the worker died or its context is poisoned) */
-    SRCH_HANG,         /* the kernel ran past its deadline and the worker was killed */
-    SRCH_LOAD_ERROR,   /* the cubin did not load or launch (resources, bad image) */
-    SRCH_UNAVAILABLE,  /* a library candidate whose algorithm the heuristic did not return */
+    SRCH_WRONG,       /* over tolerance, or NaN/Inf where the reference is finite */
+    SRCH_RACE,        /* two runs on the same inputs differ bitwise */
+    SRCH_FAULT,       /* the kernel faulted (the worker died or its context is poisoned) */
+    SRCH_HANG,        /* the kernel ran past its deadline and the worker was killed */
+    SRCH_LOAD_ERROR,  /* the cubin did not load or launch (resources, bad image) */
+    SRCH_UNAVAILABLE, /* a library candidate whose algorithm the heuristic did not return */
     SRCH_COMPILE_ERROR,
     SRCH_STATUS_COUNT
 } srch_status;
@@ -92,9 +96,16 @@ int srch_eval_result_pack(msgpack_packer *pk, const srch_eval_result *r);
 int srch_eval_result_unpack(const msgpack_object *o, srch_eval_result *r, kt_err *err);
 
 /* Builds the request for a candidate of a space group: extracts the subgraph, maps the emitted
- * launch arguments (graph tensors) onto it, records the bindings. cubin is borrowed. */
+ * launch arguments (graph tensors) onto it, records the bindings, and derives seed0 from the
+ * subgraph (every candidate of a group gets the same inputs, so the worker computes their
+ * reference once). cubin is copied; release out with srch_eval_req_free. A library candidate
+ * (e->n_kernels == 0, cubin NULL) is completed by srch_eval_req_set_lt. */
 int srch_eval_req_for_group(const ops_group *grp, const ops_emitted *e, const void *cubin,
                             size_t cubin_len, srch_eval_req *out, ops_diag *d);
+/* Makes r (from srch_eval_req_for_group of the same group) a library candidate running lt
+ * (ops_library_describe of the group: tensors of grp->g, mapped here onto r->sub). */
+int srch_eval_req_set_lt(srch_eval_req *r, const ops_group *grp, const ops_lt_desc *lt,
+                         ops_diag *d);
 
 /* The worker's main loop (search/worker.c), run by the ktune-worker executable: reads requests
  * from in_fd, writes replies to out_fd, until "quit" or end of input. Returns the exit status. */

@@ -116,7 +116,7 @@ static void test_pool_compiles_and_reports_errors(void **state)
             assert_memory_equal(r.cubin, "\177ELF", 4);
             assert_string_equal(r.kernels[0].name, "axpy");
         } else {
-            assert_int_equal(r.status, SRCH_COMPILE_ERROR);
+            assert_int_equal(r.status, SRCH_COMPILE_REJECTED);
             assert_null(r.cubin);
             assert_non_null(strstr(r.log, "identifier \"y\" is undefined"));
         }

@@ -265,6 +265,7 @@ static const char *example_shapes(const char *name)
         {"conv2d.json", "N=2"},
         {"gelu_tanh_chain.json", "M=33,N=65"},
         {"gemm_bias_relu.json", "M=100"},
+        {"gemm_bf16.json", "M=33,N=65,K=47"},
         {"layernorm.json", "M=7"},
         {"rmsnorm.json", "M=7"},
         {"softmax.json", "M=9,N=129"},

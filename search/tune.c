@@ -1,0 +1,1448 @@
+/* The search strategy of search/tune.h: screen, refine, re-time, pick, record. */
+#include "compile.h"
+
+#include "tune.h"
+
+#include "ktune_config.h"
+#include "ops/library.h"
+#include "ops/ops.h"
+
+#include <math.h>
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TAG "tune"
+
+/* A launch gap the model charges per kernel after the first (docs/search.md): partitions of
+ * several kernels are compared by their measured kernel times plus this. */
+#define GAP_NS 2000.0
+/* Candidates the worker keeps loaded for "retime" (worker.h). */
+#define WORKER_LOADED 64
+/* Round A covers the groups of this many partitions (cheapest estimates first). */
+#define ROUND_A_PARTS 16
+/* Further candidates tried, one at a time, for a group whose round-A pick failed. */
+#define ROUND_A_RETRIES 5
+/* Ties: two medians closer than this relative distance (or twice the larger relative spread of
+ * the median) are equal, and the cost model's order decides. */
+#define TIE_REL 0.005
+/* Byte alignment of workspace slots (docs/search.md). */
+#define SLOT_ALIGN 256
+
+typedef struct cand {
+    bool done;
+    bool queued;   /* submitted to the compile pool, result not seen yet */
+    bool from_log; /* outcome read from the trial log */
+    bool retimed;  /* rtime holds its interleaved re-timing against the other finalists */
+    bool measured; /* evaluated by the worker in this run */
+    srch_status status;
+    srch_time_stats time;  /* from its evaluation: what screening and refinement compare */
+    srch_time_stats rtime; /* re-timed: what the final pick compares */
+    double err_norm, err_max;
+    char msg[256];
+    uint64_t seq;    /* evaluation order in this run (1-based), 0 when not evaluated here */
+    int restarts_at; /* srch_worker_restarts when it was evaluated */
+    ops_emitted em;  /* held from emission until evaluation */
+    srch_compile_result *ready; /* its compile, arrived before its turn to be measured */
+    void *cubin;                /* kept for verified candidates (the record needs it) */
+    size_t cubin_len;
+    char id[CACHE_CAND_MAX];
+} cand;
+
+typedef struct tune {
+    const srch_tune_opts *o;
+    srch_tune_result *r;
+    srch_space *s;
+    srch_candidate *list;
+    int64_t n;
+    cand *c;
+    int64_t *gstart, *gend; /* per space group: its slice of list */
+    srch_worker *w;
+    srch_pool *pool;
+    cache_env *cache;
+    cache_key key;
+    ops_device dev;
+    double t0, end;
+    uint64_t seq;
+    srch_tune_progress prog;
+    bool out_of_budget;
+    bool final; /* picking: re-timed finalists are compared by their re-timed stats */
+} tune;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int defint(int v, int def)
+{
+    return v > 0 ? v : def;
+}
+
+/* ---- candidate ids ---- */
+
+void srch_candidate_id(uint64_t mask, const ops_schedule *s, char out[CACHE_CAND_MAX])
+{
+    char sched[512], full[600];
+    ops_schedule_format(s, sched, sizeof(sched));
+    int n = snprintf(full, sizeof(full), "m%llx %s", (unsigned long long)mask, sched);
+    if (n >= 0 && n < CACHE_CAND_MAX) {
+        memcpy(out, full, (size_t)n + 1);
+        return;
+    }
+    uint8_t dig[32];
+    char hex[65];
+    ops_sha256(full, strlen(full), dig);
+    kt_hex(dig, 8, hex);
+    int keep = CACHE_CAND_MAX - 1 - 17;
+    snprintf(out, CACHE_CAND_MAX, "%.*s#%.16s", keep, full, hex);
+}
+
+/* ---- trial log ---- */
+
+static cache_trial_status trial_status(srch_status s)
+{
+    switch (s) {
+    case SRCH_OK:
+        return CACHE_TRIAL_OK;
+    case SRCH_WRONG:
+    case SRCH_RACE:
+        return CACHE_TRIAL_WRONG;
+    case SRCH_FAULT:
+        return CACHE_TRIAL_FAULT;
+    case SRCH_HANG:
+        return CACHE_TRIAL_HANG;
+    default:
+        return CACHE_TRIAL_COMPILE_ERROR; /* compile, load and unavailable: it never ran */
+    }
+}
+
+/* The trial entry's status has five classes; the detail keeps ours. Failures are written as
+ * "<class>: <reason>"; verified ones as "p10=... p90=... reps=... max=... rel=... kpr=...
+ * hot|cold", which is what a resumed job needs to rank them and to write their record. */
+static void trial_from(const cand *c, cache_trial *t)
+{
+    memset(t, 0, sizeof(*t));
+    snprintf(t->cand, sizeof(t->cand), "%s", c->id);
+    t->status = trial_status(c->status);
+    t->time_ns = c->status == SRCH_OK || c->status == SRCH_WRONG ? c->time.median_ns : 0;
+    t->error = isfinite(c->err_norm) ? c->err_norm : 1e300;
+    t->ts = (int64_t)time(NULL);
+    if (c->status == SRCH_OK)
+        snprintf(t->detail, sizeof(t->detail),
+                 "p10=%.12g p90=%.12g reps=%d max=%.6g rel=%.6g kpr=%d %s", c->time.p10_ns,
+                 c->time.p90_ns, c->time.reps, isfinite(c->err_max) ? c->err_max : 1e300,
+                 c->time.rel_spread, c->time.kernels_per_rep, c->time.cold ? "cold" : "hot");
+    if (c->status == SRCH_OK && c->retimed) {
+        size_t off = strlen(t->detail);
+        snprintf(t->detail + off, sizeof(t->detail) - off, " rt=%.17g,%.12g,%.12g,%d",
+                 c->rtime.median_ns, c->rtime.p10_ns, c->rtime.p90_ns, c->rtime.reps);
+    } else
+        snprintf(t->detail, sizeof(t->detail), "%s: %.200s", srch_status_str(c->status), c->msg);
+}
+
+static void cand_from_trial(cand *c, const cache_trial *t, double tolerance)
+{
+    c->done = true;
+    c->from_log = true;
+    c->time.median_ns = t->time_ns;
+    c->err_norm = t->error;
+    if (t->status == CACHE_TRIAL_OK) {
+        int reps = 0, kpr = 0;
+        char mode[8] = "hot";
+        double p10 = t->time_ns, p90 = t->time_ns, mx = 0, rel = 0;
+        sscanf(t->detail, "p10=%lg p90=%lg reps=%d max=%lg rel=%lg kpr=%d %7s", &p10, &p90, &reps,
+               &mx, &rel, &kpr, mode);
+        c->time.p10_ns = p10;
+        c->time.p90_ns = p90;
+        c->time.reps = reps;
+        c->time.rel_spread = rel;
+        c->time.kernels_per_rep = kpr;
+        c->time.cold = strcmp(mode, "cold") == 0;
+        const char *rt = strstr(t->detail, " rt=");
+        if (rt) {
+            c->rtime = c->time;
+            c->retimed = sscanf(rt, " rt=%lg,%lg,%lg,%d", &c->rtime.median_ns, &c->rtime.p10_ns,
+                                &c->rtime.p90_ns, &c->rtime.reps) == 4;
+        }
+        c->err_max = mx;
+        c->status = SRCH_OK;
+        if (tolerance > 0 && t->error > tolerance) {
+            /* Logged under a looser tolerance than this job's. */
+            c->status = SRCH_WRONG;
+            snprintf(c->msg, sizeof(c->msg), "error %.3g over this job's tolerance %.3g", t->error,
+                     tolerance);
+        }
+        return;
+    }
+    /* Recover our class from the detail prefix. */
+    c->status = t->status == CACHE_TRIAL_WRONG   ? SRCH_WRONG
+                : t->status == CACHE_TRIAL_FAULT ? SRCH_FAULT
+                : t->status == CACHE_TRIAL_HANG  ? SRCH_HANG
+                                                 : SRCH_COMPILE_ERROR;
+    for (int s = 0; s < SRCH_STATUS_COUNT; s++) {
+        const char *name = srch_status_str((srch_status)s);
+        size_t len = strlen(name);
+        if (strncmp(t->detail, name, len) == 0 && t->detail[len] == ':') {
+            c->status = (srch_status)s;
+            snprintf(c->msg, sizeof(c->msg), "%s", t->detail + len + 2);
+            return;
+        }
+    }
+    snprintf(c->msg, sizeof(c->msg), "%s", t->detail);
+}
+
+/* ---- bookkeeping ---- */
+
+static void report(tune *t, const char *phase)
+{
+    if (phase)
+        t->prog.phase = phase;
+    t->prog.elapsed_s = now_s() - t->t0;
+    if (t->o->progress)
+        t->o->progress(&t->prog, t->o->progress_ctx);
+}
+
+static double best_partition(const tune *t, int *which, bool library_baseline);
+
+static void settle(tune *t, int64_t i)
+{
+    cand *c = &t->c[i];
+    c->done = true;
+    c->queued = false;
+    t->r->trials++;
+    t->prog.trials++;
+    if (c->from_log) {
+        t->r->resumed++;
+        t->prog.resumed++;
+    } else if (c->measured) {
+        t->r->measured++;
+        t->prog.measured++;
+    }
+    if (c->status != SRCH_OK) {
+        t->r->failures[c->status]++;
+        t->prog.failures[c->status]++;
+        char *ex = t->r->failure_example[c->status];
+        if (!ex[0]) {
+            char sched[200];
+            ops_schedule_format(&t->list[i].schedule, sched, sizeof(sched));
+            snprintf(ex, sizeof(t->r->failure_example[0]), "%.100s: %.150s", sched, c->msg);
+        }
+    }
+    int part;
+    t->prog.best_ns = best_partition(t, &part, false);
+    t->prog.baseline_ns = best_partition(t, &part, true);
+    report(t, NULL);
+}
+
+static bool over_budget(tune *t)
+{
+    if (!t->out_of_budget && now_s() >= t->end) {
+        t->out_of_budget = true;
+        t->r->budget_hit = true;
+    }
+    return t->out_of_budget;
+}
+
+/* ---- ranking ---- */
+
+static bool verified(const cand *c)
+{
+    return c->done && c->status == SRCH_OK && c->time.median_ns > 0;
+}
+
+/* The stats a comparison uses: the re-timed ones once picking, for re-timed finalists. */
+static const srch_time_stats *tm(const tune *t, int64_t i)
+{
+    return t->final && t->c[i].retimed ? &t->c[i].rtime : &t->c[i].time;
+}
+
+/* Is a faster than b? Medians within the noise tie, and a tie goes to the earlier candidate in
+ * the cost model's order (list index), so the same measurements always pick the same one. */
+static bool better(const tune *t, int64_t a, int64_t b)
+{
+    const srch_time_stats *x = tm(t, a), *y = tm(t, b);
+    double lo = fmin(x->median_ns, y->median_ns);
+    double noise = fmax(TIE_REL, 2 * fmax(x->rel_spread, y->rel_spread));
+    if (fabs(x->median_ns - y->median_ns) <= lo * noise)
+        return a < b;
+    return x->median_ns < y->median_ns;
+}
+
+/* Best verified candidate of group g (optionally only library ones, or only non-library), or -1.
+ * Within-noise ties are resolved against the fastest: the earliest candidate within the noise
+ * of the fastest wins, which keeps the rule independent of the order candidates were seen. */
+static int64_t group_best(const tune *t, int g, int lib)
+{
+    /* Once finalists were re-timed against each other, the winner is one of them: their
+     * interleaved times are comparable with each other, not with screening times. */
+    bool only_retimed = false;
+    for (int64_t i = t->gstart[g]; i < t->gend[g]; i++) {
+        bool is_lib = t->list[i].schedule.family == OPS_FAM_LIBRARY;
+        only_retimed |= t->final && verified(&t->c[i]) && t->c[i].retimed &&
+                        !(lib == 1 && !is_lib) && !(lib == 0 && is_lib);
+    }
+    int64_t fast = -1;
+    for (int64_t i = t->gstart[g]; i < t->gend[g]; i++) {
+        bool is_lib = t->list[i].schedule.family == OPS_FAM_LIBRARY;
+        if (!verified(&t->c[i]) || (lib == 1 && !is_lib) || (lib == 0 && is_lib) ||
+            (only_retimed && !t->c[i].retimed))
+            continue;
+        if (fast < 0 || tm(t, i)->median_ns < tm(t, fast)->median_ns)
+            fast = i;
+    }
+    if (fast < 0)
+        return -1;
+    for (int64_t i = t->gstart[g]; i < fast; i++) {
+        bool is_lib = t->list[i].schedule.family == OPS_FAM_LIBRARY;
+        if (verified(&t->c[i]) && !(lib == 1 && !is_lib) && !(lib == 0 && is_lib) &&
+            !(only_retimed && !t->c[i].retimed) && better(t, i, fast))
+            return i;
+    }
+    return fast;
+}
+
+/* Up to max verified candidates of group g in winning order. Returns the count. */
+static int group_ranked(const tune *t, int g, int64_t *out, int max)
+{
+    int n = 0;
+    for (int64_t i = t->gstart[g]; i < t->gend[g]; i++) {
+        if (!verified(&t->c[i]))
+            continue;
+        /* insertion into the sorted prefix */
+        int pos = n < max ? n : max;
+        while (pos > 0 && better(t, i, out[pos - 1]))
+            pos--;
+        if (pos >= max)
+            continue;
+        int last = n < max ? n : max - 1;
+        for (int k = last; k > pos; k--)
+            out[k] = out[k - 1];
+        out[pos] = i;
+        if (n < max)
+            n++;
+    }
+    return n;
+}
+
+static bool group_has_library(const tune *t, int g)
+{
+    for (int64_t i = t->gstart[g]; i < t->gend[g]; i++)
+        if (t->list[i].schedule.family == OPS_FAM_LIBRARY)
+            return true;
+    return false;
+}
+
+/* Measured time of partition p: each group's best (with library_baseline, cuBLASLt's best for
+ * groups it can do), plus the gaps. 0 when a group has no verified candidate, or (baseline)
+ * when no group of it has a library candidate. */
+static double partition_time(const tune *t, int p, bool library_baseline)
+{
+    const srch_partition *part = &t->s->partitions[p];
+    double sum = 0;
+    bool any_lib = false;
+    for (int k = 0; k < part->n_groups; k++) {
+        int g = part->groups[k];
+        int64_t b = -1;
+        if (library_baseline && group_has_library(t, g)) {
+            b = group_best(t, g, 1);
+            any_lib = true;
+        } else {
+            b = group_best(t, g, -1);
+        }
+        if (b < 0)
+            return 0;
+        sum += tm(t, b)->median_ns;
+    }
+    if (library_baseline && !any_lib)
+        return 0;
+    return sum + GAP_NS * (part->n_groups - 1);
+}
+
+static double best_partition(const tune *t, int *which, bool library_baseline)
+{
+    double best = 0;
+    *which = -1;
+    for (int p = 0; p < t->s->n_partitions; p++) {
+        double v = partition_time(t, p, library_baseline);
+        if (v > 0 && (best == 0 || v < best)) { /* strict: earlier (cheaper estimate) wins ties */
+            best = v;
+            *which = p;
+        }
+    }
+    return best;
+}
+
+/* ---- evaluation ---- */
+
+static void first_error_line(const char *log, char *buf, size_t len)
+{
+    const char *e = strstr(log, "error");
+    const char *start = e ? e : log;
+    while (e && start > log && start[-1] != '\n')
+        start--;
+    size_t n = strcspn(start, "\n");
+    snprintf(buf, len, "%.*s", (int)(n < len ? n : len - 1), start);
+}
+
+static int fail_cand(tune *t, int64_t i, srch_status st, const char *fmt, ...) KT_PRINTF(4, 5);
+
+static int log_trial(tune *t, int64_t i, kt_err *err)
+{
+    cache_trial tr;
+    trial_from(&t->c[i], &tr);
+    int rc = cache_trial_append(t->cache, &t->key, &tr, err);
+    if (rc < 0)
+        kt_log_err(TAG, "cannot log trial %s: %s", tr.cand, err ? err->msg : "");
+    settle(t, i);
+    return rc;
+}
+
+static int fail_cand(tune *t, int64_t i, srch_status st, const char *fmt, ...)
+{
+    cand *c = &t->c[i];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->msg, sizeof(c->msg), fmt, ap);
+    va_end(ap);
+    c->status = st;
+    ops_emitted_free(&c->em);
+    return log_trial(t, i, NULL);
+}
+
+static int evaluate(tune *t, int64_t i, const void *cubin, size_t cubin_len, kt_err *err)
+{
+    cand *c = &t->c[i];
+    const srch_candidate *sc = &t->list[i];
+    const ops_group *grp = &t->s->groups[sc->group].group;
+    srch_eval_req req;
+    memset(&req, 0, sizeof(req));
+    ops_diag d = {0};
+    if (srch_eval_req_for_group(grp, &c->em, cubin, cubin_len, &req, &d) < 0)
+        return fail_cand(t, i, SRCH_LOAD_ERROR, "cannot build the request: %s", d.msg);
+    if (req.library) {
+        ops_lt_desc lt;
+        if (ops_library_describe(grp, &sc->schedule, &lt, &d) < 0 ||
+            srch_eval_req_set_lt(&req, grp, &lt, &d) < 0) {
+            srch_eval_req_free(&req);
+            return fail_cand(t, i, SRCH_UNAVAILABLE, "%s", d.msg);
+        }
+    }
+    req.id = (uint64_t)i;
+    req.precision = t->o->precision;
+    req.tolerance = t->o->tolerance;
+    req.seeds = defint(t->o->seeds, 3);
+    req.verify = true;
+    req.time = true;
+    req.timing = t->o->timing;
+    srch_eval_result res;
+    int restarts_before = srch_worker_restarts(t->w);
+    int rc = srch_worker_eval(t->w, &req, t->o->deadline_s > 0 ? t->o->deadline_s : 30, &res, err);
+    srch_eval_req_free(&req);
+    if (rc < 0)
+        return rc; /* the worker cannot be restarted: the job cannot go on */
+    c->measured = true;
+    c->seq = ++t->seq;
+    c->restarts_at = srch_worker_restarts(t->w);
+    if (c->restarts_at != restarts_before)
+        c->seq = 0; /* not loaded in the (new) worker: it cannot be re-timed */
+    t->r->restarts = srch_worker_restarts(t->w);
+    c->status = res.status;
+    c->time = res.time;
+    c->err_norm = res.err_norm;
+    c->err_max = res.err_max;
+    snprintf(c->msg, sizeof(c->msg), "%s", res.msg);
+    if (res.status == SRCH_OK && cubin_len) {
+        if ((c->cubin = malloc(cubin_len))) {
+            memcpy(c->cubin, cubin, cubin_len);
+            c->cubin_len = cubin_len;
+        }
+    }
+    ops_emitted_free(&c->em);
+    return log_trial(t, i, NULL);
+}
+
+/* Moves one finished compile from the pool to its candidate (results for candidates no longer
+ * waiting, e.g. left from a batch the budget cut short, are dropped). */
+static int collect_compile(tune *t, kt_err *err)
+{
+    srch_compile_result *cr = calloc(1, sizeof(*cr));
+    kt_err perr = {0};
+    if (!cr)
+        return kt_err_set(err, -ENOMEM, "out of memory");
+    int rc = srch_pool_next(t->pool, cr, &perr);
+    if (rc < 0) {
+        free(cr);
+        return rc == -EAGAIN ? rc : kt_err_set(err, rc, "compile pool: %s", perr.msg);
+    }
+    int64_t i = (int64_t)cr->tag;
+    if (i < 0 || i >= t->n || t->c[i].done || !t->c[i].queued || t->c[i].ready) {
+        srch_compile_result_release(cr);
+        free(cr);
+        return 0;
+    }
+    t->c[i].ready = cr;
+    return 0;
+}
+
+/* Evaluates candidate i once its compile is in (waiting for it: the pool keeps compiling the
+ * rest of the batch meanwhile). */
+static int finish(tune *t, int64_t i, kt_err *err)
+{
+    cand *c = &t->c[i];
+    int rc = 0;
+    while (!c->ready && srch_pool_pending(t->pool) > 0)
+        if ((rc = collect_compile(t, err)) < 0)
+            return rc == -EAGAIN ? 0 : rc;
+    srch_compile_result *cr = c->ready;
+    c->ready = NULL;
+    if (!cr || over_budget(t)) {
+        /* Not measured: it stays untried, so a rerun with more budget picks it up. */
+        c->queued = false;
+        ops_emitted_free(&c->em);
+    } else if (cr->status != SRCH_COMPILE_OK) {
+        char line[240];
+        first_error_line(cr->log ? cr->log : "", line, sizeof(line));
+        rc = fail_cand(t, i, SRCH_COMPILE_ERROR, "%s: %s", srch_status_name(cr->status), line);
+    } else {
+        rc = evaluate(t, i, cr->cubin, cr->cubin_len, err);
+    }
+    if (cr) {
+        srch_compile_result_release(cr);
+        free(cr);
+    }
+    return rc;
+}
+
+/* Evaluates the candidates idx[0..n): those in the trial log are read back, the others emitted
+ * and submitted to the compile pool at once, then measured in batch order (the caller's
+ * priority) as their cubins arrive, so compiling the rest overlaps measuring. */
+static int run_batch(tune *t, const int64_t *idx, int64_t n, kt_err *err)
+{
+    int rc = 0;
+    for (int64_t k = 0; k < n && rc >= 0; k++) {
+        int64_t i = idx[k];
+        cand *c = &t->c[i];
+        if (c->done || c->queued)
+            continue;
+        cache_trial tr;
+        if (cache_trial_get(t->cache, &t->key, c->id, &tr, NULL) == 0) {
+            cand_from_trial(c, &tr, t->o->tolerance);
+            settle(t, i);
+            continue;
+        }
+        if (over_budget(t))
+            break;
+        const srch_candidate *sc = &t->list[i];
+        const ops_family *f = ops_family_get(sc->schedule.family);
+        ops_diag d = {0};
+        if (f->emit(&t->s->groups[sc->group].group, &sc->schedule, &t->dev, &c->em, &d) < 0) {
+            rc = fail_cand(t, i, SRCH_COMPILE_ERROR, "emit: %s", d.msg);
+            continue;
+        }
+        if (c->em.n_kernels == 0) {
+            /* A library candidate: nothing to compile. Measure it now, while the pool
+             * compiles what was submitted before it. */
+            rc = evaluate(t, i, NULL, 0, err);
+            continue;
+        }
+        if (srch_pool_submit(t->pool, c->em.source, (uint64_t)i) < 0)
+            return kt_err_set(err, -ENOMEM, "out of memory queueing a compile");
+        c->queued = true;
+    }
+    for (int64_t k = 0; k < n && rc >= 0; k++)
+        if (t->c[idx[k]].queued)
+            rc = finish(t, idx[k], err);
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- phases ---- */
+
+typedef struct batch {
+    int64_t *idx;
+    int64_t n;
+    size_t cap;
+} batch;
+
+static int batch_add(batch *b, int64_t i)
+{
+    for (int64_t k = 0; k < b->n; k++)
+        if (b->idx[k] == i)
+            return 0;
+    if (kt_grow(&b->idx, &b->cap, (size_t)b->n + 1, sizeof(int64_t)) < 0)
+        return -ENOMEM;
+    b->idx[b->n++] = i;
+    return 0;
+}
+
+/* Round A for group g: the cost model's pick and every library candidate. */
+static int add_first(tune *t, batch *b, int g)
+{
+    int rc = 0;
+    if (t->gstart[g] < t->gend[g])
+        rc = batch_add(b, t->gstart[g]);
+    for (int64_t i = t->gstart[g]; i < t->gend[g] && rc == 0; i++)
+        if (t->list[i].schedule.family == OPS_FAM_LIBRARY)
+            rc = batch_add(b, i);
+    return rc;
+}
+
+/* Round B for group g: the top of its list and a spread over its families. */
+static int add_screen(tune *t, batch *b, int g)
+{
+    int64_t n = t->gend[g] - t->gstart[g];
+    int top = defint(t->o->screen_top, 4), spread = defint(t->o->screen_spread, 6);
+    int rc = 0;
+    for (int64_t k = 0; k < n && k < top && rc == 0; k++)
+        rc = batch_add(b, t->gstart[g] + k);
+    int64_t *pick = malloc((size_t)spread * sizeof(int64_t));
+    if (!pick)
+        return -ENOMEM;
+    int64_t np = srch_spread(t->list + t->gstart[g], n, t->s, spread, pick);
+    for (int64_t k = 0; k < np && rc == 0; k++)
+        rc = batch_add(b, t->gstart[g] + pick[k]);
+    free(pick);
+    return rc;
+}
+
+/* The list index of schedule s in group g, or -1 when it is not a kept candidate. */
+static int64_t find_schedule(const tune *t, int g, const ops_schedule *s)
+{
+    int nk = ops_family_get(s->family)->n_knobs;
+    for (int64_t i = t->gstart[g]; i < t->gend[g]; i++) {
+        const ops_schedule *x = &t->list[i].schedule;
+        if (x->family == s->family && memcmp(x->v, s->v, (size_t)nk * sizeof(int)) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* Neighbours of candidate i: one knob moved one step along its value list. */
+static int add_neighbours(tune *t, batch *b, int64_t i)
+{
+    const srch_candidate *sc = &t->list[i];
+    const ops_family *f = ops_family_get(sc->schedule.family);
+    for (int k = 0; k < f->n_knobs; k++) {
+        const ops_knob *kn = &f->knobs[k];
+        int at = -1;
+        for (int v = 0; v < kn->n_values; v++)
+            if (kn->values[v] == sc->schedule.v[k])
+                at = v;
+        for (int step = -1; step <= 1 && at >= 0; step += 2) {
+            int v = at + step;
+            if (v < 0 || v >= kn->n_values)
+                continue;
+            ops_schedule s = sc->schedule;
+            s.v[k] = kn->values[v];
+            int64_t j = find_schedule(t, sc->group, &s);
+            if (j >= 0 && !t->c[j].done && batch_add(b, j) < 0)
+                return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+static int screen(tune *t, kt_err *err)
+{
+    batch b = {0};
+    int rc = 0;
+    report(t, "screen");
+    int parts = t->s->n_partitions < ROUND_A_PARTS ? t->s->n_partitions : ROUND_A_PARTS;
+    for (int p = 0; p < parts && rc == 0; p++)
+        for (int k = 0; k < t->s->partitions[p].n_groups && rc == 0; k++)
+            rc = add_first(t, &b, t->s->partitions[p].groups[k]);
+    if (rc == 0)
+        rc = run_batch(t, b.idx, b.n, err);
+    /* A group whose pick failed gets the next of its list, a few times, so that one bad
+     * candidate (a fault, a wrong kernel) does not take its partitions out of the race. */
+    for (int retry = 0; retry < ROUND_A_RETRIES && rc == 0 && !over_budget(t); retry++) {
+        b.n = 0;
+        for (int p = 0; p < parts && rc == 0; p++)
+            for (int k = 0; k < t->s->partitions[p].n_groups && rc == 0; k++) {
+                int g = t->s->partitions[p].groups[k];
+                if (group_best(t, g, -1) >= 0)
+                    continue;
+                for (int64_t i = t->gstart[g]; i < t->gend[g]; i++)
+                    if (!t->c[i].done) {
+                        rc = batch_add(&b, i);
+                        break;
+                    }
+            }
+        if (b.n == 0)
+            break;
+        if (rc == 0)
+            rc = run_batch(t, b.idx, b.n, err);
+    }
+    b.n = 0;
+    /* Round B: the groups of the best measured partitions (by estimate where none measured). */
+    int want = defint(t->o->screen_parts, 3), taken = 0;
+    bool *used = calloc((size_t)t->s->n_partitions, sizeof(bool));
+    if (!used)
+        rc = -ENOMEM;
+    while (rc == 0 && taken < want && taken < t->s->n_partitions) {
+        int pick = -1;
+        double best = 0;
+        for (int p = 0; p < t->s->n_partitions; p++) {
+            double v = used[p] ? 0 : partition_time(t, p, false);
+            if (v > 0 && (pick < 0 || v < best)) {
+                pick = p;
+                best = v;
+            }
+        }
+        for (int p = 0; pick < 0 && p < t->s->n_partitions; p++)
+            if (!used[p])
+                pick = p;
+        if (pick < 0)
+            break;
+        used[pick] = true;
+        taken++;
+        for (int k = 0; k < t->s->partitions[pick].n_groups && rc == 0; k++)
+            rc = add_screen(t, &b, t->s->partitions[pick].groups[k]);
+    }
+    free(used);
+    if (rc == 0)
+        rc = run_batch(t, b.idx, b.n, err);
+    else if (rc == -ENOMEM)
+        kt_err_set(err, rc, "out of memory planning the screen");
+    free(b.idx);
+    return rc;
+}
+
+/* Local search around the best candidates of the leading partition's groups, until a round
+ * improves nothing (converged) or the budget is spent. */
+static int refine(tune *t, kt_err *err)
+{
+    int rounds = defint(t->o->refine_rounds, 4), nbest = defint(t->o->refine_best, 2);
+    report(t, "refine");
+    int rc = 0;
+    for (int round = 0; round < rounds && rc == 0 && !over_budget(t); round++) {
+        int p;
+        double before = best_partition(t, &p, false);
+        if (p < 0)
+            break;
+        batch b = {0};
+        const srch_partition *part = &t->s->partitions[p];
+        for (int k = 0; k < part->n_groups && rc == 0; k++) {
+            int64_t top[8];
+            int n = group_ranked(t, part->groups[k], top, nbest < 8 ? nbest : 8);
+            for (int j = 0; j < n && rc == 0; j++)
+                if (t->list[top[j]].schedule.family != OPS_FAM_LIBRARY)
+                    rc = add_neighbours(t, &b, top[j]);
+        }
+        if (rc == -ENOMEM)
+            rc = kt_err_set(err, rc, "out of memory planning the refinement");
+        if (rc == 0 && b.n == 0) {
+            free(b.idx);
+            break; /* every neighbour already tried: converged */
+        }
+        if (rc == 0)
+            rc = run_batch(t, b.idx, b.n, err);
+        free(b.idx);
+        double after = best_partition(t, &p, false);
+        if (rc == 0 && after >= before)
+            break; /* nothing better: converged */
+    }
+    return rc;
+}
+
+/* Re-times the finalists of each group of the leading partition against each other. Only
+ * candidates the current worker still holds can be re-timed (evaluated since its last restart,
+ * among its last WORKER_LOADED); others keep their screening times. */
+static int retime(tune *t, kt_err *err)
+{
+    int p;
+    if (best_partition(t, &p, false) <= 0)
+        return 0;
+    report(t, "retime");
+    int nfin = defint(t->o->finalists, 4), rounds = defint(t->o->retime_rounds, 5);
+    if (nfin > 16)
+        nfin = 16;
+    const srch_partition *part = &t->s->partitions[p];
+    int restarts = srch_worker_restarts(t->w);
+    for (int k = 0; k < part->n_groups && !over_budget(t); k++) {
+        int64_t top[16], ids_i[16];
+        uint64_t ids[16];
+        int n = group_ranked(t, part->groups[k], top, nfin), m = 0;
+        for (int j = 0; j < n; j++) {
+            const cand *c = &t->c[top[j]];
+            if (c->seq && c->restarts_at == restarts && t->seq - c->seq < WORKER_LOADED) {
+                ids_i[m] = top[j];
+                ids[m++] = (uint64_t)top[j];
+            }
+        }
+        if (m < 2)
+            continue;
+        srch_time_stats st[16];
+        kt_err rerr = {0};
+        double deadline = (t->o->deadline_s > 0 ? t->o->deadline_s : 30) * m;
+        int rc = srch_worker_retime(t->w, ids, m, rounds, t->o->timing.cold, deadline, st, &rerr);
+        if (rc < 0) {
+            kt_log_warn(TAG, "re-timing the finalists failed (%s); keeping screening times",
+                        rerr.msg);
+            if (srch_worker_restarts(t->w) != restarts && rerr.code != -ETIMEDOUT &&
+                rerr.code != -EIO)
+                return kt_err_set(err, rc, "%s", rerr.msg);
+            return 0;
+        }
+        for (int j = 0; j < m; j++) {
+            cand *c = &t->c[ids_i[j]];
+            c->rtime = st[j];
+            c->rtime.kernels_per_rep = c->time.kernels_per_rep;
+            if (c->rtime.reps > 0 && c->rtime.median_ns > 0)
+                c->rtime.rel_spread =
+                    (c->rtime.p90_ns - c->rtime.p10_ns) / c->rtime.median_ns / sqrt(c->rtime.reps);
+            c->retimed = true;
+            cache_trial tr;
+            trial_from(c, &tr);
+            if (cache_trial_append(t->cache, &t->key, &tr, err) < 0)
+                return err ? err->code : -EIO;
+        }
+    }
+    return 0;
+}
+
+/* ---- the record ---- */
+
+static void group_text(const ops_group *grp, char *buf, size_t len)
+{
+    const ops_graph *g = grp->g;
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < grp->n_nodes && off + 1 < len; k++) {
+        const ops_node *nd = &g->nodes[grp->nodes[k]];
+        int w = snprintf(buf + off, len - off, "%s%s = %s(", k ? "; " : "",
+                         g->tensors[nd->out].name, ops_op_info_get(nd->op)->name);
+        if (w < 0 || (size_t)w >= len - off)
+            break;
+        off += (size_t)w;
+        for (int j = 0; j < nd->n_in && off + 1 < len; j++) {
+            if (nd->in[j].tensor == OPS_SCALAR)
+                w = snprintf(buf + off, len - off, "%s%g", j ? ", " : "", nd->in[j].scalar);
+            else
+                w = snprintf(buf + off, len - off, "%s%s", j ? ", " : "",
+                             g->tensors[nd->in[j].tensor].name);
+            if (w < 0 || (size_t)w >= len - off)
+                break;
+            off += (size_t)w;
+        }
+        if (off + 1 < len) {
+            buf[off++] = ')';
+            buf[off] = '\0';
+        }
+    }
+}
+
+/* Emits (and if need be compiles: a store hit, or the cubin kept from the evaluation) the
+ * candidate for its record. */
+static int materialise(tune *t, int64_t i, ops_emitted *em, void **cubin, size_t *cubin_len,
+                       kt_err *err)
+{
+    const srch_candidate *sc = &t->list[i];
+    ops_diag d = {0};
+    memset(em, 0, sizeof(*em));
+    *cubin = NULL;
+    *cubin_len = 0;
+    if (ops_family_get(sc->schedule.family)
+            ->emit(&t->s->groups[sc->group].group, &sc->schedule, &t->dev, em, &d) < 0)
+        return kt_err_set(err, -EINVAL, "emit for the record: %s", d.msg);
+    if (em->n_kernels == 0)
+        return 0;
+    if (t->c[i].cubin) {
+        if (!(*cubin = malloc(t->c[i].cubin_len)))
+            return kt_err_set(err, -ENOMEM, "out of memory");
+        memcpy(*cubin, t->c[i].cubin, t->c[i].cubin_len);
+        *cubin_len = t->c[i].cubin_len;
+        return 0;
+    }
+    /* Resumed from the log: compile again (the pool's store makes this a lookup). Results of
+     * earlier batches still in flight are drained first. */
+    while (srch_pool_pending(t->pool) > 0) {
+        srch_compile_result cr = {0};
+        if (srch_pool_next(t->pool, &cr, NULL) < 0)
+            break;
+        srch_compile_result_release(&cr);
+    }
+    if (srch_pool_submit(t->pool, em->source, (uint64_t)i) < 0)
+        return kt_err_set(err, -ENOMEM, "out of memory");
+    srch_compile_result cr = {0};
+    kt_err perr = {0};
+    int rc = srch_pool_next(t->pool, &cr, &perr);
+    if (rc < 0)
+        return kt_err_set(err, rc, "compile for the record: %s", perr.msg);
+    if (cr.status != SRCH_COMPILE_OK) {
+        srch_compile_result_release(&cr);
+        return kt_err_set(err, -EIO, "compile for the record failed");
+    }
+    *cubin = cr.cubin;
+    *cubin_len = cr.cubin_len;
+    cr.cubin = NULL;
+    srch_compile_result_release(&cr);
+    return 0;
+}
+
+/* Where each tensor of the graph lives for the record: graph inputs and outputs by canonical
+ * index, intermediates in their own 256-byte-aligned workspace slot. */
+typedef struct io_map {
+    int *in_rank, *out_rank;
+    uint64_t *slot; /* per tensor: workspace offset of an intermediate, UINT64_MAX otherwise */
+    uint64_t ws;    /* bytes of the intermediate slots */
+    int n_inputs;
+} io_map;
+
+static int io_map_build(const tune *t, const srch_partition *part, io_map *m, kt_err *err)
+{
+    const ops_graph *g = t->s->g;
+    memset(m, 0, sizeof(*m));
+    while (m->n_inputs < g->n_tensors && g->tensors[m->n_inputs].producer < 0)
+        m->n_inputs++;
+    m->in_rank = calloc((size_t)m->n_inputs + 1, sizeof(int));
+    m->out_rank = calloc((size_t)g->n_outputs + 1, sizeof(int));
+    m->slot = malloc((size_t)g->n_tensors * sizeof(uint64_t));
+    if (!m->in_rank || !m->out_rank || !m->slot)
+        return kt_err_set(err, -ENOMEM, "out of memory");
+    ops_diag d = {0};
+    if (ops_graph_canonical_io(g, m->in_rank, m->out_rank, &d) < 0)
+        return kt_err_set(err, -EINVAL, "canonical io: %s", d.msg);
+    for (int i = 0; i < g->n_tensors; i++)
+        m->slot[i] = UINT64_MAX;
+    for (int k = 0; k < part->n_intermediates; k++) {
+        const ops_tensor *x = &g->tensors[part->intermediates[k]];
+        uint64_t bytes = (uint64_t)ops_shape_numel(&x->shape) * ops_dtype_size(x->dtype);
+        m->slot[part->intermediates[k]] = m->ws;
+        m->ws += (bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+    }
+    return 0;
+}
+
+static void io_map_free(io_map *m)
+{
+    free(m->in_rank);
+    free(m->out_rank);
+    free(m->slot);
+}
+
+static int map_arg(const tune *t, const io_map *m, const ops_arg *a, uint64_t ws_base,
+                   cache_arg *out, kt_err *err)
+{
+    const ops_graph *g = t->s->g;
+    memset(out, 0, sizeof(*out));
+    if (a->kind == OPS_ARG_WORKSPACE) {
+        out->kind = CACHE_ARG_WORKSPACE;
+        out->offset = ws_base + (uint64_t)a->offset;
+        return 0;
+    }
+    if (a->tensor < 0 || a->tensor >= g->n_tensors)
+        return kt_err_set(err, -EINVAL, "argument tensor %d out of range", a->tensor);
+    if (a->tensor < m->n_inputs) {
+        out->kind = CACHE_ARG_INPUT;
+        out->index = m->in_rank[a->tensor];
+        return 0;
+    }
+    for (int j = 0; j < g->n_outputs; j++)
+        if (g->outputs[j] == a->tensor) {
+            out->kind = CACHE_ARG_OUTPUT;
+            out->index = m->out_rank[j];
+            return 0;
+        }
+    if (m->slot[a->tensor] == UINT64_MAX)
+        return kt_err_set(err, -EINVAL, "tensor %s is neither graph I/O nor an intermediate",
+                          g->tensors[a->tensor].name);
+    out->kind = CACHE_ARG_WORKSPACE;
+    out->offset = m->slot[a->tensor];
+    return 0;
+}
+
+/* Appends the kernels of one emitted group to rec, renaming entries with suffix (for combined
+ * multi-group modules). */
+static int add_kernels(const tune *t, const io_map *m, const ops_emitted *em, uint64_t ws_base,
+                       const char *suffix, const ops_lt_desc *lt, cache_record *rec, kt_err *err)
+{
+    int n = em->n_kernels ? em->n_kernels : 1;
+    cache_kernel *k = realloc(rec->kernels, (size_t)(rec->n_kernels + n) * sizeof(*k));
+    if (!k)
+        return kt_err_set(err, -ENOMEM, "out of memory");
+    rec->kernels = k;
+    k += rec->n_kernels;
+    memset(k, 0, (size_t)n * sizeof(*k));
+    rec->n_kernels += n;
+    if (!em->n_kernels) {
+        /* A cuBLASLt call: one pseudo-launch named "cublasLtMatmul" whose arguments are A, B,
+         * C (= D) and, with a bias epilogue, the bias, as graph I/O; the runtime rebuilds the
+         * call from the graph and the schedule (ops_library_describe). */
+        int32_t ts[4] = {lt->a_tensor, lt->b_tensor, lt->c_tensor, lt->bias_tensor};
+        k->entry = kt_strdup("cublasLtMatmul");
+        k->args = calloc(4, sizeof(cache_arg));
+        if (!k->entry || !k->args)
+            return kt_err_set(err, -ENOMEM, "out of memory");
+        for (int j = 0; j < 4; j++) {
+            if (ts[j] < 0)
+                continue;
+            ops_arg a = {.kind = OPS_ARG_TENSOR, .tensor = ts[j]};
+            int rc = map_arg(t, m, &a, ws_base, &k->args[k->n_args++], err);
+            if (rc < 0)
+                return rc;
+        }
+        return 0;
+    }
+    for (int i = 0; i < em->n_kernels; i++) {
+        const ops_kernel_launch *l = &em->kernels[i];
+        char name[128];
+        snprintf(name, sizeof(name), "%s%s", l->entry, suffix);
+        k[i].entry = kt_strdup(name);
+        k[i].args = calloc((size_t)l->n_args + 1, sizeof(cache_arg));
+        if (!k[i].entry || !k[i].args)
+            return kt_err_set(err, -ENOMEM, "out of memory");
+        memcpy(k[i].grid, l->grid, sizeof(k[i].grid));
+        memcpy(k[i].block, l->block, sizeof(k[i].block));
+        k[i].smem_bytes = l->smem_bytes;
+        for (int j = 0; j < l->n_args; j++) {
+            int rc = map_arg(t, m, &l->args[j], ws_base, &k[i].args[j], err);
+            if (rc < 0)
+                return rc;
+            k[i].n_args++;
+        }
+    }
+    return 0;
+}
+
+static int nvrtc_version(void)
+{
+    int major = 0, minor = 0;
+    if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
+        return 0;
+    return major * 1000 + minor * 10;
+}
+
+/* Replaces every occurrence of word in src (appending to b). */
+static void replace_all(kt_buf *b, const char *src, size_t len, const char *word, const char *with)
+{
+    size_t wl = strlen(word);
+    size_t i = 0;
+    while (i < len) {
+        const char *hit = wl ? strstr(src + i, word) : NULL;
+        if (!hit || (size_t)(hit - src) >= len) {
+            kt_buf_printf(b, "%.*s", (int)(len - i), src + i);
+            break;
+        }
+        kt_buf_printf(b, "%.*s%s", (int)(hit - (src + i)), src + i, with);
+        i = (size_t)(hit - src) + wl;
+    }
+}
+
+#define PRELUDE_END "/* ---- end of prelude ---- */"
+
+/* Fills rec for candidate list indices cand[0..n) forming partition part (one per group, in
+ * launch order). One group: its source and cubin as they are. Several: one module, the prelude
+ * once and each group's code in a namespace with its entries renamed "<entry>_g<k>", compiled
+ * through the pool. */
+static int build_record(tune *t, const srch_partition *part, const int64_t *ci, int n,
+                        cache_record *rec, kt_err *err)
+{
+    io_map m;
+    int rc = io_map_build(t, part, &m, err);
+    ops_emitted em[OPS_GROUP_MAX_NODES];
+    void *cubins[OPS_GROUP_MAX_NODES] = {0};
+    size_t cubin_lens[OPS_GROUP_MAX_NODES] = {0};
+    int n_em = 0;
+    kt_buf src = {0};
+    memset(em, 0, sizeof(em));
+    if (rc < 0)
+        goto out;
+    for (int k = 0; k < n; k++) {
+        if ((rc = materialise(t, ci[k], &em[k], &cubins[k], &cubin_lens[k], err)) < 0)
+            goto out;
+        n_em++;
+        if (n > 1 && em[k].n_kernels == 0) {
+            rc = kt_err_set(err, -ENOTSUP,
+                            "a partition mixing a cuBLASLt call with other kernels has no "
+                            "single-module record yet");
+            goto out;
+        }
+    }
+    uint64_t ws = m.ws;
+    for (int k = 0; k < n; k++) {
+        const srch_candidate *sc = &t->list[ci[k]];
+        ops_lt_desc lt = {0};
+        ops_diag d = {0};
+        if (em[k].n_kernels == 0 &&
+            ops_library_describe(&t->s->groups[sc->group].group, &sc->schedule, &lt, &d) < 0) {
+            rc = kt_err_set(err, -EINVAL, "library record: %s", d.msg);
+            goto out;
+        }
+        char suffix[16] = "";
+        if (n > 1)
+            snprintf(suffix, sizeof(suffix), "_g%d", k);
+        if ((rc = add_kernels(t, &m, &em[k], ws, suffix, &lt, rec, err)) < 0)
+            goto out;
+        int64_t own = em[k].n_kernels ? em[k].workspace_bytes : lt.workspace_bytes;
+        ws += (uint64_t)(own + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+    }
+    rec->workspace_bytes = ws;
+    if (n == 1) {
+        rec->source = em[0].source;
+        em[0].source = NULL;
+        rec->cubin = cubins[0];
+        cubins[0] = NULL;
+        rec->cubin_len = cubin_lens[0];
+    } else {
+        kt_buf_printf(&src,
+                      "/*\n * ktune partition: %d kernels in one module, launched in "
+                      "order\n */\n",
+                      n);
+        for (int k = 0; k < n; k++) {
+            const char *s = em[k].source;
+            const char *pre = strstr(s, "/* ---- ktune prelude");
+            const char *end = strstr(s, PRELUDE_END);
+            if (!pre || !end) {
+                rc = kt_err_set(err, -ENOTSUP, "group source without the prelude markers");
+                goto out;
+            }
+            end += strlen(PRELUDE_END);
+            kt_buf_printf(&src, "%.*s", (int)(pre - s), s); /* the group's header comment */
+            if (k == 0)
+                kt_buf_printf(&src, "%.*s\n", (int)(end - pre), pre);
+            kt_buf_printf(&src, "namespace ktune_g%d {\n", k);
+            /* Entry names are unique within a group source; rename each one. */
+            kt_buf body = {0};
+            kt_buf_printf(&body, "%s", end);
+            for (int j = 0; j < em[k].n_kernels; j++) {
+                char with[96];
+                snprintf(with, sizeof(with), "%s_g%d", em[k].kernels[j].entry, k);
+                kt_buf next = {0};
+                replace_all(&next, body.data ? body.data : "", body.len, em[k].kernels[j].entry,
+                            with);
+                kt_buf_free(&body);
+                body = next;
+            }
+            kt_buf_printf(&src, "%s\n} /* namespace ktune_g%d */\n", body.data ? body.data : "", k);
+            kt_buf_free(&body);
+        }
+        if ((rc = kt_buf_status(&src)) < 0) {
+            kt_err_set(err, rc, "out of memory");
+            goto out;
+        }
+        rec->source_len = src.len;
+        rec->source = kt_buf_take(&src);
+        if (srch_pool_submit(t->pool, rec->source, UINT64_MAX) < 0) {
+            rc = kt_err_set(err, -ENOMEM, "out of memory");
+            goto out;
+        }
+        srch_compile_result cr = {0};
+        kt_err perr = {0};
+        for (;;) {
+            if ((rc = srch_pool_next(t->pool, &cr, &perr)) < 0) {
+                kt_err_set(err, rc, "compiling the partition module: %s", perr.msg);
+                goto out;
+            }
+            if (cr.tag == UINT64_MAX)
+                break;
+            srch_compile_result_release(&cr);
+        }
+        if (cr.status != SRCH_COMPILE_OK) {
+            char line[200];
+            first_error_line(cr.log ? cr.log : "", line, sizeof(line));
+            srch_compile_result_release(&cr);
+            rc = kt_err_set(err, -EIO, "the partition module does not compile: %s", line);
+            goto out;
+        }
+        rec->cubin = cr.cubin;
+        rec->cubin_len = cr.cubin_len;
+        cr.cubin = NULL;
+        srch_compile_result_release(&cr);
+    }
+    if (rec->source && !rec->source_len)
+        rec->source_len = strlen(rec->source);
+out:
+    kt_buf_free(&src);
+    for (int k = 0; k < n_em; k++) {
+        ops_emitted_free(&em[k]);
+        free(cubins[k]);
+    }
+    io_map_free(&m);
+    return rc;
+}
+
+/* The rank the cache holds a record of rec's family and schedule at, or -1. */
+static int cached_rank(tune *t, const cache_record *rec)
+{
+    for (int rank = 0; rank <= 32; rank++) {
+        cache_record x;
+        cache_record_init(&x);
+        int rc = cache_get(t->cache, &t->key, rank, &x, NULL);
+        bool same = rc == 0 && x.family && x.schedule && strcmp(x.family, rec->family) == 0 &&
+                    strcmp(x.schedule, rec->schedule) == 0;
+        cache_record_free(&x);
+        if (same)
+            return rank;
+        if (rc == -ENOENT)
+            break;
+    }
+    return -1;
+}
+
+/* Puts the winning partition, and for a one-group winner its runner-ups, into the cache. */
+static int record(tune *t, int p, kt_err *err)
+{
+    const srch_partition *part = &t->s->partitions[p];
+    srch_tune_result *r = t->r;
+    int nrec = 1;
+    int64_t ranked[33];
+    int64_t ci[OPS_GROUP_MAX_NODES];
+    report(t, "record");
+    if (part->n_groups == 1) {
+        /* The winner first (group_best's rule), then the others in ranking order. */
+        int64_t all[2 * (1 + CACHE_RUNNER_UPS)], best = group_best(t, part->groups[0], -1);
+        int m = group_ranked(t, part->groups[0], all, 2 * (1 + CACHE_RUNNER_UPS));
+        nrec = 0;
+        ranked[nrec++] = best;
+        for (int j = 0; j < m && nrec < 1 + CACHE_RUNNER_UPS; j++)
+            /* Runner-ups: times comparable with the winner's, and none faster than it (a
+             * within-noise tie lost to the cost model's order), so the cache, which ranks by
+             * time alone, keeps the winner at rank 0. */
+            if (all[j] != best && (!t->c[best].retimed || t->c[all[j]].retimed) &&
+                tm(t, all[j])->median_ns >= tm(t, best)->median_ns)
+                ranked[nrec++] = all[j];
+    }
+    for (int k = 0; k < part->n_groups; k++)
+        ci[k] = group_best(t, part->groups[k], -1);
+    int rc = 0;
+    for (int q = 0; q < nrec; q++) {
+        if (part->n_groups == 1)
+            ci[0] = ranked[q];
+        cache_record rec;
+        cache_record_init(&rec);
+        rec.key = t->key;
+        rec.graph_name = kt_strdup(t->s->g->name ? t->s->g->name : "");
+        kt_err rerr = {0};
+        rc = build_record(t, part, ci, part->n_groups, &rec, &rerr);
+        if (rc < 0) {
+            cache_record_free(&rec);
+            if (q == 0) {
+                snprintf(r->record_note, sizeof(r->record_note), "%.255s", rerr.msg);
+                kt_log_warn(TAG, "no cache record: %s", rerr.msg);
+            }
+            rc = 0;
+            continue;
+        }
+        double med = 0, p10 = 0, p90 = 0, en = 0, em = 0, base = 0;
+        uint32_t reps = UINT32_MAX;
+        bool cold = false;
+        for (int k = 0; k < part->n_groups; k++) {
+            const cand *c = &t->c[ci[k]];
+            const srch_time_stats *ts = tm(t, ci[k]);
+            med += ts->median_ns;
+            p10 += ts->p10_ns;
+            p90 += ts->p90_ns;
+            en = fmax(en, c->err_norm);
+            em = fmax(em, c->err_max);
+            if ((uint32_t)ts->reps < reps)
+                reps = (uint32_t)ts->reps;
+            cold |= ts->cold;
+            int64_t lib = group_best(t, part->groups[k], 1);
+            base += lib >= 0 ? tm(t, lib)->median_ns : 0;
+        }
+        double gaps = GAP_NS * (part->n_groups - 1);
+        const srch_candidate *sc0 = &t->list[ci[0]];
+        char sched[512];
+        if (part->n_groups == 1) {
+            ops_schedule_format(&sc0->schedule, sched, sizeof(sched));
+            rec.family = kt_strdup(ops_family_get(sc0->schedule.family)->name);
+        } else {
+            size_t off = 0;
+            sched[0] = '\0';
+            for (int k = 0; k < part->n_groups && off < sizeof(sched); k++) {
+                char one[256];
+                ops_schedule_format(&t->list[ci[k]].schedule, one, sizeof(one));
+                off +=
+                    (size_t)snprintf(sched + off, sizeof(sched) - off, "%s%s", k ? " | " : "", one);
+            }
+            rec.family = kt_strdup("partition");
+        }
+        rec.schedule = kt_strdup(sched);
+        rec.time_ns = med + gaps;
+        rec.time_p10_ns = p10 + gaps;
+        rec.time_p90_ns = p90 + gaps;
+        rec.timing = cold ? CACHE_TIMING_COLD : CACHE_TIMING_HOT;
+        rec.reps = reps == UINT32_MAX ? 0 : reps;
+        rec.verified = true;
+        rec.err_norm = en;
+        rec.err_max = em;
+        rec.tolerance = t->o->tolerance > 0 ? t->o->tolerance : 0;
+        rec.cublaslt_ns = base;
+        rec.naive_ns = 0;
+        rec.ktune_version = kt_strdup(KTUNE_VERSION);
+        rec.nvrtc_version = nvrtc_version();
+        rec.created = (int64_t)time(NULL);
+        int rank = -1;
+        if (!rec.family || !rec.schedule || !rec.ktune_version || !rec.graph_name) {
+            cache_record_free(&rec);
+            return kt_err_set(err, -ENOMEM, "out of memory");
+        }
+        rc = cache_put(t->cache, &rec, &rank, err);
+        if (rc == 0 && rank < 0)
+            rank = cached_rank(t, &rec); /* already there from an earlier run of the job */
+        cache_record_free(&rec);
+        if (rc < 0)
+            return rc;
+        r->records++;
+        if (q == 0)
+            r->rank = rank;
+    }
+    return rc;
+}
+
+/* ---- the job ---- */
+
+static void fill_result(tune *t)
+{
+    srch_tune_result *r = t->r;
+    int p;
+    double best = best_partition(t, &p, false);
+    r->baseline_ns = best_partition(t, &(int){0}, true);
+    if (best <= 0)
+        return;
+    const srch_partition *part = &t->s->partitions[p];
+    r->found = true;
+    r->n_picks = part->n_groups;
+    double gaps = GAP_NS * (part->n_groups - 1);
+    r->time_ns = best;
+    r->p10_ns = r->p90_ns = gaps;
+    for (int k = 0; k < part->n_groups; k++) {
+        srch_tune_pick *pk = &r->picks[k];
+        int g = part->groups[k];
+        int64_t i = group_best(t, g, -1), lib = group_best(t, g, 1);
+        const cand *c = &t->c[i];
+        pk->group = g;
+        group_text(&t->s->groups[g].group, pk->nodes, sizeof(pk->nodes));
+        pk->family = t->list[i].schedule.family;
+        ops_schedule_format(&t->list[i].schedule, pk->schedule, sizeof(pk->schedule));
+        snprintf(pk->cand, sizeof(pk->cand), "%s", c->id);
+        pk->time = *tm(t, i);
+        pk->err_norm = c->err_norm;
+        pk->err_max = c->err_max;
+        pk->retimed = c->retimed;
+        pk->baseline_ns = lib >= 0 ? tm(t, lib)->median_ns : 0;
+        r->p10_ns += pk->time.p10_ns;
+        r->p90_ns += pk->time.p90_ns;
+        r->err_norm = fmax(r->err_norm, c->err_norm);
+    }
+    r->speedup = r->baseline_ns > 0 ? r->baseline_ns / r->time_ns : 0;
+}
+
+static int make_key(const ops_graph *g, const ops_binding *b, int n, ops_precision prec,
+                    cache_key *key, kt_err *err)
+{
+    memset(key, 0, sizeof(*key));
+    ops_diag d = {0};
+    if (ops_graph_signature(g, key->sig, &d) < 0)
+        return kt_err_set(err, -EINVAL, "%s", d.msg);
+    if (n > CACHE_MAX_SHAPES)
+        return kt_err_set(err, -EINVAL, "more than %d bound shapes", CACHE_MAX_SHAPES);
+    for (int i = 0; i < n; i++) {
+        if (strlen(b[i].name) >= CACHE_SYM_NAME_MAX)
+            return kt_err_set(err, -EINVAL, "symbol name %s too long", b[i].name);
+        snprintf(key->shapes[i].name, sizeof(key->shapes[i].name), "%s", b[i].name);
+        key->shapes[i].value = b[i].value;
+    }
+    key->n_shapes = n;
+    key->precision = prec;
+    return 0;
+}
+
+int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
+              const srch_tune_opts *opts, srch_tune_result *out, kt_err *err)
+{
+    if (!g || (n && !b) || !cache || !opts || !out)
+        return kt_err_set(err, -EINVAL, "srch_tune: bad arguments");
+    memset(out, 0, sizeof(*out));
+    out->rank = -1;
+    tune t = {.o = opts, .r = out, .cache = cache};
+    t.t0 = now_s();
+    t.end = t.t0 + (opts->budget_s > 0 ? opts->budget_s : 60);
+    ops_graph *bound = NULL;
+    ops_diag d = {0};
+    int rc = 0;
+    if ((rc = ops_graph_bind(g, b, n, &bound, &d)) < 0) {
+        rc = kt_err_set(err, rc, "%s", d.msg);
+        goto out;
+    }
+    const char *unbound = ops_graph_first_unbound(bound);
+    if (unbound) {
+        rc = kt_err_set(err, -EINVAL, "dimension %s is not bound: pass --shape %s=VALUE", unbound,
+                        unbound);
+        goto out;
+    }
+    if ((rc = make_key(g, b, n, opts->precision, &t.key, err)) < 0)
+        goto out;
+    memcpy(out->sig, t.key.sig, sizeof(out->sig));
+    /* The worker first: the device it reads decides the space (and the cache key's GPU). */
+    srch_worker_opts wo = {.exe = opts->worker_exe, .gpu = opts->gpu};
+    if ((rc = srch_worker_start(&wo, &t.w, &t.dev, &t.key.gpu, err)) < 0)
+        goto out;
+    out->gpu = t.key.gpu;
+    if ((rc = srch_space_build(bound, &t.dev, opts->precision, &t.s, &d)) < 0) {
+        rc = kt_err_set(err, rc, "%s", d.msg);
+        goto out;
+    }
+    if ((rc = srch_space_candidates(t.s, &t.list, &t.n)) < 0) {
+        rc = kt_err_set(err, rc, "out of memory listing candidates");
+        goto out;
+    }
+    t.c = calloc((size_t)t.n + 1, sizeof(cand));
+    t.gstart = calloc((size_t)t.s->n_groups + 1, sizeof(int64_t));
+    t.gend = calloc((size_t)t.s->n_groups + 1, sizeof(int64_t));
+    if (!t.c || !t.gstart || !t.gend) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int gi = 0; gi < t.s->n_groups; gi++)
+        t.gstart[gi] = t.gend[gi] = 0;
+    for (int64_t i = t.n - 1; i >= 0; i--)
+        t.gstart[t.list[i].group] = i;
+    for (int64_t i = 0; i < t.n; i++) {
+        t.gend[t.list[i].group] = i + 1;
+        srch_candidate_id(t.s->groups[t.list[i].group].group.mask, &t.list[i].schedule, t.c[i].id);
+    }
+    srch_pool_opts po = {.arch = t.dev.arch,
+                         .jobs = opts->compile_jobs,
+                         .timeout_s = 60,
+                         .store_dir = opts->store_dir};
+    kt_err perr = {0};
+    if ((rc = srch_pool_new(&po, &t.pool, &perr)) < 0) {
+        rc = kt_err_set(err, rc, "compile pool: %s", perr.msg);
+        goto out;
+    }
+    if ((rc = screen(&t, err)) < 0 || (rc = refine(&t, err)) < 0 || (rc = retime(&t, err)) < 0)
+        goto out;
+    t.final = true;
+    t.prog.best_ns = best_partition(&t, &(int){0}, false);
+    t.prog.baseline_ns = best_partition(&t, &(int){0}, true);
+    fill_result(&t);
+    int p;
+    if (out->found && best_partition(&t, &p, false) > 0 && (rc = record(&t, p, err)) < 0)
+        goto out;
+    out->restarts = srch_worker_restarts(t.w);
+out:
+    out->seconds = now_s() - t.t0;
+    if (t.pool)
+        srch_pool_free(t.pool);
+    srch_worker_stop(t.w);
+    for (int64_t i = 0; t.c && i < t.n; i++) {
+        ops_emitted_free(&t.c[i].em);
+        free(t.c[i].cubin);
+        if (t.c[i].ready)
+            srch_compile_result_release(t.c[i].ready);
+        free(t.c[i].ready);
+    }
+    free(t.c);
+    free(t.gstart);
+    free(t.gend);
+    free(t.list);
+    srch_space_free(t.s);
+    ops_graph_free(bound);
+    return rc;
+}

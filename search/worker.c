@@ -1,0 +1,1524 @@
+/* The GPU worker: the request loop of ktune-worker (protocol in search/worker.h, encoding in
+ * search/worker_proto.c), candidate loading, verification against the fp64 reference, timing.
+ *
+ * Process rules. The CUPTI timer is opened before the CUDA context (srch_timer_open before
+ * srch_cuda_open), once. A sticky CUDA error (illegal address, launch failure, ...) kills the
+ * context for good: the worker answers the request that hit it with status "fault" (or an
+ * EFAULT error reply), then exits with status 3 so that the supervisor respawns it.
+ *
+ * Data sets. Candidates of one group share inputs: a data set is keyed by SHA-256 over the
+ * request's subgraph, bindings, seed0 and seeds. It holds the typed inputs of every seed (host),
+ * one set of device input/output buffers, and, once a candidate needs verifying, the fp64
+ * reference outputs of every seed (host). The reference program (ops_emit_reference_graph) is
+ * compiled with NVRTC in this process only when a data set first needs its references; its
+ * outputs, not its module, are what is cached. At most WK_MAX_DATA data sets that no loaded
+ * candidate uses are kept (least recently used goes).
+ *
+ * Inputs (MEASURE.md): seed s of a data set is seed0 + s. Even seeds draw uniform values in
+ * [-1, 1]; odd seeds draw mixed magnitudes, u * 2^e with e uniform in [-6, 3], so each tensor
+ * spans about three decades (never all zeros: u is continuous). Values are rounded to the
+ * tensor's dtype (ops_dtype_store) and the reference reads exactly the stored values.
+ *
+ * Verification, per seed: outputs (and the workspace) poisoned with 0xff bytes, which are NaN
+ * in f32, f16 and bf16, so an unwritten element fails; one run; the outputs compared with the
+ * reference; a second run on the same inputs compared bitwise with the first (a difference is a
+ * race). The comparison, per output:
+ *   - where the reference is finite and representable in the output dtype, an output that is
+ *     NaN or Inf fails;
+ *   - normwise  ||out - ref||_2 / ||ref||_2 <= tol, with tol the request's tolerance or, when
+ *     that is <= 0, MEASURE.md's default: f32 1e-5 (exact), 5e-4 (tf32, graphs with a
+ *     contraction), 2e-2 (reduced: f16 or bf16 math on f32 data), raised to 3e-3 when any
+ *     input or output is f16 and to 2e-2 when any is bf16;
+ *   - elementwise |out - ref| <= atol + rtol |ref| with
+ *       rtol = (r_store(output dtype) + r_math(precision) * sqrt(L)) * max(1, tol / default),
+ *       r_store: f32 1e-6, f16 2e-3, bf16 1.6e-2 (a few units of the last stored place),
+ *       r_math:  exact 2e-6 (fp32 accumulation), tf32 2e-4, reduced 4e-3,
+ *       L the longest reduction of the subgraph (matmul K, reduced extent, conv C/g*KH*KW,
+ *       attention max(keys, head dim); 1 for pointwise),
+ *       atol = rtol * rms(ref): outputs near zero from cancellation are judged against the
+ *       scale of the output, not against their own tiny value.
+ * err_norm is the worst normwise error over outputs and seeds; err_max the worst elementwise
+ * ratio |out - ref| / (atol + rtol |ref|) (<= 1 passes). */
+#include "compile.h"
+#include "worker.h"
+
+#include "cublaslt.h"
+#include "ops/reference_gpu.h"
+
+#include <math.h>
+#include <nvrtc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WK_TAG           "worker"
+#define WK_MAX_CANDS     64
+#define WK_MAX_DATA      4 /* unused data sets kept for later candidates of the same group */
+#define WK_MAX_MSG       ((size_t)256 << 20)
+#define WK_DEFAULT_SEEDS 3
+#define WK_EXIT_FAULT    3
+#define WK_EXIT_PROTO    2
+#define WK_SELFTEST_N    (1 << 20)
+#define WK_STR(x)        #x
+#define WK_XSTR(x)       WK_STR(x)
+
+/* Inputs, device buffers and references of one distinct (subgraph, bindings, seeds). */
+typedef struct wk_data {
+    uint8_t key[32];
+    uint64_t last_use;
+    int users; /* loaded candidates that point here */
+    ops_graph *g;
+    int n_in, n_out;
+    size_t in_bytes[OPS_GROUP_MAX_IO], out_bytes[OPS_GROUP_MAX_IO];
+    int64_t out_numel[OPS_GROUP_MAX_IO];
+    CUdeviceptr d_in[OPS_GROUP_MAX_IO], d_out[OPS_GROUP_MAX_IO];
+    int seeds;
+    uint64_t seed0;
+    uint8_t **h_in; /* [seed * n_in + i]: typed inputs */
+    double **ref;   /* [seed * n_out + j]: fp64 reference outputs; NULL until computed */
+    bool have_ref;
+    int cur_seed; /* whose inputs d_in holds, -1 none */
+    int64_t red_len;
+    bool contraction;
+} wk_data;
+
+typedef struct wk wk;
+
+/* One loaded candidate. */
+typedef struct wk_cand {
+    bool used;
+    uint64_t id, seq;
+    wk *w;
+    wk_data *data;
+    CUmodule mod;
+    int n_kernels;
+    CUfunction fn[OPS_MAX_KERNELS];
+    ops_kernel_launch launch[OPS_MAX_KERNELS];
+    CUdeviceptr ptrs[OPS_MAX_KERNELS][OPS_MAX_ARGS];
+    void *params[OPS_MAX_KERNELS][OPS_MAX_ARGS];
+    CUdeviceptr ws;
+    int64_t ws_bytes;
+    bool library;
+    srch_lt_plan *plan;
+    CUdeviceptr lt_a, lt_b, lt_c, lt_bias;
+} wk_cand;
+
+struct wk {
+    int in_fd, out_fd;
+    int init_rc;
+    kt_err init_err;
+    srch_cuda cu;
+    bool have_cu;
+    srch_timer *timer;
+    kt_err timer_err;
+    srch_lt *lt;
+    kt_err lt_err;
+    char arch[16]; /* NVRTC target of the reference and self-test kernels, "sm_90" */
+    char name[128];
+    int attr_major, attr_minor, sm_count, clock_khz, l2_bytes, smem_optin, regs_per_sm;
+    int max_threads_block, max_threads_sm, max_blocks_sm, smem_block, smem_sm, warp_size;
+    int max_regs_block;
+    size_t mem_bytes;
+    int cuda_version;
+    bool dead; /* a sticky error was seen */
+    bool selftest_done;
+    char selftest[300];
+    uint64_t seq;
+    wk_cand cands[WK_MAX_CANDS];
+    int n_data;
+    wk_data *data[WK_MAX_CANDS + WK_MAX_DATA + 1];
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+};
+
+/* ---- small helpers ---- */
+
+/* Every CUDA call of the worker goes through here: srch_cuda_check translates, and a sticky
+ * error marks the context dead. */
+static int wk_cu(wk *w, CUresult rc, const char *what, kt_err *err)
+{
+    if (rc != CUDA_SUCCESS && srch_cuda_sticky(rc))
+        w->dead = true;
+    return srch_cuda_check(&w->cu, rc, what, err);
+}
+
+/* After a failure in code that called CUDA indirectly (timing, cuBLASLt): is the context
+ * dead? Sticky errors repeat on every later call, so one synchronise tells. */
+static bool wk_probe_dead(wk *w)
+{
+    if (!w->dead && w->have_cu) {
+        CUresult rc = w->cu.p_cuCtxSynchronize();
+        if (rc != CUDA_SUCCESS && srch_cuda_sticky(rc))
+            w->dead = true;
+    }
+    return w->dead;
+}
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double unit_uniform(uint64_t *s) /* [-1, 1) */
+{
+    return (double)(splitmix64(s) >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static const char *errno_name(int code)
+{
+    const char *n = strerrorname_np(code < 0 ? -code : code);
+    return n ? n : "EIO";
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -errno;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static void pack_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+static int reply_begin(wk *w)
+{
+    msgpack_sbuffer_clear(&w->sb);
+    return 0;
+}
+
+static int reply_send(wk *w)
+{
+    int rc = write_all(w->out_fd, w->sb.data, w->sb.size);
+    if (rc < 0)
+        kt_log_err(WK_TAG, "cannot write a reply: %s", strerror(-rc));
+    msgpack_sbuffer_clear(&w->sb);
+    return rc;
+}
+
+static int reply_error(wk *w, int code, const char *msg)
+{
+    reply_begin(w);
+    msgpack_pack_map(&w->pk, 2);
+    pack_str(&w->pk, "ok");
+    msgpack_pack_false(&w->pk);
+    pack_str(&w->pk, "error");
+    msgpack_pack_map(&w->pk, 2);
+    pack_str(&w->pk, "code");
+    pack_str(&w->pk, errno_name(code));
+    pack_str(&w->pk, "msg");
+    pack_str(&w->pk, msg);
+    return reply_send(w);
+}
+
+static const msgpack_object *map_get(const msgpack_object *o, const char *key)
+{
+    size_t n = strlen(key);
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
+            memcmp(k->via.str.ptr, key, n) == 0)
+            return &o->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+/* ---- tolerances ---- */
+
+static bool is_contraction(ops_op op)
+{
+    return op == OPS_MATMUL || op == OPS_CONV2D || op == OPS_ATTENTION;
+}
+
+static int64_t node_reduction(const ops_graph *g, const ops_node *n)
+{
+    const ops_shape *in0 = &g->tensors[n->in[0].tensor].shape;
+    switch (n->op) {
+    case OPS_MATMUL:
+        if (in0->rank < 2)
+            return in0->rank == 1 ? in0->d[0].size : 1;
+        return n->attrs.transpose_a ? in0->d[in0->rank - 2].size : in0->d[in0->rank - 1].size;
+    case OPS_REDUCE_SUM:
+    case OPS_REDUCE_MEAN:
+    case OPS_REDUCE_MAX:
+    case OPS_REDUCE_MIN: {
+        int64_t a = ops_shape_numel(in0), b = ops_shape_numel(&g->tensors[n->out].shape);
+        return b > 0 ? a / b : a;
+    }
+    case OPS_CONV2D: {
+        const ops_shape *w = &g->tensors[n->in[1].tensor].shape;
+        int64_t l = 1;
+        for (int k = 1; k < w->rank; k++)
+            l *= w->d[k].size;
+        return l;
+    }
+    case OPS_ATTENTION: {
+        const ops_shape *k = &g->tensors[n->in[1].tensor].shape;
+        int64_t keys = k->rank >= 2 ? k->d[k->rank - 2].size : 1;
+        int64_t hd = k->rank >= 1 ? k->d[k->rank - 1].size : 1;
+        return keys > hd ? keys : hd;
+    }
+    default:
+        return 1;
+    }
+}
+
+static double default_tolerance(const ops_graph *g, ops_precision p, bool contraction)
+{
+    double tol = 1e-5;
+    if (p == OPS_PREC_TF32 && contraction)
+        tol = 5e-4;
+    if (p == OPS_PREC_REDUCED)
+        tol = 2e-2;
+    for (int t = 0; t < g->n_tensors; t++) {
+        if (g->tensors[t].producer >= 0 && !g->tensors[t].is_output)
+            continue;
+        if (g->tensors[t].dtype == OPS_DT_F16 && tol < 3e-3)
+            tol = 3e-3;
+        if (g->tensors[t].dtype == OPS_DT_BF16 && tol < 2e-2)
+            tol = 2e-2;
+    }
+    return tol;
+}
+
+static double store_rtol(ops_dtype dt)
+{
+    return dt == OPS_DT_BF16 ? 1.6e-2 : dt == OPS_DT_F16 ? 2e-3 : 1e-6;
+}
+
+static double math_rtol(ops_precision p, bool contraction)
+{
+    if (p == OPS_PREC_REDUCED)
+        return 4e-3;
+    return p == OPS_PREC_TF32 && contraction ? 2e-4 : 2e-6;
+}
+
+/* ---- data sets ---- */
+
+static void data_free(wk *w, wk_data *D)
+{
+    if (!D)
+        return;
+    for (int i = 0; i < D->n_in; i++)
+        if (D->d_in[i])
+            w->cu.p_cuMemFree(D->d_in[i]);
+    for (int j = 0; j < D->n_out; j++)
+        if (D->d_out[j])
+            w->cu.p_cuMemFree(D->d_out[j]);
+    if (D->h_in)
+        for (int k = 0; k < D->seeds * D->n_in; k++)
+            free(D->h_in[k]);
+    if (D->ref)
+        for (int k = 0; k < D->seeds * D->n_out; k++)
+            free(D->ref[k]);
+    free(D->h_in);
+    free(D->ref);
+    ops_graph_free(D->g);
+    free(D);
+}
+
+static int data_key(const srch_eval_req *req, int seeds, uint8_t key[32], kt_err *err)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    int rc = ops_graph_pack(&pk, req->sub);
+    if (rc == 0) {
+        msgpack_pack_array(&pk, (size_t)req->n_bindings);
+        for (int i = 0; i < req->n_bindings; i++) {
+            pack_str(&pk, req->bindings[i].name);
+            msgpack_pack_int64(&pk, req->bindings[i].value);
+        }
+        msgpack_pack_uint64(&pk, req->seed0);
+        msgpack_pack_int(&pk, seeds);
+        ops_sha256(sb.data, sb.size, key);
+    }
+    msgpack_sbuffer_destroy(&sb);
+    return rc < 0 ? kt_err_set(err, rc, "cannot encode the subgraph") : 0;
+}
+
+/* Host inputs of every seed, rounded to their dtypes. */
+static int data_make_inputs(wk_data *D, kt_err *err)
+{
+    for (int s = 0; s < D->seeds; s++) {
+        for (int i = 0; i < D->n_in; i++) {
+            const ops_tensor *t = &D->g->tensors[i];
+            size_t es = ops_dtype_size(t->dtype);
+            int64_t n = ops_shape_numel(&t->shape);
+            uint8_t *h = malloc(D->in_bytes[i] ? D->in_bytes[i] : 1);
+            if (!h)
+                return kt_err_set(err, -ENOMEM, "out of memory for inputs (%zu bytes)",
+                                  D->in_bytes[i]);
+            D->h_in[s * D->n_in + i] = h;
+            uint64_t st = (D->seed0 + (uint64_t)s) * 0xD1B54A32D192ED03ull + (uint64_t)i;
+            bool mixed = s % 2 == 1;
+            for (int64_t k = 0; k < n; k++) {
+                double v = unit_uniform(&st);
+                if (mixed)
+                    v = ldexp(v, (int)(splitmix64(&st) % 10) - 6);
+                ops_dtype_store(t->dtype, v, h + (size_t)k * es);
+            }
+        }
+    }
+    return 0;
+}
+
+static wk_data *data_find(wk *w, const uint8_t key[32])
+{
+    for (int i = 0; i < w->n_data; i++)
+        if (memcmp(w->data[i]->key, key, 32) == 0)
+            return w->data[i];
+    return NULL;
+}
+
+/* Drops unused data sets beyond WK_MAX_DATA, least recently used first. */
+static void data_trim(wk *w, int keep)
+{
+    for (;;) {
+        int unused = 0, victim = -1;
+        for (int i = 0; i < w->n_data; i++) {
+            if (w->data[i]->users > 0)
+                continue;
+            unused++;
+            if (victim < 0 || w->data[i]->last_use < w->data[victim]->last_use)
+                victim = i;
+        }
+        if (unused <= keep || victim < 0)
+            return;
+        data_free(w, w->data[victim]);
+        w->data[victim] = w->data[--w->n_data];
+    }
+}
+
+static int data_get(wk *w, const srch_eval_req *req, wk_data **out, kt_err *err)
+{
+    int seeds = req->seeds <= 0 ? WK_DEFAULT_SEEDS : req->seeds < 2 ? 2 : req->seeds;
+    uint8_t key[32];
+    int rc = data_key(req, seeds, key, err);
+    if (rc < 0)
+        return rc;
+    wk_data *D = data_find(w, key);
+    if (D) {
+        D->last_use = ++w->seq;
+        *out = D;
+        return 0;
+    }
+    data_trim(w, WK_MAX_DATA - 1);
+    if (w->n_data >= (int)KT_ARRAY_LEN(w->data))
+        return kt_err_set(err, -ENOSPC, "too many data sets in use");
+    D = calloc(1, sizeof(*D));
+    if (!D)
+        return kt_err_set(err, -ENOMEM, "out of memory");
+    memcpy(D->key, key, 32);
+    D->cur_seed = -1;
+    D->seeds = seeds;
+    D->seed0 = req->seed0;
+    D->red_len = 1;
+    if (!(D->g = ops_graph_clone(req->sub))) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    const ops_graph *g = D->g;
+    for (int t = 0; t < g->n_tensors && g->tensors[t].producer < 0; t++)
+        D->n_in++;
+    D->n_out = g->n_outputs;
+    if (D->n_in > OPS_GROUP_MAX_IO || D->n_out > OPS_GROUP_MAX_IO) {
+        rc = kt_err_set(err, -EINVAL, "subgraph has more than %d inputs or outputs",
+                        OPS_GROUP_MAX_IO);
+        goto fail;
+    }
+    for (int n = 0; n < g->n_nodes; n++) {
+        int64_t l = node_reduction(g, &g->nodes[n]);
+        if (l > D->red_len)
+            D->red_len = l;
+        if (is_contraction(g->nodes[n].op))
+            D->contraction = true;
+    }
+    D->h_in = calloc((size_t)(seeds * D->n_in) + 1, sizeof(*D->h_in));
+    D->ref = calloc((size_t)(seeds * D->n_out) + 1, sizeof(*D->ref));
+    if (!D->h_in || !D->ref) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < D->n_in; i++) {
+        const ops_tensor *t = &g->tensors[i];
+        D->in_bytes[i] = (size_t)ops_shape_numel(&t->shape) * ops_dtype_size(t->dtype);
+        if ((rc = wk_cu(w, w->cu.p_cuMemAlloc(&D->d_in[i], D->in_bytes[i] ? D->in_bytes[i] : 1),
+                        "allocate an input", err)) < 0)
+            goto fail;
+    }
+    for (int j = 0; j < D->n_out; j++) {
+        const ops_tensor *t = &g->tensors[g->outputs[j]];
+        D->out_numel[j] = ops_shape_numel(&t->shape);
+        D->out_bytes[j] = (size_t)D->out_numel[j] * ops_dtype_size(t->dtype);
+        if ((rc = wk_cu(w, w->cu.p_cuMemAlloc(&D->d_out[j], D->out_bytes[j] ? D->out_bytes[j] : 1),
+                        "allocate an output", err)) < 0)
+            goto fail;
+    }
+    if ((rc = data_make_inputs(D, err)) < 0)
+        goto fail;
+    D->last_use = ++w->seq;
+    w->data[w->n_data++] = D;
+    *out = D;
+    return 0;
+fail:
+    data_free(w, D);
+    return rc;
+}
+
+static CUdeviceptr data_ptr(const wk_data *D, int32_t t)
+{
+    if (t >= 0 && t < D->n_in)
+        return D->d_in[t];
+    for (int j = 0; j < D->n_out; j++)
+        if (D->g->outputs[j] == t)
+            return D->d_out[j];
+    return 0;
+}
+
+static int data_upload(wk *w, wk_data *D, int s, kt_err *err)
+{
+    if (D->cur_seed == s)
+        return 0;
+    for (int i = 0; i < D->n_in; i++) {
+        int rc =
+            wk_cu(w, w->cu.p_cuMemcpyHtoD(D->d_in[i], D->h_in[s * D->n_in + i], D->in_bytes[i]),
+                  "upload inputs", err);
+        if (rc < 0)
+            return rc;
+    }
+    D->cur_seed = s;
+    return 0;
+}
+
+/* Compiles and runs the fp64 reference of D->g for every seed; keeps the outputs. */
+static int data_reference(wk *w, wk_data *D, kt_err *err)
+{
+    if (D->have_ref)
+        return 0;
+    ops_ref_program prog = {0};
+    srch_compile_result cr = {0};
+    CUmodule mod = NULL;
+    CUfunction *fn = NULL;
+    CUdeviceptr dbl[OPS_MAX_ARGS * 2] = {0}; /* per graph tensor index: inputs then outputs */
+    int32_t dbl_tensor[OPS_MAX_ARGS * 2];
+    int n_dbl = 0;
+    CUdeviceptr ws = 0;
+    ops_diag d = {0};
+    int rc = ops_emit_reference_graph(D->g, &prog, &d);
+    if (rc < 0) {
+        rc = kt_err_set(err, rc, "reference: %s", d.msg);
+        goto out;
+    }
+    rc = srch_nvrtc_compile(prog.source, w->arch, &cr);
+    if (rc < 0 || cr.status != SRCH_COMPILE_OK) {
+        rc = kt_err_set(err, rc < 0 ? rc : -EINVAL, "reference does not compile: %.300s",
+                        cr.log ? cr.log : "");
+        goto out;
+    }
+    if ((rc = wk_cu(w, w->cu.p_cuModuleLoadData(&mod, cr.cubin), "load the reference", err)) < 0)
+        goto out;
+    fn = calloc((size_t)prog.n_kernels + 1, sizeof(*fn));
+    if (!fn) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int k = 0; k < prog.n_kernels; k++)
+        if ((rc = wk_cu(w, w->cu.p_cuModuleGetFunction(&fn[k], mod, prog.kernels[k].entry),
+                        prog.kernels[k].entry, err)) < 0)
+            goto out;
+    /* Double copies of the graph inputs and outputs. */
+    for (int i = 0; i < D->n_in + D->n_out; i++) {
+        int32_t t = i < D->n_in ? i : D->g->outputs[i - D->n_in];
+        int64_t n = ops_shape_numel(&D->g->tensors[t].shape);
+        dbl_tensor[n_dbl] = t;
+        if ((rc = wk_cu(w, w->cu.p_cuMemAlloc(&dbl[n_dbl], (size_t)(n ? n : 1) * sizeof(double)),
+                        "allocate reference buffers", err)) < 0)
+            goto out;
+        n_dbl++;
+    }
+    if (prog.workspace_bytes &&
+        (rc = wk_cu(w, w->cu.p_cuMemAlloc(&ws, (size_t)prog.workspace_bytes),
+                    "allocate the reference workspace", err)) < 0)
+        goto out;
+    for (int s = 0; s < D->seeds; s++) {
+        for (int i = 0; i < D->n_in; i++) {
+            const ops_tensor *t = &D->g->tensors[i];
+            int64_t n = ops_shape_numel(&t->shape);
+            size_t es = ops_dtype_size(t->dtype);
+            double *v = malloc((size_t)(n ? n : 1) * sizeof(double));
+            if (!v) {
+                rc = kt_err_set(err, -ENOMEM, "out of memory");
+                goto out;
+            }
+            const uint8_t *h = D->h_in[s * D->n_in + i];
+            for (int64_t k = 0; k < n; k++)
+                v[k] = ops_dtype_load(t->dtype, h + (size_t)k * es);
+            rc = wk_cu(w, w->cu.p_cuMemcpyHtoD(dbl[i], v, (size_t)n * sizeof(double)),
+                       "upload reference inputs", err);
+            free(v);
+            if (rc < 0)
+                goto out;
+        }
+        for (int k = 0; k < prog.n_kernels; k++) {
+            const ops_kernel_launch *l = &prog.kernels[k];
+            CUdeviceptr ptrs[OPS_MAX_ARGS];
+            void *params[OPS_MAX_ARGS];
+            for (int a = 0; a < l->n_args; a++) {
+                ptrs[a] = 0;
+                if (l->args[a].kind == OPS_ARG_WORKSPACE) {
+                    ptrs[a] = ws + (CUdeviceptr)l->args[a].offset;
+                } else {
+                    for (int b = 0; b < n_dbl; b++)
+                        if (dbl_tensor[b] == l->args[a].tensor)
+                            ptrs[a] = dbl[b];
+                }
+                if (!ptrs[a]) {
+                    rc = kt_err_set(err, -EINVAL, "reference kernel %s: argument %d unmapped",
+                                    l->entry, a);
+                    goto out;
+                }
+                params[a] = &ptrs[a];
+            }
+            if ((rc = wk_cu(w,
+                            w->cu.p_cuLaunchKernel(fn[k], l->grid[0], l->grid[1], l->grid[2],
+                                                   l->block[0], l->block[1], l->block[2],
+                                                   l->smem_bytes, NULL, params, NULL),
+                            "launch the reference", err)) < 0)
+                goto out;
+        }
+        if ((rc = wk_cu(w, w->cu.p_cuCtxSynchronize(), "run the reference", err)) < 0)
+            goto out;
+        for (int j = 0; j < D->n_out; j++) {
+            double *r = malloc((size_t)(D->out_numel[j] ? D->out_numel[j] : 1) * sizeof(double));
+            if (!r) {
+                rc = kt_err_set(err, -ENOMEM, "out of memory");
+                goto out;
+            }
+            free(D->ref[s * D->n_out + j]); /* left by an earlier attempt that failed */
+            D->ref[s * D->n_out + j] = r;
+            if ((rc = wk_cu(w,
+                            w->cu.p_cuMemcpyDtoH(r, dbl[D->n_in + j],
+                                                 (size_t)D->out_numel[j] * sizeof(double)),
+                            "download the reference", err)) < 0)
+                goto out;
+        }
+    }
+    D->have_ref = true;
+out:
+    if (ws)
+        w->cu.p_cuMemFree(ws);
+    for (int i = 0; i < n_dbl; i++)
+        w->cu.p_cuMemFree(dbl[i]);
+    free(fn);
+    if (mod)
+        w->cu.p_cuModuleUnload(mod);
+    srch_compile_result_release(&cr);
+    ops_ref_program_free(&prog);
+    return rc;
+}
+
+/* ---- candidates ---- */
+
+static void cand_release(wk *w, wk_cand *c)
+{
+    if (!c->used)
+        return;
+    if (c->plan)
+        srch_lt_plan_free(c->plan);
+    if (c->ws)
+        w->cu.p_cuMemFree(c->ws);
+    if (c->mod)
+        w->cu.p_cuModuleUnload(c->mod);
+    if (c->data)
+        c->data->users--;
+    memset(c, 0, sizeof(*c));
+}
+
+static wk_cand *cand_find(wk *w, uint64_t id)
+{
+    for (int i = 0; i < WK_MAX_CANDS; i++)
+        if (w->cands[i].used && w->cands[i].id == id)
+            return &w->cands[i];
+    return NULL;
+}
+
+/* A free slot; the oldest candidate goes when all 64 are taken. */
+static wk_cand *cand_slot(wk *w)
+{
+    wk_cand *oldest = NULL;
+    for (int i = 0; i < WK_MAX_CANDS; i++) {
+        if (!w->cands[i].used)
+            return &w->cands[i];
+        if (!oldest || w->cands[i].seq < oldest->seq)
+            oldest = &w->cands[i];
+    }
+    cand_release(w, oldest);
+    return oldest;
+}
+
+/* One run of the candidate: every kernel in order (or the cuBLASLt call) on the default
+ * stream. The srch_launch_fn of the timer. */
+static int cand_launch(void *ctx, kt_err *err)
+{
+    wk_cand *c = ctx;
+    wk *w = c->w;
+    if (c->library)
+        return srch_lt_run(c->plan, c->lt_a, c->lt_b, c->lt_c, c->lt_bias, c->ws, err);
+    for (int k = 0; k < c->n_kernels; k++) {
+        const ops_kernel_launch *l = &c->launch[k];
+        int rc;
+        if (l->zero_workspace && c->ws &&
+            (rc = wk_cu(w, w->cu.p_cuMemsetD8(c->ws, 0, (size_t)c->ws_bytes), "zero the workspace",
+                        err)) < 0)
+            return rc;
+        if ((rc = wk_cu(w,
+                        w->cu.p_cuLaunchKernel(c->fn[k], l->grid[0], l->grid[1], l->grid[2],
+                                               l->block[0], l->block[1], l->block[2], l->smem_bytes,
+                                               NULL, c->params[k], NULL),
+                        l->entry, err)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static srch_status fail_status(wk *w, srch_status otherwise)
+{
+    return wk_probe_dead(w) ? SRCH_FAULT : otherwise;
+}
+
+/* Loads the cubin (or plans the cuBLASLt call) and resolves every argument. On failure the
+ * result says why and the slot stays with the caller to release. */
+static int cand_load(wk *w, wk_cand *c, const srch_eval_req *req, srch_eval_result *res)
+{
+    kt_err err = {0};
+    int rc = 0;
+    wk_data *D = c->data;
+    c->ws_bytes = req->workspace_bytes;
+    if (req->library) {
+        c->library = true;
+        if (req->lt.workspace_bytes > c->ws_bytes)
+            c->ws_bytes = req->lt.workspace_bytes;
+        if (!w->lt) {
+            res->status = SRCH_UNAVAILABLE;
+            snprintf(res->msg, sizeof(res->msg), "no cuBLASLt: %.240s", w->lt_err.msg);
+            return -ENODEV;
+        }
+        int n_avail = 0;
+        rc = srch_lt_plan_new(w->lt, &req->lt, &c->plan, &n_avail, &err);
+        if (rc == -ENOENT) {
+            res->status = SRCH_UNAVAILABLE;
+            snprintf(res->msg, sizeof(res->msg), "%.255s", err.msg);
+            return rc;
+        }
+        if (rc < 0)
+            goto fail;
+        c->lt_a = data_ptr(D, req->lt.a_tensor);
+        c->lt_b = data_ptr(D, req->lt.b_tensor);
+        c->lt_c = data_ptr(D, req->lt.c_tensor);
+        c->lt_bias = req->lt.bias_tensor >= 0 ? data_ptr(D, req->lt.bias_tensor) : 0;
+    } else {
+        if ((rc = wk_cu(w, w->cu.p_cuModuleLoadData(&c->mod, req->cubin), "load the cubin", &err)) <
+            0)
+            goto fail;
+        c->n_kernels = req->n_kernels;
+        for (int k = 0; k < req->n_kernels; k++) {
+            const ops_kernel_launch *l = &req->kernels[k];
+            c->launch[k] = *l;
+            if ((rc = wk_cu(w, w->cu.p_cuModuleGetFunction(&c->fn[k], c->mod, l->entry), l->entry,
+                            &err)) < 0)
+                goto fail;
+            int max_threads = 0, static_smem = 0;
+            w->cu.p_cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                       c->fn[k]);
+            w->cu.p_cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, c->fn[k]);
+            uint64_t threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
+            if (max_threads > 0 && threads > (uint64_t)max_threads) {
+                rc = kt_err_set(&err, -E2BIG,
+                                "%s: %llu threads per block, but its registers allow %d", l->entry,
+                                (unsigned long long)threads, max_threads);
+                goto fail;
+            }
+            if ((int64_t)static_smem + l->smem_bytes > (int64_t)w->smem_optin) {
+                rc = kt_err_set(&err, -E2BIG, "%s: %d + %u bytes of shared memory, device has %d",
+                                l->entry, static_smem, l->smem_bytes, w->smem_optin);
+                goto fail;
+            }
+            if (l->smem_bytes > (uint32_t)w->smem_block &&
+                (rc = wk_cu(w,
+                            w->cu.p_cuFuncSetAttribute(
+                                c->fn[k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                (int)l->smem_bytes),
+                            "opt in to shared memory", &err)) < 0)
+                goto fail;
+        }
+    }
+    if (c->ws_bytes > 0 && (rc = wk_cu(w, w->cu.p_cuMemAlloc(&c->ws, (size_t)c->ws_bytes),
+                                       "allocate the workspace", &err)) < 0)
+        goto fail;
+    for (int k = 0; k < c->n_kernels; k++) {
+        const ops_kernel_launch *l = &c->launch[k];
+        for (int a = 0; a < l->n_args; a++) {
+            c->ptrs[k][a] = l->args[a].kind == OPS_ARG_TENSOR
+                                ? data_ptr(D, l->args[a].tensor)
+                                : c->ws + (CUdeviceptr)l->args[a].offset;
+            c->params[k][a] = &c->ptrs[k][a];
+        }
+    }
+    return 0;
+fail:
+    res->status = fail_status(w, SRCH_LOAD_ERROR);
+    snprintf(res->msg, sizeof(res->msg), "%.255s", err.msg);
+    return rc;
+}
+
+/* Poisons outputs and workspace, runs once, downloads the outputs into host[j]. */
+static int cand_run_once(wk_cand *c, uint8_t **host, kt_err *err)
+{
+    wk *w = c->w;
+    wk_data *D = c->data;
+    int rc;
+    for (int j = 0; j < D->n_out; j++)
+        if ((rc = wk_cu(w, w->cu.p_cuMemsetD8(D->d_out[j], 0xff, D->out_bytes[j]),
+                        "poison the outputs", err)) < 0)
+            return rc;
+    if (c->ws && (rc = wk_cu(w, w->cu.p_cuMemsetD8(c->ws, 0xff, (size_t)c->ws_bytes),
+                             "poison the workspace", err)) < 0)
+        return rc;
+    if ((rc = cand_launch(c, err)) < 0)
+        return rc;
+    if ((rc = wk_cu(w, w->cu.p_cuCtxSynchronize(), "run the candidate", err)) < 0)
+        return rc;
+    for (int j = 0; j < D->n_out; j++)
+        if ((rc = wk_cu(w, w->cu.p_cuMemcpyDtoH(host[j], D->d_out[j], D->out_bytes[j]),
+                        "download the outputs", err)) < 0)
+            return rc;
+    return 0;
+}
+
+typedef struct wk_check {
+    double err_norm, err_max;
+    bool pass;
+    char why[200];
+} wk_check;
+
+/* Compares output j of a run (typed, host) with the reference of seed s. */
+static void compare_output(const wk_data *D, int s, int j, const uint8_t *out, double tol_norm,
+                           double tol_scale, ops_precision prec, wk_check *chk)
+{
+    const ops_tensor *t = &D->g->tensors[D->g->outputs[j]];
+    const double *ref = D->ref[s * D->n_out + j];
+    size_t es = ops_dtype_size(t->dtype);
+    int64_t n = D->out_numel[j];
+    double sumsq = 0;
+    int64_t finite = 0;
+    for (int64_t k = 0; k < n; k++)
+        if (isfinite(ref[k])) {
+            sumsq += ref[k] * ref[k];
+            finite++;
+        }
+    double rms = finite ? sqrt(sumsq / (double)finite) : 0;
+    double rtol =
+        (store_rtol(t->dtype) + math_rtol(prec, D->contraction) * sqrt((double)D->red_len)) *
+        tol_scale;
+    double atol = rtol * rms;
+    if (atol <= 0)
+        atol = 1e-30; /* an all-zero reference: any difference counts */
+    double num = 0, den = 0, worst = 0;
+    int64_t bad_nf = 0, first_nf = -1, worst_at = -1;
+    for (int64_t k = 0; k < n; k++) {
+        double want = ref[k];
+        if (!isfinite(want))
+            continue;
+        double got = ops_dtype_load(t->dtype, out + (size_t)k * es);
+        uint8_t rounded[8];
+        ops_dtype_store(t->dtype, want, rounded);
+        if (!isfinite(ops_dtype_load(t->dtype, rounded)))
+            continue; /* the exact value overflows the dtype: Inf is the right answer */
+        if (!isfinite(got)) {
+            if (bad_nf++ == 0)
+                first_nf = k;
+            continue;
+        }
+        double diff = fabs(got - want);
+        num += diff * diff;
+        den += want * want;
+        double r = diff / (atol + rtol * fabs(want));
+        if (r > worst) {
+            worst = r;
+            worst_at = k;
+        }
+    }
+    double en = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (en > chk->err_norm)
+        chk->err_norm = en;
+    if (worst > chk->err_max)
+        chk->err_max = worst;
+    if (!chk->pass)
+        return; /* keep the first reason */
+    if (finite == 0) {
+        chk->pass = false;
+        snprintf(chk->why, sizeof(chk->why), "output '%.40s': the reference has no finite value",
+                 t->name);
+    } else if (bad_nf) {
+        chk->pass = false;
+        chk->err_norm = INFINITY;
+        snprintf(chk->why, sizeof(chk->why),
+                 "output '%.40s' seed %d: %lld NaN/Inf where the reference is finite (first at "
+                 "element %lld: unwritten or overflowed)",
+                 t->name, s, (long long)bad_nf, (long long)first_nf);
+    } else if (en > tol_norm) {
+        chk->pass = false;
+        snprintf(chk->why, sizeof(chk->why),
+                 "output '%.40s' seed %d: normwise error %.3g over tolerance %.3g", t->name, s, en,
+                 tol_norm);
+    } else if (worst > 1) {
+        chk->pass = false;
+        snprintf(chk->why, sizeof(chk->why),
+                 "output '%.40s' seed %d: element %lld is %.3g, reference %.6g (%.3g x the "
+                 "elementwise bound)",
+                 t->name, s, (long long)worst_at,
+                 ops_dtype_load(t->dtype, out + (size_t)worst_at * es), ref[worst_at], worst);
+    }
+}
+
+/* Verifies a loaded candidate; fills res (status, err_norm, err_max, msg). Returns 0 when the
+ * verification ran (pass or not), a negative errno when it could not. */
+static int cand_verify(wk_cand *c, const srch_eval_req *req, srch_eval_result *res)
+{
+    wk *w = c->w;
+    wk_data *D = c->data;
+    kt_err err = {0};
+    uint8_t *a[OPS_GROUP_MAX_IO] = {0}, *b[OPS_GROUP_MAX_IO] = {0};
+    int rc;
+    if ((rc = data_reference(w, D, &err)) < 0) {
+        /* A reference that cannot run is our failure, not the candidate's. */
+        res->status = fail_status(w, SRCH_LOAD_ERROR);
+        snprintf(res->msg, sizeof(res->msg), "reference: %.240s", err.msg);
+        return w->dead ? 0 : rc;
+    }
+    double def = default_tolerance(D->g, req->precision, D->contraction);
+    double tol = req->tolerance > 0 ? req->tolerance : def;
+    double scale = tol > def ? tol / def : 1.0;
+    for (int j = 0; j < D->n_out; j++) {
+        a[j] = malloc(D->out_bytes[j] ? D->out_bytes[j] : 1);
+        b[j] = malloc(D->out_bytes[j] ? D->out_bytes[j] : 1);
+        if (!a[j] || !b[j]) {
+            rc = kt_err_set(&err, -ENOMEM, "out of memory");
+            goto out;
+        }
+    }
+    wk_check chk = {.pass = true};
+    for (int s = 0; s < D->seeds; s++) {
+        if ((rc = data_upload(w, D, s, &err)) < 0 || (rc = cand_run_once(c, a, &err)) < 0)
+            goto cuda_fail;
+        for (int j = 0; j < D->n_out; j++)
+            compare_output(D, s, j, a[j], tol, scale, req->precision, &chk);
+        if (!chk.pass) {
+            res->status = SRCH_WRONG;
+            snprintf(res->msg, sizeof(res->msg), "%s", chk.why);
+            break;
+        }
+        if ((rc = cand_run_once(c, b, &err)) < 0)
+            goto cuda_fail;
+        for (int j = 0; j < D->n_out; j++) {
+            if (memcmp(a[j], b[j], D->out_bytes[j]) == 0)
+                continue;
+            size_t es = ops_dtype_size(D->g->tensors[D->g->outputs[j]].dtype);
+            size_t k = 0;
+            while (k + es <= D->out_bytes[j] && memcmp(a[j] + k, b[j] + k, es) == 0)
+                k += es;
+            res->status = SRCH_RACE;
+            snprintf(res->msg, sizeof(res->msg),
+                     "output '%.40s' seed %d: two runs on the same inputs differ bitwise (first "
+                     "at element %zu)",
+                     D->g->tensors[D->g->outputs[j]].name, s, k / es);
+            break;
+        }
+        if (res->status == SRCH_RACE)
+            break;
+    }
+    res->err_norm = chk.err_norm;
+    res->err_max = chk.err_max;
+    rc = 0;
+    goto out;
+cuda_fail:
+    res->status = fail_status(w, SRCH_LOAD_ERROR);
+    snprintf(res->msg, sizeof(res->msg), "%.255s", err.msg);
+    rc = 0;
+out:
+    for (int j = 0; j < D->n_out; j++) {
+        free(a[j]);
+        free(b[j]);
+    }
+    if (rc < 0) {
+        res->status = SRCH_LOAD_ERROR;
+        snprintf(res->msg, sizeof(res->msg), "%.255s", err.msg);
+    }
+    return rc;
+}
+
+/* Loads, verifies and times one candidate. The candidate stays loaded when it passed. Returns
+ * 0 with res filled, or a negative errno (detail in err) for a failure of the worker itself
+ * (no GPU, no timer, out of host memory), which becomes an error reply. */
+static int eval_core(wk *w, const srch_eval_req *req, srch_eval_result *res, kt_err *err)
+{
+    memset(res, 0, sizeof(*res));
+    res->id = req->id;
+    if (w->init_rc < 0)
+        return kt_err_set(err, w->init_rc, "%s", w->init_err.msg);
+    if (req->time && !w->timer)
+        return kt_err_set(err, -ENODEV, "cannot time: %s", w->timer_err.msg);
+    wk_cand *old = cand_find(w, req->id);
+    if (old)
+        cand_release(w, old);
+    wk_data *D = NULL;
+    int rc = data_get(w, req, &D, err);
+    if (rc < 0) {
+        if (wk_probe_dead(w)) {
+            res->status = SRCH_FAULT;
+            snprintf(res->msg, sizeof(res->msg), "%.255s", err->msg);
+            return 0;
+        }
+        return rc;
+    }
+    wk_cand *c = cand_slot(w);
+    c->used = true;
+    c->id = req->id;
+    c->seq = ++w->seq;
+    c->w = w;
+    c->data = D;
+    D->users++;
+    if (cand_load(w, c, req, res) < 0)
+        goto done;
+    if (req->verify && (rc = cand_verify(c, req, res)) < 0) {
+        cand_release(w, c);
+        return kt_err_set(err, rc, "%s", res->msg);
+    }
+    if (res->status == SRCH_OK && req->time) {
+        kt_err terr = {0};
+        /* Library calls may launch more than one kernel: let the timer count them. */
+        int kpr = c->library ? 0 : c->n_kernels;
+        rc = srch_time(w->timer, &w->cu, cand_launch, c, kpr, &req->timing, &res->time, &terr);
+        if (rc < 0) {
+            if (wk_probe_dead(w)) {
+                res->status = SRCH_FAULT;
+                snprintf(res->msg, sizeof(res->msg), "timing: %.240s", terr.msg);
+            } else {
+                cand_release(w, c);
+                return kt_err_set(err, rc, "timing: %.240s", terr.msg);
+            }
+        }
+    }
+done:
+    if (res->status != SRCH_OK)
+        cand_release(w, c);
+    return 0;
+}
+
+/* ---- requests ---- */
+
+static int handle_eval(wk *w, const msgpack_object *o)
+{
+    srch_eval_req req;
+    srch_eval_result res;
+    kt_err err = {0};
+    int rc = srch_eval_req_unpack(o, &req, &err);
+    if (rc < 0)
+        return reply_error(w, rc, err.msg);
+    rc = eval_core(w, &req, &res, &err);
+    srch_eval_req_free(&req);
+    if (rc < 0)
+        return reply_error(w, rc, err.msg);
+    if (res.status != SRCH_OK)
+        kt_log_debug(WK_TAG, "candidate %llu: %s: %s", (unsigned long long)res.id,
+                     srch_status_str(res.status), res.msg);
+    reply_begin(w);
+    srch_eval_result_pack(&w->pk, &res);
+    return reply_send(w);
+}
+
+static void pack_time(msgpack_packer *pk, uint64_t id, const srch_time_stats *t)
+{
+    msgpack_pack_map(pk, 5);
+    pack_str(pk, "id");
+    msgpack_pack_uint64(pk, id);
+    pack_str(pk, "median_ns");
+    msgpack_pack_double(pk, t->median_ns);
+    pack_str(pk, "p10_ns");
+    msgpack_pack_double(pk, t->p10_ns);
+    pack_str(pk, "p90_ns");
+    msgpack_pack_double(pk, t->p90_ns);
+    pack_str(pk, "reps");
+    msgpack_pack_int(pk, t->reps);
+}
+
+static int handle_retime(wk *w, const msgpack_object *o)
+{
+    const msgpack_object *ids = map_get(o, "ids"), *rounds = map_get(o, "rounds"),
+                         *cold = map_get(o, "cold");
+    if (w->init_rc < 0)
+        return reply_error(w, w->init_rc, w->init_err.msg);
+    if (!w->timer)
+        return reply_error(w, -ENODEV, w->timer_err.msg);
+    if (!ids || ids->type != MSGPACK_OBJECT_ARRAY || ids->via.array.size == 0 ||
+        ids->via.array.size > WK_MAX_CANDS)
+        return reply_error(w, -EPROTO, "retime: 'ids' must be an array of 1 to 64 ids");
+    int n_rounds = 10;
+    if (rounds) {
+        if (rounds->type != MSGPACK_OBJECT_POSITIVE_INTEGER || rounds->via.u64 < 1 ||
+            rounds->via.u64 > 100000)
+            return reply_error(w, -EPROTO, "retime: 'rounds' must be 1 to 100000");
+        n_rounds = (int)rounds->via.u64;
+    }
+    if (cold && cold->type != MSGPACK_OBJECT_BOOLEAN)
+        return reply_error(w, -EPROTO, "retime: 'cold' must be a boolean");
+    int n = (int)ids->via.array.size;
+    srch_launch_fn fns[WK_MAX_CANDS];
+    void *ctx[WK_MAX_CANDS];
+    int kpr[WK_MAX_CANDS];
+    uint64_t idv[WK_MAX_CANDS];
+    srch_time_stats st[WK_MAX_CANDS];
+    for (int i = 0; i < n; i++) {
+        const msgpack_object *e = &ids->via.array.ptr[i];
+        char msg[96];
+        if (e->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+            return reply_error(w, -EPROTO, "retime: ids must be unsigned integers");
+        wk_cand *c = cand_find(w, e->via.u64);
+        if (!c) {
+            snprintf(msg, sizeof(msg), "retime: candidate %llu is not loaded",
+                     (unsigned long long)e->via.u64);
+            return reply_error(w, -ENOENT, msg);
+        }
+        idv[i] = c->id;
+        fns[i] = cand_launch;
+        ctx[i] = c;
+        kpr[i] = c->library ? 0 : c->n_kernels;
+    }
+    kt_err err = {0};
+    int rc = srch_time_interleaved(w->timer, &w->cu, n, fns, ctx, kpr, n_rounds,
+                                   cold && cold->via.boolean, st, &err);
+    if (rc < 0) {
+        wk_probe_dead(w);
+        return reply_error(w, w->dead ? -EFAULT : rc, err.msg);
+    }
+    reply_begin(w);
+    msgpack_pack_map(&w->pk, 2);
+    pack_str(&w->pk, "ok");
+    msgpack_pack_true(&w->pk);
+    pack_str(&w->pk, "times");
+    msgpack_pack_array(&w->pk, (size_t)n);
+    for (int i = 0; i < n; i++)
+        pack_time(&w->pk, idv[i], &st[i]);
+    return reply_send(w);
+}
+
+static int handle_forget(wk *w, const msgpack_object *o)
+{
+    const msgpack_object *ids = map_get(o, "ids");
+    if (!ids || ids->type != MSGPACK_OBJECT_ARRAY)
+        return reply_error(w, -EPROTO, "forget: 'ids' must be an array");
+    for (uint32_t i = 0; i < ids->via.array.size; i++) {
+        const msgpack_object *e = &ids->via.array.ptr[i];
+        if (e->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+            return reply_error(w, -EPROTO, "forget: ids must be unsigned integers");
+        wk_cand *c = cand_find(w, e->via.u64);
+        if (c)
+            cand_release(w, c);
+    }
+    data_trim(w, WK_MAX_DATA);
+    reply_begin(w);
+    msgpack_pack_map(&w->pk, 1);
+    pack_str(&w->pk, "ok");
+    msgpack_pack_true(&w->pk);
+    return reply_send(w);
+}
+
+/* The inputs and fp64 reference outputs of a subgraph, for tests of the reference itself. */
+static int handle_reference(wk *w, const msgpack_object *o)
+{
+    srch_eval_req req;
+    kt_err err = {0};
+    int rc = srch_eval_req_unpack(o, &req, &err);
+    if (rc < 0)
+        return reply_error(w, rc, err.msg);
+    wk_data *D = NULL;
+    if (w->init_rc < 0)
+        rc = kt_err_set(&err, w->init_rc, "%s", w->init_err.msg);
+    else if ((rc = data_get(w, &req, &D, &err)) == 0)
+        rc = data_reference(w, D, &err);
+    srch_eval_req_free(&req);
+    if (rc < 0) {
+        wk_probe_dead(w);
+        return reply_error(w, w->dead ? -EFAULT : rc, err.msg);
+    }
+    reply_begin(w);
+    msgpack_pack_map(&w->pk, 3);
+    pack_str(&w->pk, "ok");
+    msgpack_pack_true(&w->pk);
+    pack_str(&w->pk, "inputs");
+    msgpack_pack_array(&w->pk, (size_t)D->seeds);
+    for (int s = 0; s < D->seeds; s++) {
+        msgpack_pack_array(&w->pk, (size_t)D->n_in);
+        for (int i = 0; i < D->n_in; i++) {
+            msgpack_pack_bin(&w->pk, D->in_bytes[i]);
+            msgpack_pack_bin_body(&w->pk, D->h_in[s * D->n_in + i], D->in_bytes[i]);
+        }
+    }
+    pack_str(&w->pk, "outputs");
+    msgpack_pack_array(&w->pk, (size_t)D->seeds);
+    for (int s = 0; s < D->seeds; s++) {
+        msgpack_pack_array(&w->pk, (size_t)D->n_out);
+        for (int j = 0; j < D->n_out; j++) {
+            size_t bytes = (size_t)D->out_numel[j] * sizeof(double);
+            msgpack_pack_bin(&w->pk, bytes);
+            msgpack_pack_bin_body(&w->pk, D->ref[s * D->n_out + j], bytes);
+        }
+    }
+    return reply_send(w);
+}
+
+/* ---- start-up, self-test, hello ---- */
+
+static const char selftest_source[] =
+    "/* ktune-worker self-test: y = 2 x + 1 */\n"
+    "extern \"C\" __global__ void kt_selftest(const float *x, float *y)\n"
+    "{\n"
+    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i < " WK_XSTR(WK_SELFTEST_N) ")\n"
+                                          "        y[i] = x[i] * 2.0f + 1.0f;\n"
+                                          "}\n";
+
+/* A known pointwise kernel through the whole path: NVRTC, load, reference, verify, time. */
+static void selftest(wk *w)
+{
+    ops_graph *g = ops_graph_new("selftest");
+    srch_compile_result cr = {0};
+    srch_eval_req req = {0};
+    srch_eval_result res = {0};
+    kt_err err = {0};
+    ops_diag d = {0};
+    ops_shape shape = {.rank = 1, .d = {{WK_SELFTEST_N, OPS_NO_SYM}}};
+    int x, n0, n1;
+    w->selftest_done = true;
+    if (!g || (x = ops_graph_add_input(g, "x", OPS_DT_F32, &shape, false)) < 0 ||
+        (n0 = ops_graph_add_node(g, OPS_MUL, "t", NULL)) < 0) {
+        snprintf(w->selftest, sizeof(w->selftest), "failed: cannot build the graph");
+        goto out;
+    }
+    g->nodes[n0].n_in = 2;
+    g->nodes[n0].in[0] = (ops_operand){.tensor = x};
+    g->nodes[n0].in[1] = (ops_operand){.tensor = OPS_SCALAR, .scalar = 2.0};
+    if ((n1 = ops_graph_add_node(g, OPS_ADD, "y", NULL)) < 0) {
+        snprintf(w->selftest, sizeof(w->selftest), "failed: cannot build the graph");
+        goto out;
+    }
+    g->nodes[n1].n_in = 2;
+    g->nodes[n1].in[0] = (ops_operand){.tensor = g->nodes[n0].out};
+    g->nodes[n1].in[1] = (ops_operand){.tensor = OPS_SCALAR, .scalar = 1.0};
+    if (ops_graph_mark_output(g, g->nodes[n1].out) < 0 || ops_graph_validate(g, &d) < 0) {
+        snprintf(w->selftest, sizeof(w->selftest), "failed: graph: %.200s", d.msg);
+        goto out;
+    }
+    if (srch_nvrtc_compile(selftest_source, w->arch, &cr) < 0 || cr.status != SRCH_COMPILE_OK) {
+        snprintf(w->selftest, sizeof(w->selftest), "failed: NVRTC: %.200s", cr.log ? cr.log : "");
+        goto out;
+    }
+    req.id = UINT64_MAX;
+    req.sub = g;
+    req.seeds = 2;
+    req.seed0 = 1;
+    req.verify = true;
+    req.time = w->timer != NULL;
+    req.timing.budget_s = 0.02;
+    req.cubin = cr.cubin;
+    req.cubin_len = cr.cubin_len;
+    req.n_kernels = 1;
+    ops_kernel_launch *l = &req.kernels[0];
+    snprintf(l->entry, sizeof(l->entry), "kt_selftest");
+    l->grid[0] = WK_SELFTEST_N / 256;
+    l->grid[1] = l->grid[2] = 1;
+    l->block[0] = 256;
+    l->block[1] = l->block[2] = 1;
+    l->n_args = 2;
+    l->args[0] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = x};
+    l->args[1] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = g->nodes[n1].out};
+    if (eval_core(w, &req, &res, &err) < 0)
+        snprintf(w->selftest, sizeof(w->selftest), "failed: %.280s", err.msg);
+    else if (res.status != SRCH_OK)
+        snprintf(w->selftest, sizeof(w->selftest), "failed: %s: %.250s",
+                 srch_status_str(res.status), res.msg);
+    else
+        snprintf(w->selftest, sizeof(w->selftest), "ok");
+    if (res.status == SRCH_OK)
+        kt_log_info(WK_TAG, "self-test ok: err %.2e, %.2f us (%d reps)", res.err_norm,
+                    res.time.median_ns / 1e3, res.time.reps);
+    wk_cand *c = cand_find(w, req.id);
+    if (c)
+        cand_release(w, c);
+    data_trim(w, 0);
+out:
+    srch_compile_result_release(&cr);
+    ops_graph_free(g);
+}
+
+static int attr(wk *w, CUdevice_attribute a, int *out, kt_err *err)
+{
+    return wk_cu(w, w->cu.p_cuDeviceGetAttribute(out, a, w->cu.device), "cuDeviceGetAttribute",
+                 err);
+}
+
+static int wk_init(wk *w, kt_err *err)
+{
+    int rc;
+    /* CUPTI first: activity tracing must be enabled before the context exists. */
+    if (srch_timer_open(&w->timer, &w->timer_err) < 0) {
+        w->timer = NULL;
+        kt_log_warn(WK_TAG, "no timing: %s", w->timer_err.msg);
+    }
+    if ((rc = srch_cuda_open(&w->cu, 0, err)) < 0)
+        return rc;
+    w->have_cu = true;
+    if ((rc = wk_cu(w, w->cu.p_cuDeviceGetName(w->name, (int)sizeof(w->name), w->cu.device),
+                    "cuDeviceGetName", err)) < 0 ||
+        (rc = wk_cu(w, w->cu.p_cuDeviceTotalMem(&w->mem_bytes, w->cu.device), "cuDeviceTotalMem",
+                    err)) < 0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &w->attr_major, err)) < 0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &w->attr_minor, err)) < 0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, &w->sm_count, err)) < 0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, &w->l2_bytes, err)) < 0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, &w->smem_optin, err)) <
+            0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, &w->smem_block, err)) < 0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, &w->smem_sm, err)) <
+            0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, &w->regs_per_sm, err)) <
+            0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, &w->max_regs_block, err)) < 0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &w->max_threads_block, err)) < 0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, &w->max_threads_sm,
+                   err)) < 0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, &w->max_blocks_sm, err)) <
+            0 ||
+        (rc = attr(w, CU_DEVICE_ATTRIBUTE_WARP_SIZE, &w->warp_size, err)) < 0)
+        return rc;
+    /* The nominal clock (CUDA 13 still answers it); the timer reads the current one. */
+    if (attr(w, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, &w->clock_khz, NULL) < 0)
+        w->clock_khz = 0;
+    snprintf(w->arch, sizeof(w->arch), "sm_%d%d", w->attr_major, w->attr_minor);
+    int maj = 0, min = 0;
+    if (nvrtcVersion(&maj, &min) == NVRTC_SUCCESS)
+        w->cuda_version = maj * 1000 + min * 10;
+    if (srch_lt_open(&w->lt, &w->lt_err) < 0) {
+        w->lt = NULL;
+        kt_log_warn(WK_TAG, "no cuBLASLt: %.240s", w->lt_err.msg);
+    }
+    kt_log_info(WK_TAG, "%s (%s, %d SMs), driver %d, NVRTC %d", w->name, w->arch, w->sm_count,
+                w->cu.driver_version, w->cuda_version);
+    return 0;
+}
+
+static void pack_kv_int(msgpack_packer *pk, const char *k, int64_t v)
+{
+    pack_str(pk, k);
+    msgpack_pack_int64(pk, v);
+}
+
+static int handle_hello(wk *w)
+{
+    if (w->init_rc < 0)
+        return reply_error(w, w->init_rc, w->init_err.msg);
+    if (!w->selftest_done)
+        selftest(w);
+    if (w->dead) {
+        reply_error(w, -EFAULT, w->selftest);
+        return 0;
+    }
+    reply_begin(w);
+    msgpack_packer *pk = &w->pk;
+    msgpack_pack_map(pk, 5);
+    pack_str(pk, "ok");
+    msgpack_pack_true(pk);
+    pack_str(pk, "gpu");
+    msgpack_pack_map(pk, 19);
+    pack_str(pk, "name");
+    pack_str(pk, w->name);
+    pack_kv_int(pk, "sm_major", w->attr_major);
+    pack_kv_int(pk, "sm_minor", w->attr_minor);
+    pack_kv_int(pk, "sm_count", w->sm_count);
+    pack_kv_int(pk, "mem_bytes", (int64_t)w->mem_bytes);
+    pack_kv_int(pk, "driver_version", w->cu.driver_version);
+    pack_kv_int(pk, "cuda_version", w->cuda_version);
+    pack_kv_int(pk, "sm_clock_khz", w->clock_khz);
+    pack_kv_int(pk, "l2_bytes", w->l2_bytes);
+    pack_kv_int(pk, "smem_per_block_optin", w->smem_optin);
+    pack_kv_int(pk, "regs_per_sm", w->regs_per_sm);
+    /* Beyond worker.h's list: the rest of what ops_device wants. */
+    pack_kv_int(pk, "smem_per_block", w->smem_block);
+    pack_kv_int(pk, "smem_per_sm", w->smem_sm);
+    pack_kv_int(pk, "max_threads_per_block", w->max_threads_block);
+    pack_kv_int(pk, "max_threads_per_sm", w->max_threads_sm);
+    pack_kv_int(pk, "max_blocks_per_sm", w->max_blocks_sm);
+    pack_kv_int(pk, "max_regs_per_block", w->max_regs_block);
+    pack_kv_int(pk, "warp_size", w->warp_size);
+    pack_str(pk, "arch");
+    pack_str(pk, w->arch);
+    pack_str(pk, "cupti");
+    if (w->timer)
+        msgpack_pack_true(pk);
+    else
+        msgpack_pack_false(pk);
+    pack_str(pk, "cublaslt");
+    if (w->lt)
+        msgpack_pack_true(pk);
+    else
+        msgpack_pack_false(pk);
+    pack_str(pk, "selftest");
+    pack_str(pk, w->selftest);
+    return reply_send(w);
+}
+
+/* Handles one request. Returns 0 to go on, 1 after "quit", or a negative errno when the
+ * reply could not be written (the supervisor is gone). */
+static int dispatch(wk *w, const msgpack_object *o)
+{
+    const msgpack_object *op = map_get(o, "op");
+    int rc;
+    if (!op || op->type != MSGPACK_OBJECT_STR)
+        return reply_error(w, -EPROTO, "request: expected a map with a string 'op'");
+#define OP_IS(s) (op->via.str.size == strlen(s) && memcmp(op->via.str.ptr, s, strlen(s)) == 0)
+    if (OP_IS("eval"))
+        rc = handle_eval(w, o);
+    else if (OP_IS("hello"))
+        rc = handle_hello(w);
+    else if (OP_IS("retime"))
+        rc = handle_retime(w, o);
+    else if (OP_IS("forget"))
+        rc = handle_forget(w, o);
+    else if (OP_IS("reference"))
+        rc = handle_reference(w, o);
+    else if (OP_IS("quit")) {
+        reply_begin(w);
+        msgpack_pack_map(&w->pk, 1);
+        pack_str(&w->pk, "ok");
+        msgpack_pack_true(&w->pk);
+        rc = reply_send(w);
+        return rc < 0 ? rc : 1;
+    } else
+        rc = reply_error(w, -EINVAL, "unknown op");
+#undef OP_IS
+    return rc;
+}
+
+static void wk_free(wk *w)
+{
+    if (!w->dead) {
+        for (int i = 0; i < WK_MAX_CANDS; i++)
+            cand_release(w, &w->cands[i]);
+        for (int i = 0; i < w->n_data; i++)
+            data_free(w, w->data[i]);
+        if (w->lt)
+            srch_lt_close(w->lt);
+        if (w->timer)
+            srch_timer_close(w->timer); /* frees its scrub buffer: before the context goes */
+        if (w->have_cu)
+            srch_cuda_close(&w->cu);
+    }
+    msgpack_sbuffer_destroy(&w->sb);
+    free(w);
+}
+
+int srch_worker_main(int in_fd, int out_fd)
+{
+    /* A supervisor that went away shows up as EPIPE on the next reply, not as a signal. */
+    signal(SIGPIPE, SIG_IGN);
+    wk *w = calloc(1, sizeof(*w));
+    if (!w) {
+        kt_log_err(WK_TAG, "out of memory");
+        return 1;
+    }
+    w->in_fd = in_fd;
+    w->out_fd = out_fd;
+    msgpack_sbuffer_init(&w->sb);
+    msgpack_packer_init(&w->pk, &w->sb, msgpack_sbuffer_write);
+    w->init_rc = wk_init(w, &w->init_err);
+    if (w->init_rc < 0)
+        kt_log_warn(WK_TAG, "no GPU: %s", w->init_err.msg);
+
+    msgpack_unpacker up;
+    msgpack_unpacked msg;
+    int status = 0;
+    if (!msgpack_unpacker_init(&up, 1 << 16)) {
+        kt_log_err(WK_TAG, "out of memory");
+        wk_free(w);
+        return 1;
+    }
+    msgpack_unpacked_init(&msg);
+    for (;;) {
+        msgpack_unpack_return ur;
+        while ((ur = msgpack_unpacker_next(&up, &msg)) == MSGPACK_UNPACK_SUCCESS) {
+            int rc = dispatch(w, &msg.data);
+            if (w->dead) {
+                kt_log_err(WK_TAG, "the CUDA context is dead (sticky error): exiting");
+                status = WK_EXIT_FAULT;
+                goto out;
+            }
+            if (rc < 0) {
+                status = 1;
+                goto out;
+            }
+            if (rc == 1)
+                goto out;
+        }
+        if (ur != MSGPACK_UNPACK_CONTINUE) {
+            kt_log_err(WK_TAG, "malformed request stream (msgpack %d)", (int)ur);
+            status = WK_EXIT_PROTO;
+            goto out;
+        }
+        if (msgpack_unpacker_message_size(&up) > WK_MAX_MSG) {
+            kt_log_err(WK_TAG, "request over %zu bytes", WK_MAX_MSG);
+            status = WK_EXIT_PROTO;
+            goto out;
+        }
+        if (!msgpack_unpacker_reserve_buffer(&up, 1 << 16)) {
+            kt_log_err(WK_TAG, "out of memory reading a request");
+            status = 1;
+            goto out;
+        }
+        ssize_t n =
+            read(in_fd, msgpack_unpacker_buffer(&up), msgpack_unpacker_buffer_capacity(&up));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            kt_log_err(WK_TAG, "read: %s", strerror(errno));
+            status = 1;
+            goto out;
+        }
+        if (n == 0)
+            goto out; /* end of input: the supervisor closed the pipe */
+        msgpack_unpacker_buffer_consumed(&up, (size_t)n);
+    }
+out:
+    msgpack_unpacked_destroy(&msg);
+    msgpack_unpacker_destroy(&up);
+    wk_free(w);
+    return status;
+}

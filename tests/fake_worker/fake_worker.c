@@ -1,0 +1,388 @@
+/* A test double of ktune-worker at the process boundary: it speaks the real protocol
+ * (search/worker.h, encoded by search/worker_proto.c) on stdin/stdout but touches no GPU, so the
+ * supervisor and the search strategy run in CI.
+ *
+ * Each candidate gets a "fake key": its kernel entry names joined by '+' then "@<nodes of the
+ * group>", or "cublasLt#<heuristic index>@<nodes>" for a library candidate. Its time is a
+ * deterministic function of that key (1 us * 1.01^(FNV-1a(key) mod 400)), so every run measures
+ * the same thing and distinct candidates differ by at least 1%.
+ *
+ * Behaviour on command, by environment variables holding comma-separated substrings of fake
+ * keys:
+ *   FAKE_FAULT   the process dies (SIGKILL to itself): a fault that kills the worker
+ *   FAKE_STICKY  replies status "fault" and stays up (a poisoned context the supervisor must
+ *                replace)
+ *   FAKE_HANG    never replies (sleeps): the supervisor's deadline must fire
+ *   FAKE_WRONG   replies status "wrong" with a normwise error of 0.5
+ * and:
+ *   FAKE_DELAY_MS  sleeps this long in every eval (budget tests)
+ *   FAKE_LOG       appends "<fake key>\n" to this file for every eval it receives
+ *   FAKE_NODEV     hello answers ENODEV, as the real worker does on a machine without a GPU */
+#include "search/worker.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_LOADED 64
+
+static struct {
+    uint64_t id;
+    double ns;
+} loaded[MAX_LOADED];
+static int n_loaded;
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static double fake_ns(const char *key)
+{
+    return 1000.0 * pow(1.01, (double)(fnv1a(key) % 400));
+}
+
+static bool listed(const char *env, const char *key)
+{
+    const char *list = getenv(env);
+    if (!list || !list[0])
+        return false;
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        if (tok[0] && strstr(key, tok))
+            return true;
+    return false;
+}
+
+static void fake_key(const srch_eval_req *r, char *buf, size_t len)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    if (r->library)
+        off = (size_t)snprintf(buf, len, "cublasLt#%d", r->lt.heuristic_index);
+    for (int k = 0; k < r->n_kernels && off < len; k++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%s", k ? "+" : "", r->kernels[k].entry);
+    if (off < len)
+        snprintf(buf + off, len - off, "@%d", r->sub ? r->sub->n_nodes : 0);
+}
+
+/* ---- output ---- */
+
+static void write_all(const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(1, p, n);
+        if (w <= 0)
+            exit(1);
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void send_buf(msgpack_sbuffer *sb)
+{
+    write_all(sb->data, sb->size);
+    msgpack_sbuffer_clear(sb);
+}
+
+static void pack_str(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str_with_body(pk, s, strlen(s));
+}
+
+static void reply_error(const char *code, const char *msg)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 2);
+    pack_str(&pk, "ok");
+    msgpack_pack_false(&pk);
+    pack_str(&pk, "error");
+    msgpack_pack_map(&pk, 2);
+    pack_str(&pk, "code");
+    pack_str(&pk, code);
+    pack_str(&pk, "msg");
+    pack_str(&pk, msg);
+    send_buf(&sb);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+static void reply_ok_empty(void)
+{
+    static const char ok[] = "\x81\xa2ok\xc3"; /* {"ok": true} */
+    write_all(ok, sizeof(ok) - 1);
+}
+
+static void kv_int(msgpack_packer *pk, const char *k, int64_t v)
+{
+    pack_str(pk, k);
+    msgpack_pack_int64(pk, v);
+}
+
+static void hello(void)
+{
+    if (getenv("FAKE_NODEV")) {
+        reply_error("ENODEV", "fake worker: no CUDA device (FAKE_NODEV)");
+        return;
+    }
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 5);
+    pack_str(&pk, "ok");
+    msgpack_pack_true(&pk);
+    pack_str(&pk, "gpu");
+    msgpack_pack_map(&pk, 11);
+    pack_str(&pk, "name");
+    pack_str(&pk, "NVIDIA H100 80GB HBM3");
+    kv_int(&pk, "sm_major", 9);
+    kv_int(&pk, "sm_minor", 0);
+    kv_int(&pk, "sm_count", 132);
+    kv_int(&pk, "mem_bytes", 85045510144);
+    kv_int(&pk, "driver_version", 13000);
+    kv_int(&pk, "cuda_version", 13000);
+    kv_int(&pk, "sm_clock_khz", 1980000);
+    kv_int(&pk, "l2_bytes", 50000000);
+    kv_int(&pk, "smem_per_block_optin", 232448);
+    kv_int(&pk, "regs_per_sm", 65536);
+    pack_str(&pk, "cupti");
+    msgpack_pack_true(&pk);
+    pack_str(&pk, "cublaslt");
+    msgpack_pack_true(&pk);
+    pack_str(&pk, "selftest");
+    pack_str(&pk, "ok (fake)");
+    send_buf(&sb);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+static const msgpack_object *map_get(const msgpack_object *o, const char *key)
+{
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    size_t klen = strlen(key);
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
+            memcmp(k->via.str.ptr, key, klen) == 0)
+            return &o->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+/* Writes {"ok": true, ...result} whether or not srch_eval_result_pack writes "ok" itself. */
+static void reply_result(const srch_eval_result *res)
+{
+    msgpack_sbuffer body, out;
+    msgpack_sbuffer_init(&body);
+    msgpack_sbuffer_init(&out);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &body, msgpack_sbuffer_write);
+    if (srch_eval_result_pack(&pk, res) < 0)
+        exit(3);
+    msgpack_unpacked m;
+    msgpack_unpacked_init(&m);
+    size_t off = 0;
+    if (msgpack_unpack_next(&m, body.data, body.size, &off) != MSGPACK_UNPACK_SUCCESS ||
+        m.data.type != MSGPACK_OBJECT_MAP)
+        exit(3);
+    if (map_get(&m.data, "ok")) {
+        write_all(body.data, body.size);
+    } else {
+        msgpack_packer_init(&pk, &out, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, m.data.via.map.size + 1);
+        pack_str(&pk, "ok");
+        msgpack_pack_true(&pk);
+        for (uint32_t i = 0; i < m.data.via.map.size; i++) {
+            msgpack_pack_object(&pk, m.data.via.map.ptr[i].key);
+            msgpack_pack_object(&pk, m.data.via.map.ptr[i].val);
+        }
+        send_buf(&out);
+    }
+    msgpack_unpacked_destroy(&m);
+    msgpack_sbuffer_destroy(&body);
+    msgpack_sbuffer_destroy(&out);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static void fill_time(srch_time_stats *t, double ns, bool cold)
+{
+    memset(t, 0, sizeof(*t));
+    t->median_ns = ns;
+    t->p10_ns = ns * 0.995;
+    t->p90_ns = ns * 1.005;
+    t->reps = 100;
+    t->rel_spread = (t->p90_ns - t->p10_ns) / ns / 10.0;
+    t->kernels_per_rep = 1;
+    t->cold = cold;
+    t->sm_clock_khz_before = t->sm_clock_khz_after = 1980000;
+}
+
+static void eval(const msgpack_object *o)
+{
+    srch_eval_req req;
+    kt_err err = {0};
+    memset(&req, 0, sizeof(req));
+    if (srch_eval_req_unpack(o, &req, &err) < 0) {
+        reply_error("EPROTO", err.msg);
+        return;
+    }
+    char key[1024];
+    fake_key(&req, key, sizeof(key));
+    const char *log = getenv("FAKE_LOG");
+    if (log) {
+        int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dprintf(fd, "%s\n", key);
+            close(fd);
+        }
+    }
+    const char *delay = getenv("FAKE_DELAY_MS");
+    if (delay)
+        sleep_ms(atol(delay));
+    if (listed("FAKE_FAULT", key)) {
+        fprintf(stderr, "fake worker: faulting on %s\n", key);
+        raise(SIGKILL);
+    }
+    if (listed("FAKE_HANG", key)) {
+        fprintf(stderr, "fake worker: hanging on %s\n", key);
+        for (;;)
+            pause();
+    }
+    srch_eval_result res;
+    memset(&res, 0, sizeof(res));
+    res.id = req.id;
+    res.status = SRCH_OK;
+    res.err_norm = 1e-7;
+    res.err_max = 0.01;
+    double ns = fake_ns(key);
+    if (listed("FAKE_STICKY", key)) {
+        res.status = SRCH_FAULT;
+        snprintf(res.msg, sizeof(res.msg), "CUDA_ERROR_ILLEGAL_ADDRESS (fake)");
+    } else if (listed("FAKE_WRONG", key)) {
+        res.status = SRCH_WRONG;
+        res.err_norm = 0.5;
+        res.err_max = 1e4;
+        snprintf(res.msg, sizeof(res.msg), "normwise error 0.5 over tolerance (fake)");
+    }
+    if (res.status == SRCH_OK || res.status == SRCH_WRONG)
+        fill_time(&res.time, ns, req.timing.cold);
+    if (res.status == SRCH_OK) {
+        if (n_loaded == MAX_LOADED) {
+            memmove(loaded, loaded + 1, sizeof(loaded[0]) * (MAX_LOADED - 1));
+            n_loaded--;
+        }
+        loaded[n_loaded].id = req.id;
+        loaded[n_loaded++].ns = ns;
+    }
+    srch_eval_req_free(&req);
+    reply_result(&res);
+}
+
+static void retime(const msgpack_object *o)
+{
+    const msgpack_object *ids = map_get(o, "ids"), *cold = map_get(o, "cold");
+    if (!ids || ids->type != MSGPACK_OBJECT_ARRAY) {
+        reply_error("EINVAL", "retime without ids");
+        return;
+    }
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    for (uint32_t i = 0; i < ids->via.array.size; i++) {
+        bool found = false;
+        for (int k = 0; k < n_loaded; k++)
+            found |= loaded[k].id == ids->via.array.ptr[i].via.u64;
+        if (!found) {
+            reply_error("ENOENT", "retime: candidate not loaded");
+            msgpack_sbuffer_destroy(&sb);
+            return;
+        }
+    }
+    msgpack_pack_map(&pk, 2);
+    pack_str(&pk, "ok");
+    msgpack_pack_true(&pk);
+    pack_str(&pk, "times");
+    msgpack_pack_array(&pk, ids->via.array.size);
+    for (uint32_t i = 0; i < ids->via.array.size; i++) {
+        uint64_t id = ids->via.array.ptr[i].via.u64;
+        double ns = 0;
+        for (int k = 0; k < n_loaded; k++)
+            if (loaded[k].id == id)
+                ns = loaded[k].ns;
+        srch_time_stats t;
+        fill_time(&t, ns, cold && cold->type == MSGPACK_OBJECT_BOOLEAN && cold->via.boolean);
+        msgpack_pack_map(&pk, 5);
+        pack_str(&pk, "id");
+        msgpack_pack_uint64(&pk, id);
+        pack_str(&pk, "median_ns");
+        msgpack_pack_double(&pk, t.median_ns);
+        pack_str(&pk, "p10_ns");
+        msgpack_pack_double(&pk, t.p10_ns);
+        pack_str(&pk, "p90_ns");
+        msgpack_pack_double(&pk, t.p90_ns);
+        pack_str(&pk, "reps");
+        msgpack_pack_int(&pk, t.reps * 5);
+    }
+    send_buf(&sb);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+int main(void)
+{
+    msgpack_unpacker up;
+    if (!msgpack_unpacker_init(&up, 65536))
+        return 1;
+    msgpack_unpacked msg;
+    msgpack_unpacked_init(&msg);
+    for (;;) {
+        msgpack_unpack_return ur;
+        while ((ur = msgpack_unpacker_next(&up, &msg)) == MSGPACK_UNPACK_SUCCESS) {
+            const msgpack_object *op = map_get(&msg.data, "op");
+            char name[16] = "";
+            if (op && op->type == MSGPACK_OBJECT_STR)
+                snprintf(name, sizeof(name), "%.*s", (int)op->via.str.size, op->via.str.ptr);
+            if (strcmp(name, "hello") == 0)
+                hello();
+            else if (strcmp(name, "eval") == 0)
+                eval(&msg.data);
+            else if (strcmp(name, "retime") == 0)
+                retime(&msg.data);
+            else if (strcmp(name, "forget") == 0)
+                reply_ok_empty();
+            else if (strcmp(name, "quit") == 0) {
+                reply_ok_empty();
+                return 0;
+            } else
+                reply_error("EINVAL", "fake worker: unknown op");
+        }
+        if (ur == MSGPACK_UNPACK_PARSE_ERROR)
+            return 2;
+        if (!msgpack_unpacker_reserve_buffer(&up, 65536))
+            return 1;
+        ssize_t n = read(0, msgpack_unpacker_buffer(&up), msgpack_unpacker_buffer_capacity(&up));
+        if (n <= 0)
+            return 0;
+        msgpack_unpacker_buffer_consumed(&up, (size_t)n);
+    }
+}

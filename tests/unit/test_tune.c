@@ -1,0 +1,399 @@
+/* The supervisor and the search strategy, driven for real against a test double of ktune-worker
+ * (tests/fake_worker: the real protocol, deterministic fake timings, faults, hangs and wrong
+ * results on command). No GPU: the candidates are really emitted and compiled with NVRTC. */
+#include "search/tune.h"
+
+#include "ops/ops.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static char tmp_root[256];
+static ops_graph *graph;
+static ops_binding bindings[2] = {{"M", 64}, {"N", 128}};
+
+static void path_in_tmp(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", tmp_root, name);
+}
+
+static srch_tune_opts base_opts(void)
+{
+    static char store[300];
+    path_in_tmp(store, sizeof(store), "store");
+    srch_tune_opts o = {
+        .precision = OPS_PREC_EXACT,
+        .budget_s = 120,
+        .worker_exe = getenv("KTUNE_FAKE_WORKER"),
+        .deadline_s = 1.5,
+        .compile_jobs = 2,
+        .store_dir = store,
+    };
+    return o;
+}
+
+static cache_env *open_cache(const char *name)
+{
+    char dir[300];
+    path_in_tmp(dir, sizeof(dir), name);
+    cache_env *env = NULL;
+    kt_err err = {0};
+    int rc = cache_open(dir, 0, NULL, &env, &err);
+    if (rc < 0)
+        print_error("cache_open: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    return env;
+}
+
+/* The fake key (tests/fake_worker) of the k-th candidate, in cost-model order, of the group
+ * holding every node of the graph. */
+static void fused_key(int k, char *buf, size_t len)
+{
+    ops_graph *bound = NULL;
+    ops_diag d = {0};
+    assert_int_equal(ops_graph_bind(graph, bindings, 2, &bound, &d), 0);
+    ops_device dev;
+    ops_device_h100(&dev);
+    srch_space *s = NULL;
+    assert_int_equal(srch_space_build(bound, &dev, OPS_PREC_EXACT, &s, &d), 0);
+    srch_candidate *c = NULL;
+    int64_t n = 0;
+    assert_int_equal(srch_space_candidates(s, &c, &n), 0);
+    int seen = 0;
+    bool found = false;
+    for (int64_t i = 0; i < n && !found; i++) {
+        const ops_group *grp = &s->groups[c[i].group].group;
+        if (grp->n_nodes != s->g->n_nodes || seen++ != k)
+            continue;
+        ops_emitted e = {0};
+        assert_int_equal(
+            ops_family_get(c[i].schedule.family)->emit(grp, &c[i].schedule, &dev, &e, &d), 0);
+        assert_int_equal(e.n_kernels, 1);
+        snprintf(buf, len, "%s@%d", e.kernels[0].entry, grp->n_nodes);
+        ops_emitted_free(&e);
+        found = true;
+    }
+    assert_true(found);
+    free(c);
+    srch_space_free(s);
+    ops_graph_free(bound);
+}
+
+static cache_key job_key(const srch_tune_result *r)
+{
+    cache_key k;
+    memset(&k, 0, sizeof(k));
+    k.gpu = r->gpu;
+    memcpy(k.sig, r->sig, sizeof(k.sig));
+    k.n_shapes = 2;
+    for (int i = 0; i < 2; i++) {
+        snprintf(k.shapes[i].name, sizeof(k.shapes[i].name), "%s", bindings[i].name);
+        k.shapes[i].value = bindings[i].value;
+    }
+    k.precision = OPS_PREC_EXACT;
+    return k;
+}
+
+typedef struct trial_scan {
+    char prefix[40]; /* "m<mask> " */
+    double min_ok_ns;
+    int ok, fault, hang, wrong, total;
+} trial_scan;
+
+static int scan_cb(const cache_trial *t, void *ctx)
+{
+    trial_scan *s = ctx;
+    s->total++;
+    s->fault += t->status == CACHE_TRIAL_FAULT;
+    s->hang += t->status == CACHE_TRIAL_HANG;
+    s->wrong += t->status == CACHE_TRIAL_WRONG;
+    if (t->status == CACHE_TRIAL_OK && strncmp(t->cand, s->prefix, strlen(s->prefix)) == 0) {
+        s->ok++;
+        if (s->min_ok_ns == 0 || t->time_ns < s->min_ok_ns)
+            s->min_ok_ns = t->time_ns;
+    }
+    return 0;
+}
+
+static long count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    long n = 0;
+    for (int ch; (ch = fgetc(f)) != EOF;)
+        n += ch == '\n';
+    fclose(f);
+    return n;
+}
+
+/* A fault that kills the worker, a hang, a poisoned context and a wrong kernel among the first
+ * candidates of the fused group: all survived, recorded by class, and the winner is the fastest
+ * verified candidate the fake measured. Then the same job again resumes from the trial log and
+ * measures nothing, picking the same winner. */
+static void test_survives_and_resumes(void **state)
+{
+    (void)state;
+    char k0[160], k1[160], k2[160], k3[160];
+    fused_key(0, k0, sizeof(k0));
+    fused_key(1, k1, sizeof(k1));
+    fused_key(2, k2, sizeof(k2));
+    fused_key(3, k3, sizeof(k3));
+    setenv("FAKE_FAULT", k0, 1);
+    setenv("FAKE_HANG", k1, 1);
+    setenv("FAKE_STICKY", k2, 1);
+    setenv("FAKE_WRONG", k3, 1);
+    char log1[300], log2[300];
+    path_in_tmp(log1, sizeof(log1), "evals1.log");
+    path_in_tmp(log2, sizeof(log2), "evals2.log");
+    setenv("FAKE_LOG", log1, 1);
+
+    cache_env *cache = open_cache("cache1");
+    srch_tune_opts o = base_opts();
+    srch_tune_result r;
+    kt_err err = {0};
+    int rc = srch_tune(graph, bindings, 2, cache, &o, &r, &err);
+    if (rc < 0)
+        print_error("srch_tune: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_true(r.found);
+    assert_int_equal(r.failures[SRCH_FAULT], 2); /* the killed worker and the sticky error */
+    assert_int_equal(r.failures[SRCH_HANG], 1);
+    assert_int_equal(r.failures[SRCH_WRONG], 1);
+    assert_int_equal(r.restarts, 3);
+    assert_true(strstr(r.failure_example[SRCH_HANG], "deadline") != NULL);
+    assert_int_equal(r.resumed, 0);
+    assert_true(r.measured >= 5);
+    assert_int_equal(count_lines(log1), r.measured);
+    assert_false(r.budget_hit);
+
+    /* Each chosen group's candidate is the fastest verified one of that group in the log. */
+    cache_key key = job_key(&r);
+    double sum = 0;
+    for (int k = 0; k < r.n_picks; k++) {
+        trial_scan sc = {0};
+        const char *sp = strchr(r.picks[k].cand, ' ');
+        assert_non_null(sp);
+        snprintf(sc.prefix, sizeof(sc.prefix), "%.*s", (int)(sp - r.picks[k].cand + 1),
+                 r.picks[k].cand);
+        assert_int_equal(cache_trial_foreach(cache, &key, scan_cb, &sc, &err), 0);
+        assert_true(sc.ok > 0);
+        assert_true(r.picks[k].time.median_ns <= sc.min_ok_ns * 1.005);
+        sum += r.picks[k].time.median_ns;
+        if (k == 0) {
+            assert_int_equal(sc.fault + sc.hang + sc.wrong, 4);
+            assert_int_equal(sc.total, r.trials);
+        }
+    }
+    assert_true(r.time_ns >= sum);
+    assert_true(r.err_norm < 1e-5);
+
+    /* The winner and runner-ups are in the cache with full records. */
+    assert_true(r.records >= 1);
+    assert_int_equal(r.rank, 0);
+    cache_record rec;
+    cache_record_init(&rec);
+    assert_int_equal(cache_get(cache, &key, 0, &rec, &err), 0);
+    assert_true(rec.verified);
+    assert_true(rec.cubin_len > 0 && rec.source_len > 0);
+    assert_true(rec.n_kernels >= 1);
+    assert_true(rec.time_ns > 0 && rec.time_p10_ns <= rec.time_ns &&
+                rec.time_ns <= rec.time_p90_ns);
+    assert_true(fabs(rec.time_ns - r.time_ns) < 1e-6 * r.time_ns);
+    assert_string_equal(rec.key.gpu.name, "NVIDIA H100 80GB HBM3");
+    assert_true(rec.nvrtc_version > 0);
+    /* The fused kernel reads x and bias and writes y: graph I/O by canonical index. */
+    if (r.n_picks == 1) {
+        int ins = 0, outs = 0;
+        for (int j = 0; j < rec.kernels[0].n_args; j++) {
+            ins += rec.kernels[0].args[j].kind == CACHE_ARG_INPUT;
+            outs += rec.kernels[0].args[j].kind == CACHE_ARG_OUTPUT;
+        }
+        assert_int_equal(ins, 2);
+        assert_int_equal(outs, 1);
+    }
+    cache_record_free(&rec);
+    if (r.n_picks == 1) {
+        assert_true(r.records >= 2);
+        cache_record_init(&rec);
+        assert_int_equal(cache_get(cache, &key, 1, &rec, &err), 0);
+        assert_true(rec.time_ns >= r.time_ns * 0.995);
+        cache_record_free(&rec);
+    }
+
+    /* The same job again: everything comes from the trial log. */
+    setenv("FAKE_LOG", log2, 1);
+    srch_tune_result r2;
+    rc = srch_tune(graph, bindings, 2, cache, &o, &r2, &err);
+    if (rc < 0)
+        print_error("srch_tune (rerun): %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(r2.measured, 0);
+    assert_int_equal(count_lines(log2), 0);
+    assert_int_equal(r2.resumed, r.trials);
+    assert_int_equal(r2.restarts, 0);
+    assert_true(r2.found);
+    assert_int_equal(r2.n_picks, r.n_picks);
+    for (int k = 0; k < r.n_picks; k++)
+        assert_string_equal(r2.picks[k].cand, r.picks[k].cand);
+    assert_true(fabs(r2.time_ns - r.time_ns) < 1e-6 * r.time_ns);
+    assert_int_equal(r2.failures[SRCH_HANG], 1);
+    cache_close(cache);
+    unsetenv("FAKE_FAULT");
+    unsetenv("FAKE_HANG");
+    unsetenv("FAKE_STICKY");
+    unsetenv("FAKE_WRONG");
+    unsetenv("FAKE_LOG");
+}
+
+/* A slow worker and a short budget: the job stops on the budget with what it measured. */
+static void test_budget(void **state)
+{
+    (void)state;
+    setenv("FAKE_DELAY_MS", "250", 1);
+    cache_env *cache = open_cache("cache2");
+    srch_tune_opts o = base_opts();
+    o.budget_s = 2.0;
+    srch_tune_result r;
+    kt_err err = {0};
+    int rc = srch_tune(graph, bindings, 2, cache, &o, &r, &err);
+    unsetenv("FAKE_DELAY_MS");
+    if (rc < 0)
+        print_error("srch_tune: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_true(r.budget_hit);
+    assert_true(r.measured >= 1);
+    assert_true(r.measured <= 8);
+    /* One evaluation past the budget at most, plus writing the record. */
+    assert_true(r.seconds < o.budget_s + 3.0);
+    cache_close(cache);
+}
+
+/* A machine without a GPU: the worker says ENODEV and so does the job. */
+static void test_no_gpu(void **state)
+{
+    (void)state;
+    setenv("FAKE_NODEV", "1", 1);
+    cache_env *cache = open_cache("cache3");
+    srch_tune_opts o = base_opts();
+    srch_tune_result r;
+    kt_err err = {0};
+    int rc = srch_tune(graph, bindings, 2, cache, &o, &r, &err);
+    unsetenv("FAKE_NODEV");
+    assert_int_equal(rc, -ENODEV);
+    assert_true(strstr(err.msg, "ENODEV") != NULL);
+    cache_close(cache);
+}
+
+/* The supervisor alone: a hang is killed on its deadline and the next request is served by a
+ * fresh worker; a missing executable is a clear error. */
+static void test_supervisor(void **state)
+{
+    (void)state;
+    srch_worker *w = NULL;
+    kt_err err = {0};
+    srch_worker_opts wo = {.exe = "/nonexistent/ktune-worker"};
+    assert_int_equal(srch_worker_start(&wo, &w, NULL, NULL, &err), -ENOENT);
+    assert_true(strstr(err.msg, "/nonexistent/ktune-worker") != NULL);
+
+    /* The first candidate of the space, emitted; the fake never loads the "cubin". */
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_graph *bound = NULL;
+    ops_diag d = {0};
+    assert_int_equal(ops_graph_bind(graph, bindings, 2, &bound, &d), 0);
+    srch_space *s = NULL;
+    assert_int_equal(srch_space_build(bound, &dev, OPS_PREC_EXACT, &s, &d), 0);
+    srch_candidate *c = NULL;
+    int64_t n = 0;
+    assert_int_equal(srch_space_candidates(s, &c, &n), 0);
+    const ops_group *grp = &s->groups[c[0].group].group;
+    ops_emitted e = {0};
+    assert_int_equal(ops_family_get(c[0].schedule.family)->emit(grp, &c[0].schedule, &dev, &e, &d),
+                     0);
+    static const char fake_cubin[] = "not a cubin: the fake worker never loads it";
+    srch_eval_req req;
+    assert_int_equal(srch_eval_req_for_group(grp, &e, fake_cubin, sizeof(fake_cubin), &req, &d), 0);
+    char hang[160];
+    snprintf(hang, sizeof(hang), "%s@%d", e.kernels[0].entry, grp->n_nodes);
+    setenv("FAKE_HANG", hang, 1); /* read by the worker at its start */
+    wo.exe = getenv("KTUNE_FAKE_WORKER");
+    cache_gpu gpu;
+    assert_int_equal(srch_worker_start(&wo, &w, &dev, &gpu, &err), 0);
+    assert_string_equal(dev.arch, "sm_90a");
+    assert_int_equal(dev.sm_count, 132);
+    assert_int_equal(gpu.sm_count, 132);
+    assert_string_equal(gpu.name, "NVIDIA H100 80GB HBM3");
+    srch_eval_result res;
+    assert_int_equal(srch_worker_eval(w, &req, 0.5, &res, &err), 0);
+    assert_int_equal(res.status, SRCH_HANG);
+    assert_int_equal(srch_worker_restarts(w), 1);
+    srch_worker_stop(w);
+    unsetenv("FAKE_HANG");
+    assert_int_equal(srch_worker_start(&wo, &w, NULL, NULL, &err), 0);
+    req.id = 42;
+    assert_int_equal(srch_worker_eval(w, &req, 5, &res, &err), 0);
+    assert_int_equal(res.status, SRCH_OK);
+    assert_true(res.id == 42);
+    assert_true(res.time.median_ns >= 1000);
+    uint64_t id = 42;
+    srch_time_stats st;
+    assert_int_equal(srch_worker_retime(w, &id, 1, 3, false, 5, &st, &err), 0);
+    assert_true(st.median_ns == res.time.median_ns);
+    srch_worker_stop(w);
+    srch_eval_req_free(&req);
+    ops_emitted_free(&e);
+    free(c);
+    srch_space_free(s);
+    ops_graph_free(bound);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *root = getenv("KTUNE_SOURCE_ROOT");
+    if (!getenv("KTUNE_FAKE_WORKER") || !root) {
+        print_error("KTUNE_FAKE_WORKER and KTUNE_SOURCE_ROOT must be set (meson test does)\n");
+        return -1;
+    }
+    snprintf(tmp_root, sizeof(tmp_root), "/tmp/ktune-test-tune-XXXXXX");
+    if (!mkdtemp(tmp_root))
+        return -1;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/examples/gelu_tanh_chain.json", root);
+    ops_diag d = {0};
+    if (ops_graph_from_json_file(path, &graph, &d) < 0 || ops_graph_validate(graph, &d) < 0) {
+        print_error("%s: %s\n", path, d.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    ops_graph_free(graph);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_root);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_supervisor),
+        cmocka_unit_test(test_no_gpu),
+        cmocka_unit_test(test_survives_and_resumes),
+        cmocka_unit_test(test_budget),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

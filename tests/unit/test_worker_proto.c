@@ -1,0 +1,577 @@
+/* The worker protocol's encoding (search/worker_proto.c), without a GPU: requests and results
+ * survive pack/unpack, malformed messages are refused with -EPROTO, and
+ * srch_eval_req_for_group maps a candidate's arguments onto the group's subgraph (gemm, split-K
+ * gemm with a workspace, cuBLASLt library call). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "ops/library.h"
+#include "search/worker.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The canonical, bound graph of an example; fails the test on any error. */
+static ops_graph *example(const char *file, const char *name, int64_t value)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/examples/%s", getenv("KTUNE_SOURCE_ROOT"), file);
+    ops_graph *g = NULL, *bound = NULL, *canon = NULL;
+    ops_diag d = {0};
+    ops_binding b = {name, value};
+    if (ops_graph_from_json_file(path, &g, &d) < 0 || ops_graph_validate(g, &d) < 0 ||
+        ops_graph_bind(g, &b, 1, &bound, &d) < 0 || ops_graph_canonicalize(bound, &canon, &d) < 0)
+        fail_msg("%s: %s", file, d.msg);
+    ops_graph_free(g);
+    ops_graph_free(bound);
+    return canon;
+}
+
+static void whole_group(const ops_graph *g, ops_group *grp)
+{
+    ops_diag d = {0};
+    if (ops_group_init(grp, g, (1ull << g->n_nodes) - 1, &d) < 0)
+        fail_msg("group: %s", d.msg);
+}
+
+typedef struct pick {
+    int knob;      /* knob index to test, -1 for the first schedule */
+    bool want_gt1; /* knob value > 1 wanted (else == 1) */
+    bool found;
+    ops_schedule s;
+} pick;
+
+static int pick_cb(const ops_schedule *s, void *ctx)
+{
+    pick *p = ctx;
+    if (p->knob >= 0 && (s->v[p->knob] > 1) != p->want_gt1)
+        return 0;
+    p->s = *s;
+    p->found = true;
+    return 1;
+}
+
+static int knob_index(const ops_family *f, const char *name)
+{
+    for (int k = 0; k < f->n_knobs; k++)
+        if (strcmp(f->knobs[k].name, name) == 0)
+            return k;
+    fail_msg("family %s has no knob %s", f->name, name);
+    return -1;
+}
+
+static void emit_candidate(const ops_group *grp, ops_family_id fam, const char *knob, bool gt1,
+                           ops_schedule *s, ops_emitted *e)
+{
+    const ops_family *f = ops_family_get(fam);
+    ops_device dev;
+    ops_device_h100(&dev);
+    pick p = {.knob = knob ? knob_index(f, knob) : -1, .want_gt1 = gt1};
+    assert_true(f->matches(grp));
+    ops_family_enumerate(f, grp, &dev, pick_cb, &p, NULL);
+    if (!p.found)
+        fail_msg("no %s schedule with %s %s 1", f->name, knob ? knob : "-", gt1 ? ">" : "==");
+    ops_diag d = {0};
+    if (f->emit(grp, &p.s, &dev, e, &d) < 0)
+        fail_msg("emit: %s", d.msg);
+    *s = p.s;
+}
+
+/* Packs r into a buffer and unpacks it again. */
+static int round_trip_req(const srch_eval_req *r, srch_eval_req *out, kt_err *err)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    assert_int_equal(srch_eval_req_pack(&pk, r), 0);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_int_equal(msgpack_unpack_next(&u, sb.data, sb.size, NULL), MSGPACK_UNPACK_SUCCESS);
+    int rc = srch_eval_req_unpack(&u.data, out, err);
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+static void assert_same_launch(const ops_kernel_launch *a, const ops_kernel_launch *b)
+{
+    assert_string_equal(a->entry, b->entry);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(a->grid[i], b->grid[i]);
+        assert_int_equal(a->block[i], b->block[i]);
+    }
+    assert_int_equal(a->smem_bytes, b->smem_bytes);
+    assert_int_equal(a->zero_workspace, b->zero_workspace);
+    assert_int_equal(a->n_args, b->n_args);
+    for (int k = 0; k < a->n_args; k++) {
+        assert_int_equal(a->args[k].kind, b->args[k].kind);
+        if (a->args[k].kind == OPS_ARG_TENSOR)
+            assert_int_equal(a->args[k].tensor, b->args[k].tensor);
+        else
+            assert_int_equal(a->args[k].offset, b->args[k].offset);
+    }
+}
+
+static void assert_same_req(const srch_eval_req *a, const srch_eval_req *b)
+{
+    assert_int_equal(a->id, b->id);
+    assert_true(ops_graph_equal(a->sub, b->sub));
+    assert_int_equal(a->n_bindings, b->n_bindings);
+    for (int i = 0; i < a->n_bindings; i++) {
+        assert_string_equal(a->bindings[i].name, b->bindings[i].name);
+        assert_int_equal(a->bindings[i].value, b->bindings[i].value);
+    }
+    assert_int_equal(a->precision, b->precision);
+    assert_true(a->tolerance == b->tolerance);
+    assert_int_equal(a->seeds, b->seeds);
+    assert_int_equal(a->seed0, b->seed0);
+    assert_int_equal(a->verify, b->verify);
+    assert_int_equal(a->time, b->time);
+    assert_int_equal(a->timing.cold, b->timing.cold);
+    assert_true(a->timing.budget_s == b->timing.budget_s);
+    assert_true(a->timing.warmup_s == b->timing.warmup_s);
+    assert_true(a->timing.target_rel == b->timing.target_rel);
+    assert_int_equal(a->timing.min_reps, b->timing.min_reps);
+    assert_int_equal(a->timing.max_reps, b->timing.max_reps);
+    assert_int_equal(a->library, b->library);
+    assert_int_equal(a->cubin_len, b->cubin_len);
+    if (a->cubin_len)
+        assert_memory_equal(a->cubin, b->cubin, a->cubin_len);
+    assert_int_equal(a->n_kernels, b->n_kernels);
+    for (int k = 0; k < a->n_kernels; k++)
+        assert_same_launch(&a->kernels[k], &b->kernels[k]);
+    assert_int_equal(a->workspace_bytes, b->workspace_bytes);
+    if (a->library)
+        assert_memory_equal(&a->lt, &b->lt, sizeof(a->lt)); /* plain data, no padding holes
+                                                                written differently: both
+                                                                memset before filling */
+}
+
+/* Every tensor argument of the request names the same tensor (by name) as the emitted one. */
+static void assert_args_mapped(const ops_group *grp, const ops_emitted *e, const srch_eval_req *r)
+{
+    assert_int_equal(r->n_kernels, e->n_kernels);
+    for (int k = 0; k < e->n_kernels; k++)
+        for (int a = 0; a < e->kernels[k].n_args; a++) {
+            const ops_arg *ea = &e->kernels[k].args[a], *ra = &r->kernels[k].args[a];
+            assert_int_equal(ea->kind, ra->kind);
+            if (ea->kind != OPS_ARG_TENSOR) {
+                assert_int_equal(ea->offset, ra->offset);
+                continue;
+            }
+            assert_string_equal(grp->g->tensors[ea->tensor].name, r->sub->tensors[ra->tensor].name);
+            const ops_tensor *t = &r->sub->tensors[ra->tensor];
+            assert_true(t->producer < 0 || t->is_output);
+        }
+}
+
+static void test_gemm_request(void **state)
+{
+    (void)state;
+    ops_graph *g = example("gemm_bias_relu.json", "M", 1000);
+    ops_group grp;
+    whole_group(g, &grp);
+    ops_schedule s;
+    ops_emitted e = {0};
+    emit_candidate(&grp, OPS_FAM_GEMM, "splitk", false, &s, &e);
+    static const uint8_t cubin[] = {0x7f, 'E', 'L', 'F', 1, 2, 3, 0, 9};
+    srch_eval_req r, back;
+    ops_diag d = {0};
+    kt_err err = {0};
+    if (srch_eval_req_for_group(&grp, &e, cubin, sizeof(cubin), &r, &d) < 0)
+        fail_msg("for_group: %s", d.msg);
+    assert_false(r.library);
+    assert_int_equal(r.n_bindings, 1);
+    assert_string_equal(r.bindings[0].name, "M");
+    assert_int_equal(r.bindings[0].value, 1000);
+    assert_true(r.seeds >= 2);
+    assert_true(r.cubin != cubin); /* copied */
+    assert_memory_equal(r.cubin, cubin, sizeof(cubin));
+    assert_args_mapped(&grp, &e, &r);
+    /* The same group gives the same seed (one reference for all its candidates). */
+    srch_eval_req r2;
+    assert_int_equal(srch_eval_req_for_group(&grp, &e, cubin, sizeof(cubin), &r2, &d), 0);
+    assert_int_equal(r.seed0, r2.seed0);
+    srch_eval_req_free(&r2);
+
+    r.id = 42;
+    r.tolerance = 1e-3;
+    r.timing.cold = true;
+    r.timing.budget_s = 0.25;
+    r.timing.min_reps = 7;
+    r.precision = OPS_PREC_TF32;
+    if (round_trip_req(&r, &back, &err) < 0)
+        fail_msg("unpack: %s", err.msg);
+    assert_same_req(&r, &back);
+    /* Tensor numbering survives the trip: names agree index by index. */
+    for (int t = 0; t < r.sub->n_tensors; t++)
+        assert_string_equal(r.sub->tensors[t].name, back.sub->tensors[t].name);
+    srch_eval_req_free(&back);
+    srch_eval_req_free(&r);
+    srch_eval_req_free(&r); /* idempotent */
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
+static void test_splitk_request(void **state)
+{
+    (void)state;
+    ops_graph *g = example("gemm_bias_relu.json", "M", 1000);
+    ops_group grp;
+    whole_group(g, &grp);
+    ops_schedule s;
+    ops_emitted e = {0};
+    emit_candidate(&grp, OPS_FAM_GEMM, "splitk", true, &s, &e);
+    assert_true(e.workspace_bytes > 0 || e.n_kernels > 1);
+    static const uint8_t cubin[] = {1, 2, 3, 4};
+    srch_eval_req r, back;
+    ops_diag d = {0};
+    kt_err err = {0};
+    if (srch_eval_req_for_group(&grp, &e, cubin, sizeof(cubin), &r, &d) < 0)
+        fail_msg("for_group: %s", d.msg);
+    assert_int_equal(r.workspace_bytes, e.workspace_bytes);
+    assert_args_mapped(&grp, &e, &r);
+    bool saw_ws = false;
+    for (int k = 0; k < r.n_kernels; k++)
+        for (int a = 0; a < r.kernels[k].n_args; a++)
+            saw_ws |= r.kernels[k].args[a].kind == OPS_ARG_WORKSPACE;
+    if (e.workspace_bytes > 0)
+        assert_true(saw_ws);
+    if (round_trip_req(&r, &back, &err) < 0)
+        fail_msg("unpack: %s", err.msg);
+    assert_same_req(&r, &back);
+    srch_eval_req_free(&back);
+    srch_eval_req_free(&r);
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
+static void test_library_request(void **state)
+{
+    (void)state;
+    ops_graph *g = example("gemm_bias_relu.json", "M", 1000);
+    ops_group grp;
+    whole_group(g, &grp);
+    ops_schedule s;
+    ops_emitted e = {0};
+    emit_candidate(&grp, OPS_FAM_LIBRARY, NULL, false, &s, &e);
+    assert_int_equal(e.n_kernels, 0);
+    ops_lt_desc lt;
+    ops_diag d = {0};
+    kt_err err = {0};
+    if (ops_library_describe(&grp, &s, &lt, &d) < 0)
+        fail_msg("describe: %s", d.msg);
+    srch_eval_req r, back;
+    if (srch_eval_req_for_group(&grp, &e, NULL, 0, &r, &d) < 0 ||
+        srch_eval_req_set_lt(&r, &grp, &lt, &d) < 0)
+        fail_msg("for_group: %s", d.msg);
+    assert_true(r.library);
+    assert_string_equal(r.sub->tensors[r.lt.a_tensor].name, "W"); /* cuBLASLt's A: the weight */
+    assert_string_equal(r.sub->tensors[r.lt.b_tensor].name, "A");
+    assert_string_equal(r.sub->tensors[r.lt.c_tensor].name, "Y");
+    assert_string_equal(r.sub->tensors[r.lt.bias_tensor].name, "bias");
+    assert_int_equal(r.workspace_bytes, lt.workspace_bytes);
+    if (round_trip_req(&r, &back, &err) < 0)
+        fail_msg("unpack: %s", err.msg);
+    assert_same_req(&r, &back);
+    srch_eval_req_free(&back);
+    srch_eval_req_free(&r);
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
+static void test_result_round_trip(void **state)
+{
+    (void)state;
+    for (int st = 0; st < SRCH_STATUS_COUNT; st++) {
+        srch_eval_result r = {.id = 1000 + (uint64_t)st, .status = (srch_status)st};
+        snprintf(r.msg, sizeof(r.msg), "status %s", srch_status_str(r.status));
+        r.err_norm = st == SRCH_WRONG ? INFINITY : 1.5e-6;
+        r.err_max = 0.25;
+        r.time = (srch_time_stats){.median_ns = 1234.5,
+                                   .p10_ns = 1200,
+                                   .p90_ns = 1300,
+                                   .rel_spread = 0.004,
+                                   .reps = 77,
+                                   .kernels_per_rep = 2,
+                                   .cold = true,
+                                   .sm_clock_khz_before = 1980000,
+                                   .sm_clock_khz_after = 1755000};
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        assert_int_equal(srch_eval_result_pack(&pk, &r), 0);
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        assert_int_equal(msgpack_unpack_next(&u, sb.data, sb.size, NULL), MSGPACK_UNPACK_SUCCESS);
+        srch_eval_result b;
+        kt_err err = {0};
+        if (srch_eval_result_unpack(&u.data, &b, &err) < 0)
+            fail_msg("%s", err.msg);
+        assert_int_equal(b.id, r.id);
+        assert_int_equal(b.status, r.status);
+        assert_string_equal(b.msg, r.msg);
+        assert_true(b.err_norm == r.err_norm);
+        assert_true(b.err_max == r.err_max);
+        assert_memory_equal(&b.time, &r.time, sizeof(r.time));
+        msgpack_unpacked_destroy(&u);
+        msgpack_sbuffer_destroy(&sb);
+    }
+    assert_string_equal(srch_status_str(SRCH_RACE), "race");
+    assert_string_equal(srch_status_str(SRCH_STATUS_COUNT), "unknown");
+}
+
+/* ---- malformed messages ---- */
+
+/* A valid request, re-packed by hand with one key changed, dropped or added. */
+typedef struct mutation {
+    const char *name;
+    const char *drop;    /* key left out */
+    const char *replace; /* key whose value is replaced by `with` */
+    void (*with)(msgpack_packer *pk);
+    const char *add; /* extra key, value nil */
+} mutation;
+
+static void pack_nil(msgpack_packer *pk)
+{
+    msgpack_pack_nil(pk);
+}
+static void pack_bad_str(msgpack_packer *pk)
+{
+    msgpack_pack_str(pk, 5);
+    msgpack_pack_str_body(pk, "fancy", 5);
+}
+static void pack_neg(msgpack_packer *pk)
+{
+    msgpack_pack_int(pk, -3);
+}
+static void pack_empty_map(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 0);
+}
+static void pack_bad_kernels(msgpack_packer *pk)
+{
+    /* argument tensor 99: no such tensor */
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_map(pk, 6);
+    const char *k[] = {"entry", "grid", "block", "smem", "zero_ws", "args"};
+    msgpack_pack_str(pk, strlen(k[0]));
+    msgpack_pack_str_body(pk, k[0], strlen(k[0]));
+    msgpack_pack_str(pk, 1);
+    msgpack_pack_str_body(pk, "f", 1);
+    for (int i = 1; i <= 2; i++) {
+        msgpack_pack_str(pk, strlen(k[i]));
+        msgpack_pack_str_body(pk, k[i], strlen(k[i]));
+        msgpack_pack_array(pk, 3);
+        for (int j = 0; j < 3; j++)
+            msgpack_pack_int(pk, 1);
+    }
+    msgpack_pack_str(pk, strlen(k[3]));
+    msgpack_pack_str_body(pk, k[3], strlen(k[3]));
+    msgpack_pack_int(pk, 0);
+    msgpack_pack_str(pk, strlen(k[4]));
+    msgpack_pack_str_body(pk, k[4], strlen(k[4]));
+    msgpack_pack_false(pk);
+    msgpack_pack_str(pk, strlen(k[5]));
+    msgpack_pack_str_body(pk, k[5], strlen(k[5]));
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_int(pk, 0);
+    msgpack_pack_int(pk, 99);
+}
+static void pack_intermediate_arg(msgpack_packer *pk)
+{
+    /* argument tensor 3 is t0, an intermediate of the fused group: no buffer for it */
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_map(pk, 6);
+    const char *k[] = {"entry", "grid", "block", "smem", "zero_ws", "args"};
+    for (int i = 0; i < 6; i++) {
+        msgpack_pack_str(pk, strlen(k[i]));
+        msgpack_pack_str_body(pk, k[i], strlen(k[i]));
+        if (i == 0) {
+            msgpack_pack_str(pk, 1);
+            msgpack_pack_str_body(pk, "f", 1);
+        } else if (i <= 2) {
+            msgpack_pack_array(pk, 3);
+            for (int j = 0; j < 3; j++)
+                msgpack_pack_int(pk, 1);
+        } else if (i == 3) {
+            msgpack_pack_int(pk, 0);
+        } else if (i == 4) {
+            msgpack_pack_false(pk);
+        } else {
+            msgpack_pack_array(pk, 1);
+            msgpack_pack_array(pk, 2);
+            msgpack_pack_int(pk, 0);
+            msgpack_pack_int(pk, 3);
+        }
+    }
+}
+static void pack_bad_bindings(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 1);
+    msgpack_pack_str(pk, 1);
+    msgpack_pack_str_body(pk, "Q", 1);
+    msgpack_pack_int(pk, 5);
+}
+static void pack_zero_binding(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 1);
+    msgpack_pack_str(pk, 1);
+    msgpack_pack_str_body(pk, "M", 1);
+    msgpack_pack_int(pk, 0);
+}
+static void pack_bad_timing(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 1);
+    msgpack_pack_str(pk, 4);
+    msgpack_pack_str_body(pk, "cold", 4);
+    msgpack_pack_int(pk, 1);
+}
+static void pack_bad_graph(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 1);
+    msgpack_pack_str(pk, 4);
+    msgpack_pack_str_body(pk, "name", 4);
+    msgpack_pack_int(pk, 7);
+}
+static void pack_true(msgpack_packer *pk)
+{
+    msgpack_pack_true(pk);
+}
+
+static const mutation mutations[] = {
+    {"no id", "id", NULL, NULL, NULL},
+    {"no sub", "sub", NULL, NULL, NULL},
+    {"no cubin", "cubin", NULL, NULL, NULL},
+    {"no bindings (M unbound)", "bindings", NULL, NULL, NULL},
+    {"unknown key", NULL, NULL, NULL, "colour"},
+    {"id not an integer", NULL, "id", pack_bad_str, NULL},
+    {"negative id", NULL, "id", pack_neg, NULL},
+    {"unknown precision", NULL, "precision", pack_bad_str, NULL},
+    {"seeds negative", NULL, "seeds", pack_neg, NULL},
+    {"verify not a bool", NULL, "verify", pack_nil, NULL},
+    {"kernel arg tensor out of range", NULL, "kernels", pack_bad_kernels, NULL},
+    {"kernel arg on an intermediate", NULL, "kernels", pack_intermediate_arg, NULL},
+    {"no kernels", NULL, "kernels", pack_empty_map, NULL},
+    {"unknown symbol", NULL, "bindings", pack_bad_bindings, NULL},
+    {"zero binding", NULL, "bindings", pack_zero_binding, NULL},
+    {"timing cold not a bool", NULL, "timing", pack_bad_timing, NULL},
+    {"sub not a graph", NULL, "sub", pack_bad_graph, NULL},
+    {"library without lt", NULL, "library", pack_true, NULL},
+    {"op not eval", NULL, "op", pack_bad_str, NULL},
+};
+
+static void test_malformed_requests(void **state)
+{
+    (void)state;
+    ops_graph *g = example("gemm_bias_relu.json", "M", 1000);
+    ops_group grp;
+    whole_group(g, &grp);
+    ops_schedule s;
+    ops_emitted e = {0};
+    emit_candidate(&grp, OPS_FAM_GEMM, "splitk", false, &s, &e);
+    static const uint8_t cubin[] = {1, 2, 3};
+    srch_eval_req r;
+    ops_diag d = {0};
+    assert_int_equal(srch_eval_req_for_group(&grp, &e, cubin, sizeof(cubin), &r, &d), 0);
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    assert_int_equal(srch_eval_req_pack(&pk, &r), 0);
+    msgpack_unpacked good;
+    msgpack_unpacked_init(&good);
+    assert_int_equal(msgpack_unpack_next(&good, sb.data, sb.size, NULL), MSGPACK_UNPACK_SUCCESS);
+    const msgpack_object *m = &good.data;
+    assert_int_equal(m->type, MSGPACK_OBJECT_MAP);
+
+    for (size_t i = 0; i < KT_ARRAY_LEN(mutations); i++) {
+        const mutation *mu = &mutations[i];
+        msgpack_sbuffer out;
+        msgpack_sbuffer_init(&out);
+        msgpack_packer op;
+        msgpack_packer_init(&op, &out, msgpack_sbuffer_write);
+        uint32_t n = m->via.map.size - (mu->drop ? 1 : 0) + (mu->add ? 1 : 0);
+        msgpack_pack_map(&op, n);
+        for (uint32_t k = 0; k < m->via.map.size; k++) {
+            const msgpack_object_kv *kv = &m->via.map.ptr[k];
+            size_t kl = kv->key.via.str.size;
+            const char *ks = kv->key.via.str.ptr;
+            if (mu->drop && strlen(mu->drop) == kl && memcmp(ks, mu->drop, kl) == 0)
+                continue;
+            msgpack_pack_object(&op, kv->key);
+            if (mu->replace && strlen(mu->replace) == kl && memcmp(ks, mu->replace, kl) == 0)
+                mu->with(&op);
+            else
+                msgpack_pack_object(&op, kv->val);
+        }
+        if (mu->add) {
+            msgpack_pack_str(&op, strlen(mu->add));
+            msgpack_pack_str_body(&op, mu->add, strlen(mu->add));
+            msgpack_pack_nil(&op);
+        }
+        msgpack_unpacked u;
+        msgpack_unpacked_init(&u);
+        assert_int_equal(msgpack_unpack_next(&u, out.data, out.size, NULL), MSGPACK_UNPACK_SUCCESS);
+        srch_eval_req back;
+        kt_err err = {0};
+        int rc = srch_eval_req_unpack(&u.data, &back, &err);
+        if (rc != -EPROTO)
+            fail_msg("%s: got %d, want -EPROTO", mu->name, rc);
+        assert_true(err.msg[0] != '\0');
+        assert_null(back.sub); /* nothing left to free */
+        assert_null(back.cubin);
+        msgpack_unpacked_destroy(&u);
+        msgpack_sbuffer_destroy(&out);
+    }
+
+    /* Not a map at all, and results with a bad status or a missing id. */
+    msgpack_object arr = {.type = MSGPACK_OBJECT_ARRAY};
+    srch_eval_req back;
+    srch_eval_result res;
+    assert_int_equal(srch_eval_req_unpack(&arr, &back, NULL), -EPROTO);
+    assert_int_equal(srch_eval_result_unpack(&arr, &res, NULL), -EPROTO);
+    msgpack_sbuffer rb;
+    msgpack_sbuffer_init(&rb);
+    msgpack_packer rp;
+    msgpack_packer_init(&rp, &rb, msgpack_sbuffer_write);
+    msgpack_pack_map(&rp, 2);
+    msgpack_pack_str(&rp, 2);
+    msgpack_pack_str_body(&rp, "id", 2);
+    msgpack_pack_int(&rp, 1);
+    msgpack_pack_str(&rp, 6);
+    msgpack_pack_str_body(&rp, "status", 6);
+    msgpack_pack_str(&rp, 5);
+    msgpack_pack_str_body(&rp, "great", 5);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_int_equal(msgpack_unpack_next(&u, rb.data, rb.size, NULL), MSGPACK_UNPACK_SUCCESS);
+    assert_int_equal(srch_eval_result_unpack(&u.data, &res, NULL), -EPROTO);
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&rb);
+
+    msgpack_unpacked_destroy(&good);
+    msgpack_sbuffer_destroy(&sb);
+    srch_eval_req_free(&r);
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_request),       cmocka_unit_test(test_splitk_request),
+        cmocka_unit_test(test_library_request),    cmocka_unit_test(test_result_round_trip),
+        cmocka_unit_test(test_malformed_requests),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
