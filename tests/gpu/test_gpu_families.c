@@ -365,7 +365,12 @@ static int run_case(const gpu_case *gc)
             have[c->group] = true;
         }
         /* Print before running: if the kernel kills the process, the log names it. */
-        printf("  %-70s ", sched);
+        char nodes[256] = "";
+        const ops_group *grp = &s->groups[c->group].group;
+        for (int k = 0, used = 0; k < grp->n_nodes && used < (int)sizeof(nodes) - 1; k++)
+            used += snprintf(nodes + used, sizeof(nodes) - (size_t)used, "%s%s", k ? "," : "",
+                             s->g->tensors[s->g->nodes[grp->nodes[k]].out].name);
+        printf("  [%s] %-70s ", nodes, sched);
         fflush(stdout);
         int r = run_candidate(&cu, &dev, s, c, &gdata[c->group], line, sizeof(line));
         printf("%s\n", line);
@@ -389,16 +394,20 @@ static int run_case(const gpu_case *gc)
     return failures ? 1 : 0;
 }
 
+/* Usage: test_gpu_families [PER_FAMILY [GRAPH.json SHAPES]] — with a graph, only that case. */
 int main(int argc, char **argv)
 {
     if (argc > 1)
         per_family = atoi(argv[1]);
+    gpu_case only = {argc > 3 ? argv[2] : NULL, argc > 3 ? argv[3] : NULL, OPS_PREC_EXACT};
+    const gpu_case *list = only.file ? &only : cases;
+    size_t n_cases = only.file ? 1 : KT_ARRAY_LEN(cases);
     int failed = 0, skipped = 0;
-    for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
+    for (size_t i = 0; i < n_cases; i++) {
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
-            int rc = run_case(&cases[i]);
+            int rc = run_case(&list[i]);
             fflush(stdout);
             _exit(rc);
         }
@@ -411,12 +420,12 @@ int main(int argc, char **argv)
         if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
             failed++;
             if (!WIFEXITED(ws))
-                printf("  CRASH: case %s %s killed by signal %d\n", cases[i].file, cases[i].shapes,
+                printf("  CRASH: case %s %s killed by signal %d\n", list[i].file, list[i].shapes,
                        WTERMSIG(ws));
         }
     }
     if (skipped)
         return SKIP;
-    printf("\n%d of %zu cases failed\n", failed, KT_ARRAY_LEN(cases));
+    printf("\n%d of %zu cases failed\n", failed, n_cases);
     return failed ? 1 : 0;
 }
