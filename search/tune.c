@@ -414,6 +414,20 @@ static int fail_cand(tune *t, int64_t i, srch_status st, const char *fmt, ...)
     return log_trial(t, i, NULL);
 }
 
+/* The screening measurement (tune.h): the job's timing options, with the fields it leaves
+ * <= 0 taking the cheap screening defaults instead of timing.h's. */
+static srch_time_opts screen_timing(const srch_time_opts *o)
+{
+    srch_time_opts s = *o;
+    if (s.warmup_s <= 0)
+        s.warmup_s = SRCH_SCREEN_WARMUP_S;
+    if (s.budget_s <= 0)
+        s.budget_s = SRCH_SCREEN_BUDGET_S;
+    if (s.min_reps <= 0)
+        s.min_reps = SRCH_SCREEN_MIN_REPS;
+    return s;
+}
+
 static int evaluate(tune *t, int64_t i, const void *cubin, size_t cubin_len, kt_err *err)
 {
     cand *c = &t->c[i];
@@ -438,7 +452,7 @@ static int evaluate(tune *t, int64_t i, const void *cubin, size_t cubin_len, kt_
     req.seeds = defint(t->o->seeds, 3);
     req.verify = true;
     req.time = true;
-    req.timing = t->o->timing;
+    req.timing = screen_timing(&t->o->timing);
     srch_eval_result res;
     int restarts_before = srch_worker_restarts(t->w);
     int rc = srch_worker_eval(t->w, &req, t->o->deadline_s > 0 ? t->o->deadline_s : 30, &res, err);
@@ -758,7 +772,7 @@ static int retime(tune *t, kt_err *err)
     if (best_partition(t, &p, false) <= 0)
         return 0;
     report(t, "retime");
-    int nfin = defint(t->o->finalists, 4), rounds = defint(t->o->retime_rounds, 5);
+    int nfin = defint(t->o->finalists, 4);
     if (nfin > 16)
         nfin = 16;
     const srch_partition *part = &t->s->partitions[p];
@@ -776,6 +790,17 @@ static int retime(tune *t, kt_err *err)
         }
         if (m < 2)
             continue;
+        /* Rounds: as set, else enough for SRCH_RETIME_BUDGET_S at the screening medians. */
+        int rounds = t->o->retime_rounds;
+        if (rounds <= 0) {
+            double sum_ns = 0;
+            for (int j = 0; j < m; j++)
+                sum_ns += t->c[ids_i[j]].time.median_ns;
+            double r = sum_ns > 0 ? SRCH_RETIME_BUDGET_S * 1e9 / sum_ns : SRCH_RETIME_MAX_ROUNDS;
+            rounds = r < SRCH_RETIME_MIN_ROUNDS   ? SRCH_RETIME_MIN_ROUNDS
+                     : r > SRCH_RETIME_MAX_ROUNDS ? SRCH_RETIME_MAX_ROUNDS
+                                                  : (int)r;
+        }
         srch_time_stats st[16];
         kt_err rerr = {0};
         double deadline = (t->o->deadline_s > 0 ? t->o->deadline_s : 30) * m;

@@ -15,6 +15,14 @@
  *      nothing (converged) or the budget is spent.
  *   4. Finalists (the best few of each winning group) are re-timed interleaved in the worker;
  *      the pick is then made among them, by their re-timed medians.
+ * Measurement: screening and refining use a cheap measurement (opts.timing, with the fields left
+ * <= 0 taking SRCH_SCREEN_*: 10 ms warm-up, 0.1 s budget, at least 5 reps, stop at 1% spread of
+ * the median), enough to rank candidates whose times differ by more than a few percent. The
+ * finalists' interleaved re-timing follows MEASURE.md in full (25 ms warm-up, A B A B ...) and
+ * decides the winner: unless retime_rounds is set, it runs enough rounds for
+ * SRCH_RETIME_BUDGET_S at the finalists' screening medians (SRCH_RETIME_MIN_ROUNDS to
+ * SRCH_RETIME_MAX_ROUNDS), so the median's relative spread falls well below 1% for any kernel
+ * longer than a few microseconds.
  *   5. The partition with the smallest measured sum (+ the model's 2 us launch gap per extra
  *      kernel) wins; its record, with runner-ups, goes to the cache.
  * Tie rule: two medians closer than max(0.5%, 2 x the larger relative spread of the median) are
@@ -45,6 +53,13 @@
 #include "space.h"
 #include "supervisor.h"
 
+#define SRCH_SCREEN_WARMUP_S   0.01
+#define SRCH_SCREEN_BUDGET_S   0.1
+#define SRCH_SCREEN_MIN_REPS   5
+#define SRCH_RETIME_BUDGET_S   0.3
+#define SRCH_RETIME_MIN_ROUNDS 10
+#define SRCH_RETIME_MAX_ROUNDS 2000
+
 typedef struct srch_tune_progress {
     const char *phase; /* "screen", "refine", "retime", "record" */
     int trials;        /* candidates with an outcome (measured now or found in the trial log) */
@@ -63,9 +78,9 @@ typedef struct srch_tune_opts {
     /* worker */
     const char *worker_exe; /* NULL: srch_worker_opts' lookup */
     int gpu;
-    double deadline_s; /* per candidate evaluation; <= 0: 30 s */
-    int seeds;         /* verification input sets; <= 0: 3 */
-    srch_time_opts timing;
+    double deadline_s;     /* per candidate evaluation; <= 0: 30 s */
+    int seeds;             /* verification input sets; <= 0: 3 */
+    srch_time_opts timing; /* screening; fields <= 0: SRCH_SCREEN_* (see above) */
     /* compile pool (arch comes from the worker's device) */
     int compile_jobs;      /* <= 0: one per CPU */
     const char *store_dir; /* cubin store, or NULL */
@@ -76,7 +91,7 @@ typedef struct srch_tune_opts {
     int refine_best;   /* neighbours of the best N per group [2] */
     int refine_rounds; /* local-search rounds [4] */
     int finalists;     /* per group, re-timed interleaved [4] */
-    int retime_rounds; /* [5] */
+    int retime_rounds; /* [enough for SRCH_RETIME_BUDGET_S, 10 to 2000] */
     /* Called after every trial and at each phase change; may be NULL. */
     void (*progress)(const srch_tune_progress *p, void *ctx);
     void *progress_ctx;

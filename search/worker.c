@@ -7,9 +7,11 @@
  * EFAULT error reply), then exits with status 3 so that the supervisor respawns it.
  *
  * Data sets. Candidates of one group share inputs: a data set is keyed by SHA-256 over the
- * request's subgraph, bindings, seed0 and seeds. It holds the typed inputs of every seed (host),
- * one set of device input/output buffers, and, once a candidate needs verifying, the fp64
- * reference outputs of every seed (host). The reference program (ops_emit_reference_graph) is
+ * request's subgraph, bindings, seed0 and seeds. It holds the typed inputs of every seed (host,
+ * generated once, and a device copy per seed that is copied on the device into the one set of
+ * input buffers the candidates read), one set of device output buffers, and, once a candidate
+ * needs verifying, the fp64 reference outputs of every seed (device) with the sum of squares and
+ * count of their finite values. The reference program (ops_emit_reference_graph) is
  * compiled with NVRTC in this process only when a data set first needs its references; its
  * outputs, not its module, are what is cached. At most WK_MAX_DATA data sets that no loaded
  * candidate uses are kept (least recently used goes).
@@ -38,7 +40,16 @@
  *       atol = rtol * rms(ref): outputs near zero from cancellation are judged against the
  *       scale of the output, not against their own tiny value.
  * err_norm is the worst normwise error over outputs and seeds; err_max the worst elementwise
- * ratio |out - ref| / (atol + rtol |ref|) (<= 1 passes). */
+ * ratio |out - ref| / (atol + rtol |ref|) (<= 1 passes).
+ *
+ * The comparison and the race check run on the GPU (cmp_source, compiled with NVRTC once per
+ * process): per output, block partials of sum (out - ref)^2, sum ref^2, the worst ratio (first
+ * index on ties), the count and first index of non-finite outputs, added on the host in block
+ * order; the race check copies the first run's outputs aside on the device and counts the
+ * elements that differ bitwise. Only those scalars (and, for a message, the one offending
+ * element) are downloaded. Same rules and tolerances as the host comparison it replaced; the
+ * sums are added in another (fixed, deterministic) order, so err_norm and rms(ref) may differ
+ * from a sequential sum in the last bits. */
 #include "compile.h"
 #include "worker.h"
 
@@ -50,7 +61,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define WK_TAG           "worker"
@@ -76,8 +89,12 @@ typedef struct wk_data {
     CUdeviceptr d_in[OPS_GROUP_MAX_IO], d_out[OPS_GROUP_MAX_IO];
     int seeds;
     uint64_t seed0;
-    uint8_t **h_in; /* [seed * n_in + i]: typed inputs */
-    double **ref;   /* [seed * n_out + j]: fp64 reference outputs; NULL until computed */
+    uint8_t **h_in;         /* [seed * n_in + i]: typed inputs */
+    CUdeviceptr *d_seed_in; /* [seed * n_in + i]: the same on the device (copied into d_in) */
+    CUdeviceptr *d_ref;     /* [seed * n_out + j]: fp64 reference outputs (device) */
+    double *ref_sumsq;      /* [seed * n_out + j]: sum of squares of the finite reference values */
+    int64_t *ref_finite;    /* [seed * n_out + j]: how many reference values are finite */
+    CUdeviceptr d_prev[OPS_GROUP_MAX_IO]; /* the first run's outputs, for the race check */
     bool have_ref;
     int cur_seed; /* whose inputs d_in holds, -1 none */
     int64_t red_len;
@@ -85,6 +102,15 @@ typedef struct wk_data {
 } wk_data;
 
 typedef struct wk wk;
+
+/* One block's partial result of a comparison kernel (kt_part in cmp_source). */
+typedef struct wk_part {
+    double num, den, worst;
+    long long worst_at, bad_nf, first_nf; /* WK_NONE: none */
+} wk_part;
+#define WK_NONE        0x7fffffffffffffffLL
+#define WK_CMP_BLOCKS  1024
+#define WK_CMP_THREADS 256
 
 /* One loaded candidate. */
 typedef struct wk_cand {
@@ -126,6 +152,14 @@ struct wk {
     bool selftest_done;
     char selftest[300];
     uint64_t seq;
+    /* The comparison module (cmp_source), compiled on first use. */
+    bool cmp_ready;
+    CUmodule cmp_mod;
+    CUfunction f_cmp[OPS_DT_F64 + 1]; /* by output dtype */
+    CUfunction f_refstats, f_copy;
+    CUfunction f_diff[4]; /* by word size 1, 2, 4, 8 */
+    CUdeviceptr d_part, d_res;
+    wk_part *h_part;
     wk_cand cands[WK_MAX_CANDS];
     int n_data;
     wk_data *data[WK_MAX_CANDS + WK_MAX_DATA + 1];
@@ -310,6 +344,353 @@ static double math_rtol(ops_precision p, bool contraction)
     return p == OPS_PREC_TF32 && contraction ? 2e-4 : 2e-6;
 }
 
+/* ---- comparison on the GPU ---- */
+
+/* The comparison kernels, compiled with NVRTC once per worker process (wk_cmp_init). One
+ * block-partial record per block (kt_part); the host adds the partials in block order, so the
+ * result does not depend on scheduling. The dtype helpers mirror ops_dtype_store/_load (graph.c)
+ * bit for bit: f16 and bf16 round through float first, to nearest even. */
+static const char cmp_source[] =
+    "/* ktune-worker: verification on the GPU (outputs against the fp64 reference, bitwise race\n"
+    " * check, seed copies). */\n"
+    "typedef unsigned long long u64;\n"
+    "typedef unsigned int u32;\n"
+    "typedef unsigned short u16;\n"
+    "#define KT_NONE 0x7fffffffffffffffLL\n"
+    "struct kt_part {\n"
+    "    double num, den, worst;\n"
+    "    long long worst_at, bad_nf, first_nf;\n"
+    "};\n"
+    "__device__ float kt_f16_to_f32(u16 h)\n"
+    "{\n"
+    "    u32 sign = (u32)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, x;\n"
+    "    if (exp == 0x1f) {\n"
+    "        x = sign | 0x7f800000u | man << 13;\n"
+    "    } else if (exp == 0) {\n"
+    "        if (!man) {\n"
+    "            x = sign;\n"
+    "        } else {\n"
+    "            int e = -1;\n"
+    "            do {\n"
+    "                e++;\n"
+    "                man <<= 1;\n"
+    "            } while (!(man & 0x400u));\n"
+    "            x = sign | (u32)(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;\n"
+    "        }\n"
+    "    } else {\n"
+    "        x = sign | (exp + 127 - 15) << 23 | man << 13;\n"
+    "    }\n"
+    "    return __uint_as_float(x);\n"
+    "}\n"
+    "/* Is want (finite) still finite once stored in the dtype? (ops_dtype_store's rounding) */\n"
+    "template <int DT> __device__ bool kt_repr(double want)\n"
+    "{\n"
+    "    if (DT == 4)\n"
+    "        return true;\n"
+    "    float f = (float)want;\n"
+    "    if (isinf(f))\n"
+    "        return false;\n"
+    "    u32 x = __float_as_uint(f);\n"
+    "    if (DT == 1)\n"
+    "        return true;\n"
+    "    if (DT == 3) {\n"
+    "        x += 0x7fffu + ((x >> 16) & 1);\n"
+    "        return ((x >> 16) & 0x7f80u) != 0x7f80u;\n"
+    "    }\n"
+    "    u32 exp = (x >> 23) & 0xffu, man = x & 0x7fffffu;\n"
+    "    int e = (int)exp - 127 + 15;\n"
+    "    if (e >= 31)\n"
+    "        return false;\n"
+    "    if (e <= 0)\n"
+    "        return true;\n"
+    "    u32 half = (u32)e << 10 | man >> 13, rest = man & 0x1fffu;\n"
+    "    if (rest > 0x1000u || (rest == 0x1000u && (half & 1)))\n"
+    "        half++;\n"
+    "    return (half & 0x7c00u) != 0x7c00u;\n"
+    "}\n"
+    "template <int DT> __device__ double kt_load(const void *p, long long k)\n"
+    "{\n"
+    "    if (DT == 1)\n"
+    "        return ((const float *)p)[k];\n"
+    "    if (DT == 2)\n"
+    "        return kt_f16_to_f32(((const u16 *)p)[k]);\n"
+    "    if (DT == 3)\n"
+    "        return __uint_as_float((u32)((const u16 *)p)[k] << 16);\n"
+    "    return ((const double *)p)[k];\n"
+    "}\n"
+    "__device__ void kt_merge(kt_part *a, const kt_part *b)\n"
+    "{\n"
+    "    a->num += b->num;\n"
+    "    a->den += b->den;\n"
+    "    if (b->worst > a->worst || (b->worst == a->worst && b->worst_at < a->worst_at)) {\n"
+    "        a->worst = b->worst;\n"
+    "        a->worst_at = b->worst_at;\n"
+    "    }\n"
+    "    a->bad_nf += b->bad_nf;\n"
+    "    if (b->first_nf < a->first_nf)\n"
+    "        a->first_nf = b->first_nf;\n"
+    "}\n"
+    "__device__ void kt_block_reduce(kt_part p, kt_part *out)\n"
+    "{\n"
+    "    __shared__ kt_part s[256];\n"
+    "    s[threadIdx.x] = p;\n"
+    "    __syncthreads();\n"
+    "    for (int h = blockDim.x / 2; h > 0; h /= 2) {\n"
+    "        if (threadIdx.x < h)\n"
+    "            kt_merge(&s[threadIdx.x], &s[threadIdx.x + h]);\n"
+    "        __syncthreads();\n"
+    "    }\n"
+    "    if (threadIdx.x == 0)\n"
+    "        out[blockIdx.x] = s[0];\n"
+    "}\n"
+    "/* The comparison of compare_output, per element (see the worker's header comment). */\n"
+    "template <int DT>\n"
+    "__device__ void kt_cmp(const void *out, const double *ref, long long n, double atol,\n"
+    "                       double rtol, kt_part *part)\n"
+    "{\n"
+    "    kt_part p = {0, 0, 0, KT_NONE, 0, KT_NONE};\n"
+    "    long long stride = (long long)gridDim.x * blockDim.x;\n"
+    "    for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride) "
+    "{\n"
+    "        double want = ref[k];\n"
+    "        if (!isfinite(want) || !kt_repr<DT>(want))\n"
+    "            continue;\n"
+    "        double got = kt_load<DT>(out, k);\n"
+    "        if (!isfinite(got)) {\n"
+    "            if (p.bad_nf++ == 0)\n"
+    "                p.first_nf = k;\n"
+    "            continue;\n"
+    "        }\n"
+    "        double diff = fabs(got - want);\n"
+    "        p.num += diff * diff;\n"
+    "        p.den += want * want;\n"
+    "        double r = diff / (atol + rtol * fabs(want));\n"
+    "        if (r > p.worst) {\n"
+    "            p.worst = r;\n"
+    "            p.worst_at = k;\n"
+    "        }\n"
+    "    }\n"
+    "    kt_block_reduce(p, part);\n"
+    "}\n"
+    "extern \"C\" __global__ void kt_cmp_f32(const void *o, const double *r, long long n,\n"
+    "                                       double atol, double rtol, kt_part *part)\n"
+    "{\n"
+    "    kt_cmp<1>(o, r, n, atol, rtol, part);\n"
+    "}\n"
+    "extern \"C\" __global__ void kt_cmp_f16(const void *o, const double *r, long long n,\n"
+    "                                       double atol, double rtol, kt_part *part)\n"
+    "{\n"
+    "    kt_cmp<2>(o, r, n, atol, rtol, part);\n"
+    "}\n"
+    "extern \"C\" __global__ void kt_cmp_bf16(const void *o, const double *r, long long n,\n"
+    "                                        double atol, double rtol, kt_part *part)\n"
+    "{\n"
+    "    kt_cmp<3>(o, r, n, atol, rtol, part);\n"
+    "}\n"
+    "extern \"C\" __global__ void kt_cmp_f64(const void *o, const double *r, long long n,\n"
+    "                                       double atol, double rtol, kt_part *part)\n"
+    "{\n"
+    "    kt_cmp<4>(o, r, n, atol, rtol, part);\n"
+    "}\n"
+    "/* Sum of squares (num) and count (bad_nf) of the finite reference values. */\n"
+    "extern \"C\" __global__ void kt_refstats(const double *ref, long long n, kt_part *part)\n"
+    "{\n"
+    "    kt_part p = {0, 0, 0, KT_NONE, 0, KT_NONE};\n"
+    "    long long stride = (long long)gridDim.x * blockDim.x;\n"
+    "    for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride)\n"
+    "        if (isfinite(ref[k])) {\n"
+    "            p.num += ref[k] * ref[k];\n"
+    "            p.bad_nf++;\n"
+    "        }\n"
+    "    kt_block_reduce(p, part);\n"
+    "}\n"
+    "/* Bitwise difference of two buffers of n words: res[0] += count, res[1] = min index. */\n"
+    "template <typename T> __device__ void kt_diff(const T *a, const T *b, long long n, u64 *res)\n"
+    "{\n"
+    "    u64 cnt = 0, first = ~0ull;\n"
+    "    long long stride = (long long)gridDim.x * blockDim.x;\n"
+    "    for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride)\n"
+    "        if (a[k] != b[k]) {\n"
+    "            if (cnt++ == 0)\n"
+    "                first = (u64)k;\n"
+    "        }\n"
+    "    if (cnt) {\n"
+    "        atomicAdd(&res[0], cnt);\n"
+    "        atomicMin(&res[1], first);\n"
+    "    }\n"
+    "}\n"
+    "extern \"C\" __global__ void kt_diff_1(const unsigned char *a, const unsigned char *b,\n"
+    "                                      long long n, u64 *res)\n"
+    "{\n"
+    "    kt_diff(a, b, n, res);\n"
+    "}\n"
+    "extern \"C\" __global__ void kt_diff_2(const u16 *a, const u16 *b, long long n, u64 *res)\n"
+    "{\n"
+    "    kt_diff(a, b, n, res);\n"
+    "}\n"
+    "extern \"C\" __global__ void kt_diff_4(const u32 *a, const u32 *b, long long n, u64 *res)\n"
+    "{\n"
+    "    kt_diff(a, b, n, res);\n"
+    "}\n"
+    "extern \"C\" __global__ void kt_diff_8(const u64 *a, const u64 *b, long long n, u64 *res)\n"
+    "{\n"
+    "    kt_diff(a, b, n, res);\n"
+    "}\n"
+    "/* dst = src, n bytes (both 256-byte aligned allocations). */\n"
+    "extern \"C\" __global__ void kt_copy(const unsigned char *src, unsigned char *dst, long long "
+    "n)\n"
+    "{\n"
+    "    long long words = n / 16, stride = (long long)gridDim.x * blockDim.x;\n"
+    "    long long k0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    for (long long k = k0; k < words; k += stride)\n"
+    "        ((uint4 *)dst)[k] = ((const uint4 *)src)[k];\n"
+    "    for (long long k = words * 16 + k0; k < n; k += stride)\n"
+    "        dst[k] = src[k];\n"
+    "}\n";
+
+static double wk_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Compiles and loads cmp_source, allocates the partials; once per process. */
+static int cmp_init(wk *w, kt_err *err)
+{
+    if (w->cmp_ready)
+        return 0;
+    static const struct {
+        const char *entry;
+        size_t off;
+    } fns[] = {
+        {"kt_cmp_f32", offsetof(wk, f_cmp[OPS_DT_F32])},
+        {"kt_cmp_f16", offsetof(wk, f_cmp[OPS_DT_F16])},
+        {"kt_cmp_bf16", offsetof(wk, f_cmp[OPS_DT_BF16])},
+        {"kt_cmp_f64", offsetof(wk, f_cmp[OPS_DT_F64])},
+        {"kt_refstats", offsetof(wk, f_refstats)},
+        {"kt_copy", offsetof(wk, f_copy)},
+        {"kt_diff_1", offsetof(wk, f_diff[0])},
+        {"kt_diff_2", offsetof(wk, f_diff[1])},
+        {"kt_diff_4", offsetof(wk, f_diff[2])},
+        {"kt_diff_8", offsetof(wk, f_diff[3])},
+    };
+    srch_compile_result cr = {0};
+    int rc = srch_nvrtc_compile(cmp_source, w->arch, &cr);
+    if (rc < 0 || cr.status != SRCH_COMPILE_OK) {
+        rc = kt_err_set(err, rc < 0 ? rc : -EINVAL, "comparison kernels do not compile: %.300s",
+                        cr.log ? cr.log : "");
+        goto out;
+    }
+    if ((rc = wk_cu(w, w->cu.p_cuModuleLoadData(&w->cmp_mod, cr.cubin),
+                    "load the comparison kernels", err)) < 0)
+        goto out;
+    for (size_t i = 0; i < KT_ARRAY_LEN(fns); i++)
+        if ((rc = wk_cu(w,
+                        w->cu.p_cuModuleGetFunction((CUfunction *)((char *)w + fns[i].off),
+                                                    w->cmp_mod, fns[i].entry),
+                        fns[i].entry, err)) < 0)
+            goto out;
+    if ((rc = wk_cu(w, w->cu.p_cuMemAlloc(&w->d_part, WK_CMP_BLOCKS * sizeof(wk_part)),
+                    "allocate comparison partials", err)) < 0 ||
+        (rc = wk_cu(w, w->cu.p_cuMemAlloc(&w->d_res, 2 * sizeof(uint64_t)),
+                    "allocate comparison results", err)) < 0)
+        goto out;
+    if (!(w->h_part = malloc(WK_CMP_BLOCKS * sizeof(wk_part)))) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    w->cmp_ready = true;
+out:
+    srch_compile_result_release(&cr);
+    return rc;
+}
+
+static void cmp_free(wk *w)
+{
+    if (w->d_part)
+        w->cu.p_cuMemFree(w->d_part);
+    if (w->d_res)
+        w->cu.p_cuMemFree(w->d_res);
+    if (w->cmp_mod)
+        w->cu.p_cuModuleUnload(w->cmp_mod);
+    free(w->h_part);
+}
+
+static unsigned cmp_grid(int64_t n)
+{
+    int64_t b = (n + WK_CMP_THREADS - 1) / WK_CMP_THREADS;
+    return (unsigned)(b < 1 ? 1 : b > WK_CMP_BLOCKS ? WK_CMP_BLOCKS : b);
+}
+
+static int cmp_launch(wk *w, CUfunction f, unsigned grid, void **params, const char *what,
+                      kt_err *err)
+{
+    return wk_cu(w,
+                 w->cu.p_cuLaunchKernel(f, grid, 1, 1, WK_CMP_THREADS, 1, 1, 0, NULL, params, NULL),
+                 what, err);
+}
+
+/* Runs a kernel that writes one wk_part per block, and adds the partials in block order. */
+static int cmp_reduce(wk *w, CUfunction f, void **params, int64_t n, wk_part *out, kt_err *err)
+{
+    unsigned grid = cmp_grid(n);
+    int rc;
+    if ((rc = cmp_launch(w, f, grid, params, "launch a comparison", err)) < 0 ||
+        (rc = wk_cu(w, w->cu.p_cuMemcpyDtoH(w->h_part, w->d_part, grid * sizeof(wk_part)),
+                    "download the comparison", err)) < 0)
+        return rc;
+    wk_part a = {0, 0, 0, WK_NONE, 0, WK_NONE};
+    for (unsigned b = 0; b < grid; b++) {
+        const wk_part *p = &w->h_part[b];
+        a.num += p->num;
+        a.den += p->den;
+        if (p->worst > a.worst || (p->worst == a.worst && p->worst_at < a.worst_at)) {
+            a.worst = p->worst;
+            a.worst_at = p->worst_at;
+        }
+        a.bad_nf += p->bad_nf;
+        if (p->first_nf < a.first_nf)
+            a.first_nf = p->first_nf;
+    }
+    *out = a;
+    return 0;
+}
+
+/* dst = src (bytes), on the device. */
+static int cmp_copy(wk *w, CUdeviceptr dst, CUdeviceptr src, size_t bytes, kt_err *err)
+{
+    int rc = cmp_init(w, err);
+    if (rc < 0 || bytes == 0)
+        return rc;
+    long long n = (long long)bytes;
+    void *params[] = {&src, &dst, &n};
+    return cmp_launch(w, w->f_copy, cmp_grid((n + 15) / 16), params, "copy on the device", err);
+}
+
+/* How many elements of es bytes differ bitwise between a and b, and the first one. */
+static int cmp_diff(wk *w, CUdeviceptr a, CUdeviceptr b, size_t bytes, size_t es, uint64_t *count,
+                    uint64_t *first, kt_err *err)
+{
+    int idx = es == 1 ? 0 : es == 2 ? 1 : es == 4 ? 2 : 3;
+    long long n = (long long)(bytes / es);
+    uint64_t res[2];
+    void *params[] = {&a, &b, &n, &w->d_res};
+    int rc;
+    if ((rc = wk_cu(w, w->cu.p_cuMemsetD8(w->d_res, 0, sizeof(uint64_t)), "clear the count", err)) <
+            0 ||
+        (rc = wk_cu(w, w->cu.p_cuMemsetD8(w->d_res + sizeof(uint64_t), 0xff, sizeof(uint64_t)),
+                    "clear the index", err)) < 0 ||
+        (rc = cmp_launch(w, w->f_diff[idx], cmp_grid(n), params, "launch the race check", err)) <
+            0 ||
+        (rc = wk_cu(w, w->cu.p_cuMemcpyDtoH(res, w->d_res, sizeof(res)), "download the race check",
+                    err)) < 0)
+        return rc;
+    *count = res[0];
+    *first = res[1];
+    return 0;
+}
+
 /* ---- data sets ---- */
 
 static void data_free(wk *w, wk_data *D)
@@ -319,17 +700,28 @@ static void data_free(wk *w, wk_data *D)
     for (int i = 0; i < D->n_in; i++)
         if (D->d_in[i])
             w->cu.p_cuMemFree(D->d_in[i]);
-    for (int j = 0; j < D->n_out; j++)
+    for (int j = 0; j < D->n_out; j++) {
         if (D->d_out[j])
             w->cu.p_cuMemFree(D->d_out[j]);
+        if (D->d_prev[j])
+            w->cu.p_cuMemFree(D->d_prev[j]);
+    }
     if (D->h_in)
         for (int k = 0; k < D->seeds * D->n_in; k++)
             free(D->h_in[k]);
-    if (D->ref)
+    if (D->d_seed_in)
+        for (int k = 0; k < D->seeds * D->n_in; k++)
+            if (D->d_seed_in[k])
+                w->cu.p_cuMemFree(D->d_seed_in[k]);
+    if (D->d_ref)
         for (int k = 0; k < D->seeds * D->n_out; k++)
-            free(D->ref[k]);
+            if (D->d_ref[k])
+                w->cu.p_cuMemFree(D->d_ref[k]);
     free(D->h_in);
-    free(D->ref);
+    free(D->d_seed_in);
+    free(D->d_ref);
+    free(D->ref_sumsq);
+    free(D->ref_finite);
     ops_graph_free(D->g);
     free(D);
 }
@@ -453,8 +845,11 @@ static int data_get(wk *w, const srch_eval_req *req, wk_data **out, kt_err *err)
             D->contraction = true;
     }
     D->h_in = calloc((size_t)(seeds * D->n_in) + 1, sizeof(*D->h_in));
-    D->ref = calloc((size_t)(seeds * D->n_out) + 1, sizeof(*D->ref));
-    if (!D->h_in || !D->ref) {
+    D->d_seed_in = calloc((size_t)(seeds * D->n_in) + 1, sizeof(*D->d_seed_in));
+    D->d_ref = calloc((size_t)(seeds * D->n_out) + 1, sizeof(*D->d_ref));
+    D->ref_sumsq = calloc((size_t)(seeds * D->n_out) + 1, sizeof(*D->ref_sumsq));
+    D->ref_finite = calloc((size_t)(seeds * D->n_out) + 1, sizeof(*D->ref_finite));
+    if (!D->h_in || !D->d_seed_in || !D->d_ref || !D->ref_sumsq || !D->ref_finite) {
         rc = kt_err_set(err, -ENOMEM, "out of memory");
         goto fail;
     }
@@ -473,8 +868,19 @@ static int data_get(wk *w, const srch_eval_req *req, wk_data **out, kt_err *err)
                         "allocate an output", err)) < 0)
             goto fail;
     }
+    double t0 = wk_now_s();
     if ((rc = data_make_inputs(D, err)) < 0)
         goto fail;
+    for (int k = 0; k < seeds * D->n_in; k++) {
+        size_t bytes = D->in_bytes[k % D->n_in];
+        if ((rc = wk_cu(w, w->cu.p_cuMemAlloc(&D->d_seed_in[k], bytes ? bytes : 1),
+                        "allocate an input", err)) < 0 ||
+            (rc = wk_cu(w, w->cu.p_cuMemcpyHtoD(D->d_seed_in[k], D->h_in[k], bytes),
+                        "upload inputs", err)) < 0)
+            goto fail;
+    }
+    kt_log_debug(WK_TAG, "data set: %d seeds of %d inputs generated in %.3f s", seeds, D->n_in,
+                 wk_now_s() - t0);
     D->last_use = ++w->seq;
     w->data[w->n_data++] = D;
     *out = D;
@@ -499,9 +905,7 @@ static int data_upload(wk *w, wk_data *D, int s, kt_err *err)
     if (D->cur_seed == s)
         return 0;
     for (int i = 0; i < D->n_in; i++) {
-        int rc =
-            wk_cu(w, w->cu.p_cuMemcpyHtoD(D->d_in[i], D->h_in[s * D->n_in + i], D->in_bytes[i]),
-                  "upload inputs", err);
+        int rc = cmp_copy(w, D->d_in[i], D->d_seed_in[s * D->n_in + i], D->in_bytes[i], err);
         if (rc < 0)
             return rc;
     }
@@ -523,7 +927,11 @@ static int data_reference(wk *w, wk_data *D, kt_err *err)
     int n_dbl = 0;
     CUdeviceptr ws = 0;
     ops_diag d = {0};
-    int rc = ops_emit_reference_graph(D->g, &prog, &d);
+    double t0 = wk_now_s();
+    int rc = cmp_init(w, err);
+    if (rc < 0)
+        goto out;
+    rc = ops_emit_reference_graph(D->g, &prog, &d);
     if (rc < 0) {
         rc = kt_err_set(err, rc, "reference: %s", d.msg);
         goto out;
@@ -545,21 +953,30 @@ static int data_reference(wk *w, wk_data *D, kt_err *err)
         if ((rc = wk_cu(w, w->cu.p_cuModuleGetFunction(&fn[k], mod, prog.kernels[k].entry),
                         prog.kernels[k].entry, err)) < 0)
             goto out;
-    /* Double copies of the graph inputs and outputs. */
-    for (int i = 0; i < D->n_in + D->n_out; i++) {
-        int32_t t = i < D->n_in ? i : D->g->outputs[i - D->n_in];
-        int64_t n = ops_shape_numel(&D->g->tensors[t].shape);
-        dbl_tensor[n_dbl] = t;
-        if ((rc = wk_cu(w, w->cu.p_cuMemAlloc(&dbl[n_dbl], (size_t)(n ? n : 1) * sizeof(double)),
+    /* Double copies of the graph inputs (dbl[i]); the outputs (dbl[n_in + j]) are each seed's
+     * D->d_ref, kept. */
+    for (int i = 0; i < D->n_in + D->n_out; i++)
+        dbl_tensor[i] = i < D->n_in ? i : D->g->outputs[i - D->n_in];
+    n_dbl = D->n_in + D->n_out;
+    for (int i = 0; i < D->n_in; i++) {
+        int64_t n = ops_shape_numel(&D->g->tensors[i].shape);
+        if ((rc = wk_cu(w, w->cu.p_cuMemAlloc(&dbl[i], (size_t)(n ? n : 1) * sizeof(double)),
                         "allocate reference buffers", err)) < 0)
             goto out;
-        n_dbl++;
     }
     if (prog.workspace_bytes &&
         (rc = wk_cu(w, w->cu.p_cuMemAlloc(&ws, (size_t)prog.workspace_bytes),
                     "allocate the reference workspace", err)) < 0)
         goto out;
     for (int s = 0; s < D->seeds; s++) {
+        for (int j = 0; j < D->n_out; j++) {
+            CUdeviceptr *r = &D->d_ref[s * D->n_out + j];
+            size_t bytes = (size_t)(D->out_numel[j] ? D->out_numel[j] : 1) * sizeof(double);
+            if (!*r && (rc = wk_cu(w, w->cu.p_cuMemAlloc(r, bytes), "allocate reference outputs",
+                                   err)) < 0)
+                goto out;
+            dbl[D->n_in + j] = *r;
+        }
         for (int i = 0; i < D->n_in; i++) {
             const ops_tensor *t = &D->g->tensors[i];
             int64_t n = ops_shape_numel(&t->shape);
@@ -608,26 +1025,24 @@ static int data_reference(wk *w, wk_data *D, kt_err *err)
         if ((rc = wk_cu(w, w->cu.p_cuCtxSynchronize(), "run the reference", err)) < 0)
             goto out;
         for (int j = 0; j < D->n_out; j++) {
-            double *r = malloc((size_t)(D->out_numel[j] ? D->out_numel[j] : 1) * sizeof(double));
-            if (!r) {
-                rc = kt_err_set(err, -ENOMEM, "out of memory");
+            CUdeviceptr r = D->d_ref[s * D->n_out + j];
+            long long n = D->out_numel[j];
+            void *params[] = {&r, &n, &w->d_part};
+            wk_part p;
+            if ((rc = cmp_reduce(w, w->f_refstats, params, n, &p, err)) < 0)
                 goto out;
-            }
-            free(D->ref[s * D->n_out + j]); /* left by an earlier attempt that failed */
-            D->ref[s * D->n_out + j] = r;
-            if ((rc = wk_cu(w,
-                            w->cu.p_cuMemcpyDtoH(r, dbl[D->n_in + j],
-                                                 (size_t)D->out_numel[j] * sizeof(double)),
-                            "download the reference", err)) < 0)
-                goto out;
+            D->ref_sumsq[s * D->n_out + j] = p.num;
+            D->ref_finite[s * D->n_out + j] = p.bad_nf;
         }
     }
     D->have_ref = true;
+    kt_log_debug(WK_TAG, "reference of %d seeds in %.3f s", D->seeds, wk_now_s() - t0);
 out:
     if (ws)
         w->cu.p_cuMemFree(ws);
-    for (int i = 0; i < n_dbl; i++)
-        w->cu.p_cuMemFree(dbl[i]);
+    for (int i = 0; i < D->n_in && i < n_dbl; i++)
+        if (dbl[i])
+            w->cu.p_cuMemFree(dbl[i]);
     free(fn);
     if (mod)
         w->cu.p_cuModuleUnload(mod);
@@ -790,8 +1205,8 @@ fail:
     return rc;
 }
 
-/* Poisons outputs and workspace, runs once, downloads the outputs into host[j]. */
-static int cand_run_once(wk_cand *c, uint8_t **host, kt_err *err)
+/* Poisons outputs and workspace and runs once; the outputs stay on the device. */
+static int cand_run_once(wk_cand *c, kt_err *err)
 {
     wk *w = c->w;
     wk_data *D = c->data;
@@ -805,13 +1220,7 @@ static int cand_run_once(wk_cand *c, uint8_t **host, kt_err *err)
         return rc;
     if ((rc = cand_launch(c, err)) < 0)
         return rc;
-    if ((rc = wk_cu(w, w->cu.p_cuCtxSynchronize(), "run the candidate", err)) < 0)
-        return rc;
-    for (int j = 0; j < D->n_out; j++)
-        if ((rc = wk_cu(w, w->cu.p_cuMemcpyDtoH(host[j], D->d_out[j], D->out_bytes[j]),
-                        "download the outputs", err)) < 0)
-            return rc;
-    return 0;
+    return wk_cu(w, w->cu.p_cuCtxSynchronize(), "run the candidate", err);
 }
 
 typedef struct wk_check {
@@ -820,84 +1229,72 @@ typedef struct wk_check {
     char why[200];
 } wk_check;
 
-/* Compares output j of a run (typed, host) with the reference of seed s. */
-static void compare_output(const wk_data *D, int s, int j, const uint8_t *out, double tol_norm,
-                           double tol_scale, ops_precision prec, wk_check *chk)
+/* Compares output j of the last run (D->d_out[j]) with the reference of seed s, on the GPU
+ * (kt_cmp_*): only the sums, the worst ratio and the non-finite count come back. Returns 0 or a
+ * CUDA error. */
+static int compare_output(wk *w, const wk_data *D, int s, int j, double tol_norm, double tol_scale,
+                          ops_precision prec, wk_check *chk, kt_err *err)
 {
     const ops_tensor *t = &D->g->tensors[D->g->outputs[j]];
-    const double *ref = D->ref[s * D->n_out + j];
+    CUdeviceptr ref = D->d_ref[s * D->n_out + j], out = D->d_out[j];
     size_t es = ops_dtype_size(t->dtype);
-    int64_t n = D->out_numel[j];
-    double sumsq = 0;
-    int64_t finite = 0;
-    for (int64_t k = 0; k < n; k++)
-        if (isfinite(ref[k])) {
-            sumsq += ref[k] * ref[k];
-            finite++;
-        }
-    double rms = finite ? sqrt(sumsq / (double)finite) : 0;
+    long long n = D->out_numel[j];
+    int64_t finite = D->ref_finite[s * D->n_out + j];
+    double rms = finite ? sqrt(D->ref_sumsq[s * D->n_out + j] / (double)finite) : 0;
     double rtol =
         (store_rtol(t->dtype) + math_rtol(prec, D->contraction) * sqrt((double)D->red_len)) *
         tol_scale;
     double atol = rtol * rms;
     if (atol <= 0)
         atol = 1e-30; /* an all-zero reference: any difference counts */
-    double num = 0, den = 0, worst = 0;
-    int64_t bad_nf = 0, first_nf = -1, worst_at = -1;
-    for (int64_t k = 0; k < n; k++) {
-        double want = ref[k];
-        if (!isfinite(want))
-            continue;
-        double got = ops_dtype_load(t->dtype, out + (size_t)k * es);
-        uint8_t rounded[8];
-        ops_dtype_store(t->dtype, want, rounded);
-        if (!isfinite(ops_dtype_load(t->dtype, rounded)))
-            continue; /* the exact value overflows the dtype: Inf is the right answer */
-        if (!isfinite(got)) {
-            if (bad_nf++ == 0)
-                first_nf = k;
-            continue;
-        }
-        double diff = fabs(got - want);
-        num += diff * diff;
-        den += want * want;
-        double r = diff / (atol + rtol * fabs(want));
-        if (r > worst) {
-            worst = r;
-            worst_at = k;
-        }
-    }
-    double en = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (t->dtype < OPS_DT_F32 || t->dtype > OPS_DT_F64)
+        return kt_err_set(err, -EINVAL, "output '%.40s' has no dtype", t->name);
+    void *params[] = {&out, &ref, &n, &atol, &rtol, &w->d_part};
+    wk_part p;
+    int rc = cmp_reduce(w, w->f_cmp[t->dtype], params, n, &p, err);
+    if (rc < 0)
+        return rc;
+    double en = p.den > 0 ? sqrt(p.num / p.den) : sqrt(p.num);
     if (en > chk->err_norm)
         chk->err_norm = en;
-    if (worst > chk->err_max)
-        chk->err_max = worst;
+    if (p.worst > chk->err_max)
+        chk->err_max = p.worst;
     if (!chk->pass)
-        return; /* keep the first reason */
+        return 0; /* keep the first reason */
     if (finite == 0) {
         chk->pass = false;
         snprintf(chk->why, sizeof(chk->why), "output '%.40s': the reference has no finite value",
                  t->name);
-    } else if (bad_nf) {
+    } else if (p.bad_nf) {
         chk->pass = false;
         chk->err_norm = INFINITY;
         snprintf(chk->why, sizeof(chk->why),
                  "output '%.40s' seed %d: %lld NaN/Inf where the reference is finite (first at "
                  "element %lld: unwritten or overflowed)",
-                 t->name, s, (long long)bad_nf, (long long)first_nf);
+                 t->name, s, (long long)p.bad_nf, p.first_nf == WK_NONE ? -1LL : p.first_nf);
     } else if (en > tol_norm) {
         chk->pass = false;
         snprintf(chk->why, sizeof(chk->why),
                  "output '%.40s' seed %d: normwise error %.3g over tolerance %.3g", t->name, s, en,
                  tol_norm);
-    } else if (worst > 1) {
+    } else if (p.worst > 1) {
+        /* The two values of the message: one element of each. */
+        uint8_t got[8] = {0};
+        double want = 0;
+        if ((rc = wk_cu(w, w->cu.p_cuMemcpyDtoH(got, out + (CUdeviceptr)p.worst_at * es, es),
+                        "download an output element", err)) < 0 ||
+            (rc = wk_cu(w,
+                        w->cu.p_cuMemcpyDtoH(&want, ref + (CUdeviceptr)p.worst_at * sizeof(double),
+                                             sizeof(double)),
+                        "download a reference element", err)) < 0)
+            return rc;
         chk->pass = false;
         snprintf(chk->why, sizeof(chk->why),
                  "output '%.40s' seed %d: element %lld is %.3g, reference %.6g (%.3g x the "
                  "elementwise bound)",
-                 t->name, s, (long long)worst_at,
-                 ops_dtype_load(t->dtype, out + (size_t)worst_at * es), ref[worst_at], worst);
+                 t->name, s, p.worst_at, ops_dtype_load(t->dtype, got), want, p.worst);
     }
+    return 0;
 }
 
 /* Verifies a loaded candidate; fills res (status, err_norm, err_max, msg). Returns 0 when the
@@ -907,7 +1304,6 @@ static int cand_verify(wk_cand *c, const srch_eval_req *req, srch_eval_result *r
     wk *w = c->w;
     wk_data *D = c->data;
     kt_err err = {0};
-    uint8_t *a[OPS_GROUP_MAX_IO] = {0}, *b[OPS_GROUP_MAX_IO] = {0};
     int rc;
     if ((rc = data_reference(w, D, &err)) < 0) {
         /* A reference that cannot run is our failure, not the candidate's. */
@@ -918,39 +1314,41 @@ static int cand_verify(wk_cand *c, const srch_eval_req *req, srch_eval_result *r
     double def = default_tolerance(D->g, req->precision, D->contraction);
     double tol = req->tolerance > 0 ? req->tolerance : def;
     double scale = tol > def ? tol / def : 1.0;
-    for (int j = 0; j < D->n_out; j++) {
-        a[j] = malloc(D->out_bytes[j] ? D->out_bytes[j] : 1);
-        b[j] = malloc(D->out_bytes[j] ? D->out_bytes[j] : 1);
-        if (!a[j] || !b[j]) {
-            rc = kt_err_set(&err, -ENOMEM, "out of memory");
-            goto out;
-        }
-    }
+    for (int j = 0; j < D->n_out; j++)
+        if (!D->d_prev[j] &&
+            (rc = wk_cu(w, w->cu.p_cuMemAlloc(&D->d_prev[j], D->out_bytes[j] ? D->out_bytes[j] : 1),
+                        "allocate the race-check copy", &err)) < 0)
+            goto cuda_fail;
     wk_check chk = {.pass = true};
     for (int s = 0; s < D->seeds; s++) {
-        if ((rc = data_upload(w, D, s, &err)) < 0 || (rc = cand_run_once(c, a, &err)) < 0)
+        if ((rc = data_upload(w, D, s, &err)) < 0 || (rc = cand_run_once(c, &err)) < 0)
             goto cuda_fail;
         for (int j = 0; j < D->n_out; j++)
-            compare_output(D, s, j, a[j], tol, scale, req->precision, &chk);
+            if ((rc = compare_output(w, D, s, j, tol, scale, req->precision, &chk, &err)) < 0)
+                goto cuda_fail;
         if (!chk.pass) {
             res->status = SRCH_WRONG;
             snprintf(res->msg, sizeof(res->msg), "%s", chk.why);
             break;
         }
-        if ((rc = cand_run_once(c, b, &err)) < 0)
+        for (int j = 0; j < D->n_out; j++)
+            if ((rc = cmp_copy(w, D->d_prev[j], D->d_out[j], D->out_bytes[j], &err)) < 0)
+                goto cuda_fail;
+        if ((rc = cand_run_once(c, &err)) < 0)
             goto cuda_fail;
         for (int j = 0; j < D->n_out; j++) {
-            if (memcmp(a[j], b[j], D->out_bytes[j]) == 0)
-                continue;
             size_t es = ops_dtype_size(D->g->tensors[D->g->outputs[j]].dtype);
-            size_t k = 0;
-            while (k + es <= D->out_bytes[j] && memcmp(a[j] + k, b[j] + k, es) == 0)
-                k += es;
+            uint64_t ndiff = 0, first = 0;
+            if ((rc = cmp_diff(w, D->d_prev[j], D->d_out[j], D->out_bytes[j], es, &ndiff, &first,
+                               &err)) < 0)
+                goto cuda_fail;
+            if (ndiff == 0)
+                continue;
             res->status = SRCH_RACE;
             snprintf(res->msg, sizeof(res->msg),
                      "output '%.40s' seed %d: two runs on the same inputs differ bitwise (first "
-                     "at element %zu)",
-                     D->g->tensors[D->g->outputs[j]].name, s, k / es);
+                     "at element %llu)",
+                     D->g->tensors[D->g->outputs[j]].name, s, (unsigned long long)first);
             break;
         }
         if (res->status == SRCH_RACE)
@@ -958,22 +1356,11 @@ static int cand_verify(wk_cand *c, const srch_eval_req *req, srch_eval_result *r
     }
     res->err_norm = chk.err_norm;
     res->err_max = chk.err_max;
-    rc = 0;
-    goto out;
+    return 0;
 cuda_fail:
     res->status = fail_status(w, SRCH_LOAD_ERROR);
     snprintf(res->msg, sizeof(res->msg), "%.255s", err.msg);
-    rc = 0;
-out:
-    for (int j = 0; j < D->n_out; j++) {
-        free(a[j]);
-        free(b[j]);
-    }
-    if (rc < 0) {
-        res->status = SRCH_LOAD_ERROR;
-        snprintf(res->msg, sizeof(res->msg), "%.255s", err.msg);
-    }
-    return rc;
+    return 0;
 }
 
 /* Loads, verifies and times one candidate. The candidate stays loaded when it passed. Returns
@@ -991,7 +1378,9 @@ static int eval_core(wk *w, const srch_eval_req *req, srch_eval_result *res, kt_
     if (old)
         cand_release(w, old);
     wk_data *D = NULL;
+    double t0 = wk_now_s();
     int rc = data_get(w, req, &D, err);
+    double t1 = wk_now_s(), t2 = t1;
     if (rc < 0) {
         if (wk_probe_dead(w)) {
             res->status = SRCH_FAULT;
@@ -1013,6 +1402,7 @@ static int eval_core(wk *w, const srch_eval_req *req, srch_eval_result *res, kt_
         cand_release(w, c);
         return kt_err_set(err, rc, "%s", res->msg);
     }
+    t2 = wk_now_s();
     if (res->status == SRCH_OK && req->time) {
         kt_err terr = {0};
         /* Library calls may launch more than one kernel: let the timer count them. */
@@ -1029,6 +1419,8 @@ static int eval_core(wk *w, const srch_eval_req *req, srch_eval_result *res, kt_
         }
     }
 done:
+    kt_log_debug(WK_TAG, "candidate %llu: data %.3f s, load and verify %.3f s, timing %.3f s",
+                 (unsigned long long)req->id, t1 - t0, t2 - t1, wk_now_s() - t2);
     if (res->status != SRCH_OK)
         cand_release(w, c);
     return 0;
@@ -1189,8 +1581,18 @@ static int handle_reference(wk *w, const msgpack_object *o)
         msgpack_pack_array(&w->pk, (size_t)D->n_out);
         for (int j = 0; j < D->n_out; j++) {
             size_t bytes = (size_t)D->out_numel[j] * sizeof(double);
-            msgpack_pack_bin(&w->pk, bytes);
-            msgpack_pack_bin_body(&w->pk, D->ref[s * D->n_out + j], bytes);
+            double *h = malloc(bytes ? bytes : 1);
+            if (!h)
+                return reply_error(w, -ENOMEM, "out of memory");
+            rc = wk_cu(w, w->cu.p_cuMemcpyDtoH(h, D->d_ref[s * D->n_out + j], bytes),
+                       "download the reference", &err);
+            if (rc == 0) {
+                msgpack_pack_bin(&w->pk, bytes);
+                msgpack_pack_bin_body(&w->pk, h, bytes);
+            }
+            free(h);
+            if (rc < 0)
+                return reply_error(w, w->dead ? -EFAULT : rc, err.msg);
         }
     }
     return reply_send(w);
@@ -1435,6 +1837,7 @@ static void wk_free(wk *w)
             cand_release(w, &w->cands[i]);
         for (int i = 0; i < w->n_data; i++)
             data_free(w, w->data[i]);
+        cmp_free(w);
         if (w->lt)
             srch_lt_close(w->lt);
         if (w->timer)
