@@ -64,7 +64,8 @@ typedef struct tune {
     cache_env *cache;
     cache_key key;
     ops_device dev;
-    double t0, end;
+    double t0, end;  /* end of screening and refinement */
+    double full_end; /* end of the budget: the finalists' re-timing may run until then */
     uint64_t seq;
     srch_tune_progress prog;
     bool out_of_budget;
@@ -772,6 +773,8 @@ static int retime(tune *t, kt_err *err)
     if (best_partition(t, &p, false) <= 0)
         return 0;
     report(t, "retime");
+    t->end = t->full_end; /* the reserve is for this phase */
+    t->out_of_budget = false;
     int nfin = defint(t->o->finalists, 4);
     if (nfin > 16)
         nfin = 16;
@@ -1387,7 +1390,12 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
     out->rank = -1;
     tune t = {.o = opts, .r = out, .cache = cache};
     t.t0 = now_s();
-    t.end = t.t0 + (opts->budget_s > 0 ? opts->budget_s : 60);
+    /* Screening and refinement stop early enough to leave the finalists' re-timing, which
+     * decides the winner, its share: 10% of the budget, at most SRCH_RETIME_RESERVE_S. */
+    double budget = opts->budget_s > 0 ? opts->budget_s : 60;
+    double reserve = budget * 0.1 < SRCH_RETIME_RESERVE_S ? budget * 0.1 : SRCH_RETIME_RESERVE_S;
+    t.full_end = t.t0 + budget;
+    t.end = t.full_end - reserve;
     ops_graph *bound = NULL;
     ops_diag d = {0};
     int rc = 0;

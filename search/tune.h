@@ -57,6 +57,7 @@
 #define SRCH_SCREEN_BUDGET_S   0.1
 #define SRCH_SCREEN_MIN_REPS   5
 #define SRCH_RETIME_BUDGET_S   0.3
+#define SRCH_RETIME_RESERVE_S  2.0 /* budget kept back for re-timing the finalists */
 #define SRCH_RETIME_MIN_ROUNDS 10
 #define SRCH_RETIME_MAX_ROUNDS 2000
 
