@@ -161,13 +161,18 @@ static json_t *result_json(const cli_graph_args *ga, const srch_tune_result *r)
         json_t *groups = json_array();
         for (int k = 0; k < r->n_picks; k++) {
             const srch_tune_pick *p = &r->picks[k];
-            json_array_append_new(
-                groups, json_pack("{s:s, s:s, s:s, s:f, s:f, s:f, s:i, s:b, s:f, s:f, s:f}",
-                                  "nodes", p->nodes, "family", ops_family_get(p->family)->name,
-                                  "schedule", p->schedule, "time_ns", p->time.median_ns, "p10_ns",
-                                  p->time.p10_ns, "p90_ns", p->time.p90_ns, "reps", p->time.reps,
-                                  "retimed", p->retimed, "err", p->err_norm, "err_max", p->err_max,
-                                  "baseline_ns", p->baseline_ns));
+            json_t *gj =
+                json_pack("{s:s, s:s, s:s, s:f, s:f, s:f, s:i, s:b, s:f, s:f, s:f}", "nodes",
+                          p->nodes, "family", ops_family_get(p->family)->name, "schedule",
+                          p->schedule, "time_ns", p->time.median_ns, "p10_ns", p->time.p10_ns,
+                          "p90_ns", p->time.p90_ns, "reps", p->time.reps, "retimed", p->retimed,
+                          "err", p->err_norm, "err_max", p->err_max, "baseline_ns", p->baseline_ns);
+            /* The best generated kernel, to compare with cuBLASLt even when a library call won. */
+            if (gj && p->own_ns > 0) {
+                json_object_set_new(gj, "own_ns", json_real(p->own_ns));
+                json_object_set_new(gj, "own_schedule", json_string(p->own_schedule));
+            }
+            json_array_append_new(groups, gj);
         }
         const srch_tune_pick *p0 = &r->picks[0];
         json_t *w = json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:i}", "family",

@@ -1342,7 +1342,7 @@ static void fill_result(tune *t)
     for (int k = 0; k < part->n_groups; k++) {
         srch_tune_pick *pk = &r->picks[k];
         int g = part->groups[k];
-        int64_t i = group_best(t, g, -1), lib = group_best(t, g, 1);
+        int64_t i = group_best(t, g, -1), lib = group_best(t, g, 1), own = group_best(t, g, 0);
         const cand *c = &t->c[i];
         pk->group = g;
         group_text(&t->s->groups[g].group, pk->nodes, sizeof(pk->nodes));
@@ -1354,6 +1354,9 @@ static void fill_result(tune *t)
         pk->err_max = c->err_max;
         pk->retimed = c->retimed;
         pk->baseline_ns = lib >= 0 ? tm(t, lib)->median_ns : 0;
+        pk->own_ns = own >= 0 ? tm(t, own)->median_ns : 0;
+        if (own >= 0)
+            ops_schedule_format(&t->list[own].schedule, pk->own_schedule, sizeof(pk->own_schedule));
         r->p10_ns += pk->time.p10_ns;
         r->p90_ns += pk->time.p90_ns;
         r->err_norm = fmax(r->err_norm, c->err_norm);

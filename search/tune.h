@@ -109,6 +109,8 @@ typedef struct srch_tune_pick {
     double err_norm, err_max;
     bool retimed;
     double baseline_ns; /* the group's best library candidate, 0 when it has none */
+    double own_ns;      /* the group's best generated (non-library) candidate, 0 when none */
+    char own_schedule[256];
 } srch_tune_pick;
 
 typedef struct srch_tune_result {
