@@ -25,12 +25,12 @@
  * longer than a few microseconds.
  *   5. The partition with the smallest measured sum (+ the model's 2 us launch gap per extra
  *      kernel) wins; its record, with runner-ups, goes to the cache.
- * Tie rule: two medians closer than max(0.5%, 2 x the larger relative spread of the median) are
- * equal; among the candidates within that distance of the fastest, the one the cost model
- * ranked first (list order: estimate, then family and knob values) wins. Fixed inputs, so every
- * run over the same measurements picks the same winner.
- * Compilation is streamed: a batch is submitted to the NVRTC pool at once and candidates are
- * measured in priority order as their cubins arrive, so compiling the rest overlaps measuring.
+ * Tie rule: two medians closer than max(0.5%, 2 x the larger relative spread of the median, 64 ns:
+ * two steps of the CUPTI clock) are equal; among the candidates within that distance of the
+ * fastest, the one the cost model ranked first (list order: estimate, then family and knob values)
+ * wins. Fixed inputs, so every run over the same measurements picks the same winner. Compilation is
+ * streamed: a batch is submitted to the NVRTC pool at once and candidates are measured in priority
+ * order as their cubins arrive, so compiling the rest overlaps measuring.
  *
  * Trial log: every outcome is appended under the job's cache key and the candidate id
  * (srch_candidate_id); an id found there is not evaluated again, so a rerun of a job resumes and

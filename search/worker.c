@@ -7,19 +7,30 @@
  * EFAULT error reply), then exits with status 3 so that the supervisor respawns it.
  *
  * Data sets. Candidates of one group share inputs: a data set is keyed by SHA-256 over the
- * request's subgraph, bindings, seed0 and seeds. It holds the typed inputs of every seed (host,
- * generated once, and a device copy per seed that is copied on the device into the one set of
- * input buffers the candidates read), one set of device output buffers, and, once a candidate
- * needs verifying, the fp64 reference outputs of every seed (device) with the sum of squares and
- * count of their finite values. The reference program (ops_emit_reference_graph) is
- * compiled with NVRTC in this process only when a data set first needs its references; its
- * outputs, not its module, are what is cached. At most WK_MAX_DATA data sets that no loaded
- * candidate uses are kept (least recently used goes).
+ * request's subgraph, bindings, seed0 and seeds (and "full" with its bindings, when present). It
+ * holds the typed inputs of every seed (host, generated once, and a device copy per seed that is
+ * copied on the device into the one set of input buffers the candidates read), one set of device
+ * output buffers, and, once a candidate needs verifying, the fp64 reference outputs of every seed
+ * (device) with the sum of squares and count of their finite values. The reference program
+ * (ops_emit_reference_graph) is compiled with NVRTC in this process only when a data set first
+ * needs its references; its outputs, not its module, are what is cached. At most WK_MAX_DATA data
+ * sets that no loaded candidate uses are kept (least recently used goes).
  *
  * Inputs (MEASURE.md): seed s of a data set is seed0 + s. Even seeds draw uniform values in
  * [-1, 1]; odd seeds draw mixed magnitudes, u * 2^e with e uniform in [-6, 3], so each tensor
  * spans about three decades (never all zeros: u is continuous). Values are rounded to the
  * tensor's dtype (ops_dtype_store) and the reference reads exactly the stored values.
+ *
+ * Inputs from the full graph. When the request carries "full" (the whole canonical bound graph
+ * the subgraph was cut from; it then also enters the data set key), the draw above is made for
+ * full's graph inputs instead, and each input of the subgraph takes the tensor of full with the
+ * same name: a graph input of full its drawn values, an intermediate the value full's fp64
+ * reference (run once per seed, the intermediates wanted made outputs of a copy of full)
+ * computes from them, rounded to its dtype on the host. A group such as [sum, div] of a
+ * softmax then sees exp outputs, not values in [-1, 1] whose row sums may be near zero.
+ * Everything after that is as without "full": the subgraph's own reference is computed from
+ * exactly the stored inputs. The full reference is not cached across data sets (one run per
+ * data set creation, i.e. once per group).
  *
  * Verification, per seed: outputs (and the workspace) poisoned with 0xff bytes, which are NaN
  * in f32, f16 and bf16, so an unwritten element fails; one run; the outputs compared with the
@@ -741,10 +752,38 @@ static int data_key(const srch_eval_req *req, int seeds, uint8_t key[32], kt_err
         }
         msgpack_pack_uint64(&pk, req->seed0);
         msgpack_pack_int(&pk, seeds);
+        /* Without "full" the key is what it always was. */
+        if (req->full && (rc = ops_graph_pack(&pk, req->full)) == 0) {
+            msgpack_pack_array(&pk, (size_t)req->n_full_bindings);
+            for (int i = 0; i < req->n_full_bindings; i++) {
+                pack_str(&pk, req->full_bindings[i].name);
+                msgpack_pack_int64(&pk, req->full_bindings[i].value);
+            }
+        }
         ops_sha256(sb.data, sb.size, key);
     }
     msgpack_sbuffer_destroy(&sb);
     return rc < 0 ? kt_err_set(err, rc, "cannot encode the subgraph") : 0;
+}
+
+/* Random values of graph input i of some graph for seed s (seed0 + s), rounded to t's dtype:
+ * a malloc'd array of t's numel elements, or NULL. */
+static uint8_t *random_input(const ops_tensor *t, uint64_t seed0, int s, int i)
+{
+    size_t es = ops_dtype_size(t->dtype);
+    int64_t n = ops_shape_numel(&t->shape);
+    uint8_t *h = malloc(n > 0 ? (size_t)n * es : 1);
+    if (!h)
+        return NULL;
+    uint64_t st = (seed0 + (uint64_t)s) * 0xD1B54A32D192ED03ull + (uint64_t)i;
+    bool mixed = s % 2 == 1;
+    for (int64_t k = 0; k < n; k++) {
+        double v = unit_uniform(&st);
+        if (mixed)
+            v = ldexp(v, (int)(splitmix64(&st) % 10) - 6);
+        ops_dtype_store(t->dtype, v, h + (size_t)k * es);
+    }
+    return h;
 }
 
 /* Host inputs of every seed, rounded to their dtypes. */
@@ -752,25 +791,230 @@ static int data_make_inputs(wk_data *D, kt_err *err)
 {
     for (int s = 0; s < D->seeds; s++) {
         for (int i = 0; i < D->n_in; i++) {
-            const ops_tensor *t = &D->g->tensors[i];
-            size_t es = ops_dtype_size(t->dtype);
-            int64_t n = ops_shape_numel(&t->shape);
-            uint8_t *h = malloc(D->in_bytes[i] ? D->in_bytes[i] : 1);
+            uint8_t *h = random_input(&D->g->tensors[i], D->seed0, s, i);
             if (!h)
                 return kt_err_set(err, -ENOMEM, "out of memory for inputs (%zu bytes)",
                                   D->in_bytes[i]);
             D->h_in[s * D->n_in + i] = h;
-            uint64_t st = (D->seed0 + (uint64_t)s) * 0xD1B54A32D192ED03ull + (uint64_t)i;
-            bool mixed = s % 2 == 1;
-            for (int64_t k = 0; k < n; k++) {
-                double v = unit_uniform(&st);
-                if (mixed)
-                    v = ldexp(v, (int)(splitmix64(&st) % 10) - 6);
-                ops_dtype_store(t->dtype, v, h + (size_t)k * es);
-            }
         }
     }
     return 0;
+}
+
+/* ---- the fp64 reference program on the GPU ---- */
+
+/* A compiled and loaded reference program (ops_emit_reference_graph) with its workspace. */
+typedef struct wk_ref {
+    ops_ref_program prog;
+    srch_compile_result cr;
+    CUmodule mod;
+    CUfunction *fn;
+    CUdeviceptr ws;
+} wk_ref;
+
+static void ref_free(wk *w, wk_ref *r)
+{
+    if (r->ws)
+        w->cu.p_cuMemFree(r->ws);
+    free(r->fn);
+    if (r->mod)
+        w->cu.p_cuModuleUnload(r->mod);
+    srch_compile_result_release(&r->cr);
+    ops_ref_program_free(&r->prog);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Emits, compiles (NVRTC) and loads the reference of g; allocates its workspace. */
+static int ref_load(wk *w, const ops_graph *g, wk_ref *r, kt_err *err)
+{
+    memset(r, 0, sizeof(*r));
+    ops_diag d = {0};
+    int rc = ops_emit_reference_graph(g, &r->prog, &d);
+    if (rc < 0)
+        return kt_err_set(err, rc, "reference: %s", d.msg);
+    rc = srch_nvrtc_compile(r->prog.source, w->arch, &r->cr);
+    if (rc < 0 || r->cr.status != SRCH_COMPILE_OK)
+        return kt_err_set(err, rc < 0 ? rc : -EINVAL, "reference does not compile: %.300s",
+                          r->cr.log ? r->cr.log : "");
+    if ((rc = wk_cu(w, w->cu.p_cuModuleLoadData(&r->mod, r->cr.cubin), "load the reference", err)) <
+        0)
+        return rc;
+    r->fn = calloc((size_t)r->prog.n_kernels + 1, sizeof(*r->fn));
+    if (!r->fn)
+        return kt_err_set(err, -ENOMEM, "out of memory");
+    for (int k = 0; k < r->prog.n_kernels; k++)
+        if ((rc = wk_cu(w, w->cu.p_cuModuleGetFunction(&r->fn[k], r->mod, r->prog.kernels[k].entry),
+                        r->prog.kernels[k].entry, err)) < 0)
+            return rc;
+    if (r->prog.workspace_bytes &&
+        (rc = wk_cu(w, w->cu.p_cuMemAlloc(&r->ws, (size_t)r->prog.workspace_bytes),
+                    "allocate the reference workspace", err)) < 0)
+        return rc;
+    return 0;
+}
+
+/* Runs every kernel of r once and waits. buf[t] is the double buffer of graph tensor t (every
+ * graph input and output of the graph r was emitted for). */
+static int ref_launch(wk *w, const wk_ref *r, const CUdeviceptr *buf, int n_tensors, kt_err *err)
+{
+    int rc;
+    for (int k = 0; k < r->prog.n_kernels; k++) {
+        const ops_kernel_launch *l = &r->prog.kernels[k];
+        CUdeviceptr ptrs[OPS_MAX_ARGS];
+        void *params[OPS_MAX_ARGS];
+        for (int a = 0; a < l->n_args; a++) {
+            ptrs[a] = 0;
+            if (l->args[a].kind == OPS_ARG_WORKSPACE)
+                ptrs[a] = r->ws + (CUdeviceptr)l->args[a].offset;
+            else if (l->args[a].tensor >= 0 && l->args[a].tensor < n_tensors)
+                ptrs[a] = buf[l->args[a].tensor];
+            if (!ptrs[a])
+                return kt_err_set(err, -EINVAL, "reference kernel %s: argument %d unmapped",
+                                  l->entry, a);
+            params[a] = &ptrs[a];
+        }
+        if ((rc = wk_cu(w,
+                        w->cu.p_cuLaunchKernel(r->fn[k], l->grid[0], l->grid[1], l->grid[2],
+                                               l->block[0], l->block[1], l->block[2], l->smem_bytes,
+                                               NULL, params, NULL),
+                        "launch the reference", err)) < 0)
+            return rc;
+    }
+    return wk_cu(w, w->cu.p_cuCtxSynchronize(), "run the reference", err);
+}
+
+/* Uploads the typed host values h of tensor t into dst as doubles. */
+static int upload_doubles(wk *w, const ops_tensor *t, const uint8_t *h, CUdeviceptr dst,
+                          kt_err *err)
+{
+    int64_t n = ops_shape_numel(&t->shape);
+    size_t es = ops_dtype_size(t->dtype);
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    if (!v)
+        return kt_err_set(err, -ENOMEM, "out of memory");
+    for (int64_t k = 0; k < n; k++)
+        v[k] = ops_dtype_load(t->dtype, h + (size_t)k * es);
+    int rc = wk_cu(w, w->cu.p_cuMemcpyHtoD(dst, v, (size_t)n * sizeof(double)),
+                   "upload reference inputs", err);
+    free(v);
+    return rc;
+}
+
+/* The inputs of D (subgraph inputs) from req->full: random values for full's graph inputs
+ * (the same generator as data_make_inputs, numbered by full's inputs), full's fp64 reference
+ * run once per seed, and each input of the subgraph the tensor of full with its name: a graph
+ * input takes the drawn values, an intermediate the reference's, rounded to its dtype
+ * (ops_dtype_store). The reference runs only when some input is an intermediate. */
+static int data_inputs_from_full(wk *w, wk_data *D, const srch_eval_req *req, kt_err *err)
+{
+    ops_graph *F = ops_graph_clone(req->full);
+    int32_t src[OPS_GROUP_MAX_IO];
+    int n_fin = 0, rc = 0;
+    bool need_ref = false;
+    uint8_t **fh = NULL;
+    CUdeviceptr *buf = NULL;
+    double *host = NULL;
+    wk_ref ref = {0};
+    ops_diag d = {0};
+    if (!F)
+        return kt_err_set(err, -ENOMEM, "out of memory");
+    while (n_fin < F->n_tensors && F->tensors[n_fin].producer < 0)
+        n_fin++;
+    for (int i = 0; i < D->n_in; i++) {
+        const ops_tensor *st = &D->g->tensors[i];
+        src[i] = ops_graph_find_tensor(F, st->name);
+        if (src[i] < 0 || F->tensors[src[i]].dtype != st->dtype ||
+            ops_shape_numel(&F->tensors[src[i]].shape) != ops_shape_numel(&st->shape)) {
+            rc = kt_err_set(err, -EINVAL, "full graph: no tensor '%s' like the input", st->name);
+            goto out;
+        }
+        if (F->tensors[src[i]].producer >= 0) {
+            need_ref = true;
+            /* An intermediate becomes an output of the copy, so the reference writes it to a
+             * buffer of its own instead of the workspace. */
+            if (!F->tensors[src[i]].is_output && (rc = ops_graph_mark_output(F, src[i])) < 0) {
+                rc = kt_err_set(err, rc, "out of memory");
+                goto out;
+            }
+        }
+    }
+    if (need_ref && ((rc = ops_graph_validate(F, &d)) < 0 || ops_graph_first_unbound(F))) {
+        rc = kt_err_set(err, rc < 0 ? rc : -EINVAL, "full graph: %s",
+                        rc < 0 ? d.msg : "not fully bound");
+        goto out;
+    }
+    fh = calloc((size_t)n_fin + 1, sizeof(*fh));
+    buf = calloc((size_t)F->n_tensors + 1, sizeof(*buf));
+    if (!fh || !buf) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if (need_ref) {
+        if ((rc = ref_load(w, F, &ref, err)) < 0)
+            goto out;
+        for (int t = 0; t < F->n_tensors; t++) {
+            if (F->tensors[t].producer >= 0 && !F->tensors[t].is_output)
+                continue;
+            int64_t n = ops_shape_numel(&F->tensors[t].shape);
+            if ((rc = wk_cu(w, w->cu.p_cuMemAlloc(&buf[t], (size_t)(n > 0 ? n : 1) * 8),
+                            "allocate full reference buffers", err)) < 0)
+                goto out;
+        }
+    }
+    for (int s = 0; s < D->seeds; s++) {
+        for (int k = 0; k < n_fin; k++) {
+            free(fh[k]);
+            if (!(fh[k] = random_input(&F->tensors[k], D->seed0, s, k))) {
+                rc = kt_err_set(err, -ENOMEM, "out of memory for inputs");
+                goto out;
+            }
+            if (need_ref && (rc = upload_doubles(w, &F->tensors[k], fh[k], buf[k], err)) < 0)
+                goto out;
+        }
+        if (need_ref && (rc = ref_launch(w, &ref, buf, F->n_tensors, err)) < 0)
+            goto out;
+        for (int i = 0; i < D->n_in; i++) {
+            const ops_tensor *st = &D->g->tensors[i];
+            uint8_t *h = malloc(D->in_bytes[i] ? D->in_bytes[i] : 1);
+            if (!h) {
+                rc = kt_err_set(err, -ENOMEM, "out of memory for inputs");
+                goto out;
+            }
+            D->h_in[s * D->n_in + i] = h;
+            if (src[i] < n_fin) {
+                memcpy(h, fh[src[i]], D->in_bytes[i]);
+                continue;
+            }
+            int64_t n = ops_shape_numel(&st->shape);
+            size_t es = ops_dtype_size(st->dtype);
+            free(host);
+            if (!(host = malloc((size_t)(n > 0 ? n : 1) * sizeof(double)))) {
+                rc = kt_err_set(err, -ENOMEM, "out of memory");
+                goto out;
+            }
+            if ((rc = wk_cu(w, w->cu.p_cuMemcpyDtoH(host, buf[src[i]], (size_t)n * sizeof(double)),
+                            "download full reference values", err)) < 0)
+                goto out;
+            for (int64_t k = 0; k < n; k++)
+                ops_dtype_store(st->dtype, host[k], h + (size_t)k * es);
+        }
+    }
+    kt_log_debug(WK_TAG, "data set inputs from the full graph '%s'%s", F->name ? F->name : "",
+                 need_ref ? " (its reference ran)" : "");
+out:
+    free(host);
+    if (buf)
+        for (int t = 0; t < F->n_tensors; t++)
+            if (buf[t])
+                w->cu.p_cuMemFree(buf[t]);
+    free(buf);
+    if (fh)
+        for (int k = 0; k < n_fin; k++)
+            free(fh[k]);
+    free(fh);
+    ref_free(w, &ref);
+    ops_graph_free(F);
+    return rc;
 }
 
 static wk_data *data_find(wk *w, const uint8_t key[32])
@@ -869,7 +1113,7 @@ static int data_get(wk *w, const srch_eval_req *req, wk_data **out, kt_err *err)
             goto fail;
     }
     double t0 = wk_now_s();
-    if ((rc = data_make_inputs(D, err)) < 0)
+    if ((rc = req->full ? data_inputs_from_full(w, D, req, err) : data_make_inputs(D, err)) < 0)
         goto fail;
     for (int k = 0; k < seeds * D->n_in; k++) {
         size_t bytes = D->in_bytes[k % D->n_in];
@@ -918,56 +1162,21 @@ static int data_reference(wk *w, wk_data *D, kt_err *err)
 {
     if (D->have_ref)
         return 0;
-    ops_ref_program prog = {0};
-    srch_compile_result cr = {0};
-    CUmodule mod = NULL;
-    CUfunction *fn = NULL;
-    CUdeviceptr dbl[OPS_MAX_ARGS * 2] = {0}; /* per graph tensor index: inputs then outputs */
-    int32_t dbl_tensor[OPS_MAX_ARGS * 2];
-    int n_dbl = 0;
-    CUdeviceptr ws = 0;
-    ops_diag d = {0};
+    wk_ref ref = {0};
+    const ops_graph *g = D->g;
+    /* Double buffers by tensor: copies of the graph inputs (freed here); the outputs are each
+     * seed's D->d_ref, kept. */
+    CUdeviceptr *buf = calloc((size_t)g->n_tensors + 1, sizeof(*buf));
     double t0 = wk_now_s();
-    int rc = cmp_init(w, err);
-    if (rc < 0)
+    int rc = buf ? cmp_init(w, err) : kt_err_set(err, -ENOMEM, "out of memory");
+    if (rc < 0 || (rc = ref_load(w, g, &ref, err)) < 0)
         goto out;
-    rc = ops_emit_reference_graph(D->g, &prog, &d);
-    if (rc < 0) {
-        rc = kt_err_set(err, rc, "reference: %s", d.msg);
-        goto out;
-    }
-    rc = srch_nvrtc_compile(prog.source, w->arch, &cr);
-    if (rc < 0 || cr.status != SRCH_COMPILE_OK) {
-        rc = kt_err_set(err, rc < 0 ? rc : -EINVAL, "reference does not compile: %.300s",
-                        cr.log ? cr.log : "");
-        goto out;
-    }
-    if ((rc = wk_cu(w, w->cu.p_cuModuleLoadData(&mod, cr.cubin), "load the reference", err)) < 0)
-        goto out;
-    fn = calloc((size_t)prog.n_kernels + 1, sizeof(*fn));
-    if (!fn) {
-        rc = kt_err_set(err, -ENOMEM, "out of memory");
-        goto out;
-    }
-    for (int k = 0; k < prog.n_kernels; k++)
-        if ((rc = wk_cu(w, w->cu.p_cuModuleGetFunction(&fn[k], mod, prog.kernels[k].entry),
-                        prog.kernels[k].entry, err)) < 0)
-            goto out;
-    /* Double copies of the graph inputs (dbl[i]); the outputs (dbl[n_in + j]) are each seed's
-     * D->d_ref, kept. */
-    for (int i = 0; i < D->n_in + D->n_out; i++)
-        dbl_tensor[i] = i < D->n_in ? i : D->g->outputs[i - D->n_in];
-    n_dbl = D->n_in + D->n_out;
     for (int i = 0; i < D->n_in; i++) {
-        int64_t n = ops_shape_numel(&D->g->tensors[i].shape);
-        if ((rc = wk_cu(w, w->cu.p_cuMemAlloc(&dbl[i], (size_t)(n ? n : 1) * sizeof(double)),
+        int64_t n = ops_shape_numel(&g->tensors[i].shape);
+        if ((rc = wk_cu(w, w->cu.p_cuMemAlloc(&buf[i], (size_t)(n ? n : 1) * sizeof(double)),
                         "allocate reference buffers", err)) < 0)
             goto out;
     }
-    if (prog.workspace_bytes &&
-        (rc = wk_cu(w, w->cu.p_cuMemAlloc(&ws, (size_t)prog.workspace_bytes),
-                    "allocate the reference workspace", err)) < 0)
-        goto out;
     for (int s = 0; s < D->seeds; s++) {
         for (int j = 0; j < D->n_out; j++) {
             CUdeviceptr *r = &D->d_ref[s * D->n_out + j];
@@ -975,54 +1184,12 @@ static int data_reference(wk *w, wk_data *D, kt_err *err)
             if (!*r && (rc = wk_cu(w, w->cu.p_cuMemAlloc(r, bytes), "allocate reference outputs",
                                    err)) < 0)
                 goto out;
-            dbl[D->n_in + j] = *r;
+            buf[g->outputs[j]] = *r;
         }
-        for (int i = 0; i < D->n_in; i++) {
-            const ops_tensor *t = &D->g->tensors[i];
-            int64_t n = ops_shape_numel(&t->shape);
-            size_t es = ops_dtype_size(t->dtype);
-            double *v = malloc((size_t)(n ? n : 1) * sizeof(double));
-            if (!v) {
-                rc = kt_err_set(err, -ENOMEM, "out of memory");
+        for (int i = 0; i < D->n_in; i++)
+            if ((rc = upload_doubles(w, &g->tensors[i], D->h_in[s * D->n_in + i], buf[i], err)) < 0)
                 goto out;
-            }
-            const uint8_t *h = D->h_in[s * D->n_in + i];
-            for (int64_t k = 0; k < n; k++)
-                v[k] = ops_dtype_load(t->dtype, h + (size_t)k * es);
-            rc = wk_cu(w, w->cu.p_cuMemcpyHtoD(dbl[i], v, (size_t)n * sizeof(double)),
-                       "upload reference inputs", err);
-            free(v);
-            if (rc < 0)
-                goto out;
-        }
-        for (int k = 0; k < prog.n_kernels; k++) {
-            const ops_kernel_launch *l = &prog.kernels[k];
-            CUdeviceptr ptrs[OPS_MAX_ARGS];
-            void *params[OPS_MAX_ARGS];
-            for (int a = 0; a < l->n_args; a++) {
-                ptrs[a] = 0;
-                if (l->args[a].kind == OPS_ARG_WORKSPACE) {
-                    ptrs[a] = ws + (CUdeviceptr)l->args[a].offset;
-                } else {
-                    for (int b = 0; b < n_dbl; b++)
-                        if (dbl_tensor[b] == l->args[a].tensor)
-                            ptrs[a] = dbl[b];
-                }
-                if (!ptrs[a]) {
-                    rc = kt_err_set(err, -EINVAL, "reference kernel %s: argument %d unmapped",
-                                    l->entry, a);
-                    goto out;
-                }
-                params[a] = &ptrs[a];
-            }
-            if ((rc = wk_cu(w,
-                            w->cu.p_cuLaunchKernel(fn[k], l->grid[0], l->grid[1], l->grid[2],
-                                                   l->block[0], l->block[1], l->block[2],
-                                                   l->smem_bytes, NULL, params, NULL),
-                            "launch the reference", err)) < 0)
-                goto out;
-        }
-        if ((rc = wk_cu(w, w->cu.p_cuCtxSynchronize(), "run the reference", err)) < 0)
+        if ((rc = ref_launch(w, &ref, buf, g->n_tensors, err)) < 0)
             goto out;
         for (int j = 0; j < D->n_out; j++) {
             CUdeviceptr r = D->d_ref[s * D->n_out + j];
@@ -1038,16 +1205,12 @@ static int data_reference(wk *w, wk_data *D, kt_err *err)
     D->have_ref = true;
     kt_log_debug(WK_TAG, "reference of %d seeds in %.3f s", D->seeds, wk_now_s() - t0);
 out:
-    if (ws)
-        w->cu.p_cuMemFree(ws);
-    for (int i = 0; i < D->n_in && i < n_dbl; i++)
-        if (dbl[i])
-            w->cu.p_cuMemFree(dbl[i]);
-    free(fn);
-    if (mod)
-        w->cu.p_cuModuleUnload(mod);
-    srch_compile_result_release(&cr);
-    ops_ref_program_free(&prog);
+    if (buf)
+        for (int i = 0; i < D->n_in; i++)
+            if (buf[i])
+                w->cu.p_cuMemFree(buf[i]);
+    free(buf);
+    ref_free(w, &ref);
     return rc;
 }
 

@@ -21,14 +21,15 @@
  *   {"op": "retime", "ids": [...], "rounds": N, "cold": bool}
  *     -> {"ok": true, "times": [{"id", "median_ns", "p10_ns", "p90_ns", "reps"}, ...]}
  *   {"op": "forget", "ids": [...]} -> {"ok": true}
- *   {"op": "reference", "sub", "bindings", "seed0", "seeds"} (as in eval)
+ *   {"op": "reference", "sub", "bindings", "seed0", "seeds", optional "full"} (as in eval)
  *     -> {"ok": true, "inputs": [[bin per input] per seed], "outputs": [[bin per output] per
  *         seed]}: the generated inputs (stored dtype) and the fp64 GPU reference (doubles), so
  *         tests can check both against ops_ref_run.
  *   {"op": "quit"} -> {"ok": true}, then exit 0.
  *
  * Encoding of srch_eval_req and srch_eval_result: search/worker_proto.c, documented there; the
- * group travels as its subgraph (ops_graph_pack) plus its bindings. */
+ * group travels as its subgraph (ops_graph_pack) plus its bindings and, optionally, the whole
+ * graph ("full") whose reference gives the subgraph's inputs that are intermediates. */
 #pragma once
 
 #include "ops/family.h"
@@ -52,14 +53,25 @@ const char *srch_status_str(srch_status s); /* "ok", "wrong", "race", "fault", "
 
 #define SRCH_MAX_BINDINGS 16
 
+typedef struct srch_binding {
+    char name[48];
+    int64_t value;
+} srch_binding;
+
 typedef struct srch_eval_req {
     uint64_t id;
     ops_graph *sub; /* the group as a graph (ops_group_subgraph): inputs first, then nodes */
     int n_bindings;
-    struct {
-        char name[48];
-        int64_t value;
-    } bindings[SRCH_MAX_BINDINGS]; /* the bound symbols of sub (its msgpack form is symbolic) */
+    srch_binding bindings[SRCH_MAX_BINDINGS]; /* the bound symbols of sub (msgpack: symbolic) */
+    /* Optional (NULL: none): the whole canonical bound graph sub was cut from. With it, the
+     * worker draws random values for full's graph inputs, runs full's fp64 reference, and feeds
+     * each input of sub the value of the tensor of full with the same name (graph inputs: the
+     * drawn values; intermediates: the reference's, rounded to their dtype), so a group is
+     * verified on inputs from the domain its producers give it. Every input of sub must be a
+     * tensor of full with the same dtype and sizes. */
+    ops_graph *full;
+    int n_full_bindings;
+    srch_binding full_bindings[SRCH_MAX_BINDINGS];
     ops_precision precision;
     double tolerance; /* normwise; <= 0 means MEASURE.md's default for dtype and precision */
     int seeds;        /* verification input sets, >= 2; each also run twice for races */
@@ -102,6 +114,14 @@ int srch_eval_result_unpack(const msgpack_object *o, srch_eval_result *r, kt_err
  * (e->n_kernels == 0, cubin NULL) is completed by srch_eval_req_set_lt. */
 int srch_eval_req_for_group(const ops_group *grp, const ops_emitted *e, const void *cubin,
                             size_t cubin_len, srch_eval_req *out, ops_diag *d);
+/* True when an input of grp is produced by a node of grp->g (an intermediate of the graph):
+ * random inputs could lie outside the domain its producers give it. */
+bool srch_group_reads_intermediates(const ops_group *grp);
+/* Attaches full (a copy) and its bindings to r, and derives r->seed0 from full instead of the
+ * subgraph, so every group of one graph draws the same graph inputs. full must be validated,
+ * canonical and fully bound, and hold every input of r->sub by name (ops_group_subgraph keeps
+ * names). */
+int srch_eval_req_set_full(srch_eval_req *r, const ops_graph *full, ops_diag *d);
 /* Makes r (from srch_eval_req_for_group of the same group) a library candidate running lt
  * (ops_library_describe of the group: tensors of grp->g, mapped here onto r->sub). */
 int srch_eval_req_set_lt(srch_eval_req *r, const ops_group *grp, const ops_lt_desc *lt,

@@ -19,6 +19,12 @@
  *                  "zero_ws": bool, "args": [[0, TENSOR] | [1, OFFSET], ...]}, ...]
  *   "workspace"  int: workspace bytes
  *   "lt"         {ops_lt_desc fields, see pack_lt} (library candidates only)
+ *   "full"       optional {"graph": the whole canonical graph sub was cut from (ops_graph_pack:
+ *                 symbolic), "bindings": {NAME: int}: its bound symbols}. Absent: the worker
+ *                 draws sub's inputs at random. Present: it draws full's graph inputs, runs
+ *                 full's fp64 reference, and gives each input of sub the tensor of full with
+ *                 the same name (an intermediate rounded to its dtype). Every input of sub must
+ *                 name a tensor of full with the same dtype and sizes, else -EPROTO.
  *
  * Tensor numbers index sub->tensors as the unpacker rebuilds it (inputs in order, then node
  * outputs in node order: the same numbering ops_group_subgraph produced). Every kernel argument
@@ -129,6 +135,15 @@ static void pack_lt(msgpack_packer *pk, const ops_lt_desc *lt)
     pack_key_i64(pk, "workspace", lt->workspace_bytes);
 }
 
+static void pack_bindings(msgpack_packer *pk, const srch_binding *b, int n)
+{
+    msgpack_pack_map(pk, (size_t)n);
+    for (int i = 0; i < n; i++) {
+        pack_str(pk, b[i].name);
+        msgpack_pack_int64(pk, b[i].value);
+    }
+}
+
 static void pack_kernel(msgpack_packer *pk, const ops_kernel_launch *l)
 {
     msgpack_pack_map(pk, 6);
@@ -157,8 +172,10 @@ int srch_eval_req_pack(msgpack_packer *pk, const srch_eval_req *r)
     if (!r->sub || r->n_bindings < 0 || r->n_bindings > SRCH_MAX_BINDINGS || r->n_kernels < 0 ||
         r->n_kernels > OPS_MAX_KERNELS)
         return -EINVAL;
+    if (r->full && (r->n_full_bindings < 0 || r->n_full_bindings > SRCH_MAX_BINDINGS))
+        return -EINVAL;
     bool kernels = !r->library;
-    msgpack_pack_map(pk, kernels ? 16 : 15);
+    msgpack_pack_map(pk, (kernels ? 16 : 15) + (r->full ? 1 : 0));
     pack_str(pk, "op");
     pack_str(pk, "eval");
     pack_str(pk, "id");
@@ -168,10 +185,15 @@ int srch_eval_req_pack(msgpack_packer *pk, const srch_eval_req *r)
     if (rc < 0)
         return rc;
     pack_str(pk, "bindings");
-    msgpack_pack_map(pk, (size_t)r->n_bindings);
-    for (int i = 0; i < r->n_bindings; i++) {
-        pack_str(pk, r->bindings[i].name);
-        msgpack_pack_int64(pk, r->bindings[i].value);
+    pack_bindings(pk, r->bindings, r->n_bindings);
+    if (r->full) {
+        pack_str(pk, "full");
+        msgpack_pack_map(pk, 2);
+        pack_str(pk, "graph");
+        if ((rc = ops_graph_pack(pk, r->full)) < 0)
+            return rc;
+        pack_str(pk, "bindings");
+        pack_bindings(pk, r->full_bindings, r->n_full_bindings);
     }
     pack_str(pk, "precision");
     pack_str(pk, ops_precision_name(r->precision));
@@ -645,11 +667,12 @@ enum {
     RQ_KERNELS,
     RQ_WORKSPACE,
     RQ_LT,
+    RQ_FULL,
     RQ_N_KEYS
 };
 static const char *const req_keys[RQ_N_KEYS] = {
-    "op",     "id",   "sub",    "bindings", "precision", "tolerance", "seeds",     "seed0",
-    "verify", "time", "timing", "library",  "cubin",     "kernels",   "workspace", "lt",
+    "op",   "id",     "sub",     "bindings", "precision", "tolerance", "seeds", "seed0", "verify",
+    "time", "timing", "library", "cubin",    "kernels",   "workspace", "lt",    "full",
 };
 
 enum { TM_COLD, TM_WARMUP, TM_BUDGET, TM_MIN_REPS, TM_MAX_REPS, TM_TARGET, TM_N_KEYS };
@@ -695,58 +718,96 @@ static int unpack_timing(const msgpack_object *o, srch_time_opts *t, kt_err *err
     return 0;
 }
 
-static int unpack_bindings(const msgpack_object *o, srch_eval_req *r, kt_err *err)
+static int unpack_bindings(const msgpack_object *o, srch_binding *out, int *n, const char *what,
+                           kt_err *err)
 {
     int rc;
-    if ((rc = get_map(o, "bindings", err)) < 0)
+    if ((rc = get_map(o, what, err)) < 0)
         return rc;
     if (o->via.map.size > SRCH_MAX_BINDINGS)
-        return BAD("'bindings': more than %d symbols", SRCH_MAX_BINDINGS);
-    r->n_bindings = (int)o->via.map.size;
-    for (int i = 0; i < r->n_bindings; i++) {
+        return BAD("'%s': more than %d symbols", what, SRCH_MAX_BINDINGS);
+    *n = (int)o->via.map.size;
+    for (int i = 0; i < *n; i++) {
         const msgpack_object_kv *kv = &o->via.map.ptr[i];
-        if ((rc = get_str(&kv->key, r->bindings[i].name, sizeof(r->bindings[i].name),
-                          "bindings name", err)) < 0 ||
-            (rc = get_i64(&kv->val, 1, (int64_t)1 << 40, &r->bindings[i].value, "bindings value",
-                          err)) < 0)
+        if ((rc = get_str(&kv->key, out[i].name, sizeof(out[i].name), "bindings name", err)) < 0 ||
+            (rc = get_i64(&kv->val, 1, (int64_t)1 << 40, &out[i].value, "bindings value", err)) < 0)
             return rc;
     }
     return 0;
 }
 
-/* Parses, validates and binds the subgraph. */
-static int unpack_sub(const msgpack_object *o, srch_eval_req *r, kt_err *err)
+/* Parses, validates and binds a graph ('sub' or 'full'). */
+static int unpack_graph(const msgpack_object *o, const srch_binding *bind, int n_bind,
+                        const char *what, ops_graph **out, kt_err *err)
 {
     ops_graph *g = NULL;
     ops_diag d = {0};
     ops_binding b[SRCH_MAX_BINDINGS];
     int rc = ops_graph_from_msgpack_object(o, &g, &d);
     if (rc == -ENOMEM)
-        return kt_err_set(err, rc, "out of memory reading 'sub'");
+        return kt_err_set(err, rc, "out of memory reading '%s'", what);
     if (rc < 0)
-        return BAD("'sub': %s", d.msg);
+        return BAD("'%s': %s", what, d.msg);
     if ((rc = ops_graph_validate(g, &d)) < 0) {
-        rc = BAD("'sub': %s", d.msg);
+        rc = BAD("'%s': %s", what, d.msg);
         goto out;
     }
-    for (int i = 0; i < r->n_bindings; i++) {
-        b[i].name = r->bindings[i].name;
-        b[i].value = r->bindings[i].value;
+    for (int i = 0; i < n_bind; i++) {
+        b[i].name = bind[i].name;
+        b[i].value = bind[i].value;
     }
-    if ((rc = ops_graph_bind(g, b, r->n_bindings, &r->sub, &d)) < 0) {
-        rc = rc == -ENOMEM ? kt_err_set(err, rc, "out of memory binding 'sub'")
-                           : BAD("'bindings': %s", d.msg);
+    if ((rc = ops_graph_bind(g, b, n_bind, out, &d)) < 0) {
+        rc = rc == -ENOMEM ? kt_err_set(err, rc, "out of memory binding '%s'", what)
+                           : BAD("'%s' bindings: %s", what, d.msg);
         goto out;
     }
-    const char *unbound = ops_graph_first_unbound(r->sub);
+    const char *unbound = ops_graph_first_unbound(*out);
     if (unbound) {
-        rc = BAD("'bindings': symbol '%s' of 'sub' is not bound", unbound);
-        ops_graph_free(r->sub);
-        r->sub = NULL;
+        rc = BAD("'%s' bindings: symbol '%s' of '%s' is not bound", what, unbound, what);
+        ops_graph_free(*out);
+        *out = NULL;
     }
 out:
     ops_graph_free(g);
     return rc;
+}
+
+/* "full": {"graph", "bindings"}, checked against the (already unpacked) sub. */
+static int unpack_full(const msgpack_object *o, srch_eval_req *r, kt_err *err)
+{
+    int rc;
+    if ((rc = get_map(o, "full", err)) < 0)
+        return rc;
+    static const char *const full_keys[] = {"graph", "bindings"};
+    const msgpack_object *graph = NULL, *bindings = NULL;
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object_kv *kv = &o->via.map.ptr[i];
+        int k = key_index(&kv->key, full_keys, 2, "full", err);
+        if (k < 0)
+            return k;
+        const msgpack_object **slot = k == 0 ? &graph : &bindings;
+        if (*slot)
+            return BAD("full: key '%s' repeated", full_keys[k]);
+        *slot = &kv->val;
+    }
+    if (!graph || !bindings)
+        return BAD("full: missing key '%s'", graph ? "bindings" : "graph");
+    if ((rc = unpack_bindings(bindings, r->full_bindings, &r->n_full_bindings, "full bindings",
+                              err)) < 0 ||
+        (rc = unpack_graph(graph, r->full_bindings, r->n_full_bindings, "full", &r->full, err)) < 0)
+        return rc;
+    const ops_graph *sub = r->sub, *full = r->full;
+    for (int i = 0; i < sub->n_tensors && sub->tensors[i].producer < 0; i++) {
+        const ops_tensor *st = &sub->tensors[i];
+        int f = ops_graph_find_tensor(full, st->name);
+        if (f < 0)
+            return BAD("full: no tensor '%s' (an input of 'sub')", st->name);
+        const ops_tensor *ft = &full->tensors[f];
+        if (ft->dtype != st->dtype || !ops_shape_same_sizes(&ft->shape, &st->shape))
+            return BAD("full: tensor '%s' differs in dtype or shape from the input of 'sub'",
+                       st->name);
+    }
+    return 0;
 }
 
 int srch_eval_req_unpack(const msgpack_object *o, srch_eval_req *r, kt_err *err)
@@ -755,7 +816,8 @@ int srch_eval_req_unpack(const msgpack_object *o, srch_eval_req *r, kt_err *err)
     r->verify = r->time = true;
     if (o->type != MSGPACK_OBJECT_MAP)
         return BAD("eval request: expected a map");
-    const msgpack_object *sub = NULL, *bindings = NULL, *cubin = NULL, *lt = NULL, *kernels = NULL;
+    const msgpack_object *sub = NULL, *bindings = NULL, *cubin = NULL, *lt = NULL, *kernels = NULL,
+                         *full = NULL;
     uint32_t seen = 0;
     int rc = 0;
     bool reference = false;
@@ -827,6 +889,9 @@ int srch_eval_req_unpack(const msgpack_object *o, srch_eval_req *r, kt_err *err)
         case RQ_LT:
             lt = v;
             break;
+        case RQ_FULL:
+            full = v;
+            break;
         }
         if (rc < 0)
             goto fail;
@@ -839,9 +904,12 @@ int srch_eval_req_unpack(const msgpack_object *o, srch_eval_req *r, kt_err *err)
         rc = BAD("eval request: missing key 'sub'");
         goto fail;
     }
-    if (bindings && (rc = unpack_bindings(bindings, r, err)) < 0)
+    if (bindings &&
+        (rc = unpack_bindings(bindings, r->bindings, &r->n_bindings, "bindings", err)) < 0)
         goto fail;
-    if ((rc = unpack_sub(sub, r, err)) < 0)
+    if ((rc = unpack_graph(sub, r->bindings, r->n_bindings, "sub", &r->sub, err)) < 0)
+        goto fail;
+    if (full && (rc = unpack_full(full, r, err)) < 0)
         goto fail;
     if (kernels) {
         if (kernels->type != MSGPACK_OBJECT_ARRAY || kernels->via.array.size > OPS_MAX_KERNELS) {
@@ -921,8 +989,11 @@ void srch_eval_req_free(srch_eval_req *r)
     if (!r)
         return;
     ops_graph_free(r->sub);
+    ops_graph_free(r->full);
     free(r->cubin);
     r->sub = NULL;
+    r->full = NULL;
+    r->n_full_bindings = 0;
     r->cubin = NULL;
     r->cubin_len = 0;
 }
@@ -1056,24 +1127,39 @@ int srch_eval_result_unpack(const msgpack_object *o, srch_eval_result *r, kt_err
 
 /* ---- building a request from a space group ---- */
 
-static int add_binding(srch_eval_req *r, const ops_graph *g, const ops_dim *dim, ops_diag *d)
+static int add_binding(srch_binding *b, int *n, const ops_graph *g, const ops_dim *dim, ops_diag *d)
 {
     if (dim->sym < 0 || dim->sym >= g->n_syms)
         return 0;
     const char *name = g->syms[dim->sym];
-    for (int i = 0; i < r->n_bindings; i++)
-        if (strcmp(r->bindings[i].name, name) == 0)
+    for (int i = 0; i < *n; i++)
+        if (strcmp(b[i].name, name) == 0)
             return 0;
-    if (r->n_bindings == SRCH_MAX_BINDINGS || strlen(name) >= sizeof(r->bindings[0].name))
+    if (*n == SRCH_MAX_BINDINGS || strlen(name) >= sizeof(b[0].name))
         return ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "",
-                            "group has more than %d bound symbols or a symbol name over %zu bytes",
-                            SRCH_MAX_BINDINGS, sizeof(r->bindings[0].name) - 1);
+                            "graph has more than %d bound symbols or a symbol name over %zu bytes",
+                            SRCH_MAX_BINDINGS, sizeof(b[0].name) - 1);
     if (dim->size < 1)
         return ops_diag_set(d, g, OPS_RULE_UNBOUND_DIM, -1, "", "symbol '%s' is not bound", name);
-    snprintf(r->bindings[r->n_bindings].name, sizeof(r->bindings[0].name), "%s", name);
-    r->bindings[r->n_bindings].value = dim->size;
-    r->n_bindings++;
+    snprintf(b[*n].name, sizeof(b[0].name), "%s", name);
+    b[*n].value = dim->size;
+    (*n)++;
     return 0;
+}
+
+/* The bound symbols of g: every tensor dimension and reshape target. */
+static int graph_bindings(const ops_graph *g, srch_binding *b, int *n, ops_diag *d)
+{
+    int rc = 0;
+    *n = 0;
+    for (int t = 0; t < g->n_tensors && rc == 0; t++)
+        for (int k = 0; k < g->tensors[t].shape.rank && rc == 0; k++)
+            rc = add_binding(b, n, g, &g->tensors[t].shape.d[k], d);
+    for (int i = 0; i < g->n_nodes && rc == 0; i++)
+        if (g->nodes[i].op == OPS_RESHAPE)
+            for (int k = 0; k < g->nodes[i].attrs.shape.rank && rc == 0; k++)
+                rc = add_binding(b, n, g, &g->nodes[i].attrs.shape.d[k], d);
+    return rc;
 }
 
 /* The sub tensor that graph tensor t of grp->g became (same name), when it is an input or
@@ -1109,13 +1195,7 @@ int srch_eval_req_for_group(const ops_group *grp, const ops_emitted *e, const vo
     out->seeds = 3;
     out->verify = out->time = true;
     out->workspace_bytes = e->workspace_bytes;
-    for (int t = 0; t < sub->n_tensors && rc == 0; t++)
-        for (int k = 0; k < sub->tensors[t].shape.rank && rc == 0; k++)
-            rc = add_binding(out, sub, &sub->tensors[t].shape.d[k], d);
-    for (int n = 0; n < sub->n_nodes && rc == 0; n++)
-        if (sub->nodes[n].op == OPS_RESHAPE)
-            for (int k = 0; k < sub->nodes[n].attrs.shape.rank && rc == 0; k++)
-                rc = add_binding(out, sub, &sub->nodes[n].attrs.shape.d[k], d);
+    rc = graph_bindings(sub, out->bindings, &out->n_bindings, d);
     if (rc < 0)
         goto fail;
     out->n_kernels = e->n_kernels;
@@ -1175,5 +1255,49 @@ int srch_eval_req_set_lt(srch_eval_req *r, const ops_group *grp, const ops_lt_de
     r->library = true;
     r->lt = m;
     r->workspace_bytes = lt->workspace_bytes;
+    return 0;
+}
+
+bool srch_group_reads_intermediates(const ops_group *grp)
+{
+    for (int i = 0; i < grp->n_in; i++)
+        if (grp->in[i] >= 0 && grp->in[i] < grp->g->n_tensors &&
+            grp->g->tensors[grp->in[i]].producer >= 0)
+            return true;
+    return false;
+}
+
+int srch_eval_req_set_full(srch_eval_req *r, const ops_graph *full, ops_diag *d)
+{
+    if (!r->sub)
+        return ops_diag_set(d, full, OPS_RULE_SHAPE, -1, "", "request without a subgraph");
+    for (int i = 0; i < r->sub->n_tensors && r->sub->tensors[i].producer < 0; i++)
+        if (ops_graph_find_tensor(full, r->sub->tensors[i].name) < 0)
+            return ops_diag_set(d, full, OPS_RULE_UNDEFINED, -1, r->sub->tensors[i].name,
+                                "the graph has no tensor '%s' (an input of the group)",
+                                r->sub->tensors[i].name);
+    srch_binding b[SRCH_MAX_BINDINGS];
+    int n = 0;
+    int rc = graph_bindings(full, b, &n, d);
+    if (rc < 0)
+        return rc;
+    /* Every group of the graph draws the same graph inputs: the seed comes from the graph. */
+    void *buf = NULL;
+    size_t len = 0;
+    if ((rc = ops_graph_to_msgpack(full, &buf, &len)) < 0)
+        return ops_diag_set(d, full, OPS_RULE_SHAPE, -1, "", "cannot encode the graph");
+    uint8_t h[32];
+    ops_sha256(buf, len, h);
+    free(buf);
+    ops_graph *copy = ops_graph_clone(full);
+    if (!copy) {
+        ops_diag_set(d, full, OPS_RULE_SHAPE, -1, "", "out of memory copying the graph");
+        return -ENOMEM;
+    }
+    ops_graph_free(r->full);
+    r->full = copy;
+    r->n_full_bindings = n;
+    memcpy(r->full_bindings, b, sizeof(b));
+    memcpy(&r->seed0, h, sizeof(r->seed0));
     return 0;
 }

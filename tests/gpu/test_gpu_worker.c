@@ -425,6 +425,122 @@ static void check_reference(worker *w, const char *file, const char *shapes)
     ops_graph_free(g);
 }
 
+/* A softmax split as [max, sub, exp] | [sum, div]: the "reference" request for [sum, div] with
+ * "full" feeds it exp outputs (in (0, 1], 1 at each row's maximum), not random values, and its
+ * reference outputs are then rows of a softmax (summing to 1). */
+static void check_full_inputs(worker *w)
+{
+    ops_binding b[8];
+    int nb = 0;
+    char keep[128];
+    ops_graph *g = example("softmax.json", "M=33,N=77", b, &nb, keep, sizeof(keep));
+    if (!g)
+        return;
+    uint64_t mask = 0;
+    const char *names[] = {"y.sum", "y"};
+    for (int i = 0; i < 2; i++) {
+        int t = ops_graph_find_tensor(g, names[i]);
+        if (t >= 0 && g->tensors[t].producer >= 0)
+            mask |= 1ull << g->tensors[t].producer;
+    }
+    ops_group grp;
+    ops_graph *sub = NULL;
+    ops_diag d = {0};
+    if (ops_group_init(&grp, g, mask, &d) < 0 || ops_group_subgraph(&grp, &sub, &d) < 0) {
+        printf("  FAIL full inputs: group: %s\n", d.msg);
+        failures++;
+        ops_graph_free(g);
+        return;
+    }
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 7);
+    pack_str(&pk, "op");
+    pack_str(&pk, "reference");
+    pack_str(&pk, "id");
+    msgpack_pack_uint64(&pk, 1);
+    pack_str(&pk, "sub");
+    ops_graph_pack(&pk, sub);
+    for (int k = 0; k < 2; k++) {
+        if (k == 1) {
+            pack_str(&pk, "full");
+            msgpack_pack_map(&pk, 2);
+            pack_str(&pk, "graph");
+            ops_graph_pack(&pk, g);
+        }
+        pack_str(&pk, "bindings"); /* of sub, then of full: the same symbols */
+        msgpack_pack_map(&pk, (size_t)nb);
+        for (int i = 0; i < nb; i++) {
+            pack_str(&pk, b[i].name);
+            msgpack_pack_int64(&pk, b[i].value);
+        }
+    }
+    pack_str(&pk, "seed0");
+    msgpack_pack_uint64(&pk, 777);
+    pack_str(&pk, "seeds");
+    msgpack_pack_int(&pk, 2);
+    int rc = rpc(w, &sb, 300);
+    msgpack_sbuffer_destroy(&sb);
+    const msgpack_object *r = &w->msg.data;
+    if (rc < 0 || !is_true(get(r, "ok"))) {
+        char m[400];
+        str_of(get(get(r, "error"), "msg"), m, sizeof(m));
+        printf("  FAIL full inputs: %s\n", rc < 0 ? strerror(-rc) : m);
+        failures++;
+        ops_graph_free(sub);
+        ops_graph_free(g);
+        return;
+    }
+    const msgpack_object *ins = get(r, "inputs"), *outs = get(r, "outputs");
+    int64_t rows = 33, cols = 77;
+    bool ok = ins && outs && ins->type == MSGPACK_OBJECT_ARRAY && ins->via.array.size == 2 &&
+              outs->type == MSGPACK_OBJECT_ARRAY && outs->via.array.size == 2 &&
+              sub->n_outputs == 1 && ops_shape_numel(&sub->tensors[0].shape) == rows * cols &&
+              sub->tensors[0].dtype == OPS_DT_F32;
+    double worst_sum = 0;
+    int bad_rows = 0;
+    for (uint32_t s = 0; ok && s < 2; s++) {
+        const msgpack_object *si = &ins->via.array.ptr[s], *so = &outs->via.array.ptr[s];
+        ok = si->type == MSGPACK_OBJECT_ARRAY && si->via.array.size == 1 &&
+             si->via.array.ptr[0].type == MSGPACK_OBJECT_BIN &&
+             si->via.array.ptr[0].via.bin.size == (size_t)(rows * cols) * 4 &&
+             so->type == MSGPACK_OBJECT_ARRAY && so->via.array.size == 1 &&
+             so->via.array.ptr[0].type == MSGPACK_OBJECT_BIN &&
+             so->via.array.ptr[0].via.bin.size == (size_t)(rows * cols) * 8;
+        if (!ok)
+            break;
+        const char *in = si->via.array.ptr[0].via.bin.ptr, *out = so->via.array.ptr[0].via.bin.ptr;
+        for (int64_t i = 0; i < rows; i++) {
+            float mx = 0;
+            double sum = 0;
+            bool in_range = true;
+            for (int64_t j = 0; j < cols; j++) {
+                float v;
+                double o;
+                memcpy(&v, in + (size_t)(i * cols + j) * 4, 4);
+                memcpy(&o, out + (size_t)(i * cols + j) * 8, 8);
+                in_range = in_range && v > 0 && v <= 1;
+                mx = v > mx ? v : mx;
+                sum += o;
+            }
+            if (!in_range || mx != 1.0f)
+                bad_rows++;
+            if (fabs(sum - 1) > worst_sum)
+                worst_sum = fabs(sum - 1);
+        }
+    }
+    bool pass = ok && bad_rows == 0 && worst_sum <= 1e-12;
+    printf("  full inputs softmax [sum,div] M=33,N=77: %s (rows not exp outputs %d, worst |row "
+           "sum - 1| %.2e)\n",
+           pass ? "ok" : "FAIL", bad_rows, worst_sum);
+    if (!pass)
+        failures++;
+    ops_graph_free(sub);
+    ops_graph_free(g);
+}
+
 /* ---- candidates ---- */
 
 /* Sends an eval and unpacks the result. Returns 0, or a negative errno (an error reply or no
@@ -790,6 +906,7 @@ int main(void)
     check_reference(&w, "sum_lastaxis.json", "M=33,N=77");
     check_reference(&w, "conv2d.json", "N=1");
     check_reference(&w, "attention.json", "B=1,H=2,S=37");
+    check_full_inputs(&w);
 
     printf("== candidates\n");
     eval_family(&w, "gemm_bias_relu.json", "M=1000", OPS_FAM_GEMM, "splitk", false, 1, SRCH_OK);

@@ -566,12 +566,251 @@ static void test_malformed_requests(void **state)
     ops_graph_free(g);
 }
 
+/* ---- "full": the whole graph a group was cut from ---- */
+
+/* softmax.json, bound to M x N and canonical: x -> y.max, y.sub, y.exp, y.sum, y. */
+static ops_graph *softmax_graph(int64_t m, int64_t n)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/examples/softmax.json", getenv("KTUNE_SOURCE_ROOT"));
+    ops_graph *g = NULL, *bound = NULL, *canon = NULL;
+    ops_diag d = {0};
+    ops_binding b[2] = {{"M", m}, {"N", n}};
+    if (ops_graph_from_json_file(path, &g, &d) < 0 || ops_graph_validate(g, &d) < 0 ||
+        ops_graph_bind(g, b, 2, &bound, &d) < 0 || ops_graph_canonicalize(bound, &canon, &d) < 0)
+        fail_msg("softmax.json: %s", d.msg);
+    ops_graph_free(g);
+    ops_graph_free(bound);
+    return canon;
+}
+
+/* The group of the nodes whose outputs are named in names (NULL-terminated). */
+static void named_group(const ops_graph *g, const char *const *names, ops_group *grp)
+{
+    uint64_t mask = 0;
+    for (int i = 0; names[i]; i++) {
+        int t = ops_graph_find_tensor(g, names[i]);
+        assert_true(t >= 0 && g->tensors[t].producer >= 0);
+        mask |= 1ull << g->tensors[t].producer;
+    }
+    ops_diag d = {0};
+    if (ops_group_init(grp, g, mask, &d) < 0)
+        fail_msg("group: %s", d.msg);
+}
+
+/* A one-kernel candidate reading the group's inputs and writing its outputs (its cubin is not
+ * loaded here, only encoded). */
+static void fake_candidate(const ops_group *grp, ops_emitted *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->n_kernels = 1;
+    ops_kernel_launch *k = &e->kernels[0];
+    snprintf(k->entry, sizeof(k->entry), "f");
+    for (int i = 0; i < 3; i++)
+        k->grid[i] = k->block[i] = 1;
+    for (int i = 0; i < grp->n_in; i++)
+        k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = grp->in[i]};
+    for (int j = 0; j < grp->n_out; j++)
+        k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = grp->out[j]};
+}
+
+static void assert_same_full(const srch_eval_req *a, const srch_eval_req *b)
+{
+    assert_int_equal(a->full != NULL, b->full != NULL);
+    if (!a->full)
+        return;
+    assert_true(ops_graph_equal(a->full, b->full));
+    assert_int_equal(a->n_full_bindings, b->n_full_bindings);
+    for (int i = 0; i < a->n_full_bindings; i++) {
+        assert_string_equal(a->full_bindings[i].name, b->full_bindings[i].name);
+        assert_int_equal(a->full_bindings[i].value, b->full_bindings[i].value);
+    }
+}
+
+/* Packs m (a map) again with the value of "full" replaced by with(ctx) (NULL: key dropped), and
+ * unpacks it. */
+static int unpack_with_full(const msgpack_object *m, void (*with)(msgpack_packer *, const void *),
+                            const void *ctx, srch_eval_req *out, kt_err *err)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    bool has = false;
+    for (uint32_t k = 0; k < m->via.map.size; k++) {
+        const msgpack_object *key = &m->via.map.ptr[k].key;
+        if (key->via.str.size == 4 && memcmp(key->via.str.ptr, "full", 4) == 0)
+            has = true;
+    }
+    assert_true(has);
+    msgpack_pack_map(&pk, m->via.map.size - (with ? 0 : 1));
+    for (uint32_t k = 0; k < m->via.map.size; k++) {
+        const msgpack_object_kv *kv = &m->via.map.ptr[k];
+        bool is_full = kv->key.via.str.size == 4 && memcmp(kv->key.via.str.ptr, "full", 4) == 0;
+        if (is_full && !with)
+            continue;
+        msgpack_pack_object(&pk, kv->key);
+        if (is_full)
+            with(&pk, ctx);
+        else
+            msgpack_pack_object(&pk, kv->val);
+    }
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_int_equal(msgpack_unpack_next(&u, sb.data, sb.size, NULL), MSGPACK_UNPACK_SUCCESS);
+    int rc = srch_eval_req_unpack(&u.data, out, err);
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+static void pk_str(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str(pk, strlen(s));
+    msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+/* A "full" value: graph g (NULL: key left out), bindings M and N (N < 0: N left out), and an
+ * extra key when extra. */
+typedef struct full_spec {
+    const ops_graph *g;
+    int64_t m, n;
+    bool extra, graph_nil;
+} full_spec;
+
+static void pack_full_spec(msgpack_packer *pk, const void *ctx)
+{
+    const full_spec *f = ctx;
+    msgpack_pack_map(pk, (f->g || f->graph_nil ? 1u : 0u) + 1u + (f->extra ? 1u : 0u));
+    if (f->g || f->graph_nil) {
+        pk_str(pk, "graph");
+        if (f->graph_nil)
+            msgpack_pack_nil(pk);
+        else
+            assert_int_equal(ops_graph_pack(pk, f->g), 0);
+    }
+    pk_str(pk, "bindings");
+    msgpack_pack_map(pk, f->n > 0 ? 2 : 1);
+    pk_str(pk, "M");
+    msgpack_pack_int64(pk, f->m);
+    if (f->n > 0) {
+        pk_str(pk, "N");
+        msgpack_pack_int64(pk, f->n);
+    }
+    if (f->extra) {
+        pk_str(pk, "colour");
+        msgpack_pack_nil(pk);
+    }
+}
+
+static void pack_full_nil(msgpack_packer *pk, const void *ctx)
+{
+    (void)ctx;
+    msgpack_pack_nil(pk);
+}
+
+static void test_full_request(void **state)
+{
+    (void)state;
+    ops_graph *g = softmax_graph(64, 96);
+    static const char *const sum_div[] = {"y.sum", "y", NULL};
+    static const char *const head[] = {"y.max", "y.sub", "y.exp", NULL};
+    ops_group grp, first;
+    named_group(g, sum_div, &grp);
+    named_group(g, head, &first);
+    assert_true(srch_group_reads_intermediates(&grp)); /* y.exp */
+    assert_false(srch_group_reads_intermediates(&first));
+    ops_emitted e;
+    fake_candidate(&grp, &e);
+    static const uint8_t cubin[] = {0x7f, 'E', 'L', 'F'};
+    srch_eval_req r, back, r2;
+    ops_diag d = {0};
+    kt_err err = {0};
+    if (srch_eval_req_for_group(&grp, &e, cubin, sizeof(cubin), &r, &d) < 0)
+        fail_msg("for_group: %s", d.msg);
+    assert_null(r.full);
+    uint64_t sub_seed = r.seed0;
+    if (srch_eval_req_set_full(&r, g, &d) < 0)
+        fail_msg("set_full: %s", d.msg);
+    assert_non_null(r.full);
+    assert_true(r.full != g); /* copied */
+    assert_true(ops_graph_equal(r.full, g));
+    assert_int_equal(r.n_full_bindings, 2);
+    assert_true(r.seed0 != sub_seed);
+    /* Every group of the graph gets the same seed (the same graph inputs). */
+    ops_emitted e2;
+    fake_candidate(&first, &e2);
+    assert_int_equal(srch_eval_req_for_group(&first, &e2, cubin, sizeof(cubin), &r2, &d), 0);
+    assert_int_equal(srch_eval_req_set_full(&r2, g, &d), 0);
+    assert_int_equal(r.seed0, r2.seed0);
+    srch_eval_req_free(&r2);
+    assert_null(r2.full);
+
+    if (round_trip_req(&r, &back, &err) < 0)
+        fail_msg("unpack: %s", err.msg);
+    assert_same_req(&r, &back);
+    assert_same_full(&r, &back);
+    /* The subgraph input y.exp is an intermediate of full, found by name. */
+    int t = ops_graph_find_tensor(back.full, back.sub->tensors[0].name);
+    assert_true(t >= 0 && back.full->tensors[t].producer >= 0);
+    srch_eval_req_free(&back);
+
+    /* The packed form, for the variants below. */
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    assert_int_equal(srch_eval_req_pack(&pk, &r), 0);
+    msgpack_unpacked good;
+    msgpack_unpacked_init(&good);
+    assert_int_equal(msgpack_unpack_next(&good, sb.data, sb.size, NULL), MSGPACK_UNPACK_SUCCESS);
+
+    /* Without "full": accepted, as before. */
+    assert_int_equal(unpack_with_full(&good.data, NULL, NULL, &back, &err), 0);
+    assert_null(back.full);
+    srch_eval_req_free(&back);
+    /* Re-packed by hand, same bindings: accepted. */
+    full_spec ok = {.g = g, .m = 64, .n = 96};
+    assert_int_equal(unpack_with_full(&good.data, pack_full_spec, &ok, &back, &err), 0);
+    assert_same_full(&r, &back);
+    srch_eval_req_free(&back);
+
+    ops_graph *other = example("gemm_bias_relu.json", "M", 64);
+    const full_spec bad[] = {
+        {.g = NULL, .m = 64, .n = 96},                    /* no graph */
+        {.g = g, .m = 64, .n = 96, .extra = true},        /* unknown key */
+        {.g = g, .m = 64, .n = -1},                       /* N unbound */
+        {.g = g, .m = 64, .n = 32},                       /* y.exp [64, 32] vs [64, 96] */
+        {.g = other, .m = 64, .n = 96},                   /* no y.exp; N unknown */
+        {.g = NULL, .m = 64, .n = 96, .graph_nil = true}, /* graph not a graph */
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(bad); i++) {
+        int rc = unpack_with_full(&good.data, pack_full_spec, &bad[i], &back, &err);
+        if (rc != -EPROTO)
+            fail_msg("full variant %zu: got %d, want -EPROTO", i, rc);
+        assert_true(err.msg[0] != '\0');
+        assert_null(back.sub);
+        assert_null(back.full);
+    }
+    assert_int_equal(unpack_with_full(&good.data, pack_full_nil, NULL, &back, &err), -EPROTO);
+    assert_null(back.full);
+    /* A full graph without the group's input: set_full refuses it too. */
+    assert_true(srch_eval_req_set_full(&r, other, &d) < 0);
+    ops_graph_free(other);
+
+    msgpack_unpacked_destroy(&good);
+    msgpack_sbuffer_destroy(&sb);
+    srch_eval_req_free(&r);
+    assert_null(r.full);
+    ops_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_request),       cmocka_unit_test(test_splitk_request),
         cmocka_unit_test(test_library_request),    cmocka_unit_test(test_result_round_trip),
-        cmocka_unit_test(test_malformed_requests),
+        cmocka_unit_test(test_malformed_requests), cmocka_unit_test(test_full_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
