@@ -31,6 +31,10 @@
 /* CUPTI timestamps on the H100 come in 32 ns steps: two steps are within the noise whatever the
  * spread of the reps says (a 1.8 us kernel's median moves by a step between runs). */
 #define TIE_ABS_NS 64.0
+/* Screening measurements (0.1 s) move by a few percent between runs, more than their own
+ * spread says: within this band the cost model's order decides, so which candidates get refined
+ * and re-timed does not depend on that run-to-run noise. */
+#define TIE_REL_SCREEN 0.03
 /* Byte alignment of workspace slots (docs/search.md). */
 #define SLOT_ALIGN 256
 
@@ -271,7 +275,8 @@ static bool better(const tune *t, int64_t a, int64_t b)
 {
     const srch_time_stats *x = tm(t, a), *y = tm(t, b);
     double lo = fmin(x->median_ns, y->median_ns);
-    double noise = fmax(TIE_REL, 2 * fmax(x->rel_spread, y->rel_spread));
+    bool retimed = x == &t->c[a].rtime && y == &t->c[b].rtime;
+    double noise = fmax(retimed ? TIE_REL : TIE_REL_SCREEN, 2 * fmax(x->rel_spread, y->rel_spread));
     if (fabs(x->median_ns - y->median_ns) <= fmax(lo * noise, TIE_ABS_NS))
         return a < b;
     return x->median_ns < y->median_ns;

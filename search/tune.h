@@ -25,8 +25,9 @@
  * longer than a few microseconds.
  *   5. The partition with the smallest measured sum (+ the model's 2 us launch gap per extra
  *      kernel) wins; its record, with runner-ups, goes to the cache.
- * Tie rule: two medians closer than max(0.5%, 2 x the larger relative spread of the median, 64 ns:
- * two steps of the CUPTI clock) are equal; among the candidates within that distance of the
+ * Tie rule: two medians closer than max(0.5% for re-timed finalists or 3% for screening
+ * measurements, 2 x the larger relative spread of the median, 64 ns: two steps of the CUPTI
+ * clock) are equal; among the candidates within that distance of the
  * fastest, the one the cost model ranked first (list order: estimate, then family and knob values)
  * wins. Fixed inputs, so every run over the same measurements picks the same winner. Compilation is
  * streamed: a batch is submitted to the NVRTC pool at once and candidates are measured in priority
