@@ -372,13 +372,23 @@ static double partition_time(const tune *t, int p, bool library_baseline)
     return sum + GAP_NS * (part->n_groups - 1);
 }
 
+/* Is time a faster than b beyond the noise (the tie rule of better(), on sums)? Partitions and
+ * refinement rounds compare by this, so ties go to the cost model's order and a gain within the
+ * noise does not steer the search: the same job takes the same path on every run. */
+static bool clearly_less(const tune *t, double a, double b)
+{
+    double band = fmax(fmin(a, b) * (t->final ? TIE_REL : TIE_REL_SCREEN), TIE_ABS_NS);
+    return a < b - band;
+}
+
 static double best_partition(const tune *t, int *which, bool library_baseline)
 {
     double best = 0;
     *which = -1;
     for (int p = 0; p < t->s->n_partitions; p++) {
         double v = partition_time(t, p, library_baseline);
-        if (v > 0 && (best == 0 || v < best)) { /* strict: earlier (cheaper estimate) wins ties */
+        /* partitions come in estimate order: within the noise the earlier one wins */
+        if (v > 0 && (best == 0 || clearly_less(t, v, best))) {
             best = v;
             *which = p;
         }
@@ -718,7 +728,7 @@ static int screen(tune *t, kt_err *err)
         double best = 0;
         for (int p = 0; p < t->s->n_partitions; p++) {
             double v = used[p] ? 0 : partition_time(t, p, false);
-            if (v > 0 && (pick < 0 || v < best)) {
+            if (v > 0 && (pick < 0 || clearly_less(t, v, best))) {
                 pick = p;
                 best = v;
             }
@@ -773,8 +783,8 @@ static int refine(tune *t, kt_err *err)
             rc = run_batch(t, b.idx, b.n, err);
         free(b.idx);
         double after = best_partition(t, &p, false);
-        if (rc == 0 && after >= before)
-            break; /* nothing better: converged */
+        if (rc == 0 && !clearly_less(t, after, before))
+            break; /* nothing better beyond the noise: converged */
     }
     return rc;
 }

@@ -176,7 +176,8 @@ static void test_survives_and_resumes(void **state)
     assert_int_equal(count_lines(log1), r.measured);
     assert_false(r.budget_hit);
 
-    /* Each chosen group's candidate is the fastest verified one of that group in the log. */
+    /* Each chosen group's candidate is the fastest verified one of that group in the log, up to
+     * the tie rule (search/tune.h): within the noise band the cost model's order decides. */
     cache_key key = job_key(&r);
     double sum = 0;
     for (int k = 0; k < r.n_picks; k++) {
@@ -187,7 +188,8 @@ static void test_survives_and_resumes(void **state)
                  r.picks[k].cand);
         assert_int_equal(cache_trial_foreach(cache, &key, scan_cb, &sc, &err), 0);
         assert_true(sc.ok > 0);
-        assert_true(r.picks[k].time.median_ns <= sc.min_ok_ns * 1.005);
+        double band = r.picks[k].retimed ? 1.005 : 1.03;
+        assert_true(r.picks[k].time.median_ns <= sc.min_ok_ns * band + 64.0);
         sum += r.picks[k].time.median_ns;
         if (k == 0) {
             assert_int_equal(sc.fault + sc.hang + sc.wrong, 4);
