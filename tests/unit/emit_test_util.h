@@ -81,3 +81,29 @@ static inline void emit_test_golden(const char *name, const char *text)
                  path, text);
     free(want);
 }
+
+/* A growable list of schedules, filled by ops_family_enumerate through emit_test_collect. */
+typedef struct emit_test_list {
+    int n, cap;
+    ops_schedule *s;
+} emit_test_list;
+
+static inline int emit_test_collect(const ops_schedule *s, void *ctx)
+{
+    emit_test_list *l = ctx;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->s = realloc(l->s, (size_t)l->cap * sizeof(*l->s));
+        assert_non_null(l->s);
+    }
+    l->s[l->n++] = *s;
+    return 0;
+}
+
+/* Parses, binds, canonicalises and takes every node as one group. */
+static inline ops_graph *emit_test_make(const char *json, const char *shapes, ops_group *grp)
+{
+    ops_graph *g = emit_test_graph(json, shapes);
+    emit_test_whole_group(g, grp);
+    return g;
+}

@@ -77,37 +77,13 @@ static const char gemm_json[] =
     " \"nodes\": [{\"out\": \"Y\", \"op\": \"matmul\", \"in\": [\"A\", \"B\"]}],"
     " \"outputs\": [\"Y\"]}";
 
-typedef struct collect {
-    int n, cap;
-    ops_schedule *s;
-} collect;
-
-static int collect_cb(const ops_schedule *s, void *ctx)
-{
-    collect *c = ctx;
-    if (c->n == c->cap) {
-        c->cap = c->cap ? 2 * c->cap : 64;
-        c->s = realloc(c->s, (size_t)c->cap * sizeof(*c->s));
-        assert_non_null(c->s);
-    }
-    c->s[c->n++] = *s;
-    return 0;
-}
-
-static ops_graph *make(const char *json, const char *shapes, ops_group *grp)
-{
-    ops_graph *g = emit_test_graph(json, shapes);
-    emit_test_whole_group(g, grp);
-    return g;
-}
-
-static int64_t kept_count(const ops_group *grp, collect *c)
+static int64_t kept_count(const ops_group *grp, emit_test_list *c)
 {
     ops_device dev;
     ops_device_h100(&dev);
     ops_prune_counts counts;
     assert_true(PW->matches(grp));
-    assert_int_equal(ops_family_enumerate(PW, grp, &dev, collect_cb, c, &counts), 0);
+    assert_int_equal(ops_family_enumerate(PW, grp, &dev, emit_test_collect, c, &counts), 0);
     return counts.kept;
 }
 
@@ -125,7 +101,7 @@ static char *emit_one(const ops_group *grp, const ops_schedule *s, ops_emitted *
 
 /* Compiles every k-th kept schedule (at most `max`) through a 2-process pool; fails on any
  * compile error or spill. Returns how many compiled. */
-static int compile_spread(const ops_group *grp, const collect *c, int max, const char *arch)
+static int compile_spread(const ops_group *grp, const emit_test_list *c, int max, const char *arch)
 {
     srch_pool *pool = NULL;
     kt_err err = {0};
@@ -175,7 +151,7 @@ static void test_matches(void **state)
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
         ops_group grp;
-        ops_graph *g = make(cases[i].json, cases[i].shapes, &grp);
+        ops_graph *g = emit_test_make(cases[i].json, cases[i].shapes, &grp);
         if (PW->matches(&grp) != cases[i].want)
             fail_msg("case %zu (%s): matches() != %d", i, g->name, cases[i].want);
         ops_graph_free(g);
@@ -188,7 +164,7 @@ static void test_matches(void **state)
         "           {\"out\": \"y\", \"op\": \"add\", \"in\": [\"x\", \"c\"]}],"
         " \"outputs\": [\"c\", \"y\"]}";
     ops_group grp;
-    ops_graph *g = make(two_shapes, "", &grp);
+    ops_graph *g = emit_test_make(two_shapes, "", &grp);
     assert_false(PW->matches(&grp));
     ops_graph_free(g);
 }
@@ -197,8 +173,8 @@ static void test_counts(void **state)
 {
     (void)state;
     ops_group grp;
-    ops_graph *g = make(gelu_json, "M=2000,N=2000", &grp);
-    collect c = {0};
+    ops_graph *g = emit_test_make(gelu_json, "M=2000,N=2000", &grp);
+    emit_test_list c = {0};
     int64_t kept = kept_count(&grp, &c);
     print_message("gelu_tanh_chain M=N=2000: %lld kept\n", (long long)kept);
     assert_true(kept >= 30);
@@ -209,15 +185,15 @@ static void test_counts(void **state)
     ops_graph_free(g);
 
     /* N = 1002 is not a multiple of 4: f16 keeps vec 1 and 2 only; odd N keeps vec 1. */
-    g = make(f16_json, "M=333,N=1002", &grp);
-    c = (collect){0};
+    g = emit_test_make(f16_json, "M=333,N=1002", &grp);
+    c = (emit_test_list){0};
     kept_count(&grp, &c);
     for (int i = 0; i < c.n; i++)
         assert_true(c.s[i].v[2] <= 2);
     free(c.s);
     ops_graph_free(g);
-    g = make(gelu_json, "M=333,N=777", &grp);
-    c = (collect){0};
+    g = emit_test_make(gelu_json, "M=333,N=777", &grp);
+    c = (emit_test_list){0};
     kept_count(&grp, &c);
     assert_true(c.n > 0);
     for (int i = 0; i < c.n; i++)
@@ -230,15 +206,15 @@ static void test_compile_spread(void **state)
 {
     (void)state;
     ops_group grp;
-    ops_graph *g = make(gelu_json, "M=2000,N=2000", &grp);
-    collect c = {0};
+    ops_graph *g = emit_test_make(gelu_json, "M=2000,N=2000", &grp);
+    emit_test_list c = {0};
     kept_count(&grp, &c);
     int n = compile_spread(&grp, &c, 40, "sm_90a");
     free(c.s);
     ops_graph_free(g);
 
-    g = make(f16_json, "M=1024,N=4096", &grp);
-    c = (collect){0};
+    g = emit_test_make(f16_json, "M=1024,N=4096", &grp);
+    c = (emit_test_list){0};
     kept_count(&grp, &c);
     n += compile_spread(&grp, &c, 16, "sm_90a");
     n += compile_spread(&grp, &c, 4, "sm_80");
@@ -267,8 +243,8 @@ static void test_ragged(void **state)
     int n = 0;
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
         ops_group grp;
-        ops_graph *g = make(cases[i].json, cases[i].shapes, &grp);
-        collect c = {0};
+        ops_graph *g = emit_test_make(cases[i].json, cases[i].shapes, &grp);
+        emit_test_list c = {0};
         kept_count(&grp, &c);
         assert_true(c.n > 0);
         n += compile_spread(&grp, &c, 3, "sm_90a");
@@ -284,7 +260,7 @@ static void test_source_shape(void **state)
 {
     (void)state;
     ops_group grp;
-    ops_graph *g = make(f16_json, "M=64,N=64", &grp);
+    ops_graph *g = emit_test_make(f16_json, "M=64,N=64", &grp);
     ops_schedule s = {.family = OPS_FAM_POINTWISE, .v = {128, 1, 8, 1}};
     ops_emitted e = {0};
     const char *src = emit_one(&grp, &s, &e);
@@ -294,7 +270,7 @@ static void test_source_shape(void **state)
     ops_emitted_free(&e);
     ops_graph_free(g);
 
-    g = make(transpose_json, "M=8,N=16", &grp);
+    g = emit_test_make(transpose_json, "M=8,N=16", &grp);
     s = (ops_schedule){.family = OPS_FAM_POINTWISE, .v = {64, 1, 4, 1}};
     src = emit_one(&grp, &s, &e);
     assert_non_null(strstr(src, "in0_x[i0 + (i1 + l) * 16]")); /* gathered per lane */
@@ -307,7 +283,7 @@ static void test_golden(void **state)
 {
     (void)state;
     ops_group grp;
-    ops_graph *g = make(gelu_json, "M=333,N=776", &grp);
+    ops_graph *g = emit_test_make(gelu_json, "M=333,N=776", &grp);
     ops_schedule s = {.family = OPS_FAM_POINTWISE, .v = {256, 2, 4, 2}};
     ops_emitted e = {0};
     const char *src = emit_one(&grp, &s, &e);
@@ -326,7 +302,7 @@ static void test_estimate(void **state)
     ops_device dev;
     ops_device_h100(&dev);
     ops_group grp;
-    ops_graph *g = make(gelu_json, "M=8192,N=8192", &grp);
+    ops_graph *g = emit_test_make(gelu_json, "M=8192,N=8192", &grp);
     ops_schedule scalar = {.family = OPS_FAM_POINTWISE, .v = {256, 1, 1, 1}};
     ops_schedule vector = {.family = OPS_FAM_POINTWISE, .v = {256, 1, 4, 1}};
     ops_estimate es, ev;

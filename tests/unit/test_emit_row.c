@@ -113,37 +113,13 @@ static const char two_axes_json[] =
     "           {\"out\": \"b\", \"op\": \"sum\", \"in\": [\"x\"], \"axes\": [1]}],"
     " \"outputs\": [\"a\", \"b\"]}";
 
-typedef struct collect {
-    int n, cap;
-    ops_schedule *s;
-} collect;
-
-static int collect_cb(const ops_schedule *s, void *ctx)
-{
-    collect *c = ctx;
-    if (c->n == c->cap) {
-        c->cap = c->cap ? 2 * c->cap : 64;
-        c->s = realloc(c->s, (size_t)c->cap * sizeof(*c->s));
-        assert_non_null(c->s);
-    }
-    c->s[c->n++] = *s;
-    return 0;
-}
-
-static ops_graph *make(const char *json, const char *shapes, ops_group *grp)
-{
-    ops_graph *g = emit_test_graph(json, shapes);
-    emit_test_whole_group(g, grp);
-    return g;
-}
-
-static int64_t kept_count(const ops_group *grp, collect *c)
+static int64_t kept_count(const ops_group *grp, emit_test_list *c)
 {
     ops_device dev;
     ops_device_h100(&dev);
     ops_prune_counts counts;
     assert_true(ROW->matches(grp));
-    assert_int_equal(ops_family_enumerate(ROW, grp, &dev, collect_cb, c, &counts), 0);
+    assert_int_equal(ops_family_enumerate(ROW, grp, &dev, emit_test_collect, c, &counts), 0);
     return counts.kept;
 }
 
@@ -167,7 +143,7 @@ static void emit_one(const ops_group *grp, const ops_schedule *s, ops_emitted *e
 
 /* Compiles every k-th kept schedule (at most `max`) through a 2-process pool; fails on any
  * compile error or spill. Returns how many compiled. */
-static int compile_spread(const ops_group *grp, const collect *c, int max, const char *arch)
+static int compile_spread(const ops_group *grp, const emit_test_list *c, int max, const char *arch)
 {
     srch_pool *pool = NULL;
     kt_err err = {0};
@@ -226,14 +202,14 @@ static void test_matches(void **state)
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
         ops_group grp;
-        ops_graph *g = make(cases[i].json, cases[i].shapes, &grp);
+        ops_graph *g = emit_test_make(cases[i].json, cases[i].shapes, &grp);
         if (ROW->matches(&grp) != cases[i].want)
             fail_msg("case %zu (%s): matches() != %d", i, g->name, cases[i].want);
         ops_graph_free(g);
     }
 }
 
-static bool any_with(const collect *c, int knob, int value)
+static bool any_with(const emit_test_list *c, int knob, int value)
 {
     for (int i = 0; i < c->n; i++)
         if (c->s[i].v[knob] == value)
@@ -245,8 +221,8 @@ static void test_counts(void **state)
 {
     (void)state;
     ops_group grp;
-    ops_graph *g = make(softmax_json, "M=4096,N=8192", &grp);
-    collect c = {0};
+    ops_graph *g = emit_test_make(softmax_json, "M=4096,N=8192", &grp);
+    emit_test_list c = {0};
     int64_t kept = kept_count(&grp, &c);
     print_message("softmax 4096x8192: %lld kept\n", (long long)kept);
     assert_true(kept >= 50);
@@ -256,8 +232,8 @@ static void test_counts(void **state)
     free(c.s);
     ops_graph_free(g);
 
-    g = make(layernorm_json, "M=4096", &grp);
-    c = (collect){0};
+    g = emit_test_make(layernorm_json, "M=4096", &grp);
+    c = (emit_test_list){0};
     kept = kept_count(&grp, &c);
     print_message("layernorm 4096x4096: %lld kept\n", (long long)kept);
     assert_true(kept >= 50);
@@ -267,16 +243,16 @@ static void test_counts(void **state)
     ops_graph_free(g);
 
     /* Few long rows: split_row is kept. */
-    g = make(softmax_json, "M=16,N=16384", &grp);
-    c = (collect){0};
+    g = emit_test_make(softmax_json, "M=16,N=16384", &grp);
+    c = (emit_test_list){0};
     kept_count(&grp, &c);
     assert_true(any_with(&c, K_STRATEGY, ST_SPLIT));
     free(c.s);
     ops_graph_free(g);
 
     /* One reduction, read once: no one_pass, no row storage. */
-    g = make(sum_json, "M=16,N=256", &grp);
-    c = (collect){0};
+    g = emit_test_make(sum_json, "M=16,N=256", &grp);
+    c = (emit_test_list){0};
     kept = kept_count(&grp, &c);
     assert_true(kept > 0);
     assert_false(any_with(&c, K_PASS, PASS_ONE));
@@ -285,8 +261,8 @@ static void test_counts(void **state)
     ops_graph_free(g);
 
     /* rmsnorm: one reduction, but x is read twice (the sum of squares and the output). */
-    g = make(rmsnorm_json, "M=8192", &grp);
-    c = (collect){0};
+    g = emit_test_make(rmsnorm_json, "M=8192", &grp);
+    c = (emit_test_list){0};
     kept_count(&grp, &c);
     assert_false(any_with(&c, K_PASS, PASS_ONE));
     assert_true(any_with(&c, K_STORAGE, STO_REGS));
@@ -294,8 +270,8 @@ static void test_counts(void **state)
     ops_graph_free(g);
 
     /* Strided rows: thread_per_row kept, vectors not. */
-    g = make(sum_mid_json, "A=16,B=256,C=256", &grp);
-    c = (collect){0};
+    g = emit_test_make(sum_mid_json, "A=16,B=256,C=256", &grp);
+    c = (emit_test_list){0};
     kept_count(&grp, &c);
     assert_true(any_with(&c, K_STRATEGY, ST_THREAD));
     assert_false(any_with(&c, K_VEC, 2));
@@ -318,8 +294,8 @@ static void test_compile_spread(void **state)
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
         ops_group grp;
-        ops_graph *g = make(cases[i].json, cases[i].shapes, &grp);
-        collect c = {0};
+        ops_graph *g = emit_test_make(cases[i].json, cases[i].shapes, &grp);
+        emit_test_list c = {0};
         kept_count(&grp, &c);
         n += compile_spread(&grp, &c, cases[i].n90, "sm_90a");
         n += compile_spread(&grp, &c, cases[i].n80, "sm_80");
@@ -353,8 +329,8 @@ static void test_ragged(void **state)
     int n = 0;
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
         ops_group grp;
-        ops_graph *g = make(cases[i].json, cases[i].shapes, &grp);
-        collect c = {0};
+        ops_graph *g = emit_test_make(cases[i].json, cases[i].shapes, &grp);
+        emit_test_list c = {0};
         kept_count(&grp, &c);
         if (c.n == 0)
             fail_msg("%s %s: nothing kept", g->name, cases[i].shapes);
@@ -372,17 +348,17 @@ static void test_each_strategy(void **state)
     ops_device dev;
     ops_device_h100(&dev);
     ops_group grp;
-    ops_graph *g = make(softmax_json, "M=37,N=3000", &grp);
-    collect c = {0};
+    ops_graph *g = emit_test_make(softmax_json, "M=37,N=3000", &grp);
+    emit_test_list c = {0};
     kept_count(&grp, &c);
-    collect pick = {0};
+    emit_test_list pick = {0};
     bool seen[5][2][3] = {{{false}}};
     for (int i = 0; i < c.n; i++) {
         const int *v = c.s[i].v;
         if (seen[v[K_STRATEGY]][v[K_PASS]][v[K_STORAGE]])
             continue;
         seen[v[K_STRATEGY]][v[K_PASS]][v[K_STORAGE]] = true;
-        collect_cb(&c.s[i], &pick);
+        emit_test_collect(&c.s[i], &pick);
     }
     assert_true(pick.n >= 12);
     compile_spread(&grp, &pick, pick.n, "sm_90a");
@@ -395,7 +371,7 @@ static void test_split_launch(void **state)
 {
     (void)state;
     ops_group grp;
-    ops_graph *g = make(softmax_json, "M=16,N=16384", &grp);
+    ops_graph *g = emit_test_make(softmax_json, "M=16,N=16384", &grp);
     ops_schedule s = {.family = OPS_FAM_ROW, .v = {ST_SPLIT, 256, 1, PASS_MULTI, STO_REREAD, 4}};
     ops_emitted e = {0};
     emit_one(&grp, &s, &e);
@@ -420,7 +396,7 @@ static void test_golden(void **state)
 {
     (void)state;
     ops_group grp;
-    ops_graph *g = make(layernorm_json, "M=333", &grp);
+    ops_graph *g = emit_test_make(layernorm_json, "M=333", &grp);
     ops_schedule s = {.family = OPS_FAM_ROW, .v = {ST_ROWS, 512, 2, PASS_ONE, STO_REGS, 4}};
     ops_emitted e = {0};
     emit_one(&grp, &s, &e);
@@ -447,7 +423,7 @@ static void test_estimate(void **state)
 {
     (void)state;
     ops_group grp;
-    ops_graph *g = make(softmax_json, "M=16,N=16384", &grp);
+    ops_graph *g = emit_test_make(softmax_json, "M=16,N=16384", &grp);
     double split = est(&grp, ST_SPLIT, 256, PASS_ONE, STO_REREAD, 4);
     double block = est(&grp, ST_BLOCK, 1024, PASS_ONE, STO_REGS, 4);
     double block_rr = est(&grp, ST_BLOCK, 1024, PASS_ONE, STO_REREAD, 4);
@@ -457,7 +433,7 @@ static void test_estimate(void **state)
     assert_true(split < block_rr);
     ops_graph_free(g);
 
-    g = make(softmax_json, "M=4096,N=8192", &grp);
+    g = emit_test_make(softmax_json, "M=4096,N=8192", &grp);
     split = est(&grp, ST_SPLIT, 256, PASS_ONE, STO_REREAD, 4);
     block = est(&grp, ST_BLOCK, 256, PASS_ONE, STO_REGS, 4);
     double scalar = est(&grp, ST_BLOCK, 256, PASS_ONE, STO_REGS, 1);
