@@ -107,3 +107,45 @@ static inline ops_graph *emit_test_make(const char *json, const char *shapes, op
     emit_test_whole_group(g, grp);
     return g;
 }
+
+/* Compiles every k-th schedule of c (at most `max`) through a 2-process pool, emitting each with
+ * emit (which may assert family specifics); fails on any compile error or spill. Returns how
+ * many compiled. */
+static inline int
+emit_test_compile_spread(const ops_group *grp, const emit_test_list *c, int max, const char *arch,
+                         void (*emit)(const ops_group *, const ops_schedule *, ops_emitted *))
+{
+    srch_pool *pool = NULL;
+    kt_err err = {0};
+    srch_pool_opts o = {.arch = arch, .jobs = 2, .timeout_s = 120};
+    if (srch_pool_new(&o, &pool, &err) < 0)
+        fail_msg("pool: %s", err.msg);
+    int step = c->n > max ? (c->n + max - 1) / max : 1;
+    int submitted = 0;
+    char **srcs = calloc((size_t)c->n, sizeof(char *));
+    for (int i = 0; i < c->n; i += step) {
+        ops_emitted e = {0};
+        emit(grp, &c->s[i], &e);
+        assert_int_equal(srch_pool_submit(pool, e.source, (uint64_t)i), 0);
+        srcs[i] = e.source;
+        e.source = NULL;
+        ops_emitted_free(&e);
+        submitted++;
+    }
+    for (int k = 0; k < submitted; k++) {
+        srch_compile_result r = {0};
+        assert_int_equal(srch_pool_next(pool, &r, &err), 0);
+        if (r.status != SRCH_COMPILE_OK)
+            fail_msg("compile for %s failed:\n%s\n---- source ----\n%s", arch, r.log, srcs[r.tag]);
+        for (int j = 0; j < r.n_kernels; j++)
+            if (r.kernels[j].spill_store_bytes || r.kernels[j].spill_load_bytes)
+                fail_msg("kernel %s spills (%d regs) for %s:\n%s", r.kernels[j].name,
+                         r.kernels[j].registers, arch, srcs[r.tag]);
+        srch_compile_result_release(&r);
+    }
+    for (int i = 0; i < c->n; i++)
+        free(srcs[i]);
+    free(srcs);
+    srch_pool_free(pool);
+    return submitted;
+}

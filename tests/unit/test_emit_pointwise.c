@@ -99,42 +99,9 @@ static char *emit_one(const ops_group *grp, const ops_schedule *s, ops_emitted *
     return e->source;
 }
 
-/* Compiles every k-th kept schedule (at most `max`) through a 2-process pool; fails on any
- * compile error or spill. Returns how many compiled. */
-static int compile_spread(const ops_group *grp, const emit_test_list *c, int max, const char *arch)
+static void emit_for_compile(const ops_group *grp, const ops_schedule *s, ops_emitted *e)
 {
-    srch_pool *pool = NULL;
-    kt_err err = {0};
-    srch_pool_opts o = {.arch = arch, .jobs = 2, .timeout_s = 120};
-    if (srch_pool_new(&o, &pool, &err) < 0)
-        fail_msg("pool: %s", err.msg);
-    int step = c->n > max ? (c->n + max - 1) / max : 1;
-    int submitted = 0;
-    char **srcs = calloc((size_t)c->n, sizeof(char *));
-    for (int i = 0; i < c->n; i += step) {
-        ops_emitted e = {0};
-        emit_one(grp, &c->s[i], &e);
-        assert_int_equal(srch_pool_submit(pool, e.source, (uint64_t)i), 0);
-        srcs[i] = e.source;
-        e.source = NULL;
-        ops_emitted_free(&e);
-        submitted++;
-    }
-    for (int k = 0; k < submitted; k++) {
-        srch_compile_result r = {0};
-        assert_int_equal(srch_pool_next(pool, &r, &err), 0);
-        if (r.status != SRCH_COMPILE_OK)
-            fail_msg("compile for %s failed:\n%s\n---- source ----\n%s", arch, r.log, srcs[r.tag]);
-        for (int j = 0; j < r.n_kernels; j++)
-            if (r.kernels[j].spill_store_bytes || r.kernels[j].spill_load_bytes)
-                fail_msg("kernel %s spills for %s:\n%s", r.kernels[j].name, arch, srcs[r.tag]);
-        srch_compile_result_release(&r);
-    }
-    for (int i = 0; i < c->n; i++)
-        free(srcs[i]);
-    free(srcs);
-    srch_pool_free(pool);
-    return submitted;
+    emit_one(grp, s, e);
 }
 
 static void test_matches(void **state)
@@ -209,15 +176,15 @@ static void test_compile_spread(void **state)
     ops_graph *g = emit_test_make(gelu_json, "M=2000,N=2000", &grp);
     emit_test_list c = {0};
     kept_count(&grp, &c);
-    int n = compile_spread(&grp, &c, 40, "sm_90a");
+    int n = emit_test_compile_spread(&grp, &c, 40, "sm_90a", emit_for_compile);
     free(c.s);
     ops_graph_free(g);
 
     g = emit_test_make(f16_json, "M=1024,N=4096", &grp);
     c = (emit_test_list){0};
     kept_count(&grp, &c);
-    n += compile_spread(&grp, &c, 16, "sm_90a");
-    n += compile_spread(&grp, &c, 4, "sm_80");
+    n += emit_test_compile_spread(&grp, &c, 16, "sm_90a", emit_for_compile);
+    n += emit_test_compile_spread(&grp, &c, 4, "sm_80", emit_for_compile);
     free(c.s);
     ops_graph_free(g);
     print_message("compiled %d pointwise candidates\n", n);
@@ -247,7 +214,7 @@ static void test_ragged(void **state)
         emit_test_list c = {0};
         kept_count(&grp, &c);
         assert_true(c.n > 0);
-        n += compile_spread(&grp, &c, 3, "sm_90a");
+        n += emit_test_compile_spread(&grp, &c, 3, "sm_90a", emit_for_compile);
         free(c.s);
         ops_graph_free(g);
     }

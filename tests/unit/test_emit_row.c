@@ -141,45 +141,6 @@ static void emit_one(const ops_group *grp, const ops_schedule *s, ops_emitted *e
     }
 }
 
-/* Compiles every k-th kept schedule (at most `max`) through a 2-process pool; fails on any
- * compile error or spill. Returns how many compiled. */
-static int compile_spread(const ops_group *grp, const emit_test_list *c, int max, const char *arch)
-{
-    srch_pool *pool = NULL;
-    kt_err err = {0};
-    srch_pool_opts o = {.arch = arch, .jobs = 2, .timeout_s = 120};
-    if (srch_pool_new(&o, &pool, &err) < 0)
-        fail_msg("pool: %s", err.msg);
-    int step = c->n > max ? (c->n + max - 1) / max : 1;
-    int submitted = 0;
-    char **srcs = calloc((size_t)c->n, sizeof(char *));
-    for (int i = 0; i < c->n; i += step) {
-        ops_emitted e = {0};
-        emit_one(grp, &c->s[i], &e);
-        assert_int_equal(srch_pool_submit(pool, e.source, (uint64_t)i), 0);
-        srcs[i] = e.source;
-        e.source = NULL;
-        ops_emitted_free(&e);
-        submitted++;
-    }
-    for (int k = 0; k < submitted; k++) {
-        srch_compile_result r = {0};
-        assert_int_equal(srch_pool_next(pool, &r, &err), 0);
-        if (r.status != SRCH_COMPILE_OK)
-            fail_msg("compile for %s failed:\n%s\n---- source ----\n%s", arch, r.log, srcs[r.tag]);
-        for (int j = 0; j < r.n_kernels; j++)
-            if (r.kernels[j].spill_store_bytes || r.kernels[j].spill_load_bytes)
-                fail_msg("kernel %s spills (%d regs) for %s:\n%s", r.kernels[j].name,
-                         r.kernels[j].registers, arch, srcs[r.tag]);
-        srch_compile_result_release(&r);
-    }
-    for (int i = 0; i < c->n; i++)
-        free(srcs[i]);
-    free(srcs);
-    srch_pool_free(pool);
-    return submitted;
-}
-
 static void test_matches(void **state)
 {
     (void)state;
@@ -297,8 +258,8 @@ static void test_compile_spread(void **state)
         ops_graph *g = emit_test_make(cases[i].json, cases[i].shapes, &grp);
         emit_test_list c = {0};
         kept_count(&grp, &c);
-        n += compile_spread(&grp, &c, cases[i].n90, "sm_90a");
-        n += compile_spread(&grp, &c, cases[i].n80, "sm_80");
+        n += emit_test_compile_spread(&grp, &c, cases[i].n90, "sm_90a", emit_one);
+        n += emit_test_compile_spread(&grp, &c, cases[i].n80, "sm_80", emit_one);
         free(c.s);
         ops_graph_free(g);
     }
@@ -334,7 +295,7 @@ static void test_ragged(void **state)
         kept_count(&grp, &c);
         if (c.n == 0)
             fail_msg("%s %s: nothing kept", g->name, cases[i].shapes);
-        n += compile_spread(&grp, &c, cases[i].max, "sm_90a");
+        n += emit_test_compile_spread(&grp, &c, cases[i].max, "sm_90a", emit_one);
         free(c.s);
         ops_graph_free(g);
     }
@@ -361,7 +322,7 @@ static void test_each_strategy(void **state)
         emit_test_collect(&c.s[i], &pick);
     }
     assert_true(pick.n >= 12);
-    compile_spread(&grp, &pick, pick.n, "sm_90a");
+    emit_test_compile_spread(&grp, &pick, pick.n, "sm_90a", emit_one);
     free(pick.s);
     free(c.s);
     ops_graph_free(g);
