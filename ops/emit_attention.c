@@ -540,16 +540,14 @@ static void emit_store_pair(kt_buf *b, const attn_info *a, const char *v0, const
     kt_buf_line(b, "    (unsigned)%s(%s) | ((unsigned)%s(%s) << 16);", cv, v0, cv, v1);
 }
 
-static void emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, const attn_geom *m,
-                            const char *entry)
+/* The opening both kernels share: signature, the tile and problem constants. Writes the score
+ * scale literal (log2(e) folded in for the exp2 softmax) into scale and returns the exponential
+ * to use. */
+static const char *emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_info *a,
+                                    const attn_geom *m, const char *entry, char *scale,
+                                    size_t scale_len)
 {
-    const char *ty = ops_emit_ctype(a->dt);
-    int d = (int)a->d, dv = (int)a->dv, mt = m->mt;
-    char scale[64];
-    float_lit(scale, sizeof(scale), m->exp2 ? a->scale * 1.4426950408889634 : a->scale);
-    /* __expf (ex2.approx of x log2(e)): the accurate expf keeps a slow path that spills. */
-    const char *ex = m->exp2 ? "exp2f" : "__expf";
-
+    float_lit(scale, scale_len, m->exp2 ? a->scale * 1.4426950408889634 : a->scale);
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 1)", m->threads);
     kt_buf_line(b, "%s(", entry);
     b->indent += 4;
@@ -557,8 +555,20 @@ static void emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     b->indent -= 4;
     kt_buf_line(b, "{");
     b->indent += 4;
-    kt_buf_line(b, "constexpr int BQ = %d, BKV = %d, D = %d, DV = %d;", m->bq, m->bkv, d, dv);
+    kt_buf_line(b, "constexpr int BQ = %d, BKV = %d, D = %d, DV = %d;", m->bq, m->bkv, (int)a->d,
+                (int)a->dv);
     kt_buf_line(b, "constexpr int SQ = %lld, SKV = %lld;", (long long)a->sq, (long long)a->skv);
+    /* __expf (ex2.approx of x log2(e)): the accurate expf keeps a slow path that spills. */
+    return m->exp2 ? "exp2f" : "__expf";
+}
+
+static void emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, const attn_geom *m,
+                            const char *entry)
+{
+    const char *ty = ops_emit_ctype(a->dt);
+    int d = (int)a->d, dv = (int)a->dv, mt = m->mt;
+    char scale[64];
+    const char *ex = emit_kernel_open(b, grp, a, m, entry, scale, sizeof(scale));
     kt_buf_line(b, "constexpr int QS = %d, KS = %d, VS = %d; /* shared row strides */", m->qs,
                 m->ks, m->vs);
     kt_buf_line(b, "constexpr int MT = %d; /* 16-row m tiles per warp */", mt);
@@ -897,17 +907,7 @@ static void emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a
 {
     int d = (int)a->d, dv = (int)a->dv;
     char scale[64];
-    float_lit(scale, sizeof(scale), m->exp2 ? a->scale * 1.4426950408889634 : a->scale);
-    const char *ex = m->exp2 ? "exp2f" : "__expf";
-    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 1)", m->threads);
-    kt_buf_line(b, "%s(", entry);
-    b->indent += 4;
-    emit_params(b, grp);
-    b->indent -= 4;
-    kt_buf_line(b, "{");
-    b->indent += 4;
-    kt_buf_line(b, "constexpr int BQ = %d, BKV = %d, D = %d, DV = %d;", m->bq, m->bkv, d, dv);
-    kt_buf_line(b, "constexpr int SQ = %lld, SKV = %lld;", (long long)a->sq, (long long)a->skv);
+    const char *ex = emit_kernel_open(b, grp, a, m, entry, scale, sizeof(scale));
     kt_buf_line(b,
                 "constexpr int NT = %d, TX = %d, TY = %d; /* threads as TY rows x TX columns "
                 "*/",
