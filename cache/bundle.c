@@ -102,7 +102,7 @@ static int append_digest(int fd, size_t len)
     return write_all(fd, digest, sizeof(digest));
 }
 
-int cache_export(cache_env *env, const char *path, size_t *n, kt_err *err)
+static int cache_export_locked(cache_env *env, const char *path, size_t *n, kt_err *err)
 {
     if (!env || !path)
         return kt_err_set(err, -EINVAL, "cache_export: bad arguments");
@@ -368,7 +368,7 @@ static int import_fn(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
     return 0;
 }
 
-int cache_import(cache_env *env, const char *path, size_t *n, kt_err *err)
+static int cache_import_locked(cache_env *env, const char *path, size_t *n, kt_err *err)
 {
     if (!env || !path)
         return kt_err_set(err, -EINVAL, "cache_import: bad arguments");
@@ -455,7 +455,7 @@ static bool same_file(const char *a, const char *b)
            sa.st_ino == sb.st_ino;
 }
 
-int cache_merge(cache_env *env, const char *src, cache_merge_stats *stats, kt_err *err)
+static int cache_merge_locked(cache_env *env, const char *src, cache_merge_stats *stats, kt_err *err)
 {
     if (!env || !src)
         return kt_err_set(err, -EINVAL, "cache_merge: bad arguments");
@@ -510,5 +510,31 @@ out:
         cache_rtxn_end(senv);
         cache_close(senv);
     }
+    return rc;
+}
+
+/* Public entry points: each holds the handle's lock for the whole call (cache.h "Threads"). */
+
+int cache_export(cache_env *env, const char *path, size_t *n, kt_err *err)
+{
+    cache_lock(env);
+    int rc = cache_export_locked(env, path, n, err);
+    cache_unlock(env);
+    return rc;
+}
+
+int cache_import(cache_env *env, const char *path, size_t *n, kt_err *err)
+{
+    cache_lock(env);
+    int rc = cache_import_locked(env, path, n, err);
+    cache_unlock(env);
+    return rc;
+}
+
+int cache_merge(cache_env *env, const char *src, cache_merge_stats *stats, kt_err *err)
+{
+    cache_lock(env);
+    int rc = cache_merge_locked(env, src, stats, err);
+    cache_unlock(env);
     return rc;
 }

@@ -282,6 +282,11 @@ int cache_open(const char *dir, unsigned flags, const cache_options *opts, cache
         rc = kt_err_set(err, -ENOMEM, "out of memory opening %s", dir);
         goto fail_env;
     }
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&env->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
     env->rdonly = rdonly;
     env->max_map_size = max;
     env->runner_ups = o.runner_ups;
@@ -342,8 +347,21 @@ void cache_close(cache_env *env)
     if (env->rtxn)
         mdb_txn_abort(env->rtxn);
     mdb_env_close(env->env);
+    pthread_mutex_destroy(&env->lock);
     free(env->path);
     free(env);
+}
+
+void cache_lock(cache_env *env)
+{
+    if (env)
+        pthread_mutex_lock(&env->lock);
+}
+
+void cache_unlock(cache_env *env)
+{
+    if (env)
+        pthread_mutex_unlock(&env->lock);
 }
 
 const char *cache_path(const cache_env *env)
@@ -588,7 +606,7 @@ static int put_fn(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
     return cache_rank_into(env, txn, p->key, p->klen, p->add, 1, NULL, p->rank, err);
 }
 
-int cache_put(cache_env *env, const cache_record *rec, int *rank, kt_err *err)
+static int cache_put_locked(cache_env *env, const cache_record *rec, int *rank, kt_err *err)
 {
     if (!env || !rec)
         return kt_err_set(err, -EINVAL, "cache_put: no cache or record");
@@ -649,7 +667,7 @@ static int decode_stored(cache_env *env, const MDB_val *k, const MDB_val *v, cac
     return 0;
 }
 
-int cache_get(cache_env *env, const cache_key *k, int rank, cache_record *out, kt_err *err)
+static int cache_get_locked(cache_env *env, const cache_key *k, int rank, cache_record *out, kt_err *err)
 {
     if (!env || !k || !out || rank < 0 || rank > CACHE_MAX_RUNNER_UPS)
         return kt_err_set(err, -EINVAL, "cache_get: bad arguments");
@@ -707,7 +725,7 @@ static int delete_fn(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
     return 0;
 }
 
-int cache_delete(cache_env *env, const cache_key *k, kt_err *err)
+static int cache_delete_locked(cache_env *env, const cache_key *k, kt_err *err)
 {
     if (!env || !k)
         return kt_err_set(err, -EINVAL, "cache_delete: bad arguments");
@@ -720,7 +738,7 @@ int cache_delete(cache_env *env, const cache_key *k, kt_err *err)
     return cache_write(env, delete_fn, &d, err);
 }
 
-int cache_list(cache_env *env, const uint8_t *prefix, size_t prefix_len, bool best_only,
+static int cache_list_locked(cache_env *env, const uint8_t *prefix, size_t prefix_len, bool best_only,
                cache_list_cb cb, void *ctx, size_t *n_corrupt, kt_err *err)
 {
     if (!env || !cb || (prefix_len && !prefix))
@@ -772,7 +790,7 @@ out:
     return rc;
 }
 
-int cache_stat(cache_env *env, cache_stats *out, kt_err *err)
+static int cache_stat_locked(cache_env *env, cache_stats *out, kt_err *err)
 {
     if (!env || !out)
         return kt_err_set(err, -EINVAL, "cache_stat: bad arguments");
@@ -858,7 +876,7 @@ static int trial_put_fn(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
     return cache_lmdb_error(env, mdb_put(txn, env->trials, &k, &v, 0), "cannot store a trial", err);
 }
 
-int cache_trial_append(cache_env *env, const cache_key *k, const cache_trial *t, kt_err *err)
+static int cache_trial_append_locked(cache_env *env, const cache_key *k, const cache_trial *t, kt_err *err)
 {
     if (!env || !k || !t)
         return kt_err_set(err, -EINVAL, "cache_trial_append: bad arguments");
@@ -877,7 +895,7 @@ int cache_trial_append(cache_env *env, const cache_key *k, const cache_trial *t,
     return rc;
 }
 
-int cache_trial_get(cache_env *env, const cache_key *k, const char *cand, cache_trial *out,
+static int cache_trial_get_locked(cache_env *env, const cache_key *k, const char *cand, cache_trial *out,
                     kt_err *err)
 {
     if (!env || !k || !cand || !out)
@@ -908,7 +926,7 @@ int cache_trial_get(cache_env *env, const cache_key *k, const char *cand, cache_
     return rc;
 }
 
-int cache_trial_foreach(cache_env *env, const cache_key *k, cache_trial_cb cb, void *ctx,
+static int cache_trial_foreach_locked(cache_env *env, const cache_key *k, cache_trial_cb cb, void *ctx,
                         kt_err *err)
 {
     if (!env || !k || !cb)
@@ -949,5 +967,74 @@ int cache_trial_foreach(cache_env *env, const cache_key *k, cache_trial_cb cb, v
     mdb_cursor_close(cur);
 out:
     cache_rtxn_end(env);
+    return rc;
+}
+
+/* Public entry points: each holds the handle's lock for the whole call (cache.h "Threads"). */
+
+int cache_put(cache_env *env, const cache_record *rec, int *rank, kt_err *err)
+{
+    cache_lock(env);
+    int rc = cache_put_locked(env, rec, rank, err);
+    cache_unlock(env);
+    return rc;
+}
+
+int cache_get(cache_env *env, const cache_key *k, int rank, cache_record *out, kt_err *err)
+{
+    cache_lock(env);
+    int rc = cache_get_locked(env, k, rank, out, err);
+    cache_unlock(env);
+    return rc;
+}
+
+int cache_delete(cache_env *env, const cache_key *k, kt_err *err)
+{
+    cache_lock(env);
+    int rc = cache_delete_locked(env, k, err);
+    cache_unlock(env);
+    return rc;
+}
+
+int cache_list(cache_env *env, const uint8_t *prefix, size_t prefix_len, bool best_only,
+               cache_list_cb cb, void *ctx, size_t *n_corrupt, kt_err *err)
+{
+    cache_lock(env);
+    int rc = cache_list_locked(env, prefix, prefix_len, best_only, cb, ctx, n_corrupt, err);
+    cache_unlock(env);
+    return rc;
+}
+
+int cache_stat(cache_env *env, cache_stats *out, kt_err *err)
+{
+    cache_lock(env);
+    int rc = cache_stat_locked(env, out, err);
+    cache_unlock(env);
+    return rc;
+}
+
+int cache_trial_append(cache_env *env, const cache_key *k, const cache_trial *t, kt_err *err)
+{
+    cache_lock(env);
+    int rc = cache_trial_append_locked(env, k, t, err);
+    cache_unlock(env);
+    return rc;
+}
+
+int cache_trial_get(cache_env *env, const cache_key *k, const char *cand, cache_trial *out,
+                    kt_err *err)
+{
+    cache_lock(env);
+    int rc = cache_trial_get_locked(env, k, cand, out, err);
+    cache_unlock(env);
+    return rc;
+}
+
+int cache_trial_foreach(cache_env *env, const cache_key *k, cache_trial_cb cb, void *ctx,
+                        kt_err *err)
+{
+    cache_lock(env);
+    int rc = cache_trial_foreach_locked(env, k, cb, ctx, err);
+    cache_unlock(env);
     return rc;
 }

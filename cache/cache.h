@@ -8,8 +8,9 @@
  * further, or the disk is full), -EPROTO (the cache was written by a newer ktune), -EACCES,
  * -ENOMEM.
  *
- * Threads and processes: a cache_env may be used by one thread at a time (callers serialise; the
- * daemon's cache writer owns its env). Any number of processes may open the same directory at
+ * Threads and processes: a cache_env may be shared by threads: every call holds the handle's
+ * lock for its whole duration (LMDB allows one environment per process, so the daemon's loop and
+ * its job threads share one). A list/foreach callback runs with the lock held. Any number of processes may open the same directory at
  * once: readers never block the writer, and writers in different processes serialise on LMDB's
  * lock. Do not use a cache_env across fork(): open a new one in the child.
  *

@@ -5,6 +5,7 @@
 #include "cache.h"
 
 #include <lmdb.h>
+#include <pthread.h>
 
 #define CACHE_LOG            "cache"
 #define CACHE_KEY_VERSION    1 /* first byte of every encoded key */
@@ -23,7 +24,12 @@ struct cache_env {
     size_t max_map_size;
     int runner_ups;
     char *path;
+    pthread_mutex_t lock; /* recursive; held by every public call (cache.h "Threads") */
 };
+
+/* The handle's lock; NULL is a no-op (the call then fails its own argument check). */
+void cache_lock(cache_env *env);
+void cache_unlock(cache_env *env);
 
 /* The one place LMDB's error space becomes ours: returns 0 for MDB_SUCCESS, otherwise a negative
  * errno, logs mdb_strerror (as an error for damage: MDB_CORRUPTED, MDB_PAGE_NOTFOUND, MDB_PANIC;

@@ -224,11 +224,15 @@ int cache_record_encode(const cache_record *r, uint8_t **out, size_t *len, kt_er
     PK(msgpack_pack_array(&pk, (size_t)r->n_kernels));
     for (int i = 0; i < r->n_kernels; i++) {
         const cache_kernel *k = &r->kernels[i];
-        PK(msgpack_pack_map(&pk, 5));
+        PK(msgpack_pack_map(&pk, 6));
         PK(pk_kstr(&pk, "entry", k->entry));
         PK(pk_u32x3(&pk, "grid", k->grid));
         PK(pk_u32x3(&pk, "block", k->block));
         PK(pk_ku(&pk, "smem", k->smem_bytes));
+        PK(pk_str(&pk, "zero"));
+        PK(msgpack_pack_array(&pk, 2));
+        PK(msgpack_pack_uint64(&pk, k->zero_offset));
+        PK(msgpack_pack_uint64(&pk, k->zero_bytes));
         PK(pk_str(&pk, "args"));
         PK(msgpack_pack_array(&pk, (size_t)k->n_args));
         for (int j = 0; j < k->n_args; j++)
@@ -545,7 +549,7 @@ static int decode_arg(const msgpack_object *o, cache_arg *a, kt_err *err)
     }
 }
 
-static const char *const kernel_fields[] = {"entry", "grid", "block", "smem", "args"};
+static const char *const kernel_fields[] = {"entry", "grid", "block", "smem", "args", "zero"};
 
 static int kernel_field(int f, const msgpack_object *v, void *ctx, kt_err *err)
 {
@@ -559,6 +563,14 @@ static int kernel_field(int f, const msgpack_object *v, void *ctx, kt_err *err)
         return get_u32x3(v, k->block, "kernel.block", err);
     case 3:
         return get_u32(v, &k->smem_bytes, "kernel.smem", err);
+    case 5: {
+        if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size != 2)
+            return BAD("record field 'kernel.zero': expected [offset, bytes]");
+        int rc = get_u64(&v->via.array.ptr[0], UINT64_MAX, &k->zero_offset, "kernel.zero", err);
+        return rc < 0 ? rc
+                      : get_u64(&v->via.array.ptr[1], UINT64_MAX, &k->zero_bytes, "kernel.zero",
+                                err);
+    }
     default:
         if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > CACHE_MAX_ARGS)
             return BAD("record field 'kernel.args': expected at most %d arguments", CACHE_MAX_ARGS);

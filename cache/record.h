@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CACHE_RECORD_VERSION 1  /* the "v" field of a stored kernel record */
+#define CACHE_RECORD_VERSION 2  /* the "v" field of a stored kernel record (2: kernel.zero) */
 #define CACHE_TRIAL_VERSION  1  /* the "v" field of a stored trial entry */
 #define CACHE_CHECKSUM_BYTES 32 /* SHA-256 appended to every stored value */
 #define CACHE_GPU_ID_BYTES   16 /* leading bytes of SHA-256(canonical fingerprint) */
@@ -81,6 +81,9 @@ typedef struct cache_kernel {
     char *entry; /* entry-point symbol in the cubin */
     uint32_t grid[3], block[3];
     uint32_t smem_bytes; /* dynamic shared memory */
+    /* Before this launch, set workspace bytes [zero_offset, zero_offset + zero_bytes) to 0
+     * (split-K semaphores and accumulators); zero_bytes 0: nothing to clear. */
+    uint64_t zero_offset, zero_bytes;
     int n_args;
     cache_arg *args;
 } cache_kernel;

@@ -503,6 +503,26 @@ static void free_job(pool_job *j)
     free(j);
 }
 
+void srch_pool_discard(srch_pool *p)
+{
+    while (p->queue_head) {
+        pool_job *j = p->queue_head;
+        p->queue_head = j->next;
+        free_job(j);
+        p->pending--;
+    }
+    p->queue_tail = NULL;
+    while (p->done_head) {
+        pool_done *d = p->done_head;
+        p->done_head = d->next;
+        srch_compile_result_release(&d->r);
+        free(d);
+        p->pending--;
+    }
+    p->done_tail = NULL;
+}
+
+
 /* Ends the worker's current job with a result that has no cubin (timeout or crash), restarts
  * the worker, and queues the result. */
 static int fail_job(srch_pool *p, pool_worker *w, srch_compile_status status, kt_err *err)
@@ -687,17 +707,7 @@ void srch_pool_free(srch_pool *p)
             free_job(w->job);
         free(w->rx);
     }
-    while (p->queue_head) {
-        pool_job *j = p->queue_head;
-        p->queue_head = j->next;
-        free_job(j);
-    }
-    while (p->done_head) {
-        pool_done *d = p->done_head;
-        p->done_head = d->next;
-        srch_compile_result_release(&d->r);
-        free(d);
-    }
+    srch_pool_discard(p);
     free(p->workers);
     free(p->store_dir);
     free(p);

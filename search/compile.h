@@ -66,6 +66,9 @@ int srch_pool_pending(const srch_pool *p);
  * caller releases with srch_compile_result_release. Returns 0, -EAGAIN when nothing is pending,
  * or another negative errno on a pool failure (detail in err). */
 int srch_pool_next(srch_pool *p, srch_compile_result *out, kt_err *err);
+/* Drops the compiles not yet started and the results not yet returned; the ones in flight still
+ * arrive through srch_pool_next (at most one per worker). For a caller that stops early. */
+void srch_pool_discard(srch_pool *p);
 /* Kills the workers and frees everything, including results not yet returned. */
 void srch_pool_free(srch_pool *p);
 void srch_compile_result_release(srch_compile_result *r);

@@ -516,6 +516,14 @@ fail:
     return rc;
 }
 
+void srch_worker_device(const srch_worker *w, ops_device *dev, cache_gpu *gpu)
+{
+    if (dev)
+        *dev = w->dev;
+    if (gpu)
+        *gpu = w->gpu_fp;
+}
+
 void srch_worker_stop(srch_worker *w)
 {
     if (!w)

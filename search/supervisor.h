@@ -21,6 +21,9 @@ typedef struct srch_worker_opts {
 int srch_worker_start(const srch_worker_opts *opts, srch_worker **out, ops_device *dev,
                       cache_gpu *gpu, kt_err *err);
 void srch_worker_stop(srch_worker *w); /* quit, then kill after 2 s */
+/* The device description and fingerprint the worker read at its last hello (either may be
+ * NULL). */
+void srch_worker_device(const srch_worker *w, ops_device *dev, cache_gpu *gpu);
 
 /* Evaluates one candidate with a deadline (seconds). A dead worker gives res->status FAULT, a
  * deadline miss HANG; the worker is respawned in both cases before returning 0. Returns a

@@ -247,8 +247,15 @@ static void settle(tune *t, int64_t i)
     report(t, NULL);
 }
 
+static bool cancelled(const tune *t)
+{
+    return t->o->cancel && atomic_load(t->o->cancel);
+}
+
 static bool over_budget(tune *t)
 {
+    if (cancelled(t))
+        return true;
     if (!t->out_of_budget && now_s() >= t->end) {
         t->out_of_budget = true;
         t->r->budget_hit = true;
@@ -1052,6 +1059,10 @@ static int add_kernels(const tune *t, const io_map *m, const ops_emitted *em, ui
         memcpy(k[i].grid, l->grid, sizeof(k[i].grid));
         memcpy(k[i].block, l->block, sizeof(k[i].block));
         k[i].smem_bytes = l->smem_bytes;
+        if (l->zero_workspace) { /* this group's slot only: other slots hold live intermediates */
+            k[i].zero_offset = ws_base;
+            k[i].zero_bytes = (uint64_t)em->workspace_bytes;
+        }
         for (int j = 0; j < l->n_args; j++) {
             int rc = map_arg(t, m, &l->args[j], ws_base, &k[i].args[j], err);
             if (rc < 0)
@@ -1441,9 +1452,14 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
         goto out;
     memcpy(out->sig, t.key.sig, sizeof(out->sig));
     /* The worker first: the device it reads decides the space (and the cache key's GPU). */
-    srch_worker_opts wo = {.exe = opts->worker_exe, .gpu = opts->gpu};
-    if ((rc = srch_worker_start(&wo, &t.w, &t.dev, &t.key.gpu, err)) < 0)
-        goto out;
+    if (opts->worker) {
+        t.w = opts->worker;
+        srch_worker_device(t.w, &t.dev, &t.key.gpu);
+    } else {
+        srch_worker_opts wo = {.exe = opts->worker_exe, .gpu = opts->gpu};
+        if ((rc = srch_worker_start(&wo, &t.w, &t.dev, &t.key.gpu, err)) < 0)
+            goto out;
+    }
     out->gpu = t.key.gpu;
     if ((rc = srch_space_build(bound, &t.dev, opts->precision, &t.s, &d)) < 0) {
         rc = kt_err_set(err, rc, "%s", d.msg);
@@ -1473,12 +1489,18 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
                          .timeout_s = 60,
                          .store_dir = opts->store_dir};
     kt_err perr = {0};
-    if ((rc = srch_pool_new(&po, &t.pool, &perr)) < 0) {
+    if (opts->pool)
+        t.pool = opts->pool;
+    else if ((rc = srch_pool_new(&po, &t.pool, &perr)) < 0) {
         rc = kt_err_set(err, rc, "compile pool: %s", perr.msg);
         goto out;
     }
     if ((rc = screen(&t, err)) < 0 || (rc = refine(&t, err)) < 0 || (rc = retime(&t, err)) < 0)
         goto out;
+    if (cancelled(&t)) {
+        rc = kt_err_set(err, -ECANCELED, "cancelled after %d trials", out->trials);
+        goto out;
+    }
     t.final = true;
     t.prog.best_ns = best_partition(&t, &(int){0}, false);
     t.prog.baseline_ns = best_partition(&t, &(int){0}, true);
@@ -1489,9 +1511,16 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
     out->restarts = srch_worker_restarts(t.w);
 out:
     out->seconds = now_s() - t.t0;
-    if (t.pool)
+    if (t.pool && !opts->pool) {
         srch_pool_free(t.pool);
-    srch_worker_stop(t.w);
+    } else if (t.pool) { /* a shared pool: drop what this job left compiling */
+        srch_pool_discard(t.pool);
+        srch_compile_result cr;
+        while (srch_pool_pending(t.pool) > 0 && srch_pool_next(t.pool, &cr, NULL) == 0)
+            srch_compile_result_release(&cr);
+    }
+    if (!opts->worker)
+        srch_worker_stop(t.w);
     for (int64_t i = 0; t.c && i < t.n; i++) {
         ops_emitted_free(&t.c[i].em);
         free(t.c[i].cubin);

@@ -51,8 +51,11 @@
 #pragma once
 
 #include "cache/cache.h"
+#include "compile.h"
 #include "space.h"
 #include "supervisor.h"
+
+#include <stdatomic.h>
 
 #define SRCH_SCREEN_WARMUP_S   0.01
 #define SRCH_SCREEN_BUDGET_S   0.1
@@ -94,6 +97,15 @@ typedef struct srch_tune_opts {
     int refine_rounds; /* local-search rounds [4] */
     int finalists;     /* per group, re-timed interleaved [4] */
     int retime_rounds; /* [enough for SRCH_RETIME_BUDGET_S, 10 to 2000] */
+    /* Shared resources of a long-running caller (the daemon), borrowed; NULL: srch_tune starts
+     * and stops its own. worker must be started (srch_worker_start); pool must compile for the
+     * worker's device (srch_worker_device). srch_tune leaves both running. */
+    srch_worker *worker;
+    srch_pool *pool;
+    /* Set from another thread to stop: the candidate in flight finishes and is logged, nothing
+     * more is measured, no record is written, and srch_tune returns -ECANCELED (the trial log
+     * lets a later call resume). NULL: never cancelled. */
+    const atomic_bool *cancel;
     /* Called after every trial and at each phase change; may be NULL. */
     void (*progress)(const srch_tune_progress *p, void *ctx);
     void *progress_ctx;
@@ -137,8 +149,8 @@ typedef struct srch_tune_result {
 /* Tunes g (validated, may be symbolic) bound with the n bindings b. cache must be open
  * read-write. out is filled also when no candidate verified (found = false; that is not an
  * error). Returns 0, or a negative errno with detail in err: -EINVAL (graph or bindings),
- * -ENODEV (the worker found no GPU), -ENOENT (no worker executable), another errno from the
- * cache or the compile pool. */
+ * -ENODEV (the worker found no GPU), -ENOENT (no worker executable), -ECANCELED (opts->cancel
+ * was set; out holds the progress so far), another errno from the cache or the compile pool. */
 int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
               const srch_tune_opts *opts, srch_tune_result *out, kt_err *err);
 
