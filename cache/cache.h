@@ -153,3 +153,58 @@ typedef struct cache_merge_stats {
  * cache_import (any defect refuses the merge); corrupt records in a source directory are
  * reported and skipped. stats may be NULL. */
 int cache_merge(cache_env *env, const char *src, cache_merge_stats *stats, kt_err *err);
+
+/* ---- the job journal (the `jobs` database; cache/job.c) ----
+ * The daemon's jobs, keyed by id (8 bytes big-endian, so walks go in submission order). Values
+ * are msgpack + SHA-256 like records; a corrupt entry is reported and skipped. docs/protocol.md
+ * says what each state means. */
+
+typedef enum cache_job_state {
+    CACHE_JOB_QUEUED = 0,
+    CACHE_JOB_RUNNING,
+    CACHE_JOB_DONE,
+    CACHE_JOB_FAILED,
+    CACHE_JOB_CANCELLED,
+    CACHE_JOB_STATE_COUNT
+} cache_job_state;
+
+/* "queued", "running", "done", "failed", "cancelled"; NULL for an unknown value. */
+const char *cache_job_state_name(cache_job_state s);
+int cache_job_state_from_name(const char *name, cache_job_state *out); /* 0 or -EINVAL */
+
+typedef struct cache_job {
+    uint64_t id; /* > 0 */
+    cache_job_state state;
+    int32_t priority; /* -100..100, higher first */
+    int32_t gpu;      /* pinned GPU index, -1: any */
+    char name[64];
+    uint8_t sig[OPS_SIG_BYTES];
+    int n_shapes;
+    cache_bound shapes[CACHE_MAX_SHAPES];
+    ops_precision precision;
+    double tolerance; /* 0: the default */
+    double budget_s;
+    uint8_t *graph; /* the graph's msgpack form (ops_graph_to_msgpack), malloc'd, owned */
+    size_t graph_len;
+    int64_t submitted, started, finished; /* unix seconds, 0: not yet */
+    double elapsed_s;                     /* running time over all attempts */
+    /* progress and outcome */
+    int32_t trials, measured, resumed;
+    double best_ns, baseline_ns, err_norm;
+    char family[32];
+    char schedule[256];
+    bool record;     /* a verified winner was cached */
+    char error[256]; /* why failed / cancelled / no record */
+} cache_job;
+
+void cache_job_free(cache_job *j); /* frees j->graph and zeroes *j; NULL is a no-op */
+/* Inserts or replaces job j->id (one write transaction). */
+int cache_job_put(cache_env *env, const cache_job *j, kt_err *err);
+/* -ENOENT when there is no such job; -EBADMSG when corrupt. *out owns its graph. */
+int cache_job_get(cache_env *env, uint64_t id, cache_job *out, kt_err *err);
+/* Walks every job in id order; j is valid during the call only (same rules as cache_list_cb).
+ * Corrupt entries are logged, counted in *n_corrupt (may be NULL) and skipped. */
+typedef int (*cache_job_cb)(const cache_job *j, void *ctx);
+int cache_job_foreach(cache_env *env, cache_job_cb cb, void *ctx, size_t *n_corrupt, kt_err *err);
+/* One more than the largest id in the journal (1 when empty). */
+int cache_job_next_id(cache_env *env, uint64_t *out, kt_err *err);

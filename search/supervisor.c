@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,9 @@ struct srch_worker {
     int restarts;
     ops_device dev;
     cache_gpu gpu_fp;
+    /* Guards pid between a reap and srch_worker_abort (another thread): a reaped pid may be
+     * reused, so it is never signalled after its waitpid. */
+    pthread_mutex_t pid_lock;
 };
 
 /* Why an exchange ended without a reply. */
@@ -128,6 +132,7 @@ static char **child_env(int gpu, char *visible, size_t visible_len)
 
 static void reap(srch_worker *w, int *status)
 {
+    pthread_mutex_lock(&w->pid_lock);
     if (w->pid > 0) {
         int st = 0;
         while (waitpid(w->pid, &st, 0) < 0 && errno == EINTR)
@@ -136,6 +141,7 @@ static void reap(srch_worker *w, int *status)
             *status = st;
     }
     w->pid = -1;
+    pthread_mutex_unlock(&w->pid_lock);
     if (w->fd >= 0)
         close(w->fd);
     w->fd = -1;
@@ -199,7 +205,9 @@ static int spawn(srch_worker *w, kt_err *err)
     }
     free(env);
     close(sv[1]);
+    pthread_mutex_lock(&w->pid_lock);
     w->pid = pid;
+    pthread_mutex_unlock(&w->pid_lock);
     w->fd = sv[0];
     if (!msgpack_unpacker_init(&w->up, READ_CHUNK)) {
         kill_and_reap(w, NULL);
@@ -472,11 +480,14 @@ static void stop_process(srch_worker *w)
     double deadline = now_s() + QUIT_GRACE_S;
     while (now_s() < deadline) {
         int st;
+        pthread_mutex_lock(&w->pid_lock);
         pid_t r = waitpid(w->pid, &st, WNOHANG);
-        if (r == w->pid || (r < 0 && errno != EINTR)) {
+        bool gone = r == w->pid || (r < 0 && errno != EINTR);
+        if (gone)
             w->pid = -1;
+        pthread_mutex_unlock(&w->pid_lock);
+        if (gone)
             break;
-        }
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -497,6 +508,7 @@ int srch_worker_start(const srch_worker_opts *opts, srch_worker **out, ops_devic
         return kt_err_set(err, -ENOMEM, "out of memory");
     w->pid = -1;
     w->fd = -1;
+    pthread_mutex_init(&w->pid_lock, NULL);
     w->gpu = opts->gpu;
     w->hello_timeout_s = opts->hello_timeout_s > 0 ? opts->hello_timeout_s : DEFAULT_HELLO_S;
     int rc = find_worker(opts->exe, &w->exe, err);
@@ -524,11 +536,20 @@ void srch_worker_device(const srch_worker *w, ops_device *dev, cache_gpu *gpu)
         *gpu = w->gpu_fp;
 }
 
+void srch_worker_abort(srch_worker *w)
+{
+    pthread_mutex_lock(&w->pid_lock);
+    if (w->pid > 0)
+        kill(w->pid, SIGKILL);
+    pthread_mutex_unlock(&w->pid_lock);
+}
+
 void srch_worker_stop(srch_worker *w)
 {
     if (!w)
         return;
     stop_process(w);
+    pthread_mutex_destroy(&w->pid_lock);
     free(w->exe);
     free(w);
 }

@@ -21,6 +21,10 @@ typedef struct srch_worker_opts {
 int srch_worker_start(const srch_worker_opts *opts, srch_worker **out, ops_device *dev,
                       cache_gpu *gpu, kt_err *err);
 void srch_worker_stop(srch_worker *w); /* quit, then kill after 2 s */
+/* Kills the worker process now; callable from any thread (a daemon abandoning the candidate in
+ * flight at shutdown). The evaluation in flight then ends as a fault and the worker is
+ * respawned by the thread that owns it. */
+void srch_worker_abort(srch_worker *w);
 /* The device description and fingerprint the worker read at its last hello (either may be
  * NULL). */
 void srch_worker_device(const srch_worker *w, ops_device *dev, cache_gpu *gpu);

@@ -492,6 +492,11 @@ static int evaluate(tune *t, int64_t i, const void *cubin, size_t cubin_len, kt_
     srch_eval_req_free(&req);
     if (rc < 0)
         return rc; /* the worker cannot be restarted: the job cannot go on */
+    if (cancelled(t) && (res.status == SRCH_FAULT || res.status == SRCH_HANG)) {
+        c->queued = false;
+        return 0;
+    } /* above: abandoned at shutdown (srch_worker_abort): not logged, a resumed job measures
+       * it again */
     c->measured = true;
     c->seq = ++t->seq;
     c->restarts_at = srch_worker_restarts(t->w);
