@@ -253,6 +253,44 @@ static int init_rw(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
     return rc < 0 ? rc : check_schema(env, txn, true, err);
 }
 
+/* Creates and opens env->env on dir. A read-only opener that may not write the directory's lock
+ * file (lock.mdb owned by another user, or the directory not writable while the file is missing)
+ * opens again with MDB_NOLOCK: it then takes no reader slot, so a writer in another process may
+ * reuse the pages it reads; the checksum of every stored value catches such a torn read
+ * (cache.h, "Read-only opens"). On failure env->env is closed and NULL. */
+static int env_open(cache_env *env, const char *dir, bool rdonly, size_t map, kt_err *err)
+{
+    unsigned flags = MDB_NOTLS | (rdonly ? MDB_RDONLY : 0);
+    int mrc = MDB_SUCCESS;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if ((mrc = mdb_env_create(&env->env)) != MDB_SUCCESS) {
+            env->env = NULL;
+            return cache_lmdb_error(env, mrc, "cannot create an LMDB environment", err);
+        }
+        mdb_env_set_maxdbs(env->env, 4);
+        /* A read-only opener adopts whatever size the writer uses. */
+        if (!rdonly)
+            mdb_env_set_mapsize(env->env, map);
+        mrc = mdb_env_open(env->env, dir, flags, 0664);
+        if (mrc == MDB_SUCCESS)
+            return 0;
+        mdb_env_close(env->env);
+        env->env = NULL;
+        if (!rdonly || (flags & MDB_NOLOCK) || (mrc != EACCES && mrc != EPERM))
+            break;
+        kt_log_info(CACHE_LOG,
+                    "%s: lock file not writable (%s): reading without locks, every record's "
+                    "checksum still checked",
+                    dir, strerror(mrc));
+        flags |= MDB_NOLOCK;
+    }
+    if (mrc == ENOENT)
+        return kt_err_set(err, -ENOENT, "no ktune cache in %s", dir);
+    char what[512];
+    snprintf(what, sizeof(what), "cannot open cache %s", dir);
+    return cache_lmdb_error(env, mrc, what, err);
+}
+
 int cache_open(const char *dir, unsigned flags, const cache_options *opts, cache_env **out,
                kt_err *err)
 {
@@ -291,26 +329,8 @@ int cache_open(const char *dir, unsigned flags, const cache_options *opts, cache
     env->max_map_size = max;
     env->runner_ups = o.runner_ups;
 
-    int mrc = mdb_env_create(&env->env);
-    if (mrc != MDB_SUCCESS) {
-        rc = cache_lmdb_error(env, mrc, "cannot create an LMDB environment", err);
+    if ((rc = env_open(env, dir, rdonly, map, err)) < 0)
         goto fail_path;
-    }
-    mdb_env_set_maxdbs(env->env, 4);
-    /* A read-only opener adopts whatever size the writer uses. */
-    if (!rdonly)
-        mdb_env_set_mapsize(env->env, map);
-    mrc = mdb_env_open(env->env, dir, MDB_NOTLS | (rdonly ? MDB_RDONLY : 0), 0664);
-    if (mrc == ENOENT) {
-        rc = kt_err_set(err, -ENOENT, "no ktune cache in %s", dir);
-        goto fail_lmdb;
-    }
-    if (mrc != MDB_SUCCESS) {
-        char what[512];
-        snprintf(what, sizeof(what), "cannot open cache %s", dir);
-        rc = cache_lmdb_error(env, mrc, what, err);
-        goto fail_lmdb;
-    }
 
     if (rdonly) {
         MDB_txn *txn = NULL;
@@ -790,6 +810,77 @@ out:
     return rc;
 }
 
+/* Seeks GPU by GPU: the GPU id follows the version byte of every key, so after reading one
+ * record of an id the cursor jumps past every other key of that id. */
+static int cache_gpus_locked(cache_env *env, cache_gpu **out, size_t *n, kt_err *err)
+{
+    if (!env || !out || !n)
+        return kt_err_set(err, -EINVAL, "cache_gpus: bad arguments");
+    *out = NULL;
+    *n = 0;
+    size_t cap = 0;
+    MDB_txn *txn = NULL;
+    int rc = cache_rtxn_begin(env, &txn, err);
+    if (rc < 0)
+        return rc;
+    MDB_cursor *cur = NULL;
+    if ((rc = cache_lmdb_error(env, mdb_cursor_open(txn, env->kernels, &cur),
+                               "cannot open a cursor", err)) < 0)
+        goto out;
+    uint8_t seek[1 + CACHE_GPU_ID_BYTES];
+    MDB_val k = {0}, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    cache_record rec;
+    cache_record_init(&rec);
+    while (mrc == MDB_SUCCESS && rc == 0) {
+        const uint8_t *kb = k.mv_data;
+        if (k.mv_size < sizeof(seek)) {
+            mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+            continue;
+        }
+        memcpy(seek, kb, sizeof(seek));
+        kt_err why = {0};
+        rc = decode_stored(env, &k, &v, &rec, &why);
+        if (rc == -EBADMSG || (rc == 0 && !rec.verified)) {
+            rc = 0; /* another record of this GPU may tell its fingerprint */
+            cache_record_free(&rec);
+            mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+            continue;
+        }
+        if (rc < 0) {
+            kt_err_set(err, rc, "%s", why.msg);
+            break;
+        }
+        if (kt_grow(out, &cap, *n + 1, sizeof(**out)) < 0) {
+            rc = kt_err_set(err, -ENOMEM, "out of memory listing GPUs");
+            cache_record_free(&rec);
+            break;
+        }
+        (*out)[(*n)++] = rec.key.gpu;
+        cache_record_free(&rec);
+        /* The next GPU id: increment the (version, id) prefix as a big-endian number. */
+        int i = (int)sizeof(seek) - 1;
+        while (i >= 0 && ++seek[i] == 0)
+            i--;
+        if (i < 0)
+            break;
+        k.mv_size = sizeof(seek);
+        k.mv_data = seek;
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    }
+    if (rc == 0 && mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND)
+        rc = cache_lmdb_error(env, mrc, "cannot read records", err);
+    mdb_cursor_close(cur);
+out:
+    cache_rtxn_end(env);
+    if (rc < 0) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
 static int cache_stat_locked(cache_env *env, cache_stats *out, kt_err *err)
 {
     if (!env || !out)
@@ -1035,6 +1126,14 @@ int cache_trial_foreach(cache_env *env, const cache_key *k, cache_trial_cb cb, v
 {
     cache_lock(env);
     int rc = cache_trial_foreach_locked(env, k, cb, ctx, err);
+    cache_unlock(env);
+    return rc;
+}
+
+int cache_gpus(cache_env *env, cache_gpu **out, size_t *n, kt_err *err)
+{
+    cache_lock(env);
+    int rc = cache_gpus_locked(env, out, n, err);
     cache_unlock(env);
     return rc;
 }

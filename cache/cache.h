@@ -14,6 +14,15 @@
  * once: readers never block the writer, and writers in different processes serialise on LMDB's
  * lock. Do not use a cache_env across fork(): open a new one in the child.
  *
+ * Read-only opens (CACHE_RDONLY) need only read access to the directory. LMDB's readers
+ * normally register in the lock file (lock.mdb) so that a writer never reuses the pages they
+ * read; when that file cannot be opened for writing (another user's cache, a read-only
+ * deployment), the open falls back to reading without locks (MDB_NOLOCK). Such a reader takes
+ * no reader slot, so a writer in another process may reuse pages it is still reading: a read
+ * can then see a torn value. The SHA-256 checksum of every stored value catches that: the value
+ * is reported as corrupt (-EBADMSG) and never decoded into a record; a caller that reads a
+ * cache being written (the deploy-time runtime) reads it once more before giving up on it.
+ *
  * Transactions: each call runs in its own transaction. A write call (put, delete, trial append,
  * import, merge) commits exactly once, just before it returns 0; on failure nothing it did is
  * visible. Read calls use a short read-only transaction that ends before they return. */
@@ -97,6 +106,11 @@ typedef int (*cache_list_cb)(const cache_record *rec, int rank, void *ctx);
 int cache_list(cache_env *env, const uint8_t *prefix, size_t prefix_len, bool best_only,
                cache_list_cb cb, void *ctx, size_t *n_corrupt, kt_err *err);
 
+/* The fingerprints of the GPUs that have verified records, one per GPU id, in key order. Costs one
+ * seek and one record decode per GPU, whatever the number of records. *out is malloc'd (free()
+ * it), *n its length. */
+int cache_gpus(cache_env *env, cache_gpu **out, size_t *n, kt_err *err);
+
 typedef struct cache_stats {
     uint32_t schema_version;
     size_t map_size; /* current map size in bytes */
@@ -172,6 +186,8 @@ typedef enum cache_job_state {
 const char *cache_job_state_name(cache_job_state s);
 int cache_job_state_from_name(const char *name, cache_job_state *out); /* 0 or -EINVAL */
 
+#define CACHE_JOB_FAILURE_KINDS 8 /* failure classes kept per job */
+
 typedef struct cache_job {
     uint64_t id; /* > 0 */
     cache_job_state state;
@@ -195,6 +211,13 @@ typedef struct cache_job {
     char schedule[256];
     bool record;     /* a verified winner was cached */
     char error[256]; /* why failed / cancelled / no record */
+    /* rejected candidates by class, named as srch_status_str names them ("wrong", "fault",
+     * "compile_error", ...): the protocol's Job "failures", kept across restarts */
+    int n_failures;
+    struct cache_job_failure {
+        char name[16];
+        int32_t count;
+    } failures[CACHE_JOB_FAILURE_KINDS];
 } cache_job;
 
 void cache_job_free(cache_job *j); /* frees j->graph and zeroes *j; NULL is a no-op */

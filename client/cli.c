@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,4 +119,53 @@ long cli_parse_count(const char *sub, const char *opt, const char *value)
         return -1;
     }
     return n;
+}
+
+double cli_parse_duration(const char *s)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0) || !isfinite(v))
+        return -1;
+    if (*end == '\0' || strcmp(end, "s") == 0)
+        return v;
+    if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+        return v * 60;
+    if (strcmp(end, "h") == 0)
+        return v * 3600;
+    return -1;
+}
+
+void cli_fmt_ns(double ns, char *buf, size_t len)
+{
+    if (ns <= 0)
+        snprintf(buf, len, "-");
+    else if (ns < 1e3)
+        snprintf(buf, len, "%.0f ns", ns);
+    else if (ns < 1e6)
+        snprintf(buf, len, "%.2f us", ns / 1e3);
+    else
+        snprintf(buf, len, "%.3f ms", ns / 1e6);
+}
+
+int cli_connect(const char *path, ktune_client **out)
+{
+    ktune_error err;
+    int rc = ktune_connect(path, out, &err);
+    if (rc == 0)
+        return CLI_OK;
+    /* ktune_connect's message is "cannot reach ktuned at PATH: <reason>". */
+    if (rc == -EACCES || rc == -EPERM)
+        return cli_error("%s (the socket admits the members of its group, usually ktune)",
+                         err.msg);
+    if (rc == -EPROTO)
+        return cli_error("%s", err.msg);
+    return cli_error("%s (start it with `ktuned`, or use `ktune tune --local`)", err.msg);
+}
+
+int cli_client_error(const char *what, const ktune_error *err)
+{
+    if (what)
+        return cli_error("%s: %s", what, err->msg);
+    return cli_error("%s", err->msg);
 }

@@ -22,6 +22,7 @@ bool cli_is_help(const char *s);
 
 int cli_check(int argc, char **argv);
 int cli_cache(int argc, char **argv);
+int cli_lookup(int argc, char **argv); /* cli_lookup.c: the runtime's lookup, no daemon */
 
 #include "ops/ops.h"
 
@@ -52,3 +53,39 @@ long cli_parse_count(const char *sub, const char *opt, const char *value);
 int cli_space(int argc, char **argv);
 int cli_compile(int argc, char **argv);
 int cli_tune(int argc, char **argv);
+
+/* ---- commands through the daemon (cli_tune.c, cli_batch.c, cli_jobs.c) ---- */
+
+#include "client/ktune.h"
+
+int cli_batch(int argc, char **argv);
+int cli_jobs(int argc, char **argv);
+int cli_status(int argc, char **argv);
+int cli_watch(int argc, char **argv);
+int cli_cancel(int argc, char **argv);
+int cli_gpus(int argc, char **argv);
+int cli_stats(int argc, char **argv);
+
+/* "90", "90s", "1.5m", "2h" -> seconds; -1 when malformed or not positive. */
+double cli_parse_duration(const char *s);
+/* "5.98 us", "-" for ns <= 0. */
+void cli_fmt_ns(double ns, char *buf, size_t len);
+/* Connects to ktuned at path (NULL: ktune_default_socket()). On failure prints one line
+ * ("ktune: cannot reach ktuned at PATH: <reason> (start it with `ktuned`, ...)") and returns
+ * CLI_FAIL. */
+int cli_connect(const char *path, ktune_client **out);
+/* Prints a failed client call as one line, "ktune: <what>: <err->msg>" (what may be NULL);
+ * returns CLI_FAIL. */
+int cli_client_error(const char *what, const ktune_error *err);
+
+/* A job as a JSON object (the protocol's Job, shapes as an object); NULL on ENOMEM. */
+json_t *cli_job_json(const ktune_job *j);
+/* The result of a finished job as a small table on stdout (what `tune --local` prints). */
+void cli_print_job_result(const ktune_job *j);
+/* The exit status a finished job gives: 0 when done with a cached record; otherwise prints
+ * why on stderr and returns CLI_FAIL. */
+int cli_job_exit(const ktune_job *j);
+/* Follows job id until it ends. show: a progress display on stderr (one line redrawn on a
+ * TTY, a plain line every few seconds otherwise). Returns CLI_OK with *final filled, or prints
+ * the error and returns CLI_FAIL. */
+int cli_follow_job(ktune_client *c, uint64_t id, bool show, ktune_job *final);

@@ -1,9 +1,14 @@
-/* ktune tune --local: runs the search (search/tune.h) in this process, with a ktune-worker child
- * on the GPU, and writes the winner to the cache. The daemon path (without --local) arrives with
- * ktuned. */
+/* ktune tune: submits a tuning job to ktuned (the default) and, with --wait, follows it to its
+ * result; or, with --local, runs the search (search/tune.h) in this process, with a ktune-worker
+ * child on the GPU, and writes the winner to the cache. */
 #include "cli.h"
+#include "client/libktune_internal.h"
+#include "ktune_config.h"
+#if KTUNE_HAVE_NVRTC
 #include "search/tune.h"
+#endif
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,74 +17,104 @@
 #define CACHE_DEFAULT_DIR "/var/lib/ktune/cache"
 
 static const char tune_help[] =
-    "usage: ktune tune GRAPH.json --shape NAME=VALUE ... --local [--budget 60s]\n"
-    "                  [--precision exact|tf32|reduced] [--tolerance X] [--cache DIR]\n"
-    "                  [--gpu N] [--worker PATH] [--jobs N] [--json]\n"
+    "usage: ktune tune GRAPH.json --shape NAME=VALUE ... [--budget 60s] [--precision P]\n"
+    "                  [--tolerance X] [--priority N] [--gpu I] [--name NAME] [--wait]\n"
+    "                  [--socket PATH] [--json]\n"
+    "       ktune tune GRAPH.json --shape NAME=VALUE ... --local [--budget 60s] [--precision P]\n"
+    "                  [--tolerance X] [--cache DIR] [--gpu N] [--worker PATH] [--jobs N] [--json]\n"
     "\n"
     "Tunes the graph at the given shapes on one GPU: enumerates candidate kernels, compiles them\n"
     "with NVRTC, verifies each against the fp64 reference and times the survivors in a\n"
     "ktune-worker process, and stores the fastest verified kernel (with runner-ups) in the\n"
     "cache. Every trial is logged: running the same job again resumes and re-measures nothing.\n"
     "\n"
+    "By default the job goes to ktuned, which queues it and runs it on one of its GPUs; ktune\n"
+    "prints the job id (or the id of the identical job it joined) and, with --wait, follows it\n"
+    "and prints the result. With --local the search runs in this process instead.\n"
+    "\n"
     "options:\n"
-    "  --local          run the search in this process (required until ktuned exists)\n"
     "  --budget T       wall-clock budget: 90, 90s, 2m (default 60s)\n"
     "  --precision P    exact (default), tf32 or reduced\n"
     "  --tolerance X    normwise error bound (default: per dtype and precision, MEASURE.md)\n"
+    "  --gpu N          the GPU to use (through ktuned: its GPU index, default any; with\n"
+    "                   --local: CUDA_VISIBLE_DEVICES of the worker, default 0)\n"
+    "  --json           one JSON object (through ktuned: the job; with --local: winner,\n"
+    "                   baseline_ns, speedup, trials, failures, ...)\n"
+    "  -h, --help       show this help\n"
+    "through ktuned:\n"
+    "  --priority N     -100..100, higher runs first (default 0)\n"
+    "  --name NAME      the job's name (default: the graph's)\n"
+    "  --wait           follow the job (progress on stderr) and print its result\n"
+    "  --socket PATH    ktuned's socket (default: $KTUNE_SOCKET, else /run/ktune/ktuned.sock)\n"
+    "in this process:\n"
+    "  --local          run the search here, without ktuned\n"
     "  --cache DIR      the cache (default: $KTUNE_CACHE, else " CACHE_DEFAULT_DIR ");\n"
     "                   compiled cubins are kept in DIR/cubins\n"
-    "  --gpu N          the GPU to use (CUDA_VISIBLE_DEVICES of the worker; default 0)\n"
     "  --worker PATH    the ktune-worker executable (default: $KTUNE_WORKER, else next to\n"
     "                   ktune, ../search/ (build tree) or ../libexec/ (installed))\n"
     "  --jobs N         compile processes (default: one per CPU)\n"
-    "  --json           one JSON object: winner, baseline_ns, speedup, trials, failures, ...\n"
-    "  -h, --help       show this help\n"
     "\n"
-    "Exits 1 when no candidate verified, or on any failure (the reason on stderr).\n";
+    "Exits 1 when no candidate verified (with --local or --wait), or on any failure (the reason\n"
+    "on stderr); 2 on a usage error.\n";
 
 typedef struct tune_args {
-    bool local;
+    bool local, wait;
     double budget_s, tolerance;
-    long gpu, jobs;
-    const char *cache_dir, *worker;
+    long gpu, jobs, priority;
+    const char *cache_dir, *worker, *socket, *name;
+    const char *local_only, *daemon_only; /* an option given that needs --local / ktuned */
 } tune_args;
 
-/* "90", "90s", "1.5m", "2h" -> seconds; -1 when malformed. */
-static double parse_duration(const char *s)
-{
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || !(v > 0) || !isfinite(v))
-        return -1;
-    if (*end == '\0' || strcmp(end, "s") == 0)
-        return v;
-    if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-        return v * 60;
-    if (strcmp(end, "h") == 0)
-        return v * 3600;
-    return -1;
-}
+/* The options of tune that take a value. */
+static const char *const tune_valued[] = {"--budget", "--tolerance", "--cache",
+                                          "--gpu",    "--worker",    "--jobs",
+                                          "--priority", "--socket",  "--name"};
 
-static int tune_extra(void *ctx, const char *opt, const char *value)
+static int tune_extra(void *ctx, const char *arg, const char *value)
 {
     tune_args *a = ctx;
+    const char *opt = arg;
+    int used = 2;
+    /* --name=value as well as --name value */
+    const char *eq = strchr(arg, '=');
+    if (eq) {
+        size_t n = (size_t)(eq - arg);
+        opt = NULL;
+        for (size_t i = 0; i < KT_ARRAY_LEN(tune_valued); i++)
+            if (strlen(tune_valued[i]) == n && strncmp(arg, tune_valued[i], n) == 0)
+                opt = tune_valued[i];
+        if (!opt)
+            return 0;
+        value = eq + 1;
+        used = 1;
+    }
     if (strcmp(opt, "--local") == 0) {
         a->local = true;
         return 1;
     }
-    static const char *const valued[] = {"--budget", "--tolerance", "--cache",
-                                         "--gpu",    "--worker",    "--jobs"};
+    if (strcmp(opt, "--wait") == 0) {
+        a->wait = true;
+        return 1;
+    }
     bool known = false;
-    for (size_t i = 0; i < KT_ARRAY_LEN(valued); i++)
-        known |= strcmp(opt, valued[i]) == 0;
+    for (size_t i = 0; i < KT_ARRAY_LEN(tune_valued); i++)
+        if (strcmp(opt, tune_valued[i]) == 0) {
+            known = true;
+            opt = tune_valued[i]; /* static storage: local_only/daemon_only keep it */
+        }
     if (!known)
         return 0;
     if (!value) {
         cli_usage_error("tune", "%s needs a value", opt);
         return -CLI_USAGE;
     }
+    if (strcmp(opt, "--cache") == 0 || strcmp(opt, "--worker") == 0 ||
+        strcmp(opt, "--jobs") == 0)
+        a->local_only = opt;
+    if (strcmp(opt, "--priority") == 0 || strcmp(opt, "--name") == 0)
+        a->daemon_only = opt; /* --socket is harmless with --local: ignored */
     if (strcmp(opt, "--budget") == 0) {
-        if ((a->budget_s = parse_duration(value)) <= 0) {
+        if ((a->budget_s = cli_parse_duration(value)) <= 0) {
             cli_usage_error("tune", "--budget takes a duration like 60s or 2m, not '%s'", value);
             return -CLI_USAGE;
         }
@@ -94,6 +129,21 @@ static int tune_extra(void *ctx, const char *opt, const char *value)
         a->cache_dir = value;
     } else if (strcmp(opt, "--worker") == 0) {
         a->worker = value;
+    } else if (strcmp(opt, "--socket") == 0) {
+        a->socket = value;
+    } else if (strcmp(opt, "--name") == 0) {
+        if (!value[0] || strlen(value) > 63) {
+            cli_usage_error("tune", "--name takes 1 to 63 bytes");
+            return -CLI_USAGE;
+        }
+        a->name = value;
+    } else if (strcmp(opt, "--priority") == 0) {
+        char *end = NULL;
+        a->priority = strtol(value, &end, 10);
+        if (end == value || *end || a->priority < -100 || a->priority > 100) {
+            cli_usage_error("tune", "--priority takes an integer in -100..100, not '%s'", value);
+            return -CLI_USAGE;
+        }
     } else if (strcmp(opt, "--gpu") == 0) {
         char *end = NULL;
         a->gpu = strtol(value, &end, 10);
@@ -105,21 +155,10 @@ static int tune_extra(void *ctx, const char *opt, const char *value)
         if ((a->jobs = cli_parse_count("tune", opt, value)) < 0)
             return -CLI_USAGE;
     }
-    return 2;
+    return used;
 }
 
-static void fmt_ns(double ns, char *buf, size_t len)
-{
-    if (ns <= 0)
-        snprintf(buf, len, "-");
-    else if (ns < 1e3)
-        snprintf(buf, len, "%.0f ns", ns);
-    else if (ns < 1e6)
-        snprintf(buf, len, "%.2f us", ns / 1e3);
-    else
-        snprintf(buf, len, "%.3f ms", ns / 1e6);
-}
-
+#if KTUNE_HAVE_NVRTC
 typedef struct progress_ctx {
     bool tty;
     bool drawn;
@@ -132,8 +171,8 @@ static void on_progress(const srch_tune_progress *p, void *ctx)
     if (!pc->tty)
         return;
     char best[32], base[32], fails[160] = "";
-    fmt_ns(p->best_ns, best, sizeof(best));
-    fmt_ns(p->baseline_ns, base, sizeof(base));
+    cli_fmt_ns(p->best_ns, best, sizeof(best));
+    cli_fmt_ns(p->baseline_ns, base, sizeof(base));
     size_t off = 0;
     for (int s = 1; s < SRCH_STATUS_COUNT && off < sizeof(fails); s++)
         if (p->failures[s])
@@ -218,23 +257,23 @@ static void print_table(const srch_tune_result *r)
            r->trials, r->measured, r->resumed, r->restarts, r->seconds,
            r->budget_hit ? " (budget spent)" : "");
     if (r->found) {
-        fmt_ns(r->time_ns, t, sizeof(t));
-        fmt_ns(r->p10_ns, p10, sizeof(p10));
-        fmt_ns(r->p90_ns, p90, sizeof(p90));
+        cli_fmt_ns(r->time_ns, t, sizeof(t));
+        cli_fmt_ns(r->p10_ns, p10, sizeof(p10));
+        cli_fmt_ns(r->p90_ns, p90, sizeof(p90));
         printf("winner     %s (p10 %s, p90 %s), %d kernel%s, error %.2e\n", t, p10, p90, r->n_picks,
                r->n_picks == 1 ? "" : "s", r->err_norm);
         if (r->baseline_ns > 0) {
-            fmt_ns(r->baseline_ns, base, sizeof(base));
+            cli_fmt_ns(r->baseline_ns, base, sizeof(base));
             printf("baseline   cuBLASLt %s: speed-up %.2fx\n", base, r->speedup);
         }
         printf("\n%-10s %-52s %10s %10s %10s %10s %9s\n", "family", "schedule", "time", "p10",
                "p90", "cuBLASLt", "error");
         for (int k = 0; k < r->n_picks; k++) {
             const srch_tune_pick *p = &r->picks[k];
-            fmt_ns(p->time.median_ns, t, sizeof(t));
-            fmt_ns(p->time.p10_ns, p10, sizeof(p10));
-            fmt_ns(p->time.p90_ns, p90, sizeof(p90));
-            fmt_ns(p->baseline_ns, base, sizeof(base));
+            cli_fmt_ns(p->time.median_ns, t, sizeof(t));
+            cli_fmt_ns(p->time.p10_ns, p10, sizeof(p10));
+            cli_fmt_ns(p->time.p90_ns, p90, sizeof(p90));
+            cli_fmt_ns(p->baseline_ns, base, sizeof(base));
             const char *sched = p->schedule;
             const char *sp = strchr(sched, ' '); /* the family is its own column */
             printf("%-10s %-52s %10s %10s %10s %10s %9.2e\n", ops_family_get(p->family)->name,
@@ -261,15 +300,12 @@ static void print_table(const srch_tune_result *r)
         printf("\ncached     no record: %s\n", r->record_note);
 }
 
-int cli_tune(int argc, char **argv)
+/* The search in this process (unchanged from before ktuned existed). */
+static int tune_local(cli_graph_args *pa, tune_args *pta)
 {
-    tune_args ta = {.budget_s = 60};
-    cli_graph_args a = {.sub = "tune", .help = tune_help};
-    int rc = cli_parse_graph_args(argc, argv, &a, tune_extra, &ta);
-    if (rc != CLI_OK)
-        return rc;
-    if (!ta.local)
-        return cli_usage_error("tune", "tuning through ktuned is not available yet: pass --local");
+    cli_graph_args a = *pa;
+    tune_args ta = *pta;
+    int rc;
     if (!ta.cache_dir)
         ta.cache_dir = getenv("KTUNE_CACHE") && getenv("KTUNE_CACHE")[0] ? getenv("KTUNE_CACHE")
                                                                          : CACHE_DEFAULT_DIR;
@@ -290,7 +326,7 @@ int cli_tune(int argc, char **argv)
         .tolerance = ta.tolerance,
         .budget_s = ta.budget_s,
         .worker_exe = ta.worker,
-        .gpu = (int)ta.gpu,
+        .gpu = ta.gpu < 0 ? 0 : (int)ta.gpu,
         .compile_jobs = (int)ta.jobs,
         .store_dir = store,
         .progress = on_progress,
@@ -315,4 +351,111 @@ out:
     ops_graph_free(bound);
     ops_graph_free(g);
     return rc;
+}
+#endif /* KTUNE_HAVE_NVRTC */
+
+/* Checks every symbolic dimension is bound and wraps the graph for libktune. */
+static int load_for_daemon(const cli_graph_args *a, ktune_graph **out)
+{
+    ops_graph *g = NULL, *bound = NULL;
+    int rc = cli_load_graph(a, &g, &bound);
+    if (rc != CLI_OK)
+        return rc;
+    const char *unbound = ops_graph_first_unbound(bound);
+    if (unbound) {
+        rc = cli_usage_error(a->sub, "%s: dimension '%s' needs a value (--shape %s=...)", a->path,
+                             unbound, unbound);
+        ops_graph_free(bound);
+        ops_graph_free(g);
+        return rc;
+    }
+    ops_graph_free(bound);
+    ktune_error err;
+    if (ktune_graph_wrap(g, a->path, out, &err) < 0)
+        return cli_error("%s", err.msg);
+    return CLI_OK;
+}
+
+/* Submits the job to ktuned; with --wait follows it to its end. */
+static int tune_daemon(const cli_graph_args *a, const tune_args *ta)
+{
+    if (ta->local_only)
+        return cli_usage_error("tune", "%s only applies with --local", ta->local_only);
+    if (ta->budget_s > 86400)
+        return cli_usage_error("tune", "--budget through ktuned is at most 24h");
+    ktune_graph *g = NULL;
+    ktune_client *c = NULL;
+    int rc = load_for_daemon(a, &g);
+    if (rc != CLI_OK)
+        return rc;
+    if ((rc = cli_connect(ta->socket, &c)) != CLI_OK)
+        goto out;
+    ktune_shape shapes[CLI_MAX_BINDINGS];
+    for (int i = 0; i < a->n_bindings; i++)
+        shapes[i] = (ktune_shape){a->bindings[i].name, a->bindings[i].value};
+    ktune_submit_opts o = KTUNE_SUBMIT_OPTS_INIT;
+    o.precision = ops_precision_name(a->precision);
+    o.budget_s = ta->budget_s;
+    o.tolerance = ta->tolerance;
+    o.priority = (int)ta->priority;
+    o.gpu = (int)ta->gpu;
+    o.name = ta->name;
+    ktune_job j;
+    bool joined = false;
+    ktune_error err;
+    if (ktune_submit(c, g, shapes, a->n_bindings, &o, &j, &joined, &err) < 0) {
+        rc = cli_client_error(NULL, &err);
+        goto out;
+    }
+    if (!ta->wait) {
+        if (a->json) {
+            json_t *v = cli_job_json(&j);
+            if (v)
+                json_object_set_new(v, "joined", json_boolean(joined));
+            rc = cli_print_json(v);
+        } else if (joined) {
+            printf("joined job %" PRIu64 " (%s)\n", j.id, ktune_job_state_name(j.state));
+        } else {
+            printf("job %" PRIu64 " submitted (%s)\n", j.id, ktune_job_state_name(j.state));
+        }
+        goto out;
+    }
+    if (!a->json)
+        fprintf(stderr, "%s %" PRIu64 "\n", joined ? "joined job" : "job", j.id);
+    if ((rc = cli_follow_job(c, j.id, !a->json, &j)) != CLI_OK)
+        goto out;
+    if (a->json) {
+        json_t *v = cli_job_json(&j);
+        if (v)
+            json_object_set_new(v, "joined", json_boolean(joined));
+        rc = cli_print_json(v);
+    } else {
+        cli_print_job_result(&j);
+    }
+    if (rc == CLI_OK)
+        rc = cli_job_exit(&j);
+out:
+    ktune_disconnect(c);
+    ktune_graph_free(g);
+    return rc;
+}
+
+int cli_tune(int argc, char **argv)
+{
+    tune_args ta = {.budget_s = 60, .gpu = -1};
+    cli_graph_args a = {.sub = "tune", .help = tune_help};
+    int rc = cli_parse_graph_args(argc, argv, &a, tune_extra, &ta);
+    if (rc != CLI_OK)
+        return rc;
+    if (!ta.local)
+        return tune_daemon(&a, &ta);
+    if (ta.daemon_only)
+        return cli_usage_error("tune", "%s only applies through ktuned (not with --local)",
+                               ta.daemon_only);
+#if KTUNE_HAVE_NVRTC
+    return tune_local(&a, &ta);
+#else
+    return cli_error("this ktune was built without NVRTC: --local is not available (tune "
+                     "through ktuned instead)");
+#endif
 }

@@ -16,9 +16,17 @@ static const struct {
 #if KTUNE_HAVE_NVRTC
     {"space", cli_space, "enumerate fusion partitions, families and pruned schedules"},
     {"compile", cli_compile, "emit candidates and compile them with NVRTC (no GPU needed)"},
-    {"tune", cli_tune, "tune a graph on a GPU (--local: in this process) and cache the winner"},
 #endif
+    {"tune", cli_tune, "tune a graph on a GPU through ktuned (--local: in this process)"},
+    {"batch", cli_batch, "submit a JSONL file of tuning jobs to ktuned and wait for them"},
+    {"jobs", cli_jobs, "list ktuned's jobs"},
+    {"status", cli_status, "show one job"},
+    {"watch", cli_watch, "follow a job until it ends"},
+    {"cancel", cli_cancel, "cancel a queued or running job"},
+    {"gpus", cli_gpus, "list ktuned's GPUs"},
+    {"stats", cli_stats, "show ktuned's state and its cache"},
     {"cache", cli_cache, "inspect, export, import and merge a kernel cache (no daemon needed)"},
+    {"lookup", cli_lookup, "show the cached kernel a deployed program would get (no daemon)"},
 };
 
 static void print_help(FILE *f)

@@ -71,6 +71,22 @@ typedef struct ktune_shape {
     int64_t value;
 } ktune_shape;
 
+/* A graph input or output with its dimensions bound: the buffer ktune_launch expects there
+ * (dense, row-major). Plain data, except name (valid until ktune_graph_free). */
+typedef struct ktune_tensor_desc {
+    const char *name;
+    char dtype[8]; /* "f32", "f16", "bf16" */
+    bool is_const; /* a weight (ktune_prepack may ask for another layout) */
+    int rank;      /* 0..8; 0: a scalar tensor */
+    int64_t shape[8]; /* -1: a symbolic dimension that shapes leaves unbound */
+} ktune_tensor_desc;
+/* Binds shapes (as ktune_submit and ktune_lookup do) and describes every input and output in
+ * canonical order: inputs[ktune_graph_n_inputs(g)], outputs[ktune_graph_n_outputs(g)] (either
+ * may be NULL). -EINVAL with the binding error (unknown symbol, bad value) in err. */
+KTUNE_EXPORT int ktune_graph_describe(const ktune_graph *g, const ktune_shape *shapes,
+                                      int n_shapes, ktune_tensor_desc *inputs,
+                                      ktune_tensor_desc *outputs, ktune_error *err);
+
 /* ---- the client (through ktuned) ---- */
 
 typedef struct ktune_client ktune_client;
@@ -138,7 +154,9 @@ KTUNE_EXPORT int ktune_cancel(ktune_client *c, uint64_t job, ktune_job *out, ktu
 
 /* Follows a job: cb gets the job at once, then at each progress event, and last when it ends
  * (done, failed or cancelled). Blocks until then or until cb returns non-zero (then returns 0
- * and the job goes on). *final (may be NULL) receives the last state seen. */
+ * and the job goes on). *final (may be NULL) receives the last state seen. cb runs on the
+ * calling thread with c's lock held: a call on c from inside cb fails with -EDEADLK (use
+ * another ktune_client). */
 typedef int (*ktune_watch_cb)(const ktune_job *job, void *ctx);
 KTUNE_EXPORT int ktune_watch(ktune_client *c, uint64_t job, ktune_watch_cb cb, void *ctx,
                              ktune_job *final, ktune_error *err);

@@ -1,2 +1,1396 @@
-/* Work in progress (issue 5): filled by the service work. */
-#include "ktune.h"
+/* The deploy-time runtime of libktune (ktune.h, "the deploy-time runtime"): a read-only cache, a
+ * memo of resolved and loaded kernels, libcuda and libcublasLt loaded at run time.
+ *
+ * Lookup. The key is (fingerprint of the GPU, graph signature, bound shapes, precision). The hot
+ * path lays it out as bytes (memo_key: cache_key_encode's content without its SHA-256 of the
+ * fingerprint), hashes (context, key) and finds the kernel in a table under a read lock: no
+ * LMDB, no allocation. A miss takes the cold path, one at a time
+ * (cold_lock): bind the graph to check the shapes, read the exact key's records best first
+ * (a value failing its checksum is read once more, then skipped: never served; an unverified one
+ * is skipped too), then, only when the exact key has nothing, the fastest record of a compatible
+ * GPU (same model, other driver or toolkit) under the same graph, shapes and precision; check the
+ * record against the graph, load it into the context and insert it under the write lock.
+ * Kernels live until ktune_runtime_close. The first lookup that misses its exact key reads the
+ * cache's GPU fingerprints (cache_gpus: one seek and one decode per GPU, whatever the number of
+ * records) and keeps them for the runtime's life: every miss then costs one read per compatible
+ * GPU. A GPU whose records are written after that walk is
+ * seen by runtimes opened later (exact keys are always read afresh).
+ *
+ * Contexts. A lookup loads into the calling thread's current context when it is on the wanted
+ * device, else into that device's primary context (retained once, released at close). Launches
+ * make the kernel's context current for the call when it is not (push/pop).
+ *
+ * Errors follow ktune.h: negative errno and a one-line message in ktune_error. CUresult and
+ * cublasStatus_t are translated in search/cudrv.c and search/cublaslt.c, as everywhere. */
+#include "libktune_internal.h"
+#include "runtime_internal.h"
+
+#include "cache/cache.h"
+#include "ktune_config.h"
+#include "ops/family.h"
+#include "ops/library.h"
+#include "ops/ops.h"
+
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if KTUNE_HAVE_NVRTC
+#include "search/cublaslt.h"
+#include "search/cudrv.h"
+#else
+typedef void *CUcontext;
+typedef int CUdevice;
+#endif
+
+#define RT_LOG          "runtime"
+#define RT_MAX_DEVICES  64
+#define RT_SMEM_DEFAULT (48 * 1024) /* dynamic shared memory a launch gets without opting in */
+#define RT_LIBRARY      "library"
+#define RT_LT_ENTRY     "cublasLtMatmul"
+#define RT_CACHE_ENV    "KTUNE_CACHE"
+#define RT_CACHE_DIR    "/var/lib/ktune/cache"
+#define RT_MAX_RANK     32 /* cache.c's CACHE_MAX_RUNNER_UPS: ranks 0..32 of one key */
+/* memo_key: name, 5 int32, mem, signature, precision, then per shape name, NUL, int64 */
+#define RT_MEMO_KEY_MAX                                                                            \
+    (CACHE_GPU_NAME_MAX + 1 + 20 + 8 + OPS_SIG_BYTES + 1 + CACHE_MAX_SHAPES * (CACHE_SYM_NAME_MAX + 8))
+
+struct ktune_kernel {
+    struct ktune_kernel *next; /* hash chain */
+    uint64_t hash;
+    ktune_runtime *rt;
+    CUcontext ctx; /* NULL: resolved only (ktune_rt_resolve), nothing loaded */
+    size_t klen;
+    uint8_t key[RT_MEMO_KEY_MAX]; /* memo_key */
+    cache_record rec;
+    ktune_match match;
+    int n_in, n_out;
+    bool library;
+#if KTUNE_HAVE_NVRTC
+    CUmodule mod;
+    CUfunction *fn; /* rec.n_kernels */
+    srch_lt_plan *plan;
+    pthread_mutex_t plan_lock; /* a plan holds its last bias pointer: one launch at a time */
+#endif
+};
+
+typedef struct rt_device {
+    atomic_bool fp_ready;
+    cache_gpu fp;
+    int smem_optin;
+    atomic_bool primary_ready;
+    CUcontext primary;
+} rt_device;
+
+#if KTUNE_HAVE_NVRTC
+typedef struct rt_lt_ctx {
+    struct rt_lt_ctx *next;
+    CUcontext ctx;
+    srch_lt *lt;
+} rt_lt_ctx;
+#endif
+
+struct ktune_runtime {
+    cache_env *cache;
+    /* the memo: chained hash table of (context, key) -> kernel */
+    pthread_rwlock_t lock;
+    ktune_kernel **buckets;
+    size_t n_buckets, n_entries;
+    pthread_mutex_t cold_lock; /* one cold lookup at a time; guards the fields below it */
+    /* The distinct GPU fingerprints of the cache's verified records, read by the first lookup
+     * that misses its exact key (one walk over the cache), then reused by every later miss. */
+    bool gpus_ready;
+    cache_gpu *gpus;
+    size_t n_gpus;
+    /* the driver, devices and cuBLASLt handles (cu_lock) */
+    pthread_mutex_t cu_lock;
+    atomic_int cu_state; /* 0: not tried, 1: loaded, < 0: the failure */
+    kt_err cu_err;
+    int n_devices;
+    int cuda_version;
+    rt_device dev[RT_MAX_DEVICES];
+#if KTUNE_HAVE_NVRTC
+    srch_cuda cu;
+    rt_lt_ctx *lts;
+#endif
+};
+
+static int rt_fail(ktune_error *err, int rc, const char *fmt, ...) KT_PRINTF(3, 4);
+
+static int rt_fail(ktune_error *err, int rc, const char *fmt, ...)
+{
+    if (!err)
+        return rc;
+    char msg[sizeof(err->msg)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return ktune_err_from(err, rc, "%s", msg);
+}
+
+static void rt_ok(ktune_error *err)
+{
+    if (err) {
+        err->code = 0;
+        err->msg[0] = '\0';
+    }
+}
+
+/* ---- keys and the memo ---- */
+
+static uint64_t memo_hash(const void *ctx, const uint8_t *key, size_t len)
+{
+    uint64_t h = 1469598103934665603ull;
+    uintptr_t c = (uintptr_t)ctx;
+    for (size_t i = 0; i < sizeof(c); i++) {
+        h ^= (uint8_t)(c >> (8 * i));
+        h *= 1099511628211ull;
+    }
+    for (size_t i = 0; i < len; i++) {
+        h ^= key[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* Under at least the read lock. */
+static ktune_kernel *memo_find(ktune_runtime *rt, uint64_t h, const void *ctx, const uint8_t *key,
+                               size_t len)
+{
+    if (!rt->n_buckets)
+        return NULL;
+    for (ktune_kernel *k = rt->buckets[h & (rt->n_buckets - 1)]; k; k = k->next)
+        if (k->hash == h && k->ctx == ctx && k->klen == len && memcmp(k->key, key, len) == 0)
+            return k;
+    return NULL;
+}
+
+static ktune_kernel *memo_get(ktune_runtime *rt, uint64_t h, const void *ctx, const uint8_t *key,
+                              size_t len)
+{
+    pthread_rwlock_rdlock(&rt->lock);
+    ktune_kernel *k = memo_find(rt, h, ctx, key, len);
+    pthread_rwlock_unlock(&rt->lock);
+    return k;
+}
+
+/* Under the write lock. -ENOMEM leaves the table as it was. */
+static int memo_insert(ktune_runtime *rt, ktune_kernel *k)
+{
+    if (rt->n_entries + 1 > rt->n_buckets) {
+        size_t n = rt->n_buckets ? rt->n_buckets * 2 : 256;
+        ktune_kernel **b = calloc(n, sizeof(*b));
+        if (!b)
+            return -ENOMEM;
+        for (size_t i = 0; i < rt->n_buckets; i++) {
+            for (ktune_kernel *e = rt->buckets[i], *next; e; e = next) {
+                next = e->next;
+                e->next = b[e->hash & (n - 1)];
+                b[e->hash & (n - 1)] = e;
+            }
+        }
+        free(rt->buckets);
+        rt->buckets = b;
+        rt->n_buckets = n;
+    }
+    ktune_kernel **slot = &rt->buckets[k->hash & (rt->n_buckets - 1)];
+    k->next = *slot;
+    *slot = k;
+    rt->n_entries++;
+    return 0;
+}
+
+static int make_key(const uint8_t sig[OPS_SIG_BYTES], const ktune_shape *shapes, int n,
+                    const char *precision, const cache_gpu *fp, cache_key *k, ktune_error *err)
+{
+    if (n < 0 || (n > 0 && !shapes))
+        return rt_fail(err, -EINVAL, "%d shapes given at %p", n, (const void *)shapes);
+    if (n > CACHE_MAX_SHAPES)
+        return rt_fail(err, -EINVAL, "%d shapes bound: a key holds at most %d", n,
+                       CACHE_MAX_SHAPES);
+    k->gpu = *fp;
+    memcpy(k->sig, sig, OPS_SIG_BYTES);
+    k->n_shapes = n;
+    for (int i = 0; i < n; i++) {
+        const char *name = shapes[i].name;
+        size_t len = name ? strlen(name) : 0;
+        if (len == 0 || len >= CACHE_SYM_NAME_MAX)
+            return rt_fail(err, -EINVAL, "shape %d: symbol name %s", i,
+                           len ? "too long" : "missing");
+        memcpy(k->shapes[i].name, name, len + 1);
+        k->shapes[i].value = shapes[i].value;
+    }
+    if (!precision)
+        k->precision = OPS_PREC_EXACT;
+    else if (ops_precision_from_name(precision, &k->precision) < 0)
+        return rt_fail(err, -EINVAL, "unknown precision '%.40s' (exact, tf32 or reduced)",
+                       precision);
+    return 0;
+}
+
+/* The memo's key for k: the fingerprint's fields, the signature, the precision and the shapes
+ * in name order. Equal exactly when cache_key_encode's keys are (whose GPU id is a SHA-256 of the
+ * same fields), but built without hashing: this is the hot path. Keys that cache_key_encode
+ * refuses (a value < 1, a name bound twice) never reach the memo: the cold path refuses them. */
+static size_t memo_key(const cache_key *k, uint8_t out[RT_MEMO_KEY_MAX])
+{
+    size_t off = strnlen(k->gpu.name, sizeof(k->gpu.name));
+    memcpy(out, k->gpu.name, off);
+    out[off++] = 0;
+    int32_t v[5] = {k->gpu.sm_major, k->gpu.sm_minor, k->gpu.sm_count, k->gpu.driver_version,
+                    k->gpu.cuda_version};
+    memcpy(out + off, v, sizeof(v));
+    off += sizeof(v);
+    memcpy(out + off, &k->gpu.mem_bytes, sizeof(k->gpu.mem_bytes));
+    off += sizeof(k->gpu.mem_bytes);
+    memcpy(out + off, k->sig, OPS_SIG_BYTES);
+    off += OPS_SIG_BYTES;
+    out[off++] = (uint8_t)k->precision;
+    int order[CACHE_MAX_SHAPES];
+    for (int i = 0; i < k->n_shapes; i++) {
+        int j = i;
+        while (j > 0 && strcmp(k->shapes[order[j - 1]].name, k->shapes[i].name) > 0) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    for (int i = 0; i < k->n_shapes; i++) {
+        const cache_bound *b = &k->shapes[order[i]];
+        size_t nl = strlen(b->name); /* < CACHE_SYM_NAME_MAX: make_key checked */
+        memcpy(out + off, b->name, nl + 1);
+        off += nl + 1;
+        memcpy(out + off, &b->value, sizeof(b->value));
+        off += sizeof(b->value);
+    }
+    return off;
+}
+
+/* "M=1024,N=512" */
+static void shapes_text(const ktune_shape *shapes, int n, char *out, size_t cap)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n && used < cap; i++)
+        used += (size_t)snprintf(out + used, cap - used, "%s%s=%" PRId64, i ? "," : "",
+                                 shapes[i].name ? shapes[i].name : "?", shapes[i].value);
+    if (n == 0)
+        snprintf(out, cap, "(no shapes)");
+}
+
+bool ktune_rt_gpu_compatible(const cache_gpu *here, const cache_gpu *tuned)
+{
+    return strncmp(here->name, tuned->name, sizeof(here->name)) == 0 &&
+           here->sm_major == tuned->sm_major && here->sm_minor == tuned->sm_minor &&
+           here->sm_count == tuned->sm_count && here->mem_bytes == tuned->mem_bytes;
+}
+
+static bool gpu_same(const cache_gpu *a, const cache_gpu *b)
+{
+    return ktune_rt_gpu_compatible(a, b) && a->driver_version == b->driver_version &&
+           a->cuda_version == b->cuda_version;
+}
+
+bool ktune_rt_key_matches(const cache_key *rec_key, const cache_key *want)
+{
+    if (memcmp(rec_key->sig, want->sig, OPS_SIG_BYTES) != 0 ||
+        rec_key->precision != want->precision || rec_key->n_shapes != want->n_shapes)
+        return false;
+    for (int i = 0; i < want->n_shapes; i++) {
+        bool found = false;
+        for (int j = 0; j < rec_key->n_shapes && !found; j++)
+            found = strcmp(rec_key->shapes[j].name, want->shapes[i].name) == 0 &&
+                    rec_key->shapes[j].value == want->shapes[i].value;
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+/* ---- schedules ---- */
+
+int ktune_rt_schedule_parse(const char *text, ops_schedule *out, kt_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (!text)
+        return kt_err_set(err, -EINVAL, "no schedule");
+    char buf[512];
+    if (snprintf(buf, sizeof(buf), "%s", text) >= (int)sizeof(buf))
+        return kt_err_set(err, -EINVAL, "schedule longer than %zu bytes", sizeof(buf) - 1);
+    char *save = NULL, *tok = strtok_r(buf, " ", &save);
+    const ops_family *f = NULL;
+    for (int id = 0; tok && id < OPS_FAM_COUNT && !f; id++)
+        if (strcmp(ops_family_get((ops_family_id)id)->name, tok) == 0)
+            f = ops_family_get((ops_family_id)id);
+    if (!f)
+        return kt_err_set(err, -EINVAL, "schedule '%.60s': unknown family", text);
+    out->family = f->id;
+    bool set[OPS_MAX_KNOBS] = {false};
+    while ((tok = strtok_r(NULL, " ", &save))) {
+        char *eq = strchr(tok, '=');
+        if (!eq)
+            return kt_err_set(err, -EINVAL, "schedule '%.60s': '%.40s' is not knob=value", text,
+                              tok);
+        *eq = '\0';
+        const char *val = eq + 1;
+        int k = 0;
+        while (k < f->n_knobs && strcmp(f->knobs[k].name, tok) != 0)
+            k++;
+        if (k == f->n_knobs)
+            return kt_err_set(err, -EINVAL, "schedule '%.60s': family %s has no knob '%.40s'",
+                              text, f->name, tok);
+        const ops_knob *knob = &f->knobs[k];
+        bool ok = false;
+        for (int i = 0; knob->labels && i < knob->n_values && !ok; i++) {
+            if (strcmp(knob->labels[i], val) == 0) {
+                out->v[k] = knob->values[i];
+                ok = true;
+            }
+        }
+        if (!ok && !knob->labels) {
+            char *end = NULL;
+            long v = strtol(val, &end, 10);
+            for (int i = 0; end && *end == '\0' && end != val && i < knob->n_values && !ok; i++)
+                ok = knob->values[i] == v;
+            if (ok)
+                out->v[k] = (int)v;
+        }
+        if (!ok)
+            return kt_err_set(err, -EINVAL, "schedule '%.60s': %s=%.40s is not a value of it",
+                              text, knob->name, val);
+        set[k] = true;
+    }
+    for (int k = 0; k < f->n_knobs; k++)
+        if (!set[k])
+            return kt_err_set(err, -EINVAL, "schedule '%.60s': knob %s missing", text,
+                              f->knobs[k].name);
+    return 0;
+}
+
+/* ---- records ---- */
+
+/* Checks that a record can be launched against a graph of n_in inputs and n_out outputs.
+ * -ENOTSUP for a const-input layout this runtime cannot pack (none is known yet), -EBADMSG for an
+ * inconsistent record. */
+static int check_record(const cache_record *r, int n_in, int n_out, kt_err *why)
+{
+    if (r->n_layouts > 0 && r->layouts)
+        return kt_err_set(why, -ENOTSUP,
+                          "the record wants const input %d in layout '%.60s', which this "
+                          "runtime cannot pack (upgrade libktune)",
+                          r->layouts[0].input, r->layouts[0].layout ? r->layouts[0].layout : "?");
+    if (r->n_kernels < 1 || r->n_kernels > CACHE_MAX_KERNELS || !r->kernels)
+        return kt_err_set(why, -EBADMSG, "record has %d kernels", r->n_kernels);
+    bool library = r->family && strcmp(r->family, RT_LIBRARY) == 0;
+    if (library && (r->n_kernels != 1 || !r->kernels[0].entry ||
+                    strcmp(r->kernels[0].entry, RT_LT_ENTRY) != 0 || r->kernels[0].n_args < 3 ||
+                    r->kernels[0].n_args > 4))
+        return kt_err_set(why, -EBADMSG, "library record without its one %s launch of 3-4 args",
+                          RT_LT_ENTRY);
+    if (!library && (!r->cubin || r->cubin_len == 0))
+        return kt_err_set(why, -EBADMSG, "record has no cubin");
+    for (int i = 0; i < r->n_kernels; i++) {
+        const cache_kernel *k = &r->kernels[i];
+        if (!k->entry || !k->entry[0])
+            return kt_err_set(why, -EBADMSG, "kernel %d has no entry point", i);
+        if (!library)
+            for (int d = 0; d < 3; d++)
+                if (k->grid[d] == 0 || k->block[d] == 0)
+                    return kt_err_set(why, -EBADMSG, "kernel %s: empty grid or block", k->entry);
+        if (k->zero_bytes && (k->zero_offset > r->workspace_bytes ||
+                              k->zero_bytes > r->workspace_bytes - k->zero_offset))
+            return kt_err_set(why, -EBADMSG, "kernel %s zeroes past the workspace", k->entry);
+        if (k->n_args < 0 || k->n_args > CACHE_MAX_ARGS || (k->n_args && !k->args))
+            return kt_err_set(why, -EBADMSG, "kernel %s has %d arguments", k->entry, k->n_args);
+        for (int j = 0; j < k->n_args; j++) {
+            const cache_arg *a = &k->args[j];
+            bool ok = true;
+            switch (a->kind) {
+            case CACHE_ARG_INPUT:
+                ok = a->index >= 0 && a->index < n_in;
+                break;
+            case CACHE_ARG_OUTPUT:
+                ok = a->index >= 0 && a->index < n_out;
+                break;
+            case CACHE_ARG_WORKSPACE:
+                ok = a->offset < r->workspace_bytes;
+                break;
+            case CACHE_ARG_SCALAR:
+                ok = !library && (unsigned)a->scalar < CACHE_SCALAR_COUNT;
+                break;
+            default:
+                ok = false;
+            }
+            if (!ok)
+                return kt_err_set(why, -EBADMSG,
+                                  "kernel %s argument %d does not fit the graph (%d inputs, %d "
+                                  "outputs, %" PRIu64 " bytes of workspace)",
+                                  k->entry, j, n_in, n_out, r->workspace_bytes);
+        }
+    }
+    return 0;
+}
+
+/* cache_get with one more read after a checksum failure (a lock-free reader may see a value a
+ * writer is replacing: cache.h, "Read-only opens"). */
+static int get_rank(ktune_runtime *rt, const cache_key *k, int rank, cache_record *out,
+                    kt_err *why)
+{
+    int rc = cache_get(rt->cache, k, rank, out, why);
+    if (rc == -EBADMSG) {
+        cache_record_free(out);
+        rc = cache_get(rt->cache, k, rank, out, why);
+    }
+    if (rc < 0)
+        cache_record_free(out);
+    return rc;
+}
+
+typedef struct pick_state {
+    int n_bad; /* corrupt, unverified or inconsistent records skipped */
+    kt_err bad;
+} pick_state;
+
+/* The best servable record of key k: ranks in order, skipping what fails its checksum, is not
+ * verified or does not fit the graph. 0, -ENOENT (none), -ENOTSUP (a layout), other errors. */
+static int pick_key(ktune_runtime *rt, const cache_key *k, int n_in, int n_out, cache_record *out,
+                    pick_state *ps, kt_err *why)
+{
+    for (int rank = 0; rank <= RT_MAX_RANK; rank++) {
+        kt_err e = {0};
+        int rc = get_rank(rt, k, rank, out, &e);
+        if (rc == -ENOENT)
+            return -ENOENT;
+        if (rc == -EBADMSG) {
+            ps->n_bad++;
+            ps->bad = e;
+            kt_log_warn(RT_LOG, "%s: not served: %s", cache_path(rt->cache), e.msg);
+            continue;
+        }
+        if (rc < 0) {
+            *why = e;
+            return rc;
+        }
+        if (!out->verified) {
+            ps->n_bad++;
+            kt_err_set(&ps->bad, -EBADMSG, "record %s (rank %d) is not verified",
+                       out->schedule ? out->schedule : "?", rank);
+            kt_log_warn(RT_LOG, "%s: not served: %s", cache_path(rt->cache), ps->bad.msg);
+            cache_record_free(out);
+            continue;
+        }
+        rc = check_record(out, n_in, n_out, &e);
+        if (rc == -ENOTSUP) {
+            *why = e;
+            cache_record_free(out);
+            return rc;
+        }
+        if (rc < 0) {
+            ps->n_bad++;
+            ps->bad = e;
+            kt_log_warn(RT_LOG, "%s: not served: %s", cache_path(rt->cache), e.msg);
+            cache_record_free(out);
+            continue;
+        }
+        return 0;
+    }
+    return -ENOENT;
+}
+
+/* Reads the cache's GPU fingerprints once (cache_gpus: one seek per GPU). Under cold_lock. */
+static int load_gpus(ktune_runtime *rt, ktune_error *err)
+{
+    if (rt->gpus_ready)
+        return 0;
+    kt_err e = {0};
+    free(rt->gpus);
+    rt->gpus = NULL;
+    rt->n_gpus = 0;
+    int rc = cache_gpus(rt->cache, &rt->gpus, &rt->n_gpus, &e);
+    if (rc < 0)
+        return rt_fail(err, rc, "scanning %s for compatible GPUs: %s", cache_path(rt->cache),
+                       rc == -ENOMEM && !e.msg[0] ? "out of memory" : e.msg);
+    rt->gpus_ready = true;
+    kt_log_debug(RT_LOG, "%s: records of %zu GPU fingerprint(s)", cache_path(rt->cache),
+                 rt->n_gpus);
+    return 0;
+}
+
+/* Whether a (time t, fingerprint g) beats the best so far: faster; then the newer driver, then
+ * the newer toolkit. */
+static bool compat_better(const cache_record *cand, const cache_record *best)
+{
+    if (cand->time_ns != best->time_ns)
+        return cand->time_ns < best->time_ns;
+    if (cand->key.gpu.driver_version != best->key.gpu.driver_version)
+        return cand->key.gpu.driver_version > best->key.gpu.driver_version;
+    return cand->key.gpu.cuda_version > best->key.gpu.cuda_version;
+}
+
+/* The cold path's reading half: binds g (checks the shapes), then the exact key, then a
+ * compatible GPU's. Fills k->rec, k->match, k->n_in/out. *bound_out (may be NULL) receives the
+ * bound graph. */
+static int resolve_cold(ktune_runtime *rt, const ops_graph *g, const cache_key *key,
+                        const ktune_shape *shapes, int n_shapes, ktune_kernel *k,
+                        ops_graph **bound_out, ktune_error *err)
+{
+    char shp[256];
+    shapes_text(shapes, n_shapes, shp, sizeof(shp));
+    const char *gname = g->name ? g->name : "?";
+    ops_binding b[CACHE_MAX_SHAPES];
+    for (int i = 0; i < n_shapes; i++)
+        b[i] = (ops_binding){key->shapes[i].name, key->shapes[i].value};
+    ops_graph *bound = NULL;
+    ops_diag d = {0};
+    int rc = ops_graph_bind(g, b, n_shapes, &bound, &d);
+    if (rc < 0)
+        return rt_fail(err, rc, "graph '%s' with %s: %s", gname, shp, d.msg);
+    const char *unbound = ops_graph_first_unbound(bound);
+    if (unbound) {
+        rc = rt_fail(err, -EINVAL, "graph '%s': dimension %s is not bound (pass it in shapes)",
+                     gname, unbound);
+        goto out;
+    }
+    k->n_in = 0;
+    for (int t = 0; t < g->n_tensors; t++)
+        k->n_in += g->tensors[t].producer < 0;
+    k->n_out = g->n_outputs;
+
+    pick_state ps = {0};
+    kt_err why = {0};
+    rc = pick_key(rt, key, k->n_in, k->n_out, &k->rec, &ps, &why);
+    if (rc == 0) {
+        k->match = KTUNE_MATCH_EXACT;
+        goto found;
+    }
+    if (rc != -ENOENT) {
+        rc = rt_fail(err, rc, "graph '%s' at %s: %s", gname, shp, why.msg);
+        goto out;
+    }
+    /* The miss path: the fastest servable record of a compatible GPU. */
+    if ((rc = load_gpus(rt, err)) < 0)
+        goto out;
+    rc = -ENOENT;
+    for (size_t i = 0; i < rt->n_gpus; i++) {
+        if (gpu_same(&rt->gpus[i], &key->gpu) || !ktune_rt_gpu_compatible(&key->gpu, &rt->gpus[i]))
+            continue;
+        cache_key ck = *key;
+        ck.gpu = rt->gpus[i];
+        cache_record cand;
+        cache_record_init(&cand);
+        kt_err e = {0};
+        int crc = pick_key(rt, &ck, k->n_in, k->n_out, &cand, &ps, &e);
+        if (crc == 0) {
+            if (rc == 0 && !compat_better(&cand, &k->rec)) {
+                cache_record_free(&cand);
+                continue;
+            }
+            cache_record_free(&k->rec);
+            k->rec = cand;
+            rc = 0;
+        } else if (crc != -ENOENT && rc != 0) {
+            rc = crc;
+            why = e;
+        }
+    }
+    if (rc == 0) {
+        k->match = KTUNE_MATCH_COMPATIBLE;
+        goto found;
+    }
+    if (rc != -ENOENT) {
+        rc = rt_fail(err, rc, "graph '%s' at %s: %s", gname, shp, why.msg);
+        goto out;
+    }
+    if (ps.n_bad)
+        rc = rt_fail(err, -EBADMSG,
+                     "graph '%s' at %s, precision %s: %d cached record(s) not served (%s) and "
+                     "no other fits",
+                     gname, shp, ops_precision_name(key->precision), ps.n_bad, ps.bad.msg);
+    else
+        rc = rt_fail(err, -ENOENT,
+                     "nothing cached in %s for graph '%s' at %s, precision %s, on %s (sm_%d%d, "
+                     "driver %d, CUDA %d) or a compatible GPU: tune it first",
+                     cache_path(rt->cache), gname, shp, ops_precision_name(key->precision),
+                     key->gpu.name, key->gpu.sm_major, key->gpu.sm_minor,
+                     key->gpu.driver_version, key->gpu.cuda_version);
+    goto out;
+found:
+    k->library = k->rec.family && strcmp(k->rec.family, RT_LIBRARY) == 0;
+    if (bound_out) {
+        *bound_out = bound;
+        bound = NULL;
+    }
+    rc = 0;
+out:
+    ops_graph_free(bound);
+    return rc;
+}
+
+static ktune_kernel *kernel_new(ktune_runtime *rt)
+{
+    ktune_kernel *k = calloc(1, sizeof(*k));
+    if (!k)
+        return NULL;
+    k->rt = rt;
+    cache_record_init(&k->rec);
+#if KTUNE_HAVE_NVRTC
+    pthread_mutex_init(&k->plan_lock, NULL);
+#endif
+    return k;
+}
+
+/* Frees k and unloads what it loaded (its context made current for that). */
+static void kernel_free(ktune_kernel *k)
+{
+    if (!k)
+        return;
+#if KTUNE_HAVE_NVRTC
+    ktune_runtime *rt = k->rt;
+    if (k->plan)
+        srch_lt_plan_free(k->plan);
+    if (k->mod && rt->cu.lib) {
+        CUcontext popped = NULL;
+        if (rt->cu.p_cuCtxPushCurrent(k->ctx) == CUDA_SUCCESS) {
+            rt->cu.p_cuModuleUnload(k->mod);
+            rt->cu.p_cuCtxPopCurrent(&popped);
+        }
+    }
+    free(k->fn);
+    pthread_mutex_destroy(&k->plan_lock);
+#endif
+    cache_record_free(&k->rec);
+    free(k);
+}
+
+/* ---- the driver and devices ---- */
+
+typedef int (*rt_nvrtc_version_fn)(int *major, int *minor);
+
+/* What ktune-worker puts in cache_gpu.cuda_version: nvrtcVersion() as major * 1000 + minor * 10
+ * of the NVRTC it runs with. The runtime needs no NVRTC, so it asks libnvrtc.so.13 when that is
+ * installed and otherwise takes the toolkit libktune was built with (the same number for the
+ * same toolkit). */
+static int toolkit_version(void)
+{
+    int v = 0;
+    void *lib = dlopen("libnvrtc.so.13", RTLD_LAZY | RTLD_LOCAL);
+    if (lib) {
+        rt_nvrtc_version_fn fn = NULL;
+        *(void **)&fn = dlsym(lib, "nvrtcVersion");
+        int major = 0, minor = 0;
+        if (fn && fn(&major, &minor) == 0)
+            v = major * 1000 + minor * 10;
+        dlclose(lib);
+    }
+#if KTUNE_HAVE_NVRTC
+    if (v == 0)
+        v = CUDA_VERSION / 1000 * 1000 + CUDA_VERSION % 1000 / 10 * 10;
+#endif
+    return v;
+}
+
+/* Loads libcuda once per runtime; later calls return the first outcome. */
+static int driver_load(ktune_runtime *rt, ktune_error *err)
+{
+    int st = atomic_load_explicit(&rt->cu_state, memory_order_acquire);
+    if (st == 1)
+        return 0;
+    if (st == 0) {
+        pthread_mutex_lock(&rt->cu_lock);
+        st = atomic_load_explicit(&rt->cu_state, memory_order_relaxed);
+        if (st == 0) {
+#if KTUNE_HAVE_NVRTC
+            int rc = srch_cuda_load(&rt->cu, &rt->cu_err);
+            if (rc == 0) {
+                rc = srch_cuda_check(&rt->cu, rt->cu.p_cuDeviceGetCount(&rt->n_devices),
+                                     "cuDeviceGetCount", &rt->cu_err);
+                if (rc == 0 && rt->n_devices == 0)
+                    rc = kt_err_set(&rt->cu_err, -ENODEV, "the CUDA driver sees no GPU");
+                if (rc < 0)
+                    srch_cuda_close(&rt->cu);
+            }
+            if (rc == 0)
+                rt->cuda_version = toolkit_version();
+            st = rc < 0 ? rc : 1;
+#else
+            kt_err_set(&rt->cu_err, -ENODEV, "libktune was built without the CUDA toolkit");
+            st = -ENODEV;
+#endif
+            atomic_store_explicit(&rt->cu_state, st, memory_order_release);
+        }
+        pthread_mutex_unlock(&rt->cu_lock);
+    }
+    if (st == 1)
+        return 0;
+    return rt_fail(err, st, "%s", rt->cu_err.msg);
+}
+
+#if KTUNE_HAVE_NVRTC
+static int cu_fail(ktune_runtime *rt, CUresult r, const char *what, ktune_error *err)
+{
+    kt_err e = {0};
+    int rc = srch_cuda_check(&rt->cu, r, what, &e);
+    return rc < 0 ? rt_fail(err, rc, "%s", e.msg) : 0;
+}
+
+/* The fingerprint and limits of device d, read once. */
+static int device_info(ktune_runtime *rt, CUdevice d, rt_device **out, ktune_error *err)
+{
+    if ((int)d < 0 || (int)d >= rt->n_devices || (int)d >= RT_MAX_DEVICES)
+        return rt_fail(err, -ENODEV, "no CUDA device %d (the driver sees %d)", (int)d,
+                       rt->n_devices);
+    rt_device *dv = &rt->dev[d];
+    *out = dv;
+    if (atomic_load_explicit(&dv->fp_ready, memory_order_acquire))
+        return 0;
+    pthread_mutex_lock(&rt->cu_lock);
+    int rc = 0;
+    if (!atomic_load_explicit(&dv->fp_ready, memory_order_relaxed)) {
+        cache_gpu fp;
+        memset(&fp, 0, sizeof(fp));
+        size_t mem = 0;
+        srch_cuda *cu = &rt->cu;
+        if ((rc = cu_fail(rt, cu->p_cuDeviceGetName(fp.name, (int)sizeof(fp.name), d),
+                          "cuDeviceGetName", err)) < 0 ||
+            (rc = cu_fail(rt, cu->p_cuDeviceTotalMem(&mem, d), "cuDeviceTotalMem", err)) < 0 ||
+            (rc = cu_fail(rt,
+                          cu->p_cuDeviceGetAttribute(
+                              &fp.sm_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d),
+                          "cuDeviceGetAttribute", err)) < 0 ||
+            (rc = cu_fail(rt,
+                          cu->p_cuDeviceGetAttribute(
+                              &fp.sm_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d),
+                          "cuDeviceGetAttribute", err)) < 0 ||
+            (rc = cu_fail(rt,
+                          cu->p_cuDeviceGetAttribute(
+                              &fp.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d),
+                          "cuDeviceGetAttribute", err)) < 0 ||
+            (rc = cu_fail(rt,
+                          cu->p_cuDeviceGetAttribute(
+                              &dv->smem_optin,
+                              CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d),
+                          "cuDeviceGetAttribute", err)) < 0)
+            goto out;
+        fp.name[sizeof(fp.name) - 1] = '\0';
+        fp.mem_bytes = mem;
+        fp.driver_version = cu->driver_version;
+        fp.cuda_version = rt->cuda_version;
+        dv->fp = fp;
+        atomic_store_explicit(&dv->fp_ready, true, memory_order_release);
+    }
+out:
+    pthread_mutex_unlock(&rt->cu_lock);
+    return rc;
+}
+
+/* The primary context of d, retained once for the runtime's life. */
+static int device_primary(ktune_runtime *rt, CUdevice d, CUcontext *out, ktune_error *err)
+{
+    rt_device *dv = &rt->dev[d];
+    if (!atomic_load_explicit(&dv->primary_ready, memory_order_acquire)) {
+        pthread_mutex_lock(&rt->cu_lock);
+        int rc = 0;
+        if (!atomic_load_explicit(&dv->primary_ready, memory_order_relaxed)) {
+            rc = cu_fail(rt, rt->cu.p_cuDevicePrimaryCtxRetain(&dv->primary, d),
+                         "cuDevicePrimaryCtxRetain", err);
+            if (rc == 0)
+                atomic_store_explicit(&dv->primary_ready, true, memory_order_release);
+        }
+        pthread_mutex_unlock(&rt->cu_lock);
+        if (rc < 0)
+            return rc;
+    }
+    *out = dv->primary;
+    return 0;
+}
+
+/* The context a lookup for `device` loads into (ktune.h, ktune_lookup) and its device. */
+static int pick_context(ktune_runtime *rt, int device, CUcontext *ctx, CUdevice *dev,
+                        ktune_error *err)
+{
+    srch_cuda *cu = &rt->cu;
+    CUcontext cur = NULL;
+    int rc = cu_fail(rt, cu->p_cuCtxGetCurrent(&cur), "cuCtxGetCurrent", err);
+    if (rc < 0)
+        return rc;
+    CUdevice cd = 0;
+    if (cur && (rc = cu_fail(rt, cu->p_cuCtxGetDevice(&cd), "cuCtxGetDevice", err)) < 0)
+        return rc;
+    if (device < 0) {
+        *dev = cur ? cd : 0;
+    } else {
+        if (device >= rt->n_devices)
+            return rt_fail(err, -ENODEV, "no CUDA device %d (the driver sees %d)", device,
+                           rt->n_devices);
+        *dev = (CUdevice)device;
+    }
+    if (cur && cd == *dev) {
+        *ctx = cur;
+        return 0;
+    }
+    if ((int)*dev >= RT_MAX_DEVICES)
+        return rt_fail(err, -ENODEV, "CUDA device %d: this runtime handles %d devices",
+                       (int)*dev, RT_MAX_DEVICES);
+    return device_primary(rt, *dev, ctx, err);
+}
+
+/* The cuBLASLt handle of ctx (made current by the caller), created once. Under cold_lock. */
+static int lt_for(ktune_runtime *rt, CUcontext ctx, srch_lt **out, ktune_error *err)
+{
+    for (rt_lt_ctx *l = rt->lts; l; l = l->next)
+        if (l->ctx == ctx) {
+            *out = l->lt;
+            return 0;
+        }
+    rt_lt_ctx *l = calloc(1, sizeof(*l));
+    if (!l)
+        return rt_fail(err, -ENOMEM, "out of memory");
+    kt_err e = {0};
+    int rc = srch_lt_open(&l->lt, &e);
+    if (rc < 0) {
+        free(l);
+        return rt_fail(err, rc, "%s", e.msg);
+    }
+    l->ctx = ctx;
+    l->next = rt->lts;
+    rt->lts = l;
+    *out = l->lt;
+    return 0;
+}
+
+/* The cuBLASLt plan of a library record: the call rebuilt from the graph (bound, then
+ * canonicalised as the search space does) and the schedule, as srch_tune described it. */
+static int load_library(ktune_runtime *rt, ktune_kernel *k, const ops_graph *bound,
+                        ktune_error *err)
+{
+    const cache_record *r = &k->rec;
+    ops_graph *canon = NULL;
+    ops_diag d = {0};
+    ops_group grp;
+    ops_schedule s;
+    ops_lt_desc desc;
+    kt_err e = {0};
+    int rc = ops_graph_canonicalize(bound, &canon, &d);
+    if (rc == 0 && canon->n_nodes >= OPS_GROUP_MAX_NODES)
+        rc = kt_err_set(NULL, -EINVAL, "%d nodes", canon->n_nodes);
+    if (rc == 0)
+        rc = ops_group_init(&grp, canon, (1ull << canon->n_nodes) - 1, &d);
+    if (rc < 0) {
+        rc = rt_fail(err, rc, "library record %s: %s", r->schedule, d.msg);
+        goto out;
+    }
+    grp.precision = r->key.precision;
+    if ((rc = ktune_rt_schedule_parse(r->schedule, &s, &e)) < 0) {
+        rc = rt_fail(err, -EBADMSG, "library record: %s", e.msg);
+        goto out;
+    }
+    if (s.family != OPS_FAM_LIBRARY ||
+        (rc = ops_library_describe(&grp, &s, &desc, &d)) < 0) {
+        rc = rt_fail(err, -EBADMSG, "library record %s does not describe a cuBLASLt call for this "
+                     "graph: %s", r->schedule, s.family != OPS_FAM_LIBRARY ? "other family" : d.msg);
+        goto out;
+    }
+    if ((uint64_t)desc.workspace_bytes > r->workspace_bytes ||
+        r->kernels[0].n_args != 3 + (desc.bias_tensor >= 0)) {
+        rc = rt_fail(err, -EBADMSG,
+                     "library record %s: workspace %" PRIu64 " (needs %" PRId64 ") or %d "
+                     "arguments do not fit its call",
+                     r->schedule, r->workspace_bytes, desc.workspace_bytes, r->kernels[0].n_args);
+        goto out;
+    }
+    srch_lt *lt = NULL;
+    if ((rc = lt_for(rt, k->ctx, &lt, err)) < 0)
+        goto out;
+    if ((rc = srch_lt_plan_new(lt, &desc, &k->plan, NULL, &e)) < 0)
+        rc = rt_fail(err, rc, "library record %s: %s", r->schedule, e.msg);
+out:
+    ops_graph_free(canon);
+    return rc;
+}
+
+/* Loads k's record into ctx (device dev). Under cold_lock. */
+static int kernel_load(ktune_runtime *rt, ktune_kernel *k, CUcontext ctx, CUdevice dev,
+                       const ops_graph *bound, ktune_error *err)
+{
+    srch_cuda *cu = &rt->cu;
+    const cache_record *r = &k->rec;
+    rt_device *dv = NULL;
+    int rc = device_info(rt, dev, &dv, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = cu_fail(rt, cu->p_cuCtxPushCurrent(ctx), "cuCtxPushCurrent", err)) < 0)
+        return rc;
+    k->ctx = ctx;
+    if (k->library) {
+        rc = load_library(rt, k, bound, err);
+        goto pop;
+    }
+    if (!(k->fn = calloc((size_t)r->n_kernels, sizeof(*k->fn)))) {
+        rc = rt_fail(err, -ENOMEM, "out of memory");
+        goto pop;
+    }
+    if ((rc = cu_fail(rt, cu->p_cuModuleLoadData(&k->mod, r->cubin), "cuModuleLoadData", err)) <
+        0) {
+        k->mod = NULL;
+        goto pop;
+    }
+    for (int i = 0; i < r->n_kernels; i++) {
+        const cache_kernel *kk = &r->kernels[i];
+        char what[160];
+        snprintf(what, sizeof(what), "kernel %.100s", kk->entry);
+        if ((rc = cu_fail(rt, cu->p_cuModuleGetFunction(&k->fn[i], k->mod, kk->entry), what,
+                          err)) < 0)
+            goto pop;
+        int static_smem = 0;
+        cu->p_cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, k->fn[i]);
+        if ((int64_t)static_smem + kk->smem_bytes > dv->smem_optin) {
+            rc = rt_fail(err, -E2BIG,
+                         "kernel %s needs %d + %u bytes of shared memory; %s allows %d per block",
+                         kk->entry, static_smem, kk->smem_bytes, dv->fp.name, dv->smem_optin);
+            goto pop;
+        }
+        if (kk->smem_bytes > RT_SMEM_DEFAULT &&
+            (rc = cu_fail(rt,
+                          cu->p_cuFuncSetAttribute(
+                              k->fn[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                              (int)kk->smem_bytes),
+                          what, err)) < 0)
+            goto pop;
+    }
+pop:;
+    CUcontext popped = NULL;
+    cu->p_cuCtxPopCurrent(&popped);
+    return rc;
+}
+#endif /* KTUNE_HAVE_NVRTC */
+
+/* ---- the runtime ---- */
+
+KTUNE_EXPORT int ktune_runtime_open(const char *cache_dir, ktune_runtime **out, ktune_error *err)
+{
+    if (!out)
+        return rt_fail(err, -EINVAL, "ktune_runtime_open: out is NULL");
+    *out = NULL;
+    const char *dir = cache_dir;
+    if (!dir || !dir[0])
+        dir = getenv(RT_CACHE_ENV);
+    if (!dir || !dir[0])
+        dir = RT_CACHE_DIR;
+    ktune_runtime *rt = calloc(1, sizeof(*rt));
+    if (!rt)
+        return rt_fail(err, -ENOMEM, "out of memory opening the runtime");
+    kt_err e = {0};
+    int rc = cache_open(dir, CACHE_RDONLY, NULL, &rt->cache, &e);
+    if (rc < 0) {
+        free(rt);
+        return rt_fail(err, rc, "%s", e.msg);
+    }
+    pthread_rwlock_init(&rt->lock, NULL);
+    pthread_mutex_init(&rt->cold_lock, NULL);
+    pthread_mutex_init(&rt->cu_lock, NULL);
+    atomic_init(&rt->cu_state, 0);
+    for (int i = 0; i < RT_MAX_DEVICES; i++) {
+        atomic_init(&rt->dev[i].fp_ready, false);
+        atomic_init(&rt->dev[i].primary_ready, false);
+    }
+    *out = rt;
+    rt_ok(err);
+    return 0;
+}
+
+KTUNE_EXPORT void ktune_runtime_close(ktune_runtime *rt)
+{
+    if (!rt)
+        return;
+    for (size_t i = 0; i < rt->n_buckets; i++) {
+        for (ktune_kernel *k = rt->buckets[i], *next; k; k = next) {
+            next = k->next;
+            kernel_free(k);
+        }
+    }
+    free(rt->buckets);
+    free(rt->gpus);
+#if KTUNE_HAVE_NVRTC
+    for (rt_lt_ctx *l = rt->lts, *next; l; l = next) {
+        next = l->next;
+        CUcontext popped = NULL;
+        bool pushed = rt->cu.p_cuCtxPushCurrent(l->ctx) == CUDA_SUCCESS;
+        srch_lt_close(l->lt);
+        if (pushed)
+            rt->cu.p_cuCtxPopCurrent(&popped);
+        free(l);
+    }
+    for (int d = 0; d < RT_MAX_DEVICES; d++)
+        if (atomic_load(&rt->dev[d].primary_ready))
+            rt->cu.p_cuDevicePrimaryCtxRelease((CUdevice)d);
+    /* libcuda stays loaded: contexts of the application (PyTorch's) may still use it. */
+#endif
+    cache_close(rt->cache);
+    pthread_rwlock_destroy(&rt->lock);
+    pthread_mutex_destroy(&rt->cold_lock);
+    pthread_mutex_destroy(&rt->cu_lock);
+    free(rt);
+}
+
+cache_env *ktune_rt_cache(ktune_runtime *rt)
+{
+    return rt->cache;
+}
+
+int ktune_rt_fingerprint(ktune_runtime *rt, int device, cache_gpu *out, ktune_error *err)
+{
+    if (!rt || !out)
+        return rt_fail(err, -EINVAL, "ktune_rt_fingerprint: bad arguments");
+    int rc = driver_load(rt, err);
+    if (rc < 0)
+        return rc;
+#if KTUNE_HAVE_NVRTC
+    rt_device *dv = NULL;
+    if ((rc = device_info(rt, (CUdevice)(device < 0 ? 0 : device), &dv, err)) < 0)
+        return rc;
+    *out = dv->fp;
+    return 0;
+#else
+    (void)device;
+    return rt_fail(err, -ENODEV, "libktune was built without the CUDA toolkit");
+#endif
+}
+
+/* The hot path's key, or the resolved kernel when memoised. */
+int ktune_rt_resolve(ktune_runtime *rt, const ops_graph *g, const uint8_t sig[OPS_SIG_BYTES],
+                     const ktune_shape *shapes, int n_shapes, const char *precision,
+                     const cache_gpu *fp, int device, unsigned flags, ktune_kernel **out,
+                     ktune_match *match, ktune_error *err)
+{
+    if (!rt || !g || !sig || !out)
+        return rt_fail(err, -EINVAL, "ktune_rt_resolve: bad arguments");
+    *out = NULL;
+    cache_gpu here;
+    if (!fp) {
+        int rc = ktune_rt_fingerprint(rt, device, &here, err);
+        if (rc < 0)
+            return rc;
+        fp = &here;
+    }
+    cache_key key;
+    int rc = make_key(sig, shapes, n_shapes, precision, fp, &key, err);
+    if (rc < 0)
+        return rc;
+    uint8_t kb[RT_MEMO_KEY_MAX];
+    size_t klen = memo_key(&key, kb);
+    bool memo = !(flags & KTUNE_RT_NO_MEMO);
+    uint64_t h = memo_hash(NULL, kb, klen);
+    ktune_kernel *k = memo ? memo_get(rt, h, NULL, kb, klen) : NULL;
+    if (k)
+        goto done;
+    pthread_mutex_lock(&rt->cold_lock);
+    if (memo && (k = memo_get(rt, h, NULL, kb, klen))) {
+        pthread_mutex_unlock(&rt->cold_lock);
+        goto done;
+    }
+    if (!(k = kernel_new(rt))) {
+        rc = rt_fail(err, -ENOMEM, "out of memory");
+        goto cold_out;
+    }
+    memcpy(k->key, kb, klen);
+    k->klen = klen;
+    k->hash = h;
+    if ((rc = resolve_cold(rt, g, &key, shapes, n_shapes, k, NULL, err)) < 0)
+        goto cold_out;
+    if (memo) {
+        pthread_rwlock_wrlock(&rt->lock);
+        rc = memo_insert(rt, k);
+        pthread_rwlock_unlock(&rt->lock);
+        if (rc < 0) {
+            rc = rt_fail(err, rc, "out of memory");
+            goto cold_out;
+        }
+    }
+cold_out:
+    pthread_mutex_unlock(&rt->cold_lock);
+    if (rc < 0) {
+        kernel_free(k);
+        return rc;
+    }
+done:
+    *out = k;
+    if (match)
+        *match = k->match;
+    rt_ok(err);
+    return 0;
+}
+
+void ktune_rt_kernel_free(ktune_kernel *k)
+{
+    kernel_free(k);
+}
+
+const cache_record *ktune_rt_kernel_record(const ktune_kernel *k)
+{
+    return &k->rec;
+}
+
+KTUNE_EXPORT int ktune_lookup(ktune_runtime *rt, const ktune_graph *g, const ktune_shape *shapes,
+                              int n_shapes, const char *precision, int device,
+                              ktune_kernel **out, ktune_match *match, ktune_error *err)
+{
+    if (!rt || !g || !g->g || !out)
+        return rt_fail(err, -EINVAL, "ktune_lookup: %s is NULL",
+                       !rt ? "the runtime" : !g || !g->g ? "the graph" : "out");
+    *out = NULL;
+    if (device < -1)
+        return rt_fail(err, -EINVAL, "ktune_lookup: device %d (-1: the current one)", device);
+    int rc = driver_load(rt, NULL);
+    if (rc < 0)
+        return rt_fail(err, rc, "ktune_lookup: %s", rt->cu_err.msg);
+#if KTUNE_HAVE_NVRTC
+    CUcontext ctx = NULL;
+    CUdevice dev = 0;
+    rt_device *dv = NULL;
+    if ((rc = pick_context(rt, device, &ctx, &dev, err)) < 0 ||
+        (rc = device_info(rt, dev, &dv, err)) < 0)
+        return rc;
+    cache_key key;
+    if ((rc = make_key(g->sig, shapes, n_shapes, precision, &dv->fp, &key, err)) < 0)
+        return rc;
+    uint8_t kb[RT_MEMO_KEY_MAX];
+    size_t klen = memo_key(&key, kb);
+    uint64_t h = memo_hash(ctx, kb, klen);
+    ktune_kernel *k = memo_get(rt, h, ctx, kb, klen);
+    if (k)
+        goto done;
+
+    pthread_mutex_lock(&rt->cold_lock);
+    if ((k = memo_get(rt, h, ctx, kb, klen))) {
+        pthread_mutex_unlock(&rt->cold_lock);
+        goto done;
+    }
+    ops_graph *bound = NULL;
+    if (!(k = kernel_new(rt))) {
+        rc = rt_fail(err, -ENOMEM, "out of memory");
+        goto cold_out;
+    }
+    memcpy(k->key, kb, klen);
+    k->klen = klen;
+    k->hash = h;
+    if ((rc = resolve_cold(rt, g->g, &key, shapes, n_shapes, k, &bound, err)) < 0 ||
+        (rc = kernel_load(rt, k, ctx, dev, bound, err)) < 0)
+        goto cold_out;
+    pthread_rwlock_wrlock(&rt->lock);
+    rc = memo_insert(rt, k);
+    pthread_rwlock_unlock(&rt->lock);
+    if (rc < 0)
+        rc = rt_fail(err, rc, "out of memory");
+    else
+        kt_log_debug(RT_LOG, "%s: %s %s loaded (%s match)", g->name, k->rec.family,
+                     k->rec.schedule, k->match == KTUNE_MATCH_EXACT ? "exact" : "compatible");
+cold_out:
+    pthread_mutex_unlock(&rt->cold_lock);
+    ops_graph_free(bound);
+    if (rc < 0) {
+        kernel_free(k);
+        return rc;
+    }
+done:
+    *out = k;
+    if (match)
+        *match = k->match;
+    rt_ok(err);
+    return 0;
+#else
+    (void)shapes;
+    (void)n_shapes;
+    (void)precision;
+    (void)match;
+    return rt_fail(err, -ENODEV, "ktune_lookup: libktune was built without the CUDA toolkit");
+#endif
+}
+
+KTUNE_EXPORT void ktune_kernel_get_info(const ktune_kernel *k, ktune_kernel_info *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof(*out));
+    if (!k)
+        return;
+    const cache_record *r = &k->rec;
+    out->match = k->match;
+    out->family = r->family ? r->family : "";
+    out->schedule = r->schedule ? r->schedule : "";
+    out->source = r->source ? r->source : "";
+    out->time_ns = r->time_ns;
+    out->err_norm = r->err_norm;
+    out->tolerance = r->tolerance;
+    out->cublaslt_ns = r->cublaslt_ns;
+    out->workspace_bytes = r->workspace_bytes;
+    out->n_launches = r->n_kernels;
+    out->n_inputs = k->n_in;
+    out->n_outputs = k->n_out;
+    snprintf(out->gpu, sizeof(out->gpu), "%s", r->key.gpu.name);
+    out->driver_version = r->key.gpu.driver_version;
+    out->cuda_version = r->key.gpu.cuda_version;
+}
+
+KTUNE_EXPORT uint64_t ktune_kernel_workspace_size(const ktune_kernel *k)
+{
+    return k ? k->rec.workspace_bytes : 0;
+}
+
+/* Records ask for no layout yet (a record that does is refused at lookup), so no input is ever
+ * packed: the tensor is passed as it is. */
+KTUNE_EXPORT uint64_t ktune_prepack_size(const ktune_kernel *k, int input)
+{
+    (void)k;
+    (void)input;
+    return 0;
+}
+
+KTUNE_EXPORT int ktune_prepack(ktune_kernel *k, int input, const void *src, void *dst,
+                               void *stream, ktune_error *err)
+{
+    (void)src;
+    (void)dst;
+    (void)stream;
+    if (!k)
+        return rt_fail(err, -EINVAL, "ktune_prepack: kernel is NULL");
+    if (input < 0 || input >= k->n_in)
+        return rt_fail(err, -EINVAL, "ktune_prepack: input %d out of range (the graph has %d)",
+                       input, k->n_in);
+    return rt_fail(err, -EINVAL,
+                   "ktune_prepack: input %d needs no packing (ktune_prepack_size is 0: pass the "
+                   "tensor as it is)",
+                   input);
+}
+
+#if KTUNE_HAVE_NVRTC
+typedef union rt_param {
+    uint64_t ptr;
+    int32_t i32;
+    int64_t i64;
+    float f32;
+    double f64;
+} rt_param;
+
+static CUdeviceptr arg_pointer(const cache_arg *a, void *const *inputs, void *const *outputs,
+                               void *workspace)
+{
+    switch (a->kind) {
+    case CACHE_ARG_INPUT:
+        return (CUdeviceptr)(uintptr_t)inputs[a->index];
+    case CACHE_ARG_OUTPUT:
+        return (CUdeviceptr)(uintptr_t)outputs[a->index];
+    case CACHE_ARG_WORKSPACE:
+        return (CUdeviceptr)(uintptr_t)workspace + a->offset;
+    default:
+        return 0;
+    }
+}
+
+static int launch_library(ktune_runtime *rt, ktune_kernel *k, void *const *inputs,
+                          void *const *outputs, void *workspace, CUstream stream,
+                          ktune_error *err)
+{
+    const cache_kernel *kk = &k->rec.kernels[0];
+    CUdeviceptr p[4] = {0};
+    for (int j = 0; j < kk->n_args; j++)
+        p[j] = arg_pointer(&kk->args[j], inputs, outputs, workspace);
+    kt_err e = {0};
+    pthread_mutex_lock(&k->plan_lock);
+    int rc = srch_lt_run_on(k->plan, stream, p[0], p[1], p[2], p[3],
+                            (CUdeviceptr)(uintptr_t)workspace, &e);
+    pthread_mutex_unlock(&k->plan_lock);
+    (void)rt;
+    return rc < 0 ? rt_fail(err, rc, "ktune_launch (%s): %s", k->rec.schedule, e.msg) : 0;
+}
+#endif
+
+KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const *outputs,
+                              void *workspace, void *stream, ktune_error *err)
+{
+    if (!k)
+        return rt_fail(err, -EINVAL, "ktune_launch: kernel is NULL");
+    if ((k->n_in && !inputs) || (k->n_out && !outputs))
+        return rt_fail(err, -EINVAL, "ktune_launch: %s array is NULL",
+                       k->n_in && !inputs ? "the inputs" : "the outputs");
+    for (int i = 0; i < k->n_in; i++)
+        if (!inputs[i])
+            return rt_fail(err, -EINVAL, "ktune_launch: input %d is NULL", i);
+    for (int i = 0; i < k->n_out; i++)
+        if (!outputs[i])
+            return rt_fail(err, -EINVAL, "ktune_launch: output %d is NULL", i);
+    if (k->rec.workspace_bytes && !workspace)
+        return rt_fail(err, -EINVAL,
+                       "ktune_launch: the kernel needs %" PRIu64
+                       " bytes of workspace (ktune_kernel_workspace_size)",
+                       k->rec.workspace_bytes);
+    if (!k->ctx)
+        return rt_fail(err, -ENODEV, "ktune_launch: kernel was resolved, not loaded (use "
+                                     "ktune_lookup)");
+#if KTUNE_HAVE_NVRTC
+    ktune_runtime *rt = k->rt;
+    srch_cuda *cu = &rt->cu;
+    const cache_record *r = &k->rec;
+    CUstream s = (CUstream)stream;
+    CUcontext cur = NULL, popped = NULL;
+    int rc = cu_fail(rt, cu->p_cuCtxGetCurrent(&cur), "cuCtxGetCurrent", err);
+    if (rc < 0)
+        return rc;
+    bool pushed = cur != k->ctx;
+    if (pushed && (rc = cu_fail(rt, cu->p_cuCtxPushCurrent(k->ctx), "cuCtxPushCurrent", err)) < 0)
+        return rc;
+    if (k->library) {
+        rc = launch_library(rt, k, inputs, outputs, workspace, s, err);
+        goto out;
+    }
+    rt_param val[CACHE_MAX_ARGS];
+    void *params[CACHE_MAX_ARGS];
+    for (int i = 0; i < r->n_kernels && rc == 0; i++) {
+        const cache_kernel *kk = &r->kernels[i];
+        char what[160];
+        if (kk->zero_bytes) {
+            snprintf(what, sizeof(what), "ktune_launch: clearing the workspace of %.100s",
+                     kk->entry);
+            rc = cu_fail(rt,
+                         cu->p_cuMemsetD8Async((CUdeviceptr)(uintptr_t)workspace + kk->zero_offset,
+                                               0, (size_t)kk->zero_bytes, s),
+                         what, err);
+            if (rc < 0)
+                break;
+        }
+        for (int j = 0; j < kk->n_args; j++) {
+            const cache_arg *a = &kk->args[j];
+            if (a->kind != CACHE_ARG_SCALAR)
+                val[j].ptr = (uint64_t)arg_pointer(a, inputs, outputs, workspace);
+            else if (a->scalar == CACHE_SCALAR_I32)
+                val[j].i32 = (int32_t)a->ival;
+            else if (a->scalar == CACHE_SCALAR_I64)
+                val[j].i64 = a->ival;
+            else if (a->scalar == CACHE_SCALAR_F32)
+                val[j].f32 = (float)a->fval;
+            else
+                val[j].f64 = a->fval;
+            params[j] = &val[j];
+        }
+        snprintf(what, sizeof(what), "ktune_launch: kernel %.100s", kk->entry);
+        rc = cu_fail(rt,
+                     cu->p_cuLaunchKernel(k->fn[i], kk->grid[0], kk->grid[1], kk->grid[2],
+                                          kk->block[0], kk->block[1], kk->block[2],
+                                          kk->smem_bytes, s, kk->n_args ? params : NULL, NULL),
+                     what, err);
+    }
+out:
+    if (pushed)
+        cu->p_cuCtxPopCurrent(&popped);
+    if (rc == 0)
+        rt_ok(err);
+    return rc;
+#else
+    (void)stream;
+    return rt_fail(err, -ENODEV, "ktune_launch: libktune was built without the CUDA toolkit");
+#endif
+}

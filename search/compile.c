@@ -375,11 +375,16 @@ static int worker_start(srch_pool *p, pool_worker *w)
         return -e;
     }
     if (pid == 0) {
-        close(sv[0]);
-        for (int i = 0; i < p->n_workers; i++)
-            if (p->workers[i].fd >= 0)
-                close(p->workers[i].fd);
-        worker_main(sv[1], p->arch);
+        /* Keep only stdio and our end of the socketpair: a child holding the parent's other
+         * descriptors (a daemon's listening and client sockets) would keep them open. */
+        int fd = sv[1];
+        if (fd != 3) {
+            if (dup2(fd, 3) < 0)
+                _exit(127);
+            fd = 3;
+        }
+        close_range(4, ~0u, 0);
+        worker_main(fd, p->arch);
     }
     close(sv[1]);
     w->pid = pid;

@@ -275,6 +275,12 @@ void srch_lt_plan_free(srch_lt_plan *p)
 int srch_lt_run(srch_lt_plan *p, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr bias,
                 CUdeviceptr workspace, kt_err *err)
 {
+    return srch_lt_run_on(p, NULL, a, b, c, bias, workspace, err);
+}
+
+int srch_lt_run_on(srch_lt_plan *p, CUstream stream, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
+                   CUdeviceptr bias, CUdeviceptr workspace, kt_err *err)
+{
     if (!p || !a || !b || !c)
         return kt_err_set(err, -EINVAL, "srch_lt_run: missing plan or operand");
     if (p->bias && !bias)
@@ -297,6 +303,6 @@ int srch_lt_run(srch_lt_plan *p, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CU
                                          p->a, (const void *)(uintptr_t)b, p->b, &p->beta,
                                          (const void *)(uintptr_t)c, p->c, (void *)(uintptr_t)c,
                                          p->c, &p->algo, (void *)(uintptr_t)workspace,
-                                         p->workspace_bytes, NULL),
+                                         p->workspace_bytes, (cudaStream_t)stream),
                     "cublasLtMatmul", err);
 }

@@ -23,3 +23,8 @@ void srch_lt_plan_free(srch_lt_plan *p);
  * b_tensor, c_tensor, bias_tensor); workspace holds desc->workspace_bytes. */
 int srch_lt_run(srch_lt_plan *p, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr bias,
                 CUdeviceptr workspace, kt_err *err);
+/* The same on stream (NULL: the legacy default stream). A plan holds the bias pointer of its
+ * last run, so calls on one plan must not overlap: the caller serialises them (the enqueued
+ * matmul no longer reads the plan once this returns). */
+int srch_lt_run_on(srch_lt_plan *p, CUstream stream, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
+                   CUdeviceptr bias, CUdeviceptr workspace, kt_err *err);

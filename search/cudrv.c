@@ -64,7 +64,7 @@ int srch_cuda_check(const srch_cuda *cu, CUresult rc, const char *what, kt_err *
     return kt_err_set(err, code, "%s: %s: %s", what, name, desc);
 }
 
-int srch_cuda_open(srch_cuda *cu, int ordinal, kt_err *err)
+int srch_cuda_load(srch_cuda *cu, kt_err *err)
 {
     memset(cu, 0, sizeof(*cu));
     cu->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -80,11 +80,23 @@ int srch_cuda_open(srch_cuda *cu, int ordinal, kt_err *err)
     }
     SRCH_CUDA_FUNCS(SRCH_CUDA_LOAD)
 #undef SRCH_CUDA_LOAD
-    int rc, count = 0;
+    int rc;
     if ((rc = srch_cuda_check(cu, cu->p_cuInit(0), "cuInit", err)) < 0 ||
         (rc = srch_cuda_check(cu, cu->p_cuDriverGetVersion(&cu->driver_version),
-                              "cuDriverGetVersion", err)) < 0 ||
-        (rc = srch_cuda_check(cu, cu->p_cuDeviceGetCount(&count), "cuDeviceGetCount", err)) < 0)
+                              "cuDriverGetVersion", err)) < 0) {
+        dlclose(cu->lib);
+        cu->lib = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+int srch_cuda_open(srch_cuda *cu, int ordinal, kt_err *err)
+{
+    int rc = srch_cuda_load(cu, err), count = 0;
+    if (rc < 0)
+        return rc;
+    if ((rc = srch_cuda_check(cu, cu->p_cuDeviceGetCount(&count), "cuDeviceGetCount", err)) < 0)
         goto fail;
     if (ordinal >= count) {
         rc = kt_err_set(err, -ENODEV, "no GPU %d (the driver sees %d)", ordinal, count);

@@ -2,7 +2,9 @@
  * links the driver: the daemon and the CLI run on machines without one, and only the processes
  * that touch a GPU (the worker, the deploy-time runtime, GPU tests) load it.
  *
- * One srch_cuda per process; it owns the primary context of one device. Not thread-safe. */
+ * One srch_cuda per process; after srch_cuda_open it owns the primary context of one device.
+ * Opening and closing are not thread-safe; the loaded function table is read-only, so any
+ * thread may call through it. */
 #pragma once
 
 #include "ops/util.h"
@@ -23,6 +25,10 @@
     X(cuDevicePrimaryCtxRetain)                                                                    \
     X(cuDevicePrimaryCtxRelease)                                                                   \
     X(cuCtxSetCurrent)                                                                             \
+    X(cuCtxGetCurrent)                                                                             \
+    X(cuCtxGetDevice)                                                                              \
+    X(cuCtxPushCurrent)                                                                            \
+    X(cuCtxPopCurrent)                                                                             \
     X(cuCtxSynchronize)                                                                            \
     X(cuGetErrorName)                                                                              \
     X(cuGetErrorString)                                                                            \
@@ -31,12 +37,16 @@
     X(cuMemcpyHtoD)                                                                                \
     X(cuMemcpyDtoH)                                                                                \
     X(cuMemsetD8)                                                                                  \
+    X(cuMemsetD8Async)                                                                             \
     X(cuModuleLoadData)                                                                            \
     X(cuModuleUnload)                                                                              \
     X(cuModuleGetFunction)                                                                         \
     X(cuFuncSetAttribute)                                                                          \
     X(cuFuncGetAttribute)                                                                          \
     X(cuLaunchKernel)                                                                              \
+    X(cuStreamCreate)                                                                              \
+    X(cuStreamDestroy)                                                                             \
+    X(cuStreamSynchronize)                                                                         \
     X(cuEventCreate)                                                                               \
     X(cuEventDestroy)                                                                              \
     X(cuEventRecord)                                                                               \
@@ -57,6 +67,11 @@ typedef struct srch_cuda {
  * no driver or no device (the caller usually skips GPU work then), other negative errnos on
  * failure; detail in err. */
 int srch_cuda_open(srch_cuda *cu, int ordinal, kt_err *err);
+/* Only loads the driver: the symbols, cuInit and the driver version; device and ctx stay 0 and
+ * no context is touched (the deploy-time runtime works in its callers' contexts). Same errors
+ * as srch_cuda_open. */
+int srch_cuda_load(srch_cuda *cu, kt_err *err);
+/* Releases what srch_cuda_open or srch_cuda_load took; a zeroed cu is a no-op. */
 void srch_cuda_close(srch_cuda *cu);
 
 /* The one translation of CUresult into our errors: 0 for CUDA_SUCCESS, otherwise a negative

@@ -197,8 +197,7 @@ static int spawn(srch_worker *w, kt_err *err)
         if (dup2(sv[1], 0) < 0 || dup2(sv[1], 1) < 0)
             _exit(127);
         /* Leave nothing of ours open in the worker (compile-pool sockets, the LMDB file). */
-        for (int fd = 3; fd < 1024; fd++)
-            close(fd);
+        close_range(3, ~0u, 0);
         char *argv[] = {w->exe, NULL};
         execve(w->exe, argv, env);
         _exit(127);

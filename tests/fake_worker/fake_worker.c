@@ -17,6 +17,11 @@
  * and:
  *   FAKE_DELAY_MS  sleeps this long in every eval (budget tests)
  *   FAKE_LOG       appends "<fake key>\n" to this file for every eval it receives
+ *   FAKE_LOG_DETAIL  (with FAKE_LOG; any non-empty value) each line becomes
+ *                  "<fake key>\t<sub>\t<bindings>\t<pid>\t<ms>": sub, 16 hex digits of an FNV-1a
+ *                  hash of the request's msgpack "sub" (which group); bindings, "M=64,N=128"
+ *                  (those of "full" when the request has it, else of "sub": which job, when jobs
+ *                  differ in shapes); pid, this worker's; ms, CLOCK_REALTIME milliseconds
  *   FAKE_NODEV     hello answers ENODEV, as the real worker does on a machine without a GPU */
 #include "search/worker.h"
 
@@ -79,15 +84,20 @@ static void fake_key(const srch_eval_req *r, char *buf, size_t len)
 
 /* ---- output ---- */
 
-static void write_all(const char *p, size_t n)
+static void write_all_fd(int fd, const char *p, size_t n)
 {
     while (n) {
-        ssize_t w = write(1, p, n);
+        ssize_t w = write(fd, p, n);
         if (w <= 0)
             exit(1);
         p += w;
         n -= (size_t)w;
     }
+}
+
+static void write_all(const char *p, size_t n)
+{
+    write_all_fd(1, p, n);
 }
 
 static void send_buf(msgpack_sbuffer *sb)
@@ -237,6 +247,40 @@ static void fill_time(srch_time_stats *t, double ns, bool cold)
     t->sm_clock_khz_before = t->sm_clock_khz_after = 1980000;
 }
 
+/* One FAKE_LOG_DETAIL line, written with one write() so lines of concurrent workers never mix. */
+static void log_detail(int fd, const msgpack_object *o, const srch_eval_req *r, const char *key)
+{
+    uint64_t h = 1469598103934665603ull;
+    const msgpack_object *sub = map_get(o, "sub");
+    if (sub) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_object(&pk, *sub);
+        for (size_t i = 0; i < sb.size; i++) {
+            h ^= (unsigned char)sb.data[i];
+            h *= 1099511628211ull;
+        }
+        msgpack_sbuffer_destroy(&sb);
+    }
+    int nb = r->full ? r->n_full_bindings : r->n_bindings;
+    const srch_binding *b = r->full ? r->full_bindings : r->bindings;
+    char binds[SRCH_MAX_BINDINGS * 72] = "";
+    size_t off = 0;
+    for (int i = 0; i < nb && off < sizeof(binds); i++)
+        off += (size_t)snprintf(binds + off, sizeof(binds) - off, "%s%s=%lld", i ? "," : "",
+                                b[i].name, (long long)b[i].value);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char line[2048];
+    int n = snprintf(line, sizeof(line), "%s\t%016llx\t%s\t%ld\t%lld\n", key,
+                     (unsigned long long)h, binds, (long)getpid(),
+                     (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    if (n > 0)
+        write_all_fd(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
 static void eval(const msgpack_object *o)
 {
     srch_eval_req req;
@@ -252,7 +296,11 @@ static void eval(const msgpack_object *o)
     if (log) {
         int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
         if (fd >= 0) {
-            dprintf(fd, "%s\n", key);
+            const char *detail = getenv("FAKE_LOG_DETAIL");
+            if (detail && detail[0])
+                log_detail(fd, o, &req, key);
+            else
+                dprintf(fd, "%s\n", key);
             close(fd);
         }
     }
@@ -355,6 +403,7 @@ int main(void)
         return 1;
     msgpack_unpacked msg;
     msgpack_unpacked_init(&msg);
+    int status = 0;
     for (;;) {
         msgpack_unpack_return ur;
         while ((ur = msgpack_unpacker_next(&up, &msg)) == MSGPACK_UNPACK_SUCCESS) {
@@ -372,17 +421,25 @@ int main(void)
                 reply_ok_empty();
             else if (strcmp(name, "quit") == 0) {
                 reply_ok_empty();
-                return 0;
+                goto out;
             } else
                 reply_error("EINVAL", "fake worker: unknown op");
         }
-        if (ur == MSGPACK_UNPACK_PARSE_ERROR)
-            return 2;
-        if (!msgpack_unpacker_reserve_buffer(&up, 65536))
-            return 1;
+        if (ur == MSGPACK_UNPACK_PARSE_ERROR) {
+            status = 2;
+            goto out;
+        }
+        if (!msgpack_unpacker_reserve_buffer(&up, 65536)) {
+            status = 1;
+            goto out;
+        }
         ssize_t n = read(0, msgpack_unpacker_buffer(&up), msgpack_unpacker_buffer_capacity(&up));
         if (n <= 0)
-            return 0;
+            goto out;
         msgpack_unpacker_buffer_consumed(&up, (size_t)n);
     }
+out: /* freed so that sanitizer builds of the tests report no leak from the double */
+    msgpack_unpacked_destroy(&msg);
+    msgpack_unpacker_destroy(&up);
+    return status;
 }

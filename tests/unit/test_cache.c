@@ -435,6 +435,40 @@ static void corrupt_stored(fixture *f, const cache_key *k, int rank)
     reopen(f, 0, NULL);
 }
 
+/* cache_gpus: one fingerprint per GPU however many records it has, drivers told apart. */
+static void test_gpus_listed_once_each(void **state)
+{
+    fixture *f = *state;
+    const char *names[] = {"gpu-a", "gpu-b", "gpu-c"};
+    for (int g = 0; g < 3; g++)
+        for (int m = 1; m <= 20; m++) {
+            cache_key k;
+            test_key(&k, names[g], (uint8_t)(m % 4), m);
+            put(f->env, &k, "s1", 10 + m, 100, (uint8_t)m);
+        }
+    cache_key newer;
+    test_key(&newer, "gpu-a", 1, 7);
+    newer.gpu.driver_version = 13000;
+    put(f->env, &newer, "s1", 10, 100, 1);
+    cache_gpu *gpus = NULL;
+    size_t n = 0;
+    kt_err err = {0};
+    assert_int_equal(cache_gpus(f->env, &gpus, &n, &err), 0);
+    assert_int_equal(n, 4);
+    int seen[3] = {0}, newer_seen = 0;
+    for (size_t i = 0; i < n; i++)
+        for (int g = 0; g < 3; g++)
+            if (strcmp(gpus[i].name, names[g]) == 0) {
+                seen[g]++;
+                newer_seen += gpus[i].driver_version == 13000;
+            }
+    assert_int_equal(seen[0], 2);
+    assert_int_equal(seen[1], 1);
+    assert_int_equal(seen[2], 1);
+    assert_int_equal(newer_seen, 1);
+    free(gpus);
+}
+
 static void test_corrupt_record_skipped(void **state)
 {
     fixture *f = *state;
@@ -689,6 +723,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_map_grows_from_1mib, setup, teardown),
         cmocka_unit_test_setup_teardown(test_map_growth_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_record_skipped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gpus_listed_once_each, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_under_wrong_key_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_in_other_process, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trials_append_get_iterate, setup, teardown),

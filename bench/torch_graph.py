@@ -1,0 +1,178 @@
+"""Runs a ktune op graph (the JSON form, docs/formats.md) with PyTorch.
+
+This is the PyTorch side of every comparison ktune makes against PyTorch: the deploy-time check
+(bench/deploy_check.py) and the benchmarks. It follows the semantics of docs/formats.md op by
+op, so a difference between ktune's kernel and this is a finding, not a convention mismatch.
+
+    g = TorchGraph.load("examples/softmax.json", {"M": 4096, "N": 8192})
+    xs = g.random_inputs(seed=0)            # dict name -> tensor, in the graph's dtypes
+    ys = g.run(xs)                          # dict name -> tensor (compute dtype: float64 by
+    ys = g.run(xs, dtype=None)              #   default; None: the graph's own dtypes, eager)
+"""
+import json
+import math
+
+import torch
+
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _pair(v):
+    return tuple(v) if isinstance(v, (list, tuple)) else (v, v)
+
+
+class TorchGraph:
+    def __init__(self, graph, shapes):
+        self.graph = graph
+        self.shapes = dict(shapes)
+        self.name = graph.get("name", "graph")
+
+    @classmethod
+    def load(cls, path, shapes):
+        with open(path) as f:
+            return cls(json.load(f), shapes)
+
+    def dim(self, d):
+        if isinstance(d, int):
+            return d
+        if d not in self.shapes:
+            raise ValueError(f"{self.name}: dimension {d} is not bound")
+        return int(self.shapes[d])
+
+    def input_shape(self, name):
+        return [self.dim(d) for d in self.graph["inputs"][name]["shape"]]
+
+    def input_dtype(self, name):
+        return DTYPES[self.graph["inputs"][name]["dtype"]]
+
+    def random_inputs(self, seed=0, device="cuda"):
+        """Normal inputs in each input's dtype (weights scaled like an initialiser)."""
+        gen = torch.Generator(device=device).manual_seed(seed)
+        xs = {}
+        for name, spec in self.graph["inputs"].items():
+            shape = self.input_shape(name)
+            t = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+            if spec.get("const") and len(shape) >= 2:
+                t = t / math.sqrt(max(1, shape[-2] if len(shape) == 2 else math.prod(shape[1:])))
+            xs[name] = t.to(DTYPES[spec["dtype"]])
+        return xs
+
+    def run(self, inputs, dtype=torch.float64):
+        """Evaluates every node; returns the graph outputs by name. With dtype set, inputs are
+        cast to it first (a reference); with None, ops run in the inputs' own dtypes (PyTorch
+        eager as a user would write it)."""
+        env = {k: (v.to(dtype) if dtype is not None else v) for k, v in inputs.items()}
+        pending = list(self.graph["nodes"])
+        while pending:
+            progressed = False
+            for node in list(pending):
+                ins = node["in"]
+                if all(not isinstance(i, str) or i in env for i in ins):
+                    args = [env[i] if isinstance(i, str) else i for i in ins]
+                    env[node["out"]] = self._op(node, args, dtype)
+                    pending.remove(node)
+                    progressed = True
+            if not progressed:
+                raise ValueError(f"{self.name}: nodes with undefined operands: {pending}")
+        return {name: env[name] for name in self.graph["outputs"]}
+
+    def _op(self, n, a, dtype):
+        op = n["op"]
+        x = a[0]
+        unary = {
+            "neg": torch.neg, "abs": torch.abs, "relu": torch.relu, "sigmoid": torch.sigmoid,
+            "tanh": torch.tanh, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt,
+            "rsqrt": torch.rsqrt, "square": torch.square, "recip": torch.reciprocal,
+            "silu": torch.nn.functional.silu, "mish": torch.nn.functional.mish,
+            "softplus": torch.nn.functional.softplus,
+            "gelu": lambda t: torch.nn.functional.gelu(t),
+            "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+        }
+        if op in unary:
+            return unary[op](x)
+        if op == "hardtanh":
+            return torch.clamp(x, n.get("min", -1.0), n.get("max", 1.0))
+        if op == "leaky_relu":
+            return torch.nn.functional.leaky_relu(x, n.get("alpha", 0.01))
+        if op == "clamp":
+            return torch.clamp(x, n.get("min"), n.get("max"))
+        if op == "cast":
+            return x.to(DTYPES[n["dtype"]]) if dtype is None else x
+        binary = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+                  "max": torch.maximum, "min": torch.minimum, "pow": torch.pow}
+        if op in binary and len(a) == 2:
+            l, r = a
+            ref = l if torch.is_tensor(l) else r
+            l = l if torch.is_tensor(l) else torch.tensor(l, dtype=ref.dtype, device=ref.device)
+            r = r if torch.is_tensor(r) else torch.tensor(r, dtype=ref.dtype, device=ref.device)
+            return binary[op](l, r)
+        if op in ("sum", "mean", "max", "min"):
+            axes = n["axes"]
+            keep = n.get("keepdim", False)
+            if op == "sum":
+                return torch.sum(x, dim=axes, keepdim=keep)
+            if op == "mean":
+                return torch.mean(x, dim=axes, keepdim=keep)
+            return (torch.amax if op == "max" else torch.amin)(x, dim=axes, keepdim=keep)
+        if op == "softmax":
+            return torch.softmax(x, dim=n.get("axis", -1))
+        if op == "log_softmax":
+            return torch.log_softmax(x, dim=n.get("axis", -1))
+        if op == "logsumexp":
+            return torch.logsumexp(x, dim=n.get("axis", -1), keepdim=n.get("keepdim", False))
+        if op in ("layernorm", "rmsnorm"):
+            axis = n.get("axis", -1) % x.dim()
+            norm_shape = list(x.shape[axis:])
+            w = a[1] if len(a) > 1 else None
+            if op == "layernorm":
+                b = a[2] if len(a) > 2 else None
+                return torch.nn.functional.layer_norm(x, norm_shape, w, b, n.get("eps", 1e-5))
+            dims = list(range(axis, x.dim()))
+            y = x * torch.rsqrt(torch.mean(x * x, dim=dims, keepdim=True) + n.get("eps", 1e-6))
+            return y * w if w is not None else y
+        if op == "matmul":
+            l, r = a
+            if n.get("transpose_a"):
+                l = l.transpose(-1, -2)
+            if n.get("transpose_b"):
+                r = r.transpose(-1, -2)
+            return torch.matmul(l, r)
+        if op == "conv2d":
+            w = a[1]
+            b = a[2] if len(a) > 2 else None
+            nhwc = n.get("layout", "NCHW") == "NHWC"
+            if nhwc:
+                x = x.permute(0, 3, 1, 2)
+                w = w.permute(0, 3, 1, 2)
+            y = torch.nn.functional.conv2d(x, w, b, _pair(n.get("stride", 1)),
+                                           _pair(n.get("padding", 0)),
+                                           _pair(n.get("dilation", 1)), n.get("groups", 1))
+            return y.permute(0, 2, 3, 1).contiguous() if nhwc else y
+        if op == "attention":
+            q, k, v = a
+            scale = n.get("scale")
+            if scale is None:
+                scale = 1.0 / math.sqrt(q.shape[-1])
+            s = torch.matmul(q, k.transpose(-1, -2)) * scale
+            if n.get("causal"):
+                sq, skv = s.shape[-2], s.shape[-1]
+                mask = torch.ones(sq, skv, dtype=torch.bool, device=s.device).tril()
+                s = s.masked_fill(~mask, float("-inf"))
+            return torch.matmul(torch.softmax(s, dim=-1), v)
+        if op == "transpose":
+            perm = n.get("perm")
+            return x.permute(*perm) if perm else x.transpose(-1, -2)
+        if op == "permute":
+            return x.permute(*n["perm"])
+        if op == "reshape":
+            return x.reshape([self.dim(d) if not isinstance(d, int) else d for d in n["shape"]])
+        raise ValueError(f"{self.name}: op {op} has no PyTorch mapping here")
+
+
+def normwise_error(out, ref):
+    """||out - ref|| / ||ref|| in float64 (the error MEASURE.md defines)."""
+    out = out.double()
+    ref = ref.double()
+    den = torch.linalg.vector_norm(ref).item()
+    num = torch.linalg.vector_norm(out - ref).item()
+    return num / den if den > 0 else num

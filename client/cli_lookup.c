@@ -1,0 +1,372 @@
+/* ktune lookup: the cached kernel a deployed program would get for a graph and shapes, read from
+ * the cache directly (no daemon). With a GPU it resolves exactly as ktune_lookup does (this GPU's
+ * fingerprint, then a compatible GPU's record) without loading anything; with none it lists the
+ * records of every GPU for that graph, shapes and precision. */
+#include "cli.h"
+
+#include "cache/cache.h"
+#include "client/ktune.h"
+#include "client/runtime_internal.h"
+#include "ops/ops.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char lookup_help[] =
+    "usage: ktune lookup GRAPH.json --shape NAME=VALUE[,...] [--precision P] [--cache DIR]\n"
+    "                    [--source] [--json]\n"
+    "\n"
+    "Shows the cached kernel that ktune_lookup (the deploy-time runtime) would load for GRAPH at\n"
+    "these shapes on this machine's GPU 0: a record tuned on this GPU, driver and toolkit (match\n"
+    "\"exact\"), else the fastest record of the same GPU model tuned under another driver or\n"
+    "toolkit (match \"compatible\"). Reads the cache directly; no daemon is needed. Without a\n"
+    "GPU it lists the records of every GPU in the cache for that graph, shapes and precision.\n"
+    "\n"
+    "options:\n"
+    "  --shape NAME=VALUE  bind a symbolic dimension (repeat or separate with commas)\n"
+    "  --precision P       exact (default), tf32 or reduced\n"
+    "  --cache DIR         the cache directory (default: $KTUNE_CACHE, else /var/lib/ktune/cache)\n"
+    "  --source            also print the chosen record's CUDA source (without a GPU: the\n"
+    "                      fastest listed record's)\n"
+    "  --json              machine-readable output\n"
+    "  -h, --help          show this help\n"
+    "\n"
+    "Exit status: 0 a record was found, 1 nothing cached for that key (or an error), 2 usage.\n";
+
+typedef struct lookup_opts {
+    const char *cache;
+    bool source;
+} lookup_opts;
+
+static int lookup_extra(void *ctx, const char *opt, const char *value)
+{
+    lookup_opts *o = ctx;
+    if (strcmp(opt, "--cache") == 0) {
+        if (!value)
+            return -cli_usage_error("lookup", "--cache needs a directory");
+        o->cache = value;
+        return 2;
+    }
+    if (strcmp(opt, "--source") == 0) {
+        o->source = true;
+        return 1;
+    }
+    return 0;
+}
+
+static void fmt_time(double ns, char *buf, size_t cap)
+{
+    if (ns <= 0)
+        snprintf(buf, cap, "-");
+    else if (ns < 1e3)
+        snprintf(buf, cap, "%.0f ns", ns);
+    else if (ns < 1e6)
+        snprintf(buf, cap, "%.2f us", ns / 1e3);
+    else
+        snprintf(buf, cap, "%.3f ms", ns / 1e6);
+}
+
+static void fmt_version(int v, char *buf, size_t cap)
+{
+    if (v <= 0)
+        snprintf(buf, cap, "?");
+    else
+        snprintf(buf, cap, "%d.%d", v / 1000, v % 1000 / 10);
+}
+
+static json_t *gpu_json(const cache_gpu *g)
+{
+    char sm[16];
+    snprintf(sm, sizeof(sm), "%d.%d", g->sm_major, g->sm_minor);
+    return json_pack("{s:s, s:s, s:i, s:I, s:i, s:i}", "name", g->name, "sm", sm, "sm_count",
+                     g->sm_count, "memory_bytes", (json_int_t)g->mem_bytes, "driver_version",
+                     g->driver_version, "cuda_version", g->cuda_version);
+}
+
+static json_t *record_json(const cache_record *r, bool with_source)
+{
+    json_t *kernels = json_array();
+    for (int i = 0; kernels && i < r->n_kernels; i++) {
+        const cache_kernel *k = &r->kernels[i];
+        json_array_append_new(
+            kernels, json_pack("{s:s, s:[I,I,I], s:[I,I,I], s:I, s:I, s:I}", "entry", k->entry,
+                               "grid", (json_int_t)k->grid[0], (json_int_t)k->grid[1],
+                               (json_int_t)k->grid[2], "block", (json_int_t)k->block[0],
+                               (json_int_t)k->block[1], (json_int_t)k->block[2], "smem_bytes",
+                               (json_int_t)k->smem_bytes, "zero_offset",
+                               (json_int_t)k->zero_offset, "zero_bytes",
+                               (json_int_t)k->zero_bytes));
+    }
+    json_t *o = json_pack(
+        "{s:o*, s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:o*, s:s, s:I}", "gpu",
+        gpu_json(&r->key.gpu), "family", r->family ? r->family : "", "schedule",
+        r->schedule ? r->schedule : "", "time_ns", r->time_ns, "p10_ns", r->time_p10_ns, "p90_ns",
+        r->time_p90_ns, "err_norm", r->err_norm, "tolerance", r->tolerance, "cublaslt_ns",
+        r->cublaslt_ns, "workspace_bytes", (json_int_t)r->workspace_bytes, "kernels", kernels,
+        "ktune_version", r->ktune_version ? r->ktune_version : "", "created",
+        (json_int_t)r->created);
+    if (o && with_source)
+        json_object_set_new(o, "source", json_string(r->source ? r->source : ""));
+    return o;
+}
+
+static void print_record(const cache_record *r, const char *match)
+{
+    char t[32], p10[32], p90[32], base[32], drv[16], cuda[16];
+    fmt_time(r->time_ns, t, sizeof(t));
+    fmt_time(r->time_p10_ns, p10, sizeof(p10));
+    fmt_time(r->time_p90_ns, p90, sizeof(p90));
+    fmt_time(r->cublaslt_ns, base, sizeof(base));
+    fmt_version(r->key.gpu.driver_version, drv, sizeof(drv));
+    fmt_version(r->key.gpu.cuda_version, cuda, sizeof(cuda));
+    printf("match      %s\n", match);
+    printf("tuned on   %s (sm_%d%d, %d SMs), driver %s, CUDA %s\n", r->key.gpu.name,
+           r->key.gpu.sm_major, r->key.gpu.sm_minor, r->key.gpu.sm_count, drv, cuda);
+    printf("family     %s\n", r->family ? r->family : "-");
+    printf("schedule   %s\n", r->schedule ? r->schedule : "-");
+    printf("time       %s (p10 %s, p90 %s, %s, %u reps)\n", t, p10, p90,
+           r->timing == CACHE_TIMING_HOT ? "hot" : "cold", r->reps);
+    printf("cuBLASLt   %s\n", base);
+    if (r->tolerance > 0)
+        printf("error      %.3g (normwise; tolerance %.3g)\n", r->err_norm, r->tolerance);
+    else
+        printf("error      %.3g (normwise; the default tolerance for the dtype)\n", r->err_norm);
+    printf("workspace  %llu bytes\n", (unsigned long long)r->workspace_bytes);
+    for (int i = 0; i < r->n_kernels; i++) {
+        const cache_kernel *k = &r->kernels[i];
+        if (r->family && strcmp(r->family, "library") == 0) {
+            printf("launch %d   %s (cuBLASLt, rebuilt from the graph and the schedule)\n", i,
+                   k->entry);
+            continue;
+        }
+        printf("launch %d   %s grid (%u,%u,%u) block (%u,%u,%u) smem %u", i, k->entry, k->grid[0],
+               k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], k->smem_bytes);
+        if (k->zero_bytes)
+            printf(", clears workspace [%llu, +%llu)", (unsigned long long)k->zero_offset,
+                   (unsigned long long)k->zero_bytes);
+        printf("\n");
+    }
+    printf("ktune      %s\n", r->ktune_version ? r->ktune_version : "?");
+}
+
+/* ---- without a GPU: every GPU's record ---- */
+
+typedef struct row {
+    cache_gpu gpu;
+    char family[32];
+    char schedule[256];
+    double time_ns, err_norm;
+    char *source;
+    json_t *json;
+} row;
+
+typedef struct list_state {
+    const cache_key *want;
+    bool json, source;
+    row *rows;
+    size_t n, cap;
+} list_state;
+
+static int list_cb(const cache_record *r, int rank, void *ctx)
+{
+    list_state *s = ctx;
+    if (!r->verified || !ktune_rt_key_matches(&r->key, s->want))
+        return 0;
+    if (kt_grow(&s->rows, &s->cap, s->n + 1, sizeof(*s->rows)) < 0)
+        return -ENOMEM;
+    row *w = &s->rows[s->n++];
+    w->gpu = r->key.gpu;
+    snprintf(w->family, sizeof(w->family), "%s", r->family ? r->family : "-");
+    snprintf(w->schedule, sizeof(w->schedule), "%s", r->schedule ? r->schedule : "-");
+    w->time_ns = r->time_ns;
+    w->err_norm = r->err_norm;
+    if (s->source && r->source && !(w->source = strdup(r->source)))
+        return -ENOMEM;
+    if (s->json && !(w->json = record_json(r, s->source)))
+        return -ENOMEM;
+    return 0;
+}
+
+static int row_cmp(const void *pa, const void *pb)
+{
+    const row *a = pa, *b = pb;
+    return (a->time_ns > b->time_ns) - (a->time_ns < b->time_ns);
+}
+
+static json_t *query_json(const cli_graph_args *a, const char *sig, const char *cache)
+{
+    json_t *shapes = json_object();
+    for (int i = 0; shapes && i < a->n_bindings; i++)
+        json_object_set_new(shapes, a->bindings[i].name,
+                            json_integer((json_int_t)a->bindings[i].value));
+    return json_pack("{s:s, s:s, s:o*, s:s, s:s}", "graph", a->path, "signature", sig, "shapes",
+                     shapes, "precision", ops_precision_name(a->precision), "cache", cache);
+}
+
+static int list_every_gpu(const cli_graph_args *a, const lookup_opts *o, cache_env *cache,
+                          const cache_key *want, const char *sig, const char *why)
+{
+    fprintf(stderr, "ktune: no GPU here: showing records of every GPU (%s)\n", why);
+    list_state s = {.want = want, .json = a->json, .source = o->source};
+    size_t corrupt = 0;
+    kt_err err = {0};
+    int rc = cache_list(cache, NULL, 0, true, list_cb, &s, &corrupt, &err);
+    int status = CLI_OK;
+    if (rc < 0) {
+        status = rc == -ENOMEM ? cli_error("out of memory listing %s", cache_path(cache))
+                               : cli_error("%s", err.msg);
+        goto out;
+    }
+    if (corrupt)
+        fprintf(stderr, "ktune: %zu corrupt record(s) in %s skipped\n", corrupt,
+                cache_path(cache));
+    qsort(s.rows, s.n, sizeof(*s.rows), row_cmp);
+    if (s.n == 0) {
+        status = cli_error("nothing cached in %s for %s (signature %.12s) at these shapes, "
+                           "precision %s, on any GPU",
+                           cache_path(cache), a->path, sig, ops_precision_name(a->precision));
+        goto out;
+    }
+    if (a->json) {
+        json_t *q = query_json(a, sig, cache_path(cache));
+        json_t *recs = json_array();
+        for (size_t i = 0; recs && i < s.n; i++) {
+            json_array_append_new(recs, s.rows[i].json);
+            s.rows[i].json = NULL;
+        }
+        if (q) {
+            json_object_set_new(q, "gpu", json_null());
+            json_object_set_new(q, "note",
+                                json_string("no GPU here: showing records of every GPU"));
+            json_object_set_new(q, "records", recs ? recs : json_null());
+        }
+        status = cli_print_json(q);
+        goto out;
+    }
+    int wg = 3;
+    for (size_t i = 0; i < s.n; i++)
+        wg = (int)strlen(s.rows[i].gpu.name) > wg ? (int)strlen(s.rows[i].gpu.name) : wg;
+    printf("%-*s  %-6s  %-6s  %-9s  %10s  %-8s  %s\n", wg, "GPU", "DRIVER", "CUDA", "FAMILY",
+           "TIME", "ERROR", "SCHEDULE");
+    for (size_t i = 0; i < s.n; i++) {
+        const row *w = &s.rows[i];
+        char t[32], drv[16], cuda[16];
+        fmt_time(w->time_ns, t, sizeof(t));
+        fmt_version(w->gpu.driver_version, drv, sizeof(drv));
+        fmt_version(w->gpu.cuda_version, cuda, sizeof(cuda));
+        printf("%-*s  %-6s  %-6s  %-9s  %10s  %.2e  %s\n", wg, w->gpu.name, drv, cuda, w->family,
+               t, w->err_norm, w->schedule);
+    }
+    if (o->source && s.rows[0].source)
+        printf("\n%s%s", s.rows[0].source,
+               s.rows[0].source[0] && s.rows[0].source[strlen(s.rows[0].source) - 1] == '\n'
+                   ? ""
+                   : "\n");
+out:
+    for (size_t i = 0; i < s.n; i++) {
+        free(s.rows[i].source);
+        json_decref(s.rows[i].json);
+    }
+    free(s.rows);
+    return status;
+}
+
+int cli_lookup(int argc, char **argv)
+{
+    cli_graph_args a = {.sub = "lookup", .help = lookup_help};
+    lookup_opts o = {0};
+    int status = cli_parse_graph_args(argc, argv, &a, lookup_extra, &o);
+    if (status != CLI_OK)
+        return status;
+    ops_graph *g = NULL, *bound = NULL;
+    if ((status = cli_load_graph(&a, &g, &bound)) != CLI_OK)
+        return status;
+    ktune_runtime *rt = NULL;
+    ktune_kernel *k = NULL;
+    ktune_shape shapes[CLI_MAX_BINDINGS];
+    for (int i = 0; i < a.n_bindings; i++)
+        shapes[i] = (ktune_shape){a.bindings[i].name, a.bindings[i].value};
+    if (a.n_bindings > CACHE_MAX_SHAPES) {
+        status = cli_usage_error("lookup", "more than %d --shape bindings", CACHE_MAX_SHAPES);
+        goto out;
+    }
+    const char *unbound = ops_graph_first_unbound(bound);
+    if (unbound) {
+        status = cli_usage_error("lookup", "dimension %s is not bound: pass --shape %s=VALUE",
+                                 unbound, unbound);
+        goto out;
+    }
+    uint8_t sig[OPS_SIG_BYTES];
+    char sig_hex[2 * OPS_SIG_BYTES + 1];
+    ops_diag d = {0};
+    if (ops_graph_signature(g, sig, &d) < 0) {
+        status = cli_error("%s: %s", a.path, d.msg);
+        goto out;
+    }
+    kt_hex(sig, OPS_SIG_BYTES, sig_hex);
+    ktune_error err = {0};
+    if (ktune_runtime_open(o.cache, &rt, &err) < 0) {
+        status = cli_error("%s", err.msg);
+        goto out;
+    }
+    const char *precision = ops_precision_name(a.precision);
+    cache_gpu here;
+    int rc = ktune_rt_fingerprint(rt, 0, &here, &err);
+    if (rc == -ENODEV) {
+        cache_key want;
+        memset(&want, 0, sizeof(want));
+        memcpy(want.sig, sig, sizeof(sig));
+        want.precision = a.precision;
+        want.n_shapes = a.n_bindings;
+        for (int i = 0; i < want.n_shapes; i++) {
+            snprintf(want.shapes[i].name, sizeof(want.shapes[i].name), "%s", a.bindings[i].name);
+            want.shapes[i].value = a.bindings[i].value;
+        }
+        status = list_every_gpu(&a, &o, ktune_rt_cache(rt), &want, sig_hex, err.msg);
+        goto out;
+    }
+    if (rc < 0) {
+        status = cli_error("%s", err.msg);
+        goto out;
+    }
+    ktune_match match = KTUNE_MATCH_EXACT;
+    rc = ktune_rt_resolve(rt, g, sig, shapes, a.n_bindings, precision, &here, 0, KTUNE_RT_NO_MEMO,
+                          &k, &match, &err);
+    if (rc < 0) {
+        status = cli_error("%s", err.msg);
+        goto out;
+    }
+    const cache_record *r = ktune_rt_kernel_record(k);
+    const char *m = match == KTUNE_MATCH_EXACT ? "exact" : "compatible";
+    if (a.json) {
+        json_t *q = query_json(&a, sig_hex, cache_path(ktune_rt_cache(rt)));
+        if (q) {
+            json_object_set_new(q, "gpu", gpu_json(&here));
+            json_object_set_new(q, "match", json_string(m));
+            json_object_set_new(q, "record", record_json(r, o.source));
+        }
+        status = cli_print_json(q);
+        goto out;
+    }
+    char drv[16], cuda[16];
+    fmt_version(here.driver_version, drv, sizeof(drv));
+    fmt_version(here.cuda_version, cuda, sizeof(cuda));
+    printf("graph      %s (signature %.12s), %s\n", a.path, sig_hex, precision);
+    printf("this GPU   %s (sm_%d%d, %d SMs), driver %s, CUDA %s\n", here.name, here.sm_major,
+           here.sm_minor, here.sm_count, drv, cuda);
+    print_record(r, match == KTUNE_MATCH_EXACT
+                        ? "exact (tuned on this GPU, driver and toolkit)"
+                        : "compatible (same GPU model, other driver or toolkit: correct, possibly "
+                          "not the fastest here)");
+    if (o.source && r->source)
+        printf("\n%s%s", r->source,
+               r->source_len && r->source[r->source_len - 1] == '\n' ? "" : "\n");
+    status = CLI_OK;
+out:
+    ktune_rt_kernel_free(k);
+    ktune_runtime_close(rt);
+    ops_graph_free(bound);
+    ops_graph_free(g);
+    return status;
+}

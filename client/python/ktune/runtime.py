@@ -1,0 +1,336 @@
+"""The deploy-time runtime (ktune_runtime_open ... ktune_launch): look a tuned kernel up in a
+cache, without the daemon, and launch it on PyTorch tensors.
+
+torch is imported only by Kernel.__call__ and Kernel.prepack: opening a cache and looking kernels
+up work without it."""
+
+import ctypes
+import errno
+import sys
+from dataclasses import dataclass
+
+from . import _lib
+from ._lib import lib
+from ._lib import KtuneError
+from .graph import Graph, shapes_array, shapes_items
+
+MATCHES = ("exact", "compatible")
+_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError("ktune.Kernel needs PyTorch to launch on tensors (pip install torch); "
+                          "lookups work without it") from e
+    return torch
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    match: str  # "exact": tuned on this GPU, driver and toolkit; "compatible": same GPU model
+    family: str
+    schedule: str
+    source: str  # the CUDA C source
+    time_ns: float
+    err_norm: float
+    tolerance: float
+    cublaslt_ns: float
+    workspace_bytes: int
+    n_launches: int
+    n_inputs: int
+    n_outputs: int
+    gpu: str
+    driver_version: int
+    cuda_version: int
+
+    def __getitem__(self, key):
+        """info["family"] as well as info.family."""
+        if key not in self.__dataclass_fields__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+
+def _device_index(device):
+    """None -> PyTorch's current device when torch is in use, else -1 (the library decides:
+    the current context's device, else 0); int, "cuda:1" or torch.device -> its index."""
+    if device is None:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            return torch.cuda.current_device()
+        return -1
+    if isinstance(device, bool):
+        raise TypeError("device: expected an index, 'cuda:N' or a torch.device, not a bool")
+    if hasattr(device, "__index__"):
+        return int(device)
+    kind = getattr(device, "type", None)
+    if kind is not None:  # torch.device
+        if kind != "cuda":
+            raise ValueError(f"device: {device} is not a CUDA device")
+        return 0 if device.index is None else device.index
+    if isinstance(device, str):
+        if device == "cuda":
+            return 0
+        if device.startswith("cuda:") and device[5:].isdigit():
+            return int(device[5:])
+    raise ValueError(f"device: {device!r} is not a CUDA device index, 'cuda:N' or a "
+                     "torch.device")
+
+
+class Runtime:
+    """A kernel cache opened read-only. cache_dir None: $KTUNE_CACHE, else
+    /var/lib/ktune/cache. Needs only read access. Kernels from it are valid until close()."""
+
+    def __init__(self, cache_dir=None):
+        err, handle = _lib.ktune_error(), ctypes.c_void_p()
+        self.cache_dir = cache_dir
+        rc = lib.ktune_runtime_open(_lib.encode(cache_dir), ctypes.byref(handle),
+                                    ctypes.byref(err))
+        _lib.check(rc, err, f"ktune_runtime_open {cache_dir or '(default)'}")
+        self._handle = handle
+        self._kernels = {}  # ktune_kernel pointer -> _KernelFixed
+
+    def _h(self):
+        if self._handle is None:
+            raise ValueError("ktune.Runtime: closed (its kernels are no longer valid)")
+        return self._handle
+
+    def close(self, _close=lib.ktune_runtime_close):
+        """Unloads every module and closes the cache; every Kernel from here becomes invalid."""
+        h, self._handle = getattr(self, "_handle", None), None
+        if h is not None and h.value:
+            _close(h)
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def lookup(self, graph, shapes, precision="exact", device=None):
+        """The best verified kernel for (graph, shapes, precision) on a CUDA device, loaded.
+        Raises KtuneError: ENOENT when nothing is cached for that key, ENODEV without a driver
+        or device. Repeated lookups are served from memory (keep the Kernel for the hot path:
+        a lookup costs tens of microseconds, a launch a few)."""
+        g = graph if isinstance(graph, Graph) else Graph(graph)
+        items = shapes_items(shapes)
+        arr, n = shapes_array(items)
+        dev = _device_index(device)
+        k, match, err = ctypes.c_void_p(), ctypes.c_int(), _lib.ktune_error()
+        rc = lib.ktune_lookup(self._h(), g.handle, arr, n, _lib.encode(precision), dev,
+                              ctypes.byref(k), ctypes.byref(match), ctypes.byref(err))
+        _lib.check(rc, err, "ktune_lookup")
+        fixed = self._kernels.get(k.value)
+        if fixed is None:  # what the C kernel says about itself, once per loaded kernel
+            fixed = self._kernels[k.value] = _KernelFixed(k)
+        return Kernel(self, k, g, items, precision, None if dev < 0 else dev, fixed)
+
+    def __repr__(self):
+        return f"<ktune.Runtime {self.cache_dir or '(default cache)'}>"
+
+
+class _KernelFixed:
+    """The parts of a loaded kernel that never change: info, workspace and prepack sizes."""
+
+    def __init__(self, k):
+        info = _lib.ktune_kernel_info()
+        lib.ktune_kernel_get_info(k, ctypes.byref(info))
+        self.info = KernelInfo(
+            match=MATCHES[info.match] if 0 <= info.match < len(MATCHES) else str(info.match),
+            family=_lib.text(info.family), schedule=_lib.text(info.schedule),
+            source=_lib.text(info.source), time_ns=info.time_ns, err_norm=info.err_norm,
+            tolerance=info.tolerance, cublaslt_ns=info.cublaslt_ns,
+            workspace_bytes=int(info.workspace_bytes), n_launches=info.n_launches,
+            n_inputs=info.n_inputs, n_outputs=info.n_outputs, gpu=_lib.text(info.gpu),
+            driver_version=info.driver_version, cuda_version=info.cuda_version)
+        self.workspace_size = int(lib.ktune_kernel_workspace_size(k))
+        self.packed = tuple(int(lib.ktune_prepack_size(k, i)) for i in range(info.n_inputs))
+
+
+def _raw_stream_getter(torch):
+    """device -> the current CUstream of that device as an int, the cheapest way torch has."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda device: torch.cuda.current_stream(device).cuda_stream
+
+
+class Kernel:
+    """A tuned kernel loaded on one device (owned by its Runtime).
+
+    kernel(*inputs, out=None, workspace=None, stream=None) launches it on CUDA tensors given in
+    the graph's canonical input order (kernel.inputs, graph.inputs) and returns the output
+    tensor (a tuple when the graph has several outputs). Each tensor's device, dtype, shape
+    and contiguity are checked against the graph with its shapes bound (a ValueError names the
+    tensor at fault); outputs and workspace are allocated with torch unless given; the launch
+    goes on torch.cuda.current_stream() unless stream (a torch.cuda.Stream or a CUstream
+    handle) is given. Like any kernel launch it is asynchronous. No autograd."""
+
+    def __init__(self, runtime, handle, graph, shapes, precision, device, fixed):
+        self.runtime, self._k, self.graph = runtime, handle, graph
+        self.precision, self.device = precision, device
+        self.shapes = dict(shapes)
+        self.inputs, self.outputs = graph.describe(shapes)  # canonical order, bound
+        self.info, self.match = fixed.info, fixed.info.match
+        self.workspace_size = fixed.workspace_size
+        self._packed = fixed.packed
+        if len(self._packed) != len(self.inputs) or self.info.n_outputs != len(self.outputs):
+            raise KtuneError(-errno.EPROTO, f"kernel for {graph.name!r} takes "
+                             f"{len(self._packed)} inputs and {self.info.n_outputs} outputs, "
+                             f"the graph has {len(self.inputs)} and {len(self.outputs)}")
+        self._t = None  # per-tensor torch dtypes, filled at the first call
+
+    def _h(self):
+        self.runtime._h()  # raises once the runtime is closed
+        return self._k
+
+    def prepack_size(self, i):
+        """Bytes of the packed form of input i (index or name; 0: pass the tensor as it is)."""
+        return self._packed[self._input_index(i)]
+
+    def _input_index(self, i):
+        if isinstance(i, str):
+            names = [d.name for d in self.inputs]
+            if i not in names:
+                raise ValueError(f"no input named {i!r} (inputs: {', '.join(names)})")
+            return names.index(i)
+        if not 0 <= int(i) < len(self.inputs):
+            raise IndexError(f"input {i} out of range (the graph has {len(self.inputs)})")
+        return int(i)
+
+    # ---- launching (PyTorch) ----
+
+    def _torch_state(self):
+        if self._t is None:
+            torch = _torch()
+            dt = lambda d: getattr(torch, _TORCH_DTYPES[d.dtype])  # noqa: E731
+            self._t = (torch, [dt(d) for d in self.inputs], [dt(d) for d in self.outputs],
+                       _raw_stream_getter(torch))
+        return self._t
+
+    def _check(self, torch, what, t, desc, want, device):
+        """Checks one tensor against its TensorDesc; returns its device index."""
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{what} '{desc.name}': expected a torch.Tensor, got "
+                            f"{type(t).__name__}")
+        if not t.is_cuda:
+            raise ValueError(f"{what} '{desc.name}': is on {t.device}, not on a CUDA device")
+        index = t.device.index
+        if device is not None and index != device:
+            raise ValueError(f"{what} '{desc.name}': is on {t.device}, but this kernel runs "
+                             f"on cuda:{device}")
+        if t.dtype != want:
+            raise ValueError(f"{what} '{desc.name}': dtype is {t.dtype}, expected {want} "
+                             f"({desc.dtype})")
+        if t.shape != desc.shape:
+            raise ValueError(f"{what} '{desc.name}': shape is {list(t.shape)}, expected "
+                             f"{list(desc.shape)} (shapes {self._shape_text()})")
+        if not t.is_contiguous():
+            raise ValueError(f"{what} '{desc.name}': is not contiguous (call .contiguous())")
+        return index
+
+    def _shape_text(self):
+        return ", ".join(f"{k}={v}" for k, v in self.shapes.items()) or "none"
+
+    def _stream(self, torch, stream, device, raw_stream):
+        """(CUstream as int, torch stream object or None when it is the current one)."""
+        if stream is None:
+            return raw_stream(device), None
+        if isinstance(stream, torch.cuda.Stream):
+            return stream.cuda_stream, stream
+        if hasattr(stream, "__index__"):
+            return int(stream), torch.cuda.ExternalStream(int(stream), device=device)
+        raise TypeError(f"stream: expected a torch.cuda.Stream or a CUstream handle (int), "
+                        f"not {type(stream).__name__}")
+
+    def __call__(self, *inputs, out=None, workspace=None, stream=None):
+        torch, in_dt, out_dt, raw_stream = self._torch_state()
+        n_in = len(self.inputs)
+        if len(inputs) != n_in:
+            names = ", ".join(d.name for d in self.inputs)
+            raise TypeError(f"kernel takes {n_in} inputs ({names}), got {len(inputs)}")
+        device = self.device
+        for i in range(n_in):
+            if self._packed[i]:
+                device = self._check_packed(torch, inputs[i], i, device)
+            else:
+                device = self._check(torch, f"input {i}", inputs[i], self.inputs[i], in_dt[i],
+                                     device)
+        s, s_obj = self._stream(torch, stream, device, raw_stream)
+        allocated = []
+        if out is None:
+            outs = [torch.empty(d.shape, dtype=dt, device=inputs[0].device)
+                    for d, dt in zip(self.outputs, out_dt)]
+            allocated += outs
+        else:
+            outs = [out] if isinstance(out, torch.Tensor) else list(out)
+            if len(outs) != len(self.outputs):
+                raise TypeError(f"out: the kernel has {len(self.outputs)} outputs, got "
+                                f"{len(outs)}")
+            for i, t in enumerate(outs):
+                self._check(torch, f"output {i}", t, self.outputs[i], out_dt[i], device)
+        ws = self._workspace(torch, workspace, device)
+        if ws is not None and workspace is None:
+            allocated.append(ws)
+        in_arr = (ctypes.c_void_p * n_in)(*[t.data_ptr() for t in inputs])
+        out_arr = (ctypes.c_void_p * len(outs))(*[t.data_ptr() for t in outs])
+        err = _lib.ktune_error()
+        rc = lib.ktune_launch(self._h(), in_arr, out_arr,
+                              ws.data_ptr() if ws is not None else None, s, ctypes.byref(err))
+        _lib.check(rc, err, "ktune_launch")
+        if s_obj is not None and allocated and s_obj != torch.cuda.current_stream(device):
+            # Memory allocated here on the current stream is used on s: keep the caching
+            # allocator from reusing it before s gets there.
+            for t in allocated:
+                t.record_stream(s_obj)
+        if out is not None:
+            return out
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _check_packed(self, torch, t, i, device):
+        name = self.inputs[i].name
+        if (not isinstance(t, torch.Tensor) or t.dtype != torch.uint8
+                or t.numel() != self._packed[i] or not t.is_cuda or not t.is_contiguous()):
+            raise ValueError(f"input {i} '{name}': this kernel wants it pre-packed "
+                             f"({self._packed[i]} bytes): pass kernel.prepack({i}, {name})")
+        if device is not None and t.device.index != device:
+            raise ValueError(f"input {i} '{name}': is on {t.device}, but this kernel runs on "
+                             f"cuda:{device}")
+        return t.device.index
+
+    def _workspace(self, torch, workspace, device):
+        if self.workspace_size == 0:
+            return None
+        if workspace is None:
+            return torch.empty(self.workspace_size, dtype=torch.uint8, device=f"cuda:{device}")
+        if (not isinstance(workspace, torch.Tensor) or not workspace.is_cuda
+                or workspace.device.index != device or not workspace.is_contiguous()):
+            raise ValueError(f"workspace: expected a contiguous tensor on cuda:{device}")
+        have = workspace.numel() * workspace.element_size()
+        if have < self.workspace_size:
+            raise ValueError(f"workspace: {have} bytes, the kernel needs {self.workspace_size}")
+        return workspace
+
+    def prepack(self, i, tensor, stream=None):
+        """The packed form of const input i (index or name) as a uint8 CUDA tensor: pack once at
+        load time and pass the result as that input to every call."""
+        torch, in_dt, _, raw_stream = self._torch_state()
+        i = self._input_index(i)
+        device = self._check(torch, f"input {i}", tensor, self.inputs[i], in_dt[i], self.device)
+        s, s_obj = self._stream(torch, stream, device, raw_stream)
+        dst = torch.empty(max(self._packed[i], 1), dtype=torch.uint8,
+                          device=tensor.device)[:self._packed[i]]
+        err = _lib.ktune_error()
+        rc = lib.ktune_prepack(self._h(), i, tensor.data_ptr(), dst.data_ptr(), s,
+                               ctypes.byref(err))
+        _lib.check(rc, err, "ktune_prepack")
+        if s_obj is not None and s_obj != torch.cuda.current_stream(device):
+            dst.record_stream(s_obj)
+        return dst
+
+    def __repr__(self):
+        return (f"<ktune.Kernel {self.graph.name!r} {self.info.family} {self.match} "
+                f"{self.info.time_ns / 1000:.2f} us on {self.info.gpu or '?'}>")

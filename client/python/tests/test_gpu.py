@@ -1,0 +1,106 @@
+"""On a GPU: tune with the real ktune-worker, look the winners up and call them on torch tensors,
+compared with torch. Skipped without PyTorch, a CUDA device, or the built worker.
+
+The worker: $KTUNE_WORKER, else the build's search/ktune-worker; the CLI: $KTUNE_BIN, else the
+build's client/ktune."""
+
+import errno
+import os
+
+import pytest
+
+from conftest import ROOT, build_path, have_cuda_torch, tune_local
+
+import ktune
+
+pytestmark = pytest.mark.gpu
+
+ok, why = have_cuda_torch()
+if not ok:
+    pytest.skip(why, allow_module_level=True)
+
+import torch  # noqa: E402
+
+SOFTMAX = os.path.join(ROOT, "examples", "softmax.json")
+GEMM = os.path.join(ROOT, "examples", "gemm_bias_relu.json")
+SOFTMAX_SHAPES = {"M": 256, "N": 1024}
+GEMM_SHAPES = {"M": 256}
+
+
+def _exe(env, *parts):
+    p = os.environ.get(env) or build_path(*parts)
+    if not os.access(p, os.X_OK):
+        pytest.skip(f"{p} is not built (set {env})")
+    return p
+
+
+@pytest.fixture(scope="module")
+def gpu_cache(tmp_path_factory):
+    cli = _exe("KTUNE_BIN", "client", "ktune")
+    worker = _exe("KTUNE_WORKER", "search", "ktune-worker")
+    cache = str(tmp_path_factory.mktemp("gpu") / "cache")
+    tune_local(cli, worker, cache, SOFTMAX, SOFTMAX_SHAPES, budget="20s")
+    tune_local(cli, worker, cache, GEMM, GEMM_SHAPES, budget="30s")
+    with ktune.Runtime(cache) as rt:
+        yield rt
+
+
+def test_softmax_matches_torch(gpu_cache):
+    k = gpu_cache.lookup(SOFTMAX, SOFTMAX_SHAPES)
+    assert k.match == "exact" and k.info.n_inputs == 1 and k.info.n_outputs == 1
+    assert k.info.source and k.info.time_ns > 0
+    assert gpu_cache.lookup(SOFTMAX, SOFTMAX_SHAPES)._k.value == k._k.value  # memoised
+    x = torch.randn(256, 1024, device="cuda") * 4
+    y = k(x)
+    assert y.shape == x.shape and y.dtype == torch.float32 and y.device == x.device
+    torch.testing.assert_close(y, torch.softmax(x, dim=-1), rtol=1e-5, atol=1e-6)
+
+    # out= and a side stream: the result lands in the given tensor, ordered on that stream
+    out = torch.full_like(x, float("nan"))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    assert k(x, out=out, stream=s) is out
+    s.synchronize()
+    torch.testing.assert_close(out, torch.softmax(x, dim=-1), rtol=1e-5, atol=1e-6)
+
+
+def test_gemm_bias_relu_matches_torch(gpu_cache):
+    g = ktune.Graph(GEMM)
+    k = gpu_cache.lookup(g, GEMM_SHAPES)
+    t = {"A": torch.randn(256, 512, device="cuda", dtype=torch.float16),
+         "W": torch.randn(512, 256, device="cuda", dtype=torch.float16) / 16,
+         "bias": torch.randn(256, device="cuda", dtype=torch.float16)}
+    args = []
+    for i, name in enumerate(g.inputs):  # canonical order
+        args.append(k.prepack(i, t[name]) if k.prepack_size(i) else t[name])
+    ws = None
+    if k.workspace_size:
+        ws = torch.zeros(k.workspace_size, dtype=torch.uint8, device="cuda")
+    y = k(*args, workspace=ws)
+    want = torch.relu(t["A"].float() @ t["W"].float() + t["bias"].float())
+    torch.testing.assert_close(y.float(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_inputs_are_checked(gpu_cache):
+    k = gpu_cache.lookup(SOFTMAX, SOFTMAX_SHAPES)
+    x = torch.randn(256, 1024, device="cuda")
+    cases = [
+        ((x.half(),), ValueError, "input 0 'x': dtype is torch.float16"),
+        ((x[:128],), ValueError, "input 0 'x': shape is [128, 1024], expected [256, 1024]"),
+        ((x.cpu(),), ValueError, "input 0 'x': is on cpu"),
+        ((x.t().contiguous().t(),), ValueError, "not contiguous"),
+        ((x, x), TypeError, "kernel takes 1 inputs (x), got 2"),
+        (([1.0],), TypeError, "expected a torch.Tensor"),
+    ]
+    for args, exc, needle in cases:
+        with pytest.raises(exc) as e:
+            k(*args)
+        assert needle in str(e.value)
+    with pytest.raises(ValueError, match="output 0 'y'"):
+        k(x, out=torch.empty(256, 1024, device="cuda", dtype=torch.float16))
+
+
+def test_missing_key_raises_enoent(gpu_cache):
+    with pytest.raises(ktune.KtuneError) as e:
+        gpu_cache.lookup(SOFTMAX, {"M": 3, "N": 5})
+    assert e.value.errno == errno.ENOENT

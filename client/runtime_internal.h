@@ -1,0 +1,54 @@
+/* Private to libktune and its tests, benchmark and CLI: the deploy-time runtime's entry points
+ * below ktune_lookup. They resolve a key to a cached record exactly as ktune_lookup does (the
+ * exact fingerprint first, then a compatible GPU's record), optionally for a fingerprint given
+ * by the caller instead of one read off a GPU, and without loading anything: so the lookup
+ * logic runs, and is tested and measured, on machines without a GPU.
+ *
+ * Linked statically (libktune_dep); none of this is exported from libktune.so. */
+#pragma once
+
+#include "cache/cache.h"
+#include "ktune.h"
+#include "ops/family.h"
+
+/* ktune_rt_resolve flags */
+enum {
+    KTUNE_RT_NO_MEMO = 1u << 0, /* read the cache every time; the caller frees the result with
+                                   ktune_rt_kernel_free. Without it the result is memoised in rt
+                                   (key: no context, encoded key) and owned by rt. */
+};
+
+/* Resolves (g, shapes, precision) for the GPU fingerprint fp (NULL: the fingerprint of CUDA
+ * device `device`, which loads the driver; -1 means device 0 here) without loading a module:
+ * the returned kernel has its record, match and info, but ktune_launch refuses it (-ENODEV).
+ * g is validated and symbolic; sig its ops_graph_signature. precision NULL: "exact". Errors as
+ * ktune_lookup's. Thread-safe. */
+int ktune_rt_resolve(ktune_runtime *rt, const ops_graph *g, const uint8_t sig[OPS_SIG_BYTES],
+                     const ktune_shape *shapes, int n_shapes, const char *precision,
+                     const cache_gpu *fp, int device, unsigned flags, ktune_kernel **out,
+                     ktune_match *match, ktune_error *err);
+/* Frees a kernel resolved with KTUNE_RT_NO_MEMO; NULL is a no-op. Never for memoised ones. */
+void ktune_rt_kernel_free(ktune_kernel *k);
+/* The record behind a kernel; valid while the kernel is. */
+const cache_record *ktune_rt_kernel_record(const ktune_kernel *k);
+
+/* The fingerprint of CUDA device `device` (-1: device 0) as ktune-worker computes it, so keys
+ * written by a tuner on this GPU match: name, compute capability, SM count, total memory, the
+ * driver's version, and cuda_version = the version libnvrtc.so.13 reports (what the worker's
+ * NVRTC says), else the toolkit libktune was built with. -ENODEV without a driver or device. */
+int ktune_rt_fingerprint(ktune_runtime *rt, int device, cache_gpu *out, ktune_error *err);
+
+/* The cache the runtime reads; valid until ktune_runtime_close. */
+cache_env *ktune_rt_cache(ktune_runtime *rt);
+
+/* True when a record tuned on `tuned` may serve `here` as KTUNE_MATCH_COMPATIBLE: same name,
+ * compute capability, SM count and memory (driver and toolkit may differ). */
+bool ktune_rt_gpu_compatible(const cache_gpu *here, const cache_gpu *tuned);
+
+/* True when the record's key is (sig, precision, shapes) — whatever its GPU. shapes as in
+ * cache_key (any order). For listing every GPU's record of one graph and binding. */
+bool ktune_rt_key_matches(const cache_key *rec_key, const cache_key *want);
+
+/* Parses a schedule as ops_schedule_format prints it ("library heuristic=3"). 0 or -EINVAL
+ * with the reason in err. */
+int ktune_rt_schedule_parse(const char *text, ops_schedule *out, kt_err *err);

@@ -1,0 +1,41 @@
+/* ktuned's configuration: built-in defaults, then the config file (`key = value` lines, the keys
+ * being the long option names), then the command line, each overriding the one before. */
+#pragma once
+
+#include "ops/util.h"
+
+#define KD_DEFAULT_SOCKET      "/run/ktune/ktuned.sock"
+#define KD_DEFAULT_CACHE       "/var/lib/ktune/cache"
+#define KD_DEFAULT_CONFIG      "/etc/ktune/ktuned.conf"
+#define KD_DEFAULT_MAX_CLIENTS 4096
+#define KD_DEFAULT_BUDGET_MAX  86400.0
+#define KD_MAX_GPUS            64
+#define KD_SOCKET_PATH_MAX     108 /* sizeof(sockaddr_un.sun_path) */
+#define KD_PATH_MAX            4096
+
+typedef struct kd_config {
+    char config[KD_PATH_MAX]; /* the file read, "" when the default was absent */
+    char socket[KD_SOCKET_PATH_MAX];
+    char cache[KD_PATH_MAX];
+    char worker[KD_PATH_MAX]; /* "" : srch_worker_opts' lookup */
+    bool gpus_auto;
+    int n_gpus;
+    int gpus[KD_MAX_GPUS]; /* CUDA device indices, when not auto */
+    int compile_jobs;      /* in all, split across GPUs; 0: one per CPU */
+    int max_clients;
+    int log_level; /* KT_LOG_* */
+    double budget_max_s;
+} kd_config;
+
+enum kd_config_result {
+    KD_CONFIG_RUN = 0,  /* start the daemon */
+    KD_CONFIG_EXIT = 1, /* --help or --version was printed: exit 0 */
+};
+
+/* Fills c from the defaults ($KTUNE_SOCKET, $KTUNE_CACHE), the config file (--config PATH, else
+ * KD_DEFAULT_CONFIG when it exists) and argv. Returns KD_CONFIG_RUN, KD_CONFIG_EXIT, or -EINVAL
+ * with one line in err: "PATH:LINE: ..." for the file, "--opt: ..." for the command line. */
+int kd_config_load(kd_config *c, int argc, char **argv, kt_err *err);
+
+/* Parses "90", "90s", "1.5m", "2h" into seconds; -1 when malformed or not > 0. */
+double kd_parse_duration(const char *s);

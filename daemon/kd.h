@@ -1,0 +1,301 @@
+/* ktuned's internals: the daemon, its connections, jobs and GPUs, and the functions the daemon's
+ * files share. Everything here runs on the loop thread unless a comment says otherwise; the only
+ * other threads are the GPU threads (gpu.c), which touch nothing of this but their kd_gpu's
+ * thread-side fields and the event queue.
+ *
+ * Files: main.c (start-up, shutdown), config.c, frame.c (framing), server.c (socket,
+ * connections, reading and writing), proto.c (envelope, dispatch, argument checks, packing),
+ * ops.c (the op handlers), jobs.c (job table, journal, scheduling, watches), gpu.c (GPU threads
+ * and the event queue), notify.c (systemd). */
+#pragma once
+
+#include "config.h"
+#include "frame.h"
+
+#include "cache/cache.h"
+#include "search/tune.h"
+
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#define KD_LOG_SERVER "server"
+#define KD_LOG_JOBS   "jobs"
+#define KD_LOG_GPU    "gpu"
+#define KD_LOG_MAIN   "ktuned"
+
+#define KD_TICK_S          0.25 /* watch events at most this often; also the journal/status tick */
+#define KD_SAVE_PERIOD_S   1.0  /* a running job's progress reaches the journal this often */
+#define KD_MIN_RESUME_S    5.0  /* budget given to a resumed job whose budget is spent */
+#define KD_ABORT_AFTER_S   5.0  /* at shutdown, abort GPU workers still busy after this */
+#define KD_GIVE_UP_AFTER_S 8.5  /* at shutdown, stop waiting for GPU threads after this */
+
+typedef struct kd_daemon kd_daemon;
+typedef struct kd_conn kd_conn;
+typedef struct kd_job kd_job;
+typedef struct kd_gpu kd_gpu;
+
+/* ---- connections (server.c) ---- */
+
+struct kd_conn {
+    uv_pipe_t pipe; /* pipe.data = this */
+    kd_daemon *d;
+    uint64_t serial; /* for log lines */
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    uint8_t *rx; /* bytes read and not yet consumed: the current message starts at rx + rx_off */
+    size_t rx_off, rx_len, rx_cap;
+    kd_scan scan;
+    size_t queued; /* reply bytes given to uv_write and not yet written */
+    int n_watches; /* watches registered by this connection (jobs.c) */
+    bool closing;  /* no more reading or replying */
+    kd_conn *prev, *next;
+};
+
+int kd_server_listen(kd_daemon *d, kt_err *err);
+/* Stops accepting and removes the socket file this process created. */
+void kd_server_stop_listening(kd_daemon *d);
+/* Sends the encoded message in sb (taking its buffer; sb is left empty). A reply queue over
+ * KD_MAX_QUEUED closes the connection. Returns 0 or a negative errno (message dropped). */
+int kd_conn_send(kd_conn *c, msgpack_sbuffer *sb);
+/* Closes the connection now (pending replies are dropped); why is logged. */
+void kd_conn_close(kd_conn *c, const char *why);
+/* Closes every connection (shutdown). */
+void kd_server_close_all(kd_daemon *d);
+
+/* ---- requests (proto.c) ---- */
+
+typedef struct kd_req {
+    kd_daemon *d;
+    kd_conn *c;
+    const char *op; /* the op's name, for messages */
+    uint64_t id;
+    const msgpack_object *msg; /* the whole request map */
+    msgpack_sbuffer body;      /* the reply's result fields, packed by the handler */
+    msgpack_packer pk;
+    uint32_t n_fields;
+    kd_job *end_job; /* set by watch: send the job's "end" event right after the reply */
+    kt_err err;
+} kd_req;
+
+typedef int (*kd_handler)(kd_req *r);
+
+enum kd_op_flags {
+    KD_OP_REFUSED_STOPPING = 1u << 0, /* ESHUTDOWN once shutdown has begun */
+};
+
+typedef struct kd_op {
+    const char *name;
+    kd_handler fn;
+    unsigned flags;
+} kd_op;
+
+/* The ops (ops.c); the table ends with a NULL name. */
+extern const kd_op kd_ops[];
+
+/* Handles one complete request map from c (envelope, dispatch, reply). */
+void kd_dispatch(kd_conn *c, const msgpack_object *msg);
+
+/* Starts a result field of the reply: packs key and returns the packer for its value. */
+msgpack_packer *kd_field(kd_req *r, const char *key);
+/* The request's argument key, or NULL when absent or nil. */
+const msgpack_object *kd_arg(const kd_req *r, const char *key);
+/* Argument readers: absent -> the default (or -EINVAL when required); wrong type or out of range
+ * -> -EINVAL with "<op>: '<key>' must be ..." in r->err. */
+int kd_arg_uint(kd_req *r, const char *key, bool required, uint64_t def, uint64_t *out);
+int kd_arg_int(kd_req *r, const char *key, int64_t lo, int64_t hi, int64_t def, int64_t *out);
+int kd_arg_num(kd_req *r, const char *key, double lo, double hi, double def, double *out);
+int kd_arg_bool(kd_req *r, const char *key, bool def, bool *out);
+int kd_arg_str(kd_req *r, const char *key, char *buf, size_t cap, const char *def);
+/* Sets r->err and returns code: "<op>: <message>". */
+int kd_fail(kd_req *r, int code, const char *fmt, ...) KT_PRINTF(3, 4);
+
+/* msgpack helpers for replies and events. */
+void kd_pack_str(msgpack_packer *pk, const char *s);
+void kd_pack_kstr(msgpack_packer *pk, const char *k, const char *v);
+void kd_pack_kint(msgpack_packer *pk, const char *k, int64_t v);
+void kd_pack_kuint(msgpack_packer *pk, const char *k, uint64_t v);
+void kd_pack_kf64(msgpack_packer *pk, const char *k, double v);
+void kd_pack_kbool(msgpack_packer *pk, const char *k, bool v);
+void kd_pack_job(msgpack_packer *pk, const kd_job *j);
+void kd_pack_gpu(msgpack_packer *pk, const kd_gpu *g);
+/* Sends {"id", "event", "job"} to c. */
+void kd_send_event(kd_conn *c, uint64_t id, const char *event, const kd_job *j);
+
+/* ---- jobs (jobs.c) ---- */
+
+typedef enum kd_stop { KD_STOP_NONE = 0, KD_STOP_CANCEL, KD_STOP_SHUTDOWN } kd_stop;
+
+typedef struct kd_watch {
+    kd_conn *c;
+    uint64_t id; /* the watch request's id */
+} kd_watch;
+
+struct kd_job {
+    cache_job j;   /* what the journal holds; j.graph owned */
+    char phase[16]; /* while running: the search phase */
+    int failures[SRCH_STATUS_COUNT];
+    kd_watch *watches;
+    size_t n_watches, cap_watches;
+    bool progressed; /* progress not yet sent to the watchers */
+    double saved_at; /* monotonic time of the last journal write while running */
+    double elapsed0; /* elapsed_s when the current attempt started */
+    kd_stop stop;
+    int slot;   /* index in d->gpus running it, -1 */
+    int ran_on; /* CUDA index of the GPU running it or that ran it (this process), -1 */
+};
+
+/* A submission, checked by the submit handler. graph is borrowed. */
+typedef struct kd_submit {
+    const ops_graph *graph; /* validated */
+    uint8_t sig[OPS_SIG_BYTES];
+    int n_shapes;
+    cache_bound shapes[CACHE_MAX_SHAPES]; /* sorted by name */
+    ops_precision precision;
+    double budget_s, tolerance;
+    int priority, gpu;
+    char name[64];
+} kd_submit;
+
+/* Loads the journal: every job into memory, `running` ones back to `queued`. */
+int kd_jobs_load(kd_daemon *d, kt_err *err);
+void kd_jobs_free(kd_daemon *d);
+kd_job *kd_jobs_find(kd_daemon *d, uint64_t id);
+/* Joins an identical queued/running/done job, or creates one (journal written before return). */
+int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined, kt_err *err);
+/* queued -> cancelled now; running -> its cancel flag. -EINVAL when already finished. */
+int kd_jobs_cancel(kd_daemon *d, kd_job *j, kt_err *err);
+/* Hands the best queued jobs to idle GPUs. */
+void kd_jobs_schedule(kd_daemon *d);
+void kd_jobs_count(const kd_daemon *d, int counts[CACHE_JOB_STATE_COUNT]);
+bool kd_job_finished(const kd_job *j);
+/* Registers a watch (events until the job ends). -ENOMEM. */
+int kd_jobs_watch(kd_job *j, kd_conn *c, uint64_t id);
+/* Drops every watch of c (the connection is closing). */
+void kd_jobs_forget_conn(kd_daemon *d, kd_conn *c);
+/* Every KD_TICK_S: progress events, journal saves of running jobs. */
+void kd_jobs_tick(kd_daemon *d);
+/* Results from GPU threads, on the loop thread. */
+void kd_jobs_on_progress(kd_daemon *d, int slot, uint64_t job, const srch_tune_progress *p,
+                         const char *phase);
+void kd_jobs_on_finish(kd_daemon *d, int slot, uint64_t job, int rc, const char *msg,
+                       const srch_tune_result *res);
+/* Shutdown: every running job's cancel flag, with the "shutting down" reason. */
+void kd_jobs_stop_all(kd_daemon *d);
+
+/* ---- GPUs (gpu.c) ---- */
+
+typedef enum kd_gpu_state { KD_GPU_STARTING = 0, KD_GPU_IDLE, KD_GPU_BUSY, KD_GPU_DOWN } kd_gpu_state;
+const char *kd_gpu_state_name(kd_gpu_state s);
+
+/* What the loop hands a GPU thread: a copy of the job's inputs, owned by the thread. */
+typedef struct kd_run {
+    uint64_t job;
+    uint8_t *graph;
+    size_t graph_len;
+    int n_shapes;
+    cache_bound shapes[CACHE_MAX_SHAPES];
+    ops_precision precision;
+    double tolerance, budget_s;
+} kd_run;
+
+struct kd_gpu {
+    kd_daemon *d;
+    int slot;  /* index in d->gpus */
+    int index; /* CUDA device index */
+    int compile_jobs;
+    /* shared with the thread, under lock */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    kd_run *run; /* the next job, taken by the thread */
+    bool quit;
+    srch_worker *worker; /* live while the thread holds a started worker */
+    atomic_bool cancel;
+    uv_thread_t thread;
+    bool thread_started, thread_exited;
+    /* loop thread only */
+    kd_gpu_state state;
+    uint64_t job; /* running job, 0: none */
+    cache_gpu fp;
+    char arch[16];
+    int restarts;
+    char error[256];
+};
+
+/* Creates d->gpus from the configuration (auto: /proc/driver/nvidia/gpus) and starts a thread
+ * per GPU; each starts its worker and compile pool and reports up or down. */
+int kd_gpus_start(kd_daemon *d, kt_err *err);
+/* Gives job j to the idle GPU in slot (the job must be queued; it becomes running). */
+int kd_gpu_assign(kd_daemon *d, int slot, kd_job *j, kt_err *err);
+/* Sets the cancel flag of the job running in slot. */
+void kd_gpu_cancel(kd_daemon *d, int slot);
+/* Shutdown: every thread quits after its job; abort kills the workers of busy GPUs. */
+void kd_gpus_quit(kd_daemon *d);
+void kd_gpus_abort(kd_daemon *d);
+/* True when every GPU thread has exited (or was never started). */
+bool kd_gpus_exited(const kd_daemon *d);
+/* Joins exited threads and frees d->gpus; threads still running are left (gave up). */
+void kd_gpus_free(kd_daemon *d);
+/* GPUs that are idle or busy. */
+int kd_gpus_usable(const kd_daemon *d);
+/* Slot of CUDA device index, -1 when not configured. */
+int kd_gpu_slot(const kd_daemon *d, int index);
+
+/* The event queue from GPU threads to the loop (gpu.c). */
+typedef struct kd_event kd_event;
+typedef struct kd_events {
+    pthread_mutex_t lock;
+    kd_event *head, *tail;
+    bool closed;
+    uv_async_t async;
+} kd_events;
+int kd_events_init(kd_daemon *d, kt_err *err);
+void kd_events_close(kd_daemon *d);
+
+/* ---- systemd (notify.c) ---- */
+
+/* The listening socket passed by systemd, or -1 (none; also without libsystemd). */
+int kd_notify_listen_fd(void);
+void kd_notify_ready(void);
+void kd_notify_stopping(void);
+/* STATUS=... when it changed since the last call. */
+void kd_notify_status(kd_daemon *d);
+
+/* ---- the daemon (main.c) ---- */
+
+struct kd_daemon {
+    const kd_config *cfg;
+    uv_loop_t loop;
+    uv_pipe_t server;
+    bool listening;
+    bool socket_created; /* we bound cfg->socket (not systemd): unlink it at the end */
+    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t tick, stop_timer;
+    kd_events ev;
+    cache_env *cache;
+    kd_job **jobs; /* by increasing id */
+    size_t n_jobs, cap_jobs;
+    uint64_t next_id;
+    kd_gpu *gpus;
+    int n_gpus;
+    char gpu_note[256]; /* why there is no GPU at all */
+    kd_conn *conns;
+    int n_conns;
+    uint64_t conn_serial, requests, rejected;
+    double t0;
+    bool stopping, aborted, finishing;
+    double stop_t0;
+    char status[256]; /* last STATUS= sent */
+};
+
+double kd_now(void);   /* monotonic seconds */
+int64_t kd_wall(void); /* unix seconds */
+/* Begins the shutdown (signal); idempotent. */
+void kd_daemon_stop(kd_daemon *d, const char *why);
+/* Called as GPU threads exit during shutdown: finishes once all have. */
+void kd_daemon_check_stopped(kd_daemon *d);
+/* Something counted in the systemd status changed. */
+void kd_daemon_changed(kd_daemon *d);

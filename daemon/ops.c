@@ -1,0 +1,428 @@
+/* The op handlers and the dispatch table (docs/protocol.md, "Ops"). One signature: a handler
+ * reads its arguments from r, packs its result fields with kd_field, and returns 0 or a negative
+ * errno with the message in r->err. Handlers never block on a GPU: cache reads are short LMDB
+ * read transactions. */
+#include "kd.h"
+
+#include "ktune_config.h"
+#include "ops/ops.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- shared argument parsing: graph and shapes ---- */
+
+/* Reads `graph` (map, or bin holding the msgpack form), validates it, and computes its
+ * signature. *out is the caller's. */
+static int arg_graph(kd_req *r, ops_graph **out, uint8_t sig[OPS_SIG_BYTES])
+{
+    const msgpack_object *v = kd_arg(r, "graph");
+    ops_diag diag = {0};
+    ops_graph *g = NULL;
+    int rc;
+    if (!v)
+        return kd_fail(r, -EINVAL, "'graph' is missing");
+    if (v->type == MSGPACK_OBJECT_MAP)
+        rc = ops_graph_from_msgpack_object(v, &g, &diag);
+    else if (v->type == MSGPACK_OBJECT_BIN)
+        rc = ops_graph_from_msgpack(v->via.bin.ptr, v->via.bin.size, &g, &diag);
+    else
+        return kd_fail(r, -EINVAL, "'graph' must be a map (the graph's msgpack form)");
+    if (rc == 0)
+        rc = ops_graph_validate(g, &diag);
+    if (rc == 0)
+        rc = ops_graph_signature(g, sig, &diag);
+    if (rc < 0) {
+        ops_graph_free(g);
+        return kd_fail(r, rc == -ENOMEM ? -ENOMEM : -EINVAL, "graph: %s", diag.msg);
+    }
+    *out = g;
+    return 0;
+}
+
+static int bound_cmp(const void *a, const void *b)
+{
+    return strcmp(((const cache_bound *)a)->name, ((const cache_bound *)b)->name);
+}
+
+/* Reads `shapes` (map NAME -> positive int) into shapes[] sorted by name, and checks that they
+ * bind every symbolic dimension of g and nothing else. */
+static int arg_shapes(kd_req *r, const ops_graph *g, cache_bound *shapes, int *n)
+{
+    const msgpack_object *v = kd_arg(r, "shapes");
+    *n = 0;
+    if (v && v->type != MSGPACK_OBJECT_MAP)
+        return kd_fail(r, -EINVAL, "'shapes' must be a map of dimension names to integers");
+    uint32_t count = v ? v->via.map.size : 0;
+    if (count > CACHE_MAX_SHAPES)
+        return kd_fail(r, -EINVAL, "'shapes' binds more than %d dimensions", CACHE_MAX_SHAPES);
+    ops_binding b[CACHE_MAX_SHAPES];
+    for (uint32_t i = 0; i < count; i++) {
+        const msgpack_object *k = &v->via.map.ptr[i].key, *x = &v->via.map.ptr[i].val;
+        cache_bound *s = &shapes[i];
+        if (k->type != MSGPACK_OBJECT_STR || k->via.str.size == 0 ||
+            k->via.str.size >= sizeof(s->name) || memchr(k->via.str.ptr, '\0', k->via.str.size))
+            return kd_fail(r, -EINVAL, "'shapes' keys must be dimension names of 1..%zu bytes",
+                           sizeof(s->name) - 1);
+        memcpy(s->name, k->via.str.ptr, k->via.str.size);
+        s->name[k->via.str.size] = '\0';
+        if (x->type != MSGPACK_OBJECT_POSITIVE_INTEGER || x->via.u64 < 1 ||
+            x->via.u64 > (uint64_t)OPS_MAX_DIM)
+            return kd_fail(r, -EINVAL, "'shapes.%s' must be an integer in 1..%" PRId64, s->name,
+                           (int64_t)OPS_MAX_DIM);
+        s->value = (int64_t)x->via.u64;
+    }
+    qsort(shapes, count, sizeof(*shapes), bound_cmp);
+    for (uint32_t i = 0; i < count; i++) {
+        if (i > 0 && strcmp(shapes[i - 1].name, shapes[i].name) == 0)
+            return kd_fail(r, -EINVAL, "'shapes.%s' is given twice", shapes[i].name);
+        b[i] = (ops_binding){shapes[i].name, shapes[i].value};
+    }
+    ops_graph *bound = NULL;
+    ops_diag diag = {0};
+    int rc = ops_graph_bind(g, b, (int)count, &bound, &diag);
+    if (rc < 0)
+        return kd_fail(r, rc == -ENOMEM ? -ENOMEM : -EINVAL, "shapes: %s", diag.msg);
+    const char *unbound = ops_graph_first_unbound(bound);
+    if (unbound)
+        rc = kd_fail(r, -EINVAL, "'shapes.%s' is missing: the graph's dimension %s must be bound",
+                     unbound, unbound);
+    ops_graph_free(bound);
+    *n = (int)count;
+    return rc;
+}
+
+static int arg_precision(kd_req *r, ops_precision *out)
+{
+    const msgpack_object *v = kd_arg(r, "precision");
+    char p[16] = "";
+    *out = OPS_PREC_EXACT;
+    if (!v)
+        return 0;
+    if (v->type == MSGPACK_OBJECT_STR && v->via.str.size < sizeof(p)) {
+        memcpy(p, v->via.str.ptr, v->via.str.size);
+        p[v->via.str.size] = '\0';
+    }
+    if (!p[0] || ops_precision_from_name(p, out) < 0)
+        return kd_fail(r, -EINVAL, "'precision' must be exact, tf32 or reduced");
+    return 0;
+}
+
+static int arg_job(kd_req *r, kd_job **out)
+{
+    uint64_t id = 0;
+    int rc = kd_arg_uint(r, "job", true, 0, &id);
+    if (rc < 0)
+        return rc;
+    if (!(*out = kd_jobs_find(r->d, id)))
+        return kd_fail(r, -ENOENT, "no job %" PRIu64, id);
+    return 0;
+}
+
+/* The GPU a job may be pinned to or a lookup asks for: configured and not down. */
+static int check_gpu(kd_req *r, int index)
+{
+    kd_daemon *d = r->d;
+    int slot = kd_gpu_slot(d, index);
+    if (slot < 0) {
+        char list[256] = "";
+        size_t off = 0;
+        for (int s = 0; s < d->n_gpus && off < sizeof(list); s++)
+            off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%d", s ? "," : "",
+                                    d->gpus[s].index);
+        return kd_fail(r, -EINVAL, "'gpu' %d is not one of this daemon's GPUs (%s)", index,
+                       d->n_gpus ? list : "none");
+    }
+    if (d->gpus[slot].state == KD_GPU_DOWN)
+        return kd_fail(r, -ENODEV, "GPU %d is down: %s", index, d->gpus[slot].error);
+    return slot;
+}
+
+/* ---- ops ---- */
+
+static int op_hello(kd_req *r)
+{
+    char client[128];
+    int rc = kd_arg_str(r, "client", client, sizeof(client), "");
+    if (rc < 0)
+        return rc;
+    if (client[0])
+        kt_log_debug(KD_LOG_SERVER, "connection %llu: client %s", (unsigned long long)r->c->serial,
+                     client);
+    kd_pack_str(kd_field(r, "version"), KTUNE_VERSION);
+    msgpack_pack_int(kd_field(r, "protocol"), 1);
+    msgpack_pack_int64(kd_field(r, "pid"), (int64_t)getpid());
+    msgpack_pack_uint64(kd_field(r, "uid"), (uint64_t)r->c->uid);
+    msgpack_pack_int(kd_field(r, "gpus"), kd_gpus_usable(r->d));
+    return 0;
+}
+
+static int op_submit(kd_req *r)
+{
+    kd_daemon *d = r->d;
+    kd_submit s = {0};
+    ops_graph *g = NULL;
+    int64_t priority = 0, gpu = -1;
+    int rc;
+    if ((rc = arg_graph(r, &g, s.sig)) < 0)
+        return rc;
+    s.graph = g;
+    if ((rc = arg_shapes(r, g, s.shapes, &s.n_shapes)) < 0 ||
+        (rc = arg_precision(r, &s.precision)) < 0 ||
+        (rc = kd_arg_num(r, "budget_s", 1, d->cfg->budget_max_s, 60, &s.budget_s)) < 0 ||
+        (rc = kd_arg_num(r, "tolerance", 0, 1e6, 0, &s.tolerance)) < 0 ||
+        (rc = kd_arg_int(r, "priority", -100, 100, 0, &priority)) < 0 ||
+        (rc = kd_arg_int(r, "gpu", -1, KD_MAX_GPUS - 1, -1, &gpu)) < 0 ||
+        (rc = kd_arg_str(r, "name", s.name, sizeof(s.name), NULL)) < 0)
+        goto out;
+    if (!s.name[0])
+        snprintf(s.name, sizeof(s.name), "%s", g->name && g->name[0] ? g->name : "graph");
+    s.priority = (int)priority;
+    s.gpu = (int)gpu;
+    /* somewhere to run it: a GPU that is up, or still starting */
+    bool any = false;
+    for (int i = 0; i < d->n_gpus; i++)
+        any |= d->gpus[i].state != KD_GPU_DOWN;
+    if (!any) {
+        rc = kd_fail(r, -ENODEV, "%s", d->gpu_note[0] ? d->gpu_note : "no GPU");
+        goto out;
+    }
+    if (s.gpu >= 0 && (rc = check_gpu(r, s.gpu)) < 0)
+        goto out;
+    kd_job *kj = NULL;
+    bool joined = false;
+    if ((rc = kd_jobs_submit(d, &s, &kj, &joined, &r->err)) < 0)
+        goto out;
+    kd_pack_job(kd_field(r, "job"), kj);
+    kd_field(r, "joined");
+    if (joined)
+        msgpack_pack_true(&r->pk);
+    else
+        msgpack_pack_false(&r->pk);
+    rc = 0;
+out:
+    ops_graph_free(g);
+    return rc;
+}
+
+static int op_status(kd_req *r)
+{
+    kd_job *kj = NULL;
+    int rc = arg_job(r, &kj);
+    if (rc < 0)
+        return rc;
+    kd_pack_job(kd_field(r, "job"), kj);
+    return 0;
+}
+
+static int op_watch(kd_req *r)
+{
+    kd_job *kj = NULL;
+    int rc = arg_job(r, &kj);
+    if (rc < 0)
+        return rc;
+    if (kd_job_finished(kj))
+        r->end_job = kj; /* the "end" event follows the reply at once */
+    else if (kd_jobs_watch(kj, r->c, r->id) < 0)
+        return kd_fail(r, -ENOMEM, "out of memory");
+    kd_pack_job(kd_field(r, "job"), kj);
+    return 0;
+}
+
+static int op_cancel(kd_req *r)
+{
+    kd_job *kj = NULL;
+    int rc = arg_job(r, &kj);
+    if (rc < 0 || (rc = kd_jobs_cancel(r->d, kj, &r->err)) < 0)
+        return rc;
+    kd_pack_job(kd_field(r, "job"), kj);
+    return 0;
+}
+
+static int op_jobs(kd_req *r)
+{
+    unsigned mask = 0;
+    const msgpack_object *st = kd_arg(r, "state");
+    if (st) {
+        const msgpack_object *items = st;
+        uint32_t n = 1;
+        if (st->type == MSGPACK_OBJECT_ARRAY) {
+            items = st->via.array.ptr;
+            n = st->via.array.size;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            const msgpack_object *o = &items[i];
+            char name[16];
+            cache_job_state s;
+            if (o->type != MSGPACK_OBJECT_STR || o->via.str.size >= sizeof(name))
+                return kd_fail(r, -EINVAL, "'state' must be a job state or an array of them");
+            memcpy(name, o->via.str.ptr, o->via.str.size);
+            name[o->via.str.size] = '\0';
+            if (cache_job_state_from_name(name, &s) < 0)
+                return kd_fail(r, -EINVAL,
+                               "'state' has '%s': expected queued, running, done, failed or "
+                               "cancelled",
+                               name);
+            mask |= 1u << s;
+        }
+    }
+    int64_t limit = 0;
+    int rc = kd_arg_int(r, "limit", 1, 1000000, 1000, &limit);
+    if (rc < 0)
+        return rc;
+    kd_daemon *d = r->d;
+    size_t n = 0;
+    for (size_t i = d->n_jobs; i-- > 0 && n < (size_t)limit;)
+        n += !mask || (mask & (1u << d->jobs[i]->j.state));
+    msgpack_packer *pk = kd_field(r, "jobs");
+    msgpack_pack_array(pk, n);
+    size_t k = 0;
+    for (size_t i = d->n_jobs; i-- > 0 && k < n;) {
+        if (mask && !(mask & (1u << d->jobs[i]->j.state)))
+            continue;
+        kd_pack_job(pk, d->jobs[i]);
+        k++;
+    }
+    return 0;
+}
+
+static int op_lookup(kd_req *r)
+{
+    kd_daemon *d = r->d;
+    cache_key k;
+    memset(&k, 0, sizeof(k));
+    ops_graph *g = NULL;
+    int64_t gpu = 0;
+    bool want_source = false;
+    int rc, slot;
+    if ((rc = arg_graph(r, &g, k.sig)) < 0)
+        return rc;
+    if ((rc = arg_shapes(r, g, k.shapes, &k.n_shapes)) < 0 ||
+        (rc = arg_precision(r, &k.precision)) < 0 ||
+        (rc = kd_arg_int(r, "gpu", 0, KD_MAX_GPUS - 1, 0, &gpu)) < 0 ||
+        (rc = kd_arg_bool(r, "source", false, &want_source)) < 0)
+        goto out;
+    if ((slot = check_gpu(r, (int)gpu)) < 0) {
+        rc = slot;
+        goto out;
+    }
+    if (d->gpus[slot].state == KD_GPU_STARTING) {
+        rc = kd_fail(r, -EBUSY, "GPU %d is still starting: its fingerprint is not known yet",
+                     (int)gpu);
+        goto out;
+    }
+    k.gpu = d->gpus[slot].fp;
+    cache_record rec;
+    cache_record_init(&rec);
+    kt_err err = {0};
+    rc = cache_get(d->cache, &k, 0, &rec, &err);
+    if (rc == -ENOENT || rc == -EBADMSG) { /* a corrupt record is reported, never served */
+        msgpack_pack_false(kd_field(r, "found"));
+        rc = 0;
+    } else if (rc < 0) {
+        rc = kd_fail(r, rc, "cache: %s", err.msg);
+    } else {
+        msgpack_pack_true(kd_field(r, "found"));
+        msgpack_packer *pk = kd_field(r, "record");
+        msgpack_pack_map(pk, 13);
+        kd_pack_kstr(pk, "family", rec.family ? rec.family : "");
+        kd_pack_kstr(pk, "schedule", rec.schedule ? rec.schedule : "");
+        kd_pack_kf64(pk, "time_ns", rec.time_ns);
+        kd_pack_kf64(pk, "p10_ns", rec.time_p10_ns);
+        kd_pack_kf64(pk, "p90_ns", rec.time_p90_ns);
+        kd_pack_kf64(pk, "err_norm", rec.err_norm);
+        kd_pack_kf64(pk, "tolerance", rec.tolerance);
+        kd_pack_kf64(pk, "cublaslt_ns", rec.cublaslt_ns);
+        kd_pack_kuint(pk, "workspace_bytes", rec.workspace_bytes);
+        kd_pack_kint(pk, "kernels", rec.n_kernels);
+        kd_pack_kint(pk, "created", rec.created);
+        kd_pack_kstr(pk, "gpu", rec.key.gpu.name);
+        kd_pack_kint(pk, "rank", 0);
+        if (want_source) {
+            pk = kd_field(r, "source");
+            msgpack_pack_str_with_body(pk, rec.source ? rec.source : "", rec.source_len);
+        }
+    }
+    cache_record_free(&rec);
+out:
+    ops_graph_free(g);
+    return rc;
+}
+
+/* Resident set size from /proc/self/statm (its second field, in pages). */
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, resident = 0;
+    if (!f)
+        return 0;
+    if (fscanf(f, "%llu %llu", &size, &resident) != 2)
+        resident = 0;
+    fclose(f);
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static int op_stats(kd_req *r)
+{
+    kd_daemon *d = r->d;
+    cache_stats cs;
+    kt_err err = {0};
+    int rc = cache_stat(d->cache, &cs, &err);
+    if (rc < 0)
+        return kd_fail(r, rc, "cache: %s", err.msg);
+    int counts[CACHE_JOB_STATE_COUNT];
+    kd_jobs_count(d, counts);
+    msgpack_pack_double(kd_field(r, "uptime_s"), kd_now() - d->t0);
+    msgpack_pack_int(kd_field(r, "clients"), d->n_conns);
+    msgpack_pack_uint64(kd_field(r, "requests"), d->requests);
+    msgpack_packer *pk = kd_field(r, "jobs");
+    msgpack_pack_map(pk, CACHE_JOB_STATE_COUNT);
+    for (int s = 0; s < CACHE_JOB_STATE_COUNT; s++)
+        kd_pack_kint(pk, cache_job_state_name((cache_job_state)s), counts[s]);
+    msgpack_pack_int(kd_field(r, "gpus"), kd_gpus_usable(d));
+    msgpack_pack_uint64(kd_field(r, "rss_bytes"), rss_bytes());
+    pk = kd_field(r, "cache");
+    msgpack_pack_map(pk, 6);
+    kd_pack_kstr(pk, "path", cache_path(d->cache));
+    kd_pack_kuint(pk, "records", cs.records);
+    kd_pack_kuint(pk, "keys", cs.keys);
+    kd_pack_kuint(pk, "trials", cs.trials);
+    kd_pack_kuint(pk, "map_size", cs.map_size);
+    kd_pack_kuint(pk, "map_used", cs.map_used);
+    return 0;
+}
+
+static int op_gpus(kd_req *r)
+{
+    kd_daemon *d = r->d;
+    bool none = true;
+    for (int s = 0; s < d->n_gpus; s++)
+        none &= d->gpus[s].state == KD_GPU_DOWN;
+    msgpack_packer *pk = kd_field(r, "gpus");
+    if (none) {
+        msgpack_pack_array(pk, 0);
+        kd_pack_str(kd_field(r, "note"), d->gpu_note[0] ? d->gpu_note : "no GPU configured");
+        return 0;
+    }
+    msgpack_pack_array(pk, (size_t)d->n_gpus);
+    for (int s = 0; s < d->n_gpus; s++)
+        kd_pack_gpu(pk, &d->gpus[s]);
+    kd_pack_str(kd_field(r, "note"), "");
+    return 0;
+}
+
+const kd_op kd_ops[] = {
+    {"hello", op_hello, 0},
+    {"submit", op_submit, KD_OP_REFUSED_STOPPING},
+    {"status", op_status, 0},
+    {"watch", op_watch, 0},
+    {"cancel", op_cancel, 0},
+    {"jobs", op_jobs, 0},
+    {"lookup", op_lookup, 0},
+    {"stats", op_stats, 0},
+    {"gpus", op_gpus, 0},
+    {NULL, NULL, 0},
+};

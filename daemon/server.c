@@ -1,0 +1,419 @@
+/* The Unix socket: listening (a path we bind, or the socket systemd passes), accepting with the
+ * peer's credentials, reading into a per-connection buffer that frame.c scans, and writing
+ * replies with a cap on what may queue up. docs/protocol.md, "Framing". */
+#include "kd.h"
+
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define READ_CHUNK   (64u << 10)
+#define BACKLOG      1024
+#define SOCKET_GROUP "ktune"
+
+typedef struct kd_write {
+    uv_write_t req;
+    uv_buf_t buf;
+    kd_conn *c;
+} kd_write;
+
+/* ---- listening ---- */
+
+/* Refuses to take over a live daemon's socket; removes a stale one. */
+static int clear_stale(const char *path, kt_err *err)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return 0;
+    if (!S_ISSOCK(st.st_mode))
+        return kt_err_set(err, -EEXIST, "%s exists and is not a socket", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return kt_err_set(err, -errno, "socket: %s", strerror(errno));
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    int e = errno;
+    close(fd);
+    if (rc == 0)
+        return kt_err_set(err, -EADDRINUSE, "another ktuned is listening on %s", path);
+    if (e != ECONNREFUSED)
+        return kt_err_set(err, -e, "%s: %s", path, strerror(e));
+    kt_log_info(KD_LOG_SERVER, "removing the stale socket %s", path);
+    if (unlink(path) < 0 && errno != ENOENT)
+        return kt_err_set(err, -errno, "cannot remove the stale socket %s: %s", path,
+                          strerror(errno));
+    return 0;
+}
+
+/* Mode 0660 and group ktune (docs/protocol.md: membership of the group is the access control). */
+static void set_access(const char *path)
+{
+    if (chmod(path, 0660) < 0)
+        kt_log_warn(KD_LOG_SERVER, "chmod 0660 %s: %s", path, strerror(errno));
+    struct group *gr = getgrnam(SOCKET_GROUP);
+    if (!gr) {
+        kt_log_warn(KD_LOG_SERVER,
+                    "group '%s' does not exist: %s is open to group %u only (create the group "
+                    "to grant access)",
+                    SOCKET_GROUP, path, (unsigned)getegid());
+        return;
+    }
+    if (chown(path, (uid_t)-1, gr->gr_gid) < 0)
+        kt_log_warn(KD_LOG_SERVER, "cannot give %s to group %s: %s", path, SOCKET_GROUP,
+                    strerror(errno));
+}
+
+static void on_connection(uv_stream_t *server, int status);
+
+int kd_server_listen(kd_daemon *d, kt_err *err)
+{
+    const char *path = d->cfg->socket;
+    int rc = uv_pipe_init(&d->loop, &d->server, 0);
+    if (rc < 0)
+        return kt_err_set(err, -EIO, "uv_pipe_init: %s", uv_strerror(rc));
+    d->server.data = d;
+    d->listening = true;
+    int fd = kd_notify_listen_fd();
+    if (fd >= 0) {
+        if ((rc = uv_pipe_open(&d->server, fd)) < 0)
+            return kt_err_set(err, rc, "cannot use the socket systemd passed: %s",
+                              uv_strerror(rc));
+        kt_log_info(KD_LOG_SERVER, "listening on the socket passed by systemd (fd %d)", fd);
+    } else {
+        if ((rc = clear_stale(path, err)) < 0)
+            return rc;
+        /* the parent directory: systemd's RuntimeDirectory, else make it */
+        char dir[KD_SOCKET_PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+            *slash = '\0';
+            if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                kt_log_warn(KD_LOG_SERVER, "cannot create %s: %s", dir, strerror(errno));
+        }
+        mode_t old = umask(0117); /* the socket is born 0660: no window with wider access */
+        rc = uv_pipe_bind(&d->server, path);
+        umask(old);
+        if (rc < 0)
+            return kt_err_set(err, rc, "cannot bind %s: %s", path, uv_strerror(rc));
+        d->socket_created = true;
+        set_access(path);
+    }
+    if ((rc = uv_listen((uv_stream_t *)&d->server, BACKLOG, on_connection)) < 0)
+        return kt_err_set(err, rc, "cannot listen on %s: %s", fd >= 0 ? "the passed socket" : path,
+                          uv_strerror(rc));
+    if (fd < 0)
+        kt_log_info(KD_LOG_SERVER, "listening on %s", path);
+    return 0;
+}
+
+void kd_server_stop_listening(kd_daemon *d)
+{
+    if (d->listening && !uv_is_closing((uv_handle_t *)&d->server))
+        uv_close((uv_handle_t *)&d->server, NULL);
+    d->listening = false;
+    if (d->socket_created && unlink(d->cfg->socket) < 0 && errno != ENOENT)
+        kt_log_warn(KD_LOG_SERVER, "cannot remove %s: %s", d->cfg->socket, strerror(errno));
+    d->socket_created = false;
+}
+
+/* ---- connections ---- */
+
+static void on_close(uv_handle_t *h)
+{
+    kd_conn *c = h->data;
+    kd_daemon *d = c->d;
+    if (c->prev)
+        c->prev->next = c->next;
+    else if (d->conns == c)
+        d->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    d->n_conns--;
+    free(c->rx);
+    free(c);
+}
+
+/* For a connection accepted over the limit, never linked into d->conns. */
+static void on_close_rejected(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+void kd_conn_close(kd_conn *c, const char *why)
+{
+    if (!c->closing) {
+        c->closing = true;
+        if (why)
+            kt_log_info(KD_LOG_SERVER, "connection %llu closed: %s", (unsigned long long)c->serial,
+                        why);
+        if (c->n_watches)
+            kd_jobs_forget_conn(c->d, c);
+    }
+    if (!uv_is_closing((uv_handle_t *)&c->pipe)) {
+        uv_read_stop((uv_stream_t *)&c->pipe);
+        uv_close((uv_handle_t *)&c->pipe, on_close);
+    }
+}
+
+void kd_server_close_all(kd_daemon *d)
+{
+    for (kd_conn *c = d->conns; c; c = c->next)
+        kd_conn_close(c, NULL);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    kd_conn *c = req->handle->data;
+    free(req);
+    kd_conn_close(c, NULL);
+}
+
+/* Closes after the replies queued so far are written (the E2BIG reply). */
+static void close_after_flush(kd_conn *c, const char *why)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    kt_log_info(KD_LOG_SERVER, "connection %llu closed: %s", (unsigned long long)c->serial, why);
+    if (c->n_watches)
+        kd_jobs_forget_conn(c->d, c);
+    uv_read_stop((uv_stream_t *)&c->pipe);
+    uv_shutdown_t *req = malloc(sizeof(*req));
+    if (!req || uv_shutdown(req, (uv_stream_t *)&c->pipe, on_shutdown) < 0) {
+        free(req);
+        kd_conn_close(c, NULL);
+    }
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    kd_write *w = (kd_write *)req;
+    kd_conn *c = w->c;
+    c->queued -= w->buf.len;
+    free(w->buf.base);
+    free(w);
+    if (status < 0 && status != UV_ECANCELED && !c->closing) {
+        char why[128];
+        snprintf(why, sizeof(why), "write failed: %s", uv_strerror(status));
+        kd_conn_close(c, why);
+    }
+}
+
+int kd_conn_send(kd_conn *c, msgpack_sbuffer *sb)
+{
+    char *data = sb->data;
+    size_t len = sb->size;
+    sb->data = NULL;
+    sb->size = sb->alloc = 0;
+    if (c->closing || uv_is_closing((uv_handle_t *)&c->pipe)) {
+        free(data);
+        return -EPIPE;
+    }
+    if (c->queued + len > KD_MAX_QUEUED) {
+        free(data);
+        char why[128];
+        snprintf(why, sizeof(why), "more than %u bytes of replies unread (a client that never "
+                                   "reads)",
+                 KD_MAX_QUEUED);
+        kd_conn_close(c, why);
+        return -ENOBUFS;
+    }
+    kd_write *w = malloc(sizeof(*w));
+    if (!w) {
+        free(data);
+        kd_conn_close(c, "out of memory queueing a reply");
+        return -ENOMEM;
+    }
+    w->c = c;
+    w->buf = uv_buf_init(data, (unsigned)len);
+    int rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &w->buf, 1, on_write);
+    if (rc < 0) {
+        free(data);
+        free(w);
+        char why[128];
+        snprintf(why, sizeof(why), "write failed: %s", uv_strerror(rc));
+        kd_conn_close(c, why);
+        return -EPIPE;
+    }
+    c->queued += len;
+    return 0;
+}
+
+/* ---- reading ---- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    kd_conn *c = h->data;
+    if (c->rx_off > 0 && c->rx_off == c->rx_len)
+        c->rx_off = c->rx_len = 0;
+    if (c->rx_cap - c->rx_len < READ_CHUNK) {
+        /* compact, then grow; the cap check in process() bounds the size */
+        if (c->rx_off > 0) {
+            memmove(c->rx, c->rx + c->rx_off, c->rx_len - c->rx_off);
+            c->rx_len -= c->rx_off;
+            c->rx_off = 0;
+        }
+        size_t cap = c->rx_cap ? c->rx_cap : READ_CHUNK;
+        while (cap - c->rx_len < READ_CHUNK)
+            cap *= 2;
+        uint8_t *rx = cap == c->rx_cap ? c->rx : realloc(c->rx, cap);
+        if (!rx) {
+            *buf = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS to on_read */
+            return;
+        }
+        c->rx = rx;
+        c->rx_cap = cap;
+    }
+    *buf = uv_buf_init((char *)c->rx + c->rx_len, (unsigned)(c->rx_cap - c->rx_len));
+}
+
+/* A message too large: the E2BIG reply when its id can be read, then the connection closes. */
+static void too_large(kd_conn *c, const uint8_t *msg, size_t len, bool complete)
+{
+    uint64_t id = 0;
+    if (kd_frame_peek_id(msg, len, &id)) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 3);
+        kd_pack_kuint(&pk, "id", id);
+        kd_pack_kbool(&pk, "ok", false);
+        kd_pack_str(&pk, "error");
+        msgpack_pack_map(&pk, 2);
+        kd_pack_kstr(&pk, "code", "E2BIG");
+        char msgtext[128];
+        snprintf(msgtext, sizeof(msgtext), "request larger than %u bytes", KD_MAX_REQUEST);
+        kd_pack_kstr(&pk, "msg", msgtext);
+        kd_conn_send(c, &sb);
+        msgpack_sbuffer_destroy(&sb);
+    }
+    char why[160];
+    snprintf(why, sizeof(why), "%s larger than %u bytes", complete ? "request" : "incomplete request",
+             KD_MAX_REQUEST);
+    close_after_flush(c, why);
+}
+
+/* Scans and handles every complete message buffered. */
+static void process(kd_conn *c)
+{
+    while (!c->closing && c->rx_off < c->rx_len) {
+        const uint8_t *msg = c->rx + c->rx_off;
+        size_t avail = c->rx_len - c->rx_off;
+        if (c->scan.pos == 0 && !kd_frame_is_map(msg[0])) {
+            kd_conn_close(c, "framing error: a message is not a msgpack map");
+            return;
+        }
+        kd_scan_rc rc = kd_scan_step(&c->scan, msg, avail);
+        if (rc == KD_SCAN_BAD) {
+            kd_conn_close(c, "framing error: bytes that are not msgpack");
+            return;
+        }
+        if (rc == KD_SCAN_DEEP) {
+            char why[96];
+            snprintf(why, sizeof(why), "framing error: nesting deeper than %d", KD_MAX_DEPTH);
+            kd_conn_close(c, why);
+            return;
+        }
+        if (rc == KD_SCAN_MORE) {
+            if (avail > KD_MAX_BUFFERED)
+                too_large(c, msg, avail, false);
+            return;
+        }
+        size_t size = c->scan.pos;
+        if (size > KD_MAX_REQUEST) {
+            too_large(c, msg, size, true);
+            return;
+        }
+        msgpack_unpacked up;
+        msgpack_unpacked_init(&up);
+        size_t off = 0;
+        msgpack_unpack_return ur = msgpack_unpack_next(&up, (const char *)msg, size, &off);
+        if (ur == MSGPACK_UNPACK_SUCCESS && off == size) {
+            kd_dispatch(c, &up.data);
+        } else {
+            kd_conn_close(c, ur == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory decoding a request"
+                                                              : "framing error: undecodable "
+                                                                "message");
+        }
+        msgpack_unpacked_destroy(&up);
+        c->rx_off += size;
+        kd_scan_reset(&c->scan);
+    }
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    kd_conn *c = s->data;
+    if (n == 0 || c->closing)
+        return;
+    if (n < 0) {
+        if (n == UV_EOF) {
+            kd_conn_close(c, c->rx_len > c->rx_off ? "client closed mid-message" : NULL);
+        } else {
+            char why[128];
+            snprintf(why, sizeof(why), "read failed: %s", uv_strerror((int)n));
+            kd_conn_close(c, why);
+        }
+        return;
+    }
+    c->rx_len += (size_t)n;
+    process(c);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    kd_daemon *d = server->data;
+    if (status < 0) {
+        kt_log_warn(KD_LOG_SERVER, "accept: %s", uv_strerror(status));
+        return;
+    }
+    kd_conn *c = calloc(1, sizeof(*c));
+    if (!c) {
+        kt_log_err(KD_LOG_SERVER, "out of memory accepting a connection");
+        return;
+    }
+    c->d = d;
+    c->pipe.data = c;
+    uv_pipe_init(&d->loop, &c->pipe, 0);
+    int rc = uv_accept(server, (uv_stream_t *)&c->pipe);
+    if (rc < 0 || d->n_conns >= d->cfg->max_clients || d->stopping) {
+        if (rc < 0)
+            kt_log_warn(KD_LOG_SERVER, "accept: %s", uv_strerror(rc));
+        else if (d->rejected++ % 1000 == 0) /* at most one line per 1000 refusals */
+            kt_log_warn(KD_LOG_SERVER, "refusing a connection: %d clients (max-clients); %llu "
+                                       "refused so far",
+                        d->n_conns, (unsigned long long)d->rejected);
+        uv_close((uv_handle_t *)&c->pipe, on_close_rejected);
+        return;
+    }
+    c->serial = ++d->conn_serial;
+    c->next = d->conns;
+    if (d->conns)
+        d->conns->prev = c;
+    d->conns = c;
+    d->n_conns++;
+    uv_os_fd_t fd = -1;
+    struct ucred cred = {0};
+    socklen_t len = sizeof(cred);
+    if (uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+        c->pid = cred.pid;
+        c->uid = cred.uid;
+        c->gid = cred.gid;
+    }
+    kt_log_info(KD_LOG_SERVER, "connection %llu from pid %d uid %u gid %u",
+                (unsigned long long)c->serial, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid);
+    if ((rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read)) < 0) {
+        char why[128];
+        snprintf(why, sizeof(why), "cannot read: %s", uv_strerror(rc));
+        kd_conn_close(c, why);
+    }
+}

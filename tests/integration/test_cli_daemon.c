@@ -1,0 +1,574 @@
+/* The `ktune` commands that go through ktuned (tune, batch, jobs, status, watch, cancel, gpus,
+ * stats), run as a user runs them: argv in, stdout/stderr/exit status out.
+ *
+ * Without a daemon: argument errors, batch-file errors (FILE:LINE, nothing submitted) and the
+ * one-line "cannot reach ktuned" message. With KTUNED_BIN and KTUNE_FAKE_WORKER set (meson sets
+ * them once daemon/ builds ktuned): ktuned is started on a temporary socket and cache with the
+ * fake worker, and tune --wait, batch (twice: the rerun joins everything and measures nothing),
+ * gpus, jobs --json and cancel are checked end to end. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct run_result {
+    int status;
+    char out[262144];
+    char err[65536];
+} run_result;
+
+/* Runs ktune with argv (NULL-terminated), reading stdout and stderr together. */
+static run_result *run_argv(const char *const *args)
+{
+    const char *argv[64] = {getenv("KTUNE_BIN")};
+    assert_non_null(argv[0]);
+    int argc = 1;
+    for (; args[argc - 1]; argc++) {
+        assert_true(argc < 63);
+        argv[argc] = args[argc - 1];
+    }
+    argv[argc] = NULL;
+    int op[2], ep[2];
+    assert_int_equal(pipe(op), 0);
+    assert_int_equal(pipe(ep), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(op[1], 1);
+        dup2(ep[1], 2);
+        close(op[0]);
+        close(ep[0]);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(op[1]);
+    close(ep[1]);
+    run_result *r = calloc(1, sizeof(*r));
+    assert_non_null(r);
+    size_t no = 0, ne = 0;
+    struct pollfd p[2] = {{.fd = op[0], .events = POLLIN}, {.fd = ep[0], .events = POLLIN}};
+    while (p[0].fd >= 0 || p[1].fd >= 0) {
+        if (poll(p, 2, -1) < 0 && errno == EINTR)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            if (p[k].fd < 0 || !p[k].revents)
+                continue;
+            char *buf = k ? r->err : r->out;
+            size_t *n = k ? &ne : &no, cap = k ? sizeof(r->err) : sizeof(r->out);
+            char tmp[4096];
+            ssize_t got = read(p[k].fd, tmp, sizeof(tmp));
+            if (got <= 0) {
+                close(p[k].fd);
+                p[k].fd = -1;
+                continue;
+            }
+            size_t take = (size_t)got < cap - 1 - *n ? (size_t)got : cap - 1 - *n;
+            memcpy(buf + *n, tmp, take);
+            *n += take;
+        }
+    }
+    int ws;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    return r;
+}
+
+#define RUN(...) run_argv((const char *const[]){__VA_ARGS__, NULL})
+
+static const char *example(const char *name)
+{
+    static char path[8][1024];
+    static int slot;
+    char *p = path[slot++ % 8];
+    snprintf(p, 1024, "%s/examples/%s", getenv("KTUNE_SOURCE_ROOT"), name);
+    return p;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+static void expect_in(const char *hay, const char *needle)
+{
+    if (!strstr(hay, needle))
+        fail_msg("expected \"%s\" in:\n%s", needle, hay);
+}
+
+static json_t *parse_json(const run_result *r)
+{
+    json_error_t e;
+    json_t *v = json_loads(r->out, 0, &e);
+    if (!v)
+        fail_msg("ktune printed invalid JSON (%s): %s\nstderr: %s", e.text, r->out, r->err);
+    return v;
+}
+
+static char tmpdir[64];
+
+static int setup_tmp(void **state)
+{
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/ktune-cli-daemon-XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_tmp(void **state)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static const char *tmp_path(const char *name)
+{
+    static char path[8][512];
+    static int slot;
+    char *p = path[slot++ % 8];
+    snprintf(p, 512, "%s/%s", tmpdir, name);
+    return p;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* ---- no daemon ---- */
+
+static void test_unreachable(void **state)
+{
+    const char *sock = tmp_path("nobody.sock");
+    static const char *const subs[][3] = {{"jobs", NULL, NULL}, {"status", "3", NULL},
+                                          {"watch", "3", NULL}, {"cancel", "3", NULL},
+                                          {"gpus", NULL, NULL}, {"stats", NULL, NULL}};
+    for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+        run_result *r = subs[i][1] ? RUN(subs[i][0], subs[i][1], "--socket", sock)
+                                   : RUN(subs[i][0], "--socket", sock);
+        assert_int_equal(r->status, 1);
+        assert_int_equal(count_lines(r->err), 1);
+        char want[1024];
+        snprintf(want, sizeof(want), "ktune: cannot reach ktuned at %s: No such file or directory "
+                 "(start it with `ktuned`, or use `ktune tune --local`)\n", sock);
+        assert_string_equal(r->err, want);
+        assert_string_equal(r->out, "");
+        free(r);
+    }
+    run_result *r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--socket", sock);
+    assert_int_equal(r->status, 1);
+    assert_int_equal(count_lines(r->err), 1);
+    expect_in(r->err, "cannot reach ktuned at");
+    free(r);
+    /* $KTUNE_SOCKET is the default. */
+    setenv("KTUNE_SOCKET", sock, 1);
+    r = RUN("jobs");
+    unsetenv("KTUNE_SOCKET");
+    assert_int_equal(r->status, 1);
+    expect_in(r->err, sock);
+    free(r);
+}
+
+static void test_tune_usage(void **state)
+{
+    static const struct {
+        const char *args[8];
+        int status;
+        const char *msg;
+    } cases[] = {
+        {{"tune", "@softmax", "--shape", "M", NULL}, 2, "--shape"},
+        {{"tune", "@softmax", "--shape", "M=64", NULL}, 2, "dimension 'N' needs a value"},
+        {{"tune", "@softmax", "--shape", "X=3", NULL}, 1, "no symbol of that name"},
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--cache", "/tmp", NULL}, 2,
+         "--cache only applies with --local"},
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--priority", "500", NULL}, 2,
+         "-100..100"},
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--local", "--priority", "5", NULL}, 2,
+         "--priority only applies through ktuned"},
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--budget", "soon", NULL}, 2, "--budget"},
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--budget", "25h", NULL}, 2, "at most 24h"},
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--socket", NULL}, 2, "--socket needs"},
+        {{"tune", "/nonexistent.json", "--shape", "M=64", NULL}, 1, "/nonexistent.json"},
+        {{"status", "abc", NULL}, 2, "'abc' is not a job id"},
+        {{"status", NULL}, 2, "missing JOB"},
+        {{"cancel", "3", "4", NULL}, 2, "unexpected argument '4'"},
+        {{"jobs", "--state", "sleeping", NULL}, 2, "'sleeping'"},
+        {{"jobs", "--frobnicate", NULL}, 2, "unknown option '--frobnicate'"},
+        {{"batch", NULL}, 2, "missing FILE.jsonl"},
+        {{"batch", "x.jsonl", "--shard", "2/2", NULL}, 2, "--shard takes I/N"},
+        {{"batch", "x.jsonl", "--shard", "1", NULL}, 2, "--shard takes I/N"},
+        {{"batch", "x.jsonl", "--budget-total", "-3h", NULL}, 2, "--budget-total"},
+        {{"batch", "/nonexistent.jsonl", NULL}, 1, "/nonexistent.jsonl"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *args[10] = {0};
+        int n = 0;
+        bool has_socket = false;
+        for (; cases[i].args[n]; n++) {
+            args[n] = strcmp(cases[i].args[n], "@softmax") == 0 ? example("softmax.json")
+                                                                 : cases[i].args[n];
+            has_socket |= strcmp(args[n], "--socket") == 0;
+        }
+        if (!has_socket) /* never reached on these errors */
+            args[n++] = "--socket=/nonexistent/ktuned.sock";
+        args[n] = NULL;
+        run_result *r = run_argv(args);
+        if (r->status != cases[i].status || !strstr(r->err, cases[i].msg) ||
+            count_lines(r->err) != 1)
+            fail_msg("case %zu (%s %s): status %d, stderr: %s", i, args[0], args[1] ? args[1] : "",
+                     r->status, r->err);
+        free(r);
+    }
+    /* --help of every command: exit 0, the usage on stdout. */
+    static const char *const subs[] = {"tune", "batch", "jobs", "status", "watch", "cancel",
+                                       "gpus", "stats"};
+    for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+        run_result *r = RUN(subs[i], "--help");
+        assert_int_equal(r->status, 0);
+        char want[64];
+        snprintf(want, sizeof(want), "usage: ktune %s", subs[i]);
+        expect_in(r->out, want);
+        free(r);
+    }
+}
+
+static void test_batch_bad_lines(void **state)
+{
+    char text[4096];
+    snprintf(text, sizeof(text),
+             "# a comment, then a good line\n"
+             "{\"graph\": \"%s\", \"shapes\": {\"M\": 64, \"N\": 128}}\n"
+             "\n"
+             "{\"graph\": \"%s\", \"shapes\": {\"M\": 64}}\n"
+             "not json\n"
+             "{\"graph\": \"missing.json\"}\n"
+             "{\"graph\": \"%s\", \"shapes\": {\"M\": 0}}\n"
+             "{\"graph\": \"%s\", \"shapes\": {\"M\": 8}, \"colour\": 1}\n"
+             "{\"graph\": \"%s\", \"shapes\": {\"M\": 8}, \"priority\": 500}\n"
+             "{\"graph\": {\"name\": \"x\", \"inputs\": {}, \"nodes\": [], \"outputs\": []}}\n"
+             "{\"graph\": \"%s\", \"shapes\": {\"M\": 8}, \"precision\": \"fast\"}\n",
+             example("softmax.json"), example("softmax.json"), example("gemm_bias_relu.json"),
+             example("gemm_bias_relu.json"), example("gemm_bias_relu.json"),
+             example("gemm_bias_relu.json"));
+    const char *file = tmp_path("bad.jsonl");
+    write_file(file, text);
+    /* The socket is unreachable: a bad file must fail before any connection is tried. */
+    run_result *r = RUN("batch", file, "--socket", tmp_path("nobody.sock"));
+    assert_int_equal(r->status, 1);
+    assert_null(strstr(r->err, "cannot reach"));
+    static const struct {
+        int line;
+        const char *msg;
+    } want[] = {{4, "dimension 'N' needs a value"}, {5, "not JSON"},
+                {6, "missing.json"},               {7, "'shapes.M' must be a positive integer"},
+                {8, "unknown key 'colour'"},       {9, "'priority'"},
+                {10, "inline graph"},              {11, "'precision'"}};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        char prefix[600];
+        snprintf(prefix, sizeof(prefix), "%s:%d: ", file, want[i].line);
+        const char *at = strstr(r->err, prefix);
+        if (!at)
+            fail_msg("no error for line %d in:\n%s", want[i].line, r->err);
+        const char *eol = strchr(at, '\n');
+        char line[1024];
+        snprintf(line, sizeof(line), "%.*s", (int)(eol - at), at);
+        expect_in(line, want[i].msg);
+    }
+    assert_null(strstr(r->err, ":2: ")); /* the good line has none */
+    expect_in(r->err, "8 bad lines: nothing submitted");
+    assert_int_equal(count_lines(r->err), 9);
+    free(r);
+
+    /* Relative graph paths resolve against the file's directory; a good file gets as far as
+     * connecting. */
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", example("softmax.json"), tmp_path("sm.json"));
+    assert_int_equal(system(cmd), 0);
+    write_file(tmp_path("good.jsonl"), "{\"graph\": \"sm.json\", \"shapes\": {\"M\": 64, \"N\": 8}}\n"
+                                       "{\"graph\": \"sm.json\", \"shapes\": {\"M\": 8, \"N\": 8}}\n");
+    r = RUN("batch", tmp_path("good.jsonl"), "--socket", tmp_path("nobody.sock"));
+    assert_int_equal(r->status, 1);
+    expect_in(r->err, "cannot reach ktuned");
+    assert_int_equal(count_lines(r->err), 1);
+    free(r);
+    /* A shard with no lines is done without a daemon. */
+    r = RUN("batch", tmp_path("good.jsonl"), "--shard", "2/3", "--socket", tmp_path("nobody.sock"));
+    assert_int_equal(r->status, 0);
+    expect_in(r->out, "no jobs in shard 2/3");
+    free(r);
+    /* An empty file is an error. */
+    write_file(tmp_path("empty.jsonl"), "\n# nothing\n");
+    r = RUN("batch", tmp_path("empty.jsonl"));
+    assert_int_equal(r->status, 1);
+    expect_in(r->err, "no jobs");
+    free(r);
+}
+
+/* ---- with ktuned ---- */
+
+typedef struct daemon_proc {
+    pid_t pid;
+    char sock[512], cache[512], log[512];
+} daemon_proc;
+
+static bool can_connect(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t len = strlen(path);
+    assert_true(len < sizeof(sa.sun_path));
+    memcpy(sa.sun_path, path, len + 1);
+    bool ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+/* Starts ktuned with the fake worker; extra_env "NAME=VALUE" or NULL. Skips the test when
+ * ktuned is not built. */
+static void daemon_start(daemon_proc *d, const char *tag, const char *extra_env)
+{
+    const char *bin = getenv("KTUNED_BIN"), *worker = getenv("KTUNE_FAKE_WORKER");
+    if (!bin || !worker || access(bin, X_OK) != 0) {
+        skip();
+    }
+    snprintf(d->sock, sizeof(d->sock), "%s/%s.sock", tmpdir, tag);
+    snprintf(d->cache, sizeof(d->cache), "%s/%s-cache", tmpdir, tag);
+    snprintf(d->log, sizeof(d->log), "%s/%s.log", tmpdir, tag);
+    d->pid = fork();
+    assert_true(d->pid >= 0);
+    if (d->pid == 0) {
+        FILE *f = freopen(d->log, "w", stderr);
+        (void)f;
+        if (extra_env)
+            putenv((char *)extra_env);
+        execl(bin, bin, "--worker", worker, "--gpus", "0", "--socket", d->sock, "--cache",
+              d->cache, "--compile-jobs", "2", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 300; i++) { /* up to 15 s */
+        if (can_connect(d->sock))
+            return;
+        int ws;
+        if (waitpid(d->pid, &ws, WNOHANG) == d->pid) {
+            d->pid = 0;
+            fail_msg("ktuned exited at start (see %s)", d->log);
+        }
+        usleep(50000);
+    }
+    fail_msg("ktuned did not listen on %s within 15 s (see %s)", d->sock, d->log);
+}
+
+static void daemon_stop(daemon_proc *d)
+{
+    if (d->pid <= 0)
+        return;
+    kill(d->pid, SIGTERM);
+    for (int i = 0; i < 200; i++) {
+        int ws;
+        if (waitpid(d->pid, &ws, WNOHANG) == d->pid) {
+            d->pid = 0;
+            return;
+        }
+        usleep(50000);
+    }
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, NULL, 0);
+    d->pid = 0;
+}
+
+static void test_end_to_end(void **state)
+{
+    daemon_proc d = {0};
+    daemon_start(&d, "e2e", NULL);
+
+    /* gpus: the fake worker's H100. */
+    run_result *r = RUN("gpus", "--socket", d.sock);
+    if (r->status != 0)
+        fail_msg("gpus: %s", r->err);
+    expect_in(r->out, "H100");
+    free(r);
+
+    /* tune --wait: a verified winner, the result table, exit 0. */
+    r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--budget", "5", "--wait",
+            "--socket", d.sock);
+    if (r->status != 0)
+        fail_msg("tune --wait: status %d\nstdout: %s\nstderr: %s", r->status, r->out, r->err);
+    expect_in(r->out, "state      done");
+    expect_in(r->out, "winner");
+    expect_in(r->out, "cached     yes");
+    free(r);
+    /* The same job again: joined, nothing to do. */
+    r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--json", "--socket",
+            d.sock);
+    assert_int_equal(r->status, 0);
+    json_t *v = parse_json(r);
+    assert_true(json_is_true(json_object_get(v, "joined")));
+    assert_string_equal(json_string_value(json_object_get(v, "state")), "done");
+    json_int_t tune_id = json_integer_value(json_object_get(v, "job"));
+    json_decref(v);
+    free(r);
+
+    /* batch of two lines, twice: the second run joins both and measures nothing. */
+    char text[2048];
+    snprintf(text, sizeof(text),
+             "{\"graph\": \"%s\", \"shapes\": {\"M\": 32, \"N\": 64}, \"budget\": 5}\n"
+             "{\"graph\": \"%s\", \"shapes\": {\"M\": 16}, \"name\": \"gemm16\"}\n",
+             example("softmax.json"), example("gemm_bias_relu.json"));
+    write_file(tmp_path("two.jsonl"), text);
+    r = RUN("batch", tmp_path("two.jsonl"), "--budget-total", "20s", "--json", "--socket",
+            d.sock);
+    if (r->status != 0)
+        fail_msg("batch: status %d\nstdout: %s\nstderr: %s", r->status, r->out, r->err);
+    v = parse_json(r);
+    assert_int_equal(json_integer_value(json_object_get(v, "total")), 2);
+    assert_int_equal(json_integer_value(json_object_get(v, "done")), 2);
+    json_t *jobs = json_object_get(v, "jobs");
+    json_int_t ids[2], measured[2];
+    for (size_t i = 0; i < 2; i++) {
+        json_t *j = json_array_get(jobs, i);
+        ids[i] = json_integer_value(json_object_get(j, "job"));
+        measured[i] = json_integer_value(json_object_get(j, "measured"));
+        assert_false(json_is_true(json_object_get(j, "joined")));
+        assert_true(json_is_true(json_object_get(j, "record")));
+        assert_int_equal(json_integer_value(json_object_get(j, "line")), (json_int_t)i + 1);
+    }
+    assert_string_equal(json_string_value(json_object_get(json_array_get(jobs, 1), "name")),
+                        "gemm16");
+    json_decref(v);
+    free(r);
+    time_t t0 = time(NULL);
+    r = RUN("batch", tmp_path("two.jsonl"), "--json", "--socket", d.sock);
+    assert_int_equal(r->status, 0);
+    assert_true(time(NULL) - t0 < 5);
+    v = parse_json(r);
+    jobs = json_object_get(v, "jobs");
+    for (size_t i = 0; i < 2; i++) {
+        json_t *j = json_array_get(jobs, i);
+        assert_true(json_is_true(json_object_get(j, "joined")));
+        assert_int_equal(json_integer_value(json_object_get(j, "job")), ids[i]);
+        assert_int_equal(json_integer_value(json_object_get(j, "measured")), measured[i]);
+        assert_string_equal(json_string_value(json_object_get(j, "state")), "done");
+    }
+    json_decref(v);
+    free(r);
+    /* The table form of the rerun. */
+    r = RUN("batch", tmp_path("two.jsonl"), "--socket", d.sock);
+    assert_int_equal(r->status, 0);
+    expect_in(r->out, "gemm16");
+    expect_in(r->err, "2 joined");
+    free(r);
+
+    /* jobs --json: all three jobs, newest first. */
+    r = RUN("jobs", "--json", "--socket", d.sock);
+    assert_int_equal(r->status, 0);
+    v = parse_json(r);
+    assert_true(json_is_array(v));
+    assert_int_equal(json_array_size(v), 3);
+    assert_true(json_integer_value(json_object_get(json_array_get(v, 0), "job")) >
+                json_integer_value(json_object_get(json_array_get(v, 2), "job")));
+    bool seen = false;
+    for (size_t i = 0; i < json_array_size(v); i++)
+        seen |= json_integer_value(json_object_get(json_array_get(v, i), "job")) == tune_id;
+    assert_true(seen);
+    json_decref(v);
+    free(r);
+
+    /* status, watch of a finished job, cancel of a finished job (an error), stats. */
+    char id[32];
+    snprintf(id, sizeof(id), "%lld", (long long)tune_id);
+    r = RUN("status", id, "--socket", d.sock);
+    assert_int_equal(r->status, 0);
+    expect_in(r->out, "state      done");
+    free(r);
+    r = RUN("watch", id, "--socket", d.sock);
+    assert_int_equal(r->status, 0);
+    free(r);
+    r = RUN("cancel", id, "--socket", d.sock);
+    assert_int_equal(r->status, 1);
+    assert_int_equal(count_lines(r->err), 1);
+    free(r);
+    r = RUN("status", "999999", "--socket", d.sock);
+    assert_int_equal(r->status, 1);
+    assert_int_equal(count_lines(r->err), 1);
+    free(r);
+    r = RUN("stats", "--json", "--socket", d.sock);
+    assert_int_equal(r->status, 0);
+    v = parse_json(r);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(v, "jobs"), "done")), 3);
+    json_decref(v);
+    free(r);
+
+    /* A queued job cancelled at once: a long job first occupies the only GPU. */
+    r = RUN("tune", example("layernorm.json"), "--shape", "M=8", "--budget", "60", "--json",
+            "--socket", d.sock);
+    assert_int_equal(r->status, 0);
+    free(r);
+    r = RUN("tune", example("rmsnorm.json"), "--shape", "M=8", "--json", "--socket", d.sock);
+    assert_int_equal(r->status, 0);
+    v = parse_json(r);
+    snprintf(id, sizeof(id), "%lld", (long long)json_integer_value(json_object_get(v, "job")));
+    bool queued = strcmp(json_string_value(json_object_get(v, "state")), "queued") == 0;
+    json_decref(v);
+    free(r);
+    if (queued) {
+        r = RUN("cancel", id, "--socket", d.sock);
+        assert_int_equal(r->status, 0);
+        expect_in(r->out, "cancelled");
+        free(r);
+    }
+    daemon_stop(&d);
+}
+
+static void test_no_gpu(void **state)
+{
+    daemon_proc d = {0};
+    daemon_start(&d, "nogpu", "FAKE_NODEV=1");
+    /* Give the daemon a moment to hear from its worker. */
+    run_result *r = NULL;
+    for (int i = 0; i < 50; i++) {
+        free(r);
+        r = RUN("gpus", "--socket", d.sock);
+        if (strncmp(r->out, "no GPU: ", 8) == 0 && strlen(r->out) > 9)
+            break;
+        usleep(100000);
+    }
+    assert_int_equal(r->status, 0);
+    assert_int_equal(count_lines(r->out), 1);
+    expect_in(r->out, "no GPU: ");
+    assert_string_equal(r->err, "");
+    free(r);
+    daemon_stop(&d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unreachable),
+        cmocka_unit_test(test_tune_usage),
+        cmocka_unit_test(test_batch_bad_lines),
+        cmocka_unit_test(test_end_to_end),
+        cmocka_unit_test(test_no_gpu),
+    };
+    return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
+}

@@ -1,0 +1,178 @@
+/* ktuned's configuration (daemon/config.c): defaults, the file (comments, quoting, errors with
+ * their line), the command line winning over the file, and bad values. */
+#include "daemon/config.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static char conf_path[64];
+
+static void write_conf(const char *text)
+{
+    FILE *f = fopen(conf_path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(conf_path, sizeof(conf_path), "/tmp/ktuned-conf-test-XXXXXX");
+    int fd = mkstemp(conf_path);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    unsetenv("KTUNE_SOCKET");
+    unsetenv("KTUNE_CACHE");
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(conf_path);
+    return 0;
+}
+
+static int load(kd_config *c, kt_err *err, int argc, ...)
+{
+    char *argv[16] = {"ktuned"};
+    va_list ap;
+    va_start(ap, argc);
+    for (int i = 1; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    return kd_config_load(c, argc, argv, err);
+}
+
+static void test_defaults_and_env(void **state)
+{
+    (void)state;
+    kd_config c;
+    kt_err err = {0};
+    setenv("KTUNE_SOCKET", "/tmp/k.sock", 1);
+    setenv("KTUNE_CACHE", "/tmp/kcache", 1);
+    /* an explicit empty config file keeps every default */
+    write_conf("");
+    assert_int_equal(load(&c, &err, 3, "--config", conf_path), KD_CONFIG_RUN);
+    assert_string_equal(c.socket, "/tmp/k.sock");
+    assert_string_equal(c.cache, "/tmp/kcache");
+    assert_true(c.gpus_auto);
+    assert_int_equal(c.max_clients, KD_DEFAULT_MAX_CLIENTS);
+    assert_int_equal(c.log_level, KT_LOG_INFO);
+    assert_int_equal(c.compile_jobs, 0);
+    assert_true(c.budget_max_s == KD_DEFAULT_BUDGET_MAX);
+    unsetenv("KTUNE_SOCKET");
+    unsetenv("KTUNE_CACHE");
+}
+
+static void test_file_then_command_line(void **state)
+{
+    (void)state;
+    write_conf("# ktuned.conf\n"
+               "\n"
+               "socket = /run/x/ktuned.sock   # trailing comment\n"
+               "cache=\"/var/lib/k#1\"\n"
+               "gpus = 0, 2,3\n"
+               "compile-jobs = 6\n"
+               "  max-clients = 100\n"
+               "log-level = debug\n"
+               "budget-max = 2h\n"
+               "worker = /bin/true\n");
+    kd_config c;
+    kt_err err = {0};
+    int rc = load(&c, &err, 5, "--config", conf_path, "--max-clients=7", "--gpus=auto");
+    if (rc < 0)
+        print_error("%s\n", err.msg);
+    assert_int_equal(rc, KD_CONFIG_RUN);
+    assert_string_equal(c.config, conf_path);
+    assert_string_equal(c.socket, "/run/x/ktuned.sock");
+    assert_string_equal(c.cache, "/var/lib/k#1"); /* '#' inside a value is not a comment */
+    assert_true(c.gpus_auto);                     /* the command line won */
+    assert_int_equal(c.compile_jobs, 6);
+    assert_int_equal(c.max_clients, 7);
+    assert_int_equal(c.log_level, KT_LOG_DEBUG);
+    assert_true(c.budget_max_s == 7200);
+    assert_string_equal(c.worker, "/bin/true");
+    assert_int_equal(load(&c, &err, 3, "--config", conf_path), KD_CONFIG_RUN);
+    assert_false(c.gpus_auto);
+    assert_int_equal(c.n_gpus, 3);
+    assert_int_equal(c.gpus[0], 0);
+    assert_int_equal(c.gpus[1], 2);
+    assert_int_equal(c.gpus[2], 3);
+}
+
+static void expect_file_error(const char *text, const char *what)
+{
+    write_conf(text);
+    kd_config c;
+    kt_err err = {0};
+    assert_int_equal(load(&c, &err, 3, "--config", conf_path), -EINVAL);
+    char prefix[128];
+    snprintf(prefix, sizeof(prefix), "%s:2: ", conf_path);
+    if (strncmp(err.msg, prefix, strlen(prefix)) != 0 || !strstr(err.msg, what))
+        fail_msg("for %s got '%s'", what, err.msg);
+}
+
+static void test_file_errors(void **state)
+{
+    (void)state;
+    expect_file_error("socket = /tmp/s\nsockets = /tmp/s\n", "unknown key 'sockets'");
+    expect_file_error("\nmax-clients = lots\n", "max-clients");
+    expect_file_error("\ngpus = 0,0\n", "twice");
+    expect_file_error("\ngpus = 1,x\n", "not a GPU index");
+    expect_file_error("\nlog-level = loud\n", "log-level");
+    expect_file_error("\nbudget-max = 3d\n", "budget-max");
+    expect_file_error("\njust some words\n", "key = value");
+    expect_file_error("\nworker = /nonexistent/ktune-worker\n", "not an executable");
+    expect_file_error("\ncompile-jobs = 0\n", "compile-jobs");
+}
+
+static void test_command_line_errors(void **state)
+{
+    (void)state;
+    kd_config c;
+    kt_err err = {0};
+    assert_int_equal(load(&c, &err, 3, "--config", "/nonexistent/ktuned.conf"), -EINVAL);
+    assert_non_null(strstr(err.msg, "/nonexistent/ktuned.conf"));
+    write_conf("");
+    assert_int_equal(load(&c, &err, 4, "--config", conf_path, "--frobnicate"), -EINVAL);
+    assert_non_null(strstr(err.msg, "--frobnicate"));
+    assert_int_equal(load(&c, &err, 4, "--config", conf_path, "--socket"), -EINVAL);
+    assert_non_null(strstr(err.msg, "needs a value"));
+    assert_int_equal(load(&c, &err, 4, "--config", conf_path, "stray"), -EINVAL);
+    assert_int_equal(load(&c, &err, 5, "--config", conf_path, "--max-clients", "0"), -EINVAL);
+    assert_non_null(strstr(err.msg, "--max-clients"));
+    assert_int_equal(load(&c, &err, 5, "--config", conf_path, "--gpus", ""), -EINVAL);
+}
+
+static void test_duration(void **state)
+{
+    (void)state;
+    assert_true(kd_parse_duration("90") == 90);
+    assert_true(kd_parse_duration("1.5m") == 90);
+    assert_true(kd_parse_duration("2h") == 7200);
+    assert_true(kd_parse_duration("0") < 0);
+    assert_true(kd_parse_duration("10x") < 0);
+    assert_true(kd_parse_duration("") < 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_and_env),
+        cmocka_unit_test(test_file_then_command_line),
+        cmocka_unit_test(test_file_errors),
+        cmocka_unit_test(test_command_line_errors),
+        cmocka_unit_test(test_duration),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

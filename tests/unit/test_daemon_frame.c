@@ -1,0 +1,192 @@
+/* ktuned's framing (daemon/frame.c): message boundaries found byte by byte, every msgpack format,
+ * the depth cap, bad bytes, and the envelope peek of an oversized message. */
+#include "daemon/frame.h"
+
+#include <msgpack.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+static void pack_str(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str_with_body(pk, s, strlen(s));
+}
+
+/* A map using every msgpack format family, with nested containers. */
+static void pack_everything(msgpack_sbuffer *sb)
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    static char big[70000];
+    memset(big, 'x', sizeof(big));
+    msgpack_pack_map(&pk, 9);
+    pack_str(&pk, "v");
+    msgpack_pack_uint64(&pk, 1);
+    pack_str(&pk, "id");
+    msgpack_pack_uint64(&pk, 70000);
+    pack_str(&pk, "ints");
+    msgpack_pack_array(&pk, 8);
+    msgpack_pack_int64(&pk, -1);
+    msgpack_pack_int64(&pk, -100);
+    msgpack_pack_int64(&pk, -30000);
+    msgpack_pack_int64(&pk, -3000000000ll);
+    msgpack_pack_uint64(&pk, 200);
+    msgpack_pack_uint64(&pk, 60000);
+    msgpack_pack_uint64(&pk, 4000000000ull);
+    msgpack_pack_uint64(&pk, 1ull << 40);
+    pack_str(&pk, "floats");
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_float(&pk, 1.5f);
+    msgpack_pack_double(&pk, 2.5);
+    pack_str(&pk, "misc");
+    msgpack_pack_array(&pk, 4);
+    msgpack_pack_nil(&pk);
+    msgpack_pack_true(&pk);
+    msgpack_pack_false(&pk);
+    msgpack_pack_array(&pk, 0);
+    pack_str(&pk, "big string");
+    msgpack_pack_str_with_body(&pk, big, sizeof(big));
+    pack_str(&pk, "bin");
+    msgpack_pack_bin_with_body(&pk, big, 300);
+    pack_str(&pk, "ext");
+    msgpack_pack_array(&pk, 3);
+    msgpack_pack_ext_with_body(&pk, big, 1, 7);
+    msgpack_pack_ext_with_body(&pk, big, 16, 7);
+    msgpack_pack_ext_with_body(&pk, big, 1000, 7);
+    pack_str(&pk, "nested");
+    msgpack_pack_map(&pk, 1);
+    pack_str(&pk, "a");
+    msgpack_pack_map(&pk, 20); /* map16 is 16 or more pairs */
+    for (int i = 0; i < 20; i++) {
+        msgpack_pack_int(&pk, i);
+        msgpack_pack_array(&pk, 1);
+        msgpack_pack_map(&pk, 0);
+    }
+}
+
+static void test_boundaries_byte_by_byte(void **state)
+{
+    (void)state;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    pack_everything(&sb);
+    size_t one = sb.size;
+    pack_everything(&sb); /* a second message right behind */
+    const uint8_t *buf = (const uint8_t *)sb.data;
+    assert_true(kd_frame_is_map(buf[0]));
+    kd_scan s = {0};
+    size_t len = 0;
+    kd_scan_rc rc = KD_SCAN_MORE;
+    while (rc == KD_SCAN_MORE && len < sb.size)
+        rc = kd_scan_step(&s, buf, ++len);
+    assert_int_equal(rc, KD_SCAN_DONE);
+    assert_int_equal(s.pos, one);
+    assert_int_equal(len, one); /* found exactly when its last byte arrived */
+    /* all at once, with the second message behind it */
+    kd_scan_reset(&s);
+    assert_int_equal(kd_scan_step(&s, buf, sb.size), KD_SCAN_DONE);
+    assert_int_equal(s.pos, one);
+    kd_scan_reset(&s);
+    assert_int_equal(kd_scan_step(&s, buf + one, sb.size - one), KD_SCAN_DONE);
+    assert_int_equal(s.pos, sb.size - one);
+    uint64_t id = 0;
+    assert_true(kd_frame_peek_id(buf, one, &id));
+    assert_int_equal(id, 70000);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+static void test_depth_cap(void **state)
+{
+    (void)state;
+    uint8_t buf[64];
+    /* a map holding 31 nested one-element arrays holding nil: depth 32, accepted */
+    size_t n = 0;
+    buf[n++] = 0x81;
+    buf[n++] = 0xa1;
+    buf[n++] = 'k';
+    for (int i = 0; i < KD_MAX_DEPTH - 1; i++)
+        buf[n++] = 0x91;
+    buf[n++] = 0xc0;
+    kd_scan s = {0};
+    assert_int_equal(kd_scan_step(&s, buf, n), KD_SCAN_DONE);
+    assert_int_equal(s.pos, n);
+    /* one more level: refused as soon as the 33rd container opens */
+    n = 0;
+    buf[n++] = 0x81;
+    buf[n++] = 0xa1;
+    buf[n++] = 'k';
+    for (int i = 0; i < KD_MAX_DEPTH; i++)
+        buf[n++] = 0x91;
+    kd_scan_reset(&s);
+    assert_int_equal(kd_scan_step(&s, buf, n), KD_SCAN_DEEP);
+}
+
+static void test_bad_and_incomplete(void **state)
+{
+    (void)state;
+    kd_scan s = {0};
+    const uint8_t bad[] = {0x82, 0xa1, 'a', 0xc1};
+    assert_int_equal(kd_scan_step(&s, bad, sizeof(bad)), KD_SCAN_BAD);
+    /* a huge map header with no body: more, never done */
+    const uint8_t huge[] = {0xdf, 0xff, 0xff, 0xff, 0xff};
+    kd_scan_reset(&s);
+    assert_int_equal(kd_scan_step(&s, huge, sizeof(huge)), KD_SCAN_MORE);
+    /* a str32 announcing 4 GiB: more, and its header is re-read each time */
+    const uint8_t str[] = {0x81, 0xa1, 'g', 0xdb, 0xff, 0xff, 0xff, 0xf0, 'x', 'y'};
+    kd_scan_reset(&s);
+    assert_int_equal(kd_scan_step(&s, str, sizeof(str)), KD_SCAN_MORE);
+    assert_int_equal(s.pos, 3);
+    assert_false(kd_frame_is_map(0x93));
+    assert_false(kd_frame_is_map(0xa3));
+    assert_true(kd_frame_is_map(0xde));
+}
+
+static void test_peek_id(void **state)
+{
+    (void)state;
+    /* {"v": 1, "id": 300, "op": "submit", "graph": <str32 of 5 MiB, truncated>} */
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 4);
+    pack_str(&pk, "v");
+    msgpack_pack_int(&pk, 1);
+    pack_str(&pk, "id");
+    msgpack_pack_uint64(&pk, 300);
+    pack_str(&pk, "op");
+    pack_str(&pk, "submit");
+    pack_str(&pk, "graph");
+    msgpack_pack_str(&pk, 5u << 20);
+    uint64_t id = 0;
+    assert_true(kd_frame_peek_id((const uint8_t *)sb.data, sb.size, &id));
+    assert_int_equal(id, 300);
+    /* the id after the truncated body cannot be read */
+    msgpack_sbuffer_clear(&sb);
+    msgpack_pack_map(&pk, 2);
+    pack_str(&pk, "graph");
+    msgpack_pack_str(&pk, 5u << 20);
+    assert_false(kd_frame_peek_id((const uint8_t *)sb.data, sb.size, &id));
+    /* an id that is not an unsigned integer */
+    msgpack_sbuffer_clear(&sb);
+    msgpack_pack_map(&pk, 1);
+    pack_str(&pk, "id");
+    msgpack_pack_int(&pk, -4);
+    assert_false(kd_frame_peek_id((const uint8_t *)sb.data, sb.size, &id));
+    msgpack_sbuffer_destroy(&sb);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_boundaries_byte_by_byte),
+        cmocka_unit_test(test_depth_cap),
+        cmocka_unit_test(test_bad_and_incomplete),
+        cmocka_unit_test(test_peek_id),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

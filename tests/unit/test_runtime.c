@@ -1,0 +1,660 @@
+/* The deploy-time runtime without a GPU: read-only opens (also when the lock file may not be
+ * written), ktune_lookup without a driver, key resolution (exact, then a compatible GPU's record)
+ * through ktune_rt_resolve with a given fingerprint, records that must never be served (checksum
+ * failure, unverified, inconsistent with the graph, an unknown layout), the memo, and the
+ * kernel accessors (info, workspace size, prepack). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "client/libktune_internal.h"
+#include "client/runtime_internal.h"
+#include "test_cache_util.h"
+
+#define H100 "NVIDIA H100 80GB HBM3"
+
+typedef struct fixture {
+    char *dir;
+    ktune_graph *g;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    f->dir = tmpdir_new();
+    char path[1024];
+    const char *root = getenv("KTUNE_SOURCE_ROOT");
+    snprintf(path, sizeof(path), "%s/examples/gemm_bias_relu.json", root ? root : ".");
+    ktune_error err = {0};
+    if (!f->dir || ktune_graph_load(path, &f->g, &err) != 0) {
+        fprintf(stderr, "setup: %s\n", err.msg);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    ktune_graph_free(f->g);
+    tmpdir_free(f->dir);
+    free(f);
+    return 0;
+}
+
+static void gpu_fp(cache_gpu *g, const char *name, int driver, int cuda)
+{
+    test_gpu(g, name);
+    g->driver_version = driver;
+    g->cuda_version = cuda;
+}
+
+/* A record of gemm_bias_relu (3 inputs, 1 output) at M=m for gpu: two launches, the second one
+ * clearing part of the workspace, every argument kind. */
+static void graph_record(cache_record *r, const fixture *f, const cache_gpu *gpu, int64_t m,
+                         const char *schedule, double time_ns, uint8_t seed)
+{
+    cache_key k;
+    memset(&k, 0, sizeof(k));
+    k.gpu = *gpu;
+    memcpy(k.sig, f->g->sig, OPS_SIG_BYTES);
+    k.n_shapes = 1;
+    snprintf(k.shapes[0].name, sizeof(k.shapes[0].name), "M");
+    k.shapes[0].value = m;
+    k.precision = OPS_PREC_EXACT;
+    test_record(r, &k, schedule, time_ns, 3000, seed);
+    /* test_record asks for a packed layout; the runtime knows none, so drop it */
+    free(r->layouts[0].layout);
+    free(r->layouts);
+    r->layouts = NULL;
+    r->n_layouts = 0;
+    r->kernels[1].zero_offset = 4096;
+    r->kernels[1].zero_bytes = 8192;
+}
+
+static void put_record(const char *dir, cache_record *r)
+{
+    cache_env *env = NULL;
+    kt_err err = {0};
+    if (cache_open(dir, 0, NULL, &env, &err) != 0)
+        fail_msg("cache_open: %s", err.msg);
+    if (cache_put(env, r, NULL, &err) != 0)
+        fail_msg("cache_put: %s", err.msg);
+    cache_close(env);
+    cache_record_free(r);
+}
+
+static void put(const fixture *f, const cache_gpu *gpu, int64_t m, const char *schedule,
+                double time_ns, uint8_t seed)
+{
+    cache_record r;
+    graph_record(&r, f, gpu, m, schedule, time_ns, seed);
+    put_record(f->dir, &r);
+}
+
+static ktune_runtime *rt_open(const char *dir)
+{
+    ktune_runtime *rt = NULL;
+    ktune_error err = {0};
+    if (ktune_runtime_open(dir, &rt, &err) != 0)
+        fail_msg("ktune_runtime_open: %s", err.msg);
+    return rt;
+}
+
+/* Resolves gemm_bias_relu at M=m for fp; returns the rc, the schedule of the record in sched. */
+static int resolve(ktune_runtime *rt, const fixture *f, const cache_gpu *fp, int64_t m,
+                   const char *precision, ktune_match *match, char *sched, size_t cap,
+                   ktune_error *err)
+{
+    ktune_shape s[1] = {{"M", m}};
+    ktune_kernel *k = NULL;
+    int rc = ktune_rt_resolve(rt, f->g->g, f->g->sig, s, 1, precision, fp, 0, 0, &k, match, err);
+    if (sched)
+        snprintf(sched, cap, "%s", rc == 0 ? ktune_rt_kernel_record(k)->schedule : "");
+    return rc;
+}
+
+static void test_open_missing(void **state)
+{
+    fixture *f = *state;
+    char dir[1100];
+    snprintf(dir, sizeof(dir), "%s/none", f->dir);
+    ktune_runtime *rt = NULL;
+    ktune_error err = {0};
+    assert_int_equal(ktune_runtime_open(dir, &rt, &err), -ENOENT);
+    assert_null(rt);
+    assert_int_equal(err.code, -ENOENT);
+    assert_non_null(strstr(err.msg, "none"));
+    /* read-only: the directory was not created */
+    struct stat st;
+    assert_int_not_equal(stat(dir, &st), 0);
+}
+
+static void test_lookup_without_driver(void **state)
+{
+    fixture *f = *state;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib) {
+        dlclose(lib);
+        skip(); /* a driver is here: the GPU suite covers this machine */
+    }
+    cache_gpu gpu;
+    gpu_fp(&gpu, H100, 12040, 12040);
+    put(f, &gpu, 1024, "gemm a", 1000, 1);
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_shape s[1] = {{"M", 1024}};
+    ktune_kernel *k = (ktune_kernel *)&s; /* overwritten with NULL on failure */
+    ktune_match m = KTUNE_MATCH_COMPATIBLE;
+    ktune_error err = {0};
+    assert_int_equal(ktune_lookup(rt, f->g, s, 1, NULL, -1, &k, &m, &err), -ENODEV);
+    assert_null(k);
+    assert_int_equal(err.code, -ENODEV);
+    assert_non_null(strstr(err.msg, "libcuda"));
+    assert_null(strchr(err.msg, '\n'));
+    /* twice: the first outcome is kept, the message too */
+    memset(&err, 0, sizeof(err));
+    assert_int_equal(ktune_lookup(rt, f->g, s, 1, NULL, 0, &k, NULL, &err), -ENODEV);
+    assert_non_null(strstr(err.msg, "libcuda"));
+    cache_gpu here;
+    assert_int_equal(ktune_rt_fingerprint(rt, 0, &here, &err), -ENODEV);
+    /* bad arguments come first */
+    assert_int_equal(ktune_lookup(rt, NULL, s, 1, NULL, -1, &k, NULL, &err), -EINVAL);
+    assert_int_equal(ktune_lookup(rt, f->g, s, 1, NULL, -2, &k, NULL, &err), -EINVAL);
+    assert_int_equal(ktune_lookup(NULL, f->g, s, 1, NULL, -1, &k, NULL, &err), -EINVAL);
+    ktune_runtime_close(rt);
+}
+
+/* Opens the runtime read-only and resolves one record; run in a process that may not write
+ * lock.mdb. Returns 0 when it worked. */
+static int read_without_lock(const fixture *f, const cache_gpu *gpu)
+{
+    ktune_runtime *rt = NULL;
+    ktune_error err = {0};
+    if (ktune_runtime_open(f->dir, &rt, &err) != 0) {
+        printf("open read-only: %s\n", err.msg);
+        return 1;
+    }
+    char sched[64];
+    ktune_match m;
+    int rc = resolve(rt, f, gpu, 1024, NULL, &m, sched, sizeof(sched), &err);
+    if (rc != 0 || strcmp(sched, "gemm lockfree") != 0 || m != KTUNE_MATCH_EXACT) {
+        printf("resolve: %d %s [%s]\n", rc, err.msg, sched);
+        rc = 1;
+    }
+    ktune_runtime_close(rt);
+    return rc;
+}
+
+static void test_rdonly_lock_not_writable(void **state)
+{
+    fixture *f = *state;
+    cache_gpu gpu;
+    gpu_fp(&gpu, H100, 12040, 12040);
+    put(f, &gpu, 1024, "gemm lockfree", 1000, 1);
+    char lock[1100];
+    snprintf(lock, sizeof(lock), "%s/lock.mdb", f->dir);
+    assert_int_equal(chmod(lock, 0444), 0);
+    if (geteuid() != 0) {
+        assert_int_equal(read_without_lock(f, &gpu), 0);
+        return;
+    }
+    /* root writes any file: read as nobody, in a child */
+    assert_int_equal(chmod(f->dir, 0755), 0);
+    char data[1100];
+    snprintf(data, sizeof(data), "%s/data.mdb", f->dir);
+    assert_int_equal(chmod(data, 0644), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(3);
+        if (access(lock, W_OK) == 0) /* the premise of the test */
+            _exit(4);
+        _exit(read_without_lock(f, &gpu));
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_exact_then_compatible(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a, a2, a3, b;
+    gpu_fp(&a, H100, 12040, 12040);  /* tuned here */
+    gpu_fp(&a2, H100, 12080, 12080); /* same model, newer driver and toolkit */
+    gpu_fp(&a3, H100, 12020, 12040); /* same model, older driver, slower record */
+    gpu_fp(&b, "NVIDIA A100-SXM4-80GB", 12040, 12040);
+    b.sm_major = 8;
+    b.sm_count = 108;
+    put(f, &a, 1024, "gemm exact", 1000, 1);
+    put(f, &a2, 1024, "gemm newer", 900, 2);
+    put(f, &a3, 1024, "gemm older", 950, 3);
+    put(f, &b, 1024, "gemm a100", 500, 4);
+    put(f, &a2, 2048, "gemm only-newer", 1800, 5);
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_error err = {0};
+    ktune_match m = KTUNE_MATCH_COMPATIBLE;
+    char sched[64];
+
+    /* the exact fingerprint wins even though a compatible record is faster */
+    assert_int_equal(resolve(rt, f, &a, 1024, NULL, &m, sched, sizeof(sched), &err), 0);
+    assert_int_equal(m, KTUNE_MATCH_EXACT);
+    assert_string_equal(sched, "gemm exact");
+    assert_int_equal(resolve(rt, f, &a, 1024, "exact", &m, sched, sizeof(sched), &err), 0);
+    assert_string_equal(sched, "gemm exact");
+
+    /* another driver here: the fastest compatible record, flagged */
+    cache_gpu here = a;
+    here.driver_version = 13000;
+    assert_int_equal(resolve(rt, f, &here, 1024, NULL, &m, sched, sizeof(sched), &err), 0);
+    assert_int_equal(m, KTUNE_MATCH_COMPATIBLE);
+    assert_string_equal(sched, "gemm newer");
+    assert_int_equal(resolve(rt, f, &a, 2048, NULL, &m, sched, sizeof(sched), &err), 0);
+    assert_int_equal(m, KTUNE_MATCH_COMPATIBLE);
+    assert_string_equal(sched, "gemm only-newer");
+    ktune_kernel *k = NULL;
+    ktune_shape s2[1] = {{"M", 2048}};
+    assert_int_equal(
+        ktune_rt_resolve(rt, f->g->g, f->g->sig, s2, 1, NULL, &a, 0, 0, &k, NULL, &err), 0);
+    ktune_kernel_info info;
+    ktune_kernel_get_info(k, &info);
+    assert_int_equal(info.match, KTUNE_MATCH_COMPATIBLE);
+    assert_int_equal(info.driver_version, 12080);
+    assert_string_equal(info.gpu, H100);
+
+    /* not compatible: another memory size, another SM count, another model */
+    cache_gpu other = a;
+    other.mem_bytes /= 2;
+    assert_int_equal(resolve(rt, f, &other, 1024, NULL, &m, NULL, 0, &err), -ENOENT);
+    assert_non_null(strstr(err.msg, "gemm_bias_relu"));
+    assert_non_null(strstr(err.msg, "M=1024"));
+    other = a;
+    other.sm_count = 114;
+    assert_int_equal(resolve(rt, f, &other, 1024, NULL, &m, NULL, 0, &err), -ENOENT);
+    cache_gpu l40;
+    gpu_fp(&l40, "NVIDIA L40S", 12040, 12040);
+    assert_int_equal(resolve(rt, f, &l40, 1024, NULL, &m, NULL, 0, &err), -ENOENT);
+    assert_non_null(strstr(err.msg, "NVIDIA L40S"));
+
+    /* other shapes and precisions are other keys */
+    assert_int_equal(resolve(rt, f, &a, 4096, NULL, &m, NULL, 0, &err), -ENOENT);
+    assert_int_equal(resolve(rt, f, &a, 1024, "tf32", &m, NULL, 0, &err), -ENOENT);
+    assert_int_equal(resolve(rt, f, &a, 1024, "fast", &m, NULL, 0, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "fast"));
+
+    /* shapes must bind the graph: unknown symbol, missing symbol, bad value */
+    ktune_shape bad[2] = {{"M", 1024}, {"Q", 3}};
+    assert_int_equal(
+        ktune_rt_resolve(rt, f->g->g, f->g->sig, bad, 2, NULL, &a, 0, 0, &k, NULL, &err),
+        -EINVAL);
+    assert_non_null(strstr(err.msg, "Q"));
+    assert_int_equal(
+        ktune_rt_resolve(rt, f->g->g, f->g->sig, NULL, 0, NULL, &a, 0, 0, &k, NULL, &err),
+        -EINVAL);
+    assert_non_null(strstr(err.msg, "M"));
+    ktune_shape neg[1] = {{"M", 0}};
+    assert_int_equal(
+        ktune_rt_resolve(rt, f->g->g, f->g->sig, neg, 1, NULL, &a, 0, 0, &k, NULL, &err),
+        -EINVAL);
+    ktune_shape noname[1] = {{NULL, 5}};
+    assert_int_equal(
+        ktune_rt_resolve(rt, f->g->g, f->g->sig, noname, 1, NULL, &a, 0, 0, &k, NULL, &err),
+        -EINVAL);
+    ktune_runtime_close(rt);
+}
+
+/* Replaces the stored value of (gpu, M=m) rank `rank` by bad (raw LMDB). */
+static void raw_replace(const fixture *f, const cache_gpu *gpu, int64_t m, int rank,
+                        const uint8_t *val, size_t len)
+{
+    cache_record r;
+    graph_record(&r, f, gpu, m, "x", 1, 0);
+    uint8_t key[CACHE_KEY_MAX + 1];
+    size_t klen = 0;
+    assert_int_equal(cache_key_encode(&r.key, key, sizeof(key), &klen, NULL), 0);
+    cache_record_free(&r);
+    key[klen++] = (uint8_t)rank;
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    assert_int_equal(raw_open(f->dir, &env, &txn, &dbi, "kernels"), 0);
+    MDB_val k = {.mv_size = klen, .mv_data = key}, v = {.mv_size = len, .mv_data = (void *)val};
+    assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
+    assert_int_equal(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+}
+
+/* Flips one byte inside the stored value of (gpu, M=m) rank `rank`. */
+static void flip_byte(const fixture *f, const cache_gpu *gpu, int64_t m, int rank)
+{
+    cache_env *env = NULL;
+    assert_int_equal(cache_open(f->dir, CACHE_RDONLY, NULL, &env, NULL), 0);
+    cache_record r;
+    graph_record(&r, f, gpu, m, "x", 1, 0);
+    cache_key key = r.key;
+    cache_record_free(&r);
+    assert_int_equal(cache_get(env, &key, rank, &r, NULL), 0);
+    uint8_t *val = NULL;
+    size_t len = 0;
+    assert_int_equal(cache_record_encode(&r, &val, &len, NULL), 0);
+    cache_record_free(&r);
+    cache_close(env);
+    val[len / 2] ^= 0x40; /* inside the cubin or source: the map still parses */
+    raw_replace(f, gpu, m, rank, val, len);
+    free(val);
+}
+
+static void test_corrupt_never_served(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    put(f, &a, 1024, "gemm best", 1000, 1);
+    put(f, &a, 1024, "gemm second", 2000, 2);
+    flip_byte(f, &a, 1024, 0);
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_error err = {0};
+    ktune_match m;
+    char sched[64];
+    /* the best fails its checksum: the runner-up of the same key is served */
+    assert_int_equal(resolve(rt, f, &a, 1024, NULL, &m, sched, sizeof(sched), &err), 0);
+    assert_string_equal(sched, "gemm second");
+    assert_int_equal(m, KTUNE_MATCH_EXACT);
+    ktune_runtime_close(rt);
+
+    /* both corrupt: nothing is served, and the error says why */
+    flip_byte(f, &a, 1024, 1);
+    rt = rt_open(f->dir);
+    assert_int_equal(resolve(rt, f, &a, 1024, NULL, &m, sched, sizeof(sched), &err), -EBADMSG);
+    assert_string_equal(sched, "");
+    assert_non_null(strstr(err.msg, "not served"));
+    /* and a compatible GPU's corrupt record is not served either */
+    cache_gpu here = a;
+    here.driver_version = 13000;
+    assert_int_equal(resolve(rt, f, &here, 1024, NULL, &m, sched, sizeof(sched), &err), -ENOENT);
+    ktune_runtime_close(rt);
+}
+
+static void test_unverified_never_served(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    put(f, &a, 1024, "gemm verified", 1000, 1);
+    /* a stored value with a sound checksum but verified = false (cache_put refuses those, so
+     * write it raw) at rank 0 */
+    cache_record r;
+    graph_record(&r, f, &a, 1024, "gemm unverified", 10, 9);
+    r.verified = false;
+    uint8_t *val = NULL;
+    size_t len = 0;
+    assert_int_equal(cache_record_encode(&r, &val, &len, NULL), 0);
+    cache_record_free(&r);
+    raw_replace(f, &a, 1024, 0, val, len);
+    free(val);
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_error err = {0};
+    ktune_match m;
+    char sched[64];
+    assert_int_equal(resolve(rt, f, &a, 1024, NULL, &m, sched, sizeof(sched), &err), -EBADMSG);
+    assert_non_null(strstr(err.msg, "not verified"));
+    ktune_runtime_close(rt);
+}
+
+static void test_record_checked_against_graph(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    /* an input index the graph does not have */
+    cache_record r;
+    graph_record(&r, f, &a, 1024, "gemm wrong-arity", 1000, 1);
+    r.kernels[0].args[1].index = 3;
+    put_record(f->dir, &r);
+    /* a layout this runtime cannot pack, at another shape */
+    graph_record(&r, f, &a, 2048, "gemm packed", 1000, 2);
+    r.n_layouts = 1;
+    r.layouts = calloc(1, sizeof(*r.layouts));
+    r.layouts[0].input = 1;
+    r.layouts[0].layout = strdup("k_major_tile32x8");
+    put_record(f->dir, &r);
+    /* zeroing past the workspace */
+    graph_record(&r, f, &a, 4096, "gemm zero-past", 1000, 3);
+    r.kernels[1].zero_offset = r.workspace_bytes - 16;
+    r.kernels[1].zero_bytes = 32;
+    put_record(f->dir, &r);
+
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_error err = {0};
+    ktune_match m;
+    assert_int_equal(resolve(rt, f, &a, 1024, NULL, &m, NULL, 0, &err), -EBADMSG);
+    assert_non_null(strstr(err.msg, "argument"));
+    assert_int_equal(resolve(rt, f, &a, 2048, NULL, &m, NULL, 0, &err), -ENOTSUP);
+    assert_non_null(strstr(err.msg, "k_major_tile32x8"));
+    assert_int_equal(resolve(rt, f, &a, 4096, NULL, &m, NULL, 0, &err), -EBADMSG);
+    assert_non_null(strstr(err.msg, "workspace"));
+    ktune_runtime_close(rt);
+}
+
+static void test_memo_and_accessors(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    put(f, &a, 1024, "gemm memo", 1000, 1);
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_error err = {0};
+    ktune_shape s[1] = {{"M", 1024}};
+    ktune_kernel *k1 = NULL, *k2 = NULL, *k3 = NULL;
+    assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, s, 1, NULL, &a, 0, 0, &k1, NULL,
+                                      &err),
+                     0);
+    assert_int_equal(err.code, 0);
+    assert_string_equal(err.msg, "");
+    assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, s, 1, "exact", &a, 0, 0, &k2, NULL,
+                                      &err),
+                     0);
+    assert_ptr_equal(k1, k2); /* memoised: the same kernel */
+    assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, s, 1, NULL, &a, 0,
+                                      KTUNE_RT_NO_MEMO, &k3, NULL, &err),
+                     0);
+    assert_ptr_not_equal(k1, k3);
+    assert_string_equal(ktune_rt_kernel_record(k3)->schedule, "gemm memo");
+    ktune_rt_kernel_free(k3);
+
+    /* accessors */
+    const cache_record *r = ktune_rt_kernel_record(k1);
+    assert_true(ktune_kernel_workspace_size(k1) == r->workspace_bytes);
+    assert_true(ktune_kernel_workspace_size(k1) == (1u << 20));
+    assert_true(ktune_kernel_workspace_size(NULL) == 0);
+    ktune_kernel_info info;
+    ktune_kernel_get_info(k1, &info);
+    assert_int_equal(info.match, KTUNE_MATCH_EXACT);
+    assert_string_equal(info.family, "gemm");
+    assert_string_equal(info.schedule, "gemm memo");
+    assert_non_null(strstr(info.source, "__global__"));
+    assert_true(info.time_ns == 1000);
+    assert_true(info.err_norm == r->err_norm);
+    assert_true(info.tolerance == r->tolerance);
+    assert_true(info.cublaslt_ns == r->cublaslt_ns);
+    assert_int_equal(info.n_launches, 2);
+    assert_int_equal(info.n_inputs, 3);
+    assert_int_equal(info.n_outputs, 1);
+    assert_string_equal(info.gpu, H100);
+    assert_int_equal(info.driver_version, 12040);
+    assert_int_equal(info.cuda_version, 12040);
+    for (int i = 0; i < 3; i++)
+        assert_true(ktune_prepack_size(k1, i) == 0);
+    assert_true(ktune_prepack_size(k1, 7) == 0);
+    int dummy;
+    assert_int_equal(ktune_prepack(k1, 1, &dummy, &dummy, NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "input 1 needs no packing"));
+    assert_int_equal(ktune_prepack(k1, 9, &dummy, &dummy, NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "out of range"));
+    /* a resolved-only kernel is not launchable; arguments are checked first */
+    void *in[3] = {&dummy, &dummy, &dummy}, *out[1] = {&dummy};
+    assert_int_equal(ktune_launch(k1, in, out, &dummy, NULL, &err), -ENODEV);
+    assert_int_equal(ktune_launch(k1, in, out, NULL, NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "workspace"));
+    in[2] = NULL;
+    assert_int_equal(ktune_launch(k1, in, out, &dummy, NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "input 2"));
+    assert_int_equal(ktune_launch(NULL, in, out, &dummy, NULL, &err), -EINVAL);
+    /* a symbol bound twice is refused, not memoised */
+    ktune_shape twice[2] = {{"M", 1024}, {"M", 1024}};
+    assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, twice, 2, NULL, &a, 0, 0, &k3,
+                                      NULL, &err),
+                     -EINVAL);
+    assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, twice, 2, NULL, &a, 0, 0, &k3,
+                                      NULL, &err),
+                     -EINVAL);
+    ktune_runtime_close(rt);
+}
+
+/* Shapes in any order are one key: one memoised kernel. */
+static void test_memo_shape_order(void **state)
+{
+    fixture *f = *state;
+    char path[1024];
+    const char *root = getenv("KTUNE_SOURCE_ROOT");
+    snprintf(path, sizeof(path), "%s/examples/softmax.json", root ? root : ".");
+    ktune_graph *sg = NULL;
+    ktune_error err = {0};
+    assert_int_equal(ktune_graph_load(path, &sg, &err), 0);
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    cache_record r;
+    graph_record(&r, f, &a, 64, "row x", 1000, 1);
+    memcpy(r.key.sig, sg->sig, OPS_SIG_BYTES);
+    r.key.n_shapes = 2;
+    snprintf(r.key.shapes[0].name, sizeof(r.key.shapes[0].name), "N");
+    r.key.shapes[0].value = 1000;
+    snprintf(r.key.shapes[1].name, sizeof(r.key.shapes[1].name), "M");
+    r.key.shapes[1].value = 64;
+    /* softmax has one input and one output */
+    for (int i = 0; i < r.n_kernels; i++)
+        for (int j = 0; j < r.kernels[i].n_args; j++)
+            if (r.kernels[i].args[j].kind == CACHE_ARG_INPUT)
+                r.kernels[i].args[j].index = 0;
+    put_record(f->dir, &r);
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_shape mn[2] = {{"M", 64}, {"N", 1000}}, nm[2] = {{"N", 1000}, {"M", 64}};
+    ktune_kernel *k1 = NULL, *k2 = NULL;
+    assert_int_equal(
+        ktune_rt_resolve(rt, sg->g, sg->sig, mn, 2, NULL, &a, 0, 0, &k1, NULL, &err), 0);
+    assert_int_equal(
+        ktune_rt_resolve(rt, sg->g, sg->sig, nm, 2, NULL, &a, 0, 0, &k2, NULL, &err), 0);
+    assert_ptr_equal(k1, k2);
+    ktune_runtime_close(rt);
+    ktune_graph_free(sg);
+}
+
+/* Many threads resolving the same and different keys get one kernel per key. */
+typedef struct thr_arg {
+    ktune_runtime *rt;
+    const fixture *f;
+    const cache_gpu *gpu;
+    ktune_kernel *got[4];
+    int rc;
+} thr_arg;
+
+static void *thr_main(void *p)
+{
+    thr_arg *t = p;
+    for (int rep = 0; rep < 50; rep++)
+        for (int i = 0; i < 4; i++) {
+            ktune_shape s[1] = {{"M", 1024 << i}};
+            ktune_kernel *k = NULL;
+            int rc = ktune_rt_resolve(t->rt, t->f->g->g, t->f->g->sig, s, 1, NULL, t->gpu, 0, 0,
+                                      &k, NULL, NULL);
+            if (rc != 0 || (t->got[i] && t->got[i] != k))
+                t->rc = rc ? rc : -1;
+            t->got[i] = k;
+        }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    for (int i = 0; i < 4; i++)
+        put(f, &a, 1024 << i, "gemm t", 1000 + i, (uint8_t)i);
+    ktune_runtime *rt = rt_open(f->dir);
+    thr_arg t[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        t[i] = (thr_arg){.rt = rt, .f = f, .gpu = &a};
+        assert_int_equal(pthread_create(&th[i], NULL, thr_main, &t[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(t[i].rc, 0);
+        for (int j = 0; j < 4; j++)
+            assert_ptr_equal(t[i].got[j], t[0].got[j]);
+    }
+    ktune_runtime_close(rt);
+}
+
+static void test_schedule_parse(void **state)
+{
+    (void)state;
+    ops_schedule s;
+    kt_err err = {0};
+    assert_int_equal(ktune_rt_schedule_parse("library heuristic=3", &s, &err), 0);
+    assert_int_equal(s.family, OPS_FAM_LIBRARY);
+    assert_int_equal(s.v[0], 3);
+    char back[128];
+    ops_schedule_format(&s, back, sizeof(back));
+    assert_string_equal(back, "library heuristic=3");
+    assert_int_equal(ktune_rt_schedule_parse("library heuristic=9", &s, &err), -EINVAL);
+    assert_int_equal(ktune_rt_schedule_parse("library", &s, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "heuristic"));
+    assert_int_equal(ktune_rt_schedule_parse("library speed=1", &s, &err), -EINVAL);
+    assert_int_equal(ktune_rt_schedule_parse("warp heuristic=1", &s, &err), -EINVAL);
+    assert_int_equal(ktune_rt_schedule_parse("library heuristic", &s, &err), -EINVAL);
+    assert_int_equal(ktune_rt_schedule_parse(NULL, &s, &err), -EINVAL);
+    /* every family's format parses back to the same schedule (labels included) */
+    for (int id = 0; id < OPS_FAM_COUNT; id++) {
+        const ops_family *fam = ops_family_get((ops_family_id)id);
+        ops_schedule x = {.family = fam->id};
+        for (int k = 0; k < fam->n_knobs; k++)
+            x.v[k] = fam->knobs[k].values[fam->knobs[k].n_values - 1];
+        char text[512];
+        ops_schedule_format(&x, text, sizeof(text));
+        ops_schedule y;
+        assert_int_equal(ktune_rt_schedule_parse(text, &y, &err), 0);
+        assert_memory_equal(&x, &y, sizeof(x));
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_open_missing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lookup_without_driver, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rdonly_lock_not_writable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exact_then_compatible, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_never_served, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unverified_never_served, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_checked_against_graph, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memo_and_accessors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memo_shape_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+        cmocka_unit_test(test_schedule_parse),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
