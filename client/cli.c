@@ -156,8 +156,7 @@ int cli_connect(const char *path, ktune_client **out)
         return CLI_OK;
     /* ktune_connect's message is "cannot reach ktuned at PATH: <reason>". */
     if (rc == -EACCES || rc == -EPERM)
-        return cli_error("%s (the socket admits the members of its group, usually ktune)",
-                         err.msg);
+        return cli_error("%s (the socket admits the members of its group, usually ktune)", err.msg);
     if (rc == -EPROTO)
         return cli_error("%s", err.msg);
     return cli_error("%s (start it with `ktuned`, or use `ktune tune --local`)", err.msg);

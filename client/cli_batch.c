@@ -76,42 +76,46 @@ static int parse_args(int argc, char **argv, batch_args *a)
 {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
-        char name[32];
+        char opt[32]; /* the option's name: "--shard" of "--shard=0/4" */
         const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-        bool inline_value = eq && (size_t)(eq - arg) < sizeof(name);
-        if (inline_value) { /* --shard=0/4 */
-            snprintf(name, sizeof(name), "%.*s", (int)(eq - arg), arg);
-            arg = name;
+        bool inline_value = eq && (size_t)(eq - arg) < sizeof(opt);
+        size_t olen = inline_value ? (size_t)(eq - arg) : strnlen(arg, sizeof(opt) - 1);
+        memcpy(opt, arg, olen);
+        opt[olen] = '\0';
+        if (inline_value)
             value = eq + 1;
-        }
         if (cli_is_help(arg)) {
             fputs(batch_help, stdout);
             exit(CLI_OK);
-        } else if (strcmp(arg, "--json") == 0) {
+        } else if (!inline_value && strcmp(opt, "--json") == 0) {
             a->json = true;
-        } else if (strcmp(arg, "--wait") == 0) {
+        } else if (!inline_value && strcmp(opt, "--wait") == 0) {
             a->no_wait = false;
-        } else if (strcmp(arg, "--no-wait") == 0) {
+        } else if (!inline_value && strcmp(opt, "--no-wait") == 0) {
             a->no_wait = true;
-        } else if (strcmp(arg, "--socket") == 0 || strcmp(arg, "--budget-total") == 0 ||
-                   strcmp(arg, "--shard") == 0) {
+        } else if (strcmp(opt, "--socket") == 0 || strcmp(opt, "--budget-total") == 0 ||
+                   strcmp(opt, "--shard") == 0) {
             if (!value)
-                return cli_usage_error("batch", "%s needs a value", arg);
+                return cli_usage_error("batch", "%s needs a value", opt);
             i += !inline_value;
-            if (strcmp(arg, "--socket") == 0) {
+            if (strcmp(opt, "--socket") == 0) {
                 a->socket = value;
-            } else if (strcmp(arg, "--budget-total") == 0) {
+            } else if (strcmp(opt, "--budget-total") == 0) {
                 if ((a->budget_total = cli_parse_duration(value)) <= 0)
-                    return cli_usage_error("batch", "--budget-total takes a duration like 8h or "
-                                                    "90m, not '%s'", value);
+                    return cli_usage_error("batch",
+                                           "--budget-total takes a duration like 8h or "
+                                           "90m, not '%s'",
+                                           value);
             } else {
                 char *end = NULL, *end2 = NULL;
                 a->shard_i = strtol(value, &end, 10);
                 a->shard_n = *end == '/' ? strtol(end + 1, &end2, 10) : 0;
                 if (end == value || *end != '/' || end2 == end + 1 || *end2 || a->shard_n < 1 ||
                     a->shard_i < 0 || a->shard_i >= a->shard_n)
-                    return cli_usage_error("batch", "--shard takes I/N with 0 <= I < N, like "
-                                                    "0/4, not '%s'", value);
+                    return cli_usage_error("batch",
+                                           "--shard takes I/N with 0 <= I < N, like "
+                                           "0/4, not '%s'",
+                                           value);
             }
         } else if (arg[0] == '-' && arg[1] != '\0') {
             return cli_usage_error("batch", "unknown option '%s'", arg);
@@ -211,8 +215,10 @@ static int parse_line(line_ctx *lc, const char *text, size_t len, bjob *b)
         for (size_t k = 0; k < KT_ARRAY_LEN(keys); k++)
             known |= strcmp(key, keys[k]) == 0;
         if (!known) {
-            rc = line_error(lc, "unknown key '%s' (known: graph, shapes, precision, budget, "
-                                "priority, name, tolerance, gpu)", key);
+            rc = line_error(lc,
+                            "unknown key '%s' (known: graph, shapes, precision, budget, "
+                            "priority, name, tolerance, gpu)",
+                            key);
             goto out;
         }
     }
@@ -261,7 +267,7 @@ static int parse_line(line_ctx *lc, const char *text, size_t len, bjob *b)
     snprintf(b->precision, sizeof(b->precision), "%s", ops_precision_name(prec));
     json_t *bv = json_object_get(v, "budget");
     if (bv) {
-        b->budget_s = json_is_number(bv) ? json_number_value(bv)
+        b->budget_s = json_is_number(bv)   ? json_number_value(bv)
                       : json_is_string(bv) ? cli_parse_duration(json_string_value(bv))
                                            : -1;
         if (!(b->budget_s > 0) || b->budget_s > 86400) {
@@ -321,8 +327,7 @@ static int parse_line(line_ctx *lc, const char *text, size_t len, bjob *b)
         rc = line_error(lc, "%s", kerr.msg);
         goto out;
     }
-    snprintf(b->name, sizeof(b->name), "%s",
-             nv ? json_string_value(nv) : ktune_graph_name(b->g));
+    snprintf(b->name, sizeof(b->name), "%s", nv ? json_string_value(nv) : ktune_graph_name(b->g));
 out:
     ops_graph_free(bound);
     ops_graph_free(og);
@@ -385,7 +390,8 @@ static int load_batch(const char *path, bjob **jobs, int *n_jobs)
             bjob_free(&list[i]);
         free(list);
         if (bad)
-            return cli_error("%s: %d bad line%s: nothing submitted", path, bad, bad == 1 ? "" : "s");
+            return cli_error("%s: %d bad line%s: nothing submitted", path, bad,
+                             bad == 1 ? "" : "s");
         return cli_error("%s: no jobs (one JSON object per line)", path);
     }
     *jobs = list;
@@ -527,8 +533,7 @@ static void print_summary(const char *path, const bjob *jobs, int n, bool waited
             snprintf(sp, sizeof(sp), "%.2fx", j->baseline_ns / j->best_ns);
         printf("%4d  %6s  %-24.24s  %-20.20s  %-15s  %10s  %10s  %7s  %6d  %s%s\n", b->line, id,
                b->name, b->shapes_str[0] ? b->shapes_str : "-", state_label(b), best, base, sp,
-               j->trials, j->family[0] ? j->family : "-",
-               !waited && b->joined ? "  (joined)" : "");
+               j->trials, j->family[0] ? j->family : "-", !waited && b->joined ? "  (joined)" : "");
     }
     /* Why each job that is not ok is not. */
     for (int i = 0; i < n; i++) {
@@ -675,7 +680,8 @@ int cli_batch(int argc, char **argv)
                 n - failed_submits, n - failed_submits == 1 ? "" : "s", joined,
                 failed_submits ? ", some failed" : "");
     }
-    if (!a.no_wait && failed_submits < n && (rc = wait_all(c, all, n, !a.json || isatty(2))) != CLI_OK)
+    if (!a.no_wait && failed_submits < n &&
+        (rc = wait_all(c, all, n, !a.json || isatty(2))) != CLI_OK)
         goto out;
     if (a.json)
         rc = cli_print_json(summary_json(&a, all, n));

@@ -67,9 +67,10 @@ json_t *cli_job_json(const ktune_job *j)
     json_object_set_new(o, "elapsed_s", json_real(j->elapsed_s));
     json_object_set_new(o, "best_ns", ns_or_null(j->best_ns));
     json_object_set_new(o, "baseline_ns", ns_or_null(j->baseline_ns));
-    json_object_set_new(o, "speedup", j->best_ns > 0 && j->baseline_ns > 0
-                                          ? json_real(j->baseline_ns / j->best_ns)
-                                          : json_null());
+    json_object_set_new(o, "speedup",
+                        j->best_ns > 0 && j->baseline_ns > 0
+                            ? json_real(j->baseline_ns / j->best_ns)
+                            : json_null());
     json_object_set_new(o, "err_norm", json_real(j->err_norm));
     json_object_set_new(o, "family", json_string(j->family));
     json_object_set_new(o, "schedule", json_string(j->schedule));
@@ -106,7 +107,8 @@ void cli_print_job_result(const ktune_job *j)
 {
     char t[32], base[32], sub[32], start[32], fin[32], shapes[256];
     printf("job        %" PRIu64 "  %s  (%s, %s)\n", j->id, j->name,
-           shapes_text(j->shapes, shapes, sizeof(shapes)), j->precision[0] ? j->precision : "exact");
+           shapes_text(j->shapes, shapes, sizeof(shapes)),
+           j->precision[0] ? j->precision : "exact");
     printf("state      %s", ktune_job_state_name(j->state));
     if (j->state == KTUNE_JOB_RUNNING && j->phase[0])
         printf(" (%s)", j->phase);
@@ -130,13 +132,14 @@ void cli_print_job_result(const ktune_job *j)
     if (j->family[0]) {
         const char *sp = strchr(j->schedule, ' '); /* the family is its own column */
         printf("kernel     %-10s %s\n", j->family,
-               sp && strncmp(j->schedule, j->family, (size_t)(sp - j->schedule)) == 0 ? sp + 1
-                                                                                      : j->schedule);
+               sp && strncmp(j->schedule, j->family, (size_t)(sp - j->schedule)) == 0
+                   ? sp + 1
+                   : j->schedule);
     }
     printf("signature  %s\n", j->signature);
     if (j->state == KTUNE_JOB_DONE)
-        printf("cached     %s\n", j->record ? "yes (verified winner written to the cache)"
-                                            : "no record");
+        printf("cached     %s\n",
+               j->record ? "yes (verified winner written to the cache)" : "no record");
     if (j->error[0])
         printf("%-10s %s\n", j->state == KTUNE_JOB_DONE ? "note" : "error", j->error);
 }
@@ -150,7 +153,8 @@ int cli_job_exit(const ktune_job *j)
         return cli_error("job %" PRIu64 ": no verified kernel%s%s", j->id, j->error[0] ? ": " : "",
                          j->error);
     case KTUNE_JOB_FAILED:
-        return cli_error("job %" PRIu64 " failed: %s", j->id, j->error[0] ? j->error : "(no reason)");
+        return cli_error("job %" PRIu64 " failed: %s", j->id,
+                         j->error[0] ? j->error : "(no reason)");
     case KTUNE_JOB_CANCELLED:
         return cli_error("job %" PRIu64 " was cancelled%s%s", j->id, j->error[0] ? ": " : "",
                          j->error);
@@ -186,13 +190,14 @@ static int follow_cb(const ktune_job *j, void *ctx)
                      ktune_job_state_name(j->state));
     if (j->state == KTUNE_JOB_RUNNING || j->trials > 0) {
         cli_fmt_ns(j->best_ns, best, sizeof(best));
-        n += snprintf(line + n, sizeof(line) - (size_t)n, "%s%s  trials %d (%d measured, %d "
-                      "from log)  best %s", j->phase[0] ? " " : "", j->phase, j->trials,
-                      j->measured, j->resumed, best);
+        n += snprintf(line + n, sizeof(line) - (size_t)n,
+                      "%s%s  trials %d (%d measured, %d "
+                      "from log)  best %s",
+                      j->phase[0] ? " " : "", j->phase, j->trials, j->measured, j->resumed, best);
         if (j->baseline_ns > 0 && j->best_ns > 0 && n < (int)sizeof(line)) {
             cli_fmt_ns(j->baseline_ns, base, sizeof(base));
-            n += snprintf(line + n, sizeof(line) - (size_t)n, "  cuBLASLt %s (%.2fx)", base,
-                          j->baseline_ns / j->best_ns);
+            snprintf(line + n, sizeof(line) - (size_t)n, "  cuBLASLt %s (%.2fx)", base,
+                     j->baseline_ns / j->best_ns);
         }
     } else if (j->state == KTUNE_JOB_QUEUED) {
         snprintf(line + n, sizeof(line) - (size_t)n, " (priority %d)", j->priority);
@@ -313,11 +318,14 @@ static int parse_states(const char *list, unsigned *mask)
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         int s = 0;
-        while (s <= KTUNE_JOB_CANCELLED && strcmp(tok, ktune_job_state_name((ktune_job_state)s)))
+        while (s <= KTUNE_JOB_CANCELLED &&
+               strcmp(tok, ktune_job_state_name((ktune_job_state)s)) != 0)
             s++;
         if (s > KTUNE_JOB_CANCELLED)
-            return cli_usage_error("jobs", "--state '%s' is not queued, running, done, failed or "
-                                           "cancelled", tok);
+            return cli_usage_error("jobs",
+                                   "--state '%s' is not queued, running, done, failed or "
+                                   "cancelled",
+                                   tok);
         *mask |= 1u << s;
     }
     if (!*mask)
@@ -435,8 +443,8 @@ static int job_command(int argc, char **argv, job_cmd cmd)
             rc = cli_job_exit(&j);
         goto out;
     }
-    if ((cmd == JOB_STATUS ? ktune_status(c, a.job, &j, &err)
-                           : ktune_cancel(c, a.job, &j, &err)) < 0) {
+    if ((cmd == JOB_STATUS ? ktune_status(c, a.job, &j, &err) : ktune_cancel(c, a.job, &j, &err)) <
+        0) {
         rc = cli_client_error(NULL, &err);
         goto out;
     }
@@ -448,7 +456,8 @@ static int job_command(int argc, char **argv, job_cmd cmd)
         printf("job %" PRIu64 " cancelled\n", j.id);
     else
         printf("job %" PRIu64 " is %s: it stops after the candidate in flight (see `ktune status "
-               "%" PRIu64 "`)\n", j.id, ktune_job_state_name(j.state), j.id);
+               "%" PRIu64 "`)\n",
+               j.id, ktune_job_state_name(j.state), j.id);
 out:
     ktune_disconnect(c);
     return rc;
@@ -512,12 +521,12 @@ int cli_gpus(int argc, char **argv)
             char sm[16];
             snprintf(sm, sizeof(sm), "%d.%d", g->sm_major, g->sm_minor);
             json_array_append_new(
-                arr, json_pack("{s:i, s:s, s:s, s:i, s:I, s:i, s:i, s:s, s:I, s:i, s:s}", "index",
-                               g->index, "name", g->name, "sm", sm, "sm_count", g->sm_count,
-                               "mem_bytes", (json_int_t)g->mem_bytes, "driver_version",
-                               g->driver_version, "cuda_version", g->cuda_version, "state",
-                               g->state, "job", (json_int_t)g->job, "restarts", g->restarts,
-                               "error", g->error));
+                arr,
+                json_pack("{s:i, s:s, s:s, s:i, s:I, s:i, s:i, s:s, s:I, s:i, s:s}", "index",
+                          g->index, "name", g->name, "sm", sm, "sm_count", g->sm_count, "mem_bytes",
+                          (json_int_t)g->mem_bytes, "driver_version", g->driver_version,
+                          "cuda_version", g->cuda_version, "state", g->state, "job",
+                          (json_int_t)g->job, "restarts", g->restarts, "error", g->error));
         }
         rc = cli_print_json(arr ? json_pack("{s:o, s:s}", "gpus", arr, "note", note) : NULL);
         goto out;
@@ -541,7 +550,7 @@ int cli_gpus(int argc, char **argv)
         printf("%3d  %-28.28s  %4s  %4d  %9s  %-5s  %6s  %8d  %6s  %4s\n", g->index, g->name, sm,
                g->sm_count, mem, g->state, job, g->restarts, drv, cuda);
         if (g->error[0])
-             printf("     %s\n", g->error);
+            printf("     %s\n", g->error);
     }
 out:
     free(gpus);
@@ -580,11 +589,11 @@ int cli_stats(int argc, char **argv)
         for (int k = 0; k <= KTUNE_JOB_CANCELLED && jobs; k++)
             json_object_set_new(jobs, ktune_job_state_name((ktune_job_state)k),
                                 json_integer(s.jobs[k]));
-        json_t *cache = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "path", s.cache_path,
-                                  "records", (json_int_t)s.cache_records, "keys",
-                                  (json_int_t)s.cache_keys, "trials", (json_int_t)s.cache_trials,
-                                  "map_size", (json_int_t)s.cache_map_size, "map_used",
-                                  (json_int_t)s.cache_map_used);
+        json_t *cache =
+            json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "path", s.cache_path, "records",
+                      (json_int_t)s.cache_records, "keys", (json_int_t)s.cache_keys, "trials",
+                      (json_int_t)s.cache_trials, "map_size", (json_int_t)s.cache_map_size,
+                      "map_used", (json_int_t)s.cache_map_used);
         rc = cli_print_json(json_pack("{s:f, s:i, s:I, s:o*, s:i, s:I, s:o*}", "uptime_s",
                                       s.uptime_s, "clients", s.clients, "requests",
                                       (json_int_t)s.requests, "jobs", jobs, "gpus", s.gpus,

@@ -20,8 +20,9 @@ static const char tune_help[] =
     "usage: ktune tune GRAPH.json --shape NAME=VALUE ... [--budget 60s] [--precision P]\n"
     "                  [--tolerance X] [--priority N] [--gpu I] [--name NAME] [--wait]\n"
     "                  [--socket PATH] [--json]\n"
-    "       ktune tune GRAPH.json --shape NAME=VALUE ... --local [--budget 60s] [--precision P]\n"
-    "                  [--tolerance X] [--cache DIR] [--gpu N] [--worker PATH] [--jobs N] [--json]\n"
+    "       ktune tune GRAPH.json --shape NAME=VALUE ... --local [--budget 60s]\n"
+    "                  [--precision P] [--tolerance X] [--cache DIR] [--gpu N] [--worker PATH]\n"
+    "                  [--jobs N] [--json]\n"
     "\n"
     "Tunes the graph at the given shapes on one GPU: enumerates candidate kernels, compiles them\n"
     "with NVRTC, verifies each against the fp64 reference and times the survivors in a\n"
@@ -66,9 +67,9 @@ typedef struct tune_args {
 } tune_args;
 
 /* The options of tune that take a value. */
-static const char *const tune_valued[] = {"--budget", "--tolerance", "--cache",
-                                          "--gpu",    "--worker",    "--jobs",
-                                          "--priority", "--socket",  "--name"};
+static const char *const tune_valued[] = {"--budget",   "--tolerance", "--cache",
+                                          "--gpu",      "--worker",    "--jobs",
+                                          "--priority", "--socket",    "--name"};
 
 static int tune_extra(void *ctx, const char *arg, const char *value)
 {
@@ -108,8 +109,7 @@ static int tune_extra(void *ctx, const char *arg, const char *value)
         cli_usage_error("tune", "%s needs a value", opt);
         return -CLI_USAGE;
     }
-    if (strcmp(opt, "--cache") == 0 || strcmp(opt, "--worker") == 0 ||
-        strcmp(opt, "--jobs") == 0)
+    if (strcmp(opt, "--cache") == 0 || strcmp(opt, "--worker") == 0 || strcmp(opt, "--jobs") == 0)
         a->local_only = opt;
     if (strcmp(opt, "--priority") == 0 || strcmp(opt, "--name") == 0)
         a->daemon_only = opt; /* --socket is harmless with --local: ignored */

@@ -111,8 +111,10 @@ static int send_all(ktune_client *c, const char *buf, size_t len, const char *op
             int rc = wait_fd(c, POLLOUT, deadline, err);
             if (rc == -ETIMEDOUT)
                 /* Part of a message may be out: the stream cannot be resynchronised. */
-                return client_break(c, err, rc, "ktuned at %s did not read the '%s' request "
-                                    "within %.0f s", c->what, op, c->timeout_s);
+                return client_break(c, err, rc,
+                                    "ktuned at %s did not read the '%s' request "
+                                    "within %.0f s",
+                                    c->what, op, c->timeout_s);
             if (rc < 0)
                 return rc;
             continue;
@@ -149,8 +151,10 @@ static int recv_id(ktune_client *c, uint64_t id, const char *op, msgpack_unpacke
         if (ur == MSGPACK_UNPACK_SUCCESS) {
             const msgpack_object *o = &msg->data;
             if (o->type != MSGPACK_OBJECT_MAP)
-                return client_break(c, err, -EPROTO, "ktuned at %s sent a message that is not "
-                                    "a map", c->what);
+                return client_break(c, err, -EPROTO,
+                                    "ktuned at %s sent a message that is not "
+                                    "a map",
+                                    c->what);
             const msgpack_object *mid = map_get(o, "id");
             if (mid && mid->type == MSGPACK_OBJECT_POSITIVE_INTEGER && mid->via.u64 == id)
                 return 0;
@@ -160,8 +164,10 @@ static int recv_id(ktune_client *c, uint64_t id, const char *op, msgpack_unpacke
             return client_break(c, err, -EPROTO, "ktuned at %s sent bytes that are not msgpack",
                                 c->what);
         if (ur == MSGPACK_UNPACK_NOMEM_ERROR)
-            return client_break(c, err, -EPROTO, "cannot decode a message from ktuned at %s "
-                                "(nested deeper than 32 levels, or out of memory)", c->what);
+            return client_break(c, err, -EPROTO,
+                                "cannot decode a message from ktuned at %s "
+                                "(nested deeper than 32 levels, or out of memory)",
+                                c->what);
         /* MSGPACK_UNPACK_CONTINUE: the next message is not complete yet. */
         if (msgpack_unpacker_message_size(&c->up) > CLIENT_MAX_REPLY)
             return client_break(c, err, -EPROTO, "ktuned at %s sent a message over %zu MiB",
@@ -169,13 +175,12 @@ static int recv_id(ktune_client *c, uint64_t id, const char *op, msgpack_unpacke
         if (!msgpack_unpacker_reserve_buffer(&c->up, CLIENT_READ_CHUNK))
             return client_break(c, err, -ENOMEM, "out of memory reading from ktuned at %s",
                                 c->what);
-        ssize_t n = read(c->fd, msgpack_unpacker_buffer(&c->up),
-                         msgpack_unpacker_buffer_capacity(&c->up));
+        ssize_t n =
+            read(c->fd, msgpack_unpacker_buffer(&c->up), msgpack_unpacker_buffer_capacity(&c->up));
         if (n > 0) {
             msgpack_unpacker_buffer_consumed(&c->up, (size_t)n);
         } else if (n == 0 || errno == ECONNRESET) {
-            return client_break(c, err, -ECONNRESET, "ktuned at %s closed the connection",
-                                c->what);
+            return client_break(c, err, -ECONNRESET, "ktuned at %s closed the connection", c->what);
         } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
             int rc = wait_fd(c, POLLIN, deadline, err);
             if (rc == -ETIMEDOUT) /* not broken: a late reply is dropped by its id */
@@ -282,8 +287,8 @@ static int error_reply(const ktune_client *c, const char *op, const msgpack_obje
 static int call(ktune_client *c, req *r, msgpack_unpacked *msg, ktune_error *err)
 {
     if (c->broken)
-        return ktune_err_from(err, c->broken, "connection to ktuned at %s is unusable: %s",
-                              c->what, c->broken_msg);
+        return ktune_err_from(err, c->broken, "connection to ktuned at %s is unusable: %s", c->what,
+                              c->broken_msg);
     msgpack_sbuffer head;
     msgpack_sbuffer_init(&head);
     if (r->fail || req_head(r, &head) != 0) {
@@ -292,9 +297,10 @@ static int call(ktune_client *c, req *r, msgpack_unpacked *msg, ktune_error *err
     }
     if (head.size + r->sb.size > CLIENT_MAX_REQUEST) {
         msgpack_sbuffer_destroy(&head);
-        return ktune_err_from(err, -E2BIG, "the '%s' request is %zu bytes, over the daemon's "
-                              "%zu MiB cap", r->op, head.size + r->sb.size,
-                              CLIENT_MAX_REQUEST >> 20);
+        return ktune_err_from(err, -E2BIG,
+                              "the '%s' request is %zu bytes, over the daemon's "
+                              "%zu MiB cap",
+                              r->op, head.size + r->sb.size, CLIENT_MAX_REQUEST >> 20);
     }
     double deadline = c->timeout_s > 0 ? now_s() + c->timeout_s : 0;
     int rc = send_all(c, head.data, head.size, r->op, deadline, err);
@@ -318,8 +324,10 @@ static int lock_client(ktune_client *c, const char *fn, ktune_error *err)
 {
     int rc = pthread_mutex_lock(&c->lock);
     if (rc == EDEADLK)
-        return ktune_err_from(err, -EDEADLK, "%s: called from a ktune_watch callback on the same "
-                              "client (use another client)", fn);
+        return ktune_err_from(err, -EDEADLK,
+                              "%s: called from a ktune_watch callback on the same "
+                              "client (use another client)",
+                              fn);
     KT_REQUIRE(rc == 0);
     return 0;
 }
@@ -346,8 +354,8 @@ typedef struct dec {
 static void dec_fail(dec *d, const char *key, const char *want)
 {
     if (!d->rc)
-        d->rc = ktune_err_from(d->err, -EPROTO, "ktuned sent %s whose '%s' is not %s", d->obj,
-                               key, want);
+        d->rc = ktune_err_from(d->err, -EPROTO, "ktuned sent %s whose '%s' is not %s", d->obj, key,
+                               want);
 }
 
 static void d_str(dec *d, const msgpack_object *m, const char *key, char *dst, size_t cap)
@@ -474,11 +482,13 @@ static int decode_job(const msgpack_object *o, ktune_job *j, ktune_error *err)
     char state[16];
     d_str(&d, o, "state", state, sizeof(state));
     int s = 0;
-    while (s <= KTUNE_JOB_CANCELLED && strcmp(state, ktune_job_state_name((ktune_job_state)s)))
+    while (s <= KTUNE_JOB_CANCELLED && strcmp(state, ktune_job_state_name((ktune_job_state)s)) != 0)
         s++;
     if (!d.rc && s > KTUNE_JOB_CANCELLED)
-        return ktune_err_from(err, -EPROTO, "ktuned sent job %" PRIu64 " in an unknown state "
-                              "'%s'", j->id, state);
+        return ktune_err_from(err, -EPROTO,
+                              "ktuned sent job %" PRIu64 " in an unknown state "
+                              "'%s'",
+                              j->id, state);
     j->state = (ktune_job_state)s;
     d_str(&d, o, "name", j->name, sizeof(j->name));
     d_int(&d, o, "priority", &j->priority, 0);
@@ -516,8 +526,15 @@ static int decode_gpu(const msgpack_object *o, ktune_gpu *g, ktune_error *err)
     d_int(&d, o, "index", &g->index, 0);
     d_str(&d, o, "name", g->name, sizeof(g->name));
     d_str(&d, o, "sm", sm, sizeof(sm));
-    if (sm[0] && sscanf(sm, "%d.%d", &g->sm_major, &g->sm_minor) != 2)
-        dec_fail(&d, "sm", "a compute capability like \"9.0\"");
+    if (sm[0]) { /* "9.0" */
+        char *dot = NULL, *end = NULL;
+        long major = strtol(sm, &dot, 10), minor = *dot == '.' ? strtol(dot + 1, &end, 10) : -1;
+        if (dot == sm || *dot != '.' || end == dot + 1 || *end || major < 0 || major > 99 ||
+            minor < 0 || minor > 99)
+            dec_fail(&d, "sm", "a compute capability like \"9.0\"");
+        else
+            g->sm_major = (int)major, g->sm_minor = (int)minor;
+    }
     d_int(&d, o, "sm_count", &g->sm_count, 0);
     d_u64(&d, o, "mem_bytes", &g->mem_bytes);
     d_int(&d, o, "driver_version", &g->driver_version, 0);
@@ -540,8 +557,10 @@ KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktun
     const char *path = socket_path && socket_path[0] ? socket_path : ktune_default_socket();
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof(sa.sun_path))
-        return ktune_err_from(err, -ENAMETOOLONG, "cannot reach ktuned at %s: a socket path "
-                              "has at most %zu bytes", path, sizeof(sa.sun_path) - 1);
+        return ktune_err_from(err, -ENAMETOOLONG,
+                              "cannot reach ktuned at %s: a socket path "
+                              "has at most %zu bytes",
+                              path, sizeof(sa.sun_path) - 1);
     memcpy(sa.sun_path, path, strlen(path) + 1);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -621,8 +640,10 @@ int ktune_client_from_fd(int fd, const char *what, ktune_client **out, ktune_err
     if ((rc = d.rc) < 0)
         goto fail;
     if (proto != 1) {
-        rc = ktune_err_from(err, -EPROTO, "ktuned at %s speaks protocol %" PRId64 "; this "
-                            "libktune %s speaks protocol 1", c->what, proto, KTUNE_VERSION);
+        rc = ktune_err_from(err, -EPROTO,
+                            "ktuned at %s speaks protocol %" PRId64 "; this "
+                            "libktune %s speaks protocol 1",
+                            c->what, proto, KTUNE_VERSION);
         goto fail;
     }
     c->hello.protocol = (int)proto;
@@ -668,8 +689,8 @@ static int valid_precision(const char *p)
 }
 
 /* Packs the "graph" and "shapes" arguments. */
-static int pack_graph_shapes(req *r, const ktune_graph *g, const ktune_shape *shapes,
-                             int n_shapes, const char *fn, ktune_error *err)
+static int pack_graph_shapes(req *r, const ktune_graph *g, const ktune_shape *shapes, int n_shapes,
+                             const char *fn, ktune_error *err)
 {
     p_key(r, "graph");
     if (ops_graph_pack(&r->pk, g->g) < 0)
@@ -683,12 +704,10 @@ static int pack_graph_shapes(req *r, const ktune_graph *g, const ktune_shape *sh
     return 0;
 }
 
-static int check_shapes(const ktune_shape *shapes, int n_shapes, const char *fn,
-                        ktune_error *err)
+static int check_shapes(const ktune_shape *shapes, int n_shapes, const char *fn, ktune_error *err)
 {
     if (n_shapes < 0 || (n_shapes > 0 && !shapes))
-        return ktune_err_from(err, -EINVAL, "%s: %d shapes given without an array", fn,
-                              n_shapes);
+        return ktune_err_from(err, -EINVAL, "%s: %d shapes given without an array", fn, n_shapes);
     for (int i = 0; i < n_shapes; i++) {
         if (!shapes[i].name || !shapes[i].name[0])
             return ktune_err_from(err, -EINVAL, "%s: shape %d has no name", fn, i);
@@ -697,8 +716,7 @@ static int check_shapes(const ktune_shape *shapes, int n_shapes, const char *fn,
                                   shapes[i].name, shapes[i].value);
         for (int k = 0; k < i; k++)
             if (strcmp(shapes[k].name, shapes[i].name) == 0)
-                return ktune_err_from(err, -EINVAL, "%s: shape %s given twice", fn,
-                                      shapes[i].name);
+                return ktune_err_from(err, -EINVAL, "%s: shape %s given twice", fn, shapes[i].name);
     }
     return 0;
 }
@@ -716,13 +734,16 @@ KTUNE_EXPORT int ktune_submit(ktune_client *c, const ktune_graph *g, const ktune
     if ((rc = check_shapes(shapes, n_shapes, "ktune_submit", err)) < 0)
         return rc;
     if (!valid_precision(o->precision))
-        return ktune_err_from(err, -EINVAL, "ktune_submit: precision '%s' is not exact, tf32 or "
-                              "reduced", o->precision);
+        return ktune_err_from(err, -EINVAL,
+                              "ktune_submit: precision '%s' is not exact, tf32 or "
+                              "reduced",
+                              o->precision);
     if (o->priority < -100 || o->priority > 100)
         return ktune_err_from(err, -EINVAL, "ktune_submit: priority %d is outside -100..100",
                               o->priority);
     if (o->budget_s > 86400 || isnan(o->budget_s) || isnan(o->tolerance))
-        return ktune_err_from(err, -EINVAL, "ktune_submit: budget must be at most 86400 s and "
+        return ktune_err_from(err, -EINVAL,
+                              "ktune_submit: budget must be at most 86400 s and "
                               "the tolerance a number");
     if (o->gpu < -1)
         return ktune_err_from(err, -EINVAL, "ktune_submit: gpu %d (-1: any)", o->gpu);
@@ -759,8 +780,7 @@ out:
 }
 
 /* status and cancel: {job: id} -> {job: Job}. */
-static int job_call(ktune_client *c, const char *op, uint64_t job, ktune_job *out,
-                    ktune_error *err)
+static int job_call(ktune_client *c, const char *op, uint64_t job, ktune_job *out, ktune_error *err)
 {
     clear_err(err);
     if (!c || !out)
@@ -835,15 +855,19 @@ KTUNE_EXPORT int ktune_watch(ktune_client *c, uint64_t job, ktune_watch_cb cb, v
                 rc = error_reply(c, "watch", &m.data, err);
                 goto out;
             }
-            rc = ktune_err_from(err, -EPROTO, "ktuned at %s sent a watch message that is "
-                                "neither a progress nor an end event", c->what);
+            rc = ktune_err_from(err, -EPROTO,
+                                "ktuned at %s sent a watch message that is "
+                                "neither a progress nor an end event",
+                                c->what);
             goto out;
         }
         if ((rc = decode_job(map_get(&m.data, "job"), &j, err)) < 0)
             goto out;
         if (j.id != job) {
-            rc = ktune_err_from(err, -EPROTO, "ktuned at %s sent an event of job %" PRIu64
-                                " to a watch of job %" PRIu64, c->what, j.id, job);
+            rc = ktune_err_from(err, -EPROTO,
+                                "ktuned at %s sent an event of job %" PRIu64
+                                " to a watch of job %" PRIu64,
+                                c->what, j.id, job);
             goto out;
         }
         if (final)
@@ -1014,15 +1038,16 @@ out:
 }
 
 KTUNE_EXPORT int ktune_lookup_remote(ktune_client *c, const ktune_graph *g,
-                                     const ktune_shape *shapes, int n_shapes,
-                                     const char *precision, int gpu, bool *found,
-                                     ktune_record_info *out, char **source, ktune_error *err)
+                                     const ktune_shape *shapes, int n_shapes, const char *precision,
+                                     int gpu, bool *found, ktune_record_info *out, char **source,
+                                     ktune_error *err)
 {
     clear_err(err);
     if (source)
         *source = NULL;
     if (!c || !g || !found || !out)
-        return ktune_err_from(err, -EINVAL, "ktune_lookup_remote: client, graph, found and out "
+        return ktune_err_from(err, -EINVAL,
+                              "ktune_lookup_remote: client, graph, found and out "
                               "are required");
     *found = false;
     memset(out, 0, sizeof(*out));
@@ -1030,8 +1055,10 @@ KTUNE_EXPORT int ktune_lookup_remote(ktune_client *c, const ktune_graph *g,
     if (rc < 0)
         return rc;
     if (!valid_precision(precision))
-        return ktune_err_from(err, -EINVAL, "ktune_lookup_remote: precision '%s' is not exact, "
-                              "tf32 or reduced", precision);
+        return ktune_err_from(err, -EINVAL,
+                              "ktune_lookup_remote: precision '%s' is not exact, "
+                              "tf32 or reduced",
+                              precision);
     if (gpu < 0)
         return ktune_err_from(err, -EINVAL, "ktune_lookup_remote: gpu %d is not an index", gpu);
     if ((rc = lock_client(c, "ktune_lookup_remote", err)) < 0)
@@ -1077,13 +1104,15 @@ KTUNE_EXPORT int ktune_lookup_remote(ktune_client *c, const ktune_graph *g,
     if (source) {
         const msgpack_object *s = map_get(&m.data, "source");
         if (s && s->type != MSGPACK_OBJECT_STR && s->type != MSGPACK_OBJECT_NIL) {
-            rc = ktune_err_from(err, -EPROTO, "ktuned sent a lookup reply whose 'source' is not "
+            rc = ktune_err_from(err, -EPROTO,
+                                "ktuned sent a lookup reply whose 'source' is not "
                                 "a string");
             goto out;
         }
         size_t len = s && s->type == MSGPACK_OBJECT_STR ? s->via.str.size : 0;
         if (!(*source = malloc(len + 1))) {
-            rc = ktune_err_from(err, -ENOMEM, "ktune_lookup_remote: out of memory for the "
+            rc = ktune_err_from(err, -ENOMEM,
+                                "ktune_lookup_remote: out of memory for the "
                                 "source");
             goto out;
         }

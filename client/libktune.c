@@ -31,12 +31,28 @@ static const struct {
     int code;
     const char *name;
 } errno_names[] = {
-    {EINVAL, "EINVAL"},     {ENOENT, "ENOENT"},       {E2BIG, "E2BIG"},         {EPROTO, "EPROTO"},
-    {ENOSYS, "ENOSYS"},     {EBUSY, "EBUSY"},         {ENOSPC, "ENOSPC"},       {ENODEV, "ENODEV"},
-    {ENOMEM, "ENOMEM"},     {ESHUTDOWN, "ESHUTDOWN"}, {EACCES, "EACCES"},       {EPERM, "EPERM"},
-    {EEXIST, "EEXIST"},     {EAGAIN, "EAGAIN"},       {ETIMEDOUT, "ETIMEDOUT"}, {EIO, "EIO"},
-    {ECANCELED, "ECANCELED"}, {ENOTSUP, "ENOTSUP"},   {EBADMSG, "EBADMSG"},     {ERANGE, "ERANGE"},
-    {ENAMETOOLONG, "ENAMETOOLONG"},                   {EMFILE, "EMFILE"},
+    {EINVAL, "EINVAL"},
+    {ENOENT, "ENOENT"},
+    {E2BIG, "E2BIG"},
+    {EPROTO, "EPROTO"},
+    {ENOSYS, "ENOSYS"},
+    {EBUSY, "EBUSY"},
+    {ENOSPC, "ENOSPC"},
+    {ENODEV, "ENODEV"},
+    {ENOMEM, "ENOMEM"},
+    {ESHUTDOWN, "ESHUTDOWN"},
+    {EACCES, "EACCES"},
+    {EPERM, "EPERM"},
+    {EEXIST, "EEXIST"},
+    {EAGAIN, "EAGAIN"},
+    {ETIMEDOUT, "ETIMEDOUT"},
+    {EIO, "EIO"},
+    {ECANCELED, "ECANCELED"},
+    {ENOTSUP, "ENOTSUP"},
+    {EBADMSG, "EBADMSG"},
+    {ERANGE, "ERANGE"},
+    {ENAMETOOLONG, "ENAMETOOLONG"},
+    {EMFILE, "EMFILE"},
 };
 
 const char *ktune_errno_name(int neg_errno)
@@ -142,8 +158,10 @@ int ktune_graph_wrap(ops_graph *og, const char *what, ktune_graph **out, ktune_e
     *out = g;
     return 0;
 not_perm: /* e.g. one tensor declared as an output twice */
-    rc = ktune_err_from(err, -EINVAL, "%s%sno canonical order of the graph's inputs and outputs "
-                        "(is a tensor listed twice?)", pre, sep);
+    rc = ktune_err_from(err, -EINVAL,
+                        "%s%sno canonical order of the graph's inputs and outputs "
+                        "(is a tensor listed twice?)",
+                        pre, sep);
     goto fail;
 oom:
     rc = ktune_err_from(err, -ENOMEM, "%s%sout of memory", pre, sep);

@@ -1351,16 +1351,16 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
     void *params[CACHE_MAX_ARGS];
     for (int i = 0; i < r->n_kernels && rc == 0; i++) {
         const cache_kernel *kk = &r->kernels[i];
-        char what[160];
+        char what[160]; /* formatted only on failure: this is the per-call hot path */
         if (kk->zero_bytes) {
-            snprintf(what, sizeof(what), "ktune_launch: clearing the workspace of %.100s",
-                     kk->entry);
-            rc = cu_fail(rt,
-                         cu->p_cuMemsetD8Async((CUdeviceptr)(uintptr_t)workspace + kk->zero_offset,
-                                               0, (size_t)kk->zero_bytes, s),
-                         what, err);
-            if (rc < 0)
+            CUresult cr = cu->p_cuMemsetD8Async(
+                (CUdeviceptr)(uintptr_t)workspace + kk->zero_offset, 0, (size_t)kk->zero_bytes, s);
+            if (cr != CUDA_SUCCESS) {
+                snprintf(what, sizeof(what), "ktune_launch: clearing the workspace of %.100s",
+                         kk->entry);
+                rc = cu_fail(rt, cr, what, err);
                 break;
+            }
         }
         for (int j = 0; j < kk->n_args; j++) {
             const cache_arg *a = &kk->args[j];
@@ -1376,12 +1376,13 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
                 val[j].f64 = a->fval;
             params[j] = &val[j];
         }
-        snprintf(what, sizeof(what), "ktune_launch: kernel %.100s", kk->entry);
-        rc = cu_fail(rt,
-                     cu->p_cuLaunchKernel(k->fn[i], kk->grid[0], kk->grid[1], kk->grid[2],
-                                          kk->block[0], kk->block[1], kk->block[2],
-                                          kk->smem_bytes, s, kk->n_args ? params : NULL, NULL),
-                     what, err);
+        CUresult cr = cu->p_cuLaunchKernel(k->fn[i], kk->grid[0], kk->grid[1], kk->grid[2],
+                                           kk->block[0], kk->block[1], kk->block[2],
+                                           kk->smem_bytes, s, kk->n_args ? params : NULL, NULL);
+        if (cr != CUDA_SUCCESS) {
+            snprintf(what, sizeof(what), "ktune_launch: kernel %.100s", kk->entry);
+            rc = cu_fail(rt, cr, what, err);
+        }
     }
 out:
     if (pushed)

@@ -237,7 +237,7 @@ static void post_down(kd_gpu *g, const char *msg)
     kd_event *ev = event_new(g, KD_EV_DOWN);
     if (!ev)
         return;
-    snprintf(ev->msg, sizeof(ev->msg), "%s", msg);
+    snprintf(ev->msg, sizeof(ev->msg), "%.*s", (int)sizeof(ev->msg) - 1, msg);
     post(g->d, ev);
 }
 

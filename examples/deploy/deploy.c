@@ -1,17 +1,22 @@
 /* examples/deploy: using a tuned kernel from a C program at deploy time, with no daemon.
  *
  *   deploy [--cache DIR] [--graph FILE.json] [--shape M=1024[,N=..]] [--precision P] [--reps N]
+ *          [--io DIR]
  *
  * Opens the kernel cache read-only, loads the graph, looks the kernel up for these shapes on the
  * current GPU, fills the inputs with random values, launches it, copies the output back and
  * (for examples/gemm_bias_relu.json, the default) compares it with Y = relu(A W + bias)
  * computed on the CPU. Prints the match type, the kernel's time and the largest error.
+ * With --io DIR the inputs come from DIR/in<i>.bin and the outputs go to DIR/out<i>.bin (raw
+ * elements of the graph's dtypes, row-major, i in canonical order): bench/deploy_c_check.py
+ * writes PyTorch's inputs there and compares the outputs with PyTorch.
  * The program's own buffers come from the CUDA runtime (libcudart); libktune needs none: it loads
  * the driver itself and launches into the context the CUDA runtime made current. */
 #include "ktune.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +115,20 @@ static size_t numel(const ktune_tensor_desc *d)
     return n;
 }
 
+/* Reads (write false) or writes DIR/<what><i>.bin of exactly bytes bytes. */
+static bool io_file(const char *dir, const char *what, int i, void *buf, size_t bytes, bool write)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s%d.bin", dir, what, i);
+    FILE *f = fopen(path, write ? "wb" : "rb");
+    size_t done = f ? (write ? fwrite(buf, 1, bytes, f) : fread(buf, 1, bytes, f)) : 0;
+    bool ok = f && done == bytes && (write ? fclose(f) == 0 : (fclose(f), true));
+    if (!ok)
+        fprintf(stderr, "deploy: %s: cannot %s %zu bytes\n", path, write ? "write" : "read",
+                bytes);
+    return ok;
+}
+
 static int find(const ktune_tensor_desc *d, int n, const char *name)
 {
     for (int i = 0; i < n; i++)
@@ -121,13 +140,14 @@ static int find(const ktune_tensor_desc *d, int n, const char *name)
 int main(int argc, char **argv)
 {
     const char *cache = NULL, *graph = "examples/gemm_bias_relu.json", *precision = NULL;
+    const char *io_dir = NULL;
     char shape_arg[256] = "M=1024";
     int reps = 100;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
             fprintf(stderr, "usage: deploy [--cache DIR] [--graph FILE.json] [--shape M=1024] "
-                            "[--precision P] [--reps N]\n");
+                            "[--precision P] [--reps N] [--io DIR]\n");
             return 2;
         }
         if (strcmp(argv[i], "--cache") == 0)
@@ -138,6 +158,8 @@ int main(int argc, char **argv)
             snprintf(shape_arg, sizeof(shape_arg), "%s", v);
         else if (strcmp(argv[i], "--precision") == 0)
             precision = v;
+        else if (strcmp(argv[i], "--io") == 0)
+            io_dir = v;
         else if (strcmp(argv[i], "--reps") == 0)
             reps = atoi(v) > 0 ? atoi(v) : 1;
         else {
@@ -204,8 +226,13 @@ int main(int argc, char **argv)
         size_t n = numel(&in[i]), bytes = n * dtype_size(in[i].dtype);
         if (!(host_in[i] = malloc(bytes)))
             goto out;
-        for (size_t j = 0; j < n; j++)
-            store(host_in[i], in[i].dtype, j, (float)rand() / (float)RAND_MAX * 2.0f - 1.0f);
+        if (io_dir) {
+            if (!io_file(io_dir, "in", i, host_in[i], bytes, false))
+                goto out;
+        } else {
+            for (size_t j = 0; j < n; j++)
+                store(host_in[i], in[i].dtype, j, (float)rand() / (float)RAND_MAX * 2.0f - 1.0f);
+        }
         if (ktune_prepack_size(k, i) != 0) {
             fprintf(stderr, "deploy: input %s wants packing; this example does not pack\n",
                     in[i].name);
@@ -246,6 +273,22 @@ int main(int argc, char **argv)
     cudaEventElapsedTime(&ms, e0, e1);
     printf("time:   %.2f us per launch (%d back-to-back launches, CUDA events; tuned: %.2f us)\n",
            ms * 1e3 / reps, reps, info.time_ns / 1e3);
+
+    if (io_dir) {
+        for (int i = 0; i < n_out; i++) {
+            size_t bytes = numel(&outd[i]) * dtype_size(outd[i].dtype);
+            void *h = malloc(bytes);
+            bool ok = h && cuda_ok(cudaMemcpy(h, dev_out[i], bytes, cudaMemcpyDeviceToHost),
+                                   "cudaMemcpy") &&
+                      io_file(io_dir, "out", i, h, bytes, true);
+            free(h);
+            if (!ok)
+                goto out;
+        }
+        printf("io:     outputs written to %s/out*.bin\n", io_dir);
+        status = 0;
+        goto out;
+    }
 
     size_t n_y = numel(&outd[0]);
     if (!(host_out = malloc(n_y * dtype_size(outd[0].dtype))) ||

@@ -170,8 +170,10 @@ static void test_unreachable(void **state)
         assert_int_equal(r->status, 1);
         assert_int_equal(count_lines(r->err), 1);
         char want[1024];
-        snprintf(want, sizeof(want), "ktune: cannot reach ktuned at %s: No such file or directory "
-                 "(start it with `ktuned`, or use `ktune tune --local`)\n", sock);
+        snprintf(want, sizeof(want),
+                 "ktune: cannot reach ktuned at %s: No such file or directory "
+                 "(start it with `ktuned`, or use `ktune tune --local`)\n",
+                 sock);
         assert_string_equal(r->err, want);
         assert_string_equal(r->out, "");
         free(r);
@@ -200,11 +202,12 @@ static void test_tune_usage(void **state)
         {{"tune", "@softmax", "--shape", "M", NULL}, 2, "--shape"},
         {{"tune", "@softmax", "--shape", "M=64", NULL}, 2, "dimension 'N' needs a value"},
         {{"tune", "@softmax", "--shape", "X=3", NULL}, 1, "no symbol of that name"},
-        {{"tune", "@softmax", "--shape", "M=64,N=8", "--cache", "/tmp", NULL}, 2,
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--cache", "/tmp", NULL},
+         2,
          "--cache only applies with --local"},
-        {{"tune", "@softmax", "--shape", "M=64,N=8", "--priority", "500", NULL}, 2,
-         "-100..100"},
-        {{"tune", "@softmax", "--shape", "M=64,N=8", "--local", "--priority", "5", NULL}, 2,
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--priority", "500", NULL}, 2, "-100..100"},
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--local", "--priority", "5", NULL},
+         2,
          "--priority only applies through ktuned"},
         {{"tune", "@softmax", "--shape", "M=64,N=8", "--budget", "soon", NULL}, 2, "--budget"},
         {{"tune", "@softmax", "--shape", "M=64,N=8", "--budget", "25h", NULL}, 2, "at most 24h"},
@@ -227,7 +230,7 @@ static void test_tune_usage(void **state)
         bool has_socket = false;
         for (; cases[i].args[n]; n++) {
             args[n] = strcmp(cases[i].args[n], "@softmax") == 0 ? example("softmax.json")
-                                                                 : cases[i].args[n];
+                                                                : cases[i].args[n];
             has_socket |= strcmp(args[n], "--socket") == 0;
         }
         if (!has_socket) /* never reached on these errors */
@@ -241,8 +244,8 @@ static void test_tune_usage(void **state)
         free(r);
     }
     /* --help of every command: exit 0, the usage on stdout. */
-    static const char *const subs[] = {"tune", "batch", "jobs", "status", "watch", "cancel",
-                                       "gpus", "stats"};
+    static const char *const subs[] = {"tune",  "batch",  "jobs", "status",
+                                       "watch", "cancel", "gpus", "stats"};
     for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
         run_result *r = RUN(subs[i], "--help");
         assert_int_equal(r->status, 0);
@@ -280,10 +283,14 @@ static void test_batch_bad_lines(void **state)
     static const struct {
         int line;
         const char *msg;
-    } want[] = {{4, "dimension 'N' needs a value"}, {5, "not JSON"},
-                {6, "missing.json"},               {7, "'shapes.M' must be a positive integer"},
-                {8, "unknown key 'colour'"},       {9, "'priority'"},
-                {10, "inline graph"},              {11, "'precision'"}};
+    } want[] = {{4, "dimension 'N' needs a value"},
+                {5, "not JSON"},
+                {6, "missing.json"},
+                {7, "'shapes.M' must be a positive integer"},
+                {8, "unknown key 'colour'"},
+                {9, "'priority'"},
+                {10, "inline graph"},
+                {11, "'precision'"}};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         char prefix[600];
         snprintf(prefix, sizeof(prefix), "%s:%d: ", file, want[i].line);
@@ -305,8 +312,9 @@ static void test_batch_bad_lines(void **state)
     char cmd[2048];
     snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", example("softmax.json"), tmp_path("sm.json"));
     assert_int_equal(system(cmd), 0);
-    write_file(tmp_path("good.jsonl"), "{\"graph\": \"sm.json\", \"shapes\": {\"M\": 64, \"N\": 8}}\n"
-                                       "{\"graph\": \"sm.json\", \"shapes\": {\"M\": 8, \"N\": 8}}\n");
+    write_file(tmp_path("good.jsonl"),
+               "{\"graph\": \"sm.json\", \"shapes\": {\"M\": 64, \"N\": 8}}\n"
+               "{\"graph\": \"sm.json\", \"shapes\": {\"M\": 8, \"N\": 8}}\n");
     r = RUN("batch", tmp_path("good.jsonl"), "--socket", tmp_path("nobody.sock"));
     assert_int_equal(r->status, 1);
     expect_in(r->err, "cannot reach ktuned");
@@ -362,8 +370,8 @@ static void daemon_start(daemon_proc *d, const char *tag, const char *extra_env)
         (void)f;
         if (extra_env)
             putenv((char *)extra_env);
-        execl(bin, bin, "--worker", worker, "--gpus", "0", "--socket", d->sock, "--cache",
-              d->cache, "--compile-jobs", "2", (char *)NULL);
+        execl(bin, bin, "--worker", worker, "--gpus", "0", "--socket", d->sock, "--cache", d->cache,
+              "--compile-jobs", "2", (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 300; i++) { /* up to 15 s */
@@ -419,8 +427,7 @@ static void test_end_to_end(void **state)
     expect_in(r->out, "cached     yes");
     free(r);
     /* The same job again: joined, nothing to do. */
-    r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--json", "--socket",
-            d.sock);
+    r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--json", "--socket", d.sock);
     assert_int_equal(r->status, 0);
     json_t *v = parse_json(r);
     assert_true(json_is_true(json_object_get(v, "joined")));
@@ -436,8 +443,7 @@ static void test_end_to_end(void **state)
              "{\"graph\": \"%s\", \"shapes\": {\"M\": 16}, \"name\": \"gemm16\"}\n",
              example("softmax.json"), example("gemm_bias_relu.json"));
     write_file(tmp_path("two.jsonl"), text);
-    r = RUN("batch", tmp_path("two.jsonl"), "--budget-total", "20s", "--json", "--socket",
-            d.sock);
+    r = RUN("batch", tmp_path("two.jsonl"), "--budget-total", "20s", "--json", "--socket", d.sock);
     if (r->status != 0)
         fail_msg("batch: status %d\nstdout: %s\nstderr: %s", r->status, r->out, r->err);
     v = parse_json(r);
@@ -470,6 +476,17 @@ static void test_end_to_end(void **state)
         assert_int_equal(json_integer_value(json_object_get(j, "measured")), measured[i]);
         assert_string_equal(json_string_value(json_object_get(j, "state")), "done");
     }
+    json_decref(v);
+    free(r);
+    /* --shard 1/2 takes the second line only. */
+    r = RUN("batch", tmp_path("two.jsonl"), "--shard=1/2", "--json", "--socket", d.sock);
+    assert_int_equal(r->status, 0);
+    v = parse_json(r);
+    assert_int_equal(json_integer_value(json_object_get(v, "total")), 1);
+    json_t *only = json_array_get(json_object_get(v, "jobs"), 0);
+    assert_int_equal(json_integer_value(json_object_get(only, "line")), 2);
+    assert_int_equal(json_integer_value(json_object_get(only, "job")), ids[1]);
+    assert_true(json_is_true(json_object_get(only, "joined")));
     json_decref(v);
     free(r);
     /* The table form of the rerun. */
@@ -564,10 +581,8 @@ static void test_no_gpu(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_unreachable),
-        cmocka_unit_test(test_tune_usage),
-        cmocka_unit_test(test_batch_bad_lines),
-        cmocka_unit_test(test_end_to_end),
+        cmocka_unit_test(test_unreachable),     cmocka_unit_test(test_tune_usage),
+        cmocka_unit_test(test_batch_bad_lines), cmocka_unit_test(test_end_to_end),
         cmocka_unit_test(test_no_gpu),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);

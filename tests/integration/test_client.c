@@ -108,8 +108,8 @@ static bool dbl_read(dbl *d)
         if (r != MSGPACK_UNPACK_CONTINUE)
             return false;
         msgpack_unpacker_reserve_buffer(&d->up, 65536);
-        ssize_t n = read(d->fd, msgpack_unpacker_buffer(&d->up),
-                         msgpack_unpacker_buffer_capacity(&d->up));
+        ssize_t n =
+            read(d->fd, msgpack_unpacker_buffer(&d->up), msgpack_unpacker_buffer_capacity(&d->up));
         if (n <= 0)
             return false;
         msgpack_unpacker_buffer_consumed(&d->up, (size_t)n);
@@ -793,8 +793,8 @@ static void script_queries(dbl *d)
     DCHECK(d, dbl_op(d, "jobs"));
     const msgpack_object *st = get(&d->req.data, "state");
     DCHECK(d, st && st->type == MSGPACK_OBJECT_ARRAY && st->via.array.size == 2);
-    DCHECK(d, st && str_is(&st->via.array.ptr[0], "running") &&
-                  str_is(&st->via.array.ptr[1], "done"));
+    DCHECK(d,
+           st && str_is(&st->via.array.ptr[0], "running") && str_is(&st->via.array.ptr[1], "done"));
     DCHECK(d, int_of(get(&d->req.data, "limit")) == 5);
     pk_ok(d, dbl_id(d), 1);
     pk_str(d, "jobs");
@@ -869,8 +869,7 @@ static void script_queries(dbl *d)
     DCHECK(d, get(&d->req.data, "source") &&
                   get(&d->req.data, "source")->type == MSGPACK_OBJECT_BOOLEAN &&
                   get(&d->req.data, "source")->via.boolean);
-    DCHECK(d, get(&d->req.data, "graph") &&
-                  get(&d->req.data, "graph")->type == MSGPACK_OBJECT_MAP);
+    DCHECK(d, get(&d->req.data, "graph") && get(&d->req.data, "graph")->type == MSGPACK_OBJECT_MAP);
     pk_ok(d, dbl_id(d), 3);
     pk_str(d, "found");
     msgpack_pack_true(&d->pk);
@@ -911,9 +910,8 @@ static void test_queries(void **state)
     ktune_job *jobs = NULL;
     size_t n = 0;
     assert_int_equal(ktune_jobs(c, 1u << 7, 0, &jobs, &n, &err), -EINVAL); /* unknown bit */
-    assert_int_equal(ktune_jobs(c, (1u << KTUNE_JOB_RUNNING) | (1u << KTUNE_JOB_DONE), 5, &jobs,
-                                &n, &err),
-                     0);
+    assert_int_equal(
+        ktune_jobs(c, (1u << KTUNE_JOB_RUNNING) | (1u << KTUNE_JOB_DONE), 5, &jobs, &n, &err), 0);
     assert_int_equal(n, 2);
     assert_int_equal(jobs[0].id, 12);
     assert_int_equal(jobs[1].state, KTUNE_JOB_DONE);
@@ -967,8 +965,7 @@ static void test_queries(void **state)
     assert_string_equal(ri.gpu, "NVIDIA H100 80GB HBM3");
     assert_string_equal(src, "__global__ void k() {}\n");
     free(src);
-    assert_int_equal(ktune_lookup_remote(c, g, shapes, 1, "exact", 0, &found, &ri, NULL, &err),
-                     0);
+    assert_int_equal(ktune_lookup_remote(c, g, shapes, 1, "exact", 0, &found, &ri, NULL, &err), 0);
     assert_false(found);
     ktune_graph_free(g);
     dbl_finish(&d, c);

@@ -696,6 +696,15 @@ static void test_final_state(void **state)
     (void)state;
     check_bystander("every malformed case");
     assert_int_equal(kill(daemon_.pid, 0), 0);
+    /* hello reports the daemon's pid and the peer uid it saw (SO_PEERCRED) */
+    dh_req h;
+    dh_req_begin(&h, &bystander, "hello", 0);
+    const msgpack_object *hr;
+    assert_int_equal(dh_call(&bystander, &h, 5.0, &hr), 0);
+    assert_int_equal(dh_int(hr, "pid", -1), daemon_.pid);
+    assert_int_equal(dh_int(hr, "uid", -1), (int64_t)getuid());
+    assert_int_equal(dh_int(hr, "protocol", -1), 1);
+    assert_int_equal(dh_int(hr, "gpus", -1), 1);
     int64_t clients = -1;
     double t_end = dh_now() + 3.0;
     while (dh_now() < t_end) {

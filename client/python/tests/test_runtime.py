@@ -2,7 +2,6 @@
 
 import ctypes
 import errno
-import os
 
 import pytest
 
