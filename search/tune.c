@@ -1340,7 +1340,8 @@ static int record(tune *t, int p, kt_err *err)
         rec.verified = true;
         rec.err_norm = en;
         rec.err_max = em;
-        rec.tolerance = t->o->tolerance > 0 ? t->o->tolerance : 0;
+        rec.tolerance = t->o->tolerance > 0 ? t->o->tolerance
+                                             : srch_default_tolerance(t->s->g, t->o->precision);
         rec.cublaslt_ns = base;
         rec.naive_ns = 0;
         rec.ktune_version = kt_strdup(KTUNE_VERSION);

@@ -343,6 +343,14 @@ static double default_tolerance(const ops_graph *g, ops_precision p, bool contra
     return tol;
 }
 
+double srch_default_tolerance(const ops_graph *g, ops_precision p)
+{
+    bool contraction = false;
+    for (int n = 0; n < g->n_nodes; n++)
+        contraction |= is_contraction(g->nodes[n].op);
+    return default_tolerance(g, p, contraction);
+}
+
 static double store_rtol(ops_dtype dt)
 {
     return dt == OPS_DT_BF16 ? 1.6e-2 : dt == OPS_DT_F16 ? 2e-3 : 1e-6;

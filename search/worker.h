@@ -51,6 +51,11 @@ typedef enum srch_status {
 } srch_status;
 const char *srch_status_str(srch_status s); /* "ok", "wrong", "race", "fault", "hang", ... */
 
+/* MEASURE.md's normwise tolerance for g's input and output dtypes under precision p (tf32 only
+ * loosens graphs with a matmul, conv or attention): what a job with no tolerance of its own
+ * verifies against. */
+double srch_default_tolerance(const ops_graph *g, ops_precision p);
+
 #define SRCH_MAX_BINDINGS 16
 
 typedef struct srch_binding {

@@ -206,6 +206,8 @@ static void test_survives_and_resumes(void **state)
     cache_record_init(&rec);
     assert_int_equal(cache_get(cache, &key, 0, &rec, &err), 0);
     assert_true(rec.verified);
+    /* The tolerance it was verified against: the f32 default, since the job set none. */
+    assert_true(fabs(rec.tolerance - 1e-5) < 1e-12);
     assert_true(rec.cubin_len > 0 && rec.source_len > 0);
     assert_true(rec.n_kernels >= 1);
     assert_true(rec.time_ns > 0 && rec.time_p10_ns <= rec.time_ns &&
