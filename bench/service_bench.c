@@ -1,17 +1,22 @@
 /* The service benchmark: lookups per second and lookup latency through ktuned, and the daemon's
  * resident memory. Not a test: it prints figures.
  *
- *   service_bench [--clients N] [--seconds S] [--budget S]
+ *   service_bench [--clients N] [--seconds S] [--budget S] [--miss]
  *
  * It starts ktuned (KTUNED_BIN) on a temporary socket and cache with the fake GPU worker
  * (KTUNE_FAKE_WORKER), runs one tuning job so the cache holds a record, then
  *   1. one client doing `lookup` back to back for S seconds (latency without contention);
  *   2. N clients (default 64), each on its own connection, doing `lookup` back to back for S
  *      seconds (throughput and latency under load);
- * and reads VmRSS from /proc/PID/status: after start-up (idle), after the job, at its peak during
- * the load, and after the load (idle again). Prints a table and one JSON line with the machine,
- * the command and the protocol version. meson: `meson test -C BUILD --benchmark service`. */
+ * (--miss: every lookup sends the graph under a name never sent before, so ktuned's lookup memo
+ * cannot answer it and each lookup decodes, validates and signs the graph and reads and checks
+ * the record: the cost of a first lookup), and reads VmRSS from /proc/PID/status: after start-up
+ * (idle), after the job, at its peak during the load, and after the load (idle again). Prints a
+ * table and one JSON line with the machine, the command and the protocol version. meson: `meson
+ * test -C BUILD --benchmark service`. */
 #include "daemon_harness.h"
+
+#include "ops/ops.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -82,11 +87,18 @@ static double cpu_seconds(pid_t pid)
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* --miss: the graph is sent renamed "bench-" + 12 hex digits, a new name for every lookup */
+#define MISS_PREFIX "bench-"
+#define MISS_DIGITS 12
+
 typedef struct bench_client {
     pthread_t thread;
     const char *sock;
     const void *graph;
     size_t graph_len;
+    uint8_t *renamed; /* --miss: graph renamed; its name's digits at renamed + digits_at */
+    size_t renamed_len, digits_at;
+    uint64_t serial; /* --miss: the client's first name number */
     const dh_shape *shapes;
     int n_shapes;
     double seconds;
@@ -110,11 +122,20 @@ static void *client_main(void *arg)
         return NULL;
     }
     double t_end = dh_now() + bc->seconds;
-    while (dh_now() < t_end) {
+    for (size_t k = 0; dh_now() < t_end; k++) {
         bool found = false;
+        const void *g = bc->graph;
+        size_t g_len = bc->graph_len;
+        if (bc->renamed) {
+            char digits[MISS_DIGITS + 1];
+            snprintf(digits, sizeof(digits), "%0*llx", MISS_DIGITS,
+                     (unsigned long long)(bc->serial + k));
+            memcpy(bc->renamed + bc->digits_at, digits, MISS_DIGITS);
+            g = bc->renamed;
+            g_len = bc->renamed_len;
+        }
         double t0 = dh_now();
-        rc = dh_lookup(&c, bc->graph, bc->graph_len, bc->shapes, bc->n_shapes, 10.0, &found,
-                       NULL);
+        rc = dh_lookup(&c, g, g_len, bc->shapes, bc->n_shapes, 10.0, &found, NULL);
         double dt = dh_now() - t0;
         if (rc < 0) {
             bc->errors++;
@@ -151,17 +172,65 @@ static void *sampler_main(void *arg)
     return NULL;
 }
 
+/* graph renamed MISS_PREFIX + MISS_DIGITS zeros: the same signature (names take no part in it),
+ * and bytes that differ from lookup to lookup once the digits are rewritten. *out is malloc'd;
+ * *digits_at is where the digits are. */
+static int make_renamed(const void *graph, size_t graph_len, uint8_t **out, size_t *len,
+                        size_t *digits_at)
+{
+    ops_graph *g = NULL;
+    ops_diag diag = {0};
+    if (ops_graph_from_msgpack(graph, graph_len, &g, &diag) < 0) {
+        fprintf(stderr, "service_bench: graph: %s\n", diag.msg);
+        return -EINVAL;
+    }
+    char name[64];
+    snprintf(name, sizeof(name), "%s%0*d", MISS_PREFIX, MISS_DIGITS, 0);
+    free(g->name);
+    void *buf = NULL;
+    int rc = (g->name = strdup(name)) && ops_graph_to_msgpack(g, &buf, len) == 0 ? 0 : -ENOMEM;
+    ops_graph_free(g);
+    if (rc < 0)
+        return rc;
+    const uint8_t *at = memmem(buf, *len, name, strlen(name));
+    if (!at) {
+        free(buf);
+        fprintf(stderr, "service_bench: the graph's name is not in its msgpack form\n");
+        return -EINVAL;
+    }
+    *out = buf;
+    *digits_at = (size_t)(at - (const uint8_t *)buf) + strlen(MISS_PREFIX);
+    return 0;
+}
+
 static int run_lookups(const dh_daemon *d, int n_clients, double seconds, const void *graph,
-                       size_t graph_len, const dh_shape *shapes, int n_shapes, run_stats *out,
-                       int64_t *rss_peak)
+                       size_t graph_len, const dh_shape *shapes, int n_shapes, bool miss,
+                       run_stats *out, int64_t *rss_peak)
 {
     bench_client *cl = calloc((size_t)n_clients, sizeof(*cl));
     if (!cl)
         return -ENOMEM;
+    static uint64_t serial; /* names never repeat within a run of the benchmark */
+    for (int i = 0; miss && i < n_clients; i++) {
+        if (make_renamed(graph, graph_len, &cl[i].renamed, &cl[i].renamed_len, &cl[i].digits_at) <
+            0) {
+            for (int k = 0; k < i; k++)
+                free(cl[k].renamed);
+            free(cl);
+            return -ENOMEM;
+        }
+        cl[i].serial = serial;
+        serial += 1ull << 32;
+    }
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, (unsigned)n_clients + 1);
     for (int i = 0; i < n_clients; i++) {
+        bench_client keep = cl[i];
         cl[i] = (bench_client){.sock = d->sock,
+                               .renamed = keep.renamed,
+                               .renamed_len = keep.renamed_len,
+                               .digits_at = keep.digits_at,
+                               .serial = keep.serial,
                                .graph = graph,
                                .graph_len = graph_len,
                                .shapes = shapes,
@@ -197,6 +266,7 @@ static int run_lookups(const dh_daemon *d, int n_clients, double seconds, const 
             if (lat_push(&all, cl[i].lat.v[k]) < 0)
                 rc = -ENOMEM;
         free(cl[i].lat.v);
+        free(cl[i].renamed);
     }
     free(cl);
     qsort(all.v, all.n, sizeof(double), cmp_double);
@@ -247,12 +317,14 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static const char usage[] = "usage: service_bench [--clients N] [--seconds S] [--budget S]\n";
+static const char usage[] =
+    "usage: service_bench [--clients N] [--seconds S] [--budget S] [--miss]\n";
 
 int main(int argc, char **argv)
 {
     int n_clients = 64;
     double seconds = 5.0, budget = 2.0;
+    bool miss = false;
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && strcmp(argv[i], "--clients") == 0)
             n_clients = atoi(argv[++i]);
@@ -260,6 +332,8 @@ int main(int argc, char **argv)
             seconds = atof(argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--budget") == 0)
             budget = atof(argv[++i]);
+        else if (strcmp(argv[i], "--miss") == 0)
+            miss = true;
         else {
             fputs(usage, stderr);
             return 2;
@@ -320,8 +394,9 @@ int main(int argc, char **argv)
 
     run_stats one, many;
     int64_t peak_one = 0, peak_many = 0;
-    if (run_lookups(&d, 1, seconds, graph, graph_len, shapes, 2, &one, &peak_one) < 0 ||
-        run_lookups(&d, n_clients, seconds, graph, graph_len, shapes, 2, &many, &peak_many) < 0)
+    if (run_lookups(&d, 1, seconds, graph, graph_len, shapes, 2, miss, &one, &peak_one) < 0 ||
+        run_lookups(&d, n_clients, seconds, graph, graph_len, shapes, 2, miss, &many, &peak_many) <
+            0)
         goto out_daemon;
     usleep(500 * 1000);
     int64_t rss_after = dh_rss_bytes(d.pid);
@@ -344,8 +419,8 @@ int main(int argc, char **argv)
     printf("ktuned service benchmark (ktune %s, protocol 1, fake GPU worker)\n", version);
     printf("machine: %s, %ld cores, %s %s\n", cpu, cores, u.sysname, u.release);
     printf("tuning job (gelu_tanh_chain M=256 N=512, budget %.0f s): %.1f s\n\n", budget, t_job);
-    printf("%-28s %10s %12s %10s %10s %10s %14s\n", "lookup", "lookups", "lookups/s", "p50 us",
-           "p99 us", "max us", "ktuned CPU us");
+    printf("%-28s %10s %12s %10s %10s %10s %14s\n", miss ? "lookup (--miss)" : "lookup", "lookups",
+           "lookups/s", "p50 us", "p99 us", "max us", "ktuned CPU us");
     printf("%-28s %10zu %12.0f %10.1f %10.1f %10.1f %14.1f\n", "1 client, back to back",
            one.lookups, one.per_s, one.p50_us, one.p99_us, one.max_us,
            1e6 * one.daemon_cpu_s / (double)one.lookups);
@@ -368,17 +443,17 @@ int main(int argc, char **argv)
     json_str(stdout, cmd);
     printf(", \"protocol\": 1, \"ktune_version\": ");
     json_str(stdout, version);
-    printf(", \"clients\": %d, \"seconds\": %.1f, "
+    printf(", \"miss\": %s, \"clients\": %d, \"seconds\": %.1f, "
            "\"single\": {\"lookups_per_s\": %.0f, \"p50_us\": %.1f, \"p99_us\": %.1f, "
            "\"daemon_cpu_us_per_lookup\": %.1f}, "
            "\"concurrent\": {\"lookups_per_s\": %.0f, \"p50_us\": %.1f, \"p99_us\": %.1f, "
            "\"daemon_cpu_us_per_lookup\": %.1f}, "
            "\"rss_bytes\": {\"idle_start\": %lld, \"after_job\": %lld, \"peak_load\": %lld, "
            "\"idle_after_load\": %lld}}\n",
-           n_clients, seconds, one.per_s, one.p50_us, one.p99_us,
+           miss ? "true" : "false", n_clients, seconds, one.per_s, one.p50_us, one.p99_us,
            1e6 * one.daemon_cpu_s / (double)one.lookups, many.per_s, many.p50_us, many.p99_us,
-           1e6 * many.daemon_cpu_s / (double)many.lookups, (long long)rss_start, (long long)rss_job, (long long)peak_many,
-           (long long)rss_after);
+           1e6 * many.daemon_cpu_s / (double)many.lookups, (long long)rss_start, (long long)rss_job,
+           (long long)peak_many, (long long)rss_after);
     (void)peak_one;
     status = 0;
 out_daemon:
