@@ -1,10 +1,12 @@
 /* Private to cache/: the environment struct, the LMDB error translation, and the helpers that
- * cache.c, key.c, record.c and bundle.c share. Nothing outside cache/ includes this. */
+ * cache.c, key.c, record.c, bundle.c and job.c share, and the value codec (codec.c). Nothing
+ * outside cache/ includes this. */
 #pragma once
 
 #include "cache.h"
 
 #include <lmdb.h>
+#include <msgpack.h>
 #include <pthread.h>
 
 #define CACHE_LOG            "cache"
@@ -48,6 +50,16 @@ void cache_key_describe(const uint8_t *key, size_t len, bool has_rank, char *out
 int cache_rtxn_begin(cache_env *env, MDB_txn **txn, kt_err *err);
 void cache_rtxn_end(cache_env *env);
 
+/* Walks dbi inside one read transaction: positions the cursor with start (MDB_FIRST, MDB_LAST, or
+ * MDB_SET_RANGE at *from), then calls fn on each entry moving with MDB_NEXT. fn returns 0 to go
+ * on; anything else stops the walk and is returned (a negative one with err filled by fn). A
+ * cursor failure is translated with what ("cannot read jobs"). k and v are valid during the call
+ * only. Returns 0 after the last entry (none is fine). */
+typedef int (*cache_entry_fn)(cache_env *env, const MDB_val *k, const MDB_val *v, void *ctx,
+                              kt_err *err);
+int cache_cursor_walk(cache_env *env, MDB_dbi dbi, MDB_cursor_op start, const MDB_val *from,
+                      cache_entry_fn fn, void *ctx, const char *what, kt_err *err);
+
 /* Runs fn inside one write transaction and commits it. On MDB_MAP_FULL (from fn or the commit)
  * the transaction is aborted, the map doubled (up to max_map_size) and fn run again from the
  * start, so fn must be restartable: it may only change state through txn, or reset what it
@@ -76,3 +88,71 @@ int cache_rank_into(cache_env *env, MDB_txn *txn, const uint8_t *key, size_t kle
                     const cache_ranked *add, size_t n_add, bool *changed, int *pos, kt_err *err);
 /* Checks that the decoded record's own key parts encode to key (without rank). 0 or -EBADMSG. */
 int cache_record_matches_key(const cache_record *r, const uint8_t *key, size_t klen, kt_err *err);
+
+/* ---- codec.c: the stored-value codec of records, trials and jobs ----
+ * A stored value is a canonical msgpack map followed by SHA-256 of the map's bytes. */
+
+/* Packing into an sbuffer: each returns 0, or nonzero when an allocation failed. cache_pk_str
+ * packs NULL as "". The cache_pk_k* helpers pack the key string, then the value. */
+int cache_pk_str(msgpack_packer *pk, const char *s);
+int cache_pk_kstr(msgpack_packer *pk, const char *key, const char *s);
+int cache_pk_ku(msgpack_packer *pk, const char *key, uint64_t v);
+int cache_pk_ki(msgpack_packer *pk, const char *key, int64_t v);
+int cache_pk_kf(msgpack_packer *pk, const char *key, double v);
+int cache_pk_kbool(msgpack_packer *pk, const char *key, bool v);
+int cache_pk_kbin(msgpack_packer *pk, const char *key, const void *data, size_t len);
+/* "shapes": [[name, value], ...] in the given order. */
+int cache_pk_shapes(msgpack_packer *pk, const cache_bound *shapes, int n);
+/* Appends SHA-256 of sb's bytes and hands the buffer to *out (malloc'd, the caller frees it).
+ * 0, or -ENOMEM with sb still owned by the caller. */
+int cache_value_finish(msgpack_sbuffer *sb, uint8_t **out, size_t *len);
+
+/* A decoder's context: doc names the value in messages ("record field 'gpu.name': ..."). */
+typedef struct cache_dec {
+    const char *doc; /* "record", "trial", "job" */
+    kt_err *err;     /* may be NULL */
+} cache_dec;
+
+/* Checks buf's trailing checksum and unpacks the map before it into *res (the caller destroys
+ * res). what (may be NULL) prefixes the envelope messages. 0, -EBADMSG or -ENOMEM. */
+int cache_value_unpack(const void *buf, size_t len, msgpack_unpacked *res, const char *what,
+                       cache_dec *d);
+bool cache_key_is(const msgpack_object *k, const char *name); /* a string equal to name */
+
+/* Checked field readers: what is the field's name in messages; each returns 0 or -EBADMSG
+ * (-ENOMEM for the copying ones) with "<doc> field '<what>': ..." in d->err, and leaves *out
+ * alone on a type error. */
+int cache_get_i64(const msgpack_object *o, int64_t lo, int64_t hi, int64_t *out, const char *what,
+                  cache_dec *d);
+int cache_get_i32(const msgpack_object *o, int32_t *out, const char *what, cache_dec *d);
+int cache_get_u64(const msgpack_object *o, uint64_t max, uint64_t *out, const char *what,
+                  cache_dec *d);
+int cache_get_u32(const msgpack_object *o, uint32_t *out, const char *what, cache_dec *d);
+int cache_get_f64(const msgpack_object *o, double *out, const char *what, cache_dec *d);
+int cache_get_bool(const msgpack_object *o, bool *out, const char *what, cache_dec *d);
+/* A string of fewer than cap bytes, NUL-terminated into buf. */
+int cache_get_strbuf(const msgpack_object *o, char *buf, size_t cap, const char *what,
+                     cache_dec *d);
+/* A malloc'd copy replaces *out (freed first); *len (may be NULL) receives the length. */
+int cache_get_strdup(const msgpack_object *o, char **out, size_t *len, const char *what,
+                     cache_dec *d);
+int cache_get_bindup(const msgpack_object *o, uint8_t **out, size_t *len, const char *what,
+                     cache_dec *d);
+/* A string among names[0..n): *out receives its index. */
+int cache_get_enum(const msgpack_object *o, const char *const *names, int n, int *out,
+                   const char *what, cache_dec *d);
+/* The "v" field: must equal expect. */
+int cache_get_version(const msgpack_object *o, int expect, cache_dec *d);
+int cache_get_sig(const msgpack_object *o, uint8_t sig[OPS_SIG_BYTES], cache_dec *d);
+int cache_get_precision(const msgpack_object *o, ops_precision *out, cache_dec *d);
+/* [[name, value], ...], at most CACHE_MAX_SHAPES, values >= 1; *n counts those decoded. */
+int cache_get_shapes(const msgpack_object *o, cache_bound shapes[CACHE_MAX_SHAPES], int *n,
+                     cache_dec *d);
+
+/* Decodes the map o field by field: for each key among names[0..n) (n <= 64) calls fn with its
+ * index (unknown keys are skipped), stopping at fn's first negative result; then checks that
+ * every name was seen exactly once. what (NULL at the top level) prefixes the field names in
+ * messages: "record field 'gpu.name' is missing". */
+typedef int (*cache_field_fn)(int field, const msgpack_object *v, void *ctx, cache_dec *d);
+int cache_decode_map(const msgpack_object *o, const char *const *names, int n, cache_field_fn fn,
+                     void *ctx, const char *what, cache_dec *d);

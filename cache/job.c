@@ -1,6 +1,7 @@
 /* The job journal: the daemon's jobs in the `jobs` database, keyed by the id as 8 big-endian bytes
  * (so a cursor walks them in submission order). A value is a canonical msgpack map followed by
- * SHA-256 of the map, like kernel records (record.c); docs/formats.md (part 3) lists the fields.
+ * SHA-256 of the map, like kernel records (the shared codec is codec.c); docs/formats.md (part 3)
+ * lists the fields.
  * A value that fails its checksum or does not decode is reported and skipped, never returned. */
 #include "internal.h"
 #include "ops/ops.h"
@@ -92,33 +93,15 @@ static int check_job(const cache_job *j, kt_err *err)
         return kt_err_set(err, -EINVAL, "job %" PRIu64 ": a text field is not terminated", j->id);
     if (j->graph_len && !j->graph)
         return kt_err_set(err, -EINVAL, "job %" PRIu64 ": graph length without data", j->id);
-    const double nums[] = {j->tolerance, j->budget_s, j->elapsed_s,
+    const double nums[] = {j->tolerance, j->budget_s,    j->elapsed_s,
                            j->best_ns,   j->baseline_ns, j->err_norm};
     for (size_t i = 0; i < KT_ARRAY_LEN(nums); i++)
         if (!isfinite(nums[i]) || nums[i] < 0)
-            return kt_err_set(err, -EINVAL, "job %" PRIu64 ": times and errors must be finite and "
-                              ">= 0", j->id);
+            return kt_err_set(err, -EINVAL,
+                              "job %" PRIu64 ": times and errors must be finite and "
+                              ">= 0",
+                              j->id);
     return 0;
-}
-
-static int pk_str(msgpack_packer *pk, const char *s)
-{
-    return msgpack_pack_str_with_body(pk, s, strlen(s));
-}
-
-static int pk_key_str(msgpack_packer *pk, const char *k, const char *s)
-{
-    return pk_str(pk, k) || pk_str(pk, s);
-}
-
-static int pk_key_int(msgpack_packer *pk, const char *k, int64_t v)
-{
-    return pk_str(pk, k) || msgpack_pack_int64(pk, v);
-}
-
-static int pk_key_f64(msgpack_packer *pk, const char *k, double v)
-{
-    return pk_str(pk, k) || msgpack_pack_double(pk, v);
 }
 
 #define JOB_FIELDS 27
@@ -126,38 +109,35 @@ static int pk_key_f64(msgpack_packer *pk, const char *k, double v)
 static int pack_job(msgpack_packer *pk, const cache_job *j)
 {
     int e = msgpack_pack_map(pk, JOB_FIELDS);
-    e = e || pk_key_int(pk, "v", CACHE_JOB_VERSION);
-    e = e || pk_str(pk, "id") || msgpack_pack_uint64(pk, j->id);
-    e = e || pk_key_str(pk, "state", job_state_names[j->state]);
-    e = e || pk_key_int(pk, "priority", j->priority);
-    e = e || pk_key_int(pk, "gpu", j->gpu);
-    e = e || pk_key_str(pk, "name", j->name);
-    e = e || pk_str(pk, "sig") || msgpack_pack_bin_with_body(pk, j->sig, OPS_SIG_BYTES);
-    e = e || pk_str(pk, "shapes") || msgpack_pack_array(pk, (size_t)j->n_shapes);
-    for (int i = 0; !e && i < j->n_shapes; i++)
-        e = msgpack_pack_array(pk, 2) || pk_str(pk, j->shapes[i].name) ||
-            msgpack_pack_int64(pk, j->shapes[i].value);
-    e = e || pk_key_str(pk, "precision", ops_precision_name(j->precision));
-    e = e || pk_key_f64(pk, "tolerance", j->tolerance);
-    e = e || pk_key_f64(pk, "budget", j->budget_s);
-    e = e || pk_str(pk, "graph") || msgpack_pack_bin_with_body(pk, j->graph, j->graph_len);
-    e = e || pk_key_int(pk, "submitted", j->submitted);
-    e = e || pk_key_int(pk, "started", j->started);
-    e = e || pk_key_int(pk, "finished", j->finished);
-    e = e || pk_key_f64(pk, "elapsed", j->elapsed_s);
-    e = e || pk_key_int(pk, "trials", j->trials);
-    e = e || pk_key_int(pk, "measured", j->measured);
-    e = e || pk_key_int(pk, "resumed", j->resumed);
-    e = e || pk_key_f64(pk, "best_ns", j->best_ns);
-    e = e || pk_key_f64(pk, "baseline_ns", j->baseline_ns);
-    e = e || pk_key_f64(pk, "err_norm", j->err_norm);
-    e = e || pk_key_str(pk, "family", j->family);
-    e = e || pk_key_str(pk, "schedule", j->schedule);
-    e = e || pk_str(pk, "record") || (j->record ? msgpack_pack_true(pk) : msgpack_pack_false(pk));
-    e = e || pk_key_str(pk, "error", j->error);
-    e = e || pk_str(pk, "failures") || msgpack_pack_map(pk, (size_t)j->n_failures);
+    e = e || cache_pk_ki(pk, "v", CACHE_JOB_VERSION);
+    e = e || cache_pk_ku(pk, "id", j->id);
+    e = e || cache_pk_kstr(pk, "state", job_state_names[j->state]);
+    e = e || cache_pk_ki(pk, "priority", j->priority);
+    e = e || cache_pk_ki(pk, "gpu", j->gpu);
+    e = e || cache_pk_kstr(pk, "name", j->name);
+    e = e || cache_pk_kbin(pk, "sig", j->sig, OPS_SIG_BYTES);
+    e = e || cache_pk_shapes(pk, j->shapes, j->n_shapes);
+    e = e || cache_pk_kstr(pk, "precision", ops_precision_name(j->precision));
+    e = e || cache_pk_kf(pk, "tolerance", j->tolerance);
+    e = e || cache_pk_kf(pk, "budget", j->budget_s);
+    e = e || cache_pk_kbin(pk, "graph", j->graph, j->graph_len);
+    e = e || cache_pk_ki(pk, "submitted", j->submitted);
+    e = e || cache_pk_ki(pk, "started", j->started);
+    e = e || cache_pk_ki(pk, "finished", j->finished);
+    e = e || cache_pk_kf(pk, "elapsed", j->elapsed_s);
+    e = e || cache_pk_ki(pk, "trials", j->trials);
+    e = e || cache_pk_ki(pk, "measured", j->measured);
+    e = e || cache_pk_ki(pk, "resumed", j->resumed);
+    e = e || cache_pk_kf(pk, "best_ns", j->best_ns);
+    e = e || cache_pk_kf(pk, "baseline_ns", j->baseline_ns);
+    e = e || cache_pk_kf(pk, "err_norm", j->err_norm);
+    e = e || cache_pk_kstr(pk, "family", j->family);
+    e = e || cache_pk_kstr(pk, "schedule", j->schedule);
+    e = e || cache_pk_kbool(pk, "record", j->record);
+    e = e || cache_pk_kstr(pk, "error", j->error);
+    e = e || cache_pk_str(pk, "failures") || msgpack_pack_map(pk, (size_t)j->n_failures);
     for (int i = 0; !e && i < j->n_failures; i++)
-        e = pk_key_int(pk, j->failures[i].name, j->failures[i].count);
+        e = cache_pk_ki(pk, j->failures[i].name, j->failures[i].count);
     return e ? -ENOMEM : 0;
 }
 
@@ -171,86 +151,27 @@ static int encode_job(const cache_job *j, uint8_t **out, size_t *len, kt_err *er
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    uint8_t digest[CACHE_CHECKSUM_BYTES];
-    if (pack_job(&pk, j) < 0)
-        goto oom;
-    ops_sha256(sb.data, sb.size, digest);
-    if (msgpack_sbuffer_write(&sb, (const char *)digest, sizeof(digest)) != 0)
-        goto oom;
-    *len = sb.size;
-    *out = (uint8_t *)msgpack_sbuffer_release(&sb);
-    return 0;
-oom:
-    msgpack_sbuffer_destroy(&sb);
-    return kt_err_set(err, -ENOMEM, "out of memory encoding job %" PRIu64, j->id);
-}
-
-/* ---- decoding ---- */
-
-#define BAD(...) kt_err_set(err, -EBADMSG, __VA_ARGS__)
-
-static bool obj_is(const msgpack_object *o, const char *s)
-{
-    size_t n = strlen(s);
-    return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
-           memcmp(o->via.str.ptr, s, n) == 0;
-}
-
-static int get_int(const msgpack_object *o, int64_t lo, int64_t hi, int64_t *out, const char *what,
-                   kt_err *err)
-{
-    int64_t v;
-    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= (uint64_t)INT64_MAX)
-        v = (int64_t)o->via.u64;
-    else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
-        v = o->via.i64;
-    else
-        return BAD("job field '%s': expected an integer", what);
-    if (v < lo || v > hi)
-        return BAD("job field '%s': %" PRId64 " out of range", what, v);
-    *out = v;
-    return 0;
-}
-
-static int get_f64(const msgpack_object *o, double *out, const char *what, kt_err *err)
-{
-    if (o->type != MSGPACK_OBJECT_FLOAT64 && o->type != MSGPACK_OBJECT_FLOAT32)
-        return BAD("job field '%s': expected a float", what);
-    if (!isfinite(o->via.f64) || o->via.f64 < 0)
-        return BAD("job field '%s': expected a finite number >= 0", what);
-    *out = o->via.f64;
-    return 0;
-}
-
-static int get_str(const msgpack_object *o, char *buf, size_t cap, const char *what, kt_err *err)
-{
-    if (o->type != MSGPACK_OBJECT_STR || o->via.str.size >= cap)
-        return BAD("job field '%s': expected a string shorter than %zu bytes", what, cap);
-    memcpy(buf, o->via.str.ptr, o->via.str.size);
-    buf[o->via.str.size] = '\0';
-    return 0;
-}
-
-static int get_shapes(const msgpack_object *o, cache_job *j, kt_err *err)
-{
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size > CACHE_MAX_SHAPES)
-        return BAD("job field 'shapes': expected at most %d pairs", CACHE_MAX_SHAPES);
-    for (uint32_t i = 0; i < o->via.array.size; i++) {
-        const msgpack_object *p = &o->via.array.ptr[i];
-        if (p->type != MSGPACK_OBJECT_ARRAY || p->via.array.size != 2)
-            return BAD("job field 'shapes': expected [name, value] pairs");
-        cache_bound *b = &j->shapes[i];
-        int rc = get_str(&p->via.array.ptr[0], b->name, sizeof(b->name), "shapes", err);
-        if (rc == 0)
-            rc = get_int(&p->via.array.ptr[1], 1, INT64_MAX, &b->value, "shapes", err);
-        if (rc < 0)
-            return rc;
-        j->n_shapes = (int)i + 1;
+    if (pack_job(&pk, j) < 0 || cache_value_finish(&sb, out, len) < 0) {
+        msgpack_sbuffer_destroy(&sb);
+        return kt_err_set(err, -ENOMEM, "out of memory encoding job %" PRIu64, j->id);
     }
     return 0;
 }
 
-static int get_failures(const msgpack_object *o, cache_job *j, kt_err *err)
+/* ---- decoding ---- */
+
+#define BAD(...) kt_err_set(d->err, -EBADMSG, __VA_ARGS__)
+
+/* Times and errors: finite and >= 0. */
+static int get_amount(const msgpack_object *o, double *out, const char *what, cache_dec *d)
+{
+    int rc = cache_get_f64(o, out, what, d);
+    if (rc == 0 && (!isfinite(*out) || *out < 0))
+        return BAD("job field '%s': expected a finite number >= 0", what);
+    return rc;
+}
+
+static int get_failures(const msgpack_object *o, cache_job *j, cache_dec *d)
 {
     if (o->type != MSGPACK_OBJECT_MAP || o->via.map.size > CACHE_JOB_FAILURE_KINDS)
         return BAD("job field 'failures': expected a map of at most %d classes",
@@ -258,9 +179,9 @@ static int get_failures(const msgpack_object *o, cache_job *j, kt_err *err)
     for (uint32_t i = 0; i < o->via.map.size; i++) {
         struct cache_job_failure *f = &j->failures[i];
         int64_t n = 0;
-        int rc = get_str(&o->via.map.ptr[i].key, f->name, sizeof(f->name), "failures", err);
+        int rc = cache_get_strbuf(&o->via.map.ptr[i].key, f->name, sizeof(f->name), "failures", d);
         if (rc == 0)
-            rc = get_int(&o->via.map.ptr[i].val, 0, INT32_MAX, &n, "failures", err);
+            rc = cache_get_i64(&o->via.map.ptr[i].val, 0, INT32_MAX, &n, "failures", d);
         if (rc < 0)
             return rc;
         f->count = (int32_t)n;
@@ -270,107 +191,85 @@ static int get_failures(const msgpack_object *o, cache_job *j, kt_err *err)
 }
 
 static const char *const job_fields[JOB_FIELDS] = {
-    "v",       "id",       "state",       "priority", "gpu",      "name",     "sig",
-    "shapes",  "precision", "tolerance",  "budget",   "graph",    "submitted", "started",
-    "finished", "elapsed",  "trials",     "measured", "resumed",  "best_ns",  "baseline_ns",
-    "err_norm", "family",   "schedule",   "record",   "error",    "failures"};
+    "v",        "id",        "state",     "priority", "gpu",     "name",      "sig",
+    "shapes",   "precision", "tolerance", "budget",   "graph",   "submitted", "started",
+    "finished", "elapsed",   "trials",    "measured", "resumed", "best_ns",   "baseline_ns",
+    "err_norm", "family",    "schedule",  "record",   "error",   "failures"};
 
-static int job_field(int f, const msgpack_object *v, cache_job *j, kt_err *err)
+static int job_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
 {
+    cache_job *j = ctx;
     int64_t n = 0;
     char word[16];
     int rc = 0;
     switch (f) {
     case 0:
-        if ((rc = get_int(v, 0, INT32_MAX, &n, "v", err)) < 0)
-            return rc;
-        return n == CACHE_JOB_VERSION ? 0
-                                      : BAD("job version %" PRId64 " is not supported (this "
-                                            "build reads %d)",
-                                            n, CACHE_JOB_VERSION);
+        return cache_get_version(v, CACHE_JOB_VERSION, d);
     case 1:
         if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 == 0)
             return BAD("job field 'id': expected a positive integer");
         j->id = v->via.u64;
         return 0;
     case 2:
-        if ((rc = get_str(v, word, sizeof(word), "state", err)) < 0)
+        if ((rc = cache_get_strbuf(v, word, sizeof(word), "state", d)) < 0)
             return rc;
         return cache_job_state_from_name(word, &j->state) == 0
                    ? 0
                    : BAD("job field 'state': unknown value '%s'", word);
     case 3:
-        rc = get_int(v, -100, 100, &n, "priority", err);
+        rc = cache_get_i64(v, -100, 100, &n, "priority", d);
         j->priority = (int32_t)n;
         return rc;
     case 4:
-        rc = get_int(v, -1, INT32_MAX, &n, "gpu", err);
+        rc = cache_get_i64(v, -1, INT32_MAX, &n, "gpu", d);
         j->gpu = (int32_t)n;
         return rc;
     case 5:
-        return get_str(v, j->name, sizeof(j->name), "name", err);
+        return cache_get_strbuf(v, j->name, sizeof(j->name), "name", d);
     case 6:
-        if (v->type != MSGPACK_OBJECT_BIN || v->via.bin.size != OPS_SIG_BYTES)
-            return BAD("job field 'sig': expected %d bytes", OPS_SIG_BYTES);
-        memcpy(j->sig, v->via.bin.ptr, OPS_SIG_BYTES);
-        return 0;
+        return cache_get_sig(v, j->sig, d);
     case 7:
-        return get_shapes(v, j, err);
+        return cache_get_shapes(v, j->shapes, &j->n_shapes, d);
     case 8:
-        if ((rc = get_str(v, word, sizeof(word), "precision", err)) < 0)
-            return rc;
-        return ops_precision_from_name(word, &j->precision) == 0
-                   ? 0
-                   : BAD("job field 'precision': unknown value '%s'", word);
+        return cache_get_precision(v, &j->precision, d);
     case 9:
-        return get_f64(v, &j->tolerance, "tolerance", err);
+        return get_amount(v, &j->tolerance, "tolerance", d);
     case 10:
-        return get_f64(v, &j->budget_s, "budget", err);
+        return get_amount(v, &j->budget_s, "budget", d);
     case 11:
-        if (v->type != MSGPACK_OBJECT_BIN)
-            return BAD("job field 'graph': expected bytes");
-        free(j->graph);
-        j->graph = malloc(v->via.bin.size ? v->via.bin.size : 1);
-        if (!j->graph)
-            return kt_err_set(err, -ENOMEM, "out of memory decoding a job");
-        memcpy(j->graph, v->via.bin.ptr, v->via.bin.size);
-        j->graph_len = v->via.bin.size;
-        return 0;
+        return cache_get_bindup(v, &j->graph, &j->graph_len, "graph", d);
     case 12:
-        return get_int(v, INT64_MIN, INT64_MAX, &j->submitted, "submitted", err);
+        return cache_get_i64(v, INT64_MIN, INT64_MAX, &j->submitted, "submitted", d);
     case 13:
-        return get_int(v, INT64_MIN, INT64_MAX, &j->started, "started", err);
+        return cache_get_i64(v, INT64_MIN, INT64_MAX, &j->started, "started", d);
     case 14:
-        return get_int(v, INT64_MIN, INT64_MAX, &j->finished, "finished", err);
+        return cache_get_i64(v, INT64_MIN, INT64_MAX, &j->finished, "finished", d);
     case 15:
-        return get_f64(v, &j->elapsed_s, "elapsed", err);
+        return get_amount(v, &j->elapsed_s, "elapsed", d);
     case 16:
     case 17:
     case 18: {
         int32_t *dst[] = {&j->trials, &j->measured, &j->resumed};
-        rc = get_int(v, 0, INT32_MAX, &n, job_fields[f], err);
+        rc = cache_get_i64(v, 0, INT32_MAX, &n, job_fields[f], d);
         *dst[f - 16] = (int32_t)n;
         return rc;
     }
     case 19:
-        return get_f64(v, &j->best_ns, "best_ns", err);
+        return get_amount(v, &j->best_ns, "best_ns", d);
     case 20:
-        return get_f64(v, &j->baseline_ns, "baseline_ns", err);
+        return get_amount(v, &j->baseline_ns, "baseline_ns", d);
     case 21:
-        return get_f64(v, &j->err_norm, "err_norm", err);
+        return get_amount(v, &j->err_norm, "err_norm", d);
     case 22:
-        return get_str(v, j->family, sizeof(j->family), "family", err);
+        return cache_get_strbuf(v, j->family, sizeof(j->family), "family", d);
     case 23:
-        return get_str(v, j->schedule, sizeof(j->schedule), "schedule", err);
+        return cache_get_strbuf(v, j->schedule, sizeof(j->schedule), "schedule", d);
     case 24:
-        if (v->type != MSGPACK_OBJECT_BOOLEAN)
-            return BAD("job field 'record': expected a boolean");
-        j->record = v->via.boolean;
-        return 0;
+        return cache_get_bool(v, &j->record, "record", d);
     case 25:
-        return get_str(v, j->error, sizeof(j->error), "error", err);
+        return cache_get_strbuf(v, j->error, sizeof(j->error), "error", d);
     default:
-        return get_failures(v, j, err);
+        return get_failures(v, j, d);
     }
 }
 
@@ -378,35 +277,13 @@ static int job_field(int f, const msgpack_object *v, cache_job *j, kt_err *err)
  * freed on failure too). 0, -EBADMSG or -ENOMEM. */
 static int decode_job(const void *buf, size_t len, cache_job *out, kt_err *err)
 {
+    cache_dec dec = {"job", err};
     memset(out, 0, sizeof(*out));
-    if (!cache_value_check(buf, len))
-        return BAD("checksum mismatch (the stored bytes are damaged)");
     msgpack_unpacked res;
     msgpack_unpacked_init(&res);
-    size_t off = 0, body = len - CACHE_CHECKSUM_BYTES;
-    int rc = 0;
-    msgpack_unpack_return ur = msgpack_unpack_next(&res, buf, body, &off);
-    if (ur == MSGPACK_UNPACK_NOMEM_ERROR)
-        rc = kt_err_set(err, -ENOMEM, "out of memory decoding a job");
-    else if (ur != MSGPACK_UNPACK_SUCCESS || off != body || res.data.type != MSGPACK_OBJECT_MAP)
-        rc = BAD("malformed msgpack body");
-    uint32_t seen = 0;
-    for (uint32_t i = 0; rc == 0 && i < res.data.via.map.size; i++) {
-        const msgpack_object_kv *kv = &res.data.via.map.ptr[i];
-        for (int f = 0; f < JOB_FIELDS; f++) {
-            if (!obj_is(&kv->key, job_fields[f]))
-                continue;
-            if (seen & (1u << f))
-                rc = BAD("job field '%s' appears twice", job_fields[f]);
-            else
-                rc = job_field(f, &kv->val, out, err);
-            seen |= 1u << f;
-            break;
-        }
-    }
-    for (int f = 0; rc == 0 && f < JOB_FIELDS; f++)
-        if (!(seen & (1u << f)))
-            rc = BAD("job field '%s' is missing", job_fields[f]);
+    int rc = cache_value_unpack(buf, len, &res, NULL, &dec);
+    if (rc == 0)
+        rc = cache_decode_map(&res.data, job_fields, JOB_FIELDS, job_field, out, NULL, &dec);
     msgpack_unpacked_destroy(&res);
     if (rc < 0)
         cache_job_free(out);
@@ -423,8 +300,8 @@ static int decode_entry(cache_env *env, const MDB_val *k, const MDB_val *v, cach
     memset(out, 0, sizeof(*out));
     uint64_t id = k->mv_size == JOB_KEY_BYTES ? job_key_id(k->mv_data) : 0;
     if (k->mv_size != JOB_KEY_BYTES)
-        rc = kt_err_set(&why, -EBADMSG, "key of %zu bytes (expected %d)", k->mv_size,
-                        JOB_KEY_BYTES);
+        rc =
+            kt_err_set(&why, -EBADMSG, "key of %zu bytes (expected %d)", k->mv_size, JOB_KEY_BYTES);
     else if ((rc = decode_job(v->mv_data, v->mv_size, out, &why)) == 0 && out->id != id) {
         rc = kt_err_set(&why, -EBADMSG, "entry holds job %" PRIu64, out->id);
         cache_job_free(out);
@@ -491,6 +368,30 @@ static int job_get_locked(cache_env *env, uint64_t id, cache_job *out, kt_err *e
     return rc;
 }
 
+typedef struct foreach_ctx {
+    cache_job_cb cb;
+    void *ctx;
+    size_t *n_corrupt;
+} foreach_ctx;
+
+static int foreach_entry(cache_env *env, const MDB_val *k, const MDB_val *v, void *ctx, kt_err *err)
+{
+    foreach_ctx *fc = ctx;
+    cache_job j;
+    kt_err why = {0};
+    int rc = decode_entry(env, k, v, &j, &why);
+    if (rc == -EBADMSG) {
+        if (fc->n_corrupt)
+            (*fc->n_corrupt)++;
+        return 0;
+    }
+    if (rc < 0)
+        return kt_err_set(err, rc, "%s", why.msg);
+    rc = fc->cb(&j, fc->ctx);
+    cache_job_free(&j);
+    return rc;
+}
+
 static int job_foreach_locked(cache_env *env, cache_job_cb cb, void *ctx, size_t *n_corrupt,
                               kt_err *err)
 {
@@ -498,70 +399,34 @@ static int job_foreach_locked(cache_env *env, cache_job_cb cb, void *ctx, size_t
         return kt_err_set(err, -EINVAL, "cache_job_foreach: bad arguments");
     if (n_corrupt)
         *n_corrupt = 0;
-    MDB_txn *txn = NULL;
-    int rc = cache_rtxn_begin(env, &txn, err);
-    if (rc < 0)
-        return rc;
-    MDB_cursor *cur = NULL;
-    if ((rc = cache_lmdb_error(env, mdb_cursor_open(txn, env->jobs, &cur), "cannot open a cursor",
-                               err)) < 0)
-        goto out;
-    MDB_val k, v;
-    int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-    for (; mrc == MDB_SUCCESS; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        cache_job j;
-        kt_err why = {0};
-        int drc = decode_entry(env, &k, &v, &j, &why);
-        if (drc == -EBADMSG) {
-            if (n_corrupt)
-                (*n_corrupt)++;
-            continue;
-        }
-        if (drc < 0) {
-            rc = kt_err_set(err, drc, "%s", why.msg);
-            break;
-        }
-        rc = cb(&j, ctx);
-        cache_job_free(&j);
-        if (rc != 0)
-            break;
-    }
-    if (rc == 0 && mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND)
-        rc = cache_lmdb_error(env, mrc, "cannot read jobs", err);
-    mdb_cursor_close(cur);
-out:
-    cache_rtxn_end(env);
-    return rc;
+    foreach_ctx fc = {cb, ctx, n_corrupt};
+    return cache_cursor_walk(env, env->jobs, MDB_FIRST, NULL, foreach_entry, &fc,
+                             "cannot read jobs", err);
+}
+
+/* The key decides, not the value: a corrupt last entry still reserves its id. Stops the walk at
+ * the first (the last) entry. */
+static int last_id_entry(cache_env *env, const MDB_val *k, const MDB_val *v, void *ctx, kt_err *err)
+{
+    (void)v;
+    if (k->mv_size != JOB_KEY_BYTES)
+        return kt_err_set(err, -EBADMSG, "%s: the last job key has %zu bytes", env->path,
+                          k->mv_size);
+    *(uint64_t *)ctx = job_key_id(k->mv_data) + 1;
+    return 1;
 }
 
 static int job_next_id_locked(cache_env *env, uint64_t *out, kt_err *err)
 {
     if (!env || !out)
         return kt_err_set(err, -EINVAL, "cache_job_next_id: bad arguments");
-    MDB_txn *txn = NULL;
-    int rc = cache_rtxn_begin(env, &txn, err);
+    uint64_t next = 1; /* when the journal is empty */
+    int rc = cache_cursor_walk(env, env->jobs, MDB_LAST, NULL, last_id_entry, &next,
+                               "cannot read the last job", err);
     if (rc < 0)
         return rc;
-    MDB_cursor *cur = NULL;
-    if ((rc = cache_lmdb_error(env, mdb_cursor_open(txn, env->jobs, &cur), "cannot open a cursor",
-                               err)) < 0)
-        goto out;
-    MDB_val k, v;
-    int mrc = mdb_cursor_get(cur, &k, &v, MDB_LAST);
-    /* The key decides, not the value: a corrupt last entry still reserves its id. */
-    if (mrc == MDB_NOTFOUND)
-        *out = 1;
-    else if (mrc == MDB_SUCCESS && k.mv_size == JOB_KEY_BYTES)
-        *out = job_key_id(k.mv_data) + 1;
-    else if (mrc == MDB_SUCCESS)
-        rc = kt_err_set(err, -EBADMSG, "%s: the last job key has %zu bytes", env->path,
-                        k.mv_size);
-    else
-        rc = cache_lmdb_error(env, mrc, "cannot read the last job", err);
-    mdb_cursor_close(cur);
-out:
-    cache_rtxn_end(env);
-    return rc;
+    *out = next;
+    return 0;
 }
 
 int cache_job_put(cache_env *env, const cache_job *j, kt_err *err)

@@ -1,6 +1,5 @@
 #include "cli.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,17 +122,7 @@ long cli_parse_count(const char *sub, const char *opt, const char *value)
 
 double cli_parse_duration(const char *s)
 {
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || !(v > 0) || !isfinite(v))
-        return -1;
-    if (*end == '\0' || strcmp(end, "s") == 0)
-        return v;
-    if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-        return v * 60;
-    if (strcmp(end, "h") == 0)
-        return v * 3600;
-    return -1;
+    return kt_parse_duration(s);
 }
 
 void cli_fmt_ns(double ns, char *buf, size_t len)

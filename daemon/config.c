@@ -6,7 +6,6 @@
 
 #include <ctype.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,17 +136,7 @@ static int set_log_level(kd_config *c, const char *v, char *why, size_t len)
 
 double kd_parse_duration(const char *s)
 {
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || !(v > 0) || !isfinite(v))
-        return -1;
-    if (*end == '\0' || strcmp(end, "s") == 0)
-        return v;
-    if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-        return v * 60;
-    if (strcmp(end, "h") == 0)
-        return v * 3600;
-    return -1;
+    return kt_parse_duration(s);
 }
 
 static int set_budget_max(kd_config *c, const char *v, char *why, size_t len)

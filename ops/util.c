@@ -1,5 +1,6 @@
 #include "util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,23 @@ void kt_hex(const uint8_t *bytes, size_t n, char *out)
         out[2 * i + 1] = digits[bytes[i] & 15];
     }
     out[2 * n] = '\0';
+}
+
+double kt_parse_duration(const char *s)
+{
+    if (!s)
+        return -1;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0) || !isfinite(v))
+        return -1;
+    if (*end == '\0' || strcmp(end, "s") == 0)
+        return v;
+    if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+        return v * 60;
+    if (strcmp(end, "h") == 0)
+        return v * 3600;
+    return -1;
 }
 
 static void buf_vappend(kt_buf *b, const char *fmt, va_list ap)

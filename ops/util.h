@@ -64,6 +64,11 @@ int kt_read_file(const char *path, char **out, size_t *len, kt_err *err);
 /* Lowercase hex of n bytes into out (2n+1 bytes). */
 void kt_hex(const uint8_t *bytes, size_t n, char *out);
 
+/* Parses a duration in seconds: a positive number, alone or followed by "s", "m"/"min" (minutes)
+ * or "h" (hours): "90", "1.5m", "2h". Returns the seconds, or -1 for anything else (NULL,
+ * empty, zero, negative, not finite, an unknown unit). */
+double kt_parse_duration(const char *s);
+
 /* A growable text buffer for code generation and formatting. After any failed append the buffer
  * is marked failed (oom) and later appends are no-ops, so emitters check once at the end. */
 typedef struct kt_buf {
