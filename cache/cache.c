@@ -129,6 +129,31 @@ void cache_rtxn_end(cache_env *env)
         mdb_txn_reset(env->rtxn);
 }
 
+int cache_cursor_walk(cache_env *env, MDB_dbi dbi, MDB_cursor_op start, const MDB_val *from,
+                      cache_entry_fn fn, void *ctx, const char *what, kt_err *err)
+{
+    MDB_txn *txn = NULL;
+    int rc = cache_rtxn_begin(env, &txn, err);
+    if (rc < 0)
+        return rc;
+    MDB_cursor *cur = NULL;
+    if ((rc = cache_lmdb_error(env, mdb_cursor_open(txn, dbi, &cur), "cannot open a cursor",
+                               err)) < 0)
+        goto out;
+    MDB_val k = from ? *from : (MDB_val){0}, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, start);
+    for (; mrc == MDB_SUCCESS; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if ((rc = fn(env, &k, &v, ctx, err)) != 0)
+            break;
+    }
+    if (rc == 0 && mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND)
+        rc = cache_lmdb_error(env, mrc, what, err);
+    mdb_cursor_close(cur);
+out:
+    cache_rtxn_end(env);
+    return rc;
+}
+
 /* Doubles the map, up to max_map_size. Only called with no transaction of env active. */
 static int grow_map(cache_env *env, kt_err *err)
 {
@@ -758,6 +783,44 @@ static int cache_delete_locked(cache_env *env, const cache_key *k, kt_err *err)
     return cache_write(env, delete_fn, &d, err);
 }
 
+typedef struct list_ctx {
+    const uint8_t *prefix;
+    size_t prefix_len;
+    bool best_only, past_prefix;
+    cache_list_cb cb;
+    void *ctx;
+    size_t *n_corrupt;
+} list_ctx;
+
+static int list_entry(cache_env *env, const MDB_val *k, const MDB_val *v, void *ctx, kt_err *err)
+{
+    list_ctx *lc = ctx;
+    if (k->mv_size < lc->prefix_len ||
+        (lc->prefix_len && memcmp(k->mv_data, lc->prefix, lc->prefix_len) != 0)) {
+        lc->past_prefix = true;
+        return 1;
+    }
+    if (k->mv_size < 2)
+        return 0;
+    int rank = ((const uint8_t *)k->mv_data)[k->mv_size - 1];
+    if (lc->best_only && rank != 0)
+        return 0;
+    cache_record rec;
+    cache_record_init(&rec);
+    kt_err why = {0};
+    int rc = decode_stored(env, k, v, &rec, &why);
+    if (rc == -EBADMSG) {
+        if (lc->n_corrupt)
+            (*lc->n_corrupt)++;
+        return 0;
+    }
+    if (rc < 0)
+        return kt_err_set(err, rc, "%s", why.msg);
+    rc = lc->cb(&rec, rank, lc->ctx);
+    cache_record_free(&rec);
+    return rc;
+}
+
 static int cache_list_locked(cache_env *env, const uint8_t *prefix, size_t prefix_len, bool best_only,
                cache_list_cb cb, void *ctx, size_t *n_corrupt, kt_err *err)
 {
@@ -765,49 +828,11 @@ static int cache_list_locked(cache_env *env, const uint8_t *prefix, size_t prefi
         return kt_err_set(err, -EINVAL, "cache_list: bad arguments");
     if (n_corrupt)
         *n_corrupt = 0;
-    MDB_txn *txn = NULL;
-    int rc = cache_rtxn_begin(env, &txn, err);
-    if (rc < 0)
-        return rc;
-    MDB_cursor *cur = NULL;
-    if ((rc = cache_lmdb_error(env, mdb_cursor_open(txn, env->kernels, &cur),
-                               "cannot open a cursor", err)) < 0)
-        goto out;
-    MDB_val k = {.mv_size = prefix_len, .mv_data = (void *)prefix}, v;
-    int mrc = mdb_cursor_get(cur, &k, &v, prefix_len ? MDB_SET_RANGE : MDB_FIRST);
-    cache_record rec;
-    cache_record_init(&rec);
-    for (; mrc == MDB_SUCCESS; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        if (k.mv_size < prefix_len || (prefix_len && memcmp(k.mv_data, prefix, prefix_len) != 0))
-            break;
-        if (k.mv_size < 2)
-            continue;
-        int rank = ((const uint8_t *)k.mv_data)[k.mv_size - 1];
-        if (best_only && rank != 0)
-            continue;
-        kt_err why = {0};
-        rc = decode_stored(env, &k, &v, &rec, &why);
-        if (rc == -EBADMSG) {
-            if (n_corrupt)
-                (*n_corrupt)++;
-            rc = 0;
-            continue;
-        }
-        if (rc < 0) {
-            kt_err_set(err, rc, "%s", why.msg);
-            break;
-        }
-        rc = cb(&rec, rank, ctx);
-        cache_record_free(&rec);
-        if (rc != 0)
-            break;
-    }
-    if (rc == 0 && mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND)
-        rc = cache_lmdb_error(env, mrc, "cannot read records", err);
-    mdb_cursor_close(cur);
-out:
-    cache_rtxn_end(env);
-    return rc;
+    list_ctx lc = {prefix, prefix_len, best_only, false, cb, ctx, n_corrupt};
+    MDB_val from = {.mv_size = prefix_len, .mv_data = (void *)prefix};
+    int rc = cache_cursor_walk(env, env->kernels, prefix_len ? MDB_SET_RANGE : MDB_FIRST, &from,
+                               list_entry, &lc, "cannot read records", err);
+    return lc.past_prefix ? 0 : rc;
 }
 
 /* Seeks GPU by GPU: the GPU id follows the version byte of every key, so after reading one
@@ -1100,6 +1125,21 @@ int cache_stat(cache_env *env, cache_stats *out, kt_err *err)
 {
     cache_lock(env);
     int rc = cache_stat_locked(env, out, err);
+    cache_unlock(env);
+    return rc;
+}
+
+int cache_generation(cache_env *env, uint64_t *out, kt_err *err)
+{
+    if (!env || !out)
+        return kt_err_set(err, -EINVAL, "cache_generation: NULL argument");
+    MDB_txn *txn = NULL;
+    cache_lock(env);
+    int rc = cache_rtxn_begin(env, &txn, err);
+    if (rc == 0) {
+        *out = (uint64_t)mdb_txn_id(txn);
+        cache_rtxn_end(env);
+    }
     cache_unlock(env);
     return rc;
 }

@@ -124,6 +124,15 @@ typedef struct cache_stats {
     uint32_t readers_used, readers_max;
 } cache_stats;
 int cache_stat(cache_env *env, cache_stats *out, kt_err *err);
+/* The cache's generation: the id of the last committed write transaction as a read transaction
+ * begun now sees it (LMDB's snapshot id, mdb_txn_id). Every commit, by this process or another
+ * (put, delete, trial, journal entry, import, merge), raises it and nothing else changes it, so
+ * an answer computed from reads begun after *out was taken is still the cache's answer while
+ * the generation stays *out. It is the readers' view rather than mdb_env_info's me_last_txnid:
+ * a writer updates the meta page before the lock file's txnid that new readers start from, so
+ * me_last_txnid can run ahead of what a read sees. Cheap: a renewed read transaction, no system
+ * call. Returns 0 or a negative errno (-EINVAL for a NULL argument). */
+int cache_generation(cache_env *env, uint64_t *out, kt_err *err);
 
 /* ---- trials ---- */
 
