@@ -483,8 +483,9 @@ int cli_cancel(int argc, char **argv)
 static const char gpus_help[] =
     "usage: ktune gpus [--socket PATH] [--json]\n"
     "\n"
-    "Lists the GPUs ktuned drives: name, compute capability, SMs, memory, state (idle, busy,\n"
-    "down), the job running there, worker restarts. With none, says why in one line.\n"
+    "Lists the GPUs ktuned drives: name, compute capability, SMs, memory, state (starting,\n"
+    "idle, busy, down), the job running there, worker restarts. With none, says why in one\n"
+    "line.\n"
     "\n"
     "options:\n" SOCKET_HELP "  --json           {\"gpus\": [...], \"note\": \"...\"}\n"
     "  -h, --help       show this help\n";
@@ -541,6 +542,15 @@ int cli_gpus(int argc, char **argv)
            "MEMORY", "STATE", "JOB", "RESTARTS", "DRIVER", "CUDA");
     for (size_t i = 0; i < n; i++) {
         const ktune_gpu *g = &gpus[i];
+        /* before its worker's hello a GPU has no name, SMs or memory yet: say so, not blanks */
+        if (strcmp(g->state, "starting") == 0) {
+            printf("%3d  (starting: the worker is saying hello)\n", g->index);
+            continue;
+        }
+        if (!g->name[0] && strcmp(g->state, "down") == 0) {
+            printf("%3d  (down: %s)\n", g->index, g->error[0] ? g->error : "no worker");
+            continue;
+        }
         char sm[16], mem[32], job[24], drv[16], cuda[16];
         snprintf(sm, sizeof(sm), "%d.%d", g->sm_major, g->sm_minor);
         snprintf(mem, sizeof(mem), "%.1f GiB", (double)g->mem_bytes / (1u << 30));

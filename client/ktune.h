@@ -172,7 +172,7 @@ typedef struct ktune_gpu {
     int sm_major, sm_minor, sm_count;
     uint64_t mem_bytes;
     int driver_version, cuda_version;
-    char state[16]; /* "idle", "busy", "down" */
+    char state[16]; /* "starting", "idle", "busy", "down" */
     uint64_t job;   /* running job, 0: none */
     int restarts;   /* worker respawns */
     char error[256];

@@ -209,3 +209,53 @@ bool kd_frame_peek_id(const uint8_t *buf, size_t len, uint64_t *id)
     }
     return false;
 }
+
+/* The string at buf (an element of size bytes): its bytes and length, or false when it is not a
+ * string. */
+static bool as_str(const uint8_t *buf, size_t size, const uint8_t **s, size_t *n)
+{
+    kind k;
+    size_t hdr;
+    uint64_t body;
+    uint8_t b = buf[0];
+    bool str = (b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb);
+    if (!str || !header(buf, size, &k, &hdr, &body) || hdr + body != size)
+        return false;
+    *s = buf + hdr;
+    *n = (size_t)body;
+    return true;
+}
+
+bool kd_frame_map_values(const uint8_t *buf, size_t len, const char *const *keys, int n,
+                         const uint8_t **vals, size_t *lens)
+{
+    kind k;
+    size_t hdr, off;
+    uint64_t pairs;
+    for (int i = 0; i < n; i++) {
+        vals[i] = NULL;
+        lens[i] = 0;
+    }
+    if (len == 0 || !header(buf, len, &k, &hdr, &pairs) || k != K_MAP)
+        return false;
+    off = hdr;
+    for (uint64_t p = 0; p < pairs; p++) {
+        size_t ksize = 0, vsize = 0;
+        if (!skip_one(buf + off, len - off, &ksize))
+            return false;
+        const uint8_t *key = buf + off, *s = NULL;
+        size_t slen = 0;
+        off += ksize;
+        if (!skip_one(buf + off, len - off, &vsize))
+            return false;
+        if (as_str(key, ksize, &s, &slen))
+            for (int i = 0; i < n; i++)
+                if (!vals[i] && strlen(keys[i]) == slen && memcmp(keys[i], s, slen) == 0) {
+                    vals[i] = buf + off;
+                    lens[i] = vsize;
+                    break;
+                }
+        off += vsize;
+    }
+    return off == len;
+}

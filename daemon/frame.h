@@ -45,3 +45,10 @@ bool kd_frame_is_map(uint8_t b);
  * unsigned integer value: true and *id. False when the bytes run out first or the map has no
  * such key. */
 bool kd_frame_peek_id(const uint8_t *buf, size_t len, uint64_t *id);
+
+/* Finds keys[0..n) in the complete top-level map at buf (len bytes): vals[i] and lens[i] get the
+ * raw bytes of the value of the first pair whose key is the string keys[i] (in any of msgpack's
+ * string encodings), NULL and 0 when there is none. Keys that are not strings are skipped. False
+ * when buf does not hold one whole map. Used to key the lookup memo by the exact bytes sent. */
+bool kd_frame_map_values(const uint8_t *buf, size_t len, const char *const *keys, int n,
+                         const uint8_t **vals, size_t *lens);

@@ -334,6 +334,7 @@ static void handle(kd_daemon *d, kd_event *ev)
     case KD_EV_UP:
         g->state = KD_GPU_IDLE;
         g->fp = ev->fp;
+        kd_memo_clear(d->memo); /* lookups of this GPU are keyed by its index, not fingerprint */
         snprintf(g->arch, sizeof(g->arch), "%s", ev->arch);
         g->error[0] = '\0';
         kt_log_info(KD_LOG_GPU, "GPU %d up: %s (sm %d.%d, %d SMs, %s), %d compile processes",

@@ -52,8 +52,24 @@ struct kd_conn {
     size_t queued; /* reply bytes given to uv_write and not yet written */
     int n_watches; /* watches registered by this connection (jobs.c) */
     bool closing;  /* no more reading or replying */
+    bool reading;  /* uv_read_start is in effect */
+    bool blocked;  /* queued went over KD_QUEUED_HIGH: no reading or handling until it falls
+                    * under KD_QUEUED_LOW (a client that does not read its replies) */
+    bool ready;    /* in the daemon's ready list: complete requests may wait in rx */
     kd_conn *prev, *next;
+    kd_conn *ready_prev, *ready_next;
 };
+
+/* Fairness and backpressure (server.c). A connection's requests are handled at most KD_BURST at a
+ * time: the rest wait in its buffer, with reading stopped, for its next turn (an idle handle
+ * gives every connection with waiting requests a turn per loop iteration, between polls), so a
+ * client pipelining many requests delays another's by one burst at most. While more than
+ * KD_QUEUED_HIGH bytes of replies wait to be written, the connection is neither read nor served;
+ * it resumes under KD_QUEUED_LOW. KD_MAX_QUEUED (frame.h) stays the last resort: over it (events
+ * of watches are queued regardless) the connection is closed. */
+#define KD_BURST       16
+#define KD_QUEUED_HIGH (4u << 20)
+#define KD_QUEUED_LOW  (1u << 20)
 
 int kd_server_listen(kd_daemon *d, kt_err *err);
 /* Stops accepting and removes the socket file this process created. */
@@ -74,6 +90,8 @@ typedef struct kd_req {
     const char *op; /* the op's name, for messages */
     uint64_t id;
     const msgpack_object *msg; /* the whole request map */
+    const uint8_t *raw;        /* its bytes as received, for the lookup memo */
+    size_t raw_len;            /* bytes at raw */
     msgpack_sbuffer body;      /* the reply's result fields, packed by the handler */
     msgpack_packer pk;
     uint32_t n_fields;
@@ -96,8 +114,9 @@ typedef struct kd_op {
 /* The ops (ops.c); the table ends with a NULL name. */
 extern const kd_op kd_ops[];
 
-/* Handles one complete request map from c (envelope, dispatch, reply). */
-void kd_dispatch(kd_conn *c, const msgpack_object *msg);
+/* Handles one complete request map from c (envelope, dispatch, reply); raw and raw_len are the
+ * bytes msg was decoded from. */
+void kd_dispatch(kd_conn *c, const msgpack_object *msg, const uint8_t *raw, size_t raw_len);
 
 /* Starts a result field of the reply: packs key and returns the packer for its value. */
 msgpack_packer *kd_field(kd_req *r, const char *key);
@@ -255,6 +274,47 @@ typedef struct kd_events {
 int kd_events_init(kd_daemon *d, kt_err *err);
 void kd_events_close(kd_daemon *d);
 
+/* ---- the lookup memo (memo.c) ---- */
+
+/* A bounded table from key bytes to the packed result fields of a reply, so that a repeated
+ * `lookup` costs neither the graph's decoding and signature nor the record's read and checksum.
+ * The key is the request's exact bytes that decide the answer (ops.c: graph, shapes, precision,
+ * gpu), compared in full: a hash collision is never a hit. An entry holds up to
+ * KD_MEMO_VARIANTS variants of the reply (without and with the kernel source) and the cache
+ * generation (cache_generation) read before the cache was read for it; it is only returned for
+ * that same generation, so any commit since (a record, by this daemon or another process) makes
+ * the next lookup read the cache again. At most max_entries entries and max_bytes bytes (keys,
+ * values and the entries themselves); the least recently used go first. Loop thread only. */
+#define KD_MEMO_VARIANTS 2
+#define KD_MEMO_ENTRIES  4096
+#define KD_MEMO_BYTES    (64u << 20)
+
+typedef struct kd_memo kd_memo;
+typedef struct kd_memo_stats {
+    uint64_t hits, misses, stale, evictions;
+    size_t entries, bytes;
+} kd_memo_stats;
+
+/* -EINVAL (max_entries 1..2^24, max_bytes > 0), -ENOMEM. */
+int kd_memo_new(size_t max_entries, size_t max_bytes, kd_memo **out);
+void kd_memo_free(kd_memo *m);  /* NULL: no-op */
+void kd_memo_clear(kd_memo *m); /* every entry goes (a GPU's fingerprint changed); NULL: no-op */
+/* A 64-bit hash of n bytes (not cryptographic). */
+uint64_t kd_memo_hash(const void *p, size_t n, uint64_t seed);
+/* A buffer of at least n bytes for building a key, owned by m, valid until the next call; NULL
+ * when out of memory. */
+uint8_t *kd_memo_scratch(kd_memo *m, size_t n);
+/* Variant `variant` of key's entry at generation gen: true with *val (valid until the next
+ * kd_memo call), *vlen and *n_fields. An entry of another generation is dropped. */
+bool kd_memo_get(kd_memo *m, const uint8_t *key, size_t klen, int variant, uint64_t gen,
+                 const uint8_t **val, size_t *vlen, uint32_t *n_fields);
+/* Stores (a copy of) val as variant `variant` of key's entry at generation gen; the entry's
+ * variants of another generation go. -E2BIG: larger than a sixteenth of max_bytes (not stored);
+ * -ENOMEM (not stored). */
+int kd_memo_put(kd_memo *m, const uint8_t *key, size_t klen, int variant, uint64_t gen,
+                const uint8_t *val, size_t vlen, uint32_t n_fields);
+void kd_memo_stat(const kd_memo *m, kd_memo_stats *out);
+
 /* ---- systemd (notify.c) ---- */
 
 /* The listening socket passed by systemd, or -1 (none; also without libsystemd). */
@@ -279,11 +339,14 @@ struct kd_daemon {
     kd_job **jobs; /* by increasing id */
     size_t n_jobs, cap_jobs;
     uint64_t next_id;
+    kd_memo *memo; /* lookup replies; NULL: none (out of memory at start) */
     kd_gpu *gpus;
     int n_gpus;
     char gpu_note[256]; /* why there is no GPU at all */
     kd_conn *conns;
     int n_conns;
+    kd_conn *ready_head, *ready_tail; /* connections waiting for a turn, in turn order */
+    uv_idle_t pump;                   /* running while ready_head: gives the turns */
     uint64_t conn_serial, requests, rejected;
     double t0;
     bool stopping, aborted, finishing;

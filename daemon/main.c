@@ -170,6 +170,9 @@ static int start(kd_daemon *d, kt_err *err)
         return rc;
     if ((rc = kd_jobs_load(d, err)) < 0 || (rc = kd_events_init(d, err)) < 0)
         return rc;
+    if ((rc = kd_memo_new(KD_MEMO_ENTRIES, KD_MEMO_BYTES, &d->memo)) < 0)
+        kt_log_warn(KD_LOG_MAIN, "no lookup memo (%s): every lookup reads the cache",
+                    strerror(-rc));
     uv_signal_t *sigs[] = {&d->sig_term, &d->sig_int, &d->sig_hup};
     const int nums[] = {SIGTERM, SIGINT, SIGHUP};
     for (int i = 0; i < 3; i++) {
@@ -222,6 +225,18 @@ static int run(kd_config *cfg)
     bool stuck = !kd_gpus_exited(d);
     kd_gpus_free(d);
     kd_jobs_free(d);
+    if (d->memo) {
+        kd_memo_stats ms;
+        kd_memo_stat(d->memo, &ms);
+        kt_log_info(KD_LOG_MAIN,
+                    "lookup memo: %llu hits, %llu misses, %llu stale, %llu evicted; %zu entries, "
+                    "%zu bytes",
+                    (unsigned long long)ms.hits, (unsigned long long)ms.misses,
+                    (unsigned long long)ms.stale, (unsigned long long)ms.evictions, ms.entries,
+                    ms.bytes);
+    }
+    kd_memo_free(d->memo);
+    d->memo = NULL;
     if (!stuck) /* a GPU thread still running may write trials: leave the cache to the exit */
         cache_close(d->cache);
     return status;

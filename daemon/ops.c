@@ -289,6 +289,49 @@ static int op_jobs(kd_req *r)
     return 0;
 }
 
+/* The GPU a lookup asks for: configured, not down, and its fingerprint known. */
+static int lookup_gpu(kd_req *r, int index)
+{
+    int slot = check_gpu(r, index);
+    if (slot >= 0 && r->d->gpus[slot].state == KD_GPU_STARTING)
+        return kd_fail(r, -EBUSY, "GPU %d is still starting: its fingerprint is not known yet",
+                       index);
+    return slot;
+}
+
+/* The memo key of a lookup: the exact bytes of `graph`, `shapes` and `precision` as sent, each
+ * behind its length (absent and empty differ), then the GPU index. In the memo's scratch buffer;
+ * false when there is nothing to memoise (no graph: an error follows) or no memory. */
+static bool memo_key(kd_req *r, int64_t gpu, const uint8_t **key, size_t *klen)
+{
+    static const char *const names[] = {"graph", "shapes", "precision"};
+    enum { N = sizeof(names) / sizeof(names[0]) };
+    const uint8_t *v[N];
+    size_t n[N], total = sizeof(int64_t);
+    if (!r->raw || !kd_frame_map_values(r->raw, r->raw_len, names, N, v, n) || !v[0])
+        return false;
+    for (int i = 0; i < N; i++)
+        total += sizeof(uint32_t) + n[i];
+    uint8_t *buf = kd_memo_scratch(r->d->memo, total), *p = buf;
+    if (!buf)
+        return false;
+    for (int i = 0; i < N; i++) {
+        uint32_t len = v[i] ? (uint32_t)n[i] : UINT32_MAX; /* n[i] <= KD_MAX_REQUEST */
+        memcpy(p, &len, sizeof(len));
+        p += sizeof(len);
+        if (n[i])
+            memcpy(p, v[i], n[i]);
+        p += n[i];
+    }
+    memcpy(p, &gpu, sizeof(gpu));
+    *key = buf;
+    *klen = total;
+    return true;
+}
+
+/* lookup: answered from the memo when the same bytes were looked up at the same cache generation
+ * (the GPU's state is still checked every time), else from the cache, and the answer memoised.
+ * A corrupt record answers "not found" and is not memoised (it is reported on every lookup). */
 static int op_lookup(kd_req *r)
 {
     kd_daemon *d = r->d;
@@ -298,6 +341,28 @@ static int op_lookup(kd_req *r)
     int64_t gpu = 0;
     bool want_source = false;
     int rc, slot;
+    /* the memo: only once the arguments it does not key on read well (errors come from the full
+     * path below, in its order) */
+    const uint8_t *key = NULL;
+    size_t klen = 0;
+    uint64_t gen = 0;
+    if (d->memo && kd_arg_int(r, "gpu", 0, KD_MAX_GPUS - 1, 0, &gpu) == 0 &&
+        kd_arg_bool(r, "source", false, &want_source) == 0 && memo_key(r, gpu, &key, &klen) &&
+        cache_generation(d->cache, &gen, NULL) == 0) {
+        const uint8_t *val;
+        size_t vlen;
+        uint32_t nf;
+        if (kd_memo_get(d->memo, key, klen, want_source, gen, &val, &vlen, &nf)) {
+            if ((slot = lookup_gpu(r, (int)gpu)) < 0)
+                return slot;
+            if (msgpack_sbuffer_write(&r->body, (const char *)val, vlen) != 0)
+                return kd_fail(r, -ENOMEM, "out of memory");
+            r->n_fields += nf;
+            return 0;
+        }
+    } else {
+        key = NULL;
+    }
     if ((rc = arg_graph(r, &g, k.sig)) < 0)
         return rc;
     if ((rc = arg_shapes(r, g, k.shapes, &k.n_shapes)) < 0 ||
@@ -305,25 +370,20 @@ static int op_lookup(kd_req *r)
         (rc = kd_arg_int(r, "gpu", 0, KD_MAX_GPUS - 1, 0, &gpu)) < 0 ||
         (rc = kd_arg_bool(r, "source", false, &want_source)) < 0)
         goto out;
-    if ((slot = check_gpu(r, (int)gpu)) < 0) {
+    if ((slot = lookup_gpu(r, (int)gpu)) < 0) {
         rc = slot;
-        goto out;
-    }
-    if (d->gpus[slot].state == KD_GPU_STARTING) {
-        rc = kd_fail(r, -EBUSY, "GPU %d is still starting: its fingerprint is not known yet",
-                     (int)gpu);
         goto out;
     }
     k.gpu = d->gpus[slot].fp;
     cache_record rec;
     cache_record_init(&rec);
     kt_err err = {0};
-    rc = cache_get(d->cache, &k, 0, &rec, &err);
-    if (rc == -ENOENT || rc == -EBADMSG) { /* a corrupt record is reported, never served */
+    int got = cache_get(d->cache, &k, 0, &rec, &err);
+    rc = 0;
+    if (got == -ENOENT || got == -EBADMSG) { /* a corrupt record is reported, never served */
         msgpack_pack_false(kd_field(r, "found"));
-        rc = 0;
-    } else if (rc < 0) {
-        rc = kd_fail(r, rc, "cache: %s", err.msg);
+    } else if (got < 0) {
+        rc = kd_fail(r, got, "cache: %s", err.msg);
     } else {
         msgpack_pack_true(kd_field(r, "found"));
         msgpack_packer *pk = kd_field(r, "record");
@@ -347,6 +407,15 @@ static int op_lookup(kd_req *r)
         }
     }
     cache_record_free(&rec);
+    /* memoise what the cache said at generation gen (read before the cache was): an entry that
+     * does not fit or finds no memory is simply not kept */
+    if (key && (got == 0 || got == -ENOENT)) {
+        kd_memo_put(d->memo, key, klen, want_source, gen, (const uint8_t *)r->body.data,
+                    r->body.size, r->n_fields);
+        if (got == -ENOENT) /* no record: the same answer with or without the source */
+            kd_memo_put(d->memo, key, klen, !want_source, gen, (const uint8_t *)r->body.data,
+                        r->body.size, r->n_fields);
+    }
 out:
     ops_graph_free(g);
     return rc;

@@ -299,11 +299,11 @@ static void send_ok(kd_req *r)
     msgpack_sbuffer_destroy(&sb);
 }
 
-void kd_dispatch(kd_conn *c, const msgpack_object *msg)
+void kd_dispatch(kd_conn *c, const msgpack_object *msg, const uint8_t *raw, size_t raw_len)
 {
     kd_daemon *d = c->d;
     d->requests++;
-    kd_req r = {.d = d, .c = c, .op = "request", .msg = msg};
+    kd_req r = {.d = d, .c = c, .op = "request", .msg = msg, .raw = raw, .raw_len = raw_len};
     /* the envelope, before the body */
     const msgpack_object *id = map_get(msg, "id"), *v = map_get(msg, "v"), *op = map_get(msg, "op");
     if (!id || id->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {

@@ -22,6 +22,10 @@ typedef struct kd_write {
     kd_conn *c;
 } kd_write;
 
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+static void on_pump(uv_idle_t *idle);
+
 /* ---- listening ---- */
 
 /* Refuses to take over a live daemon's socket; removes a stale one. */
@@ -74,7 +78,11 @@ static void on_connection(uv_stream_t *server, int status);
 int kd_server_listen(kd_daemon *d, kt_err *err)
 {
     const char *path = d->cfg->socket;
-    int rc = uv_pipe_init(&d->loop, &d->server, 0);
+    int rc = uv_idle_init(&d->loop, &d->pump);
+    if (rc < 0)
+        return kt_err_set(err, -EIO, "uv_idle_init: %s", uv_strerror(rc));
+    d->pump.data = d;
+    rc = uv_pipe_init(&d->loop, &d->server, 0);
     if (rc < 0)
         return kt_err_set(err, -EIO, "uv_pipe_init: %s", uv_strerror(rc));
     d->server.data = d;
@@ -125,10 +133,68 @@ void kd_server_stop_listening(kd_daemon *d)
 
 /* ---- connections ---- */
 
+/* c waits for its turn (complete requests may be buffered). */
+static void ready_add(kd_conn *c)
+{
+    kd_daemon *d = c->d;
+    if (c->ready)
+        return;
+    c->ready = true;
+    c->ready_next = NULL;
+    c->ready_prev = d->ready_tail;
+    if (d->ready_tail)
+        d->ready_tail->ready_next = c;
+    else
+        d->ready_head = c;
+    d->ready_tail = c;
+    if (!uv_is_active((uv_handle_t *)&d->pump) && !uv_is_closing((uv_handle_t *)&d->pump))
+        uv_idle_start(&d->pump, on_pump);
+}
+
+static void ready_remove(kd_conn *c)
+{
+    kd_daemon *d = c->d;
+    if (!c->ready)
+        return;
+    if (c->ready_prev)
+        c->ready_prev->ready_next = c->ready_next;
+    else
+        d->ready_head = c->ready_next;
+    if (c->ready_next)
+        c->ready_next->ready_prev = c->ready_prev;
+    else
+        d->ready_tail = c->ready_prev;
+    c->ready = false;
+    c->ready_prev = c->ready_next = NULL;
+    if (!d->ready_head && uv_is_active((uv_handle_t *)&d->pump))
+        uv_idle_stop(&d->pump);
+}
+
+/* Reads from c exactly when it is neither closing, blocked on its replies, nor holding requests
+ * that wait for a turn. */
+static void update_reading(kd_conn *c)
+{
+    bool want = !c->closing && !c->blocked && !c->ready && !uv_is_closing((uv_handle_t *)&c->pipe);
+    if (want && !c->reading) {
+        int rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
+        if (rc < 0) {
+            char why[128];
+            snprintf(why, sizeof(why), "cannot read: %s", uv_strerror(rc));
+            kd_conn_close(c, why);
+            return;
+        }
+        c->reading = true;
+    } else if (!want && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->pipe);
+        c->reading = false;
+    }
+}
+
 static void on_close(uv_handle_t *h)
 {
     kd_conn *c = h->data;
     kd_daemon *d = c->d;
+    ready_remove(c);
     if (c->prev)
         c->prev->next = c->next;
     else if (d->conns == c)
@@ -156,6 +222,8 @@ void kd_conn_close(kd_conn *c, const char *why)
         if (c->n_watches)
             kd_jobs_forget_conn(c->d, c);
     }
+    ready_remove(c);
+    c->reading = false;
     if (!uv_is_closing((uv_handle_t *)&c->pipe)) {
         uv_read_stop((uv_stream_t *)&c->pipe);
         uv_close((uv_handle_t *)&c->pipe, on_close);
@@ -166,6 +234,8 @@ void kd_server_close_all(kd_daemon *d)
 {
     for (kd_conn *c = d->conns; c; c = c->next)
         kd_conn_close(c, NULL);
+    if (d->pump.loop && !uv_is_closing((uv_handle_t *)&d->pump))
+        uv_close((uv_handle_t *)&d->pump, NULL);
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
@@ -184,6 +254,8 @@ static void close_after_flush(kd_conn *c, const char *why)
     kt_log_info(KD_LOG_SERVER, "connection %llu closed: %s", (unsigned long long)c->serial, why);
     if (c->n_watches)
         kd_jobs_forget_conn(c->d, c);
+    ready_remove(c);
+    c->reading = false;
     uv_read_stop((uv_stream_t *)&c->pipe);
     uv_shutdown_t *req = malloc(sizeof(*req));
     if (!req || uv_shutdown(req, (uv_stream_t *)&c->pipe, on_shutdown) < 0) {
@@ -203,13 +275,19 @@ static void on_write(uv_write_t *req, int status)
         char why[128];
         snprintf(why, sizeof(why), "write failed: %s", uv_strerror(status));
         kd_conn_close(c, why);
+        return;
+    }
+    if (c->blocked && !c->closing && c->queued <= KD_QUEUED_LOW) {
+        /* the client reads again: serve what it sent meanwhile, then read on */
+        c->blocked = false;
+        ready_add(c);
     }
 }
 
 int kd_conn_send(kd_conn *c, msgpack_sbuffer *sb)
 {
     char *data = sb->data;
-    size_t len = sb->size;
+    size_t len = sb->size, alloc = sb->alloc;
     sb->data = NULL;
     sb->size = sb->alloc = 0;
     if (c->closing || uv_is_closing((uv_handle_t *)&c->pipe)) {
@@ -224,6 +302,12 @@ int kd_conn_send(kd_conn *c, msgpack_sbuffer *sb)
                  KD_MAX_QUEUED);
         kd_conn_close(c, why);
         return -ENOBUFS;
+    }
+    if (alloc - len > 4096) {
+        /* msgpack's buffer grows by doubling from 8 KiB: give the slack back while it waits */
+        char *shrunk = realloc(data, len ? len : 1);
+        if (shrunk)
+            data = shrunk;
     }
     kd_write *w = malloc(sizeof(*w));
     if (!w) {
@@ -243,6 +327,11 @@ int kd_conn_send(kd_conn *c, msgpack_sbuffer *sb)
         return -EPIPE;
     }
     c->queued += len;
+    if (!c->blocked && c->queued > KD_QUEUED_HIGH) {
+        c->blocked = true;
+        ready_remove(c);
+        update_reading(c);
+    }
     return 0;
 }
 
@@ -301,43 +390,57 @@ static void too_large(kd_conn *c, const uint8_t *msg, size_t len, bool complete)
     close_after_flush(c, why);
 }
 
-/* Scans and handles every complete message buffered. */
-static void process(kd_conn *c)
+typedef enum turn_end {
+    TURN_DRAINED, /* no complete request left in rx: read more */
+    TURN_BUDGET,  /* KD_BURST requests handled; more may wait */
+    TURN_STOPPED, /* blocked on its replies, or closing */
+} turn_end;
+
+/* Scans and handles up to budget complete requests buffered. */
+static turn_end process(kd_conn *c, int budget)
 {
-    while (!c->closing && c->rx_off < c->rx_len) {
+    for (int handled = 0;; handled++) {
+        if (c->closing || c->blocked)
+            return TURN_STOPPED;
+        if (c->rx_off >= c->rx_len)
+            return TURN_DRAINED;
+        if (handled == budget)
+            return TURN_BUDGET;
         const uint8_t *msg = c->rx + c->rx_off;
         size_t avail = c->rx_len - c->rx_off;
         if (c->scan.pos == 0 && !kd_frame_is_map(msg[0])) {
             kd_conn_close(c, "framing error: a message is not a msgpack map");
-            return;
+            return TURN_STOPPED;
         }
         kd_scan_rc rc = kd_scan_step(&c->scan, msg, avail);
         if (rc == KD_SCAN_BAD) {
             kd_conn_close(c, "framing error: bytes that are not msgpack");
-            return;
+            return TURN_STOPPED;
         }
         if (rc == KD_SCAN_DEEP) {
             char why[96];
             snprintf(why, sizeof(why), "framing error: nesting deeper than %d", KD_MAX_DEPTH);
             kd_conn_close(c, why);
-            return;
+            return TURN_STOPPED;
         }
         if (rc == KD_SCAN_MORE) {
-            if (avail > KD_MAX_BUFFERED)
+            if (avail > KD_MAX_BUFFERED) {
                 too_large(c, msg, avail, false);
-            return;
+                return TURN_STOPPED;
+            }
+            return TURN_DRAINED;
         }
         size_t size = c->scan.pos;
         if (size > KD_MAX_REQUEST) {
             too_large(c, msg, size, true);
-            return;
+            return TURN_STOPPED;
         }
         msgpack_unpacked up;
         msgpack_unpacked_init(&up);
         size_t off = 0;
         msgpack_unpack_return ur = msgpack_unpack_next(&up, (const char *)msg, size, &off);
         if (ur == MSGPACK_UNPACK_SUCCESS && off == size) {
-            kd_dispatch(c, &up.data);
+            kd_dispatch(c, &up.data, msg, size);
         } else {
             kd_conn_close(c, ur == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory decoding a request"
                                                               : "framing error: undecodable "
@@ -346,6 +449,38 @@ static void process(kd_conn *c)
         msgpack_unpacked_destroy(&up);
         c->rx_off += size;
         kd_scan_reset(&c->scan);
+    }
+}
+
+/* One turn of c: a burst of its requests, then what it waits for next. */
+static void take_turn(kd_conn *c)
+{
+    switch (process(c, KD_BURST)) {
+    case TURN_BUDGET:
+        ready_add(c);
+        break;
+    case TURN_DRAINED:
+    case TURN_STOPPED:
+        ready_remove(c);
+        break;
+    }
+    update_reading(c);
+}
+
+/* The idle handle: one turn for each connection that was waiting when this pass began (those
+ * that get back in line wait for the next pass, after a poll for everyone's I/O). */
+static void on_pump(uv_idle_t *idle)
+{
+    kd_daemon *d = idle->data;
+    kd_conn *last = d->ready_tail;
+    for (kd_conn *c = d->ready_head; c;) {
+        kd_conn *next = c->ready_next;
+        bool was_last = c == last;
+        ready_remove(c);
+        take_turn(c);
+        if (was_last)
+            break;
+        c = next;
     }
 }
 
@@ -365,7 +500,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         return;
     }
     c->rx_len += (size_t)n;
-    process(c);
+    take_turn(c);
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -411,9 +546,5 @@ static void on_connection(uv_stream_t *server, int status)
     }
     kt_log_info(KD_LOG_SERVER, "connection %llu from pid %d uid %u gid %u",
                 (unsigned long long)c->serial, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid);
-    if ((rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read)) < 0) {
-        char why[128];
-        snprintf(why, sizeof(why), "cannot read: %s", uv_strerror(rc));
-        kd_conn_close(c, why);
-    }
+    update_reading(c);
 }

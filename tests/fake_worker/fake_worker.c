@@ -274,9 +274,8 @@ static void log_detail(int fd, const msgpack_object *o, const srch_eval_req *r, 
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     char line[2048];
-    int n = snprintf(line, sizeof(line), "%s\t%016llx\t%s\t%ld\t%lld\n", key,
-                     (unsigned long long)h, binds, (long)getpid(),
-                     (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    int n = snprintf(line, sizeof(line), "%s\t%016llx\t%s\t%ld\t%lld\n", key, (unsigned long long)h,
+                     binds, (long)getpid(), (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
     if (n > 0)
         write_all_fd(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }

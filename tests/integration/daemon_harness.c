@@ -91,9 +91,17 @@ static void child_exec(const dh_daemon *d, const dh_opts *o, const char *bin, co
         putenv((char *)o->env[i]);
     char jobs[16];
     snprintf(jobs, sizeof(jobs), "%d", o->compile_jobs > 0 ? o->compile_jobs : 2);
-    char *argv[] = {(char *)bin,      "--socket",       (char *)d->sock, "--cache",
-                    (char *)d->cache, "--gpus",         (char *)(o->gpus ? o->gpus : "0"),
-                    "--worker",       (char *)worker,   "--compile-jobs", jobs,
+    char *argv[] = {(char *)bin,
+                    "--socket",
+                    (char *)d->sock,
+                    "--cache",
+                    (char *)d->cache,
+                    "--gpus",
+                    (char *)(o->gpus ? o->gpus : "0"),
+                    "--worker",
+                    (char *)worker,
+                    "--compile-jobs",
+                    jobs,
                     NULL};
     execv(bin, argv);
     fprintf(stderr, "harness: exec %s: %s\n", bin, strerror(errno));

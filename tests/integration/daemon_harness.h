@@ -20,19 +20,19 @@
 /* ---- the daemon process ---- */
 
 typedef struct dh_opts {
-    const char *gpus;     /* --gpus, NULL: "0" */
-    int delay_ms;         /* FAKE_DELAY_MS for the fake worker, 0: none */
-    bool log_evals;       /* FAKE_LOG (detailed lines) into dh_daemon.fake_log */
-    int compile_jobs;     /* --compile-jobs, <= 0: 2 */
-    const char *env[8];   /* more "NAME=VALUE" for the daemon (and so its workers); NULL ends */
+    const char *gpus;   /* --gpus, NULL: "0" */
+    int delay_ms;       /* FAKE_DELAY_MS for the fake worker, 0: none */
+    bool log_evals;     /* FAKE_LOG (detailed lines) into dh_daemon.fake_log */
+    int compile_jobs;   /* --compile-jobs, <= 0: 2 */
+    const char *env[8]; /* more "NAME=VALUE" for the daemon (and so its workers); NULL ends */
 } dh_opts;
 
 typedef struct dh_daemon {
-    pid_t pid; /* 0: not running */
-    char root[256];                          /* temporary directory, removed by dh_cleanup */
-    char sock[300], cache[300], log[300];    /* socket, cache dir, the daemon's stderr+stdout */
-    char fake_log[300];                      /* the fake worker's eval log (dh_opts.log_evals) */
-    dh_opts opts;                            /* of the last dh_start */
+    pid_t pid;                            /* 0: not running */
+    char root[256];                       /* temporary directory, removed by dh_cleanup */
+    char sock[300], cache[300], log[300]; /* socket, cache dir, the daemon's stderr+stdout */
+    char fake_log[300];                   /* the fake worker's eval log (dh_opts.log_evals) */
+    dh_opts opts;                         /* of the last dh_start */
     int starts;
 } dh_daemon;
 
@@ -72,7 +72,7 @@ typedef struct dh_conn {
 
 /* Connects to the daemon's socket (-ECONNREFUSED, -ENOENT while it is not listening). */
 int dh_connect(dh_conn *c, const char *sock);
-void dh_close(dh_conn *c); /* idempotent */
+void dh_close(dh_conn *c);                        /* idempotent */
 int dh_send(dh_conn *c, const void *p, size_t n); /* -EPIPE when the daemon closed it */
 /* dh_send with a time limit (dh_send: 10 s): -ETIMEDOUT when the daemon stopped reading. */
 int dh_send_for(dh_conn *c, const void *p, size_t n, double timeout_s);
@@ -139,7 +139,7 @@ typedef struct dh_job {
     char error[256];
 } dh_job;
 int dh_job_parse(const msgpack_object *job, dh_job *out); /* -EPROTO when not a Job */
-bool dh_job_final(const dh_job *j); /* done, failed or cancelled */
+bool dh_job_final(const dh_job *j);                       /* done, failed or cancelled */
 
 /* ---- the ops, one call each ---- */
 

@@ -20,8 +20,8 @@
 
 #include <cmocka.h>
 
-#define N_CLIENTS 100
-#define N_COMBOS  6
+#define N_CLIENTS  100
+#define N_COMBOS   6
 #define JOB_WAIT_S (240.0 * dh_scale())
 
 typedef struct combo {
@@ -83,7 +83,7 @@ static int teardown(void **state)
 
 #define CLIENT_FAIL(cl, ...)                                                                       \
     do {                                                                                           \
-        snprintf((cl)->err, sizeof((cl)->err), __VA_ARGS__);                                      \
+        snprintf((cl)->err, sizeof((cl)->err), __VA_ARGS__);                                       \
         goto out;                                                                                  \
     } while (0)
 
@@ -388,16 +388,16 @@ static void test_client_that_never_reads(void **state)
     msgpack_sbuffer_destroy(&batch);
     /* has the daemon closed it? (POLLRDHUP without reading the replies) */
     struct pollfd pfd = {.fd = slow.fd, .events = POLLRDHUP};
-    bool closed = rc == -EPIPE || rc == -ECONNRESET || (poll(&pfd, 1, 3000) > 0 &&
-                                                        (pfd.revents & (POLLRDHUP | POLLHUP)));
+    bool closed = rc == -EPIPE || rc == -ECONNRESET ||
+                  (poll(&pfd, 1, 3000) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP)));
     int64_t r = dh_rss_bytes(daemon_.pid);
     peak = r > peak ? r : peak;
     print_message("a client that never reads: %d lookups sent, then %s; ktuned VmRSS %.1f -> peak "
                   "%.1f MiB; hello elsewhere at worst %.1f ms\n",
                   sent,
-                  closed                 ? "the daemon closed the connection"
-                  : rc == -ETIMEDOUT     ? "the daemon stopped reading (connection kept)"
-                                         : "all were accepted",
+                  closed             ? "the daemon closed the connection"
+                  : rc == -ETIMEDOUT ? "the daemon stopped reading (connection kept)"
+                                     : "all were accepted",
                   (double)rss0 / 1048576.0, (double)peak / 1048576.0, 1e3 * worst);
     dh_close(&slow);
     if (!closed && rc != -ETIMEDOUT)

@@ -154,10 +154,10 @@ static void test_truncated_frames(void **state)
 static void test_top_level_not_a_map(void **state)
 {
     (void)state;
-    static const unsigned char array[] = {0x93, 0x01, 0x02, 0x03};             /* [1, 2, 3] */
-    static const unsigned char str[] = {0xa5, 'h', 'e', 'l', 'l', 'o'};         /* "hello" */
-    static const unsigned char integer[] = {0x2a};                              /* 42 */
-    static const unsigned char nil[] = {0xc0};                                  /* nil */
+    static const unsigned char array[] = {0x93, 0x01, 0x02, 0x03};      /* [1, 2, 3] */
+    static const unsigned char str[] = {0xa5, 'h', 'e', 'l', 'l', 'o'}; /* "hello" */
+    static const unsigned char integer[] = {0x2a};                      /* 42 */
+    static const unsigned char nil[] = {0xc0};                          /* nil */
     expect_closed_after(array, sizeof(array), 0, "a msgpack array at top level");
     expect_closed_after(str, sizeof(str), 0, "a msgpack string at top level");
     expect_closed_after(integer, sizeof(integer), 0, "an integer at top level");
@@ -279,8 +279,8 @@ static void test_oversized_message(void **state)
             fail_msg("a 5 MiB request: expected E2BIG or a close, got %s", d);
         uint64_t id = (uint64_t)dh_int(rep, "id", -1);
         if (id != r.id && id != 0)
-            fail_msg("a 5 MiB request: E2BIG with id %llu, expected %llu",
-                     (unsigned long long)id, (unsigned long long)r.id);
+            fail_msg("a 5 MiB request: E2BIG with id %llu, expected %llu", (unsigned long long)id,
+                     (unsigned long long)r.id);
         if (dh_wait_closed(&c, 5.0, NULL) < 0)
             fail_msg("a 5 MiB request: E2BIG but the connection stayed open");
         print_message("a 5 MiB request: E2BIG (id %llu), then closed\n", (unsigned long long)id);
@@ -324,10 +324,10 @@ static void test_huge_headers_without_body(void **state)
      * daemon must neither allocate for them nor stop serving others; it may close the
      * connection or wait for more. */
     static const unsigned char heads[][6] = {
-        {0xdf, 0xff, 0xff, 0xff, 0xff, 0},    /* map32 */
-        {0xdd, 0xff, 0xff, 0xff, 0xff, 0},    /* array32 */
-        {0x81, 0xa1, 'x', 0xdd, 0xff, 0xff},  /* {"x": array32 ... (cut in its length) */
-        {0xc6, 0xff, 0xff, 0xff, 0xff, 0},    /* bin32 */
+        {0xdf, 0xff, 0xff, 0xff, 0xff, 0},   /* map32 */
+        {0xdd, 0xff, 0xff, 0xff, 0xff, 0},   /* array32 */
+        {0x81, 0xa1, 'x', 0xdd, 0xff, 0xff}, /* {"x": array32 ... (cut in its length) */
+        {0xc6, 0xff, 0xff, 0xff, 0xff, 0},   /* bin32 */
     };
     static const size_t lens[] = {5, 5, 6, 5};
     dh_conn cs[4];
@@ -450,8 +450,8 @@ typedef struct bad_field {
 static void send_submit_with(dh_conn *c, const bad_field *f, uint64_t *id)
 {
     /* the good fields, except the one replaced */
-    static const char *good[] = {"graph", "shapes", "precision", "budget_s",
-                                 "tolerance", "priority", "gpu", "name"};
+    static const char *good[] = {"graph",     "shapes",   "precision", "budget_s",
+                                 "tolerance", "priority", "gpu",       "name"};
     uint32_t n = 1; /* the replacement */
     for (size_t i = 0; i < ARRAY_LEN(good); i++)
         n += strcmp(f->key, good[i]) != 0;
@@ -488,6 +488,7 @@ static void test_submit_wrong_types(void **state)
 {
     (void)state;
     /* raw msgpack values */
+    /* clang-format off */
     static const bad_field cases[] = {
         {"graph", MP("\x2a"), "graph", "EINVAL", NULL},                      /* 42 */
         {"graph", MP("\xa3" "abc"), "graph", "EINVAL", NULL},                /* "abc" */
@@ -521,6 +522,7 @@ static void test_submit_wrong_types(void **state)
         {"name", MP("\x91\xa1x"), "name", "EINVAL", NULL},                   /* ["x"] */
         {NULL, NULL, 0, "graph", "EINVAL", NULL},                            /* graph missing */
     };
+    /* clang-format on */
     dh_conn c;
     connect_or_fail(&c);
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {

@@ -637,6 +637,110 @@ static void test_reader_in_other_process(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* ---- generation ---- */
+
+static uint64_t generation(cache_env *env)
+{
+    uint64_t g = 0;
+    kt_err err = {0};
+    if (cache_generation(env, &g, &err) != 0)
+        fail_msg("cache_generation: %s", err.msg);
+    return g;
+}
+
+/* The child: waits for 'G', writes one record through its own handle, answers 'D'. */
+static int gen_child(const char *dir, int to_parent, int from_parent)
+{
+    alarm(60);
+    char ch = 0;
+    if (read(from_parent, &ch, 1) != 1 || ch != 'G')
+        return 20;
+    cache_env *env = NULL;
+    kt_err err = {0};
+    if (cache_open(dir, 0, NULL, &env, &err) != 0)
+        return 21;
+    cache_key k;
+    test_key(&k, "g", 14, 7);
+    cache_record r;
+    test_record(&r, &k, "s", 10, 64, 1);
+    int rc = cache_put(env, &r, NULL, &err);
+    cache_record_free(&r);
+    cache_close(env);
+    if (rc != 0)
+        return 22;
+    ch = 'D';
+    return write(to_parent, &ch, 1) == 1 ? 0 : 23;
+}
+
+static void test_generation(void **state)
+{
+    fixture *f = *state;
+    uint64_t g = 0;
+    assert_int_equal(cache_generation(NULL, &g, NULL), -EINVAL);
+    assert_int_equal(cache_generation(f->env, NULL, NULL), -EINVAL);
+    /* reads leave it; every commit (record, trial, journal entry, delete) raises it */
+    uint64_t g0 = generation(f->env);
+    cache_key k;
+    test_key(&k, "g", 14, 1);
+    assert_true(time_at(f->env, &k, 0) < 0);
+    cache_stats st;
+    assert_int_equal(cache_stat(f->env, &st, NULL), 0);
+    assert_int_equal(generation(f->env), g0);
+    put(f->env, &k, "s", 10, 64, 1);
+    uint64_t g1 = generation(f->env);
+    assert_true(g1 > g0);
+    assert_true(time_at(f->env, &k, 0) > 0);
+    assert_int_equal(generation(f->env), g1);
+    cache_trial t = {.status = CACHE_TRIAL_OK, .time_ns = 5};
+    snprintf(t.cand, sizeof(t.cand), "c1");
+    assert_int_equal(cache_trial_append(f->env, &k, &t, NULL), 0);
+    uint64_t g2 = generation(f->env);
+    assert_true(g2 > g1);
+    assert_int_equal(cache_delete(f->env, &k, NULL), 0);
+    uint64_t g3 = generation(f->env);
+    assert_true(g3 > g2);
+    /* a failed write commits nothing */
+    assert_int_equal(cache_delete(f->env, &k, NULL), -ENOENT);
+    assert_int_equal(generation(f->env), g3);
+
+    /* a commit by another process is seen through a handle opened before it */
+    cache_close(f->env);
+    f->env = NULL;
+    int p2c[2], c2p[2];
+    assert_int_equal(pipe(p2c), 0);
+    assert_int_equal(pipe(c2p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p2c[1]);
+        close(c2p[0]);
+        _exit(gen_child(f->dir, c2p[1], p2c[0]));
+    }
+    close(p2c[0]);
+    close(c2p[1]);
+    cache_options o = {.map_size = 1 << 20, .runner_ups = -1};
+    reopen(f, 0, &o);
+    uint64_t g4 = generation(f->env);
+    assert_int_equal(g4, g3);
+    cache_key k2;
+    test_key(&k2, "g", 14, 7);
+    assert_true(time_at(f->env, &k2, 0) < 0);
+    char ch = 'G';
+    assert_int_equal(write(p2c[1], &ch, 1), 1);
+    assert_int_equal(read(c2p[0], &ch, 1), 1);
+    assert_int_equal(ch, 'D');
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    close(p2c[1]);
+    close(c2p[0]);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    uint64_t g5 = generation(f->env);
+    assert_true(g5 > g4);
+    assert_true(time_at(f->env, &k2, 0) > 0);
+    assert_int_equal(generation(f->env), g5);
+}
+
 /* ---- trials ---- */
 
 typedef struct trials_seen {
@@ -727,6 +831,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_record_under_wrong_key_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_in_other_process, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trials_append_get_iterate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_generation, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

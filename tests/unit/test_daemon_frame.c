@@ -180,6 +180,56 @@ static void test_peek_id(void **state)
     msgpack_sbuffer_destroy(&sb);
 }
 
+static void test_map_values(void **state)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 6);
+    pack_str(&pk, "id");
+    msgpack_pack_uint64(&pk, 5);
+    msgpack_pack_uint64(&pk, 9); /* a key that is not a string */
+    pack_str(&pk, "graph");
+    pack_str(&pk, "graph");
+    size_t graph_at = sb.size;
+    msgpack_pack_map(&pk, 1);
+    pack_str(&pk, "ops");
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_int(&pk, 1);
+    pack_str(&pk, "x");
+    size_t graph_end = sb.size;
+    /* "graph" again, as str8: the first pair wins */
+    static const char str8_graph[] = {(char)0xd9, 5, 'g', 'r', 'a', 'p', 'h'};
+    msgpack_sbuffer_write(&sb, str8_graph, sizeof(str8_graph));
+    msgpack_pack_nil(&pk);
+    /* a key in str8 form is found like a fixstr one */
+    static const char str8_shapes[] = {(char)0xd9, 6, 's', 'h', 'a', 'p', 'e', 's'};
+    msgpack_sbuffer_write(&sb, str8_shapes, sizeof(str8_shapes));
+    size_t shapes_at = sb.size;
+    msgpack_pack_map(&pk, 1);
+    pack_str(&pk, "M");
+    msgpack_pack_uint64(&pk, 256);
+    pack_str(&pk, "gpu");
+    msgpack_pack_int(&pk, 0);
+
+    const char *const keys[] = {"graph", "shapes", "precision"};
+    const uint8_t *v[3];
+    size_t n[3];
+    const uint8_t *buf = (const uint8_t *)sb.data;
+    assert_true(kd_frame_map_values(buf, sb.size, keys, 3, v, n));
+    assert_ptr_equal(v[0], buf + graph_at);
+    assert_int_equal(n[0], graph_end - graph_at);
+    assert_ptr_equal(v[1], buf + shapes_at);
+    assert_int_equal(n[1], 1 + 2 + 3); /* fixmap 1, "M", uint16 256 */
+    assert_null(v[2]);
+    assert_int_equal(n[2], 0);
+    /* truncated, or not a map: false */
+    assert_false(kd_frame_map_values(buf, sb.size - 1, keys, 3, v, n));
+    assert_false(kd_frame_map_values(buf + graph_at + 1, 3, keys, 3, v, n));
+    msgpack_sbuffer_destroy(&sb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -187,6 +237,7 @@ int main(void)
         cmocka_unit_test(test_depth_cap),
         cmocka_unit_test(test_bad_and_incomplete),
         cmocka_unit_test(test_peek_id),
+        cmocka_unit_test(test_map_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
