@@ -21,7 +21,9 @@ static const char batch_help[] =
     "  {\"graph\": \"gemm.json\" (relative to FILE's directory) or an inline graph object,\n"
     "   \"shapes\": {\"M\": 1024}, \"precision\": \"exact\", \"budget\": 120 (seconds),\n"
     "   \"priority\": 0, \"name\": \"gemm_1024\", \"tolerance\": 0.01, \"gpu\": 0}\n"
-    "where only graph is required. Blank lines and lines starting with # are skipped. Every\n"
+    "where only graph is required; \"source\" and \"notes\" (strings: where the case comes\n"
+    "from) are for people and tools and ignored here. Blank lines and lines starting with #\n"
+    "are skipped. Every\n"
     "line is checked before anything is submitted (one error per bad line, FILE:LINE: ...).\n"
     "A job identical to one ktuned has queued, running or done joins it: rerunning a finished\n"
     "batch measures nothing.\n"
@@ -192,8 +194,8 @@ static int line_graph(line_ctx *lc, const json_t *gv, ops_graph **out, char *wha
 
 static int parse_line(line_ctx *lc, const char *text, size_t len, bjob *b)
 {
-    static const char *const keys[] = {"graph",    "shapes", "precision", "budget",
-                                       "priority", "name",   "tolerance", "gpu"};
+    static const char *const keys[] = {"graph", "shapes",    "precision", "budget", "priority",
+                                       "name",  "tolerance", "gpu",       "source", "notes"};
     json_error_t je;
     ops_graph *og = NULL, *bound = NULL;
     char what[4096];
@@ -217,7 +219,7 @@ static int parse_line(line_ctx *lc, const char *text, size_t len, bjob *b)
         if (!known) {
             rc = line_error(lc,
                             "unknown key '%s' (known: graph, shapes, precision, budget, "
-                            "priority, name, tolerance, gpu)",
+                            "priority, name, tolerance, gpu, source, notes)",
                             key);
             goto out;
         }
