@@ -98,14 +98,26 @@ class TorchGraph:
             return torch.clamp(x, n.get("min"), n.get("max"))
         if op == "cast":
             return x.to(DTYPES[n["dtype"]]) if dtype is None else x
-        binary = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-                  "max": torch.maximum, "min": torch.minimum, "pow": torch.pow}
-        if op in binary and len(a) == 2:
+        if op in ("add", "sub", "mul", "div", "pow", "max", "min") and len(a) == 2:
+            # A scalar operand stays a Python number: it takes the tensor's dtype (as in
+            # docs/formats.md) and costs no host-to-device copy per call, which would slow the
+            # eager peer and break torch.compile's graph.
             l, r = a
-            ref = l if torch.is_tensor(l) else r
-            l = l if torch.is_tensor(l) else torch.tensor(l, dtype=ref.dtype, device=ref.device)
-            r = r if torch.is_tensor(r) else torch.tensor(r, dtype=ref.dtype, device=ref.device)
-            return binary[op](l, r)
+            if op == "add":
+                return l + r
+            if op == "sub":
+                return l - r
+            if op == "mul":
+                return l * r
+            if op == "div":
+                return l / r
+            if op == "pow":
+                return l ** r
+            if not torch.is_tensor(l):
+                l, r = r, l  # max and min commute
+            if not torch.is_tensor(r):
+                return torch.clamp(l, min=r) if op == "max" else torch.clamp(l, max=r)
+            return torch.maximum(l, r) if op == "max" else torch.minimum(l, r)
         if op in ("sum", "mean", "max", "min"):
             axes = n["axes"]
             keep = n.get("keepdim", False)
@@ -127,8 +139,11 @@ class TorchGraph:
             if op == "layernorm":
                 b = a[2] if len(a) > 2 else None
                 return torch.nn.functional.layer_norm(x, norm_shape, w, b, n.get("eps", 1e-5))
+            eps = n.get("eps", 1e-6)
+            if hasattr(torch.nn.functional, "rms_norm"):  # PyTorch >= 2.4
+                return torch.nn.functional.rms_norm(x, norm_shape, w, eps)
             dims = list(range(axis, x.dim()))
-            y = x * torch.rsqrt(torch.mean(x * x, dim=dims, keepdim=True) + n.get("eps", 1e-6))
+            y = x * torch.rsqrt(torch.mean(x * x, dim=dims, keepdim=True) + eps)
             return y * w if w is not None else y
         if op == "matmul":
             l, r = a
@@ -153,12 +168,11 @@ class TorchGraph:
             scale = n.get("scale")
             if scale is None:
                 scale = 1.0 / math.sqrt(q.shape[-1])
-            s = torch.matmul(q, k.transpose(-1, -2)) * scale
-            if n.get("causal"):
-                sq, skv = s.shape[-2], s.shape[-1]
-                mask = torch.ones(sq, skv, dtype=torch.bool, device=s.device).tril()
-                s = s.masked_fill(~mask, float("-inf"))
-            return torch.matmul(torch.softmax(s, dim=-1), v)
+            # PyTorch's own attention (flash / memory-efficient kernels in f16 and bf16, the math
+            # path in float64): what a user writes, and no B*H*Sq*Skv score tensor in memory.
+            # is_causal masks key j > query i (top-left aligned), as docs/formats.md does.
+            return torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=bool(n.get("causal", False)), scale=scale)
         if op == "transpose":
             perm = n.get("perm")
             return x.permute(*perm) if perm else x.transpose(-1, -2)
