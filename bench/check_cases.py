@@ -32,7 +32,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BATCH_KEYS = ("graph", "shapes", "precision", "name", "budget", "tolerance", "priority", "gpu")
-CASE_KEYS = set(BATCH_KEYS) | {"source", "torch"}
+CASE_KEYS = set(BATCH_KEYS) | {"source", "notes"}
 PRECISIONS = ("exact", "tf32", "reduced")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 
@@ -63,7 +63,7 @@ def check_fields(c, where, base, names, problems):
         problems.append(f"{where}: the name '{name}' is used twice")
     else:
         names.add(name)
-    for key in ("source",) + (("torch",) if "torch" in c else ()):
+    for key in ("source",) + (("notes",) if "notes" in c else ()):
         if not isinstance(c.get(key), str) or not c[key].strip():
             problems.append(f"{where}: '{key}' must be a non-empty string")
     if c.get("precision") not in PRECISIONS:
