@@ -73,6 +73,7 @@
 
 #include <math.h>
 #include <nvrtc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -779,23 +780,89 @@ static int data_key(const srch_eval_req *req, int seeds, uint8_t key[32], kt_err
     return rc < 0 ? kt_err_set(err, rc, "cannot encode the subgraph") : 0;
 }
 
-/* Random values of graph input i of some graph for seed s (seed0 + s), rounded to t's dtype:
- * a malloc'd array of t's numel elements, or NULL. */
-static uint8_t *random_input(const ops_tensor *t, uint64_t seed0, int s, int i)
+/* srch_random_input (worker.h). Generated in chunks of RANDOM_CHUNK
+ * elements, each from its own stream (chunk 0's is the tensor's stream, chunk c's that stream
+ * mixed with c), so several threads fill one tensor and the values do not depend on how many
+ * run: host generation was most of a data set's cost on 64-128 MiB tensors. */
+#define RANDOM_CHUNK   (1 << 20)
+#define RANDOM_THREADS 16
+
+typedef struct random_job {
+    const ops_tensor *t;
+    uint8_t *h;
+    uint64_t st0; /* the tensor's stream */
+    bool mixed;
+    int64_t n, n_chunks;
+    int first, step; /* this thread's chunks: first, first + step, ... */
+} random_job;
+
+static void random_chunks(const random_job *j)
+{
+    size_t es = ops_dtype_size(j->t->dtype);
+    for (int64_t c = j->first; c < j->n_chunks; c += j->step) {
+        uint64_t st = j->st0;
+        if (c > 0) {
+            uint64_t mix = j->st0 ^ ((uint64_t)c * 0x9E3779B97F4A7C15ull);
+            st = splitmix64(&mix);
+        }
+        int64_t end = (c + 1) * (int64_t)RANDOM_CHUNK < j->n ? (c + 1) * (int64_t)RANDOM_CHUNK : j->n;
+        for (int64_t k = c * (int64_t)RANDOM_CHUNK; k < end; k++) {
+            double v = unit_uniform(&st);
+            if (j->mixed)
+                v = ldexp(v, (int)(splitmix64(&st) % 10) - 6);
+            ops_dtype_store(j->t->dtype, v, j->h + (size_t)k * es);
+        }
+    }
+}
+
+static void *random_thread(void *arg)
+{
+    random_chunks(arg);
+    return NULL;
+}
+
+uint8_t *srch_random_input(const ops_tensor *t, uint64_t seed0, int s, int i)
 {
     size_t es = ops_dtype_size(t->dtype);
     int64_t n = ops_shape_numel(&t->shape);
     uint8_t *h = malloc(n > 0 ? (size_t)n * es : 1);
     if (!h)
         return NULL;
-    uint64_t st = (seed0 + (uint64_t)s) * 0xD1B54A32D192ED03ull + (uint64_t)i;
-    bool mixed = s % 2 == 1;
-    for (int64_t k = 0; k < n; k++) {
-        double v = unit_uniform(&st);
-        if (mixed)
-            v = ldexp(v, (int)(splitmix64(&st) % 10) - 6);
-        ops_dtype_store(t->dtype, v, h + (size_t)k * es);
+    random_job base = {.t = t,
+                       .h = h,
+                       .st0 = (seed0 + (uint64_t)s) * 0xD1B54A32D192ED03ull + (uint64_t)i,
+                       .mixed = s % 2 == 1,
+                       .n = n,
+                       .n_chunks = n > 0 ? (n + RANDOM_CHUNK - 1) / RANDOM_CHUNK : 0,
+                       .first = 0,
+                       .step = 1};
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n_threads = (int)(base.n_chunks < RANDOM_THREADS ? base.n_chunks : RANDOM_THREADS);
+    if (cpus > 0 && n_threads > cpus)
+        n_threads = (int)cpus;
+    pthread_t tid[RANDOM_THREADS];
+    random_job jobs[RANDOM_THREADS];
+    int started = 0;
+    for (int k = 1; k < n_threads; k++) { /* threads 1..started run; a failure stops here */
+        jobs[k] = base;
+        jobs[k].first = k;
+        jobs[k].step = n_threads;
+        if (pthread_create(&tid[k], NULL, random_thread, &jobs[k]) != 0)
+            break;
+        started = k;
     }
+    /* Thread k covers the chunks c with c % n_threads == k; this thread takes residue 0 and
+     * those of threads that could not be started. */
+    for (int r = 0; r < (n_threads > 0 ? n_threads : 1); r++) {
+        if (r != 0 && r <= started)
+            continue;
+        jobs[0] = base;
+        jobs[0].first = r;
+        jobs[0].step = n_threads > 0 ? n_threads : 1;
+        random_chunks(&jobs[0]);
+    }
+    for (int k = 1; k <= started; k++)
+        pthread_join(tid[k], NULL);
     return h;
 }
 
@@ -804,7 +871,7 @@ static int data_make_inputs(wk_data *D, kt_err *err)
 {
     for (int s = 0; s < D->seeds; s++) {
         for (int i = 0; i < D->n_in; i++) {
-            uint8_t *h = random_input(&D->g->tensors[i], D->seed0, s, i);
+            uint8_t *h = srch_random_input(&D->g->tensors[i], D->seed0, s, i);
             if (!h)
                 return kt_err_set(err, -ENOMEM, "out of memory for inputs (%zu bytes)",
                                   D->in_bytes[i]);
@@ -977,7 +1044,7 @@ static int data_inputs_from_full(wk *w, wk_data *D, const srch_eval_req *req, kt
     for (int s = 0; s < D->seeds; s++) {
         for (int k = 0; k < n_fin; k++) {
             free(fh[k]);
-            if (!(fh[k] = random_input(&F->tensors[k], D->seed0, s, k))) {
+            if (!(fh[k] = srch_random_input(&F->tensors[k], D->seed0, s, k))) {
                 rc = kt_err_set(err, -ENOMEM, "out of memory for inputs");
                 goto out;
             }

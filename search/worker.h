@@ -56,6 +56,12 @@ const char *srch_status_str(srch_status s); /* "ok", "wrong", "race", "fault", "
  * verifies against. */
 double srch_default_tolerance(const ops_graph *g, ops_precision p);
 
+/* The verification inputs: random values of graph input i of some graph for seed s (seed0 + s),
+ * rounded to t's dtype (even seeds uniform in [-1, 1), odd seeds mixed magnitudes); a malloc'd
+ * array of t's numel elements, or NULL. The same arguments give the same bytes, however many
+ * threads the machine has. */
+uint8_t *srch_random_input(const ops_tensor *t, uint64_t seed0, int s, int i);
+
 #define SRCH_MAX_BINDINGS 16
 
 typedef struct srch_binding {
