@@ -227,6 +227,9 @@ typedef struct cache_job {
         char name[16];
         int32_t count;
     } failures[CACHE_JOB_FAILURE_KINDS];
+    /* the tuning cost over all attempts (srch_tune_result's): NVRTC seconds summed over the
+     * compile pool, and seconds spent measuring; 0 in entries written before they existed */
+    double compile_s, measure_s;
 } cache_job;
 
 void cache_job_free(cache_job *j); /* frees j->graph and zeroes *j; NULL is a no-op */

@@ -261,6 +261,13 @@ int cache_get_shapes(const msgpack_object *o, cache_bound shapes[CACHE_MAX_SHAPE
 int cache_decode_map(const msgpack_object *o, const char *const *names, int n, cache_field_fn fn,
                      void *ctx, const char *what, cache_dec *d)
 {
+    return cache_decode_map_opt(o, names, n, 0, fn, ctx, what, d);
+}
+
+int cache_decode_map_opt(const msgpack_object *o, const char *const *names, int n,
+                         uint64_t optional, cache_field_fn fn, void *ctx, const char *what,
+                         cache_dec *d)
+{
     KT_REQUIRE(n <= 64);
     const char *dot = what ? "." : "";
     if (o->type != MSGPACK_OBJECT_MAP)
@@ -282,7 +289,7 @@ int cache_decode_map(const msgpack_object *o, const char *const *names, int n, c
         }
     }
     for (int f = 0; f < n; f++) {
-        if (!(seen & (1ull << f)))
+        if (!(seen & (1ull << f)) && !(optional & (1ull << f)))
             return BAD("%s field '%s%s%s' is missing", d->doc, what, dot, names[f]);
     }
     return 0;

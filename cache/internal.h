@@ -156,3 +156,9 @@ int cache_get_shapes(const msgpack_object *o, cache_bound shapes[CACHE_MAX_SHAPE
 typedef int (*cache_field_fn)(int field, const msgpack_object *v, void *ctx, cache_dec *d);
 int cache_decode_map(const msgpack_object *o, const char *const *names, int n, cache_field_fn fn,
                      void *ctx, const char *what, cache_dec *d);
+/* The same, except that the fields whose bit (1 << index) is set in optional may be absent (fn
+ * is not called for them: ctx keeps what it held, e.g. zero). For fields added to a document
+ * after entries of it were stored. */
+int cache_decode_map_opt(const msgpack_object *o, const char *const *names, int n,
+                         uint64_t optional, cache_field_fn fn, void *ctx, const char *what,
+                         cache_dec *d);

@@ -93,8 +93,8 @@ static int check_job(const cache_job *j, kt_err *err)
         return kt_err_set(err, -EINVAL, "job %" PRIu64 ": a text field is not terminated", j->id);
     if (j->graph_len && !j->graph)
         return kt_err_set(err, -EINVAL, "job %" PRIu64 ": graph length without data", j->id);
-    const double nums[] = {j->tolerance, j->budget_s,    j->elapsed_s,
-                           j->best_ns,   j->baseline_ns, j->err_norm};
+    const double nums[] = {j->tolerance,   j->budget_s, j->elapsed_s, j->best_ns,
+                           j->baseline_ns, j->err_norm, j->compile_s, j->measure_s};
     for (size_t i = 0; i < KT_ARRAY_LEN(nums); i++)
         if (!isfinite(nums[i]) || nums[i] < 0)
             return kt_err_set(err, -EINVAL,
@@ -104,7 +104,7 @@ static int check_job(const cache_job *j, kt_err *err)
     return 0;
 }
 
-#define JOB_FIELDS 27
+#define JOB_FIELDS 29
 
 static int pack_job(msgpack_packer *pk, const cache_job *j)
 {
@@ -138,6 +138,8 @@ static int pack_job(msgpack_packer *pk, const cache_job *j)
     e = e || cache_pk_str(pk, "failures") || msgpack_pack_map(pk, (size_t)j->n_failures);
     for (int i = 0; !e && i < j->n_failures; i++)
         e = cache_pk_ki(pk, j->failures[i].name, j->failures[i].count);
+    e = e || cache_pk_kf(pk, "compile_s", j->compile_s);
+    e = e || cache_pk_kf(pk, "measure_s", j->measure_s);
     return e ? -ENOMEM : 0;
 }
 
@@ -191,10 +193,13 @@ static int get_failures(const msgpack_object *o, cache_job *j, cache_dec *d)
 }
 
 static const char *const job_fields[JOB_FIELDS] = {
-    "v",        "id",        "state",     "priority", "gpu",     "name",      "sig",
-    "shapes",   "precision", "tolerance", "budget",   "graph",   "submitted", "started",
-    "finished", "elapsed",   "trials",    "measured", "resumed", "best_ns",   "baseline_ns",
-    "err_norm", "family",    "schedule",  "record",   "error",   "failures"};
+    "v",         "id",      "state",       "priority",  "gpu",      "name",
+    "sig",       "shapes",  "precision",   "tolerance", "budget",   "graph",
+    "submitted", "started", "finished",    "elapsed",   "trials",   "measured",
+    "resumed",   "best_ns", "baseline_ns", "err_norm",  "family",   "schedule",
+    "record",    "error",   "failures",    "compile_s", "measure_s"};
+/* Added after journals were written: absent in older entries, decoded as 0. */
+#define JOB_OPTIONAL ((1ull << 27) | (1ull << 28))
 
 static int job_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
 {
@@ -268,8 +273,12 @@ static int job_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
         return cache_get_bool(v, &j->record, "record", d);
     case 25:
         return cache_get_strbuf(v, j->error, sizeof(j->error), "error", d);
-    default:
+    case 26:
         return get_failures(v, j, d);
+    case 27:
+        return get_amount(v, &j->compile_s, "compile_s", d);
+    default:
+        return get_amount(v, &j->measure_s, "measure_s", d);
     }
 }
 
@@ -283,7 +292,8 @@ static int decode_job(const void *buf, size_t len, cache_job *out, kt_err *err)
     msgpack_unpacked_init(&res);
     int rc = cache_value_unpack(buf, len, &res, NULL, &dec);
     if (rc == 0)
-        rc = cache_decode_map(&res.data, job_fields, JOB_FIELDS, job_field, out, NULL, &dec);
+        rc = cache_decode_map_opt(&res.data, job_fields, JOB_FIELDS, JOB_OPTIONAL, job_field, out,
+                                  NULL, &dec);
     msgpack_unpacked_destroy(&res);
     if (rc < 0)
         cache_job_free(out);

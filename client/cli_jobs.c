@@ -76,6 +76,12 @@ json_t *cli_job_json(const ktune_job *j)
     json_object_set_new(o, "schedule", json_string(j->schedule));
     json_object_set_new(o, "record", json_boolean(j->record));
     json_object_set_new(o, "error", json_string(j->error));
+    json_t *f = json_object();
+    for (int i = 0; f && i < j->n_failures; i++)
+        json_object_set_new(f, j->failures[i].name, json_integer(j->failures[i].count));
+    json_object_set_new(o, "failures", f);
+    json_object_set_new(o, "compile_s", json_real(j->compile_s));
+    json_object_set_new(o, "measure_s", json_real(j->measure_s));
     return o;
 }
 
@@ -121,6 +127,12 @@ void cli_print_job_result(const ktune_job *j)
     printf("times      submitted %s, started %s, finished %s\n", sub, start, fin);
     printf("trials     %d (%d measured, %d from the trial log), %.1f s\n", j->trials, j->measured,
            j->resumed, j->elapsed_s);
+    printf("failures   ");
+    for (int i = 0; i < j->n_failures; i++)
+        printf("%s%s %d", i ? ", " : "", j->failures[i].name, j->failures[i].count);
+    printf("%s\n", j->n_failures ? "" : "none");
+    printf("cost       compile %.1f s (NVRTC, summed over the pool), measure %.1f s\n",
+           j->compile_s, j->measure_s);
     if (j->best_ns > 0) {
         cli_fmt_ns(j->best_ns, t, sizeof(t));
         printf("%-10s %s, error %.2e\n", job_ended(j) ? "winner" : "best", t, j->err_norm);

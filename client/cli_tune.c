@@ -246,6 +246,8 @@ static json_t *result_json(const cli_graph_args *ga, const srch_tune_result *r)
     if (r->record_note[0])
         json_object_set_new(o, "record_note", json_string(r->record_note));
     json_object_set_new(o, "seconds", json_real(r->seconds));
+    json_object_set_new(o, "compile_s", json_real(r->compile_s));
+    json_object_set_new(o, "measure_s", json_real(r->measure_s));
     return o;
 }
 
@@ -256,6 +258,8 @@ static void print_table(const srch_tune_result *r)
     printf("trials     %d (%d measured, %d from the trial log), %d worker restarts, %.1f s%s\n",
            r->trials, r->measured, r->resumed, r->restarts, r->seconds,
            r->budget_hit ? " (budget spent)" : "");
+    printf("cost       compile %.1f s (NVRTC, summed over the pool), measure %.1f s\n",
+           r->compile_s, r->measure_s);
     if (r->found) {
         cli_fmt_ns(r->time_ns, t, sizeof(t));
         cli_fmt_ns(r->p10_ns, p10, sizeof(p10));

@@ -469,6 +469,32 @@ static void d_shapes(dec *d, const msgpack_object *m, const char *key, char *dst
     }
 }
 
+/* {"wrong": 1, "compile_error": 2} -> j->failures (the first ones that fit; names cut to fit). */
+static void d_failures(dec *d, const msgpack_object *m, const char *key, ktune_job *j)
+{
+    const msgpack_object *v = map_get(m, key);
+    j->n_failures = 0;
+    if (!v || v->type == MSGPACK_OBJECT_NIL)
+        return;
+    if (v->type != MSGPACK_OBJECT_MAP)
+        return dec_fail(d, key, "a map of classes to counts");
+    const int cap = (int)(sizeof(j->failures) / sizeof(j->failures[0]));
+    for (uint32_t i = 0; i < v->via.map.size; i++) {
+        const msgpack_object *k = &v->via.map.ptr[i].key;
+        int64_t n;
+        if (k->type != MSGPACK_OBJECT_STR || !to_i64(&v->via.map.ptr[i].val, &n) || n < 0 ||
+            n > INT32_MAX)
+            return dec_fail(d, key, "a map of classes to counts");
+        if (j->n_failures == cap)
+            continue;
+        struct ktune_job_failure *f = &j->failures[j->n_failures++];
+        size_t len = k->via.str.size < sizeof(f->name) - 1 ? k->via.str.size : sizeof(f->name) - 1;
+        memcpy(f->name, k->via.str.ptr, len);
+        f->name[len] = '\0';
+        f->count = (int)n;
+    }
+}
+
 static int decode_job(const msgpack_object *o, ktune_job *j, ktune_error *err)
 {
     dec d = {.err = err, .obj = "a Job"};
@@ -513,6 +539,9 @@ static int decode_job(const msgpack_object *o, ktune_job *j, ktune_error *err)
     d_str(&d, o, "schedule", j->schedule, sizeof(j->schedule));
     d_bool(&d, o, "record", &j->record);
     d_str(&d, o, "error", j->error, sizeof(j->error));
+    d_failures(&d, o, "failures", j);
+    d_f64(&d, o, "compile_s", &j->compile_s);
+    d_f64(&d, o, "measure_s", &j->measure_s);
     return d.rc;
 }
 

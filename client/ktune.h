@@ -132,6 +132,17 @@ typedef struct ktune_job {
     char schedule[256];
     bool record; /* a verified winner was cached */
     char error[256];
+    /* The tuning cost (appended: the fields above keep their offsets). Rejected candidates by
+     * class ("compile_error", "wrong", "fault", "hang", ...; the first 8 the daemon sent, counts
+     * > 0), then NVRTC seconds of the compiles used (summed over the parallel compile pool, so
+     * it may exceed elapsed_s) and seconds spent measuring on the GPU; both over all attempts,
+     * 0 for a job from before the daemon kept them. */
+    int n_failures;
+    struct ktune_job_failure {
+        char name[16];
+        int count;
+    } failures[8];
+    double compile_s, measure_s;
 } ktune_job;
 
 typedef struct ktune_submit_opts {

@@ -373,6 +373,8 @@ void kd_jobs_schedule(kd_daemon *d)
         best->slot = s;
         best->ran_on = g->index;
         best->elapsed0 = best->j.elapsed_s;
+        best->compile0 = best->j.compile_s;
+        best->measure0 = best->j.measure_s;
         best->stop = KD_STOP_NONE;
         snprintf(best->phase, sizeof(best->phase), "start");
         best->j.error[0] = '\0';
@@ -409,6 +411,8 @@ void kd_jobs_on_progress(kd_daemon *d, int slot, uint64_t job, const srch_tune_p
     kj->j.best_ns = p->best_ns > 0 ? p->best_ns : 0;
     kj->j.baseline_ns = p->baseline_ns > 0 ? p->baseline_ns : 0;
     kj->j.elapsed_s = kj->elapsed0 + (p->elapsed_s > 0 ? p->elapsed_s : 0);
+    kj->j.compile_s = kj->compile0 + (p->compile_s > 0 ? p->compile_s : 0);
+    kj->j.measure_s = kj->measure0 + (p->measure_s > 0 ? p->measure_s : 0);
     memcpy(kj->failures, p->failures, sizeof(kj->failures));
     snprintf(kj->phase, sizeof(kj->phase), "%s", phase);
     kj->progressed = true;
@@ -468,6 +472,8 @@ void kd_jobs_on_finish(kd_daemon *d, int slot, uint64_t job, int rc, const char 
     kj->phase[0] = '\0';
     if (res) {
         kj->j.elapsed_s = kj->elapsed0 + res->seconds;
+        kj->j.compile_s = kj->compile0 + (res->compile_s > 0 ? res->compile_s : 0);
+        kj->j.measure_s = kj->measure0 + (res->measure_s > 0 ? res->measure_s : 0);
         if (rc == 0 || res->trials > 0)
             take_result(kj, res);
     }

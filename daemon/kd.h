@@ -162,6 +162,8 @@ struct kd_job {
     bool progressed; /* progress not yet sent to the watchers */
     double saved_at; /* monotonic time of the last journal write while running */
     double elapsed0; /* elapsed_s when the current attempt started */
+    double compile0; /* j.compile_s when the current attempt started (the cost sums attempts) */
+    double measure0; /* j.measure_s then */
     kd_stop stop;
     int slot;   /* index in d->gpus running it, -1 */
     int ran_on; /* CUDA index of the GPU running it or that ran it (this process), -1 */

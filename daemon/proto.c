@@ -56,7 +56,7 @@ void kd_pack_job(msgpack_packer *pk, const kd_job *kj)
     int nfail = 0;
     for (int s = 1; s < SRCH_STATUS_COUNT; s++)
         nfail += kj->failures[s] > 0;
-    msgpack_pack_map(pk, 26);
+    msgpack_pack_map(pk, 28);
     kd_pack_kuint(pk, "job", j->id);
     kd_pack_kstr(pk, "name", j->name);
     kd_pack_kstr(pk, "state", cache_job_state_name(j->state));
@@ -90,6 +90,8 @@ void kd_pack_job(msgpack_packer *pk, const kd_job *kj)
     for (int s = 1; s < SRCH_STATUS_COUNT; s++)
         if (kj->failures[s] > 0)
             kd_pack_kint(pk, srch_status_str((srch_status)s), kj->failures[s]);
+    kd_pack_kf64(pk, "compile_s", j->compile_s);
+    kd_pack_kf64(pk, "measure_s", j->measure_s);
     kd_pack_kstr(pk, "error", j->error);
 }
 

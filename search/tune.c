@@ -215,6 +215,20 @@ static void report(tune *t, const char *phase)
         t->o->progress(&t->prog, t->o->progress_ctx);
 }
 
+/* The tuning cost: a compile result this job uses, and time spent measuring. */
+static void add_compile(tune *t, const srch_compile_result *cr)
+{
+    t->r->compile_s += cr->seconds;
+    t->prog.compile_s += cr->seconds;
+}
+
+static void add_measure(tune *t, double since)
+{
+    double d = now_s() - since;
+    t->r->measure_s += d;
+    t->prog.measure_s += d;
+}
+
 static double best_partition(const tune *t, int *which, bool library_baseline);
 
 static void settle(tune *t, int64_t i)
@@ -488,7 +502,9 @@ static int evaluate(tune *t, int64_t i, const void *cubin, size_t cubin_len, kt_
     req.timing = screen_timing(&t->o->timing);
     srch_eval_result res;
     int restarts_before = srch_worker_restarts(t->w);
+    double m0 = now_s();
     int rc = srch_worker_eval(t->w, &req, t->o->deadline_s > 0 ? t->o->deadline_s : 30, &res, err);
+    add_measure(t, m0);
     srch_eval_req_free(&req);
     if (rc < 0)
         return rc; /* the worker cannot be restarted: the job cannot go on */
@@ -537,6 +553,7 @@ static int collect_compile(tune *t, kt_err *err)
         free(cr);
         return 0;
     }
+    add_compile(t, cr);
     t->c[i].ready = cr;
     return 0;
 }
@@ -844,7 +861,9 @@ static int retime(tune *t, kt_err *err)
         srch_time_stats st[16];
         kt_err rerr = {0};
         double deadline = (t->o->deadline_s > 0 ? t->o->deadline_s : 30) * m;
+        double m0 = now_s();
         int rc = srch_worker_retime(t->w, ids, m, rounds, t->o->timing.cold, deadline, st, &rerr);
+        add_measure(t, m0);
         if (rc < 0) {
             kt_log_warn(TAG, "re-timing the finalists failed (%s); keeping screening times",
                         rerr.msg);
@@ -938,6 +957,7 @@ static int materialise(tune *t, int64_t i, ops_emitted *em, void **cubin, size_t
     int rc = srch_pool_next(t->pool, &cr, &perr);
     if (rc < 0)
         return kt_err_set(err, rc, "compile for the record: %s", perr.msg);
+    add_compile(t, &cr);
     if (cr.status != SRCH_COMPILE_OK) {
         srch_compile_result_release(&cr);
         return kt_err_set(err, -EIO, "compile for the record failed");
@@ -1211,6 +1231,7 @@ static int build_record(tune *t, const srch_partition *part, const int64_t *ci, 
                 break;
             srch_compile_result_release(&cr);
         }
+        add_compile(t, &cr);
         if (cr.status != SRCH_COMPILE_OK) {
             char line[200];
             first_error_line(cr.log ? cr.log : "", line, sizeof(line));

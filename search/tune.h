@@ -74,6 +74,9 @@ typedef struct srch_tune_progress {
     double best_ns;     /* best measured partition so far, 0 when none */
     double baseline_ns; /* cuBLASLt baseline so far, 0 when none */
     double elapsed_s;
+    double compile_s; /* NVRTC seconds of the compiles this job consumed (store hits: 0); the
+                       * pool compiles in parallel, so this may exceed elapsed_s */
+    double measure_s; /* wall seconds inside srch_worker_eval and srch_worker_retime */
 } srch_tune_progress;
 
 typedef struct srch_tune_opts {
@@ -142,6 +145,8 @@ typedef struct srch_tune_result {
     char record_note[256]; /* why no record was written, "" otherwise */
     bool budget_hit;       /* stopped by the budget rather than by convergence */
     double seconds;
+    double compile_s; /* as srch_tune_progress's: the tuning cost, split */
+    double measure_s;
     cache_gpu gpu;
     uint8_t sig[OPS_SIG_BYTES];
 } srch_tune_result;

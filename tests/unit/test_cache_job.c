@@ -1,5 +1,7 @@
 /* The job journal (cache/job.c): round trip of every field, refusal of bad jobs, a corrupt entry
- * reported and skipped, the next id, and the walk in id order. */
+ * reported and skipped, an entry written before compile_s / measure_s existed, the next id, and
+ * the walk in id order. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +9,8 @@
 #include <cmocka.h>
 
 #include "test_cache_util.h"
+
+#include "cache/internal.h" /* cache_value_unpack / cache_value_finish: writing an old entry */
 
 typedef struct fixture {
     char *dir;
@@ -76,6 +80,8 @@ static void fill_job(cache_job *j, uint64_t id, cache_job_state st)
     j->failures[0].count = 1;
     snprintf(j->failures[1].name, sizeof(j->failures[1].name), "compile_error");
     j->failures[1].count = 2;
+    j->compile_s = 12.5;
+    j->measure_s = 30.75;
 }
 
 static void assert_job_equal(const cache_job *a, const cache_job *b)
@@ -113,6 +119,7 @@ static void assert_job_equal(const cache_job *a, const cache_job *b)
         assert_string_equal(a->failures[i].name, b->failures[i].name);
         assert_int_equal(a->failures[i].count, b->failures[i].count);
     }
+    assert_true(a->compile_s == b->compile_s && a->measure_s == b->measure_s);
 }
 
 static void test_state_names(void **state)
@@ -189,6 +196,12 @@ static void test_refuses_bad_jobs(void **state)
     assert_int_equal(cache_job_put(f->env, &j, &err), -EINVAL);
     j.n_shapes = 0;
     j.n_failures = -1;
+    assert_int_equal(cache_job_put(f->env, &j, &err), -EINVAL);
+    j.n_failures = 0;
+    j.compile_s = -1;
+    assert_int_equal(cache_job_put(f->env, &j, &err), -EINVAL);
+    j.compile_s = 0;
+    j.measure_s = NAN;
     assert_int_equal(cache_job_put(f->env, &j, &err), -EINVAL);
     cache_job_free(&j);
     uint64_t next = 0;
@@ -270,6 +283,104 @@ static void corrupt_job(fixture *f, uint64_t id)
     assert_int_equal(cache_open(f->dir, 0, NULL, &f->env, &err), 0);
 }
 
+/* Rewrites job id's stored value with raw LMDB: its map re-packed with every key but drop (NULL:
+ * none) and with value of key change (NULL: none) replaced by a string, under a fresh checksum. */
+static void rewrite_job(fixture *f, uint64_t id, const char *const *drop, int n_drop,
+                        const char *change)
+{
+    cache_close(f->env);
+    f->env = NULL;
+    uint8_t key[8];
+    for (int i = 0; i < 8; i++)
+        key[i] = (uint8_t)(id >> (8 * (7 - i)));
+    MDB_env *e;
+    MDB_txn *t;
+    MDB_dbi d;
+    assert_int_equal(raw_open(f->dir, &e, &t, &d, "jobs"), 0);
+    MDB_val mk = {.mv_size = 8, .mv_data = key}, mv;
+    assert_int_equal(mdb_get(t, d, &mk, &mv), 0);
+    msgpack_unpacked res;
+    msgpack_unpacked_init(&res);
+    cache_dec dec = {"job", NULL};
+    assert_int_equal(cache_value_unpack(mv.mv_data, mv.mv_size, &res, NULL, &dec), 0);
+    const msgpack_object_map *m = &res.data.via.map;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    uint32_t keep = 0;
+    bool dropped[64] = {false};
+    for (uint32_t i = 0; i < m->size; i++) {
+        for (int k = 0; k < n_drop; k++)
+            if (cache_key_is(&m->ptr[i].key, drop[k]))
+                dropped[i] = true;
+        keep += !dropped[i];
+    }
+    assert_int_equal(keep, m->size - (uint32_t)n_drop);
+    msgpack_pack_map(&pk, keep);
+    for (uint32_t i = 0; i < m->size; i++) {
+        if (dropped[i])
+            continue;
+        msgpack_pack_object(&pk, m->ptr[i].key);
+        if (change && cache_key_is(&m->ptr[i].key, change)) {
+            msgpack_pack_str(&pk, 4);
+            msgpack_pack_str_body(&pk, "slow", 4);
+        } else {
+            msgpack_pack_object(&pk, m->ptr[i].val);
+        }
+    }
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(cache_value_finish(&sb, &buf, &len), 0);
+    msgpack_unpacked_destroy(&res);
+    mv.mv_data = buf;
+    mv.mv_size = len;
+    assert_int_equal(mdb_put(t, d, &mk, &mv, 0), 0);
+    assert_int_equal(mdb_txn_commit(t), 0);
+    mdb_env_close(e);
+    free(buf);
+    kt_err err = {0};
+    assert_int_equal(cache_open(f->dir, 0, NULL, &f->env, &err), 0);
+}
+
+/* A journal written before the tuning cost was kept: its entries still decode, with 0 for both;
+ * a present key is still checked. */
+static void test_entry_without_cost(void **state)
+{
+    fixture *f = *state;
+    kt_err err = {0};
+    cache_job j, back;
+    for (uint64_t id = 1; id <= 3; id++) {
+        fill_job(&j, id, CACHE_JOB_DONE);
+        assert_int_equal(cache_job_put(f->env, &j, &err), 0);
+        cache_job_free(&j);
+    }
+    const char *const both[] = {"compile_s", "measure_s"};
+    rewrite_job(f, 1, both, 2, NULL);
+    rewrite_job(f, 2, both + 1, 1, "compile_s");
+    rewrite_job(f, 3, NULL, 0, NULL); /* untouched, re-packed: the rewrite itself is sound */
+    assert_int_equal(cache_job_get(f->env, 1, &back, &err), 0);
+    assert_true(back.compile_s == 0 && back.measure_s == 0);
+    fill_job(&j, 1, CACHE_JOB_DONE);
+    j.compile_s = j.measure_s = 0;
+    assert_job_equal(&j, &back);
+    cache_job_free(&back);
+    assert_int_equal(cache_job_get(f->env, 2, &back, &err), -EBADMSG);
+    assert_non_null(strstr(err.msg, "compile_s"));
+    assert_int_equal(cache_job_get(f->env, 3, &back, &err), 0);
+    assert_true(back.compile_s == 12.5 && back.measure_s == 30.75);
+    cache_job_free(&back);
+    cache_job_free(&j);
+    /* a required key is still required */
+    fill_job(&j, 4, CACHE_JOB_DONE);
+    assert_int_equal(cache_job_put(f->env, &j, &err), 0);
+    cache_job_free(&j);
+    const char *const trials[] = {"trials"};
+    rewrite_job(f, 4, trials, 1, NULL);
+    assert_int_equal(cache_job_get(f->env, 4, &back, &err), -EBADMSG);
+    assert_non_null(strstr(err.msg, "'trials' is missing"));
+}
+
 static void test_corrupt_entry_skipped(void **state)
 {
     fixture *f = *state;
@@ -306,6 +417,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refuses_bad_jobs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreach_order_and_next_id, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_entry_skipped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_entry_without_cost, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

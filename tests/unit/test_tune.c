@@ -140,6 +140,23 @@ static long count_lines(const char *path)
  * candidates of the fused group: all survived, recorded by class, and the winner is the fastest
  * verified candidate the fake measured. Then the same job again resumes from the trial log and
  * measures nothing, picking the same winner. */
+/* Progress callbacks: the cost split only grows, and the last call's is the result's. */
+typedef struct cost_seen {
+    int calls;
+    double compile_s, measure_s;
+    bool shrank;
+} cost_seen;
+
+static void cost_cb(const srch_tune_progress *p, void *ctx)
+{
+    cost_seen *c = ctx;
+    if (p->compile_s < c->compile_s || p->measure_s < c->measure_s)
+        c->shrank = true;
+    c->compile_s = p->compile_s;
+    c->measure_s = p->measure_s;
+    c->calls++;
+}
+
 static void test_survives_and_resumes(void **state)
 {
     (void)state;
@@ -159,6 +176,9 @@ static void test_survives_and_resumes(void **state)
 
     cache_env *cache = open_cache("cache1");
     srch_tune_opts o = base_opts();
+    cost_seen seen = {0};
+    o.progress = cost_cb;
+    o.progress_ctx = &seen;
     srch_tune_result r;
     kt_err err = {0};
     int rc = srch_tune(graph, bindings, 2, cache, &o, &r, &err);
@@ -166,6 +186,19 @@ static void test_survives_and_resumes(void **state)
         print_error("srch_tune: %s\n", err.msg);
     assert_int_equal(rc, 0);
     assert_true(r.found);
+    /* The tuning cost: a fresh store compiles for real and the fake worker takes time (its
+     * hang alone is the 1.5 s deadline). The compile sum is over the pool's parallel compilers,
+     * so it is bounded by their number times the wall time; measuring is serial. */
+    print_message("cost: %.3f s, compile %.3f s, measure %.3f s\n", r.seconds, r.compile_s,
+                  r.measure_s);
+    assert_true(r.compile_s > 0);
+    assert_true(r.measure_s >= o.deadline_s); /* the hang waited out its deadline */
+    assert_true(r.measure_s <= r.seconds);
+    assert_true(r.compile_s <= r.seconds * o.compile_jobs);
+    assert_true(seen.calls > 0);
+    assert_false(seen.shrank);
+    assert_true(seen.compile_s <= r.compile_s && seen.measure_s <= r.measure_s);
+    assert_true(seen.measure_s > 0 && seen.compile_s > 0);
     assert_int_equal(r.failures[SRCH_FAULT], 2); /* the killed worker and the sticky error */
     assert_int_equal(r.failures[SRCH_HANG], 1);
     assert_int_equal(r.failures[SRCH_WRONG], 1);
@@ -251,6 +284,11 @@ static void test_survives_and_resumes(void **state)
         assert_string_equal(r2.picks[k].cand, r.picks[k].cand);
     assert_true(fabs(r2.time_ns - r.time_ns) < 1e-6 * r.time_ns);
     assert_int_equal(r2.failures[SRCH_HANG], 1);
+    /* Nothing measured, and the record's compile is a store hit. */
+    print_message("rerun cost: %.3f s, compile %.3f s, measure %.3f s\n", r2.seconds, r2.compile_s,
+                  r2.measure_s);
+    assert_true(r2.compile_s == 0);
+    assert_true(r2.measure_s <= r2.seconds);
     cache_close(cache);
     unsetenv("FAKE_FAULT");
     unsetenv("FAKE_HANG");

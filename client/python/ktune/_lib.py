@@ -42,6 +42,10 @@ class ktune_tensor_desc(ctypes.Structure):
     ]
 
 
+class ktune_job_failure(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 16), ("count", c_int)]
+
+
 class ktune_job(ctypes.Structure):
     _fields_ = [
         ("id", c_uint64),
@@ -69,6 +73,10 @@ class ktune_job(ctypes.Structure):
         ("schedule", ctypes.c_char * 256),
         ("record", c_bool),
         ("error", ctypes.c_char * 256),
+        ("n_failures", c_int),
+        ("failures", ktune_job_failure * 8),
+        ("compile_s", c_double),
+        ("measure_s", c_double),
     ]
 
 

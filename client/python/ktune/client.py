@@ -81,6 +81,9 @@ class Job:
     record: bool
     error: str
     joined: bool = False  # from submit: an identical job existed and this submission joined it
+    failures: dict = field(default_factory=dict)  # class -> count of rejected candidates
+    compile_s: float = 0.0  # NVRTC seconds, summed over the compile pool
+    measure_s: float = 0.0  # seconds measuring on the GPU
 
     @property
     def ended(self):
@@ -104,7 +107,9 @@ class Job:
             trials=j.trials, measured=j.measured, resumed=j.resumed, elapsed_s=j.elapsed_s,
             best_ns=_opt(j.best_ns), baseline_ns=_opt(j.baseline_ns), err_norm=_opt(j.err_norm),
             family=_lib.text(j.family), schedule=_lib.text(j.schedule), record=bool(j.record),
-            error=_lib.text(j.error), joined=bool(joined))
+            error=_lib.text(j.error), joined=bool(joined),
+            failures={_lib.text(f.name): f.count for f in j.failures[:j.n_failures]},
+            compile_s=j.compile_s, measure_s=j.measure_s)
 
 
 @dataclass(frozen=True)
