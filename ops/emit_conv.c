@@ -434,44 +434,56 @@ static void conv_names_make(const ops_group *grp, const conv_info *ci, conv_name
     nm->n_params = 0;
     for (int i = 0; i < grp->n_in; i++) {
         int t = grp->in[i];
+        /* Formatted from a local: nm->in and nm->param/call are members of one object, and
+         * snprintf's destination and arguments are restrict-qualified. */
+        char name[sizeof(nm->in[0])];
         if (t == ci->x)
-            snprintf(nm->in[i], sizeof(nm->in[i]), "x");
+            snprintf(name, sizeof(name), "x");
         else if (t == ci->w)
-            snprintf(nm->in[i], sizeof(nm->in[i]), "w");
+            snprintf(name, sizeof(name), "w");
         else if (t == ci->bias)
-            snprintf(nm->in[i], sizeof(nm->in[i]), "bias");
+            snprintf(name, sizeof(name), "bias");
         else
-            snprintf(nm->in[i], sizeof(nm->in[i]), "in%d", i);
+            snprintf(name, sizeof(name), "in%d", i);
+        memcpy(nm->in[i], name, sizeof(name));
         snprintf(nm->param[nm->n_params++], sizeof(nm->param[0]), "const %s *__restrict__ %s",
-                 ops_emit_ctype(g->tensors[t].dtype), nm->in[i]);
-        cl += (size_t)snprintf(nm->call + cl, sizeof(nm->call) - cl, "%s%s", i ? ", " : "",
-                               nm->in[i]);
+                 ops_emit_ctype(g->tensors[t].dtype), name);
+        cl += (size_t)snprintf(nm->call + cl, sizeof(nm->call) - cl, "%s%s", i ? ", " : "", name);
     }
     snprintf(nm->param[nm->n_params++], sizeof(nm->param[0]), "%s *__restrict__ y",
              ops_emit_ctype(g->tensors[ci->y].dtype));
     snprintf(nm->call + cl, sizeof(nm->call) - cl, ", y");
 }
 
-/* "head(lead..., params...)" wrapped at 100 columns, continuation lines aligned after '('. */
+/* One item of a signature: ", " or a wrap before it unless it is the first; col tracks the column.
+ * nonnull: -fsanitize=nonnull-attribute checks strlen's argument and lets execution go on, and GCC
+ * 12 then warns (-Wformat-overflow) about the "%s" of that null path; the contract rules it out. */
+__attribute__((nonnull)) static void emit_signature_item(kt_buf *b, const char *item, bool first,
+                                                        size_t align, size_t *col)
+{
+    size_t len = strlen(item) + 1; /* with its "," or ")" */
+    if (!first && *col + 1 + len > 100) {
+        kt_buf_printf(b, ",\n%*s", (int)align, "");
+        *col = align;
+    } else if (!first) {
+        kt_buf_printf(b, ", ");
+        *col += 2;
+    }
+    kt_buf_printf(b, "%s", item);
+    *col += strlen(item);
+}
+
+/* "head(lead..., params...)" wrapped at 100 columns, continuation lines aligned after '('.
+ * lead may be NULL when n_lead is 0. */
 static void emit_signature(kt_buf *b, const char *head, const char *const *lead, int n_lead,
                            const conv_names *nm)
 {
     size_t col = strlen(head) + 1, align = col;
     kt_buf_printf(b, "%s(", head);
-    int n = n_lead + nm->n_params;
-    for (int i = 0; i < n; i++) {
-        const char *item = i < n_lead ? lead[i] : nm->param[i - n_lead];
-        size_t len = strlen(item) + 1; /* with its "," or ")" */
-        if (i > 0 && col + 1 + len > 100) {
-            kt_buf_printf(b, ",\n%*s", (int)align, "");
-            col = align;
-        } else if (i > 0) {
-            kt_buf_printf(b, ", ");
-            col += 2;
-        }
-        kt_buf_printf(b, "%s", item);
-        col += strlen(item);
-    }
+    for (int i = 0; i < n_lead; i++)
+        emit_signature_item(b, lead[i], i == 0, align, &col);
+    for (int i = 0; i < nm->n_params; i++)
+        emit_signature_item(b, nm->param[i], n_lead + i == 0, align, &col);
     kt_buf_printf(b, ")\n");
 }
 

@@ -615,7 +615,8 @@ static int finish_job(srch_pool *p, pool_worker *w, kt_err *err)
     memcpy(d->r.key, j->key, SRCH_KEY_BYTES);
     memcpy(d->r.log, b + 13, log_len);
     d->r.log[log_len] = '\0';
-    memcpy(d->r.cubin, b + 17 + log_len, cubin_len);
+    if (cubin_len) /* a rejected compile has no cubin: d->r.cubin is NULL, memcpy's is UB */
+        memcpy(d->r.cubin, b + 17 + log_len, cubin_len);
     d->r.cubin_len = cubin_len;
     srch_parse_ptxas_report(d->r.log, &d->r);
     if (p->store_dir && d->r.status == SRCH_COMPILE_OK)
