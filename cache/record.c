@@ -565,6 +565,11 @@ int cache_record_decode(const void *buf, size_t len, cache_record *out, kt_err *
     cache_bound sorted[CACHE_MAX_SHAPES];
     if (rc == 0 && cache_key_sorted(&out->key, sorted, NULL) < 0)
         rc = BAD("record: its key parts are invalid");
+    /* What decodes must be what the encoder accepts (fuzz_record found a value that decoded
+     * but could not be written back): the same checks, as a corrupt record. */
+    kt_err why = {0};
+    if (rc == 0 && check_record(out, &why) < 0)
+        rc = BAD("%s", why.msg);
     msgpack_unpacked_destroy(&res);
     return rc;
 }
