@@ -294,6 +294,9 @@ static int decode_job(const void *buf, size_t len, cache_job *out, kt_err *err)
     if (rc == 0)
         rc = cache_decode_map_opt(&res.data, job_fields, JOB_FIELDS, JOB_OPTIONAL, job_field, out,
                                   NULL, &dec);
+    kt_err why = {0}; /* what decodes must be what the encoder accepts (as for records) */
+    if (rc == 0 && check_job(out, &why) < 0)
+        rc = kt_err_set(err, -EBADMSG, "%s", why.msg);
     msgpack_unpacked_destroy(&res);
     if (rc < 0)
         cache_job_free(out);

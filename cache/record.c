@@ -231,7 +231,8 @@ oom:
     return kt_err_set(err, -ENOMEM, "out of memory encoding a record");
 }
 
-int cache_trial_encode(const cache_trial *t, uint8_t **out, size_t *len, kt_err *err)
+/* What a trial must satisfy to be stored; the decoder applies the same checks. */
+static int check_trial(const cache_trial *t, kt_err *err)
 {
     if (!cache_trial_status_name(t->status))
         return kt_err_set(err, -EINVAL, "trial: bad status %d", (int)t->status);
@@ -241,6 +242,14 @@ int cache_trial_encode(const cache_trial *t, uint8_t **out, size_t *len, kt_err 
                           CACHE_CAND_MAX - 1);
     if (!isfinite(t->time_ns) || !isfinite(t->error))
         return kt_err_set(err, -EINVAL, "trial: time and error must be finite");
+    return 0;
+}
+
+int cache_trial_encode(const cache_trial *t, uint8_t **out, size_t *len, kt_err *err)
+{
+    int crc = check_trial(t, err);
+    if (crc < 0)
+        return crc;
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
@@ -610,6 +619,9 @@ int cache_trial_decode(const void *buf, size_t len, cache_trial *out, kt_err *er
     if (rc == 0)
         rc = cache_decode_map(&res.data, trial_fields, KT_ARRAY_LEN(trial_fields), trial_field, out,
                               NULL, &dec);
+    kt_err why = {0}; /* what decodes must be what the encoder accepts (found by fuzz_record) */
+    if (rc == 0 && check_trial(out, &why) < 0)
+        rc = kt_err_set(err, -EBADMSG, "%s", why.msg);
     msgpack_unpacked_destroy(&res);
     return rc;
 }
