@@ -85,6 +85,7 @@
 #define WK_TAG           "worker"
 #define WK_MAX_CANDS     64
 #define WK_MAX_DATA      4 /* unused data sets kept for later candidates of the same group */
+#define WK_REF_CUBINS    16 /* compiled reference programs kept, by SHA-256 of their source */
 #define WK_MAX_MSG       ((size_t)256 << 20)
 #define WK_DEFAULT_SEEDS 3
 #define WK_EXIT_FAULT    3
@@ -180,6 +181,15 @@ struct wk {
     wk_cand cands[WK_MAX_CANDS];
     int n_data;
     wk_data *data[WK_MAX_CANDS + WK_MAX_DATA + 1];
+    /* Reference cubins: the full graph's reference is compiled again for every group that
+     * reads intermediates, and NVRTC takes about 0.5 s for it on the H100. */
+    struct {
+        uint8_t key[32];
+        void *cubin; /* NULL: empty slot */
+        size_t len;
+        uint64_t last_use;
+    } ref_cubins[WK_REF_CUBINS];
+    uint64_t ref_clock;
     msgpack_sbuffer sb;
     msgpack_packer pk;
 };
@@ -905,6 +915,51 @@ static void ref_free(wk *w, wk_ref *r)
 }
 
 /* Emits, compiles (NVRTC) and loads the reference of g; allocates its workspace. */
+/* Compiles r->prog.source into r->cr, or copies the cubin compiled before for the same source
+ * and target (the cache holds WK_REF_CUBINS, least recently used goes). */
+static int ref_compile(wk *w, wk_ref *r, kt_err *err)
+{
+    uint8_t key[32];
+    size_t len = strlen(r->prog.source);
+    char *keyed = malloc(len + sizeof(w->arch) + 1);
+    if (!keyed)
+        return kt_err_set(err, -ENOMEM, "out of memory");
+    memcpy(keyed, w->arch, sizeof(w->arch));
+    memcpy(keyed + sizeof(w->arch), r->prog.source, len + 1);
+    ops_sha256(keyed, len + sizeof(w->arch), key);
+    free(keyed);
+    int slot = 0;
+    for (int i = 0; i < WK_REF_CUBINS; i++) {
+        if (w->ref_cubins[i].cubin && memcmp(w->ref_cubins[i].key, key, 32) == 0) {
+            if (!(r->cr.cubin = malloc(w->ref_cubins[i].len)))
+                return kt_err_set(err, -ENOMEM, "out of memory");
+            memcpy(r->cr.cubin, w->ref_cubins[i].cubin, w->ref_cubins[i].len);
+            r->cr.cubin_len = w->ref_cubins[i].len;
+            r->cr.status = SRCH_COMPILE_OK;
+            w->ref_cubins[i].last_use = ++w->ref_clock;
+            return 0;
+        }
+        if (!w->ref_cubins[i].cubin ||
+            (w->ref_cubins[slot].cubin &&
+             w->ref_cubins[i].last_use < w->ref_cubins[slot].last_use))
+            slot = i;
+    }
+    int rc = srch_nvrtc_compile(r->prog.source, w->arch, &r->cr);
+    if (rc < 0 || r->cr.status != SRCH_COMPILE_OK)
+        return kt_err_set(err, rc < 0 ? rc : -EINVAL, "reference does not compile: %.300s",
+                          r->cr.log ? r->cr.log : "");
+    void *copy = malloc(r->cr.cubin_len);
+    if (copy) { /* without memory the next one compiles again: no error */
+        memcpy(copy, r->cr.cubin, r->cr.cubin_len);
+        free(w->ref_cubins[slot].cubin);
+        memcpy(w->ref_cubins[slot].key, key, 32);
+        w->ref_cubins[slot].cubin = copy;
+        w->ref_cubins[slot].len = r->cr.cubin_len;
+        w->ref_cubins[slot].last_use = ++w->ref_clock;
+    }
+    return 0;
+}
+
 static int ref_load(wk *w, const ops_graph *g, wk_ref *r, kt_err *err)
 {
     memset(r, 0, sizeof(*r));
@@ -912,10 +967,8 @@ static int ref_load(wk *w, const ops_graph *g, wk_ref *r, kt_err *err)
     int rc = ops_emit_reference_graph(g, &r->prog, &d);
     if (rc < 0)
         return kt_err_set(err, rc, "reference: %s", d.msg);
-    rc = srch_nvrtc_compile(r->prog.source, w->arch, &r->cr);
-    if (rc < 0 || r->cr.status != SRCH_COMPILE_OK)
-        return kt_err_set(err, rc < 0 ? rc : -EINVAL, "reference does not compile: %.300s",
-                          r->cr.log ? r->cr.log : "");
+    if ((rc = ref_compile(w, r, err)) < 0)
+        return rc;
     if ((rc = wk_cu(w, w->cu.p_cuModuleLoadData(&r->mod, r->cr.cubin), "load the reference", err)) <
         0)
         return rc;
