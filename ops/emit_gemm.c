@@ -15,7 +15,9 @@
  *     change converts the data, or when rows are not 4-byte aligned);
  *   - WM x WN warps each own a WTM x WTN sub-tile: mma.sync m16n8k16 (f16, bf16) or m16n8k8
  *     (tf32) with fragments loaded by ldmatrix (.trans where the stored orientation needs it),
- *     or FFMA with a TM x TN thread tile;
+ *     or FFMA with a TM x TN thread tile; "tf32x3" splits each fp32 operand into a tf32 pair
+ *     (big + small) and issues three tf32 mmas per product, which keeps fp32-level accuracy
+ *     (see emit_mma_stage) and is therefore searched under the exact policy too;
  *   - the epilogue computes the fused chain per element in fp32 and stores with edge masks.
  * Shared-memory rows are padded (16 bytes; 32 for tf32 operands read element-wise) or
  * XOR-swizzled in 16-byte chunks against bank conflicts.
@@ -45,16 +47,16 @@ enum {
     KN_SPLITK_MODE, /* last, so the other knobs keep their positions */
     KN_COUNT
 };
-enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16 };
+enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3 };
 enum { SMEM_PAD, SMEM_XOR };
 enum { SPLITK_PARALLEL, SPLITK_SERIAL };
 
-static const char *const math_labels[] = {"ffma", "tf32", "f16", "bf16"};
+static const char *const math_labels[] = {"ffma", "tf32", "f16", "bf16", "tf32x3"};
 static const char *const smem_labels[] = {"pad", "xor"};
 static const char *const splitk_mode_labels[] = {"parallel", "serial"};
 
 static const ops_knob gemm_knobs[KN_COUNT] = {
-    [KN_MATH] = {"math", 4, {MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16}, math_labels},
+    [KN_MATH] = {"math", 5, {MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3}, math_labels},
     [KN_BM] = {"bm", 5, {16, 32, 64, 128, 256}, NULL},
     [KN_BN] = {"bn", 5, {16, 32, 64, 128, 256}, NULL},
     [KN_BK] = {"bk", 4, {8, 16, 32, 64}, NULL},
@@ -230,6 +232,12 @@ static int64_t cdiv(int64_t a, int64_t b)
     return (a + b - 1) / b;
 }
 
+/* Both tf32 paths: fp32 tiles in shared memory, m16n8k8 mma. */
+static bool is_tf32(int math)
+{
+    return math == MATH_TF32 || math == MATH_TF32X3;
+}
+
 static ops_dtype math_dtype(int math, ops_dtype dt)
 {
     switch (math) {
@@ -238,6 +246,7 @@ static ops_dtype math_dtype(int math, ops_dtype dt)
     case MATH_BF16:
         return OPS_DT_BF16;
     case MATH_TF32:
+    case MATH_TF32X3:
         return OPS_DT_F32;
     default:
         return dt;
@@ -249,7 +258,9 @@ static ops_dtype math_dtype(int math, ops_dtype dt)
  * same products and sums, slower, so on 16-bit data it is kept only for skinny problems where
  * the 16-row mma tile is mostly padding ("redundant" otherwise). f32 data uses FFMA, tf32 under
  * the tf32 and reduced policies, and f16/bf16 tensor cores under reduced ("precision" when the
- * job's policy forbids the path). */
+ * job's policy forbids the path). tf32x3 is as accurate as FFMA to within a small factor
+ * (products to about 2^-22 relative, fp32 sums), so every policy may use it; the verification
+ * against the fp64 reference holds it to the policy's tolerance like any other candidate. */
 static const char *math_excluded(const gemm_problem *p, int math)
 {
     ops_precision prec = p->grp->precision;
@@ -260,6 +271,7 @@ static const char *math_excluded(const gemm_problem *p, int math)
     }
     switch (math) {
     case MATH_FFMA:
+    case MATH_TF32X3:
         return NULL;
     case MATH_TF32:
         return prec == OPS_PREC_TF32 || prec == OPS_PREC_REDUCED ? NULL : "precision";
@@ -294,7 +306,7 @@ static void setup_operand(const gemm_problem *p, gemm_cfg *c, int k)
     }
     o->ve = o->vb ? o->vb / c->esize : (o->cols % 4 == 0 ? 4 : 1);
     /* tf32 fragments come element-wise from a tile stored with K as its row axis. */
-    o->scalar_frag = c->math == MATH_TF32 && o->row_is_k;
+    o->scalar_frag = is_tf32(c->math) && o->row_is_k;
     o->pad = c->smem == SMEM_PAD ? (o->scalar_frag ? 32 : 16) / c->esize : 0;
     o->stride = o->C + o->pad;
     o->stage = o->R * o->stride;
@@ -357,7 +369,7 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
     c->wtm = c->bm / c->wm;
     c->wtn = c->bn / c->wn;
     c->tc = c->math != MATH_FFMA;
-    c->kstep = c->math == MATH_TF32 ? 8 : c->tc ? 16 : 1;
+    c->kstep = is_tf32(c->math) ? 8 : c->tc ? 16 : 1;
     c->sdt = math_dtype(c->math, p->dt);
     c->esize = (int)ops_dtype_size(c->sdt);
     c->tiles_m = cdiv(p->M, c->bm);
@@ -376,8 +388,10 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
         c->mi = c->wtm / 16;
         c->ni = c->wtn / 8;
         c->regs = c->mi * c->ni * 4 + c->mi * 4 + c->ni * 2 + 48;
-        if (c->math == MATH_TF32)
+        if (is_tf32(c->math))
             c->regs += 16;
+        if (c->math == MATH_TF32X3) /* the small halves of the fragments */
+            c->regs += c->mi * 4 + c->ni * 2 + 8;
     } else {
         lanes_ok = ffma_lanes(c);
         c->regs = c->tm * c->tn + c->tm + c->tn + 40;
@@ -718,7 +732,7 @@ static void emit_ptx_helpers(const gemm_emit *e)
     if (!c->tc)
         return;
     bool plain = false, trans = false;
-    if (c->math == MATH_TF32) {
+    if (is_tf32(c->math)) {
         plain = !c->op[0].scalar_frag || !c->op[1].scalar_frag;
     } else {
         plain = !c->op[0].row_is_k || !c->op[1].row_is_k;
@@ -743,7 +757,7 @@ static void emit_ptx_helpers(const gemm_emit *e)
                         : "elements (l/4, 2(l%4)) and (l/4, 2(l%4)+1)",
                       t ? "_trans" : "", t ? ".trans" : "");
     }
-    if (c->math == MATH_TF32) {
+    if (is_tf32(c->math)) {
         kt_buf_printf(
             b, "/* fp32 -> tf32 (round to nearest, ties away), kept in a 32-bit register. */\n"
                "__device__ __forceinline__ unsigned kt_tf32(float x)\n"
@@ -762,6 +776,21 @@ static void emit_ptx_helpers(const gemm_emit *e)
                "        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
                "\"r\"(b[0]), \"r\"(b[1]));\n"
                "}\n");
+        if (c->math == MATH_TF32X3)
+            kt_buf_printf(
+                b, "/* x = big + small, both tf32: big is x rounded to tf32 (low 13 bits clear), "
+                   "small the rounded\n"
+                   " * remainder. a * b ~ a.small * b.big + a.big * b.small + a.big * b.big: the "
+                   "dropped\n"
+                   " * a.small * b.small and the rounding of small are about 2^-22 of |a * b|, "
+                   "near fp32's 2^-24,\n"
+                   " * while every mma runs on the tf32 tensor cores. */\n"
+                   "__device__ __forceinline__ void kt_split_tf32(float x, unsigned &big, "
+                   "unsigned &small)\n"
+                   "{\n"
+                   "    big = kt_tf32(x) & 0xffffe000u;\n"
+                   "    small = kt_tf32(x - __uint_as_float(big));\n"
+                   "}\n");
     } else {
         const char *ty = c->math == MATH_F16 ? "f16" : "bf16";
         kt_buf_printf(b,
@@ -1140,18 +1169,21 @@ static void emit_mma_stage(const gemm_emit *e)
     const gemm_cfg *c = e->c;
     kt_buf *b = e->b;
     const char *sty = ops_emit_ctype(c->sdt);
-    bool tf32 = c->math == MATH_TF32;
+    bool tf32 = is_tf32(c->math), x3 = c->math == MATH_TF32X3;
+    /* tf32x3 keeps the raw fp32 bits in the fragments and splits them after loading. */
+    const char *cv = x3 ? "__float_as_uint" : "kt_tf32";
     if (tf32)
         kt_buf_printf(
             b, "\n/* One BK-deep stage: the warp at (wm0, wn0) of the block tile multiplies "
                "its WTM x WTN sub-tile,\n"
-               " * MI x NI mma.sync.m16n8k8 (tf32) per 8-deep k step. Fragments (PTX ISA; g = "
+               " * MI x NI mma.sync.m16n8k8 (tf32%s) per 8-deep k step. Fragments (PTX ISA; g = "
                "lane / 4, t = lane %% 4):\n"
                " *   A 16x8: a0 (row g, k t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + "
                "4)\n"
                " *   B 8x8:  b0 (k t, col g), b1 (k t + 4, col g)\n"
                " *   C 16x8: c0, c1 (row g, cols 2t, 2t + 1), c2, c3 (row g + 8, same cols) "
-               "*/\n");
+               "*/\n",
+            x3 ? "; three per product, on the big/small split of each operand" : "");
     else
         kt_buf_printf(
             b, "\n/* One BK-deep stage: the warp at (wm0, wn0) of the block tile multiplies "
@@ -1204,16 +1236,18 @@ static void emit_mma_stage(const gemm_emit *e)
     if (tf32 && oa->scalar_frag) {
         kt_buf_line(b, "/* A stored [k][m]: element by element */");
         kt_buf_line(b, "const int m = wm0 + i * 16 + g;");
-        kt_buf_line(b, "a[i][0] = kt_tf32(as[ktg_a_slot(kk + t, m)]);");
-        kt_buf_line(b, "a[i][1] = kt_tf32(as[ktg_a_slot(kk + t, m + 8)]);");
-        kt_buf_line(b, "a[i][2] = kt_tf32(as[ktg_a_slot(kk + t + 4, m)]);");
-        kt_buf_line(b, "a[i][3] = kt_tf32(as[ktg_a_slot(kk + t + 4, m + 8)]);");
+        kt_buf_line(b, "a[i][0] = %s(as[ktg_a_slot(kk + t, m)]);", cv);
+        kt_buf_line(b, "a[i][1] = %s(as[ktg_a_slot(kk + t, m + 8)]);", cv);
+        kt_buf_line(b, "a[i][2] = %s(as[ktg_a_slot(kk + t + 4, m)]);", cv);
+        kt_buf_line(b, "a[i][3] = %s(as[ktg_a_slot(kk + t + 4, m + 8)]);", cv);
     } else if (tf32) {
         kt_buf_line(b, "kt_ldsm_x4(a[i][0], a[i][1], a[i][2], a[i][3], as + ktg_a_slot(wm0 + i * "
                        "16 + a_r, kk + a_c));");
-        kt_buf_line(b, "#pragma unroll");
-        kt_buf_line(b, "for (int r = 0; r < 4; r++)");
-        kt_buf_line(b, "    a[i][r] = kt_tf32(__uint_as_float(a[i][r]));");
+        if (!x3) {
+            kt_buf_line(b, "#pragma unroll");
+            kt_buf_line(b, "for (int r = 0; r < 4; r++)");
+            kt_buf_line(b, "    a[i][r] = kt_tf32(__uint_as_float(a[i][r]));");
+        }
     } else if (oa->row_is_k) {
         kt_buf_line(b, "kt_ldsm_x4_trans(a[i][0], a[i][1], a[i][2], a[i][3], as + ktg_a_slot(kk + "
                        "a_r, wm0 + i * 16 + a_c));");
@@ -1230,13 +1264,16 @@ static void emit_mma_stage(const gemm_emit *e)
         b->indent = 12;
         kt_buf_line(b, "/* B stored [k][n]: element by element */");
         kt_buf_line(b, "const int n = wn0 + j * 8 + g;");
-        kt_buf_line(b, "b[j][0] = kt_tf32(bs[ktg_b_slot(kk + t, n)]);");
-        kt_buf_line(b, "b[j][1] = kt_tf32(bs[ktg_b_slot(kk + t + 4, n)]);");
+        kt_buf_line(b, "b[j][0] = %s(bs[ktg_b_slot(kk + t, n)]);", cv);
+        kt_buf_line(b, "b[j][1] = %s(bs[ktg_b_slot(kk + t + 4, n)]);", cv);
     } else {
         kt_buf_line(b, "for (int j = 0; j < NI; j += 2) {");
         b->indent = 12;
         kt_buf_line(b, "/* one x4 load: b[j] from matrices 0 and 1, b[j + 1] from 2 and 3 */");
-        if (tf32) {
+        if (x3) {
+            kt_buf_line(b, "kt_ldsm_x4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], bs + "
+                           "ktg_b_slot(wn0 + j * 8 + b_r, kk + b_c));");
+        } else if (tf32) {
             kt_buf_line(b, "kt_ldsm_x4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], bs + "
                            "ktg_b_slot(wn0 + j * 8 + b_r, kk + b_c));");
             kt_buf_line(b, "#pragma unroll");
@@ -1254,11 +1291,33 @@ static void emit_mma_stage(const gemm_emit *e)
     }
     b->indent = 8;
     kt_buf_line(b, "}");
+    if (x3) {
+        kt_buf_line(b, "/* split: a and b keep the big halves, a_lo and b_lo receive the small ones */");
+        kt_buf_line(b, "unsigned a_lo[MI][4], b_lo[NI][2];");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int i = 0; i < MI; i++)");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int r = 0; r < 4; r++)");
+        kt_buf_line(b, "        kt_split_tf32(__uint_as_float(a[i][r]), a[i][r], a_lo[i][r]);");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int j = 0; j < NI; j++)");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int r = 0; r < 2; r++)");
+        kt_buf_line(b, "        kt_split_tf32(__uint_as_float(b[j][r]), b[j][r], b_lo[j][r]);");
+    }
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int i = 0; i < MI; i++) {");
     kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int j = 0; j < NI; j++)");
+    kt_buf_line(b, "    for (int j = 0; j < NI; j++)%s", x3 ? " {" : "");
+    if (x3) {
+        kt_buf_line(b, "        /* the small terms first, so they are not lost against the "
+                       "big product */");
+        kt_buf_line(b, "        kt_mma(acc[i][j], a_lo[i], b[j]);");
+        kt_buf_line(b, "        kt_mma(acc[i][j], a[i], b_lo[j]);");
+    }
     kt_buf_line(b, "        kt_mma(acc[i][j], a[i], b[j]);");
+    if (x3)
+        kt_buf_line(b, "    }");
     kt_buf_line(b, "}");
     b->indent = 4;
     kt_buf_line(b, "}");
@@ -1965,7 +2024,9 @@ static void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops
 
     double peak = dev->fp32_flops_per_s, eff;
     if (c.tc) {
-        peak = c.math == MATH_TF32 ? dev->tf32_flops_per_s : dev->f16_flops_per_s;
+        peak = c.math == MATH_TF32     ? dev->tf32_flops_per_s
+               : c.math == MATH_TF32X3 ? dev->tf32_flops_per_s / 3.0 /* three mmas a product */
+                                       : dev->f16_flops_per_s;
         if (dev->sm_major >= 9)
             peak *= 0.6;
         double intensity = (double)c.wtm * c.wtn / (c.wtm + c.wtn); /* flops per smem element */

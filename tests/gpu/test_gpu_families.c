@@ -20,23 +20,28 @@
 #define SKIP 77
 
 typedef struct gpu_case {
-    const char *file; /* under examples/ */
+    const char *file; /* relative to the source root */
     const char *shapes;
     ops_precision precision;
+    const char *only; /* when set, only schedules whose text contains this are tested */
 } gpu_case;
 
 /* Ragged shapes on purpose: not multiples of any tile. */
 static const gpu_case cases[] = {
-    {"gemm_bias_relu.json", "M=1000", OPS_PREC_EXACT},
-    {"gemm_bias_relu.json", "M=1024", OPS_PREC_EXACT},
-    {"softmax.json", "M=333,N=777", OPS_PREC_EXACT},
-    {"softmax.json", "M=16,N=16384", OPS_PREC_EXACT},
-    {"layernorm.json", "M=333", OPS_PREC_EXACT},
-    {"rmsnorm.json", "M=100", OPS_PREC_EXACT},
-    {"gelu_tanh_chain.json", "M=333,N=777", OPS_PREC_EXACT},
-    {"sum_lastaxis.json", "M=333,N=777", OPS_PREC_EXACT},
-    {"conv2d.json", "N=3", OPS_PREC_EXACT},
-    {"attention.json", "B=1,H=2,S=200", OPS_PREC_EXACT},
+    {"examples/gemm_bias_relu.json", "M=1000", OPS_PREC_EXACT, NULL},
+    {"examples/gemm_bias_relu.json", "M=1024", OPS_PREC_EXACT, NULL},
+    {"examples/softmax.json", "M=333,N=777", OPS_PREC_EXACT, NULL},
+    {"examples/softmax.json", "M=16,N=16384", OPS_PREC_EXACT, NULL},
+    {"examples/layernorm.json", "M=333", OPS_PREC_EXACT, NULL},
+    {"examples/rmsnorm.json", "M=100", OPS_PREC_EXACT, NULL},
+    {"examples/gelu_tanh_chain.json", "M=333,N=777", OPS_PREC_EXACT, NULL},
+    {"examples/sum_lastaxis.json", "M=333,N=777", OPS_PREC_EXACT, NULL},
+    {"examples/conv2d.json", "N=3", OPS_PREC_EXACT, NULL},
+    {"examples/attention.json", "B=1,H=2,S=200", OPS_PREC_EXACT, NULL},
+    /* The error-compensated tf32 paths under the exact policy: fp32-level accuracy required. */
+    {"bench/cases/kb_l2_gemm_add_relu.json", "B=200", OPS_PREC_EXACT, "math=tf32x3"},
+    {"examples/conv2d.json", "N=3", OPS_PREC_EXACT, "math=tf32x3"},
+    {"examples/conv2d.json", "N=3", OPS_PREC_TF32, "math=tf32 "},
 };
 
 static int per_family = 6;
@@ -314,7 +319,7 @@ static int run_case(const gpu_case *gc)
         return 1;
     }
     char path[1024], shapes[256];
-    snprintf(path, sizeof(path), "%s/examples/%s",
+    snprintf(path, sizeof(path), "%s/%s",
              getenv("KTUNE_SOURCE_ROOT") ? getenv("KTUNE_SOURCE_ROOT") : ".", gc->file);
     snprintf(shapes, sizeof(shapes), "%s", gc->shapes);
     ops_graph *g = NULL, *bound = NULL;
@@ -336,6 +341,21 @@ static int run_case(const gpu_case *gc)
     srch_candidate *cand = NULL;
     int64_t n = 0;
     srch_space_candidates(s, &cand, &n);
+    if (gc->only) { /* keep the matching schedules, in order */
+        int64_t kept = 0;
+        for (int64_t i = 0; i < n; i++) {
+            char text[256];
+            ops_schedule_format(&cand[i].schedule, text, sizeof(text));
+            strcat(text, " ");
+            if (strstr(text, gc->only))
+                cand[kept++] = cand[i];
+        }
+        n = kept;
+        if (n == 0) {
+            printf("FAIL %s %s: no schedule matches \"%s\"\n", gc->file, gc->shapes, gc->only);
+            return 1;
+        }
+    }
     int n_fam = 0;
     bool fam_seen[OPS_FAM_COUNT] = {false};
     for (int64_t i = 0; i < n; i++)
@@ -348,8 +368,8 @@ static int run_case(const gpu_case *gc)
     group_data *gdata = calloc((size_t)s->n_groups, sizeof(group_data));
     bool *have = calloc((size_t)s->n_groups, sizeof(bool));
     int failures = 0;
-    printf("== %s %s: %lld candidates, testing %lld\n", gc->file, gc->shapes, (long long)n,
-           (long long)n_pick);
+    printf("== %s %s%s%s: %lld candidates, testing %lld\n", gc->file, gc->shapes,
+           gc->only ? ", only " : "", gc->only ? gc->only : "", (long long)n, (long long)n_pick);
     fflush(stdout);
     for (int64_t i = 0; i < n_pick; i++) {
         const srch_candidate *c = &cand[pick[i]];
@@ -394,12 +414,14 @@ static int run_case(const gpu_case *gc)
     return failures ? 1 : 0;
 }
 
-/* Usage: test_gpu_families [PER_FAMILY [GRAPH.json SHAPES]] — with a graph, only that case. */
+/* Usage: test_gpu_families [PER_FAMILY [GRAPH.json SHAPES [MATCH]]] — with a graph (path from
+ * the source root), only that case; MATCH keeps the schedules whose text contains it. */
 int main(int argc, char **argv)
 {
     if (argc > 1)
         per_family = atoi(argv[1]);
-    gpu_case only = {argc > 3 ? argv[2] : NULL, argc > 3 ? argv[3] : NULL, OPS_PREC_EXACT};
+    gpu_case only = {argc > 3 ? argv[2] : NULL, argc > 3 ? argv[3] : NULL, OPS_PREC_EXACT,
+                     argc > 4 ? argv[4] : NULL};
     const gpu_case *list = only.file ? &only : cases;
     size_t n_cases = only.file ? 1 : KT_ARRAY_LEN(cases);
     int failed = 0, skipped = 0;

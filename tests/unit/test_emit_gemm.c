@@ -20,7 +20,7 @@ extern const ops_family ops_family_gemm;
 
 /* Knob order of the family (values, not indices). */
 enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM, SPLITK_MODE };
-enum { FFMA = 0, TF32 = 1, F16 = 2, BF16 = 3 };
+enum { FFMA = 0, TF32 = 1, F16 = 2, BF16 = 3, TF32X3 = 4 };
 enum { PAD = 0, XOR = 1 };
 enum { PARALLEL = 0, SERIAL = 1 };
 
@@ -195,7 +195,7 @@ static int64_t kept(const ops_graph *g, uint64_t mask, ops_precision prec)
 }
 
 typedef struct math_tally {
-    int per_math[4];
+    int per_math[5];
 } math_tally;
 
 static int tally_cb(const ops_schedule *s, void *ctx)
@@ -229,6 +229,7 @@ static void test_counts(void **state)
     assert_true(fused + mm + mm_add >= 500);
     math_tally t = tally(g, OPS_PREC_EXACT);
     assert_int_equal(t.per_math[F16], fused); /* f16 data: f16 tensor cores only */
+    assert_int_equal(t.per_math[TF32X3], 0);
     ops_graph_free(g);
 
     char *json = plain_gemm("bf16");
@@ -236,15 +237,17 @@ static void test_counts(void **state)
     t = tally(g, OPS_PREC_EXACT);
     print_message("bf16 4096^3: bf16 %d\n", t.per_math[BF16]);
     assert_true(t.per_math[BF16] >= 250);
-    assert_int_equal(t.per_math[FFMA] + t.per_math[TF32] + t.per_math[F16], 0);
+    assert_int_equal(t.per_math[FFMA] + t.per_math[TF32] + t.per_math[F16] + t.per_math[TF32X3], 0);
     ops_graph_free(g);
     free(json);
 
     json = plain_gemm("f32");
     g = emit_test_graph(json, "M=1024,N=1024,K=1024");
     t = tally(g, OPS_PREC_EXACT);
-    print_message("f32 1024^3 exact: ffma %d\n", t.per_math[FFMA]);
+    print_message("f32 1024^3 exact: ffma %d tf32x3 %d\n", t.per_math[FFMA], t.per_math[TF32X3]);
     assert_true(t.per_math[FFMA] >= 50);
+    /* the error-compensated tf32 path keeps fp32-level accuracy: searched under exact too */
+    assert_true(t.per_math[TF32X3] >= 50);
     assert_int_equal(t.per_math[TF32] + t.per_math[F16] + t.per_math[BF16], 0);
     t = tally(g, OPS_PREC_TF32);
     print_message("f32 1024^3 tf32: ffma %d tf32 %d\n", t.per_math[FFMA], t.per_math[TF32]);
@@ -355,10 +358,13 @@ static void test_compile_spread_sm90(void **state)
     /* the tf32 share of the space */
     cand_list l = {0};
     assert_int_equal(ops_family_enumerate(&ops_family_gemm, &grp, &dev, collect_cb, &l, NULL), 0);
-    int tf = 0;
-    for (int i = 0; i < l.n && tf < 10; i += 7) {
-        if (l.s[i].v[MATH] != TF32)
+    int tf = 0, x3 = 0; /* up to 5 of each tf32 path */
+    for (int i = 0; i < l.n && tf + x3 < 10; i += 7) {
+        int m = l.s[i].v[MATH];
+        if (!(m == TF32 && tf < 5) && !(m == TF32X3 && x3 < 5))
             continue;
+        x3 += m == TF32X3;
+        tf += m == TF32;
         ops_emitted em;
         ops_diag d = {0};
         if (ops_family_gemm.emit(&grp, &l.s[i], &dev, &em, &d) < 0)
@@ -367,7 +373,6 @@ static void test_compile_spread_sm90(void **state)
         sources[n++] = em.source;
         em.source = NULL;
         ops_emitted_free(&em);
-        tf++;
     }
     free(l.s);
 
@@ -462,6 +467,13 @@ static void test_compile_ragged(void **state)
          serial(sched(FFMA, 32, 64, 8, 1, 2, 3, 8, 1, PAD))},
         {rich_gemm("f32", false, true), "M=100,N=72,K=999", OPS_PREC_TF32,
          serial(sched(TF32, 32, 32, 16, 2, 1, 2, 2, 1, PAD))},
+        /* tf32x3 under exact: both fragment paths (ldmatrix and element-wise), ragged edges */
+        {plain_gemm("f32"), "M=333,N=777,K=1001", OPS_PREC_EXACT,
+         sched(TF32X3, 64, 64, 16, 2, 2, 3, 1, 1, PAD)},
+        {rich_gemm("f32", true, true), "M=100,N=72,K=40", OPS_PREC_EXACT,
+         sched(TF32X3, 32, 32, 16, 2, 1, 2, 1, 1, PAD)},
+        {rich_gemm("f32", false, true), "M=100,N=72,K=999", OPS_PREC_EXACT,
+         serial(sched(TF32X3, 32, 32, 16, 2, 1, 2, 2, 1, XOR))},
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
         ops_graph *g = emit_test_graph(cases[i].json, cases[i].shape);
