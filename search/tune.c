@@ -21,8 +21,15 @@
 #define GAP_NS 2000.0
 /* Candidates the worker keeps loaded for "retime" (worker.h). */
 #define WORKER_LOADED 64
-/* Round A covers the groups of this many partitions (cheapest estimates first). */
+/* Round A covers the groups of up to this many partitions (cheapest estimates first), in steps
+ * of ROUND_A_STEP partitions; a step starts only while round A has used less than
+ * ROUND_A_SHARE of the screening budget. Every new group costs a data set and an fp64
+ * reference run (a fraction of a second on 64 MiB inputs), so with a short budget the groups
+ * of the partitions the model ranks first get the rest of it (screen, refine) instead of
+ * one candidate each for 32 partitions. */
 #define ROUND_A_PARTS 16
+#define ROUND_A_STEP  4
+#define ROUND_A_SHARE 0.35
 /* Further candidates tried, one at a time, for a group whose round-A pick failed. */
 #define ROUND_A_RETRIES 5
 /* Ties: two medians closer than this relative distance (or twice the larger relative spread of
@@ -720,12 +727,18 @@ static int screen(tune *t, kt_err *err)
     batch b = {0};
     int rc = 0;
     report(t, "screen");
-    int parts = t->s->n_partitions < ROUND_A_PARTS ? t->s->n_partitions : ROUND_A_PARTS;
-    for (int p = 0; p < parts && rc == 0; p++)
-        for (int k = 0; k < t->s->partitions[p].n_groups && rc == 0; k++)
-            rc = add_first(t, &b, t->s->partitions[p].groups[k]);
-    if (rc == 0)
-        rc = run_batch(t, b.idx, b.n, err);
+    int max_parts = t->s->n_partitions < ROUND_A_PARTS ? t->s->n_partitions : ROUND_A_PARTS;
+    double round_a_end = t->t0 + (t->end - t->t0) * ROUND_A_SHARE;
+    int parts = 0;
+    while (parts < max_parts && rc == 0 && !over_budget(t) && (parts == 0 || now_s() < round_a_end)) {
+        b.n = 0;
+        for (int p = parts; p < parts + ROUND_A_STEP && p < max_parts && rc == 0; p++)
+            for (int k = 0; k < t->s->partitions[p].n_groups && rc == 0; k++)
+                rc = add_first(t, &b, t->s->partitions[p].groups[k]);
+        parts = parts + ROUND_A_STEP < max_parts ? parts + ROUND_A_STEP : max_parts;
+        if (rc == 0)
+            rc = run_batch(t, b.idx, b.n, err);
+    }
     /* A group whose pick failed gets the next of its list, a few times, so that one bad
      * candidate (a fault, a wrong kernel) does not take its partitions out of the race. */
     for (int retry = 0; retry < ROUND_A_RETRIES && rc == 0 && !over_budget(t); retry++) {
