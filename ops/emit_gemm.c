@@ -390,8 +390,8 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
         c->regs = c->mi * c->ni * 4 + c->mi * 4 + c->ni * 2 + 48;
         if (is_tf32(c->math))
             c->regs += 16;
-        if (c->math == MATH_TF32X3) /* the small halves of the fragments */
-            c->regs += c->mi * 4 + c->ni * 2 + 8;
+        if (c->math == MATH_TF32X3) /* the small halves of the fragments, one k step's sum */
+            c->regs += c->mi * 4 + c->ni * 2 + 12;
     } else {
         lanes_ok = ffma_lanes(c);
         c->regs = c->tm * c->tn + c->tm + c->tn + 40;
@@ -1310,14 +1310,22 @@ static void emit_mma_stage(const gemm_emit *e)
     kt_buf_line(b, "    #pragma unroll");
     kt_buf_line(b, "    for (int j = 0; j < NI; j++)%s", x3 ? " {" : "");
     if (x3) {
-        kt_buf_line(b, "        /* the small terms first, so they are not lost against the "
-                       "big product */");
-        kt_buf_line(b, "        kt_mma(acc[i][j], a_lo[i], b[j]);");
-        kt_buf_line(b, "        kt_mma(acc[i][j], a[i], b_lo[j]);");
-    }
-    kt_buf_line(b, "        kt_mma(acc[i][j], a[i], b[j]);");
-    if (x3)
+        /* The tensor cores add into their fp32 accumulator by truncation (measured on the
+         * H100: normwise error growing linearly with K, 7e-6 at K = 1024); summing each k step
+         * apart and adding it with an FADD (round to nearest) keeps the growth that of fp32. */
+        kt_buf_line(b, "        /* this k step's sum apart (the small terms first), then "
+                       "added with round-to-nearest */");
+        kt_buf_line(b, "        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};");
+        kt_buf_line(b, "        kt_mma(s, a_lo[i], b[j]);");
+        kt_buf_line(b, "        kt_mma(s, a[i], b_lo[j]);");
+        kt_buf_line(b, "        kt_mma(s, a[i], b[j]);");
+        kt_buf_line(b, "        #pragma unroll");
+        kt_buf_line(b, "        for (int r = 0; r < 4; r++)");
+        kt_buf_line(b, "            acc[i][j][r] += s[r];");
         kt_buf_line(b, "    }");
+    } else {
+        kt_buf_line(b, "        kt_mma(acc[i][j], a[i], b[j]);");
+    }
     kt_buf_line(b, "}");
     b->indent = 4;
     kt_buf_line(b, "}");

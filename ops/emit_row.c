@@ -58,7 +58,7 @@ static const ops_knob row_knobs[N_KNOBS] = {
     [K_ROWS] = {"rows", 4, {1, 2, 4, 8}, NULL},
     [K_PASS] = {"pass", 2, {PASS_MULTI, PASS_ONE}, pass_labels},
     [K_STORAGE] = {"storage", 3, {STO_REGS, STO_SHARED, STO_REREAD}, storage_labels},
-    [K_VEC] = {"vec", 3, {1, 2, 4}, NULL},
+    [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL}, /* 8: 16-byte accesses of 16-bit data */
 };
 
 #define RW_MAX_SLOTS  (OPS_GROUP_MAX_IO + OPS_GROUP_MAX_NODES)
