@@ -190,8 +190,11 @@ int cache_write(cache_env *env, cache_write_fn fn, void *ctx, kt_err *err)
         if (rc < 0) {
             mdb_txn_abort(txn);
         } else {
-            /* the commit point of every write call */
-            rc = cache_lmdb_error(env, mdb_txn_commit(txn), "cannot commit", err);
+            /* the commit point of every write call; a full disk shows here (ENOSPC), so the
+             * message names the cache */
+            char what[512];
+            snprintf(what, sizeof(what), "cache %s: cannot commit", env->path);
+            rc = cache_lmdb_error(env, mdb_txn_commit(txn), what, err);
         }
         if (rc >= 0)
             return 0;

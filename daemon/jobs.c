@@ -497,7 +497,14 @@ void kd_jobs_on_finish(kd_daemon *d, int slot, uint64_t job, int rc, const char 
         kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " queued again after %d trials (%s)", id,
                     kj->j.trials, rc == -ENODEV ? msg : "shutting down");
     } else {
-        snprintf(kj->j.error, sizeof(kj->j.error), "%s", msg[0] ? msg : "failed");
+        /* srch_tune can fail without a message (a trial it could not log, e.g. on a full
+         * disk): then the errno names the cause */
+        const char *name = strerrorname_np(-rc);
+        if (msg[0])
+            snprintf(kj->j.error, sizeof(kj->j.error), "%s", msg);
+        else
+            snprintf(kj->j.error, sizeof(kj->j.error), "failed: %s (%s)", strerror(-rc),
+                     name ? name : "EIO");
         finish(d, kj, CACHE_JOB_FAILED);
         kt_log_warn(KD_LOG_JOBS, "job %" PRIu64 " failed: %s", id, kj->j.error);
     }

@@ -440,11 +440,14 @@ static int fail_cand(tune *t, int64_t i, srch_status st, const char *fmt, ...) K
 
 static int log_trial(tune *t, int64_t i, kt_err *err)
 {
+    kt_err local = {0};
+    if (!err) /* the cause still reaches the log */
+        err = &local;
     cache_trial tr;
     trial_from(&t->c[i], &tr);
     int rc = cache_trial_append(t->cache, &t->key, &tr, err);
     if (rc < 0)
-        kt_log_err(TAG, "cannot log trial %s: %s", tr.cand, err ? err->msg : "");
+        kt_log_err(TAG, "cannot log trial %s: %s", tr.cand, err->msg);
     settle(t, i);
     return rc;
 }
@@ -538,7 +541,7 @@ static int evaluate(tune *t, int64_t i, const void *cubin, size_t cubin_len, kt_
         }
     }
     ops_emitted_free(&c->em);
-    return log_trial(t, i, NULL);
+    return log_trial(t, i, err); /* e.g. a full disk: the job's error names it */
 }
 
 /* Moves one finished compile from the pool to its candidate (results for candidates no longer

@@ -22,7 +22,12 @@
  *                  hash of the request's msgpack "sub" (which group); bindings, "M=64,N=128"
  *                  (those of "full" when the request has it, else of "sub": which job, when jobs
  *                  differ in shapes); pid, this worker's; ms, CLOCK_REALTIME milliseconds
- *   FAKE_NODEV     hello answers ENODEV, as the real worker does on a machine without a GPU */
+ *   FAKE_NODEV     hello answers ENODEV, as the real worker does on a machine without a GPU
+ *   FAKE_SLOW_NTH  N > 0: the N-th eval this process receives (after its FAKE_LOG line) sleeps
+ *                  FAKE_SLOW_MS (default 3000) instead of FAKE_DELAY_MS: a long "timing" during
+ *                  which a test can kill the worker from outside, by pid;
+ *   FAKE_SLOW_ONCE with FAKE_SLOW_NTH, a path: only the first worker process that creates it
+ *                  (O_EXCL) is slow, so a respawned worker runs at full speed */
 #include "search/worker.h"
 
 #include <fcntl.h>
@@ -280,6 +285,31 @@ static void log_detail(int fd, const msgpack_object *o, const srch_eval_req *r, 
         write_all_fd(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
 
+/* FAKE_SLOW_NTH: whether this eval, the n_evals-th of this process, is the slow one. */
+static int n_evals;
+
+static bool slow_now(void)
+{
+    n_evals++;
+    const char *nth = getenv("FAKE_SLOW_NTH");
+    if (!nth || atol(nth) != n_evals)
+        return false;
+    const char *once = getenv("FAKE_SLOW_ONCE");
+    if (once && once[0]) {
+        int fd = open(once, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return false;
+        close(fd);
+    }
+    return true;
+}
+
+static long slow_ms(void)
+{
+    const char *ms = getenv("FAKE_SLOW_MS");
+    return ms && atol(ms) > 0 ? atol(ms) : 3000;
+}
+
 static void eval(const msgpack_object *o)
 {
     srch_eval_req req;
@@ -304,7 +334,9 @@ static void eval(const msgpack_object *o)
         }
     }
     const char *delay = getenv("FAKE_DELAY_MS");
-    if (delay)
+    if (slow_now())
+        sleep_ms(slow_ms());
+    else if (delay)
         sleep_ms(atol(delay));
     if (listed("FAKE_FAULT", key)) {
         fprintf(stderr, "fake worker: faulting on %s\n", key);

@@ -1,0 +1,296 @@
+/* Drill (issue 7): a full disk. The test enters a private mount namespace (unshare(2): as root
+ * CLONE_NEWNS; otherwise a user namespace too, as `unshare -rm` does), mounts a 4 MiB tmpfs and
+ * puts ktuned's cache on it (socket and logs stay outside). With a job running it fills the
+ * disk, then:
+ *   - the running job ends failed, its error naming the full disk (or, if every write it still
+ *     had to do fit in pages LMDB had free, done);
+ *   - a submission whose journal entry needs new pages (a 3000-node graph) is refused ENOSPC with
+ *     a message naming the full disk, and the daemon logs it;
+ *   - the daemon keeps running and answers hello, stats and status;
+ *   - after the filler is removed, the same job submitted again finishes with a record,
+ *     resuming from the trials logged before the disk filled;
+ *   - every stored value passes its checksum and decodes, and LMDB opens read-write.
+ * Exit 77 when no mount namespace can be made (not root and no user namespaces). */
+#include "daemon_harness.h"
+#include "drill_util.h"
+
+#include "cache/cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define DISK_BYTES "4m"
+#define BIG_NODES  3000
+
+static dh_daemon daemon_;
+static char disk[260], filler[280];
+static void *graph_mp;
+static size_t graph_len;
+
+static int write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = write(fd, text, strlen(text));
+    int e = errno;
+    close(fd);
+    return n == (ssize_t)strlen(text) ? 0 : -e;
+}
+
+/* A private mount namespace for this process and its children; -errno when none can be made. */
+static int enter_mount_ns(void)
+{
+    if (unshare(CLONE_NEWNS) < 0) {
+        uid_t uid = geteuid();
+        gid_t gid = getegid();
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
+            return -errno;
+        char map[64];
+        snprintf(map, sizeof(map), "0 %u 1", (unsigned)uid);
+        if (write_file("/proc/self/setgroups", "deny") < 0 ||
+            write_file("/proc/self/uid_map", map) < 0)
+            return -EPERM;
+        snprintf(map, sizeof(map), "0 %u 1", (unsigned)gid);
+        if (write_file("/proc/self/gid_map", map) < 0)
+            return -EPERM;
+    }
+    if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+        return -errno;
+    return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (dh_example_graph("gelu_tanh_chain", &graph_mp, &graph_len) < 0)
+        return -1;
+    if (dh_init(&daemon_, "disk") < 0)
+        return -1;
+    snprintf(disk, sizeof(disk), "%.250s/disk", daemon_.root);
+    if (mkdir(disk, 0755) < 0 ||
+        mount("none", disk, "tmpfs", MS_NOSUID | MS_NODEV, "size=" DISK_BYTES) < 0) {
+        fprintf(stderr, "cannot mount a tmpfs on %s: %s\n", disk, strerror(errno));
+        return -1;
+    }
+    snprintf(daemon_.cache, sizeof(daemon_.cache), "%s/cache", disk);
+    snprintf(filler, sizeof(filler), "%s/filler", disk);
+    dh_opts o = {.gpus = "0", .delay_ms = 20, .log_evals = true};
+    return dh_start(&daemon_, &o, 30.0);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (daemon_.pid > 0)
+        dh_stop(&daemon_, SIGKILL, 5.0, NULL);
+    if (disk[0])
+        umount2(disk, MNT_DETACH);
+    dh_cleanup(&daemon_);
+    free(graph_mp);
+    return 0;
+}
+
+/* Writes the filler until the disk refuses a single byte; its size. */
+static size_t fill_disk(void)
+{
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    static char block[65536];
+    size_t total = 0;
+    for (size_t chunk = sizeof(block); chunk >= 1; chunk /= 2) {
+        for (;;) {
+            ssize_t n = write(fd, block, chunk);
+            if (n <= 0) {
+                assert_int_equal(errno, ENOSPC);
+                break;
+            }
+            total += (size_t)n;
+        }
+    }
+    close(fd);
+    return total;
+}
+
+static size_t count_evals(void)
+{
+    dh_eval *ev = NULL;
+    size_t n = 0;
+    assert_int_equal(dh_read_evals(daemon_.fake_log, &ev, &n), 0);
+    free(ev);
+    return n;
+}
+
+static dh_job submit_m(dh_conn *c, int64_t m)
+{
+    dh_shape s[2] = {{"M", m}, {"N", 256}};
+    dh_submit_args a = {.graph = graph_mp,
+                        .graph_len = graph_len,
+                        .shapes = s,
+                        .n_shapes = 2,
+                        .budget_s = 60,
+                        .gpu = -1};
+    dh_job j;
+    if (dh_submit(c, &a, 10.0, &j, NULL) < 0)
+        fail_msg("submit M=%lld failed", (long long)m);
+    return j;
+}
+
+/* A chain of n relu nodes over x[M, 64]. */
+static char *big_graph_json(int n)
+{
+    size_t cap = (size_t)n * 64 + 512, off = 0;
+    char *s = malloc(cap);
+    assert_non_null(s);
+    off += (size_t)snprintf(s + off, cap - off,
+                            "{\"name\": \"drill_long_chain\", \"inputs\": {\"x\": {\"dtype\": "
+                            "\"f32\", \"shape\": [\"M\", 64]}}, \"nodes\": [");
+    for (int i = 0; i < n; i++)
+        off += (size_t)snprintf(s + off, cap - off,
+                                "%s{\"out\": \"t%d\", \"op\": \"relu\", "
+                                "\"in\": [\"%s%d\"]}",
+                                i ? ", " : "", i, i ? "t" : "x", i ? i - 1 : 0);
+    /* the first node reads x, not "x0" */
+    char *x0 = strstr(s, "\"x0\"");
+    assert_non_null(x0);
+    memmove(x0 + 2, x0 + 3, strlen(x0 + 3) + 1);
+    off = strlen(s);
+    snprintf(s + off, cap - off, "], \"outputs\": [\"t%d\"]}", n - 1);
+    return s;
+}
+
+static bool names_full_disk(const char *msg)
+{
+    return strstr(msg, "No space left on device") || strstr(msg, "ENOSPC");
+}
+
+static bool log_has(const char *what)
+{
+    char *text = NULL;
+    size_t len = 0;
+    if (kt_read_file(daemon_.log, &text, &len, NULL) < 0)
+        return false;
+    bool found = strstr(text, what) != NULL;
+    free(text);
+    return found;
+}
+
+static void test_full_disk(void **state)
+{
+    (void)state;
+    dh_conn c;
+    assert_int_equal(dh_connect(&c, daemon_.sock), 0);
+    dh_job a = submit_m(&c, 64);
+    double t_end = dh_now() + 60 * dh_scale();
+    while (count_evals() < 5) {
+        if (dh_now() > t_end)
+            fail_msg("the job never got going");
+        usleep(5000);
+    }
+    size_t filled = fill_disk();
+    size_t evals_at_fill = count_evals();
+
+    /* the running job: failed naming the full disk, or done if its writes fit in free pages */
+    if (dh_wait_job(&c, a.id, NULL, 60 * dh_scale(), 0.05, &a) < 0)
+        fail_msg("the job did not end after the disk filled (%s)", a.state);
+    if (strcmp(a.state, "failed") == 0) {
+        if (!names_full_disk(a.error))
+            fail_msg("the job failed on a full disk, but its error does not say so: %s", a.error);
+    } else if (strcmp(a.state, "done") != 0) {
+        fail_msg("the job ended %s: %s", a.state, a.error);
+    }
+
+    /* a submission needing new pages: ENOSPC, named */
+    char *json = big_graph_json(BIG_NODES);
+    void *big = NULL;
+    size_t big_len = 0;
+    assert_int_equal(drill_graph_msgpack(json, &big, &big_len), 0);
+    free(json);
+    dh_shape s[1] = {{"M", 64}};
+    dh_req r;
+    dh_req_begin(&r, &c, "submit", 3);
+    dh_req_raw(&r, "graph", big, big_len);
+    dh_req_key(&r, "shapes");
+    dh_req_shapes(&r, s, 1);
+    dh_req_num(&r, "budget_s", 5);
+    const msgpack_object *rep;
+    assert_int_equal(dh_call(&c, &r, 30.0, &rep), 0);
+    free(big);
+    char code[32], msg[400];
+    dh_str(rep, "error.code", code, sizeof(code));
+    dh_str(rep, "error.msg", msg, sizeof(msg));
+    if (dh_ok(rep) || strcmp(code, "ENOSPC") != 0 || !names_full_disk(msg)) {
+        char d[400];
+        dh_describe(rep, d, sizeof(d));
+        fail_msg("a submission on a full disk got %s, expected ENOSPC naming the full disk", d);
+    }
+    if (strchr(msg, '\n'))
+        fail_msg("the error is more than one line: %s", msg);
+    print_message("disk full (%zu bytes of filler): the running job %s%s%s; submit: %s: %s\n",
+                  filled, a.state, a.error[0] ? ": " : "", a.error, code, msg);
+
+    /* still serving */
+    assert_true(dh_alive(&daemon_));
+    assert_int_equal(dh_hello(&c, 5.0, NULL), 0);
+    dh_req_begin(&r, &c, "stats", 0);
+    assert_int_equal(dh_call(&c, &r, 5.0, &rep), 0);
+    assert_true(dh_ok(rep));
+    dh_job st;
+    assert_int_equal(dh_status(&c, a.id, 5.0, &st), 0);
+    if (!log_has("No space left on device"))
+        fail_msg("the daemon's log does not mention the full disk");
+
+    /* space again: the job finishes, resuming from what was logged before the disk filled */
+    assert_int_equal(unlink(filler), 0);
+    dh_job a2 = strcmp(a.state, "done") == 0 ? a : submit_m(&c, 64);
+    if (dh_wait_job(&c, a2.id, NULL, 60 * dh_scale(), 0.05, &a2) < 0 ||
+        strcmp(a2.state, "done") != 0 || !a2.record)
+        fail_msg("after space was freed the job ended %s (record %d): %s", a2.state, a2.record,
+                 a2.error);
+    dh_close(&c);
+    int wst = 0;
+    if (dh_stop(&daemon_, SIGTERM, 10.0, &wst) < 0 || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0)
+        fail_msg("ktuned did not exit 0 on SIGTERM (0x%x)", wst);
+
+    drill_cache_report cr;
+    assert_int_equal(drill_cache_check(daemon_.cache, &cr), 0);
+    char desc[400];
+    drill_cache_describe(&cr, desc, sizeof(desc));
+    print_message(
+        "space freed: job %llu done (%d trials, %d resumed from the log; %zu evals before "
+        "the disk filled); cache: %s\n",
+        (unsigned long long)a2.id, a2.trials, a2.resumed, evals_at_fill, desc);
+    assert_int_equal(cr.records_bad + cr.trials_bad + cr.jobs_bad + cr.listed_corrupt, 0);
+    assert_true(cr.listed > 0);
+    if (a2.id != a.id && a2.resumed <= 0)
+        fail_msg("the resubmitted job resumed nothing from the trial log");
+}
+
+int main(void)
+{
+    int rc = enter_mount_ns();
+    if (rc < 0) {
+        printf("skipped: no private mount namespace (%s): the full-disk drill needs root or user "
+               "namespaces\n",
+               strerror(-rc));
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
