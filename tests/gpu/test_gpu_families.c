@@ -42,6 +42,8 @@ static const gpu_case cases[] = {
     {"bench/cases/kb_l2_gemm_add_relu.json", "B=200", OPS_PREC_EXACT, "math=tf32x3"},
     {"examples/conv2d.json", "N=3", OPS_PREC_EXACT, "math=tf32x3"},
     {"examples/conv2d.json", "N=3", OPS_PREC_TF32, "math=tf32 "},
+    {"examples/gemv_bias_relu.json", "M=1000,K=1000", OPS_PREC_EXACT, "gemv "},
+    {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "gemv "},
 };
 
 static int per_family = 6;

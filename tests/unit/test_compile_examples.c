@@ -26,6 +26,7 @@ static const example examples[] = {
     {"conv2d.json", "N=128"},
     {"attention.json", "B=4,H=48,S=2048"},
     {"sum_lastaxis.json", "M=16,N=256"},
+    {"gemv_bias_relu.json", "M=7680,K=2560"},
 };
 
 static void compile_example(const example *ex)

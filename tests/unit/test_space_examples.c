@@ -122,6 +122,7 @@ static void test_estimates_above_roofline(void **state)
         {"attention.json", "B=4,H=48,S=2048"},
         {"sum_lastaxis.json", "M=16,N=256"},
         {"gelu_tanh_chain.json", "M=2000,N=2000"},
+        {"gemv_bias_relu.json", "M=7680,K=2560"},
     };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         srch_space *s = space_of(files[i][0], files[i][1], OPS_PREC_EXACT);

@@ -1,0 +1,442 @@
+/* The gemv family: a matrix-vector product y[M] = A[M][K] x[K] written as a matmul whose output
+ * has one column (N == 1: A [M, K] row-major, B [K, 1]), plus an elementwise epilogue chain on
+ * its output, as one kernel. Decode-time LLM layers and DeepBench's inference GEMMs are of this
+ * shape: every element of A is read once and used once, so the kernel is bound by DRAM
+ * bandwidth and the tile machinery of the gemm family (16-wide tiles, 15 of 16 columns wasted,
+ * at most M / BM blocks) only gets in the way.
+ *
+ * Each row is owned by TPR consecutive lanes (TPR divides 32); a thread group of TPR lanes
+ * walks its R rows together: per step every lane loads VEC consecutive elements of x and of
+ * each of the R rows (16-byte loads at VEC = 8 for 16-bit data), accumulates in fp32, and at the
+ * end the TPR lanes of a row reduce by warp shuffles in a fixed order (deterministic). The lane
+ * that owns the row's first element applies the epilogue and stores. x is re-read by every
+ * row group: it is small and stays in L1/L2.
+ *
+ * Knobs: threads per block, lanes per row (TPR), rows per thread group (R), vector width. */
+#include "family.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { K_THREADS, K_TPR, K_ROWS, K_VEC, N_KNOBS };
+
+static const ops_knob gemv_knobs[N_KNOBS] = {
+    [K_THREADS] = {"threads", 4, {64, 128, 256, 512}, NULL},
+    [K_TPR] = {"tpr", 4, {4, 8, 16, 32}, NULL},   /* lanes per row */
+    [K_ROWS] = {"rows", 3, {1, 2, 4}, NULL},      /* rows per lane group */
+    [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL},     /* elements per load */
+};
+
+typedef struct gemv_info {
+    const ops_graph *g;
+    int mm;         /* the matmul node */
+    int a, x;       /* its operands (group inputs) */
+    int y;          /* the group output */
+    ops_dtype adt, xdt;
+    int64_t M, K;
+    int n_epi;
+    int epi[OPS_GROUP_MAX_NODES];
+} gemv_info;
+
+static bool in_group(const ops_group *grp, int node)
+{
+    return node >= 0 && (grp->mask >> node & 1);
+}
+
+/* True when grp is one un-batched matmul A [M, K] x B [K, 1] (neither transposed, operands read
+ * from memory) followed by elementwise nodes of its output's shape. */
+static bool gemv_analyse(const ops_group *grp, gemv_info *in)
+{
+    const ops_graph *g = grp->g;
+    memset(in, 0, sizeof(*in));
+    in->g = g;
+    in->mm = -1;
+    if (!g || !g->validated || grp->n_out != 1)
+        return false;
+    for (int i = 0; i < grp->n_nodes; i++) {
+        const ops_node *n = &g->nodes[grp->nodes[i]];
+        if (n->op == OPS_MATMUL) {
+            if (in->mm >= 0)
+                return false;
+            in->mm = grp->nodes[i];
+        } else if (!ops_is_elementwise(n->op)) {
+            return false;
+        }
+    }
+    if (in->mm < 0)
+        return false;
+    const ops_node *mm = &g->nodes[in->mm];
+    if (mm->attrs.transpose_a || mm->attrs.transpose_b)
+        return false;
+    in->a = mm->in[0].tensor;
+    in->x = mm->in[1].tensor;
+    if (in->a < 0 || in->x < 0 || in_group(grp, g->tensors[in->a].producer) ||
+        in_group(grp, g->tensors[in->x].producer))
+        return false;
+    const ops_shape *as = &g->tensors[in->a].shape, *xs = &g->tensors[in->x].shape;
+    const ops_shape *os = &g->tensors[mm->out].shape;
+    if (as->rank != 2 || xs->rank != 2 || os->rank != 2 || xs->d[1].size != 1)
+        return false;
+    in->M = as->d[0].size;
+    in->K = as->d[1].size;
+    in->adt = g->tensors[in->a].dtype;
+    in->xdt = g->tensors[in->x].dtype;
+    if (in->M < 1 || in->K < 1 || in->M * in->K >= ((int64_t)1 << 31))
+        return false;
+    /* The epilogue: elementwise nodes of the output's shape fed by the matmul's chain; their
+     * other operands broadcast into [M, 1]. */
+    uint64_t chain = 1ull << in->mm;
+    for (int i = 0; i < grp->n_nodes; i++) {
+        int ni = grp->nodes[i];
+        if (ni == in->mm)
+            continue;
+        const ops_node *n = &g->nodes[ni];
+        if (!ops_shape_same_sizes(&g->tensors[n->out].shape, os))
+            return false;
+        bool from_chain = false;
+        for (int k = 0; k < n->n_in; k++) {
+            int t = n->in[k].tensor;
+            if (t == OPS_SCALAR)
+                continue;
+            if (in_group(grp, g->tensors[t].producer)) {
+                if (!(chain >> g->tensors[t].producer & 1))
+                    return false;
+                from_chain = true;
+            } else if (g->tensors[t].shape.rank > 2) {
+                return false;
+            }
+        }
+        if (!from_chain)
+            return false;
+        chain |= 1ull << ni;
+        in->epi[in->n_epi++] = ni;
+    }
+    in->y = grp->out[0];
+    return chain >> g->tensors[in->y].producer & 1;
+}
+
+static bool gemv_matches(const ops_group *grp)
+{
+    gemv_info in;
+    return gemv_analyse(grp, &in);
+}
+
+typedef struct gemv_plan {
+    int threads, tpr, rows, vec;
+    int64_t rows_per_block, grid;
+} gemv_plan;
+
+static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s,
+                                  const ops_device *dev, gemv_plan *p)
+{
+    p->threads = s->v[K_THREADS];
+    p->tpr = s->v[K_TPR];
+    p->rows = s->v[K_ROWS];
+    p->vec = s->v[K_VEC];
+    p->rows_per_block = (int64_t)p->threads / p->tpr * p->rows;
+    p->grid = (in->M + p->rows_per_block - 1) / p->rows_per_block;
+    size_t es = ops_dtype_size(in->adt) > ops_dtype_size(in->xdt) ? ops_dtype_size(in->adt)
+                                                                    : ops_dtype_size(in->xdt);
+    if (p->threads > dev->max_threads_per_block)
+        return "threads";
+    if (p->vec * es > 16)
+        return "align";
+    if (in->K % p->vec)
+        return "divisibility"; /* rows start vector-aligned only when K is a multiple */
+    if (p->tpr > 4 && (int64_t)(p->tpr / 2) * p->vec >= in->K)
+        return "redundant"; /* half the lanes already cover the row in one step */
+    if (p->rows > 1 && p->rows / 2 * p->threads / p->tpr >= in->M)
+        return "redundant";
+    /* Enough blocks to keep every SM streaming: a memory-bound kernel needs many loads in
+     * flight, so a grid under two waves of 132 SMs is left to the smaller row groups. */
+    if (p->grid < 2 * dev->sm_count && (p->rows > 1 || p->threads > 64))
+        return "redundant";
+    int regs = 24 + p->rows * (1 + p->vec) + p->vec;
+    if (regs > 128)
+        return "regs";
+    return NULL;
+}
+
+static const char *gemv_prune(const ops_group *grp, const ops_schedule *s, const ops_device *dev)
+{
+    gemv_info in;
+    if (!gemv_analyse(grp, &in))
+        return "shape";
+    gemv_plan p;
+    return gemv_plan_make(&in, s, dev, &p);
+}
+
+/* The kernel parameter name of group tensor t. */
+static void param_name(const ops_group *grp, const gemv_info *in, int t, char *out, size_t len)
+{
+    if (t == in->a)
+        snprintf(out, len, "a");
+    else if (t == in->x)
+        snprintf(out, len, "x");
+    else if (t == in->y)
+        snprintf(out, len, "y");
+    else
+        for (int i = 0; i < grp->n_in; i++)
+            if (grp->in[i] == t)
+                snprintf(out, len, "in%d", i);
+}
+
+/* kt_gemv_store(acc, m, ...): the epilogue chain and the store of output element m. */
+static int emit_store(kt_buf *b, const ops_group *grp, const gemv_info *in, const char *params)
+{
+    const ops_graph *g = grp->g;
+    const ops_shape *os = &g->tensors[g->nodes[in->mm].out].shape;
+    static const char *const idx[] = {"m", "0"};
+    char var[OPS_GROUP_MAX_NODES][16];
+    int var_tensor[OPS_GROUP_MAX_NODES];
+    int n_vars = 0, rc = 0;
+    kt_buf_line(b, "/* Epilogue and store of output element m. */");
+    kt_buf_line(b, "__device__ __forceinline__ void kt_gemv_store(float acc, int m, %s)", params);
+    kt_buf_line(b, "{");
+    snprintf(var[n_vars], sizeof(var[0]), "acc");
+    var_tensor[n_vars++] = g->nodes[in->mm].out;
+    for (int e = 0; e < in->n_epi && rc == 0; e++) {
+        const ops_node *n = &g->nodes[in->epi[e]];
+        kt_buf opb[OPS_MAX_OPERANDS] = {{0}};
+        const char *ops[OPS_MAX_OPERANDS] = {0};
+        for (int k = 0; k < n->n_in; k++) {
+            int t = n->in[k].tensor;
+            if (t == OPS_SCALAR)
+                continue;
+            const char *v = NULL;
+            for (int j = 0; j < n_vars; j++)
+                if (var_tensor[j] == t)
+                    v = var[j];
+            if (v) {
+                kt_buf_printf(&opb[k], "%s", v);
+            } else {
+                kt_buf off = {0};
+                char pn[16] = "", ref[600];
+                ops_emit_bcast_offset(&off, &g->tensors[t].shape, os, idx);
+                param_name(grp, in, t, pn, sizeof(pn));
+                snprintf(ref, sizeof(ref), "%s[%s]", pn, off.data ? off.data : "0");
+                kt_buf_free(&off);
+                ops_emit_to_float(&opb[k], g->tensors[t].dtype, ref);
+            }
+            ops[k] = opb[k].data ? opb[k].data : "0.0f";
+        }
+        kt_buf ex = {0};
+        rc = ops_emit_elementwise(&ex, n, ops);
+        snprintf(var[n_vars], sizeof(var[0]), "v%d", e);
+        var_tensor[n_vars] = n->out;
+        kt_buf_line(b, "    const float %s = %s; /* %s = %s */", var[n_vars],
+                    ex.data ? ex.data : "0.0f", g->tensors[n->out].name,
+                    ops_op_info_get(n->op)->name);
+        if (kt_buf_status(&ex) < 0)
+            rc = -ENOMEM;
+        kt_buf_free(&ex);
+        for (int k = 0; k < OPS_MAX_OPERANDS; k++)
+            kt_buf_free(&opb[k]);
+        n_vars++;
+    }
+    const char *yv = "acc";
+    for (int j = 0; j < n_vars; j++)
+        if (var_tensor[j] == in->y)
+            yv = var[j];
+    kt_buf val = {0};
+    ops_emit_from_float(&val, g->tensors[in->y].dtype, yv);
+    kt_buf_line(b, "    y[m] = %s;", val.data ? val.data : yv);
+    if (kt_buf_status(&val) < 0)
+        rc = -ENOMEM;
+    kt_buf_free(&val);
+    kt_buf_line(b, "}");
+    kt_buf_printf(b, "\n");
+    return rc;
+}
+
+/* The float expressions of element l of a vector load v of dtype dt (v.x, v.y, ... of a uintN). */
+static void lane_expr(char *out, size_t len, ops_dtype dt, int vec, const char *v, int l)
+{
+    static const char *const f[] = {"x", "y", "z", "w"};
+    char word[64], bits[96];
+    if (ops_dtype_size(dt) == 4) {
+        if (vec == 1)
+            snprintf(word, sizeof(word), "%s", v);
+        else
+            snprintf(word, sizeof(word), "%s.%s", v, f[l]);
+        snprintf(out, len, "__uint_as_float(%s)", word);
+        return;
+    }
+    int words = vec / 2; /* 16-bit data: two elements per 32-bit word */
+    if (vec == 1)
+        snprintf(bits, sizeof(bits), "(unsigned short)%s", v);
+    else if (words == 1)
+        snprintf(bits, sizeof(bits), "(unsigned short)(%s %s)", v, l % 2 ? ">> 16" : "& 0xffffu");
+    else
+        snprintf(bits, sizeof(bits), "(unsigned short)(%s.%s %s)", v, f[l / 2],
+                 l % 2 ? ">> 16" : "& 0xffffu");
+    kt_buf t = {0};
+    ops_emit_to_float(&t, dt, bits);
+    snprintf(out, len, "%s", t.data ? t.data : bits);
+    kt_buf_free(&t);
+}
+
+/* The unsigned type of one vector load of `bytes` bytes. */
+static const char *load_type(int bytes)
+{
+    return bytes == 16 ? "uint4" : bytes == 8 ? "uint2" : bytes == 4 ? "unsigned" : "unsigned short";
+}
+
+static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
+                     ops_emitted *out, ops_diag *d)
+{
+    memset(out, 0, sizeof(*out));
+    const ops_graph *g = grp->g;
+    gemv_info in;
+    if (!gemv_analyse(grp, &in))
+        return ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "",
+                            "gemv: the group is not A [M, K] x B [K, 1] with an elementwise "
+                            "epilogue");
+    gemv_plan p;
+    const char *why = gemv_plan_make(&in, s, dev, &p);
+    if (why)
+        return ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "",
+                            "gemv: schedule is pruned for this group (%s)", why);
+    ops_kernel_launch *k = &out->kernels[0];
+    snprintf(k->entry, sizeof(k->entry), "ktune_gemv_t%d_p%d_r%d_v%d", p.threads, p.tpr, p.rows,
+             p.vec);
+    /* Parameters: the group inputs in order, then y. */
+    kt_buf params = {0}, call = {0};
+    for (int i = 0; i < grp->n_in; i++) {
+        char pn[16] = "";
+        param_name(grp, &in, grp->in[i], pn, sizeof(pn));
+        kt_buf_printf(&params, "%sconst %s *__restrict__ %s", i ? ", " : "",
+                      ops_emit_ctype(g->tensors[grp->in[i]].dtype), pn);
+        kt_buf_printf(&call, "%s%s", i ? ", " : "", pn);
+        k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = grp->in[i]};
+    }
+    kt_buf_printf(&params, ", %s *__restrict__ y", ops_emit_ctype(g->tensors[in.y].dtype));
+    kt_buf_printf(&call, ", y");
+    k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = in.y};
+
+    kt_buf b = {0};
+    ops_emit_header(&b, grp, s);
+    ops_emit_prelude(&b);
+    kt_buf_printf(&b, "\n");
+    kt_buf_line(&b, "constexpr int M = %lld, K = %lld;", (long long)in.M, (long long)in.K);
+    kt_buf_line(&b, "constexpr int THREADS = %d, TPR = %d, R = %d, VEC = %d;", p.threads, p.tpr,
+                p.rows, p.vec);
+    kt_buf_line(&b, "constexpr int GROUPS = THREADS / TPR; /* lane groups per block */");
+    kt_buf_printf(&b, "\n");
+    int rc = emit_store(&b, grp, &in, params.data);
+    int abytes = p.vec * (int)ops_dtype_size(in.adt), xbytes = p.vec * (int)ops_dtype_size(in.xdt);
+    kt_buf_line(&b, "/* Lane groups of TPR lanes own R rows each; each step loads VEC elements of "
+                    "x and of every row");
+    kt_buf_line(&b, " * per lane (%d-byte loads of A), accumulates in fp32; the row's lanes then "
+                    "reduce by shuffles. */", abytes);
+    kt_buf_line(&b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
+    kt_buf_line(&b, "%s(%s)", k->entry, params.data);
+    kt_buf_line(&b, "{");
+    b.indent = 4;
+    kt_buf_line(&b, "const int lane = threadIdx.x %% TPR;");
+    kt_buf_line(&b, "const int m0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * R;");
+    kt_buf_line(&b, "float acc[R];");
+    kt_buf_line(&b, "const %s *arow[R];", load_type(abytes));
+    kt_buf_line(&b, "#pragma unroll");
+    kt_buf_line(&b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(&b, "    acc[r] = 0.0f;");
+    kt_buf_line(&b, "    /* rows past M read row M - 1 (in bounds) and are never stored */");
+    kt_buf_line(&b, "    const int m = m0 + r < M ? m0 + r : M - 1;");
+    kt_buf_line(&b, "    arow[r] = (const %s *)(a + (long long)m * K);", load_type(abytes));
+    kt_buf_line(&b, "}");
+    kt_buf_line(&b, "const %s *xv = (const %s *)x;", load_type(xbytes), load_type(xbytes));
+    kt_buf_line(&b, "#pragma unroll 4");
+    kt_buf_line(&b, "for (int c = lane; c < K / VEC; c += TPR) {");
+    b.indent = 8;
+    kt_buf_line(&b, "const %s xw = __ldg(xv + c);", load_type(xbytes));
+    char ex[160], ea[160];
+    kt_buf_line(&b, "float xf[VEC];");
+    for (int l = 0; l < p.vec; l++) {
+        lane_expr(ex, sizeof(ex), in.xdt, p.vec, "xw", l);
+        kt_buf_line(&b, "xf[%d] = %s;", l, ex);
+    }
+    kt_buf_line(&b, "#pragma unroll");
+    kt_buf_line(&b, "for (int r = 0; r < R; r++) {");
+    b.indent = 12;
+    kt_buf_line(&b, "const %s aw = arow[r][c];", load_type(abytes));
+    for (int l = 0; l < p.vec; l++) {
+        lane_expr(ea, sizeof(ea), in.adt, p.vec, "aw", l);
+        kt_buf_line(&b, "acc[r] = fmaf(%s, xf[%d], acc[r]);", ea, l);
+    }
+    b.indent = 8;
+    kt_buf_line(&b, "}");
+    b.indent = 4;
+    kt_buf_line(&b, "}");
+    kt_buf_line(&b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
+    kt_buf_line(&b, "#pragma unroll");
+    kt_buf_line(&b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(&b, "    #pragma unroll");
+    kt_buf_line(&b, "    for (int o = TPR / 2; o > 0; o /= 2)");
+    kt_buf_line(&b, "        acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o, TPR);");
+    kt_buf_line(&b, "    if (lane == 0 && m0 + r < M)");
+    kt_buf_line(&b, "        kt_gemv_store(acc[r], m0 + r, %s);", call.data);
+    kt_buf_line(&b, "}");
+    b.indent = 0;
+    kt_buf_line(&b, "}");
+    k->grid[0] = (uint32_t)p.grid;
+    k->grid[1] = k->grid[2] = 1;
+    k->block[0] = (uint32_t)p.threads;
+    k->block[1] = k->block[2] = 1;
+    if (rc == 0 && kt_buf_status(&b) < 0)
+        rc = -ENOMEM;
+    kt_buf_free(&params);
+    kt_buf_free(&call);
+    if (rc < 0) {
+        kt_buf_free(&b);
+        return rc == -ENOMEM ? rc : ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "", "gemv: epilogue");
+    }
+    out->source = b.data;
+    out->n_kernels = 1;
+    return 0;
+}
+
+/* DRAM-bound: A once, x once per row group (L2 hits, charged at a tenth), y once; the
+ * efficiency terms reward 16-byte loads, enough row groups in flight and few idle lanes. */
+static void gemv_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
+                          ops_estimate *e)
+{
+    gemv_info in;
+    gemv_plan p;
+    memset(e, 0, sizeof(*e));
+    if (!gemv_analyse(grp, &in) || gemv_plan_make(&in, s, dev, &p) != NULL) {
+        e->seconds = 1.0;
+        return;
+    }
+    double abytes = (double)in.M * (double)in.K * (double)ops_dtype_size(in.adt);
+    double xbytes = (double)in.K * (double)ops_dtype_size(in.xdt);
+    double groups = (double)in.M / p.rows;
+    e->bytes = abytes + xbytes + (double)in.M * (double)ops_dtype_size(grp->g->tensors[in.y].dtype);
+    e->flops = 2.0 * (double)in.M * (double)in.K;
+    double load_bytes = p.vec * (double)ops_dtype_size(in.adt);
+    double eff = load_bytes >= 16 ? 1.0 : load_bytes >= 8 ? 0.85 : load_bytes >= 4 ? 0.6 : 0.35;
+    /* lanes left idle on the last step of a row */
+    double steps = ceil((double)in.K / ((double)p.tpr * p.vec));
+    eff *= (double)in.K / (steps * p.tpr * p.vec);
+    /* loads in flight (R rows per lane group, unrolled 4 deep) against the ~4 MiB that DRAM
+     * bandwidth times latency asks for (3 TB/s x ~1.3 us) */
+    double inflight = fmin(1.0, (double)p.rows * 4.0 * load_bytes * (double)dev->max_threads_per_sm *
+                                    dev->sm_count / (4.0 * 1024 * 1024));
+    eff *= 0.5 + 0.5 * inflight;
+    double waves = (double)p.grid / ((double)dev->sm_count * (dev->max_threads_per_sm / p.threads));
+    eff *= waves / ceil(waves);
+    e->occupancy = 1.0;
+    e->seconds = (abytes + 0.1 * xbytes * groups) / (dev->dram_bytes_per_s * eff) + 2e-6;
+}
+
+const ops_family ops_family_gemv = {
+    .id = OPS_FAM_GEMV,
+    .name = "gemv",
+    .n_knobs = N_KNOBS,
+    .knobs = gemv_knobs,
+    .matches = gemv_matches,
+    .prune = gemv_prune,
+    .emit = gemv_emit,
+    .estimate = gemv_estimate,
+};

@@ -1,0 +1,150 @@
+/* The gemv family: which groups it takes (A [M, K] x B [K, 1] with an elementwise epilogue),
+ * its prune rules, and that its kept candidates compile with NVRTC for sm_90a without spills,
+ * including ragged shapes and an epilogue with broadcast operands. Correctness on the GPU is in
+ * tests/gpu/test_gpu_families.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "ops/ops.h"
+#include "tests/unit/emit_test_util.h"
+
+enum { THREADS, TPR, ROWS, VEC };
+
+static const char gemv_f16[] = "{\"name\":\"gemv\",\"inputs\":{"
+                               "\"A\":{\"dtype\":\"f16\",\"shape\":[\"M\",\"K\"]},"
+                               "\"B\":{\"dtype\":\"f16\",\"shape\":[\"K\",\"N\"]}},"
+                               "\"nodes\":[{\"out\":\"C\",\"op\":\"matmul\",\"in\":[\"A\",\"B\"]}],"
+                               "\"outputs\":[\"C\"]}";
+
+/* f32 with an epilogue reading a per-row bias and a scalar-broadcast scale. */
+static const char gemv_f32_epi[] =
+    "{\"name\":\"gemv_epi\",\"inputs\":{"
+    "\"W\":{\"dtype\":\"f32\",\"shape\":[\"M\",\"K\"]},"
+    "\"x\":{\"dtype\":\"f32\",\"shape\":[\"K\",1]},"
+    "\"bias\":{\"dtype\":\"f32\",\"shape\":[\"M\",1]},"
+    "\"s\":{\"dtype\":\"f32\",\"shape\":[1]}},"
+    "\"nodes\":[{\"out\":\"t0\",\"op\":\"matmul\",\"in\":[\"W\",\"x\"]},"
+    "{\"out\":\"t1\",\"op\":\"add\",\"in\":[\"t0\",\"bias\"]},"
+    "{\"out\":\"t2\",\"op\":\"mul\",\"in\":[\"t1\",\"s\"]},"
+    "{\"out\":\"y\",\"op\":\"silu\",\"in\":[\"t2\"]}],"
+    "\"outputs\":[\"y\"]}";
+
+static const ops_family *fam(void)
+{
+    return ops_family_get(OPS_FAM_GEMV);
+}
+
+static bool takes(const char *json, const char *shapes)
+{
+    ops_group grp;
+    ops_graph *g = emit_test_make(json, shapes, &grp);
+    bool m = fam()->matches(&grp);
+    ops_graph_free(g);
+    return m;
+}
+
+static void test_matches(void **state)
+{
+    (void)state;
+    assert_true(takes(gemv_f16, "M=7680,N=1,K=2560"));
+    assert_true(takes(gemv_f32_epi, "M=100,K=33"));
+    assert_false(takes(gemv_f16, "M=7680,N=2,K=2560")); /* two columns: the gemm family */
+    /* B transposed, or a batched matmul: not this family */
+    assert_false(takes("{\"name\":\"t\",\"inputs\":{"
+                       "\"A\":{\"dtype\":\"f32\",\"shape\":[64,32]},"
+                       "\"B\":{\"dtype\":\"f32\",\"shape\":[1,32]}},"
+                       "\"nodes\":[{\"out\":\"C\",\"op\":\"matmul\",\"in\":[\"A\",\"B\"],"
+                       "\"transpose_b\":true}],\"outputs\":[\"C\"]}",
+                       ""));
+    assert_false(takes("{\"name\":\"b\",\"inputs\":{"
+                       "\"A\":{\"dtype\":\"f32\",\"shape\":[2,64,32]},"
+                       "\"B\":{\"dtype\":\"f32\",\"shape\":[2,32,1]}},"
+                       "\"nodes\":[{\"out\":\"C\",\"op\":\"matmul\",\"in\":[\"A\",\"B\"]}],"
+                       "\"outputs\":[\"C\"]}",
+                       ""));
+}
+
+static ops_schedule sched(int threads, int tpr, int rows, int vec)
+{
+    ops_schedule s = {.family = OPS_FAM_GEMV};
+    s.v[THREADS] = threads;
+    s.v[TPR] = tpr;
+    s.v[ROWS] = rows;
+    s.v[VEC] = vec;
+    return s;
+}
+
+static const char *why(const char *json, const char *shapes, ops_schedule s)
+{
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    ops_graph *g = emit_test_make(json, shapes, &grp);
+    const char *r = fam()->prune(&grp, &s, &dev);
+    ops_graph_free(g);
+    return r ? r : "kept";
+}
+
+static void test_prune(void **state)
+{
+    (void)state;
+    assert_string_equal(why(gemv_f16, "M=7680,N=1,K=2560", sched(64, 32, 1, 8)), "kept");
+    /* f32 rows: 8 elements would be a 32-byte load */
+    assert_string_equal(why(gemv_f32_epi, "M=7680,K=2560", sched(64, 32, 1, 8)), "align");
+    assert_string_equal(why(gemv_f32_epi, "M=7680,K=2560", sched(64, 32, 1, 4)), "kept");
+    /* K odd: rows start unaligned, scalar loads only */
+    assert_string_equal(why(gemv_f16, "M=7680,N=1,K=2561", sched(64, 32, 1, 2)), "divisibility");
+    assert_string_equal(why(gemv_f16, "M=7680,N=1,K=2561", sched(64, 32, 1, 1)), "kept");
+    /* short rows: half the lanes cover one in a step, so fewer lanes per row */
+    assert_string_equal(why(gemv_f16, "M=7680,N=1,K=64", sched(64, 32, 1, 8)), "redundant");
+    assert_string_equal(why(gemv_f16, "M=7680,N=1,K=64", sched(64, 8, 1, 8)), "kept");
+}
+
+static void emit_one(const ops_group *grp, const ops_schedule *s, ops_emitted *e)
+{
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_diag d = {0};
+    if (fam()->emit(grp, s, &dev, e, &d) < 0)
+        fail_msg("emit: %s", d.msg);
+    assert_int_equal(e->n_kernels, 1);
+    assert_int_equal(e->kernels[0].block[0], (uint32_t)s->v[THREADS]);
+}
+
+static int compile_all(const char *json, const char *shapes, int max)
+{
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    ops_graph *g = emit_test_make(json, shapes, &grp);
+    emit_test_list l = {0};
+    assert_int_equal(ops_family_enumerate(fam(), &grp, &dev, emit_test_collect, &l, NULL), 0);
+    assert_true(l.n > 0);
+    int n = emit_test_compile_spread(&grp, &l, max, "sm_90a", emit_one);
+    print_message("%s %s: %d kept, %d compiled\n", grp.g->name, shapes, l.n, n);
+    free(l.s);
+    ops_graph_free(g);
+    return n;
+}
+
+static void test_compile(void **state)
+{
+    (void)state;
+    assert_true(compile_all(gemv_f16, "M=7680,N=1,K=2560", 24) >= 12);
+    assert_true(compile_all(gemv_f16, "M=1000,N=1,K=777", 8) >= 1); /* ragged: vec 1 */
+    assert_true(compile_all(gemv_f32_epi, "M=333,K=1000", 12) >= 4);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches),
+        cmocka_unit_test(test_prune),
+        cmocka_unit_test(test_compile),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
