@@ -146,6 +146,19 @@ int ops_emit_elementwise(kt_buf *b, const ops_node *n, const char *const *operan
     if (!ops_is_elementwise(n->op))
         return -EINVAL;
     const ops_attrs *a = &n->attrs;
+    if (n->op == OPS_POW && n->in[0].tensor != OPS_SCALAR && n->in[1].tensor == OPS_SCALAR &&
+        (n->in[1].scalar == 2.0 || n->in[1].scalar == 3.0)) {
+        /* x^2, x^3 as products: powf costs tens of instructions per element (a chain like
+         * MinGPT's GELU spends most of its time there); the products are within an ulp or two
+         * of powf, and verification holds them to the job's tolerance like any kernel. */
+        kt_buf_printf(b, "(");
+        for (int i = 0; i < (int)n->in[1].scalar; i++) {
+            kt_buf_printf(b, "%s", i ? " * " : "");
+            emit_operand(b, n, 0, operands);
+        }
+        kt_buf_printf(b, ")");
+        return 0;
+    }
     if (ops_op_info_get(n->op)->kind == OPS_KIND_BINARY) {
         static const struct {
             ops_op op;
