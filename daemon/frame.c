@@ -195,12 +195,23 @@ bool kd_frame_peek_id(const uint8_t *buf, size_t len, uint64_t *id)
             if (off >= len || !header(buf + off, len - off, &vk, &vh, &vn) || vk != K_SCALAR)
                 return false;
             uint8_t b = buf[off];
-            if (b <= 0x7f)
+            if (b <= 0x7f) {
                 *id = b;
-            else if (b >= 0xcc && b <= 0xcf)
+            } else if (b >= 0xcc && b <= 0xcf) {
                 *id = be(buf + off + 1, (int)vh - 1);
-            else
+            } else if (b >= 0xd0 && b <= 0xd3) {
+                /* int 8..64: msgpack-c decodes a non-negative one as the same id, so the
+                 * E2BIG reply must carry it too; a negative id is not an id */
+                uint64_t v = be(buf + off + 1, (int)vh - 1);
+                int bits = 8 * ((int)vh - 1);
+                if (bits < 64 && (v >> (bits - 1) & 1))
+                    return false;
+                if (bits == 64 && (v >> 63))
+                    return false;
+                *id = v;
+            } else {
                 return false;
+            }
             return true;
         }
         if (!skip_one(buf + off, len - off, &vsize))

@@ -177,6 +177,24 @@ static void test_peek_id(void **state)
     pack_str(&pk, "id");
     msgpack_pack_int(&pk, -4);
     assert_false(kd_frame_peek_id((const uint8_t *)sb.data, sb.size, &id));
+    /* a non-negative id in a signed encoding (int 8/16/32/64) is the same id to msgpack-c */
+    static const uint8_t signed_ids[][13] = {
+        {0x81, 0xa2, 'i', 'd', 0xd0, 0x05},
+        {0x81, 0xa2, 'i', 'd', 0xd1, 0x01, 0x2c},
+        {0x81, 0xa2, 'i', 'd', 0xd2, 0x00, 0x00, 0x01, 0x2c},
+        {0x81, 0xa2, 'i', 'd', 0xd3, 0, 0, 0, 0, 0, 0, 0x01, 0x2c},
+    };
+    static const size_t signed_len[] = {6, 7, 9, 13};
+    static const uint64_t signed_want[] = {5, 300, 300, 300};
+    for (int i = 0; i < 4; i++) {
+        id = 0;
+        assert_true(kd_frame_peek_id(signed_ids[i], signed_len[i], &id));
+        assert_int_equal(id, signed_want[i]);
+    }
+    static const uint8_t neg64[] = {0x81, 0xa2, 'i', 'd', 0xd3, 0xff, 0, 0, 0, 0, 0, 0, 1};
+    assert_false(kd_frame_peek_id(neg64, sizeof(neg64), &id));
+    static const uint8_t neg16[] = {0x81, 0xa2, 'i', 'd', 0xd1, 0x80, 0x00};
+    assert_false(kd_frame_peek_id(neg16, sizeof(neg16), &id));
     msgpack_sbuffer_destroy(&sb);
 }
 
