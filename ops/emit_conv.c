@@ -4,12 +4,25 @@
  * Two algorithms (knob "algo"):
  *   implicit_gemm  GEMM view M = N*P*Q output pixels, N = K/groups output channels,
  *                  K = (C/groups)*R*S; the im2col matrix is gathered on the fly into shared
- *                  memory. Math "ffma" (fp32, per-thread TM x TN register tile) or "mma"
- *                  (mma.sync m16n8k16 f16/bf16 tensor cores fed by ldmatrix, fp32 accumulation).
- *                  Tiles move through shared memory either by multi-stage cp.async (when the
- *                  gather is 16-byte contiguous: NHWC, 16-bit data, C/groups % 8 == 0) or by
- *                  predicated loads into registers (stages 1: single buffer; 2: the next tile is
- *                  loaded while the current one is multiplied).
+ *                  memory. Math (knob "math"):
+ *                    ffma    fp32, per-thread TM x TN register tile; every dtype and policy.
+ *                    mma     mma.sync m16n8k16 f16/bf16 tensor cores fed by ldmatrix, fp32
+ *                            accumulation (f32 data only under "reduced", rounded to bf16).
+ *                    tf32    f32 data on m16n8k8 tf32 tensor cores, one mma per product (inputs
+ *                            rounded to 11 significant bits: "tf32" and "reduced" policies only).
+ *                    tf32x3  f32 data, error-compensated: each operand is split into a tf32 "big"
+ *                            part and a tf32 "small" remainder and three mmas sum
+ *                            a_small*b_big + a_big*b_small + a_big*b_big into a per-stage partial
+ *                            that FADDs carry into the accumulators (the tensor cores accumulate
+ *                            by truncation); about fp32 accuracy, so allowed under every policy,
+ *                            "exact" included.
+ *                  The tensor-core paths share the warp grid (m16n8 accumulator tiles) and the
+ *                  epilogue; tf32 paths keep raw floats in shared memory and convert (split) them
+ *                  as fragments are read. Tiles move through shared memory either by multi-stage
+ *                  cp.async (when the gather is 16-byte contiguous: NHWC, C/groups % 8 == 0 for
+ *                  16-bit data, % 4 == 0 for f32 data on the tf32 paths) or by predicated loads
+ *                  into registers (stages 1: single buffer; 2: the next tile is loaded while the
+ *                  current one is multiplied).
  *   direct         one thread computes TK output channels x TQ adjacent output columns of one
  *                  output row; the filter slice of the block is staged in shared memory
  *                  ("shared") or read per filter row into registers ("registers"). Meant for few
@@ -26,18 +39,20 @@
 
 enum { K_ALGO, K_MATH, K_BM, K_BN, K_BK, K_WARPS, K_STAGES, K_TK, K_TQ, K_FILTER, N_KNOBS };
 enum { ALGO_IGEMM = 0, ALGO_DIRECT = 1 };
-enum { MATH_FFMA = 0, MATH_MMA = 1 };
+/* Values are stored in schedules (cache records, logs): append, never renumber. */
+enum { MATH_FFMA = 0, MATH_MMA = 1, MATH_TF32 = 2, MATH_TF32X3 = 3 };
 enum { FILTER_SHARED = 0, FILTER_REGS = 1 };
 
 static const char *const algo_labels[] = {"implicit_gemm", "direct"};
-static const char *const math_labels[] = {"ffma", "mma"};
+static const char *const math_labels[] = {"ffma", "mma", "tf32", "tf32x3"};
 static const char *const filter_labels[] = {"shared", "registers"};
 
 static const ops_knob conv_knobs[N_KNOBS] = {
     [K_ALGO] = {"algo", 2, {ALGO_IGEMM, ALGO_DIRECT}, algo_labels},
-    [K_MATH] = {"math", 2, {MATH_FFMA, MATH_MMA}, math_labels},
+    [K_MATH] = {"math", 4, {MATH_FFMA, MATH_MMA, MATH_TF32, MATH_TF32X3}, math_labels},
     [K_BM] = {"bm", 3, {32, 64, 128}, NULL},
-    [K_BN] = {"bn", 4, {16, 32, 64, 128}, NULL},
+    /* 96: networks with 96 (or 192, 288, ...) output channels, e.g. AlexNet's first layer. */
+    [K_BN] = {"bn", 5, {16, 32, 64, 96, 128}, NULL},
     [K_BK] = {"bk", 3, {8, 16, 32}, NULL},
     [K_WARPS] = {"warps", 4, {1, 2, 4, 8}, NULL},
     [K_STAGES] = {"stages", 4, {1, 2, 3, 4}, NULL},
@@ -212,16 +227,43 @@ static ops_dtype mma_type(const ops_group *grp, const conv_info *ci)
     return grp->precision == OPS_PREC_REDUCED ? OPS_DT_BF16 : OPS_DT_NONE;
 }
 
-/* Whether the im2col gather is 16-byte contiguous and aligned, so cp.async can move it. */
-static bool cp_async_ok(const conv_info *ci)
+/* Why the tf32 math paths are not searched for this group, or NULL when they are. They need
+ * f32 data (16-bit data has its own tensor cores: "shape"); plain tf32 rounds every operand to
+ * 11 significant bits, which only the "tf32" and "reduced" policies accept ("precision"); the
+ * error-compensated tf32x3 keeps about fp32 accuracy and is allowed under every policy. */
+static const char *tf32_excluded(const ops_group *grp, const conv_info *ci, int math)
 {
-    return ci->nhwc && (ci->dt == OPS_DT_F16 || ci->dt == OPS_DT_BF16) && ci->cg % 8 == 0;
+    if (ci->dt != OPS_DT_F32)
+        return "shape";
+    if (math == MATH_TF32 && grp->precision != OPS_PREC_TF32 && grp->precision != OPS_PREC_REDUCED)
+        return "precision";
+    return NULL;
+}
+
+/* Whether the im2col gather is 16-byte contiguous and aligned, so cp.async can move it: NHWC
+ * with whole 16-byte channel runs (8 16-bit values on the mma path, 4 floats on the tf32 paths;
+ * the ffma path never uses cp.async). */
+static bool cp_async_ok(const conv_info *ci, int math)
+{
+    if (!ci->nhwc)
+        return false;
+    if (math == MATH_MMA)
+        return (ci->dt == OPS_DT_F16 || ci->dt == OPS_DT_BF16) && ci->cg % 8 == 0;
+    if (math == MATH_TF32 || math == MATH_TF32X3)
+        return ci->dt == OPS_DT_F32 && ci->cg % 4 == 0;
+    return false;
 }
 
 typedef struct ig_plan {
     int bm, bn, bk, threads, stages, bufs;
-    bool mma, cp_async;
-    ops_dtype mt; /* mma operand type */
+    int math;      /* MATH_* */
+    bool mma;      /* 16-bit tensor cores (m16n8k16) */
+    bool tf32;     /* tf32 or tf32x3: floats in shared memory, m16n8k8 tf32 mmas */
+    bool tc;       /* any tensor-core path: warp grid of m16n8 accumulator tiles */
+    bool cp_async; /* 16-byte cp.async gather */
+    int kstep;     /* reduction depth of one mma: 16 (mma) or 8 (tf32) */
+    int vec;       /* cp.async: elements per 16-byte chunk */
+    ops_dtype mt;  /* mma operand type */
     /* ffma: per-thread register tile; thread grid (fast dimension first) */
     int tm, tn;
     /* mma: warp grid and per-warp mma tiles */
@@ -242,7 +284,12 @@ static const char *ig_plan_make(const ops_group *grp, const conv_info *ci, const
     pl->bk = s->v[K_BK];
     pl->threads = 32 * s->v[K_WARPS];
     pl->stages = s->v[K_STAGES];
-    pl->mma = s->v[K_MATH] == MATH_MMA;
+    pl->math = s->v[K_MATH];
+    pl->mma = pl->math == MATH_MMA;
+    pl->tf32 = pl->math == MATH_TF32 || pl->math == MATH_TF32X3;
+    pl->tc = pl->mma || pl->tf32;
+    if (pl->math < MATH_FFMA || pl->math > MATH_TF32X3)
+        return "shape";
     if (pl->threads > dev->max_threads_per_block)
         return "threads";
     if (ci->groups > 65535 || ci->gm > ((int64_t)1 << 31) - 256)
@@ -251,9 +298,19 @@ static const char *ig_plan_make(const ops_group *grp, const conv_info *ci, const
         pl->mt = mma_type(grp, ci);
         if (pl->mt == OPS_DT_NONE)
             return "shape"; /* the precision policy keeps this group off tensor cores */
-        if (pl->bk % 16)
+        pl->kstep = 16;
+        pl->vec = 8;
+    } else if (pl->tf32) {
+        const char *why = tf32_excluded(grp, ci, pl->math);
+        if (why)
+            return why;
+        pl->kstep = 8;
+        pl->vec = 4;
+    }
+    if (pl->tc) {
+        if (pl->bk % pl->kstep)
             return "divisibility";
-        pl->cp_async = cp_async_ok(ci);
+        pl->cp_async = cp_async_ok(ci, pl->math);
         if (pl->cp_async && pl->stages < 2)
             return "redundant"; /* the cp.async pipeline covers this group */
         if (!pl->cp_async && pl->stages > 2)
@@ -292,12 +349,12 @@ static const char *ig_plan_make(const ops_group *grp, const conv_info *ci, const
             lg++;
         pl->tm = tms[lg];
         pl->tn = per / pl->tm;
-        if (pl->bm % pl->tm || pl->bn % pl->tn)
+        if (pl->tm * pl->tn != per || pl->bm % pl->tm || pl->bn % pl->tn)
             return "shape";
     }
     pl->bufs = pl->stages;
     if (pl->cp_async) {
-        int cpr = pl->bk / 8;
+        int cpr = pl->bk / pl->vec;
         if ((pl->bm * cpr) % pl->threads || (pl->bn * cpr) % pl->threads)
             return "threads";
         pl->a_chunks = pl->bm * cpr / pl->threads;
@@ -317,6 +374,8 @@ static const char *ig_plan_make(const ops_group *grp, const conv_info *ci, const
         return "redundant";
     if (pl->mma)
         pl->smem = pl->bufs * (pl->bm + pl->bn) * (pl->bk + 8) * 2;
+    else if (pl->tf32)
+        pl->smem = pl->bufs * (pl->bm + pl->bn) * (pl->bk + 4) * 4;
     else
         pl->smem = pl->bufs * pl->bk * (pl->bm + 1 + pl->bn + 1) * 4;
     if (pl->smem > dev->smem_per_block_optin)
@@ -327,10 +386,21 @@ static const char *ig_plan_make(const ops_group *grp, const conv_info *ci, const
      * (and, double-buffered, keeps them in flight across the multiply), holding value and
      * 64-bit address: count three registers per element. */
     int staged = pl->cp_async ? 0 : 3 * (pl->a_per + pl->b_per);
-    if (pl->mma)
-        pl->regs = pl->mi * pl->ni * 4 + pl->mi * 4 + pl->ni * 2 + 3 * rows + staged + 40;
-    else
+    if (pl->tc) {
+        /* One k step's fragments: A 4 and B 2 registers per mma tile; tf32x3 holds the big and
+         * the small part of each, and with four 8-deep steps per stage ptxas also hoists the
+         * next step's shared reads (fitted to ptxas 13.0: 128x64x32 and 32x96x32 spilled). */
+        int raw = pl->mi * 4 + pl->ni * 2;
+        int frags = raw;
+        if (pl->math == MATH_TF32X3)
+            frags = 2 * raw + (pl->bk / pl->kstep >= 4 ? raw : 0);
+        /* tf32 cp.async: each filter-row chunk keeps its 64-bit source and predicate live too
+         * (fitted to ptxas 13.0: without this term 32x128x32 and 64x64x32 tiles spilled). */
+        int b_rows = pl->tf32 && pl->cp_async ? 4 * pl->b_chunks : 0;
+        pl->regs = pl->mi * pl->ni * 4 + frags + 3 * rows + b_rows + staged + 40;
+    } else {
         pl->regs = pl->tm * pl->tn + pl->tm + pl->tn + 3 * rows + staged + 32;
+    }
     int cap = dev->regs_per_sm / pl->threads;
     if (cap > dev->max_regs_per_thread)
         cap = dev->max_regs_per_thread;
@@ -705,6 +775,30 @@ static void emit_direct(kt_buf *b, const conv_info *ci, const direct_plan *pl, c
 
 /* ---- emission: implicit GEMM ---- */
 
+/* cp.async primitives: a 16-byte copy that zero-fills when masked, commit and wait. */
+static void emit_cp_async_helpers(kt_buf *b)
+{
+    kt_buf_line(b, "/* 16-byte global -> shared copy; ok == false writes zeros (padding, "
+                   "tile edges). */");
+    kt_buf_line(b, "__device__ __forceinline__ void kt_cp_async16(void *dst, const void *src, "
+                   "bool ok)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    asm volatile(\"cp.async.cg.shared.global [%%0], [%%1], 16, %%2;\\n\"");
+    kt_buf_line(b, "                 :");
+    kt_buf_line(b, "                 : \"r\"(kt_smem_addr(dst)), \"l\"(src), \"r\"(ok ? 16 : "
+                   "0)");
+    kt_buf_line(b, "                 : \"memory\");");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "__device__ __forceinline__ void kt_cp_async_commit()");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "template <int N> __device__ __forceinline__ void kt_cp_async_wait()");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    asm volatile(\"cp.async.wait_group %%0;\\n\" ::\"n\"(N) : \"memory\");");
+    kt_buf_line(b, "}");
+}
+
 static void emit_mma_helpers(kt_buf *b, const ig_plan *pl)
 {
     const char *ty = pl->mt == OPS_DT_BF16 ? "bf16" : "f16";
@@ -742,28 +836,65 @@ static void emit_mma_helpers(kt_buf *b, const ig_plan *pl)
     kt_buf_line(b, "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
                    "\"r\"(b[0]), \"r\"(b[1]));");
     kt_buf_line(b, "}");
+    if (pl->cp_async)
+        emit_cp_async_helpers(b);
+    kt_buf_printf(b, "\n");
+}
+
+static void emit_tf32_helpers(kt_buf *b, const ig_plan *pl)
+{
+    kt_buf_line(b, "/* ---- tf32 tensor-core primitives (inline PTX) ---- */");
     if (pl->cp_async) {
-        kt_buf_line(b, "/* 16-byte global -> shared copy; ok == false writes zeros (padding, "
-                       "tile edges). */");
-        kt_buf_line(b, "__device__ __forceinline__ void kt_cp_async16(void *dst, const void *src, "
-                       "bool ok)");
+        kt_buf_line(b, "__device__ __forceinline__ unsigned kt_smem_addr(const void *p)");
         kt_buf_line(b, "{");
-        kt_buf_line(b, "    asm volatile(\"cp.async.cg.shared.global [%%0], [%%1], 16, %%2;\\n\"");
-        kt_buf_line(b, "                 :");
-        kt_buf_line(b, "                 : \"r\"(kt_smem_addr(dst)), \"l\"(src), \"r\"(ok ? 16 : "
-                       "0)");
-        kt_buf_line(b, "                 : \"memory\");");
-        kt_buf_line(b, "}");
-        kt_buf_line(b, "__device__ __forceinline__ void kt_cp_async_commit()");
-        kt_buf_line(b, "{");
-        kt_buf_line(b, "    asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");");
-        kt_buf_line(b, "}");
-        kt_buf_line(b, "template <int N> __device__ __forceinline__ void kt_cp_async_wait()");
-        kt_buf_line(b, "{");
-        kt_buf_line(b,
-                    "    asm volatile(\"cp.async.wait_group %%0;\\n\" ::\"n\"(N) : \"memory\");");
+        kt_buf_line(b, "    return (unsigned)__cvta_generic_to_shared(p);");
         kt_buf_line(b, "}");
     }
+    kt_buf_line(b, "/* fp32 -> tf32: round to nearest (ties away) to 10 stored mantissa bits; the "
+                   "result is an");
+    kt_buf_line(b, " * fp32 bit pattern whose low 13 bits are zero. */");
+    kt_buf_line(b, "__device__ __forceinline__ unsigned kt_tf32(float x)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    unsigned r;");
+    kt_buf_line(b, "    asm(\"cvt.rna.tf32.f32 %%0, %%1;\\n\" : \"=r\"(r) : \"f\"(x));");
+    kt_buf_line(b, "    return r;");
+    kt_buf_line(b, "}");
+    if (pl->math == MATH_TF32X3) {
+        kt_buf_line(b, "/* Error-compensated split (3xTF32): x = big + small + e with big = "
+                       "tf32(x), the top 11");
+        kt_buf_line(b, " * significant bits, and small = tf32(x - big), the next 11 (x - big "
+                       "is exact in fp32), so");
+        kt_buf_line(b, " * |small| <= 2^-11 |x| and |e| <= 2^-22 |x|. The kernel sums "
+                       "a_small*b_big + a_big*b_small +");
+        kt_buf_line(b, " * a_big*b_big (small terms first, so they are not lost against the "
+                       "big one): each tf32 x tf32");
+        kt_buf_line(b, " * product is exact (11 x 11 bits), and each k step's sum is added to "
+                       "the accumulator in fp32.");
+        kt_buf_line(b, " * What is dropped (a_small*b_small and the split remainders) is a "
+                       "few 2^-22 of |a b|, close");
+        kt_buf_line(b, " * to fp32's own 2^-24 rounding, where one plain tf32 mma errs by up "
+                       "to 2^-10. */");
+        kt_buf_line(b, "__device__ __forceinline__ void kt_tf32_split(float x, unsigned &big, "
+                       "unsigned &small)");
+        kt_buf_line(b, "{");
+        kt_buf_line(b, "    big = kt_tf32(x);");
+        kt_buf_line(b, "    small = kt_tf32(x - __uint_as_float(big));");
+        kt_buf_line(b, "}");
+    }
+    kt_buf_line(b, "/* d += a * b on one m16n8k8 tile, tf32 operands, fp32 accumulation. */");
+    kt_buf_line(b, "__device__ __forceinline__ void kt_mma_tf32(float (&d)[4], const unsigned "
+                   "(&a)[4],");
+    kt_buf_line(b, "                                            const unsigned (&b)[2])");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    asm volatile(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 \"");
+    kt_buf_line(b, "                 \"{%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, "
+                   "{%%0, %%1, %%2, %%3};\\n\"");
+    kt_buf_line(b, "                 : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])");
+    kt_buf_line(b, "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
+                   "\"r\"(b[0]), \"r\"(b[1]));");
+    kt_buf_line(b, "}");
+    if (pl->cp_async)
+        emit_cp_async_helpers(b);
     kt_buf_printf(b, "\n");
 }
 
@@ -808,8 +939,9 @@ static void x_offset(char *buf, size_t len, const conv_info *ci, const char *slo
         snprintf(buf, len, "a_base[%s] + ((idx_t)c * H + h) * W + ww", slot);
 }
 
-/* The shared-memory value of stored element `ref`: float for ffma, the 16-bit mma type for mma
- * (f32 data under "reduced" rounds to bf16 here). */
+/* The shared-memory value of stored element `ref`: float for ffma and the tf32 paths (f32 data;
+ * tf32 rounding happens when fragments are read), the 16-bit mma type for mma (f32 data under
+ * "reduced" rounds to bf16 here). */
 static const char *tile_value(char *buf, size_t len, const conv_info *ci, const ig_plan *pl,
                               const char *ref)
 {
@@ -827,6 +959,7 @@ static void emit_plain_loader(kt_buf *b, const conv_info *ci, const ig_plan *pl)
 {
     const char *st = pl->mma ? "unsigned short" : "float";
     const char *zero = pl->mma ? "(unsigned short)0" : "0.0f";
+    /* Tensor-core paths store [BM][LDS] / [BN][LDS] (reduction contiguous), ffma [BK][LDA/LDB]. */
     char off[160], ref[200], val[240];
     kt_buf_line(b, "%s a_reg[A_PER], b_reg[B_PER];", st);
     kt_buf_line(b, "/* Gathers tile kt of the implicit im2col matrix and of the filter into "
@@ -863,8 +996,8 @@ static void emit_plain_loader(kt_buf *b, const conv_info *ci, const ig_plan *pl)
     kt_buf_line(b, "};");
     kt_buf_line(b, "auto store_tile = [&](int stage) {");
     b->indent += 4;
-    if (pl->mma) {
-        kt_buf_line(b, "unsigned short *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;");
+    if (pl->tc) {
+        kt_buf_line(b, "%s *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;", st);
         kt_buf_line(b, "#pragma unroll");
         kt_buf_line(b, "for (int e = 0; e < A_PER; e++) {");
         kt_buf_line(b, "    const int idx = tid + e * THREADS;");
@@ -892,18 +1025,21 @@ static void emit_plain_loader(kt_buf *b, const conv_info *ci, const ig_plan *pl)
     kt_buf_line(b, "};");
 }
 
-static void emit_cp_async_loader(kt_buf *b, const conv_info *ci)
+static void emit_cp_async_loader(kt_buf *b, const conv_info *ci, const ig_plan *pl)
 {
     char off[160];
+    const char *st = pl->mma ? "unsigned short" : "float";
     kt_buf_line(b, "/* Issues the 16-byte copies of tile kt into stage `stage`: each thread copies "
                    "A_CHUNKS");
-    kt_buf_line(b, " * 8-channel runs of pixels and B_CHUNKS 8-element runs of filter rows, all at "
-                   "one reduction");
+    kt_buf_line(b,
+                " * %d-channel runs of pixels and B_CHUNKS %d-element runs of filter rows, all at "
+                "one reduction",
+                pl->vec, pl->vec);
     kt_buf_line(b, " * column, so (c, r, s) is split once per tile. */");
     kt_buf_line(b, "auto load_tile = [&](int kt, int stage) {");
     b->indent += 4;
-    kt_buf_line(b, "unsigned short *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;");
-    kt_buf_line(b, "const int kk = kt * BK + (tid %% CPR) * 8;");
+    kt_buf_line(b, "%s *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;", st);
+    kt_buf_line(b, "const int kk = kt * BK + (tid %% CPR) * %d;", pl->vec);
     emit_kk_split(b, ci, "kk");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int e = 0; e < A_CHUNKS; e++) {");
@@ -912,7 +1048,8 @@ static void emit_cp_async_loader(kt_buf *b, const conv_info *ci)
     kt_buf_line(b, "const bool ok = kk < GEMM_K && (unsigned)h < (unsigned)H && (unsigned)ww < "
                    "(unsigned)W;");
     x_offset(off, sizeof(off), ci, "e");
-    kt_buf_line(b, "kt_cp_async16(as + ((tid + e * THREADS) / CPR) * LDS + (tid %% CPR) * 8,");
+    kt_buf_line(b, "kt_cp_async16(as + ((tid + e * THREADS) / CPR) * LDS + (tid %% CPR) * %d,",
+                pl->vec);
     kt_buf_line(b, "              ok ? x + %s : x, ok);", off);
     b->indent -= 4;
     kt_buf_line(b, "}");
@@ -921,7 +1058,8 @@ static void emit_cp_async_loader(kt_buf *b, const conv_info *ci)
     b->indent += 4;
     kt_buf_line(b, "const int col = n0 + (tid + e * THREADS) / CPR;");
     kt_buf_line(b, "const bool ok = kk < GEMM_K && col < GEMM_N;");
-    kt_buf_line(b, "kt_cp_async16(bs + ((tid + e * THREADS) / CPR) * LDS + (tid %% CPR) * 8,");
+    kt_buf_line(b, "kt_cp_async16(bs + ((tid + e * THREADS) / CPR) * LDS + (tid %% CPR) * %d,",
+                pl->vec);
     kt_buf_line(b, "              ok ? w + (idx_t)(grp * KG + col) * GEMM_K + kk : w, ok);");
     b->indent -= 4;
     kt_buf_line(b, "}");
@@ -1007,30 +1145,148 @@ static void emit_compute_mma(kt_buf *b)
     kt_buf_line(b, "};");
 }
 
+/* tf32 / tf32x3: fragments read element-wise from the float tiles (PTX ISA m16n8k8 .tf32
+ * layout, g = lane / 4, t = lane % 4): A a0 (g, t), a1 (g + 8, t), a2 (g, t + 4),
+ * a3 (g + 8, t + 4); B b0 (k = t, n = g), b1 (k = t + 4, n = g). */
+static void emit_compute_tf32(kt_buf *b, const ig_plan *pl)
+{
+    bool x3 = pl->math == MATH_TF32X3;
+    kt_buf_line(b, "const int lane = tid %% 32, warp = tid / 32;");
+    kt_buf_line(b, "const int g = lane / 4, t = lane %% 4; /* fragment row and column within an "
+                   "mma tile */");
+    kt_buf_line(b, "const int wm0 = (warp %% WARPS_M) * WTM, wn0 = (warp / WARPS_M) * WTN;");
+    kt_buf_line(b, "float acc[MI][NI][4] = {};");
+    if (x3) {
+        kt_buf_line(b, "/* One stage: BK / 8 steps of 3 x MI x NI mma tiles per warp. Each float "
+                       "is split into");
+        kt_buf_line(b, " * its tf32 big and small parts as its fragment is read.");
+    } else {
+        kt_buf_line(b, "/* One stage: BK / 8 steps of MI x NI mma tiles per warp. Each float is "
+                       "rounded to tf32");
+        kt_buf_line(b, " * as its fragment is read.");
+    }
+    kt_buf_line(b, " * Lane (g, t) reads row g, column t: with the 4-float row pad the 32 lanes "
+                   "of a read hit");
+    kt_buf_line(b, " * 32 distinct banks. */");
+    kt_buf_line(b, "auto compute_tile = [&](int stage) {");
+    b->indent += 4;
+    kt_buf_line(b, "const float *as = As + stage * BM * LDS, *bs = Bs + stage * BN * LDS;");
+    if (x3)
+        kt_buf_line(b, "float part[MI][NI][4] = {}; /* this stage's products, added to acc at "
+                       "its end */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int k8 = 0; k8 < BK; k8 += 8) {");
+    b->indent += 4;
+    if (x3)
+        kt_buf_line(b, "unsigned a_big[MI][4], a_small[MI][4], b_big[NI][2], b_small[NI][2];");
+    else
+        kt_buf_line(b, "unsigned af[MI][4], bf[NI][2];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int mi = 0; mi < MI; mi++) {");
+    b->indent += 4;
+    kt_buf_line(b, "const float *ap = as + (wm0 + mi * 16 + g) * LDS + k8 + t;");
+    static const char *const a_off[4] = {"0", "8 * LDS", "4", "8 * LDS + 4"};
+    static const char *const a_pos[4] = {"(g, t)", "(g + 8, t)", "(g, t + 4)", "(g + 8, t + 4)"};
+    for (int r = 0; r < 4; r++) {
+        char call[96];
+        if (x3)
+            snprintf(call, sizeof(call), "kt_tf32_split(ap[%s], a_big[mi][%d], a_small[mi][%d]);",
+                     a_off[r], r, r);
+        else
+            snprintf(call, sizeof(call), "af[mi][%d] = kt_tf32(ap[%s]);", r, a_off[r]);
+        kt_buf_line(b, "%-*s /* %s */", x3 ? 62 : 36, call, a_pos[r]);
+    }
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ni = 0; ni < NI; ni++) {");
+    b->indent += 4;
+    kt_buf_line(b, "const float *bp = bs + (wn0 + ni * 8 + g) * LDS + k8 + t;");
+    if (x3) {
+        kt_buf_line(b, "kt_tf32_split(bp[0], b_big[ni][0], b_small[ni][0]); /* (k = t, n = g) */");
+        kt_buf_line(b, "kt_tf32_split(bp[4], b_big[ni][1], b_small[ni][1]); /* (k = t + 4, n = "
+                       "g) */");
+    } else {
+        kt_buf_line(b, "bf[ni][0] = kt_tf32(bp[0]); /* (k = t, n = g) */");
+        kt_buf_line(b, "bf[ni][1] = kt_tf32(bp[4]); /* (k = t + 4, n = g) */");
+    }
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    if (x3) {
+        /* The tensor cores add into their fp32 accumulator by truncation, so a whole reduction
+         * accumulated inside the mmas errs in proportion to K (measured on the H100 for the
+         * gemm family: 7e-6 normwise at K = 1024); summing each k step apart and adding it
+         * with a round-to-nearest FADD keeps the growth that of fp32. */
+        kt_buf_line(b, "/* Small terms first; one pass over the tiles per term keeps MI x NI "
+                       "independent mmas");
+        kt_buf_line(b, " * in flight. */");
+        static const char *const terms[3][2] = {
+            {"a_small", "b_big"}, {"a_big", "b_small"}, {"a_big", "b_big"}};
+        for (int k = 0; k < 3; k++) {
+            kt_buf_line(b, "#pragma unroll");
+            kt_buf_line(b, "for (int mi = 0; mi < MI; mi++)");
+            kt_buf_line(b, "    #pragma unroll");
+            kt_buf_line(b, "    for (int ni = 0; ni < NI; ni++)");
+            kt_buf_line(b, "        kt_mma_tf32(part[mi][ni], %s[mi], %s[ni]);", terms[k][0],
+                        terms[k][1]);
+        }
+    } else {
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int mi = 0; mi < MI; mi++)");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int ni = 0; ni < NI; ni++)");
+        kt_buf_line(b, "        kt_mma_tf32(acc[mi][ni], af[mi], bf[ni]);");
+    }
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    if (x3) {
+        kt_buf_line(b, "/* The tensor cores add into their accumulator by truncation, whose error "
+                       "grows with the");
+        kt_buf_line(b, " * reduction length: the mmas sum only this stage's BK columns; "
+                       "round-to-nearest FADDs carry");
+        kt_buf_line(b, " * them into acc. */");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int mi = 0; mi < MI; mi++)");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int ni = 0; ni < NI; ni++)");
+        kt_buf_line(b, "        #pragma unroll");
+        kt_buf_line(b, "        for (int v = 0; v < 4; v++)");
+        kt_buf_line(b, "            acc[mi][ni][v] += part[mi][ni][v];");
+    }
+    b->indent -= 4;
+    kt_buf_line(b, "};");
+}
+
 static void emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const conv_names *nm)
 {
     if (pl->mma)
         emit_mma_helpers(b, pl);
+    else if (pl->tf32)
+        emit_tf32_helpers(b, pl);
     kt_buf_line(b, "/* Implicit GEMM: block tile BM pixels x BN channels, BK-deep reduction "
                    "steps. */");
     kt_buf_line(b, "constexpr int BM = %d, BN = %d, BK = %d, THREADS = %d, STAGES = %d;", pl->bm,
                 pl->bn, pl->bk, pl->threads, pl->stages);
     kt_buf_line(b, "constexpr int KTILES = (GEMM_K + BK - 1) / BK;");
-    if (pl->mma) {
+    if (pl->tc) {
         kt_buf_line(b, "constexpr int WARPS_M = %d, WARPS_N = %d;          /* warp grid */",
                     pl->warps_m, pl->warps_n);
         kt_buf_line(b, "constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N; /* warp tile */");
         kt_buf_line(b, "constexpr int MI = WTM / 16, NI = WTN / 8;           /* mma tiles per "
                        "warp */");
-        kt_buf_line(b, "constexpr int LDS = BK + 8; /* row pitch: the 16-byte pad makes ldmatrix "
-                       "conflict-free */");
+        if (pl->mma)
+            kt_buf_line(b, "constexpr int LDS = BK + 8; /* row pitch: the 16-byte pad makes "
+                           "ldmatrix conflict-free */");
+        else
+            kt_buf_line(b, "constexpr int LDS = BK + 4; /* row pitch (floats): the pad makes "
+                           "fragment reads conflict-free */");
     } else {
         kt_buf_line(b, "constexpr int TM = %d, TN = %d;          /* outputs per thread */", pl->tm,
                     pl->tn);
         kt_buf_line(b, "constexpr int LDA = BM + 1, LDB = BN + 1; /* padded k-major rows */");
     }
     if (pl->cp_async) {
-        kt_buf_line(b, "constexpr int CPR = BK / 8; /* 16-byte chunks per tile row */");
+        kt_buf_line(b, "constexpr int CPR = BK / %d; /* 16-byte chunks per tile row */", pl->vec);
         kt_buf_line(b, "constexpr int A_CHUNKS = BM * CPR / THREADS, B_CHUNKS = BN * CPR / "
                        "THREADS;");
     } else {
@@ -1041,7 +1297,9 @@ static void emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const 
     }
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
-    emit_signature(b, pl->mma ? "ktune_conv_igemm_mma" : "ktune_conv_igemm_ffma", NULL, 0, nm);
+    char entry[64];
+    snprintf(entry, sizeof(entry), "ktune_conv_igemm_%s", math_labels[pl->math]);
+    emit_signature(b, entry, NULL, 0, nm);
     kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kt_smem[];");
@@ -1050,6 +1308,11 @@ static void emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const 
                        "pixels x reduction */");
         kt_buf_line(b, "unsigned short *Bs = As + STAGES * BM * LDS;     /* [STAGES][BN][LDS] "
                        "channels x reduction */");
+    } else if (pl->tf32) {
+        kt_buf_line(b, "float *As = (float *)kt_smem;     /* [STAGES][BM][LDS] pixels x "
+                       "reduction, raw floats */");
+        kt_buf_line(b, "float *Bs = As + STAGES * BM * LDS; /* [STAGES][BN][LDS] channels x "
+                       "reduction */");
     } else {
         kt_buf_line(b, "float *As = (float *)kt_smem;         /* [STAGES][BK][LDA] */");
         kt_buf_line(b, "float *Bs = As + STAGES * BK * LDA;   /* [STAGES][BK][LDB] */");
@@ -1060,13 +1323,15 @@ static void emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const 
     kt_buf_line(b, "const int grp = blockIdx.z;      /* conv group */");
     if (pl->cp_async) {
         emit_row_setup(b, ci, "A_CHUNKS", "(tid + i * THREADS) / CPR");
-        emit_cp_async_loader(b, ci);
+        emit_cp_async_loader(b, ci, pl);
     } else {
         emit_row_setup(b, ci, "A_ROWS", "(tid + i * THREADS) % BM");
         emit_plain_loader(b, ci, pl);
     }
     if (pl->mma)
         emit_compute_mma(b);
+    else if (pl->tf32)
+        emit_compute_tf32(b, pl);
     else
         emit_compute_ffma(b, ci);
     kt_buf_printf(b, "\n");
@@ -1114,7 +1379,7 @@ static void emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const 
     }
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "/* Epilogue: each accumulator is one output element (masked at the edges). */");
-    if (pl->mma) {
+    if (pl->tc) {
         kt_buf_line(b, "#pragma unroll");
         kt_buf_line(b, "for (int mi = 0; mi < MI; mi++)");
         kt_buf_line(b, "    #pragma unroll");
@@ -1192,7 +1457,7 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
         ig_plan pl;
         ig_plan_make(grp, &ci, s, dev, &pl);
         emit_igemm(&b, &ci, &pl, &nm);
-        snprintf(l->entry, sizeof(l->entry), "ktune_conv_igemm_%s", pl.mma ? "mma" : "ffma");
+        snprintf(l->entry, sizeof(l->entry), "ktune_conv_igemm_%s", math_labels[pl.math]);
         l->grid[0] = (uint32_t)div_up(ci.gm, pl.bm);
         l->grid[1] = (uint32_t)div_up(ci.kg, pl.bn);
         l->grid[2] = (uint32_t)ci.groups;
@@ -1215,9 +1480,11 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
 
 /* ---- cost model ---- */
 
-/* Resident blocks per SM and the efficiency that wave quantisation and occupancy leave. */
+/* Resident blocks per SM and the efficiency that wave quantisation and occupancy leave. ilp
+ * (>= 1): independent long-latency operations each warp keeps in flight, which hide latency as
+ * extra warps would (1 for FFMA code, whose per-thread tiles the formula was fitted to). */
 static double launch_efficiency(const ops_device *dev, int64_t blocks, int threads, int regs,
-                                int smem, double *occupancy)
+                                int smem, double ilp, double *occupancy)
 {
     int warps = threads / 32;
     int bps = dev->max_blocks_per_sm;
@@ -1249,8 +1516,40 @@ static double launch_efficiency(const ops_device *dev, int64_t blocks, int threa
         occ = 1.0;
     *occupancy = occ;
     /* Latency hiding saturates around half occupancy. */
-    double occ_eff = occ >= 0.5 ? 1.0 : 0.4 + 1.2 * occ;
+    double hiding = occ * ilp;
+    double occ_eff = hiding >= 0.5 ? 1.0 : 0.4 + 1.2 * hiding;
     return wave * occ_eff;
+}
+
+/* Core-loop time of the tf32 paths over `tiles` (block, k tile) steps: the tensor cores (tf32
+ * peak; a third of it for tf32x3, which runs three mmas per product) against the issue slots
+ * the warps also need. Per k tile they gather the im2col tile (about 16 instructions per
+ * element: index split, bounds, load, shared store; a 16-byte cp.async moves 4 elements) and
+ * the filter tile (about 8), and per 8-deep step read their fragments (a shared load and a
+ * conversion per register; tf32x3 a load and the three-instruction split) and issue the mmas
+ * (tf32x3 then adds each stage's partial sums into the accumulators);
+ * the k tile's barrier drains the warps' pipelines (about 64 clocks of the four schedulers).
+ * Issue runs at one warp instruction per scheduler and clock, the FFMA rate (fp32 peak / 64
+ * warp instructions per second). The two overlap, imperfectly. eff: the useful fraction of the
+ * padded tiles times the loop fill. */
+static double tf32_core_time(const ig_plan *pl, const ops_device *dev, double tiles, double flops,
+                             double eff)
+{
+    bool x3 = pl->math == MATH_TF32X3;
+    double peak = x3 ? dev->tf32_flops_per_s / 3.0 : dev->tf32_flops_per_s;
+    double t_tensor = flops / (peak * 0.85 * eff);
+    double warps = pl->threads / 32.0, steps = pl->bk / 8.0;
+    double per_step =
+        (pl->mi * 4 + pl->ni * 2) * (x3 ? 4.0 : 2.0) + (double)(pl->mi * pl->ni) * (x3 ? 3 : 1);
+    double per_tile = ((double)pl->bm * 16 + (double)pl->bn * 8) * pl->bk / 32.0;
+    if (pl->cp_async)
+        per_tile /= 8.0;
+    per_tile += warps * steps * per_step + 256.0;
+    if (x3)
+        per_tile += warps * pl->mi * pl->ni * 4; /* the stage's sum carried into acc by FADDs */
+    double t_issue = tiles * per_tile / (dev->fp32_flops_per_s / 64.0);
+    double hi = t_tensor > t_issue ? t_tensor : t_issue, lo = t_tensor + t_issue - hi;
+    return hi + 0.25 * lo;
 }
 
 static void conv_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
@@ -1274,6 +1573,7 @@ static void conv_estimate(const ops_group *grp, const ops_schedule *s, const ops
         (double)ops_shape_numel(&g->tensors[ci.x].shape) * (double)ops_dtype_size(ci.dt);
     double flops = 2.0 * (double)out_numel * (double)ci.gk + (double)out_numel * ci.epilogue_nodes;
     double peak = dev->fp32_flops_per_s, compute_eff, launch_eff, occ;
+    double t_compute = -1; /* set by paths that model their core loop themselves */
     if (s->v[K_ALGO] == ALGO_DIRECT) {
         direct_plan pl;
         if (direct_plan_make(&ci, s, dev, &pl)) {
@@ -1288,7 +1588,7 @@ static void conv_estimate(const ops_group *grp, const ops_schedule *s, const ops
         double loads = (double)pl.win + (double)pl.tk * (double)ci.s;
         compute_eff = 0.9 * fma / (fma + loads);
         launch_eff = launch_efficiency(dev, (int64_t)div_up(pl.spatial, pl.threads) * kblocks,
-                                       pl.threads, pl.regs, pl.smem, &occ);
+                                       pl.threads, pl.regs, pl.smem, 1.0, &occ);
     } else {
         ig_plan pl;
         if (ig_plan_make(grp, &ci, s, dev, &pl)) {
@@ -1303,12 +1603,17 @@ static void conv_estimate(const ops_group *grp, const ops_schedule *s, const ops
         /* A short reduction loop is dominated by the pipeline fill and the epilogue. */
         double loop_eff = (double)kt / (double)(kt + 2);
         static const double pipe[] = {0, 0.6, 0.8, 0.95, 1.0};
-        double inner;
+        double inner = 1.0, ilp = 1.0;
         if (pl.mma) {
             peak = dev->f16_flops_per_s;
             inner = (double)(pl.mi * pl.ni) / (double)(pl.mi + pl.ni) / 2.0;
             if (!pl.cp_async)
                 inner *= 0.6; /* element-wise gathers cannot keep tensor cores fed */
+        } else if (pl.tf32) {
+            t_compute = tf32_core_time(&pl, dev, (double)(mt * nt * ci.groups) * (double)kt, flops,
+                                       tile_eff * loop_eff);
+            /* The MI x NI accumulator tiles of a warp are independent mmas in flight. */
+            ilp = pl.mi * pl.ni < 4 ? pl.mi * pl.ni : 4;
         } else {
             inner = (double)(pl.tm * pl.tn) / (double)(pl.tm + pl.tn) / 4.0;
         }
@@ -1316,12 +1621,13 @@ static void conv_estimate(const ops_group *grp, const ops_schedule *s, const ops
             inner = 1.0;
         compute_eff = 0.85 * inner * pipe[pl.stages] * loop_eff * tile_eff;
         launch_eff =
-            launch_efficiency(dev, mt * nt * ci.groups, pl.threads, pl.regs, pl.smem, &occ);
+            launch_efficiency(dev, mt * nt * ci.groups, pl.threads, pl.regs, pl.smem, ilp, &occ);
         /* The load pipeline hides memory latency the same way it hides compute. */
         launch_eff *= pipe[pl.stages] * loop_eff;
     }
     double t_mem = bytes / dev->dram_bytes_per_s;
-    double t_compute = flops / (peak * compute_eff);
+    if (t_compute < 0)
+        t_compute = flops / (peak * compute_eff);
     e->flops = flops;
     e->bytes = bytes;
     e->occupancy = occ;

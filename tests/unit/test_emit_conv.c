@@ -1,6 +1,7 @@
 /* The conv family: which groups it matches, how many schedules survive pruning, that a spread of
  * kept candidates compiles with NVRTC (sm_90a, a few for sm_80) without spills, golden sources
- * per algorithm, and the ordering of the cost model on obvious pairs. No GPU needed. */
+ * per algorithm and tensor-core path, and the ordering of the cost model on obvious pairs. No
+ * GPU needed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,9 @@
 
 /* The family under test (family.h keeps the tables private to ops/family.c). */
 #define FAM (*ops_family_get(OPS_FAM_CONV))
+
+/* Values of the conv knob "math" (stored in schedules: appended, never renumbered). */
+enum { MATH_FFMA = 0, MATH_MMA = 1, MATH_TF32 = 2, MATH_TF32X3 = 3 };
 
 /* ---- graphs ---- */
 
@@ -52,6 +56,18 @@ static const char g_f16_nhwc[] =
     "   \"layout\": \"NHWC\"},"
     "  {\"out\": \"t\", \"op\": \"add\", \"in\": [\"c\", \"Z\"]},"
     "  {\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"t\"]}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* f32 NHWC 3x3 (8, 28, 28, 64) -> 128 with bias and relu: the tf32 paths' cp.async gather. */
+static const char g_f32_nhwc[] =
+    "{\"name\": \"conv_nhwc_f32\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f32\", \"shape\": [8, 28, 28, 64]},"
+    "  \"W\": {\"dtype\": \"f32\", \"shape\": [128, 3, 3, 64], \"const\": true},"
+    "  \"b\": {\"dtype\": \"f32\", \"shape\": [128], \"const\": true}},"
+    " \"nodes\": ["
+    "  {\"out\": \"c\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\", \"b\"], \"padding\": [1, 1],"
+    "   \"layout\": \"NHWC\"},"
+    "  {\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"c\"]}],"
     " \"outputs\": [\"Y\"]}";
 
 /* Ragged: C = 3, K = 7, 3x5 filter, stride (2, 1), pad (1, 2), dilation (1, 2), odd spatial. */
@@ -226,7 +242,7 @@ static void test_matches(void **state)
     ops_graph_free(g);
 
     const char *yes[] = {g_f32_56,    g_alexnet,      g_f16_nhwc, g_ragged,
-                         g_depthwise, g_grouped_bf16, g_bf16_odd};
+                         g_depthwise, g_grouped_bf16, g_bf16_odd, g_f32_nhwc};
     for (size_t i = 0; i < KT_ARRAY_LEN(yes); i++) {
         g = emit_test_graph(yes[i], "");
         emit_test_whole_group(g, &grp);
@@ -284,17 +300,39 @@ static void test_counts(void **state)
     assert_true(counts.kept >= 50);
     assert_int_equal(l.n, counts.kept);
     assert_true(count_algo(&l, 0) >= 20 && count_algo(&l, 1) >= 20);
-    /* f32 under "exact" never takes tensor cores; "reduced" adds them. */
+    /* f32 under "exact": FFMA and the error-compensated tf32x3 only; "tf32" adds plain tf32,
+     * "reduced" 16-bit tensor cores too. */
     int math = knob_index("math");
-    for (int i = 0; i < l.n; i++)
-        assert_int_equal(l.s[i].v[math], 0);
+    int per_math[4] = {0};
+    for (int i = 0; i < l.n; i++) {
+        assert_true(l.s[i].v[math] == MATH_FFMA || l.s[i].v[math] == MATH_TF32X3);
+        per_math[l.s[i].v[math]]++;
+    }
+    assert_true(per_math[MATH_TF32X3] > 0);
     free(l.s);
+    const ops_precision precs[] = {OPS_PREC_TF32, OPS_PREC_REDUCED};
+    for (size_t p = 0; p < KT_ARRAY_LEN(precs); p++) {
+        grp.precision = precs[p];
+        l = kept(&grp, &dev, &counts);
+        memset(per_math, 0, sizeof(per_math));
+        for (int i = 0; i < l.n; i++)
+            per_math[l.s[i].v[math]]++;
+        assert_true(per_math[MATH_TF32] > 0 && per_math[MATH_TF32X3] > 0);
+        if (precs[p] == OPS_PREC_REDUCED)
+            assert_true(per_math[MATH_MMA] > 0);
+        else
+            assert_int_equal(per_math[MATH_MMA], 0);
+        free(l.s);
+    }
+    ops_graph_free(g);
+
+    /* 16-bit data never takes the tf32 paths, whatever the policy. */
+    g = emit_test_graph(g_f16_nhwc, "");
+    emit_test_whole_group(g, &grp);
     grp.precision = OPS_PREC_REDUCED;
     l = kept(&grp, &dev, &counts);
-    int mma = 0;
     for (int i = 0; i < l.n; i++)
-        mma += l.s[i].v[math] == 1;
-    assert_true(mma > 0);
+        assert_true(l.s[i].v[math] == MATH_FFMA || l.s[i].v[math] == MATH_MMA);
     free(l.s);
     ops_graph_free(g);
 
@@ -305,7 +343,7 @@ static void test_counts(void **state)
         {"f32 56x56x64", g_f32_56, 50}, {"alexnet conv1", g_alexnet, 30},
         {"f16 nhwc", g_f16_nhwc, 50},   {"ragged", g_ragged, 50},
         {"depthwise", g_depthwise, 20}, {"grouped bf16", g_grouped_bf16, 30},
-        {"bf16 odd", g_bf16_odd, 30},
+        {"bf16 odd", g_bf16_odd, 30},   {"f32 nhwc", g_f32_nhwc, 50},
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
         g = emit_test_graph(cases[i].json, "");
@@ -373,12 +411,111 @@ static void test_prune_reasons(void **state)
     ops_graph_free(g);
 }
 
+/* The tf32 paths: f32 data only, plain tf32 only where the policy accepts tf32 rounding,
+ * tf32x3 everywhere; 8-deep reduction steps; the cp.async gather for 4-float channel runs. */
+static void test_prune_tf32(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    const ops_family *f = &FAM;
+
+    /* The knob values: math appended after the old ones, bn sorted with 96 in it. */
+    const ops_knob *km = &f->knobs[knob_index("math")], *kn = &f->knobs[knob_index("bn")];
+    assert_int_equal(km->n_values, 4);
+    assert_string_equal(km->labels[MATH_FFMA], "ffma");
+    assert_string_equal(km->labels[MATH_MMA], "mma");
+    assert_string_equal(km->labels[MATH_TF32], "tf32");
+    assert_string_equal(km->labels[MATH_TF32X3], "tf32x3");
+    bool has96 = false;
+    for (int i = 0; i < kn->n_values; i++) {
+        has96 |= kn->values[i] == 96;
+        if (i > 0)
+            assert_true(kn->values[i] > kn->values[i - 1]);
+    }
+    assert_true(has96);
+
+    /* 16-bit data: both tf32 paths are off ("shape"), under every policy. */
+    ops_graph *g = emit_test_graph(g_f16_nhwc, "");
+    emit_test_whole_group(g, &grp);
+    const ops_precision all[] = {OPS_PREC_EXACT, OPS_PREC_TF32, OPS_PREC_REDUCED};
+    for (size_t p = 0; p < KT_ARRAY_LEN(all); p++) {
+        grp.precision = all[p];
+        ops_schedule s = sched("math=tf32 bm=64 bn=64 bk=16 warps=4 stages=3");
+        assert_string_equal(f->prune(&grp, &s, &dev), "shape");
+        s = sched("math=tf32x3 bm=64 bn=64 bk=16 warps=4 stages=3");
+        assert_string_equal(f->prune(&grp, &s, &dev), "shape");
+    }
+    ops_graph_free(g);
+
+    /* f32 NCHW (plain gather): tf32 needs the tf32 or reduced policy, tf32x3 runs under exact. */
+    g = emit_test_graph(g_f32_56, "");
+    emit_test_whole_group(g, &grp);
+    ops_schedule tf = sched("math=tf32 bm=64 bn=64 bk=16 warps=4 stages=2");
+    ops_schedule x3 = sched("math=tf32x3 bm=64 bn=64 bk=16 warps=4 stages=2");
+    grp.precision = OPS_PREC_EXACT;
+    assert_string_equal(f->prune(&grp, &tf, &dev), "precision");
+    assert_null(f->prune(&grp, &x3, &dev));
+    grp.precision = OPS_PREC_TF32;
+    assert_null(f->prune(&grp, &tf, &dev));
+    assert_null(f->prune(&grp, &x3, &dev));
+    grp.precision = OPS_PREC_REDUCED;
+    assert_null(f->prune(&grp, &tf, &dev));
+    assert_null(f->prune(&grp, &x3, &dev));
+    grp.precision = OPS_PREC_EXACT;
+    /* 8-deep reduction steps: bk 8 is legal (mma needs 16), bk 12 is not. */
+    ops_schedule s = sched("math=tf32x3 bm=64 bn=64 bk=8 warps=4 stages=2");
+    assert_null(f->prune(&grp, &s, &dev));
+    s = sched("math=mma bm=64 bn=64 bk=8 warps=4 stages=2");
+    grp.precision = OPS_PREC_REDUCED;
+    assert_string_equal(f->prune(&grp, &s, &dev), "divisibility");
+    grp.precision = OPS_PREC_EXACT;
+    s = sched("math=tf32x3 bm=64 bn=64 bk=12 warps=4 stages=2");
+    assert_string_equal(f->prune(&grp, &s, &dev), "divisibility");
+    /* NCHW cannot feed cp.async: no deep pipelines. */
+    s = sched("math=tf32x3 bm=64 bn=64 bk=16 warps=4 stages=3");
+    assert_string_equal(f->prune(&grp, &s, &dev), "align");
+    /* Split fragments double the fragment registers: a 64x48 warp tile does not fit. */
+    s = sched("math=tf32x3 bm=128 bn=96 bk=16 warps=4 stages=2");
+    assert_string_equal(f->prune(&grp, &s, &dev), "regs");
+    s = sched("math=tf32x3 bm=128 bn=96 bk=16 warps=8 stages=2");
+    assert_null(f->prune(&grp, &s, &dev));
+    ops_graph_free(g);
+
+    /* f32 NHWC with 64 channels: 16-byte cp.async runs, so the unpipelined variant is
+     * redundant and deep pipelines are legal. */
+    g = emit_test_graph(g_f32_nhwc, "");
+    emit_test_whole_group(g, &grp);
+    s = sched("math=tf32x3 bm=128 bn=64 bk=16 warps=4 stages=1");
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s = sched("math=tf32x3 bm=128 bn=64 bk=16 warps=4 stages=3");
+    assert_null(f->prune(&grp, &s, &dev));
+    ops_graph_free(g);
+
+    /* f32 NHWC with 3 channels: no 4-float runs, back to the plain gather. */
+    static const char c3[] =
+        "{\"name\": \"c\", \"inputs\": {"
+        "  \"X\": {\"dtype\": \"f32\", \"shape\": [2, 20, 20, 3]},"
+        "  \"W\": {\"dtype\": \"f32\", \"shape\": [32, 3, 3, 3]}},"
+        " \"nodes\": [{\"out\": \"Y\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"],"
+        "  \"padding\": [1, 1], \"layout\": \"NHWC\"}], \"outputs\": [\"Y\"]}";
+    g = emit_test_graph(c3, "");
+    emit_test_whole_group(g, &grp);
+    s = sched("math=tf32x3 bm=64 bn=32 bk=8 warps=2 stages=3");
+    assert_string_equal(f->prune(&grp, &s, &dev), "align");
+    s = sched("math=tf32x3 bm=64 bn=32 bk=8 warps=2 stages=1");
+    assert_null(f->prune(&grp, &s, &dev));
+    ops_graph_free(g);
+}
+
 /* ---- compiling a spread of kept candidates ---- */
 
 typedef struct spread_case {
     const char *name, *json, *shapes;
     ops_precision prec;
-    int n; /* candidates to compile */
+    int n;    /* candidates to compile */
+    int math; /* only schedules with this math value; -1: all */
 } spread_case;
 
 static void compile_spread(const spread_case *cases, size_t n_cases, const char *arch,
@@ -403,6 +540,14 @@ static void compile_spread(const spread_case *cases, size_t n_cases, const char 
         emit_test_whole_group(g, &grp);
         grp.precision = cases[c].prec;
         sched_list l = kept(&grp, &dev, NULL);
+        if (cases[c].math >= 0) {
+            int km = knob_index("math"), m = 0;
+            for (int i = 0; i < l.n; i++)
+                if (l.s[i].v[km] == cases[c].math)
+                    l.s[m++] = l.s[i];
+            l.n = m;
+            assert_true(l.n > 0);
+        }
         /* KTUNE_CONV_ALL=1 compiles every kept candidate (minutes; checks the pruner). */
         const char *all = getenv("KTUNE_CONV_ALL");
         int want = allow_all && all && strcmp(all, "1") == 0 ? l.n : cases[c].n;
@@ -467,28 +612,37 @@ static void test_compile_sm90a(void **state)
 {
     (void)state;
     const spread_case cases[] = {
-        {"conv2d.json", "example:conv2d.json", "N=128", OPS_PREC_EXACT, 16},
-        {"f32 56x56x64", g_f32_56, "", OPS_PREC_EXACT, 8},
-        {"f32 56x56x64 reduced", g_f32_56, "", OPS_PREC_REDUCED, 4},
-        {"alexnet conv1", g_alexnet, "", OPS_PREC_EXACT, 8},
-        {"f16 nhwc", g_f16_nhwc, "", OPS_PREC_EXACT, 10},
-        {"ragged", g_ragged, "", OPS_PREC_EXACT, 6},
-        {"depthwise", g_depthwise, "", OPS_PREC_EXACT, 4},
-        {"grouped bf16", g_grouped_bf16, "", OPS_PREC_EXACT, 4},
-        {"bf16 odd", g_bf16_odd, "", OPS_PREC_EXACT, 4},
+        {"conv2d.json", "example:conv2d.json", "N=128", OPS_PREC_EXACT, 16, -1},
+        {"f32 56x56x64", g_f32_56, "", OPS_PREC_EXACT, 8, -1},
+        {"f32 56x56x64 reduced", g_f32_56, "", OPS_PREC_REDUCED, 4, -1},
+        {"alexnet conv1", g_alexnet, "", OPS_PREC_EXACT, 8, -1},
+        {"f16 nhwc", g_f16_nhwc, "", OPS_PREC_EXACT, 10, -1},
+        {"ragged", g_ragged, "", OPS_PREC_EXACT, 6, -1},
+        {"depthwise", g_depthwise, "", OPS_PREC_EXACT, 4, -1},
+        {"grouped bf16", g_grouped_bf16, "", OPS_PREC_EXACT, 4, -1},
+        {"bf16 odd", g_bf16_odd, "", OPS_PREC_EXACT, 4, -1},
+        /* The tf32 paths: plain gather (NCHW), cp.async gather (NHWC), ragged edges. */
+        {"alexnet conv1 tf32x3", g_alexnet, "", OPS_PREC_EXACT, 8, MATH_TF32X3},
+        {"alexnet conv1 tf32", g_alexnet, "", OPS_PREC_TF32, 4, MATH_TF32},
+        {"f32 56x56x64 tf32x3", g_f32_56, "", OPS_PREC_EXACT, 6, MATH_TF32X3},
+        {"f32 56x56x64 tf32", g_f32_56, "", OPS_PREC_TF32, 4, MATH_TF32},
+        {"f32 nhwc tf32x3", g_f32_nhwc, "", OPS_PREC_EXACT, 6, MATH_TF32X3},
+        {"f32 nhwc tf32", g_f32_nhwc, "", OPS_PREC_TF32, 4, MATH_TF32},
+        {"ragged tf32x3", g_ragged, "", OPS_PREC_EXACT, 4, MATH_TF32X3},
     };
-    compile_spread(cases, KT_ARRAY_LEN(cases), "sm_90a", 50, true);
+    compile_spread(cases, KT_ARRAY_LEN(cases), "sm_90a", 80, true);
 }
 
 static void test_compile_sm80(void **state)
 {
     (void)state;
     const spread_case cases[] = {
-        {"conv2d.json", "example:conv2d.json", "N=128", OPS_PREC_EXACT, 2},
-        {"f16 nhwc", g_f16_nhwc, "", OPS_PREC_EXACT, 3},
-        {"bf16 odd", g_bf16_odd, "", OPS_PREC_EXACT, 1},
+        {"conv2d.json", "example:conv2d.json", "N=128", OPS_PREC_EXACT, 2, -1},
+        {"f16 nhwc", g_f16_nhwc, "", OPS_PREC_EXACT, 3, -1},
+        {"bf16 odd", g_bf16_odd, "", OPS_PREC_EXACT, 1, -1},
+        {"f32 nhwc tf32x3", g_f32_nhwc, "", OPS_PREC_EXACT, 1, MATH_TF32X3},
     };
-    compile_spread(cases, KT_ARRAY_LEN(cases), "sm_80", 6, false);
+    compile_spread(cases, KT_ARRAY_LEN(cases), "sm_80", 7, false);
 }
 
 /* The largest tiles must fit registers too: the kept schedules with the most accumulators. */
@@ -505,6 +659,11 @@ static void test_compile_extremes(void **state)
         {g_f32_56, "bm=128 bn=64 bk=8 warps=4 stages=2"},
         {g_alexnet, "algo=direct tk=4 tq=8 warps=4 filter=registers"},
         {g_alexnet, "algo=direct tk=8 tq=4 warps=8 filter=shared"},
+        {g_alexnet, "math=tf32x3 bm=128 bn=96 bk=16 warps=8 stages=2"},
+        {g_alexnet, "math=tf32x3 bm=64 bn=96 bk=16 warps=4 stages=2"},
+        {g_f32_56, "math=tf32x3 bm=128 bn=64 bk=16 warps=8 stages=2"},
+        {g_f32_nhwc, "math=tf32x3 bm=128 bn=128 bk=16 warps=8 stages=4"},
+        {g_f32_nhwc, "math=tf32x3 bm=128 bn=64 bk=16 warps=4 stages=4"},
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
         ops_graph *g = emit_test_graph(cases[i].json, "");
@@ -558,6 +717,8 @@ static void test_golden(void **state)
     free(text);
     golden(g_f16_nhwc, "", "math=mma bm=128 bn=64 bk=32 warps=4 stages=3",
            "conv_implicit_gemm_mma.cu", "ktune_conv_igemm_mma");
+    golden(g_alexnet, "", "math=tf32x3 bm=128 bn=96 bk=16 warps=8 stages=2",
+           "conv_implicit_gemm_tf32x3.cu", "ktune_conv_igemm_tf32x3");
 }
 
 /* The launch description mirrors the kernel's parameters and covers the output. */
@@ -604,6 +765,31 @@ static void test_launch(void **state)
     assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), -EINVAL);
     assert_non_null(strstr(d.msg, "divisibility"));
     ops_graph_free(g);
+
+    /* tf32x3: fp32 tiles [BM][BK + 4] and [BN][BK + 4] per stage, one block per 128 x 96. */
+    g = emit_test_graph(g_alexnet, "");
+    emit_test_whole_group(g, &grp);
+    s = sched("math=tf32x3 bm=128 bn=96 bk=16 warps=8 stages=2");
+    assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), 0);
+    l = &e.kernels[0];
+    assert_string_equal(l->entry, "ktune_conv_igemm_tf32x3");
+    assert_int_equal(l->grid[0], (100 * 55 * 55 + 127) / 128);
+    assert_int_equal(l->grid[1], 1);
+    assert_int_equal(l->block[0], 256);
+    assert_int_equal(l->smem_bytes, 2 * (128 + 96) * (16 + 4) * 4);
+    assert_non_null(strstr(e.source, "cvt.rna.tf32.f32"));
+    assert_non_null(strstr(e.source, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
+    ops_emitted_free(&e);
+    /* Plain tf32 needs the tf32 (or reduced) policy. */
+    s = sched("math=tf32 bm=128 bn=96 bk=16 warps=8 stages=2");
+    assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), -EINVAL);
+    assert_non_null(strstr(d.msg, "precision"));
+    grp.precision = OPS_PREC_TF32;
+    assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), 0);
+    assert_string_equal(e.kernels[0].entry, "ktune_conv_igemm_tf32");
+    assert_null(strstr(e.source, "kt_tf32_split"));
+    ops_emitted_free(&e);
+    ops_graph_free(g);
 }
 
 /* ---- cost model ---- */
@@ -628,6 +814,41 @@ static double best_estimate(const ops_group *grp, const ops_device *dev, int alg
     return best;
 }
 
+static int cmp_rank(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The rank (0-based) of the best "good" tf32x3 schedule (bm 128, bn 64 or 96, bk 16 or 32,
+ * 4 or 8 warps) among all kept schedules of the group by estimate, or -1 when it is not within
+ * the first `within`. */
+static int top_good_tf32x3(const ops_group *grp, const ops_device *dev, int within)
+{
+    sched_list l = kept(grp, dev, NULL);
+    int km = knob_index("math"), kbm = knob_index("bm"), kbn = knob_index("bn");
+    int kbk = knob_index("bk"), kw = knob_index("warps");
+    /* (estimate, is good) pairs, sorted by estimate. */
+    double(*est)[2] = malloc(sizeof(*est) * (size_t)l.n);
+    assert_non_null(est);
+    for (int i = 0; i < l.n; i++) {
+        const int *v = l.s[i].v;
+        ops_estimate e;
+        FAM.estimate(grp, &l.s[i], dev, &e);
+        est[i][0] = e.seconds;
+        est[i][1] = v[km] == MATH_TF32X3 && v[kbm] == 128 && (v[kbn] == 64 || v[kbn] == 96) &&
+                    (v[kbk] == 16 || v[kbk] == 32) && (v[kw] == 4 || v[kw] == 8);
+    }
+    qsort(est, (size_t)l.n, sizeof(*est), cmp_rank);
+    int rank = -1;
+    for (int i = 0; i < l.n && i < within && rank < 0; i++)
+        if (est[i][1] != 0)
+            rank = i;
+    free(est);
+    free(l.s);
+    return rank;
+}
+
 static void test_estimate(void **state)
 {
     (void)state;
@@ -645,9 +866,38 @@ static void test_estimate(void **state)
     g = emit_test_graph(g_alexnet, "");
     emit_test_whole_group(g, &grp);
     direct = best_estimate(&grp, &dev, 1, -1);
-    igemm = best_estimate(&grp, &dev, 0, -1);
-    printf("# alexnet conv1: direct %.2f us, implicit_gemm %.2f us\n", direct * 1e6, igemm * 1e6);
+    igemm = best_estimate(&grp, &dev, 0, MATH_FFMA);
+    double x3 = best_estimate(&grp, &dev, 0, MATH_TF32X3);
+    printf("# alexnet conv1: direct %.2f us, implicit_gemm ffma %.2f us, tf32x3 %.2f us\n",
+           direct * 1e6, igemm * 1e6, x3 * 1e6);
     assert_true(direct < igemm);
+    /* tf32x3 tensor cores (a third of the tf32 peak, 2.4x FFMA) beat both FFMA kernels. */
+    assert_true(x3 < direct);
+    ops_graph_free(g);
+
+    /* The tuner screens the top of the ranking first: for AlexNet's first layer (96 output
+     * channels, 363-deep reduction) and the 64-channel 3x3 conv, large tf32x3 tiles (bm 128,
+     * bn 96 or 64, bk 16 or 32, 4-8 warps) must lead the exact-policy list. */
+    const struct {
+        const char *name, *json;
+    } ranked[] = {{"alexnet conv1", g_alexnet}, {"f32 56x56x64", g_f32_56}};
+    for (size_t c = 0; c < KT_ARRAY_LEN(ranked); c++) {
+        g = emit_test_graph(ranked[c].json, "");
+        emit_test_whole_group(g, &grp);
+        int top = top_good_tf32x3(&grp, &dev, 3);
+        printf("# %s: first good tf32x3 schedule at rank %d\n", ranked[c].name, top);
+        assert_true(top >= 0);
+        ops_graph_free(g);
+    }
+
+    /* Under the tf32 policy, one tf32 mma per product beats three. */
+    g = emit_test_graph(g_f32_56, "");
+    emit_test_whole_group(g, &grp);
+    grp.precision = OPS_PREC_TF32;
+    double tf = best_estimate(&grp, &dev, 0, MATH_TF32);
+    x3 = best_estimate(&grp, &dev, 0, MATH_TF32X3);
+    printf("# f32 56x56x64 tf32 policy: tf32 %.2f us, tf32x3 %.2f us\n", tf * 1e6, x3 * 1e6);
+    assert_true(tf < x3);
     ops_graph_free(g);
 
     /* 64 channels in f16: tensor-core implicit GEMM beats direct and the ffma GEMM. */
@@ -693,11 +943,11 @@ static void test_estimate(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),          cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_prune_reasons),    cmocka_unit_test(test_launch),
-        cmocka_unit_test(test_estimate),         cmocka_unit_test(test_golden),
-        cmocka_unit_test(test_compile_extremes), cmocka_unit_test(test_compile_sm90a),
-        cmocka_unit_test(test_compile_sm80),
+        cmocka_unit_test(test_matches),       cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_prune_reasons), cmocka_unit_test(test_prune_tf32),
+        cmocka_unit_test(test_launch),        cmocka_unit_test(test_estimate),
+        cmocka_unit_test(test_golden),        cmocka_unit_test(test_compile_extremes),
+        cmocka_unit_test(test_compile_sm90a), cmocka_unit_test(test_compile_sm80),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
