@@ -373,6 +373,12 @@ int cache_open(const char *dir, unsigned flags, const cache_options *opts, cache
             mdb_txn_abort(txn);
     } else {
         rc = cache_write(env, init_rw, NULL, err);
+        /* reader slots of dead processes (a cache_check child killed at its time limit) would
+         * keep their snapshots' pages from reuse: a writer clears them when it opens */
+        int dead = 0;
+        if (rc == 0 && mdb_reader_check(env->env, &dead) == MDB_SUCCESS && dead > 0)
+            kt_log_info(CACHE_LOG, "%s: cleared %d reader slot%s of dead processes", dir, dead,
+                        dead == 1 ? "" : "s");
     }
     if (rc < 0)
         goto fail_lmdb;

@@ -243,3 +243,67 @@ typedef int (*cache_job_cb)(const cache_job *j, void *ctx);
 int cache_job_foreach(cache_env *env, cache_job_cb cb, void *ctx, size_t *n_corrupt, kt_err *err);
 /* One more than the largest id in the journal (1 when empty). */
 int cache_job_next_id(cache_env *env, uint64_t *out, kt_err *err);
+
+/* ---- the structural check (cache/check.c) ----
+ * LMDB 0.9 trusts its own pages (no checksums): a damaged B-tree page can make any reader,
+ * mdb_cursor_get included, read outside the file (SIGBUS) or the map (SIGSEGV). cache_check reads
+ * the file in a forked child process, so such damage kills the child, never the caller, and walks
+ * every page reachable from the snapshot's meta page checking what LMDB relies on (page numbers,
+ * types, node offsets and sizes inside their page, child and overflow pages inside the file, key
+ * order and branch separators, no page reachable twice or both free and in use, each tree's
+ * counts). With CACHE_CHECK_VALUES it also verifies and decodes every stored value (records,
+ * trials, journal entries) against its key. docs/operations.md, "A damaged cache", says what to do
+ * with each verdict. */
+
+typedef enum cache_check_verdict {
+    CACHE_CHECK_OK = 0,            /* sound (values too, when they were checked) */
+    CACHE_CHECK_DAMAGED_VALUES,    /* sound structure; some values fail their checksum or do not
+                                    * decode: readers skip those and serve the rest */
+    CACHE_CHECK_DAMAGED_STRUCTURE, /* LMDB's own pages are damaged: the file cannot be trusted */
+} cache_check_verdict;
+
+enum cache_check_flags {
+    CACHE_CHECK_VALUES = 1u << 0, /* also verify and decode every stored value */
+    /* only what a reader relies on: the branch and leaf pages, and every large value's pages
+     * inside the file; not the overflow page headers, page ownership or the free list, which
+     * only a writer uses. Touches a few pages per thousand values instead of one per large value
+     * (100 000 records of 15 KiB: see docs/RELIABILITY.md). For read-only opens (the runtime). */
+    CACHE_CHECK_READER = 1u << 1,
+};
+
+typedef struct cache_check_report {
+    cache_check_verdict verdict;
+    char what[640];      /* one line: what is damaged and where ("" when ok) */
+    char first_bad[400]; /* the first damaged value: "kernels: KEY: why" ("" when none) */
+    int signal;          /* the checking process was killed by this signal (0: it was not) */
+    uint64_t txnid;      /* the snapshot checked */
+    uint32_t page_size;
+    size_t file_bytes; /* size of data.mdb */
+    size_t pages_used; /* pages up to the snapshot's last page */
+    size_t tree_pages; /* branch, leaf and overflow pages of every tree */
+    size_t free_pages; /* pages on the free list */
+    size_t records, records_bad, trials, trials_bad, jobs, jobs_bad, meta_bad; /* VALUES only */
+    /* values stored in overflow pages whose first page's header is damaged (checked always):
+     * readers do not use that header, but a writer replacing the value frees as many pages as it
+     * says, so a cache with any must not be written to (cache_check_writable) */
+    size_t overflow_bad;
+    double seconds; /* wall time of the whole check, fork and wait included */
+} cache_check_report;
+
+/* Checks the cache in dir (read-only; any number of readers and one writer may use it meanwhile)
+ * in a child process that it forks and waits for, at most timeout_s seconds (<= 0: 60 s). The
+ * child touches only LMDB, the file and libc, resets the crash signals to their default action and
+ * ends with _exit, so a caller holding CUDA contexts, threads or signal handlers may call this. The
+ * caller must not reap children it did not fork (a SIGCHLD handler calling wait(-1) makes a
+ * crashed check indistinguishable from a finished one; it is then reported as damage).
+ * Returns 0 with the verdict in *out, or a negative errno when no verdict could be reached:
+ * -ENOENT (no cache in dir), -EACCES, -ETIMEDOUT (the child was killed at the limit), -EAGAIN (a
+ * writer without reader locks kept changing the file), -ENOMEM, or fork's and pipe's errors. */
+int cache_check(const char *dir, unsigned flags, double timeout_s, cache_check_report *out,
+                kt_err *err);
+/* Whether a writer (ktuned, import, merge) may use a cache with this report: the structure is
+ * sound and no overflow header is damaged (a damaged value alone is fine: it is skipped, and
+ * replaced when its key is tuned again). */
+bool cache_check_writable(const cache_check_report *r);
+/* "ok", "damaged_records", "damaged_structure" (the JSON names of `ktune cache check`). */
+const char *cache_check_verdict_name(cache_check_verdict v);

@@ -162,3 +162,11 @@ int cache_decode_map(const msgpack_object *o, const char *const *names, int n, c
 int cache_decode_map_opt(const msgpack_object *o, const char *const *names, int n,
                          uint64_t optional, cache_field_fn fn, void *ctx, const char *what,
                          cache_dec *d);
+
+/* ---- job.c, for check.c ---- */
+
+/* Decodes the journal entry (key, value) into *out (released with cache_job_free, also after a
+ * failure): checksum, fields, and the value's id against the key's. Logs nothing. 0, -EBADMSG or
+ * -ENOMEM. */
+int cache_job_entry_decode(const void *key, size_t klen, const void *val, size_t vlen,
+                           cache_job *out, kt_err *err);

@@ -303,22 +303,29 @@ static int decode_job(const void *buf, size_t len, cache_job *out, kt_err *err)
     return rc;
 }
 
+int cache_job_entry_decode(const void *key, size_t klen, const void *val, size_t vlen,
+                           cache_job *out, kt_err *err)
+{
+    int rc;
+    memset(out, 0, sizeof(*out));
+    uint64_t id = klen == JOB_KEY_BYTES ? job_key_id(key) : 0;
+    if (klen != JOB_KEY_BYTES)
+        rc = kt_err_set(err, -EBADMSG, "key of %zu bytes (expected %d)", klen, JOB_KEY_BYTES);
+    else if ((rc = decode_job(val, vlen, out, err)) == 0 && out->id != id) {
+        rc = kt_err_set(err, -EBADMSG, "entry holds job %" PRIu64, out->id);
+        cache_job_free(out);
+    }
+    return rc;
+}
+
 /* Decodes the entry (k, v) of the jobs database, checking that the value's id is its key's.
  * A defect is reported here (once) and returned as -EBADMSG with detail in err. */
 static int decode_entry(cache_env *env, const MDB_val *k, const MDB_val *v, cache_job *out,
                         kt_err *err)
 {
     kt_err why = {0};
-    int rc;
-    memset(out, 0, sizeof(*out));
     uint64_t id = k->mv_size == JOB_KEY_BYTES ? job_key_id(k->mv_data) : 0;
-    if (k->mv_size != JOB_KEY_BYTES)
-        rc =
-            kt_err_set(&why, -EBADMSG, "key of %zu bytes (expected %d)", k->mv_size, JOB_KEY_BYTES);
-    else if ((rc = decode_job(v->mv_data, v->mv_size, out, &why)) == 0 && out->id != id) {
-        rc = kt_err_set(&why, -EBADMSG, "entry holds job %" PRIu64, out->id);
-        cache_job_free(out);
-    }
+    int rc = cache_job_entry_decode(k->mv_data, k->mv_size, v->mv_data, v->mv_size, out, &why);
     if (rc == -EBADMSG)
         kt_log_warn(CACHE_LOG, "%s: corrupt job %" PRIu64 " skipped: %s", env->path, id, why.msg);
     if (rc < 0)

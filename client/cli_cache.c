@@ -1,11 +1,20 @@
-/* ktune cache ls|stats|export|import|merge: read and maintain a kernel cache directly, with no
- * daemon. */
+/* ktune cache ls|stats|check|export|import|merge: read and maintain a kernel cache directly, with
+ * no daemon.
+ *
+ * Damaged files: LMDB trusts its own pages, so every command checks the structure of the cache it
+ * opens first (cache_check in a child process; what a reader relies on for reads, everything a
+ * writer relies on before import and merge) and refuses a damaged one with one line. Should LMDB
+ * still fault (a page damaged after the check), a SIGBUS/SIGSEGV handler prints the same kind of
+ * line and exits 1 instead of dumping core. */
 #include "cache/cache.h"
 #include "cli.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define CACHE_DEFAULT_DIR "/var/lib/ktune/cache"
 
@@ -17,6 +26,7 @@ static const char cache_help[] =
     "commands:\n"
     "  ls            list the cached kernels (best per key; --all adds runner-ups)\n"
     "  stats         print sizes and counts of the cache\n"
+    "  check         check the file's structure and every stored value (exit 1 when damaged)\n"
     "  export FILE   write every kernel record into one bundle file\n"
     "  import FILE   restore a bundle: its keys take exactly the bundle's records\n"
     "  merge SRC     merge a cache directory or a bundle: the faster verified record wins\n"
@@ -49,6 +59,25 @@ static const char stats_help[] =
     "options:\n"
     "  --cache DIR   the cache directory (default: $KTUNE_CACHE, else " CACHE_DEFAULT_DIR ")\n"
     "  --json        print the same as one JSON object\n"
+    "  -h, --help    show this help\n";
+
+static const char check_help[] =
+    "usage: ktune cache check [--cache DIR] [--json] [--timeout SECONDS]\n"
+    "\n"
+    "Checks the cache file in a child process: every LMDB page reachable from the current\n"
+    "snapshot (page headers, node bounds, page numbers, key order, page ownership, the free\n"
+    "list), then every stored record, trial and journal entry (checksum, decoding, key).\n"
+    "Verdicts: ok (exit 0); damaged records: those are skipped by every reader, the rest is\n"
+    "served (exit 1); damaged structure (exit 1): the file cannot be trusted, or, when the\n"
+    "damage is in pages only a writer uses (the free list), readers still serve it but ktuned\n"
+    "refuses to write to it. Safe while ktuned runs. docs/operations.md, \"A damaged cache\",\n"
+    "says how to repair each.\n"
+    "\n"
+    "options:\n"
+    "  --cache DIR   the cache directory (default: $KTUNE_CACHE, else " CACHE_DEFAULT_DIR ")\n"
+    "  --json        print {\"cache\", \"verdict\", \"readable\", \"writable\", \"what\",\n"
+    "                \"first_bad\", counts...}\n"
+    "  --timeout S   give up after S seconds (default 600)\n"
     "  -h, --help    show this help\n";
 
 static const char export_help[] =
@@ -94,12 +123,13 @@ typedef struct cache_args {
     const char *dir;
     const char *operand; /* FILE or SRC */
     bool json, all;
+    double timeout_s; /* check: 0 for the default */
 } cache_args;
 
 typedef struct subcommand {
     const char *name;
     const char *help;
-    bool needs_operand, has_all;
+    bool needs_operand, has_all, has_timeout;
     int (*run)(const cache_args *a);
 } subcommand;
 
@@ -115,6 +145,9 @@ static int parse(int argc, char **argv, const subcommand *sc, cache_args *a)
             a->json = true;
         } else if (sc->has_all && strcmp(arg, "--all") == 0) {
             a->all = true;
+        } else if (sc->has_timeout && strcmp(arg, "--timeout") == 0) {
+            if (++i == argc || (a->timeout_s = kt_parse_duration(argv[i])) <= 0)
+                return cli_usage_error(a->sub, "--timeout needs a duration (\"90\", \"10m\")");
         } else if (strcmp(arg, "--cache") == 0) {
             if (++i == argc)
                 return cli_usage_error(a->sub, "--cache needs a directory");
@@ -139,10 +172,57 @@ static int parse(int argc, char **argv, const subcommand *sc, cache_args *a)
     return CLI_OK;
 }
 
+/* ---- damaged files ---- */
+
+static char crash_line[1200]; /* what the fault handler prints; set before the cache is opened */
+
+static void on_fault(int sig)
+{
+    (void)sig;
+    ssize_t n = write(STDERR_FILENO, crash_line, strlen(crash_line));
+    (void)n;
+    _exit(CLI_FAIL);
+}
+
+/* From here on, a fault inside LMDB on dir's pages ends the command with one line. */
+static void guard_faults(const char *dir)
+{
+    snprintf(crash_line, sizeof(crash_line),
+             "ktune: cache %.500s is damaged (LMDB structure unreadable): run `ktune cache check "
+             "--cache %.500s`, then restore or rebuild it (docs/operations.md)\n",
+             dir, dir);
+    struct sigaction sa = {.sa_handler = on_fault};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+    sigaction(SIGSEGV, &sa, NULL);
+}
+
+/* Checks the structure of the cache in dir before it is opened: what readers rely on, or (for a
+ * write) everything a writer relies on. A missing cache passes (the open says so). */
+static int check_before_open(const char *dir, bool for_write)
+{
+    cache_check_report rep;
+    kt_err err = {0};
+    int rc = cache_check(dir, for_write ? 0 : CACHE_CHECK_READER, 0, &rep, &err);
+    if (rc == -ENOENT)
+        return CLI_OK;
+    if (rc < 0)
+        return cli_error("%s", err.msg);
+    if (for_write ? !cache_check_writable(&rep) : rep.verdict == CACHE_CHECK_DAMAGED_STRUCTURE)
+        return cli_error("cache %s is damaged (%s): run `ktune cache check --cache %s`, then "
+                         "restore or rebuild it (docs/operations.md)",
+                         dir, rep.what, dir);
+    return CLI_OK;
+}
+
 static int open_cache(const cache_args *a, unsigned flags, cache_env **env)
 {
     kt_err err = {0};
-    int rc = cache_open(a->dir, flags, NULL, env, &err);
+    int rc = check_before_open(a->dir, !(flags & CACHE_RDONLY));
+    if (rc)
+        return rc;
+    guard_faults(a->dir);
+    rc = cache_open(a->dir, flags, NULL, env, &err);
     if (rc == -ENOENT && (flags & CACHE_RDONLY))
         return cli_error("no kernel cache in %s (set --cache DIR or $KTUNE_CACHE)", a->dir);
     if (rc < 0)
@@ -374,6 +454,78 @@ static int run_stats(const cache_args *a)
     return CLI_OK;
 }
 
+/* ---- check ---- */
+
+static int run_check(const cache_args *a)
+{
+    cache_check_report rep;
+    kt_err err = {0};
+    int rc =
+        cache_check(a->dir, CACHE_CHECK_VALUES, a->timeout_s > 0 ? a->timeout_s : 600, &rep, &err);
+    if (rc == -ENOENT)
+        return cli_error("no kernel cache in %s (set --cache DIR or $KTUNE_CACHE)", a->dir);
+    if (rc < 0)
+        return cli_error("%s", err.msg);
+    bool ok = rep.verdict == CACHE_CHECK_OK;
+    /* Damage in pages only a writer uses (the free list, an overflow header, page ownership)
+     * leaves the cache readable: say so, since readers then keep serving it. */
+    bool readable = rep.verdict != CACHE_CHECK_DAMAGED_STRUCTURE;
+    if (!readable) {
+        cache_check_report rd;
+        readable = cache_check(a->dir, CACHE_CHECK_READER, a->timeout_s > 0 ? a->timeout_s : 600,
+                               &rd, &err) == 0 &&
+                   rd.verdict != CACHE_CHECK_DAMAGED_STRUCTURE;
+    }
+    if (a->json) {
+        rc = cli_print_json(json_pack(
+            "{s:s, s:s, s:b, s:b, s:s, s:s, s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+            "s:I, s:I, s:I, s:I, s:f}",
+            "cache", a->dir, "verdict", cache_check_verdict_name(rep.verdict), "readable", readable,
+            "writable", cache_check_writable(&rep), "what", rep.what, "first_bad", rep.first_bad,
+            "signal", rep.signal, "txnid", (json_int_t)rep.txnid, "page_size", (int)rep.page_size,
+            "file_bytes", (json_int_t)rep.file_bytes, "pages_used", (json_int_t)rep.pages_used,
+            "tree_pages", (json_int_t)rep.tree_pages, "free_pages", (json_int_t)rep.free_pages,
+            "records", (json_int_t)rep.records, "records_bad", (json_int_t)rep.records_bad,
+            "trials", (json_int_t)rep.trials, "trials_bad", (json_int_t)rep.trials_bad, "jobs",
+            (json_int_t)rep.jobs, "jobs_bad", (json_int_t)rep.jobs_bad, "meta_bad",
+            (json_int_t)rep.meta_bad, "overflow_bad", (json_int_t)rep.overflow_bad, "seconds",
+            rep.seconds));
+        return rc ? rc : ok ? CLI_OK : CLI_FAIL;
+    }
+    printf("cache %s: %s\n", a->dir,
+           ok                                          ? "ok"
+           : rep.verdict == CACHE_CHECK_DAMAGED_VALUES ? "damaged records"
+           : readable ? "damaged structure (in pages only a writer uses: still readable)"
+                      : "damaged structure");
+    if (rep.verdict != CACHE_CHECK_DAMAGED_STRUCTURE) {
+        printf("  snapshot %" PRIu64 ": %zu bytes, %zu pages of %u bytes in use (%zu in trees, %zu "
+               "free)\n",
+               rep.txnid, rep.file_bytes, rep.pages_used, rep.page_size, rep.tree_pages,
+               rep.free_pages);
+        printf("  records %zu (%zu bad), trials %zu (%zu bad), journal entries %zu (%zu bad), "
+               "meta values bad %zu, large values with a damaged header %zu\n",
+               rep.records, rep.records_bad, rep.trials, rep.trials_bad, rep.jobs, rep.jobs_bad,
+               rep.meta_bad, rep.overflow_bad);
+    }
+    printf("  checked in %.3f s\n", rep.seconds);
+    if (rep.verdict == CACHE_CHECK_DAMAGED_STRUCTURE && readable)
+        return cli_error("cache %s is damaged: %s: readers still serve it, ktuned will not write "
+                         "to it; export its records and import them into a new cache "
+                         "(docs/operations.md)",
+                         a->dir, rep.what);
+    if (rep.verdict == CACHE_CHECK_DAMAGED_STRUCTURE)
+        return cli_error("cache %s is damaged: %s: the file cannot be trusted; restore it from a "
+                         "bundle or a copy, or move it aside and rebuild it (docs/operations.md)",
+                         a->dir, rep.what);
+    if (rep.verdict == CACHE_CHECK_DAMAGED_VALUES)
+        return cli_error("cache %s has damaged values: %s: readers skip them and serve the rest%s; "
+                         "`ktune cache export` then `import` into a new cache leaves them out "
+                         "(docs/operations.md)",
+                         a->dir, rep.what,
+                         cache_check_writable(&rep) ? "" : ", ktuned will not write to it");
+    return CLI_OK;
+}
+
 /* ---- export / import / merge ---- */
 
 static int run_export(const cache_args *a)
@@ -416,8 +568,13 @@ static int run_import(const cache_args *a)
 
 static int run_merge(const cache_args *a)
 {
+    struct stat sb;
+    int rc;
+    if (stat(a->operand, &sb) == 0 && S_ISDIR(sb.st_mode) &&
+        (rc = check_before_open(a->operand, false)))
+        return rc;
     cache_env *env = NULL;
-    int rc = open_cache(a, 0, &env);
+    rc = open_cache(a, 0, &env);
     if (rc)
         return rc;
     cache_merge_stats st = {0};
@@ -440,17 +597,19 @@ static int run_merge(const cache_args *a)
 }
 
 static const subcommand subcommands[] = {
-    {"ls", ls_help, false, true, run_ls},
-    {"stats", stats_help, false, false, run_stats},
-    {"export", export_help, true, false, run_export},
-    {"import", import_help, true, false, run_import},
-    {"merge", merge_help, true, false, run_merge},
+    {"ls", ls_help, false, true, false, run_ls},
+    {"stats", stats_help, false, false, false, run_stats},
+    {"check", check_help, false, false, true, run_check},
+    {"export", export_help, true, false, false, run_export},
+    {"import", import_help, true, false, false, run_import},
+    {"merge", merge_help, true, false, false, run_merge},
 };
 
 int cli_cache(int argc, char **argv)
 {
     if (argc < 2)
-        return cli_usage_error("cache", "missing command (ls, stats, export, import, merge)");
+        return cli_usage_error("cache",
+                               "missing command (ls, stats, check, export, import, merge)");
     if (cli_is_help(argv[1])) {
         fputs(cache_help, stdout);
         return CLI_OK;
@@ -469,6 +628,6 @@ int cli_cache(int argc, char **argv)
             return rc;
         return subcommands[i].run(&a);
     }
-    return cli_usage_error("cache", "unknown command '%s' (ls, stats, export, import, merge)",
-                           argv[1]);
+    return cli_usage_error(
+        "cache", "unknown command '%s' (ls, stats, check, export, import, merge)", argv[1]);
 }

@@ -229,7 +229,14 @@ typedef struct ktune_runtime ktune_runtime;
 /* Opens the cache in cache_dir (NULL: $KTUNE_CACHE, else /var/lib/ktune/cache) read-only.
  * Needs only read access to the directory: without write access to its lock file, readers run
  * lock-free and every record's checksum still guards what is served. libcuda is loaded on the
- * first lookup, not here. */
+ * first lookup, not here.
+ * The first open of a cache file in a process checks the file's LMDB structure in a forked child
+ * process (its pages: a damaged page would otherwise crash this process in a later lookup; about
+ * 60 ms for 100 000 records, docs/RELIABILITY.md) and refuses a damaged cache with -EBADMSG and a
+ * line naming the damage and the repair (docs/operations.md, "A damaged cache"). The child touches
+ * only the file, LMDB and libc and ends with _exit; the caller must not reap children it did not
+ * start. Set KTUNE_CACHE_CHECK=0 in the environment to skip the check (a process that must not
+ * fork); when the check cannot run (fork fails), the cache is opened unchecked with a warning. */
 KTUNE_EXPORT int ktune_runtime_open(const char *cache_dir, ktune_runtime **out, ktune_error *err);
 /* Unloads every module and closes the cache. Kernels from this runtime become invalid. */
 KTUNE_EXPORT void ktune_runtime_close(ktune_runtime *rt);

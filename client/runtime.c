@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #if KTUNE_HAVE_NVRTC
 #include "search/cublaslt.h"
@@ -971,6 +972,70 @@ pop:;
 
 /* ---- the runtime ---- */
 
+/* The structural check at open (cache_check, docs/operations.md "A damaged cache"): LMDB trusts
+ * its pages, so a damaged B-tree page would crash the user's process on a later lookup. Each
+ * version of a cache file (device, inode, size and modification time of data.mdb: a file restored
+ * or written since is checked again) is checked once per process, in a forked child; only sound
+ * results are remembered. RT_CHECK_ENV=0 turns it off for processes that must not fork. */
+#define RT_CHECK_ENV "KTUNE_CACHE_CHECK"
+#define RT_CHECK_MAX 16 /* cache files remembered as checked */
+
+static pthread_mutex_t rt_checked_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+} rt_checked[RT_CHECK_MAX];
+static int rt_n_checked;
+
+static int rt_check_cache(const char *dir, ktune_error *err)
+{
+    const char *off = getenv(RT_CHECK_ENV);
+    if (off && strcmp(off, "0") == 0)
+        return 0;
+    char path[4200];
+    struct stat sb;
+    if (snprintf(path, sizeof(path), "%s/data.mdb", dir) >= (int)sizeof(path) ||
+        stat(path, &sb) < 0)
+        return 0; /* cache_open says what is wrong */
+    pthread_mutex_lock(&rt_checked_lock);
+    for (int i = 0; i < rt_n_checked; i++) {
+        if (rt_checked[i].dev == sb.st_dev && rt_checked[i].ino == sb.st_ino &&
+            rt_checked[i].size == sb.st_size && rt_checked[i].mtime.tv_sec == sb.st_mtim.tv_sec &&
+            rt_checked[i].mtime.tv_nsec == sb.st_mtim.tv_nsec) {
+            pthread_mutex_unlock(&rt_checked_lock);
+            return 0;
+        }
+    }
+    cache_check_report rep;
+    kt_err e = {0};
+    int rc = cache_check(dir, CACHE_CHECK_READER, 0, &rep, &e);
+    if (rc < 0) {
+        /* no verdict (cannot fork, out of time): serve as before the check existed, say so */
+        kt_log_warn(RT_LOG, "cache %s opened unchecked: %s", dir, e.msg);
+    } else if (rep.verdict == CACHE_CHECK_DAMAGED_STRUCTURE) {
+        pthread_mutex_unlock(&rt_checked_lock);
+        return rt_fail(err, -EBADMSG,
+                       "cache %.120s is damaged (%.150s): not opened; run `ktune cache check "
+                       "--cache %.120s`, then restore or rebuild it (docs/operations.md)",
+                       dir, rep.what, dir);
+    } else {
+        /* remembered as checked; the oldest entry makes room */
+        if (rt_n_checked == RT_CHECK_MAX) {
+            memmove(&rt_checked[0], &rt_checked[1], sizeof(rt_checked[0]) * (RT_CHECK_MAX - 1));
+            rt_n_checked--;
+        }
+        int slot = rt_n_checked++;
+        rt_checked[slot].dev = sb.st_dev;
+        rt_checked[slot].ino = sb.st_ino;
+        rt_checked[slot].size = sb.st_size;
+        rt_checked[slot].mtime = sb.st_mtim;
+    }
+    pthread_mutex_unlock(&rt_checked_lock);
+    return 0;
+}
+
 KTUNE_EXPORT int ktune_runtime_open(const char *cache_dir, ktune_runtime **out, ktune_error *err)
 {
     if (!out)
@@ -981,11 +1046,14 @@ KTUNE_EXPORT int ktune_runtime_open(const char *cache_dir, ktune_runtime **out, 
         dir = getenv(RT_CACHE_ENV);
     if (!dir || !dir[0])
         dir = RT_CACHE_DIR;
+    int rc = rt_check_cache(dir, err);
+    if (rc < 0)
+        return rc;
     ktune_runtime *rt = calloc(1, sizeof(*rt));
     if (!rt)
         return rt_fail(err, -ENOMEM, "out of memory opening the runtime");
     kt_err e = {0};
-    int rc = cache_open(dir, CACHE_RDONLY, NULL, &rt->cache, &e);
+    rc = cache_open(dir, CACHE_RDONLY, NULL, &rt->cache, &e);
     if (rc < 0) {
         free(rt);
         return rt_fail(err, rc, "%s", e.msg);

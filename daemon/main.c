@@ -163,9 +163,40 @@ static void log_open_handle(uv_handle_t *h, void *arg)
                uv_is_closing(h) ? " (closing)" : "");
 }
 
+/* ---- the cache's structural check before the first write (docs/operations.md, "A damaged
+ * cache"): LMDB trusts its pages, and a writer working on a damaged B-tree or free list spreads
+ * the damage, so ktuned refuses such a cache. KTUNE_CACHE_CHECK=0 skips the check. ---- */
+static int check_cache(const char *dir, kt_err *err)
+{
+    const char *off = getenv("KTUNE_CACHE_CHECK");
+    if (off && strcmp(off, "0") == 0) {
+        kt_log_warn(KD_LOG_MAIN, "cache %s: structural check skipped (KTUNE_CACHE_CHECK=0)", dir);
+        return 0;
+    }
+    cache_check_report rep;
+    kt_err e = {0};
+    int rc = cache_check(dir, 0, 0, &rep, &e);
+    if (rc == -ENOENT)
+        return 0; /* a new cache: cache_open creates it */
+    if (rc < 0)
+        return kt_err_set(
+            err, rc, "cannot check the cache: %s (KTUNE_CACHE_CHECK=0 skips the check)", e.msg);
+    if (!cache_check_writable(&rep))
+        return kt_err_set(
+            err, -EBADMSG,
+            "cache %.200s is damaged (%.150s): not written to; run `ktune cache check "
+            "--cache %.80s`, then restore or rebuild it (docs/operations.md)",
+            dir, rep.what, dir);
+    kt_log_info(KD_LOG_MAIN, "cache %s: structure sound (%zu pages, checked in %.3f s)", dir,
+                rep.pages_used, rep.seconds);
+    return 0;
+}
+
 static int start(kd_daemon *d, kt_err *err)
 {
     int rc;
+    if ((rc = check_cache(d->cfg->cache, err)) < 0)
+        return rc;
     if ((rc = cache_open(d->cfg->cache, 0, NULL, &d->cache, err)) < 0)
         return rc;
     if ((rc = kd_jobs_load(d, err)) < 0 || (rc = kd_events_init(d, err)) < 0)

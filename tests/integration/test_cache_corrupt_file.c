@@ -5,13 +5,14 @@
  *      deploy-time runtime (ktune_rt_resolve, what ktune_lookup does without loading a module)
  *      -- while the other records are still served by all three.
  *   2. Over LMDB's own structures: both meta pages make every reader (CLI and runtime) fail
- *      with one clear line. Then every other page of the file in turn, overwritten whole with a
- *      fill byte, in a fresh copy each time: `ktune cache ls`, `ktune lookup` and `ktune cache
- *      stats` exit 0, or 1 with one line on stderr -- or crash: LMDB 0.9 trusts its B-tree
- *      pages (node offsets, sizes, page numbers), and some damaged pages crash a reader with
- *      SIGBUS/SIGSEGV inside mdb_cursor_get. Crashes are counted and printed; they fail the
- *      test only with KTUNE_DRILL_STRICT_PAGES=1 (known open: docs/RELIABILITY.md).
- * KTUNE_DRILL_RANDOM_PAGES=1 adds the same sweep with random page contents. */
+ *      with one clear line. Then every other page of the file in turn, overwritten whole, in a
+ *      fresh copy each time (a fill byte, then random bytes): `ktune cache check`, `ktune cache
+ *      ls`, `ktune lookup`, `ktune cache stats` and the runtime (open + resolve, in this process)
+ *      each succeed, or fail with one line -- never crash (LMDB 0.9 trusts its pages, so every
+ *      reader first runs cache_check, in a child process). When `ktune cache check` says ok,
+ *      every reader must succeed; when it says the structure is damaged, every reader must
+ *      refuse. KTUNE_DRILL_NO_RANDOM_PAGES=1 leaves the random sweep out.
+ * docs/RELIABILITY.md ("Drills") has the numbers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -275,6 +276,20 @@ static void test_value_range(void **state)
     assert_int_equal(json_integer_value(json_object_get(j, "corrupt")), 1);
     json_decref(j);
 
+    /* ktune cache check: damaged records, the rest sound */
+    char *check[] = {(char *)ktune_bin(), "cache", "check", "--json", "--cache", f->dir, NULL};
+    assert_int_equal(cli("ktune cache check", check, out, sizeof(out)), 1);
+    j = json_loads(strchr(out, '{') ? strchr(out, '{') : out, JSON_DISABLE_EOF_CHECK, &je);
+    if (!j)
+        fail_msg("ktune cache check --json: %s: %s", je.text, out);
+    assert_string_equal(json_string_value(json_object_get(j, "verdict")), "damaged_records");
+    assert_int_equal(json_integer_value(json_object_get(j, "records")), N_REC);
+    assert_int_equal(json_integer_value(json_object_get(j, "records_bad")), 1);
+    assert_int_equal(json_integer_value(json_object_get(j, "trials_bad")), 0);
+    assert_true(json_is_true(json_object_get(j, "readable")));
+    assert_true(json_is_true(json_object_get(j, "writable")));
+    json_decref(j);
+
     /* the deploy-time runtime */
     ktune_runtime *rt = NULL;
     ktune_error kerr = {0};
@@ -318,36 +333,118 @@ static void damaged_copy(const fixture *f, char *copy, size_t cap, off_t at, con
     overwrite(copy, at, bytes, n);
 }
 
-/* The three readers on a damaged copy: a failure is one line; a crash (a signal) is counted in
- * *crashed and printed, and fails the test only under KTUNE_DRILL_STRICT_PAGES. */
-static void readers(const fixture *f, const char *copy, const char *what, int *failed, int *crashed)
+/* ktuned on a cache with a damaged structure: refuses to start (before it writes anything) with
+ * one line naming the cache and the repair, exit status 1. */
+static void daemon_refuses(const char *copy, const char *what)
+{
+    const char *bin = getenv("KTUNED_BIN");
+    if (!bin)
+        fail_msg("KTUNED_BIN is not set");
+    char sock[1200], out[16384];
+    snprintf(sock, sizeof(sock), "%s/ktuned.sock", copy);
+    char *argv[] = {(char *)bin, "--socket", sock,       "--cache",    (char *)copy,
+                    "--gpus",    "0",        "--worker", "/bin/false", NULL};
+    int st = 0;
+    if (drill_run(argv, -1, -1, 30.0, &st, out, sizeof(out)) < 0)
+        fail_msg("%s: ktuned did not stop on a damaged cache", what);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || !strstr(out, "cannot start: cache ") ||
+        !strstr(out, "is damaged") || !strstr(out, "ktune cache check"))
+        fail_msg("%s: ktuned on a damaged cache: status 0x%x: %s", what, st, out);
+    print_message("%s: ktuned: %s", what, strstr(out, "cannot start"));
+}
+
+typedef struct sweep {
+    int checks[3];      /* `ktune cache check` verdicts: ok, damaged records, damaged structure */
+    int writer_only;    /* damaged structure in pages only a writer uses: still readable */
+    int daemon_refused; /* ktuned started on copies with a damaged structure (one per kind) */
+    bool daemon_tried[2];
+    int clean_failures; /* readers that refused with one line */
+    int runtime_refused;
+} sweep;
+
+/* Every reader on a damaged copy: `ktune cache check`, ls, lookup and stats, then the runtime in
+ * this process. A crash, a hang, or a failure without one clear line fails the test; so does a
+ * reader that disagrees with the check's verdict. */
+static void readers(const fixture *f, const char *copy, const char *what, sweep *sw)
 {
     char out[16384], shape[64];
     snprintf(shape, sizeof(shape), "M=%lld", (long long)ms[0]);
+    char *check[] = {(char *)ktune_bin(), "cache", "check", "--cache", (char *)copy, NULL};
     char *ls[] = {(char *)ktune_bin(), "cache", "ls", "--all", "--cache", (char *)copy, NULL};
     char *lookup[] = {(char *)ktune_bin(), "lookup", (char *)f->graph_path,
                       "--shape",           shape,    "--cache",
                       (char *)copy,        NULL};
     char *stats[] = {(char *)ktune_bin(), "cache", "stats", "--cache", (char *)copy, NULL};
-    char **cmds[] = {ls, lookup, stats};
-    for (int c = 0; c < 3; c++) {
-        int st = 0;
-        if (drill_run(cmds[c], -1, -1, 60.0, &st, out, sizeof(out)) < 0)
-            fail_msg("%s: ktune %s did not finish", what, cmds[c][1]);
-        if (WIFSIGNALED(st)) {
-            print_message("%s: ktune %s killed by signal %d\n", what, cmds[c][1], WTERMSIG(st));
-            if (getenv("KTUNE_DRILL_STRICT_PAGES"))
-                fail_msg("%s: a reader crashed", what);
-            (*crashed)++;
-            continue;
-        }
-        st = WEXITSTATUS(st);
+    char **cmds[] = {check, ls, lookup, stats};
+    int verdict = -1;
+    /* what readers rely on (the CLI's reads and the runtime check this much before opening):
+     * damage only a writer would meet (the free list) leaves the cache readable */
+    cache_check_report rd;
+    kt_err err = {0};
+    if (cache_check(copy, CACHE_CHECK_READER, 20, &rd, &err) != 0)
+        fail_msg("%s: cache_check: %s", what, err.msg);
+    bool readable = rd.verdict != CACHE_CHECK_DAMAGED_STRUCTURE;
+    for (int c = 0; c < 4; c++) {
+        int st = cli(what, cmds[c], out, sizeof(out)); /* fails the test on a signal */
         if (st > 1)
             fail_msg("%s: ktune %s exit status %d: %s", what, cmds[c][1], st, out);
-        if (st == 1 && c != 1 && (count_lines(out) > 3 || !strstr(out, "ktune: ")))
+        if (c == 0) {
+            verdict = st == 0                         ? 0
+                      : strstr(out, "damaged values") ? 1
+                      : strstr(out, "is damaged: ")   ? 2
+                                                      : -1;
+            if (verdict < 0)
+                fail_msg("%s: ktune cache check exited %d without a verdict: %s", what, st, out);
+            if (verdict != 2 && !readable)
+                fail_msg("%s: the check calls it readable, the reader check does not: %s", what,
+                         rd.what);
+            if (verdict == 2 && readable != (strstr(out, "readers still serve it") != NULL))
+                fail_msg("%s: ktune cache check misreports readability: %s", what, out);
+            sw->checks[verdict]++;
+            sw->writer_only += verdict == 2 && readable;
+            if (verdict == 2 && !sw->daemon_tried[readable]) {
+                daemon_refuses(copy, what);
+                sw->daemon_tried[readable] = true;
+                sw->daemon_refused++;
+            }
+            continue;
+        }
+        /* lookup also says that there is no GPU here, and warns about each record it skips */
+        if (st == 1 && ((c != 2 && count_lines(out) > 2) || !strstr(out, "ktune: ")))
             fail_msg("%s: ktune %s failed without one clear line: %s", what, cmds[c][1], out);
-        *failed += st != 0;
+        if (verdict == 0 && st != 0)
+            fail_msg("%s: check says ok, but ktune %s %s failed: %s", what, cmds[c][1], cmds[c][2],
+                     out);
+        if (!readable && st == 0)
+            fail_msg("%s: the structure is damaged for readers, but ktune %s %s read it: %s", what,
+                     cmds[c][1], cmds[c][2], out);
+        if (readable && c != 2 && st != 0)
+            fail_msg("%s: readable, but ktune %s %s failed: %s", what, cmds[c][1], cmds[c][2], out);
+        if (!readable && !strstr(out, "is damaged"))
+            fail_msg("%s: ktune %s refused without naming the damage: %s", what, cmds[c][1], out);
+        sw->clean_failures += st != 0;
     }
+    /* the deploy-time runtime, in this process: refuses a damaged structure at open */
+    ktune_runtime *rt = NULL;
+    ktune_error kerr = {0};
+    int rc = ktune_runtime_open(copy, &rt, &kerr);
+    if (rc < 0) {
+        if (readable)
+            fail_msg("%s: runtime refused a readable cache: %s", what, kerr.msg);
+        if (!strstr(kerr.msg, "is damaged") || strchr(kerr.msg, '\n'))
+            fail_msg("%s: runtime refused without one clear line: %s", what, kerr.msg);
+        sw->runtime_refused++;
+        return;
+    }
+    if (!readable)
+        fail_msg("%s: the runtime opened a cache whose structure readers cannot trust", what);
+    rc = resolve(rt, f, ms[0], &kerr);
+    if (rc != 0 && rc != -EBADMSG && rc != -ENOENT)
+        fail_msg("%s: runtime resolve: %d %s", what, rc, kerr.msg);
+    if (verdict == 0 && rc != 0)
+        fail_msg("%s: check says ok, but the runtime did not serve M=%lld: %s", what,
+                 (long long)ms[0], kerr.msg);
+    ktune_runtime_close(rt);
 }
 
 static void test_lmdb_structures(void **state)
@@ -369,7 +466,9 @@ static void test_lmdb_structures(void **state)
     char out[16384];
     char *ls[] = {(char *)ktune_bin(), "cache", "ls", "--cache", copy, NULL};
     assert_int_equal(cli("ktune cache ls (meta pages)", ls, out, sizeof(out)), 1);
-    assert_non_null(strstr(out, "cannot open cache"));
+    assert_non_null(strstr(out, "is damaged"));
+    assert_non_null(strstr(out, "not an LMDB file"));
+    assert_int_equal(count_lines(out), 1);
     print_message("both meta pages damaged: %s", out);
     ktune_runtime *rt = NULL;
     ktune_error kerr = {0};
@@ -377,16 +476,16 @@ static void test_lmdb_structures(void **state)
     assert_null(rt);
     print_message("runtime: %s\n", kerr.msg);
 
-    /* every page in turn, then (optionally) random pages */
-    int failed = 0, crashed = 0;
+    /* every page in turn, with a fill byte, then with random bytes */
+    sweep sw = {0};
     for (size_t p = 2; p < pages; p++) {
         damaged_copy(f, copy, sizeof(copy), (off_t)(p * (size_t)ps), fill, (size_t)ps);
         char what[64];
         snprintf(what, sizeof(what), "page %zu of %zu filled", p, pages);
-        readers(f, copy, what, &failed, &crashed);
+        readers(f, copy, what, &sw);
     }
-    int filled_crashes = crashed;
-    if (getenv("KTUNE_DRILL_RANDOM_PAGES")) {
+    sweep filled = sw;
+    if (!getenv("KTUNE_DRILL_NO_RANDOM_PAGES")) {
         unsigned seed = 1;
         for (size_t p = 2; p < pages; p++) {
             for (long i = 0; i < ps; i++) {
@@ -396,13 +495,21 @@ static void test_lmdb_structures(void **state)
             damaged_copy(f, copy, sizeof(copy), (off_t)(p * (size_t)ps), fill, (size_t)ps);
             char what[64];
             snprintf(what, sizeof(what), "page %zu of %zu random", p, pages);
-            readers(f, copy, what, &failed, &crashed);
+            readers(f, copy, what, &sw);
         }
     }
-    print_message("pages 2..%zu filled one at a time (3 readers each): %d clean failures, %d "
-                  "reader crashes; random pages: %d crashes (LMDB trusts its B-tree pages: "
-                  "docs/RELIABILITY.md)\n",
-                  pages - 1, failed, filled_crashes, crashed - filled_crashes);
+    print_message("pages 2..%zu, each filled with 0xa5 (then random bytes), 4 CLI readers and the "
+                  "runtime each, 0 crashes: check verdicts ok %d (%d), damaged records %d (%d), "
+                  "damaged structure %d (%d), of which readable (writer-only damage) %d (%d); "
+                  "clean one-line CLI failures %d (%d); runtime refused %d (%d); ktuned "
+                  "refused to start on %d\n",
+                  pages - 1, filled.checks[0], sw.checks[0] - filled.checks[0], filled.checks[1],
+                  sw.checks[1] - filled.checks[1], filled.checks[2],
+                  sw.checks[2] - filled.checks[2], filled.writer_only,
+                  sw.writer_only - filled.writer_only, filled.clean_failures,
+                  sw.clean_failures - filled.clean_failures, filled.runtime_refused,
+                  sw.runtime_refused - filled.runtime_refused, sw.daemon_refused);
+    assert_int_equal(sw.daemon_refused, 2); /* one unreadable, one writer-only damage */
     free(fill);
 }
 
