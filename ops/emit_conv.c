@@ -908,6 +908,49 @@ static void emit_kk_split(kt_buf *b, const conv_info *ci, const char *kk)
         kt_buf_line(b, "const int c = %s / (R * S), r = (%s / S) %% R, s = %s %% S;", kk, kk, kk);
 }
 
+/* Whether the plain loader reads the split of each reduction index from a table (kk_table):
+ * it must fit constant memory (8 bytes an entry, with room left for other constants) and the
+ * packed (r, s) offsets 15 bits. */
+static bool kk_table_ok(const conv_info *ci)
+{
+    return ci->gk <= 6144 && (ci->r - 1) * ci->dh < 16384 && (ci->s - 1) * ci->dw < 32768 &&
+           ci->h < 16384;
+}
+
+/* kt_kk[kk] for every reduction index kk (padded to a whole number of BK tiles): .x the offset of
+ * x at (c, r, s) from the receptive field's origin, .y (r * DIL_H) << 16 | s * DIL_W; padding
+ * entries get r * DIL_H = 16383, a height no load accepts. The loader's kk is the same for the 32
+ * lanes of a warp (BM is a multiple of 32), so each lookup is one broadcast read of constant
+ * memory instead of two divisions and a remainder per gathered element. */
+static void emit_kk_table(kt_buf *b, const conv_info *ci, int bk)
+{
+    int64_t n = (ci->gk + bk - 1) / bk * bk;
+    kt_buf_line(b, "/* Reduction index -> (offset of x from the receptive field's origin, packed "
+                   "filter offsets). */");
+    kt_buf_printf(b, "__constant__ int2 kt_kk[%lld] = {", (long long)n);
+    for (int64_t kk = 0; kk < n; kk++) {
+        long long off = 0, rdh = 16383, sdw = 0;
+        if (kk < ci->gk) {
+            int64_t c, r, sv;
+            if (ci->nhwc) {
+                c = kk % ci->cg;
+                r = kk / (ci->s * ci->cg);
+                sv = (kk / ci->cg) % ci->s;
+            } else {
+                c = kk / (ci->r * ci->s);
+                r = (kk / ci->s) % ci->r;
+                sv = kk % ci->s;
+            }
+            rdh = r * ci->dh;
+            sdw = sv * ci->dw;
+            off = ci->nhwc ? (rdh * ci->wd + sdw) * ci->c + c : (c * ci->h + rdh) * ci->wd + sdw;
+        }
+        kt_buf_printf(b, "%s{%lld, %lld}", kk % 8 ? ", " : (kk ? ",\n    " : "\n    "), off,
+                      rdh << 16 | sdw);
+    }
+    kt_buf_printf(b, "\n};\n\n");
+}
+
 /* Per gathered row (output pixel): where its receptive field starts. Rows past the end get an
  * out-of-range height so each of their loads is masked. */
 static void emit_row_setup(kt_buf *b, const conv_info *ci, const char *count, const char *mexpr)
@@ -972,12 +1015,24 @@ static void emit_plain_loader(kt_buf *b, const conv_info *ci, const ig_plan *pl)
     kt_buf_line(b, "for (int e = 0; e < A_PER; e++) {");
     b->indent += 4;
     kt_buf_line(b, "const int kk = kt * BK + (tid + e * THREADS) / BM;");
-    emit_kk_split(b, ci, "kk");
-    kt_buf_line(b,
-                "const int h = a_h[e %% A_ROWS] + r * DIL_H, ww = a_w[e %% A_ROWS] + s * DIL_W;");
-    kt_buf_line(b, "const bool ok = kk < GEMM_K && (unsigned)h < (unsigned)H && (unsigned)ww < "
-                   "(unsigned)W;");
-    x_offset(off, sizeof(off), ci, "e % A_ROWS");
+    if (kk_table_ok(ci)) {
+        kt_buf_line(b, "const int2 t = kt_kk[kk]; /* warp-uniform: a constant-cache broadcast */");
+        kt_buf_line(b, "const int h = a_h[e %% A_ROWS] + (t.y >> 16), ww = a_w[e %% A_ROWS] + "
+                       "(t.y & 0xffff);");
+        kt_buf_line(b, "const bool ok = (unsigned)h < (unsigned)H && (unsigned)ww < (unsigned)W;");
+        snprintf(off, sizeof(off), "a_base[e %% A_ROWS] + %s + t.x",
+                 /* 64-bit: rows past GEMM_M carry a sentinel height whose product would
+                  * overflow an int (their loads are masked) */
+                 ci->nhwc ? "((long long)a_h[e % A_ROWS] * W + a_w[e % A_ROWS]) * C"
+                          : "(long long)a_h[e % A_ROWS] * W + a_w[e % A_ROWS]");
+    } else {
+        emit_kk_split(b, ci, "kk");
+        kt_buf_line(b, "const int h = a_h[e %% A_ROWS] + r * DIL_H, ww = a_w[e %% A_ROWS] + s * "
+                       "DIL_W;");
+        kt_buf_line(b, "const bool ok = kk < GEMM_K && (unsigned)h < (unsigned)H && (unsigned)ww "
+                       "< (unsigned)W;");
+        x_offset(off, sizeof(off), ci, "e % A_ROWS");
+    }
     snprintf(ref, sizeof(ref), "x[%s]", off);
     kt_buf_line(b, "a_reg[e] = ok ? %s : %s;", tile_value(val, sizeof(val), ci, pl, ref), zero);
     b->indent -= 4;
@@ -1296,6 +1351,8 @@ static void emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const 
                        "pixels among them */");
     }
     kt_buf_printf(b, "\n");
+    if (!pl->cp_async && kk_table_ok(ci))
+        emit_kk_table(b, ci, pl->bk);
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
     char entry[64];
     snprintf(entry, sizeof(entry), "ktune_conv_igemm_%s", math_labels[pl->math]);

@@ -81,6 +81,14 @@ constexpr int LDA = BM + 1, LDB = BN + 1; /* padded k-major rows */
 constexpr int A_PER = BM * BK / THREADS, B_PER = BN * BK / THREADS; /* elements per thread */
 constexpr int A_ROWS = THREADS >= BM ? 1 : BM / THREADS; /* distinct pixels among them */
 
+/* Reduction index -> (offset of x from the receptive field's origin, packed filter offsets). */
+__constant__ int2 kt_kk[32] = {
+    {0, 0}, {1, 1}, {2, 2}, {32, 65536}, {33, 65537}, {34, 65538}, {64, 131072}, {65, 131073},
+    {66, 131074}, {1024, 0}, {1025, 1}, {1026, 2}, {1056, 65536}, {1057, 65537}, {1058, 65538}, {1088, 131072},
+    {1089, 131073}, {1090, 131074}, {2048, 0}, {2049, 1}, {2050, 2}, {2080, 65536}, {2081, 65537}, {2082, 65538},
+    {2112, 131072}, {2113, 131073}, {2114, 131074}, {0, 1073676288}, {0, 1073676288}, {0, 1073676288}, {0, 1073676288}, {0, 1073676288}
+};
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 ktune_conv_igemm_ffma(const float *__restrict__ x, const float *__restrict__ w,
                       const float *__restrict__ bias, float *__restrict__ y)
@@ -111,10 +119,10 @@ ktune_conv_igemm_ffma(const float *__restrict__ x, const float *__restrict__ w,
         #pragma unroll
         for (int e = 0; e < A_PER; e++) {
             const int kk = kt * BK + (tid + e * THREADS) / BM;
-            const int c = kk / (R * S), r = (kk / S) % R, s = kk % S;
-            const int h = a_h[e % A_ROWS] + r * DIL_H, ww = a_w[e % A_ROWS] + s * DIL_W;
-            const bool ok = kk < GEMM_K && (unsigned)h < (unsigned)H && (unsigned)ww < (unsigned)W;
-            a_reg[e] = ok ? x[a_base[e % A_ROWS] + ((idx_t)c * H + h) * W + ww] : 0.0f;
+            const int2 t = kt_kk[kk]; /* warp-uniform: a constant-cache broadcast */
+            const int h = a_h[e % A_ROWS] + (t.y >> 16), ww = a_w[e % A_ROWS] + (t.y & 0xffff);
+            const bool ok = (unsigned)h < (unsigned)H && (unsigned)ww < (unsigned)W;
+            a_reg[e] = ok ? x[a_base[e % A_ROWS] + (long long)a_h[e % A_ROWS] * W + a_w[e % A_ROWS] + t.x] : 0.0f;
         }
         #pragma unroll
         for (int e = 0; e < B_PER; e++) {
