@@ -176,8 +176,9 @@ static off_t value_offset(const char *dir, int i, size_t *len)
 
 static void overwrite(const char *dir, off_t off, const uint8_t *bytes, size_t n)
 {
-    char path[1100];
-    snprintf(path, sizeof(path), "%s/data.mdb", dir);
+    char path[1200];
+    int len = snprintf(path, sizeof(path), "%s/data.mdb", dir);
+    assert_true(len > 0 && (size_t)len < sizeof(path));
     int fd = open(path, O_WRONLY);
     assert_true(fd >= 0);
     assert_int_equal(pwrite(fd, bytes, n, off), (ssize_t)n);
