@@ -15,6 +15,7 @@ The notes file (optional) explains the cases below 0.95x the best peer, or with 
 the standard library and matplotlib (no GPU, no torch).
 """
 import argparse
+import re
 import json
 import math
 import os
@@ -159,7 +160,54 @@ def table(header, rows):
     return out
 
 
-def render_md(r, png_rel, notes, results_rel):
+def best_range(c):
+    sp = c.get("speedup") or {}
+    return sp.get(str(sp.get("best_peer")) + "_range")
+
+
+def reproduction(r, rerun, rerun_rel):
+    """The "Reproduction" section: each case's speed-up over the best peer in this run (with
+    the band its own p10/p90 allow) against an independent rerun of the whole suite (fresh
+    cache: tuned again, timed again)."""
+    again = {c["name"]: c for c in rerun["cases"]}
+    rows, inside, n, worst = [], 0, 0, (0.0, None)
+    for c in r["cases"]:
+        o = again.get(c["name"])
+        a, b = over_best(c), over_best(o) if o else None
+        band = best_range(c)
+        if a is None or b is None:
+            rows.append([c["name"], fmt_x(a), "-", fmt_x(b), "-", "-"])
+            continue
+        n += 1
+        ok = band is not None and band[0] <= b <= band[1]
+        inside += ok
+        dev = b / a - 1
+        if abs(dev) > abs(worst[0]):
+            worst = (dev, c["name"])
+        kt_a = ((c.get("ktune") or {}).get("time") or {}).get("median_us")
+        kt_b = ((o.get("ktune") or {}).get("time") or {}).get("median_us")
+        rows.append([c["name"], fmt_x(a),
+                     f"{band[0]:.2f}-{band[1]:.2f}" if band else "-", fmt_x(b),
+                     f"{dev * 100:+.1f}%" + ("" if ok else " (outside)"),
+                     f"{fmt_us(kt_a)} / {fmt_us(kt_b)}"])
+    ga = geomean([over_best(c) for c in r["cases"] if over_best(c)])
+    gb = geomean([over_best(c) for c in rerun["cases"] if over_best(c)])
+    L = ["", "## Reproduction", "",
+         f"The whole suite run again from scratch (`{rerun_rel}`: a fresh cache, so every case "
+         f"was tuned again, then timed again, same protocol, {rerun.get('date', '?')}). "
+         f"Geometric mean over the best peer: {fmt_x(ga)} here, {fmt_x(gb)} in the rerun. "
+         f"{inside} of {n} cases fall inside the noise band this run reports for them (the "
+         "best peer's p10 / ktune's p90 to its p90 / ktune's p10); the largest change is "
+         f"{worst[0] * 100:+.1f}% ({worst[1]}). Outside the band, either the tuner picked a "
+         "different kernel in the rerun (tuning is budgeted and its screening measurements are "
+         "noisy) or a peer's own choice moved (torch.compile's max-autotune picks its kernel "
+         "anew in every process).", ""]
+    L += table(["case", "x best", "noise band", "x best (rerun)", "change", "ktune us (run / rerun)"],
+               rows)
+    return L
+
+
+def render_md(r, png_rel, notes, results_rel, rerun=None, rerun_rel=None):
     cases = r["cases"]
     s = r.get("summary") or {}
     sp = [over_best(c) for c in cases if over_best(c)]
@@ -233,7 +281,10 @@ def render_md(r, png_rel, notes, results_rel):
     L += ["", "## Correctness and tuning cost", "",
           "Errors: normwise, ||out - ref|| / ||ref||, against PyTorch in float64 on fresh inputs "
           "(the largest over a case's outputs); ktune's must be within the tolerance its record "
-          "was verified against. Tuning: the `ktune batch` job (wall seconds, candidates tried, "
+          "was verified against. Math: the kernel's math path where its family has one; tf32x3 "
+          "is fp32 data split into two tf32 halves with three tensor-core products each (fp32-level "
+          "accuracy, searched under the exact policy: docs/search.md), its error to compare with "
+          "the peers' FFMA errors in the same row. Tuning: the `ktune batch` job (wall seconds, candidates tried, "
           "measured on the GPU, failures by class); n/r: not reported by ktune batch. torch.compile "
           "columns: seconds of the first call (compilation).", ""]
     rows = []
@@ -242,7 +293,9 @@ def render_md(r, png_rel, notes, results_rel):
         t = c.get("tuning") or {}
         err = max_err(k)
         tol = k.get("tolerance")
-        rows.append([c["name"], k.get("family") or t.get("family") or "-",
+        maths = sorted(set(re.findall(r"math=(\S+)", k.get("schedule") or "")))
+        fam = k.get("family") or t.get("family") or "-"
+        rows.append([c["name"], fam + (" (" + ", ".join(maths) + ")" if maths else ""),
                      f"{fmt_err(err)} / {fmt_err(tol)}" if tol is not None else fmt_err(err),
                      *[fmt_err(max_err(c.get(p))) for p, _ in PEERS],
                      f"{t['elapsed_s']:.0f}" if t.get("elapsed_s") is not None else "-",
@@ -250,7 +303,7 @@ def render_md(r, png_rel, notes, results_rel):
                      compile_measure_text(t),
                      *[f"{c[p]['first_call_s']:.1f}" if (c.get(p) or {}).get("first_call_s")
                        is not None else "-" for p in ("compile", "max_autotune")]])
-    L += table(["case", "family", "ktune err / tol", "eager err", "compile err",
+    L += table(["case", "family (math)", "ktune err / tol", "eager err", "compile err",
                 "max-autotune err", "tuning s", "trials", "measured", "failures",
                 "compile / measure s", "compile 1st call s", "max-autotune 1st call s"], rows)
 
@@ -270,6 +323,9 @@ def render_md(r, png_rel, notes, results_rel):
     if errs:
         L += ["", "Peers that failed (the exception, first line):", ""]
         L += [f"- {n} / {p}: `{e}`" for n, p, e in errs]
+
+    if rerun:
+        L += reproduction(r, rerun, rerun_rel)
 
     L += ["", "## Protocol", "", prot.get("text", "(not recorded)") + ".", "",
           f"Reps: up to {prot.get('reps', '?')} or {prot.get('rep_seconds', '?')} s per "
@@ -349,6 +405,8 @@ def main():
     ap.add_argument("--merged", help="write the merged results of several files here")
     ap.add_argument("--md", default="docs/BENCHMARKS.md")
     ap.add_argument("--png", default="docs/benchmarks.png")
+    ap.add_argument("--rerun", help="a second results file of the same suite (a full rerun): "
+                    "adds the Reproduction section")
     ap.add_argument("--notes", default="bench/notes.json",
                     help="why/fix notes per case (used when the file exists)")
     args = ap.parse_args()
@@ -371,6 +429,7 @@ def main():
                 raise ReportError(f"{args.notes}: not JSON: {e}") from None
             if not isinstance(notes, dict):
                 raise ReportError(f"{args.notes}: expected {{\"case\": {{\"why\", \"fix\"}}}}")
+        rerun = load(args.rerun) if args.rerun else None
     except ReportError as e:
         print(f"report: {e}", file=sys.stderr)
         return 2
@@ -381,7 +440,8 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(args.png)), exist_ok=True)
     render_png(r, args.png)
     with open(args.md, "w") as f:
-        f.write(render_md(r, png_rel, notes, results_rel))
+        f.write(render_md(r, png_rel, notes, results_rel, rerun,
+                          os.path.relpath(os.path.abspath(args.rerun)) if rerun else None))
     print(f"report: wrote {args.md} and {args.png} ({len(r['cases'])} cases)")
     return 0
 
