@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define DEFAULT_MAP_SIZE     ((size_t)64 << 20)
@@ -154,6 +155,15 @@ out:
     return rc;
 }
 
+/* Whether the file system holding dir has (almost) no space left: LMDB reports a short write as
+ * EIO ("short write, filesystem full?"), which is what a full disk looks like when the first pages
+ * of a flush overwrite allocated file pages and the next ones need new blocks. */
+static bool fs_full(const char *dir)
+{
+    struct statvfs st;
+    return statvfs(dir, &st) == 0 && (uint64_t)st.f_bavail * st.f_frsize < ((uint64_t)1 << 20);
+}
+
 /* Doubles the map, up to max_map_size. Only called with no transaction of env active. */
 static int grow_map(cache_env *env, kt_err *err)
 {
@@ -195,6 +205,8 @@ int cache_write(cache_env *env, cache_write_fn fn, void *ctx, kt_err *err)
             char what[512];
             snprintf(what, sizeof(what), "cache %s: cannot commit", env->path);
             rc = cache_lmdb_error(env, mdb_txn_commit(txn), what, err);
+            if (rc == -EIO && fs_full(env->path))
+                rc = kt_err_set(err, -ENOSPC, "%s: %s", what, strerror(ENOSPC));
         }
         if (rc >= 0)
             return 0;
