@@ -124,6 +124,45 @@ static void emit_float_literal(kt_buf *b, double v)
     }
 }
 
+int ops_ilog2(int v)
+{
+    int l = 0;
+    while ((1 << l) < v)
+        l++;
+    return l;
+}
+
+void ops_emit_identifier(const char *name, char *out, size_t len)
+{
+    size_t n = 0;
+    for (const char *p = name; *p && n + 1 < len && n < 40; p++) {
+        char ch = *p;
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        out[n++] = ok ? ch : '_';
+    }
+    out[n] = '\0';
+}
+
+void ops_emit_vec_type_name(ops_dtype dt, int vec, char *out, size_t len)
+{
+    snprintf(out, len, "%s_x%d", ops_emit_ctype(dt), vec);
+}
+
+void ops_emit_vec_types(kt_buf *b, unsigned types)
+{
+    static const ops_dtype dts[] = {OPS_DT_F32, OPS_DT_F16, OPS_DT_BF16};
+    for (size_t i = 0; i < KT_ARRAY_LEN(dts); i++)
+        for (int lv = 1; lv <= 3; lv++) {
+            if (!(types >> (dts[i] * 4 + lv) & 1))
+                continue;
+            int vec = 1 << lv;
+            char vt[32];
+            ops_emit_vec_type_name(dts[i], vec, vt, sizeof(vt));
+            kt_buf_printf(b, "struct __align__(%d) %s {\n    %s v[%d];\n};\n",
+                          vec * (int)ops_dtype_size(dts[i]), vt, ops_emit_ctype(dts[i]), vec);
+        }
+}
+
 bool ops_is_elementwise(ops_op op)
 {
     if (op <= OPS_OP_INVALID || op >= OPS_OP_COUNT)

@@ -74,30 +74,10 @@ typedef struct pw_gen {
 
 /* ---- small helpers ---- */
 
-static int ilog2(int v)
-{
-    int l = 0;
-    while ((1 << l) < v)
-        l++;
-    return l;
-}
-
-/* A C identifier made from a tensor name ("y.max" -> "y_max"). */
-static void sanitize(const char *name, char *out, size_t len)
-{
-    size_t n = 0;
-    for (const char *p = name; *p && n + 1 < len && n < 40; p++) {
-        char ch = *p;
-        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
-        out[n++] = ok ? ch : '_';
-    }
-    out[n] = '\0';
-}
-
 static void param_name(const ops_group *grp, int32_t t, char *out, size_t len)
 {
     char clean[48];
-    sanitize(grp->g->tensors[t].name, clean, sizeof(clean));
+    ops_emit_identifier(grp->g->tensors[t].name, clean, sizeof(clean));
     for (int i = 0; i < grp->n_in; i++)
         if (grp->in[i] == t) {
             snprintf(out, len, "in%d_%s", i, clean);
@@ -109,11 +89,6 @@ static void param_name(const ops_group *grp, int32_t t, char *out, size_t len)
             return;
         }
     snprintf(out, len, "t%d_%s", (int)t, clean);
-}
-
-static void vec_type_name(ops_dtype dt, int vec, char *out, size_t len)
-{
-    snprintf(out, len, "%s_x%d", ops_emit_ctype(dt), vec);
 }
 
 static bool is_layout(ops_op op)
@@ -313,8 +288,8 @@ static int emit_load(pw_gen *s, int32_t t, const pw_ctx *ctx)
         vector = flat.c[k] % s->vec == 0;
     if (vector) {
         char vt[32];
-        vec_type_name(x->dtype, s->vec, vt, sizeof(vt));
-        s->vec_types |= 1u << (x->dtype * 4 + ilog2(s->vec));
+        ops_emit_vec_type_name(x->dtype, s->vec, vt, sizeof(vt));
+        s->vec_types |= OPS_VEC_BIT(x->dtype, s->vec);
         s->n_vector_loads++;
         kt_buf_printf(&s->vload, "%*sconst %s v%dv = *reinterpret_cast<const %s *>(%s + ",
                       s->vload.indent, "", vt, id, vt, p);
@@ -495,7 +470,7 @@ static bool pw_generate(pw_gen *s, const ops_group *grp, const pw_info *info, in
         snprintf(val, sizeof(val), "v%d", v);
         if (vec > 1) {
             kt_buf_printf(&s->lane, "o%d.v[l] = ", i);
-            s->vec_types |= 1u << (t->dtype * 4 + ilog2(vec));
+            s->vec_types |= OPS_VEC_BIT(t->dtype, vec);
         } else {
             kt_buf_printf(&s->lane, "%s[e] = ", p);
         }
@@ -593,22 +568,6 @@ static const char *pointwise_prune(const ops_group *grp, const ops_schedule *s,
     return NULL;
 }
 
-static void emit_vec_types(kt_buf *b, unsigned types)
-{
-    static const ops_dtype dts[] = {OPS_DT_F32, OPS_DT_F16, OPS_DT_BF16};
-    for (size_t i = 0; i < KT_ARRAY_LEN(dts); i++)
-        for (int lv = 1; lv <= 3; lv++) {
-            if (!(types >> (dts[i] * 4 + lv) & 1))
-                continue;
-            int vec = 1 << lv;
-            char vt[32];
-            vec_type_name(dts[i], vec, vt, sizeof(vt));
-            int align = vec * (int)ops_dtype_size(dts[i]);
-            kt_buf_printf(b, "struct __align__(%d) %s {\n    %s v[%d];\n};\n", align, vt,
-                          ops_emit_ctype(dts[i]), vec);
-        }
-}
-
 static int pointwise_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                           ops_emitted *out, ops_diag *d)
 {
@@ -644,7 +603,7 @@ static int pointwise_emit(const ops_group *grp, const ops_schedule *s, const ops
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
     ops_emit_prelude(&b);
-    emit_vec_types(&b, gen->vec_types);
+    ops_emit_vec_types(&b, gen->vec_types);
     ops_kernel_launch *k = &out->kernels[0];
     snprintf(k->entry, sizeof(k->entry), "ktune_pointwise_t%d_i%d_v%d_u%d", p.threads, p.items,
              p.vec, p.unroll);
@@ -706,7 +665,7 @@ static int pointwise_emit(const ops_group *grp, const ops_schedule *s, const ops
     if (p.vec > 1) {
         for (int i = 0; i < grp->n_out; i++) {
             char vt[32];
-            vec_type_name(g->tensors[grp->out[i]].dtype, p.vec, vt, sizeof(vt));
+            ops_emit_vec_type_name(g->tensors[grp->out[i]].dtype, p.vec, vt, sizeof(vt));
             kt_buf_printf(&b, "        %s o%d;\n", vt, i);
         }
         kt_buf_printf(&b, "#pragma unroll\n        for (int l = 0; l < %d; l++) {\n", p.vec);
@@ -717,7 +676,7 @@ static int pointwise_emit(const ops_group *grp, const ops_schedule *s, const ops
         kt_buf_printf(&b, "        }\n");
         for (int i = 0; i < grp->n_out; i++) {
             char vt[32], pn[64];
-            vec_type_name(g->tensors[grp->out[i]].dtype, p.vec, vt, sizeof(vt));
+            ops_emit_vec_type_name(g->tensors[grp->out[i]].dtype, p.vec, vt, sizeof(vt));
             param_name(grp, grp->out[i], pn, sizeof(pn));
             kt_buf_printf(&b, "        *reinterpret_cast<%s *>(%s + e) = o%d;\n", vt, pn, i);
         }

@@ -655,30 +655,11 @@ typedef struct rw_gen {
     bool split;
 } rw_gen;
 
-static int ilog2(int v)
-{
-    int l = 0;
-    while ((1 << l) < v)
-        l++;
-    return l;
-}
-
-static void sanitize(const char *name, char *out, size_t len)
-{
-    size_t n = 0;
-    for (const char *c = name; *c && n + 1 < len && n < 40; c++) {
-        char ch = *c;
-        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
-        out[n++] = ok ? ch : '_';
-    }
-    out[n] = '\0';
-}
-
 /* The kernel parameter holding slot s (an input or an output), or NULL. */
 static bool param_of(const rw_info *in, int s, char *out, size_t len)
 {
     char clean[48];
-    sanitize(in->g->tensors[in->tensor[s]].name, clean, sizeof(clean));
+    ops_emit_identifier(in->g->tensors[in->tensor[s]].name, clean, sizeof(clean));
     for (int i = 0; i < in->grp->n_in; i++)
         if (in->grp->in[i] == in->tensor[s]) {
             snprintf(out, len, "in%d_%s", i, clean);
@@ -692,15 +673,10 @@ static bool param_of(const rw_info *in, int s, char *out, size_t len)
     return false;
 }
 
-static void vec_type_name(ops_dtype dt, int vec, char *out, size_t len)
-{
-    snprintf(out, len, "%s_x%d", ops_emit_ctype(dt), vec);
-}
-
 static const char *vec_type(rw_gen *s, ops_dtype dt, char *buf, size_t len)
 {
-    s->vec_types |= 1u << (dt * 4 + ilog2(s->p->vec));
-    vec_type_name(dt, s->p->vec, buf, len);
+    s->vec_types |= OPS_VEC_BIT(dt, s->p->vec);
+    ops_emit_vec_type_name(dt, s->p->vec, buf, len);
     return buf;
 }
 
@@ -1674,21 +1650,6 @@ static void emit_split_kernel(rw_gen *s, kt_buf *b, const char *entry, int level
     kt_buf_free(&ind);
 }
 
-static void emit_vec_types(kt_buf *b, unsigned types)
-{
-    static const ops_dtype dts[] = {OPS_DT_F32, OPS_DT_F16, OPS_DT_BF16};
-    for (size_t i = 0; i < KT_ARRAY_LEN(dts); i++)
-        for (int lv = 1; lv <= 3; lv++) {
-            if (!(types >> (dts[i] * 4 + lv) & 1))
-                continue;
-            int vec = 1 << lv;
-            char vt[32];
-            vec_type_name(dts[i], vec, vt, sizeof(vt));
-            kt_buf_printf(b, "struct __align__(%d) %s {\n    %s v[%d];\n};\n",
-                          vec * (int)ops_dtype_size(dts[i]), vt, ops_emit_ctype(dts[i]), vec);
-        }
-}
-
 /* ---- family entry points ---- */
 
 static bool row_matches(const ops_group *grp)
@@ -1785,7 +1746,7 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
     }
     ops_emit_header(&b, grp, s);
     ops_emit_prelude(&b);
-    emit_vec_types(&b, gen.vec_types);
+    ops_emit_vec_types(&b, gen.vec_types);
     if (kern.data)
         kt_buf_printf(&b, "%s", kern.data);
     if (kt_buf_status(&b) < 0 || kt_buf_status(&kern) < 0) {
