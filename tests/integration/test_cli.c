@@ -14,70 +14,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct run_result {
-    int status;
-    char out[65536];
-    char err[4096];
-} run_result;
+#include "cli_run.h"
 
-static void read_all(int fd, char *buf, size_t cap)
-{
-    size_t n = 0;
-    ssize_t got;
-    while ((got = read(fd, buf + n, cap - 1 - n)) > 0)
-        n += (size_t)got;
-    buf[n] = '\0';
-}
-
-/* Runs ktune with the given arguments (NULL-terminated). Output larger than the buffers is a
- * test failure by truncation, which the assertions will show. */
+/* Runs ktune with the given arguments (NULL-terminated). */
 static run_result *run_ktune(const char *first, ...)
 {
-    const char *argv[32] = {getenv("KTUNE_BIN")};
-    assert_non_null(argv[0]);
-    int argc = 1;
+    const char *args[32];
+    int n = 0;
     va_list ap;
     va_start(ap, first);
-    for (const char *a = first; a; a = va_arg(ap, const char *))
-        argv[argc++] = a;
-    va_end(ap);
-    argv[argc] = NULL;
-
-    int out_pipe[2], err_pipe[2];
-    assert_int_equal(pipe(out_pipe), 0);
-    assert_int_equal(pipe(err_pipe), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(out_pipe[1], 1);
-        dup2(err_pipe[1], 2);
-        close(out_pipe[0]);
-        close(err_pipe[0]);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
+    for (const char *a = first; a; a = va_arg(ap, const char *)) {
+        assert_true(n < 31);
+        args[n++] = a;
     }
-    close(out_pipe[1]);
-    close(err_pipe[1]);
-    run_result *r = calloc(1, sizeof(*r));
-    assert_non_null(r);
-    /* Outputs here are small; read stdout fully, then stderr (both fit in pipe buffers). */
-    read_all(out_pipe[0], r->out, sizeof(r->out));
-    read_all(err_pipe[0], r->err, sizeof(r->err));
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    int ws;
-    assert_int_equal(waitpid(pid, &ws, 0), pid);
-    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    return r;
-}
-
-static const char *example(const char *name)
-{
-    static char path[4][1024];
-    static int slot;
-    char *p = path[slot++ % 4];
-    snprintf(p, 1024, "%s/examples/%s", getenv("KTUNE_SOURCE_ROOT"), name);
-    return p;
+    va_end(ap);
+    args[n] = NULL;
+    return run_argv(args);
 }
 
 static int count_lines(const char *s)

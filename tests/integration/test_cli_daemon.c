@@ -28,78 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct run_result {
-    int status;
-    char out[262144];
-    char err[65536];
-} run_result;
-
-/* Runs ktune with argv (NULL-terminated), reading stdout and stderr together. */
-static run_result *run_argv(const char *const *args)
-{
-    const char *argv[64] = {getenv("KTUNE_BIN")};
-    assert_non_null(argv[0]);
-    int argc = 1;
-    for (; args[argc - 1]; argc++) {
-        assert_true(argc < 63);
-        argv[argc] = args[argc - 1];
-    }
-    argv[argc] = NULL;
-    int op[2], ep[2];
-    assert_int_equal(pipe(op), 0);
-    assert_int_equal(pipe(ep), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        dup2(op[1], 1);
-        dup2(ep[1], 2);
-        close(op[0]);
-        close(ep[0]);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(op[1]);
-    close(ep[1]);
-    run_result *r = calloc(1, sizeof(*r));
-    assert_non_null(r);
-    size_t no = 0, ne = 0;
-    struct pollfd p[2] = {{.fd = op[0], .events = POLLIN}, {.fd = ep[0], .events = POLLIN}};
-    while (p[0].fd >= 0 || p[1].fd >= 0) {
-        if (poll(p, 2, -1) < 0 && errno == EINTR)
-            continue;
-        for (int k = 0; k < 2; k++) {
-            if (p[k].fd < 0 || !p[k].revents)
-                continue;
-            char *buf = k ? r->err : r->out;
-            size_t *n = k ? &ne : &no, cap = k ? sizeof(r->err) : sizeof(r->out);
-            char tmp[4096];
-            ssize_t got = read(p[k].fd, tmp, sizeof(tmp));
-            if (got <= 0) {
-                close(p[k].fd);
-                p[k].fd = -1;
-                continue;
-            }
-            size_t take = (size_t)got < cap - 1 - *n ? (size_t)got : cap - 1 - *n;
-            memcpy(buf + *n, tmp, take);
-            *n += take;
-        }
-    }
-    int ws;
-    assert_int_equal(waitpid(pid, &ws, 0), pid);
-    r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    return r;
-}
-
-#define RUN(...) run_argv((const char *const[]){__VA_ARGS__, NULL})
-
-static const char *example(const char *name)
-{
-    static char path[8][1024];
-    static int slot;
-    char *p = path[slot++ % 8];
-    snprintf(p, 1024, "%s/examples/%s", getenv("KTUNE_SOURCE_ROOT"), name);
-    return p;
-}
+#include "cli_run.h"
 
 static int count_lines(const char *s)
 {
