@@ -344,8 +344,10 @@ def render_md(r, png_rel, notes, results_rel, rerun=None, rerun_rel=None):
           "`--only a,b` runs some cases; `KTUNE_CACHE=DIR bench/run ...` reuses a cache, so a "
           "rerun tunes nothing (each job joins its finished twin) and only times; `--dry-run` "
           "prints the steps. `scripts/device-run bench` does the same with the device tool. "
-          "To redo only this page from a results file:", "", "```",
-          f"python3 bench/report.py {results_rel}", "```", ""]
+          "To redo only this page from a results file (and, with `--rerun`, a second full run "
+          "of the suite for the Reproduction section):", "", "```",
+          f"python3 bench/report.py {results_rel}"
+          + (f" --rerun {rerun_rel}" if rerun_rel else ""), "```", ""]
     return "\n".join(L)
 
 
