@@ -103,7 +103,8 @@ static int arg_precision(kd_req *r, ops_precision *out)
     if (!v)
         return 0;
     if (v->type == MSGPACK_OBJECT_STR && v->via.str.size < sizeof(p)) {
-        memcpy(p, v->via.str.ptr, v->via.str.size);
+        if (v->via.str.size) /* an empty string may come with a NULL ptr */
+            memcpy(p, v->via.str.ptr, v->via.str.size);
         p[v->via.str.size] = '\0';
     }
     if (!p[0] || ops_precision_from_name(p, out) < 0)
@@ -259,7 +260,8 @@ static int op_jobs(kd_req *r)
             cache_job_state s;
             if (o->type != MSGPACK_OBJECT_STR || o->via.str.size >= sizeof(name))
                 return kd_fail(r, -EINVAL, "'state' must be a job state or an array of them");
-            memcpy(name, o->via.str.ptr, o->via.str.size);
+            if (o->via.str.size) /* an empty string may come with a NULL ptr */
+                memcpy(name, o->via.str.ptr, o->via.str.size);
             name[o->via.str.size] = '\0';
             if (cache_job_state_from_name(name, &s) < 0)
                 return kd_fail(r, -EINVAL,

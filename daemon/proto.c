@@ -244,9 +244,11 @@ int kd_arg_str(kd_req *r, const char *key, char *buf, size_t cap, const char *de
         return kd_fail(r, -EINVAL, "'%s' must be a string", key);
     if (v->via.str.size >= cap)
         return kd_fail(r, -EINVAL, "'%s' must be shorter than %zu bytes", key, cap);
-    if (memchr(v->via.str.ptr, '\0', v->via.str.size))
+    /* an empty string may come with a NULL ptr: no mem* call on it */
+    if (v->via.str.size && memchr(v->via.str.ptr, '\0', v->via.str.size))
         return kd_fail(r, -EINVAL, "'%s' must not contain NUL bytes", key);
-    memcpy(buf, v->via.str.ptr, v->via.str.size);
+    if (v->via.str.size)
+        memcpy(buf, v->via.str.ptr, v->via.str.size);
     buf[v->via.str.size] = '\0';
     return 0;
 }

@@ -124,9 +124,11 @@ static int schema_error(ops_diag *d, const char *what)
 
 static int str_to_json(const msgpack_object_str *s, json_t **out, ops_diag *d)
 {
-    if (memchr(s->ptr, '\0', s->size))
+    /* msgpack-c gives an empty string a NULL ptr (fuzz_request found memchr(NULL, ...)) */
+    const char *ptr = s->size ? s->ptr : "";
+    if (memchr(ptr, '\0', s->size))
         return schema_error(d, "strings must not contain NUL bytes");
-    *out = json_stringn(s->ptr, s->size);
+    *out = json_stringn(ptr, s->size);
     if (!*out) /* jansson also refuses invalid UTF-8 */
         return schema_error(d, "strings must be valid UTF-8");
     return 0;
@@ -197,12 +199,13 @@ static int to_tree(const msgpack_object *o, int depth, json_t **out, ops_diag *d
             rc = schema_error(d, "map keys must be strings");
             goto fail;
         }
-        if (kv->key.via.str.size > OPS_MAX_NAME_LEN ||
-            memchr(kv->key.via.str.ptr, '\0', kv->key.via.str.size)) {
+        /* an empty key may come with a NULL ptr: no mem* call on it */
+        const char *kp = kv->key.via.str.size ? kv->key.via.str.ptr : "";
+        if (kv->key.via.str.size > OPS_MAX_NAME_LEN || memchr(kp, '\0', kv->key.via.str.size)) {
             rc = schema_error(d, "map key too long or containing NUL");
             goto fail;
         }
-        memcpy(key, kv->key.via.str.ptr, kv->key.via.str.size);
+        memcpy(key, kp, kv->key.via.str.size);
         key[kv->key.via.str.size] = '\0';
         if (json_object_get(c, key)) {
             rc = ops_diag_set(d, NULL, OPS_RULE_SCHEMA, -1, NULL, "msgpack: duplicate key '%s'",
