@@ -562,6 +562,129 @@ static const char *emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_
     return m->exp2 ? "exp2f" : "__expf";
 }
 
+/* Scores scaled, masked (ragged keys; causal), and the online-softmax update of row max, row
+ * sum and O; the scores become P = ex(S - max). Works on s[MT][BKV / 8][4] in the m16n8 C layout
+ * (wgmma accumulators share it), rows wq0 + i * 16 + g (+ 8). */
+static void emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, const char *ex)
+{
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < MT; i++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < BKV / 8; j++)");
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int e = 0; e < 4; e++)");
+    kt_buf_line(b, "            s[i][j][e] *= SCALE;");
+    /* Masking: keys past SKV (ragged last tile) and, when causal, keys after the query. */
+    bool ragged = a->skv % m->bkv != 0;
+    if (ragged || a->causal) {
+        kt_buf_line(b, "/* mask %s%s%s */", ragged ? "keys past SKV" : "",
+                    ragged && a->causal ? " and " : "",
+                    a->causal ? "keys after their query (causal)" : "");
+        const char *c1 = ragged ? "kv0 + BKV > SKV" : "";
+        const char *c2 = a->causal ? "kv0 + BKV - 1 > wq0" : "";
+        kt_buf_line(b, "if (%s%s%s) {", c1, ragged && a->causal ? " || " : "", c2);
+        b->indent += 4;
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int i = 0; i < MT; i++)");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int j = 0; j < BKV / 8; j++)");
+        kt_buf_line(b, "        #pragma unroll");
+        kt_buf_line(b, "        for (int e = 0; e < 4; e++) {");
+        kt_buf_line(b, "            const int key = kv0 + j * 8 + 2 * t4 + (e & 1);");
+        if (a->causal)
+            kt_buf_line(b, "            const int qi = wq0 + i * 16 + g + (e >> 1) * 8;");
+        kt_buf_line(b, "            if (%s%s%s)", ragged ? "key >= SKV" : "",
+                    ragged && a->causal ? " || " : "", a->causal ? "key > qi" : "");
+        kt_buf_line(b, "                s[i][j][e] = KT_NEG_INF;");
+        kt_buf_line(b, "        }");
+        b->indent -= 4;
+        kt_buf_line(b, "}");
+    }
+    kt_buf_line(b,
+                "/* online softmax: new row max (over the 4 lanes sharing a row), rescale, "
+                "P = %s(S - max) */",
+                ex);
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < MT; i++) {");
+    b->indent += 4;
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int h = 0; h < 2; h++) {");
+    b->indent += 4;
+    kt_buf_line(b, "float mx = row_m[i][h];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++)");
+    kt_buf_line(b, "    mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));");
+    kt_buf_line(b, "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));");
+    kt_buf_line(b, "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));");
+    kt_buf_line(b, "/* a row with every key masked so far keeps p = 0 and no NaN */");
+    kt_buf_line(b, "const float base = mx == KT_NEG_INF ? 0.0f : mx;");
+    kt_buf_line(b, "const float alpha = %s(row_m[i][h] - base);", ex);
+    kt_buf_line(b, "row_m[i][h] = mx;");
+    kt_buf_line(b, "float sum = 0.0f;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++) {");
+    kt_buf_line(b, "    s[i][j][2 * h] = %s(s[i][j][2 * h] - base);", ex);
+    kt_buf_line(b, "    s[i][j][2 * h + 1] = %s(s[i][j][2 * h + 1] - base);", ex);
+    kt_buf_line(b, "    sum += s[i][j][2 * h] + s[i][j][2 * h + 1];");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "/* per-lane partial sums; the 4 lanes of a row are added at the end */");
+    kt_buf_line(b, "row_l[i][h] = row_l[i][h] * alpha + sum;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < DV / 8; j++) {");
+    kt_buf_line(b, "    o[i][j][2 * h] *= alpha;");
+    kt_buf_line(b, "    o[i][j][2 * h + 1] *= alpha;");
+    kt_buf_line(b, "}");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+}
+
+/* O / l, the epilogue and the store of o[MT][DV / 8][4] (m16n8 C layout, rows from wq0). */
+static void emit_mma_store(kt_buf *b, const ops_group *grp, const attn_info *a)
+{
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* O / l, the epilogue, and the store (rows past SQ are not written) */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < MT; i++) {");
+    b->indent += 4;
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int h = 0; h < 2; h++) {");
+    b->indent += 4;
+    kt_buf_line(b, "float l = row_l[i][h];");
+    kt_buf_line(b, "l += __shfl_xor_sync(0xffffffffu, l, 1);");
+    kt_buf_line(b, "l += __shfl_xor_sync(0xffffffffu, l, 2);");
+    kt_buf_line(b, "const float inv = l > 0.0f ? 1.0f / l : 0.0f;");
+    kt_buf_line(b, "const int row = wq0 + i * 16 + g + h * 8;");
+    kt_buf_line(b, "if (row < SQ) {");
+    b->indent += 4;
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < DV / 8; j++) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int col = j * 8 + 2 * t4;");
+    if (a->has_epilogue) {
+        kt_buf b2 = {0};
+        epilogue_args(&b2, grp);
+        kt_buf_line(b, "const float y0 = kt_epilogue(o[i][j][2 * h] * inv, bidx, row, col%s);",
+                    b2.data);
+        kt_buf_line(b,
+                    "const float y1 = kt_epilogue(o[i][j][2 * h + 1] * inv, bidx, row, col + 1%s);",
+                    b2.data);
+        kt_buf_free(&b2);
+    } else {
+        kt_buf_line(b, "const float y0 = o[i][j][2 * h] * inv;");
+        kt_buf_line(b, "const float y1 = o[i][j][2 * h + 1] * inv;");
+    }
+    emit_store_pair(b, a, "y0", "y1", "row * DV + col");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+}
 static void emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, const attn_geom *m,
                             const char *entry)
 {
@@ -698,77 +821,7 @@ static void emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     kt_buf_line(b, "}");
     b->indent -= 4;
     kt_buf_line(b, "}");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int i = 0; i < MT; i++)");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int j = 0; j < BKV / 8; j++)");
-    kt_buf_line(b, "        #pragma unroll");
-    kt_buf_line(b, "        for (int e = 0; e < 4; e++)");
-    kt_buf_line(b, "            s[i][j][e] *= SCALE;");
-    /* Masking: keys past SKV (ragged last tile) and, when causal, keys after the query. */
-    bool ragged = a->skv % m->bkv != 0;
-    if (ragged || a->causal) {
-        kt_buf_line(b, "/* mask %s%s%s */", ragged ? "keys past SKV" : "",
-                    ragged && a->causal ? " and " : "",
-                    a->causal ? "keys after their query (causal)" : "");
-        const char *c1 = ragged ? "kv0 + BKV > SKV" : "";
-        const char *c2 = a->causal ? "kv0 + BKV - 1 > wq0" : "";
-        kt_buf_line(b, "if (%s%s%s) {", c1, ragged && a->causal ? " || " : "", c2);
-        b->indent += 4;
-        kt_buf_line(b, "#pragma unroll");
-        kt_buf_line(b, "for (int i = 0; i < MT; i++)");
-        kt_buf_line(b, "    #pragma unroll");
-        kt_buf_line(b, "    for (int j = 0; j < BKV / 8; j++)");
-        kt_buf_line(b, "        #pragma unroll");
-        kt_buf_line(b, "        for (int e = 0; e < 4; e++) {");
-        kt_buf_line(b, "            const int key = kv0 + j * 8 + 2 * t4 + (e & 1);");
-        if (a->causal)
-            kt_buf_line(b, "            const int qi = wq0 + i * 16 + g + (e >> 1) * 8;");
-        kt_buf_line(b, "            if (%s%s%s)", ragged ? "key >= SKV" : "",
-                    ragged && a->causal ? " || " : "", a->causal ? "key > qi" : "");
-        kt_buf_line(b, "                s[i][j][e] = KT_NEG_INF;");
-        kt_buf_line(b, "        }");
-        b->indent -= 4;
-        kt_buf_line(b, "}");
-    }
-    kt_buf_line(b,
-                "/* online softmax: new row max (over the 4 lanes sharing a row), rescale, "
-                "P = %s(S - max) */",
-                ex);
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int i = 0; i < MT; i++) {");
-    b->indent += 4;
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int h = 0; h < 2; h++) {");
-    b->indent += 4;
-    kt_buf_line(b, "float mx = row_m[i][h];");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++)");
-    kt_buf_line(b, "    mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));");
-    kt_buf_line(b, "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));");
-    kt_buf_line(b, "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));");
-    kt_buf_line(b, "/* a row with every key masked so far keeps p = 0 and no NaN */");
-    kt_buf_line(b, "const float base = mx == KT_NEG_INF ? 0.0f : mx;");
-    kt_buf_line(b, "const float alpha = %s(row_m[i][h] - base);", ex);
-    kt_buf_line(b, "row_m[i][h] = mx;");
-    kt_buf_line(b, "float sum = 0.0f;");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++) {");
-    kt_buf_line(b, "    s[i][j][2 * h] = %s(s[i][j][2 * h] - base);", ex);
-    kt_buf_line(b, "    s[i][j][2 * h + 1] = %s(s[i][j][2 * h + 1] - base);", ex);
-    kt_buf_line(b, "    sum += s[i][j][2 * h] + s[i][j][2 * h + 1];");
-    kt_buf_line(b, "}");
-    kt_buf_line(b, "/* per-lane partial sums; the 4 lanes of a row are added at the end */");
-    kt_buf_line(b, "row_l[i][h] = row_l[i][h] * alpha + sum;");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int j = 0; j < DV / 8; j++) {");
-    kt_buf_line(b, "    o[i][j][2 * h] *= alpha;");
-    kt_buf_line(b, "    o[i][j][2 * h + 1] *= alpha;");
-    kt_buf_line(b, "}");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    emit_mma_softmax(b, a, m, ex);
     b->indent -= 4;
     kt_buf_line(b, "}");
     if (m->stages == 1) {
@@ -827,47 +880,7 @@ static void emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     }
     b->indent -= 4;
     kt_buf_line(b, "}");
-    kt_buf_printf(b, "\n");
-    kt_buf_line(b, "/* O / l, the epilogue, and the store (rows past SQ are not written) */");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int i = 0; i < MT; i++) {");
-    b->indent += 4;
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int h = 0; h < 2; h++) {");
-    b->indent += 4;
-    kt_buf_line(b, "float l = row_l[i][h];");
-    kt_buf_line(b, "l += __shfl_xor_sync(0xffffffffu, l, 1);");
-    kt_buf_line(b, "l += __shfl_xor_sync(0xffffffffu, l, 2);");
-    kt_buf_line(b, "const float inv = l > 0.0f ? 1.0f / l : 0.0f;");
-    kt_buf_line(b, "const int row = wq0 + i * 16 + g + h * 8;");
-    kt_buf_line(b, "if (row < SQ) {");
-    b->indent += 4;
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int j = 0; j < DV / 8; j++) {");
-    b->indent += 4;
-    kt_buf_line(b, "const int col = j * 8 + 2 * t4;");
-    if (a->has_epilogue) {
-        kt_buf b2 = {0};
-        epilogue_args(&b2, grp);
-        kt_buf_line(b, "const float y0 = kt_epilogue(o[i][j][2 * h] * inv, bidx, row, col%s);",
-                    b2.data);
-        kt_buf_line(b,
-                    "const float y1 = kt_epilogue(o[i][j][2 * h + 1] * inv, bidx, row, col + 1%s);",
-                    b2.data);
-        kt_buf_free(&b2);
-    } else {
-        kt_buf_line(b, "const float y0 = o[i][j][2 * h] * inv;");
-        kt_buf_line(b, "const float y1 = o[i][j][2 * h + 1] * inv;");
-    }
-    emit_store_pair(b, a, "y0", "y1", "row * DV + col");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    emit_mma_store(b, grp, a);
     b->indent -= 4;
     kt_buf_line(b, "}");
 }
