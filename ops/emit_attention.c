@@ -22,6 +22,17 @@
  *   ffma        f32 data under every precision (no tf32 path yet): a block-wide three-phase
  *               loop per tile, S micro-tiles per thread into shared memory, a warp per row for
  *               the softmax update, O micro-tiles in registers.
+ *
+ * Knob "mma" picks the tensor-core instruction of the f16 / bf16 path:
+ *   sync   mma.sync as above (sm_80 and later).
+ *   wgmma  Hopper's warpgroup MMA (sm_90a): each warpgroup (4 warps) owns 64 query rows, so
+ *          BQ = 64 x warpgroups. S = Q K^T reads both operands from shared memory through
+ *          matrix descriptors; O += P V takes P from registers (the S accumulators repacked to
+ *          16 bits: wgmma's accumulator and A-fragment layouts per warp are those of m16n8k16)
+ *          and V from shared memory as an N-major operand. Tiles are stored in the hardware's
+ *          128-byte swizzle (64-column blocks of 128-byte rows, the 16-byte chunk index XORed
+ *          with row % 8, 1024-byte aligned), filled by cp.async two stages deep; the softmax
+ *          update and the store are the mma.sync path's. Head dims: D a multiple of 64, DV 64.
  */
 #include "family.h"
 
@@ -29,21 +40,23 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { K_BQ, K_BKV, K_WARPS, K_STAGES, K_MATH, K_LAYOUT, K_QFRAG, K_EXP, N_KNOBS };
+enum { K_BQ, K_BKV, K_WARPS, K_STAGES, K_MATH, K_LAYOUT, K_QFRAG, K_EXP, K_MMA, N_KNOBS };
 enum { MATH_FFMA = 0, MATH_F16 = 1, MATH_BF16 = 2 };
 enum { LAYOUT_PAD = 0, LAYOUT_SWIZZLE = 1 };
 enum { QFRAG_SMEM = 0, QFRAG_REGS = 1 };
 enum { EXP_E = 0, EXP_2 = 1 };
+enum { MMA_SYNC = 0, MMA_WGMMA = 1 };
 
 static const char *const math_labels[] = {"ffma", "f16", "bf16"};
 static const char *const layout_labels[] = {"pad", "swizzle"};
 static const char *const qfrag_labels[] = {"smem", "regs"};
 static const char *const exp_labels[] = {"exp", "exp2"};
+static const char *const mma_labels[] = {"sync", "wgmma"};
 
 static const ops_knob attention_knobs[N_KNOBS] = {
-    [K_BQ] = {"bq", 2, {64, 128}, NULL},
+    [K_BQ] = {"bq", 3, {64, 128, 192}, NULL},
     [K_BKV] = {"bkv", 3, {32, 64, 128}, NULL},
-    [K_WARPS] = {"warps", 2, {4, 8}, NULL},
+    [K_WARPS] = {"warps", 3, {4, 8, 12}, NULL},
     [K_STAGES] = {"stages", 2, {1, 2}, NULL},
     [K_MATH] = {"math", 3, {MATH_FFMA, MATH_F16, MATH_BF16}, math_labels},
     /* mma path only: shared-memory rows padded by 16 bytes, or 16-byte chunks XOR-swizzled */
@@ -52,6 +65,8 @@ static const ops_knob attention_knobs[N_KNOBS] = {
     [K_QFRAG] = {"q", 2, {QFRAG_SMEM, QFRAG_REGS}, qfrag_labels},
     /* natural exp, or exp2 with log2(e) folded into the scale */
     [K_EXP] = {"exp", 2, {EXP_E, EXP_2}, exp_labels},
+    /* 16-bit path only: mma.sync, or Hopper's warpgroup wgmma */
+    [K_MMA] = {"mma", 2, {MMA_SYNC, MMA_WGMMA}, mma_labels},
 };
 
 /* Registers a thread may plan for; ptxas needs headroom for addresses and temporaries. */
@@ -142,8 +157,8 @@ static bool attention_matches(const ops_group *grp)
 /* ---- schedule geometry, shared by prune, emit and estimate ---- */
 
 typedef struct attn_geom {
-    int bq, bkv, warps, threads, stages, math, layout, qfrag, exp2;
-    int mt;           /* mma: 16-row m tiles per warp */
+    int bq, bkv, warps, threads, stages, math, layout, qfrag, exp2, wgmma;
+    int mt;           /* mma: 16-row m tiles per warp (wgmma: 1, a warp's share of 64 rows) */
     int tx, ty;       /* ffma: thread grid (columns x rows) */
     int rq, rk, rd;   /* ffma: micro-tile rows, S columns, O columns per thread */
     int qs, ks, vs;   /* shared row strides in elements (ffma: ks is K^T's stride) */
@@ -165,6 +180,7 @@ static void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *
     m->layout = s->v[K_LAYOUT];
     m->qfrag = s->v[K_QFRAG];
     m->exp2 = s->v[K_EXP] == EXP_2;
+    m->wgmma = s->v[K_MMA] == MMA_WGMMA;
     int d = (int)a->d, dv = (int)a->dv;
     if (m->math == MATH_FFMA) {
         m->tx = 16;
@@ -181,6 +197,14 @@ static void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *
                         3 * (int64_t)m->bq;
         m->smem = 4 * words;
         m->regs = m->rq * m->rd + m->rq * m->rk + m->rq + m->rk + m->rd + 40;
+    } else if (m->wgmma) {
+        m->mt = 1;
+        m->qs = m->ks = d;
+        m->vs = dv;
+        /* unpadded swizzled tiles, plus 1 KiB to align the first to 1024 bytes */
+        m->smem = 2 * ((int64_t)m->bq * d + (int64_t)m->stages * m->bkv * (d + dv)) + 1024;
+        /* S and O accumulators, P repacked (alive while the P V wgmmas run), statistics. */
+        m->regs = m->bkv / 2 + dv / 2 + m->bkv / 4 + 40; /* ptxas 13.0: 110-203 */
     } else {
         m->mt = m->bq / (m->warps * 16);
         int pad = m->layout == LAYOUT_PAD ? 8 : 0;
@@ -220,7 +244,7 @@ static const char *attention_prune(const ops_group *grp, const ops_schedule *s,
         /* f16/bf16 data always has its tensor-core path. */
         if (a.dt != OPS_DT_F32)
             return "redundant";
-        if (m.layout != LAYOUT_PAD || m.qfrag != QFRAG_SMEM)
+        if (m.layout != LAYOUT_PAD || m.qfrag != QFRAG_SMEM || m.wgmma)
             return "redundant"; /* knobs of the mma path */
         if (a.dv % m.tx != 0 || a.d < 1)
             return "shape";
@@ -242,7 +266,23 @@ static const char *attention_prune(const ops_group *grp, const ops_schedule *s,
             return "divisibility";
         if (dev->sm_major < 8)
             return "shape";
-        if (m.regs > MMA_REG_BUDGET)
+        if (m.wgmma) {
+            /* Hopper only; the descriptors name 128-byte rows of 64-column blocks, and V's
+             * single 64-column block along N */
+            if (dev->sm_major != 9 || strcmp(dev->arch, "sm_90a") != 0)
+                return "shape";
+            if (a.d % 64 != 0 || a.dv != 64)
+                return "shape";
+            if (m.layout != LAYOUT_SWIZZLE || m.qfrag != QFRAG_SMEM || m.stages != 2)
+                return "redundant"; /* the layout is the hardware's; Q is read by descriptor */
+            if (m.bq != 16 * m.warps)
+                return "divisibility"; /* a warpgroup per 64 query rows */
+            if (m.bkv < 64)
+                return "divisibility";
+        } else if (m.warps > 8 || m.bq > 128) {
+            return "redundant"; /* three warpgroups' 192-row tile is the wgmma path's */
+        }
+        if (m.regs > MMA_REG_BUDGET || m.regs > dev->regs_per_sm / m.threads)
             return "regs";
     }
     if (m.threads > dev->max_threads_per_block)
@@ -499,10 +539,10 @@ static void emit_mma_offset_fn(kt_buf *b, int layout)
 }
 
 /* Emits the loop copying a ROWS x COLS 16-bit tile (rows from row0, valid below n_valid) into
- * shared memory with 16-byte cp.async. */
-static void emit_mma_load(kt_buf *b, const attn_geom *m, const char *what, const char *dst,
-                          const char *src, int rows, int cols, int stride, const char *row0,
-                          long long n_valid)
+ * shared memory with 16-byte cp.async; off<off_arg>(row, col) places an element. */
+static void emit_tile_load(kt_buf *b, const attn_geom *m, const char *what, const char *dst,
+                           const char *src, int rows, int cols, const char *off, int off_arg,
+                           const char *row0, long long n_valid)
 {
     int chunks = cols / 8, total = rows * chunks;
     int iters = (total + m->threads - 1) / m->threads;
@@ -519,13 +559,21 @@ static void emit_mma_load(kt_buf *b, const attn_geom *m, const char *what, const
     b->indent += 4;
     kt_buf_line(b, "const int r = c / %d, ch = c %% %d;", chunks, chunks);
     kt_buf_line(b, "const bool ok = %s + r < %lld;", row0, n_valid);
-    kt_buf_line(b, "kt_cp_async16(kt_smem_u32(%s + kt_off<%d>(r, ch * 8)),", dst, stride);
+    kt_buf_line(b, "kt_cp_async16(kt_smem_u32(%s + %s<%d>(r, ch * 8)),", dst, off, off_arg);
     kt_buf_line(b, "              %s + (size_t)(ok ? %s + r : 0) * %d + ch * 8, ok);", src, row0,
                 cols);
     b->indent -= 4;
     kt_buf_line(b, "}");
     b->indent -= 4;
     kt_buf_line(b, "}");
+}
+
+/* The mma.sync path's tiles: kt_off<row stride>. */
+static void emit_mma_load(kt_buf *b, const attn_geom *m, const char *what, const char *dst,
+                          const char *src, int rows, int cols, int stride, const char *row0,
+                          long long n_valid)
+{
+    emit_tile_load(b, m, what, dst, src, rows, cols, "kt_off", stride, row0, n_valid);
 }
 
 static void emit_store_pair(kt_buf *b, const attn_info *a, const char *v0, const char *v1,
@@ -1146,6 +1194,226 @@ static void emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a
     kt_buf_line(b, "}");
 }
 
+/* ---- the Hopper (wgmma) path ---- */
+
+static const char wgmma_helpers[] =
+    "/* ---- wgmma helpers: tile layout, matrix descriptors, warpgroup fences ---- */\n"
+    "/* Element offset of (row, col) in a ROWS-row tile laid out as the hardware's 128-byte\n"
+    "   swizzle: 64-column blocks of ROWS rows of 128 bytes, the 16-byte chunk index XORed with\n"
+    "   row % 8 (the tile starts 1024-byte aligned, so this is address bits 4-6 ^= bits 7-9). */\n"
+    "template <int ROWS> __device__ __forceinline__ int kt_woff(int row, int col)\n"
+    "{\n"
+    "    return ((col >> 6) * ROWS + row) * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);\n"
+    "}\n"
+    "/* Descriptor of a K-major operand in such a tile: 128-byte swizzle (mode 1, bits 62-63), 8-row\n"
+    "   groups 1024 bytes apart (stride offset, bits 32-45); the leading offset is unused when a\n"
+    "   k16 step stays inside one 128-byte row (conventionally 1). */\n"
+    "__device__ __forceinline__ unsigned long long kt_desc_k(const void *p)\n"
+    "{\n"
+    "    return (unsigned long long)((kt_smem_u32(p) & 0x3FFFF) >> 4) | 1ull << 16 |\n"
+    "           (1024ull >> 4) << 32 | 1ull << 62;\n"
+    "}\n"
+    "/* Descriptor of V as an N-major B operand (keys along K, 64 columns along N: one swizzle atom\n"
+    "   wide). A k16 step spans two 8-key groups 1024 bytes apart; both offset fields say 1024, as\n"
+    "   the other one (the stride between atoms along N) is never used at N = 64. */\n"
+    "__device__ __forceinline__ unsigned long long kt_desc_n(const void *p)\n"
+    "{\n"
+    "    return (unsigned long long)((kt_smem_u32(p) & 0x3FFFF) >> 4) | (1024ull >> 4) << 16 |\n"
+    "           (1024ull >> 4) << 32 | 1ull << 62;\n"
+    "}\n"
+    "/* Register writes are complete before wgmma reads them (accumulators, A fragments). */\n"
+    "__device__ __forceinline__ void kt_wg_fence()\n"
+    "{\n"
+    "    asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\");\n"
+    "}\n"
+    "__device__ __forceinline__ void kt_wg_commit()\n"
+    "{\n"
+    "    asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\");\n"
+    "}\n"
+    "__device__ __forceinline__ void kt_wg_wait_all()\n"
+    "{\n"
+    "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\");\n"
+    "}\n"
+    "/* cp.async wrote the tiles through the generic proxy; wgmma reads them through the async\n"
+    "   proxy. */\n"
+    "__device__ __forceinline__ void kt_fence_proxy_async()\n"
+    "{\n"
+    "    asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");\n"
+    "}\n"
+    "/* After the wait: the accumulators are read only from here on (the compiler sees wgmma\n"
+    "   write them when it is issued, not when it completes). */\n"
+    "template <int N> __device__ __forceinline__ void kt_wg_hold(float (&d)[N][4])\n"
+    "{\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < N; j++)\n"
+    "#pragma unroll\n"
+    "        for (int e = 0; e < 4; e++)\n"
+    "            asm volatile(\"\" : \"+f\"(d[j][e])::\"memory\");\n"
+    "}\n";
+
+/* Emits NAME(d, a, db): d[N / 8][4] += A B for one warpgroup, m64nNk16 with fp32 accumulators;
+ * A from a shared-memory descriptor (a_regs false) or the warp's m16n8k16 A fragment in
+ * registers; B from a descriptor, N-major when trans_b. */
+static void emit_wgmma_fn(kt_buf *b, const char *name, int n, const char *t, bool a_regs,
+                          int trans_b)
+{
+    int nd = n / 2; /* accumulator floats per thread */
+    kt_buf_line(b, "__device__ __forceinline__ void %s(float (&d)[%d][4], %s, unsigned long long db)",
+                name, n / 8, a_regs ? "const unsigned (&a)[4]" : "unsigned long long da");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"",
+                nd + (a_regs ? 5 : 2));
+    kt_buf_printf(b, "%*s\"wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {", b->indent + 17, "",
+                  n, t, t);
+    for (int i = 0; i < nd; i++)
+        kt_buf_printf(b, "%s%%%d", i ? "," : "", i);
+    if (a_regs)
+        kt_buf_printf(b, "}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1, %d;\\n}\\n\"\n", nd, nd + 1,
+                      nd + 2, nd + 3, nd + 4, trans_b);
+    else
+        kt_buf_printf(b, "}, %%%d, %%%d, p, 1, 1, 0, %d;\\n}\\n\"\n", nd, nd + 1, trans_b);
+    kt_buf_printf(b, "%*s: ", b->indent + 17, "");
+    for (int i = 0; i < nd; i++)
+        kt_buf_printf(b, "%s\"+f\"(d[%d][%d])%s", i ? " " : "", i / 4, i % 4,
+                      i + 1 < nd ? (i % 4 == 3 ? ",\n                   " : ",") : "\n");
+    if (a_regs)
+        kt_buf_line(b, "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
+                       "\"l\"(db), \"r\"(1));");
+    else
+        kt_buf_line(b, "                 : \"l\"(da), \"l\"(db), \"r\"(1));");
+    kt_buf_line(b, "}");
+}
+
+static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
+                              const attn_geom *m, const char *entry)
+{
+    const char *ty = ops_emit_ctype(a->dt);
+    int d = (int)a->d, dv = (int)a->dv;
+    char scale[64];
+    const char *ex = emit_kernel_open(b, grp, a, m, entry, scale, sizeof(scale));
+    kt_buf_line(b, "constexpr int MT = 1; /* a warp owns 16 of its warpgroup's 64 rows */");
+    kt_buf_line(b, "/* scores are scaled by %s%s */", scale,
+                m->exp2 ? " (scale * log2(e): softmax in base 2)" : "");
+    kt_buf_line(b, "constexpr float SCALE = %s;", scale);
+    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kt_smem[];");
+    kt_buf_line(b, "/* tiles 1024-byte aligned: the swizzle is a function of the address */");
+    kt_buf_line(b, "%s *sQ = reinterpret_cast<%s *>(kt_smem + ((1024u - (kt_smem_u32(kt_smem) & "
+                   "1023u)) & 1023u));",
+                ty, ty);
+    kt_buf_line(b, "%s *sK = sQ + BQ * D; /* 2 stages of BKV x D */", ty);
+    kt_buf_line(b, "%s *sV = sK + 2 * BKV * D; /* 2 stages of BKV x DV */", ty);
+    kt_buf_line(b, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;");
+    kt_buf_line(b, "const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column "
+                   "pair */");
+    kt_buf_line(b, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
+    kt_buf_line(b, "const int wq0 = q0 + warp * 16; /* this warp's first query */");
+    kt_buf_line(b, "const int gq0 = q0 + wg * 64; /* this warpgroup's first query */");
+    kt_buf_line(b, "const int bidx = blockIdx.y;");
+    int iq = input_index(grp, a->q), ik = input_index(grp, a->k), iv = input_index(grp, a->v);
+    kt_buf_line(b, "const %s *gQ = in%d + (size_t)bidx * SQ * D;", ty, iq);
+    kt_buf_line(b, "const %s *gK = in%d + (size_t)bidx * SKV * D;", ty, ik);
+    kt_buf_line(b, "const %s *gV = in%d + (size_t)bidx * SKV * DV;", ty, iv);
+    kt_buf_line(b, "%s *gO = out0 + (size_t)bidx * SQ * DV;", ops_emit_ctype(a->out_dt));
+    if (a->causal) {
+        kt_buf_line(b, "/* causal: keys past the block's last query are never needed */");
+        kt_buf_line(b, "const int kv_end = min(SKV, min(q0 + BQ, SQ));");
+    } else {
+        kt_buf_line(b, "const int kv_end = SKV;");
+    }
+    kt_buf_line(b, "const int n_tiles = (kv_end + BKV - 1) / BKV;");
+    kt_buf_printf(b, "\n");
+    emit_tile_load(b, m, "Q tile", "sQ", "gQ", m->bq, d, "kt_woff", m->bq, "q0", (long long)a->sq);
+    emit_tile_load(b, m, "K tile 0", "sK", "gK", m->bkv, d, "kt_woff", m->bkv, "0",
+                   (long long)a->skv);
+    emit_tile_load(b, m, "V tile 0", "sV", "gV", m->bkv, dv, "kt_woff", m->bkv, "0",
+                   (long long)a->skv);
+    kt_buf_line(b, "kt_cp_async_commit();");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "float o[MT][DV / 8][4]; /* output accumulators (wgmma m64nDV, per warp m16n8 "
+                   "C layout) */");
+    kt_buf_line(b, "float row_m[MT][2], row_l[MT][2]; /* rows g and g + 8 */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < DV / 8; j++)");
+    kt_buf_line(b, "    o[0][j][0] = o[0][j][1] = o[0][j][2] = o[0][j][3] = 0.0f;");
+    kt_buf_line(b, "row_m[0][0] = row_m[0][1] = KT_NEG_INF;");
+    kt_buf_line(b, "row_l[0][0] = row_l[0][1] = 0.0f;");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "for (int tile = 0; tile < n_tiles; tile++) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int kv0 = tile * BKV;");
+    kt_buf_line(b, "const %s *cK = sK + (tile & 1) * BKV * D;", ty);
+    kt_buf_line(b, "const %s *cV = sV + (tile & 1) * BKV * DV;", ty);
+    kt_buf_line(b, "if (tile + 1 < n_tiles) {");
+    b->indent += 4;
+    kt_buf_line(b, "/* prefetch the next tile into the other buffer (free: the barrier ending the "
+                   "last tile) */");
+    kt_buf_line(b, "const int nkv0 = kv0 + BKV;");
+    kt_buf_line(b, "%s *nK = sK + ((tile + 1) & 1) * BKV * D;", ty);
+    kt_buf_line(b, "%s *nV = sV + ((tile + 1) & 1) * BKV * DV;", ty);
+    emit_tile_load(b, m, "next K", "nK", "gK", m->bkv, d, "kt_woff", m->bkv, "nkv0",
+                   (long long)a->skv);
+    emit_tile_load(b, m, "next V", "nV", "gV", m->bkv, dv, "kt_woff", m->bkv, "nkv0",
+                   (long long)a->skv);
+    kt_buf_line(b, "kt_cp_async_commit();");
+    kt_buf_line(b, "kt_cp_async_wait<1>(); /* this tile landed, the next is in flight */");
+    b->indent -= 4;
+    kt_buf_line(b, "} else {");
+    kt_buf_line(b, "    kt_cp_async_wait<0>();");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "kt_fence_proxy_async();");
+    kt_buf_line(b, "__syncthreads();");
+    if (a->causal) {
+        kt_buf_line(b, "/* causal: a warpgroup whose rows all precede the tile skips it (wgmma "
+                       "is issued by whole warpgroups) */");
+        kt_buf_line(b, "const bool active = kv0 <= gq0 + 63;");
+    } else {
+        kt_buf_line(b, "const bool active = true;");
+    }
+    kt_buf_line(b, "float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */");
+    kt_buf_line(b, "if (active) {");
+    b->indent += 4;
+    kt_buf_line(b, "/* S = Q K^T, k16 steps through the 64-column blocks */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++)");
+    kt_buf_line(b, "    s[0][j][0] = s[0][j][1] = s[0][j][2] = s[0][j][3] = 0.0f;");
+    kt_buf_line(b, "kt_wg_fence();");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ks = 0; ks < D / 16; ks++)");
+    kt_buf_line(b, "    kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + "
+                   "(ks & 3) * 16),");
+    kt_buf_line(b, "                kt_desc_k(cK + (ks >> 2) * BKV * 64 + (ks & 3) * 16));");
+    kt_buf_line(b, "kt_wg_commit();");
+    kt_buf_line(b, "kt_wg_wait_all();");
+    kt_buf_line(b, "kt_wg_hold(s[0]);");
+    emit_mma_softmax(b, a, m, ex);
+    kt_buf_line(b, "/* O += P V: P repacked to %s A fragments in registers */",
+                math_labels[m->math]);
+    kt_buf_line(b, "unsigned pa[BKV / 16][4];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++) {");
+    kt_buf_line(b, "    pa[ks][0] = kt_pack(s[0][2 * ks][0], s[0][2 * ks][1]);");
+    kt_buf_line(b, "    pa[ks][1] = kt_pack(s[0][2 * ks][2], s[0][2 * ks][3]);");
+    kt_buf_line(b, "    pa[ks][2] = kt_pack(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);");
+    kt_buf_line(b, "    pa[ks][3] = kt_pack(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "kt_wg_fence();");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
+    kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64));");
+    kt_buf_line(b, "kt_wg_commit();");
+    kt_buf_line(b, "kt_wg_wait_all();");
+    kt_buf_line(b, "kt_wg_hold(o[0]);");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "__syncthreads(); /* every warpgroup is done with this tile's buffers */");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_printf(b, "\n");
+    emit_mma_store(b, grp, a);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+}
+
 static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                           ops_emitted *out, ops_diag *d)
 {
@@ -1162,8 +1430,8 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     attn_geom m;
     attn_geometry(&a, s, &m);
     char entry[64];
-    snprintf(entry, sizeof(entry), "ktune_attention_%s_q%d_kv%d_w%d_s%d", math_labels[m.math], m.bq,
-             m.bkv, m.warps, m.stages);
+    snprintf(entry, sizeof(entry), "ktune_attention_%s%s_q%d_kv%d_w%d_s%d", math_labels[m.math],
+             m.wgmma ? "_wgmma" : "", m.bq, m.bkv, m.warps, m.stages);
 
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
@@ -1172,8 +1440,15 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
         kt_buf_printf(&b, "%s", ffma_helpers);
     } else {
         kt_buf_printf(&b, "%s", mma_helpers);
-        emit_mma_typed_helpers(&b, m.math == MATH_F16 ? "f16" : "bf16");
-        emit_mma_offset_fn(&b, m.layout);
+        const char *t = m.math == MATH_F16 ? "f16" : "bf16";
+        emit_mma_typed_helpers(&b, t);
+        if (m.wgmma) {
+            kt_buf_printf(&b, "%s", wgmma_helpers);
+            emit_wgmma_fn(&b, "kt_wgmma_qk", m.bkv, t, false, 0);
+            emit_wgmma_fn(&b, "kt_wgmma_pv", (int)a.dv, t, true, 1);
+        } else {
+            emit_mma_offset_fn(&b, m.layout);
+        }
     }
     kt_buf_printf(&b, "/* ---- end of attention helpers ---- */\n\n");
     int rc = 0;
@@ -1188,6 +1463,8 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     }
     if (m.math == MATH_FFMA)
         emit_ffma_kernel(&b, grp, &a, &m, entry);
+    else if (m.wgmma)
+        emit_wgmma_kernel(&b, grp, &a, &m, entry);
     else
         emit_mma_kernel(&b, grp, &a, &m, entry);
     if (kt_buf_status(&b) < 0) {
@@ -1240,7 +1517,8 @@ static void attention_estimate(const ops_group *grp, const ops_schedule *s, cons
     e->bytes = bytes;
 
     double peak = m.math == MATH_FFMA ? dev->fp32_flops_per_s : dev->f16_flops_per_s;
-    double base = m.math == MATH_FFMA ? 0.45 : 0.40; /* mma.sync flash attention on sm_90 */
+    /* flash attention on sm_90: ffma, mma.sync, wgmma (Hopper's tensor-core rate needs wgmma) */
+    double base = m.math == MATH_FFMA ? 0.45 : m.wgmma ? 0.62 : 0.40;
     /* Resident blocks per SM. */
     int regs = m.regs < 32 ? 32 : m.regs;
     int by_threads = dev->max_threads_per_sm / m.threads;

@@ -44,6 +44,9 @@ static const gpu_case cases[] = {
     {"examples/conv2d.json", "N=3", OPS_PREC_TF32, "math=tf32 "},
     {"examples/gemv_bias_relu.json", "M=1000,K=1000", OPS_PREC_EXACT, "gemv "},
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "gemv "},
+    /* Hopper's warpgroup MMA, ragged, causal and not */
+    {"examples/attention.json", "B=1,H=2,S=200", OPS_PREC_EXACT, "mma=wgmma"},
+    {"bench/cases/attention_f16_full.json", "B=1,H=3,S=333", OPS_PREC_EXACT, "mma=wgmma"},
 };
 
 static int per_family = 6;

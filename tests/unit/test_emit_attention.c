@@ -303,6 +303,74 @@ static void test_golden_and_launch(void **state)
     ops_graph_free(g);
 }
 
+/* The Hopper path: where it is legal, and one kernel's source, launch and compile. */
+static void test_wgmma(void **state)
+{
+    (void)state;
+    ops_graph *g = example_graph(true);
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_device dev;
+    ops_device_h100(&dev);
+    const ops_family *f = ops_family_get(OPS_FAM_ATTENTION);
+    /* bq=128 bkv=128 warps=8 stages=2 math=f16 smem=swizzle q=smem exp=exp2 mma=wgmma */
+    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {128, 128, 8, 2, 1, 1, 0, 1, 1}};
+    assert_null(f->prune(&grp, &s, &dev));
+    /* a warpgroup per 64 rows */
+    s.v[2] = 4;
+    assert_string_equal(f->prune(&grp, &s, &dev), "divisibility");
+    s.v[2] = 8;
+    /* the layout is the hardware's swizzle; Q is read by descriptor; two stages */
+    s.v[5] = 0;
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s.v[5] = 1;
+    s.v[6] = 1;
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s.v[6] = 0;
+    s.v[3] = 1;
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s.v[3] = 2;
+    /* Hopper only */
+    ops_device a100 = dev;
+    a100.sm_major = 8;
+    snprintf(a100.arch, sizeof(a100.arch), "sm_80");
+    assert_string_equal(f->prune(&grp, &s, &a100), "shape");
+    /* three warpgroups: wgmma only */
+    ops_schedule s3 = s;
+    s3.v[0] = 192;
+    s3.v[2] = 12;
+    assert_null(f->prune(&grp, &s3, &dev));
+    s3.v[8] = 0;
+    assert_string_equal(f->prune(&grp, &s3, &dev), "redundant");
+
+    ops_emitted e;
+    ops_diag d = {0};
+    assert_int_equal(f->emit(&grp, &s, &dev, &e, &d), 0);
+    const ops_kernel_launch *k = &e.kernels[0];
+    assert_int_equal(k->grid[0], 2048 / 128);
+    assert_int_equal(k->block[0], 256);
+    /* Q + two stages of K and V, 16-bit, plus the 1 KiB alignment slack */
+    assert_int_equal(k->smem_bytes, 2 * (128 * 64 + 2 * 128 * (64 + 64)) + 1024);
+    assert_non_null(strstr(e.source, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"));
+    assert_non_null(strstr(e.source, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"));
+    emit_test_golden("attention_f16_causal_wgmma.cu", e.source);
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+
+    /* a head dim of 128 for V has no wgmma kernel (one 64-column swizzle atom along N) */
+    g = emit_test_graph(
+        "{\"name\":\"x\",\"inputs\":{\"q\":{\"dtype\":\"bf16\",\"shape\":[256,128]},"
+        "\"k\":{\"dtype\":\"bf16\",\"shape\":[256,128]},\"v\":{\"dtype\":\"bf16\",\"shape\":[256,128]}},"
+        "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"]}],"
+        "\"outputs\":[\"o\"]}",
+        "");
+    emit_test_whole_group(g, &grp);
+    s.v[4] = 2; /* bf16 */
+    assert_string_equal(f->prune(&grp, &s, &dev), "shape");
+    ops_graph_free(g);
+}
+
 static double estimate(const ops_graph *g, const int *v)
 {
     ops_group grp;
@@ -348,7 +416,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches),           cmocka_unit_test(test_counts),
         cmocka_unit_test(test_golden_and_launch), cmocka_unit_test(test_estimate),
-        cmocka_unit_test(test_compile_spread),
+        cmocka_unit_test(test_compile_spread),    cmocka_unit_test(test_wgmma),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
