@@ -610,18 +610,25 @@ static const char *emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_
     return m->exp2 ? "exp2f" : "__expf";
 }
 
-/* Scores scaled, masked (ragged keys; causal), and the online-softmax update of row max, row
- * sum and O; the scores become P = ex(S - max). Works on s[MT][BKV / 8][4] in the m16n8 C layout
- * (wgmma accumulators share it), rows wq0 + i * 16 + g (+ 8). */
-static void emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, const char *ex)
+/* Scores masked (ragged keys; causal) and the online-softmax update of row max, row sum and O;
+ * the scores become P = ex(S * SCALE - max). Works on s[MT][BKV / 8][4] in the m16n8 C layout
+ * (wgmma accumulators share it), rows wq0 + i * 16 + g (+ 8), keys from kv0. With a positive
+ * scale the max is taken on raw scores and the scale folded into one FFMA per exponent. When
+ * defer_alpha, O (still being accumulated by an asynchronous wgmma) is not rescaled here: each
+ * row's factor goes to alpha_o[MT][2] for the caller. */
+static void emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, const char *ex,
+                             bool defer_alpha)
 {
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int i = 0; i < MT; i++)");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int j = 0; j < BKV / 8; j++)");
-    kt_buf_line(b, "        #pragma unroll");
-    kt_buf_line(b, "        for (int e = 0; e < 4; e++)");
-    kt_buf_line(b, "            s[i][j][e] *= SCALE;");
+    bool fold = a->scale > 0;
+    if (!fold) {
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int i = 0; i < MT; i++)");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int j = 0; j < BKV / 8; j++)");
+        kt_buf_line(b, "        #pragma unroll");
+        kt_buf_line(b, "        for (int e = 0; e < 4; e++)");
+        kt_buf_line(b, "            s[i][j][e] *= SCALE;");
+    }
     /* Masking: keys past SKV (ragged last tile) and, when causal, keys after the query. */
     bool ragged = a->skv % m->bkv != 0;
     if (ragged || a->causal) {
@@ -649,9 +656,9 @@ static void emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, 
         kt_buf_line(b, "}");
     }
     kt_buf_line(b,
-                "/* online softmax: new row max (over the 4 lanes sharing a row), rescale, "
-                "P = %s(S - max) */",
-                ex);
+                "/* online softmax: new row max (over the 4 lanes sharing a row%s), rescale, "
+                "P = %s(S * SCALE - max) */",
+                fold ? "; raw scores, row_m too" : "", ex);
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int i = 0; i < MT; i++) {");
     b->indent += 4;
@@ -665,23 +672,37 @@ static void emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, 
     kt_buf_line(b, "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));");
     kt_buf_line(b, "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));");
     kt_buf_line(b, "/* a row with every key masked so far keeps p = 0 and no NaN */");
-    kt_buf_line(b, "const float base = mx == KT_NEG_INF ? 0.0f : mx;");
-    kt_buf_line(b, "const float alpha = %s(row_m[i][h] - base);", ex);
+    if (fold) {
+        kt_buf_line(b, "const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;");
+        kt_buf_line(b, "const float alpha = %s(fmaf(row_m[i][h], SCALE, -base));", ex);
+    } else {
+        kt_buf_line(b, "const float base = mx == KT_NEG_INF ? 0.0f : mx;");
+        kt_buf_line(b, "const float alpha = %s(row_m[i][h] - base);", ex);
+    }
     kt_buf_line(b, "row_m[i][h] = mx;");
     kt_buf_line(b, "float sum = 0.0f;");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++) {");
-    kt_buf_line(b, "    s[i][j][2 * h] = %s(s[i][j][2 * h] - base);", ex);
-    kt_buf_line(b, "    s[i][j][2 * h + 1] = %s(s[i][j][2 * h + 1] - base);", ex);
+    if (fold) {
+        kt_buf_line(b, "    s[i][j][2 * h] = %s(fmaf(s[i][j][2 * h], SCALE, -base));", ex);
+        kt_buf_line(b, "    s[i][j][2 * h + 1] = %s(fmaf(s[i][j][2 * h + 1], SCALE, -base));", ex);
+    } else {
+        kt_buf_line(b, "    s[i][j][2 * h] = %s(s[i][j][2 * h] - base);", ex);
+        kt_buf_line(b, "    s[i][j][2 * h + 1] = %s(s[i][j][2 * h + 1] - base);", ex);
+    }
     kt_buf_line(b, "    sum += s[i][j][2 * h] + s[i][j][2 * h + 1];");
     kt_buf_line(b, "}");
     kt_buf_line(b, "/* per-lane partial sums; the 4 lanes of a row are added at the end */");
     kt_buf_line(b, "row_l[i][h] = row_l[i][h] * alpha + sum;");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int j = 0; j < DV / 8; j++) {");
-    kt_buf_line(b, "    o[i][j][2 * h] *= alpha;");
-    kt_buf_line(b, "    o[i][j][2 * h + 1] *= alpha;");
-    kt_buf_line(b, "}");
+    if (defer_alpha) {
+        kt_buf_line(b, "alpha_o[i][h] = alpha;");
+    } else {
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int j = 0; j < DV / 8; j++) {");
+        kt_buf_line(b, "    o[i][j][2 * h] *= alpha;");
+        kt_buf_line(b, "    o[i][j][2 * h + 1] *= alpha;");
+        kt_buf_line(b, "}");
+    }
     b->indent -= 4;
     kt_buf_line(b, "}");
     b->indent -= 4;
@@ -869,7 +890,7 @@ static void emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     kt_buf_line(b, "}");
     b->indent -= 4;
     kt_buf_line(b, "}");
-    emit_mma_softmax(b, a, m, ex);
+    emit_mma_softmax(b, a, m, ex, false);
     b->indent -= 4;
     kt_buf_line(b, "}");
     if (m->stages == 1) {
@@ -1230,6 +1251,10 @@ static const char wgmma_helpers[] =
     "{\n"
     "    asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\");\n"
     "}\n"
+    "__device__ __forceinline__ void kt_wg_wait_one()\n"
+    "{\n"
+    "    asm volatile(\"wgmma.wait_group.sync.aligned 1;\\n\" ::: \"memory\");\n"
+    "}\n"
     "__device__ __forceinline__ void kt_wg_wait_all()\n"
     "{\n"
     "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\");\n"
@@ -1284,6 +1309,39 @@ static void emit_wgmma_fn(kt_buf *b, const char *name, int n, const char *t, boo
     kt_buf_line(b, "}");
 }
 
+/* Emits the S = Q K^T wgmmas of the tile in buffer KBUF into s (zeroed first), committed as one
+ * group; the caller waits. */
+static void emit_wgmma_qk_issue(kt_buf *b, const char *kbuf)
+{
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++)");
+    kt_buf_line(b, "    s[0][j][0] = s[0][j][1] = s[0][j][2] = s[0][j][3] = 0.0f;");
+    kt_buf_line(b, "kt_wg_fence();");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ks = 0; ks < D / 16; ks++)");
+    kt_buf_line(b, "    kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + "
+                   "(ks & 3) * 16),");
+    kt_buf_line(b, "                kt_desc_k(%s + (ks >> 2) * BKV * 64 + (ks & 3) * 16));", kbuf);
+    kt_buf_line(b, "kt_wg_commit();");
+}
+
+/* P (the softmaxed scores) repacked to 16-bit A fragments: k16 step ks covers keys 16 ks ... */
+static void emit_wgmma_pack(kt_buf *b)
+{
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++) {");
+    kt_buf_line(b, "    pa[ks][0] = kt_pack(s[0][2 * ks][0], s[0][2 * ks][1]);");
+    kt_buf_line(b, "    pa[ks][1] = kt_pack(s[0][2 * ks][2], s[0][2 * ks][3]);");
+    kt_buf_line(b, "    pa[ks][2] = kt_pack(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);");
+    kt_buf_line(b, "    pa[ks][3] = kt_pack(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);");
+    kt_buf_line(b, "}");
+}
+
+/* The Hopper kernel, software-pipelined inside each warpgroup: while the tensor cores run
+ * O += P_j V_j, the warpgroup's threads compute the softmax of S_j+1 = Q K_j+1^T (issued just
+ * before), so the exponentials (the MUFU unit: as much time as the MMAs at D = 64) overlap the
+ * MMAs. O's rescale for S_j+1's new max waits for P_j V_j. Tiles: K two tiles ahead and V one
+ * tile ahead of the MMAs, two buffers each, one cp.async group per step. */
 static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
                               const attn_geom *m, const char *entry)
 {
@@ -1300,14 +1358,13 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "%s *sQ = reinterpret_cast<%s *>(kt_smem + ((1024u - (kt_smem_u32(kt_smem) & "
                    "1023u)) & 1023u));",
                 ty, ty);
-    kt_buf_line(b, "%s *sK = sQ + BQ * D; /* 2 stages of BKV x D */", ty);
-    kt_buf_line(b, "%s *sV = sK + 2 * BKV * D; /* 2 stages of BKV x DV */", ty);
+    kt_buf_line(b, "%s *sK = sQ + BQ * D; /* 2 buffers of BKV x D */", ty);
+    kt_buf_line(b, "%s *sV = sK + 2 * BKV * D; /* 2 buffers of BKV x DV */", ty);
     kt_buf_line(b, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;");
     kt_buf_line(b, "const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column "
                    "pair */");
     kt_buf_line(b, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
     kt_buf_line(b, "const int wq0 = q0 + warp * 16; /* this warp's first query */");
-    kt_buf_line(b, "const int gq0 = q0 + wg * 64; /* this warpgroup's first query */");
     kt_buf_line(b, "const int bidx = blockIdx.y;");
     int iq = input_index(grp, a->q), ik = input_index(grp, a->k), iv = input_index(grp, a->v);
     kt_buf_line(b, "const %s *gQ = in%d + (size_t)bidx * SQ * D;", ty, iq);
@@ -1325,77 +1382,95 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     emit_tile_load(b, m, "Q tile", "sQ", "gQ", m->bq, d, "kt_woff", m->bq, "q0", (long long)a->sq);
     emit_tile_load(b, m, "K tile 0", "sK", "gK", m->bkv, d, "kt_woff", m->bkv, "0",
                    (long long)a->skv);
+    kt_buf_line(b, "kt_cp_async_commit();");
     emit_tile_load(b, m, "V tile 0", "sV", "gV", m->bkv, dv, "kt_woff", m->bkv, "0",
                    (long long)a->skv);
+    kt_buf_line(b, "if (n_tiles > 1) {");
+    b->indent += 4;
+    emit_tile_load(b, m, "K tile 1", "sK + BKV * D", "gK", m->bkv, d, "kt_woff", m->bkv, "BKV",
+                   (long long)a->skv);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
     kt_buf_line(b, "kt_cp_async_commit();");
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "float o[MT][DV / 8][4]; /* output accumulators (wgmma m64nDV, per warp m16n8 "
                    "C layout) */");
-    kt_buf_line(b, "float row_m[MT][2], row_l[MT][2]; /* rows g and g + 8 */");
+    kt_buf_line(b, "float row_m[MT][2], row_l[MT][2], alpha_o[MT][2]; /* rows g and g + 8 */");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int j = 0; j < DV / 8; j++)");
     kt_buf_line(b, "    o[0][j][0] = o[0][j][1] = o[0][j][2] = o[0][j][3] = 0.0f;");
     kt_buf_line(b, "row_m[0][0] = row_m[0][1] = KT_NEG_INF;");
     kt_buf_line(b, "row_l[0][0] = row_l[0][1] = 0.0f;");
+    kt_buf_line(b, "float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */");
+    kt_buf_line(b, "unsigned pa[BKV / 16][4]; /* P of the tile whose P V is next */");
     kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* S_0 and its softmax (every warpgroup needs key tile 0) */");
+    kt_buf_line(b, "kt_cp_async_wait<1>(); /* Q and K_0 landed */");
+    kt_buf_line(b, "kt_fence_proxy_async();");
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "{");
+    b->indent += 4;
+    kt_buf_line(b, "const int kv0 = 0;");
+    emit_wgmma_qk_issue(b, "sK");
+    kt_buf_line(b, "kt_wg_wait_all();");
+    kt_buf_line(b, "kt_wg_hold(s[0]);");
+    emit_mma_softmax(b, a, m, ex, true);
+    emit_wgmma_pack(b);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* Every warpgroup runs every step, also on tiles its causal mask hides (P = 0 "
+                   "there):");
+    kt_buf_line(b, "   a data-dependent wgmma group count would make ptxas serialize the MMAs. */");
     kt_buf_line(b, "for (int tile = 0; tile < n_tiles; tile++) {");
     b->indent += 4;
-    kt_buf_line(b, "const int kv0 = tile * BKV;");
-    kt_buf_line(b, "const %s *cK = sK + (tile & 1) * BKV * D;", ty);
+    kt_buf_line(b, "__syncthreads(); /* every warpgroup is done with K_tile and V_tile-1 */");
+    kt_buf_line(b, "if (tile + 2 < n_tiles) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int kv2 = (tile + 2) * BKV;");
+    emit_tile_load(b, m, "K tile + 2, into K_tile's buffer", "(sK + (tile & 1) * BKV * D)", "gK",
+                   m->bkv, d, "kt_woff", m->bkv, "kv2", (long long)a->skv);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "if (tile + 1 < n_tiles) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int kv1 = (tile + 1) * BKV;");
+    emit_tile_load(b, m, "V tile + 1, into V_tile-1's buffer", "(sV + ((tile + 1) & 1) * BKV * DV)",
+                   "gV", m->bkv, dv, "kt_woff", m->bkv, "kv1", (long long)a->skv);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "kt_cp_async_commit();");
+    kt_buf_line(b, "kt_cp_async_wait<1>(); /* V_tile and K_tile+1 landed */");
+    kt_buf_line(b, "kt_fence_proxy_async();");
+    kt_buf_line(b, "__syncthreads();");
     kt_buf_line(b, "const %s *cV = sV + (tile & 1) * BKV * DV;", ty);
     kt_buf_line(b, "if (tile + 1 < n_tiles) {");
     b->indent += 4;
-    kt_buf_line(b, "/* prefetch the next tile into the other buffer (free: the barrier ending the "
-                   "last tile) */");
-    kt_buf_line(b, "const int nkv0 = kv0 + BKV;");
-    kt_buf_line(b, "%s *nK = sK + ((tile + 1) & 1) * BKV * D;", ty);
-    kt_buf_line(b, "%s *nV = sV + ((tile + 1) & 1) * BKV * DV;", ty);
-    emit_tile_load(b, m, "next K", "nK", "gK", m->bkv, d, "kt_woff", m->bkv, "nkv0",
-                   (long long)a->skv);
-    emit_tile_load(b, m, "next V", "nV", "gV", m->bkv, dv, "kt_woff", m->bkv, "nkv0",
-                   (long long)a->skv);
-    kt_buf_line(b, "kt_cp_async_commit();");
-    kt_buf_line(b, "kt_cp_async_wait<1>(); /* this tile landed, the next is in flight */");
+    kt_buf_line(b, "const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */");
+    emit_wgmma_qk_issue(b, "(sK + ((tile + 1) & 1) * BKV * D)");
+    kt_buf_line(b, "/* O += P_tile V_tile, in flight during the softmax of S_tile+1 */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
+    kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64));");
+    kt_buf_line(b, "kt_wg_commit();");
+    kt_buf_line(b, "kt_wg_wait_one(); /* S_tile+1 done; P V may still run */");
+    kt_buf_line(b, "kt_wg_hold(s[0]);");
+    emit_mma_softmax(b, a, m, ex, true);
+    kt_buf_line(b, "kt_wg_wait_all();");
+    kt_buf_line(b, "kt_wg_hold(o[0]);");
+    kt_buf_line(b, "/* O joins S_tile+1's max; P_tile+1 is next */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < DV / 8; j++) {");
+    kt_buf_line(b, "    o[0][j][0] *= alpha_o[0][0];");
+    kt_buf_line(b, "    o[0][j][1] *= alpha_o[0][0];");
+    kt_buf_line(b, "    o[0][j][2] *= alpha_o[0][1];");
+    kt_buf_line(b, "    o[0][j][3] *= alpha_o[0][1];");
+    kt_buf_line(b, "}");
+    emit_wgmma_pack(b);
     b->indent -= 4;
     kt_buf_line(b, "} else {");
-    kt_buf_line(b, "    kt_cp_async_wait<0>();");
-    kt_buf_line(b, "}");
-    kt_buf_line(b, "kt_fence_proxy_async();");
-    kt_buf_line(b, "__syncthreads();");
-    if (a->causal) {
-        kt_buf_line(b, "/* causal: a warpgroup whose rows all precede the tile skips it (wgmma "
-                       "is issued by whole warpgroups) */");
-        kt_buf_line(b, "const bool active = kv0 <= gq0 + 63;");
-    } else {
-        kt_buf_line(b, "const bool active = true;");
-    }
-    kt_buf_line(b, "float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */");
-    kt_buf_line(b, "if (active) {");
     b->indent += 4;
-    kt_buf_line(b, "/* S = Q K^T, k16 steps through the 64-column blocks */");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++)");
-    kt_buf_line(b, "    s[0][j][0] = s[0][j][1] = s[0][j][2] = s[0][j][3] = 0.0f;");
-    kt_buf_line(b, "kt_wg_fence();");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int ks = 0; ks < D / 16; ks++)");
-    kt_buf_line(b, "    kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + "
-                   "(ks & 3) * 16),");
-    kt_buf_line(b, "                kt_desc_k(cK + (ks >> 2) * BKV * 64 + (ks & 3) * 16));");
-    kt_buf_line(b, "kt_wg_commit();");
-    kt_buf_line(b, "kt_wg_wait_all();");
-    kt_buf_line(b, "kt_wg_hold(s[0]);");
-    emit_mma_softmax(b, a, m, ex);
-    kt_buf_line(b, "/* O += P V: P repacked to %s A fragments in registers */",
-                math_labels[m->math]);
-    kt_buf_line(b, "unsigned pa[BKV / 16][4];");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++) {");
-    kt_buf_line(b, "    pa[ks][0] = kt_pack(s[0][2 * ks][0], s[0][2 * ks][1]);");
-    kt_buf_line(b, "    pa[ks][1] = kt_pack(s[0][2 * ks][2], s[0][2 * ks][3]);");
-    kt_buf_line(b, "    pa[ks][2] = kt_pack(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);");
-    kt_buf_line(b, "    pa[ks][3] = kt_pack(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);");
-    kt_buf_line(b, "}");
+    kt_buf_line(b, "/* the last tile: O += P V alone */");
     kt_buf_line(b, "kt_wg_fence();");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
@@ -1405,7 +1480,6 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "kt_wg_hold(o[0]);");
     b->indent -= 4;
     kt_buf_line(b, "}");
-    kt_buf_line(b, "__syncthreads(); /* every warpgroup is done with this tile's buffers */");
     b->indent -= 4;
     kt_buf_line(b, "}");
     kt_buf_printf(b, "\n");

@@ -247,13 +247,6 @@ ktune_attention_f16_q128_kv64_w8_s2(
                     }
                 }
             }
-            #pragma unroll
-            for (int i = 0; i < MT; i++)
-                #pragma unroll
-                for (int j = 0; j < BKV / 8; j++)
-                    #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        s[i][j][e] *= SCALE;
             /* mask keys after their query (causal) */
             if (kv0 + BKV - 1 > wq0) {
                 #pragma unroll
@@ -268,7 +261,7 @@ ktune_attention_f16_q128_kv64_w8_s2(
                                 s[i][j][e] = KT_NEG_INF;
                         }
             }
-            /* online softmax: new row max (over the 4 lanes sharing a row), rescale, P = exp2f(S - max) */
+            /* online softmax: new row max (over the 4 lanes sharing a row; raw scores, row_m too), rescale, P = exp2f(S * SCALE - max) */
             #pragma unroll
             for (int i = 0; i < MT; i++) {
                 #pragma unroll
@@ -280,14 +273,14 @@ ktune_attention_f16_q128_kv64_w8_s2(
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                     /* a row with every key masked so far keeps p = 0 and no NaN */
-                    const float base = mx == KT_NEG_INF ? 0.0f : mx;
-                    const float alpha = exp2f(row_m[i][h] - base);
+                    const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;
+                    const float alpha = exp2f(fmaf(row_m[i][h], SCALE, -base));
                     row_m[i][h] = mx;
                     float sum = 0.0f;
                     #pragma unroll
                     for (int j = 0; j < BKV / 8; j++) {
-                        s[i][j][2 * h] = exp2f(s[i][j][2 * h] - base);
-                        s[i][j][2 * h + 1] = exp2f(s[i][j][2 * h + 1] - base);
+                        s[i][j][2 * h] = exp2f(fmaf(s[i][j][2 * h], SCALE, -base));
+                        s[i][j][2 * h + 1] = exp2f(fmaf(s[i][j][2 * h + 1], SCALE, -base));
                         sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
                     }
                     /* per-lane partial sums; the 4 lanes of a row are added at the end */

@@ -128,6 +128,10 @@ __device__ __forceinline__ void kt_wg_commit()
 {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
+__device__ __forceinline__ void kt_wg_wait_one()
+{
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
 __device__ __forceinline__ void kt_wg_wait_all()
 {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
@@ -201,13 +205,12 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
     extern __shared__ __align__(16) unsigned char kt_smem[];
     /* tiles 1024-byte aligned: the swizzle is a function of the address */
     kt_f16 *sQ = reinterpret_cast<kt_f16 *>(kt_smem + ((1024u - (kt_smem_u32(kt_smem) & 1023u)) & 1023u));
-    kt_f16 *sK = sQ + BQ * D; /* 2 stages of BKV x D */
-    kt_f16 *sV = sK + 2 * BKV * D; /* 2 stages of BKV x DV */
+    kt_f16 *sK = sQ + BQ * D; /* 2 buffers of BKV x D */
+    kt_f16 *sV = sK + 2 * BKV * D; /* 2 buffers of BKV x DV */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
     const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column pair */
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */
     const int wq0 = q0 + warp * 16; /* this warp's first query */
-    const int gq0 = q0 + wg * 64; /* this warpgroup's first query */
     const int bidx = blockIdx.y;
     const kt_f16 *gQ = in0 + (size_t)bidx * SQ * D;
     const kt_f16 *gK = in1 + (size_t)bidx * SKV * D;
@@ -239,6 +242,7 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                           gK + (size_t)(ok ? 0 + r : 0) * 64 + ch * 8, ok);
         }
     }
+    kt_cp_async_commit();
     /* V tile 0: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
     #pragma unroll
     for (int it = 0; it < 4; it++) {
@@ -250,59 +254,137 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                           gV + (size_t)(ok ? 0 + r : 0) * 64 + ch * 8, ok);
         }
     }
+    if (n_tiles > 1) {
+        /* K tile 1: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+        #pragma unroll
+        for (int it = 0; it < 4; it++) {
+            const int c = it * 256 + tid;
+            {
+                const int r = c / 8, ch = c % 8;
+                const bool ok = BKV + r < 2048;
+                kt_cp_async16(kt_smem_u32(sK + BKV * D + kt_woff<128>(r, ch * 8)),
+                              gK + (size_t)(ok ? BKV + r : 0) * 64 + ch * 8, ok);
+            }
+        }
+    }
     kt_cp_async_commit();
 
     float o[MT][DV / 8][4]; /* output accumulators (wgmma m64nDV, per warp m16n8 C layout) */
-    float row_m[MT][2], row_l[MT][2]; /* rows g and g + 8 */
+    float row_m[MT][2], row_l[MT][2], alpha_o[MT][2]; /* rows g and g + 8 */
     #pragma unroll
     for (int j = 0; j < DV / 8; j++)
         o[0][j][0] = o[0][j][1] = o[0][j][2] = o[0][j][3] = 0.0f;
     row_m[0][0] = row_m[0][1] = KT_NEG_INF;
     row_l[0][0] = row_l[0][1] = 0.0f;
+    float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */
+    unsigned pa[BKV / 16][4]; /* P of the tile whose P V is next */
 
-    for (int tile = 0; tile < n_tiles; tile++) {
-        const int kv0 = tile * BKV;
-        const kt_f16 *cK = sK + (tile & 1) * BKV * D;
-        const kt_f16 *cV = sV + (tile & 1) * BKV * DV;
-        if (tile + 1 < n_tiles) {
-            /* prefetch the next tile into the other buffer (free: the barrier ending the last tile) */
-            const int nkv0 = kv0 + BKV;
-            kt_f16 *nK = sK + ((tile + 1) & 1) * BKV * D;
-            kt_f16 *nV = sV + ((tile + 1) & 1) * BKV * DV;
-            /* next K: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+    /* S_0 and its softmax (every warpgroup needs key tile 0) */
+    kt_cp_async_wait<1>(); /* Q and K_0 landed */
+    kt_fence_proxy_async();
+    __syncthreads();
+    {
+        const int kv0 = 0;
+        #pragma unroll
+        for (int j = 0; j < BKV / 8; j++)
+            s[0][j][0] = s[0][j][1] = s[0][j][2] = s[0][j][3] = 0.0f;
+        kt_wg_fence();
+        #pragma unroll
+        for (int ks = 0; ks < D / 16; ks++)
+            kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + (ks & 3) * 16),
+                        kt_desc_k(sK + (ks >> 2) * BKV * 64 + (ks & 3) * 16));
+        kt_wg_commit();
+        kt_wg_wait_all();
+        kt_wg_hold(s[0]);
+        /* mask keys after their query (causal) */
+        if (kv0 + BKV - 1 > wq0) {
             #pragma unroll
-            for (int it = 0; it < 4; it++) {
-                const int c = it * 256 + tid;
-                {
-                    const int r = c / 8, ch = c % 8;
-                    const bool ok = nkv0 + r < 2048;
-                    kt_cp_async16(kt_smem_u32(nK + kt_woff<128>(r, ch * 8)),
-                                  gK + (size_t)(ok ? nkv0 + r : 0) * 64 + ch * 8, ok);
-                }
-            }
-            /* next V: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
-            #pragma unroll
-            for (int it = 0; it < 4; it++) {
-                const int c = it * 256 + tid;
-                {
-                    const int r = c / 8, ch = c % 8;
-                    const bool ok = nkv0 + r < 2048;
-                    kt_cp_async16(kt_smem_u32(nV + kt_woff<128>(r, ch * 8)),
-                                  gV + (size_t)(ok ? nkv0 + r : 0) * 64 + ch * 8, ok);
-                }
-            }
-            kt_cp_async_commit();
-            kt_cp_async_wait<1>(); /* this tile landed, the next is in flight */
-        } else {
-            kt_cp_async_wait<0>();
+            for (int i = 0; i < MT; i++)
+                #pragma unroll
+                for (int j = 0; j < BKV / 8; j++)
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int key = kv0 + j * 8 + 2 * t4 + (e & 1);
+                        const int qi = wq0 + i * 16 + g + (e >> 1) * 8;
+                        if (key > qi)
+                            s[i][j][e] = KT_NEG_INF;
+                    }
         }
+        /* online softmax: new row max (over the 4 lanes sharing a row; raw scores, row_m too), rescale, P = exp2f(S * SCALE - max) */
+        #pragma unroll
+        for (int i = 0; i < MT; i++) {
+            #pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float mx = row_m[i][h];
+                #pragma unroll
+                for (int j = 0; j < BKV / 8; j++)
+                    mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                /* a row with every key masked so far keeps p = 0 and no NaN */
+                const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;
+                const float alpha = exp2f(fmaf(row_m[i][h], SCALE, -base));
+                row_m[i][h] = mx;
+                float sum = 0.0f;
+                #pragma unroll
+                for (int j = 0; j < BKV / 8; j++) {
+                    s[i][j][2 * h] = exp2f(fmaf(s[i][j][2 * h], SCALE, -base));
+                    s[i][j][2 * h + 1] = exp2f(fmaf(s[i][j][2 * h + 1], SCALE, -base));
+                    sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
+                }
+                /* per-lane partial sums; the 4 lanes of a row are added at the end */
+                row_l[i][h] = row_l[i][h] * alpha + sum;
+                alpha_o[i][h] = alpha;
+            }
+        }
+        #pragma unroll
+        for (int ks = 0; ks < BKV / 16; ks++) {
+            pa[ks][0] = kt_pack(s[0][2 * ks][0], s[0][2 * ks][1]);
+            pa[ks][1] = kt_pack(s[0][2 * ks][2], s[0][2 * ks][3]);
+            pa[ks][2] = kt_pack(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
+            pa[ks][3] = kt_pack(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+        }
+    }
+
+    /* Every warpgroup runs every step, also on tiles its causal mask hides (P = 0 there):
+       a data-dependent wgmma group count would make ptxas serialize the MMAs. */
+    for (int tile = 0; tile < n_tiles; tile++) {
+        __syncthreads(); /* every warpgroup is done with K_tile and V_tile-1 */
+        if (tile + 2 < n_tiles) {
+            const int kv2 = (tile + 2) * BKV;
+            /* K tile + 2, into K_tile's buffer: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+            #pragma unroll
+            for (int it = 0; it < 4; it++) {
+                const int c = it * 256 + tid;
+                {
+                    const int r = c / 8, ch = c % 8;
+                    const bool ok = kv2 + r < 2048;
+                    kt_cp_async16(kt_smem_u32((sK + (tile & 1) * BKV * D) + kt_woff<128>(r, ch * 8)),
+                                  gK + (size_t)(ok ? kv2 + r : 0) * 64 + ch * 8, ok);
+                }
+            }
+        }
+        if (tile + 1 < n_tiles) {
+            const int kv1 = (tile + 1) * BKV;
+            /* V tile + 1, into V_tile-1's buffer: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+            #pragma unroll
+            for (int it = 0; it < 4; it++) {
+                const int c = it * 256 + tid;
+                {
+                    const int r = c / 8, ch = c % 8;
+                    const bool ok = kv1 + r < 2048;
+                    kt_cp_async16(kt_smem_u32((sV + ((tile + 1) & 1) * BKV * DV) + kt_woff<128>(r, ch * 8)),
+                                  gV + (size_t)(ok ? kv1 + r : 0) * 64 + ch * 8, ok);
+                }
+            }
+        }
+        kt_cp_async_commit();
+        kt_cp_async_wait<1>(); /* V_tile and K_tile+1 landed */
         kt_fence_proxy_async();
         __syncthreads();
-        /* causal: a warpgroup whose rows all precede the tile skips it (wgmma is issued by whole warpgroups) */
-        const bool active = kv0 <= gq0 + 63;
-        float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */
-        if (active) {
-            /* S = Q K^T, k16 steps through the 64-column blocks */
+        const kt_f16 *cV = sV + (tile & 1) * BKV * DV;
+        if (tile + 1 < n_tiles) {
+            const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */
             #pragma unroll
             for (int j = 0; j < BKV / 8; j++)
                 s[0][j][0] = s[0][j][1] = s[0][j][2] = s[0][j][3] = 0.0f;
@@ -310,17 +392,15 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
             #pragma unroll
             for (int ks = 0; ks < D / 16; ks++)
                 kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + (ks & 3) * 16),
-                            kt_desc_k(cK + (ks >> 2) * BKV * 64 + (ks & 3) * 16));
+                            kt_desc_k((sK + ((tile + 1) & 1) * BKV * D) + (ks >> 2) * BKV * 64 + (ks & 3) * 16));
             kt_wg_commit();
-            kt_wg_wait_all();
-            kt_wg_hold(s[0]);
+            /* O += P_tile V_tile, in flight during the softmax of S_tile+1 */
             #pragma unroll
-            for (int i = 0; i < MT; i++)
-                #pragma unroll
-                for (int j = 0; j < BKV / 8; j++)
-                    #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        s[i][j][e] *= SCALE;
+            for (int ks = 0; ks < BKV / 16; ks++)
+                kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64));
+            kt_wg_commit();
+            kt_wg_wait_one(); /* S_tile+1 done; P V may still run */
+            kt_wg_hold(s[0]);
             /* mask keys after their query (causal) */
             if (kv0 + BKV - 1 > wq0) {
                 #pragma unroll
@@ -335,7 +415,7 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                                 s[i][j][e] = KT_NEG_INF;
                         }
             }
-            /* online softmax: new row max (over the 4 lanes sharing a row), rescale, P = exp2f(S - max) */
+            /* online softmax: new row max (over the 4 lanes sharing a row; raw scores, row_m too), rescale, P = exp2f(S * SCALE - max) */
             #pragma unroll
             for (int i = 0; i < MT; i++) {
                 #pragma unroll
@@ -347,27 +427,31 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                     /* a row with every key masked so far keeps p = 0 and no NaN */
-                    const float base = mx == KT_NEG_INF ? 0.0f : mx;
-                    const float alpha = exp2f(row_m[i][h] - base);
+                    const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;
+                    const float alpha = exp2f(fmaf(row_m[i][h], SCALE, -base));
                     row_m[i][h] = mx;
                     float sum = 0.0f;
                     #pragma unroll
                     for (int j = 0; j < BKV / 8; j++) {
-                        s[i][j][2 * h] = exp2f(s[i][j][2 * h] - base);
-                        s[i][j][2 * h + 1] = exp2f(s[i][j][2 * h + 1] - base);
+                        s[i][j][2 * h] = exp2f(fmaf(s[i][j][2 * h], SCALE, -base));
+                        s[i][j][2 * h + 1] = exp2f(fmaf(s[i][j][2 * h + 1], SCALE, -base));
                         sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
                     }
                     /* per-lane partial sums; the 4 lanes of a row are added at the end */
                     row_l[i][h] = row_l[i][h] * alpha + sum;
-                    #pragma unroll
-                    for (int j = 0; j < DV / 8; j++) {
-                        o[i][j][2 * h] *= alpha;
-                        o[i][j][2 * h + 1] *= alpha;
-                    }
+                    alpha_o[i][h] = alpha;
                 }
             }
-            /* O += P V: P repacked to f16 A fragments in registers */
-            unsigned pa[BKV / 16][4];
+            kt_wg_wait_all();
+            kt_wg_hold(o[0]);
+            /* O joins S_tile+1's max; P_tile+1 is next */
+            #pragma unroll
+            for (int j = 0; j < DV / 8; j++) {
+                o[0][j][0] *= alpha_o[0][0];
+                o[0][j][1] *= alpha_o[0][0];
+                o[0][j][2] *= alpha_o[0][1];
+                o[0][j][3] *= alpha_o[0][1];
+            }
             #pragma unroll
             for (int ks = 0; ks < BKV / 16; ks++) {
                 pa[ks][0] = kt_pack(s[0][2 * ks][0], s[0][2 * ks][1]);
@@ -375,6 +459,8 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                 pa[ks][2] = kt_pack(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
                 pa[ks][3] = kt_pack(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
             }
+        } else {
+            /* the last tile: O += P V alone */
             kt_wg_fence();
             #pragma unroll
             for (int ks = 0; ks < BKV / 16; ks++)
@@ -383,7 +469,6 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
             kt_wg_wait_all();
             kt_wg_hold(o[0]);
         }
-        __syncthreads(); /* every warpgroup is done with this tile's buffers */
     }
 
 
