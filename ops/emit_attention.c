@@ -425,6 +425,14 @@ static void epilogue_args(kt_buf *b, const ops_group *grp)
 static const char mma_helpers[] =
     "/* ---- attention helpers: shared addresses, cp.async, ldmatrix, mma.sync ---- */\n"
     "#define KT_NEG_INF (-__int_as_float(0x7f800000))\n"
+    "/* 2^x on the MUFU unit alone: exp2f adds a denormal-range fixup around it (three more\n"
+    "   instructions per score); P is rounded to 16 bits, where such values are zero anyway. */\n"
+    "__device__ __forceinline__ float kt_exp2(float x)\n"
+    "{\n"
+    "    float y;\n"
+    "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n"
+    "    return y;\n"
+    "}\n"
     "__device__ __forceinline__ unsigned kt_smem_u32(const void *p)\n"
     "{\n"
     "    unsigned a;\n"
@@ -607,7 +615,7 @@ static const char *emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_
                 (int)a->dv);
     kt_buf_line(b, "constexpr int SQ = %lld, SKV = %lld;", (long long)a->sq, (long long)a->skv);
     /* __expf (ex2.approx of x log2(e)): the accurate expf keeps a slow path that spills. */
-    return m->exp2 ? "exp2f" : "__expf";
+    return m->exp2 ? (m->math == MATH_FFMA ? "exp2f" : "kt_exp2") : "__expf";
 }
 
 /* Scores masked (ragged keys; causal) and the online-softmax update of row max, row sum and O;

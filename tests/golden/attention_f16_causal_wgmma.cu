@@ -49,6 +49,14 @@ __device__ __forceinline__ float kt_softplus(float x)
 /* ---- end of prelude ---- */
 /* ---- attention helpers: shared addresses, cp.async, ldmatrix, mma.sync ---- */
 #define KT_NEG_INF (-__int_as_float(0x7f800000))
+/* 2^x on the MUFU unit alone: exp2f adds a denormal-range fixup around it (three more
+   instructions per score); P is rounded to 16 bits, where such values are zero anyway. */
+__device__ __forceinline__ float kt_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 __device__ __forceinline__ unsigned kt_smem_u32(const void *p)
 {
     unsigned a;
@@ -310,7 +318,7 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                             s[i][j][e] = KT_NEG_INF;
                     }
         }
-        /* online softmax: new row max (over the 4 lanes sharing a row; raw scores, row_m too), rescale, P = exp2f(S * SCALE - max) */
+        /* online softmax: new row max (over the 4 lanes sharing a row; raw scores, row_m too), rescale, P = kt_exp2(S * SCALE - max) */
         #pragma unroll
         for (int i = 0; i < MT; i++) {
             #pragma unroll
@@ -323,13 +331,13 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 /* a row with every key masked so far keeps p = 0 and no NaN */
                 const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;
-                const float alpha = exp2f(fmaf(row_m[i][h], SCALE, -base));
+                const float alpha = kt_exp2(fmaf(row_m[i][h], SCALE, -base));
                 row_m[i][h] = mx;
                 float sum = 0.0f;
                 #pragma unroll
                 for (int j = 0; j < BKV / 8; j++) {
-                    s[i][j][2 * h] = exp2f(fmaf(s[i][j][2 * h], SCALE, -base));
-                    s[i][j][2 * h + 1] = exp2f(fmaf(s[i][j][2 * h + 1], SCALE, -base));
+                    s[i][j][2 * h] = kt_exp2(fmaf(s[i][j][2 * h], SCALE, -base));
+                    s[i][j][2 * h + 1] = kt_exp2(fmaf(s[i][j][2 * h + 1], SCALE, -base));
                     sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
                 }
                 /* per-lane partial sums; the 4 lanes of a row are added at the end */
@@ -415,7 +423,7 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                                 s[i][j][e] = KT_NEG_INF;
                         }
             }
-            /* online softmax: new row max (over the 4 lanes sharing a row; raw scores, row_m too), rescale, P = exp2f(S * SCALE - max) */
+            /* online softmax: new row max (over the 4 lanes sharing a row; raw scores, row_m too), rescale, P = kt_exp2(S * SCALE - max) */
             #pragma unroll
             for (int i = 0; i < MT; i++) {
                 #pragma unroll
@@ -428,13 +436,13 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                     /* a row with every key masked so far keeps p = 0 and no NaN */
                     const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;
-                    const float alpha = exp2f(fmaf(row_m[i][h], SCALE, -base));
+                    const float alpha = kt_exp2(fmaf(row_m[i][h], SCALE, -base));
                     row_m[i][h] = mx;
                     float sum = 0.0f;
                     #pragma unroll
                     for (int j = 0; j < BKV / 8; j++) {
-                        s[i][j][2 * h] = exp2f(fmaf(s[i][j][2 * h], SCALE, -base));
-                        s[i][j][2 * h + 1] = exp2f(fmaf(s[i][j][2 * h + 1], SCALE, -base));
+                        s[i][j][2 * h] = kt_exp2(fmaf(s[i][j][2 * h], SCALE, -base));
+                        s[i][j][2 * h + 1] = kt_exp2(fmaf(s[i][j][2 * h + 1], SCALE, -base));
                         sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
                     }
                     /* per-lane partial sums; the 4 lanes of a row are added at the end */
