@@ -1,7 +1,7 @@
 /* The conv family: one conv2d node (NCHW/OIHW or NHWC/OHWI; stride, padding, dilation, groups,
  * optional bias) plus an elementwise epilogue chain on its output, as one kernel.
  *
- * Two algorithms (knob "algo"):
+ * Three algorithms (knob "algo"):
  *   implicit_gemm  GEMM view M = N*P*Q output pixels, N = K/groups output channels,
  *                  K = (C/groups)*R*S; the im2col matrix is gathered on the fly into shared
  *                  memory. Math (knob "math"):
@@ -27,6 +27,25 @@
  *                  output row; the filter slice of the block is staged in shared memory
  *                  ("shared") or read per filter row into registers ("registers"). Meant for few
  *                  input channels (the 3-channel first layer of vision nets) and depthwise convs.
+ *   tiled          f32 NCHW, groups 1, dilation 1, at most 16 input channels (the first layer of
+ *                  vision nets): a block owns one image, an output tile of BM pixels (OH rows x
+ *                  OW columns, chosen by the planner to waste the fewest pixels at the edges) and
+ *                  BN output channels; a thread TK channels x TQ adjacent columns of one output
+ *                  row (BM * BN / (TK * TQ) threads; the knob "warps" stays at its first value).
+ *                  The reduction runs one input channel at a time: the input patch the tile needs
+ *                  ((OH - 1) * stride + R rows x (OW - 1) * stride + S columns, zeros where the
+ *                  patch leaves the image: the padding) and the filter slice [R * S][BN] of that
+ *                  channel are staged in shared memory by 4-byte cp.async, "stages" buffers deep
+ *                  (1: load, compute; 2-3: the next channels load while this one is computed).
+ *                  The patch is stored phase-split by the stride in both directions (column x at
+ *                  [x % STR_W][x / STR_W], row y likewise), so the TQ columns of a thread read
+ *                  consecutive words for each filter column s: per filter row and column phase a
+ *                  thread loads one window of TQ + (S - 1) / STR_W words (16-byte loads) and every
+ *                  s of that phase uses it shifted by (s - phase) / STR_W. Filter values are
+ *                  stored output-channel-contiguous and read as 16-byte warp broadcasts. Pure
+ *                  fp32 FFMA in a fixed order (channel, filter row, column phase, s), so every
+ *                  precision policy accepts it. The tile's outputs go back through shared memory
+ *                  so that consecutive threads store consecutive columns.
  *
  * Knobs that do not apply to the chosen algorithm must sit at their first value; the other
  * combinations are pruned as "redundant", so every kept schedule is a distinct kernel. */
@@ -38,17 +57,17 @@
 #include <string.h>
 
 enum { K_ALGO, K_MATH, K_BM, K_BN, K_BK, K_WARPS, K_STAGES, K_TK, K_TQ, K_FILTER, N_KNOBS };
-enum { ALGO_IGEMM = 0, ALGO_DIRECT = 1 };
+enum { ALGO_IGEMM = 0, ALGO_DIRECT = 1, ALGO_TILED = 2 };
 /* Values are stored in schedules (cache records, logs): append, never renumber. */
 enum { MATH_FFMA = 0, MATH_MMA = 1, MATH_TF32 = 2, MATH_TF32X3 = 3 };
 enum { FILTER_SHARED = 0, FILTER_REGS = 1 };
 
-static const char *const algo_labels[] = {"implicit_gemm", "direct"};
+static const char *const algo_labels[] = {"implicit_gemm", "direct", "tiled"};
 static const char *const math_labels[] = {"ffma", "mma", "tf32", "tf32x3"};
 static const char *const filter_labels[] = {"shared", "registers"};
 
 static const ops_knob conv_knobs[N_KNOBS] = {
-    [K_ALGO] = {"algo", 2, {ALGO_IGEMM, ALGO_DIRECT}, algo_labels},
+    [K_ALGO] = {"algo", 3, {ALGO_IGEMM, ALGO_DIRECT, ALGO_TILED}, algo_labels},
     [K_MATH] = {"math", 4, {MATH_FFMA, MATH_MMA, MATH_TF32, MATH_TF32X3}, math_labels},
     [K_BM] = {"bm", 3, {32, 64, 128}, NULL},
     /* 96: networks with 96 (or 192, 288, ...) output channels, e.g. AlexNet's first layer. */
@@ -449,15 +468,166 @@ static const char *direct_plan_make(const conv_info *ci, const ops_schedule *s,
     return NULL;
 }
 
-/* Knobs of the other algorithm must stay at their first value. */
+/* The tiled direct kernel's geometry (see the header comment). Sizes in words (floats). */
+typedef struct tiled_plan {
+    int bm, bn, tk, tq, threads, stages;
+    int oh, ow, cgn, pt; /* output tile rows and columns; column groups; pixel threads */
+    int ih, iw, ridx;    /* input patch rows and columns; stored rows per row phase */
+    int wv;              /* 16-byte loads of the widest column-phase window of a thread */
+    int pl, rp, bnp;     /* words per column phase, patch row pitch, filter row pitch */
+    int xs, ws, stage;   /* patch, filter slice, one stage (patch + filter) */
+    int smem, regs, min_blocks;
+    int conflicts; /* extra shared-memory wavefronts of a block's window loads (planner's model) */
+    int64_t tiles_p, tiles_q, kblocks;
+} tiled_plan;
+
+/* Shared-memory wavefronts beyond one per quarter warp when every thread of the block loads 16
+ * bytes at word pr * rp + cg * tq (a window load): within each 8-lane quarter, distinct 16-byte
+ * chunks falling on the same four banks serialise; equal addresses broadcast. */
+static int tiled_conflicts(const tiled_plan *pl, int rp)
+{
+    int extra = 0;
+    for (int q0 = 0; q0 < pl->threads; q0 += 8) {
+        int chunks[8], n = 0, per_bank[8] = {0};
+        for (int t = q0; t < q0 + 8 && t < pl->threads; t++) {
+            int pt = t % pl->pt;
+            int chunk = ((pt / pl->cgn) * rp + (pt % pl->cgn) * pl->tq) / 4;
+            bool seen = false;
+            for (int i = 0; i < n; i++)
+                seen |= chunks[i] == chunk;
+            if (!seen)
+                chunks[n++] = chunk;
+        }
+        int worst = 0;
+        for (int i = 0; i < n; i++)
+            if (++per_bank[chunks[i] % 8] > worst)
+                worst = per_bank[chunks[i] % 8];
+        extra += worst - 1;
+    }
+    return extra;
+}
+
+static const char *tiled_plan_make(const conv_info *ci, const ops_schedule *s,
+                                   const ops_device *dev, tiled_plan *pl)
+{
+    memset(pl, 0, sizeof(*pl));
+    pl->bm = s->v[K_BM];
+    pl->bn = s->v[K_BN];
+    pl->tk = s->v[K_TK];
+    pl->tq = s->v[K_TQ];
+    pl->stages = s->v[K_STAGES];
+    /* What the kernel handles: f32 NCHW, one group, no dilation, few input channels (one
+     * barrier per channel: many channels are implicit GEMM's). */
+    if (ci->dt != OPS_DT_F32 || ci->nhwc || ci->groups != 1 || ci->dh != 1 || ci->dw != 1 ||
+        ci->c > 16)
+        return "shape";
+    if (pl->tk % 4 || pl->tq % 4)
+        return "align"; /* 16-byte filter and window loads */
+    if (pl->bn % pl->tk || pl->bm % pl->tq)
+        return "divisibility";
+    int64_t threads = (int64_t)pl->bm * pl->bn / (pl->tk * pl->tq);
+    if (threads < 64 || threads % 32 || threads > dev->max_threads_per_block)
+        return "threads";
+    pl->threads = (int)threads;
+    if ((pl->bn > 16 && pl->bn / 2 >= ci->k) || (pl->bm > 32 && pl->bm / 2 >= ci->p * ci->q))
+        return "redundant"; /* tiles much larger than the problem only waste work */
+    if (pl->stages > ci->c)
+        return "redundant"; /* more buffers than input channels to put in them */
+    pl->pt = pl->bm / pl->tq;
+    /* The tile shape: the fewest padded output pixels, then the smallest patch, then wider. */
+    int64_t best_pad = -1, best_patch = 0;
+    for (int cgn = 1; cgn <= pl->pt; cgn *= 2) {
+        if (pl->pt % cgn)
+            continue;
+        int oh = pl->pt / cgn, ow = cgn * pl->tq;
+        int64_t pad = (int64_t)div_up(ci->p, oh) * oh * div_up(ci->q, ow) * ow;
+        int64_t patch = ((int64_t)(oh - 1) * ci->sh + ci->r) * ((int64_t)(ow - 1) * ci->sw + ci->s);
+        if (best_pad < 0 || pad < best_pad || (pad == best_pad && patch <= best_patch)) {
+            best_pad = pad;
+            best_patch = patch;
+            pl->oh = oh;
+            pl->ow = ow;
+            pl->cgn = cgn;
+        }
+    }
+    pl->tiles_p = div_up(ci->p, pl->oh);
+    pl->tiles_q = div_up(ci->q, pl->ow);
+    pl->kblocks = div_up(ci->k, pl->bn);
+    if (ci->n > 65535 || pl->kblocks * pl->tiles_p * pl->tiles_q > ((int64_t)1 << 31) - 1)
+        return "shape";
+    if (ci->r > 64 || ci->s > 64 || ci->sh > 16 || ci->sw > 16)
+        return "shape"; /* keeps the patch arithmetic below small */
+    pl->ih = (pl->oh - 1) * ci->sh + (int)ci->r;
+    pl->iw = (pl->ow - 1) * ci->sw + (int)ci->s;
+    pl->ridx = div_up(pl->ih, ci->sh);
+    pl->wv = div_up(pl->tq + (ci->s - 1) / ci->sw, 4);
+    /* A phase holds the patch's columns of that phase and what the last column group's 16-byte
+     * window loads reach. */
+    pl->pl = div_up(pl->iw, ci->sw);
+    if (pl->pl < (pl->cgn - 1) * pl->tq + 4 * pl->wv)
+        pl->pl = (pl->cgn - 1) * pl->tq + 4 * pl->wv;
+    pl->pl = div_up(pl->pl, 4) * 4;
+    /* The row pitch (16-byte aligned) whose window loads conflict least. */
+    int base = ci->sw * pl->pl;
+    pl->conflicts = -1;
+    for (int rp = base; rp < base + 32; rp += 4) {
+        int c = tiled_conflicts(pl, rp);
+        if (pl->conflicts < 0 || c < pl->conflicts) {
+            pl->conflicts = c;
+            pl->rp = rp;
+        }
+    }
+    /* The filter slice [R * S][BNP]: BN rounded to 16 bytes, off a multiple of 32 banks so the
+     * copies of consecutive (r, s) spread over banks. */
+    pl->bnp = div_up(pl->bn, 4) * 4;
+    if (pl->bnp % 32 == 0)
+        pl->bnp += 4;
+    pl->xs = ci->sh * pl->ridx * pl->rp;
+    pl->ws = (int)(ci->r * ci->s) * pl->bnp;
+    pl->stage = pl->xs + pl->ws;
+    int64_t words = (int64_t)pl->stages * pl->stage;
+    if (words < (int64_t)pl->bm * pl->bn)
+        words = (int64_t)pl->bm * pl->bn; /* the output tile staged for the stores */
+    if (words * 4 > dev->smem_per_block_optin)
+        return "smem";
+    pl->smem = (int)words * 4;
+    /* Accumulators, one window, the filter values of one s (and the next, prefetched), patch
+     * and loader addressing (fitted to ptxas 13.0). */
+    pl->regs = pl->tk * pl->tq + 4 * pl->wv + 2 * pl->tk + 28;
+    if (pl->regs > REG_BUDGET)
+        return "regs";
+    /* Blocks per SM that __launch_bounds__ asks ptxas to fit: what shared memory allows, with
+     * registers kept to the estimate (rounded up, plus a margin). */
+    int regs_cap = (pl->regs + 8 + 7) / 8 * 8;
+    int by_regs = dev->regs_per_sm / (regs_cap * pl->threads);
+    int by_smem = dev->smem_per_sm / (pl->smem + 1024);
+    int by_threads = dev->max_threads_per_sm / pl->threads;
+    pl->min_blocks = by_regs < by_smem ? by_regs : by_smem;
+    if (by_threads < pl->min_blocks)
+        pl->min_blocks = by_threads;
+    if (pl->min_blocks < 1)
+        pl->min_blocks = 1;
+    return NULL;
+}
+
+/* The knobs each algorithm reads; the others must stay at their first value. */
 static bool other_knobs_default(const ops_schedule *s, int algo)
 {
-    static const int ig_only[] = {K_MATH, K_BM, K_BN, K_BK, K_STAGES};
-    static const int direct_only[] = {K_TK, K_TQ, K_FILTER};
-    const int *ks = algo == ALGO_IGEMM ? direct_only : ig_only;
-    size_t n = algo == ALGO_IGEMM ? KT_ARRAY_LEN(direct_only) : KT_ARRAY_LEN(ig_only);
-    for (size_t i = 0; i < n; i++)
-        if (s->v[ks[i]] != conv_knobs[ks[i]].values[0])
+    static const bool used[3][N_KNOBS] = {
+        [ALGO_IGEMM] = {[K_MATH] = true,
+                        [K_BM] = true,
+                        [K_BN] = true,
+                        [K_BK] = true,
+                        [K_WARPS] = true,
+                        [K_STAGES] = true},
+        [ALGO_DIRECT] = {[K_WARPS] = true, [K_TK] = true, [K_TQ] = true, [K_FILTER] = true},
+        [ALGO_TILED] =
+            {[K_BM] = true, [K_BN] = true, [K_STAGES] = true, [K_TK] = true, [K_TQ] = true},
+    };
+    if (algo < 0 || algo > ALGO_TILED)
+        return false;
+    for (int k = K_ALGO + 1; k < N_KNOBS; k++)
+        if (!used[algo][k] && s->v[k] != conv_knobs[k].values[0])
             return false;
     return true;
 }
@@ -473,6 +643,10 @@ static const char *conv_prune(const ops_group *grp, const ops_schedule *s, const
     if (algo == ALGO_DIRECT) {
         direct_plan pl;
         return direct_plan_make(&ci, s, dev, &pl);
+    }
+    if (algo == ALGO_TILED) {
+        tiled_plan pl;
+        return tiled_plan_make(&ci, s, dev, &pl);
     }
     ig_plan pl;
     return ig_plan_make(grp, &ci, s, dev, &pl);
@@ -529,7 +703,7 @@ static void conv_names_make(const ops_group *grp, const conv_info *ci, conv_name
  * nonnull: -fsanitize=nonnull-attribute checks strlen's argument and lets execution go on, and GCC
  * 12 then warns (-Wformat-overflow) about the "%s" of that null path; the contract rules it out. */
 __attribute__((nonnull)) static void emit_signature_item(kt_buf *b, const char *item, bool first,
-                                                        size_t align, size_t *col)
+                                                         size_t align, size_t *col)
 {
     size_t len = strlen(item) + 1; /* with its "," or ")" */
     if (!first && *col + 1 + len > 100) {
@@ -1470,6 +1644,241 @@ static void emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const 
     kt_buf_line(b, "}");
 }
 
+/* ---- emission: tiled ---- */
+
+static void emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
+{
+    char vt[32];
+    ops_emit_vec_type_name(OPS_DT_F32, 4, vt, sizeof(vt));
+    ops_emit_vec_types(b, OPS_VEC_BIT(OPS_DT_F32, 4));
+    kt_buf_line(b, "/* ---- async-copy primitives (inline PTX) ---- */");
+    kt_buf_line(b, "__device__ __forceinline__ unsigned kt_smem_addr(const void *p)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    return (unsigned)__cvta_generic_to_shared(p);");
+    kt_buf_line(b, "}");
+    emit_cp_async_helpers(b);
+    kt_buf_line(b,
+                "/* 4-byte global -> shared copy; ok == false writes a zero (padding, edges). */");
+    kt_buf_line(b, "__device__ __forceinline__ void kt_cp_async4(void *dst, const void *src, "
+                   "bool ok)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    asm volatile(\"cp.async.ca.shared.global [%%0], [%%1], 4, %%2;\\n\"");
+    kt_buf_line(b, "                 :");
+    kt_buf_line(b, "                 : \"r\"(kt_smem_addr(dst)), \"l\"(src), \"r\"(ok ? 4 : 0)");
+    kt_buf_line(b, "                 : \"memory\");");
+    kt_buf_line(b, "}");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* Tiled direct convolution: a block computes BN output channels of an OH x OW "
+                   "output tile of");
+    kt_buf_line(b, " * one image; a thread TK channels x TQ adjacent columns of one tile row. "
+                   "Input channels are");
+    kt_buf_line(b, " * staged one at a time: the input patch under the tile (zeros outside the "
+                   "image) and the");
+    kt_buf_line(b, " * filter slice [R * S][BNP] of that channel. */");
+    kt_buf_line(b, "constexpr int BM = %d, BN = %d, TK = %d, TQ = %d, THREADS = %d;", pl->bm,
+                pl->bn, pl->tk, pl->tq, pl->threads);
+    kt_buf_line(b, "constexpr int STAGES = %d, MIN_BLOCKS = %d;", pl->stages, pl->min_blocks);
+    kt_buf_line(b, "constexpr int OH = %d, OW = %d;              /* output tile: OH * OW == BM */",
+                pl->oh, pl->ow);
+    kt_buf_line(b, "constexpr int CGN = OW / TQ, PT = OH * CGN; /* column groups, threads per "
+                   "channel group */");
+    kt_buf_line(b, "constexpr int TILES_P = (P + OH - 1) / OH, TILES_Q = (Q + OW - 1) / OW;");
+    kt_buf_line(b, "constexpr int KBLOCKS = (K + BN - 1) / BN;");
+    kt_buf_line(b, "/* The input patch: IH x IW, stored phase-split by the stride in both "
+                   "directions: row y at");
+    kt_buf_line(b, " * stored row (y %% STR_H) * RIDX + y / STR_H, column x at word (x %% STR_W) "
+                   "* PL + x / STR_W. */");
+    kt_buf_line(b, "constexpr int IH = (OH - 1) * STR_H + R, IW = (OW - 1) * STR_W + S;");
+    kt_buf_line(b,
+                "constexpr int RIDX = (IH + STR_H - 1) / STR_H; /* stored rows per row phase */");
+    kt_buf_line(b, "constexpr int PL = %d;  /* words per column phase (what the windows reach) */",
+                pl->pl);
+    kt_buf_line(b,
+                "constexpr int RP = %d; /* row pitch: STR_W * PL, padded against bank "
+                "conflicts */",
+                pl->rp);
+    kt_buf_line(b,
+                "constexpr int BNP = %d; /* filter row pitch: BN rounded to 16 bytes, off 32 "
+                "banks */",
+                pl->bnp);
+    kt_buf_line(b, "constexpr int XS = STR_H * RIDX * RP, WS = R * S * BNP, STAGE = XS + WS; /* "
+                   "words */");
+    kt_buf_line(b, "constexpr int WV = (TQ + (S - 1) / STR_W + 3) / 4; /* 16-byte loads of the "
+                   "widest window */");
+    kt_buf_line(b, "constexpr int MS = (S + STR_W - 1) / STR_W;        /* filter columns per "
+                   "phase, at most */");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)");
+    emit_signature(b, "ktune_conv_tiled", NULL, 0, nm);
+    kt_buf_line(b, "{");
+    b->indent = 4;
+    kt_buf_line(b, "extern __shared__ __align__(16) float kt_smem[]; /* [STAGES][STAGE], then "
+                   "the output tile */");
+    kt_buf_line(b, "const int tid = threadIdx.x;");
+    kt_buf_line(b, "/* Channel blocks of one tile are neighbours in launch order: they read the "
+                   "same patch. */");
+    kt_buf_line(b, "const int kb = blockIdx.x %% KBLOCKS, tile = blockIdx.x / KBLOCKS;");
+    kt_buf_line(b, "const int n = blockIdx.y;");
+    kt_buf_line(b, "const int k0 = kb * BN, p0 = (tile / TILES_Q) * OH, q0 = (tile %% TILES_Q) * "
+                   "OW;");
+    kt_buf_line(b, "const int h0 = p0 * STR_H - PAD_H, w0 = q0 * STR_W - PAD_W; /* patch origin "
+                   "*/");
+    kt_buf_line(b, "const float *xn = x + (idx_t)n * C * H * W;");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* Issues the copies of input channel c into stage `stage`: a warp takes a "
+                   "patch row (or a");
+    kt_buf_line(b, " * filter row), its lanes consecutive input columns (filter taps), so reads "
+                   "coalesce. */");
+    kt_buf_line(b, "const int warp = tid / 32, lane = tid %% 32;");
+    kt_buf_line(b, "auto load_chunk = [&](int c, int stage) {");
+    b->indent = 8;
+    kt_buf_line(b, "float *xs = kt_smem + stage * STAGE, *ws = xs + XS;");
+    kt_buf_line(b, "const float *xc = xn + (idx_t)c * H * W;");
+    kt_buf_line(b, "#pragma unroll 1");
+    kt_buf_line(b, "for (int row = warp; row < STR_H * RIDX; row += THREADS / 32) {");
+    kt_buf_line(b, "    const int h = h0 + (row %% RIDX) * STR_H + row / RIDX;");
+    kt_buf_line(b, "    const bool row_ok = (unsigned)h < (unsigned)H;");
+    kt_buf_line(b, "    const float *xh = row_ok ? xc + h * W : xc;");
+    kt_buf_line(b, "    float *xd = xs + row * RP;");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int i = 0; i < (STR_W * PL + 31) / 32; i++) {");
+    kt_buf_line(b, "        const int col = lane + 32 * i, ww = w0 + col;");
+    kt_buf_line(b, "        const bool ok = row_ok && (unsigned)ww < (unsigned)W;");
+    kt_buf_line(b, "        if (col < STR_W * PL)");
+    kt_buf_line(b,
+                "            kt_cp_async4(xd + (col %% STR_W) * PL + col / STR_W, ok ? xh + ww : "
+                "xc, ok);");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "#pragma unroll 1");
+    kt_buf_line(b, "for (int j = warp; j < BN; j += THREADS / 32) {");
+    kt_buf_line(b, "    const bool ok = k0 + j < K;");
+    kt_buf_line(b, "    const float *wj = ok ? w + (idx_t)(k0 + j) * GEMM_K + c * R * S : w;");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int i = 0; i < (R * S + 31) / 32; i++) {");
+    kt_buf_line(b, "        const int rs = lane + 32 * i;");
+    kt_buf_line(b, "        if (rs < R * S)");
+    kt_buf_line(b, "            kt_cp_async4(ws + rs * BNP + j, ok ? wj + rs : w, ok);");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    b->indent = 4;
+    kt_buf_line(b, "};");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* Thread tile: channels k0 + kg * TK + j, row p0 + pr, columns q0 + cg * TQ + "
+                   "i. The lanes of");
+    kt_buf_line(b, " * a warp differ in pixels (window loads spread over banks) and mostly share "
+                   "kg (filter");
+    kt_buf_line(b, " * loads broadcast). */");
+    kt_buf_line(b, "const int kg = tid / PT, pt = tid %% PT, pr = pt / CGN, cg = pt %% CGN;");
+    kt_buf_line(b, "float acc[TK][TQ] = {};");
+    kt_buf_line(b, "auto compute_chunk = [&](int stage) {");
+    b->indent = 8;
+    kt_buf_line(b, "const float *xs = kt_smem + stage * STAGE + pr * RP + cg * TQ;");
+    kt_buf_line(b, "const float *ws = kt_smem + stage * STAGE + XS + kg * TK;");
+    kt_buf_line(b, "#pragma unroll 1");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    b->indent = 12;
+    kt_buf_line(b, "/* Input row pr * STR_H + r of the patch, filter row r. */");
+    kt_buf_line(b, "const float *xr = xs + ((r %% STR_H) * RIDX + r / STR_H) * RP;");
+    kt_buf_line(b, "const float *wr = ws + r * S * BNP;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ph = 0; ph < STR_W && ph < S; ph++) {");
+    b->indent = 16;
+    kt_buf_line(b, "/* Filter columns s = ph + m * STR_W read words m .. m + TQ - 1 of this "
+                   "window. */");
+    kt_buf_line(b, "float xv[4 * WV];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int v = 0; v < WV; v++)");
+    kt_buf_line(b, "    if (4 * v < TQ + (S - 1 - ph) / STR_W) {");
+    kt_buf_line(b, "        const %s t = *(const %s *)(xr + ph * PL + 4 * v);", vt, vt);
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int u = 0; u < 4; u++)");
+    kt_buf_line(b, "            xv[4 * v + u] = t.v[u];");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int m = 0; m < MS; m++) {");
+    b->indent = 20;
+    kt_buf_line(b, "const int s = ph + m * STR_W;");
+    kt_buf_line(b, "if (s >= S)");
+    kt_buf_line(b, "    break;");
+    kt_buf_line(b, "float wv[TK]; /* filter (r, s) of the thread's channels: a broadcast */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < TK; j += 4) {");
+    kt_buf_line(b, "    const %s t = *(const %s *)(wr + s * BNP + j);", vt, vt);
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int u = 0; u < 4; u++)");
+    kt_buf_line(b, "        wv[j + u] = t.v[u];");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < TK; j++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int i = 0; i < TQ; i++)");
+    kt_buf_line(b, "        acc[j][i] = fmaf(xv[i + m], wv[j], acc[j][i]);");
+    b->indent = 16;
+    kt_buf_line(b, "}");
+    b->indent = 12;
+    kt_buf_line(b, "}");
+    b->indent = 8;
+    kt_buf_line(b, "}");
+    b->indent = 4;
+    kt_buf_line(b, "};");
+    kt_buf_printf(b, "\n");
+    if (pl->stages == 1) {
+        kt_buf_line(b, "for (int c = 0; c < C; c++) {");
+        kt_buf_line(b, "    load_chunk(c, 0);");
+        kt_buf_line(b, "    kt_cp_async_commit();");
+        kt_buf_line(b, "    kt_cp_async_wait<0>();");
+        kt_buf_line(b, "    __syncthreads();");
+        kt_buf_line(b, "    compute_chunk(0);");
+        kt_buf_line(b, "    __syncthreads(); /* the stage is free (and, after the last, the "
+                       "output tile) */");
+        kt_buf_line(b, "}");
+    } else {
+        kt_buf_line(b, "/* STAGES - 1 channels in flight while one is computed. */");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int st = 0; st < STAGES - 1; st++) {");
+        kt_buf_line(b, "    if (st < C)");
+        kt_buf_line(b, "        load_chunk(st, st);");
+        kt_buf_line(b, "    kt_cp_async_commit();");
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "#pragma unroll 1");
+        kt_buf_line(b, "for (int c = 0; c < C; c++) {");
+        kt_buf_line(b, "    kt_cp_async_wait<STAGES - 2>(); /* channel c has landed */");
+        kt_buf_line(b, "    __syncthreads();                /* ... for every thread; stage (c - 1) "
+                       "is free */");
+        kt_buf_line(b, "    if (c + STAGES - 1 < C)");
+        kt_buf_line(b, "        load_chunk(c + STAGES - 1, (c + STAGES - 1) %% STAGES);");
+        kt_buf_line(b, "    kt_cp_async_commit();");
+        kt_buf_line(b, "    compute_chunk(c %% STAGES);");
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "kt_cp_async_wait<0>();");
+        kt_buf_line(b, "__syncthreads(); /* every stage is free: the output tile reuses them */");
+    }
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* Epilogue: the tile goes through shared memory ([BN][OH][OW]) so that "
+                   "consecutive threads");
+    kt_buf_line(b, " * store consecutive columns of a row (masked at the edges). */");
+    kt_buf_line(b, "float *os = kt_smem;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < TK; j++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int i = 0; i < TQ; i += 4) {");
+    kt_buf_line(b, "        %s t;", vt);
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int u = 0; u < 4; u++)");
+    kt_buf_line(b, "            t.v[u] = acc[j][i + u];");
+    kt_buf_line(b, "        *(%s *)(os + (kg * TK + j) * BM + pr * OW + cg * TQ + i) = t;", vt);
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "for (int e = tid; e < BN * BM; e += THREADS) {");
+    kt_buf_line(b, "    const int k = k0 + e / BM, p = p0 + (e %% BM) / OW, q = q0 + e %% OW;");
+    kt_buf_line(b, "    if (k < K && p < P && q < Q)");
+    kt_buf_line(b, "        kt_conv_store(os[e], n, k, p, q, %s);", nm->call);
+    kt_buf_line(b, "}");
+    b->indent = 0;
+    kt_buf_line(b, "}");
+}
+
 static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                      ops_emitted *out, ops_diag *d)
 {
@@ -1500,7 +1909,17 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
                                             "conv: cannot emit the epilogue");
     }
     ops_kernel_launch *l = &out->kernels[0];
-    if (s->v[K_ALGO] == ALGO_DIRECT) {
+    if (s->v[K_ALGO] == ALGO_TILED) {
+        tiled_plan pl;
+        tiled_plan_make(&ci, s, dev, &pl);
+        emit_tiled(&b, &pl, &nm);
+        snprintf(l->entry, sizeof(l->entry), "ktune_conv_tiled");
+        l->grid[0] = (uint32_t)(pl.kblocks * pl.tiles_p * pl.tiles_q);
+        l->grid[1] = (uint32_t)ci.n;
+        l->grid[2] = 1;
+        l->block[0] = (uint32_t)pl.threads;
+        l->smem_bytes = (uint32_t)pl.smem;
+    } else if (s->v[K_ALGO] == ALGO_DIRECT) {
         direct_plan pl;
         direct_plan_make(&ci, s, dev, &pl);
         emit_direct(&b, &ci, &pl, &nm);
@@ -1631,7 +2050,44 @@ static void conv_estimate(const ops_group *grp, const ops_schedule *s, const ops
     double flops = 2.0 * (double)out_numel * (double)ci.gk + (double)out_numel * ci.epilogue_nodes;
     double peak = dev->fp32_flops_per_s, compute_eff, launch_eff, occ;
     double t_compute = -1; /* set by paths that model their core loop themselves */
-    if (s->v[K_ALGO] == ALGO_DIRECT) {
+    if (s->v[K_ALGO] == ALGO_TILED) {
+        tiled_plan pl;
+        if (tiled_plan_make(&ci, s, dev, &pl)) {
+            e->seconds = INFINITY;
+            return;
+        }
+        /* Channel blocks of a tile re-read its patch, mostly from L2 (they run side by side). */
+        bytes += x_bytes * 0.05 * (double)(pl.kblocks - 1);
+        /* Issue slots per thread and filter row: the FFMAs against the 16-byte window and filter
+         * loads feeding them, the bank-conflict replays of the window loads, and the loop. */
+        double fma = (double)pl.tk * pl.tq * (double)ci.s;
+        double loads = (double)ci.s * pl.tk / 4.0;
+        for (int ph = 0; ph < ci.sw && ph < ci.s; ph++)
+            loads += div_up(pl.tq + (ci.s - 1 - ph) / ci.sw, 4);
+        loads += (double)pl.conflicts / (pl.threads / 8.0) * (double)(ci.sw < ci.s ? ci.sw : ci.s);
+        double per_row = fma + loads + 6.0;
+        /* Per input channel: the copies (unrolled: about 5 instructions each, bounds, address
+         * and cp.async) and the barriers' drain; per block: the staged epilogue. */
+        double per_chunk =
+            (double)ci.r * per_row + ((double)pl.xs + (double)pl.ws) / pl.threads * 5.0 + 64.0;
+        double per_block = (double)ci.c * per_chunk +
+                           (double)pl.bm * pl.bn / pl.threads * (24.0 + 4.0 * ci.epilogue_nodes);
+        double useful = (double)ci.c * ci.r * fma;
+        /* Work done on the padded tile. */
+        double tile_eff = (double)(ci.p * ci.q) /
+                          (double)(pl.tiles_p * pl.oh * pl.tiles_q * pl.ow) * (double)ci.k /
+                          (double)(pl.kblocks * pl.bn);
+        compute_eff = 0.92 * useful / per_block * tile_eff;
+        /* Latency hiding: the TK x TQ independent accumulators stand in for warps. */
+        double ilp = pl.tk * pl.tq / 16.0;
+        launch_eff = launch_efficiency(dev, pl.kblocks * pl.tiles_p * pl.tiles_q * ci.n, pl.threads,
+                                       pl.regs, pl.smem, ilp, &occ);
+        /* One stage: a block waits for each channel's copies, which other resident blocks
+         * cover only in part; deeper pipelines wait for the first channel only. */
+        int bps = (int)(occ * dev->max_threads_per_sm / pl.threads + 0.5);
+        double wait = pl.stages == 1 ? (bps >= 2 ? 0.9 : 0.75) : 1.0 - 0.1 / ci.c;
+        launch_eff *= wait;
+    } else if (s->v[K_ALGO] == ALGO_DIRECT) {
         direct_plan pl;
         if (direct_plan_make(&ci, s, dev, &pl)) {
             e->seconds = INFINITY;

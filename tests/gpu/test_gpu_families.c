@@ -43,6 +43,11 @@ static const gpu_case cases[] = {
     {"examples/conv2d.json", "N=3", OPS_PREC_EXACT, "math=tf32x3"},
     {"examples/conv2d.json", "N=3", OPS_PREC_TF32, "math=tf32 "},
     {"examples/gemv_bias_relu.json", "M=1000,K=1000", OPS_PREC_EXACT, "gemv "},
+    /* The tiled direct conv: patch padding and partial tiles at every edge (55 x 55 outputs,
+     * stride 4; 37 x 41 inputs, stride 3, 5 channels), stride 1, and 1-3 stage pipelines. */
+    {"bench/cases/writeup_conv2d_alexnet_f32.json", "N=2", OPS_PREC_EXACT, "algo=tiled"},
+    {"tests/gpu/conv_tiled_ragged.json", "N=2", OPS_PREC_EXACT, "algo=tiled"},
+    {"examples/conv2d.json", "N=3", OPS_PREC_EXACT, "algo=tiled"},
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "gemv "},
     /* Hopper's warpgroup MMA, ragged, causal and not */
     {"examples/attention.json", "B=1,H=2,S=200", OPS_PREC_EXACT, "mma=wgmma"},

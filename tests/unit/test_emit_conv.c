@@ -17,8 +17,9 @@
 /* The family under test (family.h keeps the tables private to ops/family.c). */
 #define FAM (*ops_family_get(OPS_FAM_CONV))
 
-/* Values of the conv knob "math" (stored in schedules: appended, never renumbered). */
+/* Values of the conv knobs "math" and "algo" (stored in schedules: appended, never renumbered). */
 enum { MATH_FFMA = 0, MATH_MMA = 1, MATH_TF32 = 2, MATH_TF32X3 = 3 };
+enum { ALGO_IGEMM = 0, ALGO_DIRECT = 1, ALGO_TILED = 2 };
 
 /* ---- graphs ---- */
 
@@ -81,6 +82,28 @@ static const char g_ragged[] =
     "   \"padding\": [1, 2], \"dilation\": [1, 2]},"
     "  {\"out\": \"t\", \"op\": \"add\", \"in\": [\"c\", \"b\"]},"
     "  {\"out\": \"Y\", \"op\": \"gelu\", \"in\": [\"t\"]}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* Ragged for the tiled kernel: 37 x 41 input, 7x7 filter, stride 3, pad 1, 5 output channels
+ * (no tile or channel block divides anything), bias and relu. */
+static const char g_tiled_ragged[] =
+    "{\"name\": \"conv_tiled_ragged\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f32\", \"shape\": [2, 3, 37, 41]},"
+    "  \"W\": {\"dtype\": \"f32\", \"shape\": [5, 3, 7, 7], \"const\": true},"
+    "  \"b\": {\"dtype\": \"f32\", \"shape\": [5], \"const\": true}},"
+    " \"nodes\": ["
+    "  {\"out\": \"c\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\", \"b\"], \"stride\": [3, 3],"
+    "   \"padding\": [1, 1]},"
+    "  {\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"c\"]}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* A 15x15 filter over 8 channels into 128: the tiled kernel's filter slices are large. */
+static const char g_big_filter[] =
+    "{\"name\": \"conv_big_filter\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f32\", \"shape\": [1, 8, 64, 64]},"
+    "  \"W\": {\"dtype\": \"f32\", \"shape\": [128, 8, 15, 15], \"const\": true}},"
+    " \"nodes\": [{\"out\": \"Y\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"], \"padding\": [7, "
+    "7]}],"
     " \"outputs\": [\"Y\"]}";
 
 /* Depthwise 3x3 (groups == C) with bias. */
@@ -509,13 +532,93 @@ static void test_prune_tf32(void **state)
     ops_graph_free(g);
 }
 
+/* The tiled direct kernel: f32 NCHW with few channels, one group, no dilation; 16-byte filter and
+ * window loads; whole warps; the knobs of the other algorithms at their first value. */
+static void test_prune_tiled(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    const ops_family *f = &FAM;
+    assert_string_equal(f->knobs[knob_index("algo")].labels[ALGO_TILED], "tiled");
+
+    ops_graph *g = emit_test_graph(g_alexnet, "");
+    emit_test_whole_group(g, &grp);
+    ops_schedule s = sched("algo=tiled bm=128 bn=96 tk=8 tq=8");
+    assert_null(f->prune(&grp, &s, &dev));
+    s = sched("algo=tiled bm=64 bn=32 tk=4 tq=8 stages=2");
+    assert_null(f->prune(&grp, &s, &dev));
+    /* Pure FFMA, and no knob of the other algorithms: the block's threads follow from the tile. */
+    s = sched("algo=tiled bm=128 bn=96 tk=8 tq=8 warps=4");
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s = sched("algo=tiled math=tf32x3 bm=128 bn=96 tk=8 tq=8");
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s = sched("algo=tiled bm=128 bn=96 bk=16 tk=8 tq=8");
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s = sched("algo=tiled bm=128 bn=96 tk=8 tq=8 filter=registers");
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    /* ... and the tiled knobs stay at their first value for the others. */
+    s = sched("algo=direct tk=4 tq=4 warps=4 stages=2");
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    /* 16-byte filter (tk) and window (tq) loads. */
+    s = sched("algo=tiled bm=128 bn=96 tk=2 tq=8");
+    assert_string_equal(f->prune(&grp, &s, &dev), "align");
+    s = sched("algo=tiled bm=128 bn=96 tk=8 tq=2");
+    assert_string_equal(f->prune(&grp, &s, &dev), "align");
+    /* 32 x 16 / (8 x 8) = 8 threads; 64 x 96 / (4 x 4) = 384 is fine. */
+    s = sched("algo=tiled bm=32 bn=16 tk=8 tq=8");
+    assert_string_equal(f->prune(&grp, &s, &dev), "threads");
+    s = sched("algo=tiled bm=64 bn=96 tk=4 tq=4");
+    assert_null(f->prune(&grp, &s, &dev));
+    /* Three input channels: a fourth buffer has nothing to hold. */
+    s = sched("algo=tiled bm=128 bn=32 tk=8 tq=8 stages=3");
+    assert_null(f->prune(&grp, &s, &dev));
+    s = sched("algo=tiled bm=128 bn=32 tk=8 tq=8 stages=4");
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    /* Three stages of a 128-channel slice of 121 taps (with the patch) just fit 227 KiB. */
+    s = sched("algo=tiled bm=128 bn=128 tk=8 tq=8 stages=3");
+    assert_null(f->prune(&grp, &s, &dev));
+    ops_graph_free(g);
+    /* Two stages of a 128-channel slice of 15 x 15 taps do not. */
+    g = emit_test_graph(g_big_filter, "");
+    emit_test_whole_group(g, &grp);
+    s = sched("algo=tiled bm=128 bn=128 tk=8 tq=8 stages=1");
+    assert_null(f->prune(&grp, &s, &dev));
+    s = sched("algo=tiled bm=128 bn=128 tk=8 tq=8 stages=2");
+    assert_string_equal(f->prune(&grp, &s, &dev), "smem");
+    ops_graph_free(g);
+
+    /* Shapes it does not handle. */
+    const char *no[] = {g_f16_nhwc, g_depthwise, g_f32_56, g_ragged, g_grouped_bf16, g_f32_nhwc};
+    for (size_t i = 0; i < KT_ARRAY_LEN(no); i++) {
+        g = emit_test_graph(no[i], "");
+        emit_test_whole_group(g, &grp);
+        s = sched("algo=tiled bm=64 bn=16 tk=4 tq=4");
+        assert_string_equal(f->prune(&grp, &s, &dev), "shape");
+        ops_graph_free(g);
+    }
+    /* Five output channels: a 32-channel block is mostly waste. */
+    g = emit_test_graph(g_tiled_ragged, "");
+    emit_test_whole_group(g, &grp);
+    s = sched("algo=tiled bm=64 bn=16 tk=4 tq=4");
+    assert_null(f->prune(&grp, &s, &dev));
+    s = sched("algo=tiled bm=64 bn=32 tk=4 tq=4");
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    sched_list l = kept(&grp, &dev, NULL);
+    assert_true(count_algo(&l, ALGO_TILED) >= 4);
+    free(l.s);
+    ops_graph_free(g);
+}
+
 /* ---- compiling a spread of kept candidates ---- */
 
 typedef struct spread_case {
     const char *name, *json, *shapes;
     ops_precision prec;
-    int n;    /* candidates to compile */
-    int math; /* only schedules with this math value; -1: all */
+    int n;            /* candidates to compile */
+    int math;         /* only schedules with this math value; -1: all */
+    const char *only; /* only schedules whose text contains this; NULL: all */
 } spread_case;
 
 static void compile_spread(const spread_case *cases, size_t n_cases, const char *arch,
@@ -545,6 +648,17 @@ static void compile_spread(const spread_case *cases, size_t n_cases, const char 
             for (int i = 0; i < l.n; i++)
                 if (l.s[i].v[km] == cases[c].math)
                     l.s[m++] = l.s[i];
+            l.n = m;
+            assert_true(l.n > 0);
+        }
+        if (cases[c].only) {
+            int m = 0;
+            for (int i = 0; i < l.n; i++) {
+                char sc[256];
+                ops_schedule_format(&l.s[i], sc, sizeof(sc));
+                if (strstr(sc, cases[c].only))
+                    l.s[m++] = l.s[i];
+            }
             l.n = m;
             assert_true(l.n > 0);
         }
@@ -612,35 +726,40 @@ static void test_compile_sm90a(void **state)
 {
     (void)state;
     const spread_case cases[] = {
-        {"conv2d.json", "example:conv2d.json", "N=128", OPS_PREC_EXACT, 16, -1},
-        {"f32 56x56x64", g_f32_56, "", OPS_PREC_EXACT, 8, -1},
-        {"f32 56x56x64 reduced", g_f32_56, "", OPS_PREC_REDUCED, 4, -1},
-        {"alexnet conv1", g_alexnet, "", OPS_PREC_EXACT, 8, -1},
-        {"f16 nhwc", g_f16_nhwc, "", OPS_PREC_EXACT, 10, -1},
-        {"ragged", g_ragged, "", OPS_PREC_EXACT, 6, -1},
-        {"depthwise", g_depthwise, "", OPS_PREC_EXACT, 4, -1},
-        {"grouped bf16", g_grouped_bf16, "", OPS_PREC_EXACT, 4, -1},
-        {"bf16 odd", g_bf16_odd, "", OPS_PREC_EXACT, 4, -1},
+        {"conv2d.json", "example:conv2d.json", "N=128", OPS_PREC_EXACT, 16, -1, NULL},
+        {"f32 56x56x64", g_f32_56, "", OPS_PREC_EXACT, 8, -1, NULL},
+        {"f32 56x56x64 reduced", g_f32_56, "", OPS_PREC_REDUCED, 4, -1, NULL},
+        {"alexnet conv1", g_alexnet, "", OPS_PREC_EXACT, 8, -1, NULL},
+        {"f16 nhwc", g_f16_nhwc, "", OPS_PREC_EXACT, 10, -1, NULL},
+        {"ragged", g_ragged, "", OPS_PREC_EXACT, 6, -1, NULL},
+        {"depthwise", g_depthwise, "", OPS_PREC_EXACT, 4, -1, NULL},
+        {"grouped bf16", g_grouped_bf16, "", OPS_PREC_EXACT, 4, -1, NULL},
+        {"bf16 odd", g_bf16_odd, "", OPS_PREC_EXACT, 4, -1, NULL},
         /* The tf32 paths: plain gather (NCHW), cp.async gather (NHWC), ragged edges. */
-        {"alexnet conv1 tf32x3", g_alexnet, "", OPS_PREC_EXACT, 8, MATH_TF32X3},
-        {"alexnet conv1 tf32", g_alexnet, "", OPS_PREC_TF32, 4, MATH_TF32},
-        {"f32 56x56x64 tf32x3", g_f32_56, "", OPS_PREC_EXACT, 6, MATH_TF32X3},
-        {"f32 56x56x64 tf32", g_f32_56, "", OPS_PREC_TF32, 4, MATH_TF32},
-        {"f32 nhwc tf32x3", g_f32_nhwc, "", OPS_PREC_EXACT, 6, MATH_TF32X3},
-        {"f32 nhwc tf32", g_f32_nhwc, "", OPS_PREC_TF32, 4, MATH_TF32},
-        {"ragged tf32x3", g_ragged, "", OPS_PREC_EXACT, 4, MATH_TF32X3},
+        {"alexnet conv1 tf32x3", g_alexnet, "", OPS_PREC_EXACT, 8, MATH_TF32X3, NULL},
+        {"alexnet conv1 tf32", g_alexnet, "", OPS_PREC_TF32, 4, MATH_TF32, NULL},
+        {"f32 56x56x64 tf32x3", g_f32_56, "", OPS_PREC_EXACT, 6, MATH_TF32X3, NULL},
+        {"f32 56x56x64 tf32", g_f32_56, "", OPS_PREC_TF32, 4, MATH_TF32, NULL},
+        {"f32 nhwc tf32x3", g_f32_nhwc, "", OPS_PREC_EXACT, 6, MATH_TF32X3, NULL},
+        {"f32 nhwc tf32", g_f32_nhwc, "", OPS_PREC_TF32, 4, MATH_TF32, NULL},
+        {"ragged tf32x3", g_ragged, "", OPS_PREC_EXACT, 4, MATH_TF32X3, NULL},
+        /* The tiled direct kernel: AlexNet's first layer (its best-ranked schedules first, then
+         * a spread), ragged tiles, the 3x3 example. */
+        {"alexnet conv1 tiled", g_alexnet, "", OPS_PREC_EXACT, 12, -1, "algo=tiled"},
+        {"tiled ragged", g_tiled_ragged, "", OPS_PREC_EXACT, 6, -1, "algo=tiled"},
+        {"conv2d.json tiled", "example:conv2d.json", "N=128", OPS_PREC_EXACT, 4, -1, "algo=tiled"},
     };
-    compile_spread(cases, KT_ARRAY_LEN(cases), "sm_90a", 80, true);
+    compile_spread(cases, KT_ARRAY_LEN(cases), "sm_90a", 100, true);
 }
 
 static void test_compile_sm80(void **state)
 {
     (void)state;
     const spread_case cases[] = {
-        {"conv2d.json", "example:conv2d.json", "N=128", OPS_PREC_EXACT, 2, -1},
-        {"f16 nhwc", g_f16_nhwc, "", OPS_PREC_EXACT, 3, -1},
-        {"bf16 odd", g_bf16_odd, "", OPS_PREC_EXACT, 1, -1},
-        {"f32 nhwc tf32x3", g_f32_nhwc, "", OPS_PREC_EXACT, 1, MATH_TF32X3},
+        {"conv2d.json", "example:conv2d.json", "N=128", OPS_PREC_EXACT, 2, -1, NULL},
+        {"f16 nhwc", g_f16_nhwc, "", OPS_PREC_EXACT, 3, -1, NULL},
+        {"bf16 odd", g_bf16_odd, "", OPS_PREC_EXACT, 1, -1, NULL},
+        {"f32 nhwc tf32x3", g_f32_nhwc, "", OPS_PREC_EXACT, 1, MATH_TF32X3, NULL},
     };
     compile_spread(cases, KT_ARRAY_LEN(cases), "sm_80", 7, false);
 }
@@ -664,6 +783,12 @@ static void test_compile_extremes(void **state)
         {g_f32_56, "math=tf32x3 bm=128 bn=64 bk=16 warps=8 stages=2"},
         {g_f32_nhwc, "math=tf32x3 bm=128 bn=128 bk=16 warps=8 stages=4"},
         {g_f32_nhwc, "math=tf32x3 bm=128 bn=64 bk=16 warps=4 stages=4"},
+        /* tiled: the largest register tiles and blocks, the deepest pipeline. */
+        {g_alexnet, "algo=tiled bm=128 bn=96 tk=8 tq=8 stages=1"},
+        {g_alexnet, "algo=tiled bm=128 bn=128 tk=8 tq=8 stages=2"},
+        {g_alexnet, "algo=tiled bm=64 bn=96 tk=8 tq=8 stages=3"},
+        {g_alexnet, "algo=tiled bm=128 bn=128 tk=4 tq=4 stages=1"},
+        {g_tiled_ragged, "algo=tiled bm=128 bn=16 tk=4 tq=8 stages=3"},
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
         ops_graph *g = emit_test_graph(cases[i].json, "");
@@ -680,6 +805,56 @@ static void test_compile_extremes(void **state)
         ops_emitted_free(&e);
         ops_graph_free(g);
     }
+}
+
+/* The tiled schedules the cost model ranks first for AlexNet's first layer (what the tuner
+ * screens first) compile without spills; prints their registers and shared memory. */
+static void test_compile_tiled_best(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_graph *g = emit_test_graph(g_alexnet, "");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    sched_list l = kept(&grp, &dev, NULL);
+    int ka = knob_index("algo"), m = 0;
+    for (int i = 0; i < l.n; i++)
+        if (l.s[i].v[ka] == ALGO_TILED)
+            l.s[m++] = l.s[i];
+    l.n = m;
+    assert_true(l.n >= 6);
+    /* Selection by estimate, best first. */
+    for (int i = 0; i < 6; i++) {
+        ops_estimate bi, ej;
+        FAM.estimate(&grp, &l.s[i], &dev, &bi);
+        for (int j = i + 1; j < l.n; j++) {
+            FAM.estimate(&grp, &l.s[j], &dev, &ej);
+            if (ej.seconds < bi.seconds) {
+                ops_schedule t = l.s[i];
+                l.s[i] = l.s[j];
+                l.s[j] = t;
+                bi = ej;
+            }
+        }
+        ops_emitted e = {0};
+        ops_diag d = {0};
+        assert_int_equal(FAM.emit(&grp, &l.s[i], &dev, &e, &d), 0);
+        srch_compile_result r = {0};
+        assert_int_equal(srch_nvrtc_compile(e.source, "sm_90a", &r), 0);
+        assert_int_equal(r.status, SRCH_COMPILE_OK);
+        char sc[256];
+        ops_schedule_format(&l.s[i], sc, sizeof(sc));
+        printf("# %.1f us  %s: %d registers, %d/%d spill bytes, %u bytes of shared memory, "
+               "%u threads\n",
+               bi.seconds * 1e6, sc, r.kernels[0].registers, r.kernels[0].spill_store_bytes,
+               r.kernels[0].spill_load_bytes, e.kernels[0].smem_bytes, e.kernels[0].block[0]);
+        assert_int_equal(r.kernels[0].spill_store_bytes + r.kernels[0].spill_load_bytes, 0);
+        srch_compile_result_release(&r);
+        ops_emitted_free(&e);
+    }
+    free(l.s);
+    ops_graph_free(g);
 }
 
 /* ---- golden sources, one per algorithm ---- */
@@ -706,6 +881,30 @@ static void golden(const char *json, const char *shapes, const char *spec, const
     ops_graph_free(g);
 }
 
+/* The tiled kernel on AlexNet's first layer; it asks ptxas for the blocks per SM it planned. */
+static void golden_tiled(void)
+{
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_graph *g = emit_test_graph(g_alexnet, "");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_schedule s = sched("algo=tiled bm=64 bn=96 tk=8 tq=8 stages=2");
+    assert_null(FAM.prune(&grp, &s, &dev));
+    ops_emitted e = {0};
+    ops_diag d = {0};
+    assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), 0);
+    assert_string_equal(e.kernels[0].entry, "ktune_conv_tiled");
+    assert_non_null(strstr(e.source, "__launch_bounds__(THREADS, MIN_BLOCKS)"));
+    assert_non_null(strstr(e.source, "cp.async.ca.shared.global [%0], [%1], 4, %2;"));
+    assert_null(strstr(e.source, "mma.sync"));
+    assert_null(strstr(e.source, "#include"));
+    emit_test_golden("conv_tiled.cu", e.source);
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
 static void test_golden(void **state)
 {
     (void)state;
@@ -719,6 +918,7 @@ static void test_golden(void **state)
            "conv_implicit_gemm_mma.cu", "ktune_conv_igemm_mma");
     golden(g_alexnet, "", "math=tf32x3 bm=128 bn=96 bk=16 warps=8 stages=2",
            "conv_implicit_gemm_tf32x3.cu", "ktune_conv_igemm_tf32x3");
+    golden_tiled();
 }
 
 /* The launch description mirrors the kernel's parameters and covers the output. */
@@ -789,6 +989,46 @@ static void test_launch(void **state)
     assert_string_equal(e.kernels[0].entry, "ktune_conv_igemm_tf32");
     assert_null(strstr(e.source, "kt_tf32_split"));
     ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
+/* tiled: one block per (channel block, output tile) in x, images in y; the output tile and the
+ * stages share shared memory. */
+static void test_launch_tiled(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_graph *g = emit_test_graph(g_alexnet, "");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    /* 64 pixels x 96 channels, 8 x 8 per thread: 96 threads; an 8 x 8 tile covers 55 x 55 in
+     * 7 x 7 tiles. */
+    ops_schedule s = sched("algo=tiled bm=64 bn=96 tk=8 tq=8 stages=2");
+    ops_emitted e = {0};
+    ops_diag d = {0};
+    assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), 0);
+    const ops_kernel_launch *l = &e.kernels[0];
+    assert_string_equal(l->entry, "ktune_conv_tiled");
+    assert_int_equal(l->grid[0], 7 * 7);
+    assert_int_equal(l->grid[1], 100);
+    assert_int_equal(l->grid[2], 1);
+    assert_int_equal(l->block[0], 96);
+    assert_int_equal(l->n_args, grp.n_in + 1);
+    assert_non_null(strstr(e.source, "constexpr int OH = 8, OW = 8;"));
+    /* Two stages of patch + filter slice ([121][100]: 96 rounded off 32 banks). */
+    assert_true(l->smem_bytes > 2 * 121 * 100 * 4);
+    assert_true(l->smem_bytes <= (uint32_t)dev.smem_per_block_optin);
+    ops_emitted_free(&e);
+    /* Channel blocks multiply the grid; a pruned schedule is refused with its reason. */
+    s = sched("algo=tiled bm=64 bn=32 tk=4 tq=8 stages=1");
+    assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), 0);
+    assert_int_equal(e.kernels[0].grid[0], 3 * 7 * 7);
+    assert_int_equal(e.kernels[0].block[0], 64);
+    ops_emitted_free(&e);
+    s = sched("algo=tiled bm=128 bn=96 tk=2 tq=8");
+    assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), -EINVAL);
+    assert_non_null(strstr(d.msg, "align"));
     ops_graph_free(g);
 }
 
@@ -943,11 +1183,19 @@ static void test_estimate(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),       cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_prune_reasons), cmocka_unit_test(test_prune_tf32),
-        cmocka_unit_test(test_launch),        cmocka_unit_test(test_estimate),
-        cmocka_unit_test(test_golden),        cmocka_unit_test(test_compile_extremes),
-        cmocka_unit_test(test_compile_sm90a), cmocka_unit_test(test_compile_sm80),
+        cmocka_unit_test(test_matches),
+        cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_prune_reasons),
+        cmocka_unit_test(test_prune_tf32),
+        cmocka_unit_test(test_prune_tiled),
+        cmocka_unit_test(test_launch_tiled),
+        cmocka_unit_test(test_launch),
+        cmocka_unit_test(test_estimate),
+        cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_compile_extremes),
+        cmocka_unit_test(test_compile_sm90a),
+        cmocka_unit_test(test_compile_sm80),
+        cmocka_unit_test(test_compile_tiled_best),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

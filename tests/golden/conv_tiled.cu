@@ -1,0 +1,262 @@
+/*
+ * ktune kernel — family conv
+ * schedule: conv algo=tiled math=ffma bm=64 bn=96 bk=8 warps=1 stages=2 tk=8 tq=8 filter=shared
+ * graph: alexnet_conv1
+ *   c = conv2d(X, W, b)  f32 [100, 96, 55, 55]
+ *   Y = relu(c)  f32 [100, 96, 55, 55]
+ */
+/* ---- ktune prelude: 16-bit storage types and math helpers ---- */
+typedef unsigned short kt_f16;
+typedef unsigned short kt_bf16;
+__device__ __forceinline__ float kt_f16_to_f32(kt_f16 h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ kt_f16 kt_f32_to_f16(float f)
+{
+    kt_f16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float kt_bf16_to_f32(kt_bf16 h)
+{
+    return __uint_as_float(((unsigned)h) << 16);
+}
+__device__ __forceinline__ kt_bf16 kt_f32_to_bf16(float f)
+{
+    kt_bf16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float kt_gelu(float x)
+{
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+__device__ __forceinline__ float kt_gelu_tanh(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float kt_sigmoid(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float kt_softplus(float x)
+{
+    /* log1p(exp(x)) without overflow: for large x the result is x. */
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+/* ---- end of prelude ---- */
+
+typedef int idx_t; /* element offsets */
+
+/* Problem shape: input NCHW, filter OIHW, output NCHW. */
+constexpr int BATCH = 100, C = 3, H = 224, W = 224;
+constexpr int K = 96, R = 11, S = 11;
+constexpr int P = 55, Q = 55;
+constexpr int STR_H = 4, STR_W = 4, PAD_H = 2, PAD_W = 2;
+constexpr int DIL_H = 1, DIL_W = 1;
+constexpr int GROUPS = 1, CG = 3, KG = 96; /* channels per group */
+/* GEMM view: rows are output pixels, columns output channels of a group,
+ * the reduction runs over (c, r, s) in the filter's memory order. */
+constexpr int GEMM_M = BATCH * P * Q, GEMM_N = KG, GEMM_K = CG * R * S;
+
+/* Bias, epilogue and store of output element (n, k, p, q). */
+__device__ __forceinline__ void kt_conv_store(float acc, idx_t n, idx_t k, idx_t p, idx_t q,
+                                              const float *__restrict__ x,
+                                              const float *__restrict__ w,
+                                              const float *__restrict__ bias, float *__restrict__ y)
+{
+    const float v0 = acc + bias[k]; /* c = conv2d */
+    const float v1 = fmaxf(v0, 0.0f); /* Y = relu */
+    y[((n * K + k) * P + p) * Q + q] = v1;
+}
+
+struct __align__(16) float_x4 {
+    float v[4];
+};
+/* ---- async-copy primitives (inline PTX) ---- */
+__device__ __forceinline__ unsigned kt_smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+/* 16-byte global -> shared copy; ok == false writes zeros (padding, tile edges). */
+__device__ __forceinline__ void kt_cp_async16(void *dst, const void *src, bool ok)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :
+                 : "r"(kt_smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void kt_cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void kt_cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* 4-byte global -> shared copy; ok == false writes a zero (padding, edges). */
+__device__ __forceinline__ void kt_cp_async4(void *dst, const void *src, bool ok)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :
+                 : "r"(kt_smem_addr(dst)), "l"(src), "r"(ok ? 4 : 0)
+                 : "memory");
+}
+
+/* Tiled direct convolution: a block computes BN output channels of an OH x OW output tile of
+ * one image; a thread TK channels x TQ adjacent columns of one tile row. Input channels are
+ * staged one at a time: the input patch under the tile (zeros outside the image) and the
+ * filter slice [R * S][BNP] of that channel. */
+constexpr int BM = 64, BN = 96, TK = 8, TQ = 8, THREADS = 96;
+constexpr int STAGES = 2, MIN_BLOCKS = 2;
+constexpr int OH = 8, OW = 8;              /* output tile: OH * OW == BM */
+constexpr int CGN = OW / TQ, PT = OH * CGN; /* column groups, threads per channel group */
+constexpr int TILES_P = (P + OH - 1) / OH, TILES_Q = (Q + OW - 1) / OW;
+constexpr int KBLOCKS = (K + BN - 1) / BN;
+/* The input patch: IH x IW, stored phase-split by the stride in both directions: row y at
+ * stored row (y % STR_H) * RIDX + y / STR_H, column x at word (x % STR_W) * PL + x / STR_W. */
+constexpr int IH = (OH - 1) * STR_H + R, IW = (OW - 1) * STR_W + S;
+constexpr int RIDX = (IH + STR_H - 1) / STR_H; /* stored rows per row phase */
+constexpr int PL = 12;  /* words per column phase (what the windows reach) */
+constexpr int RP = 52; /* row pitch: STR_W * PL, padded against bank conflicts */
+constexpr int BNP = 100; /* filter row pitch: BN rounded to 16 bytes, off 32 banks */
+constexpr int XS = STR_H * RIDX * RP, WS = R * S * BNP, STAGE = XS + WS; /* words */
+constexpr int WV = (TQ + (S - 1) / STR_W + 3) / 4; /* 16-byte loads of the widest window */
+constexpr int MS = (S + STR_W - 1) / STR_W;        /* filter columns per phase, at most */
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+ktune_conv_tiled(const float *__restrict__ x, const float *__restrict__ w,
+                 const float *__restrict__ bias, float *__restrict__ y)
+{
+    extern __shared__ __align__(16) float kt_smem[]; /* [STAGES][STAGE], then the output tile */
+    const int tid = threadIdx.x;
+    /* Channel blocks of one tile are neighbours in launch order: they read the same patch. */
+    const int kb = blockIdx.x % KBLOCKS, tile = blockIdx.x / KBLOCKS;
+    const int n = blockIdx.y;
+    const int k0 = kb * BN, p0 = (tile / TILES_Q) * OH, q0 = (tile % TILES_Q) * OW;
+    const int h0 = p0 * STR_H - PAD_H, w0 = q0 * STR_W - PAD_W; /* patch origin */
+    const float *xn = x + (idx_t)n * C * H * W;
+
+    /* Issues the copies of input channel c into stage `stage`: a warp takes a patch row (or a
+     * filter row), its lanes consecutive input columns (filter taps), so reads coalesce. */
+    const int warp = tid / 32, lane = tid % 32;
+    auto load_chunk = [&](int c, int stage) {
+        float *xs = kt_smem + stage * STAGE, *ws = xs + XS;
+        const float *xc = xn + (idx_t)c * H * W;
+        #pragma unroll 1
+        for (int row = warp; row < STR_H * RIDX; row += THREADS / 32) {
+            const int h = h0 + (row % RIDX) * STR_H + row / RIDX;
+            const bool row_ok = (unsigned)h < (unsigned)H;
+            const float *xh = row_ok ? xc + h * W : xc;
+            float *xd = xs + row * RP;
+            #pragma unroll
+            for (int i = 0; i < (STR_W * PL + 31) / 32; i++) {
+                const int col = lane + 32 * i, ww = w0 + col;
+                const bool ok = row_ok && (unsigned)ww < (unsigned)W;
+                if (col < STR_W * PL)
+                    kt_cp_async4(xd + (col % STR_W) * PL + col / STR_W, ok ? xh + ww : xc, ok);
+            }
+        }
+        #pragma unroll 1
+        for (int j = warp; j < BN; j += THREADS / 32) {
+            const bool ok = k0 + j < K;
+            const float *wj = ok ? w + (idx_t)(k0 + j) * GEMM_K + c * R * S : w;
+            #pragma unroll
+            for (int i = 0; i < (R * S + 31) / 32; i++) {
+                const int rs = lane + 32 * i;
+                if (rs < R * S)
+                    kt_cp_async4(ws + rs * BNP + j, ok ? wj + rs : w, ok);
+            }
+        }
+    };
+
+    /* Thread tile: channels k0 + kg * TK + j, row p0 + pr, columns q0 + cg * TQ + i. The lanes of
+     * a warp differ in pixels (window loads spread over banks) and mostly share kg (filter
+     * loads broadcast). */
+    const int kg = tid / PT, pt = tid % PT, pr = pt / CGN, cg = pt % CGN;
+    float acc[TK][TQ] = {};
+    auto compute_chunk = [&](int stage) {
+        const float *xs = kt_smem + stage * STAGE + pr * RP + cg * TQ;
+        const float *ws = kt_smem + stage * STAGE + XS + kg * TK;
+        #pragma unroll 1
+        for (int r = 0; r < R; r++) {
+            /* Input row pr * STR_H + r of the patch, filter row r. */
+            const float *xr = xs + ((r % STR_H) * RIDX + r / STR_H) * RP;
+            const float *wr = ws + r * S * BNP;
+            #pragma unroll
+            for (int ph = 0; ph < STR_W && ph < S; ph++) {
+                /* Filter columns s = ph + m * STR_W read words m .. m + TQ - 1 of this window. */
+                float xv[4 * WV];
+                #pragma unroll
+                for (int v = 0; v < WV; v++)
+                    if (4 * v < TQ + (S - 1 - ph) / STR_W) {
+                        const float_x4 t = *(const float_x4 *)(xr + ph * PL + 4 * v);
+                        #pragma unroll
+                        for (int u = 0; u < 4; u++)
+                            xv[4 * v + u] = t.v[u];
+                    }
+                #pragma unroll
+                for (int m = 0; m < MS; m++) {
+                    const int s = ph + m * STR_W;
+                    if (s >= S)
+                        break;
+                    float wv[TK]; /* filter (r, s) of the thread's channels: a broadcast */
+                    #pragma unroll
+                    for (int j = 0; j < TK; j += 4) {
+                        const float_x4 t = *(const float_x4 *)(wr + s * BNP + j);
+                        #pragma unroll
+                        for (int u = 0; u < 4; u++)
+                            wv[j + u] = t.v[u];
+                    }
+                    #pragma unroll
+                    for (int j = 0; j < TK; j++)
+                        #pragma unroll
+                        for (int i = 0; i < TQ; i++)
+                            acc[j][i] = fmaf(xv[i + m], wv[j], acc[j][i]);
+                }
+            }
+        }
+    };
+
+    /* STAGES - 1 channels in flight while one is computed. */
+    #pragma unroll
+    for (int st = 0; st < STAGES - 1; st++) {
+        if (st < C)
+            load_chunk(st, st);
+        kt_cp_async_commit();
+    }
+    #pragma unroll 1
+    for (int c = 0; c < C; c++) {
+        kt_cp_async_wait<STAGES - 2>(); /* channel c has landed */
+        __syncthreads();                /* ... for every thread; stage (c - 1) is free */
+        if (c + STAGES - 1 < C)
+            load_chunk(c + STAGES - 1, (c + STAGES - 1) % STAGES);
+        kt_cp_async_commit();
+        compute_chunk(c % STAGES);
+    }
+    kt_cp_async_wait<0>();
+    __syncthreads(); /* every stage is free: the output tile reuses them */
+
+    /* Epilogue: the tile goes through shared memory ([BN][OH][OW]) so that consecutive threads
+     * store consecutive columns of a row (masked at the edges). */
+    float *os = kt_smem;
+    #pragma unroll
+    for (int j = 0; j < TK; j++)
+        #pragma unroll
+        for (int i = 0; i < TQ; i += 4) {
+            float_x4 t;
+            #pragma unroll
+            for (int u = 0; u < 4; u++)
+                t.v[u] = acc[j][i + u];
+            *(float_x4 *)(os + (kg * TK + j) * BM + pr * OW + cg * TQ + i) = t;
+        }
+    __syncthreads();
+    for (int e = tid; e < BN * BM; e += THREADS) {
+        const int k = k0 + e / BM, p = p0 + (e % BM) / OW, q = q0 + e % OW;
+        if (k < K && p < P && q < Q)
+            kt_conv_store(os[e], n, k, p, q, x, w, bias, y);
+    }
+}
