@@ -31,7 +31,8 @@
  *          16 bits: wgmma's accumulator and A-fragment layouts per warp are those of m16n8k16)
  *          and V from shared memory as an N-major operand. Tiles are stored in the hardware's
  *          128-byte swizzle (64-column blocks of 128-byte rows, the 16-byte chunk index XORed
- *          with row % 8, 1024-byte aligned), filled by cp.async two stages deep; the softmax
+ *          with row % 8, 1024-byte aligned), filled by cp.async into rings of 2 or 3 buffers
+ *          (knob "stages": three save one block barrier per tile); the softmax
  *          update and the store are the mma.sync path's. Head dims: D a multiple of 64, DV 64.
  */
 #include "family.h"
@@ -57,7 +58,7 @@ static const ops_knob attention_knobs[N_KNOBS] = {
     [K_BQ] = {"bq", 3, {64, 128, 192}, NULL},
     [K_BKV] = {"bkv", 3, {32, 64, 128}, NULL},
     [K_WARPS] = {"warps", 3, {4, 8, 12}, NULL},
-    [K_STAGES] = {"stages", 2, {1, 2}, NULL},
+    [K_STAGES] = {"stages", 3, {1, 2, 3}, NULL},
     [K_MATH] = {"math", 3, {MATH_FFMA, MATH_F16, MATH_BF16}, math_labels},
     /* mma path only: shared-memory rows padded by 16 bytes, or 16-byte chunks XOR-swizzled */
     [K_LAYOUT] = {"smem", 2, {LAYOUT_PAD, LAYOUT_SWIZZLE}, layout_labels},
@@ -244,7 +245,7 @@ static const char *attention_prune(const ops_group *grp, const ops_schedule *s,
         /* f16/bf16 data always has its tensor-core path. */
         if (a.dt != OPS_DT_F32)
             return "redundant";
-        if (m.layout != LAYOUT_PAD || m.qfrag != QFRAG_SMEM || m.wgmma)
+        if (m.layout != LAYOUT_PAD || m.qfrag != QFRAG_SMEM || m.wgmma || m.stages > 2)
             return "redundant"; /* knobs of the mma path */
         if (a.dv % m.tx != 0 || a.d < 1)
             return "shape";
@@ -273,14 +274,14 @@ static const char *attention_prune(const ops_group *grp, const ops_schedule *s,
                 return "shape";
             if (a.d % 64 != 0 || a.dv != 64)
                 return "shape";
-            if (m.layout != LAYOUT_SWIZZLE || m.qfrag != QFRAG_SMEM || m.stages != 2)
+            if (m.layout != LAYOUT_SWIZZLE || m.qfrag != QFRAG_SMEM || m.stages < 2)
                 return "redundant"; /* the layout is the hardware's; Q is read by descriptor */
             if (m.bq != 16 * m.warps)
                 return "divisibility"; /* a warpgroup per 64 query rows */
             if (m.bkv < 64)
                 return "divisibility";
-        } else if (m.warps > 8 || m.bq > 128) {
-            return "redundant"; /* three warpgroups' 192-row tile is the wgmma path's */
+        } else if (m.warps > 8 || m.bq > 128 || m.stages > 2) {
+            return "redundant"; /* 192-row tiles and 3-buffer rings are the wgmma path's */
         }
         if (m.regs > MMA_REG_BUDGET || m.regs > dev->regs_per_sm / m.threads)
             return "regs";
@@ -1284,14 +1285,17 @@ static const char wgmma_helpers[] =
     "            asm volatile(\"\" : \"+f\"(d[j][e])::\"memory\");\n"
     "}\n";
 
-/* Emits NAME(d, a, db): d[N / 8][4] += A B for one warpgroup, m64nNk16 with fp32 accumulators;
+/* Emits NAME(d, a, db, acc): d[N / 8][4] = A B (+ d when acc) for one warpgroup, m64nNk16, fp32
+ * accumulators;
  * A from a shared-memory descriptor (a_regs false) or the warp's m16n8k16 A fragment in
  * registers; B from a descriptor, N-major when trans_b. */
 static void emit_wgmma_fn(kt_buf *b, const char *name, int n, const char *t, bool a_regs,
                           int trans_b)
 {
     int nd = n / 2; /* accumulator floats per thread */
-    kt_buf_line(b, "__device__ __forceinline__ void %s(float (&d)[%d][4], %s, unsigned long long db)",
+    kt_buf_line(b,
+                "__device__ __forceinline__ void %s(float (&d)[%d][4], %s, unsigned long long db, "
+                "int acc)",
                 name, n / 8, a_regs ? "const unsigned (&a)[4]" : "unsigned long long da");
     kt_buf_line(b, "{");
     kt_buf_line(b, "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"",
@@ -1311,25 +1315,23 @@ static void emit_wgmma_fn(kt_buf *b, const char *name, int n, const char *t, boo
                       i + 1 < nd ? (i % 4 == 3 ? ",\n                   " : ",") : "\n");
     if (a_regs)
         kt_buf_line(b, "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
-                       "\"l\"(db), \"r\"(1));");
+                       "\"l\"(db), \"r\"(acc));");
     else
-        kt_buf_line(b, "                 : \"l\"(da), \"l\"(db), \"r\"(1));");
+        kt_buf_line(b, "                 : \"l\"(da), \"l\"(db), \"r\"(acc));");
     kt_buf_line(b, "}");
 }
 
-/* Emits the S = Q K^T wgmmas of the tile in buffer KBUF into s (zeroed first), committed as one
- * group; the caller waits. */
+/* Emits the S = Q K^T wgmmas of the tile in buffer KBUF into s (the first k step overwrites it),
+ * committed as one group; the caller waits. */
 static void emit_wgmma_qk_issue(kt_buf *b, const char *kbuf)
 {
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++)");
-    kt_buf_line(b, "    s[0][j][0] = s[0][j][1] = s[0][j][2] = s[0][j][3] = 0.0f;");
     kt_buf_line(b, "kt_wg_fence();");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < D / 16; ks++)");
     kt_buf_line(b, "    kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + "
                    "(ks & 3) * 16),");
-    kt_buf_line(b, "                kt_desc_k(%s + (ks >> 2) * BKV * 64 + (ks & 3) * 16));", kbuf);
+    kt_buf_line(b, "                kt_desc_k(%s + (ks >> 2) * BKV * 64 + (ks & 3) * 16), ks > 0);",
+                kbuf);
     kt_buf_line(b, "kt_wg_commit();");
 }
 
@@ -1349,7 +1351,7 @@ static void emit_wgmma_pack(kt_buf *b)
  * O += P_j V_j, the warpgroup's threads compute the softmax of S_j+1 = Q K_j+1^T (issued just
  * before), so the exponentials (the MUFU unit: as much time as the MMAs at D = 64) overlap the
  * MMAs. O's rescale for S_j+1's new max waits for P_j V_j. Tiles: K two tiles ahead and V one
- * tile ahead of the MMAs, two buffers each, one cp.async group per step. */
+ * tile ahead of the MMAs, in rings of NST buffers, one cp.async group per step. */
 static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
                               const attn_geom *m, const char *entry)
 {
@@ -1366,8 +1368,9 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "%s *sQ = reinterpret_cast<%s *>(kt_smem + ((1024u - (kt_smem_u32(kt_smem) & "
                    "1023u)) & 1023u));",
                 ty, ty);
-    kt_buf_line(b, "%s *sK = sQ + BQ * D; /* 2 buffers of BKV x D */", ty);
-    kt_buf_line(b, "%s *sV = sK + 2 * BKV * D; /* 2 buffers of BKV x DV */", ty);
+    kt_buf_line(b, "constexpr int NST = %d; /* ring buffers of K and of V */", m->stages);
+    kt_buf_line(b, "%s *sK = sQ + BQ * D; /* NST buffers of BKV x D */", ty);
+    kt_buf_line(b, "%s *sV = sK + NST * BKV * D; /* NST buffers of BKV x DV */", ty);
     kt_buf_line(b, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;");
     kt_buf_line(b, "const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column "
                    "pair */");
@@ -1432,34 +1435,38 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "   a data-dependent wgmma group count would make ptxas serialize the MMAs. */");
     kt_buf_line(b, "for (int tile = 0; tile < n_tiles; tile++) {");
     b->indent += 4;
-    kt_buf_line(b, "__syncthreads(); /* every warpgroup is done with K_tile and V_tile-1 */");
+    if (m->stages == 2)
+        kt_buf_line(b, "__syncthreads(); /* every warpgroup is done with K_tile and V_tile-1 */");
+    else
+        kt_buf_line(b, "/* K_tile+2 and V_tile+1 go where K_tile-1 and V_tile-2 were: every "
+                       "warpgroup passed the last barrier, so it is done with them */");
     kt_buf_line(b, "if (tile + 2 < n_tiles) {");
     b->indent += 4;
     kt_buf_line(b, "const int kv2 = (tile + 2) * BKV;");
-    emit_tile_load(b, m, "K tile + 2, into K_tile's buffer", "(sK + (tile & 1) * BKV * D)", "gK",
-                   m->bkv, d, "kt_woff", m->bkv, "kv2", (long long)a->skv);
+    emit_tile_load(b, m, "K tile + 2", "(sK + (tile + 2) % NST * BKV * D)", "gK", m->bkv, d,
+                   "kt_woff", m->bkv, "kv2", (long long)a->skv);
     b->indent -= 4;
     kt_buf_line(b, "}");
     kt_buf_line(b, "if (tile + 1 < n_tiles) {");
     b->indent += 4;
     kt_buf_line(b, "const int kv1 = (tile + 1) * BKV;");
-    emit_tile_load(b, m, "V tile + 1, into V_tile-1's buffer", "(sV + ((tile + 1) & 1) * BKV * DV)",
-                   "gV", m->bkv, dv, "kt_woff", m->bkv, "kv1", (long long)a->skv);
+    emit_tile_load(b, m, "V tile + 1", "(sV + (tile + 1) % NST * BKV * DV)", "gV", m->bkv, dv,
+                   "kt_woff", m->bkv, "kv1", (long long)a->skv);
     b->indent -= 4;
     kt_buf_line(b, "}");
     kt_buf_line(b, "kt_cp_async_commit();");
     kt_buf_line(b, "kt_cp_async_wait<1>(); /* V_tile and K_tile+1 landed */");
     kt_buf_line(b, "kt_fence_proxy_async();");
     kt_buf_line(b, "__syncthreads();");
-    kt_buf_line(b, "const %s *cV = sV + (tile & 1) * BKV * DV;", ty);
+    kt_buf_line(b, "const %s *cV = sV + tile %% NST * BKV * DV;", ty);
     kt_buf_line(b, "if (tile + 1 < n_tiles) {");
     b->indent += 4;
     kt_buf_line(b, "const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */");
-    emit_wgmma_qk_issue(b, "(sK + ((tile + 1) & 1) * BKV * D)");
+    emit_wgmma_qk_issue(b, "(sK + (tile + 1) % NST * BKV * D)");
     kt_buf_line(b, "/* O += P_tile V_tile, in flight during the softmax of S_tile+1 */");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
-    kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64));");
+    kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64), 1);");
     kt_buf_line(b, "kt_wg_commit();");
     kt_buf_line(b, "kt_wg_wait_one(); /* S_tile+1 done; P V may still run */");
     kt_buf_line(b, "kt_wg_hold(s[0]);");
@@ -1482,7 +1489,7 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "kt_wg_fence();");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
-    kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64));");
+    kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64), 1);");
     kt_buf_line(b, "kt_wg_commit();");
     kt_buf_line(b, "kt_wg_wait_all();");
     kt_buf_line(b, "kt_wg_hold(o[0]);");
@@ -1625,7 +1632,9 @@ static void attention_estimate(const ops_group *grp, const ops_schedule *s, cons
     double waves = ceil(blocks / slots);
     double wave_eff = blocks / (waves * slots);
     /* Pipeline: a second buffer hides the loads; short tiles pay the per-tile overhead. */
-    double pipe = m.stages == 2 ? 1.0 : 0.88;
+    double pipe = m.stages == 1 ? 0.88 : 1.0;
+    if (m.wgmma && m.stages == 2)
+        pipe = 0.95; /* a second block barrier per tile */
     double tile = m.bkv == 32 ? 0.85 : m.bkv == 64 ? 1.0 : 0.97;
     double knobs = 1.0;
     if (m.math != MATH_FFMA) {

@@ -160,7 +160,7 @@ template <int N> __device__ __forceinline__ void kt_wg_hold(float (&d)[N][4])
         for (int e = 0; e < 4; e++)
             asm volatile("" : "+f"(d[j][e])::"memory");
 }
-__device__ __forceinline__ void kt_wgmma_qk(float (&d)[16][4], unsigned long long da, unsigned long long db)
+__device__ __forceinline__ void kt_wgmma_qk(float (&d)[16][4], unsigned long long da, unsigned long long db, int acc)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
@@ -180,9 +180,9 @@ __device__ __forceinline__ void kt_wgmma_qk(float (&d)[16][4], unsigned long lon
                     "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
                     "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
                     "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-                 : "l"(da), "l"(db), "r"(1));
+                 : "l"(da), "l"(db), "r"(acc));
 }
-__device__ __forceinline__ void kt_wgmma_pv(float (&d)[8][4], const unsigned (&a)[4], unsigned long long db)
+__device__ __forceinline__ void kt_wgmma_pv(float (&d)[8][4], const unsigned (&a)[4], unsigned long long db, int acc)
 {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
@@ -194,7 +194,7 @@ __device__ __forceinline__ void kt_wgmma_pv(float (&d)[8][4], const unsigned (&a
                     "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
                     "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
                     "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 /* ---- end of attention helpers ---- */
 
@@ -213,8 +213,9 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
     extern __shared__ __align__(16) unsigned char kt_smem[];
     /* tiles 1024-byte aligned: the swizzle is a function of the address */
     kt_f16 *sQ = reinterpret_cast<kt_f16 *>(kt_smem + ((1024u - (kt_smem_u32(kt_smem) & 1023u)) & 1023u));
-    kt_f16 *sK = sQ + BQ * D; /* 2 buffers of BKV x D */
-    kt_f16 *sV = sK + 2 * BKV * D; /* 2 buffers of BKV x DV */
+    constexpr int NST = 2; /* ring buffers of K and of V */
+    kt_f16 *sK = sQ + BQ * D; /* NST buffers of BKV x D */
+    kt_f16 *sV = sK + NST * BKV * D; /* NST buffers of BKV x DV */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
     const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column pair */
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */
@@ -293,14 +294,11 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
     __syncthreads();
     {
         const int kv0 = 0;
-        #pragma unroll
-        for (int j = 0; j < BKV / 8; j++)
-            s[0][j][0] = s[0][j][1] = s[0][j][2] = s[0][j][3] = 0.0f;
         kt_wg_fence();
         #pragma unroll
         for (int ks = 0; ks < D / 16; ks++)
             kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + (ks & 3) * 16),
-                        kt_desc_k(sK + (ks >> 2) * BKV * 64 + (ks & 3) * 16));
+                        kt_desc_k(sK + (ks >> 2) * BKV * 64 + (ks & 3) * 16), ks > 0);
         kt_wg_commit();
         kt_wg_wait_all();
         kt_wg_hold(s[0]);
@@ -360,28 +358,28 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
         __syncthreads(); /* every warpgroup is done with K_tile and V_tile-1 */
         if (tile + 2 < n_tiles) {
             const int kv2 = (tile + 2) * BKV;
-            /* K tile + 2, into K_tile's buffer: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+            /* K tile + 2: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
             #pragma unroll
             for (int it = 0; it < 4; it++) {
                 const int c = it * 256 + tid;
                 {
                     const int r = c / 8, ch = c % 8;
                     const bool ok = kv2 + r < 2048;
-                    kt_cp_async16(kt_smem_u32((sK + (tile & 1) * BKV * D) + kt_woff<128>(r, ch * 8)),
+                    kt_cp_async16(kt_smem_u32((sK + (tile + 2) % NST * BKV * D) + kt_woff<128>(r, ch * 8)),
                                   gK + (size_t)(ok ? kv2 + r : 0) * 64 + ch * 8, ok);
                 }
             }
         }
         if (tile + 1 < n_tiles) {
             const int kv1 = (tile + 1) * BKV;
-            /* V tile + 1, into V_tile-1's buffer: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+            /* V tile + 1: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
             #pragma unroll
             for (int it = 0; it < 4; it++) {
                 const int c = it * 256 + tid;
                 {
                     const int r = c / 8, ch = c % 8;
                     const bool ok = kv1 + r < 2048;
-                    kt_cp_async16(kt_smem_u32((sV + ((tile + 1) & 1) * BKV * DV) + kt_woff<128>(r, ch * 8)),
+                    kt_cp_async16(kt_smem_u32((sV + (tile + 1) % NST * BKV * DV) + kt_woff<128>(r, ch * 8)),
                                   gV + (size_t)(ok ? kv1 + r : 0) * 64 + ch * 8, ok);
                 }
             }
@@ -390,22 +388,19 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
         kt_cp_async_wait<1>(); /* V_tile and K_tile+1 landed */
         kt_fence_proxy_async();
         __syncthreads();
-        const kt_f16 *cV = sV + (tile & 1) * BKV * DV;
+        const kt_f16 *cV = sV + tile % NST * BKV * DV;
         if (tile + 1 < n_tiles) {
             const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */
-            #pragma unroll
-            for (int j = 0; j < BKV / 8; j++)
-                s[0][j][0] = s[0][j][1] = s[0][j][2] = s[0][j][3] = 0.0f;
             kt_wg_fence();
             #pragma unroll
             for (int ks = 0; ks < D / 16; ks++)
                 kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + (ks & 3) * 16),
-                            kt_desc_k((sK + ((tile + 1) & 1) * BKV * D) + (ks >> 2) * BKV * 64 + (ks & 3) * 16));
+                            kt_desc_k((sK + (tile + 1) % NST * BKV * D) + (ks >> 2) * BKV * 64 + (ks & 3) * 16), ks > 0);
             kt_wg_commit();
             /* O += P_tile V_tile, in flight during the softmax of S_tile+1 */
             #pragma unroll
             for (int ks = 0; ks < BKV / 16; ks++)
-                kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64));
+                kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64), 1);
             kt_wg_commit();
             kt_wg_wait_one(); /* S_tile+1 done; P V may still run */
             kt_wg_hold(s[0]);
@@ -472,7 +467,7 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
             kt_wg_fence();
             #pragma unroll
             for (int ks = 0; ks < BKV / 16; ks++)
-                kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64));
+                kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64), 1);
             kt_wg_commit();
             kt_wg_wait_all();
             kt_wg_hold(o[0]);

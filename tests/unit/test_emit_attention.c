@@ -342,6 +342,12 @@ static void test_wgmma(void **state)
     assert_null(f->prune(&grp, &s3, &dev));
     s3.v[8] = 0;
     assert_string_equal(f->prune(&grp, &s3, &dev), "redundant");
+    /* rings of three buffers: wgmma only */
+    ops_schedule r3 = s;
+    r3.v[3] = 3;
+    assert_null(f->prune(&grp, &r3, &dev));
+    r3.v[8] = 0;
+    assert_string_equal(f->prune(&grp, &r3, &dev), "redundant");
 
     ops_emitted e;
     ops_diag d = {0};
