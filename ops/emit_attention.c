@@ -674,10 +674,14 @@ static void emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, 
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int h = 0; h < 2; h++) {");
     b->indent += 4;
-    kt_buf_line(b, "float mx = row_m[i][h];");
+    kt_buf_line(b, "/* two independent chains (even and odd column tiles) halve the latency */");
+    kt_buf_line(b, "float mx = row_m[i][h], mx1 = KT_NEG_INF;");
     kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++)");
+    kt_buf_line(b, "for (int j = 0; j < BKV / 8; j += 2) {");
     kt_buf_line(b, "    mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));");
+    kt_buf_line(b, "    mx1 = fmaxf(mx1, fmaxf(s[i][j + 1][2 * h], s[i][j + 1][2 * h + 1]));");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "mx = fmaxf(mx, mx1);");
     kt_buf_line(b, "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));");
     kt_buf_line(b, "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));");
     kt_buf_line(b, "/* a row with every key masked so far keeps p = 0 and no NaN */");
@@ -689,7 +693,7 @@ static void emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, 
         kt_buf_line(b, "const float alpha = %s(row_m[i][h] - base);", ex);
     }
     kt_buf_line(b, "row_m[i][h] = mx;");
-    kt_buf_line(b, "float sum = 0.0f;");
+    kt_buf_line(b, "float sum = 0.0f, sum1 = 0.0f;");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++) {");
     if (fold) {
@@ -699,8 +703,12 @@ static void emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, 
         kt_buf_line(b, "    s[i][j][2 * h] = %s(s[i][j][2 * h] - base);", ex);
         kt_buf_line(b, "    s[i][j][2 * h + 1] = %s(s[i][j][2 * h + 1] - base);", ex);
     }
-    kt_buf_line(b, "    sum += s[i][j][2 * h] + s[i][j][2 * h + 1];");
+    kt_buf_line(b, "    if (j & 1)");
+    kt_buf_line(b, "        sum1 += s[i][j][2 * h] + s[i][j][2 * h + 1];");
+    kt_buf_line(b, "    else");
+    kt_buf_line(b, "        sum += s[i][j][2 * h] + s[i][j][2 * h + 1];");
     kt_buf_line(b, "}");
+    kt_buf_line(b, "sum += sum1;");
     kt_buf_line(b, "/* per-lane partial sums; the 4 lanes of a row are added at the end */");
     kt_buf_line(b, "row_l[i][h] = row_l[i][h] * alpha + sum;");
     if (defer_alpha) {

@@ -321,23 +321,31 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
         for (int i = 0; i < MT; i++) {
             #pragma unroll
             for (int h = 0; h < 2; h++) {
-                float mx = row_m[i][h];
+                /* two independent chains (even and odd column tiles) halve the latency */
+                float mx = row_m[i][h], mx1 = KT_NEG_INF;
                 #pragma unroll
-                for (int j = 0; j < BKV / 8; j++)
+                for (int j = 0; j < BKV / 8; j += 2) {
                     mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));
+                    mx1 = fmaxf(mx1, fmaxf(s[i][j + 1][2 * h], s[i][j + 1][2 * h + 1]));
+                }
+                mx = fmaxf(mx, mx1);
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 /* a row with every key masked so far keeps p = 0 and no NaN */
                 const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;
                 const float alpha = kt_exp2(fmaf(row_m[i][h], SCALE, -base));
                 row_m[i][h] = mx;
-                float sum = 0.0f;
+                float sum = 0.0f, sum1 = 0.0f;
                 #pragma unroll
                 for (int j = 0; j < BKV / 8; j++) {
                     s[i][j][2 * h] = kt_exp2(fmaf(s[i][j][2 * h], SCALE, -base));
                     s[i][j][2 * h + 1] = kt_exp2(fmaf(s[i][j][2 * h + 1], SCALE, -base));
-                    sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
+                    if (j & 1)
+                        sum1 += s[i][j][2 * h] + s[i][j][2 * h + 1];
+                    else
+                        sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
                 }
+                sum += sum1;
                 /* per-lane partial sums; the 4 lanes of a row are added at the end */
                 row_l[i][h] = row_l[i][h] * alpha + sum;
                 alpha_o[i][h] = alpha;
@@ -423,23 +431,31 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
             for (int i = 0; i < MT; i++) {
                 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    float mx = row_m[i][h];
+                    /* two independent chains (even and odd column tiles) halve the latency */
+                    float mx = row_m[i][h], mx1 = KT_NEG_INF;
                     #pragma unroll
-                    for (int j = 0; j < BKV / 8; j++)
+                    for (int j = 0; j < BKV / 8; j += 2) {
                         mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));
+                        mx1 = fmaxf(mx1, fmaxf(s[i][j + 1][2 * h], s[i][j + 1][2 * h + 1]));
+                    }
+                    mx = fmaxf(mx, mx1);
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                     /* a row with every key masked so far keeps p = 0 and no NaN */
                     const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;
                     const float alpha = kt_exp2(fmaf(row_m[i][h], SCALE, -base));
                     row_m[i][h] = mx;
-                    float sum = 0.0f;
+                    float sum = 0.0f, sum1 = 0.0f;
                     #pragma unroll
                     for (int j = 0; j < BKV / 8; j++) {
                         s[i][j][2 * h] = kt_exp2(fmaf(s[i][j][2 * h], SCALE, -base));
                         s[i][j][2 * h + 1] = kt_exp2(fmaf(s[i][j][2 * h + 1], SCALE, -base));
-                        sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
+                        if (j & 1)
+                            sum1 += s[i][j][2 * h] + s[i][j][2 * h + 1];
+                        else
+                            sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
                     }
+                    sum += sum1;
                     /* per-lane partial sums; the 4 lanes of a row are added at the end */
                     row_l[i][h] = row_l[i][h] * alpha + sum;
                     alpha_o[i][h] = alpha;
