@@ -202,11 +202,8 @@ static void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *
         m->mt = 1;
         m->qs = m->ks = d;
         m->vs = dv;
-        /* unpadded swizzled tiles, plus 1 KiB to align the first to 1024 bytes, plus the
-         * mbarriers; one producer warp beside the consumer warpgroups */
-        m->threads = m->threads + 32;
-        m->smem = 2 * ((int64_t)m->bq * d + (int64_t)m->stages * m->bkv * (d + dv)) + 1024 +
-                  8 * (1 + 4 * (int64_t)m->stages);
+        /* unpadded swizzled tiles, plus 1 KiB to align the first to 1024 bytes */
+        m->smem = 2 * ((int64_t)m->bq * d + (int64_t)m->stages * m->bkv * (d + dv)) + 1024;
         /* S and O accumulators, P repacked (alive while the P V wgmmas run), statistics. */
         m->regs = m->bkv / 2 + dv / 2 + m->bkv / 4 + 40; /* ptxas 13.0: 110-203 */
     } else {
@@ -1285,30 +1282,6 @@ static const char wgmma_helpers[] =
     "{\n"
     "    asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");\n"
     "}\n"
-    "/* mbarriers (shared memory, 8 bytes each): init, arrive, wait for the phase of a parity,\n"
-    "   and the arrival a thread's cp.asyncs make when they land (.noinc: counted in init). */\n"
-    "__device__ __forceinline__ void kt_mbar_init(unsigned long long *bar, unsigned count)\n"
-    "{\n"
-    "    asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\\n\" ::\"r\"(kt_smem_u32(bar)),\n"
-    "                 \"r\"(count) : \"memory\");\n"
-    "}\n"
-    "__device__ __forceinline__ void kt_mbar_arrive(unsigned long long *bar)\n"
-    "{\n"
-    "    asm volatile(\"mbarrier.arrive.shared::cta.b64 _, [%0];\\n\" ::\"r\"(kt_smem_u32(bar))\n"
-    "                 : \"memory\");\n"
-    "}\n"
-    "__device__ __forceinline__ void kt_mbar_wait(unsigned long long *bar, unsigned parity)\n"
-    "{\n"
-    "    asm volatile(\"{\\n.reg .pred p;\\nKT_MBAR_WAIT:\\n\"\n"
-    "                 \"mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\\n\"\n"
-    "                 \"@!p bra KT_MBAR_WAIT;\\n}\\n\" ::\"r\"(kt_smem_u32(bar)),\n"
-    "                 \"r\"(parity) : \"memory\");\n"
-    "}\n"
-    "__device__ __forceinline__ void kt_cp_async_arrive(unsigned long long *bar)\n"
-    "{\n"
-    "    asm volatile(\"cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\\n\"\n"
-    "                 ::\"r\"(kt_smem_u32(bar)) : \"memory\");\n"
-    "}\n"
     "/* After the wait: the accumulators are read only from here on (the compiler sees wgmma\n"
     "   write them when it is issued, not when it completes). */\n"
     "template <int N> __device__ __forceinline__ void kt_wg_hold(float (&d)[N][4])\n"
@@ -1382,50 +1355,19 @@ static void emit_wgmma_pack(kt_buf *b)
     kt_buf_line(b, "}");
 }
 
-/* Emits the producer's copy of tile J of K or V (WHAT "K" / "V") into its ring slot: waits until
- * the consumers released the slot's previous tile, copies with the warp's 32 threads, and has
- * the slot's full barrier complete when the copies land. */
-static void emit_ws_produce(kt_buf *b, const attn_info *a, const attn_geom *pm, const char *what,
-                            const char *j)
-{
-    bool is_k = what[0] == 'K';
-    int cols = is_k ? (int)a->d : (int)a->dv;
-    kt_buf_line(b, "{");
-    b->indent += 4;
-    kt_buf_line(b, "const int jt = %s, slot = jt %% NST;", j);
-    kt_buf_line(b, "if (jt >= NST)");
-    kt_buf_line(b, "    kt_mbar_wait(&bar_empty_%c[slot], (jt / NST - 1) & 1);", is_k ? 'k' : 'v');
-    kt_buf_line(b, "const int row0 = jt * BKV;");
-    char dst[64], label[32];
-    snprintf(dst, sizeof(dst), "(s%s + slot * BKV * %s)", what, is_k ? "D" : "DV");
-    snprintf(label, sizeof(label), "%s tile jt", what);
-    emit_tile_load(b, pm, label, dst, is_k ? "gK" : "gV", pm->bkv, cols, "kt_woff", pm->bkv, "row0",
-                   (long long)a->skv);
-    kt_buf_line(b, "kt_cp_async_arrive(&bar_full_%c[slot]);", is_k ? 'k' : 'v');
-    b->indent -= 4;
-    kt_buf_line(b, "}");
-}
-
-/* The Hopper kernel: warp-specialised and software-pipelined.
- *   - One producer warp (the last) copies Q and the K and V tiles with cp.async into rings of
- *     NST buffers; each buffer has a "full" mbarrier (completed by the copies themselves,
- *     cp.async.mbarrier.arrive) and an "empty" one (every consumer thread arrives when its
- *     warpgroup's wgmma has read the buffer). No block-wide barrier in the loop: warpgroups
- *     drift apart, so one's softmax runs beside another's MMAs.
- *   - Each consumer warpgroup pipelines itself: while the tensor cores run O += P_j V_j, its
- *     threads compute the softmax of S_j+1 = Q K_j+1^T (issued just before), so the
- *     exponentials (the MUFU unit: as much time as the MMAs at D = 64) overlap the MMAs. O's
- *     rescale for S_j+1's new max waits for P_j V_j. */
+/* The Hopper kernel, software-pipelined inside each warpgroup: while the tensor cores run
+ * O += P_j V_j, the warpgroup's threads compute the softmax of S_j+1 = Q K_j+1^T (issued just
+ * before), so the exponentials (the MUFU unit: as much time as the MMAs at D = 64) overlap the
+ * MMAs. O's rescale for S_j+1's new max waits for P_j V_j. Tiles: K two tiles ahead and V one
+ * tile ahead of the MMAs, in rings of NST buffers, one cp.async group per step. */
 static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
                               const attn_geom *m, const char *entry)
 {
     const char *ty = ops_emit_ctype(a->dt);
-    int d = (int)a->d;
+    int d = (int)a->d, dv = (int)a->dv;
     char scale[64];
     const char *ex = emit_kernel_open(b, grp, a, m, entry, scale, sizeof(scale));
     kt_buf_line(b, "constexpr int MT = 1; /* a warp owns 16 of its warpgroup's 64 rows */");
-    kt_buf_line(b, "constexpr int CW = %d; /* consumer warps; warp CW is the producer */",
-                m->warps);
     kt_buf_line(b, "/* scores are scaled by %s%s */", scale,
                 m->exp2 ? " (scale * log2(e): softmax in base 2)" : "");
     kt_buf_line(b, "constexpr float SCALE = %s;", scale);
@@ -1437,18 +1379,17 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "constexpr int NST = %d; /* ring buffers of K and of V */", m->stages);
     kt_buf_line(b, "%s *sK = sQ + BQ * D; /* NST buffers of BKV x D */", ty);
     kt_buf_line(b, "%s *sV = sK + NST * BKV * D; /* NST buffers of BKV x DV */", ty);
-    kt_buf_line(b, "unsigned long long *bar_q = reinterpret_cast<unsigned long long *>(sV + NST * "
-                   "BKV * DV);");
-    kt_buf_line(b, "unsigned long long *bar_full_k = bar_q + 1, *bar_empty_k = bar_full_k + NST;");
-    kt_buf_line(b, "unsigned long long *bar_full_v = bar_empty_k + NST, *bar_empty_v = bar_full_v + "
-                   "NST;");
     kt_buf_line(b, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;");
+    kt_buf_line(b, "const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column "
+                   "pair */");
     kt_buf_line(b, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
+    kt_buf_line(b, "const int wq0 = q0 + warp * 16; /* this warp's first query */");
     kt_buf_line(b, "const int bidx = blockIdx.y;");
     int iq = input_index(grp, a->q), ik = input_index(grp, a->k), iv = input_index(grp, a->v);
     kt_buf_line(b, "const %s *gQ = in%d + (size_t)bidx * SQ * D;", ty, iq);
     kt_buf_line(b, "const %s *gK = in%d + (size_t)bidx * SKV * D;", ty, ik);
     kt_buf_line(b, "const %s *gV = in%d + (size_t)bidx * SKV * DV;", ty, iv);
+    kt_buf_line(b, "%s *gO = out0 + (size_t)bidx * SQ * DV;", ops_emit_ctype(a->out_dt));
     if (a->causal) {
         kt_buf_line(b, "/* causal: keys past the block's last query are never needed */");
         kt_buf_line(b, "const int kv_end = min(SKV, min(q0 + BQ, SQ));");
@@ -1456,43 +1397,21 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
         kt_buf_line(b, "const int kv_end = SKV;");
     }
     kt_buf_line(b, "const int n_tiles = (kv_end + BKV - 1) / BKV;");
-    kt_buf_line(b, "if (tid == 0) {");
-    kt_buf_line(b, "    kt_mbar_init(bar_q, 32);");
-    kt_buf_line(b, "    for (int i = 0; i < NST; i++) {");
-    kt_buf_line(b, "        kt_mbar_init(&bar_full_k[i], 32); /* the producer's lanes */");
-    kt_buf_line(b, "        kt_mbar_init(&bar_full_v[i], 32);");
-    kt_buf_line(b, "        kt_mbar_init(&bar_empty_k[i], CW * 32); /* every consumer thread */");
-    kt_buf_line(b, "        kt_mbar_init(&bar_empty_v[i], CW * 32);");
-    kt_buf_line(b, "    }");
-    kt_buf_line(b, "}");
-    kt_buf_line(b, "__syncthreads(); /* the barriers are initialised */");
     kt_buf_printf(b, "\n");
-    kt_buf_line(b, "if (warp == CW) {");
+    emit_tile_load(b, m, "Q tile", "sQ", "gQ", m->bq, d, "kt_woff", m->bq, "q0", (long long)a->sq);
+    emit_tile_load(b, m, "K tile 0", "sK", "gK", m->bkv, d, "kt_woff", m->bkv, "0",
+                   (long long)a->skv);
+    kt_buf_line(b, "kt_cp_async_commit();");
+    emit_tile_load(b, m, "V tile 0", "sV", "gV", m->bkv, dv, "kt_woff", m->bkv, "0",
+                   (long long)a->skv);
+    kt_buf_line(b, "if (n_tiles > 1) {");
     b->indent += 4;
-    kt_buf_line(b, "/* producer: Q, then K_0, and per step K_j+1 and V_j, in the consumers' order */");
-    kt_buf_line(b, "const int tid = lane; /* the copy loops below index by lane */");
-    attn_geom pm = *m;
-    pm.threads = 32;
-    emit_tile_load(b, &pm, "Q tile", "sQ", "gQ", m->bq, d, "kt_woff", m->bq, "q0",
-                   (long long)a->sq);
-    kt_buf_line(b, "kt_cp_async_arrive(bar_q);");
-    emit_ws_produce(b, a, &pm, "K", "0");
-    kt_buf_line(b, "for (int t = 0; t < n_tiles; t++) {");
-    b->indent += 4;
-    kt_buf_line(b, "if (t + 1 < n_tiles)");
-    emit_ws_produce(b, a, &pm, "K", "t + 1");
-    emit_ws_produce(b, a, &pm, "V", "t");
+    emit_tile_load(b, m, "K tile 1", "sK + BKV * D", "gK", m->bkv, d, "kt_woff", m->bkv, "BKV",
+                   (long long)a->skv);
     b->indent -= 4;
     kt_buf_line(b, "}");
-    kt_buf_line(b, "kt_cp_async_wait<0>(); /* leave no copy behind an exited warp */");
-    b->indent -= 4;
-    kt_buf_line(b, "} else {");
-    b->indent += 4;
-    kt_buf_line(b, "/* consumers */");
-    kt_buf_line(b, "const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column "
-                   "pair */");
-    kt_buf_line(b, "const int wq0 = q0 + warp * 16; /* this warp's first query */");
-    kt_buf_line(b, "%s *gO = out0 + (size_t)bidx * SQ * DV;", ops_emit_ctype(a->out_dt));
+    kt_buf_line(b, "kt_cp_async_commit();");
+    kt_buf_printf(b, "\n");
     kt_buf_line(b, "float o[MT][DV / 8][4]; /* output accumulators (wgmma m64nDV, per warp m16n8 "
                    "C layout) */");
     kt_buf_line(b, "float row_m[MT][2], row_l[MT][2], alpha_o[MT][2]; /* rows g and g + 8 */");
@@ -1504,17 +1423,16 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */");
     kt_buf_line(b, "unsigned pa[BKV / 16][4]; /* P of the tile whose P V is next */");
     kt_buf_printf(b, "\n");
-    kt_buf_line(b, "/* S_0 and its softmax */");
-    kt_buf_line(b, "kt_mbar_wait(bar_q, 0);");
-    kt_buf_line(b, "kt_mbar_wait(&bar_full_k[0], 0);");
-    kt_buf_line(b, "kt_fence_proxy_async(); /* cp.async wrote through the generic proxy */");
+    kt_buf_line(b, "/* S_0 and its softmax (every warpgroup needs key tile 0) */");
+    kt_buf_line(b, "kt_cp_async_wait<1>(); /* Q and K_0 landed */");
+    kt_buf_line(b, "kt_fence_proxy_async();");
+    kt_buf_line(b, "__syncthreads();");
     kt_buf_line(b, "{");
     b->indent += 4;
     kt_buf_line(b, "const int kv0 = 0;");
     emit_wgmma_qk_issue(b, "sK");
     kt_buf_line(b, "kt_wg_wait_all();");
     kt_buf_line(b, "kt_wg_hold(s[0]);");
-    kt_buf_line(b, "kt_mbar_arrive(&bar_empty_k[0]);");
     emit_mma_softmax(b, a, m, ex, true);
     emit_wgmma_pack(b);
     b->indent -= 4;
@@ -1525,16 +1443,34 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "   a data-dependent wgmma group count would make ptxas serialize the MMAs. */");
     kt_buf_line(b, "for (int tile = 0; tile < n_tiles; tile++) {");
     b->indent += 4;
-    kt_buf_line(b, "const int vs = tile %% NST;");
-    kt_buf_line(b, "const %s *cV = sV + vs * BKV * DV;", ty);
+    if (m->stages == 2)
+        kt_buf_line(b, "__syncthreads(); /* every warpgroup is done with K_tile and V_tile-1 */");
+    else
+        kt_buf_line(b, "/* K_tile+2 and V_tile+1 go where K_tile-1 and V_tile-2 were: every "
+                       "warpgroup passed the last barrier, so it is done with them */");
+    kt_buf_line(b, "if (tile + 2 < n_tiles) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int kv2 = (tile + 2) * BKV;");
+    emit_tile_load(b, m, "K tile + 2", "(sK + (tile + 2) % NST * BKV * D)", "gK", m->bkv, d,
+                   "kt_woff", m->bkv, "kv2", (long long)a->skv);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "if (tile + 1 < n_tiles) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int kv1 = (tile + 1) * BKV;");
+    emit_tile_load(b, m, "V tile + 1", "(sV + (tile + 1) % NST * BKV * DV)", "gV", m->bkv, dv,
+                   "kt_woff", m->bkv, "kv1", (long long)a->skv);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "kt_cp_async_commit();");
+    kt_buf_line(b, "kt_cp_async_wait<1>(); /* V_tile and K_tile+1 landed */");
+    kt_buf_line(b, "kt_fence_proxy_async();");
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "const %s *cV = sV + tile %% NST * BKV * DV;", ty);
     kt_buf_line(b, "if (tile + 1 < n_tiles) {");
     b->indent += 4;
     kt_buf_line(b, "const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */");
-    kt_buf_line(b, "const int ks1 = (tile + 1) %% NST;");
-    kt_buf_line(b, "kt_mbar_wait(&bar_full_k[ks1], ((tile + 1) / NST) & 1);");
-    kt_buf_line(b, "kt_mbar_wait(&bar_full_v[vs], (tile / NST) & 1);");
-    kt_buf_line(b, "kt_fence_proxy_async();");
-    emit_wgmma_qk_issue(b, "(sK + ks1 * BKV * D)");
+    emit_wgmma_qk_issue(b, "(sK + (tile + 1) % NST * BKV * D)");
     kt_buf_line(b, "/* O += P_tile V_tile, in flight during the softmax of S_tile+1 */");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
@@ -1542,11 +1478,9 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "kt_wg_commit();");
     kt_buf_line(b, "kt_wg_wait_one(); /* S_tile+1 done; P V may still run */");
     kt_buf_line(b, "kt_wg_hold(s[0]);");
-    kt_buf_line(b, "kt_mbar_arrive(&bar_empty_k[ks1]);");
     emit_mma_softmax(b, a, m, ex, true);
     kt_buf_line(b, "kt_wg_wait_all();");
     kt_buf_line(b, "kt_wg_hold(o[0]);");
-    kt_buf_line(b, "kt_mbar_arrive(&bar_empty_v[vs]);");
     kt_buf_line(b, "/* O joins S_tile+1's max; P_tile+1 is next */");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int j = 0; j < DV / 8; j++) {");
@@ -1560,8 +1494,6 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "} else {");
     b->indent += 4;
     kt_buf_line(b, "/* the last tile: O += P V alone */");
-    kt_buf_line(b, "kt_mbar_wait(&bar_full_v[vs], (tile / NST) & 1);");
-    kt_buf_line(b, "kt_fence_proxy_async();");
     kt_buf_line(b, "kt_wg_fence();");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
@@ -1575,8 +1507,6 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "}");
     kt_buf_printf(b, "\n");
     emit_mma_store(b, grp, a);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
     b->indent -= 4;
     kt_buf_line(b, "}");
 }

@@ -150,30 +150,6 @@ __device__ __forceinline__ void kt_fence_proxy_async()
 {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-/* mbarriers (shared memory, 8 bytes each): init, arrive, wait for the phase of a parity,
-   and the arrival a thread's cp.asyncs make when they land (.noinc: counted in init). */
-__device__ __forceinline__ void kt_mbar_init(unsigned long long *bar, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(kt_smem_u32(bar)),
-                 "r"(count) : "memory");
-}
-__device__ __forceinline__ void kt_mbar_arrive(unsigned long long *bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(kt_smem_u32(bar))
-                 : "memory");
-}
-__device__ __forceinline__ void kt_mbar_wait(unsigned long long *bar, unsigned parity)
-{
-    asm volatile("{\n.reg .pred p;\nKT_MBAR_WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra KT_MBAR_WAIT;\n}\n" ::"r"(kt_smem_u32(bar)),
-                 "r"(parity) : "memory");
-}
-__device__ __forceinline__ void kt_cp_async_arrive(unsigned long long *bar)
-{
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n"
-                 ::"r"(kt_smem_u32(bar)) : "memory");
-}
 /* After the wait: the accumulators are read only from here on (the compiler sees wgmma
    write them when it is issued, not when it completes). */
 template <int N> __device__ __forceinline__ void kt_wg_hold(float (&d)[N][4])
@@ -222,7 +198,7 @@ __device__ __forceinline__ void kt_wgmma_pv(float (&d)[8][4], const unsigned (&a
 }
 /* ---- end of attention helpers ---- */
 
-extern "C" __global__ void __launch_bounds__(288, 1)
+extern "C" __global__ void __launch_bounds__(256, 1)
 ktune_attention_f16_wgmma_q128_kv128_w8_s2(
     const kt_f16 *__restrict__ in0, /* Q */
     const kt_f16 *__restrict__ in1, /* K */
@@ -232,7 +208,6 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
     constexpr int BQ = 128, BKV = 128, D = 64, DV = 64;
     constexpr int SQ = 2048, SKV = 2048;
     constexpr int MT = 1; /* a warp owns 16 of its warpgroup's 64 rows */
-    constexpr int CW = 8; /* consumer warps; warp CW is the producer */
     /* scores are scaled by 0.180336878f (scale * log2(e): softmax in base 2) */
     constexpr float SCALE = 0.180336878f;
     extern __shared__ __align__(16) unsigned char kt_smem[];
@@ -241,132 +216,202 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
     constexpr int NST = 2; /* ring buffers of K and of V */
     kt_f16 *sK = sQ + BQ * D; /* NST buffers of BKV x D */
     kt_f16 *sV = sK + NST * BKV * D; /* NST buffers of BKV x DV */
-    unsigned long long *bar_q = reinterpret_cast<unsigned long long *>(sV + NST * BKV * DV);
-    unsigned long long *bar_full_k = bar_q + 1, *bar_empty_k = bar_full_k + NST;
-    unsigned long long *bar_full_v = bar_empty_k + NST, *bar_empty_v = bar_full_v + NST;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+    const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column pair */
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */
+    const int wq0 = q0 + warp * 16; /* this warp's first query */
     const int bidx = blockIdx.y;
     const kt_f16 *gQ = in0 + (size_t)bidx * SQ * D;
     const kt_f16 *gK = in1 + (size_t)bidx * SKV * D;
     const kt_f16 *gV = in2 + (size_t)bidx * SKV * DV;
+    kt_f16 *gO = out0 + (size_t)bidx * SQ * DV;
     /* causal: keys past the block's last query are never needed */
     const int kv_end = min(SKV, min(q0 + BQ, SQ));
     const int n_tiles = (kv_end + BKV - 1) / BKV;
-    if (tid == 0) {
-        kt_mbar_init(bar_q, 32);
-        for (int i = 0; i < NST; i++) {
-            kt_mbar_init(&bar_full_k[i], 32); /* the producer's lanes */
-            kt_mbar_init(&bar_full_v[i], 32);
-            kt_mbar_init(&bar_empty_k[i], CW * 32); /* every consumer thread */
-            kt_mbar_init(&bar_empty_v[i], CW * 32);
+
+    /* Q tile: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+    #pragma unroll
+    for (int it = 0; it < 4; it++) {
+        const int c = it * 256 + tid;
+        {
+            const int r = c / 8, ch = c % 8;
+            const bool ok = q0 + r < 2048;
+            kt_cp_async16(kt_smem_u32(sQ + kt_woff<128>(r, ch * 8)),
+                          gQ + (size_t)(ok ? q0 + r : 0) * 64 + ch * 8, ok);
         }
     }
-    __syncthreads(); /* the barriers are initialised */
-
-    if (warp == CW) {
-        /* producer: Q, then K_0, and per step K_j+1 and V_j, in the consumers' order */
-        const int tid = lane; /* the copy loops below index by lane */
-        /* Q tile: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+    /* K tile 0: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+    #pragma unroll
+    for (int it = 0; it < 4; it++) {
+        const int c = it * 256 + tid;
+        {
+            const int r = c / 8, ch = c % 8;
+            const bool ok = 0 + r < 2048;
+            kt_cp_async16(kt_smem_u32(sK + kt_woff<128>(r, ch * 8)),
+                          gK + (size_t)(ok ? 0 + r : 0) * 64 + ch * 8, ok);
+        }
+    }
+    kt_cp_async_commit();
+    /* V tile 0: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+    #pragma unroll
+    for (int it = 0; it < 4; it++) {
+        const int c = it * 256 + tid;
+        {
+            const int r = c / 8, ch = c % 8;
+            const bool ok = 0 + r < 2048;
+            kt_cp_async16(kt_smem_u32(sV + kt_woff<128>(r, ch * 8)),
+                          gV + (size_t)(ok ? 0 + r : 0) * 64 + ch * 8, ok);
+        }
+    }
+    if (n_tiles > 1) {
+        /* K tile 1: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
         #pragma unroll
-        for (int it = 0; it < 32; it++) {
-            const int c = it * 32 + tid;
+        for (int it = 0; it < 4; it++) {
+            const int c = it * 256 + tid;
             {
                 const int r = c / 8, ch = c % 8;
-                const bool ok = q0 + r < 2048;
-                kt_cp_async16(kt_smem_u32(sQ + kt_woff<128>(r, ch * 8)),
-                              gQ + (size_t)(ok ? q0 + r : 0) * 64 + ch * 8, ok);
+                const bool ok = BKV + r < 2048;
+                kt_cp_async16(kt_smem_u32(sK + BKV * D + kt_woff<128>(r, ch * 8)),
+                              gK + (size_t)(ok ? BKV + r : 0) * 64 + ch * 8, ok);
             }
         }
-        kt_cp_async_arrive(bar_q);
-        {
-            const int jt = 0, slot = jt % NST;
-            if (jt >= NST)
-                kt_mbar_wait(&bar_empty_k[slot], (jt / NST - 1) & 1);
-            const int row0 = jt * BKV;
-            /* K tile jt: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+    }
+    kt_cp_async_commit();
+
+    float o[MT][DV / 8][4]; /* output accumulators (wgmma m64nDV, per warp m16n8 C layout) */
+    float row_m[MT][2], row_l[MT][2], alpha_o[MT][2]; /* rows g and g + 8 */
+    #pragma unroll
+    for (int j = 0; j < DV / 8; j++)
+        o[0][j][0] = o[0][j][1] = o[0][j][2] = o[0][j][3] = 0.0f;
+    row_m[0][0] = row_m[0][1] = KT_NEG_INF;
+    row_l[0][0] = row_l[0][1] = 0.0f;
+    float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */
+    unsigned pa[BKV / 16][4]; /* P of the tile whose P V is next */
+
+    /* S_0 and its softmax (every warpgroup needs key tile 0) */
+    kt_cp_async_wait<1>(); /* Q and K_0 landed */
+    kt_fence_proxy_async();
+    __syncthreads();
+    {
+        const int kv0 = 0;
+        kt_wg_fence();
+        #pragma unroll
+        for (int ks = 0; ks < D / 16; ks++)
+            kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + (ks & 3) * 16),
+                        kt_desc_k(sK + (ks >> 2) * BKV * 64 + (ks & 3) * 16), ks > 0);
+        kt_wg_commit();
+        kt_wg_wait_all();
+        kt_wg_hold(s[0]);
+        /* mask keys after their query (causal) */
+        if (kv0 + BKV - 1 > wq0) {
             #pragma unroll
-            for (int it = 0; it < 32; it++) {
-                const int c = it * 32 + tid;
+            for (int i = 0; i < MT; i++)
+                #pragma unroll
+                for (int j = 0; j < BKV / 8; j++)
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int key = kv0 + j * 8 + 2 * t4 + (e & 1);
+                        const int qi = wq0 + i * 16 + g + (e >> 1) * 8;
+                        if (key > qi)
+                            s[i][j][e] = KT_NEG_INF;
+                    }
+        }
+        /* online softmax: new row max (over the 4 lanes sharing a row; raw scores, row_m too), rescale, P = kt_exp2(S * SCALE - max) */
+        #pragma unroll
+        for (int i = 0; i < MT; i++) {
+            #pragma unroll
+            for (int h = 0; h < 2; h++) {
+                /* two independent chains (even and odd column tiles) halve the latency */
+                float mx = row_m[i][h], mx1 = KT_NEG_INF;
+                #pragma unroll
+                for (int j = 0; j < BKV / 8; j += 2) {
+                    mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));
+                    mx1 = fmaxf(mx1, fmaxf(s[i][j + 1][2 * h], s[i][j + 1][2 * h + 1]));
+                }
+                mx = fmaxf(mx, mx1);
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                /* a row with every key masked so far keeps p = 0 and no NaN */
+                const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;
+                const float alpha = kt_exp2(fmaf(row_m[i][h], SCALE, -base));
+                row_m[i][h] = mx;
+                float sum = 0.0f, sum1 = 0.0f;
+                #pragma unroll
+                for (int j = 0; j < BKV / 8; j++) {
+                    s[i][j][2 * h] = kt_exp2(fmaf(s[i][j][2 * h], SCALE, -base));
+                    s[i][j][2 * h + 1] = kt_exp2(fmaf(s[i][j][2 * h + 1], SCALE, -base));
+                    if (j & 1)
+                        sum1 += s[i][j][2 * h] + s[i][j][2 * h + 1];
+                    else
+                        sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
+                }
+                sum += sum1;
+                /* per-lane partial sums; the 4 lanes of a row are added at the end */
+                row_l[i][h] = row_l[i][h] * alpha + sum;
+                alpha_o[i][h] = alpha;
+            }
+        }
+        #pragma unroll
+        for (int ks = 0; ks < BKV / 16; ks++) {
+            pa[ks][0] = kt_pack(s[0][2 * ks][0], s[0][2 * ks][1]);
+            pa[ks][1] = kt_pack(s[0][2 * ks][2], s[0][2 * ks][3]);
+            pa[ks][2] = kt_pack(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
+            pa[ks][3] = kt_pack(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+        }
+    }
+
+    /* Every warpgroup runs every step, also on tiles its causal mask hides (P = 0 there):
+       a data-dependent wgmma group count would make ptxas serialize the MMAs. */
+    for (int tile = 0; tile < n_tiles; tile++) {
+        __syncthreads(); /* every warpgroup is done with K_tile and V_tile-1 */
+        if (tile + 2 < n_tiles) {
+            const int kv2 = (tile + 2) * BKV;
+            /* K tile + 2: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+            #pragma unroll
+            for (int it = 0; it < 4; it++) {
+                const int c = it * 256 + tid;
                 {
                     const int r = c / 8, ch = c % 8;
-                    const bool ok = row0 + r < 2048;
-                    kt_cp_async16(kt_smem_u32((sK + slot * BKV * D) + kt_woff<128>(r, ch * 8)),
-                                  gK + (size_t)(ok ? row0 + r : 0) * 64 + ch * 8, ok);
+                    const bool ok = kv2 + r < 2048;
+                    kt_cp_async16(kt_smem_u32((sK + (tile + 2) % NST * BKV * D) + kt_woff<128>(r, ch * 8)),
+                                  gK + (size_t)(ok ? kv2 + r : 0) * 64 + ch * 8, ok);
                 }
-            }
-            kt_cp_async_arrive(&bar_full_k[slot]);
-        }
-        for (int t = 0; t < n_tiles; t++) {
-            if (t + 1 < n_tiles)
-            {
-                const int jt = t + 1, slot = jt % NST;
-                if (jt >= NST)
-                    kt_mbar_wait(&bar_empty_k[slot], (jt / NST - 1) & 1);
-                const int row0 = jt * BKV;
-                /* K tile jt: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
-                #pragma unroll
-                for (int it = 0; it < 32; it++) {
-                    const int c = it * 32 + tid;
-                    {
-                        const int r = c / 8, ch = c % 8;
-                        const bool ok = row0 + r < 2048;
-                        kt_cp_async16(kt_smem_u32((sK + slot * BKV * D) + kt_woff<128>(r, ch * 8)),
-                                      gK + (size_t)(ok ? row0 + r : 0) * 64 + ch * 8, ok);
-                    }
-                }
-                kt_cp_async_arrive(&bar_full_k[slot]);
-            }
-            {
-                const int jt = t, slot = jt % NST;
-                if (jt >= NST)
-                    kt_mbar_wait(&bar_empty_v[slot], (jt / NST - 1) & 1);
-                const int row0 = jt * BKV;
-                /* V tile jt: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
-                #pragma unroll
-                for (int it = 0; it < 32; it++) {
-                    const int c = it * 32 + tid;
-                    {
-                        const int r = c / 8, ch = c % 8;
-                        const bool ok = row0 + r < 2048;
-                        kt_cp_async16(kt_smem_u32((sV + slot * BKV * DV) + kt_woff<128>(r, ch * 8)),
-                                      gV + (size_t)(ok ? row0 + r : 0) * 64 + ch * 8, ok);
-                    }
-                }
-                kt_cp_async_arrive(&bar_full_v[slot]);
             }
         }
-        kt_cp_async_wait<0>(); /* leave no copy behind an exited warp */
-    } else {
-        /* consumers */
-        const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column pair */
-        const int wq0 = q0 + warp * 16; /* this warp's first query */
-        kt_f16 *gO = out0 + (size_t)bidx * SQ * DV;
-        float o[MT][DV / 8][4]; /* output accumulators (wgmma m64nDV, per warp m16n8 C layout) */
-        float row_m[MT][2], row_l[MT][2], alpha_o[MT][2]; /* rows g and g + 8 */
-        #pragma unroll
-        for (int j = 0; j < DV / 8; j++)
-            o[0][j][0] = o[0][j][1] = o[0][j][2] = o[0][j][3] = 0.0f;
-        row_m[0][0] = row_m[0][1] = KT_NEG_INF;
-        row_l[0][0] = row_l[0][1] = 0.0f;
-        float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */
-        unsigned pa[BKV / 16][4]; /* P of the tile whose P V is next */
-
-        /* S_0 and its softmax */
-        kt_mbar_wait(bar_q, 0);
-        kt_mbar_wait(&bar_full_k[0], 0);
-        kt_fence_proxy_async(); /* cp.async wrote through the generic proxy */
-        {
-            const int kv0 = 0;
+        if (tile + 1 < n_tiles) {
+            const int kv1 = (tile + 1) * BKV;
+            /* V tile + 1: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
+            #pragma unroll
+            for (int it = 0; it < 4; it++) {
+                const int c = it * 256 + tid;
+                {
+                    const int r = c / 8, ch = c % 8;
+                    const bool ok = kv1 + r < 2048;
+                    kt_cp_async16(kt_smem_u32((sV + (tile + 1) % NST * BKV * DV) + kt_woff<128>(r, ch * 8)),
+                                  gV + (size_t)(ok ? kv1 + r : 0) * 64 + ch * 8, ok);
+                }
+            }
+        }
+        kt_cp_async_commit();
+        kt_cp_async_wait<1>(); /* V_tile and K_tile+1 landed */
+        kt_fence_proxy_async();
+        __syncthreads();
+        const kt_f16 *cV = sV + tile % NST * BKV * DV;
+        if (tile + 1 < n_tiles) {
+            const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */
             kt_wg_fence();
             #pragma unroll
             for (int ks = 0; ks < D / 16; ks++)
                 kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + (ks & 3) * 16),
-                            kt_desc_k(sK + (ks >> 2) * BKV * 64 + (ks & 3) * 16), ks > 0);
+                            kt_desc_k((sK + (tile + 1) % NST * BKV * D) + (ks >> 2) * BKV * 64 + (ks & 3) * 16), ks > 0);
             kt_wg_commit();
-            kt_wg_wait_all();
+            /* O += P_tile V_tile, in flight during the softmax of S_tile+1 */
+            #pragma unroll
+            for (int ks = 0; ks < BKV / 16; ks++)
+                kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64), 1);
+            kt_wg_commit();
+            kt_wg_wait_one(); /* S_tile+1 done; P V may still run */
             kt_wg_hold(s[0]);
-            kt_mbar_arrive(&bar_empty_k[0]);
             /* mask keys after their query (causal) */
             if (kv0 + BKV - 1 > wq0) {
                 #pragma unroll
@@ -416,6 +461,16 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                     alpha_o[i][h] = alpha;
                 }
             }
+            kt_wg_wait_all();
+            kt_wg_hold(o[0]);
+            /* O joins S_tile+1's max; P_tile+1 is next */
+            #pragma unroll
+            for (int j = 0; j < DV / 8; j++) {
+                o[0][j][0] *= alpha_o[0][0];
+                o[0][j][1] *= alpha_o[0][0];
+                o[0][j][2] *= alpha_o[0][1];
+                o[0][j][3] *= alpha_o[0][1];
+            }
             #pragma unroll
             for (int ks = 0; ks < BKV / 16; ks++) {
                 pa[ks][0] = kt_pack(s[0][2 * ks][0], s[0][2 * ks][1]);
@@ -423,134 +478,37 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                 pa[ks][2] = kt_pack(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
                 pa[ks][3] = kt_pack(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
             }
+        } else {
+            /* the last tile: O += P V alone */
+            kt_wg_fence();
+            #pragma unroll
+            for (int ks = 0; ks < BKV / 16; ks++)
+                kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64), 1);
+            kt_wg_commit();
+            kt_wg_wait_all();
+            kt_wg_hold(o[0]);
         }
+    }
 
-        /* Every warpgroup runs every step, also on tiles its causal mask hides (P = 0 there):
-           a data-dependent wgmma group count would make ptxas serialize the MMAs. */
-        for (int tile = 0; tile < n_tiles; tile++) {
-            const int vs = tile % NST;
-            const kt_f16 *cV = sV + vs * BKV * DV;
-            if (tile + 1 < n_tiles) {
-                const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */
-                const int ks1 = (tile + 1) % NST;
-                kt_mbar_wait(&bar_full_k[ks1], ((tile + 1) / NST) & 1);
-                kt_mbar_wait(&bar_full_v[vs], (tile / NST) & 1);
-                kt_fence_proxy_async();
-                kt_wg_fence();
-                #pragma unroll
-                for (int ks = 0; ks < D / 16; ks++)
-                    kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + (ks & 3) * 16),
-                                kt_desc_k((sK + ks1 * BKV * D) + (ks >> 2) * BKV * 64 + (ks & 3) * 16), ks > 0);
-                kt_wg_commit();
-                /* O += P_tile V_tile, in flight during the softmax of S_tile+1 */
-                #pragma unroll
-                for (int ks = 0; ks < BKV / 16; ks++)
-                    kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64), 1);
-                kt_wg_commit();
-                kt_wg_wait_one(); /* S_tile+1 done; P V may still run */
-                kt_wg_hold(s[0]);
-                kt_mbar_arrive(&bar_empty_k[ks1]);
-                /* mask keys after their query (causal) */
-                if (kv0 + BKV - 1 > wq0) {
-                    #pragma unroll
-                    for (int i = 0; i < MT; i++)
-                        #pragma unroll
-                        for (int j = 0; j < BKV / 8; j++)
-                            #pragma unroll
-                            for (int e = 0; e < 4; e++) {
-                                const int key = kv0 + j * 8 + 2 * t4 + (e & 1);
-                                const int qi = wq0 + i * 16 + g + (e >> 1) * 8;
-                                if (key > qi)
-                                    s[i][j][e] = KT_NEG_INF;
-                            }
-                }
-                /* online softmax: new row max (over the 4 lanes sharing a row; raw scores, row_m too), rescale, P = kt_exp2(S * SCALE - max) */
-                #pragma unroll
-                for (int i = 0; i < MT; i++) {
-                    #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        /* two independent chains (even and odd column tiles) halve the latency */
-                        float mx = row_m[i][h], mx1 = KT_NEG_INF;
-                        #pragma unroll
-                        for (int j = 0; j < BKV / 8; j += 2) {
-                            mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));
-                            mx1 = fmaxf(mx1, fmaxf(s[i][j + 1][2 * h], s[i][j + 1][2 * h + 1]));
-                        }
-                        mx = fmaxf(mx, mx1);
-                        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                        /* a row with every key masked so far keeps p = 0 and no NaN */
-                        const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;
-                        const float alpha = kt_exp2(fmaf(row_m[i][h], SCALE, -base));
-                        row_m[i][h] = mx;
-                        float sum = 0.0f, sum1 = 0.0f;
-                        #pragma unroll
-                        for (int j = 0; j < BKV / 8; j++) {
-                            s[i][j][2 * h] = kt_exp2(fmaf(s[i][j][2 * h], SCALE, -base));
-                            s[i][j][2 * h + 1] = kt_exp2(fmaf(s[i][j][2 * h + 1], SCALE, -base));
-                            if (j & 1)
-                                sum1 += s[i][j][2 * h] + s[i][j][2 * h + 1];
-                            else
-                                sum += s[i][j][2 * h] + s[i][j][2 * h + 1];
-                        }
-                        sum += sum1;
-                        /* per-lane partial sums; the 4 lanes of a row are added at the end */
-                        row_l[i][h] = row_l[i][h] * alpha + sum;
-                        alpha_o[i][h] = alpha;
-                    }
-                }
-                kt_wg_wait_all();
-                kt_wg_hold(o[0]);
-                kt_mbar_arrive(&bar_empty_v[vs]);
-                /* O joins S_tile+1's max; P_tile+1 is next */
+
+    /* O / l, the epilogue, and the store (rows past SQ are not written) */
+    #pragma unroll
+    for (int i = 0; i < MT; i++) {
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float l = row_l[i][h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            const int row = wq0 + i * 16 + g + h * 8;
+            if (row < SQ) {
                 #pragma unroll
                 for (int j = 0; j < DV / 8; j++) {
-                    o[0][j][0] *= alpha_o[0][0];
-                    o[0][j][1] *= alpha_o[0][0];
-                    o[0][j][2] *= alpha_o[0][1];
-                    o[0][j][3] *= alpha_o[0][1];
-                }
-                #pragma unroll
-                for (int ks = 0; ks < BKV / 16; ks++) {
-                    pa[ks][0] = kt_pack(s[0][2 * ks][0], s[0][2 * ks][1]);
-                    pa[ks][1] = kt_pack(s[0][2 * ks][2], s[0][2 * ks][3]);
-                    pa[ks][2] = kt_pack(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
-                    pa[ks][3] = kt_pack(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
-                }
-            } else {
-                /* the last tile: O += P V alone */
-                kt_mbar_wait(&bar_full_v[vs], (tile / NST) & 1);
-                kt_fence_proxy_async();
-                kt_wg_fence();
-                #pragma unroll
-                for (int ks = 0; ks < BKV / 16; ks++)
-                    kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64), 1);
-                kt_wg_commit();
-                kt_wg_wait_all();
-                kt_wg_hold(o[0]);
-            }
-        }
-
-
-        /* O / l, the epilogue, and the store (rows past SQ are not written) */
-        #pragma unroll
-        for (int i = 0; i < MT; i++) {
-            #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float l = row_l[i][h];
-                l += __shfl_xor_sync(0xffffffffu, l, 1);
-                l += __shfl_xor_sync(0xffffffffu, l, 2);
-                const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-                const int row = wq0 + i * 16 + g + h * 8;
-                if (row < SQ) {
-                    #pragma unroll
-                    for (int j = 0; j < DV / 8; j++) {
-                        const int col = j * 8 + 2 * t4;
-                        const float y0 = o[i][j][2 * h] * inv;
-                        const float y1 = o[i][j][2 * h + 1] * inv;
-                        *reinterpret_cast<unsigned *>(gO + row * DV + col) =
-                            (unsigned)kt_f32_to_f16(y0) | ((unsigned)kt_f32_to_f16(y1) << 16);
-                    }
+                    const int col = j * 8 + 2 * t4;
+                    const float y0 = o[i][j][2 * h] * inv;
+                    const float y1 = o[i][j][2 * h + 1] * inv;
+                    *reinterpret_cast<unsigned *>(gO + row * DV + col) =
+                        (unsigned)kt_f32_to_f16(y0) | ((unsigned)kt_f32_to_f16(y1) << 16);
                 }
             }
         }
