@@ -347,7 +347,10 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf_line(&b, "    arow[r] = (const %s *)(a + (long long)m * K);", load_type(abytes));
     kt_buf_line(&b, "}");
     kt_buf_line(&b, "const %s *xv = (const %s *)x;", load_type(xbytes), load_type(xbytes));
-    kt_buf_line(&b, "#pragma unroll 4");
+    /* Every load of a row in flight at once when a lane's share is short (DRAM wants ~4 MiB in
+     * flight across the GPU); deeper unrolling of long rows only costs registers. */
+    int64_t lane_steps = (in.K / p.vec + p.tpr - 1) / p.tpr;
+    kt_buf_line(&b, "#pragma unroll %d", lane_steps <= 16 ? (int)lane_steps : 4);
     kt_buf_line(&b, "for (int c = lane; c < K / VEC; c += TPR) {");
     b.indent = 8;
     kt_buf_line(&b, "const %s xw = __ldg(xv + c);", load_type(xbytes));
@@ -419,10 +422,12 @@ static void gemv_estimate(const ops_group *grp, const ops_schedule *s, const ops
     /* lanes left idle on the last step of a row */
     double steps = ceil((double)in.K / ((double)p.tpr * p.vec));
     eff *= (double)in.K / (steps * p.tpr * p.vec);
-    /* loads in flight (R rows per lane group, unrolled 4 deep) against the ~4 MiB that DRAM
-     * bandwidth times latency asks for (3 TB/s x ~1.3 us) */
-    double inflight = fmin(1.0, (double)p.rows * 4.0 * load_bytes * (double)dev->max_threads_per_sm *
-                                    dev->sm_count / (4.0 * 1024 * 1024));
+    /* loads in flight (R rows per lane group, the unrolled steps: a short row's all, else 4)
+     * against the ~4 MiB that DRAM bandwidth times latency asks for (3 TB/s x ~1.3 us) */
+    double unroll = steps <= 16 ? steps : 4.0;
+    double inflight = fmin(1.0, (double)p.rows * unroll * load_bytes *
+                                    (double)dev->max_threads_per_sm * dev->sm_count /
+                                    (4.0 * 1024 * 1024));
     eff *= 0.5 + 0.5 * inflight;
     double waves = (double)p.grid / ((double)dev->sm_count * (dev->max_threads_per_sm / p.threads));
     eff *= waves / ceil(waves);
