@@ -1329,17 +1329,17 @@ static void emit_wgmma_fn(kt_buf *b, const char *name, int n, const char *t, boo
     kt_buf_line(b, "}");
 }
 
-/* Emits the S = Q K^T wgmmas of the tile in buffer KBUF into s (the first k step overwrites it),
- * committed as one group; the caller waits. */
-static void emit_wgmma_qk_issue(kt_buf *b, const char *kbuf)
+/* Emits the S = Q K^T wgmmas of the K tile KOFF elements into sK into s (the first k step
+ * overwrites it), committed as one group; the caller waits. Descriptors are the base ones plus
+ * the byte offset / 16 (the address field's unit). */
+static void emit_wgmma_qk_issue(kt_buf *b, const char *koff)
 {
     kt_buf_line(b, "kt_wg_fence();");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < D / 16; ks++)");
-    kt_buf_line(b, "    kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + "
-                   "(ks & 3) * 16),");
-    kt_buf_line(b, "                kt_desc_k(%s + (ks >> 2) * BKV * 64 + (ks & 3) * 16), ks > 0);",
-                kbuf);
+    kt_buf_line(b, "    kt_wgmma_qk(s[0], dq0 + (((ks >> 2) * BQ * 64 + (ks & 3) * 16) >> 3),");
+    kt_buf_line(b, "                dk0 + ((%s + (ks >> 2) * BKV * 64 + (ks & 3) * 16) >> 3), ks > 0);",
+                koff);
     kt_buf_line(b, "kt_wg_commit();");
 }
 
@@ -1384,6 +1384,9 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
                    "pair */");
     kt_buf_line(b, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
     kt_buf_line(b, "const int wq0 = q0 + warp * 16; /* this warp's first query */");
+    kt_buf_line(b, "/* base descriptors: this warpgroup's Q rows, the first K and V buffers */");
+    kt_buf_line(b, "const unsigned long long dq0 = kt_desc_k(sQ + wg * 64 * 64), dk0 = kt_desc_k(sK), "
+                   "dv0 = kt_desc_n(sV);");
     kt_buf_line(b, "const int bidx = blockIdx.y;");
     int iq = input_index(grp, a->q), ik = input_index(grp, a->k), iv = input_index(grp, a->v);
     kt_buf_line(b, "const %s *gQ = in%d + (size_t)bidx * SQ * D;", ty, iq);
@@ -1430,7 +1433,7 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "{");
     b->indent += 4;
     kt_buf_line(b, "const int kv0 = 0;");
-    emit_wgmma_qk_issue(b, "sK");
+    emit_wgmma_qk_issue(b, "0");
     kt_buf_line(b, "kt_wg_wait_all();");
     kt_buf_line(b, "kt_wg_hold(s[0]);");
     emit_mma_softmax(b, a, m, ex, true);
@@ -1466,15 +1469,15 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "kt_cp_async_wait<1>(); /* V_tile and K_tile+1 landed */");
     kt_buf_line(b, "kt_fence_proxy_async();");
     kt_buf_line(b, "__syncthreads();");
-    kt_buf_line(b, "const %s *cV = sV + tile %% NST * BKV * DV;", ty);
+    kt_buf_line(b, "const int voff = tile %% NST * BKV * DV; /* V_tile's buffer */");
     kt_buf_line(b, "if (tile + 1 < n_tiles) {");
     b->indent += 4;
     kt_buf_line(b, "const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */");
-    emit_wgmma_qk_issue(b, "(sK + (tile + 1) % NST * BKV * D)");
+    emit_wgmma_qk_issue(b, "(tile + 1) % NST * BKV * D");
     kt_buf_line(b, "/* O += P_tile V_tile, in flight during the softmax of S_tile+1 */");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
-    kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64), 1);");
+    kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);");
     kt_buf_line(b, "kt_wg_commit();");
     kt_buf_line(b, "kt_wg_wait_one(); /* S_tile+1 done; P V may still run */");
     kt_buf_line(b, "kt_wg_hold(s[0]);");
@@ -1497,7 +1500,7 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "kt_wg_fence();");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
-    kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64), 1);");
+    kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);");
     kt_buf_line(b, "kt_wg_commit();");
     kt_buf_line(b, "kt_wg_wait_all();");
     kt_buf_line(b, "kt_wg_hold(o[0]);");

@@ -220,6 +220,8 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
     const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column pair */
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */
     const int wq0 = q0 + warp * 16; /* this warp's first query */
+    /* base descriptors: this warpgroup's Q rows, the first K and V buffers */
+    const unsigned long long dq0 = kt_desc_k(sQ + wg * 64 * 64), dk0 = kt_desc_k(sK), dv0 = kt_desc_n(sV);
     const int bidx = blockIdx.y;
     const kt_f16 *gQ = in0 + (size_t)bidx * SQ * D;
     const kt_f16 *gK = in1 + (size_t)bidx * SKV * D;
@@ -297,8 +299,8 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
         kt_wg_fence();
         #pragma unroll
         for (int ks = 0; ks < D / 16; ks++)
-            kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + (ks & 3) * 16),
-                        kt_desc_k(sK + (ks >> 2) * BKV * 64 + (ks & 3) * 16), ks > 0);
+            kt_wgmma_qk(s[0], dq0 + (((ks >> 2) * BQ * 64 + (ks & 3) * 16) >> 3),
+                        dk0 + ((0 + (ks >> 2) * BKV * 64 + (ks & 3) * 16) >> 3), ks > 0);
         kt_wg_commit();
         kt_wg_wait_all();
         kt_wg_hold(s[0]);
@@ -396,19 +398,19 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
         kt_cp_async_wait<1>(); /* V_tile and K_tile+1 landed */
         kt_fence_proxy_async();
         __syncthreads();
-        const kt_f16 *cV = sV + tile % NST * BKV * DV;
+        const int voff = tile % NST * BKV * DV; /* V_tile's buffer */
         if (tile + 1 < n_tiles) {
             const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */
             kt_wg_fence();
             #pragma unroll
             for (int ks = 0; ks < D / 16; ks++)
-                kt_wgmma_qk(s[0], kt_desc_k(sQ + (ks >> 2) * BQ * 64 + wg * 64 * 64 + (ks & 3) * 16),
-                            kt_desc_k((sK + (tile + 1) % NST * BKV * D) + (ks >> 2) * BKV * 64 + (ks & 3) * 16), ks > 0);
+                kt_wgmma_qk(s[0], dq0 + (((ks >> 2) * BQ * 64 + (ks & 3) * 16) >> 3),
+                            dk0 + (((tile + 1) % NST * BKV * D + (ks >> 2) * BKV * 64 + (ks & 3) * 16) >> 3), ks > 0);
             kt_wg_commit();
             /* O += P_tile V_tile, in flight during the softmax of S_tile+1 */
             #pragma unroll
             for (int ks = 0; ks < BKV / 16; ks++)
-                kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64), 1);
+                kt_wgmma_pv(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);
             kt_wg_commit();
             kt_wg_wait_one(); /* S_tile+1 done; P V may still run */
             kt_wg_hold(s[0]);
@@ -483,7 +485,7 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
             kt_wg_fence();
             #pragma unroll
             for (int ks = 0; ks < BKV / 16; ks++)
-                kt_wgmma_pv(o[0], pa[ks], kt_desc_n(cV + ks * 16 * 64), 1);
+                kt_wgmma_pv(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);
             kt_wg_commit();
             kt_wg_wait_all();
             kt_wg_hold(o[0]);
