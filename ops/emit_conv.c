@@ -474,6 +474,7 @@ typedef struct tiled_plan {
     int oh, ow, cgn, pt; /* output tile rows and columns; column groups; pixel threads */
     int ih, iw, ridx;    /* input patch rows and columns; stored rows per row phase */
     int wv;              /* 16-byte loads of the widest column-phase window of a thread */
+    int xt, xi, ft, fi;  /* a thread's copies per channel: patch rows x columns, filter rows x taps */
     int pl, rp, bnp;     /* words per column phase, patch row pitch, filter row pitch */
     int xs, ws, stage;   /* patch, filter slice, one stage (patch + filter) */
     int smem, regs, min_blocks;
@@ -561,6 +562,10 @@ static const char *tiled_plan_make(const conv_info *ci, const ops_schedule *s,
     pl->iw = (pl->ow - 1) * ci->sw + (int)ci->s;
     pl->ridx = div_up(pl->ih, ci->sh);
     pl->wv = div_up(pl->tq + (ci->s - 1) / ci->sw, 4);
+    pl->xt = div_up(pl->ih, pl->threads / 32);
+    pl->xi = div_up(pl->iw, 32);
+    pl->ft = div_up(pl->bn, pl->threads / 32);
+    pl->fi = div_up(ci->r * ci->s, 32);
     /* A phase holds the patch's columns of that phase and what the last column group's 16-byte
      * window loads reach. */
     pl->pl = div_up(pl->iw, ci->sw);
@@ -592,14 +597,17 @@ static const char *tiled_plan_make(const conv_info *ci, const ops_schedule *s,
         return "smem";
     pl->smem = (int)words * 4;
     /* Accumulators, one window, the filter values of one s (and the next, prefetched), patch
-     * and loader addressing (fitted to ptxas 13.0). */
-    pl->regs = pl->tk * pl->tq + 4 * pl->wv + 2 * pl->tk + 28;
+     * and loader addressing: the fewest registers ptxas 13.0 needs without spilling (fitted:
+     * 8x4 tiles 88, 8x8 128-160, 4x8 80-96, 4x4 64). */
+    pl->regs = pl->tk * pl->tq + 4 * pl->wv + 2 * pl->tk + 32;
     if (pl->regs > REG_BUDGET)
         return "regs";
     /* Blocks per SM that __launch_bounds__ asks ptxas to fit: what shared memory allows, with
-     * registers kept to the estimate (rounded up, plus a margin). */
+     * registers kept to the estimate (rounded up, plus a margin). ptxas caps registers by the
+     * warps one of the four schedulers' register files must hold: ceil(blocks * warps / 4). */
     int regs_cap = (pl->regs + 8 + 7) / 8 * 8;
-    int by_regs = dev->regs_per_sm / (regs_cap * pl->threads);
+    int per_sched = dev->regs_per_sm / 4 / (32 * regs_cap);
+    int by_regs = 4 * per_sched / (pl->threads / 32);
     int by_smem = dev->smem_per_sm / (pl->smem + 1024);
     int by_threads = dev->max_threads_per_sm / pl->threads;
     pl->min_blocks = by_regs < by_smem ? by_regs : by_smem;
@@ -1657,15 +1665,21 @@ static void emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
     kt_buf_line(b, "    return (unsigned)__cvta_generic_to_shared(p);");
     kt_buf_line(b, "}");
     emit_cp_async_helpers(b);
-    kt_buf_line(b,
-                "/* 4-byte global -> shared copy; ok == false writes a zero (padding, edges). */");
-    kt_buf_line(b, "__device__ __forceinline__ void kt_cp_async4(void *dst, const void *src, "
+    kt_buf_line(b, "/* 4-byte global -> shared copy to shared address dst; ok == false writes a "
+                   "zero (padding). */");
+    kt_buf_line(b, "__device__ __forceinline__ void kt_cp_async4(unsigned dst, const void *src, "
                    "bool ok)");
     kt_buf_line(b, "{");
     kt_buf_line(b, "    asm volatile(\"cp.async.ca.shared.global [%%0], [%%1], 4, %%2;\\n\"");
     kt_buf_line(b, "                 :");
-    kt_buf_line(b, "                 : \"r\"(kt_smem_addr(dst)), \"l\"(src), \"r\"(ok ? 4 : 0)");
+    kt_buf_line(b, "                 : \"r\"(dst), \"l\"(src), \"r\"(ok ? 4 : 0)");
     kt_buf_line(b, "                 : \"memory\");");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "/* 4-byte global -> shared copy, no zero fill. */");
+    kt_buf_line(b, "__device__ __forceinline__ void kt_cp_async4_all(unsigned dst, const void *src)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    asm volatile(\"cp.async.ca.shared.global [%%0], [%%1], 4;\\n\" : : "
+                   "\"r\"(dst), \"l\"(src) : \"memory\");");
     kt_buf_line(b, "}");
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "/* Tiled direct convolution: a block computes BN output channels of an OH x OW "
@@ -1675,8 +1689,9 @@ static void emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
     kt_buf_line(b, " * staged one at a time: the input patch under the tile (zeros outside the "
                    "image) and the");
     kt_buf_line(b, " * filter slice [R * S][BNP] of that channel. */");
-    kt_buf_line(b, "constexpr int BM = %d, BN = %d, TK = %d, TQ = %d, THREADS = %d;", pl->bm,
-                pl->bn, pl->tk, pl->tq, pl->threads);
+    kt_buf_line(b, "constexpr int BM = %d, BN = %d, TK = %d, TQ = %d, THREADS = %d, NW = THREADS "
+                   "/ 32;",
+                pl->bm, pl->bn, pl->tk, pl->tq, pl->threads);
     kt_buf_line(b, "constexpr int STAGES = %d, MIN_BLOCKS = %d;", pl->stages, pl->min_blocks);
     kt_buf_line(b, "constexpr int OH = %d, OW = %d;              /* output tile: OH * OW == BM */",
                 pl->oh, pl->ow);
@@ -1707,6 +1722,17 @@ static void emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
                    "widest window */");
     kt_buf_line(b, "constexpr int MS = (S + STR_W - 1) / STR_W;        /* filter columns per "
                    "phase, at most */");
+    kt_buf_line(b, "/* The copies of a channel: a warp takes patch rows y = warp + NW * t (t < XT) "
+                   "and filter");
+    kt_buf_line(b, " * channels j = warp + NW * t (t < FT), its lanes patch columns x = lane + 32 "
+                   "* i (i < XI) and");
+    kt_buf_line(b, " * filter taps rs = lane + 32 * i (i < FI): reads coalesce, and every offset "
+                   "but the channel's");
+    kt_buf_line(b, " * and the thread's is a constant. Words the windows reach past IW are never "
+                   "multiplied:");
+    kt_buf_line(b, " * not copied. */");
+    kt_buf_line(b, "constexpr int XT = (IH + NW - 1) / NW, XI = (IW + 31) / 32;");
+    kt_buf_line(b, "constexpr int FT = (BN + NW - 1) / NW, FI = (R * S + 31) / 32;");
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)");
     emit_signature(b, "ktune_conv_tiled", NULL, 0, nm);
@@ -1714,7 +1740,7 @@ static void emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
     b->indent = 4;
     kt_buf_line(b, "extern __shared__ __align__(16) float kt_smem[]; /* [STAGES][STAGE], then "
                    "the output tile */");
-    kt_buf_line(b, "const int tid = threadIdx.x;");
+    kt_buf_line(b, "const int tid = threadIdx.x, warp = tid / 32, lane = tid %% 32;");
     kt_buf_line(b, "/* Channel blocks of one tile are neighbours in launch order: they read the "
                    "same patch. */");
     kt_buf_line(b, "const int kb = blockIdx.x %% KBLOCKS, tile = blockIdx.x / KBLOCKS;");
@@ -1724,43 +1750,65 @@ static void emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
     kt_buf_line(b, "const int h0 = p0 * STR_H - PAD_H, w0 = q0 * STR_W - PAD_W; /* patch origin "
                    "*/");
     kt_buf_line(b, "const float *xn = x + (idx_t)n * C * H * W;");
+    kt_buf_line(b, "const unsigned smem0 = kt_smem_addr(kt_smem);");
     kt_buf_printf(b, "\n");
-    kt_buf_line(b, "/* Issues the copies of input channel c into stage `stage`: a warp takes a "
-                   "patch row (or a");
-    kt_buf_line(b, " * filter row), its lanes consecutive input columns (filter taps), so reads "
-                   "coalesce. */");
-    kt_buf_line(b, "const int warp = tid / 32, lane = tid %% 32;");
+    kt_buf_line(b, "/* Filter channel j = warp + NW * t is copied while NW * t < jn (inside BN and "
+                   "K). */");
+    kt_buf_line(b, "const int jn = (K - k0 < BN ? K - k0 : BN) - warp;");
+    kt_buf_line(b, "const bool tap_last = lane < R * S - 32 * (FI - 1);");
+    kt_buf_line(b, "const float *wt = w + (idx_t)(k0 + warp) * GEMM_K + lane;");
+    kt_buf_line(b, "const unsigned wd = smem0 + 4 * (XS + lane * BNP + warp);");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* Issues the copies of input channel c into stage `stage`. */");
     kt_buf_line(b, "auto load_chunk = [&](int c, int stage) {");
     b->indent = 8;
-    kt_buf_line(b, "float *xs = kt_smem + stage * STAGE, *ws = xs + XS;");
+    kt_buf_line(b, "const unsigned so = 4 * stage * STAGE;");
     kt_buf_line(b, "const float *xc = xn + (idx_t)c * H * W;");
-    kt_buf_line(b, "#pragma unroll 1");
-    kt_buf_line(b, "for (int row = warp; row < STR_H * RIDX; row += THREADS / 32) {");
-    kt_buf_line(b, "    const int h = h0 + (row %% RIDX) * STR_H + row / RIDX;");
-    kt_buf_line(b, "    const bool row_ok = (unsigned)h < (unsigned)H;");
-    kt_buf_line(b, "    const float *xh = row_ok ? xc + h * W : xc;");
-    kt_buf_line(b, "    float *xd = xs + row * RP;");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int i = 0; i < (STR_W * PL + 31) / 32; i++) {");
-    kt_buf_line(b, "        const int col = lane + 32 * i, ww = w0 + col;");
-    kt_buf_line(b, "        const bool ok = row_ok && (unsigned)ww < (unsigned)W;");
-    kt_buf_line(b, "        if (col < STR_W * PL)");
-    kt_buf_line(b,
-                "            kt_cp_async4(xd + (col %% STR_W) * PL + col / STR_W, ok ? xh + ww : "
-                "xc, ok);");
+    kt_buf_line(b, "/* Patch column x = lane + 32 * i: its stored word and whether it lies in "
+                   "the image (else");
+    kt_buf_line(b, " * zero-filled: a copy of 0 bytes reads nothing). Recomputed per channel: the "
+                   "lane id comes");
+    kt_buf_line(b, " * from a volatile read, so none of this is hoisted to hold registers during "
+                   "the multiplies. */");
+    kt_buf_line(b, "unsigned ln;");
+    kt_buf_line(b, "asm volatile(\"mov.u32 %%0, %%%%laneid;\" : \"=r\"(ln));");
+    kt_buf_line(b, "unsigned xdst[XI];");
+    kt_buf_line(b, "bool xin[XI];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < XI; i++) {");
+    kt_buf_line(b, "    const unsigned xx = ln + 32 * i;");
+    kt_buf_line(b, "    /* With STR_W dividing 32 the offsets of i > 0 are constants. */");
+    kt_buf_line(b, "    xdst[i] = smem0 + so +");
+    kt_buf_line(b, "              4 * (32 %% STR_W == 0 ? (ln %% STR_W) * PL + ln / STR_W + 32 * i / STR_W");
+    kt_buf_line(b, "                                   : (xx %% STR_W) * PL + xx / STR_W);");
+    kt_buf_line(b, "    xin[i] = (unsigned)(w0 + (int)xx) < (unsigned)W;");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "const bool x_last = (int)ln < IW - 32 * (XI - 1); /* the last column group "
+                   "is partial */");
+    kt_buf_line(b, "#pragma unroll %s", pl->xt * pl->xi <= 64 ? "" : "1");
+    kt_buf_line(b, "for (int t = 0; t < XT; t++) {");
+    kt_buf_line(b, "    const int y = warp + NW * t;");
+    kt_buf_line(b, "    if (t < XT - 1 || IH %% NW == 0 || y < IH) {");
+    kt_buf_line(b, "        const int h = h0 + y;");
+    kt_buf_line(b, "        const bool in = (unsigned)h < (unsigned)H;");
+    kt_buf_line(b, "        const float *xr = xc + ((idx_t)h * W + w0 + (int)ln);");
+    kt_buf_line(b, "        const unsigned d = 4 * RP * ((y %% STR_H) * RIDX + y / STR_H);");
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int i = 0; i < XI; i++)");
+    kt_buf_line(b, "            if (i < XI - 1 || x_last)");
+    kt_buf_line(b, "                kt_cp_async4(xdst[i] + d, xr + 32 * i, in && xin[i]);");
     kt_buf_line(b, "    }");
     kt_buf_line(b, "}");
-    kt_buf_line(b, "#pragma unroll 1");
-    kt_buf_line(b, "for (int j = warp; j < BN; j += THREADS / 32) {");
-    kt_buf_line(b, "    const bool ok = k0 + j < K;");
-    kt_buf_line(b, "    const float *wj = ok ? w + (idx_t)(k0 + j) * GEMM_K + c * R * S : w;");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int i = 0; i < (R * S + 31) / 32; i++) {");
-    kt_buf_line(b, "        const int rs = lane + 32 * i;");
-    kt_buf_line(b, "        if (rs < R * S)");
-    kt_buf_line(b, "            kt_cp_async4(ws + rs * BNP + j, ok ? wj + rs : w, ok);");
+    kt_buf_line(b, "const float *wc = wt + c * R * S;");
+    kt_buf_line(b, "#pragma unroll %s", pl->ft * pl->fi <= 128 ? "" : "1");
+    kt_buf_line(b, "for (int t = 0; t < FT; t++)");
+    kt_buf_line(b, "    if ((NW * (t + 1) <= BN && K %% BN == 0) || NW * t < jn) {");
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int i = 0; i < FI; i++)");
+    kt_buf_line(b, "            if (i < FI - 1 || tap_last)");
+    kt_buf_line(b, "                kt_cp_async4_all(wd + so + 4 * (32 * i * BNP + NW * t),");
+    kt_buf_line(b, "                                 wc + NW * t * GEMM_K + 32 * i);");
     kt_buf_line(b, "    }");
-    kt_buf_line(b, "}");
     b->indent = 4;
     kt_buf_line(b, "};");
     kt_buf_printf(b, "\n");
@@ -1870,10 +1918,28 @@ static void emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
     kt_buf_line(b, "        *(%s *)(os + (kg * TK + j) * BM + pr * OW + cg * TQ + i) = t;", vt);
     kt_buf_line(b, "    }");
     kt_buf_line(b, "__syncthreads();");
-    kt_buf_line(b, "for (int e = tid; e < BN * BM; e += THREADS) {");
-    kt_buf_line(b, "    const int k = k0 + e / BM, p = p0 + (e %% BM) / OW, q = q0 + e %% OW;");
-    kt_buf_line(b, "    if (k < K && p < P && q < Q)");
-    kt_buf_line(b, "        kt_conv_store(os[e], n, k, p, q, %s);", nm->call);
+    kt_buf_line(b, "/* Element e = tid + THREADS * u of the tile (TK * TQ per thread): channel "
+                   "e / BM, pixel");
+    kt_buf_line(b, " * e %% BM, the same pixel for every u when THREADS is a multiple of BM. */");
+    kt_buf_line(b, "if constexpr (THREADS %% BM == 0) {");
+    kt_buf_line(b, "    const int pix = tid %% BM, p = p0 + pix / OW, q = q0 + pix %% OW;");
+    kt_buf_line(b, "    if (p < P && q < Q) {");
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int u = 0; u < TK * TQ; u++) {");
+    kt_buf_line(b, "            const int j = tid / BM + u * (THREADS / BM);");
+    kt_buf_line(b, "            if (K %% BN == 0 || k0 + j < K)");
+    kt_buf_line(b, "                kt_conv_store(os[j * BM + pix], n, k0 + j, p, q, %s);",
+                nm->call);
+    kt_buf_line(b, "        }");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "} else {");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int u = 0; u < TK * TQ; u++) {");
+    kt_buf_line(b, "        const int e = tid + THREADS * u, j = e / BM, pix = e %% BM;");
+    kt_buf_line(b, "        const int p = p0 + pix / OW, q = q0 + pix %% OW;");
+    kt_buf_line(b, "        if ((K %% BN == 0 || k0 + j < K) && p < P && q < Q)");
+    kt_buf_line(b, "            kt_conv_store(os[e], n, k0 + j, p, q, %s);", nm->call);
+    kt_buf_line(b, "    }");
     kt_buf_line(b, "}");
     b->indent = 0;
     kt_buf_line(b, "}");
@@ -2008,8 +2074,8 @@ static double launch_efficiency(const ops_device *dev, int64_t blocks, int threa
  * Issue runs at one warp instruction per scheduler and clock, the FFMA rate (fp32 peak / 64
  * warp instructions per second). The two overlap, imperfectly. eff: the useful fraction of the
  * padded tiles times the loop fill. */
-static double tf32_core_time(const ig_plan *pl, const ops_device *dev, double tiles, double flops,
-                             double eff)
+static double tf32_core_time(const ig_plan *pl, const conv_info *ci, const ops_device *dev,
+                             double tiles, double flops, double eff)
 {
     bool x3 = pl->math == MATH_TF32X3;
     double peak = x3 ? dev->tf32_flops_per_s / 3.0 : dev->tf32_flops_per_s;
@@ -2017,7 +2083,11 @@ static double tf32_core_time(const ig_plan *pl, const ops_device *dev, double ti
     double warps = pl->threads / 32.0, steps = pl->bk / 8.0;
     double per_step =
         (pl->mi * 4 + pl->ni * 2) * (x3 ? 4.0 : 2.0) + (double)(pl->mi * pl->ni) * (x3 ? 3 : 1);
-    double per_tile = ((double)pl->bm * 16 + (double)pl->bn * 8) * pl->bk / 32.0;
+    /* The plain gather of a large filter (more than 16 taps) costs about four times the usual
+     * 16 instructions an element (fitted to AlexNet's 11x11 stride-4 layer only: estimated 441
+     * us against at least 711 measured; smaller filters keep 16 for want of measurements). */
+    double gather = !pl->cp_async && ci->r * ci->s > 16 ? 64.0 : 16.0;
+    double per_tile = ((double)pl->bm * gather + (double)pl->bn * 8) * pl->bk / 32.0;
     if (pl->cp_async)
         per_tile /= 8.0;
     per_tile += warps * steps * per_step + 256.0;
@@ -2059,25 +2129,27 @@ static void conv_estimate(const ops_group *grp, const ops_schedule *s, const ops
         /* Channel blocks of a tile re-read its patch, mostly from L2 (they run side by side). */
         bytes += x_bytes * 0.05 * (double)(pl.kblocks - 1);
         /* Issue slots per thread and filter row: the FFMAs against the 16-byte window and filter
-         * loads feeding them, the bank-conflict replays of the window loads, and the loop. */
+         * loads feeding them, the bank-conflict replays of the window loads, and the loop
+         * (counted in ptxas 13.0's SASS: 8x4 tiles 393 per 352 FFMAs, 8x8 749 per 704). */
         double fma = (double)pl.tk * pl.tq * (double)ci.s;
         double loads = (double)ci.s * pl.tk / 4.0;
         for (int ph = 0; ph < ci.sw && ph < ci.s; ph++)
             loads += div_up(pl.tq + (ci.s - 1 - ph) / ci.sw, 4);
         loads += (double)pl.conflicts / (pl.threads / 8.0) * (double)(ci.sw < ci.s ? ci.sw : ci.s);
-        double per_row = fma + loads + 6.0;
-        /* Per input channel: the copies (unrolled: about 5 instructions each, bounds, address
-         * and cp.async) and the barriers' drain; per block: the staged epilogue. */
-        double per_chunk =
-            (double)ci.r * per_row + ((double)pl.xs + (double)pl.ws) / pl.threads * 5.0 + 64.0;
+        double per_row = fma + loads + 11.0;
+        /* Per input channel: the copies (a patch row costs its address and bounds, then two
+         * instructions a copy; a filter channel row a 64-bit base, then one or two a copy), the
+         * per-channel bookkeeping and the barrier; per block: setup and the staged epilogue. */
+        double per_chunk = (double)ci.r * per_row + (double)pl.xt * (6.0 + 2.0 * pl.xi) +
+                           (double)pl.ft * (2.0 + 1.5 * pl.fi) + 40.0;
         double per_block = (double)ci.c * per_chunk +
-                           (double)pl.bm * pl.bn / pl.threads * (24.0 + 4.0 * ci.epilogue_nodes);
+                           (double)pl.tk * pl.tq * (4.0 + 2.0 * ci.epilogue_nodes) + 150.0;
         double useful = (double)ci.c * ci.r * fma;
         /* Work done on the padded tile. */
         double tile_eff = (double)(ci.p * ci.q) /
                           (double)(pl.tiles_p * pl.oh * pl.tiles_q * pl.ow) * (double)ci.k /
                           (double)(pl.kblocks * pl.bn);
-        compute_eff = 0.92 * useful / per_block * tile_eff;
+        compute_eff = useful / per_block * tile_eff;
         /* Latency hiding: the TK x TQ independent accumulators stand in for warps. */
         double ilp = pl.tk * pl.tq / 16.0;
         launch_eff = launch_efficiency(dev, pl.kblocks * pl.tiles_p * pl.tiles_q * ci.n, pl.threads,
@@ -2123,7 +2195,7 @@ static void conv_estimate(const ops_group *grp, const ops_schedule *s, const ops
             if (!pl.cp_async)
                 inner *= 0.6; /* element-wise gathers cannot keep tensor cores fed */
         } else if (pl.tf32) {
-            t_compute = tf32_core_time(&pl, dev, (double)(mt * nt * ci.groups) * (double)kt, flops,
+            t_compute = tf32_core_time(&pl, &ci, dev, (double)(mt * nt * ci.groups) * (double)kt, flops,
                                        tile_eff * loop_eff);
             /* The MI x NI accumulator tiles of a warp are independent mmas in flight. */
             ilp = pl.mi * pl.ni < 4 ? pl.mi * pl.ni : 4;

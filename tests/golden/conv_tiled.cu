@@ -97,20 +97,25 @@ template <int N> __device__ __forceinline__ void kt_cp_async_wait()
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-/* 4-byte global -> shared copy; ok == false writes a zero (padding, edges). */
-__device__ __forceinline__ void kt_cp_async4(void *dst, const void *src, bool ok)
+/* 4-byte global -> shared copy to shared address dst; ok == false writes a zero (padding). */
+__device__ __forceinline__ void kt_cp_async4(unsigned dst, const void *src, bool ok)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
                  :
-                 : "r"(kt_smem_addr(dst)), "l"(src), "r"(ok ? 4 : 0)
+                 : "r"(dst), "l"(src), "r"(ok ? 4 : 0)
                  : "memory");
+}
+/* 4-byte global -> shared copy, no zero fill. */
+__device__ __forceinline__ void kt_cp_async4_all(unsigned dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" : : "r"(dst), "l"(src) : "memory");
 }
 
 /* Tiled direct convolution: a block computes BN output channels of an OH x OW output tile of
  * one image; a thread TK channels x TQ adjacent columns of one tile row. Input channels are
  * staged one at a time: the input patch under the tile (zeros outside the image) and the
  * filter slice [R * S][BNP] of that channel. */
-constexpr int BM = 64, BN = 96, TK = 8, TQ = 8, THREADS = 96;
+constexpr int BM = 64, BN = 96, TK = 8, TQ = 8, THREADS = 96, NW = THREADS / 32;
 constexpr int STAGES = 2, MIN_BLOCKS = 2;
 constexpr int OH = 8, OW = 8;              /* output tile: OH * OW == BM */
 constexpr int CGN = OW / TQ, PT = OH * CGN; /* column groups, threads per channel group */
@@ -126,51 +131,79 @@ constexpr int BNP = 100; /* filter row pitch: BN rounded to 16 bytes, off 32 ban
 constexpr int XS = STR_H * RIDX * RP, WS = R * S * BNP, STAGE = XS + WS; /* words */
 constexpr int WV = (TQ + (S - 1) / STR_W + 3) / 4; /* 16-byte loads of the widest window */
 constexpr int MS = (S + STR_W - 1) / STR_W;        /* filter columns per phase, at most */
+/* The copies of a channel: a warp takes patch rows y = warp + NW * t (t < XT) and filter
+ * channels j = warp + NW * t (t < FT), its lanes patch columns x = lane + 32 * i (i < XI) and
+ * filter taps rs = lane + 32 * i (i < FI): reads coalesce, and every offset but the channel's
+ * and the thread's is a constant. Words the windows reach past IW are never multiplied:
+ * not copied. */
+constexpr int XT = (IH + NW - 1) / NW, XI = (IW + 31) / 32;
+constexpr int FT = (BN + NW - 1) / NW, FI = (R * S + 31) / 32;
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 ktune_conv_tiled(const float *__restrict__ x, const float *__restrict__ w,
                  const float *__restrict__ bias, float *__restrict__ y)
 {
     extern __shared__ __align__(16) float kt_smem[]; /* [STAGES][STAGE], then the output tile */
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     /* Channel blocks of one tile are neighbours in launch order: they read the same patch. */
     const int kb = blockIdx.x % KBLOCKS, tile = blockIdx.x / KBLOCKS;
     const int n = blockIdx.y;
     const int k0 = kb * BN, p0 = (tile / TILES_Q) * OH, q0 = (tile % TILES_Q) * OW;
     const int h0 = p0 * STR_H - PAD_H, w0 = q0 * STR_W - PAD_W; /* patch origin */
     const float *xn = x + (idx_t)n * C * H * W;
+    const unsigned smem0 = kt_smem_addr(kt_smem);
 
-    /* Issues the copies of input channel c into stage `stage`: a warp takes a patch row (or a
-     * filter row), its lanes consecutive input columns (filter taps), so reads coalesce. */
-    const int warp = tid / 32, lane = tid % 32;
+    /* Filter channel j = warp + NW * t is copied while NW * t < jn (inside BN and K). */
+    const int jn = (K - k0 < BN ? K - k0 : BN) - warp;
+    const bool tap_last = lane < R * S - 32 * (FI - 1);
+    const float *wt = w + (idx_t)(k0 + warp) * GEMM_K + lane;
+    const unsigned wd = smem0 + 4 * (XS + lane * BNP + warp);
+
+    /* Issues the copies of input channel c into stage `stage`. */
     auto load_chunk = [&](int c, int stage) {
-        float *xs = kt_smem + stage * STAGE, *ws = xs + XS;
+        const unsigned so = 4 * stage * STAGE;
         const float *xc = xn + (idx_t)c * H * W;
-        #pragma unroll 1
-        for (int row = warp; row < STR_H * RIDX; row += THREADS / 32) {
-            const int h = h0 + (row % RIDX) * STR_H + row / RIDX;
-            const bool row_ok = (unsigned)h < (unsigned)H;
-            const float *xh = row_ok ? xc + h * W : xc;
-            float *xd = xs + row * RP;
-            #pragma unroll
-            for (int i = 0; i < (STR_W * PL + 31) / 32; i++) {
-                const int col = lane + 32 * i, ww = w0 + col;
-                const bool ok = row_ok && (unsigned)ww < (unsigned)W;
-                if (col < STR_W * PL)
-                    kt_cp_async4(xd + (col % STR_W) * PL + col / STR_W, ok ? xh + ww : xc, ok);
+        /* Patch column x = lane + 32 * i: its stored word and whether it lies in the image (else
+         * zero-filled: a copy of 0 bytes reads nothing). Recomputed per channel: the lane id comes
+         * from a volatile read, so none of this is hoisted to hold registers during the multiplies. */
+        unsigned ln;
+        asm volatile("mov.u32 %0, %%laneid;" : "=r"(ln));
+        unsigned xdst[XI];
+        bool xin[XI];
+        #pragma unroll
+        for (int i = 0; i < XI; i++) {
+            const unsigned xx = ln + 32 * i;
+            /* With STR_W dividing 32 the offsets of i > 0 are constants. */
+            xdst[i] = smem0 + so +
+                      4 * (32 % STR_W == 0 ? (ln % STR_W) * PL + ln / STR_W + 32 * i / STR_W
+                                           : (xx % STR_W) * PL + xx / STR_W);
+            xin[i] = (unsigned)(w0 + (int)xx) < (unsigned)W;
+        }
+        const bool x_last = (int)ln < IW - 32 * (XI - 1); /* the last column group is partial */
+        #pragma unroll 
+        for (int t = 0; t < XT; t++) {
+            const int y = warp + NW * t;
+            if (t < XT - 1 || IH % NW == 0 || y < IH) {
+                const int h = h0 + y;
+                const bool in = (unsigned)h < (unsigned)H;
+                const float *xr = xc + ((idx_t)h * W + w0 + (int)ln);
+                const unsigned d = 4 * RP * ((y % STR_H) * RIDX + y / STR_H);
+                #pragma unroll
+                for (int i = 0; i < XI; i++)
+                    if (i < XI - 1 || x_last)
+                        kt_cp_async4(xdst[i] + d, xr + 32 * i, in && xin[i]);
             }
         }
-        #pragma unroll 1
-        for (int j = warp; j < BN; j += THREADS / 32) {
-            const bool ok = k0 + j < K;
-            const float *wj = ok ? w + (idx_t)(k0 + j) * GEMM_K + c * R * S : w;
-            #pragma unroll
-            for (int i = 0; i < (R * S + 31) / 32; i++) {
-                const int rs = lane + 32 * i;
-                if (rs < R * S)
-                    kt_cp_async4(ws + rs * BNP + j, ok ? wj + rs : w, ok);
+        const float *wc = wt + c * R * S;
+        #pragma unroll 
+        for (int t = 0; t < FT; t++)
+            if ((NW * (t + 1) <= BN && K % BN == 0) || NW * t < jn) {
+                #pragma unroll
+                for (int i = 0; i < FI; i++)
+                    if (i < FI - 1 || tap_last)
+                        kt_cp_async4_all(wd + so + 4 * (32 * i * BNP + NW * t),
+                                         wc + NW * t * GEMM_K + 32 * i);
             }
-        }
     };
 
     /* Thread tile: channels k0 + kg * TK + j, row p0 + pr, columns q0 + cg * TQ + i. The lanes of
@@ -254,9 +287,25 @@ ktune_conv_tiled(const float *__restrict__ x, const float *__restrict__ w,
             *(float_x4 *)(os + (kg * TK + j) * BM + pr * OW + cg * TQ + i) = t;
         }
     __syncthreads();
-    for (int e = tid; e < BN * BM; e += THREADS) {
-        const int k = k0 + e / BM, p = p0 + (e % BM) / OW, q = q0 + e % OW;
-        if (k < K && p < P && q < Q)
-            kt_conv_store(os[e], n, k, p, q, x, w, bias, y);
+    /* Element e = tid + THREADS * u of the tile (TK * TQ per thread): channel e / BM, pixel
+     * e % BM, the same pixel for every u when THREADS is a multiple of BM. */
+    if constexpr (THREADS % BM == 0) {
+        const int pix = tid % BM, p = p0 + pix / OW, q = q0 + pix % OW;
+        if (p < P && q < Q) {
+            #pragma unroll
+            for (int u = 0; u < TK * TQ; u++) {
+                const int j = tid / BM + u * (THREADS / BM);
+                if (K % BN == 0 || k0 + j < K)
+                    kt_conv_store(os[j * BM + pix], n, k0 + j, p, q, x, w, bias, y);
+            }
+        }
+    } else {
+        #pragma unroll
+        for (int u = 0; u < TK * TQ; u++) {
+            const int e = tid + THREADS * u, j = e / BM, pix = e % BM;
+            const int p = p0 + pix / OW, q = q0 + pix % OW;
+            if ((K % BN == 0 || k0 + j < K) && p < P && q < Q)
+                kt_conv_store(os[e], n, k0 + j, p, q, x, w, bias, y);
+        }
     }
 }
