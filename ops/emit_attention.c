@@ -164,7 +164,6 @@ typedef struct attn_geom {
     int rq, rk, rd;   /* ffma: micro-tile rows, S columns, O columns per thread */
     int qs, ks, vs;   /* shared row strides in elements (ffma: ks is K^T's stride) */
     int64_t smem;     /* dynamic shared memory bytes */
-    int min_blocks;   /* __launch_bounds__' resident blocks per SM: caps registers */
     int regs;         /* planned registers per thread */
     int64_t q_tiles;  /* grid.x */
     int64_t kv_tiles; /* key tiles visited, summed over the q tiles of one batch entry */
@@ -183,7 +182,6 @@ static void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *
     m->qfrag = s->v[K_QFRAG];
     m->exp2 = s->v[K_EXP] == EXP_2;
     m->wgmma = s->v[K_MMA] == MMA_WGMMA;
-    m->min_blocks = 1;
     int d = (int)a->d, dv = (int)a->dv;
     if (m->math == MATH_FFMA) {
         m->tx = 16;
@@ -208,11 +206,6 @@ static void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *
         m->smem = 2 * ((int64_t)m->bq * d + (int64_t)m->stages * m->bkv * (d + dv)) + 1024;
         /* S and O accumulators, P repacked (alive while the P V wgmmas run), statistics. */
         m->regs = m->bkv / 2 + dv / 2 + m->bkv / 4 + 40; /* ptxas 13.0: 110-203 */
-        /* The MMAs wait on the softmax's latency chains: ask ptxas for as many resident
-         * warpgroups as the planned registers allow (at most 4 blocks; 64-key tiles of one
-         * warpgroup then get 4 blocks, 16 warps, instead of the 3 that 138 registers give). */
-        int by_regs = 65536 / (m->threads * (m->regs + 8));
-        m->min_blocks = by_regs < 1 ? 1 : by_regs > 4 ? 4 : by_regs;
     } else {
         m->mt = m->bq / (m->warps * 16);
         int pad = m->layout == LAYOUT_PAD ? 8 : 0;
@@ -612,8 +605,7 @@ static const char *emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_
                                     size_t scale_len)
 {
     float_lit(scale, scale_len, m->exp2 ? a->scale * 1.4426950408889634 : a->scale);
-    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, %d)", m->threads,
-                m->min_blocks);
+    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 1)", m->threads);
     kt_buf_line(b, "%s(", entry);
     b->indent += 4;
     emit_params(b, grp);
