@@ -12,9 +12,7 @@
  * that owns the row's first element applies the epilogue and stores. x is re-read by every
  * row group: it is small and stays in L1/L2.
  *
- * Knobs: threads per block, lanes per row (TPR), rows per thread group (R), vector width, and the
- * sweep: "once" launches a thread group per R rows (block launches paid per row group),
- * "persistent" two blocks per SM whose thread groups stride over the row groups. */
+ * Knobs: threads per block, lanes per row (TPR), rows per thread group (R), vector width. */
 #include "family.h"
 
 #include <math.h>
@@ -22,16 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_THREADS, K_TPR, K_ROWS, K_VEC, K_SWEEP, N_KNOBS };
-enum { SWEEP_ONCE = 0, SWEEP_PERSISTENT = 1 };
-static const char *const sweep_labels[] = {"once", "persistent"};
+enum { K_THREADS, K_TPR, K_ROWS, K_VEC, N_KNOBS };
 
 static const ops_knob gemv_knobs[N_KNOBS] = {
     [K_THREADS] = {"threads", 4, {64, 128, 256, 512}, NULL},
     [K_TPR] = {"tpr", 4, {4, 8, 16, 32}, NULL},   /* lanes per row */
     [K_ROWS] = {"rows", 3, {1, 2, 4}, NULL},      /* rows per lane group */
     [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL},     /* elements per load */
-    [K_SWEEP] = {"sweep", 2, {SWEEP_ONCE, SWEEP_PERSISTENT}, sweep_labels},
 };
 
 typedef struct gemv_info {
@@ -130,7 +125,6 @@ static bool gemv_matches(const ops_group *grp)
 
 typedef struct gemv_plan {
     int threads, tpr, rows, vec;
-    bool persistent;
     int64_t rows_per_block, grid;
 } gemv_plan;
 
@@ -141,18 +135,8 @@ static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s,
     p->tpr = s->v[K_TPR];
     p->rows = s->v[K_ROWS];
     p->vec = s->v[K_VEC];
-    p->persistent = s->v[K_SWEEP] == SWEEP_PERSISTENT;
     p->rows_per_block = (int64_t)p->threads / p->tpr * p->rows;
     p->grid = (in->M + p->rows_per_block - 1) / p->rows_per_block;
-    if (p->persistent) {
-        /* two blocks per SM stream rows back to back (block launches paid 2 x 132 times, not
-         * once per row group); at 256 threads and more that keeps >= 16 warps' loads in flight
-         * per SM. Grids already that small have nothing to stride over. */
-        int64_t blocks = 2 * (int64_t)dev->sm_count;
-        if (p->threads < 256 || p->grid <= blocks)
-            return "redundant";
-        p->grid = blocks;
-    }
     size_t es = ops_dtype_size(in->adt) > ops_dtype_size(in->xdt) ? ops_dtype_size(in->adt)
                                                                     : ops_dtype_size(in->xdt);
     if (p->threads > dev->max_threads_per_block)
@@ -352,21 +336,7 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf_line(&b, "{");
     b.indent = 4;
     kt_buf_line(&b, "const int lane = threadIdx.x %% TPR;");
-    int body = p.persistent ? 8 : 4; /* the row loop's indent */
-    if (p.persistent) {
-        kt_buf_line(&b, "/* persistent: the resident blocks' thread groups stride over the row "
-                        "groups; the loop test is");
-        kt_buf_line(&b, " * the warp's (its first group's), so the shuffles below see the whole "
-                        "warp; groups past M");
-        kt_buf_line(&b, " * read row M - 1 and store nothing */");
-        kt_buf_line(&b, "for (int wg0 = blockIdx.x * GROUPS + (threadIdx.x / 32) * (32 / TPR); "
-                        "wg0 * R < M;");
-        kt_buf_line(&b, "     wg0 += gridDim.x * GROUPS) {");
-        b.indent = 8;
-        kt_buf_line(&b, "const int m0 = (wg0 + threadIdx.x %% 32 / TPR) * R;");
-    } else {
-        kt_buf_line(&b, "const int m0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * R;");
-    }
+    kt_buf_line(&b, "const int m0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * R;");
     kt_buf_line(&b, "float acc[R];");
     kt_buf_line(&b, "const %s *arow[R];", load_type(abytes));
     kt_buf_line(&b, "#pragma unroll");
@@ -382,7 +352,7 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     int64_t lane_steps = (in.K / p.vec + p.tpr - 1) / p.tpr;
     kt_buf_line(&b, "#pragma unroll %d", lane_steps <= 16 ? (int)lane_steps : 4);
     kt_buf_line(&b, "for (int c = lane; c < K / VEC; c += TPR) {");
-    b.indent = body + 4;
+    b.indent = 8;
     kt_buf_line(&b, "const %s xw = __ldg(xv + c);", load_type(xbytes));
     char ex[160], ea[160];
     kt_buf_line(&b, "float xf[VEC];");
@@ -392,15 +362,15 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     }
     kt_buf_line(&b, "#pragma unroll");
     kt_buf_line(&b, "for (int r = 0; r < R; r++) {");
-    b.indent = body + 8;
+    b.indent = 12;
     kt_buf_line(&b, "const %s aw = arow[r][c];", load_type(abytes));
     for (int l = 0; l < p.vec; l++) {
         lane_expr(ea, sizeof(ea), in.adt, p.vec, "aw", l);
         kt_buf_line(&b, "acc[r] = fmaf(%s, xf[%d], acc[r]);", ea, l);
     }
-    b.indent = body + 4;
+    b.indent = 8;
     kt_buf_line(&b, "}");
-    b.indent = body + 0;
+    b.indent = 4;
     kt_buf_line(&b, "}");
     kt_buf_line(&b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
     kt_buf_line(&b, "#pragma unroll");
@@ -411,10 +381,6 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf_line(&b, "    if (lane == 0 && m0 + r < M)");
     kt_buf_line(&b, "        kt_gemv_store(acc[r], m0 + r, %s);", call.data);
     kt_buf_line(&b, "}");
-    if (p.persistent) {
-        b.indent = 4;
-        kt_buf_line(&b, "}");
-    }
     b.indent = 0;
     kt_buf_line(&b, "}");
     k->grid[0] = (uint32_t)p.grid;
@@ -459,21 +425,14 @@ static void gemv_estimate(const ops_group *grp, const ops_schedule *s, const ops
     /* loads in flight (R rows per lane group, the unrolled steps: a short row's all, else 4)
      * against the ~4 MiB that DRAM bandwidth times latency asks for (3 TB/s x ~1.3 us) */
     double unroll = steps <= 16 ? steps : 4.0;
-    /* threads resident per SM: as many as fit, or the persistent sweep's two blocks */
-    double resident = p.persistent ? 2.0 * p.threads : (double)dev->max_threads_per_sm;
     double inflight = fmin(1.0, (double)p.rows * unroll * load_bytes *
-                                    resident * dev->sm_count /
+                                    (double)dev->max_threads_per_sm * dev->sm_count /
                                     (4.0 * 1024 * 1024));
     eff *= 0.5 + 0.5 * inflight;
-    if (!p.persistent) { /* the last wave of blocks runs partly empty */
-        double waves =
-            (double)p.grid / ((double)dev->sm_count * (dev->max_threads_per_sm / p.threads));
-        eff *= waves / ceil(waves);
-    }
+    double waves = (double)p.grid / ((double)dev->sm_count * (dev->max_threads_per_sm / p.threads));
+    eff *= waves / ceil(waves);
     e->occupancy = 1.0;
     e->seconds = (abytes + 0.1 * xbytes * groups) / (dev->dram_bytes_per_s * eff) + 2e-6;
-    /* block launches: ~0.1 us per block an SM takes in turn (uncalibrated) */
-    e->seconds += (double)p.grid / dev->sm_count * 1e-7;
 }
 
 const ops_family ops_family_gemv = {

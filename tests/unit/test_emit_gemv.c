@@ -12,7 +12,7 @@
 #include "ops/ops.h"
 #include "tests/unit/emit_test_util.h"
 
-enum { THREADS, TPR, ROWS, VEC, SWEEP };
+enum { THREADS, TPR, ROWS, VEC };
 
 static const char gemv_f16[] = "{\"name\":\"gemv\",\"inputs\":{"
                                "\"A\":{\"dtype\":\"f16\",\"shape\":[\"M\",\"K\"]},"
@@ -102,13 +102,6 @@ static void test_prune(void **state)
     /* short rows: half the lanes cover one in a step, so fewer lanes per row */
     assert_string_equal(why(gemv_f16, "M=7680,N=1,K=64", sched(64, 32, 1, 8)), "redundant");
     assert_string_equal(why(gemv_f16, "M=7680,N=1,K=64", sched(64, 8, 1, 8)), "kept");
-    /* the persistent sweep: 256 threads and more, and more row groups than its 264 blocks */
-    ops_schedule p = sched(256, 32, 1, 8);
-    p.v[SWEEP] = 1;
-    assert_string_equal(why(gemv_f16, "M=7680,N=1,K=2560", p), "kept");
-    assert_string_equal(why(gemv_f16, "M=2048,N=1,K=2560", p), "redundant");
-    p.v[THREADS] = 64;
-    assert_string_equal(why(gemv_f16, "M=7680,N=1,K=2560", p), "redundant");
 }
 
 static void emit_one(const ops_group *grp, const ops_schedule *s, ops_emitted *e)
