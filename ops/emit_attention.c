@@ -771,6 +771,42 @@ static void emit_mma_store(kt_buf *b, const ops_group *grp, const attn_info *a)
     b->indent -= 4;
     kt_buf_line(b, "}");
 }
+/* The block's batch entry, its tensors' bases, and the key tiles it visits (causal: none past
+ * its last query). Needs q0 and the type aliases of the kernel opening. */
+static void emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a)
+{
+    const char *ty = ops_emit_ctype(a->dt);
+    kt_buf_line(b, "const int bidx = blockIdx.y;");
+    int iq = input_index(grp, a->q), ik = input_index(grp, a->k), iv = input_index(grp, a->v);
+    kt_buf_line(b, "const %s *gQ = in%d + (size_t)bidx * SQ * D;", ty, iq);
+    kt_buf_line(b, "const %s *gK = in%d + (size_t)bidx * SKV * D;", ty, ik);
+    kt_buf_line(b, "const %s *gV = in%d + (size_t)bidx * SKV * DV;", ty, iv);
+    kt_buf_line(b, "%s *gO = out0 + (size_t)bidx * SQ * DV;", ops_emit_ctype(a->out_dt));
+    if (a->causal) {
+        kt_buf_line(b, "/* causal: keys past the block's last query are never needed */");
+        kt_buf_line(b, "const int kv_end = min(SKV, min(q0 + BQ, SQ));");
+    } else {
+        kt_buf_line(b, "const int kv_end = SKV;");
+    }
+    kt_buf_line(b, "const int n_tiles = (kv_end + BKV - 1) / BKV;");
+}
+
+/* The output accumulators (m16n8 C layout: mma.sync's and, per warp, wgmma's) and the online
+ * softmax's row statistics, zeroed. */
+static void emit_acc_init(kt_buf *b)
+{
+    kt_buf_line(b, "float o[MT][DV / 8][4]; /* output accumulators, m16n8 C layout */");
+    kt_buf_line(b, "float row_m[MT][2], row_l[MT][2]; /* rows g and g + 8 of each m tile */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < MT; i++) {");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < DV / 8; j++)");
+    kt_buf_line(b, "        o[i][j][0] = o[i][j][1] = o[i][j][2] = o[i][j][3] = 0.0f;");
+    kt_buf_line(b, "    row_m[i][0] = row_m[i][1] = KT_NEG_INF;");
+    kt_buf_line(b, "    row_l[i][0] = row_l[i][1] = 0.0f;");
+    kt_buf_line(b, "}");
+}
+
 static void emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, const attn_geom *m,
                             const char *entry)
 {
@@ -796,19 +832,7 @@ static void emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
                    "lane addresses */");
     kt_buf_line(b, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
     kt_buf_line(b, "const int wq0 = q0 + warp * MT * 16; /* this warp's first query */");
-    kt_buf_line(b, "const int bidx = blockIdx.y;");
-    int iq = input_index(grp, a->q), ik = input_index(grp, a->k), iv = input_index(grp, a->v);
-    kt_buf_line(b, "const %s *gQ = in%d + (size_t)bidx * SQ * D;", ty, iq);
-    kt_buf_line(b, "const %s *gK = in%d + (size_t)bidx * SKV * D;", ty, ik);
-    kt_buf_line(b, "const %s *gV = in%d + (size_t)bidx * SKV * DV;", ty, iv);
-    kt_buf_line(b, "%s *gO = out0 + (size_t)bidx * SQ * DV;", ops_emit_ctype(a->out_dt));
-    if (a->causal) {
-        kt_buf_line(b, "/* causal: keys past the block's last query are never needed */");
-        kt_buf_line(b, "const int kv_end = min(SKV, min(q0 + BQ, SQ));");
-    } else {
-        kt_buf_line(b, "const int kv_end = SKV;");
-    }
-    kt_buf_line(b, "const int n_tiles = (kv_end + BKV - 1) / BKV;");
+    emit_block_setup(b, grp, a);
     kt_buf_printf(b, "\n");
     emit_mma_load(b, m, "Q tile", "sQ", "gQ", m->bq, d, m->qs, "q0", (long long)a->sq);
     emit_mma_load(b, m, "K tile 0", "sK", "gK", m->bkv, d, m->ks, "0", (long long)a->skv);
@@ -817,16 +841,7 @@ static void emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     emit_mma_load(b, m, "V tile 0", "sV", "gV", m->bkv, dv, m->vs, "0", (long long)a->skv);
     kt_buf_line(b, "kt_cp_async_commit();");
     kt_buf_printf(b, "\n");
-    kt_buf_line(b, "float o[MT][DV / 8][4]; /* output accumulators, mma C layout */");
-    kt_buf_line(b, "float row_m[MT][2], row_l[MT][2]; /* rows g and g + 8 of each m tile */");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int i = 0; i < MT; i++) {");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int j = 0; j < DV / 8; j++)");
-    kt_buf_line(b, "        o[i][j][0] = o[i][j][1] = o[i][j][2] = o[i][j][3] = 0.0f;");
-    kt_buf_line(b, "    row_m[i][0] = row_m[i][1] = KT_NEG_INF;");
-    kt_buf_line(b, "    row_l[i][0] = row_l[i][1] = 0.0f;");
-    kt_buf_line(b, "}");
+    emit_acc_init(b);
     if (m->qfrag == QFRAG_REGS)
         kt_buf_line(b, "unsigned qf[MT][D / 16][4]; /* Q as mma A fragments, loaded once */");
     kt_buf_printf(b, "\n");
@@ -1387,19 +1402,7 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "/* base descriptors: this warpgroup's Q rows, the first K and V buffers */");
     kt_buf_line(b, "const unsigned long long dq0 = kt_desc_k(sQ + wg * 64 * 64), dk0 = kt_desc_k(sK), "
                    "dv0 = kt_desc_n(sV);");
-    kt_buf_line(b, "const int bidx = blockIdx.y;");
-    int iq = input_index(grp, a->q), ik = input_index(grp, a->k), iv = input_index(grp, a->v);
-    kt_buf_line(b, "const %s *gQ = in%d + (size_t)bidx * SQ * D;", ty, iq);
-    kt_buf_line(b, "const %s *gK = in%d + (size_t)bidx * SKV * D;", ty, ik);
-    kt_buf_line(b, "const %s *gV = in%d + (size_t)bidx * SKV * DV;", ty, iv);
-    kt_buf_line(b, "%s *gO = out0 + (size_t)bidx * SQ * DV;", ops_emit_ctype(a->out_dt));
-    if (a->causal) {
-        kt_buf_line(b, "/* causal: keys past the block's last query are never needed */");
-        kt_buf_line(b, "const int kv_end = min(SKV, min(q0 + BQ, SQ));");
-    } else {
-        kt_buf_line(b, "const int kv_end = SKV;");
-    }
-    kt_buf_line(b, "const int n_tiles = (kv_end + BKV - 1) / BKV;");
+    emit_block_setup(b, grp, a);
     kt_buf_printf(b, "\n");
     emit_tile_load(b, m, "Q tile", "sQ", "gQ", m->bq, d, "kt_woff", m->bq, "q0", (long long)a->sq);
     emit_tile_load(b, m, "K tile 0", "sK", "gK", m->bkv, d, "kt_woff", m->bkv, "0",
@@ -1415,14 +1418,8 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "}");
     kt_buf_line(b, "kt_cp_async_commit();");
     kt_buf_printf(b, "\n");
-    kt_buf_line(b, "float o[MT][DV / 8][4]; /* output accumulators (wgmma m64nDV, per warp m16n8 "
-                   "C layout) */");
-    kt_buf_line(b, "float row_m[MT][2], row_l[MT][2], alpha_o[MT][2]; /* rows g and g + 8 */");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int j = 0; j < DV / 8; j++)");
-    kt_buf_line(b, "    o[0][j][0] = o[0][j][1] = o[0][j][2] = o[0][j][3] = 0.0f;");
-    kt_buf_line(b, "row_m[0][0] = row_m[0][1] = KT_NEG_INF;");
-    kt_buf_line(b, "row_l[0][0] = row_l[0][1] = 0.0f;");
+    emit_acc_init(b);
+    kt_buf_line(b, "float alpha_o[MT][2]; /* O's rescale, applied once P V has landed */");
     kt_buf_line(b, "float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */");
     kt_buf_line(b, "unsigned pa[BKV / 16][4]; /* P of the tile whose P V is next */");
     kt_buf_printf(b, "\n");

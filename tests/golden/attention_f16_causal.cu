@@ -176,7 +176,7 @@ ktune_attention_f16_q128_kv64_w8_s2(
     }
     kt_cp_async_commit();
 
-    float o[MT][DV / 8][4]; /* output accumulators, mma C layout */
+    float o[MT][DV / 8][4]; /* output accumulators, m16n8 C layout */
     float row_m[MT][2], row_l[MT][2]; /* rows g and g + 8 of each m tile */
     #pragma unroll
     for (int i = 0; i < MT; i++) {

@@ -280,13 +280,17 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
     }
     kt_cp_async_commit();
 
-    float o[MT][DV / 8][4]; /* output accumulators (wgmma m64nDV, per warp m16n8 C layout) */
-    float row_m[MT][2], row_l[MT][2], alpha_o[MT][2]; /* rows g and g + 8 */
+    float o[MT][DV / 8][4]; /* output accumulators, m16n8 C layout */
+    float row_m[MT][2], row_l[MT][2]; /* rows g and g + 8 of each m tile */
     #pragma unroll
-    for (int j = 0; j < DV / 8; j++)
-        o[0][j][0] = o[0][j][1] = o[0][j][2] = o[0][j][3] = 0.0f;
-    row_m[0][0] = row_m[0][1] = KT_NEG_INF;
-    row_l[0][0] = row_l[0][1] = 0.0f;
+    for (int i = 0; i < MT; i++) {
+        #pragma unroll
+        for (int j = 0; j < DV / 8; j++)
+            o[i][j][0] = o[i][j][1] = o[i][j][2] = o[i][j][3] = 0.0f;
+        row_m[i][0] = row_m[i][1] = KT_NEG_INF;
+        row_l[i][0] = row_l[i][1] = 0.0f;
+    }
+    float alpha_o[MT][2]; /* O's rescale, applied once P V has landed */
     float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */
     unsigned pa[BKV / 16][4]; /* P of the tile whose P V is next */
 
