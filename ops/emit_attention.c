@@ -32,8 +32,9 @@
  *          and V from shared memory as an N-major operand. Tiles are stored in the hardware's
  *          128-byte swizzle (64-column blocks of 128-byte rows, the 16-byte chunk index XORed
  *          with row % 8, 1024-byte aligned), filled by cp.async into rings of 2 or 3 buffers
- *          (knob "stages": three save one block barrier per tile); the softmax
- *          update and the store are the mma.sync path's. Head dims: D a multiple of 64, DV 64.
+ *          (knob "stages": three save one block barrier per tile). Each warpgroup pipelines
+ *          itself (emit_wgmma_kernel says how); the softmax update and the store are the
+ *          mma.sync path's. Head dims: D a multiple of 64, DV 64.
  */
 #include "family.h"
 
