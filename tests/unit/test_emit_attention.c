@@ -344,7 +344,6 @@ static void test_wgmma(void **state)
     assert_string_equal(f->prune(&grp, &s3, &dev), "redundant");
     /* f16x2 exponentials: wgmma with f16 data only */
     ops_schedule h2 = s;
-    h2.v[1] = 64; /* 128-key tiles with two P buffers plan over the register budget */
     h2.v[7] = 2;
     assert_null(f->prune(&grp, &h2, &dev));
     h2.v[8] = 0;
