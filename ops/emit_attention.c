@@ -46,13 +46,13 @@ enum { K_BQ, K_BKV, K_WARPS, K_STAGES, K_MATH, K_LAYOUT, K_QFRAG, K_EXP, K_MMA, 
 enum { MATH_FFMA = 0, MATH_F16 = 1, MATH_BF16 = 2 };
 enum { LAYOUT_PAD = 0, LAYOUT_SWIZZLE = 1 };
 enum { QFRAG_SMEM = 0, QFRAG_REGS = 1 };
-enum { EXP_E = 0, EXP_2 = 1, EXP_2_H2 = 2 };
+enum { EXP_E = 0, EXP_2 = 1 };
 enum { MMA_SYNC = 0, MMA_WGMMA = 1 };
 
 static const char *const math_labels[] = {"ffma", "f16", "bf16"};
 static const char *const layout_labels[] = {"pad", "swizzle"};
 static const char *const qfrag_labels[] = {"smem", "regs"};
-static const char *const exp_labels[] = {"exp", "exp2", "exp2_h2"};
+static const char *const exp_labels[] = {"exp", "exp2"};
 static const char *const mma_labels[] = {"sync", "wgmma"};
 
 static const ops_knob attention_knobs[N_KNOBS] = {
@@ -66,9 +66,7 @@ static const ops_knob attention_knobs[N_KNOBS] = {
     /* mma path only: Q's A fragments re-read from shared memory per tile, or kept in registers */
     [K_QFRAG] = {"q", 2, {QFRAG_SMEM, QFRAG_REGS}, qfrag_labels},
     /* natural exp, or exp2 with log2(e) folded into the scale */
-    /* exp2_h2 (wgmma, f16): two scores' 2^x in one f16x2 MUFU op, P born packed, row sums in
-     * f16x2 per tile */
-    [K_EXP] = {"exp", 3, {EXP_E, EXP_2, EXP_2_H2}, exp_labels},
+    [K_EXP] = {"exp", 2, {EXP_E, EXP_2}, exp_labels},
     /* 16-bit path only: mma.sync, or Hopper's warpgroup wgmma */
     [K_MMA] = {"mma", 2, {MMA_SYNC, MMA_WGMMA}, mma_labels},
 };
@@ -161,7 +159,7 @@ static bool attention_matches(const ops_group *grp)
 /* ---- schedule geometry, shared by prune, emit and estimate ---- */
 
 typedef struct attn_geom {
-    int bq, bkv, warps, threads, stages, math, layout, qfrag, exp2, h2, wgmma;
+    int bq, bkv, warps, threads, stages, math, layout, qfrag, exp2, wgmma;
     int mt;           /* mma: 16-row m tiles per warp (wgmma: 1, a warp's share of 64 rows) */
     int tx, ty;       /* ffma: thread grid (columns x rows) */
     int rq, rk, rd;   /* ffma: micro-tile rows, S columns, O columns per thread */
@@ -183,8 +181,7 @@ static void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *
     m->math = s->v[K_MATH];
     m->layout = s->v[K_LAYOUT];
     m->qfrag = s->v[K_QFRAG];
-    m->exp2 = s->v[K_EXP] == EXP_2 || s->v[K_EXP] == EXP_2_H2;
-    m->h2 = s->v[K_EXP] == EXP_2_H2;
+    m->exp2 = s->v[K_EXP] == EXP_2;
     m->wgmma = s->v[K_MMA] == MMA_WGMMA;
     int d = (int)a->d, dv = (int)a->dv;
     if (m->math == MATH_FFMA) {
@@ -210,8 +207,6 @@ static void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *
         m->smem = 2 * ((int64_t)m->bq * d + (int64_t)m->stages * m->bkv * (d + dv)) + 1024;
         /* S and O accumulators, P repacked (alive while the P V wgmmas run), statistics. */
         m->regs = m->bkv / 2 + dv / 2 + m->bkv / 4 + 40; /* ptxas 13.0: 110-203 */
-        if (m->h2)
-            m->regs += m->bkv / 4; /* the second P buffer */
     } else {
         m->mt = m->bq / (m->warps * 16);
         int pad = m->layout == LAYOUT_PAD ? 8 : 0;
@@ -251,7 +246,7 @@ static const char *attention_prune(const ops_group *grp, const ops_schedule *s,
         /* f16/bf16 data always has its tensor-core path. */
         if (a.dt != OPS_DT_F32)
             return "redundant";
-        if (m.layout != LAYOUT_PAD || m.qfrag != QFRAG_SMEM || m.wgmma || m.stages > 2 || m.h2)
+        if (m.layout != LAYOUT_PAD || m.qfrag != QFRAG_SMEM || m.wgmma || m.stages > 2)
             return "redundant"; /* knobs of the mma path */
         if (a.dv % m.tx != 0 || a.d < 1)
             return "shape";
@@ -286,9 +281,7 @@ static const char *attention_prune(const ops_group *grp, const ops_schedule *s,
                 return "divisibility"; /* a warpgroup per 64 query rows */
             if (m.bkv < 64)
                 return "divisibility";
-            if (m.h2 && m.math != MATH_F16)
-                return "shape"; /* P is f16 there */
-        } else if (m.warps > 8 || m.bq > 128 || m.stages > 2 || m.h2) {
+        } else if (m.warps > 8 || m.bq > 128 || m.stages > 2) {
             return "redundant"; /* 192-row tiles and 3-buffer rings are the wgmma path's */
         }
         if (m.regs > MMA_REG_BUDGET || m.regs > dev->regs_per_sm / m.threads)
@@ -634,11 +627,8 @@ static const char *emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_
  * defer_alpha, O (still being accumulated by an asynchronous wgmma) is not rescaled here: each
  * row's factor goes to alpha_o[MT][2] for the caller. */
 static void emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, const char *ex,
-                             bool defer_alpha, const char *p_out)
+                             bool defer_alpha)
 {
-    /* exp2_h2 (wgmma, MT = 1): P leaves as f16 pairs straight into P_OUT's A fragments (the
-     * pair of row g + 8 h of column tile j is register (j & 1) * 2 + h of k step j / 2) */
-    bool h2 = m->h2;
     bool fold = a->scale > 0;
     if (!fold) {
         kt_buf_line(b, "#pragma unroll");
@@ -704,41 +694,22 @@ static void emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, 
         kt_buf_line(b, "const float alpha = %s(row_m[i][h] - base);", ex);
     }
     kt_buf_line(b, "row_m[i][h] = mx;");
-    if (h2) {
-        const char *x0 = fold ? "fmaf(s[i][j][2 * h], SCALE, -base)" : "s[i][j][2 * h] - base";
-        const char *x1 =
-            fold ? "fmaf(s[i][j][2 * h + 1], SCALE, -base)" : "s[i][j][2 * h + 1] - base";
-        kt_buf_line(b, "unsigned sum2 = 0u, sum2b = 0u; /* f16x2 partial sums, two chains */");
-        kt_buf_line(b, "#pragma unroll");
-        kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++) {");
-        kt_buf_line(b, "    const unsigned p2 = kt_exp2_h2(%s, %s);", x0, x1);
-        kt_buf_line(b, "    if (j & 1)");
-        kt_buf_line(b, "        sum2b = kt_hadd2(sum2b, p2);");
-        kt_buf_line(b, "    else");
-        kt_buf_line(b, "        sum2 = kt_hadd2(sum2, p2);");
-        kt_buf_line(b, "    %s[j >> 1][((j & 1) << 1) | h] = p2;", p_out);
-        kt_buf_line(b, "}");
-        kt_buf_line(b, "const float sum = kt_h2_sum(sum2) + kt_h2_sum(sum2b);");
+    kt_buf_line(b, "float sum = 0.0f, sum1 = 0.0f;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++) {");
+    if (fold) {
+        kt_buf_line(b, "    s[i][j][2 * h] = %s(fmaf(s[i][j][2 * h], SCALE, -base));", ex);
+        kt_buf_line(b, "    s[i][j][2 * h + 1] = %s(fmaf(s[i][j][2 * h + 1], SCALE, -base));", ex);
+    } else {
+        kt_buf_line(b, "    s[i][j][2 * h] = %s(s[i][j][2 * h] - base);", ex);
+        kt_buf_line(b, "    s[i][j][2 * h + 1] = %s(s[i][j][2 * h + 1] - base);", ex);
     }
-    if (!h2) {
-        kt_buf_line(b, "float sum = 0.0f, sum1 = 0.0f;");
-        kt_buf_line(b, "#pragma unroll");
-        kt_buf_line(b, "for (int j = 0; j < BKV / 8; j++) {");
-        if (fold) {
-            kt_buf_line(b, "    s[i][j][2 * h] = %s(fmaf(s[i][j][2 * h], SCALE, -base));", ex);
-            kt_buf_line(b, "    s[i][j][2 * h + 1] = %s(fmaf(s[i][j][2 * h + 1], SCALE, -base));",
-                        ex);
-        } else {
-            kt_buf_line(b, "    s[i][j][2 * h] = %s(s[i][j][2 * h] - base);", ex);
-            kt_buf_line(b, "    s[i][j][2 * h + 1] = %s(s[i][j][2 * h + 1] - base);", ex);
-        }
-        kt_buf_line(b, "    if (j & 1)");
-        kt_buf_line(b, "        sum1 += s[i][j][2 * h] + s[i][j][2 * h + 1];");
-        kt_buf_line(b, "    else");
-        kt_buf_line(b, "        sum += s[i][j][2 * h] + s[i][j][2 * h + 1];");
-        kt_buf_line(b, "}");
-        kt_buf_line(b, "sum += sum1;");
-    }
+    kt_buf_line(b, "    if (j & 1)");
+    kt_buf_line(b, "        sum1 += s[i][j][2 * h] + s[i][j][2 * h + 1];");
+    kt_buf_line(b, "    else");
+    kt_buf_line(b, "        sum += s[i][j][2 * h] + s[i][j][2 * h + 1];");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "sum += sum1;");
     kt_buf_line(b, "/* per-lane partial sums; the 4 lanes of a row are added at the end */");
     kt_buf_line(b, "row_l[i][h] = row_l[i][h] * alpha + sum;");
     if (defer_alpha) {
@@ -952,7 +923,7 @@ static void emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     kt_buf_line(b, "}");
     b->indent -= 4;
     kt_buf_line(b, "}");
-    emit_mma_softmax(b, a, m, ex, false, NULL);
+    emit_mma_softmax(b, a, m, ex, false);
     b->indent -= 4;
     kt_buf_line(b, "}");
     if (m->stages == 1) {
@@ -1286,11 +1257,9 @@ static const char wgmma_helpers[] =
     "   row % 8 (the tile starts 1024-byte aligned, so this is address bits 4-6 ^= bits 7-9). */\n"
     "template <int ROWS> __device__ __forceinline__ int kt_woff(int row, int col)\n"
     "{\n"
-    "    return ((col >> 6) * ROWS + row) * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & "
-    "7);\n"
+    "    return ((col >> 6) * ROWS + row) * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);\n"
     "}\n"
-    "/* Descriptor of a K-major operand in such a tile: 128-byte swizzle (mode 1, bits 62-63), "
-    "8-row\n"
+    "/* Descriptor of a K-major operand in such a tile: 128-byte swizzle (mode 1, bits 62-63), 8-row\n"
     "   groups 1024 bytes apart (stride offset, bits 32-45); the leading offset is unused when a\n"
     "   k16 step stays inside one 128-byte row (conventionally 1). */\n"
     "__device__ __forceinline__ unsigned long long kt_desc_k(const void *p)\n"
@@ -1298,10 +1267,8 @@ static const char wgmma_helpers[] =
     "    return (unsigned long long)((kt_smem_u32(p) & 0x3FFFF) >> 4) | 1ull << 16 |\n"
     "           (1024ull >> 4) << 32 | 1ull << 62;\n"
     "}\n"
-    "/* Descriptor of V as an N-major B operand (keys along K, 64 columns along N: one swizzle "
-    "atom\n"
-    "   wide). A k16 step spans two 8-key groups 1024 bytes apart; both offset fields say 1024, "
-    "as\n"
+    "/* Descriptor of V as an N-major B operand (keys along K, 64 columns along N: one swizzle atom\n"
+    "   wide). A k16 step spans two 8-key groups 1024 bytes apart; both offset fields say 1024, as\n"
     "   the other one (the stride between atoms along N) is never used at N = 64. */\n"
     "__device__ __forceinline__ unsigned long long kt_desc_n(const void *p)\n"
     "{\n"
@@ -1330,25 +1297,6 @@ static const char wgmma_helpers[] =
     "__device__ __forceinline__ void kt_fence_proxy_async()\n"
     "{\n"
     "    asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");\n"
-    "}\n"
-    "/* 2^lo, 2^hi as an f16 pair (lo in the low half): one MUFU op for two scores */\n"
-    "__device__ __forceinline__ unsigned kt_exp2_h2(float lo, float hi)\n"
-    "{\n"
-    "    unsigned x, y;\n"
-    "    asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(x) : \"f\"(hi), \"f\"(lo));\n"
-    "    asm(\"ex2.approx.f16x2 %0, %1;\" : \"=r\"(y) : \"r\"(x));\n"
-    "    return y;\n"
-    "}\n"
-    "__device__ __forceinline__ unsigned kt_hadd2(unsigned a, unsigned b)\n"
-    "{\n"
-    "    unsigned r;\n"
-    "    asm(\"add.rn.f16x2 %0, %1, %2;\" : \"=r\"(r) : \"r\"(a), \"r\"(b));\n"
-    "    return r;\n"
-    "}\n"
-    "__device__ __forceinline__ float kt_h2_sum(unsigned a)\n"
-    "{\n"
-    "    return kt_f16_to_f32((unsigned short)(a & 0xffffu)) + kt_f16_to_f32((unsigned short)(a >> "
-    "16));\n"
     "}\n"
     "/* After the wait: the accumulators are read only from here on (the compiler sees wgmma\n"
     "   write them when it is issued, not when it completes). */\n"
@@ -1406,34 +1354,96 @@ static void emit_wgmma_qk_issue(kt_buf *b, const char *koff)
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < D / 16; ks++)");
     kt_buf_line(b, "    kt_wgmma_qk(s[0], dq0 + (((ks >> 2) * BQ * 64 + (ks & 3) * 16) >> 3),");
-    kt_buf_line(
-        b, "                dk0 + ((%s + (ks >> 2) * BKV * 64 + (ks & 3) * 16) >> 3), ks > 0);",
-        koff);
+    kt_buf_line(b, "                dk0 + ((%s + (ks >> 2) * BKV * 64 + (ks & 3) * 16) >> 3), ks > 0);",
+                koff);
     kt_buf_line(b, "kt_wg_commit();");
 }
 
-/* P (the softmaxed scores) repacked to 16-bit A fragments in PA: k step ks covers keys 16 ks ...
- * (exp2_h2 wrote them packed already). */
-static void emit_wgmma_pack(kt_buf *b, const attn_geom *m, const char *pa)
+/* P (the softmaxed scores) repacked to 16-bit A fragments: k16 step ks covers keys 16 ks ... */
+static void emit_wgmma_pack(kt_buf *b)
 {
-    if (m->h2)
-        return;
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++) {");
-    kt_buf_line(b, "    %s[ks][0] = kt_pack(s[0][2 * ks][0], s[0][2 * ks][1]);", pa);
-    kt_buf_line(b, "    %s[ks][1] = kt_pack(s[0][2 * ks][2], s[0][2 * ks][3]);", pa);
-    kt_buf_line(b, "    %s[ks][2] = kt_pack(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);", pa);
-    kt_buf_line(b, "    %s[ks][3] = kt_pack(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);", pa);
+    kt_buf_line(b, "    pa[ks][0] = kt_pack(s[0][2 * ks][0], s[0][2 * ks][1]);");
+    kt_buf_line(b, "    pa[ks][1] = kt_pack(s[0][2 * ks][2], s[0][2 * ks][3]);");
+    kt_buf_line(b, "    pa[ks][2] = kt_pack(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);");
+    kt_buf_line(b, "    pa[ks][3] = kt_pack(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);");
     kt_buf_line(b, "}");
 }
 
-/* One key tile's step of the wgmma kernel (the variable tile is in scope): refill the rings,
- * issue S_tile+1 and O += P_tile V_tile (P from CUR), the softmax of S_tile+1 into NEXT while
- * P V runs, then O's rescale; the last tile does P V alone. */
-static void emit_wgmma_step(kt_buf *b, const attn_info *a, const attn_geom *m, const char *ex,
-                            const char *cur, const char *next)
+/* The Hopper kernel, software-pipelined inside each warpgroup: while the tensor cores run
+ * O += P_j V_j, the warpgroup's threads compute the softmax of S_j+1 = Q K_j+1^T (issued just
+ * before), so the exponentials (the MUFU unit: as much time as the MMAs at D = 64) overlap the
+ * MMAs. O's rescale for S_j+1's new max waits for P_j V_j. Tiles: K two tiles ahead and V one
+ * tile ahead of the MMAs, in rings of NST buffers, one cp.async group per step. */
+static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
+                              const attn_geom *m, const char *entry)
 {
+    const char *ty = ops_emit_ctype(a->dt);
     int d = (int)a->d, dv = (int)a->dv;
+    char scale[64];
+    const char *ex = emit_kernel_open(b, grp, a, m, entry, scale, sizeof(scale));
+    kt_buf_line(b, "constexpr int MT = 1; /* a warp owns 16 of its warpgroup's 64 rows */");
+    kt_buf_line(b, "/* scores are scaled by %s%s */", scale,
+                m->exp2 ? " (scale * log2(e): softmax in base 2)" : "");
+    kt_buf_line(b, "constexpr float SCALE = %s;", scale);
+    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kt_smem[];");
+    kt_buf_line(b, "/* tiles 1024-byte aligned: the swizzle is a function of the address */");
+    kt_buf_line(b, "%s *sQ = reinterpret_cast<%s *>(kt_smem + ((1024u - (kt_smem_u32(kt_smem) & "
+                   "1023u)) & 1023u));",
+                ty, ty);
+    kt_buf_line(b, "constexpr int NST = %d; /* ring buffers of K and of V */", m->stages);
+    kt_buf_line(b, "%s *sK = sQ + BQ * D; /* NST buffers of BKV x D */", ty);
+    kt_buf_line(b, "%s *sV = sK + NST * BKV * D; /* NST buffers of BKV x DV */", ty);
+    kt_buf_line(b, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;");
+    kt_buf_line(b, "const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column "
+                   "pair */");
+    kt_buf_line(b, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
+    kt_buf_line(b, "const int wq0 = q0 + warp * 16; /* this warp's first query */");
+    kt_buf_line(b, "/* base descriptors: this warpgroup's Q rows, the first K and V buffers */");
+    kt_buf_line(b, "const unsigned long long dq0 = kt_desc_k(sQ + wg * 64 * 64), dk0 = kt_desc_k(sK), "
+                   "dv0 = kt_desc_n(sV);");
+    emit_block_setup(b, grp, a);
+    kt_buf_printf(b, "\n");
+    emit_tile_load(b, m, "Q tile", "sQ", "gQ", m->bq, d, "kt_woff", m->bq, "q0", (long long)a->sq);
+    emit_tile_load(b, m, "K tile 0", "sK", "gK", m->bkv, d, "kt_woff", m->bkv, "0",
+                   (long long)a->skv);
+    kt_buf_line(b, "kt_cp_async_commit();");
+    emit_tile_load(b, m, "V tile 0", "sV", "gV", m->bkv, dv, "kt_woff", m->bkv, "0",
+                   (long long)a->skv);
+    kt_buf_line(b, "if (n_tiles > 1) {");
+    b->indent += 4;
+    emit_tile_load(b, m, "K tile 1", "sK + BKV * D", "gK", m->bkv, d, "kt_woff", m->bkv, "BKV",
+                   (long long)a->skv);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "kt_cp_async_commit();");
+    kt_buf_printf(b, "\n");
+    emit_acc_init(b);
+    kt_buf_line(b, "float alpha_o[MT][2]; /* O's rescale, applied once P V has landed */");
+    kt_buf_line(b, "float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */");
+    kt_buf_line(b, "unsigned pa[BKV / 16][4]; /* P of the tile whose P V is next */");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* S_0 and its softmax (every warpgroup needs key tile 0) */");
+    kt_buf_line(b, "kt_cp_async_wait<1>(); /* Q and K_0 landed */");
+    kt_buf_line(b, "kt_fence_proxy_async();");
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "{");
+    b->indent += 4;
+    kt_buf_line(b, "const int kv0 = 0;");
+    emit_wgmma_qk_issue(b, "0");
+    kt_buf_line(b, "kt_wg_wait_all();");
+    kt_buf_line(b, "kt_wg_hold(s[0]);");
+    emit_mma_softmax(b, a, m, ex, true);
+    emit_wgmma_pack(b);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* Every warpgroup runs every step, also on tiles its causal mask hides (P = 0 "
+                   "there):");
+    kt_buf_line(b, "   a data-dependent wgmma group count would make ptxas serialize the MMAs. */");
+    kt_buf_line(b, "for (int tile = 0; tile < n_tiles; tile++) {");
+    b->indent += 4;
     if (m->stages == 2)
         kt_buf_line(b, "__syncthreads(); /* every warpgroup is done with K_tile and V_tile-1 */");
     else
@@ -1465,11 +1475,11 @@ static void emit_wgmma_step(kt_buf *b, const attn_info *a, const attn_geom *m, c
     kt_buf_line(b, "/* O += P_tile V_tile, in flight during the softmax of S_tile+1 */");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
-    kt_buf_line(b, "    kt_wgmma_pv(o[0], %s[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);", cur);
+    kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);");
     kt_buf_line(b, "kt_wg_commit();");
     kt_buf_line(b, "kt_wg_wait_one(); /* S_tile+1 done; P V may still run */");
     kt_buf_line(b, "kt_wg_hold(s[0]);");
-    emit_mma_softmax(b, a, m, ex, true, next);
+    emit_mma_softmax(b, a, m, ex, true);
     kt_buf_line(b, "kt_wg_wait_all();");
     kt_buf_line(b, "kt_wg_hold(o[0]);");
     kt_buf_line(b, "/* O joins S_tile+1's max; P_tile+1 is next */");
@@ -1480,7 +1490,7 @@ static void emit_wgmma_step(kt_buf *b, const attn_info *a, const attn_geom *m, c
     kt_buf_line(b, "    o[0][j][2] *= alpha_o[0][1];");
     kt_buf_line(b, "    o[0][j][3] *= alpha_o[0][1];");
     kt_buf_line(b, "}");
-    emit_wgmma_pack(b, m, next);
+    emit_wgmma_pack(b);
     b->indent -= 4;
     kt_buf_line(b, "} else {");
     b->indent += 4;
@@ -1488,117 +1498,14 @@ static void emit_wgmma_step(kt_buf *b, const attn_info *a, const attn_geom *m, c
     kt_buf_line(b, "kt_wg_fence();");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
-    kt_buf_line(b, "    kt_wgmma_pv(o[0], %s[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);", cur);
+    kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);");
     kt_buf_line(b, "kt_wg_commit();");
     kt_buf_line(b, "kt_wg_wait_all();");
     kt_buf_line(b, "kt_wg_hold(o[0]);");
     b->indent -= 4;
     kt_buf_line(b, "}");
-}
-
-/* The Hopper kernel, software-pipelined inside each warpgroup: while the tensor cores run
- * O += P_j V_j, the warpgroup's threads compute the softmax of S_j+1 = Q K_j+1^T (issued just
- * before), so the exponentials (the MUFU unit: as much time as the MMAs at D = 64) overlap the
- * MMAs. O's rescale for S_j+1's new max waits for P_j V_j. Tiles: K two tiles ahead and V one
- * tile ahead of the MMAs, in rings of NST buffers, one cp.async group per step. */
-static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
-                              const attn_geom *m, const char *entry)
-{
-    const char *ty = ops_emit_ctype(a->dt);
-    int d = (int)a->d, dv = (int)a->dv;
-    char scale[64];
-    const char *ex = emit_kernel_open(b, grp, a, m, entry, scale, sizeof(scale));
-    kt_buf_line(b, "constexpr int MT = 1; /* a warp owns 16 of its warpgroup's 64 rows */");
-    kt_buf_line(b, "/* scores are scaled by %s%s */", scale,
-                m->exp2 ? " (scale * log2(e): softmax in base 2)" : "");
-    kt_buf_line(b, "constexpr float SCALE = %s;", scale);
-    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kt_smem[];");
-    kt_buf_line(b, "/* tiles 1024-byte aligned: the swizzle is a function of the address */");
-    kt_buf_line(b,
-                "%s *sQ = reinterpret_cast<%s *>(kt_smem + ((1024u - (kt_smem_u32(kt_smem) & "
-                "1023u)) & 1023u));",
-                ty, ty);
-    kt_buf_line(b, "constexpr int NST = %d; /* ring buffers of K and of V */", m->stages);
-    kt_buf_line(b, "%s *sK = sQ + BQ * D; /* NST buffers of BKV x D */", ty);
-    kt_buf_line(b, "%s *sV = sK + NST * BKV * D; /* NST buffers of BKV x DV */", ty);
-    kt_buf_line(b,
-                "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;");
-    kt_buf_line(b, "const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column "
-                   "pair */");
-    kt_buf_line(b, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
-    kt_buf_line(b, "const int wq0 = q0 + warp * 16; /* this warp's first query */");
-    kt_buf_line(b, "/* base descriptors: this warpgroup's Q rows, the first K and V buffers */");
-    kt_buf_line(b,
-                "const unsigned long long dq0 = kt_desc_k(sQ + wg * 64 * 64), dk0 = kt_desc_k(sK), "
-                "dv0 = kt_desc_n(sV);");
-    emit_block_setup(b, grp, a);
-    kt_buf_printf(b, "\n");
-    emit_tile_load(b, m, "Q tile", "sQ", "gQ", m->bq, d, "kt_woff", m->bq, "q0", (long long)a->sq);
-    emit_tile_load(b, m, "K tile 0", "sK", "gK", m->bkv, d, "kt_woff", m->bkv, "0",
-                   (long long)a->skv);
-    kt_buf_line(b, "kt_cp_async_commit();");
-    emit_tile_load(b, m, "V tile 0", "sV", "gV", m->bkv, dv, "kt_woff", m->bkv, "0",
-                   (long long)a->skv);
-    kt_buf_line(b, "if (n_tiles > 1) {");
-    b->indent += 4;
-    emit_tile_load(b, m, "K tile 1", "sK + BKV * D", "gK", m->bkv, d, "kt_woff", m->bkv, "BKV",
-                   (long long)a->skv);
     b->indent -= 4;
     kt_buf_line(b, "}");
-    kt_buf_line(b, "kt_cp_async_commit();");
-    kt_buf_printf(b, "\n");
-    emit_acc_init(b);
-    kt_buf_line(b, "float alpha_o[MT][2]; /* O's rescale, applied once P V has landed */");
-    kt_buf_line(b, "float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */");
-    const char *pa0 = m->h2 ? "paA" : "pa", *pa1 = m->h2 ? "paB" : "pa";
-    if (m->h2)
-        kt_buf_line(b, "unsigned paA[BKV / 16][4], paB[BKV / 16][4]; /* P of even / odd tiles: the "
-                       "softmax fills one while P V reads the other */");
-    else
-        kt_buf_line(b, "unsigned pa[BKV / 16][4]; /* P of the tile whose P V is next */");
-    kt_buf_printf(b, "\n");
-    kt_buf_line(b, "/* S_0 and its softmax (every warpgroup needs key tile 0) */");
-    kt_buf_line(b, "kt_cp_async_wait<1>(); /* Q and K_0 landed */");
-    kt_buf_line(b, "kt_fence_proxy_async();");
-    kt_buf_line(b, "__syncthreads();");
-    kt_buf_line(b, "{");
-    b->indent += 4;
-    kt_buf_line(b, "const int kv0 = 0;");
-    emit_wgmma_qk_issue(b, "0");
-    kt_buf_line(b, "kt_wg_wait_all();");
-    kt_buf_line(b, "kt_wg_hold(s[0]);");
-    emit_mma_softmax(b, a, m, ex, true, pa0);
-    emit_wgmma_pack(b, m, pa0);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
-    kt_buf_printf(b, "\n");
-    kt_buf_line(b, "/* Every warpgroup runs every step, also on tiles its causal mask hides (P = 0 "
-                   "there):");
-    kt_buf_line(b, "   a data-dependent wgmma group count would make ptxas serialize the MMAs. */");
-    if (m->h2) {
-        kt_buf_line(b, "for (int tile0 = 0; tile0 < n_tiles; tile0 += 2) {");
-        b->indent += 4;
-        kt_buf_line(b, "{");
-        b->indent += 4;
-        kt_buf_line(b, "const int tile = tile0;");
-        emit_wgmma_step(b, a, m, ex, pa0, pa1);
-        b->indent -= 4;
-        kt_buf_line(b, "}");
-        kt_buf_line(b, "if (tile0 + 1 < n_tiles) {");
-        b->indent += 4;
-        kt_buf_line(b, "const int tile = tile0 + 1;");
-        emit_wgmma_step(b, a, m, ex, pa1, pa0);
-        b->indent -= 4;
-        kt_buf_line(b, "}");
-        b->indent -= 4;
-        kt_buf_line(b, "}");
-    } else {
-        kt_buf_line(b, "for (int tile = 0; tile < n_tiles; tile++) {");
-        b->indent += 4;
-        emit_wgmma_step(b, a, m, ex, pa0, pa1);
-        b->indent -= 4;
-        kt_buf_line(b, "}");
-    }
     kt_buf_printf(b, "\n");
     emit_mma_store(b, grp, a);
     b->indent -= 4;

@@ -24,16 +24,16 @@ enum { K_THREADS, K_TPR, K_ROWS, K_VEC, N_KNOBS };
 
 static const ops_knob gemv_knobs[N_KNOBS] = {
     [K_THREADS] = {"threads", 4, {64, 128, 256, 512}, NULL},
-    [K_TPR] = {"tpr", 4, {4, 8, 16, 32}, NULL}, /* lanes per row */
-    [K_ROWS] = {"rows", 3, {1, 2, 4}, NULL},    /* rows per lane group */
-    [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL},   /* elements per load */
+    [K_TPR] = {"tpr", 4, {4, 8, 16, 32}, NULL},   /* lanes per row */
+    [K_ROWS] = {"rows", 3, {1, 2, 4}, NULL},      /* rows per lane group */
+    [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL},     /* elements per load */
 };
 
 typedef struct gemv_info {
     const ops_graph *g;
-    int mm;   /* the matmul node */
-    int a, x; /* its operands (group inputs) */
-    int y;    /* the group output */
+    int mm;         /* the matmul node */
+    int a, x;       /* its operands (group inputs) */
+    int y;          /* the group output */
     ops_dtype adt, xdt;
     int64_t M, K;
     int n_epi;
@@ -128,8 +128,8 @@ typedef struct gemv_plan {
     int64_t rows_per_block, grid;
 } gemv_plan;
 
-static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, const ops_device *dev,
-                                  gemv_plan *p)
+static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s,
+                                  const ops_device *dev, gemv_plan *p)
 {
     p->threads = s->v[K_THREADS];
     p->tpr = s->v[K_TPR];
@@ -138,7 +138,7 @@ static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, co
     p->rows_per_block = (int64_t)p->threads / p->tpr * p->rows;
     p->grid = (in->M + p->rows_per_block - 1) / p->rows_per_block;
     size_t es = ops_dtype_size(in->adt) > ops_dtype_size(in->xdt) ? ops_dtype_size(in->adt)
-                                                                  : ops_dtype_size(in->xdt);
+                                                                    : ops_dtype_size(in->xdt);
     if (p->threads > dev->max_threads_per_block)
         return "threads";
     if (p->vec * es > 16)
@@ -281,10 +281,7 @@ static void lane_expr(char *out, size_t len, ops_dtype dt, int vec, const char *
 /* The unsigned type of one vector load of `bytes` bytes. */
 static const char *load_type(int bytes)
 {
-    return bytes == 16  ? "uint4"
-           : bytes == 8 ? "uint2"
-           : bytes == 4 ? "unsigned"
-                        : "unsigned short";
+    return bytes == 16 ? "uint4" : bytes == 8 ? "uint2" : bytes == 4 ? "unsigned" : "unsigned short";
 }
 
 static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
@@ -332,10 +329,8 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     int abytes = p.vec * (int)ops_dtype_size(in.adt), xbytes = p.vec * (int)ops_dtype_size(in.xdt);
     kt_buf_line(&b, "/* Lane groups of TPR lanes own R rows each; each step loads VEC elements of "
                     "x and of every row");
-    kt_buf_line(&b,
-                " * per lane (%d-byte loads of A), accumulates in fp32; the row's lanes then "
-                "reduce by shuffles. */",
-                abytes);
+    kt_buf_line(&b, " * per lane (%d-byte loads of A), accumulates in fp32; the row's lanes then "
+                    "reduce by shuffles. */", abytes);
     kt_buf_line(&b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
     kt_buf_line(&b, "%s(%s)", k->entry, params.data);
     kt_buf_line(&b, "{");
@@ -430,9 +425,9 @@ static void gemv_estimate(const ops_group *grp, const ops_schedule *s, const ops
     /* loads in flight (R rows per lane group, the unrolled steps: a short row's all, else 4)
      * against the ~4 MiB that DRAM bandwidth times latency asks for (3 TB/s x ~1.3 us) */
     double unroll = steps <= 16 ? steps : 4.0;
-    double inflight =
-        fmin(1.0, (double)p.rows * unroll * load_bytes * (double)dev->max_threads_per_sm *
-                      dev->sm_count / (4.0 * 1024 * 1024));
+    double inflight = fmin(1.0, (double)p.rows * unroll * load_bytes *
+                                    (double)dev->max_threads_per_sm * dev->sm_count /
+                                    (4.0 * 1024 * 1024));
     eff *= 0.5 + 0.5 * inflight;
     double waves = (double)p.grid / ((double)dev->sm_count * (dev->max_threads_per_sm / p.threads));
     eff *= waves / ceil(waves);

@@ -150,24 +150,6 @@ __device__ __forceinline__ void kt_fence_proxy_async()
 {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-/* 2^lo, 2^hi as an f16 pair (lo in the low half): one MUFU op for two scores */
-__device__ __forceinline__ unsigned kt_exp2_h2(float lo, float hi)
-{
-    unsigned x, y;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(x) : "f"(hi), "f"(lo));
-    asm("ex2.approx.f16x2 %0, %1;" : "=r"(y) : "r"(x));
-    return y;
-}
-__device__ __forceinline__ unsigned kt_hadd2(unsigned a, unsigned b)
-{
-    unsigned r;
-    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-}
-__device__ __forceinline__ float kt_h2_sum(unsigned a)
-{
-    return kt_f16_to_f32((unsigned short)(a & 0xffffu)) + kt_f16_to_f32((unsigned short)(a >> 16));
-}
 /* After the wait: the accumulators are read only from here on (the compiler sees wgmma
    write them when it is issued, not when it completes). */
 template <int N> __device__ __forceinline__ void kt_wg_hold(float (&d)[N][4])

@@ -342,12 +342,6 @@ static void test_wgmma(void **state)
     assert_null(f->prune(&grp, &s3, &dev));
     s3.v[8] = 0;
     assert_string_equal(f->prune(&grp, &s3, &dev), "redundant");
-    /* f16x2 exponentials: wgmma with f16 data only */
-    ops_schedule h2 = s;
-    h2.v[7] = 2;
-    assert_null(f->prune(&grp, &h2, &dev));
-    h2.v[8] = 0;
-    assert_string_equal(f->prune(&grp, &h2, &dev), "redundant");
     /* rings of three buffers: wgmma only */
     ops_schedule r3 = s;
     r3.v[3] = 3;
