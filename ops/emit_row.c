@@ -32,7 +32,13 @@
  * Row storage: inputs of shape X read in two or more passes are kept in registers (fully
  * unrolled, compile-time sized), in shared memory (each thread reads back only what it wrote,
  * so no barrier is needed), or re-read from global memory. Rows past the end are clamped to
- * the last row and their stores skipped, so barriers stay uniform. */
+ * the last row and their stores skipped, so barriers stay uniform.
+ *
+ * Matmul prologue: X may itself be a small matmul of two group inputs, A [M, K] x B [K, N] with
+ * X = [M, N] reduced along N (a linear layer followed by a softmax, as in KernelBench's
+ * Matmul+GELU+Softmax): each element is then its own K-long dot product, summed in order by
+ * FFMA and recomputed by every pass that reads it, so one launch replaces a GEMM kernel and a
+ * row kernel. Only for K <= MM_MAX_K, where the dot products cost less than the launch saved. */
 #include "family.h"
 
 #include <stdio.h>
@@ -65,6 +71,7 @@ static const ops_knob row_knobs[N_KNOBS] = {
 #define RW_MAX_GRID   2147483647LL
 #define RW_MAX_SPLITS 256
 #define RW_MAX_CACHED 64 /* floats per thread kept in registers */
+#define MM_MAX_K      512 /* the longest dot product of a matmul prologue */
 
 typedef enum rw_cls { CL_NONE, CL_FULL, CL_ROW, CL_FLAT } rw_cls;
 
@@ -92,6 +99,7 @@ typedef struct rw_info {
     int pair[RW_MAX_SLOTS];      /* head <-> tail slot, or -1 */
     int src[RW_MAX_SLOTS];       /* reductions: the slot reduced (pairs: A) */
     bool flat_use[RW_MAX_SLOTS]; /* inputs read by FLAT nodes (at offset row) */
+    bool mm[RW_MAX_SLOTS];       /* FULL slots computed by a matmul prologue */
     int64_t stride[RW_MAX_SLOTS][OPS_MAX_RANK]; /* X-aligned element strides, 0 = broadcast */
     ops_shape X;
     int rank, a0, a1; /* reduced axes [a0, a1] */
@@ -238,6 +246,31 @@ static void compute_levels(rw_info *in, bool use_pairs)
     }
 }
 
+/* True when matmul node n (output shape xs) can be X's matmul prologue: unbatched, X = [M, N]
+ * reduced along N, both operands group inputs of rank 2 that no other node reads, K short. */
+static bool mm_prologue_ok(const rw_info *in, const ops_node *n, const ops_shape *xs)
+{
+    const ops_graph *g = in->g;
+    if (in->rank != 2 || in->a0 != 1 || in->a1 != 1 || !ops_shape_same_sizes(xs, &in->X))
+        return false;
+    for (int k = 0; k < 2; k++) {
+        int u = slot_of(in, n->in[k].tensor);
+        if (u < 0 || in->node[u] >= 0 || g->tensors[n->in[k].tensor].shape.rank != 2)
+            return false;
+        for (int v = in->grp->n_in; v < in->n_slots; v++) {
+            const ops_node *o = slot_node(in, v);
+            if (o == n)
+                continue;
+            for (int j = 0; j < o->n_in; j++)
+                if (o->in[j].tensor == n->in[k].tensor)
+                    return false;
+        }
+    }
+    const ops_shape *as = &g->tensors[n->in[0].tensor].shape;
+    int64_t K = as->d[n->attrs.transpose_a ? 0 : 1].size;
+    return K >= 1 && K <= MM_MAX_K;
+}
+
 static bool rw_analyse(const ops_group *grp, bool use_pairs, rw_info *in)
 {
     const ops_graph *g = grp->g;
@@ -345,6 +378,14 @@ static bool rw_analyse(const ops_group *grp, bool use_pairs, rw_info *in)
                 in->cls[s] = CL_ROW;
             continue;
         }
+        if (n->op == OPS_MATMUL) {
+            if (!mm_prologue_ok(in, n, &t->shape))
+                return false;
+            x_strides(in, &t->shape, in->stride[s]);
+            in->cls[s] = CL_FULL;
+            in->mm[s] = true;
+            continue;
+        }
         if (!ops_is_elementwise(n->op))
             return false;
         bool any_flat = false, any_full = false;
@@ -423,6 +464,8 @@ static void full_reads(const rw_info *in, int s, bool *reads)
         reads[s] = true;
         return;
     }
+    if (in->mm[s])
+        return; /* a matmul prologue reads its operands itself, not along the row */
     for (int k = 0; k < n->n_in; k++)
         if (n->in[k].tensor != OPS_SCALAR)
             full_reads(in, slot_of(in, n->in[k].tensor), reads);
@@ -827,6 +870,15 @@ static void body_value(rw_body *bd, int u)
     bd->done[u] = true;
     const ops_tensor *t = &in->g->tensors[in->tensor[u]];
     const ops_node *n = slot_node(in, u);
+    if (n && in->mm[u]) {
+        char pa[64], pb[64];
+        param_of(in, slot_of(in, n->in[0].tensor), pa, sizeof(pa));
+        param_of(in, slot_of(in, n->in[1].tensor), pb, sizeof(pb));
+        line_start(bd->lane);
+        kt_buf_printf(bd->lane, "const float f%d = kt_mm%d(%s, %s, row, j%s); /* %s */\n", u, u, pa,
+                      pb, p->vec > 1 ? " + l" : "", t->name);
+        return;
+    }
     if (n) {
         for (int k = 0; k < n->n_in; k++)
             if (n->in[k].tensor != OPS_SCALAR)
@@ -1652,6 +1704,50 @@ static void emit_split_kernel(rw_gen *s, kt_buf *b, const char *entry, int level
 
 /* ---- family entry points ---- */
 
+/* The dot-product function of each matmul prologue: element (row, col) of X, the K products
+ * summed in order by FFMA (deterministic, fp32 throughout). */
+static void emit_mm_functions(const rw_info *in, kt_buf *b)
+{
+    const ops_graph *g = in->g;
+    for (int u = 0; u < in->n_slots; u++) {
+        if (!in->mm[u])
+            continue;
+        const ops_node *n = slot_node(in, u);
+        const ops_tensor *ta = &g->tensors[n->in[0].tensor], *tb = &g->tensors[n->in[1].tensor];
+        int64_t M = in->X.d[0].size, N = in->X.d[1].size;
+        int64_t K = ta->shape.d[n->attrs.transpose_a ? 0 : 1].size;
+        /* element strides of A along (row, k) and of B along (k, col) */
+        int64_t ar = n->attrs.transpose_a ? 1 : K, ak = n->attrs.transpose_a ? M : 1;
+        int64_t bk = n->attrs.transpose_b ? 1 : N, bc = n->attrs.transpose_b ? K : 1;
+        kt_buf_line(b, "/* %s = matmul(%s, %s): one element of the row, %lld products summed in "
+                       "order */",
+                    g->tensors[in->tensor[u]].name, ta->name, tb->name, (long long)K);
+        kt_buf_line(b, "__device__ __forceinline__ float kt_mm%d(const %s *__restrict__ a, "
+                       "const %s *__restrict__ bm, long long row, long long col)",
+                    u, ops_emit_ctype(ta->dtype), ops_emit_ctype(tb->dtype));
+        kt_buf_line(b, "{");
+        kt_buf_line(b, "    float acc = 0.0f;");
+        kt_buf_line(b, "    #pragma unroll 4");
+        kt_buf_line(b, "    for (int k = 0; k < %lld; k++)", (long long)K);
+        kt_buf a_ld = {0}, b_ld = {0}, ae = {0}, be = {0};
+        kt_buf_printf(&a_ld, "a[row * %lld + k * %lld]", (long long)ar, (long long)ak);
+        kt_buf_printf(&b_ld, "bm[k * %lld + col * %lld]", (long long)bk, (long long)bc);
+        ops_emit_to_float(&ae, ta->dtype, a_ld.data ? a_ld.data : "0");
+        ops_emit_to_float(&be, tb->dtype, b_ld.data ? b_ld.data : "0");
+        kt_buf_line(b, "        acc = fmaf(%s, %s, acc);", ae.data ? ae.data : "0",
+                    be.data ? be.data : "0");
+        if (kt_buf_status(&a_ld) < 0 || kt_buf_status(&b_ld) < 0 || kt_buf_status(&ae) < 0 ||
+            kt_buf_status(&be) < 0)
+            b->oom = true;
+        kt_buf_free(&a_ld);
+        kt_buf_free(&b_ld);
+        kt_buf_free(&ae);
+        kt_buf_free(&be);
+        kt_buf_line(b, "    return acc;");
+        kt_buf_line(b, "}");
+    }
+}
+
 static bool row_matches(const ops_group *grp)
 {
     rw_info *in = malloc(sizeof(*in));
@@ -1747,6 +1843,7 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
     ops_emit_header(&b, grp, s);
     ops_emit_prelude(&b);
     ops_emit_vec_types(&b, gen.vec_types);
+    emit_mm_functions(in, &b);
     if (kern.data)
         kt_buf_printf(&b, "%s", kern.data);
     if (kt_buf_status(&b) < 0 || kt_buf_status(&kern) < 0) {
@@ -1807,6 +1904,18 @@ static void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_
         flops += (in->cls[u] == CL_FULL || is_reduce(slot_node(in, u)->op) ? elems : in->n_rows) *
                  (slot_node(in, u)->op == OPS_EXP ? 8 : 2);
     int passes = in->n_levels + (in->full_out ? 1 : 0);
+    /* A matmul prologue: every pass recomputes its K-long dot products, a dependent FFMA chain
+     * (~4 cycles a step at ~1.7 GHz) on each element a thread walks. */
+    double mm_k = 0;
+    for (int u = grp->n_in; u < in->n_slots; u++) {
+        if (!in->mm[u])
+            continue;
+        const ops_node *n = slot_node(in, u);
+        const ops_shape *as = &g->tensors[n->in[0].tensor].shape;
+        double K = (double)as->d[n->attrs.transpose_a ? 0 : 1].size;
+        flops += 2.0 * K * elems * passes;
+        mm_k += K;
+    }
     bool split = p->strategy == ST_SPLIT;
     int kernels = split ? in->n_levels + 1 : 1;
     double reread = 0;
@@ -1858,7 +1967,8 @@ static void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_
         if (p->n_cached == 0)
             row_bytes += (passes - 1) * (double)in->L * row_in_bytes * 0.3;
         double sync = p->tpr > 32 ? in->n_levels * 0.1e-6 : 0;
-        t_path = p->rseq * (passes * latency + sync + row_bytes / share);
+        double mm_chain = passes * (double)p->nk * p->vec * mm_k * 2.4e-9;
+        t_path = p->rseq * (passes * latency + sync + row_bytes / share + mm_chain);
     }
     t_path *= rounds;
     double t = t_mem > t_math ? t_mem : t_math;

@@ -23,7 +23,9 @@ typedef struct gpu_case {
     const char *file; /* relative to the source root */
     const char *shapes;
     ops_precision precision;
-    const char *only; /* when set, only schedules whose text contains this are tested */
+    /* when set, only schedules whose text contains this are tested; a "whole:" prefix also
+     * keeps only the group of every node (one kernel for the whole graph) */
+    const char *only;
 } gpu_case;
 
 /* Ragged shapes on purpose: not multiples of any tile. */
@@ -49,6 +51,8 @@ static const gpu_case cases[] = {
     {"tests/gpu/conv_tiled_ragged.json", "N=2", OPS_PREC_EXACT, "algo=tiled"},
     {"examples/conv2d.json", "N=3", OPS_PREC_EXACT, "algo=tiled"},
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "gemv "},
+    /* the row family's matmul prologue: linear + GELU + softmax as one kernel, ragged rows */
+    {"bench/cases/kb_l2_matmul_gelu_softmax.json", "B=77", OPS_PREC_EXACT, "whole:row "},
     /* Hopper's warpgroup MMA, ragged, causal and not */
     {"examples/attention.json", "B=1,H=2,S=200", OPS_PREC_EXACT, "mma=wgmma"},
     {"bench/cases/attention_f16_full.json", "B=1,H=3,S=333", OPS_PREC_EXACT, "mma=wgmma"},
@@ -352,12 +356,16 @@ static int run_case(const gpu_case *gc)
     int64_t n = 0;
     srch_space_candidates(s, &cand, &n);
     if (gc->only) { /* keep the matching schedules, in order */
+        bool whole = strncmp(gc->only, "whole:", 6) == 0;
+        const char *pattern = whole ? gc->only + 6 : gc->only;
         int64_t kept = 0;
         for (int64_t i = 0; i < n; i++) {
             char text[256];
             ops_schedule_format(&cand[i].schedule, text, sizeof(text));
             strcat(text, " ");
-            if (strstr(text, gc->only))
+            if (whole && s->groups[cand[i].group].group.n_nodes != s->g->n_nodes)
+                continue;
+            if (strstr(text, pattern))
                 cand[kept++] = cand[i];
         }
         n = kept;

@@ -23,6 +23,25 @@ static const char softmax_json[] =
     " \"nodes\": [{\"out\": \"y\", \"op\": \"softmax\", \"in\": [\"x\"], \"axis\": -1}],"
     " \"outputs\": [\"y\"]}";
 
+/* a linear layer into a softmax: the matmul becomes the row's prologue (K = "K", N = 10) */
+static const char linear_softmax_json[] =
+    "{\"name\": \"linear_softmax\","
+    " \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", \"K\"]},"
+    "            \"W\": {\"dtype\": \"f32\", \"shape\": [10, \"K\"], \"const\": true}},"
+    " \"nodes\": [{\"out\": \"t\", \"op\": \"matmul\", \"in\": [\"x\", \"W\"], \"transpose_b\": true},"
+    "            {\"out\": \"y\", \"op\": \"softmax\", \"in\": [\"t\"], \"axis\": -1}],"
+    " \"outputs\": [\"y\"]}";
+
+/* the same with the matmul's operand also read by the softmax's input: no prologue */
+static const char linear_softmax_shared_json[] =
+    "{\"name\": \"linear_softmax_shared\","
+    " \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", 10]},"
+    "            \"W\": {\"dtype\": \"f32\", \"shape\": [10, 10]}},"
+    " \"nodes\": [{\"out\": \"t\", \"op\": \"matmul\", \"in\": [\"x\", \"W\"]},"
+    "            {\"out\": \"u\", \"op\": \"add\", \"in\": [\"t\", \"x\"]},"
+    "            {\"out\": \"y\", \"op\": \"softmax\", \"in\": [\"u\"], \"axis\": -1}],"
+    " \"outputs\": [\"y\"]}";
+
 static const char layernorm_json[] =
     "{\"name\": \"layernorm\","
     " \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", 4096]},"
@@ -159,6 +178,9 @@ static void test_matches(void **state)
         {lse_json, "M=3,N=9", true},
         {stats_json, "M=5,N=7", true},
         {pointwise_json, "M=4,N=8", false},
+        {linear_softmax_json, "M=128,K=100", true},
+        {linear_softmax_json, "M=128,K=513", false}, /* dot products too long */
+        {linear_softmax_shared_json, "M=8", false},
         {two_axes_json, "M=4,N=8", false},
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
@@ -167,7 +189,20 @@ static void test_matches(void **state)
         if (ROW->matches(&grp) != cases[i].want)
             fail_msg("case %zu (%s): matches() != %d", i, g->name, cases[i].want);
         ops_graph_free(g);
-    }
+    }    /* The prologue's dot products are in the kernel: one function, called per element. */
+    ops_group grp;
+    ops_graph *g = emit_test_make(linear_softmax_json, "M=77,K=100", &grp);
+    emit_test_list c = {0};
+    kept_count(&grp, &c);
+    assert_true(c.n > 0);
+    ops_emitted e;
+    emit_one(&grp, &c.s[0], &e);
+    assert_int_equal(e.n_kernels, 1);
+    assert_non_null(strstr(e.source, "__device__ __forceinline__ float kt_mm"));
+    assert_non_null(strstr(e.source, "for (int k = 0; k < 100; k++)"));
+    ops_emitted_free(&e);
+    free(c.s);
+    ops_graph_free(g);
 }
 
 static bool any_with(const emit_test_list *c, int knob, int value)
@@ -252,6 +287,7 @@ static void test_compile_spread(void **state)
         {layernorm_json, "M=4096", 24, 3},
         {rmsnorm_json, "M=8192", 8, 2},
         {softmax_json, "M=16,N=16384", 8, 1},
+        {linear_softmax_json, "M=77,K=100", 8, 1},
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
         ops_group grp;
