@@ -199,7 +199,7 @@ static void test_matches(void **state)
     emit_one(&grp, &c.s[0], &e);
     assert_int_equal(e.n_kernels, 1);
     assert_non_null(strstr(e.source, "__device__ __forceinline__ float kt_mm"));
-    assert_non_null(strstr(e.source, "for (int k = 0; k < 100; k++)"));
+    assert_non_null(strstr(e.source, "for (int k0 = 0; k0 < 100; k0 += 4)"));
     ops_emitted_free(&e);
     free(c.s);
     ops_graph_free(g);
