@@ -464,8 +464,10 @@ static void full_reads(const rw_info *in, int s, bool *reads)
         reads[s] = true;
         return;
     }
-    if (in->mm[s])
-        return; /* a matmul prologue reads its operands itself, not along the row */
+    if (in->mm[s]) {
+        reads[s] = true; /* computed per element like an input is read; its operands not */
+        return;
+    }
     for (int k = 0; k < n->n_in; k++)
         if (n->in[k].tensor != OPS_SCALAR)
             full_reads(in, slot_of(in, n->in[k].tensor), reads);
@@ -477,7 +479,14 @@ static int acc_source(const rw_info *in, int s)
     return in->src[s];
 }
 
-/* Which FULL inputs pass p reads (p = n_levels + 1: the output pass). */
+/* Slots a row can keep on chip: FULL inputs and matmul prologues (computed once, not per
+ * pass). */
+static bool row_cacheable(const rw_info *in, int u)
+{
+    return u < in->grp->n_in || in->mm[u];
+}
+
+/* Which FULL inputs (and matmul prologues) pass p reads (p = n_levels + 1: the output pass). */
 static void pass_reads(const rw_info *in, int p, bool *reads)
 {
     memset(reads, 0, sizeof(bool) * RW_MAX_SLOTS);
@@ -650,11 +659,12 @@ static const char *rw_plan_of(const rw_info *in, const ops_schedule *s, const op
         int pp = q <= in->n_levels ? q : in->n_levels + 1;
         bool reads[RW_MAX_SLOTS];
         pass_reads(in, pp, reads);
-        for (int u = 0; u < in->grp->n_in; u++)
-            count[u] += reads[u];
+        for (int u = 0; u < in->n_slots; u++)
+            count[u] += row_cacheable(in, u) && reads[u];
     }
-    for (int u = 0; u < in->grp->n_in; u++) {
-        if (count[u] >= 2 && ops_shape_same_sizes(&in->g->tensors[in->tensor[u]].shape, &in->X)) {
+    for (int u = 0; u < in->n_slots; u++) {
+        if (row_cacheable(in, u) && count[u] >= 2 &&
+            ops_shape_same_sizes(&in->g->tensors[in->tensor[u]].shape, &in->X)) {
             p->cached[u] = p->storage != STO_REREAD;
             p->n_cached += p->cached[u];
         }
@@ -858,6 +868,16 @@ typedef struct rw_body {
     bool done[RW_MAX_SLOTS];
 } rw_body;
 
+/* The call computing matmul prologue u's element at column COL of this row. */
+static void emit_mm_call(const rw_info *in, kt_buf *b, int u, const char *col)
+{
+    const ops_node *n = slot_node(in, u);
+    char pa[64], pb[64];
+    param_of(in, slot_of(in, n->in[0].tensor), pa, sizeof(pa));
+    param_of(in, slot_of(in, n->in[1].tensor), pb, sizeof(pb));
+    kt_buf_printf(b, "kt_mm%d(%s, %s, row, %s)", u, pa, pb, col);
+}
+
 /* Emits the FULL value of slot u for the current element (lane); returns nothing, the value
  * is f<u>. */
 static void body_value(rw_body *bd, int u)
@@ -870,13 +890,21 @@ static void body_value(rw_body *bd, int u)
     bd->done[u] = true;
     const ops_tensor *t = &in->g->tensors[in->tensor[u]];
     const ops_node *n = slot_node(in, u);
-    if (n && in->mm[u]) {
-        char pa[64], pb[64];
-        param_of(in, slot_of(in, n->in[0].tensor), pa, sizeof(pa));
-        param_of(in, slot_of(in, n->in[1].tensor), pb, sizeof(pb));
+    if (n && in->mm[u] && !p->cached[u]) {
         line_start(bd->lane);
-        kt_buf_printf(bd->lane, "const float f%d = kt_mm%d(%s, %s, row, j%s); /* %s */\n", u, u, pa,
-                      pb, p->vec > 1 ? " + l" : "", t->name);
+        kt_buf_printf(bd->lane, "const float f%d = ", u);
+        emit_mm_call(in, bd->lane, u, p->vec > 1 ? "j + l" : "j");
+        kt_buf_printf(bd->lane, "; /* %s */\n", t->name);
+        return;
+    }
+    if (n && in->mm[u]) {
+        line_start(bd->lane);
+        if (p->storage == STO_REGS)
+            kt_buf_printf(bd->lane, "const float f%d = c%d[k * %d%s]; /* %s */\n", u, u, p->vec,
+                          p->vec > 1 ? " + l" : "", t->name);
+        else
+            kt_buf_printf(bd->lane, "const float f%d = s%d[j%s]; /* %s */\n", u, u,
+                          p->vec > 1 ? " + l" : "", t->name);
         return;
     }
     if (n) {
@@ -1278,11 +1306,25 @@ static void emit_cache_fill(rw_gen *s, kt_buf *b)
     kt_buf_line(b, "/* keep this row of %s in %s */", p->n_cached > 1 ? "the inputs" : "the input",
                 p->storage == STO_REGS ? "registers" : "shared memory");
     emit_loop_open(s, b, p->storage == STO_REGS);
-    for (int u = 0; u < in->grp->n_in; u++) {
+    for (int u = 0; u < in->n_slots; u++) {
         if (!p->cached[u])
             continue;
         const ops_tensor *t = &in->g->tensors[in->tensor[u]];
         char pn[64], vt[32], ft[32];
+        if (in->mm[u]) { /* computed once per element, then kept */
+            kt_buf_line(b, "#pragma unroll");
+            kt_buf_line(b, "for (int l = 0; l < %d; l++)", p->vec);
+            b->indent += 4;
+            line_start(b);
+            if (p->storage == STO_REGS)
+                kt_buf_printf(b, "c%d[k * %d + l] = ", u, p->vec);
+            else
+                kt_buf_printf(b, "s%d[j + l] = ", u);
+            emit_mm_call(in, b, u, "j + l");
+            kt_buf_printf(b, ";\n");
+            b->indent -= 4;
+            continue;
+        }
         param_of(in, u, pn, sizeof(pn));
         if (p->vec == 1) {
             line_start(b);
@@ -1537,7 +1579,7 @@ static void emit_fused_kernel(rw_gen *s, kt_buf *b, const char *entry, ops_kerne
     }
     if (p->storage == STO_SHARED && p->n_cached) {
         int idx = 0;
-        for (int u = 0; u < in->grp->n_in; u++) {
+        for (int u = 0; u < in->n_slots; u++) {
             if (!p->cached[u])
                 continue;
             /* Group g's region holds its row of every cached input, one after another. */
@@ -1553,7 +1595,7 @@ static void emit_fused_kernel(rw_gen *s, kt_buf *b, const char *entry, ops_kerne
         }
     }
     if (p->storage == STO_REGS && p->n_cached)
-        for (int u = 0; u < in->grp->n_in; u++)
+        for (int u = 0; u < in->n_slots; u++)
             if (p->cached[u])
                 kt_buf_line(b, "    float c%d[%d]; /* this thread's elements of %s */", u,
                             p->nk * p->vec, in->g->tensors[in->tensor[u]].name);
@@ -1917,8 +1959,9 @@ static void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_
         flops += (in->cls[u] == CL_FULL || is_reduce(slot_node(in, u)->op) ? elems : in->n_rows) *
                  (slot_node(in, u)->op == OPS_EXP ? 8 : 2);
     int passes = in->n_levels + (in->full_out ? 1 : 0);
-    /* A matmul prologue: every pass recomputes its K-long dot products, four FFMA chains fed
-     * from L2 (~2.4 ns a step, measured order of magnitude) on each element a thread walks. */
+    /* A matmul prologue: its K-long dot products, computed once when the row is kept on chip
+     * and by every pass otherwise; four FFMA chains fed from L2 (~2.4 ns a step, measured order
+     * of magnitude) on each element a thread walks. */
     double mm_k = 0;
     for (int u = grp->n_in; u < in->n_slots; u++) {
         if (!in->mm[u])
@@ -1926,8 +1969,9 @@ static void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_
         const ops_node *n = slot_node(in, u);
         const ops_shape *as = &g->tensors[n->in[0].tensor].shape;
         double K = (double)as->d[n->attrs.transpose_a ? 0 : 1].size;
-        flops += 2.0 * K * elems * passes;
-        mm_k += K;
+        int computed = p->cached[u] ? 1 : passes;
+        flops += 2.0 * K * elems * computed;
+        mm_k += K * computed;
     }
     bool split = p->strategy == ST_SPLIT;
     int kernels = split ? in->n_levels + 1 : 1;
@@ -1980,7 +2024,7 @@ static void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_
         if (p->n_cached == 0)
             row_bytes += (passes - 1) * (double)in->L * row_in_bytes * 0.3;
         double sync = p->tpr > 32 ? in->n_levels * 0.1e-6 : 0;
-        double mm_chain = passes * (double)p->nk * p->vec * mm_k * 2.4e-9;
+        double mm_chain = (double)p->nk * p->vec * mm_k * 2.4e-9;
         t_path = p->rseq * (passes * latency + sync + row_bytes / share + mm_chain);
     }
     t_path *= rounds;
