@@ -772,6 +772,7 @@ static void emit_mma_store(kt_buf *b, const ops_group *grp, const attn_info *a)
     b->indent -= 4;
     kt_buf_line(b, "}");
 }
+
 /* The block's batch entry, its tensors' bases, and the key tiles it visits (causal: none past
  * its last query). Needs q0 and the type aliases of the kernel opening. */
 static void emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a)
