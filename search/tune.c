@@ -280,6 +280,9 @@ static bool over_budget(tune *t)
     if (!t->out_of_budget && now_s() >= t->end) {
         t->out_of_budget = true;
         t->r->budget_hit = true;
+        /* compiles not started yet would only be dropped: free the pool's processes now */
+        if (t->pool)
+            srch_pool_discard(t->pool);
     }
     return t->out_of_budget;
 }
@@ -574,6 +577,13 @@ static int finish(tune *t, int64_t i, kt_err *err)
 {
     cand *c = &t->c[i];
     int rc = 0;
+    /* Spent budget: no waiting for a compile still running (slow compiles must not stretch the
+     * job past its budget); its result is dropped when it arrives. */
+    if (!c->ready && over_budget(t)) {
+        c->queued = false;
+        ops_emitted_free(&c->em);
+        return 0;
+    }
     while (!c->ready && srch_pool_pending(t->pool) > 0)
         if ((rc = collect_compile(t, err)) < 0)
             return rc == -EAGAIN ? 0 : rc;
