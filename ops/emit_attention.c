@@ -1258,9 +1258,11 @@ static const char wgmma_helpers[] =
     "   row % 8 (the tile starts 1024-byte aligned, so this is address bits 4-6 ^= bits 7-9). */\n"
     "template <int ROWS> __device__ __forceinline__ int kt_woff(int row, int col)\n"
     "{\n"
-    "    return ((col >> 6) * ROWS + row) * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);\n"
+    "    return ((col >> 6) * ROWS + row) * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & "
+    "7);\n"
     "}\n"
-    "/* Descriptor of a K-major operand in such a tile: 128-byte swizzle (mode 1, bits 62-63), 8-row\n"
+    "/* Descriptor of a K-major operand in such a tile: 128-byte swizzle (mode 1, bits 62-63), "
+    "8-row\n"
     "   groups 1024 bytes apart (stride offset, bits 32-45); the leading offset is unused when a\n"
     "   k16 step stays inside one 128-byte row (conventionally 1). */\n"
     "__device__ __forceinline__ unsigned long long kt_desc_k(const void *p)\n"
@@ -1268,8 +1270,10 @@ static const char wgmma_helpers[] =
     "    return (unsigned long long)((kt_smem_u32(p) & 0x3FFFF) >> 4) | 1ull << 16 |\n"
     "           (1024ull >> 4) << 32 | 1ull << 62;\n"
     "}\n"
-    "/* Descriptor of V as an N-major B operand (keys along K, 64 columns along N: one swizzle atom\n"
-    "   wide). A k16 step spans two 8-key groups 1024 bytes apart; both offset fields say 1024, as\n"
+    "/* Descriptor of V as an N-major B operand (keys along K, 64 columns along N: one swizzle "
+    "atom\n"
+    "   wide). A k16 step spans two 8-key groups 1024 bytes apart; both offset fields say 1024, "
+    "as\n"
     "   the other one (the stride between atoms along N) is never used at N = 64. */\n"
     "__device__ __forceinline__ unsigned long long kt_desc_n(const void *p)\n"
     "{\n"
@@ -1355,8 +1359,9 @@ static void emit_wgmma_qk_issue(kt_buf *b, const char *koff)
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < D / 16; ks++)");
     kt_buf_line(b, "    kt_wgmma_qk(s[0], dq0 + (((ks >> 2) * BQ * 64 + (ks & 3) * 16) >> 3),");
-    kt_buf_line(b, "                dk0 + ((%s + (ks >> 2) * BKV * 64 + (ks & 3) * 16) >> 3), ks > 0);",
-                koff);
+    kt_buf_line(
+        b, "                dk0 + ((%s + (ks >> 2) * BKV * 64 + (ks & 3) * 16) >> 3), ks > 0);",
+        koff);
     kt_buf_line(b, "kt_wg_commit();");
 }
 
@@ -1390,20 +1395,23 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "constexpr float SCALE = %s;", scale);
     kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kt_smem[];");
     kt_buf_line(b, "/* tiles 1024-byte aligned: the swizzle is a function of the address */");
-    kt_buf_line(b, "%s *sQ = reinterpret_cast<%s *>(kt_smem + ((1024u - (kt_smem_u32(kt_smem) & "
-                   "1023u)) & 1023u));",
+    kt_buf_line(b,
+                "%s *sQ = reinterpret_cast<%s *>(kt_smem + ((1024u - (kt_smem_u32(kt_smem) & "
+                "1023u)) & 1023u));",
                 ty, ty);
     kt_buf_line(b, "constexpr int NST = %d; /* ring buffers of K and of V */", m->stages);
     kt_buf_line(b, "%s *sK = sQ + BQ * D; /* NST buffers of BKV x D */", ty);
     kt_buf_line(b, "%s *sV = sK + NST * BKV * D; /* NST buffers of BKV x DV */", ty);
-    kt_buf_line(b, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;");
+    kt_buf_line(b,
+                "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;");
     kt_buf_line(b, "const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column "
                    "pair */");
     kt_buf_line(b, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
     kt_buf_line(b, "const int wq0 = q0 + warp * 16; /* this warp's first query */");
     kt_buf_line(b, "/* base descriptors: this warpgroup's Q rows, the first K and V buffers */");
-    kt_buf_line(b, "const unsigned long long dq0 = kt_desc_k(sQ + wg * 64 * 64), dk0 = kt_desc_k(sK), "
-                   "dv0 = kt_desc_n(sV);");
+    kt_buf_line(b,
+                "const unsigned long long dq0 = kt_desc_k(sQ + wg * 64 * 64), dk0 = kt_desc_k(sK), "
+                "dv0 = kt_desc_n(sV);");
     emit_block_setup(b, grp, a);
     kt_buf_printf(b, "\n");
     emit_tile_load(b, m, "Q tile", "sQ", "gQ", m->bq, d, "kt_woff", m->bq, "q0", (long long)a->sq);

@@ -36,9 +36,10 @@
  *
  * Matmul prologue: X may itself be a small matmul of two group inputs, A [M, K] x B [K, N] with
  * X = [M, N] reduced along N (a linear layer followed by a softmax, as in KernelBench's
- * Matmul+GELU+Softmax): each element is then its own K-long dot product, summed in order by
- * FFMA and recomputed by every pass that reads it, so one launch replaces a GEMM kernel and a
- * row kernel. Only for K <= MM_MAX_K, where the dot products cost less than the launch saved. */
+ * Matmul+GELU+Softmax): each element is then its own K-long dot product (FFMA, four partial
+ * sums in a fixed order), kept on chip like an input when two passes read it (else recomputed
+ * per pass), so one launch replaces a GEMM kernel and a row kernel. Only for K <= MM_MAX_K,
+ * where the dot products cost less than the launch saved. */
 #include "family.h"
 
 #include <stdio.h>
@@ -70,7 +71,7 @@ static const ops_knob row_knobs[N_KNOBS] = {
 #define RW_MAX_SLOTS  (OPS_GROUP_MAX_IO + OPS_GROUP_MAX_NODES)
 #define RW_MAX_GRID   2147483647LL
 #define RW_MAX_SPLITS 256
-#define RW_MAX_CACHED 64 /* floats per thread kept in registers */
+#define RW_MAX_CACHED 64  /* floats per thread kept in registers */
 #define MM_MAX_K      512 /* the longest dot product of a matmul prologue */
 
 typedef enum rw_cls { CL_NONE, CL_FULL, CL_ROW, CL_FLAT } rw_cls;
@@ -460,12 +461,8 @@ static void full_reads(const rw_info *in, int s, bool *reads)
     if (in->cls[s] != CL_FULL)
         return;
     const ops_node *n = slot_node(in, s);
-    if (!n) {
+    if (!n || in->mm[s]) { /* an input, or a matmul prologue (not its operands: not rows) */
         reads[s] = true;
-        return;
-    }
-    if (in->mm[s]) {
-        reads[s] = true; /* computed per element like an input is read; its operands not */
         return;
     }
     for (int k = 0; k < n->n_in; k++)
@@ -1761,11 +1758,13 @@ static void emit_mm_functions(const rw_info *in, kt_buf *b)
         /* element strides of A along (row, k) and of B along (k, col) */
         int64_t ar = n->attrs.transpose_a ? 1 : K, ak = n->attrs.transpose_a ? M : 1;
         int64_t bk = n->attrs.transpose_b ? 1 : N, bc = n->attrs.transpose_b ? K : 1;
-        kt_buf_line(b, "/* %s = matmul(%s, %s): one element of the row, %lld products summed in "
-                       "order */",
+        kt_buf_line(b,
+                    "/* %s = matmul(%s, %s): one element of the row, %lld products in four "
+                    "partial sums */",
                     g->tensors[in->tensor[u]].name, ta->name, tb->name, (long long)K);
-        kt_buf_line(b, "__device__ __forceinline__ float kt_mm%d(const %s *__restrict__ a, "
-                       "const %s *__restrict__ bm, long long row, long long col)",
+        kt_buf_line(b,
+                    "__device__ __forceinline__ float kt_mm%d(const %s *__restrict__ a, "
+                    "const %s *__restrict__ bm, long long row, long long col)",
                     u, ops_emit_ctype(ta->dtype), ops_emit_ctype(tb->dtype));
         /* Four partial sums (k mod 4, each in order, added in a fixed order) and 16 steps
          * unrolled: the operands come from L2, so loads must be in flight together. */

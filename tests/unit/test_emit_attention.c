@@ -367,7 +367,8 @@ static void test_wgmma(void **state)
     /* a head dim of 128 for V has no wgmma kernel (one 64-column swizzle atom along N) */
     g = emit_test_graph(
         "{\"name\":\"x\",\"inputs\":{\"q\":{\"dtype\":\"bf16\",\"shape\":[256,128]},"
-        "\"k\":{\"dtype\":\"bf16\",\"shape\":[256,128]},\"v\":{\"dtype\":\"bf16\",\"shape\":[256,128]}},"
+        "\"k\":{\"dtype\":\"bf16\",\"shape\":[256,128]},\"v\":{\"dtype\":\"bf16\",\"shape\":[256,"
+        "128]}},"
         "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"]}],"
         "\"outputs\":[\"o\"]}",
         "");

@@ -28,7 +28,8 @@ static const char linear_softmax_json[] =
     "{\"name\": \"linear_softmax\","
     " \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", \"K\"]},"
     "            \"W\": {\"dtype\": \"f32\", \"shape\": [10, \"K\"], \"const\": true}},"
-    " \"nodes\": [{\"out\": \"t\", \"op\": \"matmul\", \"in\": [\"x\", \"W\"], \"transpose_b\": true},"
+    " \"nodes\": [{\"out\": \"t\", \"op\": \"matmul\", \"in\": [\"x\", \"W\"], \"transpose_b\": "
+    "true},"
     "            {\"out\": \"y\", \"op\": \"softmax\", \"in\": [\"t\"], \"axis\": -1}],"
     " \"outputs\": [\"y\"]}";
 
@@ -189,7 +190,7 @@ static void test_matches(void **state)
         if (ROW->matches(&grp) != cases[i].want)
             fail_msg("case %zu (%s): matches() != %d", i, g->name, cases[i].want);
         ops_graph_free(g);
-    }    /* The prologue's dot products are in the kernel: one function, called per element. */
+    } /* The prologue's dot products are in the kernel: one function, called per element. */
     ops_group grp;
     ops_graph *g = emit_test_make(linear_softmax_json, "M=77,K=100", &grp);
     emit_test_list c = {0};
