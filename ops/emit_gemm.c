@@ -48,6 +48,11 @@ enum {
     KN_COUNT
 };
 enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3 };
+/* tf32x3: reduction columns the mmas sum (truncating) before a round-to-nearest FADD carries
+ * them on (ktg_flush). 64 keeps the truncation's share near 5e-7 normwise, under fp32 FFMA's
+ * error at K = 2048, at 4 FADDs per 24 mmas (one FADD per 3 mmas before: 366 -> 327 us on the
+ * H100 for a 2048^3 f32 matmul, 64 x 128 tiles). */
+#define TF32X3_FLUSH_K 64
 enum { SMEM_PAD, SMEM_XOR };
 enum { SPLITK_PARALLEL, SPLITK_SERIAL };
 
@@ -222,7 +227,8 @@ typedef struct gemm_cfg {
     gemm_operand op[2];
     int64_t tiles_m, tiles_n, ktiles, kps; /* kps: k tiles per split-K slice */
     int64_t smem_bytes;
-    int regs; /* estimated registers per thread */
+    int regs;         /* estimated registers per thread */
+    int flush_ktiles; /* tf32x3: k tiles summed inside the mmas before an FADD carries them */
     bool idx64;
     const char *why; /* first prune reason, or NULL */
 } gemm_cfg;
@@ -390,8 +396,13 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
         c->regs = c->mi * c->ni * 4 + c->mi * 4 + c->ni * 2 + 48;
         if (is_tf32(c->math))
             c->regs += 16;
-        if (c->math == MATH_TF32X3) /* the small halves of the fragments, one k step's sum */
+        /* tf32x3: the small halves of the fragments and the chunk sums, which ptxas fits in
+         * about what the fragments' second k step took before (measured: 193-232 registers for
+         * 64 x 32 warp tiles, 151 for 32 x 32, no spill) */
+        if (c->math == MATH_TF32X3) {
             c->regs += c->mi * 4 + c->ni * 2 + 12;
+            c->flush_ktiles = TF32X3_FLUSH_K > c->bk ? TF32X3_FLUSH_K / c->bk : 1;
+        }
     } else {
         lanes_ok = ffma_lanes(c);
         c->regs = c->tm * c->tn + c->tm + c->tn + 40;
@@ -778,18 +789,22 @@ static void emit_ptx_helpers(const gemm_emit *e)
                "}\n");
         if (c->math == MATH_TF32X3)
             kt_buf_printf(
-                b, "/* x = big + small, both tf32: big is x rounded to tf32 (low 13 bits clear), "
-                   "small the rounded\n"
-                   " * remainder. a * b ~ a.small * b.big + a.big * b.small + a.big * b.big: the "
-                   "dropped\n"
-                   " * a.small * b.small and the rounding of small are about 2^-22 of |a * b|, "
-                   "near fp32's 2^-24,\n"
-                   " * while every mma runs on the tf32 tensor cores. */\n"
+                b, "/* x = big + small: big is x rounded to tf32 (low 13 bits clear), small the "
+                   "exact fp32\n"
+                   " * remainder, which the tensor cores read as tf32 by dropping its low 13 bits "
+                   "(|small| <=\n"
+                   " * 2^-11 |x|, so that costs at most 2^-21 |x|). a * b ~ a.small * b.big + "
+                   "a.big * b.small +\n"
+                   " * a.big * b.big: the dropped a.small * b.small and the truncation of small "
+                   "are about 2^-21\n"
+                   " * of |a * b|, near fp32's 2^-24, while every mma runs on the tf32 tensor "
+                   "cores. Two\n"
+                   " * instructions a split. */\n"
                    "__device__ __forceinline__ void kt_split_tf32(float x, unsigned &big, "
                    "unsigned &small)\n"
                    "{\n"
-                   "    big = kt_tf32(x) & 0xffffe000u;\n"
-                   "    small = kt_tf32(x - __uint_as_float(big));\n"
+                   "    big = kt_tf32(x);\n"
+                   "    small = __float_as_uint(x - __uint_as_float(big));\n"
                    "}\n");
     } else {
         const char *ty = c->math == MATH_F16 ? "f16" : "bf16";
@@ -928,6 +943,11 @@ static void emit_constants(const gemm_emit *e)
                   (long long)c->kps);
     kt_buf_printf(b, "enum : int { A_STAGE = %d, B_STAGE = %d }; /* shared elements per stage */\n",
                   c->op[0].stage, c->op[1].stage);
+    if (c->math == MATH_TF32X3)
+        kt_buf_printf(b,
+                      "enum : int { FLUSH_KTILES = %d }; /* k tiles summed inside the mmas "
+                      "(ktg_flush) */\n",
+                      c->flush_ktiles);
     kt_buf_printf(b, "typedef %s idx_t;\n", c->idx64 ? "long long" : "int");
     if (c->serial)
         kt_buf_printf(b,
@@ -1174,15 +1194,16 @@ static void emit_mma_stage(const gemm_emit *e)
     const char *cv = x3 ? "__float_as_uint" : "kt_tf32";
     if (tf32)
         kt_buf_printf(
-            b, "\n/* One BK-deep stage: the warp at (wm0, wn0) of the block tile multiplies "
-               "its WTM x WTN sub-tile,\n"
-               " * MI x NI mma.sync.m16n8k8 (tf32%s) per 8-deep k step. Fragments (PTX ISA; g = "
-               "lane / 4, t = lane %% 4):\n"
-               " *   A 16x8: a0 (row g, k t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + "
-               "4)\n"
-               " *   B 8x8:  b0 (k t, col g), b1 (k t + 4, col g)\n"
-               " *   C 16x8: c0, c1 (row g, cols 2t, 2t + 1), c2, c3 (row g + 8, same cols) "
-               "*/\n",
+            b,
+            "\n/* One BK-deep stage: the warp at (wm0, wn0) of the block tile multiplies "
+            "its WTM x WTN sub-tile,\n"
+            " * MI x NI mma.sync.m16n8k8 (tf32%s) per 8-deep k step. Fragments (PTX ISA; g = "
+            "lane / 4, t = lane %% 4):\n"
+            " *   A 16x8: a0 (row g, k t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + "
+            "4)\n"
+            " *   B 8x8:  b0 (k t, col g), b1 (k t + 4, col g)\n"
+            " *   C 16x8: c0, c1 (row g, cols 2t, 2t + 1), c2, c3 (row g + 8, same cols) "
+            "*/\n",
             x3 ? "; three per product, on the big/small split of each operand" : "");
     else
         kt_buf_printf(
@@ -1292,7 +1313,8 @@ static void emit_mma_stage(const gemm_emit *e)
     b->indent = 8;
     kt_buf_line(b, "}");
     if (x3) {
-        kt_buf_line(b, "/* split: a and b keep the big halves, a_lo and b_lo receive the small ones */");
+        kt_buf_line(
+            b, "/* split: a and b keep the big halves, a_lo and b_lo receive the small ones */");
         kt_buf_line(b, "unsigned a_lo[MI][4], b_lo[NI][2];");
         kt_buf_line(b, "#pragma unroll");
         kt_buf_line(b, "for (int i = 0; i < MI; i++)");
@@ -1305,32 +1327,54 @@ static void emit_mma_stage(const gemm_emit *e)
         kt_buf_line(b, "    for (int r = 0; r < 2; r++)");
         kt_buf_line(b, "        kt_split_tf32(__uint_as_float(b[j][r]), b[j][r], b_lo[j][r]);");
     }
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int i = 0; i < MI; i++) {");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int j = 0; j < NI; j++)%s", x3 ? " {" : "");
     if (x3) {
-        /* The tensor cores add into their fp32 accumulator by truncation (measured on the
-         * H100: normwise error growing linearly with K, 7e-6 at K = 1024); summing each k step
-         * apart and adding it with an FADD (round to nearest) keeps the growth that of fp32. */
-        kt_buf_line(b, "        /* this k step's sum apart (the small terms first), then "
-                       "added with round-to-nearest */");
-        kt_buf_line(b, "        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};");
-        kt_buf_line(b, "        kt_mma(s, a_lo[i], b[j]);");
-        kt_buf_line(b, "        kt_mma(s, a[i], b_lo[j]);");
-        kt_buf_line(b, "        kt_mma(s, a[i], b[j]);");
-        kt_buf_line(b, "        #pragma unroll");
-        kt_buf_line(b, "        for (int r = 0; r < 4; r++)");
-        kt_buf_line(b, "            acc[i][j][r] += s[r];");
-        kt_buf_line(b, "    }");
+        /* acc is the chunk's running sum here (see emit_main_kernel). Small terms first; one
+         * pass over the tiles per term puts MI x NI independent mmas between dependent ones. */
+        kt_buf_line(b, "/* small terms first, one pass over the tiles per term */");
+        static const char *const terms[3][2] = {{"a_lo", "b"}, {"a", "b_lo"}, {"a", "b"}};
+        for (int k = 0; k < 3; k++) {
+            kt_buf_line(b, "#pragma unroll");
+            kt_buf_line(b, "for (int i = 0; i < MI; i++)");
+            kt_buf_line(b, "    #pragma unroll");
+            kt_buf_line(b, "    for (int j = 0; j < NI; j++)");
+            kt_buf_line(b, "        kt_mma(acc[i][j], %s[i], %s[j]);", terms[k][0], terms[k][1]);
+        }
     } else {
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int i = 0; i < MI; i++) {");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int j = 0; j < NI; j++)");
         kt_buf_line(b, "        kt_mma(acc[i][j], a[i], b[j]);");
+        kt_buf_line(b, "}");
     }
-    kt_buf_line(b, "}");
     b->indent = 4;
     kt_buf_line(b, "}");
     b->indent = 0;
     kt_buf_printf(b, "}\n");
+    if (x3)
+        kt_buf_printf(
+            b,
+            "\n/* The tensor cores add into their fp32 accumulator by truncation, whose error "
+            "grows with the\n"
+            " * number of adds (measured on the H100: 7e-6 normwise over K = 1024 summed in the "
+            "mmas).\n"
+            " * The mmas therefore sum FLUSH_KTILES k tiles (%d columns) into part, which a "
+            "round-to-nearest\n"
+            " * FADD carries into acc; part restarts at zero. */\n"
+            "__device__ __forceinline__ void ktg_flush(float (&acc)[MI][NI][4], float "
+            "(&part)[MI][NI][4])\n"
+            "{\n"
+            "#pragma unroll\n"
+            "    for (int i = 0; i < MI; i++)\n"
+            "#pragma unroll\n"
+            "        for (int j = 0; j < NI; j++)\n"
+            "#pragma unroll\n"
+            "            for (int r = 0; r < 4; r++) {\n"
+            "                acc[i][j][r] += part[i][j][r];\n"
+            "                part[i][j][r] = 0.0f;\n"
+            "            }\n"
+            "}\n",
+            c->flush_ktiles * c->bk);
 }
 
 static void emit_ffma_stage(const gemm_emit *e)
@@ -1684,13 +1728,22 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
         }
         kt_buf_printf(b, ";\n");
     }
+    bool x3 = c->math == MATH_TF32X3;
     if (c->tc) {
-        kt_buf_line(b, "float acc[MI][NI][4];");
+        kt_buf_line(b, "float acc[MI][NI][4]%s;", x3 ? ", part[MI][NI][4]" : "");
         kt_buf_line(b, "#pragma unroll");
         kt_buf_line(b, "for (int i = 0; i < MI; i++)");
         kt_buf_line(b, "    #pragma unroll");
         kt_buf_line(b, "    for (int j = 0; j < NI; j++)");
         kt_buf_line(b, "        acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;");
+        if (x3) {
+            kt_buf_line(b, "#pragma unroll");
+            kt_buf_line(b, "for (int i = 0; i < MI; i++)");
+            kt_buf_line(b, "    #pragma unroll");
+            kt_buf_line(b, "    for (int j = 0; j < NI; j++)");
+            kt_buf_line(
+                b, "        part[i][j][0] = part[i][j][1] = part[i][j][2] = part[i][j][3] = 0.0f;");
+        }
     } else {
         kt_buf_line(b, "const int am = wm0 + lane / LX, bn = wn0 + lane %% LX;");
         kt_buf_line(b, "float acc[TM][TN];");
@@ -1723,7 +1776,12 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
                 "    ktg_load_tiles(as + next %% STAGES * A_STAGE, bs + next %% STAGES * B_STAGE, "
                 "ag, bg, m0, n0, (kt0 + next) * BK);");
     kt_buf_line(b, "kt_cp_async_commit();");
-    if (c->tc)
+    if (c->tc && x3) {
+        kt_buf_line(b, "ktg_stage(as + i %% STAGES * A_STAGE, bs + i %% STAGES * B_STAGE, wm0, "
+                       "wn0, lane, part);");
+        kt_buf_line(b, "if ((i + 1) %% FLUSH_KTILES == 0 || i + 1 == nkt)");
+        kt_buf_line(b, "    ktg_flush(acc, part);");
+    } else if (c->tc)
         kt_buf_line(b,
                     "ktg_stage(as + i %% STAGES * A_STAGE, bs + i %% STAGES * B_STAGE, wm0, wn0, "
                     "lane, acc);");
