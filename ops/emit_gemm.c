@@ -44,7 +44,8 @@ enum {
     KN_SPLITK,
     KN_RASTER,
     KN_SMEM,
-    KN_SPLITK_MODE, /* last, so the other knobs keep their positions */
+    KN_SPLITK_MODE, /* appended, so the other knobs keep their positions */
+    KN_MMA,         /* appended */
     KN_COUNT
 };
 enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3 };
@@ -55,10 +56,12 @@ enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3 };
 #define TF32X3_FLUSH_K 64
 enum { SMEM_PAD, SMEM_XOR };
 enum { SPLITK_PARALLEL, SPLITK_SERIAL };
+enum { MMA_SYNC, MMA_WGMMA };
 
 static const char *const math_labels[] = {"ffma", "tf32", "f16", "bf16", "tf32x3"};
 static const char *const smem_labels[] = {"pad", "xor"};
 static const char *const splitk_mode_labels[] = {"parallel", "serial"};
+static const char *const mma_labels[] = {"sync", "wgmma"};
 
 static const ops_knob gemm_knobs[KN_COUNT] = {
     [KN_MATH] = {"math", 5, {MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3}, math_labels},
@@ -74,6 +77,9 @@ static const ops_knob gemm_knobs[KN_COUNT] = {
     /* parallel: fp32 partials per slice + a reduction kernel; serial: one kernel, the slices of
      * a tile accumulate in turn (see emit_serial_epilogue). Meaningless with splitk=1. */
     [KN_SPLITK_MODE] = {"splitk_mode", 2, {SPLITK_PARALLEL, SPLITK_SERIAL}, splitk_mode_labels},
+    /* tensor-core instruction: warp-level mma.sync, or Hopper's warpgroup wgmma (tf32x3 on f32
+     * data only, see emit_wgmma_kernel: bm is the wgmma N, bn 64 rows per warpgroup) */
+    [KN_MMA] = {"mma", 2, {MMA_SYNC, MMA_WGMMA}, mma_labels},
 };
 
 /* ---- the group: what matmul, which prologue and epilogue ---- */
@@ -227,6 +233,7 @@ typedef struct gemm_cfg {
     gemm_operand op[2];
     int64_t tiles_m, tiles_n, ktiles, kps; /* kps: k tiles per split-K slice */
     int64_t smem_bytes;
+    bool wgmma;       /* Hopper warpgroup MMA (emit_wgmma_kernel) */
     int regs;         /* estimated registers per thread */
     int flush_ktiles; /* tf32x3: k tiles summed inside the mmas before an FADD carries them */
     bool idx64;
@@ -352,6 +359,48 @@ static int knob_prev(int knob, int v)
     return v;
 }
 
+/* The wgmma path (emit_wgmma_kernel) of a configured schedule: its shared memory and
+ * registers, and its prune rules. It exists for fp32 data under tf32x3 only (where mma.sync
+ * reaches half the tensor pipe at two warps per scheduler: 327 us for a 2048^3 matmul on the
+ * H100), with A stored [M][K] and B [K][N] or [N][K] in 16-byte rows, one 128-byte swizzle atom of
+ * k per tile (bk 32), and no split-K. */
+static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const ops_device *dev,
+                            gemm_cfg *c)
+{
+    int64_t a_tile = (int64_t)c->bm * 32 * 4;
+    int64_t b_tile = (p->trans[1] ? (int64_t)c->bn * 32 : 32 * (int64_t)(c->bn + 8)) * 4;
+    /* stages of A and B, one A_small tile, 1024-byte alignment slack for the swizzled tiles */
+    c->smem_bytes = c->stages * (a_tile + b_tile) + a_tile + 1024;
+    c->op[0].vb = c->op[1].vb = 16;
+    c->flush_ktiles = TF32X3_FLUSH_K / 32;
+    /* accumulators and chunk sums (bm / 2 floats each per thread), four k steps' fragments
+     * raw, big and small, addresses */
+    c->regs = c->bm + 48 + 40;
+    bool f32 = p->src_dt[0] == OPS_DT_F32 && p->src_dt[1] == OPS_DT_F32 && cast_is_identity(p, 0) &&
+               cast_is_identity(p, 1);
+    if (dev->sm_major < 9)
+        c->why = "shape"; /* wgmma is sm_90a */
+    else if (c->math != MATH_TF32X3 || !f32 || p->trans[0])
+        c->why = "shape";
+    else if (c->bk != 32 || (c->bm != 64 && c->bm != 128) || (c->bn != 64 && c->bn != 128) ||
+             c->splitk != 1 || p->K % 4 || (!p->trans[1] && p->N % 4))
+        c->why = "shape";
+    else if (c->wm != 1 || c->wn != 1 || c->smem != SMEM_XOR ||
+             s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL)
+        c->why = "redundant"; /* knobs the wgmma kernel does not read */
+    else if ((c->bm > 64 && c->bm / 2 >= p->M) || (c->bn > 64 && c->bn / 2 >= p->N))
+        c->why = "shape"; /* a tile at least twice the matrix: the smaller one covers it */
+    else if (c->smem_bytes > dev->smem_per_block_optin)
+        c->why = "smem";
+    else if (c->stages - 1 > c->ktiles)
+        c->why = "redundant"; /* deeper than the k loop */
+    else if (c->raster > 1 && (c->tiles_n == 1 || c->tiles_m * c->tiles_n <= dev->sm_count ||
+                               knob_prev(KN_RASTER, c->raster) >= c->tiles_m))
+        c->why = "redundant";
+    else if (p->batch > 65535 || c->tiles_m * c->tiles_n >= ((int64_t)1 << 31))
+        c->why = "shape";
+}
+
 /* Resolves schedule s for problem p on dev into c and sets c->why to the first prune reason
  * (NULL when the schedule is legal). Derived fields are filled even for pruned schedules, so the
  * cost model can rank them. */
@@ -371,7 +420,8 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
     c->smem = s->v[KN_SMEM];
     c->serial = c->splitk > 1 && s->v[KN_SPLITK_MODE] == SPLITK_SERIAL;
     c->parallel = c->splitk > 1 && !c->serial;
-    c->threads = 32 * c->wm * c->wn;
+    c->wgmma = s->v[KN_MMA] == MMA_WGMMA;
+    c->threads = c->wgmma ? 128 * (c->bn / 64 > 0 ? c->bn / 64 : 1) : 32 * c->wm * c->wn;
     c->wtm = c->bm / c->wm;
     c->wtn = c->bn / c->wn;
     c->tc = c->math != MATH_FFMA;
@@ -427,6 +477,10 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
                 c->idx64 = true;
     }
 
+    if (c->wgmma) {
+        wgmma_configure(p, s, dev, c);
+        return;
+    }
     /* The prune rules, cheapest and most telling first. */
     int reg_cap = dev->regs_per_sm / c->threads;
     reg_cap = (reg_cap < dev->max_regs_per_thread ? reg_cap : dev->max_regs_per_thread) & ~7;
@@ -1605,7 +1659,8 @@ static int emit_epilogue(const gemm_emit *e)
 
 static void main_entry(const gemm_cfg *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "ktune_gemm_%s_%dx%dx%d%s", math_labels[c->math], c->bm, c->bn, c->bk,
+    snprintf(buf, len, "ktune_gemm_%s%s_%dx%dx%d%s", math_labels[c->math], c->wgmma ? "_wgmma" : "",
+             c->bm, c->bn, c->bk,
              c->parallel ? "_partial"
              : c->serial ? "_serial"
                          : "");
@@ -1666,9 +1721,293 @@ static void emit_serial_epilogue(const gemm_emit *e)
     kt_buf_line(b, "/* The last slice holds the full sum: the epilogue. */");
 }
 
-static void emit_main_kernel(const gemm_emit *e, const char *entry)
+/* ag, bg: operand A and B of batch bz (broadcast batch dims folded in). */
+static void emit_operand_pointers(const gemm_emit *e)
 {
     const gemm_problem *p = e->p;
+    kt_buf *b = e->b;
+    if (refs_batch(&p->opb[0], &p->obatch, p->obatch.rank) ||
+        refs_batch(&p->opb[1], &p->obatch, p->obatch.rank))
+        emit_batch_indices(e);
+    const char *opname[2] = {"ag", "bg"};
+    const char *mat[2] = {"(idx_t)M * K", "(idx_t)K * N"};
+    const char *idx[OPS_MAX_RANK];
+    for (int i = 0; i < p->obatch.rank; i++)
+        idx[i] = bnames[i];
+    for (int k = 0; k < 2; k++) {
+        emit_indent(b);
+        kt_buf_printf(b, "const %s *__restrict__ %s = %s", ops_emit_ctype(p->src_dt[k]), opname[k],
+                      in_name(e, p->src[k]));
+        if (refs_batch(&p->opb[k], &p->obatch, p->obatch.rank)) {
+            kt_buf_printf(b, " + ");
+            ops_emit_bcast_offset(b, &p->opb[k], &p->obatch, idx);
+            kt_buf_printf(b, " * %s", mat[k]);
+        }
+        kt_buf_printf(b, ";\n");
+    }
+}
+
+/* ---- the Hopper path: tf32x3 on warpgroup MMA ----
+ *
+ * tf32 wgmma reads a shared-memory operand K-major only, and B is stored [K][N] (or [N][K]); so
+ * the kernel computes C^T = B^T A^T: the wgmma A operand is B^T, built in registers from a
+ * padded [k][n] tile (or a swizzled [n][k] one; element loads, split into big and small halves
+ * there), and the wgmma B operand is A^T,
+ * whose K-major form is A's own [m][k] rows, copied by cp.async straight into the hardware's
+ * 128-byte swizzle (32 floats of k per row, one swizzle atom per tile: bk 32). The tensor cores
+ * read that raw tile as big halves (dropping the low 13 bits: |x - big| < 2^-10 |x|) and a
+ * second tile holds A's small halves, x - big, written by all threads once per k tile. Each
+ * 8-deep k step issues three m64nBMk8 wgmmas per warpgroup (small x big, big x small, big x
+ * big); warpgroup w owns C^T rows (C columns) n0 + 64 w .. + 63, all BM columns (C rows). */
+static void emit_wgmma_helpers(const gemm_emit *e)
+{
+    const gemm_cfg *c = e->c;
+    kt_buf *b = e->b;
+    int nd = c->bm / 2; /* accumulator floats per thread */
+    kt_buf_printf(
+        b,
+        "\n/* ---- wgmma: tile layout, descriptor, fences ---- */\n"
+        "/* Float offset of (row, k) in a tile of 128-byte rows in the 128-byte swizzle: the "
+        "16-byte\n"
+        " * chunk index XORed with row %% 8 (tiles start 1024-byte aligned). */\n"
+        "__device__ __forceinline__ int ktw_off(int row, int k)\n"
+        "{\n"
+        "    return row * 32 + ((((k >> 2) ^ row) & 7) << 2) + (k & 3);\n"
+        "}\n"
+        "/* Descriptor of a K-major operand in such a tile: 128-byte swizzle (bits 62-63), 8-row\n"
+        " * groups 1024 bytes apart (stride offset, bits 32-45); the leading offset is unused "
+        "while a\n"
+        " * k8 step stays inside one 128-byte row. A k step of 8 floats adds 32 bytes (2 in the\n"
+        " * address field's 16-byte unit). */\n"
+        "__device__ __forceinline__ unsigned long long ktw_desc(const void *p)\n"
+        "{\n"
+        "    return (unsigned long long)((kt_smem_u32(p) & 0x3FFFF) >> 4) | 1ull << 16 |\n"
+        "           (1024ull >> 4) << 32 | 1ull << 62;\n"
+        "}\n"
+        "__device__ __forceinline__ void ktw_fence()\n"
+        "{\n"
+        "    asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\");\n"
+        "}\n"
+        "__device__ __forceinline__ void ktw_commit_wait()\n"
+        "{\n"
+        "    asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\");\n"
+        "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\");\n"
+        "}\n"
+        "/* Shared-memory writes of the generic proxy (cp.async, the small halves) become visible "
+        "to\n"
+        " * wgmma's async proxy. */\n"
+        "__device__ __forceinline__ void ktw_fence_proxy()\n"
+        "{\n"
+        "    asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");\n"
+        "}\n"
+        "/* After the wait: the sums are read only from here on (the compiler sees wgmma write "
+        "them\n"
+        " * when it is issued, not when it completes). */\n"
+        "__device__ __forceinline__ void ktw_hold(float (&d)[BM / 8][4])\n"
+        "{\n"
+        "#pragma unroll\n"
+        "    for (int j = 0; j < BM / 8; j++)\n"
+        "#pragma unroll\n"
+        "        for (int r = 0; r < 4; r++)\n"
+        "            asm volatile(\"\" : \"+f\"(d[j][r])::\"memory\");\n"
+        "}\n"
+        "/* d += a x b: m64n%dk8, tf32 operands, fp32 sums; a is this warp's 16 x 8 fragment of "
+        "the\n"
+        " * warpgroup's 64 x 8 A (m16n8k8 layout), b a descriptor of the 8 x %d B. */\n"
+        "__device__ __forceinline__ void ktw_mma(float (&d)[BM / 8][4], const unsigned (&a)[4], "
+        "unsigned long long db)\n"
+        "{\n"
+        "    asm volatile(\"{\\n.reg .pred p;\\nsetp.eq.u32 p, 1, 1;\\n\"\n"
+        "                 \"wgmma.mma_async.sync.aligned.m64n%dk8.f32.tf32.tf32 {",
+        c->bm, c->bm, c->bm);
+    for (int i = 0; i < nd; i++)
+        kt_buf_printf(b, "%s%%%d", i ? "," : "", i);
+    kt_buf_printf(b, "}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1;\\n}\\n\"\n", nd, nd + 1, nd + 2,
+                  nd + 3, nd + 4);
+    kt_buf_printf(b, "                 : ");
+    for (int i = 0; i < nd; i++)
+        kt_buf_printf(b, "%s\"+f\"(d[%d][%d])%s", i ? " " : "", i / 4, i % 4,
+                      i + 1 < nd ? (i % 4 == 3 ? ",\n                   " : ",") : "\n");
+    kt_buf_printf(b, "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
+                     "\"l\"(db));\n}\n");
+}
+
+static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
+{
+    const gemm_cfg *c = e->c;
+    kt_buf *b = e->b;
+    kt_buf_printf(b,
+                  "\n/* Block: a BM x BN output tile of batch bz, computed as its transpose by %d "
+                  "warpgroup%s. */\n",
+                  c->threads / 128, c->threads > 128 ? "s" : "");
+    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1) %s", entry);
+    emit_kernel_params(e, false);
+    kt_buf_printf(b, "\n{\n");
+    b->indent = 4;
+    bool bt = e->p->trans[1];
+    if (bt)
+        kt_buf_line(b, "constexpr int A_TILE = BM * 32, B_TILE = BN * 32; /* B rows [n][k], "
+                       "swizzled like A's */");
+    else
+        kt_buf_line(b, "constexpr int LDB = BN + 8; /* B tile row pitch (floats): fragment reads "
+                       "hit 32 banks */");
+    if (!bt)
+        kt_buf_line(b, "constexpr int A_TILE = BM * 32, B_TILE = 32 * LDB;");
+    kt_buf_line(b, "extern __shared__ unsigned char kt_smem_raw[];");
+    kt_buf_line(b, "/* [STAGES] raw A tiles, the A_small tile (1024-byte aligned for the swizzle), "
+                   "[STAGES] B tiles */");
+    kt_buf_line(b, "float *as = reinterpret_cast<float *>((reinterpret_cast<unsigned long "
+                   "long>(kt_smem_raw) + 1023) & ~1023ull);");
+    kt_buf_line(b, "float *asmall = as + STAGES * A_TILE, *bs = asmall + A_TILE;");
+    kt_buf_line(b, "const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;");
+    kt_buf_line(b, "const int nw = tid / 128 * 64 + (tid / 32 & 3) * 16; /* this warp's 16 C "
+                   "columns (wgmma A rows) */");
+    kt_buf_line(b, "int tile_m, tile_n;");
+    kt_buf_line(b, "ktg_raster(blockIdx.x, tile_m, tile_n);");
+    kt_buf_line(b, "const int m0 = tile_m * BM, n0 = tile_n * BN;");
+    kt_buf_line(b, "const int bz = blockIdx.z;");
+    emit_operand_pointers(e);
+    kt_buf_line(b, "/* Copies k tile kt into stage st: A rows swizzled, B rows padded; 16 bytes a "
+                   "copy, zero past the edges. */");
+    kt_buf_line(b, "auto load_tile = [&](int kt, int st) {");
+    b->indent = 8;
+    kt_buf_line(b, "const int k0 = kt * 32;");
+    kt_buf_line(b, "float *sa = as + st * A_TILE, *sb = bs + st * B_TILE;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = tid; i < BM * 8; i += THREADS) {");
+    kt_buf_line(b, "    const int r = i >> 3, ch = i & 7, m = m0 + r, k = k0 + ch * 4;");
+    kt_buf_line(b, "    const bool ok = m < M && k < K;");
+    kt_buf_line(b, "    kt_cp_async16(sa + ktw_off(r, ch * 4), ag + (ok ? (idx_t)m * K + k : 0), "
+                   "ok ? 16 : 0);");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "#pragma unroll");
+    if (bt) {
+        kt_buf_line(b, "for (int i = tid; i < BN * 8; i += THREADS) {");
+        kt_buf_line(b, "    const int r = i >> 3, ch = i & 7, n = n0 + r, k = k0 + ch * 4;");
+        kt_buf_line(b, "    const bool ok = n < N && k < K;");
+        kt_buf_line(b,
+                    "    kt_cp_async16(sb + ktw_off(r, ch * 4), bg + (ok ? (idx_t)n * K + k : 0), "
+                    "ok ? 16 : 0);");
+    } else {
+        kt_buf_line(b, "for (int i = tid; i < 32 * (BN / 4); i += THREADS) {");
+        kt_buf_line(b,
+                    "    const int r = i / (BN / 4), ch = i %% (BN / 4), k = k0 + r, n = n0 + ch "
+                    "* 4;");
+        kt_buf_line(b, "    const bool ok = k < K && n < N;");
+        kt_buf_line(b, "    kt_cp_async16(sb + r * LDB + ch * 4, bg + (ok ? (idx_t)k * N + n : 0), "
+                       "ok ? 16 : 0);");
+    }
+    kt_buf_line(b, "}");
+    b->indent = 4;
+    kt_buf_line(b, "};");
+    kt_buf_line(b, "float acc[BM / 8][4], part[BM / 8][4];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < BM / 8; j++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int r = 0; r < 4; r++)");
+    kt_buf_line(b, "        acc[j][r] = part[j][r] = 0.0f;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int s = 0; s < STAGES - 1; s++) {");
+    kt_buf_line(b, "    if (s < KTILES)");
+    kt_buf_line(b, "        load_tile(s, s);");
+    kt_buf_line(b, "    kt_cp_async_commit();");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "for (int kt = 0; kt < KTILES; kt++) {");
+    b->indent = 8;
+    kt_buf_line(b, "const int st = kt %% STAGES;");
+    kt_buf_line(b, "/* Tile kt has landed; every warpgroup is done with tile kt - 1 (its wgmmas "
+                   "were waited for),");
+    kt_buf_line(b, " * so its stage and the A_small tile may be rewritten. */");
+    kt_buf_line(b, "kt_cp_async_wait<STAGES - 2>();");
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "if (kt + STAGES - 1 < KTILES)");
+    kt_buf_line(b, "    load_tile(kt + STAGES - 1, (kt + STAGES - 1) %% STAGES);");
+    kt_buf_line(b, "kt_cp_async_commit();");
+    kt_buf_line(b, "/* A's small halves, x - big with big = x's top 19 bits (what the tensor cores "
+                   "read of x) */");
+    kt_buf_line(b, "const float4 *raw = reinterpret_cast<const float4 *>(as + st * A_TILE);");
+    kt_buf_line(b, "float4 *small = reinterpret_cast<float4 *>(asmall);");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = tid; i < A_TILE / 4; i += THREADS) {");
+    kt_buf_line(b, "    float4 v = raw[i];");
+    kt_buf_line(b, "    v.x -= __uint_as_float(__float_as_uint(v.x) & 0xffffe000u);");
+    kt_buf_line(b, "    v.y -= __uint_as_float(__float_as_uint(v.y) & 0xffffe000u);");
+    kt_buf_line(b, "    v.z -= __uint_as_float(__float_as_uint(v.z) & 0xffffe000u);");
+    kt_buf_line(b, "    v.w -= __uint_as_float(__float_as_uint(v.w) & 0xffffe000u);");
+    kt_buf_line(b, "    small[i] = v;");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "ktw_fence_proxy();");
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "/* This warp's B^T fragments of the four k steps (k t, t + 4; columns nw + g, "
+                   "+ 8), split */");
+    kt_buf_line(b, "const float *sb = bs + st * B_TILE;");
+    kt_buf_line(b, "unsigned big[4][4], lo[4][4];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ks = 0; ks < 4; ks++) {");
+    if (bt) {
+        kt_buf_line(b, "    const int k = ks * 8 + t, n = nw + g;");
+        kt_buf_line(b, "    kt_split_tf32(sb[ktw_off(n, k)], big[ks][0], lo[ks][0]);");
+        kt_buf_line(b, "    kt_split_tf32(sb[ktw_off(n + 8, k)], big[ks][1], lo[ks][1]);");
+        kt_buf_line(b, "    kt_split_tf32(sb[ktw_off(n, k + 4)], big[ks][2], lo[ks][2]);");
+        kt_buf_line(b, "    kt_split_tf32(sb[ktw_off(n + 8, k + 4)], big[ks][3], lo[ks][3]);");
+    } else {
+        kt_buf_line(b, "    const float *f = sb + (ks * 8 + t) * LDB + nw + g;");
+        kt_buf_line(b, "    kt_split_tf32(f[0], big[ks][0], lo[ks][0]);");
+        kt_buf_line(b, "    kt_split_tf32(f[8], big[ks][1], lo[ks][1]);");
+        kt_buf_line(b, "    kt_split_tf32(f[4 * LDB], big[ks][2], lo[ks][2]);");
+        kt_buf_line(b, "    kt_split_tf32(f[4 * LDB + 8], big[ks][3], lo[ks][3]);");
+    }
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "const unsigned long long da = ktw_desc(as + st * A_TILE), ds = "
+                   "ktw_desc(asmall);");
+    kt_buf_line(b, "ktw_fence();");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ks = 0; ks < 4; ks++) {");
+    kt_buf_line(b, "    ktw_mma(part, lo[ks], da + 2 * ks);  /* B small x A big */");
+    kt_buf_line(b, "    ktw_mma(part, big[ks], ds + 2 * ks); /* B big x A small */");
+    kt_buf_line(b, "    ktw_mma(part, big[ks], da + 2 * ks); /* B big x A big */");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "ktw_commit_wait();");
+    kt_buf_line(b, "ktw_hold(part);");
+    kt_buf_line(b, "/* the truncating sums of FLUSH_KTILES k tiles, carried into acc with "
+                   "round-to-nearest FADDs */");
+    kt_buf_line(b, "if ((kt + 1) %% FLUSH_KTILES == 0 || kt + 1 == KTILES) {");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < BM / 8; j++)");
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int r = 0; r < 4; r++) {");
+    kt_buf_line(b, "            acc[j][r] += part[j][r];");
+    kt_buf_line(b, "            part[j][r] = 0.0f;");
+    kt_buf_line(b, "        }");
+    kt_buf_line(b, "}");
+    b->indent = 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "kt_cp_async_wait<0>();");
+    /* epilogue */
+    kt_buf args = {0};
+    {
+        gemm_emit tmp = *e;
+        tmp.b = &args;
+        emit_epi_list(&tmp, false);
+        kt_buf_printf(&args, "%s", out_name(e));
+    }
+    kt_buf_line(b, "/* acc[j][r] is C^T (n, m): n = n0 + nw + g (+ 8 for r >= 2), m = m0 + 8 j + "
+                   "2 t + (r & 1) */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < BM / 8; j++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int r = 0; r < 4; r++)");
+    kt_buf_line(b,
+                "        ktg_store(%s, bz, m0 + 8 * j + 2 * t + (r & 1), n0 + nw + g + (r >> 1) "
+                "* 8, acc[j][r]);",
+                args.data ? args.data : "");
+    kt_buf_free(&args);
+    b->indent = 0;
+    kt_buf_printf(b, "}\n");
+}
+
+static void emit_main_kernel(const gemm_emit *e, const char *entry)
+{
     const gemm_cfg *c = e->c;
     kt_buf *b = e->b;
     const char *sty = ops_emit_ctype(c->sdt);
@@ -1709,25 +2048,7 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "const int bz = blockIdx.z;");
         kt_buf_line(b, "const int kt0 = 0, nkt = KTILES;");
     }
-    if (refs_batch(&p->opb[0], &p->obatch, p->obatch.rank) ||
-        refs_batch(&p->opb[1], &p->obatch, p->obatch.rank))
-        emit_batch_indices(e);
-    const char *opname[2] = {"ag", "bg"};
-    const char *mat[2] = {"(idx_t)M * K", "(idx_t)K * N"};
-    const char *idx[OPS_MAX_RANK];
-    for (int i = 0; i < p->obatch.rank; i++)
-        idx[i] = bnames[i];
-    for (int k = 0; k < 2; k++) {
-        emit_indent(b);
-        kt_buf_printf(b, "const %s *__restrict__ %s = %s", ops_emit_ctype(p->src_dt[k]), opname[k],
-                      in_name(e, p->src[k]));
-        if (refs_batch(&p->opb[k], &p->obatch, p->obatch.rank)) {
-            kt_buf_printf(b, " + ");
-            ops_emit_bcast_offset(b, &p->opb[k], &p->obatch, idx);
-            kt_buf_printf(b, " * %s", mat[k]);
-        }
-        kt_buf_printf(b, ";\n");
-    }
+    emit_operand_pointers(e);
     bool x3 = c->math == MATH_TF32X3;
     if (c->tc) {
         kt_buf_line(b, "float acc[MI][NI][4]%s;", x3 ? ", part[MI][NI][4]" : "");
@@ -1967,22 +2288,29 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     if (c.serial)
         emit_serial_helpers(&e);
     emit_raster(&e);
-    kt_buf_printf(&b, "\n/* ---- shared-memory layouts and tile loaders ---- */\n");
-    emit_slot_fn(&e, 0);
-    emit_slot_fn(&e, 1);
-    emit_loader(&e, 0);
-    emit_loader(&e, 1);
-    emit_load_tiles(&e);
-    if (c.tc)
-        emit_mma_stage(&e);
-    else
-        emit_ffma_stage(&e);
+    if (c.wgmma) {
+        emit_wgmma_helpers(&e);
+    } else {
+        kt_buf_printf(&b, "\n/* ---- shared-memory layouts and tile loaders ---- */\n");
+        emit_slot_fn(&e, 0);
+        emit_slot_fn(&e, 1);
+        emit_loader(&e, 0);
+        emit_loader(&e, 1);
+        emit_load_tiles(&e);
+        if (c.tc)
+            emit_mma_stage(&e);
+        else
+            emit_ffma_stage(&e);
+    }
     int rc = emit_epilogue(&e);
     if (rc < 0) {
         kt_buf_free(&b);
         return ops_diag_set(d, grp->g, OPS_RULE_SHAPE, -1, "", "gemm: epilogue not elementwise");
     }
-    emit_main_kernel(&e, entry);
+    if (c.wgmma)
+        emit_wgmma_kernel(&e, entry);
+    else
+        emit_main_kernel(&e, entry);
     if (c.parallel)
         emit_reduce_kernel(&e);
     if ((rc = kt_buf_status(&b)) < 0) {
@@ -2093,7 +2421,7 @@ static void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops
         peak = c.math == MATH_TF32     ? dev->tf32_flops_per_s
                : c.math == MATH_TF32X3 ? dev->tf32_flops_per_s / 3.0 /* three mmas a product */
                                        : dev->f16_flops_per_s;
-        if (dev->sm_major >= 9)
+        if (dev->sm_major >= 9 && !c.wgmma)
             peak *= 0.6;
         double intensity = (double)c.wtm * c.wtn / (c.wtm + c.wtn); /* flops per smem element */
         eff = fmin(1.0, sqrt(intensity / 32.0));
@@ -2105,6 +2433,9 @@ static void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops
         double intensity = (double)c.tm * c.tn / (c.tm + c.tn);
         eff = fmin(1.0, sqrt(intensity / 4.0));
     }
+    if (c.wgmma) /* two block barriers and the small-halves pass per k tile, none overlapping
+                    the MMAs (a first guess, to be calibrated) */
+        eff *= 0.6;
     int block_warps = c.threads / 32;
     if (block_warps > 4) /* a barrier stalls more warps at once */
         eff /= 1.0 + 0.04 * (block_warps - 4);

@@ -19,10 +19,11 @@
 extern const ops_family ops_family_gemm;
 
 /* Knob order of the family (values, not indices). */
-enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM, SPLITK_MODE };
+enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM, SPLITK_MODE, MMA };
 enum { FFMA = 0, TF32 = 1, F16 = 2, BF16 = 3, TF32X3 = 4 };
 enum { PAD = 0, XOR = 1 };
 enum { PARALLEL = 0, SERIAL = 1 };
+enum { SYNC = 0, WGMMA = 1 };
 
 static const char gemm_bias_relu[] =
     "{\"name\": \"gemm_bias_relu\", \"inputs\": {"
@@ -637,6 +638,80 @@ static void test_serial_splitk(void **state)
 
 /* ---- launch description and golden source ---- */
 
+/* ---- the Hopper (wgmma) path: tf32x3 on fp32 data ---- */
+
+static ops_schedule wgmma(int bm, int bn, int stages)
+{
+    ops_schedule s = sched(TF32X3, bm, bn, 32, 1, 1, stages, 1, 1, XOR);
+    s.v[MMA] = WGMMA;
+    return s;
+}
+
+static void test_wgmma(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_emitted em;
+    ops_diag d = {0};
+    /* B as stored [K][N] (fragments from a padded tile) and [N][K] (a swizzled one), ragged
+     * edges, the rich group's prologue (an identity cast), batch broadcast and epilogue. */
+    char *json[] = {plain_gemm("f32"), rich_gemm("f32", false, true)};
+    const char *shapes[] = {"M=1000,N=1000,K=1000", "M=333,N=250,K=516"};
+    for (int c = 0; c < 2; c++) {
+        ops_graph *g = emit_test_graph(json[c], shapes[c]);
+        ops_group grp;
+        emit_test_whole_group(g, &grp);
+        ops_schedule s = wgmma(128, 128, 3);
+        assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+        assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+        const ops_kernel_launch *k = &em.kernels[0];
+        assert_int_equal(em.n_kernels, 1);
+        assert_string_equal(k->entry, "ktune_gemm_tf32x3_wgmma_128x128x32");
+        assert_int_equal(k->block[0], 256); /* two warpgroups of 64 columns */
+        assert_non_null(strstr(em.source, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"));
+        assert_non_null(strstr(em.source, "fence.proxy.async.shared::cta"));
+        if (c == 0)
+            emit_test_golden("gemm_tf32x3_wgmma.cu", em.source);
+        emit_test_compile(em.source, "sm_90a");
+        ops_emitted_free(&em);
+        /* the kernel's fixed shape: bk 32, one warp per warp grid, no split-K, XOR knob */
+        ops_schedule bad[] = {sched(TF32X3, 128, 128, 16, 1, 1, 3, 1, 1, XOR),
+                              sched(TF32X3, 128, 128, 32, 2, 1, 3, 1, 1, XOR),
+                              sched(TF32X3, 128, 128, 32, 1, 1, 3, 2, 1, XOR),
+                              sched(TF32X3, 256, 128, 32, 1, 1, 3, 1, 1, XOR),
+                              sched(TF32X3, 128, 128, 32, 1, 1, 3, 1, 1, PAD)};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            bad[i].v[MMA] = WGMMA;
+            assert_non_null(ops_family_gemm.prune(&grp, &bad[i], &dev));
+        }
+        ops_graph_free(g);
+        free(json[c]);
+    }
+    /* only tf32x3 on fp32 data, A stored [M][K], Hopper */
+    char *f16 = plain_gemm("f16"), *ta = rich_gemm("f32", true, false);
+    const char *jsons[] = {f16, ta};
+    for (int c = 0; c < 2; c++) {
+        ops_graph *g = emit_test_graph(jsons[c], "M=1024,N=1024,K=1024");
+        ops_group grp;
+        emit_test_whole_group(g, &grp);
+        ops_schedule s = wgmma(128, 128, 3);
+        assert_non_null(ops_family_gemm.prune(&grp, &s, &dev));
+        ops_graph_free(g);
+    }
+    char *f32 = plain_gemm("f32");
+    ops_graph *g = emit_test_graph(f32, "M=1024,N=1024,K=1024");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_schedule s = wgmma(128, 128, 3);
+    dev.sm_major = 8;
+    assert_non_null(ops_family_gemm.prune(&grp, &s, &dev));
+    ops_graph_free(g);
+    free(f32);
+    free(f16);
+    free(ta);
+}
+
 static void test_launch_and_golden(void **state)
 {
     (void)state;
@@ -872,17 +947,12 @@ static void test_fragment_maps(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),
-        cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_raster_bijection),
-        cmocka_unit_test(test_smem_swizzle),
-        cmocka_unit_test(test_fragment_maps),
-        cmocka_unit_test(test_estimate),
-        cmocka_unit_test(test_launch_and_golden),
-        cmocka_unit_test(test_compile_ragged),
-        cmocka_unit_test(test_compile_sm80),
-        cmocka_unit_test(test_serial_splitk),
-        cmocka_unit_test(test_compile_spread_sm90),
+        cmocka_unit_test(test_matches),           cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_raster_bijection),  cmocka_unit_test(test_smem_swizzle),
+        cmocka_unit_test(test_fragment_maps),     cmocka_unit_test(test_estimate),
+        cmocka_unit_test(test_launch_and_golden), cmocka_unit_test(test_wgmma),
+        cmocka_unit_test(test_compile_ragged),    cmocka_unit_test(test_compile_sm80),
+        cmocka_unit_test(test_serial_splitk),     cmocka_unit_test(test_compile_spread_sm90),
     };
     return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
 }

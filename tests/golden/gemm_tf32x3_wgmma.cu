@@ -1,0 +1,319 @@
+/*
+ * ktune kernel — family gemm
+ * schedule: gemm math=tf32x3 bm=128 bn=128 bk=32 wm=1 wn=1 stages=3 splitk=1 raster=1 smem=xor splitk_mode=parallel mma=wgmma
+ * graph: gemm
+ *   Y = matmul(A, B)  f32 [M=1000, N=1000]
+ */
+/* ---- ktune prelude: 16-bit storage types and math helpers ---- */
+typedef unsigned short kt_f16;
+typedef unsigned short kt_bf16;
+__device__ __forceinline__ float kt_f16_to_f32(kt_f16 h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ kt_f16 kt_f32_to_f16(float f)
+{
+    kt_f16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float kt_bf16_to_f32(kt_bf16 h)
+{
+    return __uint_as_float(((unsigned)h) << 16);
+}
+__device__ __forceinline__ kt_bf16 kt_f32_to_bf16(float f)
+{
+    kt_bf16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float kt_gelu(float x)
+{
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+__device__ __forceinline__ float kt_gelu_tanh(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float kt_sigmoid(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float kt_softplus(float x)
+{
+    /* log1p(exp(x)) without overflow: for large x the result is x. */
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+/* ---- end of prelude ---- */
+
+/* ---- problem and schedule (compile-time constants) ----
+ * out[bz, m, n] = epilogue(sum_k A[bz, m, k] * B[bz, k, n]); A is stored [M][K], B [K][N]. */
+enum : int { M = 1000, N = 1000, K = 1000, BATCH = 1 };
+enum : int { BM = 128, BN = 128, BK = 32 }; /* block tile */
+enum : int { WM = 1, WN = 1, WTM = 128, WTN = 128 }; /* warp grid, warp tile */
+enum : int { MI = 8, NI = 16 }; /* m16 x n8 mma tiles per warp */
+enum : int { THREADS = 256, STAGES = 3, SPLITK = 1, RASTER = 1 };
+enum : int { TILES_M = 8, TILES_N = 8, KTILES = 32, KTILES_PER_SLICE = 32 };
+enum : int { A_STAGE = 4096, B_STAGE = 4096 }; /* shared elements per stage */
+enum : int { FLUSH_KTILES = 2 }; /* k tiles summed inside the mmas (ktg_flush) */
+typedef int idx_t;
+
+/* ---- PTX wrappers ---- */
+__device__ __forceinline__ unsigned kt_smem_u32(const void *p)
+{
+    unsigned r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+/* Copies 16 bytes global -> shared asynchronously; bytes past src_bytes (0 or 16) are zero-filled. */
+__device__ __forceinline__ void kt_cp_async16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(kt_smem_u32(dst)), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void kt_cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/* Waits until at most N committed groups are still in flight. */
+template <int N> __device__ __forceinline__ void kt_cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+/* ldmatrix.x4: lanes 8j..8j+7 address the rows of 8x8 matrix j, which lands in r<j>; lane l receives elements (l/4, 2(l%4)) and (l/4, 2(l%4)+1). */
+__device__ __forceinline__ void kt_ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(kt_smem_u32(p)));
+}
+/* fp32 -> tf32 (round to nearest, ties away), kept in a 32-bit register. */
+__device__ __forceinline__ unsigned kt_tf32(float x)
+{
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+/* d += a * b, m16n8k8, tf32 inputs, fp32 accumulators. */
+__device__ __forceinline__ void kt_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/* x = big + small: big is x rounded to tf32 (low 13 bits clear), small the exact fp32
+ * remainder, which the tensor cores read as tf32 by dropping its low 13 bits (|small| <=
+ * 2^-11 |x|, so that costs at most 2^-21 |x|). a * b ~ a.small * b.big + a.big * b.small +
+ * a.big * b.big: the dropped a.small * b.small and the truncation of small are about 2^-21
+ * of |a * b|, near fp32's 2^-24, while every mma runs on the tf32 tensor cores. Two
+ * instructions a split. */
+__device__ __forceinline__ void kt_split_tf32(float x, unsigned &big, unsigned &small)
+{
+    big = kt_tf32(x);
+    small = __float_as_uint(x - __uint_as_float(big));
+}
+
+/* Block pid -> output tile, row by row. */
+__device__ __forceinline__ void ktg_raster(int pid, int &tm, int &tn)
+{
+    tm = pid / TILES_N;
+    tn = pid % TILES_N;
+}
+
+/* ---- wgmma: tile layout, descriptor, fences ---- */
+/* Float offset of (row, k) in a tile of 128-byte rows in the 128-byte swizzle: the 16-byte
+ * chunk index XORed with row % 8 (tiles start 1024-byte aligned). */
+__device__ __forceinline__ int ktw_off(int row, int k)
+{
+    return row * 32 + ((((k >> 2) ^ row) & 7) << 2) + (k & 3);
+}
+/* Descriptor of a K-major operand in such a tile: 128-byte swizzle (bits 62-63), 8-row
+ * groups 1024 bytes apart (stride offset, bits 32-45); the leading offset is unused while a
+ * k8 step stays inside one 128-byte row. A k step of 8 floats adds 32 bytes (2 in the
+ * address field's 16-byte unit). */
+__device__ __forceinline__ unsigned long long ktw_desc(const void *p)
+{
+    return (unsigned long long)((kt_smem_u32(p) & 0x3FFFF) >> 4) | 1ull << 16 |
+           (1024ull >> 4) << 32 | 1ull << 62;
+}
+__device__ __forceinline__ void ktw_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void ktw_commit_wait()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+/* Shared-memory writes of the generic proxy (cp.async, the small halves) become visible to
+ * wgmma's async proxy. */
+__device__ __forceinline__ void ktw_fence_proxy()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* After the wait: the sums are read only from here on (the compiler sees wgmma write them
+ * when it is issued, not when it completes). */
+__device__ __forceinline__ void ktw_hold(float (&d)[BM / 8][4])
+{
+#pragma unroll
+    for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            asm volatile("" : "+f"(d[j][r])::"memory");
+}
+/* d += a x b: m64n128k8, tf32 operands, fp32 sums; a is this warp's 16 x 8 fragment of the
+ * warpgroup's 64 x 8 A (m16n8k8 layout), b a descriptor of the 8 x 128 B. */
+__device__ __forceinline__ void ktw_mma(float (&d)[BM / 8][4], const unsigned (&a)[4], unsigned long long db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                    "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                    "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+                    "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+                    "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+                    "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+                    "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+                    "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+                    "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+                    "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+                    "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+/* The fused epilogue of output element (bz, m, n) in fp32; acc is Y[bz, m, n]. */
+__device__ __forceinline__ float ktg_epilogue(int bz, int m, int n, float acc)
+{
+    return acc;
+}
+__device__ __forceinline__ void ktg_store(float *__restrict__ out, int bz, int m, int n, float acc)
+{
+    if (m >= M || n >= N)
+        return;
+    out[((idx_t)bz * M + m) * N + n] = ktg_epilogue(bz, m, n, acc);
+}
+/* Elements (m, n) and (m, n + 1); n is even. */
+__device__ __forceinline__ void ktg_store2(float *__restrict__ out, int bz, int m, int n, float acc0, float acc1)
+{
+    if (m >= M || n >= N)
+        return;
+    const float y0 = ktg_epilogue(bz, m, n, acc0);
+    const float y1 = ktg_epilogue(bz, m, n + 1, acc1);
+    /* N is even: the pair is contiguous and 8-byte aligned */
+    *reinterpret_cast<float2 *>(out + ((idx_t)bz * M + m) * N + n) = make_float2(y0, y1);
+}
+
+/* Block: a BM x BN output tile of batch bz, computed as its transpose by 2 warpgroups. */
+extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma_128x128x32(const float *__restrict__ t0_A, const float *__restrict__ t1_B, float *__restrict__ t2_Y)
+{
+    constexpr int LDB = BN + 8; /* B tile row pitch (floats): fragment reads hit 32 banks */
+    constexpr int A_TILE = BM * 32, B_TILE = 32 * LDB;
+    extern __shared__ unsigned char kt_smem_raw[];
+    /* [STAGES] raw A tiles, the A_small tile (1024-byte aligned for the swizzle), [STAGES] B tiles */
+    float *as = reinterpret_cast<float *>((reinterpret_cast<unsigned long long>(kt_smem_raw) + 1023) & ~1023ull);
+    float *asmall = as + STAGES * A_TILE, *bs = asmall + A_TILE;
+    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int nw = tid / 128 * 64 + (tid / 32 & 3) * 16; /* this warp's 16 C columns (wgmma A rows) */
+    int tile_m, tile_n;
+    ktg_raster(blockIdx.x, tile_m, tile_n);
+    const int m0 = tile_m * BM, n0 = tile_n * BN;
+    const int bz = blockIdx.z;
+    const float *__restrict__ ag = t0_A;
+    const float *__restrict__ bg = t1_B;
+    /* Copies k tile kt into stage st: A rows swizzled, B rows padded; 16 bytes a copy, zero past the edges. */
+    auto load_tile = [&](int kt, int st) {
+        const int k0 = kt * 32;
+        float *sa = as + st * A_TILE, *sb = bs + st * B_TILE;
+        #pragma unroll
+        for (int i = tid; i < BM * 8; i += THREADS) {
+            const int r = i >> 3, ch = i & 7, m = m0 + r, k = k0 + ch * 4;
+            const bool ok = m < M && k < K;
+            kt_cp_async16(sa + ktw_off(r, ch * 4), ag + (ok ? (idx_t)m * K + k : 0), ok ? 16 : 0);
+        }
+        #pragma unroll
+        for (int i = tid; i < 32 * (BN / 4); i += THREADS) {
+            const int r = i / (BN / 4), ch = i % (BN / 4), k = k0 + r, n = n0 + ch * 4;
+            const bool ok = k < K && n < N;
+            kt_cp_async16(sb + r * LDB + ch * 4, bg + (ok ? (idx_t)k * N + n : 0), ok ? 16 : 0);
+        }
+    };
+    float acc[BM / 8][4], part[BM / 8][4];
+    #pragma unroll
+    for (int j = 0; j < BM / 8; j++)
+        #pragma unroll
+        for (int r = 0; r < 4; r++)
+            acc[j][r] = part[j][r] = 0.0f;
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < KTILES)
+            load_tile(s, s);
+        kt_cp_async_commit();
+    }
+    for (int kt = 0; kt < KTILES; kt++) {
+        const int st = kt % STAGES;
+        /* Tile kt has landed; every warpgroup is done with tile kt - 1 (its wgmmas were waited for),
+         * so its stage and the A_small tile may be rewritten. */
+        kt_cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (kt + STAGES - 1 < KTILES)
+            load_tile(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
+        kt_cp_async_commit();
+        /* A's small halves, x - big with big = x's top 19 bits (what the tensor cores read of x) */
+        const float4 *raw = reinterpret_cast<const float4 *>(as + st * A_TILE);
+        float4 *small = reinterpret_cast<float4 *>(asmall);
+        #pragma unroll
+        for (int i = tid; i < A_TILE / 4; i += THREADS) {
+            float4 v = raw[i];
+            v.x -= __uint_as_float(__float_as_uint(v.x) & 0xffffe000u);
+            v.y -= __uint_as_float(__float_as_uint(v.y) & 0xffffe000u);
+            v.z -= __uint_as_float(__float_as_uint(v.z) & 0xffffe000u);
+            v.w -= __uint_as_float(__float_as_uint(v.w) & 0xffffe000u);
+            small[i] = v;
+        }
+        ktw_fence_proxy();
+        __syncthreads();
+        /* This warp's B^T fragments of the four k steps (k t, t + 4; columns nw + g, + 8), split */
+        const float *sb = bs + st * B_TILE;
+        unsigned big[4][4], lo[4][4];
+        #pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            const float *f = sb + (ks * 8 + t) * LDB + nw + g;
+            kt_split_tf32(f[0], big[ks][0], lo[ks][0]);
+            kt_split_tf32(f[8], big[ks][1], lo[ks][1]);
+            kt_split_tf32(f[4 * LDB], big[ks][2], lo[ks][2]);
+            kt_split_tf32(f[4 * LDB + 8], big[ks][3], lo[ks][3]);
+        }
+        const unsigned long long da = ktw_desc(as + st * A_TILE), ds = ktw_desc(asmall);
+        ktw_fence();
+        #pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            ktw_mma(part, lo[ks], da + 2 * ks);  /* B small x A big */
+            ktw_mma(part, big[ks], ds + 2 * ks); /* B big x A small */
+            ktw_mma(part, big[ks], da + 2 * ks); /* B big x A big */
+        }
+        ktw_commit_wait();
+        ktw_hold(part);
+        /* the truncating sums of FLUSH_KTILES k tiles, carried into acc with round-to-nearest FADDs */
+        if ((kt + 1) % FLUSH_KTILES == 0 || kt + 1 == KTILES) {
+            #pragma unroll
+            for (int j = 0; j < BM / 8; j++)
+                #pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    acc[j][r] += part[j][r];
+                    part[j][r] = 0.0f;
+                }
+        }
+    }
+    kt_cp_async_wait<0>();
+    /* acc[j][r] is C^T (n, m): n = n0 + nw + g (+ 8 for r >= 2), m = m0 + 8 j + 2 t + (r & 1) */
+    #pragma unroll
+    for (int j = 0; j < BM / 8; j++)
+        #pragma unroll
+        for (int r = 0; r < 4; r++)
+            ktg_store(t2_Y, bz, m0 + 8 * j + 2 * t + (r & 1), n0 + nw + g + (r >> 1) * 8, acc[j][r]);
+}
