@@ -140,9 +140,12 @@ __device__ __forceinline__ void ktw_fence()
 {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void ktw_commit_wait()
+__device__ __forceinline__ void ktw_commit()
 {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void ktw_wait()
+{
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
 /* Shared-memory writes of the generic proxy (cp.async, the small halves) become visible to
@@ -214,9 +217,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma
     constexpr int LDB = BN + 8; /* B tile row pitch (floats): fragment reads hit 32 banks */
     constexpr int A_TILE = BM * 32, B_TILE = 32 * LDB;
     extern __shared__ unsigned char kt_smem_raw[];
-    /* [STAGES] raw A tiles, the A_small tile (1024-byte aligned for the swizzle), [STAGES] B tiles */
+    /* [STAGES] raw A tiles, [2] A_small tiles (1024-byte aligned for the swizzle), [STAGES] B tiles */
     float *as = reinterpret_cast<float *>((reinterpret_cast<unsigned long long>(kt_smem_raw) + 1023) & ~1023ull);
-    float *asmall = as + STAGES * A_TILE, *bs = asmall + A_TILE;
+    float *asmall = as + STAGES * A_TILE, *bs = asmall + 2 * A_TILE;
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int nw = tid / 128 * 64 + (tid / 32 & 3) * 16; /* this warp's 16 C columns (wgmma A rows) */
     int tile_m, tile_n;
@@ -242,6 +245,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma
             kt_cp_async16(sb + r * LDB + ch * 4, bg + (ok ? (idx_t)k * N + n : 0), ok ? 16 : 0);
         }
     };
+    /* A's small halves, x - big with big = x's top 19 bits (what the tensor cores read of x) */
+    auto make_small = [&](int st, int buf) {
+        const float4 *raw = reinterpret_cast<const float4 *>(as + st * A_TILE);
+        float4 *small = reinterpret_cast<float4 *>(asmall + buf * A_TILE);
+        #pragma unroll
+        for (int i = tid; i < A_TILE / 4; i += THREADS) {
+            float4 v = raw[i];
+            v.x -= __uint_as_float(__float_as_uint(v.x) & 0xffffe000u);
+            v.y -= __uint_as_float(__float_as_uint(v.y) & 0xffffe000u);
+            v.z -= __uint_as_float(__float_as_uint(v.z) & 0xffffe000u);
+            v.w -= __uint_as_float(__float_as_uint(v.w) & 0xffffe000u);
+            small[i] = v;
+        }
+        ktw_fence_proxy();
+    };
+    /* This warp's B^T fragments of stage st's four k steps (k t, t + 4; columns nw + g, + 8), split */
+    auto load_frags = [&](int st, unsigned (&big)[4][4], unsigned (&lo)[4][4]) {
+        const float *sb = bs + st * B_TILE;
+        #pragma unroll
+        for (int ks = 0; ks < 4; ks++) {
+            const float *f = sb + (ks * 8 + t) * LDB + nw + g;
+            kt_split_tf32(f[0], big[ks][0], lo[ks][0]);
+            kt_split_tf32(f[8], big[ks][1], lo[ks][1]);
+            kt_split_tf32(f[4 * LDB], big[ks][2], lo[ks][2]);
+            kt_split_tf32(f[4 * LDB + 8], big[ks][3], lo[ks][3]);
+        }
+    };
     float acc[BM / 8][4], part[BM / 8][4];
     #pragma unroll
     for (int j = 0; j < BM / 8; j++)
@@ -254,41 +284,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma
             load_tile(s, s);
         kt_cp_async_commit();
     }
+    unsigned big[4][4], lo[4][4];
+    kt_cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    make_small(0, 0);
+    __syncthreads();
+    load_frags(0, big, lo);
+    /* Tile kt's wgmmas run while the block prepares tile kt + 1: its copies land and its small
+     * halves are written to the other A_small buffer. */
     for (int kt = 0; kt < KTILES; kt++) {
         const int st = kt % STAGES;
-        /* Tile kt has landed; every warpgroup is done with tile kt - 1 (its wgmmas were waited for),
-         * so its stage and the A_small tile may be rewritten. */
-        kt_cp_async_wait<STAGES - 2>();
-        __syncthreads();
-        if (kt + STAGES - 1 < KTILES)
-            load_tile(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
-        kt_cp_async_commit();
-        /* A's small halves, x - big with big = x's top 19 bits (what the tensor cores read of x) */
-        const float4 *raw = reinterpret_cast<const float4 *>(as + st * A_TILE);
-        float4 *small = reinterpret_cast<float4 *>(asmall);
-        #pragma unroll
-        for (int i = tid; i < A_TILE / 4; i += THREADS) {
-            float4 v = raw[i];
-            v.x -= __uint_as_float(__float_as_uint(v.x) & 0xffffe000u);
-            v.y -= __uint_as_float(__float_as_uint(v.y) & 0xffffe000u);
-            v.z -= __uint_as_float(__float_as_uint(v.z) & 0xffffe000u);
-            v.w -= __uint_as_float(__float_as_uint(v.w) & 0xffffe000u);
-            small[i] = v;
-        }
-        ktw_fence_proxy();
-        __syncthreads();
-        /* This warp's B^T fragments of the four k steps (k t, t + 4; columns nw + g, + 8), split */
-        const float *sb = bs + st * B_TILE;
-        unsigned big[4][4], lo[4][4];
-        #pragma unroll
-        for (int ks = 0; ks < 4; ks++) {
-            const float *f = sb + (ks * 8 + t) * LDB + nw + g;
-            kt_split_tf32(f[0], big[ks][0], lo[ks][0]);
-            kt_split_tf32(f[8], big[ks][1], lo[ks][1]);
-            kt_split_tf32(f[4 * LDB], big[ks][2], lo[ks][2]);
-            kt_split_tf32(f[4 * LDB + 8], big[ks][3], lo[ks][3]);
-        }
-        const unsigned long long da = ktw_desc(as + st * A_TILE), ds = ktw_desc(asmall);
+        const unsigned long long da = ktw_desc(as + st * A_TILE), ds = ktw_desc(asmall + (kt & 1) * A_TILE);
         ktw_fence();
         #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
@@ -296,7 +302,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma
             ktw_mma(part, big[ks], ds + 2 * ks); /* B big x A small */
             ktw_mma(part, big[ks], da + 2 * ks); /* B big x A big */
         }
-        ktw_commit_wait();
+        ktw_commit();
+        /* stage (kt - 1) % STAGES: tile kt - 1's wgmmas were waited for by every warpgroup */
+        if (kt + STAGES - 1 < KTILES)
+            load_tile(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
+        kt_cp_async_commit();
+        if (kt + 1 < KTILES) {
+            kt_cp_async_wait<STAGES - 2>(); /* tile kt + 1 has landed */
+            __syncthreads();
+            make_small((kt + 1) % STAGES, (kt + 1) & 1);
+        }
+        ktw_wait();
         ktw_hold(part);
         /* the truncating sums of FLUSH_KTILES k tiles, carried into acc with round-to-nearest FADDs */
         if ((kt + 1) % FLUSH_KTILES == 0 || kt + 1 == KTILES) {
@@ -308,6 +324,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma
                     part[j][r] = 0.0f;
                 }
         }
+        /* every warpgroup is done with tile kt (its stage and A_small buffer may be rewritten) and
+         * tile kt + 1's small halves are complete */
+        __syncthreads();
+        if (kt + 1 < KTILES) /* the fragments only now: the wgmmas read the registers until they complete */
+            load_frags((kt + 1) % STAGES, big, lo);
     }
     kt_cp_async_wait<0>();
     /* acc[j][r] is C^T (n, m): n = n0 + nw + g (+ 8 for r >= 2), m = m0 + 8 j + 2 t + (r & 1) */
