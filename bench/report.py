@@ -66,6 +66,7 @@ def merge(parts, paths):
     out = dict(first)
     out["cases"] = list(cases.values())
     out["parts"] = [{"file": os.path.relpath(p), "date": r.get("date"),
+                     "commit": (r.get("versions") or {}).get("commit"),
                      "command": r.get("command"), "cases": [c["name"] for c in r["cases"]],
                      "batch": r.get("batch")} for r, p in zip(parts, paths)]
     out["command"] = " ; ".join(str(r.get("command")) for r in parts)
@@ -207,6 +208,19 @@ def reproduction(r, rerun, rerun_rel):
     return L
 
 
+def commits_text(r):
+    """", commit X", or for parts measured at different commits each commit with its cases."""
+    by = {}
+    for part in r.get("parts") or []:
+        if part.get("commit"):
+            by.setdefault(part["commit"], []).extend(part.get("cases") or [])
+    if len(by) > 1:
+        return ", commits " + "; ".join(f"{k} ({len(v)} cases: {', '.join(v)})"
+                                        for k, v in by.items())
+    commit = (r.get("versions") or {}).get("commit")
+    return f", commit {commit}" if commit else ""
+
+
 def render_md(r, png_rel, notes, results_rel, rerun=None, rerun_rel=None):
     cases = r["cases"]
     s = r.get("summary") or {}
@@ -225,7 +239,7 @@ def render_md(r, png_rel, notes, results_rel, rerun=None, rerun_rel=None):
           f"(sm {dev.get('capability', '?')}, {dev.get('sm_count', '?')} SMs), driver "
           f"{v.get('driver', '?')}; PyTorch {v.get('torch', '?')} (CUDA {v.get('torch_cuda', '?')}, "
           f"cuDNN {v.get('cudnn', '?')}), Triton {v.get('triton', '?')}, libktune "
-          f"{v.get('libktune', '?')}{', commit ' + v['commit'] if v.get('commit') else ''}. "
+          f"{v.get('libktune', '?')}{commits_text(r)}. "
           f"Raw data: `{results_rel}`.", ""]
     L += ["## Summary", ""]
     L.append(f"- Cases: {len(cases)}; ktune kernel cached, launched and within tolerance: "
