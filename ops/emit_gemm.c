@@ -1747,6 +1747,16 @@ static void emit_operand_pointers(const gemm_emit *e)
     }
 }
 
+/* The leading arguments of the epilogue's store calls (its inputs, then the output) into
+ * args. */
+static void emit_store_args(const gemm_emit *e, kt_buf *args)
+{
+    gemm_emit tmp = *e;
+    tmp.b = args;
+    emit_epi_list(&tmp, false);
+    kt_buf_printf(args, "%s", out_name(e));
+}
+
 /* ---- the Hopper path: tf32x3 on warpgroup MMA ----
  *
  * tf32 wgmma reads a shared-memory operand K-major only, and B is stored [K][N] (or [N][K]); so
@@ -2012,12 +2022,7 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "kt_cp_async_wait<0>();");
     /* epilogue */
     kt_buf args = {0};
-    {
-        gemm_emit tmp = *e;
-        tmp.b = &args;
-        emit_epi_list(&tmp, false);
-        kt_buf_printf(&args, "%s", out_name(e));
-    }
+    emit_store_args(e, &args);
     kt_buf_line(b, "/* acc[j][r] is C^T (n, m): n = n0 + nw + g (+ 8 for r >= 2), m = m0 + 8 j + "
                    "2 t + (r & 1) */");
     kt_buf_line(b, "#pragma unroll");
@@ -2142,12 +2147,7 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
 
     /* Epilogue: fused chain and store, or the fp32 partial of this slice. */
     kt_buf args = {0};
-    {
-        gemm_emit tmp = *e;
-        tmp.b = &args;
-        emit_epi_list(&tmp, false);
-        kt_buf_printf(&args, "%s", out_name(e));
-    }
+    emit_store_args(e, &args);
     const char *a = args.data ? args.data : "";
     if (c->parallel)
         kt_buf_line(b, "float *ws = static_cast<float *>(workspace);");
@@ -2207,12 +2207,7 @@ static void emit_reduce_kernel(const gemm_emit *e)
     kt_buf *b = e->b;
     bool pair = p->N % 2 == 0;
     kt_buf args = {0};
-    {
-        gemm_emit tmp = *e;
-        tmp.b = &args;
-        emit_epi_list(&tmp, false);
-        kt_buf_printf(&args, "%s", out_name(e));
-    }
+    emit_store_args(e, &args);
     kt_buf_printf(b,
                   "\n/* Split-K reduction: sums the SPLITK fp32 partials of %s in slice order "
                   "(deterministic),\n * then applies the epilogue. */\n",
