@@ -359,6 +359,14 @@ static int knob_prev(int knob, int v)
     return v;
 }
 
+/* A raster group that changes nothing: one wave, one tile column, or the same order as the
+ * next smaller group. */
+static bool raster_redundant(const gemm_cfg *c, const ops_device *dev)
+{
+    return c->raster > 1 && (c->tiles_n == 1 || c->tiles_m * c->tiles_n <= dev->sm_count ||
+                             knob_prev(KN_RASTER, c->raster) >= c->tiles_m);
+}
+
 /* The wgmma path (emit_wgmma_kernel) of a configured schedule: its shared memory and
  * registers, and its prune rules. It exists for fp32 data under tf32x3 only (where mma.sync
  * reaches half the tensor pipe at two warps per scheduler: 327 us for a 2048^3 matmul on the
@@ -371,7 +379,7 @@ static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const 
     int64_t b_tile = (p->trans[1] ? (int64_t)c->bn * 32 : 32 * (int64_t)(c->bn + 8)) * 4;
     /* stages of A and B, two A_small tiles, 1024-byte alignment slack for the swizzled tiles */
     c->smem_bytes = c->stages * (a_tile + b_tile) + 2 * a_tile + 1024;
-    c->op[0].vb = c->op[1].vb = 16;
+    c->op[0].vb = c->op[1].vb = 16; /* 16-byte cp.async copies (emit_ptx_helpers) */
     c->flush_ktiles = TF32X3_FLUSH_K / 32;
     /* accumulators and chunk sums (bm / 2 floats each per thread), four k steps' fragments
      * raw, big and small, addresses */
@@ -394,8 +402,7 @@ static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = "smem";
     else if (c->stages - 1 > c->ktiles)
         c->why = "redundant"; /* deeper than the k loop */
-    else if (c->raster > 1 && (c->tiles_n == 1 || c->tiles_m * c->tiles_n <= dev->sm_count ||
-                               knob_prev(KN_RASTER, c->raster) >= c->tiles_m))
+    else if (raster_redundant(c, dev))
         c->why = "redundant";
     else if (p->batch > 65535 || c->tiles_m * c->tiles_n >= ((int64_t)1 << 31))
         c->why = "shape";
@@ -528,9 +535,8 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
                              (one block per SM always fits), see emit_serial_helpers */
     else if (c->stages > 2 && c->stages - 1 > c->kps)
         c->why = "redundant"; /* deeper than the k loop */
-    else if (c->raster > 1 && (c->tiles_n == 1 || c->tiles_m * c->tiles_n <= dev->sm_count ||
-                               knob_prev(KN_RASTER, c->raster) >= c->tiles_m))
-        c->why = "redundant"; /* one wave, one tile column, or the same order as a smaller group */
+    else if (raster_redundant(c, dev))
+        c->why = "redundant";
 }
 
 /* Serial split-K workspace: an int semaphore per (batch, tile), padded to 256 bytes, then an fp32
