@@ -986,14 +986,14 @@ static void emit_constants(const gemm_emit *e)
                   "enum : int { WM = %d, WN = %d, WTM = %d, WTN = %d }; /* warp grid, warp tile "
                   "*/\n",
                   c->wm, c->wn, c->wtm, c->wtn);
-    if (c->tc)
-        kt_buf_printf(b, "enum : int { MI = %d, NI = %d }; /* m16 x n8 mma tiles per warp */\n",
-                      c->mi, c->ni);
-    else
+    if (!c->tc)
         kt_buf_printf(b,
                       "enum : int { LY = %d, LX = %d, TM = %d, TN = %d }; /* lane grid; thread "
                       "tile, strided by LY, LX */\n",
                       c->ly, c->lx, c->tm, c->tn);
+    else if (!c->wgmma) /* the wgmma kernel lays out its tiles itself (emit_wgmma_kernel) */
+        kt_buf_printf(b, "enum : int { MI = %d, NI = %d }; /* m16 x n8 mma tiles per warp */\n",
+                      c->mi, c->ni);
     kt_buf_printf(b, "enum : int { THREADS = %d, STAGES = %d, SPLITK = %d, RASTER = %d };\n",
                   c->threads, c->stages, c->splitk, c->raster);
     kt_buf_printf(b,
@@ -1001,12 +1001,14 @@ static void emit_constants(const gemm_emit *e)
                   "KTILES_PER_SLICE = %lld };\n",
                   (long long)c->tiles_m, (long long)c->tiles_n, (long long)c->ktiles,
                   (long long)c->kps);
-    kt_buf_printf(b, "enum : int { A_STAGE = %d, B_STAGE = %d }; /* shared elements per stage */\n",
-                  c->op[0].stage, c->op[1].stage);
+    if (!c->wgmma)
+        kt_buf_printf(
+            b, "enum : int { A_STAGE = %d, B_STAGE = %d }; /* shared elements per stage */\n",
+            c->op[0].stage, c->op[1].stage);
     if (c->math == MATH_TF32X3)
         kt_buf_printf(b,
                       "enum : int { FLUSH_KTILES = %d }; /* k tiles summed inside the mmas "
-                      "(ktg_flush) */\n",
+                      "before an FADD */\n",
                       c->flush_ktiles);
     kt_buf_printf(b, "typedef %s idx_t;\n", c->idx64 ? "long long" : "int");
     if (c->serial)

@@ -53,11 +53,9 @@ __device__ __forceinline__ float kt_softplus(float x)
 enum : int { M = 1000, N = 1000, K = 1000, BATCH = 1 };
 enum : int { BM = 128, BN = 128, BK = 32 }; /* block tile */
 enum : int { WM = 1, WN = 1, WTM = 128, WTN = 128 }; /* warp grid, warp tile */
-enum : int { MI = 8, NI = 16 }; /* m16 x n8 mma tiles per warp */
 enum : int { THREADS = 256, STAGES = 3, SPLITK = 1, RASTER = 1 };
 enum : int { TILES_M = 8, TILES_N = 8, KTILES = 32, KTILES_PER_SLICE = 32 };
-enum : int { A_STAGE = 4096, B_STAGE = 4096 }; /* shared elements per stage */
-enum : int { FLUSH_KTILES = 2 }; /* k tiles summed inside the mmas (ktg_flush) */
+enum : int { FLUSH_KTILES = 2 }; /* k tiles summed inside the mmas before an FADD */
 typedef int idx_t;
 
 /* ---- PTX wrappers ---- */
