@@ -1822,6 +1822,17 @@ static void emit_wgmma_helpers(const gemm_emit *e)
         "{\n"
         "    asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");\n"
         "}\n"
+        "/* Keeps the in-flight wgmmas' A fragments live (and their registers untouched) until\n"
+        " * their wait: ptxas does not know the wgmmas read them after issue. */\n"
+        "__device__ __forceinline__ void ktw_pin(const unsigned (&a)[4][4], const unsigned "
+        "(&b)[4][4])\n"
+        "{\n"
+        "#pragma unroll\n"
+        "    for (int i = 0; i < 4; i++)\n"
+        "#pragma unroll\n"
+        "        for (int r = 0; r < 4; r++)\n"
+        "            asm volatile(\"\" ::\"r\"(a[i][r]), \"r\"(b[i][r]) : \"memory\");\n"
+        "}\n"
         "/* After the wait: the sums are read only from here on (the compiler sees wgmma write "
         "them\n"
         " * when it is issued, not when it completes). */\n"
@@ -2000,12 +2011,15 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "if (kt + STAGES - 1 < KTILES)");
     kt_buf_line(b, "    load_tile(kt + STAGES - 1, (kt + STAGES - 1) %% STAGES);");
     kt_buf_line(b, "kt_cp_async_commit();");
+    kt_buf_line(b, "unsigned nbig[4][4], nlo[4][4];");
     kt_buf_line(b, "if (kt + 1 < KTILES) {");
     kt_buf_line(b, "    kt_cp_async_wait<STAGES - 2>(); /* tile kt + 1 has landed */");
     kt_buf_line(b, "    __syncthreads();");
     kt_buf_line(b, "    make_small((kt + 1) %% STAGES, (kt + 1) & 1);");
+    kt_buf_line(b, "    load_frags((kt + 1) %% STAGES, nbig, nlo);");
     kt_buf_line(b, "}");
     kt_buf_line(b, "ktw_wait();");
+    kt_buf_line(b, "ktw_pin(big, lo); /* the wgmmas read these registers until now */");
     kt_buf_line(b, "ktw_hold(part);");
     kt_buf_line(b, "/* the truncating sums of FLUSH_KTILES k tiles, carried into acc with "
                    "round-to-nearest FADDs */");
@@ -2022,9 +2036,13 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
                    "rewritten) and");
     kt_buf_line(b, " * tile kt + 1's small halves are complete */");
     kt_buf_line(b, "__syncthreads();");
-    kt_buf_line(b, "if (kt + 1 < KTILES) /* the fragments only now: the wgmmas read the "
-                   "registers until they complete */");
-    kt_buf_line(b, "    load_frags((kt + 1) %% STAGES, big, lo);");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ks = 0; ks < 4; ks++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int r = 0; r < 4; r++) {");
+    kt_buf_line(b, "        big[ks][r] = nbig[ks][r];");
+    kt_buf_line(b, "        lo[ks][r] = nlo[ks][r];");
+    kt_buf_line(b, "    }");
     b->indent = 4;
     kt_buf_line(b, "}");
     kt_buf_line(b, "kt_cp_async_wait<0>();");

@@ -152,6 +152,16 @@ __device__ __forceinline__ void ktw_fence_proxy()
 {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+/* Keeps the in-flight wgmmas' A fragments live (and their registers untouched) until
+ * their wait: ptxas does not know the wgmmas read them after issue. */
+__device__ __forceinline__ void ktw_pin(const unsigned (&a)[4][4], const unsigned (&b)[4][4])
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            asm volatile("" ::"r"(a[i][r]), "r"(b[i][r]) : "memory");
+}
 /* After the wait: the sums are read only from here on (the compiler sees wgmma write them
  * when it is issued, not when it completes). */
 __device__ __forceinline__ void ktw_hold(float (&d)[BM / 8][4])
@@ -305,12 +315,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma
         if (kt + STAGES - 1 < KTILES)
             load_tile(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
         kt_cp_async_commit();
+        unsigned nbig[4][4], nlo[4][4];
         if (kt + 1 < KTILES) {
             kt_cp_async_wait<STAGES - 2>(); /* tile kt + 1 has landed */
             __syncthreads();
             make_small((kt + 1) % STAGES, (kt + 1) & 1);
+            load_frags((kt + 1) % STAGES, nbig, nlo);
         }
         ktw_wait();
+        ktw_pin(big, lo); /* the wgmmas read these registers until now */
         ktw_hold(part);
         /* the truncating sums of FLUSH_KTILES k tiles, carried into acc with round-to-nearest FADDs */
         if ((kt + 1) % FLUSH_KTILES == 0 || kt + 1 == KTILES) {
@@ -325,8 +338,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma
         /* every warpgroup is done with tile kt (its stage and A_small buffer may be rewritten) and
          * tile kt + 1's small halves are complete */
         __syncthreads();
-        if (kt + 1 < KTILES) /* the fragments only now: the wgmmas read the registers until they complete */
-            load_frags((kt + 1) % STAGES, big, lo);
+        #pragma unroll
+        for (int ks = 0; ks < 4; ks++)
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                big[ks][r] = nbig[ks][r];
+                lo[ks][r] = nlo[ks][r];
+            }
     }
     kt_cp_async_wait<0>();
     /* acc[j][r] is C^T (n, m): n = n0 + nw + g (+ 8 for r >= 2), m = m0 + 8 j + 2 t + (r & 1) */
