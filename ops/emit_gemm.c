@@ -56,12 +56,12 @@ enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3 };
 #define TF32X3_FLUSH_K 64
 enum { SMEM_PAD, SMEM_XOR };
 enum { SPLITK_PARALLEL, SPLITK_SERIAL };
-enum { MMA_SYNC, MMA_WGMMA };
+enum { MMA_SYNC, MMA_WGMMA, MMA_WGMMA_SPLIT };
 
 static const char *const math_labels[] = {"ffma", "tf32", "f16", "bf16", "tf32x3"};
 static const char *const smem_labels[] = {"pad", "xor"};
 static const char *const splitk_mode_labels[] = {"parallel", "serial"};
-static const char *const mma_labels[] = {"sync", "wgmma"};
+static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_split"};
 
 static const ops_knob gemm_knobs[KN_COUNT] = {
     [KN_MATH] = {"math", 5, {MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3}, math_labels},
@@ -79,7 +79,9 @@ static const ops_knob gemm_knobs[KN_COUNT] = {
     [KN_SPLITK_MODE] = {"splitk_mode", 2, {SPLITK_PARALLEL, SPLITK_SERIAL}, splitk_mode_labels},
     /* tensor-core instruction: warp-level mma.sync, or Hopper's warpgroup wgmma (tf32x3 on f32
      * data only, see emit_wgmma_kernel: bm is the wgmma N, bn 64 rows per warpgroup) */
-    [KN_MMA] = {"mma", 2, {MMA_SYNC, MMA_WGMMA}, mma_labels},
+    /* wgmma_split: A's small halves computed once by a first kernel into the workspace and
+     * copied by cp.async like A, instead of a pass over each A tile in the kernel */
+    [KN_MMA] = {"mma", 3, {MMA_SYNC, MMA_WGMMA, MMA_WGMMA_SPLIT}, mma_labels},
 };
 
 /* ---- the group: what matmul, which prologue and epilogue ---- */
@@ -234,6 +236,7 @@ typedef struct gemm_cfg {
     int64_t tiles_m, tiles_n, ktiles, kps; /* kps: k tiles per split-K slice */
     int64_t smem_bytes;
     bool wgmma;       /* Hopper warpgroup MMA (emit_wgmma_kernel) */
+    bool presplit;    /* wgmma: A's small halves from a first kernel (mma=wgmma_split) */
     int regs;         /* estimated registers per thread */
     int flush_ktiles; /* tf32x3: k tiles summed inside the mmas before an FADD carries them */
     bool idx64;
@@ -377,8 +380,9 @@ static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const 
 {
     int64_t a_tile = (int64_t)c->bm * 32 * 4;
     int64_t b_tile = (p->trans[1] ? (int64_t)c->bn * 32 : 32 * (int64_t)(c->bn + 8)) * 4;
-    /* stages of A and B, two A_small tiles, 1024-byte alignment slack for the swizzled tiles */
-    c->smem_bytes = c->stages * (a_tile + b_tile) + 2 * a_tile + 1024;
+    /* stages of A and B, A_small tiles (two, or one per stage when they are copied in), 1024
+     * bytes of alignment slack for the swizzled tiles */
+    c->smem_bytes = c->stages * (a_tile + b_tile) + (c->presplit ? c->stages : 2) * a_tile + 1024;
     c->op[0].vb = c->op[1].vb = 16; /* 16-byte cp.async copies (emit_ptx_helpers) */
     c->flush_ktiles = TF32X3_FLUSH_K / 32;
     /* accumulators and chunk sums (bm / 2 floats each per thread), four k steps' fragments
@@ -406,6 +410,8 @@ static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = "redundant";
     else if (p->batch > 65535 || c->tiles_m * c->tiles_n >= ((int64_t)1 << 31))
         c->why = "shape";
+    else if (c->presplit && p->batch != 1)
+        c->why = "shape"; /* the split kernel covers one [M][K] matrix */
 }
 
 /* Resolves schedule s for problem p on dev into c and sets c->why to the first prune reason
@@ -427,7 +433,8 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
     c->smem = s->v[KN_SMEM];
     c->serial = c->splitk > 1 && s->v[KN_SPLITK_MODE] == SPLITK_SERIAL;
     c->parallel = c->splitk > 1 && !c->serial;
-    c->wgmma = s->v[KN_MMA] == MMA_WGMMA;
+    c->wgmma = s->v[KN_MMA] != MMA_SYNC;
+    c->presplit = s->v[KN_MMA] == MMA_WGMMA_SPLIT;
     c->threads = c->wgmma ? 128 * (c->bn / 64 > 0 ? c->bn / 64 : 1) : 32 * c->wm * c->wn;
     c->wtm = c->bm / c->wm;
     c->wtn = c->bn / c->wn;
@@ -1667,7 +1674,10 @@ static int emit_epilogue(const gemm_emit *e)
 
 static void main_entry(const gemm_cfg *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "ktune_gemm_%s%s_%dx%dx%d%s", math_labels[c->math], c->wgmma ? "_wgmma" : "",
+    snprintf(buf, len, "ktune_gemm_%s%s_%dx%dx%d%s", math_labels[c->math],
+             c->presplit ? "_wgmma_split"
+             : c->wgmma  ? "_wgmma"
+                         : "",
              c->bm, c->bn, c->bk,
              c->parallel ? "_partial"
              : c->serial ? "_serial"
@@ -1865,6 +1875,38 @@ static void emit_wgmma_helpers(const gemm_emit *e)
                      "\"l\"(db));\n}\n");
 }
 
+#define SPLIT_THREADS 256
+
+/* mma=wgmma_split's first kernel: A's small halves (x - big, big = x's top 19 bits) into the
+ * workspace, same [M][K] layout, 16 bytes a thread per step (K % 4 == 0). */
+static void emit_split_kernel(const gemm_emit *e)
+{
+    kt_buf *b = e->b;
+    kt_buf_printf(b, "\n/* A's small halves into the workspace, read by the wgmma kernel's tile "
+                     "copies. */\n");
+    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_split_a",
+                  SPLIT_THREADS);
+    emit_kernel_params(e, true);
+    kt_buf_printf(b, "\n{\n");
+    b->indent = 4;
+    kt_buf_line(b, "const float4 *__restrict__ a = reinterpret_cast<const float4 *>(%s);",
+                in_name(e, e->p->src[0]));
+    kt_buf_line(b, "float4 *__restrict__ small = static_cast<float4 *>(workspace);");
+    kt_buf_line(b,
+                "for (idx_t i = (idx_t)blockIdx.x * %d + threadIdx.x; i < (idx_t)M * K / 4; "
+                "i += (idx_t)gridDim.x * %d) {",
+                SPLIT_THREADS, SPLIT_THREADS);
+    kt_buf_line(b, "    float4 v = a[i];");
+    kt_buf_line(b, "    v.x -= __uint_as_float(__float_as_uint(v.x) & 0xffffe000u);");
+    kt_buf_line(b, "    v.y -= __uint_as_float(__float_as_uint(v.y) & 0xffffe000u);");
+    kt_buf_line(b, "    v.z -= __uint_as_float(__float_as_uint(v.z) & 0xffffe000u);");
+    kt_buf_line(b, "    v.w -= __uint_as_float(__float_as_uint(v.w) & 0xffffe000u);");
+    kt_buf_line(b, "    small[i] = v;");
+    kt_buf_line(b, "}");
+    b->indent = 0;
+    kt_buf_printf(b, "}\n");
+}
+
 static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
 {
     const gemm_cfg *c = e->c;
@@ -1874,10 +1916,10 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
                   "warpgroup%s. */\n",
                   c->threads / 128, c->threads > 128 ? "s" : "");
     kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1) %s", entry);
-    emit_kernel_params(e, false);
+    emit_kernel_params(e, c->presplit);
     kt_buf_printf(b, "\n{\n");
     b->indent = 4;
-    bool bt = e->p->trans[1];
+    bool bt = e->p->trans[1], ps = c->presplit;
     if (bt)
         kt_buf_line(b, "constexpr int A_TILE = BM * 32, B_TILE = BN * 32; /* B rows [n][k], "
                        "swizzled like A's */");
@@ -1887,11 +1929,14 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     if (!bt)
         kt_buf_line(b, "constexpr int A_TILE = BM * 32, B_TILE = 32 * LDB;");
     kt_buf_line(b, "extern __shared__ unsigned char kt_smem_raw[];");
-    kt_buf_line(b, "/* [STAGES] raw A tiles, [2] A_small tiles (1024-byte aligned for the "
-                   "swizzle), [STAGES] B tiles */");
+    kt_buf_line(b,
+                "/* [STAGES] raw A tiles, [%s] A_small tiles (1024-byte aligned for the "
+                "swizzle), [STAGES] B tiles */",
+                ps ? "STAGES" : "2");
     kt_buf_line(b, "float *as = reinterpret_cast<float *>((reinterpret_cast<unsigned long "
                    "long>(kt_smem_raw) + 1023) & ~1023ull);");
-    kt_buf_line(b, "float *asmall = as + STAGES * A_TILE, *bs = asmall + 2 * A_TILE;");
+    kt_buf_line(b, "float *asmall = as + STAGES * A_TILE, *bs = asmall + %s * A_TILE;",
+                ps ? "STAGES" : "2");
     kt_buf_line(b, "const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;");
     kt_buf_line(b, "const int nw = tid / 128 * 64 + (tid / 32 & 3) * 16; /* this warp's 16 C "
                    "columns (wgmma A rows) */");
@@ -1900,6 +1945,9 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "const int m0 = tile_m * BM, n0 = tile_n * BN;");
     kt_buf_line(b, "const int bz = blockIdx.z;");
     emit_operand_pointers(e);
+    if (ps)
+        kt_buf_line(b, "const float *__restrict__ asg = static_cast<const float *>(workspace); "
+                       "/* A's small halves */");
     kt_buf_line(b, "/* Copies k tile kt into stage st: A rows swizzled, B rows padded; 16 bytes a "
                    "copy, zero past the edges. */");
     kt_buf_line(b, "auto load_tile = [&](int kt, int st) {");
@@ -1912,6 +1960,9 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "    const bool ok = m < M && k < K;");
     kt_buf_line(b, "    kt_cp_async16(sa + ktw_off(r, ch * 4), ag + (ok ? (idx_t)m * K + k : 0), "
                    "ok ? 16 : 0);");
+    if (ps)
+        kt_buf_line(b, "    kt_cp_async16(asmall + st * A_TILE + ktw_off(r, ch * 4), asg + (ok ? "
+                       "(idx_t)m * K + k : 0), ok ? 16 : 0);");
     kt_buf_line(b, "}");
     kt_buf_line(b, "#pragma unroll");
     if (bt) {
@@ -1933,23 +1984,27 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "}");
     b->indent = 4;
     kt_buf_line(b, "};");
-    /* The small halves of stage st's A tile into A_small buffer sb (all threads). */
-    kt_buf_line(b, "/* A's small halves, x - big with big = x's top 19 bits (what the tensor cores "
-                   "read of x) */");
-    kt_buf_line(b, "auto make_small = [&](int st, int buf) {");
-    kt_buf_line(b, "    const float4 *raw = reinterpret_cast<const float4 *>(as + st * A_TILE);");
-    kt_buf_line(b, "    float4 *small = reinterpret_cast<float4 *>(asmall + buf * A_TILE);");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int i = tid; i < A_TILE / 4; i += THREADS) {");
-    kt_buf_line(b, "        float4 v = raw[i];");
-    kt_buf_line(b, "        v.x -= __uint_as_float(__float_as_uint(v.x) & 0xffffe000u);");
-    kt_buf_line(b, "        v.y -= __uint_as_float(__float_as_uint(v.y) & 0xffffe000u);");
-    kt_buf_line(b, "        v.z -= __uint_as_float(__float_as_uint(v.z) & 0xffffe000u);");
-    kt_buf_line(b, "        v.w -= __uint_as_float(__float_as_uint(v.w) & 0xffffe000u);");
-    kt_buf_line(b, "        small[i] = v;");
-    kt_buf_line(b, "    }");
-    kt_buf_line(b, "    ktw_fence_proxy();");
-    kt_buf_line(b, "};");
+    if (!ps) {
+        /* The small halves of stage st's A tile into A_small buffer sb (all threads). */
+        kt_buf_line(
+            b, "/* A's small halves, x - big with big = x's top 19 bits (what the tensor cores "
+               "read of x) */");
+        kt_buf_line(b, "auto make_small = [&](int st, int buf) {");
+        kt_buf_line(b,
+                    "    const float4 *raw = reinterpret_cast<const float4 *>(as + st * A_TILE);");
+        kt_buf_line(b, "    float4 *small = reinterpret_cast<float4 *>(asmall + buf * A_TILE);");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int i = tid; i < A_TILE / 4; i += THREADS) {");
+        kt_buf_line(b, "        float4 v = raw[i];");
+        kt_buf_line(b, "        v.x -= __uint_as_float(__float_as_uint(v.x) & 0xffffe000u);");
+        kt_buf_line(b, "        v.y -= __uint_as_float(__float_as_uint(v.y) & 0xffffe000u);");
+        kt_buf_line(b, "        v.z -= __uint_as_float(__float_as_uint(v.z) & 0xffffe000u);");
+        kt_buf_line(b, "        v.w -= __uint_as_float(__float_as_uint(v.w) & 0xffffe000u);");
+        kt_buf_line(b, "        small[i] = v;");
+        kt_buf_line(b, "    }");
+        kt_buf_line(b, "    ktw_fence_proxy();");
+        kt_buf_line(b, "};");
+    }
 
     kt_buf_line(b, "/* This warp's B^T fragments of stage st's four k steps (k t, t + 4; columns "
                    "nw + g, + 8), split */");
@@ -1987,7 +2042,8 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "unsigned big[4][4], lo[4][4];");
     kt_buf_line(b, "kt_cp_async_wait<STAGES - 2>();");
     kt_buf_line(b, "__syncthreads();");
-    kt_buf_line(b, "make_small(0, 0);");
+    if (!ps)
+        kt_buf_line(b, "make_small(0, 0);");
     kt_buf_line(b, "__syncthreads();");
     kt_buf_line(b, "load_frags(0, big, lo);");
     kt_buf_line(b, "/* Tile kt's wgmmas run while the block prepares tile kt + 1: its copies "
@@ -1996,8 +2052,10 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "for (int kt = 0; kt < KTILES; kt++) {");
     b->indent = 8;
     kt_buf_line(b, "const int st = kt %% STAGES;");
-    kt_buf_line(b, "const unsigned long long da = ktw_desc(as + st * A_TILE), ds = "
-                   "ktw_desc(asmall + (kt & 1) * A_TILE);");
+    kt_buf_line(b,
+                "const unsigned long long da = ktw_desc(as + st * A_TILE), ds = "
+                "ktw_desc(asmall + %s * A_TILE);",
+                ps ? "st" : "(kt & 1)");
     kt_buf_line(b, "ktw_fence();");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < 4; ks++) {");
@@ -2015,7 +2073,8 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "if (kt + 1 < KTILES) {");
     kt_buf_line(b, "    kt_cp_async_wait<STAGES - 2>(); /* tile kt + 1 has landed */");
     kt_buf_line(b, "    __syncthreads();");
-    kt_buf_line(b, "    make_small((kt + 1) %% STAGES, (kt + 1) & 1);");
+    if (!ps)
+        kt_buf_line(b, "    make_small((kt + 1) %% STAGES, (kt + 1) & 1);");
     kt_buf_line(b, "    load_frags((kt + 1) %% STAGES, nbig, nlo);");
     kt_buf_line(b, "}");
     kt_buf_line(b, "ktw_wait();");
@@ -2355,6 +2414,8 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
         kt_buf_free(&b);
         return ops_diag_set(d, grp->g, OPS_RULE_SHAPE, -1, "", "gemm: epilogue not elementwise");
     }
+    if (c.presplit)
+        emit_split_kernel(&e);
     if (c.wgmma)
         emit_wgmma_kernel(&e, entry);
     else
@@ -2367,6 +2428,17 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     }
 
     out->source = kt_buf_take(&b);
+    if (c.presplit) {
+        ops_kernel_launch *ks = &out->kernels[out->n_kernels++];
+        snprintf(ks->entry, sizeof(ks->entry), "ktune_gemm_split_a");
+        int64_t blocks = cdiv(p.M * p.K / 4, SPLIT_THREADS);
+        ks->grid[0] = (uint32_t)(blocks < 8 * dev->sm_count ? blocks : 8 * dev->sm_count);
+        ks->grid[1] = ks->grid[2] = 1;
+        ks->block[0] = SPLIT_THREADS;
+        ks->block[1] = ks->block[2] = 1;
+        fill_args(&p, ks, true);
+        out->workspace_bytes = p.M * p.K * 4;
+    }
     ops_kernel_launch *k = &out->kernels[out->n_kernels++];
     snprintf(k->entry, sizeof(k->entry), "%s", entry);
     k->grid[0] = (uint32_t)(c.tiles_m * c.tiles_n * (c.serial ? c.splitk : 1));
@@ -2375,7 +2447,7 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     k->block[0] = (uint32_t)c.threads;
     k->block[1] = k->block[2] = 1;
     k->smem_bytes = (uint32_t)c.smem_bytes;
-    fill_args(&p, k, c.splitk > 1);
+    fill_args(&p, k, c.splitk > 1 || c.presplit);
     if (c.serial) {
         k->zero_workspace = true; /* the semaphores start at 0 */
         out->workspace_bytes = serial_workspace_bytes(&p, &c);
@@ -2482,8 +2554,9 @@ static void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops
         eff = fmin(1.0, sqrt(intensity / 4.0));
     }
     if (c.wgmma) /* measured on the H100 at 2048^3: the tensor pipe 42% busy (a wait and a
-                    block barrier per k tile, two warps per scheduler) */
-        eff *= 0.6;
+                    block barrier per k tile, two warps per scheduler); without the in-kernel
+                    small-halves pass the loop ran 19% faster (a guess for wgmma_split) */
+        eff *= c.presplit ? 0.7 : 0.6;
     int block_warps = c.threads / 32;
     if (block_warps > 4) /* a barrier stalls more warps at once */
         eff /= 1.0 + 0.04 * (block_warps - 4);
@@ -2503,6 +2576,8 @@ static void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops
     double t = fmax(t_math, fmax(t_dram, t_l2)) + 2e-6;
     if (c.parallel) /* the reduction kernel reads the partials and applies the epilogue */
         t += (ws + bytes - ab) / dev->dram_bytes_per_s + 2e-6;
+    if (c.presplit) /* the split kernel reads A and writes its small halves, then a launch */
+        t += 8.0 * (double)(p.M * p.K) / dev->dram_bytes_per_s + 2e-6;
     if (c.serial) {
         /* The slices of a tile finish their k loops together and then add up one at a time:
          * per hand-off a fence and a semaphore round trip through L2 (~0.5 us) and one block

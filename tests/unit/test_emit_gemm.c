@@ -23,7 +23,7 @@ enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM, SPLITK_MODE, MMA 
 enum { FFMA = 0, TF32 = 1, F16 = 2, BF16 = 3, TF32X3 = 4 };
 enum { PAD = 0, XOR = 1 };
 enum { PARALLEL = 0, SERIAL = 1 };
-enum { SYNC = 0, WGMMA = 1 };
+enum { SYNC = 0, WGMMA = 1, WGMMA_SPLIT = 2 };
 
 static const char gemm_bias_relu[] =
     "{\"name\": \"gemm_bias_relu\", \"inputs\": {"
@@ -684,6 +684,26 @@ static void test_wgmma(void **state)
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
             bad[i].v[MMA] = WGMMA;
             assert_non_null(ops_family_gemm.prune(&grp, &bad[i], &dev));
+        }
+        /* wgmma_split: A's small halves from a first kernel into the workspace */
+        s.v[MMA] = WGMMA_SPLIT;
+        if (c == 0) {
+            assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+            assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+            assert_int_equal(em.n_kernels, 2);
+            assert_string_equal(em.kernels[0].entry, "ktune_gemm_split_a");
+            assert_string_equal(em.kernels[1].entry, "ktune_gemm_tf32x3_wgmma_split_128x128x32");
+            assert_int_equal(em.workspace_bytes, 1000LL * 1000 * 4);
+            for (int kn = 0; kn < 2; kn++) {
+                assert_int_equal(em.kernels[kn].n_args, 4); /* A, B, Y and ... */
+                assert_int_equal(em.kernels[kn].args[em.kernels[kn].n_args - 1].kind,
+                                 OPS_ARG_WORKSPACE); /* ... and the workspace */
+            }
+            assert_null(strstr(em.source, "make_small"));
+            emit_test_compile(em.source, "sm_90a");
+            ops_emitted_free(&em);
+        } else {
+            assert_non_null(ops_family_gemm.prune(&grp, &s, &dev)); /* batched A */
         }
         ops_graph_free(g);
         free(json[c]);
