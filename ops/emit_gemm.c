@@ -2042,8 +2042,9 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "unsigned big[4][4], lo[4][4];");
     kt_buf_line(b, "kt_cp_async_wait<STAGES - 2>();");
     kt_buf_line(b, "__syncthreads();");
-    if (!ps)
-        kt_buf_line(b, "make_small(0, 0);");
+    /* cp.async wrote the tiles through the generic proxy; wgmma reads them through the async
+     * proxy (make_small ends with the same fence) */
+    kt_buf_line(b, ps ? "ktw_fence_proxy();" : "make_small(0, 0);");
     kt_buf_line(b, "__syncthreads();");
     kt_buf_line(b, "load_frags(0, big, lo);");
     kt_buf_line(b, "/* Tile kt's wgmmas run while the block prepares tile kt + 1: its copies "
@@ -2073,7 +2074,9 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "if (kt + 1 < KTILES) {");
     kt_buf_line(b, "    kt_cp_async_wait<STAGES - 2>(); /* tile kt + 1 has landed */");
     kt_buf_line(b, "    __syncthreads();");
-    if (!ps)
+    if (ps)
+        kt_buf_line(b, "    ktw_fence_proxy();");
+    else
         kt_buf_line(b, "    make_small((kt + 1) %% STAGES, (kt + 1) & 1);");
     kt_buf_line(b, "    load_frags((kt + 1) %% STAGES, nbig, nlo);");
     kt_buf_line(b, "}");
