@@ -56,6 +56,9 @@ static const gpu_case cases[] = {
     /* Hopper's warpgroup MMA, ragged, causal and not */
     {"examples/attention.json", "B=1,H=2,S=200", OPS_PREC_EXACT, "mma=wgmma"},
     {"bench/cases/attention_f16_full.json", "B=1,H=3,S=333", OPS_PREC_EXACT, "mma=wgmma"},
+    /* ... and its mbarrier / ping-pong variant (warpgroups out of lockstep) */
+    {"examples/attention.json", "B=1,H=2,S=200", OPS_PREC_EXACT, "mma=wgmma_async "},
+    {"bench/cases/attention_f16_full.json", "B=1,H=3,S=333", OPS_PREC_EXACT, "mma=wgmma_async "},
 };
 
 static int per_family = 6;
