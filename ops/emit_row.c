@@ -29,6 +29,10 @@
  *                   kernel per level writes fp32 partials to the workspace, every later kernel
  *                   combines them (each block the same way), the last writes the outputs
  *   thread_per_row  strided rows only: tpr 1, adjacent threads own adjacent rows (coalesced)
+ *   lane_per_row    strided rows only: G = 32 adjacent rows, lane g of every warp on row g
+ *                   (coalesced), so tpr = threads / 32 threads, one per warp, split each row;
+ *                   their partials meet in shared memory (for rows too few for a thread each
+ *                   to keep the memory system busy, e.g. a sum over the middle axis)
  * Row storage: inputs of shape X read in two or more passes are kept in registers (fully
  * unrolled, compile-time sized), in shared memory (each thread reads back only what it wrote,
  * so no barrier is needed), or re-read from global memory. Rows past the end are clamped to
@@ -47,19 +51,19 @@
 #include <string.h>
 
 enum { K_STRATEGY, K_THREADS, K_ROWS, K_PASS, K_STORAGE, K_VEC, N_KNOBS };
-enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD };
+enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE };
 enum { PASS_MULTI, PASS_ONE };
 enum { STO_REGS, STO_SHARED, STO_REREAD };
 
 static const char *const strategy_labels[] = {"warp_per_row", "block_per_row", "rows_per_block",
-                                              "split_row", "thread_per_row"};
+                                              "split_row", "thread_per_row", "lane_per_row"};
 static const char *const pass_labels[] = {"multi_pass", "one_pass"};
 static const char *const storage_labels[] = {"registers", "shared", "re_read"};
 
 static const ops_knob row_knobs[N_KNOBS] = {
     [K_STRATEGY] = {"strategy",
-                    5,
-                    {ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD},
+                    6,
+                    {ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE},
                     strategy_labels},
     [K_THREADS] = {"threads", 6, {32, 64, 128, 256, 512, 1024}, NULL},
     [K_ROWS] = {"rows", 4, {1, 2, 4, 8}, NULL},
@@ -124,6 +128,23 @@ typedef struct rw_plan {
     int red_floats; /* per-pass accumulator components (max over passes) */
     int regs;
 } rw_plan;
+
+/* Floats between the rows kept in shared memory: odd for lane_per_row, whose lanes read 32
+ * different rows at the same element (an even stride would put them on few banks). */
+static int64_t rw_smem_row_stride(const rw_plan *p, int64_t L)
+{
+    return p->strategy == ST_LANE ? L | 1 : L;
+}
+
+/* Per-row partials that meet in shared memory (kt_red): one per warp of a row above a warp
+ * (after the shuffles), one per thread of a row for lane_per_row (no shuffles: a warp's lanes
+ * hold different rows), none otherwise. */
+static int rw_partials(const rw_plan *p)
+{
+    if (p->strategy == ST_LANE)
+        return p->tpr;
+    return p->tpr > 32 ? p->tpr / 32 : 0;
+}
 
 /* ---- analysis ---- */
 
@@ -598,6 +619,19 @@ static const char *rw_plan_of(const rw_info *in, const ops_schedule *s, const op
         p->G = p->threads;
         p->rseq = 1;
         break;
+    case ST_LANE:
+        if (in->inner == 1)
+            return "shape"; /* contiguous rows: lanes on different rows would not coalesce */
+        if (p->rows != 1)
+            return "redundant";
+        if (p->threads <= dev->warp_size)
+            return "redundant"; /* thread_per_row */
+        p->tpr = p->threads / dev->warp_size;
+        p->G = dev->warp_size;
+        p->rseq = 1;
+        if (p->tpr / 2 >= in->L)
+            return "shape"; /* more than half the warps idle */
+        break;
     default:
         return "shape";
     }
@@ -679,9 +713,8 @@ static const char *rw_plan_of(const rw_info *in, const ops_schedule *s, const op
         p->red_floats = c > p->red_floats ? c : p->red_floats;
     }
     if (p->storage == STO_SHARED)
-        p->smem = (int64_t)p->G * p->n_cached * in->L * 4;
-    int64_t static_smem =
-        p->tpr > dev->warp_size ? (int64_t)p->G * (p->tpr / dev->warp_size) * p->red_floats * 4 : 0;
+        p->smem = (int64_t)p->G * p->n_cached * rw_smem_row_stride(p, in->L) * 4;
+    int64_t static_smem = (int64_t)p->G * rw_partials(p) * p->red_floats * 4;
     if (p->smem + static_smem > dev->smem_per_block_optin)
         return "smem";
     int n_full = 0;
@@ -1093,11 +1126,57 @@ static void acc_merge(kt_buf *b, const rw_acc *a, const char *other)
     }
 }
 
+/* lane_per_row: the tpr partials of row g (thread t of the row is warp t's lane g) meet in
+ * kt_red laid out [component][t][g], so a warp's writes and reads hit 32 consecutive words;
+ * every thread of the row folds them in order t = 0, 1, ..., so all hold bitwise-equal results. */
+static void emit_lane_reduce(kt_buf *b, const rw_plan *p, const rw_acc *accs, int n_acc)
+{
+    int G = p->G, np = p->tpr;
+    int c0 = 0;
+    for (int i = 0; i < n_acc; i++)
+        for (int c = 0; c < kind_components(accs[i].kind); c++, c0++) {
+            char own[32];
+            acc_comp(own, sizeof(own), &accs[i], c, "");
+            kt_buf_line(b, "kt_red[(%d + t) * %d + g] = %s;", c0 * np, G, own);
+        }
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "{");
+    b->indent += 4;
+    c0 = 0;
+    for (int i = 0; i < n_acc; i++)
+        for (int c = 0; c < kind_components(accs[i].kind); c++, c0++) {
+            char own[32];
+            acc_comp(own, sizeof(own), &accs[i], c, "");
+            kt_buf_line(b, "%s = kt_red[%d + g];", own, c0 * np * G);
+        }
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int w = 1; w < %d; w++) {", np);
+    b->indent += 4;
+    c0 = 0;
+    for (int i = 0; i < n_acc; i++)
+        for (int c = 0; c < kind_components(accs[i].kind); c++, c0++) {
+            char oth[32];
+            acc_comp(oth, sizeof(oth), &accs[i], c, "o_");
+            kt_buf_line(b, "const float %s = kt_red[(%d + w) * %d + g];", oth, c0 * np, G);
+        }
+    for (int i = 0; i < n_acc; i++)
+        acc_merge(b, &accs[i], "o_");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "__syncthreads(); /* kt_red is reused by the next reduction */");
+}
+
 /* Combines the accumulators across the tpr threads of a row: shuffles within a warp (or a
  * sub-warp group), then, above a warp, through kt_red in shared memory. */
 static void emit_group_reduce(rw_gen *s, kt_buf *b, const rw_acc *accs, int n_acc)
 {
     const rw_plan *p = s->p;
+    if (p->strategy == ST_LANE) {
+        emit_lane_reduce(b, p, accs, n_acc);
+        return;
+    }
     int width = p->tpr < 32 ? p->tpr : 32;
     if (width > 1) {
         kt_buf_line(b, "#pragma unroll");
@@ -1556,20 +1635,27 @@ static void emit_fused_kernel(rw_gen *s, kt_buf *b, const char *entry, ops_kerne
     else
         emit_row_outputs(s, &row, masked_rows ? "row_ok" : NULL);
 
-    if (p->tpr > 32)
+    if (rw_partials(p))
         kt_buf_line(b, "    __shared__ float kt_red[%d];",
-                    p->G * (p->tpr / 32) * (p->red_floats ? p->red_floats : 1));
+                    p->G * rw_partials(p) * (p->red_floats ? p->red_floats : 1));
     if (p->storage == STO_SHARED && p->n_cached)
         kt_buf_line(b, "    extern __shared__ float4 kt_smem[]; /* %lld bytes */",
                     (long long)p->smem);
-    if (p->G > 1 && p->tpr > 1)
-        kt_buf_line(b, "    const int g = threadIdx.x / %d; /* row group */", p->tpr);
-    else if (p->G > 1)
-        kt_buf_line(b, "    const int g = threadIdx.x; /* row group: a row per thread */");
-    if (p->tpr > 1 && p->G > 1)
-        kt_buf_line(b, "    const int t = threadIdx.x %% %d; /* thread in the row */", p->tpr);
-    else if (p->tpr > 1)
-        kt_buf_line(b, "    const int t = threadIdx.x; /* thread in the row */");
+    if (p->strategy == ST_LANE) {
+        kt_buf_line(b, "    const int g = threadIdx.x %% %d; /* row group: the lane */", p->G);
+        kt_buf_line(b, "    const int t = threadIdx.x / %d; /* thread in the row: the warp */",
+                    p->G);
+    } else {
+        if (p->G > 1 && p->tpr > 1)
+            kt_buf_line(b, "    const int g = threadIdx.x / %d; /* row group */", p->tpr);
+        else if (p->G > 1)
+            kt_buf_line(b, "    const int g = threadIdx.x; /* row group: a row per thread */");
+        if (p->tpr > 1 && p->G > 1)
+            kt_buf_line(b, "    const int t = threadIdx.x %% %d; /* thread in the row */",
+                        p->tpr);
+        else if (p->tpr > 1)
+            kt_buf_line(b, "    const int t = threadIdx.x; /* thread in the row */");
+    }
     if (p->tpr > 32) {
         kt_buf_line(b, "    const int lane = threadIdx.x %% 32;");
         kt_buf_line(b, "    const int warp = t / 32;");
@@ -1587,7 +1673,7 @@ static void emit_fused_kernel(rw_gen *s, kt_buf *b, const char *entry, ops_kerne
                 snprintf(region, sizeof(region), "%d", idx);
             kt_buf_line(b,
                         "    float *const s%d = reinterpret_cast<float *>(kt_smem) + (%s) * %lld;",
-                        u, region, (long long)in->L);
+                        u, region, (long long)rw_smem_row_stride(p, in->L));
             idx++;
         }
     }
@@ -1982,7 +2068,7 @@ static void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_
     double ws = split ? 2.0 * (double)ws_level_offset(in, p, in->n_levels + 1) * 4 * p->S : 0;
     double bytes = in_bytes + out_bytes + reread + ws;
     /* Strided rows read by several threads along the row touch a sector per element. */
-    if (in->inner > 1 && p->tpr > 1)
+    if (in->inner > 1 && p->tpr > 1 && p->strategy != ST_LANE)
         bytes += elems * row_in_bytes * (in->inner >= 8 ? 7 : (double)in->inner - 1);
 
     int regs = p->regs > 0 ? p->regs : 64;
@@ -2022,7 +2108,7 @@ static void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_
         double row_bytes = (double)in->L * (row_in_bytes + row_out_bytes);
         if (p->n_cached == 0)
             row_bytes += (passes - 1) * (double)in->L * row_in_bytes * 0.3;
-        double sync = p->tpr > 32 ? in->n_levels * 0.1e-6 : 0;
+        double sync = rw_partials(p) ? in->n_levels * 0.1e-6 : 0;
         double mm_chain = (double)p->nk * p->vec * mm_k * 2.4e-9;
         t_path = p->rseq * (passes * latency + sync + row_bytes / share + mm_chain);
     }

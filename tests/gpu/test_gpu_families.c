@@ -51,6 +51,11 @@ static const gpu_case cases[] = {
     {"tests/gpu/conv_tiled_ragged.json", "N=2", OPS_PREC_EXACT, "algo=tiled"},
     {"examples/conv2d.json", "N=3", OPS_PREC_EXACT, "algo=tiled"},
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "gemv "},
+    /* strided rows split across warps (lane_per_row): ragged row counts and lengths, the
+     * online softmax, and a row kept in shared memory or registers for a second pass */
+    {"tests/gpu/softmax_middle.json", "A=3,B=333,C=7", OPS_PREC_EXACT, "lane_per_row"},
+    {"bench/cases/kb_l1_sum_middle.json", "B=3", OPS_PREC_EXACT, "lane_per_row"},
+    {"bench/cases/kb_l1_rmsnorm_channels.json", "B=1", OPS_PREC_EXACT, "lane_per_row"},
     /* the row family's matmul prologue: linear + GELU + softmax as one kernel, ragged rows */
     {"bench/cases/kb_l2_matmul_gelu_softmax.json", "B=77", OPS_PREC_EXACT, "whole:row "},
     /* Hopper's warpgroup MMA, ragged, causal and not */

@@ -14,7 +14,7 @@ extern const ops_family ops_family_row;
 #define ROW (&ops_family_row)
 
 enum { K_STRATEGY, K_THREADS, K_ROWS, K_PASS, K_STORAGE, K_VEC };
-enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD };
+enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE };
 enum { PASS_MULTI, PASS_ONE };
 enum { STO_REGS, STO_SHARED, STO_REREAD };
 
@@ -266,11 +266,12 @@ static void test_counts(void **state)
     free(c.s);
     ops_graph_free(g);
 
-    /* Strided rows: thread_per_row kept, vectors not. */
+    /* Strided rows: thread_per_row and lane_per_row kept, vectors not. */
     g = emit_test_make(sum_mid_json, "A=16,B=256,C=256", &grp);
     c = (emit_test_list){0};
     kept_count(&grp, &c);
     assert_true(any_with(&c, K_STRATEGY, ST_THREAD));
+    assert_true(any_with(&c, K_STRATEGY, ST_LANE));
     assert_false(any_with(&c, K_VEC, 2));
     free(c.s);
     ops_graph_free(g);
@@ -350,7 +351,7 @@ static void test_each_strategy(void **state)
     emit_test_list c = {0};
     kept_count(&grp, &c);
     emit_test_list pick = {0};
-    bool seen[5][2][3] = {{{false}}};
+    bool seen[6][2][3] = {{{false}}};
     for (int i = 0; i < c.n; i++) {
         const int *v = c.s[i].v;
         if (seen[v[K_STRATEGY]][v[K_PASS]][v[K_STORAGE]])
@@ -385,6 +386,60 @@ static void test_split_launch(void **state)
     s.v[K_PASS] = PASS_ONE;
     emit_one(&grp, &s, &e);
     assert_int_equal(e.n_kernels, 2); /* online partials, outputs */
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
+/* lane_per_row: where it is legal, its launch (32 rows per block), every pass and storage of a
+ * ragged strided softmax compiled, and a golden source. */
+static void test_lane_per_row(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    ops_graph *g = emit_test_make(softmax_json, "M=64,N=1024", &grp);
+    ops_schedule s = {.family = OPS_FAM_ROW, .v = {ST_LANE, 256, 1, PASS_MULTI, STO_REREAD, 1}};
+    assert_string_equal(ROW->prune(&grp, &s, &dev), "shape"); /* contiguous rows */
+    ops_graph_free(g);
+
+    g = emit_test_make(softmax_mid_json, "A=3,B=333,C=7", &grp);
+    assert_null(ROW->prune(&grp, &s, &dev));
+    s.v[K_ROWS] = 2;
+    assert_string_equal(ROW->prune(&grp, &s, &dev), "redundant");
+    s.v[K_ROWS] = 1;
+    s.v[K_THREADS] = 32;
+    assert_string_equal(ROW->prune(&grp, &s, &dev), "redundant"); /* thread_per_row */
+    s.v[K_THREADS] = 256;
+    s.v[K_VEC] = 2;
+    assert_string_equal(ROW->prune(&grp, &s, &dev), "shape");
+    s.v[K_VEC] = 1;
+    /* every pass and storage: 21 rows, so one block with 11 rows masked */
+    emit_test_list pick = {0};
+    for (int pass = PASS_MULTI; pass <= PASS_ONE; pass++)
+        for (int sto = STO_REGS; sto <= STO_REREAD; sto++) {
+            s.v[K_PASS] = pass;
+            s.v[K_STORAGE] = sto;
+            if (!ROW->prune(&grp, &s, &dev))
+                emit_test_collect(&s, &pick);
+        }
+    assert_int_equal(pick.n, 6);
+    emit_test_compile_spread(&grp, &pick, pick.n, "sm_90a", emit_one);
+    ops_emitted e = {0};
+    emit_one(&grp, &pick.s[0], &e);
+    assert_int_equal(e.kernels[0].grid[0], 1);
+    assert_int_equal(e.kernels[0].block[0], 256);
+    ops_emitted_free(&e);
+    free(pick.s);
+    ops_graph_free(g);
+
+    g = emit_test_make(sum_mid_json, "A=16,B=256,C=256", &grp);
+    s = (ops_schedule){.family = OPS_FAM_ROW, .v = {ST_LANE, 256, 1, PASS_MULTI, STO_REREAD, 1}};
+    emit_one(&grp, &s, &e);
+    assert_int_equal(e.kernels[0].grid[0], 16 * 256 / 32);
+    assert_non_null(strstr(e.source, "const int g = threadIdx.x % 32;"));
+    emit_test_golden("row_sum_mid_lane.cu", e.source);
     emit_test_compile(e.source, "sm_90a");
     ops_emitted_free(&e);
     ops_graph_free(g);
@@ -452,6 +507,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches),      cmocka_unit_test(test_counts),
         cmocka_unit_test(test_estimate),     cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_lane_per_row),
         cmocka_unit_test(test_split_launch), cmocka_unit_test(test_each_strategy),
         cmocka_unit_test(test_ragged),       cmocka_unit_test(test_compile_spread),
     };
