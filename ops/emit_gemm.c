@@ -3,7 +3,10 @@
  * activations, residual, scale, cast), as one kernel; with parallel split-K, a partial-products
  * kernel writing fp32 slices to the workspace plus a reduction kernel that applies the epilogue;
  * with serial split-K, one kernel whose slices of a tile take turns (slice 0, 1, ...) on a
- * per-tile semaphore adding into an fp32 tile in the workspace, the last applying the epilogue.
+ * per-tile semaphore adding into an fp32 tile in the workspace, the last applying the epilogue;
+ * with cluster split-K (sm_90), one kernel whose slices of a tile form a thread-block cluster
+ * and sum their partial tiles through distributed shared memory, each slice reducing and
+ * storing a share of the tile (emit_cluster_epilogue).
  *
  * Every math path shares one kernel skeleton:
  *   - grid.x walks the TILES_M x TILES_N output tiles in a grouped order (RASTER tile-rows are
@@ -55,12 +58,12 @@ enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3 };
  * H100 for a 2048^3 f32 matmul, 64 x 128 tiles). */
 #define TF32X3_FLUSH_K 64
 enum { SMEM_PAD, SMEM_XOR };
-enum { SPLITK_PARALLEL, SPLITK_SERIAL };
+enum { SPLITK_PARALLEL, SPLITK_SERIAL, SPLITK_CLUSTER };
 enum { MMA_SYNC, MMA_WGMMA, MMA_WGMMA_SPLIT };
 
 static const char *const math_labels[] = {"ffma", "tf32", "f16", "bf16", "tf32x3"};
 static const char *const smem_labels[] = {"pad", "xor"};
-static const char *const splitk_mode_labels[] = {"parallel", "serial"};
+static const char *const splitk_mode_labels[] = {"parallel", "serial", "cluster"};
 static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_split"};
 
 static const ops_knob gemm_knobs[KN_COUNT] = {
@@ -75,8 +78,13 @@ static const ops_knob gemm_knobs[KN_COUNT] = {
     [KN_RASTER] = {"raster", 3, {1, 4, 8}, NULL},    /* tile-rows per raster group */
     [KN_SMEM] = {"smem", 2, {SMEM_PAD, SMEM_XOR}, smem_labels},
     /* parallel: fp32 partials per slice + a reduction kernel; serial: one kernel, the slices of
-     * a tile accumulate in turn (see emit_serial_epilogue). Meaningless with splitk=1. */
-    [KN_SPLITK_MODE] = {"splitk_mode", 2, {SPLITK_PARALLEL, SPLITK_SERIAL}, splitk_mode_labels},
+     * a tile accumulate in turn (see emit_serial_epilogue); cluster: one kernel, the slices of
+     * a tile are a cluster summing through distributed shared memory (emit_cluster_epilogue).
+     * Meaningless with splitk=1. */
+    [KN_SPLITK_MODE] = {"splitk_mode",
+                        3,
+                        {SPLITK_PARALLEL, SPLITK_SERIAL, SPLITK_CLUSTER},
+                        splitk_mode_labels},
     /* tensor-core instruction: warp-level mma.sync, or Hopper's warpgroup wgmma (tf32x3 on f32
      * data only, see emit_wgmma_kernel: bm is the wgmma N, bn 64 rows per warpgroup) */
     /* wgmma_split: A's small halves computed once by a first kernel into the workspace and
@@ -225,6 +233,7 @@ typedef struct gemm_operand {
 typedef struct gemm_cfg {
     int math, bm, bn, bk, wm, wn, stages, splitk, raster, smem;
     bool serial;   /* split-K slices accumulate in turn in one kernel (splitk > 1) */
+    bool cluster;  /* split-K slices of a tile are a cluster, summing in shared memory */
     bool parallel; /* split-K partials plus a reduction kernel (splitk > 1) */
     int threads, wtm, wtn;
     bool tc;
@@ -432,7 +441,8 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
     c->raster = s->v[KN_RASTER];
     c->smem = s->v[KN_SMEM];
     c->serial = c->splitk > 1 && s->v[KN_SPLITK_MODE] == SPLITK_SERIAL;
-    c->parallel = c->splitk > 1 && !c->serial;
+    c->cluster = c->splitk > 1 && s->v[KN_SPLITK_MODE] == SPLITK_CLUSTER;
+    c->parallel = c->splitk > 1 && !c->serial && !c->cluster;
     c->wgmma = s->v[KN_MMA] != MMA_SYNC;
     c->presplit = s->v[KN_MMA] == MMA_WGMMA_SPLIT;
     c->threads = c->wgmma ? 128 * (c->bn / 64 > 0 ? c->bn / 64 : 1) : 32 * c->wm * c->wn;
@@ -449,6 +459,9 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
     setup_operand(p, c, 0);
     setup_operand(p, c, 1);
     c->smem_bytes = (int64_t)c->stages * (c->op[0].stage + c->op[1].stage) * c->esize;
+    /* cluster split-K: the pipeline's shared memory then holds the block's fp32 partial tile */
+    if (c->cluster && c->smem_bytes < (int64_t)c->bm * c->bn * 4)
+        c->smem_bytes = (int64_t)c->bm * c->bn * 4;
     /* Registers: accumulators, one k step's fragments (tf32 keeps raw and converted values),
      * loop state and epilogue temporaries, and per tile-load iteration an address and predicate
      * the compiler keeps live (calibrated against ptxas: it hoists them all), plus the values
@@ -525,6 +538,10 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
                                  (measured 1.5x slower on the H100) */
     else if (c->regs > reg_cap)
         c->why = "regs";
+    else if (c->math == MATH_TF32X3 && c->wtm == 16 && c->bk == 64 && c->raster > 1)
+        c->why = "regs"; /* 16-row warp tiles over 8 k steps: ptxas keeps every step's fragments
+                            live (measured, 32 x 64 tiles: 255 registers at raster 1, 40 bytes
+                            of spill once the grouped raster's index math joins) */
     else if (c->smem_bytes > dev->smem_per_block_optin)
         c->why = "smem";
     else if (c->op[0].iters > 8 || c->op[1].iters > 8)
@@ -537,6 +554,8 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
         c->why = "shape";
     else if (c->splitk == 1 && s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL)
         c->why = "redundant"; /* one slice: the mode changes nothing */
+    else if (c->cluster && dev->sm_major < 9)
+        c->why = "shape"; /* thread-block clusters are sm_90's */
     else if (c->serial && p->batch * c->tiles_m * c->tiles_n * c->splitk > dev->sm_count)
         c->why = "shape"; /* serial slices wait on each other: keep every block co-resident
                              (one block per SM always fits), see emit_serial_helpers */
@@ -970,6 +989,56 @@ static void emit_serial_helpers(const gemm_emit *e)
            "        asm volatile(\"st.release.gpu.global.b32 [%%0], %%1;\" :: \"l\"(sem), "
            "\"r\"(turn) : \"memory\");\n"
            "}\n");
+}
+
+static void emit_cluster_helpers(const gemm_emit *e)
+{
+    kt_buf_printf(
+        e->b,
+        "\n/* ---- cluster split-K ----\n"
+        " * The SPLITK blocks of a tile (adjacent blockIdx.x, slice fastest) are one thread-block "
+        "cluster\n"
+        " * (__cluster_dims__), so block rank = slice. Each writes its fp32 partial tile into its "
+        "shared memory\n"
+        " * in register order; after a cluster barrier, slice r sums the partials of the mma tiles "
+        "(i, j) with\n"
+        " * (i * NI + j) %% SPLITK == r over slices 0, 1, ... in order (deterministic), reading the "
+        "others'\n"
+        " * shared memory, and stores them through the epilogue. A second barrier keeps every "
+        "block's shared\n"
+        " * memory alive until the others have read it. */\n"
+        "__device__ __forceinline__ void ktg_cluster_sync()\n"
+        "{\n"
+        "    asm volatile(\"barrier.cluster.arrive.release.aligned;\\n\"\n"
+        "                 \"barrier.cluster.wait.acquire.aligned;\\n\" ::: \"memory\");\n"
+        "}\n"
+        "/* The address of p (this block's shared memory) in the shared memory of cluster block "
+        "rank. */\n"
+        "__device__ __forceinline__ unsigned ktg_remote(const void *p, unsigned rank)\n"
+        "{\n"
+        "    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;\n"
+        "    asm volatile(\"mapa.shared::cluster.u32 %%0, %%1, %%2;\" : \"=r\"(r) : \"r\"(a), "
+        "\"r\"(rank));\n"
+        "    return r;\n"
+        "}\n");
+    if (e->c->tc)
+        kt_buf_printf(e->b,
+                      "__device__ __forceinline__ float4 ktg_ld_cluster4(unsigned addr)\n"
+                      "{\n"
+                      "    float4 v;\n"
+                      "    asm volatile(\"ld.shared::cluster.v4.f32 {%%0, %%1, %%2, %%3}, "
+                      "[%%4];\" : \"=f\"(v.x), \"=f\"(v.y), \"=f\"(v.z), \"=f\"(v.w) : "
+                      "\"r\"(addr) : \"memory\");\n"
+                      "    return v;\n"
+                      "}\n");
+    else
+        kt_buf_printf(e->b, "__device__ __forceinline__ float ktg_ld_cluster(unsigned addr)\n"
+                            "{\n"
+                            "    float v;\n"
+                            "    asm volatile(\"ld.shared::cluster.f32 %%0, [%%1];\" : "
+                            "\"=f\"(v) : \"r\"(addr) : \"memory\");\n"
+                            "    return v;\n"
+                            "}\n");
 }
 
 /* ---- emitted helpers: constants, raster, layouts, loaders ---- */
@@ -1680,8 +1749,9 @@ static void main_entry(const gemm_cfg *c, char *buf, size_t len)
                          : "",
              c->bm, c->bn, c->bk,
              c->parallel ? "_partial"
-             : c->serial ? "_serial"
-                         : "");
+             : c->serial  ? "_serial"
+             : c->cluster ? "_cluster"
+                          : "");
 }
 
 /* Serial split-K, after the k loop: wait for this slice's turn, add the running sum of the
@@ -1737,6 +1807,64 @@ static void emit_serial_epilogue(const gemm_emit *e)
     b->indent = 4;
     kt_buf_line(b, "}");
     kt_buf_line(b, "/* The last slice holds the full sum: the epilogue. */");
+}
+
+/* Cluster split-K, after the k loop: every slice's partial tile into its shared memory, then
+ * each slice sums its share of the mma (or thread) tiles over the cluster, in slice order, into
+ * its accumulators; the store loop that follows stores that share only. */
+static void emit_cluster_epilogue(const gemm_emit *e)
+{
+    const gemm_cfg *c = e->c;
+    kt_buf *b = e->b;
+    const char *ni = c->tc ? "NI" : "TN";
+    kt_buf_line(b, "/* Cluster split-K: sum the slices' partial tiles through shared memory. */");
+    kt_buf_line(b, "__syncthreads(); /* every warp is done with the pipeline's tiles */");
+    kt_buf_line(b, "float *part_s = reinterpret_cast<float *>(kt_smem) + threadIdx.x%s;",
+                c->tc ? " * 4" : "");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < %s; i++)", c->tc ? "MI" : "TM");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < %s; j++)", ni);
+    if (c->tc)
+        kt_buf_line(b, "        *reinterpret_cast<float4 *>(part_s + (i * NI + j) * THREADS * 4) "
+                       "= make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);");
+    else
+        kt_buf_line(b, "        part_s[(i * TN + j) * THREADS] = acc[i][j];");
+    kt_buf_line(b, "ktg_cluster_sync(); /* every slice's partial is in place */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < %s; i++) {", c->tc ? "MI" : "TM");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < %s; j++) {", ni);
+    b->indent = 12;
+    kt_buf_line(b, "if ((i * %s + j) %% SPLITK != slice)", ni);
+    kt_buf_line(b, "    continue;");
+    if (c->tc) {
+        kt_buf_line(b, "float *const at = part_s + (i * NI + j) * THREADS * 4;");
+        kt_buf_line(b, "float4 sum = ktg_ld_cluster4(ktg_remote(at, 0));");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int r = 1; r < SPLITK; r++) {");
+        kt_buf_line(b, "    const float4 v = ktg_ld_cluster4(ktg_remote(at, r));");
+        kt_buf_line(b, "    sum.x += v.x;");
+        kt_buf_line(b, "    sum.y += v.y;");
+        kt_buf_line(b, "    sum.z += v.z;");
+        kt_buf_line(b, "    sum.w += v.w;");
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "acc[i][j][0] = sum.x;");
+        kt_buf_line(b, "acc[i][j][1] = sum.y;");
+        kt_buf_line(b, "acc[i][j][2] = sum.z;");
+        kt_buf_line(b, "acc[i][j][3] = sum.w;");
+    } else {
+        kt_buf_line(b, "float *const at = part_s + (i * TN + j) * THREADS;");
+        kt_buf_line(b, "float sum = ktg_ld_cluster(ktg_remote(at, 0));");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int r = 1; r < SPLITK; r++)");
+        kt_buf_line(b, "    sum += ktg_ld_cluster(ktg_remote(at, r));");
+        kt_buf_line(b, "acc[i][j] = sum;");
+    }
+    b->indent = 4;
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "ktg_cluster_sync(); /* the other slices are done reading this one */");
 }
 
 /* ag, bg: operand A and B of batch bz (broadcast batch dims folded in). */
@@ -2132,12 +2260,14 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
     kt_buf *b = e->b;
     const char *sty = ops_emit_ctype(c->sdt);
     kt_buf_printf(b, "\n/* Block: a BM x BN output tile of batch bz%s; %d warps. */\n",
-                  c->parallel ? " over the k tiles of one split-K slice"
-                  : c->serial ? " over the k tiles of one split-K slice, summed in turn"
-                              : "",
+                  c->parallel  ? " over the k tiles of one split-K slice"
+                  : c->serial  ? " over the k tiles of one split-K slice, summed in turn"
+                  : c->cluster ? " over the k tiles of one split-K slice, summed in its cluster"
+                               : "",
                   c->wm * c->wn);
-    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1) %s", entry);
-    emit_kernel_params(e, c->splitk > 1);
+    kt_buf_printf(b, "extern \"C\" __global__ void %s__launch_bounds__(THREADS, 1) %s",
+                  c->cluster ? "__cluster_dims__(SPLITK, 1, 1) " : "", entry);
+    emit_kernel_params(e, c->parallel || c->serial);
     kt_buf_printf(b, "\n{\n");
     b->indent = 4;
     kt_buf_line(b, "extern __shared__ __align__(128) unsigned char kt_smem[];");
@@ -2146,7 +2276,7 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;");
     kt_buf_line(b, "const int wm0 = warp / WN * WTM, wn0 = warp %% WN * WTN;");
     kt_buf_line(b, "int tile_m, tile_n;");
-    if (c->serial) {
+    if (c->serial || c->cluster) {
         kt_buf_line(b, "/* the slices of a tile are adjacent blocks, lowest slice first */");
         kt_buf_line(b, "const int pid = blockIdx.x / SPLITK, slice = blockIdx.x %% SPLITK;");
         kt_buf_line(b, "ktg_raster(pid, tile_m, tile_n);");
@@ -2154,7 +2284,7 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "ktg_raster(blockIdx.x, tile_m, tile_n);");
     }
     kt_buf_line(b, "const int m0 = tile_m * BM, n0 = tile_n * BN;");
-    if (c->serial) {
+    if (c->serial || c->cluster) {
         kt_buf_line(b, "const int bz = blockIdx.z;");
         kt_buf_line(b, "const int kt0 = slice * KTILES_PER_SLICE;");
         kt_buf_line(b, "const int nkt = KTILES - kt0 < KTILES_PER_SLICE ? KTILES - kt0 : "
@@ -2241,6 +2371,8 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "float *ws = static_cast<float *>(workspace);");
     if (c->serial)
         emit_serial_epilogue(e);
+    if (c->cluster)
+        emit_cluster_epilogue(e);
     if (c->tc) {
         kt_buf_line(b, "/* Accumulator (i, j) holds rows g, g + 8 and columns 2t, 2t + 1 of its "
                        "16 x 8 mma tile. */");
@@ -2250,6 +2382,10 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "    #pragma unroll");
         kt_buf_line(b, "    for (int j = 0; j < NI; j++) {");
         b->indent = 12;
+        if (c->cluster) {
+            kt_buf_line(b, "if ((i * NI + j) %% SPLITK != slice)");
+            kt_buf_line(b, "    continue; /* another slice's share */");
+        }
         kt_buf_line(b, "const int m = m0 + wm0 + i * 16 + g, n = n0 + wn0 + j * 8 + 2 * t;");
         if (c->parallel) {
             kt_buf_line(b, "ktg_partial2(ws, slice, bz, m, n, acc[i][j][0], acc[i][j][1]);");
@@ -2267,6 +2403,10 @@ static void emit_main_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "    #pragma unroll");
         kt_buf_line(b, "    for (int j = 0; j < TN; j++) {");
         b->indent = 12;
+        if (c->cluster) {
+            kt_buf_line(b, "if ((i * TN + j) %% SPLITK != slice)");
+            kt_buf_line(b, "    continue; /* another slice's share */");
+        }
         kt_buf_line(b, "const int m = m0 + am + i * LY, n = n0 + bn + j * LX;");
         if (c->parallel)
             kt_buf_line(b, "ktg_partial(ws, slice, bz, m, n, acc[i][j]);");
@@ -2397,6 +2537,8 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     emit_ptx_helpers(&e);
     if (c.serial)
         emit_serial_helpers(&e);
+    if (c.cluster)
+        emit_cluster_helpers(&e);
     emit_raster(&e);
     if (c.wgmma) {
         emit_wgmma_helpers(&e);
@@ -2444,13 +2586,14 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     }
     ops_kernel_launch *k = &out->kernels[out->n_kernels++];
     snprintf(k->entry, sizeof(k->entry), "%s", entry);
-    k->grid[0] = (uint32_t)(c.tiles_m * c.tiles_n * (c.serial ? c.splitk : 1));
+    bool slices_in_x = c.serial || c.cluster; /* a tile's slices are adjacent blocks */
+    k->grid[0] = (uint32_t)(c.tiles_m * c.tiles_n * (slices_in_x ? c.splitk : 1));
     k->grid[1] = 1;
-    k->grid[2] = (uint32_t)(p.batch * (c.serial ? 1 : c.splitk));
+    k->grid[2] = (uint32_t)(p.batch * (slices_in_x ? 1 : c.splitk));
     k->block[0] = (uint32_t)c.threads;
     k->block[1] = k->block[2] = 1;
     k->smem_bytes = (uint32_t)c.smem_bytes;
-    fill_args(&p, k, c.splitk > 1 || c.presplit);
+    fill_args(&p, k, c.parallel || c.serial || c.presplit);
     if (c.serial) {
         k->zero_workspace = true; /* the semaphores start at 0 */
         out->workspace_bytes = serial_workspace_bytes(&p, &c);
@@ -2589,6 +2732,12 @@ static void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops
         double sm_l2 = 3.0 * dev->dram_bytes_per_s / dev->sm_count;
         t += (c.splitk - 1) * (0.5e-6 + 2.0 * tile_bytes / sm_l2);
         t += 0.5e-6 + sws / dev->dram_bytes_per_s;
+    }
+    if (c.cluster) {
+        /* Two cluster barriers, and each block reading a tile's worth of partials from the
+         * cluster's shared memory (not measured yet: DSMEM taken at the SM's L2 share). */
+        double sm_l2 = 3.0 * dev->dram_bytes_per_s / dev->sm_count;
+        t += 0.6e-6 + tile_bytes / sm_l2;
     }
     est->seconds = t;
 }

@@ -42,6 +42,12 @@ static const gpu_case cases[] = {
     {"examples/attention.json", "B=1,H=2,S=200", OPS_PREC_EXACT, NULL},
     /* The error-compensated tf32 paths under the exact policy: fp32-level accuracy required. */
     {"bench/cases/kb_l2_gemm_add_relu.json", "B=200", OPS_PREC_EXACT, "math=tf32x3"},
+    /* cluster split-K: ragged tiles; tf32x3, f16 and FFMA partials summed through DSMEM */
+    {"bench/cases/kb_l2_gemm_add_relu.json", "B=100", OPS_PREC_EXACT, "splitk_mode=cluster"},
+    {"examples/gemm_bias_relu.json", "M=1000", OPS_PREC_EXACT, "splitk_mode=cluster"},
+    {"bench/cases/kb_l2_gemm_add_relu.json", "B=100", OPS_PREC_EXACT,
+     "math=ffma bm=32 bn=32 bk=16 wm=2 wn=4 stages=4 splitk=4 raster=1 smem=pad "
+     "splitk_mode=cluster"},
     {"examples/conv2d.json", "N=3", OPS_PREC_EXACT, "math=tf32x3"},
     {"examples/conv2d.json", "N=3", OPS_PREC_TF32, "math=tf32 "},
     {"examples/gemv_bias_relu.json", "M=1000,K=1000", OPS_PREC_EXACT, "gemv "},

@@ -22,7 +22,7 @@ extern const ops_family ops_family_gemm;
 enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM, SPLITK_MODE, MMA };
 enum { FFMA = 0, TF32 = 1, F16 = 2, BF16 = 3, TF32X3 = 4 };
 enum { PAD = 0, XOR = 1 };
-enum { PARALLEL = 0, SERIAL = 1 };
+enum { PARALLEL = 0, SERIAL = 1, CLUSTER = 2 };
 enum { SYNC = 0, WGMMA = 1, WGMMA_SPLIT = 2 };
 
 static const char gemm_bias_relu[] =
@@ -636,6 +636,78 @@ static void test_serial_splitk(void **state)
     ops_graph_free(g);
 }
 
+/* ---- cluster split-K ---- */
+
+static void test_cluster_splitk(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    char *json = plain_gemm("f32");
+    ops_graph *g = emit_test_graph(json, "M=128,N=512,K=1024"); /* KernelBench level 2's shape */
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    grp.precision = OPS_PREC_EXACT;
+    ops_schedule s = sched(TF32X3, 32, 64, 64, 2, 2, 3, 8, 1, PAD);
+    s.v[SPLITK_MODE] = CLUSTER;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    /* clusters are sm_90's */
+    ops_device a100 = dev;
+    a100.sm_major = 8;
+    snprintf(a100.arch, sizeof(a100.arch), "sm_80");
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &a100), "shape");
+
+    /* One kernel, no workspace; the slices of a tile adjacent along x (the cluster) */
+    ops_emitted em;
+    ops_diag d = {0};
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.n_kernels, 1);
+    const ops_kernel_launch *k = &em.kernels[0];
+    assert_string_equal(k->entry, "ktune_gemm_tf32x3_32x64x64_cluster");
+    assert_int_equal(em.workspace_bytes, 0);
+    assert_false(k->zero_workspace);
+    assert_int_equal(k->grid[0], 4 * 8 * 8); /* tiles x slices, slice fastest */
+    assert_int_equal(k->grid[2], 1);
+    assert_int_equal(k->n_args, 3); /* A, B, Y */
+    assert_non_null(strstr(em.source, "__cluster_dims__(SPLITK, 1, 1)"));
+    assert_non_null(strstr(em.source, "mapa.shared::cluster.u32"));
+    assert_non_null(strstr(em.source, "barrier.cluster.wait.acquire.aligned"));
+    emit_test_golden("gemm_tf32x3_cluster_splitk.cu", em.source);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+
+    /* shared memory holds at least the block's fp32 partial tile: a 2-stage 64 x 64 x 16 f16
+     * pipeline (8 KiB) grows to 16 KiB */
+    ops_graph *gh = emit_test_graph(gemm_bias_relu, "M=512");
+    ops_group ghg;
+    emit_test_whole_group(gh, &ghg);
+    ops_schedule h = sched(F16, 64, 64, 16, 2, 2, 2, 2, 1, PAD);
+    h.v[SPLITK_MODE] = CLUSTER;
+    if (!ops_family_gemm.prune(&ghg, &h, &dev)) {
+        assert_int_equal(ops_family_gemm.emit(&ghg, &h, &dev, &em, &d), 0);
+        assert_int_equal(em.kernels[0].smem_bytes, 64 * 64 * 4);
+        emit_test_compile(em.source, "sm_90a");
+        ops_emitted_free(&em);
+    }
+    ops_graph_free(gh);
+
+    /* FFMA and f16 compile too, without spills */
+    emit_compile(g, OPS_PREC_EXACT,
+                 (ops_schedule){.family = OPS_FAM_GEMM,
+                                .v = {FFMA, 32, 32, 16, 2, 4, 4, 4, 1, PAD, CLUSTER, SYNC}},
+                 "sm_90a");
+    ops_graph_free(g);
+    free(json);
+    json = plain_gemm("f16");
+    g = emit_test_graph(json, "M=1760,N=128,K=1760");
+    emit_compile(g, OPS_PREC_EXACT,
+                 (ops_schedule){.family = OPS_FAM_GEMM,
+                                .v = {F16, 32, 128, 64, 1, 4, 4, 4, 1, XOR, CLUSTER, SYNC}},
+                 "sm_90a");
+    ops_graph_free(g);
+    free(json);
+}
+
 /* ---- launch description and golden source ---- */
 
 /* ---- the Hopper (wgmma) path: tf32x3 on fp32 data ---- */
@@ -972,7 +1044,7 @@ int main(void)
         cmocka_unit_test(test_fragment_maps),     cmocka_unit_test(test_estimate),
         cmocka_unit_test(test_launch_and_golden), cmocka_unit_test(test_wgmma),
         cmocka_unit_test(test_compile_ragged),    cmocka_unit_test(test_compile_sm80),
-        cmocka_unit_test(test_serial_splitk),     cmocka_unit_test(test_compile_spread_sm90),
+        cmocka_unit_test(test_serial_splitk),     cmocka_unit_test(test_cluster_splitk),     cmocka_unit_test(test_compile_spread_sm90),
     };
     return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
 }
