@@ -29,6 +29,10 @@
  *                   kernel per level writes fp32 partials to the workspace, every later kernel
  *                   combines them (each block the same way), the last writes the outputs
  *   thread_per_row  strided rows only: tpr 1, adjacent threads own adjacent rows (coalesced)
+ *   split_cluster   split_row in one kernel (sm_90): a row's S <= 8 chunks are a thread-block
+ *                   cluster; each level's partials meet in the blocks' shared memory, read by
+ *                   every block of the cluster in chunk order (distributed shared memory), so
+ *                   no workspace and no kernel per level
  *   lane_per_row    strided rows only: G = 32 adjacent rows, lane g of every warp on row g
  *                   (coalesced), so tpr = threads / 32 threads, one per warp, split each row;
  *                   their partials meet in shared memory (for rows too few for a thread each
@@ -51,19 +55,20 @@
 #include <string.h>
 
 enum { K_STRATEGY, K_THREADS, K_ROWS, K_PASS, K_STORAGE, K_VEC, N_KNOBS };
-enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE };
+enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE, ST_CLUSTER };
 enum { PASS_MULTI, PASS_ONE };
 enum { STO_REGS, STO_SHARED, STO_REREAD };
 
 static const char *const strategy_labels[] = {"warp_per_row", "block_per_row", "rows_per_block",
-                                              "split_row", "thread_per_row", "lane_per_row"};
+                                              "split_row",    "thread_per_row", "lane_per_row",
+                                              "split_cluster"};
 static const char *const pass_labels[] = {"multi_pass", "one_pass"};
 static const char *const storage_labels[] = {"registers", "shared", "re_read"};
 
 static const ops_knob row_knobs[N_KNOBS] = {
     [K_STRATEGY] = {"strategy",
-                    6,
-                    {ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE},
+                    7,
+                    {ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE, ST_CLUSTER},
                     strategy_labels},
     [K_THREADS] = {"threads", 6, {32, 64, 128, 256, 512, 1024}, NULL},
     [K_ROWS] = {"rows", 4, {1, 2, 4, 8}, NULL},
@@ -75,6 +80,7 @@ static const ops_knob row_knobs[N_KNOBS] = {
 #define RW_MAX_SLOTS  (OPS_GROUP_MAX_IO + OPS_GROUP_MAX_NODES)
 #define RW_MAX_GRID   2147483647LL
 #define RW_MAX_SPLITS 256
+#define RW_MAX_CLUSTER 8 /* split_cluster: the portable cluster size */
 #define RW_MAX_CACHED 64  /* floats per thread kept in registers */
 #define MM_MAX_K      512 /* the longest dot product of a matmul prologue */
 
@@ -604,6 +610,9 @@ static const char *rw_plan_of(const rw_info *in, const ops_schedule *s, const op
         p->rseq = 1;
         break;
     case ST_SPLIT:
+    case ST_CLUSTER:
+        if (p->strategy == ST_CLUSTER && dev->sm_major < 9)
+            return "shape"; /* thread-block clusters */
         if (p->rows != 1 || p->storage != STO_REREAD)
             return "redundant";
         p->tpr = p->threads;
@@ -660,15 +669,20 @@ static const char *rw_plan_of(const rw_info *in, const ops_schedule *s, const op
                     return "align";
         }
     }
-    if (p->strategy == ST_SPLIT) {
+    if (p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER) {
         p->S = splits_for(in, dev, p->threads, p->vec, &p->chunk);
+        if (p->strategy == ST_CLUSTER && p->S > RW_MAX_CLUSTER) {
+            p->chunk = (in->L + RW_MAX_CLUSTER - 1) / RW_MAX_CLUSTER;
+            p->chunk = (p->chunk + p->vec - 1) / p->vec * p->vec;
+            p->S = (int)((in->L + p->chunk - 1) / p->chunk);
+        }
         if (p->S < 2 && force_split && in->L >= 2 * p->vec) {
             p->chunk = (in->L / 2 + p->vec - 1) / p->vec * p->vec;
             p->S = (int)((in->L + p->chunk - 1) / p->chunk);
         }
         if (p->S < 2)
             return "shape";
-        if (in->n_levels + 1 > OPS_MAX_KERNELS)
+        if (p->strategy == ST_SPLIT && in->n_levels + 1 > OPS_MAX_KERNELS)
             return "shape";
     }
     /* More than half the threads of a row idle. */
@@ -676,7 +690,7 @@ static const char *rw_plan_of(const rw_info *in, const ops_schedule *s, const op
         return "shape";
     p->nk = (int)((p->chunk + (int64_t)p->tpr * p->vec - 1) / ((int64_t)p->tpr * p->vec));
     p->rows_per_block = (int64_t)p->G * p->rseq;
-    p->grid = p->strategy == ST_SPLIT ? in->n_rows * p->S
+    p->grid = p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER ? in->n_rows * p->S
                                       : (in->n_rows + p->rows_per_block - 1) / p->rows_per_block;
     if (p->grid > RW_MAX_GRID)
         return "shape";
@@ -1569,8 +1583,11 @@ static void emit_signature(rw_gen *s, kt_buf *b, const char *entry, bool workspa
                            ops_kernel_launch *k)
 {
     const rw_info *in = s->in;
-    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d, 1) %s(", s->p->threads,
-                  entry);
+    char cluster[48] = "";
+    if (s->p->strategy == ST_CLUSTER) /* a row's chunks are one cluster */
+        snprintf(cluster, sizeof(cluster), "__cluster_dims__(%d, 1, 1) ", s->p->S);
+    kt_buf_printf(b, "extern \"C\" __global__ void %s__launch_bounds__(%d, 1) %s(", cluster,
+                  s->p->threads, entry);
     k->n_args = 0;
     for (int i = 0; i < in->grp->n_in; i++) {
         char pn[64];
@@ -1728,29 +1745,46 @@ static int64_t ws_level_offset(const rw_info *in, const rw_plan *p, int level)
     return off;
 }
 
-/* Re-reads the partials of `level` from the workspace and combines them (s' = 0 .. S-1 in
- * order, so every block gets the same value). */
+/* split_cluster: the offset of `level`'s partial in every block's kt_part[]. */
+static int cluster_part_offset(const rw_info *in, int level)
+{
+    int off = 0;
+    for (int q = 1; q < level; q++)
+        off += level_components(in, q);
+    return off;
+}
+
+/* Re-reads the partials of `level` and combines them (s' = 0 .. S-1 in order, so every block
+ * gets the same value): from the workspace (split_row), or from the shared memory of the
+ * cluster's blocks (split_cluster). */
 static void emit_combine(rw_gen *s, kt_buf *b, int level)
 {
     const rw_info *in = s->in;
     const rw_plan *p = s->p;
+    bool cluster = p->strategy == ST_CLUSTER;
     rw_acc accs[RW_MAX_SLOTS];
     int n = level_accs(in, level, accs);
     int nc = level_components(in, level);
-    int64_t off = ws_level_offset(in, p, level);
     kt_buf_line(b, "/* level %d: combine the %d partials */", level, p->S);
     for (int i = 0; i < n; i++)
         acc_decl(b, &accs[i]);
     kt_buf_line(b, "for (int q = 0; q < %d; q++) {", p->S);
     b->indent += 4;
-    kt_buf_line(b, "const float *part = ws + %lld + (row * %d + q) * %d;", (long long)off, p->S,
-                nc);
+    if (cluster)
+        kt_buf_line(b, "const unsigned part = kt_cluster_addr(kt_part + %d, q); /* block q's */",
+                    cluster_part_offset(in, level));
+    else
+        kt_buf_line(b, "const float *part = ws + %lld + (row * %d + q) * %d;",
+                    (long long)ws_level_offset(in, p, level), p->S, nc);
     int c0 = 0;
     for (int i = 0; i < n; i++)
         for (int c = 0; c < kind_components(accs[i].kind); c++, c0++) {
             char oth[32];
             acc_comp(oth, sizeof(oth), &accs[i], c, "o_");
-            kt_buf_line(b, "const float %s = part[%d];", oth, c0);
+            if (cluster)
+                kt_buf_line(b, "const float %s = kt_ld_cluster(part + %d);", oth, 4 * c0);
+            else
+                kt_buf_line(b, "const float %s = part[%d];", oth, c0);
         }
     for (int i = 0; i < n; i++)
         acc_merge(b, &accs[i], "o_");
@@ -1810,6 +1844,79 @@ static void emit_split_kernel(rw_gen *s, kt_buf *b, const char *entry, int level
     }
     kt_buf_line(b, "    const %s row = blockIdx.x / %d;", s->ix, p->S);
     kt_buf_line(b, "    const int sp = blockIdx.x %% %d; /* which chunk of the row */", p->S);
+    kt_buf_line(b, "    const %s jbeg = (%s)sp * %lld;", s->ix, s->ix, (long long)p->chunk);
+    kt_buf_line(b, "    const %s jend = jbeg + %lld < %lld ? jbeg + %lld : %lld;", s->ix,
+                (long long)p->chunk, (long long)in->L, (long long)p->chunk, (long long)in->L);
+    kt_buf ind = {0};
+    ind.indent = 4;
+    emit_row_coords(s, &ind);
+    if (ind.data)
+        kt_buf_printf(b, "%s", ind.data);
+    if (body.data)
+        kt_buf_printf(b, "%s", body.data);
+    kt_buf_printf(b, "}\n");
+    if (kt_buf_status(&body) < 0 || kt_buf_status(&ind) < 0)
+        b->oom = true;
+    kt_buf_free(&body);
+    kt_buf_free(&ind);
+}
+
+/* The one kernel of split_cluster: per level, each block's partial of its chunk goes to its
+ * kt_part[], a cluster barrier, and every block combines the S partials in chunk order; then the
+ * outputs of its chunk. */
+static void emit_cluster_kernel(rw_gen *s, kt_buf *b, const char *entry, ops_kernel_launch *k)
+{
+    const rw_info *in = s->in;
+    const rw_plan *p = s->p;
+    emit_signature(s, b, entry, false, k);
+    kt_buf body = {0};
+    body.indent = 4;
+    s->use_o = s->use_in = false;
+    emit_row_setup(s, &body);
+    for (int q = 1; q <= in->n_levels; q++) {
+        rw_acc accs[RW_MAX_SLOTS];
+        int n = level_accs(in, q, accs);
+        kt_buf_line(&body, "{ /* level %d: this chunk's partial, for the cluster */", q);
+        body.indent += 4;
+        emit_pass(s, &body, q, accs, n);
+        emit_group_reduce(s, &body, accs, n);
+        kt_buf_line(&body, "if (threadIdx.x == 0) {");
+        body.indent += 4;
+        int c0 = 0;
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < kind_components(accs[i].kind); c++, c0++) {
+                char own[32];
+                acc_comp(own, sizeof(own), &accs[i], c, "");
+                kt_buf_line(&body, "kt_part[%d] = %s;", cluster_part_offset(in, q) + c0, own);
+            }
+        body.indent -= 4;
+        kt_buf_line(&body, "}");
+        body.indent -= 4;
+        kt_buf_line(&body, "}");
+        kt_buf_line(&body, "kt_cluster_sync(); /* every chunk's level-%d partial is in place */", q);
+        emit_combine(s, &body, q);
+    }
+    kt_buf_line(&body, "kt_cluster_sync(); /* every block has read the partials it needs from the "
+                       "others: none exits before */");
+    if (in->full_out) {
+        kt_buf_line(&body, "/* this chunk of the outputs */");
+        emit_pass(s, &body, in->n_levels + 1, NULL, 0);
+    }
+    emit_row_outputs(s, &body, "sp == 0 && threadIdx.x == 0");
+    if (p->tpr > 32)
+        kt_buf_line(b, "    __shared__ float kt_red[%d];",
+                    (p->tpr / 32) * (p->red_floats ? p->red_floats : 1));
+    kt_buf_line(b, "    __shared__ float kt_part[%d]; /* this chunk's partial of every level */",
+                cluster_part_offset(in, in->n_levels + 1));
+    kt_buf_line(b, "    const int t = threadIdx.x;");
+    if (p->tpr > 32) {
+        kt_buf_line(b, "    const int lane = threadIdx.x %% 32;");
+        kt_buf_line(b, "    const int warp = t / 32;");
+    }
+    kt_buf_line(b, "    const %s row = blockIdx.x / %d;", s->ix, p->S);
+    kt_buf_line(b, "    const int sp = blockIdx.x %% %d; /* which chunk of the row: the block's "
+                   "rank in its cluster */",
+                p->S);
     kt_buf_line(b, "    const %s jbeg = (%s)sp * %lld;", s->ix, s->ix, (long long)p->chunk);
     kt_buf_line(b, "    const %s jend = jbeg + %lld < %lld ? jbeg + %lld : %lld;", s->ix,
                 (long long)p->chunk, (long long)in->L, (long long)p->chunk, (long long)in->L);
@@ -1933,10 +2040,25 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
         goto fail;
     }
     rw_gen gen = {.in = in, .p = p, .ix = in->wide ? "long long" : "int"};
-    gen.split = p->strategy == ST_SPLIT;
+    gen.split = p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER;
     char sname[16];
     snprintf(sname, sizeof(sname), "%s", strategy_labels[p->strategy]);
-    if (!gen.split) {
+    if (p->strategy == ST_CLUSTER) {
+        ops_kernel_launch *k = &out->kernels[0];
+        snprintf(k->entry, sizeof(k->entry), "ktune_row_split_cluster_t%d_%s_v%d", p->threads,
+                 p->pass == PASS_ONE ? "one" : "multi", p->vec);
+        ops_emit_cluster_helpers(&kern);
+        kt_buf_printf(&kern,
+                      "\n/* %lld rows of %lld elements, %d chunks of %lld per row, a cluster "
+                      "per row */\n",
+                      (long long)in->n_rows, (long long)in->L, p->S, (long long)p->chunk);
+        emit_cluster_kernel(&gen, &kern, k->entry, k);
+        k->grid[0] = (uint32_t)p->grid;
+        k->grid[1] = k->grid[2] = 1;
+        k->block[0] = (uint32_t)p->threads;
+        k->block[1] = k->block[2] = 1;
+        out->n_kernels = 1;
+    } else if (!gen.split) {
         ops_kernel_launch *k = &out->kernels[0];
         snprintf(k->entry, sizeof(k->entry), "ktune_row_%s_t%d_r%d_%s%s_v%d", sname, p->threads,
                  p->rows, p->pass == PASS_ONE ? "one" : "multi",
@@ -2058,14 +2180,19 @@ static void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_
         flops += 2.0 * K * elems * computed;
         mm_k += K * computed;
     }
-    bool split = p->strategy == ST_SPLIT;
-    int kernels = split ? in->n_levels + 1 : 1;
+    bool split = p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER;
+    bool cluster = p->strategy == ST_CLUSTER;
+    int kernels = split && !cluster ? in->n_levels + 1 : 1;
     double reread = 0;
-    if (split)
+    if (split && !cluster)
         reread = (passes - 1) * elems * row_in_bytes;
+    else if (cluster) /* the chunk read again right away: mostly L2 */
+        reread = 0.3 * (passes - 1) * elems * row_in_bytes;
     else if (p->n_cached == 0)
         reread = 0.3 * (passes - 1) * elems * row_in_bytes;
-    double ws = split ? 2.0 * (double)ws_level_offset(in, p, in->n_levels + 1) * 4 * p->S : 0;
+    double ws = split && !cluster
+                    ? 2.0 * (double)ws_level_offset(in, p, in->n_levels + 1) * 4 * p->S
+                    : 0;
     double bytes = in_bytes + out_bytes + reread + ws;
     /* Strided rows read by several threads along the row touch a sector per element. */
     if (in->inner > 1 && p->tpr > 1 && p->strategy != ST_LANE)
@@ -2104,6 +2231,9 @@ static void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_
         double chunk_in = (double)p->chunk * row_in_bytes;
         t_path = in->n_levels * (latency + chunk_in / share) +
                  (latency + (double)p->chunk * (row_in_bytes + row_out_bytes) / share);
+        if (cluster) /* a cluster barrier and a round of DSMEM reads per level (a guess: not
+                        measured yet) */
+            t_path += in->n_levels * 1e-6;
     } else {
         double row_bytes = (double)in->L * (row_in_bytes + row_out_bytes);
         if (p->n_cached == 0)

@@ -57,6 +57,10 @@ static const gpu_case cases[] = {
     {"tests/gpu/conv_tiled_ragged.json", "N=2", OPS_PREC_EXACT, "algo=tiled"},
     {"examples/conv2d.json", "N=3", OPS_PREC_EXACT, "algo=tiled"},
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "gemv "},
+    /* split_row as one cluster kernel: a softmax's online pair, layernorm's two levels */
+    {"examples/softmax.json", "M=16,N=16384", OPS_PREC_EXACT, "split_cluster"},
+    {"examples/softmax.json", "M=3,N=40001", OPS_PREC_EXACT, "split_cluster"},
+    {"examples/layernorm.json", "M=3", OPS_PREC_EXACT, "split_cluster"},
     /* strided rows split across warps (lane_per_row): ragged row counts and lengths, the
      * online softmax, and a row kept in shared memory or registers for a second pass */
     {"tests/gpu/softmax_middle.json", "A=3,B=333,C=7", OPS_PREC_EXACT, "lane_per_row"},

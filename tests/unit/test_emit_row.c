@@ -14,7 +14,7 @@ extern const ops_family ops_family_row;
 #define ROW (&ops_family_row)
 
 enum { K_STRATEGY, K_THREADS, K_ROWS, K_PASS, K_STORAGE, K_VEC };
-enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE };
+enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE, ST_CLUSTER };
 enum { PASS_MULTI, PASS_ONE };
 enum { STO_REGS, STO_SHARED, STO_REREAD };
 
@@ -351,7 +351,7 @@ static void test_each_strategy(void **state)
     emit_test_list c = {0};
     kept_count(&grp, &c);
     emit_test_list pick = {0};
-    bool seen[6][2][3] = {{{false}}};
+    bool seen[7][2][3] = {{{false}}};
     for (int i = 0; i < c.n; i++) {
         const int *v = c.s[i].v;
         if (seen[v[K_STRATEGY]][v[K_PASS]][v[K_STORAGE]])
@@ -445,6 +445,49 @@ static void test_lane_per_row(void **state)
     ops_graph_free(g);
 }
 
+/* split_cluster: sm_90 only, one kernel without workspace, at most 8 chunks (a portable
+ * cluster) per row, and each level's partials combined through the cluster. */
+static void test_split_cluster(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    ops_graph *g = emit_test_make(softmax_json, "M=16,N=16384", &grp);
+    ops_schedule s = {.family = OPS_FAM_ROW, .v = {ST_CLUSTER, 512, 1, PASS_ONE, STO_REREAD, 4}};
+    assert_null(ROW->prune(&grp, &s, &dev));
+    ops_device a100 = dev;
+    a100.sm_major = 8;
+    snprintf(a100.arch, sizeof(a100.arch), "sm_80");
+    assert_string_equal(ROW->prune(&grp, &s, &a100), "shape");
+    s.v[K_STORAGE] = STO_REGS;
+    assert_string_equal(ROW->prune(&grp, &s, &dev), "redundant");
+    s.v[K_STORAGE] = STO_REREAD;
+    ops_emitted e = {0};
+    emit_one(&grp, &s, &e);
+    assert_int_equal(e.n_kernels, 1);
+    assert_int_equal(e.workspace_bytes, 0);
+    assert_int_equal(e.kernels[0].grid[0], 16 * 8); /* 8 chunks of 2048 per row */
+    assert_non_null(strstr(e.source, "__cluster_dims__(8, 1, 1)"));
+    assert_non_null(strstr(e.source, "kt_ld_cluster(part"));
+    emit_test_golden("row_softmax_split_cluster.cu", e.source);
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+
+    /* Long rows still get 8 chunks at most; two levels (layernorm's mean, then variance) each
+     * meet in the cluster; ragged chunks compile. */
+    g = emit_test_make(layernorm_odd_json, "M=3,N=100001", &grp);
+    s = (ops_schedule){.family = OPS_FAM_ROW, .v = {ST_CLUSTER, 256, 1, PASS_MULTI, STO_REREAD, 1}};
+    assert_null(ROW->prune(&grp, &s, &dev));
+    emit_one(&grp, &s, &e);
+    assert_int_equal(e.kernels[0].grid[0], 3 * 8);
+    assert_non_null(strstr(e.source, "level 2: combine the 8 partials"));
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
 static void test_golden(void **state)
 {
     (void)state;
@@ -507,7 +550,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches),      cmocka_unit_test(test_counts),
         cmocka_unit_test(test_estimate),     cmocka_unit_test(test_golden),
-        cmocka_unit_test(test_lane_per_row),
+        cmocka_unit_test(test_lane_per_row),  cmocka_unit_test(test_split_cluster),
         cmocka_unit_test(test_split_launch), cmocka_unit_test(test_each_strategy),
         cmocka_unit_test(test_ragged),       cmocka_unit_test(test_compile_spread),
     };
