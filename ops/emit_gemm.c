@@ -1006,39 +1006,8 @@ static void emit_cluster_helpers(const gemm_emit *e)
         "others'\n"
         " * shared memory, and stores them through the epilogue. A second barrier keeps every "
         "block's shared\n"
-        " * memory alive until the others have read it. */\n"
-        "__device__ __forceinline__ void ktg_cluster_sync()\n"
-        "{\n"
-        "    asm volatile(\"barrier.cluster.arrive.release.aligned;\\n\"\n"
-        "                 \"barrier.cluster.wait.acquire.aligned;\\n\" ::: \"memory\");\n"
-        "}\n"
-        "/* The address of p (this block's shared memory) in the shared memory of cluster block "
-        "rank. */\n"
-        "__device__ __forceinline__ unsigned ktg_remote(const void *p, unsigned rank)\n"
-        "{\n"
-        "    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;\n"
-        "    asm volatile(\"mapa.shared::cluster.u32 %%0, %%1, %%2;\" : \"=r\"(r) : \"r\"(a), "
-        "\"r\"(rank));\n"
-        "    return r;\n"
-        "}\n");
-    if (e->c->tc)
-        kt_buf_printf(e->b,
-                      "__device__ __forceinline__ float4 ktg_ld_cluster4(unsigned addr)\n"
-                      "{\n"
-                      "    float4 v;\n"
-                      "    asm volatile(\"ld.shared::cluster.v4.f32 {%%0, %%1, %%2, %%3}, "
-                      "[%%4];\" : \"=f\"(v.x), \"=f\"(v.y), \"=f\"(v.z), \"=f\"(v.w) : "
-                      "\"r\"(addr) : \"memory\");\n"
-                      "    return v;\n"
-                      "}\n");
-    else
-        kt_buf_printf(e->b, "__device__ __forceinline__ float ktg_ld_cluster(unsigned addr)\n"
-                            "{\n"
-                            "    float v;\n"
-                            "    asm volatile(\"ld.shared::cluster.f32 %%0, [%%1];\" : "
-                            "\"=f\"(v) : \"r\"(addr) : \"memory\");\n"
-                            "    return v;\n"
-                            "}\n");
+        " * memory alive until the others have read it. */\n");
+    ops_emit_cluster_helpers(e->b);
 }
 
 /* ---- emitted helpers: constants, raster, layouts, loaders ---- */
@@ -1830,7 +1799,7 @@ static void emit_cluster_epilogue(const gemm_emit *e)
                        "= make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);");
     else
         kt_buf_line(b, "        part_s[(i * TN + j) * THREADS] = acc[i][j];");
-    kt_buf_line(b, "ktg_cluster_sync(); /* every slice's partial is in place */");
+    kt_buf_line(b, "kt_cluster_sync(); /* every slice's partial is in place */");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int i = 0; i < %s; i++) {", c->tc ? "MI" : "TM");
     kt_buf_line(b, "    #pragma unroll");
@@ -1840,10 +1809,10 @@ static void emit_cluster_epilogue(const gemm_emit *e)
     kt_buf_line(b, "    continue;");
     if (c->tc) {
         kt_buf_line(b, "float *const at = part_s + (i * NI + j) * THREADS * 4;");
-        kt_buf_line(b, "float4 sum = ktg_ld_cluster4(ktg_remote(at, 0));");
+        kt_buf_line(b, "float4 sum = kt_ld_cluster4(kt_cluster_addr(at, 0));");
         kt_buf_line(b, "#pragma unroll");
         kt_buf_line(b, "for (int r = 1; r < SPLITK; r++) {");
-        kt_buf_line(b, "    const float4 v = ktg_ld_cluster4(ktg_remote(at, r));");
+        kt_buf_line(b, "    const float4 v = kt_ld_cluster4(kt_cluster_addr(at, r));");
         kt_buf_line(b, "    sum.x += v.x;");
         kt_buf_line(b, "    sum.y += v.y;");
         kt_buf_line(b, "    sum.z += v.z;");
@@ -1855,16 +1824,16 @@ static void emit_cluster_epilogue(const gemm_emit *e)
         kt_buf_line(b, "acc[i][j][3] = sum.w;");
     } else {
         kt_buf_line(b, "float *const at = part_s + (i * TN + j) * THREADS;");
-        kt_buf_line(b, "float sum = ktg_ld_cluster(ktg_remote(at, 0));");
+        kt_buf_line(b, "float sum = kt_ld_cluster(kt_cluster_addr(at, 0));");
         kt_buf_line(b, "#pragma unroll");
         kt_buf_line(b, "for (int r = 1; r < SPLITK; r++)");
-        kt_buf_line(b, "    sum += ktg_ld_cluster(ktg_remote(at, r));");
+        kt_buf_line(b, "    sum += kt_ld_cluster(kt_cluster_addr(at, r));");
         kt_buf_line(b, "acc[i][j] = sum;");
     }
     b->indent = 4;
     kt_buf_line(b, "    }");
     kt_buf_line(b, "}");
-    kt_buf_line(b, "ktg_cluster_sync(); /* the other slices are done reading this one */");
+    kt_buf_line(b, "kt_cluster_sync(); /* the other slices are done reading this one */");
 }
 
 /* ag, bg: operand A and B of batch bz (broadcast batch dims folded in). */

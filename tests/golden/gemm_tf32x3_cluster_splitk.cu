@@ -120,19 +120,25 @@ __device__ __forceinline__ void kt_split_tf32(float x, unsigned &big, unsigned &
  * (i * NI + j) % SPLITK == r over slices 0, 1, ... in order (deterministic), reading the others'
  * shared memory, and stores them through the epilogue. A second barrier keeps every block's shared
  * memory alive until the others have read it. */
-__device__ __forceinline__ void ktg_cluster_sync()
+/* ---- thread-block cluster helpers ---- */
+__device__ __forceinline__ void kt_cluster_sync()
 {
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-/* The address of p (this block's shared memory) in the shared memory of cluster block rank. */
-__device__ __forceinline__ unsigned ktg_remote(const void *p, unsigned rank)
+__device__ __forceinline__ unsigned kt_cluster_addr(const void *p, unsigned rank)
 {
     unsigned a = (unsigned)__cvta_generic_to_shared(p), r;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
     return r;
 }
-__device__ __forceinline__ float4 ktg_ld_cluster4(unsigned addr)
+__device__ __forceinline__ float kt_ld_cluster(unsigned addr)
+{
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ float4 kt_ld_cluster4(unsigned addr)
 {
     float4 v;
     asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
@@ -335,7 +341,7 @@ extern "C" __global__ void __cluster_dims__(SPLITK, 1, 1) __launch_bounds__(THRE
         #pragma unroll
         for (int j = 0; j < NI; j++)
             *reinterpret_cast<float4 *>(part_s + (i * NI + j) * THREADS * 4) = make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
-    ktg_cluster_sync(); /* every slice's partial is in place */
+    kt_cluster_sync(); /* every slice's partial is in place */
     #pragma unroll
     for (int i = 0; i < MI; i++) {
         #pragma unroll
@@ -343,10 +349,10 @@ extern "C" __global__ void __cluster_dims__(SPLITK, 1, 1) __launch_bounds__(THRE
             if ((i * NI + j) % SPLITK != slice)
                 continue;
             float *const at = part_s + (i * NI + j) * THREADS * 4;
-            float4 sum = ktg_ld_cluster4(ktg_remote(at, 0));
+            float4 sum = kt_ld_cluster4(kt_cluster_addr(at, 0));
             #pragma unroll
             for (int r = 1; r < SPLITK; r++) {
-                const float4 v = ktg_ld_cluster4(ktg_remote(at, r));
+                const float4 v = kt_ld_cluster4(kt_cluster_addr(at, r));
                 sum.x += v.x;
                 sum.y += v.y;
                 sum.z += v.z;
@@ -358,7 +364,7 @@ extern "C" __global__ void __cluster_dims__(SPLITK, 1, 1) __launch_bounds__(THRE
             acc[i][j][3] = sum.w;
         }
     }
-    ktg_cluster_sync(); /* the other slices are done reading this one */
+    kt_cluster_sync(); /* the other slices are done reading this one */
     /* Accumulator (i, j) holds rows g, g + 8 and columns 2t, 2t + 1 of its 16 x 8 mma tile. */
     const int g = lane >> 2, t = lane & 3;
     #pragma unroll
