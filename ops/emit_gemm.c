@@ -63,7 +63,9 @@ enum { MMA_SYNC, MMA_WGMMA, MMA_WGMMA_SPLIT };
 
 static const char *const math_labels[] = {"ffma", "tf32", "f16", "bf16", "tf32x3"};
 static const char *const smem_labels[] = {"pad", "xor"};
-static const char *const splitk_mode_labels[] = {"parallel", "serial", "cluster"};
+/* by position in the knob's value list (cluster between the other two: refinement moves one
+ * step, so from cluster it tries both) */
+static const char *const splitk_mode_labels[] = {"parallel", "cluster", "serial"};
 static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_split"};
 
 static const ops_knob gemm_knobs[KN_COUNT] = {
@@ -83,7 +85,7 @@ static const ops_knob gemm_knobs[KN_COUNT] = {
      * Meaningless with splitk=1. */
     [KN_SPLITK_MODE] = {"splitk_mode",
                         3,
-                        {SPLITK_PARALLEL, SPLITK_SERIAL, SPLITK_CLUSTER},
+                        {SPLITK_PARALLEL, SPLITK_CLUSTER, SPLITK_SERIAL},
                         splitk_mode_labels},
     /* tensor-core instruction: warp-level mma.sync, or Hopper's warpgroup wgmma (tf32x3 on f32
      * data only, see emit_wgmma_kernel: bm is the wgmma N, bn 64 rows per warpgroup) */
