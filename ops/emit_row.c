@@ -1794,6 +1794,40 @@ static void emit_combine(rw_gen *s, kt_buf *b, int level)
     emit_row_nodes(s, b, level);
 }
 
+/* The rest of a split_row / split_cluster kernel: kt_red, which thread, row and chunk (for
+ * split_cluster the chunk is the block's rank in its cluster), then body (freed), closing the
+ * kernel. */
+static void emit_chunk_kernel_end(rw_gen *s, kt_buf *b, kt_buf *body)
+{
+    const rw_info *in = s->in;
+    const rw_plan *p = s->p;
+    if (p->tpr > 32)
+        kt_buf_line(b, "    __shared__ float kt_red[%d];",
+                    (p->tpr / 32) * (p->red_floats ? p->red_floats : 1));
+    kt_buf_line(b, "    const int t = threadIdx.x;");
+    if (p->tpr > 32) {
+        kt_buf_line(b, "    const int lane = threadIdx.x %% 32;");
+        kt_buf_line(b, "    const int warp = t / 32;");
+    }
+    kt_buf_line(b, "    const %s row = blockIdx.x / %d;", s->ix, p->S);
+    kt_buf_line(b, "    const int sp = blockIdx.x %% %d; /* which chunk of the row */", p->S);
+    kt_buf_line(b, "    const %s jbeg = (%s)sp * %lld;", s->ix, s->ix, (long long)p->chunk);
+    kt_buf_line(b, "    const %s jend = jbeg + %lld < %lld ? jbeg + %lld : %lld;", s->ix,
+                (long long)p->chunk, (long long)in->L, (long long)p->chunk, (long long)in->L);
+    kt_buf ind = {0};
+    ind.indent = 4;
+    emit_row_coords(s, &ind);
+    if (ind.data)
+        kt_buf_printf(b, "%s", ind.data);
+    if (body->data)
+        kt_buf_printf(b, "%s", body->data);
+    kt_buf_printf(b, "}\n");
+    if (kt_buf_status(body) < 0 || kt_buf_status(&ind) < 0)
+        b->oom = true;
+    kt_buf_free(body);
+    kt_buf_free(&ind);
+}
+
 /* Kernel `level` of split_row (level n_levels + 1: the output kernel). */
 static void emit_split_kernel(rw_gen *s, kt_buf *b, const char *entry, int level,
                               ops_kernel_launch *k)
@@ -1833,32 +1867,8 @@ static void emit_split_kernel(rw_gen *s, kt_buf *b, const char *entry, int level
         }
         emit_row_outputs(s, &body, "sp == 0 && threadIdx.x == 0");
     }
-    if (p->tpr > 32)
-        kt_buf_line(b, "    __shared__ float kt_red[%d];",
-                    (p->tpr / 32) * (p->red_floats ? p->red_floats : 1));
     kt_buf_line(b, "    float *const ws = static_cast<float *>(workspace);");
-    kt_buf_line(b, "    const int t = threadIdx.x;");
-    if (p->tpr > 32) {
-        kt_buf_line(b, "    const int lane = threadIdx.x %% 32;");
-        kt_buf_line(b, "    const int warp = t / 32;");
-    }
-    kt_buf_line(b, "    const %s row = blockIdx.x / %d;", s->ix, p->S);
-    kt_buf_line(b, "    const int sp = blockIdx.x %% %d; /* which chunk of the row */", p->S);
-    kt_buf_line(b, "    const %s jbeg = (%s)sp * %lld;", s->ix, s->ix, (long long)p->chunk);
-    kt_buf_line(b, "    const %s jend = jbeg + %lld < %lld ? jbeg + %lld : %lld;", s->ix,
-                (long long)p->chunk, (long long)in->L, (long long)p->chunk, (long long)in->L);
-    kt_buf ind = {0};
-    ind.indent = 4;
-    emit_row_coords(s, &ind);
-    if (ind.data)
-        kt_buf_printf(b, "%s", ind.data);
-    if (body.data)
-        kt_buf_printf(b, "%s", body.data);
-    kt_buf_printf(b, "}\n");
-    if (kt_buf_status(&body) < 0 || kt_buf_status(&ind) < 0)
-        b->oom = true;
-    kt_buf_free(&body);
-    kt_buf_free(&ind);
+    emit_chunk_kernel_end(s, b, &body);
 }
 
 /* The one kernel of split_cluster: per level, each block's partial of its chunk goes to its
@@ -1867,7 +1877,6 @@ static void emit_split_kernel(rw_gen *s, kt_buf *b, const char *entry, int level
 static void emit_cluster_kernel(rw_gen *s, kt_buf *b, const char *entry, ops_kernel_launch *k)
 {
     const rw_info *in = s->in;
-    const rw_plan *p = s->p;
     emit_signature(s, b, entry, false, k);
     kt_buf body = {0};
     body.indent = 4;
@@ -1903,35 +1912,9 @@ static void emit_cluster_kernel(rw_gen *s, kt_buf *b, const char *entry, ops_ker
         emit_pass(s, &body, in->n_levels + 1, NULL, 0);
     }
     emit_row_outputs(s, &body, "sp == 0 && threadIdx.x == 0");
-    if (p->tpr > 32)
-        kt_buf_line(b, "    __shared__ float kt_red[%d];",
-                    (p->tpr / 32) * (p->red_floats ? p->red_floats : 1));
     kt_buf_line(b, "    __shared__ float kt_part[%d]; /* this chunk's partial of every level */",
                 cluster_part_offset(in, in->n_levels + 1));
-    kt_buf_line(b, "    const int t = threadIdx.x;");
-    if (p->tpr > 32) {
-        kt_buf_line(b, "    const int lane = threadIdx.x %% 32;");
-        kt_buf_line(b, "    const int warp = t / 32;");
-    }
-    kt_buf_line(b, "    const %s row = blockIdx.x / %d;", s->ix, p->S);
-    kt_buf_line(b, "    const int sp = blockIdx.x %% %d; /* which chunk of the row: the block's "
-                   "rank in its cluster */",
-                p->S);
-    kt_buf_line(b, "    const %s jbeg = (%s)sp * %lld;", s->ix, s->ix, (long long)p->chunk);
-    kt_buf_line(b, "    const %s jend = jbeg + %lld < %lld ? jbeg + %lld : %lld;", s->ix,
-                (long long)p->chunk, (long long)in->L, (long long)p->chunk, (long long)in->L);
-    kt_buf ind = {0};
-    ind.indent = 4;
-    emit_row_coords(s, &ind);
-    if (ind.data)
-        kt_buf_printf(b, "%s", ind.data);
-    if (body.data)
-        kt_buf_printf(b, "%s", body.data);
-    kt_buf_printf(b, "}\n");
-    if (kt_buf_status(&body) < 0 || kt_buf_status(&ind) < 0)
-        b->oom = true;
-    kt_buf_free(&body);
-    kt_buf_free(&ind);
+    emit_chunk_kernel_end(s, b, &body);
 }
 
 /* ---- family entry points ---- */

@@ -82,13 +82,13 @@ __device__ __forceinline__ float4 kt_ld_cluster4(unsigned addr)
 /* 16 rows of 16384 elements, 8 chunks of 2048 per row, a cluster per row */
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) ktune_row_split_cluster_t512_one_v4(const float *__restrict__ in0_x, float *__restrict__ out0_y)
 {
-    __shared__ float kt_red[32];
     __shared__ float kt_part[2]; /* this chunk's partial of every level */
+    __shared__ float kt_red[32];
     const int t = threadIdx.x;
     const int lane = threadIdx.x % 32;
     const int warp = t / 32;
     const int row = blockIdx.x / 8;
-    const int sp = blockIdx.x % 8; /* which chunk of the row: the block's rank in its cluster */
+    const int sp = blockIdx.x % 8; /* which chunk of the row */
     const int jbeg = (int)sp * 2048;
     const int jend = jbeg + 2048 < 16384 ? jbeg + 2048 : 16384;
     const int o = row;
