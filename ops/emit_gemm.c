@@ -1725,6 +1725,18 @@ static void main_entry(const gemm_cfg *c, char *buf, size_t len)
                           : "");
 }
 
+/* A loop over the thread's accumulator tiles running `tc` (mma paths: acc[i][j][0..3]) or `ffma`
+ * (acc[i][j]) for each: the split-K modes keep partial tiles in this register order. */
+static void emit_acc_copy(const gemm_emit *e, const char *tc, const char *ffma)
+{
+    kt_buf *b = e->b;
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < %s; i++)", e->c->tc ? "MI" : "TM");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < %s; j++)", e->c->tc ? "NI" : "TN");
+    kt_buf_line(b, "        %s", e->c->tc ? tc : ffma);
+}
+
 /* Serial split-K, after the k loop: wait for this slice's turn, add the running sum of the
  * lower slices to the accumulators, then either store the sum and pass the turn on (returning)
  * or, in the last slice, fall through to the epilogue. */
@@ -1764,15 +1776,9 @@ static void emit_serial_epilogue(const gemm_emit *e)
     kt_buf_line(b, "}");
     kt_buf_line(b, "if (slice < SPLITK - 1) {");
     b->indent = 8;
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int i = 0; i < %s; i++)", c->tc ? "MI" : "TM");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int j = 0; j < %s; j++)", ni);
-    if (c->tc)
-        kt_buf_line(b, "        kt_st_cg4(run + (i * NI + j) * THREADS * 4, acc[i][j][0], "
-                       "acc[i][j][1], acc[i][j][2], acc[i][j][3]);");
-    else
-        kt_buf_line(b, "        kt_st_cg(run + (i * TN + j) * THREADS, acc[i][j]);");
+    emit_acc_copy(e, "kt_st_cg4(run + (i * NI + j) * THREADS * 4, acc[i][j][0], acc[i][j][1], "
+                     "acc[i][j][2], acc[i][j][3]);",
+                  "kt_st_cg(run + (i * TN + j) * THREADS, acc[i][j]);");
     kt_buf_line(b, "ktg_pass_turn(sem, slice + 1);");
     kt_buf_line(b, "return;");
     b->indent = 4;
@@ -1792,15 +1798,10 @@ static void emit_cluster_epilogue(const gemm_emit *e)
     kt_buf_line(b, "__syncthreads(); /* every warp is done with the pipeline's tiles */");
     kt_buf_line(b, "float *part_s = reinterpret_cast<float *>(kt_smem) + threadIdx.x%s;",
                 c->tc ? " * 4" : "");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int i = 0; i < %s; i++)", c->tc ? "MI" : "TM");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int j = 0; j < %s; j++)", ni);
-    if (c->tc)
-        kt_buf_line(b, "        *reinterpret_cast<float4 *>(part_s + (i * NI + j) * THREADS * 4) "
-                       "= make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);");
-    else
-        kt_buf_line(b, "        part_s[(i * TN + j) * THREADS] = acc[i][j];");
+    emit_acc_copy(e,
+                  "*reinterpret_cast<float4 *>(part_s + (i * NI + j) * THREADS * 4) = "
+                  "make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);",
+                  "part_s[(i * TN + j) * THREADS] = acc[i][j];");
     kt_buf_line(b, "kt_cluster_sync(); /* every slice's partial is in place */");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int i = 0; i < %s; i++) {", c->tc ? "MI" : "TM");
