@@ -1465,7 +1465,8 @@ static void emit_turn_pass(kt_buf *b, const attn_geom *m, bool last)
     if (!m->wg_async)
         return;
     if (last)
-        kt_buf_line(b, "if (wg != NWG - 1) /* nobody issues after the last warpgroup's last turn */");
+        kt_buf_line(b,
+                    "if (wg != NWG - 1) /* nobody issues after the last warpgroup's last turn */");
     kt_buf_line(b, "%skt_bar_arrive(1 + (wg + 1) %% NWG, 256); /* the next warpgroup's turn */",
                 last ? "    " : "");
 }
@@ -1555,8 +1556,8 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
                        (long long)a->skv);
         kt_buf_line(b, "if (n_tiles > 1) {");
         b->indent += 4;
-        emit_tile_load(b, m, "K tile 1", "sK + BKV * D", "gK", m->bkv, d, "kt_woff", m->bkv,
-                       "BKV", (long long)a->skv);
+        emit_tile_load(b, m, "K tile 1", "sK + BKV * D", "gK", m->bkv, d, "kt_woff", m->bkv, "BKV",
+                       (long long)a->skv);
         b->indent -= 4;
         kt_buf_line(b, "}");
         kt_buf_line(b, "kt_cp_async_commit();");
@@ -1605,7 +1606,8 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
         emit_async_tile_load(b, a, m, "V", "tile + 1");
     } else {
         if (m->stages == 2)
-            kt_buf_line(b, "__syncthreads(); /* every warpgroup is done with K_tile and V_tile-1 */");
+            kt_buf_line(b,
+                        "__syncthreads(); /* every warpgroup is done with K_tile and V_tile-1 */");
         else
             kt_buf_line(b, "/* K_tile+2 and V_tile+1 go where K_tile-1 and V_tile-2 were: every "
                            "warpgroup passed the last barrier, so it is done with them */");
@@ -1619,8 +1621,8 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
         kt_buf_line(b, "if (tile + 1 < n_tiles) {");
         b->indent += 4;
         kt_buf_line(b, "const int kv1 = (tile + 1) * BKV;");
-        emit_tile_load(b, m, "V tile + 1", "(sV + (tile + 1) % NST * BKV * DV)", "gV", m->bkv,
-                       dv, "kt_woff", m->bkv, "kv1", (long long)a->skv);
+        emit_tile_load(b, m, "V tile + 1", "(sV + (tile + 1) % NST * BKV * DV)", "gV", m->bkv, dv,
+                       "kt_woff", m->bkv, "kv1", (long long)a->skv);
         b->indent -= 4;
         kt_buf_line(b, "}");
         kt_buf_line(b, "kt_cp_async_commit();");
@@ -1707,8 +1709,10 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     attn_geometry(&a, s, &m);
     char entry[64];
     snprintf(entry, sizeof(entry), "ktune_attention_%s%s_q%d_kv%d_w%d_s%d", math_labels[m.math],
-             m.wg_async ? "_wgmma_async" : m.wgmma ? "_wgmma" : "", m.bq, m.bkv, m.warps,
-             m.stages);
+             m.wg_async ? "_wgmma_async"
+             : m.wgmma  ? "_wgmma"
+                        : "",
+             m.bq, m.bkv, m.warps, m.stages);
 
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);

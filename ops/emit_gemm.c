@@ -1004,7 +1004,8 @@ static void emit_cluster_helpers(const gemm_emit *e)
         "shared memory\n"
         " * in register order; after a cluster barrier, slice r sums the partials of the mma tiles "
         "(i, j) with\n"
-        " * (i * NI + j) %% SPLITK == r over slices 0, 1, ... in order (deterministic), reading the "
+        " * (i * NI + j) %% SPLITK == r over slices 0, 1, ... in order (deterministic), reading "
+        "the "
         "others'\n"
         " * shared memory, and stores them through the epilogue. A second barrier keeps every "
         "block's shared\n"
@@ -1719,7 +1720,7 @@ static void main_entry(const gemm_cfg *c, char *buf, size_t len)
              : c->wgmma  ? "_wgmma"
                          : "",
              c->bm, c->bn, c->bk,
-             c->parallel ? "_partial"
+             c->parallel  ? "_partial"
              : c->serial  ? "_serial"
              : c->cluster ? "_cluster"
                           : "");
@@ -1776,8 +1777,9 @@ static void emit_serial_epilogue(const gemm_emit *e)
     kt_buf_line(b, "}");
     kt_buf_line(b, "if (slice < SPLITK - 1) {");
     b->indent = 8;
-    emit_acc_copy(e, "kt_st_cg4(run + (i * NI + j) * THREADS * 4, acc[i][j][0], acc[i][j][1], "
-                     "acc[i][j][2], acc[i][j][3]);",
+    emit_acc_copy(e,
+                  "kt_st_cg4(run + (i * NI + j) * THREADS * 4, acc[i][j][0], acc[i][j][1], "
+                  "acc[i][j][2], acc[i][j][3]);",
                   "kt_st_cg(run + (i * TN + j) * THREADS, acc[i][j]);");
     kt_buf_line(b, "ktg_pass_turn(sem, slice + 1);");
     kt_buf_line(b, "return;");

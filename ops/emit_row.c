@@ -59,7 +59,7 @@ enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE, ST_CLUSTER };
 enum { PASS_MULTI, PASS_ONE };
 enum { STO_REGS, STO_SHARED, STO_REREAD };
 
-static const char *const strategy_labels[] = {"warp_per_row", "block_per_row", "rows_per_block",
+static const char *const strategy_labels[] = {"warp_per_row", "block_per_row",  "rows_per_block",
                                               "split_row",    "thread_per_row", "lane_per_row",
                                               "split_cluster"};
 static const char *const pass_labels[] = {"multi_pass", "one_pass"};
@@ -77,12 +77,12 @@ static const ops_knob row_knobs[N_KNOBS] = {
     [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL}, /* 8: 16-byte accesses of 16-bit data */
 };
 
-#define RW_MAX_SLOTS  (OPS_GROUP_MAX_IO + OPS_GROUP_MAX_NODES)
-#define RW_MAX_GRID   2147483647LL
-#define RW_MAX_SPLITS 256
-#define RW_MAX_CLUSTER 8 /* split_cluster: the portable cluster size */
-#define RW_MAX_CACHED 64  /* floats per thread kept in registers */
-#define MM_MAX_K      512 /* the longest dot product of a matmul prologue */
+#define RW_MAX_SLOTS   (OPS_GROUP_MAX_IO + OPS_GROUP_MAX_NODES)
+#define RW_MAX_GRID    2147483647LL
+#define RW_MAX_SPLITS  256
+#define RW_MAX_CLUSTER 8   /* split_cluster: the portable cluster size */
+#define RW_MAX_CACHED  64  /* floats per thread kept in registers */
+#define MM_MAX_K       512 /* the longest dot product of a matmul prologue */
 
 typedef enum rw_cls { CL_NONE, CL_FULL, CL_ROW, CL_FLAT } rw_cls;
 
@@ -690,8 +690,9 @@ static const char *rw_plan_of(const rw_info *in, const ops_schedule *s, const op
         return "shape";
     p->nk = (int)((p->chunk + (int64_t)p->tpr * p->vec - 1) / ((int64_t)p->tpr * p->vec));
     p->rows_per_block = (int64_t)p->G * p->rseq;
-    p->grid = p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER ? in->n_rows * p->S
-                                      : (in->n_rows + p->rows_per_block - 1) / p->rows_per_block;
+    p->grid = p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER
+                  ? in->n_rows * p->S
+                  : (in->n_rows + p->rows_per_block - 1) / p->rows_per_block;
     if (p->grid > RW_MAX_GRID)
         return "shape";
     if (p->rows_per_block > 2 * in->n_rows && p->rseq > 1)
@@ -1668,8 +1669,7 @@ static void emit_fused_kernel(rw_gen *s, kt_buf *b, const char *entry, ops_kerne
         else if (p->G > 1)
             kt_buf_line(b, "    const int g = threadIdx.x; /* row group: a row per thread */");
         if (p->tpr > 1 && p->G > 1)
-            kt_buf_line(b, "    const int t = threadIdx.x %% %d; /* thread in the row */",
-                        p->tpr);
+            kt_buf_line(b, "    const int t = threadIdx.x %% %d; /* thread in the row */", p->tpr);
         else if (p->tpr > 1)
             kt_buf_line(b, "    const int t = threadIdx.x; /* thread in the row */");
     }
@@ -1902,7 +1902,8 @@ static void emit_cluster_kernel(rw_gen *s, kt_buf *b, const char *entry, ops_ker
         kt_buf_line(&body, "}");
         body.indent -= 4;
         kt_buf_line(&body, "}");
-        kt_buf_line(&body, "kt_cluster_sync(); /* every chunk's level-%d partial is in place */", q);
+        kt_buf_line(&body, "kt_cluster_sync(); /* every chunk's level-%d partial is in place */",
+                    q);
         emit_combine(s, &body, q);
     }
     kt_buf_line(&body, "kt_cluster_sync(); /* every block has read the partials it needs from the "
@@ -2173,9 +2174,8 @@ static void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_
         reread = 0.3 * (passes - 1) * elems * row_in_bytes;
     else if (p->n_cached == 0)
         reread = 0.3 * (passes - 1) * elems * row_in_bytes;
-    double ws = split && !cluster
-                    ? 2.0 * (double)ws_level_offset(in, p, in->n_levels + 1) * 4 * p->S
-                    : 0;
+    double ws =
+        split && !cluster ? 2.0 * (double)ws_level_offset(in, p, in->n_levels + 1) * 4 * p->S : 0;
     double bytes = in_bytes + out_bytes + reread + ws;
     /* Strided rows read by several threads along the row touch a sector per element. */
     if (in->inner > 1 && p->tpr > 1 && p->strategy != ST_LANE)

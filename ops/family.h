@@ -173,7 +173,7 @@ bool ops_is_elementwise(ops_op op);
 void ops_emit_identifier(const char *name, char *out, size_t len);
 /* Vector types of the emitted kernels: "<ctype>_x<vec>", a struct of vec elements aligned to its
  * size. A set of them is a bitmask with bit OPS_VEC_BIT(dt, vec) per type used. */
-#define OPS_VEC_BIT(dt, vec) (1u << ((dt) * 4 + ops_ilog2(vec)))
+#define OPS_VEC_BIT(dt, vec) (1u << ((dt)*4 + ops_ilog2(vec)))
 int ops_ilog2(int v); /* the smallest l with 2^l >= v */
 void ops_emit_vec_type_name(ops_dtype dt, int vec, char *out, size_t len);
 /* Appends the definitions of the vector types in the set (f32, f16, bf16; 2, 4 or 8 wide). */

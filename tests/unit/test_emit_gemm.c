@@ -1039,12 +1039,19 @@ static void test_fragment_maps(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),           cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_raster_bijection),  cmocka_unit_test(test_smem_swizzle),
-        cmocka_unit_test(test_fragment_maps),     cmocka_unit_test(test_estimate),
-        cmocka_unit_test(test_launch_and_golden), cmocka_unit_test(test_wgmma),
-        cmocka_unit_test(test_compile_ragged),    cmocka_unit_test(test_compile_sm80),
-        cmocka_unit_test(test_serial_splitk),     cmocka_unit_test(test_cluster_splitk),     cmocka_unit_test(test_compile_spread_sm90),
+        cmocka_unit_test(test_matches),
+        cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_raster_bijection),
+        cmocka_unit_test(test_smem_swizzle),
+        cmocka_unit_test(test_fragment_maps),
+        cmocka_unit_test(test_estimate),
+        cmocka_unit_test(test_launch_and_golden),
+        cmocka_unit_test(test_wgmma),
+        cmocka_unit_test(test_compile_ragged),
+        cmocka_unit_test(test_compile_sm80),
+        cmocka_unit_test(test_serial_splitk),
+        cmocka_unit_test(test_cluster_splitk),
+        cmocka_unit_test(test_compile_spread_sm90),
     };
     return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
 }

@@ -550,7 +550,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches),      cmocka_unit_test(test_counts),
         cmocka_unit_test(test_estimate),     cmocka_unit_test(test_golden),
-        cmocka_unit_test(test_lane_per_row),  cmocka_unit_test(test_split_cluster),
+        cmocka_unit_test(test_lane_per_row), cmocka_unit_test(test_split_cluster),
         cmocka_unit_test(test_split_launch), cmocka_unit_test(test_each_strategy),
         cmocka_unit_test(test_ragged),       cmocka_unit_test(test_compile_spread),
     };
