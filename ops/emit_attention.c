@@ -47,13 +47,13 @@ enum { MATH_FFMA = 0, MATH_F16 = 1, MATH_BF16 = 2 };
 enum { LAYOUT_PAD = 0, LAYOUT_SWIZZLE = 1 };
 enum { QFRAG_SMEM = 0, QFRAG_REGS = 1 };
 enum { EXP_E = 0, EXP_2 = 1 };
-enum { MMA_SYNC = 0, MMA_WGMMA = 1, MMA_WGMMA_ASYNC = 2 };
+enum { MMA_SYNC = 0, MMA_WGMMA = 1 };
 
 static const char *const math_labels[] = {"ffma", "f16", "bf16"};
 static const char *const layout_labels[] = {"pad", "swizzle"};
 static const char *const qfrag_labels[] = {"smem", "regs"};
 static const char *const exp_labels[] = {"exp", "exp2"};
-static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_async"};
+static const char *const mma_labels[] = {"sync", "wgmma"};
 
 static const ops_knob attention_knobs[N_KNOBS] = {
     [K_BQ] = {"bq", 3, {64, 128, 192}, NULL},
@@ -67,9 +67,8 @@ static const ops_knob attention_knobs[N_KNOBS] = {
     [K_QFRAG] = {"q", 2, {QFRAG_SMEM, QFRAG_REGS}, qfrag_labels},
     /* natural exp, or exp2 with log2(e) folded into the scale */
     [K_EXP] = {"exp", 2, {EXP_E, EXP_2}, exp_labels},
-    /* 16-bit path only: mma.sync, or Hopper's warpgroup wgmma with block barriers or with
-     * mbarriers and ping-pong (the header says how) */
-    [K_MMA] = {"mma", 3, {MMA_SYNC, MMA_WGMMA, MMA_WGMMA_ASYNC}, mma_labels},
+    /* 16-bit path only: mma.sync, or Hopper's warpgroup wgmma */
+    [K_MMA] = {"mma", 2, {MMA_SYNC, MMA_WGMMA}, mma_labels},
 };
 
 /* Registers a thread may plan for; ptxas needs headroom for addresses and temporaries. */
@@ -161,7 +160,6 @@ static bool attention_matches(const ops_group *grp)
 
 typedef struct attn_geom {
     int bq, bkv, warps, threads, stages, math, layout, qfrag, exp2, wgmma;
-    int wg_async;     /* wgmma: mbarrier-synchronised rings and ping-pong warpgroups */
     int mt;           /* mma: 16-row m tiles per warp (wgmma: 1, a warp's share of 64 rows) */
     int tx, ty;       /* ffma: thread grid (columns x rows) */
     int rq, rk, rd;   /* ffma: micro-tile rows, S columns, O columns per thread */
@@ -184,8 +182,7 @@ static void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *
     m->layout = s->v[K_LAYOUT];
     m->qfrag = s->v[K_QFRAG];
     m->exp2 = s->v[K_EXP] == EXP_2;
-    m->wgmma = s->v[K_MMA] == MMA_WGMMA || s->v[K_MMA] == MMA_WGMMA_ASYNC;
-    m->wg_async = s->v[K_MMA] == MMA_WGMMA_ASYNC;
+    m->wgmma = s->v[K_MMA] == MMA_WGMMA;
     int d = (int)a->d, dv = (int)a->dv;
     if (m->math == MATH_FFMA) {
         m->tx = 16;
@@ -206,11 +203,8 @@ static void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *
         m->mt = 1;
         m->qs = m->ks = d;
         m->vs = dv;
-        /* unpadded swizzled tiles, plus 1 KiB to align the first to 1024 bytes (async: and the
-         * mbarriers, Q's and four per ring slot) */
+        /* unpadded swizzled tiles, plus 1 KiB to align the first to 1024 bytes */
         m->smem = 2 * ((int64_t)m->bq * d + (int64_t)m->stages * m->bkv * (d + dv)) + 1024;
-        if (m->wg_async)
-            m->smem += 8 * (1 + 4 * (int64_t)m->stages);
         /* S and O accumulators, P repacked (alive while the P V wgmmas run), statistics. */
         m->regs = m->bkv / 2 + dv / 2 + m->bkv / 4 + 40; /* ptxas 13.0: 110-203 */
     } else {
@@ -287,11 +281,6 @@ static const char *attention_prune(const ops_group *grp, const ops_schedule *s,
                 return "divisibility"; /* a warpgroup per 64 query rows */
             if (m.bkv < 64)
                 return "divisibility";
-            /* Without a block barrier the warpgroups drift up to half a tile apart; a ring of
-             * two buffers would lock them again (a slot is refilled only once every warpgroup
-             * is done with its previous tile), and one warpgroup has no one to ping-pong with. */
-            if (m.wg_async && (m.stages < 3 || m.warps < 8))
-                return "redundant";
         } else if (m.warps > 8 || m.bq > 128 || m.stages > 2) {
             return "redundant"; /* 192-row tiles and 3-buffer rings are the wgmma path's */
         }
@@ -1388,114 +1377,19 @@ static void emit_wgmma_pack(kt_buf *b)
     kt_buf_line(b, "}");
 }
 
-/* Helpers of the mbarrier-synchronised kernel (mma=wgmma_async). */
-static const char wgmma_async_helpers[] =
-    "/* ---- mbarriers (8 bytes of shared memory each) and named barriers ---- */\n"
-    "__device__ __forceinline__ void kt_mbar_init(unsigned long long *bar, unsigned count)\n"
-    "{\n"
-    "    asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\\n\" ::\"r\"(kt_smem_u32(bar)),\n"
-    "                 \"r\"(count) : \"memory\");\n"
-    "}\n"
-    "__device__ __forceinline__ void kt_mbar_arrive(unsigned long long *bar)\n"
-    "{\n"
-    "    asm volatile(\"mbarrier.arrive.shared::cta.b64 _, [%0];\\n\" ::\"r\"(kt_smem_u32(bar))\n"
-    "                 : \"memory\");\n"
-    "}\n"
-    "/* Waits until the phase of this parity has completed. */\n"
-    "__device__ __forceinline__ void kt_mbar_wait(unsigned long long *bar, unsigned parity)\n"
-    "{\n"
-    "    unsigned done;\n"
-    "    do {\n"
-    "        asm volatile(\"{\\n.reg .pred p;\\n\"\n"
-    "                     \"mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n\"\n"
-    "                     \"selp.u32 %0, 1, 0, p;\\n}\\n\"\n"
-    "                     : \"=r\"(done) : \"r\"(kt_smem_u32(bar)), \"r\"(parity) : \"memory\");\n"
-    "    } while (!done);\n"
-    "}\n"
-    "/* The thread's arrival, made when its cp.asyncs issued so far have landed (.noinc: the\n"
-    "   barrier's count includes it). */\n"
-    "__device__ __forceinline__ void kt_cp_async_arrive(unsigned long long *bar)\n"
-    "{\n"
-    "    asm volatile(\"cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\\n\"\n"
-    "                 ::\"r\"(kt_smem_u32(bar)) : \"memory\");\n"
-    "}\n"
-    "/* Named barrier ID between N threads: wait for it, or only count in. */\n"
-    "__device__ __forceinline__ void kt_bar_sync(int id, int n)\n"
-    "{\n"
-    "    asm volatile(\"bar.sync %0, %1;\\n\" ::\"r\"(id), \"r\"(n) : \"memory\");\n"
-    "}\n"
-    "__device__ __forceinline__ void kt_bar_arrive(int id, int n)\n"
-    "{\n"
-    "    asm volatile(\"bar.arrive %0, %1;\\n\" ::\"r\"(id), \"r\"(n) : \"memory\");\n"
-    "}\n";
-
-/* mma=wgmma_async: the copy of tile J of K or V (WHAT "K" / "V") into its ring slot, issued by
- * every thread for its share, once every thread released the slot's previous tile; the slot's
- * full barrier completes when the copies land. */
-static void emit_async_tile_load(kt_buf *b, const attn_info *a, const attn_geom *m,
-                                 const char *what, const char *j)
-{
-    bool is_k = what[0] == 'K';
-    char dst[64], label[32];
-    snprintf(dst, sizeof(dst), "(s%s + slot * BKV * %s)", what, is_k ? "D" : "DV");
-    snprintf(label, sizeof(label), "%s tile jt", what);
-    kt_buf_line(b, "{");
-    b->indent += 4;
-    kt_buf_line(b, "const int jt = %s, slot = jt %% NST, row0 = jt * BKV;", j);
-    kt_buf_line(b, "if (jt >= NST)");
-    kt_buf_line(b, "    kt_mbar_wait(&empty_%c[slot], (jt / NST - 1) & 1);", is_k ? 'k' : 'v');
-    emit_tile_load(b, m, label, dst, is_k ? "gK" : "gV", m->bkv, is_k ? (int)a->d : (int)a->dv,
-                   "kt_woff", m->bkv, "row0", (long long)a->skv);
-    kt_buf_line(b, "kt_cp_async_arrive(&full_%c[slot]);", is_k ? 'k' : 'v');
-    b->indent -= 4;
-    kt_buf_line(b, "}");
-}
-
-/* mma=wgmma_async: the warpgroups' turns at issuing MMAs. Warpgroup wg waits for its turn on
- * named barrier 1 + wg before issuing and passes the turn on after (the last warpgroup to the
- * first, except after the kernel's last issue, which nobody waits for). */
-static void emit_turn_wait(kt_buf *b, const attn_geom *m)
-{
-    if (m->wg_async)
-        kt_buf_line(b, "kt_bar_sync(1 + wg, 256); /* this warpgroup's turn */");
-}
-
-static void emit_turn_pass(kt_buf *b, const attn_geom *m, bool last)
-{
-    if (!m->wg_async)
-        return;
-    if (last)
-        kt_buf_line(b,
-                    "if (wg != NWG - 1) /* nobody issues after the last warpgroup's last turn */");
-    kt_buf_line(b, "%skt_bar_arrive(1 + (wg + 1) %% NWG, 256); /* the next warpgroup's turn */",
-                last ? "    " : "");
-}
-
 /* The Hopper kernel, software-pipelined inside each warpgroup: while the tensor cores run
  * O += P_j V_j, the warpgroup's threads compute the softmax of S_j+1 = Q K_j+1^T (issued just
  * before), so the exponentials (the MUFU unit: as much time as the MMAs at D = 64) overlap the
  * MMAs. O's rescale for S_j+1's new max waits for P_j V_j. Tiles: K two tiles ahead and V one
- * tile ahead of the MMAs, in rings of NST buffers.
- *   mma=wgmma        one cp.async group per step and block barriers: the block's warpgroups
- *                    run in lockstep, their softmaxes at the same time.
- *   mma=wgmma_async  no block barrier in the loop: each ring slot has a full mbarrier (every
- *                    thread's cp.asyncs arrive on it when they land) and an empty one (every
- *                    thread arrives once its warpgroup's MMAs have read the slot; a thread
- *                    refills a slot after that). The warpgroups take turns at issuing their
- *                    MMAs (named barriers), so one's softmax runs beside another's MMAs, as in
- *                    FlashAttention-3's ping-pong schedule. */
+ * tile ahead of the MMAs, in rings of NST buffers, one cp.async group per step. */
 static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
                               const attn_geom *m, const char *entry)
 {
     const char *ty = ops_emit_ctype(a->dt);
     int d = (int)a->d, dv = (int)a->dv;
-    bool as = m->wg_async;
     char scale[64];
     const char *ex = emit_kernel_open(b, grp, a, m, entry, scale, sizeof(scale));
     kt_buf_line(b, "constexpr int MT = 1; /* a warp owns 16 of its warpgroup's 64 rows */");
-    if (as)
-        kt_buf_line(b, "constexpr int NWG = %d; /* warpgroups, taking turns at the MMAs */",
-                    m->warps / 4);
     kt_buf_line(b, "/* scores are scaled by %s%s */", scale,
                 m->exp2 ? " (scale * log2(e): softmax in base 2)" : "");
     kt_buf_line(b, "constexpr float SCALE = %s;", scale);
@@ -1508,12 +1402,6 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "constexpr int NST = %d; /* ring buffers of K and of V */", m->stages);
     kt_buf_line(b, "%s *sK = sQ + BQ * D; /* NST buffers of BKV x D */", ty);
     kt_buf_line(b, "%s *sV = sK + NST * BKV * D; /* NST buffers of BKV x DV */", ty);
-    if (as) {
-        kt_buf_line(b, "unsigned long long *full_q = reinterpret_cast<unsigned long long *>(sV + "
-                       "NST * BKV * DV);");
-        kt_buf_line(b, "unsigned long long *full_k = full_q + 1, *empty_k = full_k + NST;");
-        kt_buf_line(b, "unsigned long long *full_v = empty_k + NST, *empty_v = full_v + NST;");
-    }
     kt_buf_line(b,
                 "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;");
     kt_buf_line(b, "const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column "
@@ -1525,43 +1413,20 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
                 "const unsigned long long dq0 = kt_desc_k(sQ + wg * 64 * 64), dk0 = kt_desc_k(sK), "
                 "dv0 = kt_desc_n(sV);");
     emit_block_setup(b, grp, a);
-    if (as) {
-        kt_buf_line(b, "if (tid == 0) {");
-        kt_buf_line(b, "    kt_mbar_init(full_q, %d); /* every thread arrives on each */",
-                    m->threads);
-        kt_buf_line(b, "    for (int i = 0; i < NST; i++) {");
-        kt_buf_line(b, "        kt_mbar_init(&full_k[i], %d);", m->threads);
-        kt_buf_line(b, "        kt_mbar_init(&empty_k[i], %d);", m->threads);
-        kt_buf_line(b, "        kt_mbar_init(&full_v[i], %d);", m->threads);
-        kt_buf_line(b, "        kt_mbar_init(&empty_v[i], %d);", m->threads);
-        kt_buf_line(b, "    }");
-        kt_buf_line(b, "}");
-        kt_buf_line(b, "__syncthreads(); /* the barriers are initialised */");
-        kt_buf_line(b, "if (wg == NWG - 1)");
-        kt_buf_line(b, "    kt_bar_arrive(1, 256); /* the first turn is the first warpgroup's */");
-    }
     kt_buf_printf(b, "\n");
     emit_tile_load(b, m, "Q tile", "sQ", "gQ", m->bq, d, "kt_woff", m->bq, "q0", (long long)a->sq);
-    if (as) {
-        kt_buf_line(b, "kt_cp_async_arrive(full_q);");
-        emit_async_tile_load(b, a, m, "K", "0");
-        emit_async_tile_load(b, a, m, "V", "0");
-        kt_buf_line(b, "if (n_tiles > 1)");
-        emit_async_tile_load(b, a, m, "K", "1");
-    } else {
-        emit_tile_load(b, m, "K tile 0", "sK", "gK", m->bkv, d, "kt_woff", m->bkv, "0",
-                       (long long)a->skv);
-        kt_buf_line(b, "kt_cp_async_commit();");
-        emit_tile_load(b, m, "V tile 0", "sV", "gV", m->bkv, dv, "kt_woff", m->bkv, "0",
-                       (long long)a->skv);
-        kt_buf_line(b, "if (n_tiles > 1) {");
-        b->indent += 4;
-        emit_tile_load(b, m, "K tile 1", "sK + BKV * D", "gK", m->bkv, d, "kt_woff", m->bkv, "BKV",
-                       (long long)a->skv);
-        b->indent -= 4;
-        kt_buf_line(b, "}");
-        kt_buf_line(b, "kt_cp_async_commit();");
-    }
+    emit_tile_load(b, m, "K tile 0", "sK", "gK", m->bkv, d, "kt_woff", m->bkv, "0",
+                   (long long)a->skv);
+    kt_buf_line(b, "kt_cp_async_commit();");
+    emit_tile_load(b, m, "V tile 0", "sV", "gV", m->bkv, dv, "kt_woff", m->bkv, "0",
+                   (long long)a->skv);
+    kt_buf_line(b, "if (n_tiles > 1) {");
+    b->indent += 4;
+    emit_tile_load(b, m, "K tile 1", "sK + BKV * D", "gK", m->bkv, d, "kt_woff", m->bkv, "BKV",
+                   (long long)a->skv);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "kt_cp_async_commit();");
     kt_buf_printf(b, "\n");
     emit_acc_init(b);
     kt_buf_line(b, "float alpha_o[MT][2]; /* O's rescale, applied once P V has landed */");
@@ -1569,25 +1434,15 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "unsigned pa[BKV / 16][4]; /* P of the tile whose P V is next */");
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "/* S_0 and its softmax (every warpgroup needs key tile 0) */");
-    if (as) {
-        kt_buf_line(b, "kt_mbar_wait(full_q, 0);");
-        kt_buf_line(b, "kt_mbar_wait(&full_k[0], 0);");
-    } else {
-        kt_buf_line(b, "kt_cp_async_wait<1>(); /* Q and K_0 landed */");
-    }
+    kt_buf_line(b, "kt_cp_async_wait<1>(); /* Q and K_0 landed */");
     kt_buf_line(b, "kt_fence_proxy_async();");
-    if (!as)
-        kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "__syncthreads();");
     kt_buf_line(b, "{");
     b->indent += 4;
     kt_buf_line(b, "const int kv0 = 0;");
-    emit_turn_wait(b, m);
     emit_wgmma_qk_issue(b, "0");
-    emit_turn_pass(b, m, false);
     kt_buf_line(b, "kt_wg_wait_all();");
     kt_buf_line(b, "kt_wg_hold(s[0]);");
-    if (as)
-        kt_buf_line(b, "kt_mbar_arrive(&empty_k[0]);");
     emit_mma_softmax(b, a, m, ex, true);
     emit_wgmma_pack(b);
     b->indent -= 4;
@@ -1598,64 +1453,44 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "   a data-dependent wgmma group count would make ptxas serialize the MMAs. */");
     kt_buf_line(b, "for (int tile = 0; tile < n_tiles; tile++) {");
     b->indent += 4;
-    if (as) {
-        kt_buf_line(b, "/* K_tile+2 and V_tile+1, once every thread released their slots */");
-        kt_buf_line(b, "if (tile + 2 < n_tiles)");
-        emit_async_tile_load(b, a, m, "K", "tile + 2");
-        kt_buf_line(b, "if (tile + 1 < n_tiles)");
-        emit_async_tile_load(b, a, m, "V", "tile + 1");
-    } else {
-        if (m->stages == 2)
-            kt_buf_line(b,
-                        "__syncthreads(); /* every warpgroup is done with K_tile and V_tile-1 */");
-        else
-            kt_buf_line(b, "/* K_tile+2 and V_tile+1 go where K_tile-1 and V_tile-2 were: every "
-                           "warpgroup passed the last barrier, so it is done with them */");
-        kt_buf_line(b, "if (tile + 2 < n_tiles) {");
-        b->indent += 4;
-        kt_buf_line(b, "const int kv2 = (tile + 2) * BKV;");
-        emit_tile_load(b, m, "K tile + 2", "(sK + (tile + 2) % NST * BKV * D)", "gK", m->bkv, d,
-                       "kt_woff", m->bkv, "kv2", (long long)a->skv);
-        b->indent -= 4;
-        kt_buf_line(b, "}");
-        kt_buf_line(b, "if (tile + 1 < n_tiles) {");
-        b->indent += 4;
-        kt_buf_line(b, "const int kv1 = (tile + 1) * BKV;");
-        emit_tile_load(b, m, "V tile + 1", "(sV + (tile + 1) % NST * BKV * DV)", "gV", m->bkv, dv,
-                       "kt_woff", m->bkv, "kv1", (long long)a->skv);
-        b->indent -= 4;
-        kt_buf_line(b, "}");
-        kt_buf_line(b, "kt_cp_async_commit();");
-        kt_buf_line(b, "kt_cp_async_wait<1>(); /* V_tile and K_tile+1 landed */");
-        kt_buf_line(b, "kt_fence_proxy_async();");
-        kt_buf_line(b, "__syncthreads();");
-    }
+    if (m->stages == 2)
+        kt_buf_line(b, "__syncthreads(); /* every warpgroup is done with K_tile and V_tile-1 */");
+    else
+        kt_buf_line(b, "/* K_tile+2 and V_tile+1 go where K_tile-1 and V_tile-2 were: every "
+                       "warpgroup passed the last barrier, so it is done with them */");
+    kt_buf_line(b, "if (tile + 2 < n_tiles) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int kv2 = (tile + 2) * BKV;");
+    emit_tile_load(b, m, "K tile + 2", "(sK + (tile + 2) % NST * BKV * D)", "gK", m->bkv, d,
+                   "kt_woff", m->bkv, "kv2", (long long)a->skv);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "if (tile + 1 < n_tiles) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int kv1 = (tile + 1) * BKV;");
+    emit_tile_load(b, m, "V tile + 1", "(sV + (tile + 1) % NST * BKV * DV)", "gV", m->bkv, dv,
+                   "kt_woff", m->bkv, "kv1", (long long)a->skv);
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "kt_cp_async_commit();");
+    kt_buf_line(b, "kt_cp_async_wait<1>(); /* V_tile and K_tile+1 landed */");
+    kt_buf_line(b, "kt_fence_proxy_async();");
+    kt_buf_line(b, "__syncthreads();");
     kt_buf_line(b, "const int voff = tile %% NST * BKV * DV; /* V_tile's buffer */");
     kt_buf_line(b, "if (tile + 1 < n_tiles) {");
     b->indent += 4;
     kt_buf_line(b, "const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */");
-    if (as) {
-        kt_buf_line(b, "kt_mbar_wait(&full_k[(tile + 1) %% NST], ((tile + 1) / NST) & 1);");
-        kt_buf_line(b, "kt_mbar_wait(&full_v[tile %% NST], (tile / NST) & 1);");
-        kt_buf_line(b, "kt_fence_proxy_async();");
-    }
-    emit_turn_wait(b, m);
     emit_wgmma_qk_issue(b, "(tile + 1) % NST * BKV * D");
     kt_buf_line(b, "/* O += P_tile V_tile, in flight during the softmax of S_tile+1 */");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
     kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);");
     kt_buf_line(b, "kt_wg_commit();");
-    emit_turn_pass(b, m, false);
     kt_buf_line(b, "kt_wg_wait_one(); /* S_tile+1 done; P V may still run */");
     kt_buf_line(b, "kt_wg_hold(s[0]);");
-    if (as)
-        kt_buf_line(b, "kt_mbar_arrive(&empty_k[(tile + 1) %% NST]);");
     emit_mma_softmax(b, a, m, ex, true);
     kt_buf_line(b, "kt_wg_wait_all();");
     kt_buf_line(b, "kt_wg_hold(o[0]);");
-    if (as)
-        kt_buf_line(b, "kt_mbar_arrive(&empty_v[tile %% NST]);");
     kt_buf_line(b, "/* O joins S_tile+1's max; P_tile+1 is next */");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int j = 0; j < DV / 8; j++) {");
@@ -1669,17 +1504,11 @@ static void emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *
     kt_buf_line(b, "} else {");
     b->indent += 4;
     kt_buf_line(b, "/* the last tile: O += P V alone */");
-    if (as) {
-        kt_buf_line(b, "kt_mbar_wait(&full_v[tile %% NST], (tile / NST) & 1);");
-        kt_buf_line(b, "kt_fence_proxy_async();");
-    }
-    emit_turn_wait(b, m);
     kt_buf_line(b, "kt_wg_fence();");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++)");
     kt_buf_line(b, "    kt_wgmma_pv(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);");
     kt_buf_line(b, "kt_wg_commit();");
-    emit_turn_pass(b, m, true);
     kt_buf_line(b, "kt_wg_wait_all();");
     kt_buf_line(b, "kt_wg_hold(o[0]);");
     b->indent -= 4;
@@ -1709,10 +1538,7 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     attn_geometry(&a, s, &m);
     char entry[64];
     snprintf(entry, sizeof(entry), "ktune_attention_%s%s_q%d_kv%d_w%d_s%d", math_labels[m.math],
-             m.wg_async ? "_wgmma_async"
-             : m.wgmma  ? "_wgmma"
-                        : "",
-             m.bq, m.bkv, m.warps, m.stages);
+             m.wgmma ? "_wgmma" : "", m.bq, m.bkv, m.warps, m.stages);
 
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
@@ -1725,8 +1551,6 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
         emit_mma_typed_helpers(&b, t);
         if (m.wgmma) {
             kt_buf_printf(&b, "%s", wgmma_helpers);
-            if (m.wg_async)
-                kt_buf_printf(&b, "%s", wgmma_async_helpers);
             emit_wgmma_fn(&b, "kt_wgmma_qk", m.bkv, t, false, 0);
             emit_wgmma_fn(&b, "kt_wgmma_pv", (int)a.dv, t, true, 1);
         } else {
@@ -1829,9 +1653,6 @@ static void attention_estimate(const ops_group *grp, const ops_schedule *s, cons
     double pipe = m.stages == 1 ? 0.88 : 1.0;
     if (m.wgmma && m.stages == 2)
         pipe = 0.95; /* a second block barrier per tile */
-    if (m.wg_async)
-        pipe = 1.05; /* no block barrier, ping-pong: FlashAttention-3 reports 5-15% on the
-                        H100; a prior, not yet calibrated on ktune's own kernels */
     double tile = m.bkv == 32 ? 0.85 : m.bkv == 64 ? 1.0 : 0.97;
     double knobs = 1.0;
     if (m.math != MATH_FFMA) {

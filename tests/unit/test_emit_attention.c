@@ -330,17 +330,6 @@ static void test_wgmma(void **state)
     s.v[3] = 1;
     assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
     s.v[3] = 2;
-    /* the mbarrier / ping-pong variant: rings of three, two warpgroups or more */
-    ops_schedule as = s;
-    as.v[8] = 2;
-    assert_string_equal(f->prune(&grp, &as, &dev), "redundant");
-    as.v[3] = 3;
-    assert_null(f->prune(&grp, &as, &dev));
-    as.v[0] = 64;
-    as.v[2] = 4;
-    assert_string_equal(f->prune(&grp, &as, &dev), "redundant");
-    as.v[0] = 128;
-    as.v[2] = 8;
     /* Hopper only */
     ops_device a100 = dev;
     a100.sm_major = 8;
@@ -371,24 +360,6 @@ static void test_wgmma(void **state)
     assert_non_null(strstr(e.source, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"));
     assert_non_null(strstr(e.source, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"));
     emit_test_golden("attention_f16_causal_wgmma.cu", e.source);
-    emit_test_compile(e.source, "sm_90a");
-    ops_emitted_free(&e);
-
-    /* the variant's launch, its barriers' bytes, and the source */
-    as.v[1] = 64;
-    assert_null(f->prune(&grp, &as, &dev));
-    assert_int_equal(f->emit(&grp, &as, &dev, &e, &d), 0);
-    k = &e.kernels[0];
-    assert_int_equal(k->block[0], 256);
-    /* Q + three stages of K and V + 1 KiB of alignment slack + 13 mbarriers */
-    assert_int_equal(k->smem_bytes, 2 * (128 * 64 + 3 * 64 * (64 + 64)) + 1024 + 8 * 13);
-    assert_non_null(strstr(e.source, "cp.async.mbarrier.arrive.noinc"));
-    assert_non_null(strstr(e.source, "kt_bar_sync(1 + wg, 256)"));
-    /* one block barrier, after the mbarriers' init: none in the loop */
-    const char *sync1 = strstr(e.source, "__syncthreads()");
-    assert_non_null(sync1);
-    assert_null(strstr(sync1 + 1, "__syncthreads()"));
-    emit_test_golden("attention_f16_causal_wgmma_async.cu", e.source);
     emit_test_compile(e.source, "sm_90a");
     ops_emitted_free(&e);
     ops_graph_free(g);
