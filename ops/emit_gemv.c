@@ -12,7 +12,11 @@
  * that owns the row's first element applies the epilogue and stores. x is re-read by every
  * row group: it is small and stays in L1/L2.
  *
- * Knobs: threads per block, lanes per row (TPR), rows per thread group (R), vector width. */
+ * Knobs: threads per block, lanes per row (TPR), rows per thread group (R), vector width, and
+ * how A is loaded (sm_80+): as cached (through L1, the default policy), with a 256-byte L2
+ * prefetch hint (each DRAM request fetches the next sectors of the row with it), or streamed
+ * (the prefetch, no L1 allocation, and an L2 evict-first policy so A's single use does not push
+ * x out; Inductor's reductions load a GEMV's matrix with evict_first). */
 #include "family.h"
 
 #include <math.h>
@@ -20,20 +24,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_THREADS, K_TPR, K_ROWS, K_VEC, N_KNOBS };
+enum { K_THREADS, K_TPR, K_ROWS, K_VEC, K_LOAD, N_KNOBS };
+enum { LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM };
+
+static const char *const load_labels[] = {"cached", "prefetch", "stream"};
 
 static const ops_knob gemv_knobs[N_KNOBS] = {
     [K_THREADS] = {"threads", 4, {64, 128, 256, 512}, NULL},
-    [K_TPR] = {"tpr", 4, {4, 8, 16, 32}, NULL},   /* lanes per row */
-    [K_ROWS] = {"rows", 3, {1, 2, 4}, NULL},      /* rows per lane group */
-    [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL},     /* elements per load */
+    [K_TPR] = {"tpr", 4, {4, 8, 16, 32}, NULL}, /* lanes per row */
+    [K_ROWS] = {"rows", 3, {1, 2, 4}, NULL},    /* rows per lane group */
+    [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL},   /* elements per load */
+    [K_LOAD] = {"load", 3, {LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM}, load_labels}, /* of A */
 };
 
 typedef struct gemv_info {
     const ops_graph *g;
-    int mm;         /* the matmul node */
-    int a, x;       /* its operands (group inputs) */
-    int y;          /* the group output */
+    int mm;   /* the matmul node */
+    int a, x; /* its operands (group inputs) */
+    int y;    /* the group output */
     ops_dtype adt, xdt;
     int64_t M, K;
     int n_epi;
@@ -124,23 +132,26 @@ static bool gemv_matches(const ops_group *grp)
 }
 
 typedef struct gemv_plan {
-    int threads, tpr, rows, vec;
+    int threads, tpr, rows, vec, load;
     int64_t rows_per_block, grid;
 } gemv_plan;
 
-static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s,
-                                  const ops_device *dev, gemv_plan *p)
+static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, const ops_device *dev,
+                                  gemv_plan *p)
 {
     p->threads = s->v[K_THREADS];
     p->tpr = s->v[K_TPR];
     p->rows = s->v[K_ROWS];
     p->vec = s->v[K_VEC];
+    p->load = s->v[K_LOAD];
     p->rows_per_block = (int64_t)p->threads / p->tpr * p->rows;
     p->grid = (in->M + p->rows_per_block - 1) / p->rows_per_block;
     size_t es = ops_dtype_size(in->adt) > ops_dtype_size(in->xdt) ? ops_dtype_size(in->adt)
-                                                                    : ops_dtype_size(in->xdt);
+                                                                  : ops_dtype_size(in->xdt);
     if (p->threads > dev->max_threads_per_block)
         return "threads";
+    if (p->load != LOAD_CACHED && dev->sm_major < 8)
+        return "shape"; /* L2 prefetch sizes and cache policies are sm_80 PTX */
     if (p->vec * es > 16)
         return "align";
     if (in->K % p->vec)
@@ -281,7 +292,44 @@ static void lane_expr(char *out, size_t len, ops_dtype dt, int vec, const char *
 /* The unsigned type of one vector load of `bytes` bytes. */
 static const char *load_type(int bytes)
 {
-    return bytes == 16 ? "uint4" : bytes == 8 ? "uint2" : bytes == 4 ? "unsigned" : "unsigned short";
+    return bytes == 16  ? "uint4"
+           : bytes == 8 ? "uint2"
+           : bytes == 4 ? "unsigned"
+                        : "unsigned short";
+}
+
+/* kt_ld_a(p[, policy]): one load of A of `bytes` bytes with the schedule's cache hints (not
+ * emitted for LOAD_CACHED, which reads A as an ordinary array). */
+static void emit_load_a(kt_buf *b, int bytes, int load)
+{
+    const char *t = load_type(bytes);
+    bool stream = load == LOAD_STREAM;
+    const char *q = stream ? ".L1::no_allocate.L2::cache_hint.L2::256B" : ".L2::256B";
+    kt_buf_line(b, "/* One load of A: %s. */",
+                stream ? "no L1 allocation, the L2 evict-first policy, a 256-byte L2 prefetch"
+                       : "a 256-byte L2 prefetch");
+    kt_buf_line(b, "__device__ __forceinline__ %s kt_ld_a(const %s *p%s)", t, t,
+                stream ? ", unsigned long long policy" : "");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    %s v;", t);
+    const char *pin = stream ? ", \"l\"(policy)" : "";
+    if (bytes == 16)
+        kt_buf_line(
+            b,
+            "    asm(\"ld.global.nc%s.v4.u32 {%%0, %%1, %%2, %%3}, [%%4]%s;\" : \"=r\"(v.x), "
+            "\"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p)%s);",
+            q, stream ? ", %5" : "", pin);
+    else if (bytes == 8)
+        kt_buf_line(b,
+                    "    asm(\"ld.global.nc%s.v2.u32 {%%0, %%1}, [%%2]%s;\" : \"=r\"(v.x), "
+                    "\"=r\"(v.y) : \"l\"(p)%s);",
+                    q, stream ? ", %3" : "", pin);
+    else
+        kt_buf_line(b, "    asm(\"ld.global.nc%s.%s %%0, [%%1]%s;\" : \"=%s\"(v) : \"l\"(p)%s);", q,
+                    bytes == 4 ? "u32" : "u16", stream ? ", %2" : "", bytes == 4 ? "r" : "h", pin);
+    kt_buf_line(b, "    return v;");
+    kt_buf_line(b, "}");
+    kt_buf_printf(b, "\n");
 }
 
 static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
@@ -300,8 +348,9 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
         return ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "",
                             "gemv: schedule is pruned for this group (%s)", why);
     ops_kernel_launch *k = &out->kernels[0];
-    snprintf(k->entry, sizeof(k->entry), "ktune_gemv_t%d_p%d_r%d_v%d", p.threads, p.tpr, p.rows,
-             p.vec);
+    static const char *const load_suffix[] = {"", "_lp", "_ls"};
+    snprintf(k->entry, sizeof(k->entry), "ktune_gemv_t%d_p%d_r%d_v%d%s", p.threads, p.tpr, p.rows,
+             p.vec, load_suffix[p.load]);
     /* Parameters: the group inputs in order, then y. */
     kt_buf params = {0}, call = {0};
     for (int i = 0; i < grp->n_in; i++) {
@@ -327,10 +376,14 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf_printf(&b, "\n");
     int rc = emit_store(&b, grp, &in, params.data);
     int abytes = p.vec * (int)ops_dtype_size(in.adt), xbytes = p.vec * (int)ops_dtype_size(in.xdt);
+    if (p.load != LOAD_CACHED)
+        emit_load_a(&b, abytes, p.load);
     kt_buf_line(&b, "/* Lane groups of TPR lanes own R rows each; each step loads VEC elements of "
                     "x and of every row");
-    kt_buf_line(&b, " * per lane (%d-byte loads of A), accumulates in fp32; the row's lanes then "
-                    "reduce by shuffles. */", abytes);
+    kt_buf_line(&b,
+                " * per lane (%d-byte loads of A), accumulates in fp32; the row's lanes then "
+                "reduce by shuffles. */",
+                abytes);
     kt_buf_line(&b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
     kt_buf_line(&b, "%s(%s)", k->entry, params.data);
     kt_buf_line(&b, "{");
@@ -347,6 +400,11 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf_line(&b, "    arow[r] = (const %s *)(a + (long long)m * K);", load_type(abytes));
     kt_buf_line(&b, "}");
     kt_buf_line(&b, "const %s *xv = (const %s *)x;", load_type(xbytes), load_type(xbytes));
+    if (p.load == LOAD_STREAM) {
+        kt_buf_line(&b, "unsigned long long policy; /* A is read once: evict it first from L2 */");
+        kt_buf_line(&b, "asm(\"createpolicy.fractional.L2::evict_first.b64 %%0, 1.0;\" : "
+                        "\"=l\"(policy));");
+    }
     /* Every load of a row in flight at once when a lane's share is short (DRAM wants ~4 MiB in
      * flight across the GPU); deeper unrolling of long rows only costs registers. */
     int64_t lane_steps = (in.K / p.vec + p.tpr - 1) / p.tpr;
@@ -363,7 +421,11 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf_line(&b, "#pragma unroll");
     kt_buf_line(&b, "for (int r = 0; r < R; r++) {");
     b.indent = 12;
-    kt_buf_line(&b, "const %s aw = arow[r][c];", load_type(abytes));
+    if (p.load == LOAD_CACHED)
+        kt_buf_line(&b, "const %s aw = arow[r][c];", load_type(abytes));
+    else
+        kt_buf_line(&b, "const %s aw = kt_ld_a(arow[r] + c%s);", load_type(abytes),
+                    p.load == LOAD_STREAM ? ", policy" : "");
     for (int l = 0; l < p.vec; l++) {
         lane_expr(ea, sizeof(ea), in.adt, p.vec, "aw", l);
         kt_buf_line(&b, "acc[r] = fmaf(%s, xf[%d], acc[r]);", ea, l);
@@ -425,9 +487,9 @@ static void gemv_estimate(const ops_group *grp, const ops_schedule *s, const ops
     /* loads in flight (R rows per lane group, the unrolled steps: a short row's all, else 4)
      * against the ~4 MiB that DRAM bandwidth times latency asks for (3 TB/s x ~1.3 us) */
     double unroll = steps <= 16 ? steps : 4.0;
-    double inflight = fmin(1.0, (double)p.rows * unroll * load_bytes *
-                                    (double)dev->max_threads_per_sm * dev->sm_count /
-                                    (4.0 * 1024 * 1024));
+    double inflight =
+        fmin(1.0, (double)p.rows * unroll * load_bytes * (double)dev->max_threads_per_sm *
+                      dev->sm_count / (4.0 * 1024 * 1024));
     eff *= 0.5 + 0.5 * inflight;
     double waves = (double)p.grid / ((double)dev->sm_count * (dev->max_threads_per_sm / p.threads));
     eff *= waves / ceil(waves);

@@ -57,6 +57,11 @@ static const gpu_case cases[] = {
     {"tests/gpu/conv_tiled_ragged.json", "N=2", OPS_PREC_EXACT, "algo=tiled"},
     {"examples/conv2d.json", "N=3", OPS_PREC_EXACT, "algo=tiled"},
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "gemv "},
+    /* gemv's cache-hinted loads of A at every width: 16-bit rows of odd length (2-byte loads),
+     * f32 rows with an epilogue (4 to 16 bytes) */
+    {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2551", OPS_PREC_EXACT, "load=stream"},
+    {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "load=prefetch"},
+    {"examples/gemv_bias_relu.json", "M=1000,K=1000", OPS_PREC_EXACT, "load=stream"},
     /* split_row as one cluster kernel: a softmax's online pair, layernorm's two levels */
     {"examples/softmax.json", "M=16,N=16384", OPS_PREC_EXACT, "split_cluster"},
     {"examples/softmax.json", "M=3,N=40001", OPS_PREC_EXACT, "split_cluster"},

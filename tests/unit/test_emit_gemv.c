@@ -12,7 +12,8 @@
 #include "ops/ops.h"
 #include "tests/unit/emit_test_util.h"
 
-enum { THREADS, TPR, ROWS, VEC };
+enum { THREADS, TPR, ROWS, VEC, LOAD };
+enum { LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM };
 
 static const char gemv_f16[] = "{\"name\":\"gemv\",\"inputs\":{"
                                "\"A\":{\"dtype\":\"f16\",\"shape\":[\"M\",\"K\"]},"
@@ -131,6 +132,44 @@ static int compile_all(const char *json, const char *shapes, int max)
     return n;
 }
 
+/* The cache-hinted loads of A: sm_80+ only, every load width (16-bit data: 16, 8, 4 and 2
+ * bytes) compiles for sm_90a and sm_80, and the streamed kernel's source is pinned. */
+static void test_load_hints(void **state)
+{
+    (void)state;
+    ops_device dev, volta;
+    ops_device_h100(&dev);
+    volta = dev;
+    volta.sm_major = 7;
+    ops_group grp;
+    ops_graph *g = emit_test_make(gemv_f16, "M=7680,N=1,K=2552", &grp);
+    ops_schedule s = sched(64, 32, 1, 8);
+    s.v[LOAD] = LOAD_STREAM;
+    assert_null(fam()->prune(&grp, &s, &dev));
+    assert_string_equal(fam()->prune(&grp, &s, &volta), "shape");
+    s.v[LOAD] = LOAD_CACHED;
+    assert_null(fam()->prune(&grp, &s, &volta));
+    emit_test_list pick = {0};
+    for (int load = LOAD_PREFETCH; load <= LOAD_STREAM; load++)
+        for (int vec = 1; vec <= 8; vec *= 2) {
+            s = sched(64, 32, 1, vec);
+            s.v[LOAD] = load;
+            assert_null(fam()->prune(&grp, &s, &dev));
+            emit_test_collect(&s, &pick);
+        }
+    assert_int_equal(emit_test_compile_spread(&grp, &pick, pick.n, "sm_90a", emit_one), 8);
+    assert_int_equal(emit_test_compile_spread(&grp, &pick, pick.n, "sm_80", emit_one), 8);
+    free(pick.s);
+    ops_emitted e = {0};
+    s = sched(64, 32, 1, 8);
+    s.v[LOAD] = LOAD_STREAM;
+    emit_one(&grp, &s, &e);
+    assert_non_null(strstr(e.source, "L2::evict_first"));
+    emit_test_golden("gemv_f16_stream.cu", e.source);
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
 static void test_compile(void **state)
 {
     (void)state;
@@ -144,6 +183,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches),
         cmocka_unit_test(test_prune),
+        cmocka_unit_test(test_load_hints),
         cmocka_unit_test(test_compile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
