@@ -58,17 +58,22 @@ def merge(parts, paths):
                               f"{paths[0]} on {dev}: not one benchmark")
         if (r.get("protocol") or {}).get("reps") != (first.get("protocol") or {}).get("reps"):
             raise ReportError(f"{p}: another protocol than {paths[0]}")
-    cases = {}
-    for r in parts:
+    cases, owner = {}, {}
+    for k, r in enumerate(parts):
         for c in r["cases"]:
             cases[c["name"]] = c  # a case measured again keeps its place
+            owner[c["name"]] = k
     walls = [(r.get("batch") or {}).get("wall_s") for r in parts]
     out = dict(first)
     out["cases"] = list(cases.values())
     out["parts"] = [{"file": os.path.relpath(p), "date": r.get("date"),
                      "commit": (r.get("versions") or {}).get("commit"),
-                     "command": r.get("command"), "cases": [c["name"] for c in r["cases"]],
-                     "batch": r.get("batch")} for r, p in zip(parts, paths)]
+                     "command": r.get("command"),
+                     # the cases this part's figures stand for; those a later part measured
+                     # again are listed as superseded
+                     "cases": [c["name"] for c in r["cases"] if owner[c["name"]] == k],
+                     "superseded": [c["name"] for c in r["cases"] if owner[c["name"]] != k],
+                     "batch": r.get("batch")} for k, (r, p) in enumerate(zip(parts, paths))]
     out["command"] = " ; ".join(str(r.get("command")) for r in parts)
     out["batch"] = {"wall_s": sum(walls) if all(w is not None for w in walls) else None,
                     "budget_total_s": sum((r.get("batch") or {}).get("budget_total_s") or 0

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench/report.py: merging parts keeps each part's commit, and the report names the commits of
-parts measured at different commits (and one commit when they agree). Builds its parts from a
-committed results file, so the rendering runs on real data; no GPU, no torch, no matplotlib."""
+parts measured at different commits (and one commit when they agree), a case measured again
+under the later part's commit. Builds its parts from a committed results file, so the rendering
+runs on real data; no GPU, no torch, no matplotlib."""
 import copy
 import json
 import os
@@ -42,4 +43,9 @@ check(text in md, "the report's header names both commits")
 same = report.merge([part("ccccccc", names[:1]), part("ccccccc", names[1:2])], ["c1", "c2"])
 check(report.commits_text(same) == ", commit ccccccc", "one commit when the parts agree")
 check(report.commits_text(part("ddddddd", names[:1])) == ", commit ddddddd", "an unmerged file")
+# a case measured again by a later part counts under that part's commit only
+again = report.merge([a, part("eeeeeee", names[1:2])], ["a.json", "e.json"])
+check(report.commits_text(again) == f", commits aaaaaaa (1 cases: {names[0]}); eeeeeee (1 cases: "
+      f"{names[1]})", "a re-measured case under the later commit: " + report.commits_text(again))
+check(again["parts"][0]["superseded"] == [names[1]], "the earlier part lists it as superseded")
 print("ok: bench/report.py names the commits of merged parts")
