@@ -1141,6 +1141,59 @@ static void acc_merge(kt_buf *b, const rw_acc *a, const char *other)
     }
 }
 
+/* Where partial c0 (a component of an accumulator) of part w of a row lies in shared memory:
+ * part 0's (first) and part w's, the loop variable; into out. */
+typedef void (*rw_part_ref)(char *out, size_t len, int c0, bool first, const rw_plan *p);
+
+/* Every thread folds the n_parts partials of its row in part order (so all hold bitwise-equal
+ * results): its accumulators take part 0's, then merge parts 1, 2, ... */
+static void emit_fold_partials(kt_buf *b, const rw_plan *p, const rw_acc *accs, int n_acc,
+                               int n_parts, rw_part_ref ref)
+{
+    char at[64];
+    int c0 = 0;
+    for (int i = 0; i < n_acc; i++)
+        for (int c = 0; c < kind_components(accs[i].kind); c++, c0++) {
+            char own[32];
+            acc_comp(own, sizeof(own), &accs[i], c, "");
+            ref(at, sizeof(at), c0, true, p);
+            kt_buf_line(b, "%s = %s;", own, at);
+        }
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int w = 1; w < %d; w++) {", n_parts);
+    b->indent += 4;
+    c0 = 0;
+    for (int i = 0; i < n_acc; i++)
+        for (int c = 0; c < kind_components(accs[i].kind); c++, c0++) {
+            char oth[32];
+            acc_comp(oth, sizeof(oth), &accs[i], c, "o_");
+            ref(at, sizeof(at), c0, false, p);
+            kt_buf_line(b, "const float %s = %s;", oth, at);
+        }
+    for (int i = 0; i < n_acc; i++)
+        acc_merge(b, &accs[i], "o_");
+    b->indent -= 4;
+    kt_buf_line(b, "}");
+}
+
+/* lane_per_row's partials: kt_red[component][t][g] */
+static void lane_part_ref(char *out, size_t len, int c0, bool first, const rw_plan *p)
+{
+    if (first)
+        snprintf(out, len, "kt_red[%d + g]", c0 * p->tpr * p->G);
+    else
+        snprintf(out, len, "kt_red[(%d + w) * %d + g]", c0 * p->tpr, p->G);
+}
+
+/* The warps' partials of a row above a warp: red[warp][component] */
+static void warp_part_ref(char *out, size_t len, int c0, bool first, const rw_plan *p)
+{
+    if (first)
+        snprintf(out, len, "red[%d]", c0);
+    else
+        snprintf(out, len, "red[w * %d + %d]", p->red_floats, c0);
+}
+
 /* lane_per_row: the tpr partials of row g (thread t of the row is warp t's lane g) meet in
  * kt_red laid out [component][t][g], so a warp's writes and reads hit 32 consecutive words;
  * every thread of the row folds them in order t = 0, 1, ..., so all hold bitwise-equal results. */
@@ -1157,27 +1210,7 @@ static void emit_lane_reduce(kt_buf *b, const rw_plan *p, const rw_acc *accs, in
     kt_buf_line(b, "__syncthreads();");
     kt_buf_line(b, "{");
     b->indent += 4;
-    c0 = 0;
-    for (int i = 0; i < n_acc; i++)
-        for (int c = 0; c < kind_components(accs[i].kind); c++, c0++) {
-            char own[32];
-            acc_comp(own, sizeof(own), &accs[i], c, "");
-            kt_buf_line(b, "%s = kt_red[%d + g];", own, c0 * np * G);
-        }
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int w = 1; w < %d; w++) {", np);
-    b->indent += 4;
-    c0 = 0;
-    for (int i = 0; i < n_acc; i++)
-        for (int c = 0; c < kind_components(accs[i].kind); c++, c0++) {
-            char oth[32];
-            acc_comp(oth, sizeof(oth), &accs[i], c, "o_");
-            kt_buf_line(b, "const float %s = kt_red[(%d + w) * %d + g];", oth, c0 * np, G);
-        }
-    for (int i = 0; i < n_acc; i++)
-        acc_merge(b, &accs[i], "o_");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    emit_fold_partials(b, p, accs, n_acc, np, lane_part_ref);
     b->indent -= 4;
     kt_buf_line(b, "}");
     kt_buf_line(b, "__syncthreads(); /* kt_red is reused by the next reduction */");
@@ -1235,27 +1268,7 @@ static void emit_group_reduce(rw_gen *s, kt_buf *b, const rw_acc *accs, int n_ac
         kt_buf_line(b, "const float *red = kt_red + g * %d;", nw * nc);
     else
         kt_buf_line(b, "const float *red = kt_red;");
-    c0 = 0;
-    for (int i = 0; i < n_acc; i++)
-        for (int c = 0; c < kind_components(accs[i].kind); c++, c0++) {
-            char own[32];
-            acc_comp(own, sizeof(own), &accs[i], c, "");
-            kt_buf_line(b, "%s = red[%d];", own, c0);
-        }
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int w = 1; w < %d; w++) {", nw);
-    b->indent += 4;
-    c0 = 0;
-    for (int i = 0; i < n_acc; i++)
-        for (int c = 0; c < kind_components(accs[i].kind); c++, c0++) {
-            char oth[32];
-            acc_comp(oth, sizeof(oth), &accs[i], c, "o_");
-            kt_buf_line(b, "const float %s = red[w * %d + %d];", oth, nc, c0);
-        }
-    for (int i = 0; i < n_acc; i++)
-        acc_merge(b, &accs[i], "o_");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    emit_fold_partials(b, p, accs, n_acc, nw, warp_part_ref);
     b->indent -= 4;
     kt_buf_line(b, "}");
     kt_buf_line(b, "__syncthreads(); /* kt_red is reused by the next reduction */");
