@@ -239,6 +239,7 @@ typedef struct gemm_cfg {
     bool parallel; /* split-K partials plus a reduction kernel (splitk > 1) */
     int threads, wtm, wtn;
     bool tc;
+    bool lanes_ok;      /* FFMA: the warp tile splits over the 32 lanes (ffma_lanes) */
     int mi, ni, kstep;  /* tensor cores: mma tiles per warp along m and n; k per mma */
     int ly, lx, tm, tn; /* FFMA: lane grid (ly x lx) and thread tile (tm x tn) */
     ops_dtype sdt;      /* shared-memory element type */
@@ -386,6 +387,49 @@ static bool raster_redundant(const gemm_cfg *c, const ops_device *dev)
  * reaches half the tensor pipe at two warps per scheduler: 327 us for a 2048^3 matmul on the
  * H100), with A stored [M][K] and B [K][N] or [N][K] in 16-byte rows, one 128-byte swizzle atom of
  * k per tile (bk 32), and no split-K. */
+/* The prune rules of the two kernels that read no knob after wn (see gemm_prune_prefix), the
+ * mma.sync/FFMA kernel's cheapest and most telling first. */
+static const char *sync_prefix_why(const gemm_problem *p, const gemm_cfg *c, const ops_device *dev)
+{
+    int kmin = c->tc ? c->kstep : 8;
+    if (dev->sm_major < 8)
+        return "shape"; /* cp.async and mma.sync need sm_80 */
+    if (math_excluded(p, c->math))
+        return math_excluded(p, c->math);
+    if (c->bk % kmin)
+        return "divisibility";
+    if ((c->bm > 16 && c->bm / 2 >= p->M) || (c->bn > 16 && c->bn / 2 >= p->N) ||
+        (c->bk > kmin && c->bk / 2 >= p->K))
+        return "shape"; /* a tile at least twice the matrix: the smaller one covers it */
+    if (c->threads > dev->max_threads_per_block)
+        return "threads";
+    if (c->tc ? (c->wtm % 16 || c->wtn % 16) : !c->lanes_ok)
+        return "divisibility";
+    if (c->tc ? c->mi * c->ni * 4 > 128 : c->tm * c->tn > 64)
+        return "regs"; /* accumulators alone would crowd out the rest */
+    if (c->tc && c->wtm * c->wtn < 512)
+        return "redundant"; /* a 16 x 16 warp tile re-reads shared memory for every mma */
+    if (c->wtm > 4 * c->wtn || c->wtn > 4 * c->wtm)
+        return "redundant"; /* a squarer warp tile of the same area reads less */
+    return NULL;
+}
+
+static const char *wgmma_prefix_why(const gemm_problem *p, const gemm_cfg *c, const ops_device *dev)
+{
+    bool f32 = p->src_dt[0] == OPS_DT_F32 && p->src_dt[1] == OPS_DT_F32 && cast_is_identity(p, 0) &&
+               cast_is_identity(p, 1);
+    if (dev->sm_major < 9)
+        return "shape"; /* wgmma is sm_90a */
+    if (c->math != MATH_TF32X3 || !f32 || p->trans[0])
+        return "shape";
+    if (c->bk != 32 || (c->bm != 64 && c->bm != 128) || (c->bn != 64 && c->bn != 128) || p->K % 4 ||
+        (!p->trans[1] && p->N % 4))
+        return "shape";
+    if (c->wm != 1 || c->wn != 1)
+        return "redundant"; /* a knob the wgmma kernel does not read */
+    return NULL;
+}
+
 static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const ops_device *dev,
                             gemm_cfg *c)
 {
@@ -399,17 +443,12 @@ static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const 
     /* accumulators and chunk sums (bm / 2 floats each per thread), four k steps' fragments
      * raw, big and small, addresses */
     c->regs = c->bm + 48 + 40;
-    bool f32 = p->src_dt[0] == OPS_DT_F32 && p->src_dt[1] == OPS_DT_F32 && cast_is_identity(p, 0) &&
-               cast_is_identity(p, 1);
-    if (dev->sm_major < 9)
-        c->why = "shape"; /* wgmma is sm_90a */
-    else if (c->math != MATH_TF32X3 || !f32 || p->trans[0])
+    const char *prefix_why = wgmma_prefix_why(p, c, dev);
+    if (prefix_why)
+        c->why = prefix_why;
+    else if (c->splitk != 1)
         c->why = "shape";
-    else if (c->bk != 32 || (c->bm != 64 && c->bm != 128) || (c->bn != 64 && c->bn != 128) ||
-             c->splitk != 1 || p->K % 4 || (!p->trans[1] && p->N % 4))
-        c->why = "shape";
-    else if (c->wm != 1 || c->wn != 1 || c->smem != SMEM_XOR ||
-             s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL)
+    else if (c->smem != SMEM_XOR || s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL)
         c->why = "redundant"; /* knobs the wgmma kernel does not read */
     else if ((c->bm > 64 && c->bm / 2 >= p->M) || (c->bn > 64 && c->bn / 2 >= p->N))
         c->why = "shape"; /* a tile at least twice the matrix: the smaller one covers it */
@@ -468,7 +507,6 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
      * loop state and epilogue temporaries, and per tile-load iteration an address and predicate
      * the compiler keeps live (calibrated against ptxas: it hoists them all), plus the values
      * of register-path loads in flight. */
-    bool lanes_ok = true;
     if (c->tc) {
         c->mi = c->wtm / 16;
         c->ni = c->wtn / 8;
@@ -483,7 +521,7 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
             c->flush_ktiles = TF32X3_FLUSH_K > c->bk ? TF32X3_FLUSH_K / c->bk : 1;
         }
     } else {
-        lanes_ok = ffma_lanes(c);
+        c->lanes_ok = ffma_lanes(c);
         c->regs = c->tm * c->tn + c->tm + c->tn + 40;
     }
     /* Serial split-K: ptxas hoists the running-sum loads ahead of their adds (measured: 128
@@ -513,26 +551,9 @@ static void gemm_configure(const gemm_problem *p, const ops_schedule *s, const o
     /* The prune rules, cheapest and most telling first. */
     int reg_cap = dev->regs_per_sm / c->threads;
     reg_cap = (reg_cap < dev->max_regs_per_thread ? reg_cap : dev->max_regs_per_thread) & ~7;
-    int kmin = c->tc ? c->kstep : 8;
-    if (dev->sm_major < 8)
-        c->why = "shape"; /* cp.async and mma.sync need sm_80 */
-    else if (math_excluded(p, c->math))
-        c->why = math_excluded(p, c->math);
-    else if (c->bk % kmin)
-        c->why = "divisibility";
-    else if ((c->bm > 16 && c->bm / 2 >= p->M) || (c->bn > 16 && c->bn / 2 >= p->N) ||
-             (c->bk > kmin && c->bk / 2 >= p->K))
-        c->why = "shape"; /* a tile at least twice the matrix: the smaller one covers it */
-    else if (c->threads > dev->max_threads_per_block)
-        c->why = "threads";
-    else if (c->tc ? (c->wtm % 16 || c->wtn % 16) : !lanes_ok)
-        c->why = "divisibility";
-    else if (c->tc ? c->mi * c->ni * 4 > 128 : c->tm * c->tn > 64)
-        c->why = "regs"; /* accumulators alone would crowd out the rest */
-    else if (c->tc && c->wtm * c->wtn < 512)
-        c->why = "redundant"; /* a 16 x 16 warp tile re-reads shared memory for every mma */
-    else if (c->wtm > 4 * c->wtn || c->wtn > 4 * c->wtm)
-        c->why = "redundant"; /* a squarer warp tile of the same area reads less */
+    const char *prefix_why = sync_prefix_why(p, c, dev);
+    if (prefix_why)
+        c->why = prefix_why;
     else if (!c->tc && (c->tm * c->tn < 4 || c->bk > 16 || c->smem == SMEM_XOR))
         c->why = "redundant"; /* FFMA: BK 16 already hides the barrier (longer unrolls only cost
                                  registers and compile time); its strided element reads are
@@ -2469,6 +2490,20 @@ static const char *gemm_prune(const ops_group *grp, const ops_schedule *s, const
     return c.why;
 }
 
+/* Schedules are enumerated math, bm, bn, bk, wm, wn first: a (math, tile, warps) both kernels
+ * reject (most of the space on small problems) skips the other knobs' 648 combinations. */
+static const char *gemm_prune_prefix(const ops_group *grp, const ops_schedule *s,
+                                     const ops_device *dev)
+{
+    gemm_problem p;
+    gemm_cfg c;
+    if (gemm_analyse(grp, &p) < 0)
+        return "shape";
+    gemm_configure(&p, s, dev, &c);
+    const char *why = sync_prefix_why(&p, &c, dev);
+    return why && wgmma_prefix_why(&p, &c, dev) ? why : NULL;
+}
+
 static void fill_args(const gemm_problem *p, ops_kernel_launch *k, bool workspace)
 {
     k->n_args = 0;
@@ -2725,6 +2760,8 @@ const ops_family ops_family_gemm = {
     .knobs = gemm_knobs,
     .matches = gemm_matches,
     .prune = gemm_prune,
+    .prefix_knobs = KN_WN + 1,
+    .prune_prefix = gemm_prune_prefix,
     .emit = gemm_emit_fn,
     .estimate = gemm_estimate,
 };

@@ -131,17 +131,17 @@ void ops_emitted_free(ops_emitted *e)
     memset(e, 0, sizeof(*e));
 }
 
-static void count_reason(ops_prune_counts *c, const char *reason)
+static void count_reason(ops_prune_counts *c, const char *reason, int64_t n)
 {
     for (int i = 0; i < c->n_reasons; i++) {
         if (strcmp(c->reasons[i].reason, reason) == 0) {
-            c->reasons[i].count++;
+            c->reasons[i].count += n;
             return;
         }
     }
     if (c->n_reasons < (int)KT_ARRAY_LEN(c->reasons)) {
         c->reasons[c->n_reasons].reason = reason;
-        c->reasons[c->n_reasons++].count = 1;
+        c->reasons[c->n_reasons++].count = n;
     }
 }
 
@@ -150,20 +150,32 @@ int ops_family_enumerate(const ops_family *f, const ops_group *grp, const ops_de
                          ops_prune_counts *counts)
 {
     KT_REQUIRE(f->n_knobs <= OPS_MAX_KNOBS);
+    int prefix = f->prune_prefix ? f->prefix_knobs : 0;
+    KT_REQUIRE(prefix >= 0 && prefix <= f->n_knobs);
     if (counts)
         memset(counts, 0, sizeof(*counts));
     int idx[OPS_MAX_KNOBS] = {0};
-    for (int k = 0; k < f->n_knobs; k++)
+    int64_t subtree = 1; /* schedules that share one prefix */
+    for (int k = 0; k < f->n_knobs; k++) {
         if (f->knobs[k].n_values == 0)
             return 0;
+        if (k >= prefix)
+            subtree *= f->knobs[k].n_values;
+    }
+    bool new_prefix = prefix > 0; /* idx[prefix..] are all 0: the first schedule of a prefix */
     for (;;) {
         ops_schedule s = {.family = f->id};
         for (int k = 0; k < f->n_knobs; k++)
             s.v[k] = f->knobs[k].values[idx[k]];
-        const char *why = f->prune ? f->prune(grp, &s, dev) : NULL;
+        int step = f->n_knobs - 1; /* the knob to advance next */
+        const char *why = new_prefix ? f->prune_prefix(grp, &s, dev) : NULL;
         if (why) {
             if (counts)
-                count_reason(counts, why);
+                count_reason(counts, why, subtree);
+            step = prefix - 1;
+        } else if ((why = f->prune ? f->prune(grp, &s, dev) : NULL)) {
+            if (counts)
+                count_reason(counts, why, 1);
         } else {
             if (counts)
                 counts->kept++;
@@ -171,11 +183,12 @@ int ops_family_enumerate(const ops_family *f, const ops_group *grp, const ops_de
             if (rc)
                 return rc;
         }
-        int k = f->n_knobs - 1;
+        int k = step;
         while (k >= 0 && ++idx[k] == f->knobs[k].n_values)
             idx[k--] = 0;
         if (k < 0)
             return 0;
+        new_prefix = k < prefix;
     }
 }
 

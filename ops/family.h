@@ -132,6 +132,12 @@ typedef struct ops_family {
      * for: "threads", "smem", "regs", "align", "divisibility", "shape", "precision" (the job's
      * precision policy forbids the math path) or "redundant". */
     const char *(*prune)(const ops_group *grp, const ops_schedule *s, const ops_device *dev);
+    /* Optional, to skip whole subtrees of a large space: the reason prune() rejects every
+     * schedule that shares s's first prefix_knobs knob values (whatever the others hold), or
+     * NULL when some may be legal. NULL is always a correct answer; a reason where one
+     * completion is legal loses that schedule. */
+    int prefix_knobs;
+    const char *(*prune_prefix)(const ops_group *grp, const ops_schedule *s, const ops_device *dev);
     /* Emits the candidate. 0, or -EINVAL/-ENOMEM with detail in d. */
     int (*emit)(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                 ops_emitted *out, ops_diag *d);
@@ -191,7 +197,8 @@ typedef struct ops_prune_counts {
 
 /* Walks the product of f's knob values in a fixed order (last knob fastest), calls prune() on
  * each schedule and cb() on each legal one; stops early when cb returns non-zero (and returns
- * that value). counts (optional) receives kept/pruned tallies. Requires f->matches(grp). */
+ * that value). With prune_prefix, a rejected prefix skips its subtree (counted under that
+ * reason). counts (optional) receives kept/pruned tallies. Requires f->matches(grp). */
 int ops_family_enumerate(const ops_family *f, const ops_group *grp, const ops_device *dev,
                          int (*cb)(const ops_schedule *s, void *ctx), void *ctx,
                          ops_prune_counts *counts);

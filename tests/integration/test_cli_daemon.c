@@ -163,7 +163,7 @@ static void test_tune_usage(void **state)
             has_socket |= strcmp(args[n], "--socket") == 0;
         }
         if (!has_socket) /* never reached on these errors */
-            args[n++] = "--socket=/nonexistent/ktuned.sock";
+            args[n++] = "--socket=/nonexistent/ktuned->sock";
         args[n] = NULL;
         run_result *r = run_argv(args);
         if (r->status != cases[i].status || !strstr(r->err, cases[i].msg) ||
@@ -269,6 +269,19 @@ typedef struct daemon_proc {
     char sock[512], cache[512], log[512];
 } daemon_proc;
 
+/* The one ktuned a test runs: static, so the teardown stops it when an assertion ends the test
+ * early (a live daemon would hold the test's output open until meson's timeout). */
+static daemon_proc the_daemon;
+
+/* $KTUNE_TEST_TIME_SCALE (default 1; scripts/test-sanitizers sets it): job budgets are
+ * multiplied by it for slow builds. */
+static int time_scale(void)
+{
+    const char *v = getenv("KTUNE_TEST_TIME_SCALE");
+    int x = v ? atoi(v) : 1;
+    return x >= 1 && x <= 100 ? x : 1;
+}
+
 static bool can_connect(const char *path)
 {
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -283,8 +296,9 @@ static bool can_connect(const char *path)
 
 /* Starts ktuned with the fake worker; extra_env "NAME=VALUE" or NULL. Skips the test when
  * ktuned is not built. */
-static void daemon_start(daemon_proc *d, const char *tag, const char *extra_env)
+static daemon_proc *daemon_start(const char *tag, const char *extra_env)
 {
+    daemon_proc *d = &the_daemon;
     const char *bin = getenv("KTUNED_BIN"), *worker = getenv("KTUNE_FAKE_WORKER");
     if (!bin || !worker || access(bin, X_OK) != 0) {
         skip();
@@ -296,6 +310,7 @@ static void daemon_start(daemon_proc *d, const char *tag, const char *extra_env)
     assert_true(d->pid >= 0);
     if (d->pid == 0) {
         FILE *f = freopen(d->log, "w", stderr);
+        f = f ? freopen("/dev/null", "w", stdout) : NULL;
         (void)f;
         if (extra_env)
             putenv((char *)extra_env);
@@ -305,7 +320,7 @@ static void daemon_start(daemon_proc *d, const char *tag, const char *extra_env)
     }
     for (int i = 0; i < 300; i++) { /* up to 15 s */
         if (can_connect(d->sock))
-            return;
+            return d;
         int ws;
         if (waitpid(d->pid, &ws, WNOHANG) == d->pid) {
             d->pid = 0;
@@ -314,6 +329,7 @@ static void daemon_start(daemon_proc *d, const char *tag, const char *extra_env)
         usleep(50000);
     }
     fail_msg("ktuned did not listen on %s within 15 s (see %s)", d->sock, d->log);
+    return d;
 }
 
 static void daemon_stop(daemon_proc *d)
@@ -336,19 +352,21 @@ static void daemon_stop(daemon_proc *d)
 
 static void test_end_to_end(void **state)
 {
-    daemon_proc d = {0};
-    daemon_start(&d, "e2e", NULL);
+    daemon_proc *d = daemon_start("e2e", NULL);
+    char budget[16], budget_total[16];
+    snprintf(budget, sizeof(budget), "%d", 5 * time_scale());
+    snprintf(budget_total, sizeof(budget_total), "%ds", 20 * time_scale());
 
     /* gpus: the fake worker's H100. */
-    run_result *r = RUN("gpus", "--socket", d.sock);
+    run_result *r = RUN("gpus", "--socket", d->sock);
     if (r->status != 0)
         fail_msg("gpus: %s", r->err);
     expect_in(r->out, "H100");
     free(r);
 
     /* tune --wait: a verified winner, the result table, exit 0. */
-    r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--budget", "5", "--wait",
-            "--socket", d.sock);
+    r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--budget", budget, "--wait",
+            "--socket", d->sock);
     if (r->status != 0)
         fail_msg("tune --wait: status %d\nstdout: %s\nstderr: %s", r->status, r->out, r->err);
     expect_in(r->out, "state      done");
@@ -356,7 +374,8 @@ static void test_end_to_end(void **state)
     expect_in(r->out, "cached     yes");
     free(r);
     /* The same job again: joined, nothing to do. */
-    r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--json", "--socket", d.sock);
+    r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--json", "--socket",
+            d->sock);
     assert_int_equal(r->status, 0);
     json_t *v = parse_json(r);
     assert_true(json_is_true(json_object_get(v, "joined")));
@@ -368,11 +387,12 @@ static void test_end_to_end(void **state)
     /* batch of two lines, twice: the second run joins both and measures nothing. */
     char text[2048];
     snprintf(text, sizeof(text),
-             "{\"graph\": \"%s\", \"shapes\": {\"M\": 32, \"N\": 64}, \"budget\": 5}\n"
+             "{\"graph\": \"%s\", \"shapes\": {\"M\": 32, \"N\": 64}, \"budget\": %s}\n"
              "{\"graph\": \"%s\", \"shapes\": {\"M\": 16}, \"name\": \"gemm16\"}\n",
-             example("softmax.json"), example("gemm_bias_relu.json"));
+             example("softmax.json"), budget, example("gemm_bias_relu.json"));
     write_file(tmp_path("two.jsonl"), text);
-    r = RUN("batch", tmp_path("two.jsonl"), "--budget-total", "20s", "--json", "--socket", d.sock);
+    r = RUN("batch", tmp_path("two.jsonl"), "--budget-total", budget_total, "--json", "--socket",
+            d->sock);
     if (r->status != 0)
         fail_msg("batch: status %d\nstdout: %s\nstderr: %s", r->status, r->out, r->err);
     v = parse_json(r);
@@ -393,7 +413,7 @@ static void test_end_to_end(void **state)
     json_decref(v);
     free(r);
     time_t t0 = time(NULL);
-    r = RUN("batch", tmp_path("two.jsonl"), "--json", "--socket", d.sock);
+    r = RUN("batch", tmp_path("two.jsonl"), "--json", "--socket", d->sock);
     assert_int_equal(r->status, 0);
     assert_true(time(NULL) - t0 < 5);
     v = parse_json(r);
@@ -408,7 +428,7 @@ static void test_end_to_end(void **state)
     json_decref(v);
     free(r);
     /* --shard 1/2 takes the second line only. */
-    r = RUN("batch", tmp_path("two.jsonl"), "--shard=1/2", "--json", "--socket", d.sock);
+    r = RUN("batch", tmp_path("two.jsonl"), "--shard=1/2", "--json", "--socket", d->sock);
     assert_int_equal(r->status, 0);
     v = parse_json(r);
     assert_int_equal(json_integer_value(json_object_get(v, "total")), 1);
@@ -419,14 +439,14 @@ static void test_end_to_end(void **state)
     json_decref(v);
     free(r);
     /* The table form of the rerun. */
-    r = RUN("batch", tmp_path("two.jsonl"), "--socket", d.sock);
+    r = RUN("batch", tmp_path("two.jsonl"), "--socket", d->sock);
     assert_int_equal(r->status, 0);
     expect_in(r->out, "gemm16");
     expect_in(r->err, "2 joined");
     free(r);
 
     /* jobs --json: all three jobs, newest first. */
-    r = RUN("jobs", "--json", "--socket", d.sock);
+    r = RUN("jobs", "--json", "--socket", d->sock);
     assert_int_equal(r->status, 0);
     v = parse_json(r);
     assert_true(json_is_array(v));
@@ -443,22 +463,22 @@ static void test_end_to_end(void **state)
     /* status, watch of a finished job, cancel of a finished job (an error), stats. */
     char id[32];
     snprintf(id, sizeof(id), "%lld", (long long)tune_id);
-    r = RUN("status", id, "--socket", d.sock);
+    r = RUN("status", id, "--socket", d->sock);
     assert_int_equal(r->status, 0);
     expect_in(r->out, "state      done");
     free(r);
-    r = RUN("watch", id, "--socket", d.sock);
+    r = RUN("watch", id, "--socket", d->sock);
     assert_int_equal(r->status, 0);
     free(r);
-    r = RUN("cancel", id, "--socket", d.sock);
+    r = RUN("cancel", id, "--socket", d->sock);
     assert_int_equal(r->status, 1);
     assert_int_equal(count_lines(r->err), 1);
     free(r);
-    r = RUN("status", "999999", "--socket", d.sock);
+    r = RUN("status", "999999", "--socket", d->sock);
     assert_int_equal(r->status, 1);
     assert_int_equal(count_lines(r->err), 1);
     free(r);
-    r = RUN("stats", "--json", "--socket", d.sock);
+    r = RUN("stats", "--json", "--socket", d->sock);
     assert_int_equal(r->status, 0);
     v = parse_json(r);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(v, "jobs"), "done")), 3);
@@ -467,10 +487,10 @@ static void test_end_to_end(void **state)
 
     /* A queued job cancelled at once: a long job first occupies the only GPU. */
     r = RUN("tune", example("layernorm.json"), "--shape", "M=8", "--budget", "60", "--json",
-            "--socket", d.sock);
+            "--socket", d->sock);
     assert_int_equal(r->status, 0);
     free(r);
-    r = RUN("tune", example("rmsnorm.json"), "--shape", "M=8", "--json", "--socket", d.sock);
+    r = RUN("tune", example("rmsnorm.json"), "--shape", "M=8", "--json", "--socket", d->sock);
     assert_int_equal(r->status, 0);
     v = parse_json(r);
     snprintf(id, sizeof(id), "%lld", (long long)json_integer_value(json_object_get(v, "job")));
@@ -478,23 +498,22 @@ static void test_end_to_end(void **state)
     json_decref(v);
     free(r);
     if (queued) {
-        r = RUN("cancel", id, "--socket", d.sock);
+        r = RUN("cancel", id, "--socket", d->sock);
         assert_int_equal(r->status, 0);
         expect_in(r->out, "cancelled");
         free(r);
     }
-    daemon_stop(&d);
+    daemon_stop(d);
 }
 
 static void test_no_gpu(void **state)
 {
-    daemon_proc d = {0};
-    daemon_start(&d, "nogpu", "FAKE_NODEV=1");
+    daemon_proc *d = daemon_start("nogpu", "FAKE_NODEV=1");
     /* Give the daemon a moment to hear from its worker. */
     run_result *r = NULL;
     for (int i = 0; i < 50; i++) {
         free(r);
-        r = RUN("gpus", "--socket", d.sock);
+        r = RUN("gpus", "--socket", d->sock);
         if (strncmp(r->out, "no GPU: ", 8) == 0 && strlen(r->out) > 9)
             break;
         usleep(100000);
@@ -504,15 +523,24 @@ static void test_no_gpu(void **state)
     expect_in(r->out, "no GPU: ");
     assert_string_equal(r->err, "");
     free(r);
-    daemon_stop(&d);
+    daemon_stop(d);
+}
+
+static int stop_daemon(void **state)
+{
+    (void)state;
+    daemon_stop(&the_daemon);
+    return 0;
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_unreachable),     cmocka_unit_test(test_tune_usage),
-        cmocka_unit_test(test_batch_bad_lines), cmocka_unit_test(test_end_to_end),
-        cmocka_unit_test(test_no_gpu),
+        cmocka_unit_test(test_unreachable),
+        cmocka_unit_test(test_tune_usage),
+        cmocka_unit_test(test_batch_bad_lines),
+        cmocka_unit_test_teardown(test_end_to_end, stop_daemon),
+        cmocka_unit_test_teardown(test_no_gpu, stop_daemon),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

@@ -260,24 +260,76 @@ static void test_counts(void **state)
     free(json);
 }
 
-/* ---- compiling ---- */
+/* ---- the prefix skip: enumeration equals prune() over the whole product ---- */
 
-typedef struct cand_list {
-    int n, cap;
-    ops_schedule *s;
-} cand_list;
-
-static int collect_cb(const ops_schedule *s, void *ctx)
+/* Every schedule of the product, in enumeration order, judged by prune() alone. */
+static void brute_force(const ops_group *grp, const ops_device *dev, emit_test_list *l,
+                        int64_t *total)
 {
-    cand_list *l = ctx;
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 256;
-        l->s = realloc(l->s, (size_t)l->cap * sizeof(*l->s));
-        assert_non_null(l->s);
+    const ops_family *f = &ops_family_gemm;
+    int idx[OPS_MAX_KNOBS] = {0};
+    *total = 0;
+    for (;;) {
+        ops_schedule s = {.family = f->id};
+        for (int k = 0; k < f->n_knobs; k++)
+            s.v[k] = f->knobs[k].values[idx[k]];
+        ++*total;
+        if (!f->prune(grp, &s, dev))
+            emit_test_collect(&s, l);
+        int k = f->n_knobs - 1;
+        while (k >= 0 && ++idx[k] == f->knobs[k].n_values)
+            idx[k--] = 0;
+        if (k < 0)
+            return;
     }
-    l->s[l->n++] = *s;
-    return 0;
 }
+
+static void check_prefix_skip(const char *json, const char *shapes, ops_precision prec,
+                              const ops_device *dev)
+{
+    ops_graph *g = emit_test_graph(json, shapes);
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    grp.precision = prec;
+    emit_test_list fast = {0}, slow = {0};
+    ops_prune_counts pc;
+    int64_t total;
+    assert_int_equal(
+        ops_family_enumerate(&ops_family_gemm, &grp, dev, emit_test_collect, &fast, &pc), 0);
+    brute_force(&grp, dev, &slow, &total);
+    int64_t counted = pc.kept;
+    for (int i = 0; i < pc.n_reasons; i++)
+        counted += pc.reasons[i].count;
+    print_message("%s %s (%s, sm_%d%d): %d kept of %lld\n", g->name, shapes,
+                  ops_precision_name(prec), dev->sm_major, dev->sm_minor, fast.n, (long long)total);
+    assert_int_equal(counted, total);
+    assert_int_equal(fast.n, slow.n);
+    assert_int_equal(pc.kept, slow.n);
+    assert_memory_equal(fast.s, slow.s, (size_t)fast.n * sizeof(*fast.s));
+    free(fast.s);
+    free(slow.s);
+    ops_graph_free(g);
+}
+
+static void test_prefix_skip(void **state)
+{
+    (void)state;
+    ops_device h100, a100;
+    ops_device_h100(&h100);
+    a100 = h100;
+    a100.sm_major = 8;
+    char *f32 = plain_gemm("f32"), *f16 = plain_gemm("f16"), *rich = rich_gemm("bf16", true, true);
+    check_prefix_skip(gemm_bias_relu, "M=16", OPS_PREC_EXACT, &h100);
+    check_prefix_skip(f32, "M=2048,N=2048,K=2048", OPS_PREC_EXACT, &h100); /* wgmma too */
+    check_prefix_skip(f32, "M=300,N=72,K=4096", OPS_PREC_EXACT, &a100);
+    check_prefix_skip(f16, "M=1760,N=128,K=1760", OPS_PREC_EXACT, &h100);
+    check_prefix_skip(rich, "M=96,N=256,K=64", OPS_PREC_REDUCED, &h100);
+    free(f32);
+    free(f16);
+    free(rich);
+}
+
+/* ---- compiling ---- */
 
 /* Emits `want` schedules spread evenly over the kept list of grp and submits them to pool;
  * returns how many were submitted. */
@@ -286,8 +338,9 @@ static int submit_spread(srch_pool *pool, const ops_group *grp, int want, uint64
 {
     ops_device dev;
     ops_device_h100(&dev);
-    cand_list l = {0};
-    assert_int_equal(ops_family_enumerate(&ops_family_gemm, grp, &dev, collect_cb, &l, NULL), 0);
+    emit_test_list l = {0};
+    assert_int_equal(ops_family_enumerate(&ops_family_gemm, grp, &dev, emit_test_collect, &l, NULL),
+                     0);
     assert_true(l.n > 0);
     int n = want < l.n ? want : l.n;
     for (int i = 0; i < n; i++) {
@@ -357,8 +410,9 @@ static void test_compile_spread_sm90(void **state)
     ops_device dev;
     ops_device_h100(&dev);
     /* the tf32 share of the space */
-    cand_list l = {0};
-    assert_int_equal(ops_family_enumerate(&ops_family_gemm, &grp, &dev, collect_cb, &l, NULL), 0);
+    emit_test_list l = {0};
+    assert_int_equal(
+        ops_family_enumerate(&ops_family_gemm, &grp, &dev, emit_test_collect, &l, NULL), 0);
     int tf = 0, x3 = 0; /* up to 5 of each tf32 path */
     for (int i = 0; i < l.n && tf + x3 < 10; i += 7) {
         int m = l.s[i].v[MATH];
@@ -1039,19 +1093,13 @@ static void test_fragment_maps(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),
-        cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_raster_bijection),
-        cmocka_unit_test(test_smem_swizzle),
-        cmocka_unit_test(test_fragment_maps),
-        cmocka_unit_test(test_estimate),
-        cmocka_unit_test(test_launch_and_golden),
-        cmocka_unit_test(test_wgmma),
-        cmocka_unit_test(test_compile_ragged),
-        cmocka_unit_test(test_compile_sm80),
-        cmocka_unit_test(test_serial_splitk),
-        cmocka_unit_test(test_cluster_splitk),
-        cmocka_unit_test(test_compile_spread_sm90),
+        cmocka_unit_test(test_matches),        cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_prefix_skip),    cmocka_unit_test(test_raster_bijection),
+        cmocka_unit_test(test_smem_swizzle),   cmocka_unit_test(test_fragment_maps),
+        cmocka_unit_test(test_estimate),       cmocka_unit_test(test_launch_and_golden),
+        cmocka_unit_test(test_wgmma),          cmocka_unit_test(test_compile_ragged),
+        cmocka_unit_test(test_compile_sm80),   cmocka_unit_test(test_serial_splitk),
+        cmocka_unit_test(test_cluster_splitk), cmocka_unit_test(test_compile_spread_sm90),
     };
     return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
 }
