@@ -231,6 +231,7 @@ static json_t *result_json(const cli_graph_args *ga, const srch_tune_result *r)
     json_object_set_new(o, "measured", json_integer(r->measured));
     json_object_set_new(o, "resumed", json_integer(r->resumed));
     json_object_set_new(o, "worker_restarts", json_integer(r->restarts));
+    json_object_set_new(o, "finalists_reloaded", json_integer(r->reloads));
     json_t *f = json_object(), *ex = json_object();
     for (int s = 1; s < SRCH_STATUS_COUNT; s++)
         if (r->failures[s]) {

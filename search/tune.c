@@ -481,38 +481,50 @@ static srch_time_opts screen_timing(const srch_time_opts *o)
     return s;
 }
 
-static int evaluate(tune *t, int64_t i, const void *cubin, size_t cubin_len, kt_err *err)
+/* The worker's request for candidate i (emitted into its em): SRCH_OK, or the status to fail it
+ * with (detail in d). */
+static srch_status eval_request(tune *t, int64_t i, const void *cubin, size_t cubin_len,
+                                srch_eval_req *req, ops_diag *d)
 {
-    cand *c = &t->c[i];
     const srch_candidate *sc = &t->list[i];
     const ops_group *grp = &t->s->groups[sc->group].group;
-    srch_eval_req req;
-    memset(&req, 0, sizeof(req));
-    ops_diag d = {0};
-    if (srch_eval_req_for_group(grp, &c->em, cubin, cubin_len, &req, &d) < 0)
-        return fail_cand(t, i, SRCH_LOAD_ERROR, "cannot build the request: %s", d.msg);
+    memset(req, 0, sizeof(*req));
+    if (srch_eval_req_for_group(grp, &t->c[i].em, cubin, cubin_len, req, d) < 0)
+        return SRCH_LOAD_ERROR;
     /* A group that reads an intermediate of the graph is verified on the values the graph
      * gives it (the worker runs the whole graph's reference from random graph inputs); one
      * that reads only graph inputs keeps fresh random inputs and its cheaper data set. */
-    if (srch_group_reads_intermediates(grp) && srch_eval_req_set_full(&req, t->s->g, &d) < 0) {
-        srch_eval_req_free(&req);
-        return fail_cand(t, i, SRCH_LOAD_ERROR, "cannot build the request: %s", d.msg);
+    if (srch_group_reads_intermediates(grp) && srch_eval_req_set_full(req, t->s->g, d) < 0) {
+        srch_eval_req_free(req);
+        return SRCH_LOAD_ERROR;
     }
-    if (req.library) {
+    if (req->library) {
         ops_lt_desc lt;
-        if (ops_library_describe(grp, &sc->schedule, &lt, &d) < 0 ||
-            srch_eval_req_set_lt(&req, grp, &lt, &d) < 0) {
-            srch_eval_req_free(&req);
-            return fail_cand(t, i, SRCH_UNAVAILABLE, "%s", d.msg);
+        if (ops_library_describe(grp, &sc->schedule, &lt, d) < 0 ||
+            srch_eval_req_set_lt(req, grp, &lt, d) < 0) {
+            srch_eval_req_free(req);
+            return SRCH_UNAVAILABLE;
         }
     }
-    req.id = (uint64_t)i;
-    req.precision = t->o->precision;
-    req.tolerance = t->o->tolerance;
-    req.seeds = defint(t->o->seeds, 3);
-    req.verify = true;
-    req.time = true;
-    req.timing = screen_timing(&t->o->timing);
+    req->id = (uint64_t)i;
+    req->precision = t->o->precision;
+    req->tolerance = t->o->tolerance;
+    req->seeds = defint(t->o->seeds, 3);
+    req->verify = true;
+    req->time = true;
+    req->timing = screen_timing(&t->o->timing);
+    return SRCH_OK;
+}
+
+static int evaluate(tune *t, int64_t i, const void *cubin, size_t cubin_len, kt_err *err)
+{
+    cand *c = &t->c[i];
+    srch_eval_req req;
+    ops_diag d = {0};
+    srch_status st = eval_request(t, i, cubin, cubin_len, &req, &d);
+    if (st != SRCH_OK)
+        return fail_cand(t, i, st, st == SRCH_UNAVAILABLE ? "%s" : "cannot build the request: %s",
+                         d.msg);
     srch_eval_result res;
     int restarts_before = srch_worker_restarts(t->w);
     double m0 = now_s();
@@ -743,7 +755,8 @@ static int screen(tune *t, kt_err *err)
     int max_parts = t->s->n_partitions < ROUND_A_PARTS ? t->s->n_partitions : ROUND_A_PARTS;
     double round_a_end = t->t0 + (t->end - t->t0) * ROUND_A_SHARE;
     int parts = 0;
-    while (parts < max_parts && rc == 0 && !over_budget(t) && (parts == 0 || now_s() < round_a_end)) {
+    while (parts < max_parts && rc == 0 && !over_budget(t) &&
+           (parts == 0 || now_s() < round_a_end)) {
         b.n = 0;
         for (int p = parts; p < parts + ROUND_A_STEP && p < max_parts && rc == 0; p++)
             for (int k = 0; k < t->s->partitions[p].n_groups && rc == 0; k++)
@@ -844,9 +857,59 @@ static int refine(tune *t, kt_err *err)
     return rc;
 }
 
-/* Re-times the finalists of each group of the leading partition against each other. Only
- * candidates the current worker still holds can be re-timed (evaluated since its last restart,
- * among its last WORKER_LOADED); others keep their screening times. */
+/* Is candidate i among those the current worker holds (evaluated or loaded since its last
+ * restart, among its last WORKER_LOADED)? */
+static bool loaded(const tune *t, int64_t i)
+{
+    const cand *c = &t->c[i];
+    return c->seq && c->restarts_at == srch_worker_restarts(t->w) &&
+           t->seq - c->seq < WORKER_LOADED;
+}
+
+/* Loads verified candidate i into the worker again, neither verified nor timed (it was, in this
+ * run), so that it can be re-timed: a finalist found early is evicted by the WORKER_LOADED
+ * evaluations after it, or lost to a restart. *ok is false when it cannot be (a candidate of the
+ * trial log has no cubin here; the worker refused it or restarted). Returns 0, or a negative
+ * errno when the worker cannot be restarted (the job cannot go on). */
+static int reload(tune *t, int64_t i, bool *ok, kt_err *err)
+{
+    cand *c = &t->c[i];
+    const srch_candidate *sc = &t->list[i];
+    *ok = false;
+    if (!c->measured || (!c->cubin && sc->schedule.family != OPS_FAM_LIBRARY))
+        return 0;
+    ops_diag d = {0};
+    if (ops_family_get(sc->schedule.family)
+            ->emit(&t->s->groups[sc->group].group, &sc->schedule, &t->dev, &c->em, &d) < 0)
+        return 0;
+    srch_eval_req req;
+    srch_status st = eval_request(t, i, c->cubin, c->cubin_len, &req, &d);
+    ops_emitted_free(&c->em);
+    if (st != SRCH_OK)
+        return 0;
+    req.verify = req.time = false;
+    srch_eval_result res;
+    int restarts_before = srch_worker_restarts(t->w);
+    double m0 = now_s();
+    int rc = srch_worker_eval(t->w, &req, t->o->deadline_s > 0 ? t->o->deadline_s : 30, &res, err);
+    add_measure(t, m0);
+    srch_eval_req_free(&req);
+    if (rc < 0)
+        return rc;
+    if (res.status != SRCH_OK || srch_worker_restarts(t->w) != restarts_before) {
+        kt_log_warn(TAG, "candidate %s: reloading it to re-time it failed (%s: %s)", c->id,
+                    srch_status_str(res.status), res.msg);
+        return 0;
+    }
+    c->seq = ++t->seq;
+    c->restarts_at = srch_worker_restarts(t->w);
+    *ok = true;
+    return 0;
+}
+
+/* Re-times the finalists of each group of the leading partition against each other, reloading
+ * those the worker no longer holds. A finalist that cannot be reloaded keeps its screening
+ * time, and the pick is among the re-timed ones. */
 static int retime(tune *t, kt_err *err)
 {
     int p;
@@ -859,18 +922,33 @@ static int retime(tune *t, kt_err *err)
     if (nfin > 16)
         nfin = 16;
     const srch_partition *part = &t->s->partitions[p];
-    int restarts = srch_worker_restarts(t->w);
     for (int k = 0; k < part->n_groups && !over_budget(t); k++) {
         int64_t top[16], ids_i[16];
         uint64_t ids[16];
-        int n = group_ranked(t, part->groups[k], top, nfin), m = 0;
-        for (int j = 0; j < n; j++) {
-            const cand *c = &t->c[top[j]];
-            if (c->seq && c->restarts_at == restarts && t->seq - c->seq < WORKER_LOADED) {
-                ids_i[m] = top[j];
-                ids[m++] = (uint64_t)top[j];
+        int n = group_ranked(t, part->groups[k], top, nfin), m = 0, reloaded = 0;
+        for (int j = 0; j < n && !over_budget(t); j++) {
+            bool ok = loaded(t, top[j]);
+            if (!ok) {
+                int rc = reload(t, top[j], &ok, err);
+                if (rc < 0)
+                    return rc;
+                reloaded += ok;
+                t->r->reloads += ok;
             }
+            if (ok)
+                ids_i[m++] = top[j];
         }
+        /* a reload may have evicted (or a restart lost) a finalist counted before it */
+        int kept = 0;
+        for (int j = 0; j < m; j++)
+            if (loaded(t, ids_i[j])) {
+                ids_i[kept] = ids_i[j];
+                ids[kept++] = (uint64_t)ids_i[j];
+            }
+        m = kept;
+        if (reloaded)
+            kt_log_debug(TAG, "group %d: %d of its %d finalists reloaded to be re-timed",
+                         part->groups[k], reloaded, m);
         if (m < 2)
             continue;
         /* Rounds: as set, else enough for SRCH_RETIME_BUDGET_S at the screening medians. */
@@ -888,6 +966,7 @@ static int retime(tune *t, kt_err *err)
         kt_err rerr = {0};
         double deadline = (t->o->deadline_s > 0 ? t->o->deadline_s : 30) * m;
         double m0 = now_s();
+        int restarts = srch_worker_restarts(t->w);
         int rc = srch_worker_retime(t->w, ids, m, rounds, t->o->timing.cold, deadline, st, &rerr);
         add_measure(t, m0);
         if (rc < 0) {
@@ -1388,7 +1467,7 @@ static int record(tune *t, int p, kt_err *err)
         rec.err_norm = en;
         rec.err_max = em;
         rec.tolerance = t->o->tolerance > 0 ? t->o->tolerance
-                                             : srch_default_tolerance(t->s->g, t->o->precision);
+                                            : srch_default_tolerance(t->s->g, t->o->precision);
         rec.cublaslt_ns = base;
         rec.naive_ns = 0;
         rec.ktune_version = kt_strdup(KTUNE_VERSION);

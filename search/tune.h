@@ -138,6 +138,8 @@ typedef struct srch_tune_result {
     double baseline_ns; /* best partition with cuBLASLt for every matmul group, 0 when none */
     double speedup;     /* baseline_ns / time_ns, 0 without a baseline */
     int trials, measured, resumed, restarts;
+    int reloads; /* finalists loaded into the worker again to be re-timed (evicted or lost to a
+                  * restart since their evaluation) */
     int failures[SRCH_STATUS_COUNT];
     char failure_example[SRCH_STATUS_COUNT][256]; /* "schedule: reason" of the first one */
     int rank;              /* the winner's rank in the cache after the put, -1 when not stored */
