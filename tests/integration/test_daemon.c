@@ -53,8 +53,8 @@ static void start_daemon(const char *const *env)
         dup2(fd, 1);
         for (; env && *env; env++)
             putenv((char *)*env);
-        execl(bin, bin, "--socket", sock_path, "--cache", cache_dir, "--worker", worker,
-              "--gpus", "0", "--compile-jobs", "2", "--config", "/dev/null", (char *)NULL);
+        execl(bin, bin, "--socket", sock_path, "--cache", cache_dir, "--worker", worker, "--gpus",
+              "0", "--compile-jobs", "2", "--config", "/dev/null", (char *)NULL);
         _exit(127);
     }
     daemon_pid = pid;
@@ -177,8 +177,8 @@ static bool recv_msg(client *c, msgpack_unpacked *out, double timeout)
         if (poll(&p, 1, (int)(left * 1000) + 1) <= 0)
             continue;
         assert_true(msgpack_unpacker_reserve_buffer(&c->up, 1 << 16));
-        ssize_t n = read(c->fd, msgpack_unpacker_buffer(&c->up),
-                         msgpack_unpacker_buffer_capacity(&c->up));
+        ssize_t n =
+            read(c->fd, msgpack_unpacker_buffer(&c->up), msgpack_unpacker_buffer_capacity(&c->up));
         if (n <= 0)
             return false;
         msgpack_unpacker_buffer_consumed(&c->up, (size_t)n);
@@ -276,7 +276,8 @@ static void expect_error(const msgpack_unpacked *m, const char *code, const char
 }
 
 /* A simple request with up to one unsigned argument. */
-static void simple(client *c, const char *op, const char *arg, uint64_t value, msgpack_unpacked *out)
+static void simple(client *c, const char *op, const char *arg, uint64_t value,
+                   msgpack_unpacked *out)
 {
     req r;
     req_begin(c, &r, op, arg ? 1 : 0);
@@ -383,17 +384,27 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
+    /* a daemon still running: the test ended early, on a failed assertion */
+    bool failed = daemon_pid > 0;
     if (daemon_pid > 0) {
         kill(daemon_pid, SIGKILL);
         waitpid(daemon_pid, NULL, 0);
         daemon_pid = -1;
     }
-    /* keep the log of a failed test on stdout */
+    /* the log of a failed test on stdout: its last 60 lines (every line with KTUNED_TEST_LOG) */
+    bool all = getenv("KTUNED_TEST_LOG") != NULL;
     FILE *f = fopen(log_path, "r");
-    if (f && getenv("KTUNED_TEST_LOG")) {
-        char line[1024];
-        while (fgets(line, sizeof(line), f))
-            fputs(line, stdout);
+    if (f && (failed || all)) {
+        static char ring[60][1024];
+        long n = 0;
+        printf("---- %s ----\n", log_path);
+        while (fgets(ring[n % 60], sizeof(ring[0]), f))
+            if (all)
+                fputs(ring[n % 60], stdout);
+            else
+                n++;
+        for (long i = n > 60 ? n - 60 : 0; i < n; i++)
+            fputs(ring[i % 60], stdout);
     }
     if (f)
         fclose(f);
@@ -560,8 +571,8 @@ static void test_submit_watch_lookup(void **state)
     expect_error(&m, "EINVAL", "shapes.N");
     msgpack_unpacked_destroy(&m);
     /* {"id": 7, "op": "hello"} without "v" */
-    static const uint8_t no_v[] = {0x82, 0xa2, 'i', 'd', 0x07, 0xa2, 'o', 'p', 0xa5, 'h', 'e', 'l',
-                                   'l', 'o'};
+    static const uint8_t no_v[] = {0x82, 0xa2, 'i', 'd', 0x07, 0xa2, 'o',
+                                   'p',  0xa5, 'h', 'e', 'l',  'l',  'o'};
     send_raw(&c, no_v, sizeof(no_v));
     msgpack_unpacked_init(&m);
     assert_true(recv_msg(&c, &m, 5));
