@@ -516,6 +516,29 @@ static srch_status eval_request(tune *t, int64_t i, const void *cubin, size_t cu
     return SRCH_OK;
 }
 
+/* Sends req (freed here) to the worker: 0 with res, or a negative errno when the worker cannot
+ * be restarted. *restarted: the worker was restarted meanwhile (what it held is gone). */
+static int worker_eval(tune *t, srch_eval_req *req, srch_eval_result *res, bool *restarted,
+                       kt_err *err)
+{
+    int before = srch_worker_restarts(t->w);
+    double m0 = now_s();
+    int rc = srch_worker_eval(t->w, req, t->o->deadline_s > 0 ? t->o->deadline_s : 30, res, err);
+    add_measure(t, m0);
+    srch_eval_req_free(req);
+    *restarted = srch_worker_restarts(t->w) != before;
+    return rc;
+}
+
+/* c was just sent to the worker: it holds it now (see loaded()), unless it restarted. */
+static void note_loaded(tune *t, cand *c, bool restarted)
+{
+    c->seq = ++t->seq;
+    c->restarts_at = srch_worker_restarts(t->w);
+    if (restarted)
+        c->seq = 0; /* not loaded in the (new) worker: it cannot be re-timed */
+}
+
 static int evaluate(tune *t, int64_t i, const void *cubin, size_t cubin_len, kt_err *err)
 {
     cand *c = &t->c[i];
@@ -526,11 +549,8 @@ static int evaluate(tune *t, int64_t i, const void *cubin, size_t cubin_len, kt_
         return fail_cand(t, i, st, st == SRCH_UNAVAILABLE ? "%s" : "cannot build the request: %s",
                          d.msg);
     srch_eval_result res;
-    int restarts_before = srch_worker_restarts(t->w);
-    double m0 = now_s();
-    int rc = srch_worker_eval(t->w, &req, t->o->deadline_s > 0 ? t->o->deadline_s : 30, &res, err);
-    add_measure(t, m0);
-    srch_eval_req_free(&req);
+    bool restarted;
+    int rc = worker_eval(t, &req, &res, &restarted, err);
     if (rc < 0)
         return rc; /* the worker cannot be restarted: the job cannot go on */
     if (cancelled(t) && (res.status == SRCH_FAULT || res.status == SRCH_HANG)) {
@@ -539,10 +559,7 @@ static int evaluate(tune *t, int64_t i, const void *cubin, size_t cubin_len, kt_
     } /* above: abandoned at shutdown (srch_worker_abort): not logged, a resumed job measures
        * it again */
     c->measured = true;
-    c->seq = ++t->seq;
-    c->restarts_at = srch_worker_restarts(t->w);
-    if (c->restarts_at != restarts_before)
-        c->seq = 0; /* not loaded in the (new) worker: it cannot be re-timed */
+    note_loaded(t, c, restarted);
     t->r->restarts = srch_worker_restarts(t->w);
     c->status = res.status;
     c->time = res.time;
@@ -889,20 +906,16 @@ static int reload(tune *t, int64_t i, bool *ok, kt_err *err)
         return 0;
     req.verify = req.time = false;
     srch_eval_result res;
-    int restarts_before = srch_worker_restarts(t->w);
-    double m0 = now_s();
-    int rc = srch_worker_eval(t->w, &req, t->o->deadline_s > 0 ? t->o->deadline_s : 30, &res, err);
-    add_measure(t, m0);
-    srch_eval_req_free(&req);
+    bool restarted;
+    int rc = worker_eval(t, &req, &res, &restarted, err);
     if (rc < 0)
         return rc;
-    if (res.status != SRCH_OK || srch_worker_restarts(t->w) != restarts_before) {
+    if (res.status != SRCH_OK || restarted) {
         kt_log_warn(TAG, "candidate %s: reloading it to re-time it failed (%s: %s)", c->id,
                     srch_status_str(res.status), res.msg);
         return 0;
     }
-    c->seq = ++t->seq;
-    c->restarts_at = srch_worker_restarts(t->w);
+    note_loaded(t, c, false);
     *ok = true;
     return 0;
 }
