@@ -75,17 +75,17 @@ typedef struct ktune_shape {
  * (dense, row-major). Plain data, except name (valid until ktune_graph_free). */
 typedef struct ktune_tensor_desc {
     const char *name;
-    char dtype[8]; /* "f32", "f16", "bf16" */
-    bool is_const; /* a weight (ktune_prepack may ask for another layout) */
-    int rank;      /* 0..8; 0: a scalar tensor */
+    char dtype[8];    /* "f32", "f16", "bf16" */
+    bool is_const;    /* a weight (ktune_prepack may ask for another layout) */
+    int rank;         /* 0..8; 0: a scalar tensor */
     int64_t shape[8]; /* -1: a symbolic dimension that shapes leaves unbound */
 } ktune_tensor_desc;
 /* Binds shapes (as ktune_submit and ktune_lookup do) and describes every input and output in
  * canonical order: inputs[ktune_graph_n_inputs(g)], outputs[ktune_graph_n_outputs(g)] (either
  * may be NULL). -EINVAL with the binding error (unknown symbol, bad value) in err. */
-KTUNE_EXPORT int ktune_graph_describe(const ktune_graph *g, const ktune_shape *shapes,
-                                      int n_shapes, ktune_tensor_desc *inputs,
-                                      ktune_tensor_desc *outputs, ktune_error *err);
+KTUNE_EXPORT int ktune_graph_describe(const ktune_graph *g, const ktune_shape *shapes, int n_shapes,
+                                      ktune_tensor_desc *inputs, ktune_tensor_desc *outputs,
+                                      ktune_error *err);
 
 /* ---- the client (through ktuned) ---- */
 
@@ -124,7 +124,7 @@ typedef struct ktune_job {
     char precision[16];
     double budget_s, tolerance;
     int64_t submitted, started, finished; /* unix seconds, 0: not yet */
-    char phase[16];                       /* "screen", "refine", "retime", "record", "" */
+    char phase[16]; /* "screen", "refine", "explore", "retime", "record", "" */
     int trials, measured, resumed;
     double elapsed_s;
     double best_ns, baseline_ns, err_norm; /* 0: none yet */
@@ -153,7 +153,10 @@ typedef struct ktune_submit_opts {
     int gpu;               /* -1: any (use KTUNE_SUBMIT_OPTS_INIT) */
     const char *name;      /* NULL: the graph's name */
 } ktune_submit_opts;
-#define KTUNE_SUBMIT_OPTS_INIT {NULL, 0, 0, 0, -1, NULL}
+#define KTUNE_SUBMIT_OPTS_INIT                                                                     \
+    {                                                                                              \
+        NULL, 0, 0, 0, -1, NULL                                                                    \
+    }
 
 /* Submits a job. *joined (may be NULL) tells whether it joined an identical queued, running or
  * done job instead of starting a new one. */
@@ -218,9 +221,9 @@ typedef struct ktune_record_info {
 /* *found false (and 0 returned) when the cache has nothing for that key. source (may be NULL)
  * receives the CUDA source, malloc'd (free() it). gpu: the daemon's GPU index. */
 KTUNE_EXPORT int ktune_lookup_remote(ktune_client *c, const ktune_graph *g,
-                                     const ktune_shape *shapes, int n_shapes,
-                                     const char *precision, int gpu, bool *found,
-                                     ktune_record_info *out, char **source, ktune_error *err);
+                                     const ktune_shape *shapes, int n_shapes, const char *precision,
+                                     int gpu, bool *found, ktune_record_info *out, char **source,
+                                     ktune_error *err);
 
 /* ---- the deploy-time runtime ---- */
 
@@ -259,8 +262,8 @@ typedef struct ktune_kernel ktune_kernel;
  * when there is nothing for that key; -ENODEV when there is no driver or device. Repeated
  * lookups of the same key and context return the same kernel from memory. */
 KTUNE_EXPORT int ktune_lookup(ktune_runtime *rt, const ktune_graph *g, const ktune_shape *shapes,
-                              int n_shapes, const char *precision, int device,
-                              ktune_kernel **out, ktune_match *match, ktune_error *err);
+                              int n_shapes, const char *precision, int device, ktune_kernel **out,
+                              ktune_match *match, ktune_error *err);
 
 typedef struct ktune_kernel_info {
     ktune_match match;
@@ -282,8 +285,8 @@ KTUNE_EXPORT uint64_t ktune_kernel_workspace_size(const ktune_kernel *k);
  * it is); ktune_prepack writes it into dst (device memory of that size) on stream. Pack once at
  * load time, then pass dst as that input to every launch. */
 KTUNE_EXPORT uint64_t ktune_prepack_size(const ktune_kernel *k, int input);
-KTUNE_EXPORT int ktune_prepack(ktune_kernel *k, int input, const void *src, void *dst,
-                               void *stream, ktune_error *err);
+KTUNE_EXPORT int ktune_prepack(ktune_kernel *k, int input, const void *src, void *dst, void *stream,
+                               ktune_error *err);
 
 /* Launches the kernel (all of its launches, in order) on stream (a CUstream / cudaStream_t;
  * NULL: the legacy default stream) with device pointers: inputs[n_inputs] and

@@ -874,6 +874,65 @@ static int refine(tune *t, kt_err *err)
     return rc;
 }
 
+/* Exploration, once refinement has converged with budget left: per group of the leading
+ * partition, the next EXPLORE_TOP untried candidates in the cost model's order and EXPLORE_SPREAD
+ * more strided over the rest of its untried list, then refinement around whatever they beat.
+ * It ends after EXPLORE_PATIENCE rounds in a row that find nothing clearly faster, or on the
+ * budget. Its choices depend only on measured outcomes, so a rerun replays them from the trial
+ * log and measures nothing new. */
+#define EXPLORE_TOP      4
+#define EXPLORE_SPREAD   4
+#define EXPLORE_PATIENCE 2
+
+static int add_unexplored(tune *t, batch *b, int g)
+{
+    int64_t untried = 0;
+    for (int64_t i = t->gstart[g]; i < t->gend[g]; i++)
+        untried += !t->c[i].done;
+    int64_t stride =
+        untried > EXPLORE_TOP + EXPLORE_SPREAD ? (untried - EXPLORE_TOP) / EXPLORE_SPREAD : 1;
+    int64_t k = 0;
+    int rc = 0;
+    for (int64_t i = t->gstart[g]; i < t->gend[g] && rc == 0; i++) {
+        if (t->c[i].done)
+            continue;
+        if (k < EXPLORE_TOP || (k - EXPLORE_TOP) % stride == 0)
+            rc = batch_add(b, i);
+        k++;
+    }
+    return rc;
+}
+
+static int explore(tune *t, kt_err *err)
+{
+    int rc = 0;
+    report(t, "explore");
+    for (int quiet = 0; quiet < EXPLORE_PATIENCE && rc == 0 && !over_budget(t);) {
+        int p;
+        double before = best_partition(t, &p, false);
+        if (p < 0)
+            break;
+        batch b = {0};
+        const srch_partition *part = &t->s->partitions[p];
+        for (int k = 0; k < part->n_groups && rc == 0; k++)
+            rc = add_unexplored(t, &b, part->groups[k]);
+        if (rc == -ENOMEM)
+            rc = kt_err_set(err, rc, "out of memory planning the exploration");
+        if (rc == 0 && b.n == 0) {
+            free(b.idx);
+            break; /* every candidate of the leading partition's groups tried */
+        }
+        if (rc == 0)
+            rc = run_batch(t, b.idx, b.n, err);
+        free(b.idx);
+        if (rc == 0)
+            rc = refine(t, err);
+        double after = best_partition(t, &p, false);
+        quiet = clearly_less(t, after, before) ? 0 : quiet + 1;
+    }
+    return rc;
+}
+
 /* Is candidate i among those the current worker holds (evaluated or loaded since its last
  * restart, among its last WORKER_LOADED)? */
 static bool loaded(const tune *t, int64_t i)
@@ -1661,7 +1720,8 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
         rc = kt_err_set(err, rc, "compile pool: %s", perr.msg);
         goto out;
     }
-    if ((rc = screen(&t, err)) < 0 || (rc = refine(&t, err)) < 0 || (rc = retime(&t, err)) < 0)
+    if ((rc = screen(&t, err)) < 0 || (rc = refine(&t, err)) < 0 || (rc = explore(&t, err)) < 0 ||
+        (rc = retime(&t, err)) < 0)
         goto out;
     if (cancelled(&t)) {
         rc = kt_err_set(err, -ECANCELED, "cancelled after %d trials", out->trials);

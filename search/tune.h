@@ -66,7 +66,7 @@
 #define SRCH_RETIME_MAX_ROUNDS 2000
 
 typedef struct srch_tune_progress {
-    const char *phase; /* "screen", "refine", "retime", "record" */
+    const char *phase; /* "screen", "refine", "explore", "retime", "record" */
     int trials;        /* candidates with an outcome (measured now or found in the trial log) */
     int measured;      /* of which evaluated on the GPU by this call */
     int resumed;       /* of which taken from the trial log */
