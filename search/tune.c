@@ -881,8 +881,8 @@ static int refine(tune *t, kt_err *err)
  * budget. Its choices depend only on measured outcomes, so a rerun replays them from the trial
  * log and measures nothing new. */
 #define EXPLORE_TOP      4
-#define EXPLORE_SPREAD   4
-#define EXPLORE_PATIENCE 2
+#define EXPLORE_SPREAD   8
+#define EXPLORE_PATIENCE 3
 
 static int add_unexplored(tune *t, batch *b, int g)
 {

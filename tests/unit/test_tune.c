@@ -145,6 +145,7 @@ typedef struct cost_seen {
     int calls;
     double compile_s, measure_s;
     bool shrank;
+    bool explored; /* the exploration phase ran (after refinement converged) */
 } cost_seen;
 
 static void cost_cb(const srch_tune_progress *p, void *ctx)
@@ -154,6 +155,7 @@ static void cost_cb(const srch_tune_progress *p, void *ctx)
         c->shrank = true;
     c->compile_s = p->compile_s;
     c->measure_s = p->measure_s;
+    c->explored |= p->phase && strcmp(p->phase, "explore") == 0;
     c->calls++;
 }
 
@@ -197,6 +199,7 @@ static void test_survives_and_resumes(void **state)
     assert_true(r.compile_s <= r.seconds * o.compile_jobs);
     assert_true(seen.calls > 0);
     assert_false(seen.shrank);
+    assert_true(seen.explored);
     assert_true(seen.compile_s <= r.compile_s && seen.measure_s <= r.measure_s);
     assert_true(seen.measure_s > 0 && seen.compile_s > 0);
     assert_int_equal(r.failures[SRCH_FAULT], 2); /* the killed worker and the sticky error */
