@@ -21,7 +21,9 @@
  *                  "<fake key>\t<sub>\t<bindings>\t<pid>\t<ms>": sub, 16 hex digits of an FNV-1a
  *                  hash of the request's msgpack "sub" (which group); bindings, "M=64,N=128"
  *                  (those of "full" when the request has it, else of "sub": which job, when jobs
- *                  differ in shapes); pid, this worker's; ms, CLOCK_REALTIME milliseconds
+ *                  differ in shapes); pid, this worker's; ms, CLOCK_REALTIME milliseconds; then
+ *                  "\tload" when the request neither verifies nor times (a finalist loaded
+ *                  again to be re-timed: not a measurement)
  *   FAKE_NODEV     hello answers ENODEV, as the real worker does on a machine without a GPU
  *   FAKE_SLOW_NTH  N > 0: the N-th eval this process receives (after its FAKE_LOG line) sleeps
  *                  FAKE_SLOW_MS (default 3000) instead of FAKE_DELAY_MS: a long "timing" during
@@ -279,8 +281,10 @@ static void log_detail(int fd, const msgpack_object *o, const srch_eval_req *r, 
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     char line[2048];
-    int n = snprintf(line, sizeof(line), "%s\t%016llx\t%s\t%ld\t%lld\n", key, (unsigned long long)h,
-                     binds, (long)getpid(), (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    int n =
+        snprintf(line, sizeof(line), "%s\t%016llx\t%s\t%ld\t%lld%s\n", key, (unsigned long long)h,
+                 binds, (long)getpid(), (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+                 !r->verify && !r->time ? "\tload" : "");
     if (n > 0)
         write_all_fd(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }

@@ -787,7 +787,7 @@ int dh_read_evals(const char *path, dh_eval **out, size_t *n)
         char *save = NULL;
         char *key = strtok_r(line, "\t", &save), *sub = strtok_r(NULL, "\t", &save);
         char *binds = strtok_r(NULL, "\t", &save), *pid = strtok_r(NULL, "\t", &save);
-        char *ms = strtok_r(NULL, "\t", &save);
+        char *ms = strtok_r(NULL, "\t", &save), *kind = strtok_r(NULL, "\t", &save);
         if (!key || !sub || !binds || !pid || !ms) {
             fprintf(stderr, "harness: %s: line %zu is not a FAKE_LOG_DETAIL line\n", path, *n + 1);
             rc = -EPROTO;
@@ -808,6 +808,7 @@ int dh_read_evals(const char *path, dh_eval **out, size_t *n)
         snprintf(e->bindings, sizeof(e->bindings), "%s", binds);
         e->pid = strtol(pid, NULL, 10);
         e->ms = strtoll(ms, NULL, 10);
+        e->load = kind && strcmp(kind, "load") == 0;
     }
     fclose(f);
     if (rc < 0) {

@@ -178,6 +178,7 @@ typedef struct dh_eval {
     char bindings[128]; /* which job */
     long pid;
     int64_t ms;
+    bool load; /* a finalist loaded again to be re-timed, not an evaluation */
 } dh_eval;
 /* Reads every line of path: *out is malloc'd (free it), *n its count. A missing file is 0
  * lines. */

@@ -221,7 +221,8 @@ static int check_duplicates(const int64_t *ms, int n_jobs, size_t cut, const boo
     assert_non_null(per_job);
     for (size_t i = 0; i < n; i++)
         for (size_t k = i + 1; k < n; k++) {
-            if (job[i] != job[k] || strcmp(ev[i].key, ev[k].key) != 0 ||
+            /* a finalist loaded again to be re-timed is not measured again */
+            if (ev[i].load || ev[k].load || job[i] != job[k] || strcmp(ev[i].key, ev[k].key) != 0 ||
                 strcmp(ev[i].sub, ev[k].sub) != 0)
                 continue;
             dups++;
