@@ -837,38 +837,55 @@ static int screen(tune *t, kt_err *err)
     return rc;
 }
 
+/* One round of a search phase: the candidates add_group plans for each group of the leading
+ * partition, measured. *none: it planned none (every one already tried). */
+static int search_round(tune *t, int (*add_group)(tune *t, batch *b, int g), const char *phase,
+                        bool *none, kt_err *err)
+{
+    int p;
+    *none = true;
+    if (best_partition(t, &p, false) <= 0)
+        return 0;
+    batch b = {0};
+    int rc = 0;
+    const srch_partition *part = &t->s->partitions[p];
+    for (int k = 0; k < part->n_groups && rc == 0; k++)
+        rc = add_group(t, &b, part->groups[k]);
+    if (rc == -ENOMEM)
+        rc = kt_err_set(err, rc, "out of memory planning the %s", phase);
+    *none = b.n == 0;
+    if (rc == 0 && b.n > 0)
+        rc = run_batch(t, b.idx, b.n, err);
+    free(b.idx);
+    return rc;
+}
+
+/* Refinement's plan for group g: the neighbours of its best few generated candidates. */
+static int add_refinement(tune *t, batch *b, int g)
+{
+    int nbest = defint(t->o->refine_best, 2), rc = 0;
+    int64_t top[8];
+    int n = group_ranked(t, g, top, nbest < 8 ? nbest : 8);
+    for (int j = 0; j < n && rc == 0; j++)
+        if (t->list[top[j]].schedule.family != OPS_FAM_LIBRARY)
+            rc = add_neighbours(t, b, top[j]);
+    return rc;
+}
+
 /* Local search around the best candidates of the leading partition's groups, until a round
  * improves nothing (converged) or the budget is spent. */
 static int refine(tune *t, kt_err *err)
 {
-    int rounds = defint(t->o->refine_rounds, 4), nbest = defint(t->o->refine_best, 2);
+    int rounds = defint(t->o->refine_rounds, 4);
     report(t, "refine");
     int rc = 0;
     for (int round = 0; round < rounds && rc == 0 && !over_budget(t); round++) {
         int p;
+        bool none;
         double before = best_partition(t, &p, false);
-        if (p < 0)
-            break;
-        batch b = {0};
-        const srch_partition *part = &t->s->partitions[p];
-        for (int k = 0; k < part->n_groups && rc == 0; k++) {
-            int64_t top[8];
-            int n = group_ranked(t, part->groups[k], top, nbest < 8 ? nbest : 8);
-            for (int j = 0; j < n && rc == 0; j++)
-                if (t->list[top[j]].schedule.family != OPS_FAM_LIBRARY)
-                    rc = add_neighbours(t, &b, top[j]);
-        }
-        if (rc == -ENOMEM)
-            rc = kt_err_set(err, rc, "out of memory planning the refinement");
-        if (rc == 0 && b.n == 0) {
-            free(b.idx);
+        if ((rc = search_round(t, add_refinement, "refinement", &none, err)) < 0 || none)
             break; /* every neighbour already tried: converged */
-        }
-        if (rc == 0)
-            rc = run_batch(t, b.idx, b.n, err);
-        free(b.idx);
-        double after = best_partition(t, &p, false);
-        if (rc == 0 && !clearly_less(t, after, before))
+        if (!clearly_less(t, best_partition(t, &p, false), before))
             break; /* nothing better beyond the noise: converged */
     }
     return rc;
@@ -909,26 +926,13 @@ static int explore(tune *t, kt_err *err)
     report(t, "explore");
     for (int quiet = 0; quiet < EXPLORE_PATIENCE && rc == 0 && !over_budget(t);) {
         int p;
+        bool none;
         double before = best_partition(t, &p, false);
-        if (p < 0)
-            break;
-        batch b = {0};
-        const srch_partition *part = &t->s->partitions[p];
-        for (int k = 0; k < part->n_groups && rc == 0; k++)
-            rc = add_unexplored(t, &b, part->groups[k]);
-        if (rc == -ENOMEM)
-            rc = kt_err_set(err, rc, "out of memory planning the exploration");
-        if (rc == 0 && b.n == 0) {
-            free(b.idx);
+        if ((rc = search_round(t, add_unexplored, "exploration", &none, err)) < 0 || none)
             break; /* every candidate of the leading partition's groups tried */
-        }
-        if (rc == 0)
-            rc = run_batch(t, b.idx, b.n, err);
-        free(b.idx);
-        if (rc == 0)
-            rc = refine(t, err);
-        double after = best_partition(t, &p, false);
-        quiet = clearly_less(t, after, before) ? 0 : quiet + 1;
+        if ((rc = refine(t, err)) < 0)
+            break;
+        quiet = clearly_less(t, best_partition(t, &p, false), before) ? 0 : quiet + 1;
     }
     return rc;
 }
