@@ -3,6 +3,7 @@
 #include "ops/ops.h"
 
 #include <nvrtc.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -40,6 +41,7 @@ typedef struct pool_worker {
 
 struct srch_pool {
     char arch[32];
+    char *compiler; /* the ktune-nvrtc executable each worker process runs */
     double timeout_s;
     char *store_dir;
     int n_workers;
@@ -334,8 +336,8 @@ static int read_all(int fd, void *buf, size_t len)
 
 /* Request: u32 source length, source bytes. Response: u32 payload length, then u8 status,
  * f64 seconds, u32 log length, log, u32 cubin length, cubin. Host byte order: both ends are
- * the same binary on the same machine. */
-static _Noreturn void worker_main(int fd, const char *arch)
+ * built together and run on the same machine. */
+_Noreturn void srch_compile_serve(int fd, const char *arch)
 {
     for (;;) {
         uint32_t len;
@@ -367,6 +369,11 @@ static int worker_start(srch_pool *p, pool_worker *w)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
         return -errno;
+    /* A fresh program, not a fork that goes on running ours: the parent has other threads (a
+     * daemon's loop and GPU threads), and a lock one of them held at the fork (seen: the
+     * allocator's, under ASan) stays locked forever in a forked child that calls malloc or
+     * NVRTC. Between fork and exec the child makes only async-signal-safe calls. */
+    char *argv[] = {p->compiler, p->arch, NULL};
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
@@ -375,16 +382,13 @@ static int worker_start(srch_pool *p, pool_worker *w)
         return -e;
     }
     if (pid == 0) {
-        /* Keep only stdio and our end of the socketpair: a child holding the parent's other
-         * descriptors (a daemon's listening and client sockets) would keep them open. */
-        int fd = sv[1];
-        if (fd != 3) {
-            if (dup2(fd, 3) < 0)
-                _exit(127);
-            fd = 3;
-        }
+        /* Keep only stdio and our end of the socketpair (as fd 3): a child holding the parent's
+         * other descriptors (a daemon's listening and client sockets) would keep them open. */
+        if (sv[1] != 3 && dup2(sv[1], 3) < 0)
+            _exit(127);
         close_range(4, ~0u, 0);
-        worker_main(fd, p->arch);
+        execv(p->compiler, argv);
+        _exit(127);
     }
     close(sv[1]);
     w->pid = pid;
@@ -407,12 +411,57 @@ static void worker_stop(pool_worker *w)
     }
 }
 
+static bool is_executable(const char *path)
+{
+    return path && path[0] && access(path, X_OK) == 0;
+}
+
+int srch_find_exe(const char *given, const char *env_var, const char *name, char **out, kt_err *err)
+{
+    if (given) {
+        if (!is_executable(given))
+            return kt_err_set(err, -ENOENT, "%s is not an executable file", given);
+        return (*out = kt_strdup(given)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
+    }
+    const char *env = getenv(env_var);
+    if (env && env[0]) {
+        if (!is_executable(env))
+            return kt_err_set(err, -ENOENT, "$%s=%s is not an executable file", env_var, env);
+        return (*out = kt_strdup(env)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
+    }
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return kt_err_set(err, -ENOENT, "cannot find %s: /proc/self/exe unreadable; set $%s", name,
+                          env_var);
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    static const char *const rel[] = {"/", "/../search/", "/../libexec/"};
+    char path[PATH_MAX + 64];
+    for (size_t i = 0; i < KT_ARRAY_LEN(rel); i++) {
+        snprintf(path, sizeof(path), "%s%s%s", self, rel[i], name);
+        if (is_executable(path))
+            return (*out = kt_strdup(path)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
+    }
+    return kt_err_set(err, -ENOENT,
+                      "cannot find %s next to %s (nor in ../search, ../libexec); set $%s", name,
+                      self, env_var);
+}
+
 int srch_pool_new(const srch_pool_opts *opts, srch_pool **out, kt_err *err)
 {
     srch_pool *p = calloc(1, sizeof(*p));
     if (!p)
         return kt_err_set(err, -ENOMEM, "out of memory creating the compile pool");
     snprintf(p->arch, sizeof(p->arch), "%s", opts->arch ? opts->arch : "sm_90a");
+    int frc =
+        srch_find_exe(opts->compiler, SRCH_COMPILER_ENV, SRCH_COMPILER_NAME, &p->compiler, err);
+    if (frc < 0) {
+        free(p);
+        return frc;
+    }
     p->timeout_s = opts->timeout_s > 0 ? opts->timeout_s : 60.0;
     int jobs = opts->jobs > 0 ? opts->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
     p->n_workers = jobs < 1 ? 1 : jobs > POOL_MAX_JOBS ? POOL_MAX_JOBS : jobs;
@@ -526,7 +575,6 @@ void srch_pool_discard(srch_pool *p)
     }
     p->done_tail = NULL;
 }
-
 
 /* Ends the worker's current job with a result that has no cubin (timeout or crash), restarts
  * the worker, and queues the result. */
@@ -716,5 +764,6 @@ void srch_pool_free(srch_pool *p)
     srch_pool_discard(p);
     free(p->workers);
     free(p->store_dir);
+    free(p->compiler);
     free(p);
 }

@@ -10,6 +10,8 @@
  * faulted it); a missed deadline means the kernel hangs: SIGKILL, reap, respawn, hello. */
 #include "supervisor.h"
 
+#include "compile.h"
+
 #include "ops/ops.h"
 
 #include <fcntl.h>
@@ -65,46 +67,12 @@ static double now_s(void)
 
 /* ---- locating the worker executable ---- */
 
-static bool executable(const char *path)
-{
-    return path && path[0] && access(path, X_OK) == 0;
-}
-
 /* Order: opts->exe; $KTUNE_WORKER; next to the running binary (an install that puts both in one
  * directory); <dir>/../search/ktune-worker (the build tree: build/client/ktune and
  * build/search/ktune-worker); <dir>/../libexec/ktune-worker (an install under a prefix). */
 static int find_worker(const char *given, char **out, kt_err *err)
 {
-    if (given) {
-        if (!executable(given))
-            return kt_err_set(err, -ENOENT, "worker %s is not an executable file", given);
-        return (*out = kt_strdup(given)) ? 0 : -ENOMEM;
-    }
-    const char *env = getenv(ENV_WORKER);
-    if (env && env[0]) {
-        if (!executable(env))
-            return kt_err_set(err, -ENOENT, "$%s=%s is not an executable file", ENV_WORKER, env);
-        return (*out = kt_strdup(env)) ? 0 : -ENOMEM;
-    }
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0)
-        return kt_err_set(err, -ENOENT, "cannot find %s: /proc/self/exe unreadable; set $%s",
-                          WORKER_EXE_NAME, ENV_WORKER);
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    static const char *const rel[] = {"/", "/../search/", "/../libexec/"};
-    char path[PATH_MAX + 64];
-    for (size_t i = 0; i < KT_ARRAY_LEN(rel); i++) {
-        snprintf(path, sizeof(path), "%s%s%s", self, rel[i], WORKER_EXE_NAME);
-        if (executable(path))
-            return (*out = kt_strdup(path)) ? 0 : -ENOMEM;
-    }
-    return kt_err_set(err, -ENOENT,
-                      "cannot find %s next to %s (nor in ../search, ../libexec); set $%s",
-                      WORKER_EXE_NAME, self, ENV_WORKER);
+    return srch_find_exe(given, ENV_WORKER, WORKER_EXE_NAME, out, err);
 }
 
 /* ---- process management ---- */
