@@ -420,7 +420,7 @@ int srch_find_exe(const char *given, const char *env_var, const char *name, char
 {
     if (given) {
         if (!is_executable(given))
-            return kt_err_set(err, -ENOENT, "%s is not an executable file", given);
+            return kt_err_set(err, -ENOENT, "%s: %s is not an executable file", name, given);
         return (*out = kt_strdup(given)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
     }
     const char *env = getenv(env_var);
