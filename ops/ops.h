@@ -64,12 +64,22 @@ int ops_graph_canonicalize(const ops_graph *g, ops_graph **out, ops_diag *d);
  * order; sensitive to every op, attribute, dtype, edge and fixed-vs-symbolic dimension. */
 int ops_graph_signature(const ops_graph *g, uint8_t sig[OPS_SIG_BYTES], ops_diag *d);
 void ops_sha256(const void *data, size_t len, uint8_t digest[32]);
-/* The canonical order of g's graph inputs and outputs, the one the signature numbers them in:
- * input_rank[i] is the position of graph input i (tensor order) among the inputs, and
- * output_rank[j] that of graph output j (declaration order) among the outputs. Two graphs with
- * the same signature agree on what the input (output) of each rank means, so a kernel tuned
- * for one serves the other through this map. Either array may be NULL; each must hold as many
- * entries as g has inputs (outputs). Returns 0 or a negative errno with d filled. */
+/* The identity of a bound problem: SHA-256 over the canonical serialisation of the canonicalised
+ * graph with every symbolic dimension's bound value written beside its canonical symbol number
+ * (-1 while unbound). Two bound graphs share it exactly when one is the other up to tensor and
+ * symbol names, node order and declaration order, with equal sizes: X[M,N] and X[N,M] bound
+ * M=1024,N=64 differ; so do x[M], z[N] bound the other way round. The canonical order of the
+ * graph's inputs and outputs comes from the same labelling, so it accounts for the bound sizes:
+ * input_rank[i] is the position of graph input i (tensor order) among the inputs, output_rank[j]
+ * that of graph output j (declaration order) among the outputs, and two graphs with the same
+ * problem agree on what (shape included) the input or output of each rank is. problem,
+ * input_rank and output_rank may each be NULL; the arrays hold as many entries as g has inputs
+ * (outputs). Returns 0 or a negative errno with d filled. */
+int ops_graph_problem(const ops_graph *g, uint8_t problem[OPS_SIG_BYTES], int *input_rank,
+                      int *output_rank, ops_diag *d);
+/* ops_graph_problem's canonical order alone. On a graph with unbound dimensions it is the order
+ * the signature numbers inputs and outputs in; once bound, it may put inputs of equal structure
+ * but different sizes in another order (the launch order is that of the bound graph). */
 int ops_graph_canonical_io(const ops_graph *g, int *input_rank, int *output_rank, ops_diag *d);
 
 /* ---- fp64 reference interpreter and cost (ops/reference.c, ops/cost.c) ----

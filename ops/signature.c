@@ -23,6 +23,7 @@
 #define SIG_MAX_LEAVES 4096
 #define SIG_MAX_GENS   256
 #define SIG_MAGIC      "ktune-signature-v1"
+#define PROBLEM_MAGIC  "ktune-problem-v1"
 
 /* ---- growable byte buffer; the first failure sticks ---- */
 
@@ -75,6 +76,7 @@ typedef struct sig_ctx {
     const ops_graph *g;
     int n;      /* tensors */
     int n_syms; /* g->n_syms */
+    bool sizes; /* bound sizes take part (the problem digest and the canonical I/O order) */
     /* consumers of each tensor, CSR: (consumer output tensor, operand position key) */
     int *cons_off, *cons_t, *cons_pos;
     int *init;    /* initial colour from the local label */
@@ -118,13 +120,16 @@ static int operand_rank(const ops_graph *g, const ops_node *n, int k)
 }
 
 /* Writes one dimension: fixed (tag 0, size) or symbolic (tag 1, canonical symbol number, or 0
- * when sym_id is NULL, i.e. in an initial label where symbol identity is not known yet). A
- * "size -1, no symbol" reshape entry (inferred) gets tag 2. */
-static void put_dim(sig_buf *b, const ops_dim *dim, const int *sym_id)
+ * when sym_id is NULL, i.e. in an initial label where symbol identity is not known yet; with
+ * sizes, then its bound value, -1 while unbound). A "size -1, no symbol" reshape entry
+ * (inferred) gets tag 2. */
+static void put_dim(sig_buf *b, const ops_dim *dim, const int *sym_id, bool sizes)
 {
     if (dim->sym >= 0) {
         put_u8(b, 1);
         put_i64(b, sym_id ? sym_id[dim->sym] : 0);
+        if (sizes)
+            put_i64(b, dim->size);
     } else if (dim->size < 0) {
         put_u8(b, 2);
     } else {
@@ -135,7 +140,8 @@ static void put_dim(sig_buf *b, const ops_dim *dim, const int *sym_id)
 
 /* The attributes that mean something for op, normalised (negative axes resolved, axes sorted),
  * each introduced by a one-letter tag. */
-static void put_attrs(sig_buf *b, const ops_graph *g, const ops_node *n, const int *sym_id)
+static void put_attrs(sig_buf *b, const ops_graph *g, const ops_node *n, const int *sym_id,
+                      bool sizes)
 {
     const ops_attrs *a = &n->attrs;
     int r = operand_rank(g, n, 0);
@@ -222,7 +228,7 @@ static void put_attrs(sig_buf *b, const ops_graph *g, const ops_node *n, const i
         put_u8(b, 'r');
         put_i64(b, a->shape.rank);
         for (int i = 0; i < a->shape.rank; i++)
-            put_dim(b, &a->shape.d[i], sym_id);
+            put_dim(b, &a->shape.d[i], sym_id, sizes);
         break;
     default:
         break;
@@ -232,7 +238,8 @@ static void put_attrs(sig_buf *b, const ops_graph *g, const ops_node *n, const i
 /* One tensor's record. With id == NULL (initial labels) operands and symbols are anonymous;
  * with the canonical numbering they are written by canonical id. Operands of commutative ops
  * are sorted so that add(x, y) and add(y, x) agree. */
-static void put_tensor(sig_buf *b, const ops_graph *g, int t, const int *id, const int *sym_id)
+static void put_tensor(sig_buf *b, const ops_graph *g, int t, const int *id, const int *sym_id,
+                       bool sizes)
 {
     const ops_tensor *x = &g->tensors[t];
     put_u8(b, x->producer < 0 ? 'I' : 'N');
@@ -242,7 +249,7 @@ static void put_tensor(sig_buf *b, const ops_graph *g, int t, const int *id, con
     if (x->producer < 0) {
         put_i64(b, x->shape.rank);
         for (int i = 0; i < x->shape.rank; i++)
-            put_dim(b, &x->shape.d[i], sym_id);
+            put_dim(b, &x->shape.d[i], sym_id, sizes);
         return;
     }
     /* Node outputs: shapes are derived from operands and attributes, and are left out so that
@@ -278,7 +285,7 @@ static void put_tensor(sig_buf *b, const ops_graph *g, int t, const int *id, con
             }
     for (int k = 0; k < n->n_in; k++)
         put_bytes(b, rec[k], 9);
-    put_attrs(b, g, n, sym_id);
+    put_attrs(b, g, n, sym_id, sizes);
 }
 
 /* ---- sorting with a context (qsort has none, qsort_r is not portable) ---- */
@@ -495,11 +502,14 @@ static int serialise(sig_ctx *c, const int *id, sig_buf *out)
     }
     out->len = 0;
     out->err = 0;
-    put_bytes(out, SIG_MAGIC, sizeof(SIG_MAGIC));
+    if (c->sizes)
+        put_bytes(out, PROBLEM_MAGIC, sizeof(PROBLEM_MAGIC));
+    else
+        put_bytes(out, SIG_MAGIC, sizeof(SIG_MAGIC));
     put_i64(out, c->n);
     put_i64(out, next);
     for (int i = 0; i < c->n; i++)
-        put_tensor(out, g, inv[i], id, sym_id);
+        put_tensor(out, g, inv[i], id, sym_id, c->sizes);
     free(inv);
     free(sym_id);
     return out->err;
@@ -735,11 +745,13 @@ static void ctx_free(sig_ctx *c)
 
 /* Builds adjacency and initial colours (from the anonymous local labels) of canonical graph g,
  * then searches for the canonical labelling: c->best holds the serialisation and c->best_id
- * the canonical id of every tensor. */
-static int canonical_labelling(const ops_graph *g, sig_ctx *c)
+ * the canonical id of every tensor. With sizes, bound sizes are part of every label, so ties
+ * are only broken between tensors whose sizes agree too. */
+static int canonical_labelling(const ops_graph *g, bool sizes, sig_ctx *c)
 {
     memset(c, 0, sizeof(*c));
     c->g = g;
+    c->sizes = sizes;
     c->n = g->n_tensors;
     c->n_syms = g->n_syms;
     int rc = 0, n = c->n, big = (n > c->n_syms ? n : c->n_syms) + 1;
@@ -798,7 +810,7 @@ static int canonical_labelling(const ops_graph *g, sig_ctx *c)
 
     /* Initial colours: rank of each tensor's anonymous label. */
     for (int t = 0; t < n; t++) {
-        put_tensor(&labels[t], g, t, NULL, NULL);
+        put_tensor(&labels[t], g, t, NULL, NULL, c->sizes);
         if (labels[t].err) {
             rc = labels[t].err;
             goto out;
@@ -830,16 +842,24 @@ out:
     return rc;
 }
 
+/* Canonicalises g and runs the labelling on it; *canon is the caller's to free. */
+static int label(const ops_graph *g, bool sizes, ops_graph **canon, sig_ctx *c, ops_diag *d)
+{
+    *canon = NULL;
+    memset(c, 0, sizeof(*c));
+    int rc = ops_graph_canonicalize(g, canon, d);
+    if (rc < 0)
+        return rc;
+    return canonical_labelling(*canon, sizes, c);
+}
+
 int ops_graph_signature(const ops_graph *g, uint8_t sig[OPS_SIG_BYTES], ops_diag *d)
 {
     if (!g || !sig)
         return -EINVAL;
     ops_graph *canon = NULL;
     sig_ctx c;
-    int rc = ops_graph_canonicalize(g, &canon, d);
-    if (rc < 0)
-        return rc;
-    rc = canonical_labelling(canon, &c);
+    int rc = label(g, false, &canon, &c, d);
     if (rc == 0)
         ops_sha256(c.best.p, c.best.len, sig);
     ctx_free(&c);
@@ -847,18 +867,18 @@ int ops_graph_signature(const ops_graph *g, uint8_t sig[OPS_SIG_BYTES], ops_diag
     return rc;
 }
 
-int ops_graph_canonical_io(const ops_graph *g, int *input_rank, int *output_rank, ops_diag *d)
+int ops_graph_problem(const ops_graph *g, uint8_t problem[OPS_SIG_BYTES], int *input_rank,
+                      int *output_rank, ops_diag *d)
 {
     if (!g)
         return -EINVAL;
     ops_graph *canon = NULL;
     sig_ctx c;
-    int rc = ops_graph_canonicalize(g, &canon, d);
-    if (rc < 0)
-        return rc;
-    rc = canonical_labelling(canon, &c);
+    int rc = label(g, true, &canon, &c, d);
     if (rc < 0)
         goto out;
+    if (problem)
+        ops_sha256(c.best.p, c.best.len, problem);
     /* Canonicalisation keeps inputs (in tensor order) and outputs (in declaration order). */
     for (int t = 0, i = 0; t < canon->n_tensors && input_rank; t++) {
         if (canon->tensors[t].producer >= 0)
@@ -880,4 +900,9 @@ out:
     ctx_free(&c);
     ops_graph_free(canon);
     return rc;
+}
+
+int ops_graph_canonical_io(const ops_graph *g, int *input_rank, int *output_rank, ops_diag *d)
+{
+    return ops_graph_problem(g, NULL, input_rank, output_rank, d);
 }

@@ -644,6 +644,200 @@ static void test_canonical_io(void **state)
     assert_memory_equal(a, b, sizeof(a));
 }
 
+/* ---- the problem digest: pairs of graphs differing in symbol names, declaration order and
+ * bound sizes get the same digest exactly when they pose the same problem, and then agree on
+ * what the input and output of each canonical rank are ---- */
+
+#define SWEEP_MAX 96
+
+typedef struct sweep_case {
+    char json[640];
+    char bind[4][2][8]; /* name, value as text */
+    int n_bind;
+    char problem[64]; /* the family's own description of the problem, e.g. "sum 1024x64" */
+} sweep_case;
+
+static void sweep_add(sweep_case *v, int *n, const char *problem, const char *json,
+                      const char *const *names, const int *values, int n_bind)
+{
+    if (*n >= SWEEP_MAX)
+        fail_msg("sweep: too many cases");
+    sweep_case *c = &v[(*n)++];
+    memset(c, 0, sizeof(*c));
+    snprintf(c->json, sizeof(c->json), "%s", json);
+    snprintf(c->problem, sizeof(c->problem), "%s", problem);
+    c->n_bind = n_bind;
+    for (int i = 0; i < n_bind; i++) {
+        snprintf(c->bind[i][0], sizeof(c->bind[i][0]), "%s", names[i]);
+        snprintf(c->bind[i][1], sizeof(c->bind[i][1]), "%d", values[i]);
+    }
+}
+
+/* A bound graph with its problem digest, canonical ranks and fp64 reference outputs on inputs
+ * filled by canonical rank (input of rank r gets the values r + 1 + 0.01 * element index), so two
+ * cases with the same digest must give identical outputs rank by rank. */
+typedef struct sweep_eval {
+    uint8_t digest[OPS_SIG_BYTES];
+    int n_in, n_out;
+    ops_shape in_shape[4], out_shape[4]; /* by canonical rank */
+    double *out[4];                      /* by canonical rank */
+} sweep_eval;
+
+static void sweep_eval_case(const sweep_case *c, sweep_eval *e)
+{
+    memset(e, 0, sizeof(*e));
+    ops_graph *g = NULL, *b = NULL;
+    ops_diag d = {0};
+    if (ops_graph_from_json(c->json, strlen(c->json), &g, &d) != 0)
+        fail_msg("parse: %s\n%s", d.msg, c->json);
+    ops_binding bind[4];
+    for (int i = 0; i < c->n_bind; i++)
+        bind[i] = (ops_binding){c->bind[i][0], atoll(c->bind[i][1])};
+    if (ops_graph_bind(g, bind, c->n_bind, &b, &d) != 0)
+        fail_msg("bind: %s\n%s", d.msg, c->json);
+    int ir[4], orank[4];
+    if (ops_graph_problem(b, e->digest, ir, orank, &d) != 0)
+        fail_msg("problem: %s\n%s", d.msg, c->json);
+    double *in[4] = {0};
+    const double *cin[4];
+    for (int t = 0, k = 0; t < b->n_tensors; t++) {
+        if (b->tensors[t].producer >= 0)
+            continue;
+        const ops_shape *sh = &b->tensors[t].shape;
+        int r = ir[k++];
+        e->in_shape[r] = *sh;
+        int64_t n = ops_shape_numel(sh);
+        in[e->n_in] = malloc(sizeof(double) * (size_t)n);
+        assert_non_null(in[e->n_in]);
+        for (int64_t x = 0; x < n; x++)
+            in[e->n_in][x] = r + 1 + 0.01 * (double)x;
+        cin[e->n_in] = in[e->n_in];
+        e->n_in++;
+    }
+    double *out[4];
+    e->n_out = b->n_outputs;
+    for (int j = 0; j < b->n_outputs; j++) {
+        const ops_shape *sh = &b->tensors[b->outputs[j]].shape;
+        e->out_shape[orank[j]] = *sh;
+        out[j] = calloc((size_t)ops_shape_numel(sh), sizeof(double));
+        assert_non_null(out[j]);
+        e->out[orank[j]] = out[j];
+    }
+    if (ops_ref_run(b, cin, out, &d) != 0)
+        fail_msg("reference: %s\n%s", d.msg, c->json);
+    for (int i = 0; i < e->n_in; i++)
+        free(in[i]);
+    ops_graph_free(b);
+    ops_graph_free(g);
+}
+
+static bool same_shape(const ops_shape *a, const ops_shape *b)
+{
+    if (a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->d[i].size != b->d[i].size)
+            return false;
+    return true;
+}
+
+static void test_problem_sweep(void **state)
+{
+    (void)state;
+    static sweep_case v[SWEEP_MAX];
+    int n = 0;
+    char json[640], problem[64];
+    const char *names[][3] = {{"M", "N", "K"}, {"N", "M", "K"}, {"K", "M", "N"}, {"a", "b", "c"}};
+    const int sizes[][3] = {{1024, 64, 48}, {64, 1024, 48}, {48, 64, 1024}, {64, 64, 64}};
+    /* 1. A sum over the last axis of X[S0, S1]: (rows, columns) is the problem. */
+    for (int nm = 0; nm < 4; nm++)
+        for (int sz = 0; sz < 4; sz++) {
+            snprintf(json, sizeof(json),
+                     "{\"name\":\"rowsum\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":"
+                     "[\"%s\",\"%s\"]}},\"nodes\":[{\"out\":\"y\",\"op\":\"sum\",\"in\":[\"X\"],"
+                     "\"axes\":[1]}],\"outputs\":[\"y\"]}",
+                     names[nm][0], names[nm][1]);
+            snprintf(problem, sizeof(problem), "sum %dx%d", sizes[sz][0], sizes[sz][1]);
+            sweep_add(v, &n, problem, json, names[nm], sizes[sz], 2);
+        }
+    /* 2. Two independent relus, x[S0] and z[S1], declared in either order, outputs in either
+     * order: the multiset of lengths is the problem. */
+    for (int nm = 0; nm < 2; nm++)
+        for (int sz = 0; sz < 4; sz++)
+            for (int order = 0; order < 4; order++) {
+                char x[96], z[96];
+                snprintf(x, sizeof(x), "\"x\":{\"dtype\":\"f32\",\"shape\":[\"%s\"]}",
+                         names[nm][0]);
+                snprintf(z, sizeof(z), "\"z\":{\"dtype\":\"f32\",\"shape\":[\"%s\"]}",
+                         names[nm][1]);
+                snprintf(json, sizeof(json),
+                         "{\"name\":\"two\",\"inputs\":{%s,%s},\"nodes\":["
+                         "{\"out\":\"rx\",\"op\":\"relu\",\"in\":[\"x\"]},"
+                         "{\"out\":\"rz\",\"op\":\"relu\",\"in\":[\"z\"]}],\"outputs\":[%s]}",
+                         order & 1 ? z : x, order & 1 ? x : z,
+                         order & 2 ? "\"rz\",\"rx\"" : "\"rx\",\"rz\"");
+                int lo = sizes[sz][0] < sizes[sz][1] ? sizes[sz][0] : sizes[sz][1];
+                int hi = sizes[sz][0] < sizes[sz][1] ? sizes[sz][1] : sizes[sz][0];
+                snprintf(problem, sizeof(problem), "relus %d,%d", lo, hi);
+                sweep_add(v, &n, problem, json, names[nm], sizes[sz], 2);
+            }
+    /* 3. A[S0, S2] @ W[S2, S1] + bias[S1], inputs declared in two orders. */
+    for (int nm = 0; nm < 4; nm++)
+        for (int sz = 0; sz < 3; sz++)
+            for (int order = 0; order < 2; order++) {
+                char a[96], w[96], bias[96];
+                snprintf(a, sizeof(a), "\"A\":{\"dtype\":\"f32\",\"shape\":[\"%s\",\"%s\"]}",
+                         names[nm][0], names[nm][2]);
+                snprintf(w, sizeof(w), "\"W\":{\"dtype\":\"f32\",\"shape\":[\"%s\",\"%s\"]}",
+                         names[nm][2], names[nm][1]);
+                snprintf(bias, sizeof(bias), "\"bias\":{\"dtype\":\"f32\",\"shape\":[\"%s\"]}",
+                         names[nm][1]);
+                snprintf(json, sizeof(json),
+                         "{\"name\":\"mm\",\"inputs\":{%s,%s,%s},\"nodes\":["
+                         "{\"out\":\"t\",\"op\":\"matmul\",\"in\":[\"A\",\"W\"]},"
+                         "{\"out\":\"y\",\"op\":\"add\",\"in\":[\"t\",\"bias\"]}],"
+                         "\"outputs\":[\"y\"]}",
+                         order ? bias : a, w, order ? a : bias);
+                int mkn[3] = {sizes[sz][0] % 100 + 3, sizes[sz][1] % 100 + 5,
+                              sizes[sz][2] % 100 + 7};
+                snprintf(problem, sizeof(problem), "mm %dx%dx%d", mkn[0], mkn[2], mkn[1]);
+                sweep_add(v, &n, problem, json, names[nm], mkn, 3);
+            }
+    static sweep_eval e[SWEEP_MAX];
+    for (int i = 0; i < n; i++)
+        sweep_eval_case(&v[i], &e[i]);
+    int same = 0, differ = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            bool want = strcmp(v[i].problem, v[j].problem) == 0;
+            bool got = memcmp(e[i].digest, e[j].digest, OPS_SIG_BYTES) == 0;
+            if (want != got)
+                fail_msg("%s digests for '%s' and '%s':\n%s\n%s", got ? "equal" : "different",
+                         v[i].problem, v[j].problem, v[i].json, v[j].json);
+            if (!got) {
+                differ++;
+                continue;
+            }
+            same++;
+            /* Same problem: each canonical rank has the same shape and computes the same. */
+            for (int r = 0; r < e[i].n_in; r++)
+                assert_true(same_shape(&e[i].in_shape[r], &e[j].in_shape[r]));
+            for (int r = 0; r < e[i].n_out; r++) {
+                assert_true(same_shape(&e[i].out_shape[r], &e[j].out_shape[r]));
+                int64_t m = ops_shape_numel(&e[i].out_shape[r]);
+                for (int64_t x = 0; x < m; x++)
+                    if (e[i].out[r][x] != e[j].out[r][x])
+                        fail_msg("rank %d element %lld differs:\n%s\n%s", r, (long long)x,
+                                 v[i].json, v[j].json);
+            }
+        }
+    /* Both outcomes occur many times over (the sweep is not vacuous). */
+    assert_true(same > 50 && differ > 500);
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < e[i].n_out; r++)
+            free(e[i].out[r]);
+}
+
 static void test_sig_invalid_graph(void **state)
 {
     (void)state;
@@ -683,6 +877,7 @@ int main(void)
         cmocka_unit_test(test_sig_symmetric_branches),
         cmocka_unit_test(test_sig_random_orders),
         cmocka_unit_test(test_canonical_io),
+        cmocka_unit_test(test_problem_sweep),
         cmocka_unit_test(test_sig_invalid_graph),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
