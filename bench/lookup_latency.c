@@ -121,13 +121,28 @@ static char *make_source(long m, long bytes)
     return kt_buf_take(&b);
 }
 
+/* The record's problem digest and slots for the graph bound at M = m. */
+static void set_problem(cache_record *r, const ops_graph *g, long m)
+{
+    ops_binding b = {"M", m};
+    ops_graph *bound = NULL;
+    ops_diag d = {0};
+    kt_err e = {0};
+    if (ops_graph_bind(g, &b, 1, &bound, &d) < 0 || cache_record_set_problem(r, bound, &e) < 0) {
+        fprintf(stderr, "lookup_latency: binding M=%ld: %s%s\n", m, d.msg, e.msg);
+        exit(1);
+    }
+    ops_graph_free(bound);
+}
+
 /* A valid, verified record of the graph at M = m, in the shape srch_tune writes. */
-static void make_record(cache_record *r, const cache_gpu *gpu, const uint8_t *sig, long m,
+static void make_record(cache_record *r, const cache_gpu *gpu, const ktune_graph *g, long m,
                         const opts *o, const uint8_t *cubin)
 {
     cache_record_init(r);
     r->key.gpu = *gpu;
-    memcpy(r->key.sig, sig, OPS_SIG_BYTES);
+    memcpy(r->key.sig, g->sig, OPS_SIG_BYTES);
+    set_problem(r, g->g, m);
     r->key.n_shapes = 1;
     snprintf(r->key.shapes[0].name, sizeof(r->key.shapes[0].name), "M");
     r->key.shapes[0].value = m;
@@ -209,8 +224,12 @@ static void cpu_model(char *out, size_t cap)
 
 int main(int argc, char **argv)
 {
-    opts o = {.records = 100000, .lookups = 20000, .hot_keys = 10000, .source_bytes = 3072,
-              .cubin_bytes = 12288, .scan = true};
+    opts o = {.records = 100000,
+              .lookups = 20000,
+              .hot_keys = 10000,
+              .source_bytes = 3072,
+              .cubin_bytes = 12288,
+              .scan = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long *dst = strcmp(a, "--records") == 0        ? &o.records
@@ -276,7 +295,7 @@ int main(int argc, char **argv)
     double t0 = now_ns();
     for (long m = 1; m <= o.records; m++) {
         cache_record r;
-        make_record(&r, &gpu, g->sig, m, &o, cubin);
+        make_record(&r, &gpu, g, m, &o, cubin);
         int rc = cache_put(w, &r, NULL, &err);
         cache_record_free(&r);
         if (rc < 0) {
@@ -312,6 +331,10 @@ int main(int argc, char **argv)
         snprintf(k.shapes[0].name, sizeof(k.shapes[0].name), "M");
         k.shapes[0].value = (int64_t)(rng() % (uint64_t)o.records) + 1;
         cache_record r;
+        cache_record_init(&r); /* the key's problem digest, computed outside the timing */
+        set_problem(&r, g->g, (long)k.shapes[0].value);
+        memcpy(k.problem, r.key.problem, OPS_SIG_BYTES);
+        cache_record_free(&r);
         double a = now_ns();
         int rc = cache_get(env, &k, 0, &r, &err);
         t[i] = now_ns() - a;
@@ -328,8 +351,7 @@ int main(int argc, char **argv)
         ktune_shape s[1] = {{"M", (int64_t)(rng() % (uint64_t)o.records) + 1}};
         ktune_kernel *k = NULL;
         double a = now_ns();
-        int rc = ktune_rt_resolve(rt, g->g, g->sig, s, 1, NULL, &gpu, 0, KTUNE_RT_NO_MEMO, &k,
-                                  NULL, &kerr);
+        int rc = ktune_rt_resolve(rt, g, s, 1, NULL, 0, &gpu, 0, KTUNE_RT_NO_MEMO, &k, NULL, &kerr);
         t[i] = now_ns() - a;
         ktune_rt_kernel_free(k);
         if (rc < 0) {
@@ -343,7 +365,7 @@ int main(int argc, char **argv)
     for (long m = 1; m <= o.hot_keys; m++) {
         ktune_shape s[1] = {{"M", m}};
         ktune_kernel *k = NULL;
-        if (ktune_rt_resolve(rt, g->g, g->sig, s, 1, NULL, &gpu, 0, 0, &k, NULL, &kerr) < 0) {
+        if (ktune_rt_resolve(rt, g, s, 1, NULL, 0, &gpu, 0, 0, &k, NULL, &kerr) < 0) {
             fprintf(stderr, "lookup_latency: resolve: %s\n", kerr.msg);
             goto out;
         }
@@ -353,7 +375,7 @@ int main(int argc, char **argv)
         ktune_shape s[1] = {{"M", (int64_t)(rng() % (uint64_t)o.hot_keys) + 1}};
         ktune_kernel *k = NULL;
         double a = now_ns();
-        int rc = ktune_rt_resolve(rt, g->g, g->sig, s, 1, NULL, &gpu, 0, 0, &k, NULL, NULL);
+        int rc = ktune_rt_resolve(rt, g, s, 1, NULL, 0, &gpu, 0, 0, &k, NULL, NULL);
         t[i] = now_ns() - a;
         if (rc < 0) {
             fprintf(stderr, "lookup_latency: hot resolve failed (%d)\n", rc);
@@ -380,8 +402,8 @@ int main(int argc, char **argv)
         ktune_kernel *k = NULL;
         ktune_match match = KTUNE_MATCH_EXACT;
         double a = now_ns();
-        int rc = ktune_rt_resolve(rt, g->g, g->sig, s, 1, NULL, &other, 0, KTUNE_RT_NO_MEMO, &k,
-                                  &match, &kerr);
+        int rc =
+            ktune_rt_resolve(rt, g, s, 1, NULL, 0, &other, 0, KTUNE_RT_NO_MEMO, &k, &match, &kerr);
         scan_s = (now_ns() - a) / 1e9;
         ktune_rt_kernel_free(k);
         if (rc < 0 || match != KTUNE_MATCH_COMPATIBLE) {
@@ -391,8 +413,8 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < n_miss; i++) {
             s[0].value = (int64_t)(rng() % (uint64_t)o.records) + 1;
             a = now_ns();
-            rc = ktune_rt_resolve(rt, g->g, g->sig, s, 1, NULL, &other, 0, KTUNE_RT_NO_MEMO, &k,
-                                  &match, &kerr);
+            rc = ktune_rt_resolve(rt, g, s, 1, NULL, 0, &other, 0, KTUNE_RT_NO_MEMO, &k, &match,
+                                  &kerr);
             t[i] = now_ns() - a;
             ktune_rt_kernel_free(k);
             if (rc < 0 || match != KTUNE_MATCH_COMPATIBLE) {
@@ -404,8 +426,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < n_miss; i++) {
             s[0].value = o.records + 1 + (int64_t)i; /* never cached */
             a = now_ns();
-            rc = ktune_rt_resolve(rt, g->g, g->sig, s, 1, NULL, &gpu, 0, KTUNE_RT_NO_MEMO, &k,
-                                  NULL, NULL);
+            rc = ktune_rt_resolve(rt, g, s, 1, NULL, 0, &gpu, 0, KTUNE_RT_NO_MEMO, &k, NULL, NULL);
             t[i] = now_ns() - a;
             if (rc != -ENOENT) {
                 fprintf(stderr, "lookup_latency: an uncached key gave %d\n", rc);
@@ -437,8 +458,8 @@ int main(int argc, char **argv)
     printf("%-13s %8zu %10.0f %10.0f %10.0f %10.0f\n", "(timer)", n_hot, timer.p50, timer.p99,
            timer.mean, timer.min);
     if (scan_s >= 0) {
-        printf("%-13s %8zu %10.0f %10.0f %10.0f %10.0f\n", "compat", n_miss, compat.p50,
-               compat.p99, compat.mean, compat.min);
+        printf("%-13s %8zu %10.0f %10.0f %10.0f %10.0f\n", "compat", n_miss, compat.p50, compat.p99,
+               compat.mean, compat.min);
         printf("%-13s %8zu %10.0f %10.0f %10.0f %10.0f\n", "miss", n_miss, miss.p50, miss.p99,
                miss.mean, miss.min);
         printf("compat_first: the first lookup missing its exact key (walks %ld records for the "
@@ -465,10 +486,10 @@ int main(int argc, char **argv)
            "\"compat_ns\": {\"p50\": %.0f, \"p99\": %.0f}, "
            "\"miss_ns\": {\"p50\": %.0f, \"p99\": %.0f}}\n",
            host, cpu, ncpu, cmd, o.records, o.records,
-           strncmp(dir, "/dev/shm", 8) == 0 ? "tmpfs" : "a directory", o.lookups, n_hot,
-           o.hot_keys, o.records, o.source_bytes, o.cubin_bytes, st.map_used, build_s,
-           cold_get.p50, cold_get.p99, cold_get.mean, cold.p50, cold.p99, cold.mean, hot.p50,
-           hot.p99, hot.mean, timer.p50, scan_s, compat.p50, compat.p99, miss.p50, miss.p99);
+           strncmp(dir, "/dev/shm", 8) == 0 ? "tmpfs" : "a directory", o.lookups, n_hot, o.hot_keys,
+           o.records, o.source_bytes, o.cubin_bytes, st.map_used, build_s, cold_get.p50,
+           cold_get.p99, cold_get.mean, cold.p50, cold.p99, cold.mean, hot.p50, hot.p99, hot.mean,
+           timer.p50, scan_s, compat.p50, compat.p99, miss.p50, miss.p99);
     status = 0;
 out:
     ktune_runtime_close(rt);

@@ -455,7 +455,8 @@ static bool same_file(const char *a, const char *b)
            sa.st_ino == sb.st_ino;
 }
 
-static int cache_merge_locked(cache_env *env, const char *src, cache_merge_stats *stats, kt_err *err)
+static int cache_merge_locked(cache_env *env, const char *src, cache_merge_stats *stats,
+                              kt_err *err)
 {
     if (!env || !src)
         return kt_err_set(err, -EINVAL, "cache_merge: bad arguments");

@@ -138,8 +138,8 @@ int cache_cursor_walk(cache_env *env, MDB_dbi dbi, MDB_cursor_op start, const MD
     if (rc < 0)
         return rc;
     MDB_cursor *cur = NULL;
-    if ((rc = cache_lmdb_error(env, mdb_cursor_open(txn, dbi, &cur), "cannot open a cursor",
-                               err)) < 0)
+    if ((rc = cache_lmdb_error(env, mdb_cursor_open(txn, dbi, &cur), "cannot open a cursor", err)) <
+        0)
         goto out;
     MDB_val k = from ? *from : (MDB_val){0}, v;
     int mrc = mdb_cursor_get(cur, &k, &v, start);
@@ -241,6 +241,35 @@ static int mkdir_p(const char *dir, kt_err *err)
     return 0;
 }
 
+/* Schema 1 keyed records by (GPU, signature, precision, shapes by symbol name): two different
+ * problems could share a key (X[M,N] and X[N,M] bound alike), and the tolerance was not in it.
+ * Its records and trials cannot be re-keyed (a record does not keep its graph), so they are
+ * dropped, with a log line; the job journal stays (its entries keep their graphs, and a job
+ * without a problem digest is never joined by a new submission). */
+static int migrate_v1(cache_env *env, MDB_txn *txn, kt_err *err)
+{
+    MDB_stat ks = {0}, ts = {0};
+    int mrc = mdb_stat(txn, env->kernels, &ks);
+    if (mrc == MDB_SUCCESS)
+        mrc = mdb_stat(txn, env->trials, &ts);
+    if (mrc == MDB_SUCCESS)
+        mrc = mdb_drop(txn, env->kernels, 0);
+    if (mrc == MDB_SUCCESS)
+        mrc = mdb_drop(txn, env->trials, 0);
+    if (mrc != MDB_SUCCESS)
+        return cache_lmdb_error(env, mrc, "cannot migrate schema 1", err);
+    MDB_val k = {.mv_size = strlen(META_SCHEMA), .mv_data = (void *)META_SCHEMA};
+    uint8_t be[4] = {0, 0, 0, CACHE_SCHEMA_VERSION};
+    MDB_val v = {.mv_size = 4, .mv_data = be};
+    if ((mrc = mdb_put(txn, env->meta, &k, &v, 0)) != MDB_SUCCESS)
+        return cache_lmdb_error(env, mrc, "cannot write the schema version", err);
+    kt_log_warn(CACHE_LOG,
+                "%s: cache schema 1 -> %d: dropped %zu kernel records and %zu trials, whose keys "
+                "did not identify their problem; retune to refill",
+                env->path, CACHE_SCHEMA_VERSION, ks.ms_entries, ts.ms_entries);
+    return 0;
+}
+
 static int check_schema(cache_env *env, MDB_txn *txn, bool may_write, kt_err *err)
 {
     MDB_val k = {.mv_size = strlen(META_SCHEMA), .mv_data = (void *)META_SCHEMA}, v;
@@ -264,6 +293,15 @@ static int check_schema(cache_env *env, MDB_txn *txn, bool may_write, kt_err *er
                           "%s has cache schema version %u, this ktune reads up to %d: upgrade "
                           "ktune",
                           env->path, ver, CACHE_SCHEMA_VERSION);
+    if (ver == 1 && may_write)
+        return migrate_v1(env, txn, err);
+    if (ver == 1)
+        return kt_err_set(
+            err, -EPROTO,
+            "%s has cache schema version 1, whose records this ktune does not "
+            "serve (their keys told problems apart by symbol names): open it "
+            "read-write once (ktuned, or ktune tune --local) to drop them, then retune",
+            env->path);
     if (ver < CACHE_SCHEMA_VERSION)
         return kt_err_set(err, -EPROTO,
                           "%s has cache schema version %u, which this ktune cannot "
@@ -733,7 +771,8 @@ static int decode_stored(cache_env *env, const MDB_val *k, const MDB_val *v, cac
     return 0;
 }
 
-static int cache_get_locked(cache_env *env, const cache_key *k, int rank, cache_record *out, kt_err *err)
+static int cache_get_locked(cache_env *env, const cache_key *k, int rank, cache_record *out,
+                            kt_err *err)
 {
     if (!env || !k || !out || rank < 0 || rank > CACHE_MAX_RUNNER_UPS)
         return kt_err_set(err, -EINVAL, "cache_get: bad arguments");
@@ -842,8 +881,9 @@ static int list_entry(cache_env *env, const MDB_val *k, const MDB_val *v, void *
     return rc;
 }
 
-static int cache_list_locked(cache_env *env, const uint8_t *prefix, size_t prefix_len, bool best_only,
-               cache_list_cb cb, void *ctx, size_t *n_corrupt, kt_err *err)
+static int cache_list_locked(cache_env *env, const uint8_t *prefix, size_t prefix_len,
+                             bool best_only, cache_list_cb cb, void *ctx, size_t *n_corrupt,
+                             kt_err *err)
 {
     if (!env || !cb || (prefix_len && !prefix))
         return kt_err_set(err, -EINVAL, "cache_list: bad arguments");
@@ -1013,7 +1053,8 @@ static int trial_put_fn(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
     return cache_lmdb_error(env, mdb_put(txn, env->trials, &k, &v, 0), "cannot store a trial", err);
 }
 
-static int cache_trial_append_locked(cache_env *env, const cache_key *k, const cache_trial *t, kt_err *err)
+static int cache_trial_append_locked(cache_env *env, const cache_key *k, const cache_trial *t,
+                                     kt_err *err)
 {
     if (!env || !k || !t)
         return kt_err_set(err, -EINVAL, "cache_trial_append: bad arguments");
@@ -1032,8 +1073,8 @@ static int cache_trial_append_locked(cache_env *env, const cache_key *k, const c
     return rc;
 }
 
-static int cache_trial_get_locked(cache_env *env, const cache_key *k, const char *cand, cache_trial *out,
-                    kt_err *err)
+static int cache_trial_get_locked(cache_env *env, const cache_key *k, const char *cand,
+                                  cache_trial *out, kt_err *err)
 {
     if (!env || !k || !cand || !out)
         return kt_err_set(err, -EINVAL, "cache_trial_get: bad arguments");
@@ -1063,8 +1104,8 @@ static int cache_trial_get_locked(cache_env *env, const cache_key *k, const char
     return rc;
 }
 
-static int cache_trial_foreach_locked(cache_env *env, const cache_key *k, cache_trial_cb cb, void *ctx,
-                        kt_err *err)
+static int cache_trial_foreach_locked(cache_env *env, const cache_key *k, cache_trial_cb cb,
+                                      void *ctx, kt_err *err)
 {
     if (!env || !k || !cb)
         return kt_err_set(err, -EINVAL, "cache_trial_foreach: bad arguments");

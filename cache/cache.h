@@ -10,9 +10,10 @@
  *
  * Threads and processes: a cache_env may be shared by threads: every call holds the handle's
  * lock for its whole duration (LMDB allows one environment per process, so the daemon's loop and
- * its job threads share one). A list/foreach callback runs with the lock held. Any number of processes may open the same directory at
- * once: readers never block the writer, and writers in different processes serialise on LMDB's
- * lock. Do not use a cache_env across fork(): open a new one in the child.
+ * its job threads share one). A list/foreach callback runs with the lock held. Any number of
+ * processes may open the same directory at once: readers never block the writer, and writers in
+ * different processes serialise on LMDB's lock. Do not use a cache_env across fork(): open a new
+ * one in the child.
  *
  * Read-only opens (CACHE_RDONLY) need only read access to the directory. LMDB's readers
  * normally register in the lock file (lock.mdb) so that a writer never reuses the pages they
@@ -30,7 +31,9 @@
 
 #include "record.h"
 
-#define CACHE_SCHEMA_VERSION 1   /* the `meta` schema_version this build writes and reads */
+/* The `meta` schema_version this build writes and reads. 2: keys carry the problem digest and
+ * the tolerance (records of schema 1 were keyed by symbol names and are dropped, see cache_open) */
+#define CACHE_SCHEMA_VERSION 2
 #define CACHE_KEY_MAX        300 /* bytes of an encoded key */
 #define CACHE_RUNNER_UPS     3   /* default number of runner-ups kept per key */
 
@@ -63,9 +66,10 @@ const char *cache_path(const cache_env *env);
 void cache_gpu_id(const cache_gpu *gpu, uint8_t id[CACHE_GPU_ID_BYTES]);
 
 /* Encodes k into buf (CACHE_KEY_MAX bytes suffice): version byte, GPU id, signature, precision,
- * then the shapes as "NAME=VALUE" joined with ';' in name order. Equal keys encode to equal bytes
- * whatever the order of k->shapes. Returns 0 or -EINVAL (bad symbol name or value, duplicate or
- * too many shapes, key too long). */
+ * problem digest, tolerance (IEEE-754 bits, big-endian; 0 for the default). The shapes are
+ * checked (names, values, duplicates) but not encoded: the problem digest stands for them, so
+ * equal problems under other symbol names share a key. Returns 0 or -EINVAL (bad symbol name or
+ * value, duplicate or too many shapes, a negative or non-finite tolerance). */
 int cache_key_encode(const cache_key *k, uint8_t *buf, size_t cap, size_t *len, kt_err *err);
 
 typedef enum cache_prefix {
@@ -204,8 +208,9 @@ typedef struct cache_job {
     int32_t gpu;      /* pinned GPU index, -1: any */
     char name[64];
     uint8_t sig[OPS_SIG_BYTES];
+    uint8_t problem[OPS_SIG_BYTES]; /* ops_graph_problem; all zero in entries written before it */
     int n_shapes;
-    cache_bound shapes[CACHE_MAX_SHAPES];
+    cache_bound shapes[CACHE_MAX_SHAPES]; /* as submitted: they bind `graph` */
     ops_precision precision;
     double tolerance; /* 0: the default */
     double budget_s;

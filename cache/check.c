@@ -197,7 +197,7 @@ static int key_cmp(const walker *w, const uint8_t *a, size_t al, const uint8_t *
 
 static void describe_key(const walker *w, const uint8_t *k, size_t len, char *out, size_t cap)
 {
-    if (w->kind == DB_KERNELS && len > CACHE_KEY_FIXED) {
+    if (w->kind == DB_KERNELS && len == CACHE_KEY_FIXED + 1) {
         cache_key_describe(k, len, true, out, cap);
         return;
     }

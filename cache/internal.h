@@ -9,10 +9,10 @@
 #include <msgpack.h>
 #include <pthread.h>
 
-#define CACHE_LOG            "cache"
-#define CACHE_KEY_VERSION    1 /* first byte of every encoded key */
-#define CACHE_KEY_FIXED      (1 + CACHE_GPU_ID_BYTES + OPS_SIG_BYTES + 1) /* before the shapes */
-#define CACHE_SHAPES_MAX     (CACHE_KEY_MAX - CACHE_KEY_FIXED)
+#define CACHE_LOG         "cache"
+#define CACHE_KEY_VERSION 2 /* first byte of every encoded key (2: problem digest, tolerance) */
+/* An encoded key's length: version, GPU id, signature, precision, problem digest, tolerance */
+#define CACHE_KEY_FIXED      (1 + CACHE_GPU_ID_BYTES + OPS_SIG_BYTES + 1 + OPS_SIG_BYTES + 8)
 #define CACHE_TXN_RETRIES    8  /* MDB_MAP_RESIZED / MDB_READERS_FULL retries */
 #define CACHE_GROW_RETRIES   40 /* map doublings per operation (bounded also by max_map_size) */
 #define CACHE_MAX_RUNNER_UPS 32 /* keeps rank bytes below '0' (docs: key encoding) */

@@ -104,7 +104,7 @@ static int check_job(const cache_job *j, kt_err *err)
     return 0;
 }
 
-#define JOB_FIELDS 29
+#define JOB_FIELDS 30
 
 static int pack_job(msgpack_packer *pk, const cache_job *j)
 {
@@ -140,6 +140,7 @@ static int pack_job(msgpack_packer *pk, const cache_job *j)
         e = cache_pk_ki(pk, j->failures[i].name, j->failures[i].count);
     e = e || cache_pk_kf(pk, "compile_s", j->compile_s);
     e = e || cache_pk_kf(pk, "measure_s", j->measure_s);
+    e = e || cache_pk_kbin(pk, "problem", j->problem, OPS_SIG_BYTES);
     return e ? -ENOMEM : 0;
 }
 
@@ -193,13 +194,13 @@ static int get_failures(const msgpack_object *o, cache_job *j, cache_dec *d)
 }
 
 static const char *const job_fields[JOB_FIELDS] = {
-    "v",         "id",      "state",       "priority",  "gpu",      "name",
-    "sig",       "shapes",  "precision",   "tolerance", "budget",   "graph",
-    "submitted", "started", "finished",    "elapsed",   "trials",   "measured",
-    "resumed",   "best_ns", "baseline_ns", "err_norm",  "family",   "schedule",
-    "record",    "error",   "failures",    "compile_s", "measure_s"};
+    "v",         "id",      "state",       "priority",  "gpu",       "name",
+    "sig",       "shapes",  "precision",   "tolerance", "budget",    "graph",
+    "submitted", "started", "finished",    "elapsed",   "trials",    "measured",
+    "resumed",   "best_ns", "baseline_ns", "err_norm",  "family",    "schedule",
+    "record",    "error",   "failures",    "compile_s", "measure_s", "problem"};
 /* Added after journals were written: absent in older entries, decoded as 0. */
-#define JOB_OPTIONAL ((1ull << 27) | (1ull << 28))
+#define JOB_OPTIONAL ((1ull << 27) | (1ull << 28) | (1ull << 29))
 
 static int job_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
 {
@@ -277,8 +278,13 @@ static int job_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
         return get_failures(v, j, d);
     case 27:
         return get_amount(v, &j->compile_s, "compile_s", d);
-    default:
+    case 28:
         return get_amount(v, &j->measure_s, "measure_s", d);
+    default:
+        if (v->type != MSGPACK_OBJECT_BIN || v->via.bin.size != OPS_SIG_BYTES)
+            return BAD("job field 'problem': expected %d bytes", OPS_SIG_BYTES);
+        memcpy(j->problem, v->via.bin.ptr, OPS_SIG_BYTES);
+        return 0;
     }
 }
 

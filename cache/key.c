@@ -1,9 +1,11 @@
-/* Cache keys: the GPU id and the byte encoding of (GPU, signature, precision, bound shapes).
+/* Cache keys: the GPU id and the byte encoding of (GPU, signature, precision, problem digest,
+ * tolerance).
  * The layout is in docs/formats.md (part 3), "Key encoding". */
 #include "internal.h"
 #include "ops/ops.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -81,18 +83,13 @@ int cache_key_encode(const cache_key *k, uint8_t *buf, size_t cap, size_t *len, 
     int rc = cache_key_sorted(k, sorted, err);
     if (rc < 0)
         return rc;
-    char shapes[CACHE_SHAPES_MAX + 1];
-    size_t sl = 0;
-    for (int i = 0; i < k->n_shapes; i++) {
-        int n = snprintf(shapes + sl, sizeof(shapes) - sl, "%s%s=%" PRId64, i ? ";" : "",
-                         sorted[i].name, sorted[i].value);
-        if (n < 0 || (size_t)n >= sizeof(shapes) - sl)
-            return kt_err_set(err, -EINVAL, "key: bound shapes longer than %d bytes",
-                              CACHE_SHAPES_MAX);
-        sl += (size_t)n;
-    }
-    if (cap < CACHE_KEY_FIXED + sl)
+    if (!(k->tolerance >= 0) || isinf(k->tolerance))
+        return kt_err_set(err, -EINVAL, "key: tolerance %g is not a finite value >= 0",
+                          k->tolerance);
+    if (cap < CACHE_KEY_FIXED)
         return kt_err_set(err, -EINVAL, "key: buffer too small");
+    /* The shapes are not part of the bytes: the problem digest identifies the bound problem
+     * whatever the symbols are called (their names differ between equal problems). */
     size_t off = 0;
     buf[off++] = CACHE_KEY_VERSION;
     cache_gpu_id(&k->gpu, buf + off);
@@ -100,8 +97,13 @@ int cache_key_encode(const cache_key *k, uint8_t *buf, size_t cap, size_t *len, 
     memcpy(buf + off, k->sig, OPS_SIG_BYTES);
     off += OPS_SIG_BYTES;
     buf[off++] = (uint8_t)k->precision;
-    memcpy(buf + off, shapes, sl);
-    *len = off + sl;
+    memcpy(buf + off, k->problem, OPS_SIG_BYTES);
+    off += OPS_SIG_BYTES;
+    uint64_t bits;
+    double tol = k->tolerance; /* 0 (the default) has one encoding: never -0 */
+    memcpy(&bits, &tol, sizeof(bits));
+    off += put_be(buf + off, tol == 0 ? 0 : bits, 8);
+    *len = off;
     return 0;
 }
 
@@ -123,7 +125,7 @@ void cache_key_prefix(const cache_key *k, cache_prefix level, uint8_t *buf, size
 void cache_key_describe(const uint8_t *key, size_t len, bool has_rank, char *out, size_t cap)
 {
     size_t klen = has_rank && len > 0 ? len - 1 : len;
-    if (klen < CACHE_KEY_FIXED || key[0] != CACHE_KEY_VERSION) {
+    if (klen != CACHE_KEY_FIXED || key[0] != CACHE_KEY_VERSION) {
         char hex[2 * 24 + 1];
         kt_hex(key, len < 24 ? len : 24, hex);
         snprintf(out, cap, "raw=%s%s", hex, len > 24 ? "..." : "");
@@ -132,10 +134,20 @@ void cache_key_describe(const uint8_t *key, size_t len, bool has_rank, char *out
     char gpu[9], sig[13];
     kt_hex(key + 1, 4, gpu);
     kt_hex(key + 1 + CACHE_GPU_ID_BYTES, 6, sig);
-    uint8_t p = key[CACHE_KEY_FIXED - 1];
+    size_t at = 1 + CACHE_GPU_ID_BYTES + OPS_SIG_BYTES;
+    uint8_t p = key[at];
     const char *prec = p <= OPS_PREC_REDUCED ? ops_precision_name((ops_precision)p) : "?";
-    int n = snprintf(out, cap, "gpu=%s sig=%s prec=%s shapes=%.*s", gpu, sig, prec,
-                     (int)(klen - CACHE_KEY_FIXED), (const char *)key + CACHE_KEY_FIXED);
+    char problem[13];
+    kt_hex(key + at + 1, 6, problem);
+    uint64_t bits = 0;
+    for (int i = 0; i < 8; i++)
+        bits = bits << 8 | key[at + 1 + OPS_SIG_BYTES + i];
+    double tol;
+    memcpy(&tol, &bits, sizeof(tol));
+    int n = tol == 0 ? snprintf(out, cap, "gpu=%s sig=%s prec=%s problem=%s tol=default", gpu, sig,
+                                prec, problem)
+                     : snprintf(out, cap, "gpu=%s sig=%s prec=%s problem=%s tol=%g", gpu, sig, prec,
+                                problem, tol);
     if (has_rank && len > 0 && n >= 0 && (size_t)n < cap)
         snprintf(out + n, cap - (size_t)n, " rank=%u", key[len - 1]);
 }

@@ -4,6 +4,7 @@
 #include "ops/ops.h"
 #include "ktune_config.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <msgpack.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@ void cache_record_free(cache_record *r)
     if (!r)
         return;
     free(r->graph_name);
+    free(r->slots);
     free(r->source);
     free(r->cubin);
     for (int i = 0; i < r->n_kernels && r->kernels; i++) {
@@ -95,6 +97,21 @@ static int check_record(const cache_record *r, kt_err *err)
         return kt_err_set(err, -EINVAL, "record: bad timing mode %d", (int)r->timing);
     if ((unsigned)r->key.precision > OPS_PREC_REDUCED)
         return kt_err_set(err, -EINVAL, "record: bad precision %d", (int)r->key.precision);
+    if (r->n_inputs < 0 || r->n_outputs < 1 || r->n_inputs > OPS_MAX_GRAPH_TENSORS ||
+        r->n_outputs > OPS_MAX_GRAPH_TENSORS || !r->slots)
+        return kt_err_set(err, -EINVAL, "record: %d inputs and %d outputs (outputs 1..%d)",
+                          r->n_inputs, r->n_outputs, OPS_MAX_GRAPH_TENSORS);
+    for (int i = 0; i < r->n_inputs + r->n_outputs; i++) {
+        const cache_slot *sl = &r->slots[i];
+        if (sl->dtype < OPS_DT_F32 || sl->dtype > OPS_DT_BF16 || sl->rank < 0 ||
+            sl->rank > OPS_MAX_RANK)
+            return kt_err_set(err, -EINVAL, "record: slot %d: bad dtype or rank", i);
+        for (int k = 0; k < sl->rank; k++)
+            if (sl->dims[k] < 0 || sl->dims[k] > OPS_MAX_DIM)
+                return kt_err_set(err, -EINVAL, "record: slot %d: dimension %d out of range", i, k);
+    }
+    if (bad_num(r->key.tolerance))
+        return kt_err_set(err, -EINVAL, "record: key tolerance must be finite and >= 0");
     if (bad_num(r->time_ns) || bad_num(r->time_p10_ns) || bad_num(r->time_p90_ns) ||
         bad_num(r->err_norm) || bad_num(r->err_max) || bad_num(r->tolerance) ||
         bad_num(r->cublaslt_ns) || bad_num(r->naive_ns))
@@ -111,6 +128,11 @@ static int check_record(const cache_record *r, kt_err *err)
             if ((unsigned)a->kind >= CACHE_ARG_KIND_COUNT ||
                 (a->kind == CACHE_ARG_SCALAR && (unsigned)a->scalar >= CACHE_SCALAR_COUNT))
                 return kt_err_set(err, -EINVAL, "record: kernel %d argument %d: bad kind", i, j);
+            if ((a->kind == CACHE_ARG_INPUT && (a->index < 0 || a->index >= r->n_inputs)) ||
+                (a->kind == CACHE_ARG_OUTPUT && (a->index < 0 || a->index >= r->n_outputs)))
+                return kt_err_set(err, -EINVAL, "record: kernel %d argument %d: %s %d of %d", i, j,
+                                  a->kind == CACHE_ARG_INPUT ? "input" : "output", a->index,
+                                  a->kind == CACHE_ARG_INPUT ? r->n_inputs : r->n_outputs);
         }
     }
     return 0;
@@ -157,7 +179,7 @@ int cache_record_encode(const cache_record *r, uint8_t **out, size_t *len, kt_er
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     const cache_gpu *g = &r->key.gpu;
 
-    PK(msgpack_pack_map(&pk, 19));
+    PK(msgpack_pack_map(&pk, 22));
     PK(cache_pk_ku(&pk, "v", CACHE_RECORD_VERSION));
     PK(cache_pk_str(&pk, "gpu"));
     PK(msgpack_pack_map(&pk, 7));
@@ -169,8 +191,24 @@ int cache_record_encode(const cache_record *r, uint8_t **out, size_t *len, kt_er
     PK(cache_pk_ki(&pk, "driver", g->driver_version));
     PK(cache_pk_ki(&pk, "cuda", g->cuda_version));
     PK(cache_pk_kbin(&pk, "sig", r->key.sig, OPS_SIG_BYTES));
+    PK(cache_pk_kbin(&pk, "problem", r->key.problem, OPS_SIG_BYTES));
     PK(cache_pk_shapes(&pk, shapes, r->key.n_shapes));
     PK(cache_pk_kstr(&pk, "precision", ops_precision_name(r->key.precision)));
+    PK(cache_pk_kf(&pk, "key_tolerance", r->key.tolerance));
+    PK(cache_pk_str(&pk, "slots"));
+    PK(msgpack_pack_array(&pk, 2));
+    for (int io = 0; io < 2; io++) {
+        int from = io ? r->n_inputs : 0, n = io ? r->n_outputs : r->n_inputs;
+        PK(msgpack_pack_array(&pk, (size_t)n));
+        for (int i = from; i < from + n; i++) {
+            const cache_slot *sl = &r->slots[i];
+            PK(msgpack_pack_array(&pk, 2));
+            PK(cache_pk_str(&pk, ops_dtype_name(sl->dtype)));
+            PK(msgpack_pack_array(&pk, (size_t)sl->rank));
+            for (int k = 0; k < sl->rank; k++)
+                PK(msgpack_pack_int64(&pk, sl->dims[k]));
+        }
+    }
     PK(cache_pk_kstr(&pk, "graph", r->graph_name));
     PK(cache_pk_str(&pk, "source"));
     PK(msgpack_pack_str_with_body(&pk, r->source ? r->source : "", r->source_len));
@@ -483,9 +521,49 @@ static int baseline_field(int f, const msgpack_object *v, void *ctx, cache_dec *
 }
 
 static const char *const record_fields[] = {
-    "v",      "gpu",      "sig",       "shapes",  "precision", "graph",    "source",
-    "cubin",  "kernels",  "workspace", "layouts", "family",    "schedule", "time",
-    "verify", "baseline", "ktune",     "nvrtc",   "created"};
+    "v",       "gpu",       "sig",     "shapes",  "precision",     "graph", "source", "cubin",
+    "kernels", "workspace", "layouts", "family",  "schedule",      "time",  "verify", "baseline",
+    "ktune",   "nvrtc",     "created", "problem", "key_tolerance", "slots"};
+
+/* "slots": [[inputs...], [outputs...]], each [dtype, [dims...]]. */
+static int get_slots(const msgpack_object *v, cache_record *r, cache_dec *d)
+{
+    if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size != 2)
+        return BAD("record field 'slots': expected [inputs, outputs]");
+    const msgpack_object *in = &v->via.array.ptr[0], *out = &v->via.array.ptr[1];
+    if (in->type != MSGPACK_OBJECT_ARRAY || out->type != MSGPACK_OBJECT_ARRAY ||
+        in->via.array.size > OPS_MAX_GRAPH_TENSORS || out->via.array.size > OPS_MAX_GRAPH_TENSORS)
+        return BAD("record field 'slots': expected at most %d inputs and outputs",
+                   OPS_MAX_GRAPH_TENSORS);
+    r->n_inputs = (int)in->via.array.size;
+    r->n_outputs = (int)out->via.array.size;
+    r->slots = calloc((size_t)(r->n_inputs + r->n_outputs) + 1, sizeof(*r->slots));
+    if (!r->slots)
+        return kt_err_set(d->err, -ENOMEM, "out of memory decoding a record");
+    for (int i = 0; i < r->n_inputs + r->n_outputs; i++) {
+        const msgpack_object *p =
+            i < r->n_inputs ? &in->via.array.ptr[i] : &out->via.array.ptr[i - r->n_inputs];
+        cache_slot *sl = &r->slots[i];
+        char dt[8];
+        if (p->type != MSGPACK_OBJECT_ARRAY || p->via.array.size != 2 ||
+            p->via.array.ptr[1].type != MSGPACK_OBJECT_ARRAY ||
+            p->via.array.ptr[1].via.array.size > OPS_MAX_RANK)
+            return BAD("record field 'slots': expected [dtype, [dims]] with at most %d dims",
+                       OPS_MAX_RANK);
+        int rc = cache_get_strbuf(&p->via.array.ptr[0], dt, sizeof(dt), "slots.dtype", d);
+        if (rc < 0)
+            return rc;
+        if (ops_dtype_from_name(dt, &sl->dtype) < 0 || sl->dtype == OPS_DT_F64)
+            return BAD("record field 'slots': unknown dtype '%s'", dt);
+        const msgpack_object *dims = &p->via.array.ptr[1];
+        sl->rank = (int)dims->via.array.size;
+        for (int k = 0; k < sl->rank; k++)
+            if ((rc = cache_get_i64(&dims->via.array.ptr[k], 0, OPS_MAX_DIM, &sl->dims[k],
+                                    "slots.dims", d)) < 0)
+                return rc;
+    }
+    return 0;
+}
 
 static int record_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
 {
@@ -556,8 +634,17 @@ static int record_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
         return cache_get_strdup(v, &r->ktune_version, NULL, "ktune", d);
     case 17:
         return cache_get_i32(v, &r->nvrtc_version, "nvrtc", d);
-    default:
+    case 18:
         return cache_get_i64(v, INT64_MIN, INT64_MAX, &r->created, "created", d);
+    case 19:
+        if (v->type != MSGPACK_OBJECT_BIN || v->via.bin.size != OPS_SIG_BYTES)
+            return BAD("record field 'problem': expected %d bytes", OPS_SIG_BYTES);
+        memcpy(r->key.problem, v->via.bin.ptr, OPS_SIG_BYTES);
+        return 0;
+    case 20:
+        return cache_get_f64(v, &r->key.tolerance, "key_tolerance", d);
+    default:
+        return get_slots(v, r, d);
     }
 }
 
@@ -623,5 +710,109 @@ int cache_trial_decode(const void *buf, size_t len, cache_trial *out, kt_err *er
     if (rc == 0 && check_trial(out, &why) < 0)
         rc = kt_err_set(err, -EBADMSG, "%s", why.msg);
     msgpack_unpacked_destroy(&res);
+    return rc;
+}
+
+/* The bound shape of each canonical input and output of g into slots (inputs first). */
+static int graph_slots(const ops_graph *g, uint8_t problem[OPS_SIG_BYTES], cache_slot **out,
+                       int *n_in, kt_err *err)
+{
+    *out = NULL;
+    *n_in = 0;
+    for (int t = 0; t < g->n_tensors; t++)
+        *n_in += g->tensors[t].producer < 0;
+    int n = *n_in + g->n_outputs;
+    int *rank = calloc((size_t)n + 1, sizeof(int));
+    cache_slot *slots = calloc((size_t)n + 1, sizeof(*slots));
+    ops_diag d = {0};
+    int rc = 0;
+    if (!rank || !slots) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = ops_graph_problem(g, problem, rank, rank + *n_in, &d)) < 0) {
+        kt_err_set(err, rc, "%s", d.msg);
+        goto out;
+    }
+    /* graph inputs in tensor order, then outputs in declaration order, each to its rank */
+    for (int t = 0, i = 0; t < g->n_tensors + g->n_outputs; t++) {
+        bool is_out = t >= g->n_tensors;
+        const ops_tensor *x = &g->tensors[is_out ? g->outputs[t - g->n_tensors] : t];
+        if (!is_out && x->producer >= 0)
+            continue;
+        cache_slot *sl = &slots[is_out ? *n_in + rank[*n_in + (t - g->n_tensors)] : rank[i++]];
+        sl->dtype = x->dtype;
+        sl->rank = x->shape.rank;
+        for (int k = 0; k < x->shape.rank; k++)
+            sl->dims[k] = x->shape.d[k].size;
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < slots[i].rank; k++)
+            if (slots[i].dims[k] < 0) {
+                rc = kt_err_set(err, -EINVAL, "the graph is not fully bound");
+                goto out;
+            }
+    *out = slots;
+    slots = NULL;
+out:
+    free(slots);
+    free(rank);
+    return rc;
+}
+
+int cache_record_set_problem(cache_record *r, const ops_graph *g, kt_err *err)
+{
+    cache_slot *slots = NULL;
+    int n_in = 0;
+    int rc = graph_slots(g, r->key.problem, &slots, &n_in, err);
+    if (rc < 0)
+        return rc;
+    free(r->slots);
+    r->slots = slots;
+    r->n_inputs = n_in;
+    r->n_outputs = g->n_outputs;
+    return 0;
+}
+
+static void slot_text(const cache_slot *sl, char *out, size_t cap)
+{
+    size_t off = (size_t)snprintf(out, cap, "[");
+    for (int k = 0; k < sl->rank && off < cap; k++)
+        off += (size_t)snprintf(out + off, cap - off, "%s%" PRId64, k ? ", " : "", sl->dims[k]);
+    if (off < cap)
+        snprintf(out + off, cap - off, "] %s", ops_dtype_name(sl->dtype));
+}
+
+int cache_record_check_problem(const cache_record *r, const ops_graph *g, kt_err *err)
+{
+    cache_slot *slots = NULL;
+    int n_in = 0;
+    uint8_t problem[OPS_SIG_BYTES];
+    int rc = graph_slots(g, problem, &slots, &n_in, err);
+    if (rc < 0)
+        return rc;
+    if (n_in != r->n_inputs || g->n_outputs != r->n_outputs) {
+        rc = kt_err_set(err, -EINVAL,
+                        "the graph has %d inputs and %d outputs, the record was tuned for %d "
+                        "and %d",
+                        n_in, g->n_outputs, r->n_inputs, r->n_outputs);
+        goto out;
+    }
+    for (int i = 0; i < n_in + g->n_outputs; i++) {
+        const cache_slot *a = &slots[i], *b = &r->slots[i];
+        if (a->dtype == b->dtype && a->rank == b->rank &&
+            memcmp(a->dims, b->dims, sizeof(a->dims[0]) * (size_t)a->rank) == 0)
+            continue;
+        char got[200], want[200];
+        slot_text(a, got, sizeof(got));
+        slot_text(b, want, sizeof(want));
+        rc = kt_err_set(err, -EINVAL, "%s %d: %s, the record was tuned for %s",
+                        i < n_in ? "input" : "output", i < n_in ? i : i - n_in, got, want);
+        goto out;
+    }
+    if (memcmp(problem, r->key.problem, OPS_SIG_BYTES) != 0)
+        rc = kt_err_set(err, -EINVAL, "the graph poses another problem than the record's");
+out:
+    free(slots);
     return rc;
 }

@@ -12,7 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CACHE_RECORD_VERSION 2  /* the "v" field of a stored kernel record (2: kernel.zero) */
+/* the "v" field of a stored kernel record (2: kernel.zero; 3: problem digest, key tolerance and
+ * the bound shape of every input and output) */
+#define CACHE_RECORD_VERSION 3
 #define CACHE_TRIAL_VERSION  1  /* the "v" field of a stored trial entry */
 #define CACHE_CHECKSUM_BYTES 32 /* SHA-256 appended to every stored value */
 #define CACHE_GPU_ID_BYTES   16 /* leading bytes of SHA-256(canonical fingerprint) */
@@ -40,14 +42,22 @@ typedef struct cache_bound {
     int64_t value;
 } cache_bound;
 
-/* The parts of a cache key. Shapes may be given in any order: encoders sort them by name (byte
- * order) and refuse duplicate names. */
+/* The parts of a cache key: the GPU, the graph (signature, with dimensions symbolic), the bound
+ * problem (ops_graph_problem's digest, which sees the bound sizes of every canonical symbol), the
+ * precision policy and the tolerance a record was verified within (0: the default of the graph's
+ * dtypes and precision; a job's looser or tighter tolerance keys its records apart, so they
+ * are served only to lookups that ask for that tolerance). The shapes say, in the names of
+ * whoever tuned it, what the problem was bound to: they are kept in the record for people, and
+ * are not part of the encoded key. Shapes may be given in any order: encoders sort them by name
+ * (byte order) and refuse duplicate names. */
 typedef struct cache_key {
     cache_gpu gpu;
-    uint8_t sig[OPS_SIG_BYTES]; /* ops_graph_signature() */
+    uint8_t sig[OPS_SIG_BYTES];     /* ops_graph_signature() */
+    uint8_t problem[OPS_SIG_BYTES]; /* ops_graph_problem() of the bound graph */
     int n_shapes;
     cache_bound shapes[CACHE_MAX_SHAPES];
     ops_precision precision;
+    double tolerance; /* normwise tolerance verified within; 0: the default */
 } cache_key;
 
 /* One kernel argument, in launch order. */
@@ -96,10 +106,20 @@ typedef struct cache_layout {
 
 typedef enum cache_timing { CACHE_TIMING_COLD = 0, CACHE_TIMING_HOT } cache_timing;
 
+/* The bound shape of one graph input or output, in canonical order: what the record was tuned
+ * and verified for. A lookup checks the caller's bound graph against it slot by slot. */
+typedef struct cache_slot {
+    ops_dtype dtype;
+    int rank;
+    int64_t dims[OPS_MAX_RANK];
+} cache_slot;
+
 typedef struct cache_record {
-    cache_key key; /* fingerprint, signature, shapes, precision */
+    cache_key key; /* fingerprint, signature, problem, shapes, precision, tolerance */
     char *graph_name;
-    char *source; /* CUDA C, NUL-terminated; source_len excludes the NUL */
+    int n_inputs, n_outputs; /* the graph's inputs and outputs */
+    cache_slot *slots;       /* n_inputs + n_outputs: inputs, then outputs, in canonical order */
+    char *source;            /* CUDA C, NUL-terminated; source_len excludes the NUL */
     size_t source_len;
     uint8_t *cubin;
     size_t cubin_len;
@@ -139,6 +159,14 @@ int cache_record_encode(const cache_record *r, uint8_t **out, size_t *len, kt_er
  * cache_record_free, also after a failure). buf is only read during the call. Returns 0,
  * -EBADMSG (checksum mismatch, malformed or unsupported record: detail in err) or -ENOMEM. */
 int cache_record_decode(const void *buf, size_t len, cache_record *out, kt_err *err);
+
+/* Sets r's key problem digest and slots (replacing any) from the bound graph g, in g's
+ * canonical order. Returns 0, -EINVAL (g not fully bound, with detail) or -ENOMEM. */
+int cache_record_set_problem(cache_record *r, const ops_graph *g, kt_err *err);
+/* Whether the bound graph g poses r's problem: the same digest, and slot by slot the same dtype
+ * and shape in g's canonical order. -EINVAL with the first difference ("input 1: [64, 1024] f32,
+ * the record was tuned for [1024, 64] f32") when not; -ENOMEM. */
+int cache_record_check_problem(const cache_record *r, const ops_graph *g, kt_err *err);
 
 /* True when the trailing checksum of a stored value matches its body. */
 bool cache_value_check(const void *buf, size_t len);

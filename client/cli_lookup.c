@@ -6,16 +6,18 @@
 
 #include "cache/cache.h"
 #include "client/ktune.h"
+#include "client/libktune_internal.h"
 #include "client/runtime_internal.h"
 #include "ops/ops.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char lookup_help[] =
-    "usage: ktune lookup GRAPH.json --shape NAME=VALUE[,...] [--precision P] [--cache DIR]\n"
-    "                    [--source] [--json]\n"
+    "usage: ktune lookup GRAPH.json --shape NAME=VALUE[,...] [--precision P] [--tolerance X]\n"
+    "                    [--cache DIR] [--source] [--json]\n"
     "\n"
     "Shows the cached kernel that ktune_lookup (the deploy-time runtime) would load for GRAPH at\n"
     "these shapes on this machine's GPU 0: a record tuned on this GPU, driver and toolkit (match\n"
@@ -26,6 +28,8 @@ static const char lookup_help[] =
     "options:\n"
     "  --shape NAME=VALUE  bind a symbolic dimension (repeat or separate with commas)\n"
     "  --precision P       exact (default), tf32 or reduced\n"
+    "  --tolerance X       records verified within this normwise tolerance (a job's --tolerance);\n"
+    "                      default: those verified within the default of the dtype and precision\n"
     "  --cache DIR         the cache directory (default: $KTUNE_CACHE, else /var/lib/ktune/cache)\n"
     "  --source            also print the chosen record's CUDA source (without a GPU: the\n"
     "                      fastest listed record's)\n"
@@ -37,6 +41,7 @@ static const char lookup_help[] =
 typedef struct lookup_opts {
     const char *cache;
     bool source;
+    double tolerance; /* 0: the default */
 } lookup_opts;
 
 static int lookup_extra(void *ctx, const char *opt, const char *value)
@@ -51,6 +56,14 @@ static int lookup_extra(void *ctx, const char *opt, const char *value)
     if (strcmp(opt, "--source") == 0) {
         o->source = true;
         return 1;
+    }
+    if (strcmp(opt, "--tolerance") == 0) {
+        char *end = NULL;
+        o->tolerance = value ? strtod(value, &end) : -1;
+        if (!value || end == value || *end || !(o->tolerance > 0) || isinf(o->tolerance))
+            return -cli_usage_error("lookup", "--tolerance needs a positive number, got '%s'",
+                                    value ? value : "");
+        return 2;
     }
     return 0;
 }
@@ -94,18 +107,17 @@ static json_t *record_json(const cache_record *r, bool with_source)
                                "grid", (json_int_t)k->grid[0], (json_int_t)k->grid[1],
                                (json_int_t)k->grid[2], "block", (json_int_t)k->block[0],
                                (json_int_t)k->block[1], (json_int_t)k->block[2], "smem_bytes",
-                               (json_int_t)k->smem_bytes, "zero_offset",
-                               (json_int_t)k->zero_offset, "zero_bytes",
-                               (json_int_t)k->zero_bytes));
+                               (json_int_t)k->smem_bytes, "zero_offset", (json_int_t)k->zero_offset,
+                               "zero_bytes", (json_int_t)k->zero_bytes));
     }
-    json_t *o = json_pack(
-        "{s:o*, s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:o*, s:s, s:I}", "gpu",
-        gpu_json(&r->key.gpu), "family", r->family ? r->family : "", "schedule",
-        r->schedule ? r->schedule : "", "time_ns", r->time_ns, "p10_ns", r->time_p10_ns, "p90_ns",
-        r->time_p90_ns, "err_norm", r->err_norm, "tolerance", r->tolerance, "cublaslt_ns",
-        r->cublaslt_ns, "workspace_bytes", (json_int_t)r->workspace_bytes, "kernels", kernels,
-        "ktune_version", r->ktune_version ? r->ktune_version : "", "created",
-        (json_int_t)r->created);
+    json_t *o =
+        json_pack("{s:o*, s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:o*, s:s, s:I}", "gpu",
+                  gpu_json(&r->key.gpu), "family", r->family ? r->family : "", "schedule",
+                  r->schedule ? r->schedule : "", "time_ns", r->time_ns, "p10_ns", r->time_p10_ns,
+                  "p90_ns", r->time_p90_ns, "err_norm", r->err_norm, "tolerance", r->tolerance,
+                  "cublaslt_ns", r->cublaslt_ns, "workspace_bytes", (json_int_t)r->workspace_bytes,
+                  "kernels", kernels, "ktune_version", r->ktune_version ? r->ktune_version : "",
+                  "created", (json_int_t)r->created);
     if (o && with_source)
         json_object_set_new(o, "source", json_string(r->source ? r->source : ""));
     return o;
@@ -219,8 +231,7 @@ static int list_every_gpu(const cli_graph_args *a, const lookup_opts *o, cache_e
         goto out;
     }
     if (corrupt)
-        fprintf(stderr, "ktune: %zu corrupt record(s) in %s skipped\n", corrupt,
-                cache_path(cache));
+        fprintf(stderr, "ktune: %zu corrupt record(s) in %s skipped\n", corrupt, cache_path(cache));
     qsort(s.rows, s.n, sizeof(*s.rows), row_cmp);
     if (s.n == 0) {
         status = cli_error("nothing cached in %s for %s (signature %.12s) at these shapes, "
@@ -255,8 +266,8 @@ static int list_every_gpu(const cli_graph_args *a, const lookup_opts *o, cache_e
         fmt_time(w->time_ns, t, sizeof(t));
         fmt_version(w->gpu.driver_version, drv, sizeof(drv));
         fmt_version(w->gpu.cuda_version, cuda, sizeof(cuda));
-        printf("%-*s  %-6s  %-6s  %-9s  %10s  %.2e  %s\n", wg, w->gpu.name, drv, cuda, w->family,
-               t, w->err_norm, w->schedule);
+        printf("%-*s  %-6s  %-6s  %-9s  %10s  %.2e  %s\n", wg, w->gpu.name, drv, cuda, w->family, t,
+               w->err_norm, w->schedule);
     }
     if (o->source && s.rows[0].source)
         printf("\n%s%s", s.rows[0].source,
@@ -284,6 +295,7 @@ int cli_lookup(int argc, char **argv)
         return status;
     ktune_runtime *rt = NULL;
     ktune_kernel *k = NULL;
+    ktune_graph *kg = NULL;
     ktune_shape shapes[CLI_MAX_BINDINGS];
     for (int i = 0; i < a.n_bindings; i++)
         shapes[i] = (ktune_shape){a.bindings[i].name, a.bindings[i].value};
@@ -297,15 +309,15 @@ int cli_lookup(int argc, char **argv)
                                  unbound, unbound);
         goto out;
     }
-    uint8_t sig[OPS_SIG_BYTES];
-    char sig_hex[2 * OPS_SIG_BYTES + 1];
-    ops_diag d = {0};
-    if (ops_graph_signature(g, sig, &d) < 0) {
-        status = cli_error("%s: %s", a.path, d.msg);
+    ktune_error err = {0};
+    /* The runtime's view of the graph (signature, declaration digest); it takes g over. */
+    if (ktune_graph_wrap(g, a.path, &kg, &err) < 0) {
+        g = NULL;
+        status = cli_error("%s", err.msg);
         goto out;
     }
-    kt_hex(sig, OPS_SIG_BYTES, sig_hex);
-    ktune_error err = {0};
+    g = NULL;
+    const char *sig_hex = ktune_graph_signature(kg);
     if (ktune_runtime_open(o.cache, &rt, &err) < 0) {
         status = cli_error("%s", err.msg);
         goto out;
@@ -316,12 +328,12 @@ int cli_lookup(int argc, char **argv)
     if (rc == -ENODEV) {
         cache_key want;
         memset(&want, 0, sizeof(want));
-        memcpy(want.sig, sig, sizeof(sig));
+        memcpy(want.sig, kg->sig, sizeof(want.sig));
         want.precision = a.precision;
-        want.n_shapes = a.n_bindings;
-        for (int i = 0; i < want.n_shapes; i++) {
-            snprintf(want.shapes[i].name, sizeof(want.shapes[i].name), "%s", a.bindings[i].name);
-            want.shapes[i].value = a.bindings[i].value;
+        want.tolerance = o.tolerance;
+        if ((rc = ktune_rt_complete_key(&want, bound, &err)) < 0) {
+            status = cli_error("%s: %s", a.path, err.msg);
+            goto out;
         }
         status = list_every_gpu(&a, &o, ktune_rt_cache(rt), &want, sig_hex, err.msg);
         goto out;
@@ -331,8 +343,8 @@ int cli_lookup(int argc, char **argv)
         goto out;
     }
     ktune_match match = KTUNE_MATCH_EXACT;
-    rc = ktune_rt_resolve(rt, g, sig, shapes, a.n_bindings, precision, &here, 0, KTUNE_RT_NO_MEMO,
-                          &k, &match, &err);
+    rc = ktune_rt_resolve(rt, kg, shapes, a.n_bindings, precision, o.tolerance, &here, 0,
+                          KTUNE_RT_NO_MEMO, &k, &match, &err);
     if (rc < 0) {
         status = cli_error("%s", err.msg);
         goto out;
@@ -366,6 +378,7 @@ int cli_lookup(int argc, char **argv)
 out:
     ktune_rt_kernel_free(k);
     ktune_runtime_close(rt);
+    ktune_graph_free(kg);
     ops_graph_free(bound);
     ops_graph_free(g);
     return status;

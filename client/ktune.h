@@ -265,6 +265,15 @@ KTUNE_EXPORT int ktune_lookup(ktune_runtime *rt, const ktune_graph *g, const ktu
                               int n_shapes, const char *precision, int device, ktune_kernel **out,
                               ktune_match *match, ktune_error *err);
 
+/* ktune_lookup for records verified within a tolerance other than the default: tolerance is the
+ * normwise bound the tuning job was given (ktune_job_opts.tolerance, `ktune tune --tolerance`),
+ * 0 for the default of the graph's dtypes and precision. Records verified within another
+ * tolerance, looser or tighter, are never served: each tolerance is its own key. */
+KTUNE_EXPORT int ktune_lookup_within(ktune_runtime *rt, const ktune_graph *g,
+                                     const ktune_shape *shapes, int n_shapes, const char *precision,
+                                     double tolerance, int device, ktune_kernel **out,
+                                     ktune_match *match, ktune_error *err);
+
 typedef struct ktune_kernel_info {
     ktune_match match;
     const char *family, *schedule, *source; /* valid while the kernel is */

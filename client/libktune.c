@@ -122,6 +122,13 @@ int ktune_graph_wrap(ops_graph *og, const char *what, ktune_graph **out, ktune_e
         goto fail;
     }
     kt_hex(g->sig, OPS_SIG_BYTES, g->sig_hex);
+    char *json = NULL;
+    if ((rc = ops_graph_to_json(og, &json)) < 0) {
+        rc = ktune_err_from(err, rc, "%s%sout of memory", pre, sep);
+        goto fail;
+    }
+    ops_sha256(json, strlen(json), g->decl);
+    free(json);
     snprintf(g->name, sizeof(g->name), "%s", og->name ? og->name : "");
     for (int t = 0; t < og->n_tensors; t++)
         g->n_in += og->tensors[t].producer < 0;

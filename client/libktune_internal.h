@@ -11,6 +11,8 @@ struct ktune_graph {
     char name[128];
     char sig_hex[65];
     uint8_t sig[OPS_SIG_BYTES];
+    uint8_t decl[OPS_SIG_BYTES]; /* SHA-256 of the graph as declared (canonical JSON, names and
+                                    order included): the runtime's memo tells graphs apart by it */
     int n_in, n_out;
     char **in_names, **out_names; /* canonical order */
 };

@@ -33,6 +33,7 @@
 
 #include <dlfcn.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -56,9 +57,11 @@ typedef int CUdevice;
 #define RT_CACHE_ENV    "KTUNE_CACHE"
 #define RT_CACHE_DIR    "/var/lib/ktune/cache"
 #define RT_MAX_RANK     32 /* cache.c's CACHE_MAX_RUNNER_UPS: ranks 0..32 of one key */
-/* memo_key: name, 5 int32, mem, signature, precision, then per shape name, NUL, int64 */
+/* memo_key: name, 5 int32, mem, declaration digest, precision, tolerance, then per shape name,
+ * NUL, int64 */
 #define RT_MEMO_KEY_MAX                                                                            \
-    (CACHE_GPU_NAME_MAX + 1 + 20 + 8 + OPS_SIG_BYTES + 1 + CACHE_MAX_SHAPES * (CACHE_SYM_NAME_MAX + 8))
+    (CACHE_GPU_NAME_MAX + 1 + 20 + 8 + OPS_SIG_BYTES + 1 + 8 +                                     \
+     CACHE_MAX_SHAPES * (CACHE_SYM_NAME_MAX + 8))
 
 struct ktune_kernel {
     struct ktune_kernel *next; /* hash chain */
@@ -206,17 +209,25 @@ static int memo_insert(ktune_runtime *rt, ktune_kernel *k)
     return 0;
 }
 
+/* The key of a lookup before the graph is bound: the problem digest is filled in by
+ * resolve_cold, and tolerance is as asked (0: the default), normalised there too. */
 static int make_key(const uint8_t sig[OPS_SIG_BYTES], const ktune_shape *shapes, int n,
-                    const char *precision, const cache_gpu *fp, cache_key *k, ktune_error *err)
+                    const char *precision, double tolerance, const cache_gpu *fp, cache_key *k,
+                    ktune_error *err)
 {
+    memset(k, 0, sizeof(*k));
     if (n < 0 || (n > 0 && !shapes))
         return rt_fail(err, -EINVAL, "%d shapes given at %p", n, (const void *)shapes);
     if (n > CACHE_MAX_SHAPES)
         return rt_fail(err, -EINVAL, "%d shapes bound: a key holds at most %d", n,
                        CACHE_MAX_SHAPES);
+    if (!(tolerance >= 0) || isinf(tolerance))
+        return rt_fail(err, -EINVAL, "tolerance %g: expected a finite value >= 0 (0: the default)",
+                       tolerance);
     k->gpu = *fp;
     memcpy(k->sig, sig, OPS_SIG_BYTES);
     k->n_shapes = n;
+    k->tolerance = tolerance;
     for (int i = 0; i < n; i++) {
         const char *name = shapes[i].name;
         size_t len = name ? strlen(name) : 0;
@@ -234,11 +245,12 @@ static int make_key(const uint8_t sig[OPS_SIG_BYTES], const ktune_shape *shapes,
     return 0;
 }
 
-/* The memo's key for k: the fingerprint's fields, the signature, the precision and the shapes
- * in name order. Equal exactly when cache_key_encode's keys are (whose GPU id is a SHA-256 of the
- * same fields), but built without hashing: this is the hot path. Keys that cache_key_encode
- * refuses (a value < 1, a name bound twice) never reach the memo: the cold path refuses them. */
-static size_t memo_key(const cache_key *k, uint8_t out[RT_MEMO_KEY_MAX])
+/* The memo's key for k asked with graph g: the fingerprint's fields, the graph as declared (its
+ * names and order: two graphs of one signature may pose different problems under the same
+ * shapes), the precision, the tolerance asked and the shapes in name order. Built without
+ * binding or hashing the graph: this is the hot path. Keys that the cold path refuses (a value
+ * < 1, a name bound twice) never reach the memo. */
+static size_t memo_key(const cache_key *k, const ktune_graph *g, uint8_t out[RT_MEMO_KEY_MAX])
 {
     size_t off = strnlen(k->gpu.name, sizeof(k->gpu.name));
     memcpy(out, k->gpu.name, off);
@@ -249,9 +261,11 @@ static size_t memo_key(const cache_key *k, uint8_t out[RT_MEMO_KEY_MAX])
     off += sizeof(v);
     memcpy(out + off, &k->gpu.mem_bytes, sizeof(k->gpu.mem_bytes));
     off += sizeof(k->gpu.mem_bytes);
-    memcpy(out + off, k->sig, OPS_SIG_BYTES);
+    memcpy(out + off, g->decl, OPS_SIG_BYTES);
     off += OPS_SIG_BYTES;
     out[off++] = (uint8_t)k->precision;
+    memcpy(out + off, &k->tolerance, sizeof(k->tolerance));
+    off += sizeof(k->tolerance);
     int order[CACHE_MAX_SHAPES];
     for (int i = 0; i < k->n_shapes; i++) {
         int j = i;
@@ -299,18 +313,20 @@ static bool gpu_same(const cache_gpu *a, const cache_gpu *b)
 
 bool ktune_rt_key_matches(const cache_key *rec_key, const cache_key *want)
 {
-    if (memcmp(rec_key->sig, want->sig, OPS_SIG_BYTES) != 0 ||
-        rec_key->precision != want->precision || rec_key->n_shapes != want->n_shapes)
-        return false;
-    for (int i = 0; i < want->n_shapes; i++) {
-        bool found = false;
-        for (int j = 0; j < rec_key->n_shapes && !found; j++)
-            found = strcmp(rec_key->shapes[j].name, want->shapes[i].name) == 0 &&
-                    rec_key->shapes[j].value == want->shapes[i].value;
-        if (!found)
-            return false;
-    }
-    return true;
+    return memcmp(rec_key->sig, want->sig, OPS_SIG_BYTES) == 0 &&
+           memcmp(rec_key->problem, want->problem, OPS_SIG_BYTES) == 0 &&
+           rec_key->precision == want->precision && rec_key->tolerance == want->tolerance;
+}
+
+int ktune_rt_complete_key(cache_key *k, const ops_graph *bound, ktune_error *err)
+{
+    ops_diag d = {0};
+    int rc = ops_graph_problem(bound, k->problem, NULL, NULL, &d);
+    if (rc < 0)
+        return rt_fail(err, rc, "%s", d.msg);
+    if (k->tolerance > 0 && k->tolerance == ops_default_tolerance(bound, k->precision))
+        k->tolerance = 0;
+    return 0;
 }
 
 /* ---- schedules ---- */
@@ -343,8 +359,8 @@ int ktune_rt_schedule_parse(const char *text, ops_schedule *out, kt_err *err)
         while (k < f->n_knobs && strcmp(f->knobs[k].name, tok) != 0)
             k++;
         if (k == f->n_knobs)
-            return kt_err_set(err, -EINVAL, "schedule '%.60s': family %s has no knob '%.40s'",
-                              text, f->name, tok);
+            return kt_err_set(err, -EINVAL, "schedule '%.60s': family %s has no knob '%.40s'", text,
+                              f->name, tok);
         const ops_knob *knob = &f->knobs[k];
         bool ok = false;
         for (int i = 0; knob->labels && i < knob->n_values && !ok; i++) {
@@ -362,8 +378,8 @@ int ktune_rt_schedule_parse(const char *text, ops_schedule *out, kt_err *err)
                 out->v[k] = (int)v;
         }
         if (!ok)
-            return kt_err_set(err, -EINVAL, "schedule '%.60s': %s=%.40s is not a value of it",
-                              text, knob->name, val);
+            return kt_err_set(err, -EINVAL, "schedule '%.60s': %s=%.40s is not a value of it", text,
+                              knob->name, val);
         set[k] = true;
     }
     for (int k = 0; k < f->n_knobs; k++)
@@ -439,8 +455,7 @@ static int check_record(const cache_record *r, int n_in, int n_out, kt_err *why)
 
 /* cache_get with one more read after a checksum failure (a lock-free reader may see a value a
  * writer is replacing: cache.h, "Read-only opens"). */
-static int get_rank(ktune_runtime *rt, const cache_key *k, int rank, cache_record *out,
-                    kt_err *why)
+static int get_rank(ktune_runtime *rt, const cache_key *k, int rank, cache_record *out, kt_err *why)
 {
     int rc = cache_get(rt->cache, k, rank, out, why);
     if (rc == -EBADMSG) {
@@ -459,8 +474,8 @@ typedef struct pick_state {
 
 /* The best servable record of key k: ranks in order, skipping what fails its checksum, is not
  * verified or does not fit the graph. 0, -ENOENT (none), -ENOTSUP (a layout), other errors. */
-static int pick_key(ktune_runtime *rt, const cache_key *k, int n_in, int n_out, cache_record *out,
-                    pick_state *ps, kt_err *why)
+static int pick_key(ktune_runtime *rt, const cache_key *k, const ops_graph *bound, int n_in,
+                    int n_out, cache_record *out, pick_state *ps, kt_err *why)
 {
     for (int rank = 0; rank <= RT_MAX_RANK; rank++) {
         kt_err e = {0};
@@ -486,6 +501,9 @@ static int pick_key(ktune_runtime *rt, const cache_key *k, int n_in, int n_out, 
             continue;
         }
         rc = check_record(out, n_in, n_out, &e);
+        /* The problem itself, slot by slot: what the record was tuned and verified for. */
+        if (rc == 0 && cache_record_check_problem(out, bound, &e) < 0)
+            rc = -EBADMSG;
         if (rc == -ENOTSUP) {
             *why = e;
             cache_record_free(out);
@@ -561,10 +579,14 @@ static int resolve_cold(ktune_runtime *rt, const ops_graph *g, const cache_key *
     for (int t = 0; t < g->n_tensors; t++)
         k->n_in += g->tensors[t].producer < 0;
     k->n_out = g->n_outputs;
+    cache_key want = *key;
+    if ((rc = ktune_rt_complete_key(&want, bound, err)) < 0)
+        goto out;
+    key = &want;
 
     pick_state ps = {0};
     kt_err why = {0};
-    rc = pick_key(rt, key, k->n_in, k->n_out, &k->rec, &ps, &why);
+    rc = pick_key(rt, key, bound, k->n_in, k->n_out, &k->rec, &ps, &why);
     if (rc == 0) {
         k->match = KTUNE_MATCH_EXACT;
         goto found;
@@ -585,7 +607,7 @@ static int resolve_cold(ktune_runtime *rt, const ops_graph *g, const cache_key *
         cache_record cand;
         cache_record_init(&cand);
         kt_err e = {0};
-        int crc = pick_key(rt, &ck, k->n_in, k->n_out, &cand, &ps, &e);
+        int crc = pick_key(rt, &ck, bound, k->n_in, k->n_out, &cand, &ps, &e);
         if (crc == 0) {
             if (rc == 0 && !compat_better(&cand, &k->rec)) {
                 cache_record_free(&cand);
@@ -617,8 +639,8 @@ static int resolve_cold(ktune_runtime *rt, const ops_graph *g, const cache_key *
                      "nothing cached in %s for graph '%s' at %s, precision %s, on %s (sm_%d%d, "
                      "driver %d, CUDA %d) or a compatible GPU: tune it first",
                      cache_path(rt->cache), gname, shp, ops_precision_name(key->precision),
-                     key->gpu.name, key->gpu.sm_major, key->gpu.sm_minor,
-                     key->gpu.driver_version, key->gpu.cuda_version);
+                     key->gpu.name, key->gpu.sm_major, key->gpu.sm_minor, key->gpu.driver_version,
+                     key->gpu.cuda_version);
     goto out;
 found:
     k->library = k->rec.family && strcmp(k->rec.family, RT_LIBRARY) == 0;
@@ -768,14 +790,14 @@ static int device_info(ktune_runtime *rt, CUdevice d, rt_device **out, ktune_err
                               &fp.sm_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d),
                           "cuDeviceGetAttribute", err)) < 0 ||
             (rc = cu_fail(rt,
-                          cu->p_cuDeviceGetAttribute(
-                              &fp.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d),
+                          cu->p_cuDeviceGetAttribute(&fp.sm_count,
+                                                     CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d),
                           "cuDeviceGetAttribute", err)) < 0 ||
-            (rc = cu_fail(rt,
-                          cu->p_cuDeviceGetAttribute(
-                              &dv->smem_optin,
-                              CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d),
-                          "cuDeviceGetAttribute", err)) < 0)
+            (rc = cu_fail(
+                 rt,
+                 cu->p_cuDeviceGetAttribute(
+                     &dv->smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d),
+                 "cuDeviceGetAttribute", err)) < 0)
             goto out;
         fp.name[sizeof(fp.name) - 1] = '\0';
         fp.mem_bytes = mem;
@@ -835,8 +857,8 @@ static int pick_context(ktune_runtime *rt, int device, CUcontext *ctx, CUdevice 
         return 0;
     }
     if ((int)*dev >= RT_MAX_DEVICES)
-        return rt_fail(err, -ENODEV, "CUDA device %d: this runtime handles %d devices",
-                       (int)*dev, RT_MAX_DEVICES);
+        return rt_fail(err, -ENODEV, "CUDA device %d: this runtime handles %d devices", (int)*dev,
+                       RT_MAX_DEVICES);
     return device_primary(rt, *dev, ctx, err);
 }
 
@@ -890,10 +912,11 @@ static int load_library(ktune_runtime *rt, ktune_kernel *k, const ops_graph *bou
         rc = rt_fail(err, -EBADMSG, "library record: %s", e.msg);
         goto out;
     }
-    if (s.family != OPS_FAM_LIBRARY ||
-        (rc = ops_library_describe(&grp, &s, &desc, &d)) < 0) {
-        rc = rt_fail(err, -EBADMSG, "library record %s does not describe a cuBLASLt call for this "
-                     "graph: %s", r->schedule, s.family != OPS_FAM_LIBRARY ? "other family" : d.msg);
+    if (s.family != OPS_FAM_LIBRARY || (rc = ops_library_describe(&grp, &s, &desc, &d)) < 0) {
+        rc = rt_fail(err, -EBADMSG,
+                     "library record %s does not describe a cuBLASLt call for this "
+                     "graph: %s",
+                     r->schedule, s.family != OPS_FAM_LIBRARY ? "other family" : d.msg);
         goto out;
     }
     if ((uint64_t)desc.workspace_bytes > r->workspace_bytes ||
@@ -944,8 +967,8 @@ static int kernel_load(ktune_runtime *rt, ktune_kernel *k, CUcontext ctx, CUdevi
         const cache_kernel *kk = &r->kernels[i];
         char what[160];
         snprintf(what, sizeof(what), "kernel %.100s", kk->entry);
-        if ((rc = cu_fail(rt, cu->p_cuModuleGetFunction(&k->fn[i], k->mod, kk->entry), what,
-                          err)) < 0)
+        if ((rc = cu_fail(rt, cu->p_cuModuleGetFunction(&k->fn[i], k->mod, kk->entry), what, err)) <
+            0)
             goto pop;
         int static_smem = 0;
         cu->p_cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, k->fn[i]);
@@ -957,9 +980,9 @@ static int kernel_load(ktune_runtime *rt, ktune_kernel *k, CUcontext ctx, CUdevi
         }
         if (kk->smem_bytes > RT_SMEM_DEFAULT &&
             (rc = cu_fail(rt,
-                          cu->p_cuFuncSetAttribute(
-                              k->fn[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                              (int)kk->smem_bytes),
+                          cu->p_cuFuncSetAttribute(k->fn[i],
+                                                   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   (int)kk->smem_bytes),
                           what, err)) < 0)
             goto pop;
     }
@@ -1096,7 +1119,7 @@ KTUNE_EXPORT void ktune_runtime_close(ktune_runtime *rt)
     for (int d = 0; d < RT_MAX_DEVICES; d++)
         if (atomic_load(&rt->dev[d].primary_ready))
             rt->cu.p_cuDevicePrimaryCtxRelease((CUdevice)d);
-    /* libcuda stays loaded: contexts of the application (PyTorch's) may still use it. */
+            /* libcuda stays loaded: contexts of the application (PyTorch's) may still use it. */
 #endif
     cache_close(rt->cache);
     pthread_rwlock_destroy(&rt->lock);
@@ -1130,12 +1153,12 @@ int ktune_rt_fingerprint(ktune_runtime *rt, int device, cache_gpu *out, ktune_er
 }
 
 /* The hot path's key, or the resolved kernel when memoised. */
-int ktune_rt_resolve(ktune_runtime *rt, const ops_graph *g, const uint8_t sig[OPS_SIG_BYTES],
-                     const ktune_shape *shapes, int n_shapes, const char *precision,
-                     const cache_gpu *fp, int device, unsigned flags, ktune_kernel **out,
-                     ktune_match *match, ktune_error *err)
+int ktune_rt_resolve(ktune_runtime *rt, const ktune_graph *g, const ktune_shape *shapes,
+                     int n_shapes, const char *precision, double tolerance, const cache_gpu *fp,
+                     int device, unsigned flags, ktune_kernel **out, ktune_match *match,
+                     ktune_error *err)
 {
-    if (!rt || !g || !sig || !out)
+    if (!rt || !g || !g->g || !out)
         return rt_fail(err, -EINVAL, "ktune_rt_resolve: bad arguments");
     *out = NULL;
     cache_gpu here;
@@ -1146,11 +1169,11 @@ int ktune_rt_resolve(ktune_runtime *rt, const ops_graph *g, const uint8_t sig[OP
         fp = &here;
     }
     cache_key key;
-    int rc = make_key(sig, shapes, n_shapes, precision, fp, &key, err);
+    int rc = make_key(g->sig, shapes, n_shapes, precision, tolerance, fp, &key, err);
     if (rc < 0)
         return rc;
     uint8_t kb[RT_MEMO_KEY_MAX];
-    size_t klen = memo_key(&key, kb);
+    size_t klen = memo_key(&key, g, kb);
     bool memo = !(flags & KTUNE_RT_NO_MEMO);
     uint64_t h = memo_hash(NULL, kb, klen);
     ktune_kernel *k = memo ? memo_get(rt, h, NULL, kb, klen) : NULL;
@@ -1168,7 +1191,7 @@ int ktune_rt_resolve(ktune_runtime *rt, const ops_graph *g, const uint8_t sig[OP
     memcpy(k->key, kb, klen);
     k->klen = klen;
     k->hash = h;
-    if ((rc = resolve_cold(rt, g, &key, shapes, n_shapes, k, NULL, err)) < 0)
+    if ((rc = resolve_cold(rt, g->g, &key, shapes, n_shapes, k, NULL, err)) < 0)
         goto cold_out;
     if (memo) {
         pthread_rwlock_wrlock(&rt->lock);
@@ -1204,12 +1227,22 @@ const cache_record *ktune_rt_kernel_record(const ktune_kernel *k)
 }
 
 KTUNE_EXPORT int ktune_lookup(ktune_runtime *rt, const ktune_graph *g, const ktune_shape *shapes,
-                              int n_shapes, const char *precision, int device,
-                              ktune_kernel **out, ktune_match *match, ktune_error *err)
+                              int n_shapes, const char *precision, int device, ktune_kernel **out,
+                              ktune_match *match, ktune_error *err)
+{
+    return ktune_lookup_within(rt, g, shapes, n_shapes, precision, 0, device, out, match, err);
+}
+
+KTUNE_EXPORT int ktune_lookup_within(ktune_runtime *rt, const ktune_graph *g,
+                                     const ktune_shape *shapes, int n_shapes, const char *precision,
+                                     double tolerance, int device, ktune_kernel **out,
+                                     ktune_match *match, ktune_error *err)
 {
     if (!rt || !g || !g->g || !out)
         return rt_fail(err, -EINVAL, "ktune_lookup: %s is NULL",
-                       !rt ? "the runtime" : !g || !g->g ? "the graph" : "out");
+                       !rt           ? "the runtime"
+                       : !g || !g->g ? "the graph"
+                                     : "out");
     *out = NULL;
     if (device < -1)
         return rt_fail(err, -EINVAL, "ktune_lookup: device %d (-1: the current one)", device);
@@ -1224,10 +1257,10 @@ KTUNE_EXPORT int ktune_lookup(ktune_runtime *rt, const ktune_graph *g, const ktu
         (rc = device_info(rt, dev, &dv, err)) < 0)
         return rc;
     cache_key key;
-    if ((rc = make_key(g->sig, shapes, n_shapes, precision, &dv->fp, &key, err)) < 0)
+    if ((rc = make_key(g->sig, shapes, n_shapes, precision, tolerance, &dv->fp, &key, err)) < 0)
         return rc;
     uint8_t kb[RT_MEMO_KEY_MAX];
-    size_t klen = memo_key(&key, kb);
+    size_t klen = memo_key(&key, g, kb);
     uint64_t h = memo_hash(ctx, kb, klen);
     ktune_kernel *k = memo_get(rt, h, ctx, kb, klen);
     if (k)
@@ -1255,8 +1288,8 @@ KTUNE_EXPORT int ktune_lookup(ktune_runtime *rt, const ktune_graph *g, const ktu
     if (rc < 0)
         rc = rt_fail(err, rc, "out of memory");
     else
-        kt_log_debug(RT_LOG, "%s: %s %s loaded (%s match)", g->name, k->rec.family,
-                     k->rec.schedule, k->match == KTUNE_MATCH_EXACT ? "exact" : "compatible");
+        kt_log_debug(RT_LOG, "%s: %s %s loaded (%s match)", g->name, k->rec.family, k->rec.schedule,
+                     k->match == KTUNE_MATCH_EXACT ? "exact" : "compatible");
 cold_out:
     pthread_mutex_unlock(&rt->cold_lock);
     ops_graph_free(bound);
@@ -1274,6 +1307,7 @@ done:
     (void)shapes;
     (void)n_shapes;
     (void)precision;
+    (void)tolerance;
     (void)match;
     return rt_fail(err, -ENODEV, "ktune_lookup: libktune was built without the CUDA toolkit");
 #endif
@@ -1318,8 +1352,8 @@ KTUNE_EXPORT uint64_t ktune_prepack_size(const ktune_kernel *k, int input)
     return 0;
 }
 
-KTUNE_EXPORT int ktune_prepack(ktune_kernel *k, int input, const void *src, void *dst,
-                               void *stream, ktune_error *err)
+KTUNE_EXPORT int ktune_prepack(ktune_kernel *k, int input, const void *src, void *dst, void *stream,
+                               ktune_error *err)
 {
     (void)src;
     (void)dst;
@@ -1360,8 +1394,7 @@ static CUdeviceptr arg_pointer(const cache_arg *a, void *const *inputs, void *co
 }
 
 static int launch_library(ktune_runtime *rt, ktune_kernel *k, void *const *inputs,
-                          void *const *outputs, void *workspace, CUstream stream,
-                          ktune_error *err)
+                          void *const *outputs, void *workspace, CUstream stream, ktune_error *err)
 {
     const cache_kernel *kk = &k->rec.kernels[0];
     CUdeviceptr p[4] = {0};
@@ -1397,8 +1430,9 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
                        " bytes of workspace (ktune_kernel_workspace_size)",
                        k->rec.workspace_bytes);
     if (!k->ctx)
-        return rt_fail(err, -ENODEV, "ktune_launch: kernel was resolved, not loaded (use "
-                                     "ktune_lookup)");
+        return rt_fail(err, -ENODEV,
+                       "ktune_launch: kernel was resolved, not loaded (use "
+                       "ktune_lookup)");
 #if KTUNE_HAVE_NVRTC
     ktune_runtime *rt = k->rt;
     srch_cuda *cu = &rt->cu;
@@ -1421,8 +1455,8 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
         const cache_kernel *kk = &r->kernels[i];
         char what[160]; /* formatted only on failure: this is the per-call hot path */
         if (kk->zero_bytes) {
-            CUresult cr = cu->p_cuMemsetD8Async(
-                (CUdeviceptr)(uintptr_t)workspace + kk->zero_offset, 0, (size_t)kk->zero_bytes, s);
+            CUresult cr = cu->p_cuMemsetD8Async((CUdeviceptr)(uintptr_t)workspace + kk->zero_offset,
+                                                0, (size_t)kk->zero_bytes, s);
             if (cr != CUDA_SUCCESS) {
                 snprintf(what, sizeof(what), "ktune_launch: clearing the workspace of %.100s",
                          kk->entry);
@@ -1445,8 +1479,8 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
             params[j] = &val[j];
         }
         CUresult cr = cu->p_cuLaunchKernel(k->fn[i], kk->grid[0], kk->grid[1], kk->grid[2],
-                                           kk->block[0], kk->block[1], kk->block[2],
-                                           kk->smem_bytes, s, kk->n_args ? params : NULL, NULL);
+                                           kk->block[0], kk->block[1], kk->block[2], kk->smem_bytes,
+                                           s, kk->n_args ? params : NULL, NULL);
         if (cr != CUDA_SUCCESS) {
             snprintf(what, sizeof(what), "ktune_launch: kernel %.100s", kk->entry);
             rc = cu_fail(rt, cr, what, err);

@@ -18,15 +18,15 @@ enum {
                                    (key: no context, encoded key) and owned by rt. */
 };
 
-/* Resolves (g, shapes, precision) for the GPU fingerprint fp (NULL: the fingerprint of CUDA
- * device `device`, which loads the driver; -1 means device 0 here) without loading a module:
- * the returned kernel has its record, match and info, but ktune_launch refuses it (-ENODEV).
- * g is validated and symbolic; sig its ops_graph_signature. precision NULL: "exact". Errors as
- * ktune_lookup's. Thread-safe. */
-int ktune_rt_resolve(ktune_runtime *rt, const ops_graph *g, const uint8_t sig[OPS_SIG_BYTES],
-                     const ktune_shape *shapes, int n_shapes, const char *precision,
-                     const cache_gpu *fp, int device, unsigned flags, ktune_kernel **out,
-                     ktune_match *match, ktune_error *err);
+/* Resolves (g, shapes, precision, tolerance) for the GPU fingerprint fp (NULL: the fingerprint
+ * of CUDA device `device`, which loads the driver; -1 means device 0 here) without loading a
+ * module: the returned kernel has its record, match and info, but ktune_launch refuses it
+ * (-ENODEV). precision NULL: "exact"; tolerance 0: the default. Errors as ktune_lookup's.
+ * Thread-safe. */
+int ktune_rt_resolve(ktune_runtime *rt, const ktune_graph *g, const ktune_shape *shapes,
+                     int n_shapes, const char *precision, double tolerance, const cache_gpu *fp,
+                     int device, unsigned flags, ktune_kernel **out, ktune_match *match,
+                     ktune_error *err);
 /* Frees a kernel resolved with KTUNE_RT_NO_MEMO; NULL is a no-op. Never for memoised ones. */
 void ktune_rt_kernel_free(ktune_kernel *k);
 /* The record behind a kernel; valid while the kernel is. */
@@ -45,9 +45,12 @@ cache_env *ktune_rt_cache(ktune_runtime *rt);
  * compute capability, SM count and memory (driver and toolkit may differ). */
 bool ktune_rt_gpu_compatible(const cache_gpu *here, const cache_gpu *tuned);
 
-/* True when the record's key is (sig, precision, shapes) — whatever its GPU. shapes as in
- * cache_key (any order). For listing every GPU's record of one graph and binding. */
+/* True when the record's key is want's (signature, problem, precision, tolerance) — whatever its
+ * GPU. For listing every GPU's record of one bound problem. */
 bool ktune_rt_key_matches(const cache_key *rec_key, const cache_key *want);
+/* Fills in what a key needs from the bound graph: its problem digest, and the tolerance
+ * normalised (the default asked by its value counts as the default). 0 or -EINVAL. */
+int ktune_rt_complete_key(cache_key *k, const ops_graph *bound, ktune_error *err);
 
 /* Parses a schedule as ops_schedule_format prints it ("library heuristic=3"). 0 or -EINVAL
  * with the reason in err. */

@@ -123,7 +123,7 @@ static int set_log_level(kd_config *c, const char *v, char *why, size_t len)
     static const struct {
         const char *name;
         int level;
-    } levels[] = {{"err", KT_LOG_ERR},   {"error", KT_LOG_ERR}, {"warn", KT_LOG_WARN},
+    } levels[] = {{"err", KT_LOG_ERR},      {"error", KT_LOG_ERR}, {"warn", KT_LOG_WARN},
                   {"warning", KT_LOG_WARN}, {"info", KT_LOG_INFO}, {"debug", KT_LOG_DEBUG}};
     for (size_t i = 0; i < KT_ARRAY_LEN(levels); i++) {
         if (strcmp(v, levels[i].name) == 0) {
@@ -143,20 +143,33 @@ static int set_budget_max(kd_config *c, const char *v, char *why, size_t len)
 {
     double s = kd_parse_duration(v);
     if (s < 1 || s > KD_DEFAULT_BUDGET_MAX)
-        return snprintf(why, len, "expected a duration from 1s to 24h like 600, 10m or 2h, not "
-                                  "'%s'",
+        return snprintf(why, len,
+                        "expected a duration from 1s to 24h like 600, 10m or 2h, not "
+                        "'%s'",
                         v),
                -1;
     c->budget_max_s = s;
     return 0;
 }
 
+static int set_tolerance_max(kd_config *c, const char *v, char *why, size_t len)
+{
+    char *end = NULL;
+    double f = strtod(v, &end);
+    if (end == v || *end || !(f >= 1) || f > 1e9)
+        return snprintf(why, len, "expected a factor from 1 to 1e9, not '%s'", v), -1;
+    c->tolerance_max_factor = f;
+    return 0;
+}
+
 static const kd_option options[] = {
-    {"socket", set_socket, "PATH", "listen here (default: $KTUNE_SOCKET, else " KD_DEFAULT_SOCKET
-                                   "); unused under systemd socket activation"},
-    {"cache", set_cache, "DIR", "the kernel cache and job journal (default: $KTUNE_CACHE, else "
-                                KD_DEFAULT_CACHE ")"},
-    {"gpus", set_gpus, "LIST", "GPU indices like 0,1, or auto (default: every GPU the driver lists)"},
+    {"socket", set_socket, "PATH",
+     "listen here (default: $KTUNE_SOCKET, else " KD_DEFAULT_SOCKET
+     "); unused under systemd socket activation"},
+    {"cache", set_cache, "DIR",
+     "the kernel cache and job journal (default: $KTUNE_CACHE, else " KD_DEFAULT_CACHE ")"},
+    {"gpus", set_gpus, "LIST",
+     "GPU indices like 0,1, or auto (default: every GPU the driver lists)"},
     {"compile-jobs", set_compile_jobs, "N",
      "NVRTC compile processes in all, split across the GPUs (default: one per CPU)"},
     {"worker", set_worker, "PATH",
@@ -164,6 +177,8 @@ static const kd_option options[] = {
     {"max-clients", set_max_clients, "N", "concurrent connections (default 4096)"},
     {"log-level", set_log_level, "LEVEL", "err, warn, info (default) or debug"},
     {"budget-max", set_budget_max, "T", "largest budget a job may ask for (default 24h)"},
+    {"tolerance-max-factor", set_tolerance_max, "F",
+     "how many times its dtype's default tolerance a job may ask for (default 10)"},
 };
 
 static const kd_option *find_option(const char *name, size_t len)
@@ -290,6 +305,7 @@ int kd_config_load(kd_config *c, int argc, char **argv, kt_err *err)
     c->max_clients = KD_DEFAULT_MAX_CLIENTS;
     c->log_level = KT_LOG_INFO;
     c->budget_max_s = KD_DEFAULT_BUDGET_MAX;
+    c->tolerance_max_factor = KD_DEFAULT_TOLERANCE_MAX;
 
     /* First pass: --help, --version, --config; everything must look like an option. */
     const char *config = NULL;

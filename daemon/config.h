@@ -4,14 +4,15 @@
 
 #include "ops/util.h"
 
-#define KD_DEFAULT_SOCKET      "/run/ktune/ktuned.sock"
-#define KD_DEFAULT_CACHE       "/var/lib/ktune/cache"
-#define KD_DEFAULT_CONFIG      "/etc/ktune/ktuned.conf"
-#define KD_DEFAULT_MAX_CLIENTS 4096
-#define KD_DEFAULT_BUDGET_MAX  86400.0
-#define KD_MAX_GPUS            64
-#define KD_SOCKET_PATH_MAX     108 /* sizeof(sockaddr_un.sun_path) */
-#define KD_PATH_MAX            4096
+#define KD_DEFAULT_SOCKET        "/run/ktune/ktuned.sock"
+#define KD_DEFAULT_CACHE         "/var/lib/ktune/cache"
+#define KD_DEFAULT_CONFIG        "/etc/ktune/ktuned.conf"
+#define KD_DEFAULT_MAX_CLIENTS   4096
+#define KD_DEFAULT_BUDGET_MAX    86400.0
+#define KD_DEFAULT_TOLERANCE_MAX 10.0 /* times the dtype and precision default */
+#define KD_MAX_GPUS              64
+#define KD_SOCKET_PATH_MAX       108 /* sizeof(sockaddr_un.sun_path) */
+#define KD_PATH_MAX              4096
 
 typedef struct kd_config {
     char config[KD_PATH_MAX]; /* the file read, "" when the default was absent */
@@ -25,6 +26,7 @@ typedef struct kd_config {
     int max_clients;
     int log_level; /* KT_LOG_* */
     double budget_max_s;
+    double tolerance_max_factor; /* how far above its dtype's default a job's tolerance may go */
 } kd_config;
 
 enum kd_config_result {

@@ -79,8 +79,7 @@ static int save(kd_daemon *d, kd_job *kj)
     kt_err err = {0};
     int rc = cache_job_put(d->cache, &kj->j, &err);
     if (rc < 0)
-        kt_log_err(KD_LOG_JOBS, "job %" PRIu64 ": cannot write the journal: %s", kj->j.id,
-                   err.msg);
+        kt_log_err(KD_LOG_JOBS, "job %" PRIu64 ": cannot write the journal: %s", kj->j.id, err.msg);
     kj->saved_at = kd_now();
     return rc;
 }
@@ -224,16 +223,13 @@ void kd_jobs_tick(kd_daemon *d)
 
 /* ---- submission, cancel ---- */
 
+/* The same problem (whatever its symbols are called), precision, tolerance and GPU: a job of
+ * the journal written before problem digests (all zero) is never joined. */
 static bool same_job(const cache_job *j, const kd_submit *s)
 {
-    if (memcmp(j->sig, s->sig, OPS_SIG_BYTES) != 0 || j->precision != s->precision ||
-        j->tolerance != s->tolerance || j->gpu != s->gpu || j->n_shapes != s->n_shapes)
-        return false;
-    for (int i = 0; i < s->n_shapes; i++) /* both sorted by name */
-        if (strcmp(j->shapes[i].name, s->shapes[i].name) != 0 ||
-            j->shapes[i].value != s->shapes[i].value)
-            return false;
-    return true;
+    return memcmp(j->sig, s->sig, OPS_SIG_BYTES) == 0 &&
+           memcmp(j->problem, s->problem, OPS_SIG_BYTES) == 0 && j->precision == s->precision &&
+           j->tolerance == s->tolerance && j->gpu == s->gpu;
 }
 
 int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined, kt_err *err)
@@ -247,8 +243,8 @@ int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined,
             kj->j.priority = s->priority;
             save(d, kj);
         }
-        kt_log_info(KD_LOG_JOBS, "submission of %s joins job %" PRIu64 " (%s)", s->name,
-                    kj->j.id, cache_job_state_name(st));
+        kt_log_info(KD_LOG_JOBS, "submission of %s joins job %" PRIu64 " (%s)", s->name, kj->j.id,
+                    cache_job_state_name(st));
         *out = kj;
         *joined = true;
         return 0;
@@ -264,6 +260,7 @@ int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined,
     j->gpu = s->gpu;
     snprintf(j->name, sizeof(j->name), "%s", s->name);
     memcpy(j->sig, s->sig, OPS_SIG_BYTES);
+    memcpy(j->problem, s->problem, OPS_SIG_BYTES);
     j->n_shapes = s->n_shapes;
     memcpy(j->shapes, s->shapes, sizeof(cache_bound) * (size_t)s->n_shapes);
     j->precision = s->precision;
@@ -389,8 +386,8 @@ void kd_jobs_schedule(kd_daemon *d)
             save(d, best);
             break;
         }
-        kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " %s running on GPU %d (priority %d%s)",
-                    best->j.id, best->j.name, g->index, (int)best->j.priority,
+        kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " %s running on GPU %d (priority %d%s)", best->j.id,
+                    best->j.name, g->index, (int)best->j.priority,
                     best->j.elapsed_s > 0 ? ", resumed" : "");
         best->progressed = true;
     }
@@ -439,8 +436,8 @@ static void take_result(kd_job *kj, const srch_tune_result *r)
     if (!r->found) {
         char f[200];
         describe_failures(r->failures, f, sizeof(f));
-        snprintf(j->error, sizeof(j->error), "no candidate verified in %d trials%s%s%s",
-                 r->trials, f[0] ? " (" : "", f, f[0] ? ")" : "");
+        snprintf(j->error, sizeof(j->error), "no candidate verified in %d trials%s%s%s", r->trials,
+                 f[0] ? " (" : "", f, f[0] ? ")" : "");
         return;
     }
     j->best_ns = r->time_ns;

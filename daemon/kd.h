@@ -154,7 +154,7 @@ typedef struct kd_watch {
 } kd_watch;
 
 struct kd_job {
-    cache_job j;   /* what the journal holds; j.graph owned */
+    cache_job j;    /* what the journal holds; j.graph owned */
     char phase[16]; /* while running: the search phase */
     int failures[SRCH_STATUS_COUNT];
     kd_watch *watches;
@@ -173,10 +173,11 @@ struct kd_job {
 typedef struct kd_submit {
     const ops_graph *graph; /* validated */
     uint8_t sig[OPS_SIG_BYTES];
+    uint8_t problem[OPS_SIG_BYTES]; /* ops_graph_problem of the bound graph */
     int n_shapes;
     cache_bound shapes[CACHE_MAX_SHAPES]; /* sorted by name */
     ops_precision precision;
-    double budget_s, tolerance;
+    double budget_s, tolerance; /* tolerance 0: the default (also when asked by its value) */
     int priority, gpu;
     char name[64];
 } kd_submit;
@@ -209,7 +210,12 @@ void kd_jobs_stop_all(kd_daemon *d);
 
 /* ---- GPUs (gpu.c) ---- */
 
-typedef enum kd_gpu_state { KD_GPU_STARTING = 0, KD_GPU_IDLE, KD_GPU_BUSY, KD_GPU_DOWN } kd_gpu_state;
+typedef enum kd_gpu_state {
+    KD_GPU_STARTING = 0,
+    KD_GPU_IDLE,
+    KD_GPU_BUSY,
+    KD_GPU_DOWN
+} kd_gpu_state;
 const char *kd_gpu_state_name(kd_gpu_state s);
 
 /* What the loop hands a GPU thread: a copy of the job's inputs, owned by the thread. */

@@ -161,6 +161,39 @@ static int op_hello(kd_req *r)
     return 0;
 }
 
+/* Binds g with shapes and fills what a key needs from the bound graph: the problem digest, and
+ * the tolerance asked (`tolerance`, 0 or absent: the default) normalised, the default's own value
+ * counting as the default. A tolerance more than the config's factor above the default is
+ * refused: loose records stay under their own key, but the daemon does not verify within
+ * anything a client names. */
+static int arg_problem(kd_req *r, const ops_graph *g, const cache_bound *shapes, int n,
+                       ops_precision prec, uint8_t problem[OPS_SIG_BYTES], double *tolerance)
+{
+    int rc = kd_arg_num(r, "tolerance", 0, 1e6, 0, tolerance);
+    if (rc < 0)
+        return rc;
+    ops_binding b[CACHE_MAX_SHAPES];
+    for (int i = 0; i < n; i++)
+        b[i] = (ops_binding){shapes[i].name, shapes[i].value};
+    ops_graph *bound = NULL;
+    ops_diag d = {0};
+    if ((rc = ops_graph_bind(g, b, n, &bound, &d)) < 0 ||
+        (rc = ops_graph_problem(bound, problem, NULL, NULL, &d)) < 0) {
+        ops_graph_free(bound);
+        return kd_fail(r, rc == -ENOMEM ? -ENOMEM : -EINVAL, "graph: %s", d.msg);
+    }
+    double def = ops_default_tolerance(bound, prec), max = def * r->d->cfg->tolerance_max_factor;
+    ops_graph_free(bound);
+    if (*tolerance == def)
+        *tolerance = 0;
+    if (*tolerance > max)
+        return kd_fail(r, -EINVAL,
+                       "'tolerance' %g is more than %g times this graph's default %g (the "
+                       "daemon's tolerance-max-factor)",
+                       *tolerance, r->d->cfg->tolerance_max_factor, def);
+    return 0;
+}
+
 static int op_submit(kd_req *r)
 {
     kd_daemon *d = r->d;
@@ -174,7 +207,7 @@ static int op_submit(kd_req *r)
     if ((rc = arg_shapes(r, g, s.shapes, &s.n_shapes)) < 0 ||
         (rc = arg_precision(r, &s.precision)) < 0 ||
         (rc = kd_arg_num(r, "budget_s", 1, d->cfg->budget_max_s, 60, &s.budget_s)) < 0 ||
-        (rc = kd_arg_num(r, "tolerance", 0, 1e6, 0, &s.tolerance)) < 0 ||
+        (rc = arg_problem(r, g, s.shapes, s.n_shapes, s.precision, s.problem, &s.tolerance)) < 0 ||
         (rc = kd_arg_int(r, "priority", -100, 100, 0, &priority)) < 0 ||
         (rc = kd_arg_int(r, "gpu", -1, KD_MAX_GPUS - 1, -1, &gpu)) < 0 ||
         (rc = kd_arg_str(r, "name", s.name, sizeof(s.name), NULL)) < 0)
@@ -301,12 +334,12 @@ static int lookup_gpu(kd_req *r, int index)
     return slot;
 }
 
-/* The memo key of a lookup: the exact bytes of `graph`, `shapes` and `precision` as sent, each
- * behind its length (absent and empty differ), then the GPU index. In the memo's scratch buffer;
- * false when there is nothing to memoise (no graph: an error follows) or no memory. */
+/* The memo key of a lookup: the exact bytes of `graph`, `shapes`, `precision` and `tolerance` as
+ * sent, each behind its length (absent and empty differ), then the GPU index. In the memo's scratch
+ * buffer; false when there is nothing to memoise (no graph: an error follows) or no memory. */
 static bool memo_key(kd_req *r, int64_t gpu, const uint8_t **key, size_t *klen)
 {
-    static const char *const names[] = {"graph", "shapes", "precision"};
+    static const char *const names[] = {"graph", "shapes", "precision", "tolerance"};
     enum { N = sizeof(names) / sizeof(names[0]) };
     const uint8_t *v[N];
     size_t n[N], total = sizeof(int64_t);
@@ -369,6 +402,7 @@ static int op_lookup(kd_req *r)
         return rc;
     if ((rc = arg_shapes(r, g, k.shapes, &k.n_shapes)) < 0 ||
         (rc = arg_precision(r, &k.precision)) < 0 ||
+        (rc = arg_problem(r, g, k.shapes, k.n_shapes, k.precision, k.problem, &k.tolerance)) < 0 ||
         (rc = kd_arg_int(r, "gpu", 0, KD_MAX_GPUS - 1, 0, &gpu)) < 0 ||
         (rc = kd_arg_bool(r, "source", false, &want_source)) < 0)
         goto out;
@@ -486,14 +520,9 @@ static int op_gpus(kd_req *r)
 }
 
 const kd_op kd_ops[] = {
-    {"hello", op_hello, 0},
-    {"submit", op_submit, KD_OP_REFUSED_STOPPING},
-    {"status", op_status, 0},
-    {"watch", op_watch, 0},
-    {"cancel", op_cancel, 0},
-    {"jobs", op_jobs, 0},
-    {"lookup", op_lookup, 0},
-    {"stats", op_stats, 0},
-    {"gpus", op_gpus, 0},
-    {NULL, NULL, 0},
+    {"hello", op_hello, 0},   {"submit", op_submit, KD_OP_REFUSED_STOPPING},
+    {"status", op_status, 0}, {"watch", op_watch, 0},
+    {"cancel", op_cancel, 0}, {"jobs", op_jobs, 0},
+    {"lookup", op_lookup, 0}, {"stats", op_stats, 0},
+    {"gpus", op_gpus, 0},     {NULL, NULL, 0},
 };

@@ -89,6 +89,12 @@ int ops_graph_canonical_io(const ops_graph *g, int *input_rank, int *output_rank
 int ops_ref_run(const ops_graph *g, const double *const *inputs, double *const *outputs,
                 ops_diag *d);
 
+/* The default normwise tolerance for g's input and output dtypes under precision p
+ * (docs/evaluation.md): f32 1e-5, tf32 5e-4 for graphs with a matmul, conv or attention, reduced
+ * 2e-2, raised to 3e-3 when any input or output is f16 and to 2e-2 when any is bf16. What a job
+ * with no tolerance of its own verifies against, and what a lookup asks for by default. */
+double ops_default_tolerance(const ops_graph *g, ops_precision p);
+
 typedef struct ops_cost {
     double flops; /* arithmetic of the canonical primitives, see docs/formats.md */
     double bytes; /* minimum traffic: every graph input read once, every output written once */

@@ -759,3 +759,26 @@ static int run_node(const ops_graph *g, int ni, const ref_arg *in, double *out, 
     return ops_diag_set(d, g, OPS_RULE_SHAPE, ni, NULL,
                         "reference: output shape does not match the operands");
 }
+
+double ops_default_tolerance(const ops_graph *g, ops_precision p)
+{
+    bool contraction = false;
+    for (int n = 0; n < g->n_nodes; n++) {
+        ops_op op = g->nodes[n].op;
+        contraction |= op == OPS_MATMUL || op == OPS_CONV2D || op == OPS_ATTENTION;
+    }
+    double tol = 1e-5;
+    if (p == OPS_PREC_TF32 && contraction)
+        tol = 5e-4;
+    if (p == OPS_PREC_REDUCED)
+        tol = 2e-2;
+    for (int t = 0; t < g->n_tensors; t++) {
+        if (g->tensors[t].producer >= 0 && !g->tensors[t].is_output)
+            continue;
+        if (g->tensors[t].dtype == OPS_DT_F16 && tol < 3e-3)
+            tol = 3e-3;
+        if (g->tensors[t].dtype == OPS_DT_BF16 && tol < 2e-2)
+            tol = 2e-2;
+    }
+    return tol;
+}

@@ -1489,7 +1489,13 @@ static int record(tune *t, int p, kt_err *err)
         rec.key = t->key;
         rec.graph_name = kt_strdup(t->s->g->name ? t->s->g->name : "");
         kt_err rerr = {0};
-        rc = build_record(t, part, ci, part->n_groups, &rec, &rerr);
+        /* The slots come from the graph the argument map was built on; its problem digest
+         * must be the key's (computed from the bound graph before canonicalisation). */
+        rc = cache_record_set_problem(&rec, t->s->g, &rerr);
+        if (rc == 0 && memcmp(rec.key.problem, t->key.problem, OPS_SIG_BYTES) != 0)
+            rc = kt_err_set(&rerr, -EINVAL, "the canonical graph poses another problem");
+        if (rc == 0)
+            rc = build_record(t, part, ci, part->n_groups, &rec, &rerr);
         if (rc < 0) {
             cache_record_free(&rec);
             if (q == 0) {
@@ -1542,8 +1548,8 @@ static int record(tune *t, int p, kt_err *err)
         rec.verified = true;
         rec.err_norm = en;
         rec.err_max = em;
-        rec.tolerance = t->o->tolerance > 0 ? t->o->tolerance
-                                            : srch_default_tolerance(t->s->g, t->o->precision);
+        rec.tolerance =
+            t->o->tolerance > 0 ? t->o->tolerance : ops_default_tolerance(t->s->g, t->o->precision);
         rec.cublaslt_ns = base;
         rec.naive_ns = 0;
         rec.ktune_version = kt_strdup(KTUNE_VERSION);
@@ -1619,12 +1625,16 @@ static double io_bytes(const ops_graph *g)
     return bytes;
 }
 
-static int make_key(const ops_graph *g, const ops_binding *b, int n, ops_precision prec,
-                    cache_key *key, kt_err *err)
+/* The job's key: the graph's signature, the bound problem's digest (so equal keys mean equal
+ * problems whatever the symbols are called), the precision and the tolerance (0 when it is the
+ * default, so a job that names the default shares the default's records). */
+static int make_key(const ops_graph *g, const ops_graph *bound, const ops_binding *b, int n,
+                    const srch_tune_opts *o, cache_key *key, kt_err *err)
 {
     memset(key, 0, sizeof(*key));
     ops_diag d = {0};
-    if (ops_graph_signature(g, key->sig, &d) < 0)
+    if (ops_graph_signature(g, key->sig, &d) < 0 ||
+        ops_graph_problem(bound, key->problem, NULL, NULL, &d) < 0)
         return kt_err_set(err, -EINVAL, "%s", d.msg);
     if (n > CACHE_MAX_SHAPES)
         return kt_err_set(err, -EINVAL, "more than %d bound shapes", CACHE_MAX_SHAPES);
@@ -1635,7 +1645,9 @@ static int make_key(const ops_graph *g, const ops_binding *b, int n, ops_precisi
         key->shapes[i].value = b[i].value;
     }
     key->n_shapes = n;
-    key->precision = prec;
+    key->precision = o->precision;
+    double def = ops_default_tolerance(bound, o->precision);
+    key->tolerance = o->tolerance > 0 && o->tolerance != def ? o->tolerance : 0;
     return 0;
 }
 
@@ -1667,9 +1679,10 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
                         unbound);
         goto out;
     }
-    if ((rc = make_key(g, b, n, opts->precision, &t.key, err)) < 0)
+    if ((rc = make_key(g, bound, b, n, opts, &t.key, err)) < 0)
         goto out;
     memcpy(out->sig, t.key.sig, sizeof(out->sig));
+    memcpy(out->problem, t.key.problem, sizeof(out->problem));
     /* The worker first: the device it reads decides the space (and the cache key's GPU). */
     if (opts->worker) {
         t.w = opts->worker;

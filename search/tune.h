@@ -151,6 +151,7 @@ typedef struct srch_tune_result {
     double measure_s;
     cache_gpu gpu;
     uint8_t sig[OPS_SIG_BYTES];
+    uint8_t problem[OPS_SIG_BYTES]; /* the key's problem digest (ops_graph_problem) */
 } srch_tune_result;
 
 /* Tunes g (validated, may be symbolic) bound with the n bindings b. cache must be open

@@ -84,7 +84,7 @@
 
 #define WK_TAG           "worker"
 #define WK_MAX_CANDS     64
-#define WK_MAX_DATA      4 /* unused data sets kept for later candidates of the same group */
+#define WK_MAX_DATA      4  /* unused data sets kept for later candidates of the same group */
 #define WK_REF_CUBINS    16 /* compiled reference programs kept, by SHA-256 of their source */
 #define WK_MAX_MSG       ((size_t)256 << 20)
 #define WK_DEFAULT_SEEDS 3
@@ -176,7 +176,7 @@ struct wk {
     CUfunction f_cmp[OPS_DT_F64 + 1]; /* by output dtype */
     CUfunction f_refstats, f_copy;
     CUfunction f_widen[OPS_DT_F64]; /* by dtype: f32, f16, bf16 */
-    CUfunction f_diff[4]; /* by word size 1, 2, 4, 8 */
+    CUfunction f_diff[4];           /* by word size 1, 2, 4, 8 */
     CUdeviceptr d_part, d_res;
     wk_part *h_part;
     wk_cand cands[WK_MAX_CANDS];
@@ -340,32 +340,6 @@ static int64_t node_reduction(const ops_graph *g, const ops_node *n)
     default:
         return 1;
     }
-}
-
-static double default_tolerance(const ops_graph *g, ops_precision p, bool contraction)
-{
-    double tol = 1e-5;
-    if (p == OPS_PREC_TF32 && contraction)
-        tol = 5e-4;
-    if (p == OPS_PREC_REDUCED)
-        tol = 2e-2;
-    for (int t = 0; t < g->n_tensors; t++) {
-        if (g->tensors[t].producer >= 0 && !g->tensors[t].is_output)
-            continue;
-        if (g->tensors[t].dtype == OPS_DT_F16 && tol < 3e-3)
-            tol = 3e-3;
-        if (g->tensors[t].dtype == OPS_DT_BF16 && tol < 2e-2)
-            tol = 2e-2;
-    }
-    return tol;
-}
-
-double srch_default_tolerance(const ops_graph *g, ops_precision p)
-{
-    bool contraction = false;
-    for (int n = 0; n < g->n_nodes; n++)
-        contraction |= is_contraction(g->nodes[n].op);
-    return default_tolerance(g, p, contraction);
 }
 
 static double store_rtol(ops_dtype dt)
@@ -853,7 +827,8 @@ static void random_chunks(const random_job *j)
             uint64_t mix = j->st0 ^ ((uint64_t)c * 0x9E3779B97F4A7C15ull);
             st = splitmix64(&mix);
         }
-        int64_t end = (c + 1) * (int64_t)RANDOM_CHUNK < j->n ? (c + 1) * (int64_t)RANDOM_CHUNK : j->n;
+        int64_t end =
+            (c + 1) * (int64_t)RANDOM_CHUNK < j->n ? (c + 1) * (int64_t)RANDOM_CHUNK : j->n;
         for (int64_t k = c * (int64_t)RANDOM_CHUNK; k < end; k++) {
             double v = unit_uniform(&st);
             if (j->mixed)
@@ -978,8 +953,7 @@ static int ref_compile(wk *w, wk_ref *r, kt_err *err)
             return 0;
         }
         if (!w->ref_cubins[i].cubin ||
-            (w->ref_cubins[slot].cubin &&
-             w->ref_cubins[i].last_use < w->ref_cubins[slot].last_use))
+            (w->ref_cubins[slot].cubin && w->ref_cubins[i].last_use < w->ref_cubins[slot].last_use))
             slot = i;
     }
     int rc = srch_nvrtc_compile(r->prog.source, w->arch, &r->cr);
@@ -1656,7 +1630,7 @@ static int cand_verify(wk_cand *c, const srch_eval_req *req, srch_eval_result *r
         snprintf(res->msg, sizeof(res->msg), "reference: %.240s", err.msg);
         return w->dead ? 0 : rc;
     }
-    double def = default_tolerance(D->g, req->precision, D->contraction);
+    double def = ops_default_tolerance(D->g, req->precision);
     double tol = req->tolerance > 0 ? req->tolerance : def;
     double scale = tol > def ? tol / def : 1.0;
     for (int j = 0; j < D->n_out; j++)

@@ -51,11 +51,6 @@ typedef enum srch_status {
 } srch_status;
 const char *srch_status_str(srch_status s); /* "ok", "wrong", "race", "fault", "hang", ... */
 
-/* MEASURE.md's normwise tolerance for g's input and output dtypes under precision p (tf32 only
- * loosens graphs with a matmul, conv or attention): what a job with no tolerance of its own
- * verifies against. */
-double srch_default_tolerance(const ops_graph *g, ops_precision p);
-
 /* The verification inputs: random values of graph input i of some graph for seed s (seed0 + s),
  * rounded to t's dtype (even seeds uniform in [-1, 1), odd seeds mixed magnitudes); a malloc'd
  * array of t's numel elements, or NULL. The same arguments give the same bytes, however many

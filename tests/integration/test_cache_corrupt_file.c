@@ -202,7 +202,7 @@ static int resolve(ktune_runtime *rt, const fixture *f, int64_t m, ktune_error *
     ktune_shape s[1] = {{"M", m}};
     ktune_kernel *k = NULL;
     ktune_match match;
-    int rc = ktune_rt_resolve(rt, f->g->g, f->g->sig, s, 1, NULL, &f->gpu, 0, KTUNE_RT_NO_MEMO, &k,
+    int rc = ktune_rt_resolve(rt, f->g, s, 1, NULL, 0, &f->gpu, 0, KTUNE_RT_NO_MEMO, &k,
                               &match, err);
     ktune_rt_kernel_free(k);
     return rc;

@@ -136,6 +136,49 @@ static void test_future_schema_refused(void **state)
     assert_int_equal(raw_schema(f->dir), 99); /* untouched */
 }
 
+/* A schema 1 cache (records keyed by symbol names): read-only opens refuse it, naming the way
+ * out; the first read-write open drops its records and trials, keeps its jobs, and says so. */
+static void test_schema1_migrated(void **state)
+{
+    fixture *f = *state;
+    cache_key k;
+    test_key(&k, "NVIDIA H100", 3, 64);
+    assert_int_equal(put(f->env, &k, "tile=1", 100, 64, 1), 0);
+    cache_trial tr = {.cand = "c1", .status = CACHE_TRIAL_OK, .time_ns = 5};
+    assert_int_equal(cache_trial_append(f->env, &k, &tr, NULL), 0);
+    cache_job j = {.id = 7, .name = "kept", .budget_s = 1};
+    assert_int_equal(cache_job_put(f->env, &j, NULL), 0);
+    cache_close(f->env);
+    f->env = NULL;
+    MDB_env *e;
+    MDB_txn *t;
+    MDB_dbi d;
+    assert_int_equal(raw_open(f->dir, &e, &t, &d, "meta"), 0);
+    uint8_t v1[4] = {0, 0, 0, 1};
+    MDB_val mk = {.mv_size = strlen("schema_version"), .mv_data = "schema_version"};
+    MDB_val mv = {.mv_size = 4, .mv_data = v1};
+    assert_int_equal(mdb_put(t, d, &mk, &mv, 0), 0);
+    assert_int_equal(mdb_txn_commit(t), 0);
+    mdb_env_close(e);
+    kt_err err = {0};
+    assert_int_equal(cache_open(f->dir, CACHE_RDONLY, NULL, &f->env, &err), -EPROTO);
+    assert_non_null(strstr(err.msg, "schema version 1"));
+    assert_non_null(strstr(err.msg, "read-write"));
+    assert_int_equal(raw_schema(f->dir), 1); /* untouched */
+    reopen(f, 0, NULL);
+    assert_int_equal(raw_schema(f->dir), CACHE_SCHEMA_VERSION);
+    cache_stats st;
+    assert_int_equal(cache_stat(f->env, &st, NULL), 0);
+    assert_int_equal(st.records, 0);
+    assert_int_equal(st.trials, 0);
+    assert_int_equal(st.jobs, 1);
+    cache_job back;
+    assert_int_equal(cache_job_get(f->env, 7, &back, NULL), 0);
+    assert_string_equal(back.name, "kept");
+    cache_job_free(&back);
+    reopen(f, CACHE_RDONLY, NULL);
+}
+
 static void test_open_errors(void **state)
 {
     fixture *f = *state;
@@ -173,8 +216,13 @@ static void test_put_get_roundtrip(void **state)
     k2.shapes[1] = k.shapes[0];
     assert_int_equal(cache_get(f->env, &k2, 0, &g, NULL), 0);
     assert_int_equal(cache_get(f->env, &k, 1, &g, NULL), -ENOENT);
-    k2.shapes[0].value = 2048;
+    /* another problem (the digest), or another tolerance, is another key */
+    k2.problem[7] ^= 1;
     kt_err err = {0};
+    assert_int_equal(cache_get(f->env, &k2, 0, &g, &err), -ENOENT);
+    assert_non_null(strstr(err.msg, "no record"));
+    k2 = k;
+    k2.tolerance = 1e-2;
     assert_int_equal(cache_get(f->env, &k2, 0, &g, &err), -ENOENT);
     assert_non_null(strstr(err.msg, "no record"));
     /* survives reopening read-only */
@@ -816,6 +864,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_open_creates_databases_and_schema, setup, teardown),
         cmocka_unit_test_setup_teardown(test_future_schema_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schema1_migrated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_get_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unverified_refused, setup, teardown),

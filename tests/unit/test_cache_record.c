@@ -167,17 +167,29 @@ static void test_key_deterministic(void **state)
     encode(&a, ka, &la);
     encode(&b, kb, &lb);
     assert_true(same(ka, la, kb, lb));
-    /* documented layout: version, gpu id, signature, precision, shapes text */
-    assert_int_equal(ka[0], 1);
+    /* documented layout: version, gpu id, signature, precision, problem, tolerance */
+    assert_int_equal(ka[0], 2);
     uint8_t id[CACHE_GPU_ID_BYTES];
     cache_gpu_id(&a.gpu, id);
     assert_memory_equal(ka + 1, id, CACHE_GPU_ID_BYTES);
     assert_memory_equal(ka + 1 + CACHE_GPU_ID_BYTES, a.sig, OPS_SIG_BYTES);
-    assert_int_equal(ka[1 + CACHE_GPU_ID_BYTES + OPS_SIG_BYTES], OPS_PREC_EXACT);
-    const char *text = "M=1024;N=256";
-    size_t fixed = 2 + CACHE_GPU_ID_BYTES + OPS_SIG_BYTES;
-    assert_int_equal(la, fixed + strlen(text));
-    assert_memory_equal(ka + fixed, text, strlen(text));
+    size_t at = 1 + CACHE_GPU_ID_BYTES + OPS_SIG_BYTES;
+    assert_int_equal(ka[at], OPS_PREC_EXACT);
+    assert_memory_equal(ka + at + 1, a.problem, OPS_SIG_BYTES);
+    const uint8_t zero[8] = {0};
+    assert_int_equal(la, at + 1 + OPS_SIG_BYTES + 8);
+    assert_memory_equal(ka + at + 1 + OPS_SIG_BYTES, zero, 8); /* the default tolerance */
+    /* a tolerance of its own: its IEEE-754 bits, big-endian; -0 is the default */
+    b.tolerance = 1e-3;
+    encode(&b, kb, &lb);
+    uint64_t bits;
+    double tol = 1e-3;
+    memcpy(&bits, &tol, sizeof(bits));
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(kb[at + 1 + OPS_SIG_BYTES + i], (uint8_t)(bits >> (56 - 8 * i)));
+    b.tolerance = -0.0;
+    encode(&b, kb, &lb);
+    assert_true(same(ka, la, kb, lb));
 }
 
 static void test_key_distinct(void **state)
@@ -188,8 +200,8 @@ static void test_key_distinct(void **state)
     uint8_t kb[CACHE_KEY_MAX];
     size_t lb = 0;
     encode(&base, kb, &lb);
-    cache_key v[12];
-    for (int i = 0; i < 12; i++)
+    cache_key v[13];
+    for (int i = 0; i < 13; i++)
         v[i] = base;
     snprintf(v[0].gpu.name, sizeof(v[0].gpu.name), "NVIDIA H200");
     v[1].gpu.sm_minor = 1;
@@ -199,18 +211,27 @@ static void test_key_distinct(void **state)
     v[5].gpu.cuda_version = 12030;
     v[6].sig[0] ^= 1;
     v[7].precision = OPS_PREC_REDUCED;
-    v[8].shapes[1].value = 1025;
-    snprintf(v[9].shapes[1].name, sizeof(v[9].shapes[1].name), "K");
-    v[10].n_shapes = 1;
+    v[8].problem[5] ^= 1;
+    v[9].problem[31] ^= 0x80;
+    v[10].tolerance = 1e-3;
     v[11].gpu.sm_major = 8;
-    uint8_t keys[12][CACHE_KEY_MAX];
-    size_t lens[12];
-    for (int i = 0; i < 12; i++) {
+    v[12].tolerance = 2e-3;
+    uint8_t keys[13][CACHE_KEY_MAX];
+    size_t lens[13];
+    for (int i = 0; i < 13; i++) {
         encode(&v[i], keys[i], &lens[i]);
         assert_false(same(keys[i], lens[i], kb, lb));
         for (int j = 0; j < i; j++)
             assert_false(same(keys[i], lens[i], keys[j], lens[j]));
     }
+    /* The shapes are for people: the problem digest stands for them in the key, so the same
+     * problem under other symbol names shares it. */
+    cache_key renamed = base;
+    snprintf(renamed.shapes[1].name, sizeof(renamed.shapes[1].name), "K");
+    uint8_t kr[CACHE_KEY_MAX];
+    size_t lr = 0;
+    encode(&renamed, kr, &lr);
+    assert_true(same(kr, lr, kb, lb));
 }
 
 static void test_key_prefixes(void **state)
@@ -260,7 +281,15 @@ static void test_key_rejects_bad_parts(void **state)
     test_key(&k, "g", 1, 8);
     k.precision = (ops_precision)9;
     assert_int_equal(cache_key_encode(&k, buf, sizeof(buf), &len, NULL), -EINVAL);
-    /* 16 long names overflow the key */
+    /* a tolerance that is negative, NaN or infinite */
+    double bad_tol[] = {-1e-3, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof(bad_tol) / sizeof(bad_tol[0]); i++) {
+        test_key(&k, "g", 1, 8);
+        k.tolerance = bad_tol[i];
+        assert_int_equal(cache_key_encode(&k, buf, sizeof(buf), &len, &err), -EINVAL);
+        assert_non_null(strstr(err.msg, "tolerance"));
+    }
+    /* 16 long names fit: the shapes are not encoded */
     test_key(&k, "g", 1, 8);
     k.n_shapes = CACHE_MAX_SHAPES;
     for (int i = 0; i < CACHE_MAX_SHAPES; i++) {
@@ -268,12 +297,13 @@ static void test_key_rejects_bad_parts(void **state)
                  "abcdefghijklmnopqrstuvwxyz0123456789");
         k.shapes[i].value = INT64_MAX;
     }
-    assert_int_equal(cache_key_encode(&k, buf, sizeof(buf), &len, &err), -EINVAL);
+    assert_int_equal(cache_key_encode(&k, buf, sizeof(buf), &len, &err), 0);
+    assert_int_equal(len, 2 + CACHE_GPU_ID_BYTES + 2 * OPS_SIG_BYTES + 8);
     /* an empty shape list is fine */
     test_key(&k, "g", 1, 8);
     k.n_shapes = 0;
     assert_int_equal(cache_key_encode(&k, buf, sizeof(buf), &len, NULL), 0);
-    assert_int_equal(len, 2 + CACHE_GPU_ID_BYTES + OPS_SIG_BYTES);
+    assert_int_equal(len, 2 + CACHE_GPU_ID_BYTES + 2 * OPS_SIG_BYTES + 8);
 }
 
 static void test_trial_roundtrip(void **state)

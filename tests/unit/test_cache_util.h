@@ -58,6 +58,10 @@ static KT_UNUSED void test_key(cache_key *k, const char *gpu, uint8_t sig_byte, 
     snprintf(k->shapes[1].name, sizeof(k->shapes[1].name), "M");
     k->shapes[1].value = m;
     k->precision = OPS_PREC_EXACT;
+    /* The problem digest stands for the shapes in the encoded key: one per (signature, m). */
+    memcpy(k->problem, k->sig, sizeof(k->problem));
+    for (int i = 0; i < 8; i++)
+        k->problem[i] = (uint8_t)((uint64_t)m >> (56 - 8 * i));
 }
 
 /* Fills r with every field set: two kernels, every argument kind, a layout, a cubin of
@@ -97,6 +101,12 @@ static KT_UNUSED void test_record(cache_record *r, const cache_key *k, const cha
         kk->args[5] =
             (cache_arg){.kind = CACHE_ARG_SCALAR, .scalar = CACHE_SCALAR_F32, .fval = 0.125};
     }
+    r->n_inputs = 3;
+    r->n_outputs = 1;
+    r->slots = calloc(4, sizeof(*r->slots));
+    for (int i = 0; i < 4; i++)
+        r->slots[i] =
+            (cache_slot){.dtype = OPS_DT_F16, .rank = 2, .dims = {k->shapes[1].value, 256}};
     r->workspace_bytes = 1u << 20;
     r->n_layouts = 1;
     r->layouts = calloc(1, sizeof(*r->layouts));
@@ -169,6 +179,16 @@ static KT_UNUSED void assert_record_equal(const cache_record *a, const cache_rec
     assert_int_equal(a->key.gpu.driver_version, b->key.gpu.driver_version);
     assert_int_equal(a->key.gpu.cuda_version, b->key.gpu.cuda_version);
     assert_string_equal(a->graph_name, b->graph_name);
+    assert_memory_equal(a->key.problem, b->key.problem, OPS_SIG_BYTES);
+    assert_true(a->key.tolerance == b->key.tolerance);
+    assert_int_equal(a->n_inputs, b->n_inputs);
+    assert_int_equal(a->n_outputs, b->n_outputs);
+    for (int i = 0; i < a->n_inputs + a->n_outputs; i++) {
+        assert_int_equal(a->slots[i].dtype, b->slots[i].dtype);
+        assert_int_equal(a->slots[i].rank, b->slots[i].rank);
+        assert_memory_equal(a->slots[i].dims, b->slots[i].dims,
+                            sizeof(a->slots[i].dims[0]) * (size_t)a->slots[i].rank);
+    }
     assert_int_equal(a->source_len, b->source_len);
     assert_memory_equal(a->source, b->source, a->source_len);
     assert_int_equal(a->cubin_len, b->cubin_len);

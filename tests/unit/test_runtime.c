@@ -57,6 +57,19 @@ static void gpu_fp(cache_gpu *g, const char *name, int driver, int cuda)
     g->cuda_version = cuda;
 }
 
+/* Sets r's problem digest and slots as srch_tune does: from g bound with b. */
+static void set_problem(cache_record *r, const ops_graph *g, const ops_binding *b, int n)
+{
+    ops_graph *bound = NULL;
+    ops_diag d = {0};
+    kt_err e = {0};
+    if (ops_graph_bind(g, b, n, &bound, &d) != 0)
+        fail_msg("bind: %s", d.msg);
+    if (cache_record_set_problem(r, bound, &e) != 0)
+        fail_msg("set_problem: %s", e.msg);
+    ops_graph_free(bound);
+}
+
 /* A record of gemm_bias_relu (3 inputs, 1 output) at M=m for gpu: two launches, the second one
  * clearing part of the workspace, every argument kind. */
 static void graph_record(cache_record *r, const fixture *f, const cache_gpu *gpu, int64_t m,
@@ -71,6 +84,8 @@ static void graph_record(cache_record *r, const fixture *f, const cache_gpu *gpu
     k.shapes[0].value = m;
     k.precision = OPS_PREC_EXACT;
     test_record(r, &k, schedule, time_ns, 3000, seed);
+    ops_binding b = {"M", m};
+    set_problem(r, f->g->g, &b, 1);
     /* test_record asks for a packed layout; the runtime knows none, so drop it */
     free(r->layouts[0].layout);
     free(r->layouts);
@@ -116,7 +131,7 @@ static int resolve(ktune_runtime *rt, const fixture *f, const cache_gpu *fp, int
 {
     ktune_shape s[1] = {{"M", m}};
     ktune_kernel *k = NULL;
-    int rc = ktune_rt_resolve(rt, f->g->g, f->g->sig, s, 1, precision, fp, 0, 0, &k, match, err);
+    int rc = ktune_rt_resolve(rt, f->g, s, 1, precision, 0, fp, 0, 0, &k, match, err);
     if (sched)
         snprintf(sched, cap, "%s", rc == 0 ? ktune_rt_kernel_record(k)->schedule : "");
     return rc;
@@ -265,8 +280,7 @@ static void test_exact_then_compatible(void **state)
     assert_string_equal(sched, "gemm only-newer");
     ktune_kernel *k = NULL;
     ktune_shape s2[1] = {{"M", 2048}};
-    assert_int_equal(
-        ktune_rt_resolve(rt, f->g->g, f->g->sig, s2, 1, NULL, &a, 0, 0, &k, NULL, &err), 0);
+    assert_int_equal(ktune_rt_resolve(rt, f->g, s2, 1, NULL, 0, &a, 0, 0, &k, NULL, &err), 0);
     ktune_kernel_info info;
     ktune_kernel_get_info(k, &info);
     assert_int_equal(info.match, KTUNE_MATCH_COMPATIBLE);
@@ -295,22 +309,18 @@ static void test_exact_then_compatible(void **state)
 
     /* shapes must bind the graph: unknown symbol, missing symbol, bad value */
     ktune_shape bad[2] = {{"M", 1024}, {"Q", 3}};
-    assert_int_equal(
-        ktune_rt_resolve(rt, f->g->g, f->g->sig, bad, 2, NULL, &a, 0, 0, &k, NULL, &err),
-        -EINVAL);
+    assert_int_equal(ktune_rt_resolve(rt, f->g, bad, 2, NULL, 0, &a, 0, 0, &k, NULL, &err),
+                     -EINVAL);
     assert_non_null(strstr(err.msg, "Q"));
-    assert_int_equal(
-        ktune_rt_resolve(rt, f->g->g, f->g->sig, NULL, 0, NULL, &a, 0, 0, &k, NULL, &err),
-        -EINVAL);
+    assert_int_equal(ktune_rt_resolve(rt, f->g, NULL, 0, NULL, 0, &a, 0, 0, &k, NULL, &err),
+                     -EINVAL);
     assert_non_null(strstr(err.msg, "M"));
     ktune_shape neg[1] = {{"M", 0}};
-    assert_int_equal(
-        ktune_rt_resolve(rt, f->g->g, f->g->sig, neg, 1, NULL, &a, 0, 0, &k, NULL, &err),
-        -EINVAL);
+    assert_int_equal(ktune_rt_resolve(rt, f->g, neg, 1, NULL, 0, &a, 0, 0, &k, NULL, &err),
+                     -EINVAL);
     ktune_shape noname[1] = {{NULL, 5}};
-    assert_int_equal(
-        ktune_rt_resolve(rt, f->g->g, f->g->sig, noname, 1, NULL, &a, 0, 0, &k, NULL, &err),
-        -EINVAL);
+    assert_int_equal(ktune_rt_resolve(rt, f->g, noname, 1, NULL, 0, &a, 0, 0, &k, NULL, &err),
+                     -EINVAL);
     ktune_runtime_close(rt);
 }
 
@@ -421,6 +431,14 @@ static void test_record_checked_against_graph(void **state)
     cache_record r;
     graph_record(&r, f, &a, 1024, "gemm wrong-arity", 1000, 1);
     r.kernels[0].args[1].index = 3;
+    /* consistent in itself (the cache refuses an index past its own slots): a fourth input */
+    cache_slot *more = calloc(5, sizeof(*more));
+    memcpy(more, r.slots, 3 * sizeof(*more));
+    more[3] = more[0];
+    more[4] = r.slots[3];
+    free(r.slots);
+    r.slots = more;
+    r.n_inputs = 4;
     put_record(f->dir, &r);
     /* a layout this runtime cannot pack, at another shape */
     graph_record(&r, f, &a, 2048, "gemm packed", 1000, 2);
@@ -447,6 +465,183 @@ static void test_record_checked_against_graph(void **state)
     ktune_runtime_close(rt);
 }
 
+/* ---- issue 15's findings 1-3: what is served is what was tuned, for this problem ---- */
+
+static ktune_graph *parse(const char *json)
+{
+    ktune_graph *g = NULL;
+    ktune_error err = {0};
+    if (ktune_graph_parse(json, 0, &g, &err) != 0)
+        fail_msg("parse: %s", err.msg);
+    return g;
+}
+
+/* A one-launch record of g bound with b: input i and output j as its arguments. */
+static void put_problem(const fixture *f, const cache_gpu *gpu, const ktune_graph *g,
+                        const ops_binding *b, int n, double key_tolerance, const char *schedule)
+{
+    cache_key k;
+    memset(&k, 0, sizeof(k));
+    k.gpu = *gpu;
+    memcpy(k.sig, g->sig, OPS_SIG_BYTES);
+    k.precision = OPS_PREC_EXACT;
+    k.n_shapes = n;
+    for (int i = 0; i < n; i++) {
+        snprintf(k.shapes[i].name, sizeof(k.shapes[i].name), "%s", b[i].name);
+        k.shapes[i].value = b[i].value;
+    }
+    k.tolerance = key_tolerance;
+    cache_record r;
+    test_record(&r, &k, schedule, 1000, 3000, 1);
+    free(r.layouts[0].layout);
+    free(r.layouts);
+    r.layouts = NULL;
+    r.n_layouts = 0;
+    set_problem(&r, g->g, b, n);
+    for (int i = 0; i < r.n_kernels; i++)
+        for (int j = 0; j < r.kernels[i].n_args; j++)
+            if (r.kernels[i].args[j].kind == CACHE_ARG_INPUT)
+                r.kernels[i].args[j].index %= r.n_inputs;
+    put_record(f->dir, &r);
+}
+
+static int resolve_shapes(ktune_runtime *rt, const ktune_graph *g, const cache_gpu *fp,
+                          const ktune_shape *s, int n, double tolerance, ktune_kernel **k,
+                          ktune_error *err)
+{
+    return ktune_rt_resolve(rt, g, s, n, NULL, tolerance, fp, 0, KTUNE_RT_NO_MEMO, k, NULL, err);
+}
+
+/* X[M,N] and X[N,M], both bound M=1024,N=64: one is 1024 rows of 64, the other 64 rows of 1024.
+ * Before, both had the key (signature, "M=1024;N=64") and the second was served the first's
+ * kernel. A third graph naming its symbols otherwise but posing the first's problem shares it. */
+static void test_renamed_symbols_keyed_apart(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    ktune_graph *mn = parse("{\"name\":\"s\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":"
+                            "[\"M\",\"N\"]}},\"nodes\":[{\"out\":\"y\",\"op\":\"sum\",\"in\":"
+                            "[\"X\"],\"axes\":[1]}],\"outputs\":[\"y\"]}");
+    ktune_graph *nm = parse("{\"name\":\"s\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":"
+                            "[\"N\",\"M\"]}},\"nodes\":[{\"out\":\"y\",\"op\":\"sum\",\"in\":"
+                            "[\"X\"],\"axes\":[1]}],\"outputs\":[\"y\"]}");
+    ktune_graph *pq = parse("{\"name\":\"t\",\"inputs\":{\"A\":{\"dtype\":\"f32\",\"shape\":"
+                            "[\"P\",\"Q\"]}},\"nodes\":[{\"out\":\"z\",\"op\":\"sum\",\"in\":"
+                            "[\"A\"],\"axes\":[1]}],\"outputs\":[\"z\"]}");
+    assert_string_equal(ktune_graph_signature(mn), ktune_graph_signature(nm));
+    ops_binding b[2] = {{"M", 1024}, {"N", 64}};
+    put_problem(f, &a, mn, b, 2, 0, "row 1024x64");
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_shape s[2] = {{"M", 1024}, {"N", 64}}, t[2] = {{"P", 1024}, {"Q", 64}};
+    ktune_kernel *k = NULL;
+    ktune_error err = {0};
+    assert_int_equal(resolve_shapes(rt, mn, &a, s, 2, 0, &k, &err), 0);
+    assert_string_equal(ktune_rt_kernel_record(k)->schedule, "row 1024x64");
+    ktune_rt_kernel_free(k);
+    assert_int_equal(resolve_shapes(rt, nm, &a, s, 2, 0, &k, &err), -ENOENT);
+    assert_int_equal(resolve_shapes(rt, pq, &a, t, 2, 0, &k, &err), 0);
+    ktune_rt_kernel_free(k);
+    ktune_runtime_close(rt);
+    ktune_graph_free(mn);
+    ktune_graph_free(nm);
+    ktune_graph_free(pq);
+}
+
+/* x[M] and z[N] through two relus, declared in either order. The same problem (a 4096- and a
+ * 1000-element tensor) is one key whichever way it is declared or bound, and each caller's
+ * canonical order (the launch order, ktune_graph_describe's) puts the 4096-element tensor where
+ * the record has it: before, the order followed declaration alone, and the record tuned from one
+ * declaration launched its 4096-element kernel on the other's 1000-element buffers. */
+static void test_declaration_order_keeps_slots(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    const char *xz =
+        "{\"name\":\"two\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[\"M\"]},"
+        "\"z\":{\"dtype\":\"f32\",\"shape\":[\"N\"]}},\"nodes\":["
+        "{\"out\":\"rx\",\"op\":\"relu\",\"in\":[\"x\"]},"
+        "{\"out\":\"rz\",\"op\":\"relu\",\"in\":[\"z\"]}],\"outputs\":[\"rx\",\"rz\"]}";
+    const char *zx =
+        "{\"name\":\"two\",\"inputs\":{\"z\":{\"dtype\":\"f32\",\"shape\":[\"N\"]},"
+        "\"x\":{\"dtype\":\"f32\",\"shape\":[\"M\"]}},\"nodes\":["
+        "{\"out\":\"rx\",\"op\":\"relu\",\"in\":[\"x\"]},"
+        "{\"out\":\"rz\",\"op\":\"relu\",\"in\":[\"z\"]}],\"outputs\":[\"rx\",\"rz\"]}";
+    ktune_graph *g1 = parse(xz), *g2 = parse(zx);
+    ops_binding b[2] = {{"M", 4096}, {"N", 1000}};
+    put_problem(f, &a, g1, b, 2, 0, "pointwise two");
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_shape bindings[2][2] = {{{"M", 4096}, {"N", 1000}}, {{"M", 1000}, {"N", 4096}}};
+    for (int gi = 0; gi < 2; gi++)
+        for (int bi = 0; bi < 2; bi++) {
+            const ktune_graph *g = gi ? g2 : g1;
+            ktune_kernel *k = NULL;
+            ktune_error err = {0};
+            assert_int_equal(resolve_shapes(rt, g, &a, bindings[bi], 2, 0, &k, &err), 0);
+            const cache_record *r = ktune_rt_kernel_record(k);
+            ktune_tensor_desc in[2], out[2];
+            assert_int_equal(ktune_graph_describe(g, bindings[bi], 2, in, out, &err), 0);
+            for (int i = 0; i < 2; i++) {
+                assert_int_equal(in[i].shape[0], r->slots[i].dims[0]);
+                assert_int_equal(out[i].shape[0], r->slots[2 + i].dims[0]);
+            }
+            ktune_rt_kernel_free(k);
+        }
+    ktune_runtime_close(rt);
+    ktune_graph_free(g1);
+    ktune_graph_free(g2);
+}
+
+/* A record verified within a tolerance of its job's own is served only to a lookup asking for
+ * that tolerance; a default lookup (and one naming the default's value) gets the default's. */
+static void test_tolerance_keyed_apart(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    ops_binding b = {"M", 256};
+    put_problem(f, &a, f->g, &b, 1, 1000, "gemm loose");
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_shape s[1] = {{"M", 256}};
+    ktune_kernel *k = NULL;
+    ktune_error err = {0};
+    assert_int_equal(resolve_shapes(rt, f->g, &a, s, 1, 0, &k, &err), -ENOENT);
+    assert_int_equal(resolve_shapes(rt, f->g, &a, s, 1, 1e-2, &k, &err), -ENOENT);
+    assert_int_equal(resolve_shapes(rt, f->g, &a, s, 1, 1000, &k, &err), 0);
+    assert_string_equal(ktune_rt_kernel_record(k)->schedule, "gemm loose");
+    ktune_rt_kernel_free(k);
+    ktune_runtime_close(rt);
+    put_problem(f, &a, f->g, &b, 1, 0, "gemm default");
+    rt = rt_open(f->dir);
+    /* gemm_bias_relu is f16: its default is 3e-3, asked by value or as 0 */
+    assert_int_equal(resolve_shapes(rt, f->g, &a, s, 1, 3e-3, &k, &err), 0);
+    assert_string_equal(ktune_rt_kernel_record(k)->schedule, "gemm default");
+    ktune_rt_kernel_free(k);
+    assert_int_equal(resolve_shapes(rt, f->g, &a, s, 1, -1, &k, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "tolerance"));
+    ktune_runtime_close(rt);
+}
+
+/* A record whose slots disagree with the caller's bound graph is not served, whatever its key
+ * says (a forged or damaged key). */
+static void test_slots_checked(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    cache_record r;
+    graph_record(&r, f, &a, 512, "gemm slot", 1000, 1);
+    r.slots[0].dims[0] = 513; /* input 0 is [M, 512] */
+    put_record(f->dir, &r);
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_error err = {0};
+    assert_int_equal(resolve(rt, f, &a, 512, NULL, NULL, NULL, 0, &err), -EBADMSG);
+    assert_non_null(
+        strstr(err.msg, "input 0: [512, 512] f16, the record was tuned for [513, 512] f16"));
+    ktune_runtime_close(rt);
+}
+
 static void test_memo_and_accessors(void **state)
 {
     fixture *f = *state;
@@ -457,18 +652,13 @@ static void test_memo_and_accessors(void **state)
     ktune_error err = {0};
     ktune_shape s[1] = {{"M", 1024}};
     ktune_kernel *k1 = NULL, *k2 = NULL, *k3 = NULL;
-    assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, s, 1, NULL, &a, 0, 0, &k1, NULL,
-                                      &err),
-                     0);
+    assert_int_equal(ktune_rt_resolve(rt, f->g, s, 1, NULL, 0, &a, 0, 0, &k1, NULL, &err), 0);
     assert_int_equal(err.code, 0);
     assert_string_equal(err.msg, "");
-    assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, s, 1, "exact", &a, 0, 0, &k2, NULL,
-                                      &err),
-                     0);
+    assert_int_equal(ktune_rt_resolve(rt, f->g, s, 1, "exact", 0, &a, 0, 0, &k2, NULL, &err), 0);
     assert_ptr_equal(k1, k2); /* memoised: the same kernel */
-    assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, s, 1, NULL, &a, 0,
-                                      KTUNE_RT_NO_MEMO, &k3, NULL, &err),
-                     0);
+    assert_int_equal(
+        ktune_rt_resolve(rt, f->g, s, 1, NULL, 0, &a, 0, KTUNE_RT_NO_MEMO, &k3, NULL, &err), 0);
     assert_ptr_not_equal(k1, k3);
     assert_string_equal(ktune_rt_kernel_record(k3)->schedule, "gemm memo");
     ktune_rt_kernel_free(k3);
@@ -513,11 +703,9 @@ static void test_memo_and_accessors(void **state)
     assert_int_equal(ktune_launch(NULL, in, out, &dummy, NULL, &err), -EINVAL);
     /* a symbol bound twice is refused, not memoised */
     ktune_shape twice[2] = {{"M", 1024}, {"M", 1024}};
-    assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, twice, 2, NULL, &a, 0, 0, &k3,
-                                      NULL, &err),
+    assert_int_equal(ktune_rt_resolve(rt, f->g, twice, 2, NULL, 0, &a, 0, 0, &k3, NULL, &err),
                      -EINVAL);
-    assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, twice, 2, NULL, &a, 0, 0, &k3,
-                                      NULL, &err),
+    assert_int_equal(ktune_rt_resolve(rt, f->g, twice, 2, NULL, 0, &a, 0, 0, &k3, NULL, &err),
                      -EINVAL);
     ktune_runtime_close(rt);
 }
@@ -542,6 +730,8 @@ static void test_memo_shape_order(void **state)
     r.key.shapes[0].value = 1000;
     snprintf(r.key.shapes[1].name, sizeof(r.key.shapes[1].name), "M");
     r.key.shapes[1].value = 64;
+    ops_binding sb[2] = {{"M", 64}, {"N", 1000}};
+    set_problem(&r, sg->g, sb, 2);
     /* softmax has one input and one output */
     for (int i = 0; i < r.n_kernels; i++)
         for (int j = 0; j < r.kernels[i].n_args; j++)
@@ -551,10 +741,8 @@ static void test_memo_shape_order(void **state)
     ktune_runtime *rt = rt_open(f->dir);
     ktune_shape mn[2] = {{"M", 64}, {"N", 1000}}, nm[2] = {{"N", 1000}, {"M", 64}};
     ktune_kernel *k1 = NULL, *k2 = NULL;
-    assert_int_equal(
-        ktune_rt_resolve(rt, sg->g, sg->sig, mn, 2, NULL, &a, 0, 0, &k1, NULL, &err), 0);
-    assert_int_equal(
-        ktune_rt_resolve(rt, sg->g, sg->sig, nm, 2, NULL, &a, 0, 0, &k2, NULL, &err), 0);
+    assert_int_equal(ktune_rt_resolve(rt, sg, mn, 2, NULL, 0, &a, 0, 0, &k1, NULL, &err), 0);
+    assert_int_equal(ktune_rt_resolve(rt, sg, nm, 2, NULL, 0, &a, 0, 0, &k2, NULL, &err), 0);
     assert_ptr_equal(k1, k2);
     ktune_runtime_close(rt);
     ktune_graph_free(sg);
@@ -576,8 +764,7 @@ static void *thr_main(void *p)
         for (int i = 0; i < 4; i++) {
             ktune_shape s[1] = {{"M", 1024 << i}};
             ktune_kernel *k = NULL;
-            int rc = ktune_rt_resolve(t->rt, t->f->g->g, t->f->g->sig, s, 1, NULL, t->gpu, 0, 0,
-                                      &k, NULL, NULL);
+            int rc = ktune_rt_resolve(t->rt, t->f->g, s, 1, NULL, 0, t->gpu, 0, 0, &k, NULL, NULL);
             if (rc != 0 || (t->got[i] && t->got[i] != k))
                 t->rc = rc ? rc : -1;
             t->got[i] = k;
@@ -651,6 +838,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt_never_served, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unverified_never_served, setup, teardown),
         cmocka_unit_test_setup_teardown(test_record_checked_against_graph, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_renamed_symbols_keyed_apart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_declaration_order_keeps_slots, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tolerance_keyed_apart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slots_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memo_and_accessors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memo_shape_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
