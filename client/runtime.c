@@ -434,6 +434,9 @@ static int check_record(const cache_record *r, int n_in, int n_out, kt_err *why)
                                   k->entry, j, n_in, n_out, r->workspace_bytes);
         }
     }
+    kt_err e = {0};
+    if (cache_record_check_outputs(r, n_out, &e) < 0)
+        return kt_err_set(why, -EBADMSG, "%s", e.msg);
     return 0;
 }
 

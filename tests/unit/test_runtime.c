@@ -1,8 +1,8 @@
 /* The deploy-time runtime without a GPU: read-only opens (also when the lock file may not be
  * written), ktune_lookup without a driver, key resolution (exact, then a compatible GPU's record)
  * through ktune_rt_resolve with a given fingerprint, records that must never be served (checksum
- * failure, unverified, inconsistent with the graph, an unknown layout), the memo, and the
- * kernel accessors (info, workspace size, prepack). */
+ * failure, unverified, inconsistent with the graph, an output slot no launch writes, an unknown
+ * layout), the memo, and the kernel accessors (info, workspace size, prepack). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -522,6 +522,40 @@ static void test_memo_and_accessors(void **state)
     ktune_runtime_close(rt);
 }
 
+/* A record that leaves an output slot of the graph unwritten is not served: the caller would
+ * get uninitialised memory. The stored record passes cache_put (its slots are 0..0 without a
+ * gap); only the graph says there are two. */
+static void test_unwritten_output_never_served(void **state)
+{
+    fixture *f = *state;
+    static const char two[] =
+        "{\"name\": \"two\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", 64]}},"
+        " \"nodes\": [{\"out\": \"y\", \"op\": \"relu\", \"in\": [\"x\"]},"
+        " {\"out\": \"z\", \"op\": \"exp\", \"in\": [\"x\"]}], \"outputs\": [\"y\", \"z\"]}";
+    ktune_graph *g2 = NULL;
+    ktune_error err = {0};
+    assert_int_equal(ktune_graph_parse(two, strlen(two), &g2, &err), 0);
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    cache_record r;
+    graph_record(&r, f, &a, 1024, "pointwise half", 1000, 1);
+    memcpy(r.key.sig, g2->sig, OPS_SIG_BYTES);
+    for (int i = 0; i < r.n_kernels; i++)
+        for (int j = 0; j < r.kernels[i].n_args; j++)
+            if (r.kernels[i].args[j].kind == CACHE_ARG_INPUT)
+                r.kernels[i].args[j].index = 0; /* one input; both launches write output 0 */
+    put_record(f->dir, &r);
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_shape s[1] = {{"M", 1024}};
+    ktune_kernel *k = NULL;
+    assert_int_equal(ktune_rt_resolve(rt, g2->g, g2->sig, s, 1, NULL, &a, 0, 0, &k, NULL, &err),
+                     -EBADMSG);
+    assert_non_null(strstr(err.msg, "no launch writes output 1 (of 2)"));
+    assert_null(strchr(err.msg, '\n'));
+    ktune_runtime_close(rt);
+    ktune_graph_free(g2);
+}
+
 /* Shapes in any order are one key: one memoised kernel. */
 static void test_memo_shape_order(void **state)
 {
@@ -654,6 +688,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_memo_and_accessors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memo_shape_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unwritten_output_never_served, setup, teardown),
         cmocka_unit_test(test_schedule_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
