@@ -32,6 +32,7 @@
 #include "ops/ops.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -373,6 +374,96 @@ int ktune_rt_schedule_parse(const char *text, ops_schedule *out, kt_err *err)
     return 0;
 }
 
+/* ---- what a record asks the driver to trust ---- */
+
+bool ktune_rt_range_fits(uint64_t off, uint64_t len, uint64_t size)
+{
+    return off <= size && len <= size - off;
+}
+
+/* A table of n entries of ent bytes at off inside len bytes (n, ent < 2^16: no overflow). */
+static bool table_fits(uint64_t off, uint64_t n, uint64_t ent, size_t len)
+{
+    return ktune_rt_range_fits(off, n * ent, len);
+}
+
+int ktune_rt_check_cubin(const uint8_t *img, size_t len, kt_err *why)
+{
+    Elf64_Ehdr eh;
+    if (!img || len < sizeof(eh))
+        return kt_err_set(why, -EBADMSG, "cubin of %zu bytes is shorter than an ELF64 header",
+                          img ? len : 0);
+    memcpy(&eh, img, sizeof(eh)); /* the image need not be aligned */
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
+        return kt_err_set(why, -EBADMSG, "cubin is not an ELF image (bad magic)");
+    if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB)
+        return kt_err_set(why, -EBADMSG, "cubin is not a little-endian ELF64 image (class %d)",
+                          eh.e_ident[EI_CLASS]);
+    if (eh.e_machine != EM_CUDA)
+        return kt_err_set(why, -EBADMSG, "cubin is for ELF machine %d, not CUDA (%d)", eh.e_machine,
+                          EM_CUDA);
+    if (eh.e_ehsize != sizeof(eh) || eh.e_shentsize != sizeof(Elf64_Shdr) ||
+        (eh.e_phnum && eh.e_phentsize != sizeof(Elf64_Phdr)))
+        return kt_err_set(why, -EBADMSG, "cubin has header sizes %u/%u/%u, not ELF64's",
+                          eh.e_ehsize, eh.e_shentsize, eh.e_phentsize);
+    /* e_shnum 0 means none, or more than 0xff00 sections (extended numbering): neither is a
+     * cubin NVRTC writes */
+    if (eh.e_shnum == 0 || eh.e_shstrndx >= eh.e_shnum)
+        return kt_err_set(why, -EBADMSG, "cubin has %u sections, string table %u", eh.e_shnum,
+                          eh.e_shstrndx);
+    if (!table_fits(eh.e_shoff, eh.e_shnum, eh.e_shentsize, len))
+        return kt_err_set(why, -EBADMSG,
+                          "cubin's section headers (%u at %" PRIu64 ") end past its %zu bytes",
+                          eh.e_shnum, (uint64_t)eh.e_shoff, len);
+    if (eh.e_phnum && !table_fits(eh.e_phoff, eh.e_phnum, eh.e_phentsize, len))
+        return kt_err_set(why, -EBADMSG,
+                          "cubin's program headers (%u at %" PRIu64 ") end past its %zu bytes",
+                          eh.e_phnum, (uint64_t)eh.e_phoff, len);
+    for (unsigned i = 0; i < eh.e_shnum; i++) {
+        Elf64_Shdr sh;
+        memcpy(&sh, img + eh.e_shoff + (uint64_t)i * sizeof(sh), sizeof(sh));
+        if (sh.sh_type != SHT_NOBITS && !ktune_rt_range_fits(sh.sh_offset, sh.sh_size, len))
+            return kt_err_set(why, -EBADMSG,
+                              "cubin section %u (%" PRIu64 " bytes at %" PRIu64
+                              ") ends past its %zu bytes",
+                              i, (uint64_t)sh.sh_size, (uint64_t)sh.sh_offset, len);
+    }
+    for (unsigned i = 0; i < eh.e_phnum; i++) {
+        Elf64_Phdr ph;
+        memcpy(&ph, img + eh.e_phoff + (uint64_t)i * sizeof(ph), sizeof(ph));
+        if (!ktune_rt_range_fits(ph.p_offset, ph.p_filesz, len))
+            return kt_err_set(why, -EBADMSG,
+                              "cubin segment %u (%" PRIu64 " bytes at %" PRIu64
+                              ") ends past its %zu bytes",
+                              i, (uint64_t)ph.p_filesz, (uint64_t)ph.p_offset, len);
+    }
+    return 0;
+}
+
+static const char *const rt_arg_kinds[CACHE_ARG_KIND_COUNT] = {
+    "an input pointer", "an output pointer", "a workspace pointer", "a scalar"};
+
+int ktune_rt_check_params(const cache_kernel *k, const size_t *sizes, int n_params, kt_err *why)
+{
+    if (n_params != k->n_args)
+        return kt_err_set(why, -EBADMSG, "kernel %.100s takes %d parameters; the record passes %d",
+                          k->entry, n_params, k->n_args);
+    for (int j = 0; j < k->n_args; j++) {
+        const cache_arg *a = &k->args[j];
+        size_t want = sizeof(uint64_t); /* a CUdeviceptr */
+        if (a->kind == CACHE_ARG_SCALAR)
+            want = a->scalar == CACHE_SCALAR_I32 || a->scalar == CACHE_SCALAR_F32 ? 4 : 8;
+        const char *kind =
+            (unsigned)a->kind < CACHE_ARG_KIND_COUNT ? rt_arg_kinds[a->kind] : "an argument";
+        if (sizes[j] != want)
+            return kt_err_set(why, -EBADMSG,
+                              "kernel %.100s parameter %d is %zu bytes; the record passes %s of "
+                              "%zu",
+                              k->entry, j, sizes[j], kind, want);
+    }
+    return 0;
+}
+
 /* ---- records ---- */
 
 /* Checks that a record can be launched against a graph of n_in inputs and n_out outputs.
@@ -403,9 +494,12 @@ static int check_record(const cache_record *r, int n_in, int n_out, kt_err *why)
             for (int d = 0; d < 3; d++)
                 if (k->grid[d] == 0 || k->block[d] == 0)
                     return kt_err_set(why, -EBADMSG, "kernel %s: empty grid or block", k->entry);
-        if (k->zero_bytes && (k->zero_offset > r->workspace_bytes ||
-                              k->zero_bytes > r->workspace_bytes - k->zero_offset))
-            return kt_err_set(why, -EBADMSG, "kernel %s zeroes past the workspace", k->entry);
+        if (k->zero_bytes &&
+            !ktune_rt_range_fits(k->zero_offset, k->zero_bytes, r->workspace_bytes))
+            return kt_err_set(why, -EBADMSG,
+                              "kernel %s zeroes %" PRIu64 " bytes at %" PRIu64 ", past the %" PRIu64
+                              " of the workspace",
+                              k->entry, k->zero_bytes, k->zero_offset, r->workspace_bytes);
         if (k->n_args < 0 || k->n_args > CACHE_MAX_ARGS || (k->n_args && !k->args))
             return kt_err_set(why, -EBADMSG, "kernel %s has %d arguments", k->entry, k->n_args);
         for (int j = 0; j < k->n_args; j++) {
@@ -419,7 +513,8 @@ static int check_record(const cache_record *r, int n_in, int n_out, kt_err *why)
                 ok = a->index >= 0 && a->index < n_out;
                 break;
             case CACHE_ARG_WORKSPACE:
-                ok = a->offset < r->workspace_bytes;
+                /* a record stores no length per argument: at least its first byte */
+                ok = ktune_rt_range_fits(a->offset, 1, r->workspace_bytes);
                 break;
             case CACHE_ARG_SCALAR:
                 ok = !library && (unsigned)a->scalar < CACHE_SCALAR_COUNT;
@@ -917,6 +1012,28 @@ out:
     return rc;
 }
 
+/* The record's launch of kk against fn's parameters: cuLaunchKernel reads as many argument
+ * pointers, of as many bytes, as the kernel declares, whatever the record says. */
+static int check_params(ktune_runtime *rt, CUfunction fn, const cache_kernel *kk, ktune_error *err)
+{
+    size_t sizes[CACHE_MAX_ARGS + 1];
+    int n = 0;
+    for (; n <= CACHE_MAX_ARGS; n++) {
+        size_t off = 0;
+        CUresult cr = rt->cu.p_cuFuncGetParamInfo(fn, (size_t)n, &off, &sizes[n]);
+        if (cr == CUDA_ERROR_INVALID_VALUE) /* n is past the last parameter */
+            break;
+        if (cr != CUDA_SUCCESS) {
+            char what[160];
+            snprintf(what, sizeof(what), "cuFuncGetParamInfo (kernel %.100s)", kk->entry);
+            return cu_fail(rt, cr, what, err);
+        }
+    }
+    kt_err e = {0};
+    int rc = ktune_rt_check_params(kk, sizes, n, &e);
+    return rc < 0 ? rt_fail(err, rc, "%s", e.msg) : 0;
+}
+
 /* Loads k's record into ctx (device dev). Under cold_lock. */
 static int kernel_load(ktune_runtime *rt, ktune_kernel *k, CUcontext ctx, CUdevice dev,
                        const ops_graph *bound, ktune_error *err)
@@ -924,6 +1041,7 @@ static int kernel_load(ktune_runtime *rt, ktune_kernel *k, CUcontext ctx, CUdevi
     srch_cuda *cu = &rt->cu;
     const cache_record *r = &k->rec;
     rt_device *dv = NULL;
+    kt_err e = {0};
     int rc = device_info(rt, dev, &dv, err);
     if (rc < 0)
         return rc;
@@ -938,6 +1056,11 @@ static int kernel_load(ktune_runtime *rt, ktune_kernel *k, CUcontext ctx, CUdevi
         rc = rt_fail(err, -ENOMEM, "out of memory");
         goto pop;
     }
+    /* cuModuleLoadData takes no length: the image's own tables must lie inside it */
+    if ((rc = ktune_rt_check_cubin(r->cubin, r->cubin_len, &e)) < 0) {
+        rc = rt_fail(err, rc, "record %s: %s", r->schedule ? r->schedule : "?", e.msg);
+        goto pop;
+    }
     if ((rc = cu_fail(rt, cu->p_cuModuleLoadData(&k->mod, r->cubin), "cuModuleLoadData", err)) <
         0) {
         k->mod = NULL;
@@ -947,8 +1070,8 @@ static int kernel_load(ktune_runtime *rt, ktune_kernel *k, CUcontext ctx, CUdevi
         const cache_kernel *kk = &r->kernels[i];
         char what[160];
         snprintf(what, sizeof(what), "kernel %.100s", kk->entry);
-        if ((rc = cu_fail(rt, cu->p_cuModuleGetFunction(&k->fn[i], k->mod, kk->entry), what,
-                          err)) < 0)
+        rc = cu_fail(rt, cu->p_cuModuleGetFunction(&k->fn[i], k->mod, kk->entry), what, err);
+        if (rc < 0 || (rc = check_params(rt, k->fn[i], kk, err)) < 0)
             goto pop;
         int static_smem = 0;
         cu->p_cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, k->fn[i]);

@@ -2,7 +2,9 @@
  * written), ktune_lookup without a driver, key resolution (exact, then a compatible GPU's record)
  * through ktune_rt_resolve with a given fingerprint, records that must never be served (checksum
  * failure, unverified, inconsistent with the graph, an output slot no launch writes, an unknown
- * layout), the memo, and the kernel accessors (info, workspace size, prepack). */
+ * layout), the memo, the kernel accessors (info, workspace size, prepack), and what the runtime
+ * checks before trusting a record with the driver: the cubin's ELF tables against its length,
+ * the launch against the kernel's parameters, and workspace ranges. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,7 +18,13 @@
 
 #include "client/libktune_internal.h"
 #include "client/runtime_internal.h"
+#include "ktune_config.h"
 #include "test_cache_util.h"
+
+#include <elf.h>
+#if KTUNE_HAVE_NVRTC
+#include "search/compile.h"
+#endif
 
 #define H100 "NVIDIA H100 80GB HBM3"
 
@@ -556,6 +564,135 @@ static void test_unwritten_output_never_served(void **state)
     ktune_graph_free(g2);
 }
 
+static void test_range_fits(void **state)
+{
+    (void)state;
+    assert_true(ktune_rt_range_fits(0, 0, 0));
+    assert_true(ktune_rt_range_fits(10, 0, 10));
+    assert_false(ktune_rt_range_fits(11, 0, 10));
+    assert_true(ktune_rt_range_fits(5, 5, 10));
+    assert_false(ktune_rt_range_fits(5, 6, 10));
+    /* offset + length wraps around: 16 + (2^64 - 8) = 8 < 4096 */
+    assert_false(ktune_rt_range_fits(16, UINT64_MAX - 7, 4096));
+    assert_false(ktune_rt_range_fits(UINT64_MAX, 2, UINT64_MAX));
+    assert_true(ktune_rt_range_fits(UINT64_MAX - 1, 1, UINT64_MAX));
+}
+
+static void test_check_params(void **state)
+{
+    (void)state;
+    cache_arg args[5] = {
+        {.kind = CACHE_ARG_INPUT, .index = 0},
+        {.kind = CACHE_ARG_OUTPUT, .index = 0},
+        {.kind = CACHE_ARG_WORKSPACE, .offset = 256},
+        {.kind = CACHE_ARG_SCALAR, .scalar = CACHE_SCALAR_I32, .ival = 7},
+        {.kind = CACHE_ARG_SCALAR, .scalar = CACHE_SCALAR_F64, .fval = 0.5},
+    };
+    cache_kernel k = {.entry = "ktune_main", .n_args = 5, .args = args};
+    size_t sizes[6] = {8, 8, 8, 4, 8, 8};
+    kt_err why = {0};
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 5, &why), 0);
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 4, &why), -EBADMSG);
+    assert_non_null(strstr(why.msg, "kernel ktune_main takes 4 parameters; the record passes 5"));
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 6, &why), -EBADMSG);
+    assert_non_null(strstr(why.msg, "takes 6 parameters"));
+    sizes[3] = 8;
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 5, &why), -EBADMSG);
+    assert_non_null(strstr(why.msg, "parameter 3 is 8 bytes; the record passes a scalar of 4"));
+    sizes[3] = 4;
+    sizes[1] = 4;
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 5, &why), -EBADMSG);
+    assert_non_null(
+        strstr(why.msg, "parameter 1 is 4 bytes; the record passes an output pointer of 8"));
+    k.n_args = 0;
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 0, &why), 0);
+}
+
+#if KTUNE_HAVE_NVRTC
+/* A real cubin (NVRTC to sm_90a: no GPU needed), then the same bytes damaged field by field. */
+static void put_u64(uint8_t *img, size_t at, uint64_t v)
+{
+    memcpy(img + at, &v, sizeof(v));
+}
+
+static void put_u16(uint8_t *img, size_t at, uint16_t v)
+{
+    memcpy(img + at, &v, sizeof(v));
+}
+
+static void test_check_cubin(void **state)
+{
+    (void)state;
+    static const char src[] =
+        "extern \"C\" __global__ void k0(float *__restrict__ y, const float *__restrict__ x, int n)"
+        " { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.f * x[i]; }\n";
+    srch_compile_result cr = {0};
+    assert_int_equal(srch_nvrtc_compile(src, "sm_90a", &cr), 0);
+    assert_int_equal(cr.status, SRCH_COMPILE_OK);
+    const size_t len = cr.cubin_len;
+    kt_err why = {0};
+    assert_int_equal(ktune_rt_check_cubin(cr.cubin, len, &why), 0);
+    Elf64_Ehdr eh;
+    memcpy(&eh, cr.cubin, sizeof(eh));
+    assert_true(eh.e_shnum > 0);
+    uint8_t *img = malloc(len);
+
+    /* truncated: header only, one byte short of the section headers, one byte short overall */
+    assert_int_equal(ktune_rt_check_cubin(cr.cubin, 0, &why), -EBADMSG);
+    assert_int_equal(ktune_rt_check_cubin(cr.cubin, sizeof(eh) - 1, &why), -EBADMSG);
+    assert_non_null(strstr(why.msg, "shorter than an ELF64 header"));
+    assert_int_equal(ktune_rt_check_cubin(cr.cubin, sizeof(eh), &why), -EBADMSG);
+    size_t sh_end = eh.e_shoff + (size_t)eh.e_shnum * eh.e_shentsize;
+    assert_true(sh_end <= len);
+    assert_int_equal(ktune_rt_check_cubin(cr.cubin, sh_end - 1, &why), -EBADMSG);
+    assert_int_equal(ktune_rt_check_cubin(cr.cubin, len - 1, &why), -EBADMSG);
+    assert_null(strchr(why.msg, '\n'));
+    for (size_t cut = 1; cut < len; cut += 97) /* no prefix of a sound image passes */
+        assert_int_equal(ktune_rt_check_cubin(cr.cubin, cut, &why), -EBADMSG);
+
+#define DAMAGED(edit, want)                                                                        \
+    do {                                                                                           \
+        memcpy(img, cr.cubin, len);                                                                \
+        edit;                                                                                      \
+        assert_int_equal(ktune_rt_check_cubin(img, len, &why), -EBADMSG);                          \
+        if (!strstr(why.msg, want))                                                                \
+            fail_msg("%s: got '%s'", #edit, why.msg);                                              \
+    } while (0)
+    DAMAGED(img[0] = 0x7e, "bad magic");
+    DAMAGED(img[EI_CLASS] = ELFCLASS32, "not a little-endian ELF64");
+    DAMAGED(img[EI_DATA] = ELFDATA2MSB, "not a little-endian ELF64");
+    DAMAGED(put_u16(img, offsetof(Elf64_Ehdr, e_machine), EM_X86_64), "machine 62");
+    DAMAGED(put_u16(img, offsetof(Elf64_Ehdr, e_shentsize), 40), "header sizes");
+    DAMAGED(put_u16(img, offsetof(Elf64_Ehdr, e_shnum), 0), "0 sections");
+    DAMAGED(put_u16(img, offsetof(Elf64_Ehdr, e_shstrndx), eh.e_shnum), "string table");
+    /* the section header table past the end: moved, grown, or wrapping around */
+    DAMAGED(put_u64(img, offsetof(Elf64_Ehdr, e_shoff), len - 1), "section headers");
+    DAMAGED(put_u16(img, offsetof(Elf64_Ehdr, e_shnum), 0xfeff), "section headers");
+    DAMAGED(put_u64(img, offsetof(Elf64_Ehdr, e_shoff), UINT64_MAX - 63), "section headers");
+    if (eh.e_phnum) {
+        DAMAGED(put_u64(img, offsetof(Elf64_Ehdr, e_phoff), len), "program headers");
+        DAMAGED(put_u64(img, offsetof(Elf64_Ehdr, e_phoff), UINT64_MAX), "program headers");
+        size_t ph = eh.e_phoff; /* the first segment's bytes past the end */
+        DAMAGED(put_u64(img, ph + offsetof(Elf64_Phdr, p_filesz), len), "segment 0");
+    }
+    /* a section's bytes past the end, or wrapping around */
+    int s = 1;
+    for (; s < eh.e_shnum; s++) {
+        Elf64_Shdr sh;
+        memcpy(&sh, cr.cubin + eh.e_shoff + (size_t)s * sizeof(sh), sizeof(sh));
+        if (sh.sh_type != SHT_NOBITS && sh.sh_size > 0)
+            break;
+    }
+    assert_true(s < eh.e_shnum);
+    size_t at = eh.e_shoff + (size_t)s * sizeof(Elf64_Shdr);
+    DAMAGED(put_u64(img, at + offsetof(Elf64_Shdr, sh_offset), len), "section");
+    DAMAGED(put_u64(img, at + offsetof(Elf64_Shdr, sh_size), UINT64_MAX), "section");
+#undef DAMAGED
+    free(img);
+    srch_compile_result_release(&cr);
+}
+#endif
+
 /* Shapes in any order are one key: one memoised kernel. */
 static void test_memo_shape_order(void **state)
 {
@@ -689,6 +826,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_memo_shape_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unwritten_output_never_served, setup, teardown),
+        cmocka_unit_test(test_range_fits),
+        cmocka_unit_test(test_check_params),
+#if KTUNE_HAVE_NVRTC
+        cmocka_unit_test(test_check_cubin),
+#endif
         cmocka_unit_test(test_schedule_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
