@@ -295,7 +295,9 @@ KTUNE_EXPORT int ktune_prepack(ktune_kernel *k, int input, const void *src, void
  * NULL: the legacy default stream) with device pointers: inputs[n_inputs] and
  * outputs[n_outputs] in canonical order, workspace of ktune_kernel_workspace_size bytes (NULL
  * when 0). Asynchronous like any kernel launch; the pointers must stay valid until the stream
- * reaches it. */
+ * reaches it. An output must not overlap an input, another output or the workspace, nor the
+ * workspace an input (the kernels assume their buffers do not alias, and some re-read an input
+ * after writing an output): -EINVAL naming both, nothing launched. Inputs may overlap. */
 KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const *outputs,
                               void *workspace, void *stream, ktune_error *err);
 

@@ -71,6 +71,7 @@ struct ktune_kernel {
     cache_record rec;
     ktune_match match;
     int n_in, n_out;
+    uint64_t *io_bytes; /* bytes of each input, then each output, canonical order */
     bool library;
 #if KTUNE_HAVE_NVRTC
     CUmodule mod;
@@ -464,6 +465,55 @@ int ktune_rt_check_params(const cache_kernel *k, const size_t *sizes, int n_para
     return 0;
 }
 
+/* Whether [a, a + la) and [b, b + lb) share a byte; no sum is formed, so no overflow. */
+static bool ranges_overlap(uintptr_t a, uint64_t la, uintptr_t b, uint64_t lb)
+{
+    if (la == 0 || lb == 0)
+        return false;
+    return a <= b ? (uint64_t)(b - a) < la : (uint64_t)(a - b) < lb;
+}
+
+/* what_a/what_b: "input", "output"; index -1: the workspace */
+static int alias_fail(kt_err *why, const char *what_a, int ia, const void *a, uint64_t la,
+                      const char *what_b, int ib, const void *b, uint64_t lb)
+{
+    char na[24] = "the workspace", nb[24] = "the workspace";
+    if (ia >= 0)
+        snprintf(na, sizeof(na), "%s %d", what_a, ia);
+    if (ib >= 0)
+        snprintf(nb, sizeof(nb), "%s %d", what_b, ib);
+    return kt_err_set(why, -EINVAL,
+                      "%s (%p, %" PRIu64 " bytes) overlaps %s (%p, %" PRIu64
+                      " bytes): kernels assume their buffers do not alias; pass separate ones",
+                      na, a, la, nb, b, lb);
+}
+
+int ktune_rt_check_aliasing(void *const *in, const uint64_t *in_bytes, int n_in, void *const *out,
+                            const uint64_t *out_bytes, int n_out, const void *ws, uint64_t ws_bytes,
+                            kt_err *why)
+{
+    uintptr_t w = (uintptr_t)ws;
+    if (!ws)
+        ws_bytes = 0;
+    for (int j = 0; j < n_out; j++) {
+        uintptr_t o = (uintptr_t)out[j];
+        for (int i = 0; i < n_in; i++)
+            if (ranges_overlap(o, out_bytes[j], (uintptr_t)in[i], in_bytes[i]))
+                return alias_fail(why, "output", j, out[j], out_bytes[j], "input", i, in[i],
+                                  in_bytes[i]);
+        for (int i = 0; i < j; i++)
+            if (ranges_overlap(o, out_bytes[j], (uintptr_t)out[i], out_bytes[i]))
+                return alias_fail(why, "output", j, out[j], out_bytes[j], "output", i, out[i],
+                                  out_bytes[i]);
+        if (ranges_overlap(o, out_bytes[j], w, ws_bytes))
+            return alias_fail(why, "output", j, out[j], out_bytes[j], "", -1, ws, ws_bytes);
+    }
+    for (int i = 0; i < n_in; i++)
+        if (ranges_overlap((uintptr_t)in[i], in_bytes[i], w, ws_bytes))
+            return alias_fail(why, "", -1, ws, ws_bytes, "input", i, in[i], in_bytes[i]);
+    return 0;
+}
+
 /* ---- records ---- */
 
 /* Checks that a record can be launched against a graph of n_in inputs and n_out outputs.
@@ -631,6 +681,40 @@ static bool compat_better(const cache_record *cand, const cache_record *best)
     return cand->key.gpu.cuda_version > best->key.gpu.cuda_version;
 }
 
+/* Bytes of a bound tensor; false on overflow. */
+static bool tensor_bytes(const ops_tensor *x, uint64_t *bytes)
+{
+    return !__builtin_mul_overflow((uint64_t)ops_shape_numel(&x->shape),
+                                   (uint64_t)ops_dtype_size(x->dtype), bytes);
+}
+
+/* k->io_bytes from the bound graph: what ktune_launch checks the caller's buffers with. */
+static int io_sizes(ktune_kernel *k, const ops_graph *bound, ktune_error *err)
+{
+    int *rank = malloc(sizeof(int) * (size_t)(k->n_in + k->n_out));
+    k->io_bytes = calloc((size_t)(k->n_in + k->n_out), sizeof(uint64_t));
+    if (!rank || !k->io_bytes) {
+        free(rank);
+        return rt_fail(err, -ENOMEM, "out of memory");
+    }
+    ops_diag d = {0};
+    int rc = ops_graph_canonical_io(bound, rank, rank + k->n_in, &d);
+    if (rc < 0)
+        rc = rt_fail(err, rc, "graph '%s': %s", bound->name ? bound->name : "?", d.msg);
+    for (int t = 0, i = 0; t < bound->n_tensors && rc == 0; t++) {
+        const ops_tensor *x = &bound->tensors[t];
+        if (x->producer < 0 && !tensor_bytes(x, &k->io_bytes[rank[i++]]))
+            rc = rt_fail(err, -EOVERFLOW, "input '%s' has too many bytes", x->name);
+    }
+    for (int j = 0; j < bound->n_outputs && rc == 0; j++) {
+        const ops_tensor *x = &bound->tensors[bound->outputs[j]];
+        if (!tensor_bytes(x, &k->io_bytes[k->n_in + rank[k->n_in + j]]))
+            rc = rt_fail(err, -EOVERFLOW, "output '%s' has too many bytes", x->name);
+    }
+    free(rank);
+    return rc;
+}
+
 /* The cold path's reading half: binds g (checks the shapes), then the exact key, then a
  * compatible GPU's. Fills k->rec, k->match, k->n_in/out. *bound_out (may be NULL) receives the
  * bound graph. */
@@ -720,6 +804,8 @@ static int resolve_cold(ktune_runtime *rt, const ops_graph *g, const cache_key *
     goto out;
 found:
     k->library = k->rec.family && strcmp(k->rec.family, RT_LIBRARY) == 0;
+    if ((rc = io_sizes(k, bound, err)) < 0)
+        goto out;
     if (bound_out) {
         *bound_out = bound;
         bound = NULL;
@@ -762,6 +848,7 @@ static void kernel_free(ktune_kernel *k)
     free(k->fn);
     pthread_mutex_destroy(&k->plan_lock);
 #endif
+    free(k->io_bytes);
     cache_record_free(&k->rec);
     free(k);
 }
@@ -1522,6 +1609,10 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
                        "ktune_launch: the kernel needs %" PRIu64
                        " bytes of workspace (ktune_kernel_workspace_size)",
                        k->rec.workspace_bytes);
+    kt_err why; /* filled only on failure: this is the per-call hot path */
+    if (ktune_rt_check_aliasing(inputs, k->io_bytes, k->n_in, outputs, k->io_bytes + k->n_in,
+                                k->n_out, workspace, k->rec.workspace_bytes, &why) < 0)
+        return rt_fail(err, -EINVAL, "ktune_launch: %s", why.msg);
     if (!k->ctx)
         return rt_fail(err, -ENODEV, "ktune_launch: kernel was resolved, not loaded (use "
                                      "ktune_lookup)");

@@ -68,3 +68,13 @@ int ktune_rt_check_cubin(const uint8_t *img, size_t len, kt_err *why);
  * (cuFuncGetParamInfo): n_params parameters of sizes[i] bytes. Pointer arguments are 8 bytes,
  * scalars their C type's size. 0 or -EBADMSG naming the kernel and the parameter. */
 int ktune_rt_check_params(const cache_kernel *k, const size_t *sizes, int n_params, kt_err *why);
+
+/* Refuses a launch whose written buffers alias: an output overlapping any input or another
+ * output, or the workspace (ws_bytes at ws, 0: none) overlapping any input or output. Kernels
+ * declare their pointers __restrict__ and some re-read an input after writing an output, so no
+ * overlap is safe, not even an identical pointer (in place); inputs may overlap each other (they
+ * are only read). in[i] holds in_bytes[i] bytes, out[j] out_bytes[j]. 0 or -EINVAL naming both
+ * slots. */
+int ktune_rt_check_aliasing(void *const *in, const uint64_t *in_bytes, int n_in, void *const *out,
+                            const uint64_t *out_bytes, int n_out, const void *ws, uint64_t ws_bytes,
+                            kt_err *why);

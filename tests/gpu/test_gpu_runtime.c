@@ -11,7 +11,8 @@
  *      match, correct too; and the memo: the same kernel for the same key and context;
  *   5. what the runtime refuses before the driver sees it: the split-K record of 2. with one
  *      argument more than its kernel's parameters (cuFuncGetParamInfo), and with its cubin one
- *      byte short, each refused by ktune_lookup (-EBADMSG).
+ *      byte short, each refused by ktune_lookup (-EBADMSG); and a launch whose output buffer
+ *      overlaps an input or the workspace, refused by ktune_launch (-EINVAL).
  * The worker is $KTUNE_WORKER (else the supervisor's lookup). Exit: 0 passed, 1 failed, 77 no
  * GPU (skipped). */
 #include "search/compile.h"
@@ -519,6 +520,88 @@ out:
     ktune_runtime_close(rt);
 }
 
+/* ktune_launch refuses an output buffer overlapping an input (the kernels declare their
+ * pointers __restrict__) or the workspace, and launches the same kernel on separate ones. */
+static void expect_aliasing_refused(ktune_runtime *rt)
+{
+    char path[1024];
+    printf("== aliased launch buffers refused\n");
+    ktune_graph *kg = NULL;
+    ktune_error err = {0};
+    ktune_kernel *k = NULL;
+    ops_graph *bound = NULL;
+    ops_diag d = {0};
+    CUdeviceptr din[8] = {0}, dout[4] = {0}, ws = 0;
+    void *in_ptr[8] = {0}, *out_ptr[4] = {0};
+    ops_binding b = {"M", 200};
+    ktune_shape s[1] = {{"M", 200}};
+    int in_rank[8] = {0}, out_rank[4] = {0};
+    if (ktune_graph_load(example("gemm_bias_relu.json", path, sizeof(path)), &kg, &err) < 0 ||
+        ktune_lookup(rt, kg, s, 1, NULL, -1, &k, NULL, &err) < 0) {
+        CHECK(0, "%s", err.msg);
+        goto out;
+    }
+    if (ops_graph_bind(kg->g, &b, 1, &bound, &d) < 0 ||
+        ops_graph_canonical_io(bound, in_rank, out_rank, &d) < 0) {
+        CHECK(0, "%s", d.msg);
+        goto out;
+    }
+    int n_in = 0;
+    for (int t = 0; t < bound->n_tensors; t++) {
+        const ops_tensor *x = &bound->tensors[t];
+        size_t bytes = (size_t)ops_shape_numel(&x->shape) * ops_dtype_size(x->dtype);
+        CUdeviceptr *p = NULL;
+        if (x->producer < 0 && n_in < 8)
+            p = &din[n_in++];
+        else if (x->is_output)
+            p = &dout[0]; /* the graph's one output */
+        else
+            continue;
+        if (srch_cuda_check(&cu, cu.p_cuMemAlloc(p, bytes), "alloc", NULL) < 0 ||
+            srch_cuda_check(&cu, cu.p_cuMemsetD8(*p, 0, bytes), "clear", NULL) < 0) {
+            CHECK(0, "alloc");
+            goto out;
+        }
+    }
+    for (int i = 0; i < n_in; i++)
+        in_ptr[in_rank[i]] = (void *)(uintptr_t)din[i];
+    out_ptr[out_rank[0]] = (void *)(uintptr_t)dout[0];
+    uint64_t wsb = ktune_kernel_workspace_size(k);
+    if (wsb && srch_cuda_check(&cu, cu.p_cuMemAlloc(&ws, wsb), "alloc ws", NULL) < 0) {
+        CHECK(0, "workspace alloc");
+        goto out;
+    }
+    void *wsp = (void *)(uintptr_t)ws;
+    out_ptr[0] = in_ptr[0]; /* in place */
+    int rc = ktune_launch(k, in_ptr, out_ptr, wsp, NULL, &err);
+    printf("  in place: %d %s\n", rc, err.msg);
+    CHECK(rc == -EINVAL && strstr(err.msg, "output 0 (") && strstr(err.msg, "overlaps input 0 ("),
+          "in place: %d %s", rc, err.msg);
+    out_ptr[0] = (char *)in_ptr[0] + 2; /* partly over input 0 */
+    rc = ktune_launch(k, in_ptr, out_ptr, wsp, NULL, &err);
+    CHECK(rc == -EINVAL && strstr(err.msg, "overlaps input 0"), "partial: %d %s", rc, err.msg);
+    out_ptr[0] = (void *)(uintptr_t)dout[0];
+    if (wsb) {
+        rc = ktune_launch(k, in_ptr, out_ptr, out_ptr[0], NULL, &err);
+        CHECK(rc == -EINVAL && strstr(err.msg, "overlaps the workspace"), "workspace: %d %s", rc,
+              err.msg);
+    }
+    rc = ktune_launch(k, in_ptr, out_ptr, wsp, NULL, &err);
+    kt_err e = {0};
+    CHECK(rc == 0, "separate buffers: %s", err.msg);
+    CHECK(srch_cuda_check(&cu, cu.p_cuCtxSynchronize(), "sync", &e) == 0, "%s", e.msg);
+out:
+    for (int i = 0; i < 8; i++)
+        if (din[i])
+            cu.p_cuMemFree(din[i]);
+    if (dout[0])
+        cu.p_cuMemFree(dout[0]);
+    if (ws)
+        cu.p_cuMemFree(ws);
+    ops_graph_free(bound);
+    ktune_graph_free(kg);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -648,6 +731,7 @@ int main(void)
         CHECK(strstr(info.schedule, "splitk_mode=serial") != NULL, "schedule %s", info.schedule);
     }
     run_one(rt, "gemm_bias_relu.json", "M=72", KTUNE_MATCH_EXACT, "library", 2);
+    expect_aliasing_refused(rt);
     ktune_runtime_close(rt);
     expect_refused_at_load(dir_arity, "parameters; the record passes");
     expect_refused_at_load(dir_cut, "past its");

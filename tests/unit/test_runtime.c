@@ -4,7 +4,7 @@
  * failure, unverified, inconsistent with the graph, an output slot no launch writes, an unknown
  * layout), the memo, the kernel accessors (info, workspace size, prepack), and what the runtime
  * checks before trusting a record with the driver: the cubin's ELF tables against its length,
- * the launch against the kernel's parameters, and workspace ranges. */
+ * the launch against the kernel's parameters, workspace ranges, and aliased launch buffers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -510,15 +510,18 @@ static void test_memo_and_accessors(void **state)
     assert_non_null(strstr(err.msg, "input 1 needs no packing"));
     assert_int_equal(ktune_prepack(k1, 9, &dummy, &dummy, NULL, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "out of range"));
-    /* a resolved-only kernel is not launchable; arguments are checked first */
-    void *in[3] = {&dummy, &dummy, &dummy}, *out[1] = {&dummy};
-    assert_int_equal(ktune_launch(k1, in, out, &dummy, NULL, &err), -ENODEV);
+    /* a resolved-only kernel is not launchable; arguments are checked first (the buffers are
+     * never touched: addresses 16 MiB apart, none overlapping) */
+    char *base = (char *)(uintptr_t)0x7f0000000000ull;
+    void *in[3] = {base, base + (16 << 20), base + (32 << 20)}, *out[1] = {base + (48 << 20)};
+    void *ws = base + (64 << 20);
+    assert_int_equal(ktune_launch(k1, in, out, ws, NULL, &err), -ENODEV);
     assert_int_equal(ktune_launch(k1, in, out, NULL, NULL, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "workspace"));
     in[2] = NULL;
-    assert_int_equal(ktune_launch(k1, in, out, &dummy, NULL, &err), -EINVAL);
+    assert_int_equal(ktune_launch(k1, in, out, ws, NULL, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "input 2"));
-    assert_int_equal(ktune_launch(NULL, in, out, &dummy, NULL, &err), -EINVAL);
+    assert_int_equal(ktune_launch(NULL, in, out, ws, NULL, &err), -EINVAL);
     /* a symbol bound twice is refused, not memoised */
     ktune_shape twice[2] = {{"M", 1024}, {"M", 1024}};
     assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, twice, 2, NULL, &a, 0, 0, &k3,
@@ -527,6 +530,51 @@ static void test_memo_and_accessors(void **state)
     assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, twice, 2, NULL, &a, 0, 0, &k3,
                                       NULL, &err),
                      -EINVAL);
+    ktune_runtime_close(rt);
+}
+
+/* ktune_launch refuses buffers that alias (kernels declare them __restrict__), before anything
+ * else is tried: checked here on a resolved-only kernel, which would otherwise fail with
+ * -ENODEV. gemm_bias_relu at M=1024: inputs of 1 MiB, 256 KiB and 512 bytes (some order), an
+ * output of 512 KiB, 1 MiB of workspace. */
+static void test_launch_refuses_aliasing(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    put(f, &a, 1024, "gemm alias", 1000, 1);
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_error err = {0};
+    ktune_shape s[1] = {{"M", 1024}};
+    ktune_kernel *k = NULL;
+    assert_int_equal(ktune_rt_resolve(rt, f->g->g, f->g->sig, s, 1, NULL, &a, 0, 0, &k, NULL, &err),
+                     0);
+    char *base = (char *)(uintptr_t)0x7f0000000000ull;
+    const uint64_t y_bytes = 1024 * 256 * 2;
+    void *in[3] = {base, base + (16 << 20), base + (32 << 20)}, *out[1] = {base + (48 << 20)};
+    void *ws = base + (64 << 20);
+    assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -ENODEV);
+
+    out[0] = in[1]; /* in place */
+    assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "ktune_launch: output 0 ("));
+    assert_non_null(strstr(err.msg, "overlaps input 1 ("));
+    assert_null(strchr(err.msg, '\n'));
+    out[0] = (char *)in[2] - 100; /* its last 100 bytes are input 2's first */
+    assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "overlaps input 2"));
+    out[0] = (char *)in[2] - y_bytes; /* ends where input 2 starts */
+    assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -ENODEV);
+    out[0] = base + (48 << 20);
+    assert_int_equal(ktune_launch(k, in, out, in[0], NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "the workspace ("));
+    assert_non_null(strstr(err.msg, "overlaps input 0"));
+    assert_int_equal(ktune_launch(k, in, out, (char *)out[0] + 64, NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "output 0 ("));
+    assert_non_null(strstr(err.msg, "overlaps the workspace"));
+    /* inputs are only read: they may share memory */
+    in[1] = in[0];
+    assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -ENODEV);
     ktune_runtime_close(rt);
 }
 
@@ -576,6 +624,69 @@ static void test_range_fits(void **state)
     assert_false(ktune_rt_range_fits(16, UINT64_MAX - 7, 4096));
     assert_false(ktune_rt_range_fits(UINT64_MAX, 2, UINT64_MAX));
     assert_true(ktune_rt_range_fits(UINT64_MAX - 1, 1, UINT64_MAX));
+}
+
+static void test_check_aliasing(void **state)
+{
+    (void)state;
+    char *b = (char *)(uintptr_t)0x10000000ull;
+    void *in[2] = {b, b + 1000};
+    uint64_t in_bytes[2] = {1000, 500};
+    void *out[2] = {b + 2000, b + 3000};
+    uint64_t out_bytes[2] = {1000, 500};
+    kt_err why = {0};
+    /* adjacent buffers, a workspace right after them */
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b + 4000, 64, &why), 0);
+    /* identical pointers */
+    out[1] = in[1];
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why),
+                     -EINVAL);
+    assert_non_null(strstr(why.msg, "output 1 ("));
+    assert_non_null(strstr(why.msg, "overlaps input 1 ("));
+    assert_null(strchr(why.msg, '\n'));
+    /* partial overlap, from either side */
+    out[1] = b + 1499; /* input 1's last byte */
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why),
+                     -EINVAL);
+    assert_non_null(strstr(why.msg, "overlaps input 1"));
+    out[1] = b + 1500; /* just past it, and ending where output 0 starts */
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why), 0);
+    out[1] = b - 499; /* its last byte is input 0's first */
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why),
+                     -EINVAL);
+    assert_non_null(strstr(why.msg, "output 1 ("));
+    assert_non_null(strstr(why.msg, "overlaps input 0"));
+    out[1] = b - 500; /* ends where input 0 starts */
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why), 0);
+    /* two outputs */
+    out[1] = b + 2999;
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why),
+                     -EINVAL);
+    assert_non_null(strstr(why.msg, "output 1 ("));
+    assert_non_null(strstr(why.msg, "overlaps output 0"));
+    out[1] = b + 3000;
+    /* the workspace against an output and an input; NULL or empty is no buffer */
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b + 3499, 64, &why), -EINVAL);
+    assert_non_null(strstr(why.msg, "output 1 ("));
+    assert_non_null(strstr(why.msg, "overlaps the workspace"));
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b + 1200, 64, &why), -EINVAL);
+    assert_non_null(strstr(why.msg, "the workspace ("));
+    assert_non_null(strstr(why.msg, "overlaps input 1"));
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b, 0, &why), 0);
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 64, &why),
+                     0);
+    /* inputs may overlap each other */
+    in[1] = b + 10;
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why), 0);
+    /* at the top of the address space, no sum wraps */
+    void *hi_in[1] = {(void *)(UINTPTR_MAX - 99)}, *hi_out[1] = {(void *)(UINTPTR_MAX - 49)};
+    uint64_t hi_in_bytes[1] = {100}, hi_out_bytes[1] = {50};
+    assert_int_equal(
+        ktune_rt_check_aliasing(hi_in, hi_in_bytes, 1, hi_out, hi_out_bytes, 1, NULL, 0, &why),
+        -EINVAL);
 }
 
 static void test_check_params(void **state)
@@ -825,8 +936,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_memo_and_accessors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memo_shape_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_launch_refuses_aliasing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unwritten_output_never_served, setup, teardown),
         cmocka_unit_test(test_range_fits),
+        cmocka_unit_test(test_check_aliasing),
         cmocka_unit_test(test_check_params),
 #if KTUNE_HAVE_NVRTC
         cmocka_unit_test(test_check_cubin),
