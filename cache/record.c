@@ -135,6 +135,44 @@ static int check_record(const cache_record *r, kt_err *err)
                                   a->kind == CACHE_ARG_INPUT ? r->n_inputs : r->n_outputs);
         }
     }
+    /* Every output slot is written by some launch (the caller would get uninitialised memory). */
+    return cache_record_check_outputs(r, r->n_outputs, err);
+}
+
+int cache_record_check_outputs(const cache_record *r, int n_out, kt_err *err)
+{
+    int top = -1; /* the highest output slot any launch names */
+    for (int i = 0; i < r->n_kernels; i++)
+        for (int j = 0; j < r->kernels[i].n_args; j++) {
+            const cache_arg *a = &r->kernels[i].args[j];
+            if (a->kind != CACHE_ARG_OUTPUT)
+                continue;
+            if (a->index < 0)
+                return kt_err_set(err, -EINVAL, "record: kernel %s argument %d names output %d",
+                                  r->kernels[i].entry, j, (int)a->index);
+            if (n_out >= 0 && a->index >= n_out)
+                return kt_err_set(err, -EINVAL,
+                                  "record: kernel %s argument %d names output %d; the graph has "
+                                  "%d",
+                                  r->kernels[i].entry, j, (int)a->index, n_out);
+            if (a->index > top)
+                top = a->index;
+        }
+    int want = n_out >= 0 ? n_out : top + 1;
+    if (want < 1)
+        return kt_err_set(err, -EINVAL, "record: no launch writes an output");
+    for (int slot = 0; slot < want; slot++) {
+        bool written = false;
+        for (int i = 0; i < r->n_kernels && !written; i++)
+            for (int j = 0; j < r->kernels[i].n_args && !written; j++)
+                written = r->kernels[i].args[j].kind == CACHE_ARG_OUTPUT &&
+                          r->kernels[i].args[j].index == slot;
+        if (!written)
+            return kt_err_set(err, -EINVAL,
+                              "record: no launch writes output %d (of %d): the caller would get "
+                              "it unwritten",
+                              slot, want);
+    }
     return 0;
 }
 

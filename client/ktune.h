@@ -258,9 +258,12 @@ typedef struct ktune_kernel ktune_kernel;
  * device of the calling thread's current context, else device 0) and loads it into that
  * context (the device's primary context when none is current: the one PyTorch uses).
  * Exact fingerprint first; then a compatible record (see ktune_match), flagged in *match (may
- * be NULL). A record whose checksum or verification field is wrong is never served. -ENOENT
- * when there is nothing for that key; -ENODEV when there is no driver or device. Repeated
- * lookups of the same key and context return the same kernel from memory. */
+ * be NULL). A record whose checksum or verification field is wrong is never served, nor one
+ * that does not fit the graph (an argument or output slot it lacks, a workspace range past its
+ * size). Loading checks the cubin's ELF tables against its stored length and each launch's
+ * arguments against the kernel's parameters (count and sizes): -EBADMSG when they disagree.
+ * -ENOENT when there is nothing for that key; -ENODEV when there is no driver or device.
+ * Repeated lookups of the same key and context return the same kernel from memory. */
 KTUNE_EXPORT int ktune_lookup(ktune_runtime *rt, const ktune_graph *g, const ktune_shape *shapes,
                               int n_shapes, const char *precision, int device, ktune_kernel **out,
                               ktune_match *match, ktune_error *err);
@@ -301,7 +304,9 @@ KTUNE_EXPORT int ktune_prepack(ktune_kernel *k, int input, const void *src, void
  * NULL: the legacy default stream) with device pointers: inputs[n_inputs] and
  * outputs[n_outputs] in canonical order, workspace of ktune_kernel_workspace_size bytes (NULL
  * when 0). Asynchronous like any kernel launch; the pointers must stay valid until the stream
- * reaches it. */
+ * reaches it. An output must not overlap an input, another output or the workspace, nor the
+ * workspace an input (the kernels assume their buffers do not alias, and some re-read an input
+ * after writing an output): -EINVAL naming both, nothing launched. Inputs may overlap. */
 KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const *outputs,
                               void *workspace, void *stream, ktune_error *err);
 

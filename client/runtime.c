@@ -32,6 +32,7 @@
 #include "ops/ops.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -73,6 +74,7 @@ struct ktune_kernel {
     cache_record rec;
     ktune_match match;
     int n_in, n_out;
+    uint64_t *io_bytes; /* bytes of each input, then each output, canonical order */
     bool library;
 #if KTUNE_HAVE_NVRTC
     CUmodule mod;
@@ -389,6 +391,145 @@ int ktune_rt_schedule_parse(const char *text, ops_schedule *out, kt_err *err)
     return 0;
 }
 
+/* ---- what a record asks the driver to trust ---- */
+
+bool ktune_rt_range_fits(uint64_t off, uint64_t len, uint64_t size)
+{
+    return off <= size && len <= size - off;
+}
+
+/* A table of n entries of ent bytes at off inside len bytes (n, ent < 2^16: no overflow). */
+static bool table_fits(uint64_t off, uint64_t n, uint64_t ent, size_t len)
+{
+    return ktune_rt_range_fits(off, n * ent, len);
+}
+
+int ktune_rt_check_cubin(const uint8_t *img, size_t len, kt_err *why)
+{
+    Elf64_Ehdr eh;
+    if (!img || len < sizeof(eh))
+        return kt_err_set(why, -EBADMSG, "cubin of %zu bytes is shorter than an ELF64 header",
+                          img ? len : 0);
+    memcpy(&eh, img, sizeof(eh)); /* the image need not be aligned */
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
+        return kt_err_set(why, -EBADMSG, "cubin is not an ELF image (bad magic)");
+    if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB)
+        return kt_err_set(why, -EBADMSG, "cubin is not a little-endian ELF64 image (class %d)",
+                          eh.e_ident[EI_CLASS]);
+    if (eh.e_machine != EM_CUDA)
+        return kt_err_set(why, -EBADMSG, "cubin is for ELF machine %d, not CUDA (%d)", eh.e_machine,
+                          EM_CUDA);
+    if (eh.e_ehsize != sizeof(eh) || eh.e_shentsize != sizeof(Elf64_Shdr) ||
+        (eh.e_phnum && eh.e_phentsize != sizeof(Elf64_Phdr)))
+        return kt_err_set(why, -EBADMSG, "cubin has header sizes %u/%u/%u, not ELF64's",
+                          eh.e_ehsize, eh.e_shentsize, eh.e_phentsize);
+    /* e_shnum 0 means none, or more than 0xff00 sections (extended numbering): neither is a
+     * cubin NVRTC writes */
+    if (eh.e_shnum == 0 || eh.e_shstrndx >= eh.e_shnum)
+        return kt_err_set(why, -EBADMSG, "cubin has %u sections, string table %u", eh.e_shnum,
+                          eh.e_shstrndx);
+    if (!table_fits(eh.e_shoff, eh.e_shnum, eh.e_shentsize, len))
+        return kt_err_set(why, -EBADMSG,
+                          "cubin's section headers (%u at %" PRIu64 ") end past its %zu bytes",
+                          eh.e_shnum, (uint64_t)eh.e_shoff, len);
+    if (eh.e_phnum && !table_fits(eh.e_phoff, eh.e_phnum, eh.e_phentsize, len))
+        return kt_err_set(why, -EBADMSG,
+                          "cubin's program headers (%u at %" PRIu64 ") end past its %zu bytes",
+                          eh.e_phnum, (uint64_t)eh.e_phoff, len);
+    for (unsigned i = 0; i < eh.e_shnum; i++) {
+        Elf64_Shdr sh;
+        memcpy(&sh, img + eh.e_shoff + (uint64_t)i * sizeof(sh), sizeof(sh));
+        if (sh.sh_type != SHT_NOBITS && !ktune_rt_range_fits(sh.sh_offset, sh.sh_size, len))
+            return kt_err_set(why, -EBADMSG,
+                              "cubin section %u (%" PRIu64 " bytes at %" PRIu64
+                              ") ends past its %zu bytes",
+                              i, (uint64_t)sh.sh_size, (uint64_t)sh.sh_offset, len);
+    }
+    for (unsigned i = 0; i < eh.e_phnum; i++) {
+        Elf64_Phdr ph;
+        memcpy(&ph, img + eh.e_phoff + (uint64_t)i * sizeof(ph), sizeof(ph));
+        if (!ktune_rt_range_fits(ph.p_offset, ph.p_filesz, len))
+            return kt_err_set(why, -EBADMSG,
+                              "cubin segment %u (%" PRIu64 " bytes at %" PRIu64
+                              ") ends past its %zu bytes",
+                              i, (uint64_t)ph.p_filesz, (uint64_t)ph.p_offset, len);
+    }
+    return 0;
+}
+
+static const char *const rt_arg_kinds[CACHE_ARG_KIND_COUNT] = {
+    "an input pointer", "an output pointer", "a workspace pointer", "a scalar"};
+
+int ktune_rt_check_params(const cache_kernel *k, const size_t *sizes, int n_params, kt_err *why)
+{
+    if (n_params != k->n_args)
+        return kt_err_set(why, -EBADMSG, "kernel %.100s takes %d parameters; the record passes %d",
+                          k->entry, n_params, k->n_args);
+    for (int j = 0; j < k->n_args; j++) {
+        const cache_arg *a = &k->args[j];
+        size_t want = sizeof(uint64_t); /* a CUdeviceptr */
+        if (a->kind == CACHE_ARG_SCALAR)
+            want = a->scalar == CACHE_SCALAR_I32 || a->scalar == CACHE_SCALAR_F32 ? 4 : 8;
+        const char *kind =
+            (unsigned)a->kind < CACHE_ARG_KIND_COUNT ? rt_arg_kinds[a->kind] : "an argument";
+        if (sizes[j] != want)
+            return kt_err_set(why, -EBADMSG,
+                              "kernel %.100s parameter %d is %zu bytes; the record passes %s of "
+                              "%zu",
+                              k->entry, j, sizes[j], kind, want);
+    }
+    return 0;
+}
+
+/* Whether [a, a + la) and [b, b + lb) share a byte; no sum is formed, so no overflow. */
+static bool ranges_overlap(uintptr_t a, uint64_t la, uintptr_t b, uint64_t lb)
+{
+    if (la == 0 || lb == 0)
+        return false;
+    return a <= b ? (uint64_t)(b - a) < la : (uint64_t)(a - b) < lb;
+}
+
+/* what_a/what_b: "input", "output"; index -1: the workspace */
+static int alias_fail(kt_err *why, const char *what_a, int ia, const void *a, uint64_t la,
+                      const char *what_b, int ib, const void *b, uint64_t lb)
+{
+    char na[24] = "the workspace", nb[24] = "the workspace";
+    if (ia >= 0)
+        snprintf(na, sizeof(na), "%s %d", what_a, ia);
+    if (ib >= 0)
+        snprintf(nb, sizeof(nb), "%s %d", what_b, ib);
+    return kt_err_set(why, -EINVAL,
+                      "%s (%p, %" PRIu64 " bytes) overlaps %s (%p, %" PRIu64
+                      " bytes): kernels assume their buffers do not alias; pass separate ones",
+                      na, a, la, nb, b, lb);
+}
+
+int ktune_rt_check_aliasing(void *const *in, const uint64_t *in_bytes, int n_in, void *const *out,
+                            const uint64_t *out_bytes, int n_out, const void *ws, uint64_t ws_bytes,
+                            kt_err *why)
+{
+    uintptr_t w = (uintptr_t)ws;
+    if (!ws)
+        ws_bytes = 0;
+    for (int j = 0; j < n_out; j++) {
+        uintptr_t o = (uintptr_t)out[j];
+        for (int i = 0; i < n_in; i++)
+            if (ranges_overlap(o, out_bytes[j], (uintptr_t)in[i], in_bytes[i]))
+                return alias_fail(why, "output", j, out[j], out_bytes[j], "input", i, in[i],
+                                  in_bytes[i]);
+        for (int i = 0; i < j; i++)
+            if (ranges_overlap(o, out_bytes[j], (uintptr_t)out[i], out_bytes[i]))
+                return alias_fail(why, "output", j, out[j], out_bytes[j], "output", i, out[i],
+                                  out_bytes[i]);
+        if (ranges_overlap(o, out_bytes[j], w, ws_bytes))
+            return alias_fail(why, "output", j, out[j], out_bytes[j], "", -1, ws, ws_bytes);
+    }
+    for (int i = 0; i < n_in; i++)
+        if (ranges_overlap((uintptr_t)in[i], in_bytes[i], w, ws_bytes))
+            return alias_fail(why, "", -1, ws, ws_bytes, "input", i, in[i], in_bytes[i]);
+    return 0;
+}
+
 /* ---- records ---- */
 
 /* Checks that a record can be launched against a graph of n_in inputs and n_out outputs.
@@ -419,9 +560,12 @@ static int check_record(const cache_record *r, int n_in, int n_out, kt_err *why)
             for (int d = 0; d < 3; d++)
                 if (k->grid[d] == 0 || k->block[d] == 0)
                     return kt_err_set(why, -EBADMSG, "kernel %s: empty grid or block", k->entry);
-        if (k->zero_bytes && (k->zero_offset > r->workspace_bytes ||
-                              k->zero_bytes > r->workspace_bytes - k->zero_offset))
-            return kt_err_set(why, -EBADMSG, "kernel %s zeroes past the workspace", k->entry);
+        if (k->zero_bytes &&
+            !ktune_rt_range_fits(k->zero_offset, k->zero_bytes, r->workspace_bytes))
+            return kt_err_set(why, -EBADMSG,
+                              "kernel %s zeroes %" PRIu64 " bytes at %" PRIu64 ", past the %" PRIu64
+                              " of the workspace",
+                              k->entry, k->zero_bytes, k->zero_offset, r->workspace_bytes);
         if (k->n_args < 0 || k->n_args > CACHE_MAX_ARGS || (k->n_args && !k->args))
             return kt_err_set(why, -EBADMSG, "kernel %s has %d arguments", k->entry, k->n_args);
         for (int j = 0; j < k->n_args; j++) {
@@ -435,7 +579,8 @@ static int check_record(const cache_record *r, int n_in, int n_out, kt_err *why)
                 ok = a->index >= 0 && a->index < n_out;
                 break;
             case CACHE_ARG_WORKSPACE:
-                ok = a->offset < r->workspace_bytes;
+                /* a record stores no length per argument: at least its first byte */
+                ok = ktune_rt_range_fits(a->offset, 1, r->workspace_bytes);
                 break;
             case CACHE_ARG_SCALAR:
                 ok = !library && (unsigned)a->scalar < CACHE_SCALAR_COUNT;
@@ -450,6 +595,9 @@ static int check_record(const cache_record *r, int n_in, int n_out, kt_err *why)
                                   k->entry, j, n_in, n_out, r->workspace_bytes);
         }
     }
+    kt_err e = {0};
+    if (cache_record_check_outputs(r, n_out, &e) < 0)
+        return kt_err_set(why, -EBADMSG, "%s", e.msg);
     return 0;
 }
 
@@ -551,6 +699,40 @@ static bool compat_better(const cache_record *cand, const cache_record *best)
     return cand->key.gpu.cuda_version > best->key.gpu.cuda_version;
 }
 
+/* Bytes of a bound tensor; false on overflow. */
+static bool tensor_bytes(const ops_tensor *x, uint64_t *bytes)
+{
+    return !__builtin_mul_overflow((uint64_t)ops_shape_numel(&x->shape),
+                                   (uint64_t)ops_dtype_size(x->dtype), bytes);
+}
+
+/* k->io_bytes from the bound graph: what ktune_launch checks the caller's buffers with. */
+static int io_sizes(ktune_kernel *k, const ops_graph *bound, ktune_error *err)
+{
+    int *rank = malloc(sizeof(int) * (size_t)(k->n_in + k->n_out));
+    k->io_bytes = calloc((size_t)(k->n_in + k->n_out), sizeof(uint64_t));
+    if (!rank || !k->io_bytes) {
+        free(rank);
+        return rt_fail(err, -ENOMEM, "out of memory");
+    }
+    ops_diag d = {0};
+    int rc = ops_graph_canonical_io(bound, rank, rank + k->n_in, &d);
+    if (rc < 0)
+        rc = rt_fail(err, rc, "graph '%s': %s", bound->name ? bound->name : "?", d.msg);
+    for (int t = 0, i = 0; t < bound->n_tensors && rc == 0; t++) {
+        const ops_tensor *x = &bound->tensors[t];
+        if (x->producer < 0 && !tensor_bytes(x, &k->io_bytes[rank[i++]]))
+            rc = rt_fail(err, -EOVERFLOW, "input '%s' has too many bytes", x->name);
+    }
+    for (int j = 0; j < bound->n_outputs && rc == 0; j++) {
+        const ops_tensor *x = &bound->tensors[bound->outputs[j]];
+        if (!tensor_bytes(x, &k->io_bytes[k->n_in + rank[k->n_in + j]]))
+            rc = rt_fail(err, -EOVERFLOW, "output '%s' has too many bytes", x->name);
+    }
+    free(rank);
+    return rc;
+}
+
 /* The cold path's reading half: binds g (checks the shapes), then the exact key, then a
  * compatible GPU's. Fills k->rec, k->match, k->n_in/out. *bound_out (may be NULL) receives the
  * bound graph. */
@@ -644,6 +826,8 @@ static int resolve_cold(ktune_runtime *rt, const ops_graph *g, const cache_key *
     goto out;
 found:
     k->library = k->rec.family && strcmp(k->rec.family, RT_LIBRARY) == 0;
+    if ((rc = io_sizes(k, bound, err)) < 0)
+        goto out;
     if (bound_out) {
         *bound_out = bound;
         bound = NULL;
@@ -686,6 +870,7 @@ static void kernel_free(ktune_kernel *k)
     free(k->fn);
     pthread_mutex_destroy(&k->plan_lock);
 #endif
+    free(k->io_bytes);
     cache_record_free(&k->rec);
     free(k);
 }
@@ -937,6 +1122,28 @@ out:
     return rc;
 }
 
+/* The record's launch of kk against fn's parameters: cuLaunchKernel reads as many argument
+ * pointers, of as many bytes, as the kernel declares, whatever the record says. */
+static int check_params(ktune_runtime *rt, CUfunction fn, const cache_kernel *kk, ktune_error *err)
+{
+    size_t sizes[CACHE_MAX_ARGS + 1];
+    int n = 0;
+    for (; n <= CACHE_MAX_ARGS; n++) {
+        size_t off = 0;
+        CUresult cr = rt->cu.p_cuFuncGetParamInfo(fn, (size_t)n, &off, &sizes[n]);
+        if (cr == CUDA_ERROR_INVALID_VALUE) /* n is past the last parameter */
+            break;
+        if (cr != CUDA_SUCCESS) {
+            char what[160];
+            snprintf(what, sizeof(what), "cuFuncGetParamInfo (kernel %.100s)", kk->entry);
+            return cu_fail(rt, cr, what, err);
+        }
+    }
+    kt_err e = {0};
+    int rc = ktune_rt_check_params(kk, sizes, n, &e);
+    return rc < 0 ? rt_fail(err, rc, "%s", e.msg) : 0;
+}
+
 /* Loads k's record into ctx (device dev). Under cold_lock. */
 static int kernel_load(ktune_runtime *rt, ktune_kernel *k, CUcontext ctx, CUdevice dev,
                        const ops_graph *bound, ktune_error *err)
@@ -944,6 +1151,7 @@ static int kernel_load(ktune_runtime *rt, ktune_kernel *k, CUcontext ctx, CUdevi
     srch_cuda *cu = &rt->cu;
     const cache_record *r = &k->rec;
     rt_device *dv = NULL;
+    kt_err e = {0};
     int rc = device_info(rt, dev, &dv, err);
     if (rc < 0)
         return rc;
@@ -958,6 +1166,11 @@ static int kernel_load(ktune_runtime *rt, ktune_kernel *k, CUcontext ctx, CUdevi
         rc = rt_fail(err, -ENOMEM, "out of memory");
         goto pop;
     }
+    /* cuModuleLoadData takes no length: the image's own tables must lie inside it */
+    if ((rc = ktune_rt_check_cubin(r->cubin, r->cubin_len, &e)) < 0) {
+        rc = rt_fail(err, rc, "record %s: %s", r->schedule ? r->schedule : "?", e.msg);
+        goto pop;
+    }
     if ((rc = cu_fail(rt, cu->p_cuModuleLoadData(&k->mod, r->cubin), "cuModuleLoadData", err)) <
         0) {
         k->mod = NULL;
@@ -967,8 +1180,8 @@ static int kernel_load(ktune_runtime *rt, ktune_kernel *k, CUcontext ctx, CUdevi
         const cache_kernel *kk = &r->kernels[i];
         char what[160];
         snprintf(what, sizeof(what), "kernel %.100s", kk->entry);
-        if ((rc = cu_fail(rt, cu->p_cuModuleGetFunction(&k->fn[i], k->mod, kk->entry), what, err)) <
-            0)
+        rc = cu_fail(rt, cu->p_cuModuleGetFunction(&k->fn[i], k->mod, kk->entry), what, err);
+        if (rc < 0 || (rc = check_params(rt, k->fn[i], kk, err)) < 0)
             goto pop;
         int static_smem = 0;
         cu->p_cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, k->fn[i]);
@@ -1429,6 +1642,10 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
                        "ktune_launch: the kernel needs %" PRIu64
                        " bytes of workspace (ktune_kernel_workspace_size)",
                        k->rec.workspace_bytes);
+    kt_err why; /* filled only on failure: this is the per-call hot path */
+    if (ktune_rt_check_aliasing(inputs, k->io_bytes, k->n_in, outputs, k->io_bytes + k->n_in,
+                                k->n_out, workspace, k->rec.workspace_bytes, &why) < 0)
+        return rt_fail(err, -EINVAL, "ktune_launch: %s", why.msg);
     if (!k->ctx)
         return rt_fail(err, -ENODEV,
                        "ktune_launch: kernel was resolved, not loaded (use "

@@ -55,3 +55,29 @@ int ktune_rt_complete_key(cache_key *k, const ops_graph *bound, ktune_error *err
 /* Parses a schedule as ops_schedule_format prints it ("library heuristic=3"). 0 or -EINVAL
  * with the reason in err. */
 int ktune_rt_schedule_parse(const char *text, ops_schedule *out, kt_err *err);
+
+/* ---- checks of what a record asks the driver to trust (no GPU needed) ---- */
+
+/* Whether bytes [off, off + len) lie inside [0, size), without overflow. */
+bool ktune_rt_range_fits(uint64_t off, uint64_t len, uint64_t size);
+
+/* Checks a cubin before cuModuleLoadData, which takes no length: an ELF64 little-endian image
+ * for EM_CUDA whose header, section and program header tables and every section's and
+ * segment's file bytes lie inside the len bytes stored. 0 or -EBADMSG with the first fault in
+ * why. */
+int ktune_rt_check_cubin(const uint8_t *img, size_t len, kt_err *why);
+
+/* Checks a launch of the record against its kernel's parameters as the driver reports them
+ * (cuFuncGetParamInfo): n_params parameters of sizes[i] bytes. Pointer arguments are 8 bytes,
+ * scalars their C type's size. 0 or -EBADMSG naming the kernel and the parameter. */
+int ktune_rt_check_params(const cache_kernel *k, const size_t *sizes, int n_params, kt_err *why);
+
+/* Refuses a launch whose written buffers alias: an output overlapping any input or another
+ * output, or the workspace (ws_bytes at ws, 0: none) overlapping any input or output. Kernels
+ * declare their pointers __restrict__ and some re-read an input after writing an output, so no
+ * overlap is safe, not even an identical pointer (in place); inputs may overlap each other (they
+ * are only read). in[i] holds in_bytes[i] bytes, out[j] out_bytes[j]. 0 or -EINVAL naming both
+ * slots. */
+int ktune_rt_check_aliasing(void *const *in, const uint64_t *in_bytes, int n_in, void *const *out,
+                            const uint64_t *out_bytes, int n_out, const void *ws, uint64_t ws_bytes,
+                            kt_err *why);

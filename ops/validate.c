@@ -194,6 +194,18 @@ static int check_structure(vctx *c)
         if (g->outputs[i] < 0 || g->outputs[i] >= g->n_tensors)
             return fail(c, OPS_RULE_UNDEFINED, NULL, "graph output %d names tensor index %d", i,
                         (int)g->outputs[i]);
+    /* Kernels write node outputs only: an output slot holding a graph input, or a second slot of
+     * one tensor, would be handed back to the caller unwritten. */
+    for (int i = 0; i < g->n_outputs; i++) {
+        const ops_tensor *x = &g->tensors[g->outputs[i]];
+        if (x->producer < 0)
+            return fail(c, OPS_RULE_SCHEMA, x->name,
+                        "output '%s' is a graph input: the caller already holds it", x->name);
+        for (int j = 0; j < i; j++)
+            if (g->outputs[j] == g->outputs[i])
+                return fail(c, OPS_RULE_DUPLICATE, x->name, "graph output '%s' is listed twice",
+                            x->name);
+    }
     for (int t = 0; t < g->n_tensors; t++) {
         int32_t p = g->tensors[t].producer;
         if (p >= g->n_nodes || (p >= 0 && g->nodes[p].out != t))

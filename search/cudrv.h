@@ -43,6 +43,7 @@
     X(cuModuleGetFunction)                                                                         \
     X(cuFuncSetAttribute)                                                                          \
     X(cuFuncGetAttribute)                                                                          \
+    X(cuFuncGetParamInfo)                                                                          \
     X(cuLaunchKernel)                                                                              \
     X(cuStreamCreate)                                                                              \
     X(cuStreamDestroy)                                                                             \

@@ -1352,6 +1352,9 @@ static int build_record(tune *t, const srch_partition *part, const int64_t *ci, 
         ws += (uint64_t)(own + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
     }
     rec->workspace_bytes = ws;
+    /* what the stored record cannot tell: the graph's every output slot is written */
+    if ((rc = cache_record_check_outputs(rec, t->s->g->n_outputs, err)) < 0)
+        goto out;
     if (n == 1) {
         rec->source = em[0].source;
         em[0].source = NULL;

@@ -8,7 +8,11 @@
  *      zeroed before each launch) launched twice on a poisoned workspace;
  *   3. a library record (one cuBLASLt call rebuilt from the graph and the schedule);
  *   4. the tuned gemm record under another driver version in a second cache: a COMPATIBLE
- *      match, correct too; and the memo: the same kernel for the same key and context.
+ *      match, correct too; and the memo: the same kernel for the same key and context;
+ *   5. what the runtime refuses before the driver sees it: the split-K record of 2. with one
+ *      argument more than its kernel's parameters (cuFuncGetParamInfo), and with its cubin one
+ *      byte short, each refused by ktune_lookup (-EBADMSG); and a launch whose output buffer
+ *      overlaps an input or the workspace, refused by ktune_launch (-EINVAL).
  * The worker is $KTUNE_WORKER (else the supervisor's lookup). Exit: 0 passed, 1 failed, 77 no
  * GPU (skipped). */
 #include "search/compile.h"
@@ -163,10 +167,18 @@ static cache_arg map_tensor(const ops_graph *canon, const int *in_rank, const in
     return a;
 }
 
+/* How make_record damages a split-K record before storing it (the checksum stays sound: only
+ * the deploy-time runtime's own checks stand between such a record and the driver). */
+typedef enum mangle {
+    MANGLE_NONE = 0,
+    MANGLE_EXTRA_ARG, /* one more argument than the kernel's parameters (cuFuncGetParamInfo) */
+    MANGLE_TRUNCATED, /* the cubin's last byte cut (cuModuleLoadData takes no length) */
+} mangle;
+
 /* Builds, compiles (split-K) or describes (library) one gemm_bias_relu record at M=m for gpu
  * and stores it in dir. */
 static int make_record(const char *dir, const ktune_graph *kg, const ops_device *dev,
-                       const cache_gpu *gpu, int64_t m, bool library)
+                       const cache_gpu *gpu, int64_t m, bool library, mangle how)
 {
     ops_binding b = {"M", m};
     ops_graph *bound = NULL, *canon = NULL;
@@ -282,6 +294,13 @@ static int make_record(const char *dir, const ktune_graph *kg, const ops_device 
             }
         }
         CHECK(zeroes && em.workspace_bytes > 0, "split-K schedule %s clears no workspace", sched);
+        if (how == MANGLE_EXTRA_ARG) {
+            cache_kernel *k = &r.kernels[0];
+            k->args[k->n_args++] =
+                (cache_arg){.kind = CACHE_ARG_SCALAR, .scalar = CACHE_SCALAR_I32, .ival = 1};
+        } else if (how == MANGLE_TRUNCATED) {
+            r.cubin_len--;
+        }
     }
     r.schedule = strdup(sched);
     cache_env *env = NULL;
@@ -473,6 +492,116 @@ out:
     return k;
 }
 
+/* ---- 5. what the runtime refuses before the driver sees it ---- */
+
+/* A record damaged by make_record is refused by ktune_lookup when it loads it, with -EBADMSG
+ * and a line containing want. */
+static void expect_refused_at_load(const char *dir, const char *want)
+{
+    char path[1024];
+    printf("== refused at load (%s): %s\n", want, dir);
+    ktune_runtime *rt = NULL;
+    ktune_graph *kg = NULL;
+    ktune_error err = {0};
+    if (ktune_runtime_open(dir, &rt, &err) < 0 ||
+        ktune_graph_load(example("gemm_bias_relu.json", path, sizeof(path)), &kg, &err) < 0) {
+        CHECK(0, "%s", err.msg);
+        goto out;
+    }
+    ktune_shape s[1] = {{"M", 136}};
+    ktune_kernel *k = NULL;
+    int rc = ktune_lookup(rt, kg, s, 1, NULL, -1, &k, NULL, &err);
+    printf("  ktune_lookup: %d %s\n", rc, err.msg);
+    CHECK(rc == -EBADMSG && k == NULL, "ktune_lookup returned %d, want -EBADMSG", rc);
+    CHECK(strstr(err.msg, want) != NULL, "message '%s' lacks '%s'", err.msg, want);
+    CHECK(strchr(err.msg, '\n') == NULL, "message of several lines");
+out:
+    ktune_graph_free(kg);
+    ktune_runtime_close(rt);
+}
+
+/* ktune_launch refuses an output buffer overlapping an input (the kernels declare their
+ * pointers __restrict__) or the workspace, and launches the same kernel on separate ones. */
+static void expect_aliasing_refused(ktune_runtime *rt)
+{
+    char path[1024];
+    printf("== aliased launch buffers refused\n");
+    ktune_graph *kg = NULL;
+    ktune_error err = {0};
+    ktune_kernel *k = NULL;
+    ops_graph *bound = NULL;
+    ops_diag d = {0};
+    CUdeviceptr din[8] = {0}, dout[4] = {0}, ws = 0;
+    void *in_ptr[8] = {0}, *out_ptr[4] = {0};
+    ops_binding b = {"M", 200};
+    ktune_shape s[1] = {{"M", 200}};
+    int in_rank[8] = {0}, out_rank[4] = {0};
+    if (ktune_graph_load(example("gemm_bias_relu.json", path, sizeof(path)), &kg, &err) < 0 ||
+        ktune_lookup(rt, kg, s, 1, NULL, -1, &k, NULL, &err) < 0) {
+        CHECK(0, "%s", err.msg);
+        goto out;
+    }
+    if (ops_graph_bind(kg->g, &b, 1, &bound, &d) < 0 ||
+        ops_graph_canonical_io(bound, in_rank, out_rank, &d) < 0) {
+        CHECK(0, "%s", d.msg);
+        goto out;
+    }
+    int n_in = 0;
+    for (int t = 0; t < bound->n_tensors; t++) {
+        const ops_tensor *x = &bound->tensors[t];
+        size_t bytes = (size_t)ops_shape_numel(&x->shape) * ops_dtype_size(x->dtype);
+        CUdeviceptr *p = NULL;
+        if (x->producer < 0 && n_in < 8)
+            p = &din[n_in++];
+        else if (x->is_output)
+            p = &dout[0]; /* the graph's one output */
+        else
+            continue;
+        if (srch_cuda_check(&cu, cu.p_cuMemAlloc(p, bytes), "alloc", NULL) < 0 ||
+            srch_cuda_check(&cu, cu.p_cuMemsetD8(*p, 0, bytes), "clear", NULL) < 0) {
+            CHECK(0, "alloc");
+            goto out;
+        }
+    }
+    for (int i = 0; i < n_in; i++)
+        in_ptr[in_rank[i]] = (void *)(uintptr_t)din[i];
+    out_ptr[out_rank[0]] = (void *)(uintptr_t)dout[0];
+    uint64_t wsb = ktune_kernel_workspace_size(k);
+    if (wsb && srch_cuda_check(&cu, cu.p_cuMemAlloc(&ws, wsb), "alloc ws", NULL) < 0) {
+        CHECK(0, "workspace alloc");
+        goto out;
+    }
+    void *wsp = (void *)(uintptr_t)ws;
+    out_ptr[0] = in_ptr[0]; /* in place */
+    int rc = ktune_launch(k, in_ptr, out_ptr, wsp, NULL, &err);
+    printf("  in place: %d %s\n", rc, err.msg);
+    CHECK(rc == -EINVAL && strstr(err.msg, "output 0 (") && strstr(err.msg, "overlaps input 0 ("),
+          "in place: %d %s", rc, err.msg);
+    out_ptr[0] = (char *)in_ptr[0] + 2; /* partly over input 0 */
+    rc = ktune_launch(k, in_ptr, out_ptr, wsp, NULL, &err);
+    CHECK(rc == -EINVAL && strstr(err.msg, "overlaps input 0"), "partial: %d %s", rc, err.msg);
+    out_ptr[0] = (void *)(uintptr_t)dout[0];
+    if (wsb) {
+        rc = ktune_launch(k, in_ptr, out_ptr, out_ptr[0], NULL, &err);
+        CHECK(rc == -EINVAL && strstr(err.msg, "overlaps the workspace"), "workspace: %d %s", rc,
+              err.msg);
+    }
+    rc = ktune_launch(k, in_ptr, out_ptr, wsp, NULL, &err);
+    kt_err e = {0};
+    CHECK(rc == 0, "separate buffers: %s", err.msg);
+    CHECK(srch_cuda_check(&cu, cu.p_cuCtxSynchronize(), "sync", &e) == 0, "%s", e.msg);
+out:
+    for (int i = 0; i < 8; i++)
+        if (din[i])
+            cu.p_cuMemFree(din[i]);
+    if (dout[0])
+        cu.p_cuMemFree(dout[0]);
+    if (ws)
+        cu.p_cuMemFree(ws);
+    ops_graph_free(bound);
+    ktune_graph_free(kg);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -535,9 +664,11 @@ int main(void)
         srch_worker_stop(w);
         return 1;
     }
-    char dir_a[300], dir_b[300], path[1024];
+    char dir_a[300], dir_b[300], dir_arity[300], dir_cut[300], path[1024];
     snprintf(dir_a, sizeof(dir_a), "%s/cache", tmp_root);
     snprintf(dir_b, sizeof(dir_b), "%s/cache-other-driver", tmp_root);
+    snprintf(dir_arity, sizeof(dir_arity), "%s/cache-extra-arg", tmp_root);
+    snprintf(dir_cut, sizeof(dir_cut), "%s/cache-truncated", tmp_root);
 
     /* 1-3: the cache */
     tune(w, dir_a, "gemm_bias_relu.json", "M=200", 20);
@@ -549,8 +680,11 @@ int main(void)
         printf("FAIL %s\n", err.msg);
         return 1;
     }
-    make_record(dir_a, kg, &dev, &gpu, 136, false);
-    make_record(dir_a, kg, &dev, &gpu, 72, true);
+    make_record(dir_a, kg, &dev, &gpu, 136, false, MANGLE_NONE);
+    make_record(dir_a, kg, &dev, &gpu, 72, true, MANGLE_NONE);
+    /* 5: the same split-K record damaged, each in a cache of its own */
+    make_record(dir_arity, kg, &dev, &gpu, 136, false, MANGLE_EXTRA_ARG);
+    make_record(dir_cut, kg, &dev, &gpu, 136, false, MANGLE_TRUNCATED);
     /* 4: the tuned gemm record under another driver, in a second cache */
     {
         cache_env *a = NULL, *b = NULL;
@@ -597,7 +731,10 @@ int main(void)
         CHECK(strstr(info.schedule, "splitk_mode=serial") != NULL, "schedule %s", info.schedule);
     }
     run_one(rt, "gemm_bias_relu.json", "M=72", KTUNE_MATCH_EXACT, "library", 2);
+    expect_aliasing_refused(rt);
     ktune_runtime_close(rt);
+    expect_refused_at_load(dir_arity, "parameters; the record passes");
+    expect_refused_at_load(dir_cut, "past its");
 
     ktune_runtime *rt2 = NULL;
     if (ktune_runtime_open(dir_b, &rt2, &err) < 0) {

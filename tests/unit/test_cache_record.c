@@ -153,6 +153,76 @@ static bool same(const uint8_t *a, size_t la, const uint8_t *b, size_t lb)
     return la == lb && memcmp(a, b, la) == 0;
 }
 
+/* Every output slot must be written by some launch, or the caller gets uninitialised memory:
+ * refused by the encoder, by the decoder (a stored value written by another build) and, with
+ * the graph's output count, by cache_record_check_outputs. */
+static void test_record_outputs_written(void **state)
+{
+    (void)state;
+    cache_key k;
+    test_key(&k, "gpu", 0x45, 8);
+    cache_record r, d;
+    test_record(&r, &k, "s", 10, 16, 4); /* both kernels write output 0 (argument 2) */
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    kt_err err = {0};
+    assert_int_equal(cache_record_check_outputs(&r, 1, &err), 0);
+    assert_int_equal(cache_record_check_outputs(&r, -1, &err), 0);
+    /* a graph of two outputs: slot 1 is never written */
+    assert_int_equal(cache_record_check_outputs(&r, 2, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "no launch writes output 1 (of 2)"));
+    assert_null(strchr(err.msg, '\n'));
+
+    /* slot 0 skipped, slot 1 past the record's one output */
+    r.kernels[0].args[2].index = 1;
+    r.kernels[1].args[2].index = 1;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "output 1 of 1"));
+    /* a record of two outputs that writes only the second */
+    r.n_outputs = 2;
+    cache_slot *two = calloc(5, sizeof(*two));
+    memcpy(two, r.slots, 4 * sizeof(*two));
+    two[4] = two[3];
+    free(r.slots);
+    r.slots = two;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "no launch writes output 0 (of 2)"));
+    r.n_outputs = 1;
+    assert_int_equal(cache_record_check_outputs(&r, 1, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "names output 1; the graph has 1"));
+    /* no output at all */
+    r.kernels[0].args[2].kind = CACHE_ARG_INPUT;
+    r.kernels[1].args[2].kind = CACHE_ARG_WORKSPACE;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "no launch writes output 0 (of 1)"));
+    r.kernels[0].args[2] = (cache_arg){.kind = CACHE_ARG_OUTPUT, .index = -1};
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "output -1 of 1"));
+
+    /* one output written by the second launch only is fine */
+    r.kernels[0].args[2] = (cache_arg){.kind = CACHE_ARG_INPUT, .index = 1};
+    r.kernels[1].args[2] = (cache_arg){.kind = CACHE_ARG_OUTPUT, .index = 0};
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), 0);
+    /* the stored value edited to name output 1 instead, its checksum made right again: the
+     * decoder refuses what the encoder would */
+    static const uint8_t out0[] = {0xa6, 'o', 'u', 't', 'p', 'u', 't',
+                                   0xa5, 'i', 'n', 'd', 'e', 'x', 0x00};
+    size_t body = len - CACHE_CHECKSUM_BYTES, hits = 0;
+    for (size_t i = 0; i + sizeof(out0) <= body; i++)
+        if (memcmp(buf + i, out0, sizeof(out0)) == 0) {
+            buf[i + sizeof(out0) - 1] = 0x01;
+            hits++;
+        }
+    assert_int_equal(hits, 1);
+    ops_sha256(buf, body, buf + body);
+    cache_record_init(&d);
+    assert_int_equal(cache_record_decode(buf, len, &d, &err), -EBADMSG);
+    assert_non_null(strstr(err.msg, "output 1 of 1"));
+    free(buf);
+    cache_record_free(&d);
+    cache_record_free(&r);
+}
+
 static void test_key_deterministic(void **state)
 {
     (void)state;
@@ -346,6 +416,7 @@ int main(void)
         cmocka_unit_test(test_record_checksum_detects_every_flip),
         cmocka_unit_test(test_record_bad_body_with_good_checksum),
         cmocka_unit_test(test_record_encode_validates),
+        cmocka_unit_test(test_record_outputs_written),
         cmocka_unit_test(test_key_deterministic),
         cmocka_unit_test(test_key_distinct),
         cmocka_unit_test(test_key_prefixes),

@@ -1,8 +1,10 @@
 /* The deploy-time runtime without a GPU: read-only opens (also when the lock file may not be
  * written), ktune_lookup without a driver, key resolution (exact, then a compatible GPU's record)
  * through ktune_rt_resolve with a given fingerprint, records that must never be served (checksum
- * failure, unverified, inconsistent with the graph, an unknown layout), the memo, and the
- * kernel accessors (info, workspace size, prepack). */
+ * failure, unverified, inconsistent with the graph, an output slot no launch writes, an unknown
+ * layout), the memo, the kernel accessors (info, workspace size, prepack), and what the runtime
+ * checks before trusting a record with the driver: the cubin's ELF tables against its length,
+ * the launch against the kernel's parameters, workspace ranges, and aliased launch buffers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,7 +18,13 @@
 
 #include "client/libktune_internal.h"
 #include "client/runtime_internal.h"
+#include "ktune_config.h"
 #include "test_cache_util.h"
+
+#include <elf.h>
+#if KTUNE_HAVE_NVRTC
+#include "search/compile.h"
+#endif
 
 #define H100 "NVIDIA H100 80GB HBM3"
 
@@ -502,6 +510,8 @@ static void put_problem(const fixture *f, const cache_gpu *gpu, const ktune_grap
         for (int j = 0; j < r.kernels[i].n_args; j++)
             if (r.kernels[i].args[j].kind == CACHE_ARG_INPUT)
                 r.kernels[i].args[j].index %= r.n_inputs;
+            else if (r.kernels[i].args[j].kind == CACHE_ARG_OUTPUT)
+                r.kernels[i].args[j].index = i % r.n_outputs; /* every output written */
     put_record(f->dir, &r);
 }
 
@@ -692,15 +702,18 @@ static void test_memo_and_accessors(void **state)
     assert_non_null(strstr(err.msg, "input 1 needs no packing"));
     assert_int_equal(ktune_prepack(k1, 9, &dummy, &dummy, NULL, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "out of range"));
-    /* a resolved-only kernel is not launchable; arguments are checked first */
-    void *in[3] = {&dummy, &dummy, &dummy}, *out[1] = {&dummy};
-    assert_int_equal(ktune_launch(k1, in, out, &dummy, NULL, &err), -ENODEV);
+    /* a resolved-only kernel is not launchable; arguments are checked first (the buffers are
+     * never touched: addresses 16 MiB apart, none overlapping) */
+    char *base = (char *)(uintptr_t)0x7f0000000000ull;
+    void *in[3] = {base, base + (16 << 20), base + (32 << 20)}, *out[1] = {base + (48 << 20)};
+    void *ws = base + (64 << 20);
+    assert_int_equal(ktune_launch(k1, in, out, ws, NULL, &err), -ENODEV);
     assert_int_equal(ktune_launch(k1, in, out, NULL, NULL, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "workspace"));
     in[2] = NULL;
-    assert_int_equal(ktune_launch(k1, in, out, &dummy, NULL, &err), -EINVAL);
+    assert_int_equal(ktune_launch(k1, in, out, ws, NULL, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "input 2"));
-    assert_int_equal(ktune_launch(NULL, in, out, &dummy, NULL, &err), -EINVAL);
+    assert_int_equal(ktune_launch(NULL, in, out, ws, NULL, &err), -EINVAL);
     /* a symbol bound twice is refused, not memoised */
     ktune_shape twice[2] = {{"M", 1024}, {"M", 1024}};
     assert_int_equal(ktune_rt_resolve(rt, f->g, twice, 2, NULL, 0, &a, 0, 0, &k3, NULL, &err),
@@ -709,6 +722,276 @@ static void test_memo_and_accessors(void **state)
                      -EINVAL);
     ktune_runtime_close(rt);
 }
+
+/* ktune_launch refuses buffers that alias (kernels declare them __restrict__), before anything
+ * else is tried: checked here on a resolved-only kernel, which would otherwise fail with
+ * -ENODEV. gemm_bias_relu at M=1024: inputs of 1 MiB, 256 KiB and 512 bytes (some order), an
+ * output of 512 KiB, 1 MiB of workspace. */
+static void test_launch_refuses_aliasing(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    put(f, &a, 1024, "gemm alias", 1000, 1);
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_error err = {0};
+    ktune_shape s[1] = {{"M", 1024}};
+    ktune_kernel *k = NULL;
+    assert_int_equal(ktune_rt_resolve(rt, f->g, s, 1, NULL, 0, &a, 0, 0, &k, NULL, &err), 0);
+    char *base = (char *)(uintptr_t)0x7f0000000000ull;
+    const uint64_t y_bytes = 1024 * 256 * 2;
+    void *in[3] = {base, base + (16 << 20), base + (32 << 20)}, *out[1] = {base + (48 << 20)};
+    void *ws = base + (64 << 20);
+    assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -ENODEV);
+
+    out[0] = in[1]; /* in place */
+    assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "ktune_launch: output 0 ("));
+    assert_non_null(strstr(err.msg, "overlaps input 1 ("));
+    assert_null(strchr(err.msg, '\n'));
+    out[0] = (char *)in[2] - 100; /* its last 100 bytes are input 2's first */
+    assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "overlaps input 2"));
+    out[0] = (char *)in[2] - y_bytes; /* ends where input 2 starts */
+    assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -ENODEV);
+    out[0] = base + (48 << 20);
+    assert_int_equal(ktune_launch(k, in, out, in[0], NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "the workspace ("));
+    assert_non_null(strstr(err.msg, "overlaps input 0"));
+    assert_int_equal(ktune_launch(k, in, out, (char *)out[0] + 64, NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "output 0 ("));
+    assert_non_null(strstr(err.msg, "overlaps the workspace"));
+    /* inputs are only read: they may share memory */
+    in[1] = in[0];
+    assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -ENODEV);
+    ktune_runtime_close(rt);
+}
+
+/* A record that leaves an output slot of its graph unwritten cannot be stored (nor decoded: the
+ * same check), so the runtime never meets one: the caller would get uninitialised memory. */
+static void test_unwritten_output_never_served(void **state)
+{
+    fixture *f = *state;
+    static const char two[] =
+        "{\"name\": \"two\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", 64]}},"
+        " \"nodes\": [{\"out\": \"y\", \"op\": \"relu\", \"in\": [\"x\"]},"
+        " {\"out\": \"z\", \"op\": \"exp\", \"in\": [\"x\"]}], \"outputs\": [\"y\", \"z\"]}";
+    ktune_graph *g2 = NULL;
+    ktune_error err = {0};
+    assert_int_equal(ktune_graph_parse(two, strlen(two), &g2, &err), 0);
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    cache_record r;
+    graph_record(&r, f, &a, 1024, "pointwise half", 1000, 1);
+    memcpy(r.key.sig, g2->sig, OPS_SIG_BYTES);
+    ops_binding b = {"M", 1024};
+    set_problem(&r, g2->g, &b, 1);
+    for (int i = 0; i < r.n_kernels; i++)
+        for (int j = 0; j < r.kernels[i].n_args; j++)
+            if (r.kernels[i].args[j].kind == CACHE_ARG_INPUT)
+                r.kernels[i].args[j].index = 0; /* one input; both launches write output 0 */
+    cache_env *env = NULL;
+    kt_err e = {0};
+    assert_int_equal(cache_open(f->dir, 0, NULL, &env, &e), 0);
+    assert_int_equal(cache_put(env, &r, NULL, &e), -EINVAL);
+    assert_non_null(strstr(e.msg, "no launch writes output 1 (of 2)"));
+    assert_null(strchr(e.msg, '\n'));
+    cache_close(env);
+    cache_record_free(&r);
+    ktune_graph_free(g2);
+}
+
+static void test_range_fits(void **state)
+{
+    (void)state;
+    assert_true(ktune_rt_range_fits(0, 0, 0));
+    assert_true(ktune_rt_range_fits(10, 0, 10));
+    assert_false(ktune_rt_range_fits(11, 0, 10));
+    assert_true(ktune_rt_range_fits(5, 5, 10));
+    assert_false(ktune_rt_range_fits(5, 6, 10));
+    /* offset + length wraps around: 16 + (2^64 - 8) = 8 < 4096 */
+    assert_false(ktune_rt_range_fits(16, UINT64_MAX - 7, 4096));
+    assert_false(ktune_rt_range_fits(UINT64_MAX, 2, UINT64_MAX));
+    assert_true(ktune_rt_range_fits(UINT64_MAX - 1, 1, UINT64_MAX));
+}
+
+static void test_check_aliasing(void **state)
+{
+    (void)state;
+    char *b = (char *)(uintptr_t)0x10000000ull;
+    void *in[2] = {b, b + 1000};
+    uint64_t in_bytes[2] = {1000, 500};
+    void *out[2] = {b + 2000, b + 3000};
+    uint64_t out_bytes[2] = {1000, 500};
+    kt_err why = {0};
+    /* adjacent buffers, a workspace right after them */
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b + 4000, 64, &why), 0);
+    /* identical pointers */
+    out[1] = in[1];
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why),
+                     -EINVAL);
+    assert_non_null(strstr(why.msg, "output 1 ("));
+    assert_non_null(strstr(why.msg, "overlaps input 1 ("));
+    assert_null(strchr(why.msg, '\n'));
+    /* partial overlap, from either side */
+    out[1] = b + 1499; /* input 1's last byte */
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why),
+                     -EINVAL);
+    assert_non_null(strstr(why.msg, "overlaps input 1"));
+    out[1] = b + 1500; /* just past it, and ending where output 0 starts */
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why), 0);
+    out[1] = b - 499; /* its last byte is input 0's first */
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why),
+                     -EINVAL);
+    assert_non_null(strstr(why.msg, "output 1 ("));
+    assert_non_null(strstr(why.msg, "overlaps input 0"));
+    out[1] = b - 500; /* ends where input 0 starts */
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why), 0);
+    /* two outputs */
+    out[1] = b + 2999;
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why),
+                     -EINVAL);
+    assert_non_null(strstr(why.msg, "output 1 ("));
+    assert_non_null(strstr(why.msg, "overlaps output 0"));
+    out[1] = b + 3000;
+    /* the workspace against an output and an input; NULL or empty is no buffer */
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b + 3499, 64, &why), -EINVAL);
+    assert_non_null(strstr(why.msg, "output 1 ("));
+    assert_non_null(strstr(why.msg, "overlaps the workspace"));
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b + 1200, 64, &why), -EINVAL);
+    assert_non_null(strstr(why.msg, "the workspace ("));
+    assert_non_null(strstr(why.msg, "overlaps input 1"));
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b, 0, &why), 0);
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 64, &why),
+                     0);
+    /* inputs may overlap each other */
+    in[1] = b + 10;
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why), 0);
+    /* at the top of the address space, no sum wraps */
+    void *hi_in[1] = {(void *)(UINTPTR_MAX - 99)}, *hi_out[1] = {(void *)(UINTPTR_MAX - 49)};
+    uint64_t hi_in_bytes[1] = {100}, hi_out_bytes[1] = {50};
+    assert_int_equal(
+        ktune_rt_check_aliasing(hi_in, hi_in_bytes, 1, hi_out, hi_out_bytes, 1, NULL, 0, &why),
+        -EINVAL);
+}
+
+static void test_check_params(void **state)
+{
+    (void)state;
+    cache_arg args[5] = {
+        {.kind = CACHE_ARG_INPUT, .index = 0},
+        {.kind = CACHE_ARG_OUTPUT, .index = 0},
+        {.kind = CACHE_ARG_WORKSPACE, .offset = 256},
+        {.kind = CACHE_ARG_SCALAR, .scalar = CACHE_SCALAR_I32, .ival = 7},
+        {.kind = CACHE_ARG_SCALAR, .scalar = CACHE_SCALAR_F64, .fval = 0.5},
+    };
+    cache_kernel k = {.entry = "ktune_main", .n_args = 5, .args = args};
+    size_t sizes[6] = {8, 8, 8, 4, 8, 8};
+    kt_err why = {0};
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 5, &why), 0);
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 4, &why), -EBADMSG);
+    assert_non_null(strstr(why.msg, "kernel ktune_main takes 4 parameters; the record passes 5"));
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 6, &why), -EBADMSG);
+    assert_non_null(strstr(why.msg, "takes 6 parameters"));
+    sizes[3] = 8;
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 5, &why), -EBADMSG);
+    assert_non_null(strstr(why.msg, "parameter 3 is 8 bytes; the record passes a scalar of 4"));
+    sizes[3] = 4;
+    sizes[1] = 4;
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 5, &why), -EBADMSG);
+    assert_non_null(
+        strstr(why.msg, "parameter 1 is 4 bytes; the record passes an output pointer of 8"));
+    k.n_args = 0;
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 0, &why), 0);
+}
+
+#if KTUNE_HAVE_NVRTC
+/* A real cubin (NVRTC to sm_90a: no GPU needed), then the same bytes damaged field by field. */
+static void put_u64(uint8_t *img, size_t at, uint64_t v)
+{
+    memcpy(img + at, &v, sizeof(v));
+}
+
+static void put_u16(uint8_t *img, size_t at, uint16_t v)
+{
+    memcpy(img + at, &v, sizeof(v));
+}
+
+static void test_check_cubin(void **state)
+{
+    (void)state;
+    static const char src[] =
+        "extern \"C\" __global__ void k0(float *__restrict__ y, const float *__restrict__ x, int n)"
+        " { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.f * x[i]; }\n";
+    srch_compile_result cr = {0};
+    assert_int_equal(srch_nvrtc_compile(src, "sm_90a", &cr), 0);
+    assert_int_equal(cr.status, SRCH_COMPILE_OK);
+    const size_t len = cr.cubin_len;
+    kt_err why = {0};
+    assert_int_equal(ktune_rt_check_cubin(cr.cubin, len, &why), 0);
+    Elf64_Ehdr eh;
+    memcpy(&eh, cr.cubin, sizeof(eh));
+    assert_true(eh.e_shnum > 0);
+    uint8_t *img = malloc(len);
+
+    /* truncated: header only, one byte short of the section headers, one byte short overall */
+    assert_int_equal(ktune_rt_check_cubin(cr.cubin, 0, &why), -EBADMSG);
+    assert_int_equal(ktune_rt_check_cubin(cr.cubin, sizeof(eh) - 1, &why), -EBADMSG);
+    assert_non_null(strstr(why.msg, "shorter than an ELF64 header"));
+    assert_int_equal(ktune_rt_check_cubin(cr.cubin, sizeof(eh), &why), -EBADMSG);
+    size_t sh_end = eh.e_shoff + (size_t)eh.e_shnum * eh.e_shentsize;
+    assert_true(sh_end <= len);
+    assert_int_equal(ktune_rt_check_cubin(cr.cubin, sh_end - 1, &why), -EBADMSG);
+    assert_int_equal(ktune_rt_check_cubin(cr.cubin, len - 1, &why), -EBADMSG);
+    assert_null(strchr(why.msg, '\n'));
+    for (size_t cut = 1; cut < len; cut += 97) /* no prefix of a sound image passes */
+        assert_int_equal(ktune_rt_check_cubin(cr.cubin, cut, &why), -EBADMSG);
+
+#define DAMAGED(edit, want)                                                                        \
+    do {                                                                                           \
+        memcpy(img, cr.cubin, len);                                                                \
+        edit;                                                                                      \
+        assert_int_equal(ktune_rt_check_cubin(img, len, &why), -EBADMSG);                          \
+        if (!strstr(why.msg, want))                                                                \
+            fail_msg("%s: got '%s'", #edit, why.msg);                                              \
+    } while (0)
+    DAMAGED(img[0] = 0x7e, "bad magic");
+    DAMAGED(img[EI_CLASS] = ELFCLASS32, "not a little-endian ELF64");
+    DAMAGED(img[EI_DATA] = ELFDATA2MSB, "not a little-endian ELF64");
+    DAMAGED(put_u16(img, offsetof(Elf64_Ehdr, e_machine), EM_X86_64), "machine 62");
+    DAMAGED(put_u16(img, offsetof(Elf64_Ehdr, e_shentsize), 40), "header sizes");
+    DAMAGED(put_u16(img, offsetof(Elf64_Ehdr, e_shnum), 0), "0 sections");
+    DAMAGED(put_u16(img, offsetof(Elf64_Ehdr, e_shstrndx), eh.e_shnum), "string table");
+    /* the section header table past the end: moved, grown, or wrapping around */
+    DAMAGED(put_u64(img, offsetof(Elf64_Ehdr, e_shoff), len - 1), "section headers");
+    DAMAGED(put_u16(img, offsetof(Elf64_Ehdr, e_shnum), 0xfeff), "section headers");
+    DAMAGED(put_u64(img, offsetof(Elf64_Ehdr, e_shoff), UINT64_MAX - 63), "section headers");
+    if (eh.e_phnum) {
+        DAMAGED(put_u64(img, offsetof(Elf64_Ehdr, e_phoff), len), "program headers");
+        DAMAGED(put_u64(img, offsetof(Elf64_Ehdr, e_phoff), UINT64_MAX), "program headers");
+        size_t ph = eh.e_phoff; /* the first segment's bytes past the end */
+        DAMAGED(put_u64(img, ph + offsetof(Elf64_Phdr, p_filesz), len), "segment 0");
+    }
+    /* a section's bytes past the end, or wrapping around */
+    int s = 1;
+    for (; s < eh.e_shnum; s++) {
+        Elf64_Shdr sh;
+        memcpy(&sh, cr.cubin + eh.e_shoff + (size_t)s * sizeof(sh), sizeof(sh));
+        if (sh.sh_type != SHT_NOBITS && sh.sh_size > 0)
+            break;
+    }
+    assert_true(s < eh.e_shnum);
+    size_t at = eh.e_shoff + (size_t)s * sizeof(Elf64_Shdr);
+    DAMAGED(put_u64(img, at + offsetof(Elf64_Shdr, sh_offset), len), "section");
+    DAMAGED(put_u64(img, at + offsetof(Elf64_Shdr, sh_size), UINT64_MAX), "section");
+#undef DAMAGED
+    free(img);
+    srch_compile_result_release(&cr);
+}
+#endif
 
 /* Shapes in any order are one key: one memoised kernel. */
 static void test_memo_shape_order(void **state)
@@ -845,6 +1128,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_memo_and_accessors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memo_shape_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_launch_refuses_aliasing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unwritten_output_never_served, setup, teardown),
+        cmocka_unit_test(test_range_fits),
+        cmocka_unit_test(test_check_aliasing),
+        cmocka_unit_test(test_check_params),
+#if KTUNE_HAVE_NVRTC
+        cmocka_unit_test(test_check_cubin),
+#endif
         cmocka_unit_test(test_schedule_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

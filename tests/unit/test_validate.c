@@ -95,6 +95,10 @@ static const bad_case bad_cases[] = {
     {"schema_missing_outputs",
      "{'inputs': {" X4 "}, 'nodes': [{'out': 'y', 'op': 'relu', 'in': ['x']}]}", OPS_RULE_SCHEMA,
      -1, "", "\"outputs\""},
+    {"output_is_input", GRAPH(X4, "{'out': 'y', 'op': 'relu', 'in': ['x']}", "'y', 'x'"),
+     OPS_RULE_SCHEMA, -1, "x", "output 'x' is a graph input: the caller already holds it"},
+    {"only_output_is_input", GRAPH(X4, "{'out': 'y', 'op': 'relu', 'in': ['x']}", "'x'"),
+     OPS_RULE_SCHEMA, -1, "x", "output 'x' is a graph input"},
     {"unknown_op",
      GRAPH(X4, "{'out': 'a', 'op': 'relu', 'in': ['x']}, {'out': 'y', 'op': 'frob', 'in': ['a']}",
            "'y'"),
@@ -334,6 +338,20 @@ static void test_bad_built_graphs(void **state)
     g->tensors[0].dtype = OPS_DT_BF16;
     assert_int_equal(ops_graph_validate(g, &d), 0);
     assert_int_equal(g->tensors[1].dtype, OPS_DT_BF16);
+
+    /* an output listed twice (ops_graph_mark_output refuses it; the array is poked here): its
+     * second slot would never be written */
+    ops_attrs_default(OPS_RELU, &a);
+    n = ops_graph_add_node(g, OPS_RELU, "z", &a);
+    g->nodes[n].n_in = 1;
+    g->nodes[n].in[0].tensor = 1;
+    assert_int_equal(ops_graph_mark_output(g, 2), 0);
+    assert_int_equal(ops_graph_validate(g, &d), 0);
+    g->outputs[1] = 1;
+    assert_int_equal(ops_graph_validate(g, &d), -EINVAL);
+    assert_int_equal(d.rule, OPS_RULE_DUPLICATE);
+    assert_string_equal(d.tensor, "y");
+    assert_non_null(strstr(d.msg, "graph output 'y' is listed twice"));
     ops_graph_free(g);
 }
 

@@ -167,7 +167,9 @@ class Kernel:
     and contiguity are checked against the graph with its shapes bound (a ValueError names the
     tensor at fault); outputs and workspace are allocated with torch unless given; the launch
     goes on torch.cuda.current_stream() unless stream (a torch.cuda.Stream or a CUstream
-    handle) is given. Like any kernel launch it is asynchronous. No autograd."""
+    handle) is given. An output must not overlap an input, another output or the workspace
+    (the kernels assume their buffers do not alias): ktune_launch refuses that with a
+    KtuneError (EINVAL) naming both. Like any kernel launch it is asynchronous. No autograd."""
 
     def __init__(self, runtime, handle, graph, shapes, precision, device, fixed):
         self.runtime, self._k, self.graph = runtime, handle, graph

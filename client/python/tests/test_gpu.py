@@ -100,6 +100,20 @@ def test_inputs_are_checked(gpu_cache):
         k(x, out=torch.empty(256, 1024, device="cuda", dtype=torch.float16))
 
 
+def test_aliased_out_is_refused(gpu_cache):
+    # kernels declare their pointers __restrict__ (softmax re-reads x after writing y): an
+    # output overlapping an input is refused by ktune_launch, in place or in part
+    k = gpu_cache.lookup(SOFTMAX, SOFTMAX_SHAPES)
+    buf = torch.randn(512, 1024, device="cuda")
+    x = buf[:256]
+    for out, needle in ((x, "output 0 ("), (buf[128:384], "overlaps input 0 (")):
+        with pytest.raises(ktune.KtuneError) as e:
+            k(x, out=out)
+        assert e.value.errno == errno.EINVAL and needle in str(e.value)
+    torch.testing.assert_close(k(x, out=buf[256:]), torch.softmax(x, dim=-1), rtol=1e-5,
+                               atol=1e-6)  # adjacent, not overlapping
+
+
 def test_missing_key_raises_enoent(gpu_cache):
     with pytest.raises(ktune.KtuneError) as e:
         gpu_cache.lookup(SOFTMAX, {"M": 3, "N": 5})
