@@ -1,8 +1,8 @@
 /* GPU test of ktune-worker, driven through its pipes exactly as the supervisor drives it:
  *   - hello: device description, CUPTI, self-test;
  *   - the fp64 GPU reference (op "reference") against ops_ref_run on the CPU, on small shapes of
- *     every example, from the very inputs the worker generated (checked: stored in their dtype,
- *     never all zeros);
+ *     every example and of graphs with NaN in their reference (NaN and Inf must match), from the
+ *     very inputs the worker generated (checked: stored in their dtype, never all zeros);
  *   - real candidates pass with a small error and get a time: a fused gemm, a split-K gemm
  *     (workspace, several kernels), a softmax row kernel, and cuBLASLt for the f16 gemm;
  *   - planted kernels: a wrong one (2x + 2 for 2x + 1) is "wrong", one that skips the last
@@ -403,7 +403,9 @@ static void check_reference(worker *w, const char *file, const char *shapes)
             for (int64_t k = 0; k < n; k++) {
                 double gv;
                 memcpy(&gv, bin->via.bin.ptr + (size_t)k * sizeof(double), sizeof(gv));
-                if (isfinite(cpu[j][k]) != isfinite(gv)) {
+                /* NaN where the CPU has NaN, the same infinity where it has one */
+                if (isnan(cpu[j][k]) != isnan(gv) ||
+                    ((isinf(cpu[j][k]) || isinf(gv)) && cpu[j][k] != gv)) {
                     num = INFINITY;
                     continue;
                 }
@@ -992,6 +994,10 @@ int main(void)
     check_reference(&w, "sum_lastaxis.json", "M=33,N=77");
     check_reference(&w, "conv2d.json", "N=1");
     check_reference(&w, "attention.json", "B=1,H=2,S=37");
+    /* NaN where log(x) is NaN, kept by clamp, amax and softmax as on the CPU */
+    check_reference(&w, "tests/gpu/clamp_log.json", "M=33,N=77");
+    check_reference(&w, "tests/gpu/amax_log.json", "M=33,N=4");
+    check_reference(&w, "tests/gpu/softmax_log.json", "M=33,N=4");
     check_full_inputs(&w);
 
     printf("== candidates\n");
