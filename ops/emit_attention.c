@@ -679,12 +679,12 @@ static void emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, 
     kt_buf_line(b, "float mx = row_m[i][h], mx1 = KT_NEG_INF;");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int j = 0; j < BKV / 8; j += 2) {");
-    kt_buf_line(b, "    mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));");
-    kt_buf_line(b, "    mx1 = fmaxf(mx1, fmaxf(s[i][j + 1][2 * h], s[i][j + 1][2 * h + 1]));");
+    kt_buf_line(b, "    mx = kt_max(mx, kt_max(s[i][j][2 * h], s[i][j][2 * h + 1]));");
+    kt_buf_line(b, "    mx1 = kt_max(mx1, kt_max(s[i][j + 1][2 * h], s[i][j + 1][2 * h + 1]));");
     kt_buf_line(b, "}");
-    kt_buf_line(b, "mx = fmaxf(mx, mx1);");
-    kt_buf_line(b, "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));");
-    kt_buf_line(b, "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));");
+    kt_buf_line(b, "mx = kt_max(mx, mx1);");
+    kt_buf_line(b, "mx = kt_max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));");
+    kt_buf_line(b, "mx = kt_max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));");
     kt_buf_line(b, "/* a row with every key masked so far keeps p = 0 and no NaN */");
     if (fold) {
         kt_buf_line(b, "const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;");
@@ -1151,10 +1151,10 @@ static void emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a
     kt_buf_line(b, "float mx = sM[r];");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int j = lane; j < BKV; j += 32)");
-    kt_buf_line(b, "    mx = fmaxf(mx, sP[r * PS + j]);");
+    kt_buf_line(b, "    mx = kt_max(mx, sP[r * PS + j]);");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int w = 16; w > 0; w >>= 1)");
-    kt_buf_line(b, "    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, w));");
+    kt_buf_line(b, "    mx = kt_max(mx, __shfl_xor_sync(0xffffffffu, mx, w));");
     kt_buf_line(b, "const float base = mx == KT_NEG_INF ? 0.0f : mx; /* all masked: p = 0 */");
     kt_buf_line(b, "float sum = 0.0f;");
     kt_buf_line(b, "#pragma unroll");

@@ -49,6 +49,29 @@ static const char prelude[] =
     "    /* log1p(exp(x)) without overflow: for large x the result is x. */\n"
     "    return x > 20.0f ? x : log1pf(expf(x));\n"
     "}\n"
+    "/* max and min that return NaN when either operand is NaN, as PyTorch's maximum, minimum,\n"
+    " * relu, clamp and amax do (fmaxf and fminf return the other operand). One instruction on\n"
+    " * sm_80 and later, like fmaxf. */\n"
+    "__device__ __forceinline__ float kt_max(float a, float b)\n"
+    "{\n"
+    "#if __CUDA_ARCH__ >= 800\n"
+    "    float r;\n"
+    "    asm(\"max.NaN.f32 %0, %1, %2;\" : \"=f\"(r) : \"f\"(a), \"f\"(b));\n"
+    "    return r;\n"
+    "#else\n"
+    "    return a != a || b != b ? __int_as_float(0x7fffffff) : fmaxf(a, b);\n"
+    "#endif\n"
+    "}\n"
+    "__device__ __forceinline__ float kt_min(float a, float b)\n"
+    "{\n"
+    "#if __CUDA_ARCH__ >= 800\n"
+    "    float r;\n"
+    "    asm(\"min.NaN.f32 %0, %1, %2;\" : \"=f\"(r) : \"f\"(a), \"f\"(b));\n"
+    "    return r;\n"
+    "#else\n"
+    "    return a != a || b != b ? __int_as_float(0x7fffffff) : fminf(a, b);\n"
+    "#endif\n"
+    "}\n"
     "/* ---- end of prelude ---- */\n";
 
 void ops_emit_prelude(kt_buf *b)
@@ -240,8 +263,8 @@ int ops_emit_elementwise(kt_buf *b, const ops_node *n, const char *const *operan
             ops_op op;
             const char *infix, *fn;
         } bin[] = {
-            {OPS_ADD, " + ", NULL},  {OPS_SUB, " - ", NULL},   {OPS_MUL, " * ", NULL},
-            {OPS_DIV, " / ", NULL},  {OPS_MAX, NULL, "fmaxf"}, {OPS_MIN, NULL, "fminf"},
+            {OPS_ADD, " + ", NULL},  {OPS_SUB, " - ", NULL},    {OPS_MUL, " * ", NULL},
+            {OPS_DIV, " / ", NULL},  {OPS_MAX, NULL, "kt_max"}, {OPS_MIN, NULL, "kt_min"},
             {OPS_POW, NULL, "powf"},
         };
         for (size_t i = 0; i < KT_ARRAY_LEN(bin); i++) {
@@ -265,7 +288,7 @@ int ops_emit_elementwise(kt_buf *b, const ops_node *n, const char *const *operan
         kt_buf_printf(b, "fabsf(%s)", x);
         break;
     case OPS_RELU:
-        kt_buf_printf(b, "fmaxf(%s, 0.0f)", x);
+        kt_buf_printf(b, "kt_max(%s, 0.0f)", x); /* relu(NaN) = NaN */
         break;
     case OPS_GELU:
         kt_buf_printf(b, "kt_gelu(%s)", x);
@@ -313,9 +336,10 @@ int ops_emit_elementwise(kt_buf *b, const ops_node *n, const char *const *operan
         break;
     case OPS_HARDTANH:
     case OPS_CLAMP: {
-        /* An infinite bound (clamp with one side) emits no instruction for that side. */
+        /* An infinite bound (clamp with one side) emits no instruction for that side; NaN
+         * stays NaN. */
         bool lo = isfinite(a->lo), hi = isfinite(a->hi);
-        kt_buf_printf(b, "%s%s(%s)", hi ? "fminf(" : "", lo ? "fmaxf(" : "", x);
+        kt_buf_printf(b, "%s%s(%s)", hi ? "kt_min(" : "", lo ? "kt_max(" : "", x);
         if (lo) {
             kt_buf_printf(b, ", ");
             emit_float_literal(b, a->lo);

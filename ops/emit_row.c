@@ -1055,15 +1055,15 @@ static void acc_update(kt_buf *b, const rw_acc *a, const char *v)
         kt_buf_line(b, "a%d += %s;", u, v);
         break;
     case RK_MAX:
-        kt_buf_line(b, "a%d = fmaxf(a%d, %s);", u, u, v);
+        kt_buf_line(b, "a%d = kt_max(a%d, %s);", u, u, v);
         break;
     case RK_MIN:
-        kt_buf_line(b, "a%d = fminf(a%d, %s);", u, u, v);
+        kt_buf_line(b, "a%d = kt_min(a%d, %s);", u, u, v);
         break;
     case RK_ONLINE:
         kt_buf_line(b, "{");
         b->indent += 4;
-        kt_buf_line(b, "const float mn = fmaxf(a%d, %s);", u, v);
+        kt_buf_line(b, "const float mn = kt_max(a%d, %s);", u, v);
         kt_buf_line(b, "a%d_s = a%d_s * (a%d == mn ? 1.0f : expf(a%d - mn)) + expf(%s - mn);", u, u,
                     u, u, v);
         kt_buf_line(b, "a%d = mn;", u);
@@ -1104,15 +1104,15 @@ static void acc_merge(kt_buf *b, const rw_acc *a, const char *other)
         kt_buf_line(b, "a%d = a%d + %sa%d;", u, u, other, u);
         break;
     case RK_MAX:
-        kt_buf_line(b, "a%d = fmaxf(a%d, %sa%d);", u, u, other, u);
+        kt_buf_line(b, "a%d = kt_max(a%d, %sa%d);", u, u, other, u);
         break;
     case RK_MIN:
-        kt_buf_line(b, "a%d = fminf(a%d, %sa%d);", u, u, other, u);
+        kt_buf_line(b, "a%d = kt_min(a%d, %sa%d);", u, u, other, u);
         break;
     case RK_ONLINE:
         kt_buf_line(b, "{");
         b->indent += 4;
-        kt_buf_line(b, "const float mn = fmaxf(a%d, %sa%d);", u, other, u);
+        kt_buf_line(b, "const float mn = kt_max(a%d, %sa%d);", u, other, u);
         kt_buf_line(b, "a%d_s = a%d_s * (a%d == mn ? 1.0f : expf(a%d - mn)) +", u, u, u, u);
         kt_buf_line(b, "        %sa%d_s * (%sa%d == mn ? 1.0f : expf(%sa%d - mn));", other, u,
                     other, u, other, u);

@@ -11,7 +11,8 @@
  * holds the typed inputs of every seed (host, generated once, and a device copy per seed that is
  * copied on the device into the one set of input buffers the candidates read), one set of device
  * output buffers, and, once a candidate needs verifying, the fp64 reference outputs of every seed
- * (device) with the sum of squares and count of their finite values. The reference program
+ * (device) with the sum of squares and count of the values that are finite and representable in
+ * the output's dtype. The reference program
  * (ops_emit_reference_graph) is compiled with NVRTC in this process only when a data set first
  * needs its references; its outputs, not its module, are what is cached. At most WK_MAX_DATA data
  * sets that no loaded candidate uses are kept (least recently used goes).
@@ -35,9 +36,16 @@
  * Verification, per seed: outputs (and the workspace) poisoned with 0xff bytes, which are NaN
  * in f32, f16 and bf16, so an unwritten element fails; one run; the outputs compared with the
  * reference; a second run on the same inputs compared bitwise with the first (a difference is a
- * race). The comparison, per output:
- *   - where the reference is finite and representable in the output dtype, an output that is
- *     NaN or Inf fails;
+ * race). The comparison, per output, judges every element by its reference value r (ops_dtype_store
+ * rounding decides what overflows):
+ *   - r NaN: the output must be NaN;
+ *   - r infinite, or finite but overflowing the output dtype: the output must be the infinity of
+ *     r's sign;
+ *   - r finite and representable: the output must be finite, and is compared by value below.
+ * An element that breaks one of these rules fails the candidate ("differ in NaN/Inf"). The
+ * error measures are over the elements compared by value, and an output with none of them on a
+ * seed fails ("too few elements compared"): f32 add(x, 1e39) overflows everywhere, and a kernel
+ * would otherwise pass with nothing compared. For the compared elements:
  *   - normwise  ||out - ref||_2 / ||ref||_2 <= tol, with tol the request's tolerance or, when
  *     that is <= 0, MEASURE.md's default: f32 1e-5 (exact), 5e-4 (tf32, graphs with a
  *     contraction), 2e-2 (reduced: f16 or bf16 math on f32 data), raised to 3e-3 when any
@@ -57,14 +65,17 @@
  * err_norm is the worst normwise error over outputs and seeds; err_max the worst elementwise
  * ratio |out - ref| / (atol + rtol |ref|) (<= 1 passes).
  *
+ * rms(ref) is over the compared elements too. err_norm is Inf for an output with an element of the
+ * wrong NaN/Inf class or with nothing compared.
+ *
  * The comparison and the race check run on the GPU (cmp_source, compiled with NVRTC once per
  * process): per output, block partials of sum (out - ref)^2, sum ref^2, the worst ratio (first
- * index on ties), the count and first index of non-finite outputs, added on the host in block
- * order; the race check copies the first run's outputs aside on the device and counts the
- * elements that differ bitwise. Only those scalars (and, for a message, the one offending
- * element) are downloaded. Same rules and tolerances as the host comparison it replaced; the
- * sums are added in another (fixed, deterministic) order, so err_norm and rms(ref) may differ
- * from a sequential sum in the last bits. */
+ * index on ties), the count of compared elements, the count and first index of elements of the
+ * wrong NaN/Inf class, added on the host in block order; the race check copies the first run's
+ * outputs aside on the device and counts the elements that differ bitwise. Only those scalars
+ * (and, for a message, the one offending element) are downloaded. The sums are added in a fixed,
+ * deterministic order (not a sequential one: err_norm and rms(ref) may differ from a sequential
+ * sum in the last bits). */
 #include "compile.h"
 #include "worker.h"
 
@@ -109,8 +120,10 @@ typedef struct wk_data {
     uint8_t **h_in;         /* [seed * n_in + i]: typed inputs */
     CUdeviceptr *d_seed_in; /* [seed * n_in + i]: the same on the device (copied into d_in) */
     CUdeviceptr *d_ref;     /* [seed * n_out + j]: fp64 reference outputs (device) */
-    double *ref_sumsq;      /* [seed * n_out + j]: sum of squares of the finite reference values */
-    int64_t *ref_finite;    /* [seed * n_out + j]: how many reference values are finite */
+    /* [seed * n_out + j]: sum of squares and count of the reference values that are finite and
+     * representable in the output's dtype (the ones compared by value) */
+    double *ref_sumsq;
+    int64_t *ref_cmp;
     CUdeviceptr d_prev[OPS_GROUP_MAX_IO]; /* the first run's outputs, for the race check */
     bool have_ref;
     int cur_seed; /* whose inputs d_in holds, -1 none */
@@ -124,7 +137,10 @@ typedef struct wk wk;
 /* One block's partial result of a comparison kernel (kt_part in cmp_source). */
 typedef struct wk_part {
     double num, den, worst;
-    long long worst_at, bad_nf, first_nf; /* WK_NONE: none */
+    long long worst_at;  /* WK_NONE: none */
+    long long bad;       /* elements whose NaN/Inf class differs from the reference's */
+    long long first_bad; /* WK_NONE: none */
+    long long n_cmp;     /* elements compared by value (finite, representable reference) */
 } wk_part;
 #define WK_NONE        0x7fffffffffffffffLL
 #define WK_CMP_BLOCKS  1024
@@ -173,8 +189,9 @@ struct wk {
     /* The comparison module (cmp_source), compiled on first use. */
     bool cmp_ready;
     CUmodule cmp_mod;
-    CUfunction f_cmp[OPS_DT_F64 + 1]; /* by output dtype */
-    CUfunction f_refstats, f_copy;
+    CUfunction f_cmp[OPS_DT_F64 + 1];      /* by output dtype */
+    CUfunction f_refstats[OPS_DT_F64 + 1]; /* by output dtype */
+    CUfunction f_copy;
     CUfunction f_widen[OPS_DT_F64]; /* by dtype: f32, f16, bf16 */
     CUfunction f_diff[4];           /* by word size 1, 2, 4, 8 */
     CUdeviceptr d_part, d_res;
@@ -369,7 +386,7 @@ static const char cmp_source[] =
     "#define KT_NONE 0x7fffffffffffffffLL\n"
     "struct kt_part {\n"
     "    double num, den, worst;\n"
-    "    long long worst_at, bad_nf, first_nf;\n"
+    "    long long worst_at, bad, first_bad, n_cmp;\n"
     "};\n"
     "__device__ float kt_f16_to_f32(u16 h)\n"
     "{\n"
@@ -436,9 +453,10 @@ static const char cmp_source[] =
     "        a->worst = b->worst;\n"
     "        a->worst_at = b->worst_at;\n"
     "    }\n"
-    "    a->bad_nf += b->bad_nf;\n"
-    "    if (b->first_nf < a->first_nf)\n"
-    "        a->first_nf = b->first_nf;\n"
+    "    a->bad += b->bad;\n"
+    "    if (b->first_bad < a->first_bad)\n"
+    "        a->first_bad = b->first_bad;\n"
+    "    a->n_cmp += b->n_cmp;\n"
     "}\n"
     "__device__ void kt_block_reduce(kt_part p, kt_part *out)\n"
     "{\n"
@@ -453,32 +471,40 @@ static const char cmp_source[] =
     "    if (threadIdx.x == 0)\n"
     "        out[blockIdx.x] = s[0];\n"
     "}\n"
-    "/* The comparison of compare_output, per element (see the worker's header comment). */\n"
+    "/* The comparison of compare_output, per element (see the worker's header comment): a NaN\n"
+    " * reference wants NaN; an infinite one, or one that overflows the dtype, the infinity of "
+    "its\n"
+    " * sign; a finite representable one a finite value, which enters the sums and n_cmp. */\n"
     "template <int DT>\n"
     "__device__ void kt_cmp(const void *out, const double *ref, long long n, double atol,\n"
     "                       double rtol, kt_part *part)\n"
     "{\n"
-    "    kt_part p = {0, 0, 0, KT_NONE, 0, KT_NONE};\n"
+    "    kt_part p = {0, 0, 0, KT_NONE, 0, KT_NONE, 0};\n"
     "    long long stride = (long long)gridDim.x * blockDim.x;\n"
     "    for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride) "
     "{\n"
-    "        double want = ref[k];\n"
-    "        if (!isfinite(want) || !kt_repr<DT>(want))\n"
+    "        double want = ref[k], got = kt_load<DT>(out, k);\n"
+    "        bool same;\n"
+    "        if (isnan(want)) {\n"
+    "            same = isnan(got);\n"
+    "        } else if (isinf(want) || !kt_repr<DT>(want)) {\n"
+    "            same = isinf(got) && (got > 0) == (want > 0);\n"
+    "        } else if (isfinite(got)) {\n"
+    "            double diff = fabs(got - want);\n"
+    "            p.num += diff * diff;\n"
+    "            p.den += want * want;\n"
+    "            p.n_cmp++;\n"
+    "            double r = diff / (atol + rtol * fabs(want));\n"
+    "            if (r > p.worst) {\n"
+    "                p.worst = r;\n"
+    "                p.worst_at = k;\n"
+    "            }\n"
     "            continue;\n"
-    "        double got = kt_load<DT>(out, k);\n"
-    "        if (!isfinite(got)) {\n"
-    "            if (p.bad_nf++ == 0)\n"
-    "                p.first_nf = k;\n"
-    "            continue;\n"
+    "        } else {\n"
+    "            same = false;\n"
     "        }\n"
-    "        double diff = fabs(got - want);\n"
-    "        p.num += diff * diff;\n"
-    "        p.den += want * want;\n"
-    "        double r = diff / (atol + rtol * fabs(want));\n"
-    "        if (r > p.worst) {\n"
-    "            p.worst = r;\n"
-    "            p.worst_at = k;\n"
-    "        }\n"
+    "        if (!same && p.bad++ == 0)\n"
+    "            p.first_bad = k;\n"
     "    }\n"
     "    kt_block_reduce(p, part);\n"
     "}\n"
@@ -502,17 +528,34 @@ static const char cmp_source[] =
     "{\n"
     "    kt_cmp<4>(o, r, n, atol, rtol, part);\n"
     "}\n"
-    "/* Sum of squares (num) and count (bad_nf) of the finite reference values. */\n"
-    "extern \"C\" __global__ void kt_refstats(const double *ref, long long n, kt_part *part)\n"
+    "/* Sum of squares (num) and count (n_cmp) of the reference values that are finite and\n"
+    " * representable in the output dtype: the ones kt_cmp compares by value. */\n"
+    "template <int DT> __device__ void kt_refstats(const double *ref, long long n, kt_part *part)\n"
     "{\n"
-    "    kt_part p = {0, 0, 0, KT_NONE, 0, KT_NONE};\n"
+    "    kt_part p = {0, 0, 0, KT_NONE, 0, KT_NONE, 0};\n"
     "    long long stride = (long long)gridDim.x * blockDim.x;\n"
     "    for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride)\n"
-    "        if (isfinite(ref[k])) {\n"
+    "        if (isfinite(ref[k]) && kt_repr<DT>(ref[k])) {\n"
     "            p.num += ref[k] * ref[k];\n"
-    "            p.bad_nf++;\n"
+    "            p.n_cmp++;\n"
     "        }\n"
     "    kt_block_reduce(p, part);\n"
+    "}\n"
+    "extern \"C\" __global__ void kt_refstats_f32(const double *r, long long n, kt_part *part)\n"
+    "{\n"
+    "    kt_refstats<1>(r, n, part);\n"
+    "}\n"
+    "extern \"C\" __global__ void kt_refstats_f16(const double *r, long long n, kt_part *part)\n"
+    "{\n"
+    "    kt_refstats<2>(r, n, part);\n"
+    "}\n"
+    "extern \"C\" __global__ void kt_refstats_bf16(const double *r, long long n, kt_part *part)\n"
+    "{\n"
+    "    kt_refstats<3>(r, n, part);\n"
+    "}\n"
+    "extern \"C\" __global__ void kt_refstats_f64(const double *r, long long n, kt_part *part)\n"
+    "{\n"
+    "    kt_refstats<4>(r, n, part);\n"
     "}\n"
     "/* Bitwise difference of two buffers of n words: res[0] += count, res[1] = min index. */\n"
     "template <typename T> __device__ void kt_diff(const T *a, const T *b, long long n, u64 *res)\n"
@@ -597,7 +640,10 @@ static int cmp_init(wk *w, kt_err *err)
         {"kt_cmp_f16", offsetof(wk, f_cmp[OPS_DT_F16])},
         {"kt_cmp_bf16", offsetof(wk, f_cmp[OPS_DT_BF16])},
         {"kt_cmp_f64", offsetof(wk, f_cmp[OPS_DT_F64])},
-        {"kt_refstats", offsetof(wk, f_refstats)},
+        {"kt_refstats_f32", offsetof(wk, f_refstats[OPS_DT_F32])},
+        {"kt_refstats_f16", offsetof(wk, f_refstats[OPS_DT_F16])},
+        {"kt_refstats_bf16", offsetof(wk, f_refstats[OPS_DT_BF16])},
+        {"kt_refstats_f64", offsetof(wk, f_refstats[OPS_DT_F64])},
         {"kt_copy", offsetof(wk, f_copy)},
         {"kt_widen_f32", offsetof(wk, f_widen[OPS_DT_F32])},
         {"kt_widen_f16", offsetof(wk, f_widen[OPS_DT_F16])},
@@ -672,7 +718,7 @@ static int cmp_reduce(wk *w, CUfunction f, void **params, int64_t n, wk_part *ou
         (rc = wk_cu(w, w->cu.p_cuMemcpyDtoH(w->h_part, w->d_part, grid * sizeof(wk_part)),
                     "download the comparison", err)) < 0)
         return rc;
-    wk_part a = {0, 0, 0, WK_NONE, 0, WK_NONE};
+    wk_part a = {0, 0, 0, WK_NONE, 0, WK_NONE, 0};
     for (unsigned b = 0; b < grid; b++) {
         const wk_part *p = &w->h_part[b];
         a.num += p->num;
@@ -681,9 +727,10 @@ static int cmp_reduce(wk *w, CUfunction f, void **params, int64_t n, wk_part *ou
             a.worst = p->worst;
             a.worst_at = p->worst_at;
         }
-        a.bad_nf += p->bad_nf;
-        if (p->first_nf < a.first_nf)
-            a.first_nf = p->first_nf;
+        a.bad += p->bad;
+        if (p->first_bad < a.first_bad)
+            a.first_bad = p->first_bad;
+        a.n_cmp += p->n_cmp;
     }
     *out = a;
     return 0;
@@ -768,7 +815,7 @@ static void data_free(wk *w, wk_data *D)
     free(D->d_seed_in);
     free(D->d_ref);
     free(D->ref_sumsq);
-    free(D->ref_finite);
+    free(D->ref_cmp);
     ops_graph_free(D->g);
     free(D);
 }
@@ -1244,8 +1291,8 @@ static int data_get(wk *w, const srch_eval_req *req, wk_data **out, kt_err *err)
     D->d_seed_in = calloc((size_t)(seeds * D->n_in) + 1, sizeof(*D->d_seed_in));
     D->d_ref = calloc((size_t)(seeds * D->n_out) + 1, sizeof(*D->d_ref));
     D->ref_sumsq = calloc((size_t)(seeds * D->n_out) + 1, sizeof(*D->ref_sumsq));
-    D->ref_finite = calloc((size_t)(seeds * D->n_out) + 1, sizeof(*D->ref_finite));
-    if (!D->h_in || !D->d_seed_in || !D->d_ref || !D->ref_sumsq || !D->ref_finite) {
+    D->ref_cmp = calloc((size_t)(seeds * D->n_out) + 1, sizeof(*D->ref_cmp));
+    if (!D->h_in || !D->d_seed_in || !D->d_ref || !D->ref_sumsq || !D->ref_cmp) {
         rc = kt_err_set(err, -ENOMEM, "out of memory");
         goto fail;
     }
@@ -1348,12 +1395,17 @@ static int data_reference(wk *w, wk_data *D, kt_err *err)
         for (int j = 0; j < D->n_out; j++) {
             CUdeviceptr r = D->d_ref[s * D->n_out + j];
             long long n = D->out_numel[j];
+            ops_dtype dt = g->tensors[g->outputs[j]].dtype;
             void *params[] = {&r, &n, &w->d_part};
             wk_part p;
-            if ((rc = cmp_reduce(w, w->f_refstats, params, n, &p, err)) < 0)
+            if (dt < OPS_DT_F32 || dt > OPS_DT_F64) {
+                rc = kt_err_set(err, -EINVAL, "output %d has no dtype", j);
+                goto out;
+            }
+            if ((rc = cmp_reduce(w, w->f_refstats[dt], params, n, &p, err)) < 0)
                 goto out;
             D->ref_sumsq[s * D->n_out + j] = p.num;
-            D->ref_finite[s * D->n_out + j] = p.bad_nf;
+            D->ref_cmp[s * D->n_out + j] = p.n_cmp;
         }
     }
     D->have_ref = true;
@@ -1544,21 +1596,52 @@ static int cand_run_once(wk_cand *c, kt_err *err)
 typedef struct wk_check {
     double err_norm, err_max;
     bool pass;
-    char why[200];
+    char why[256];
 } wk_check;
 
+/* A value for a message: NaN and the infinities spelled as such. */
+static const char *fmt_value(char *buf, size_t len, double v)
+{
+    if (isnan(v))
+        return "NaN";
+    if (isinf(v))
+        return v > 0 ? "Inf" : "-Inf";
+    snprintf(buf, len, "%.6g", v);
+    return buf;
+}
+
+/* Downloads element k of output j (the last run's) and of the reference of seed s. */
+static int fetch_element(wk *w, const wk_data *D, int s, int j, long long k, double *got,
+                         double *want, kt_err *err)
+{
+    ops_dtype dt = D->g->tensors[D->g->outputs[j]].dtype;
+    size_t es = ops_dtype_size(dt);
+    uint8_t raw[8] = {0};
+    int rc;
+    if ((rc = wk_cu(w, w->cu.p_cuMemcpyDtoH(raw, D->d_out[j] + (CUdeviceptr)k * es, es),
+                    "download an output element", err)) < 0 ||
+        (rc = wk_cu(w,
+                    w->cu.p_cuMemcpyDtoH(
+                        want, D->d_ref[s * D->n_out + j] + (CUdeviceptr)k * sizeof(double),
+                        sizeof(double)),
+                    "download a reference element", err)) < 0)
+        return rc;
+    *got = ops_dtype_load(dt, raw);
+    return 0;
+}
+
 /* Compares output j of the last run (D->d_out[j]) with the reference of seed s, on the GPU
- * (kt_cmp_*): only the sums, the worst ratio and the non-finite count come back. Returns 0 or a
- * CUDA error. */
+ * (kt_cmp_*): only the sums, the worst ratio and the counts come back. Every element is judged
+ * (the header comment's rules); the first failing rule gives chk->why. Returns 0 or a CUDA
+ * error. */
 static int compare_output(wk *w, const wk_data *D, int s, int j, double tol_norm, double tol_scale,
                           ops_precision prec, wk_check *chk, kt_err *err)
 {
     const ops_tensor *t = &D->g->tensors[D->g->outputs[j]];
     CUdeviceptr ref = D->d_ref[s * D->n_out + j], out = D->d_out[j];
-    size_t es = ops_dtype_size(t->dtype);
     long long n = D->out_numel[j];
-    int64_t finite = D->ref_finite[s * D->n_out + j];
-    double rms = finite ? sqrt(D->ref_sumsq[s * D->n_out + j] / (double)finite) : 0;
+    int64_t n_cmp = D->ref_cmp[s * D->n_out + j];
+    double rms = n_cmp ? sqrt(D->ref_sumsq[s * D->n_out + j] / (double)n_cmp) : 0;
     double r_math = math_rtol(prec, D->contraction);
     if (D->p_round > r_math)
         r_math = D->p_round;
@@ -1574,44 +1657,44 @@ static int compare_output(wk *w, const wk_data *D, int s, int j, double tol_norm
     if (rc < 0)
         return rc;
     double en = p.den > 0 ? sqrt(p.num / p.den) : sqrt(p.num);
+    if (p.bad || p.n_cmp == 0)
+        en = INFINITY; /* nothing or not everything measured: no error to report */
     if (en > chk->err_norm)
         chk->err_norm = en;
     if (p.worst > chk->err_max)
         chk->err_max = p.worst;
     if (!chk->pass)
         return 0; /* keep the first reason */
-    if (finite == 0) {
+    char b1[32], b2[32];
+    double got, want;
+    if (p.bad) {
+        if ((rc = fetch_element(w, D, s, j, p.first_bad, &got, &want, err)) < 0)
+            return rc;
         chk->pass = false;
-        snprintf(chk->why, sizeof(chk->why), "output '%.40s': the reference has no finite value",
-                 t->name);
-    } else if (p.bad_nf) {
-        chk->pass = false;
-        chk->err_norm = INFINITY;
         snprintf(chk->why, sizeof(chk->why),
-                 "output '%.40s' seed %d: %lld NaN/Inf where the reference is finite (first at "
-                 "element %lld: unwritten or overflowed)",
-                 t->name, s, (long long)p.bad_nf, p.first_nf == WK_NONE ? -1LL : p.first_nf);
+                 "output '%.40s' seed %d: %lld elements differ in NaN/Inf from the reference "
+                 "(first at element %lld: got %s, reference %s)",
+                 t->name, s, p.bad, p.first_bad, fmt_value(b1, sizeof(b1), got),
+                 fmt_value(b2, sizeof(b2), want));
+    } else if (p.n_cmp == 0) {
+        chk->pass = false;
+        snprintf(chk->why, sizeof(chk->why),
+                 "output '%.40s' seed %d: too few elements compared (0 of %lld: the reference is "
+                 "NaN, infinite or overflows %s at every element)",
+                 t->name, s, n, ops_dtype_name(t->dtype));
     } else if (en > tol_norm) {
         chk->pass = false;
         snprintf(chk->why, sizeof(chk->why),
                  "output '%.40s' seed %d: normwise error %.3g over tolerance %.3g", t->name, s, en,
                  tol_norm);
     } else if (p.worst > 1) {
-        /* The two values of the message: one element of each. */
-        uint8_t got[8] = {0};
-        double want = 0;
-        if ((rc = wk_cu(w, w->cu.p_cuMemcpyDtoH(got, out + (CUdeviceptr)p.worst_at * es, es),
-                        "download an output element", err)) < 0 ||
-            (rc = wk_cu(w,
-                        w->cu.p_cuMemcpyDtoH(&want, ref + (CUdeviceptr)p.worst_at * sizeof(double),
-                                             sizeof(double)),
-                        "download a reference element", err)) < 0)
+        if ((rc = fetch_element(w, D, s, j, p.worst_at, &got, &want, err)) < 0)
             return rc;
         chk->pass = false;
         snprintf(chk->why, sizeof(chk->why),
                  "output '%.40s' seed %d: element %lld is %.3g, reference %.6g (%.3g x the "
                  "elementwise bound)",
-                 t->name, s, p.worst_at, ops_dtype_load(t->dtype, got), want, p.worst);
+                 t->name, s, p.worst_at, got, want, p.worst);
     }
     return 0;
 }

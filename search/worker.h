@@ -40,7 +40,7 @@
 
 typedef enum srch_status {
     SRCH_OK = 0,
-    SRCH_WRONG,       /* over tolerance, or NaN/Inf where the reference is finite */
+    SRCH_WRONG,       /* over tolerance, NaN/Inf unlike the reference's, or nothing compared */
     SRCH_RACE,        /* two runs on the same inputs differ bitwise */
     SRCH_FAULT,       /* the kernel faulted (the worker died or its context is poisoned) */
     SRCH_HANG,        /* the kernel ran past its deadline and the worker was killed */
@@ -99,7 +99,8 @@ typedef struct srch_eval_result {
     uint64_t id;
     srch_status status;
     char msg[256];   /* why, for anything but ok */
-    double err_norm; /* ||out - ref|| / ||ref|| over all outputs, worst seed */
+    double err_norm; /* ||out - ref|| / ||ref|| over all outputs, worst seed (over the elements
+                        compared by value; Inf when NaN/Inf differ or none was compared) */
     double err_max;  /* max over elements of |out - ref| / (atol + rtol |ref|) (<= 1 passes) */
     srch_time_stats time;
 } srch_eval_result;

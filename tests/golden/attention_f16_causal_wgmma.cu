@@ -46,6 +46,29 @@ __device__ __forceinline__ float kt_softplus(float x)
     /* log1p(exp(x)) without overflow: for large x the result is x. */
     return x > 20.0f ? x : log1pf(expf(x));
 }
+/* max and min that return NaN when either operand is NaN, as PyTorch's maximum, minimum,
+ * relu, clamp and amax do (fmaxf and fminf return the other operand). One instruction on
+ * sm_80 and later, like fmaxf. */
+__device__ __forceinline__ float kt_max(float a, float b)
+{
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return a != a || b != b ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+__device__ __forceinline__ float kt_min(float a, float b)
+{
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return a != a || b != b ? __int_as_float(0x7fffffff) : fminf(a, b);
+#endif
+}
 /* ---- end of prelude ---- */
 /* ---- attention helpers: shared addresses, cp.async, ldmatrix, mma.sync ---- */
 #define KT_NEG_INF (-__int_as_float(0x7f800000))
@@ -331,12 +354,12 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                 float mx = row_m[i][h], mx1 = KT_NEG_INF;
                 #pragma unroll
                 for (int j = 0; j < BKV / 8; j += 2) {
-                    mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));
-                    mx1 = fmaxf(mx1, fmaxf(s[i][j + 1][2 * h], s[i][j + 1][2 * h + 1]));
+                    mx = kt_max(mx, kt_max(s[i][j][2 * h], s[i][j][2 * h + 1]));
+                    mx1 = kt_max(mx1, kt_max(s[i][j + 1][2 * h], s[i][j + 1][2 * h + 1]));
                 }
-                mx = fmaxf(mx, mx1);
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                mx = kt_max(mx, mx1);
+                mx = kt_max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = kt_max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 /* a row with every key masked so far keeps p = 0 and no NaN */
                 const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;
                 const float alpha = kt_exp2(fmaf(row_m[i][h], SCALE, -base));
@@ -441,12 +464,12 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                     float mx = row_m[i][h], mx1 = KT_NEG_INF;
                     #pragma unroll
                     for (int j = 0; j < BKV / 8; j += 2) {
-                        mx = fmaxf(mx, fmaxf(s[i][j][2 * h], s[i][j][2 * h + 1]));
-                        mx1 = fmaxf(mx1, fmaxf(s[i][j + 1][2 * h], s[i][j + 1][2 * h + 1]));
+                        mx = kt_max(mx, kt_max(s[i][j][2 * h], s[i][j][2 * h + 1]));
+                        mx1 = kt_max(mx1, kt_max(s[i][j + 1][2 * h], s[i][j + 1][2 * h + 1]));
                     }
-                    mx = fmaxf(mx, mx1);
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    mx = kt_max(mx, mx1);
+                    mx = kt_max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = kt_max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                     /* a row with every key masked so far keeps p = 0 and no NaN */
                     const float base = mx == KT_NEG_INF ? 0.0f : mx * SCALE;
                     const float alpha = kt_exp2(fmaf(row_m[i][h], SCALE, -base));

@@ -48,6 +48,29 @@ __device__ __forceinline__ float kt_softplus(float x)
     /* log1p(exp(x)) without overflow: for large x the result is x. */
     return x > 20.0f ? x : log1pf(expf(x));
 }
+/* max and min that return NaN when either operand is NaN, as PyTorch's maximum, minimum,
+ * relu, clamp and amax do (fmaxf and fminf return the other operand). One instruction on
+ * sm_80 and later, like fmaxf. */
+__device__ __forceinline__ float kt_max(float a, float b)
+{
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return a != a || b != b ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+__device__ __forceinline__ float kt_min(float a, float b)
+{
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return a != a || b != b ? __int_as_float(0x7fffffff) : fminf(a, b);
+#endif
+}
 /* ---- end of prelude ---- */
 
 /* ---- problem and schedule (compile-time constants) ----
@@ -189,7 +212,7 @@ __device__ __forceinline__ void ktg_stage(const kt_f16 *as, const kt_f16 *bs, in
 __device__ __forceinline__ float ktg_epilogue(const kt_f16 *__restrict__ t2_bias, int bz, int m, int n, float acc)
 {
     const float v0 = ((acc) + (kt_f16_to_f32(t2_bias[(n)]))); /* t1 = add */
-    const float v1 = fmaxf(v0, 0.0f); /* Y = relu */
+    const float v1 = kt_max(v0, 0.0f); /* Y = relu */
     return v1;
 }
 __device__ __forceinline__ void ktg_store(const kt_f16 *__restrict__ t2_bias, kt_f16 *__restrict__ out, int bz, int m, int n, float acc)

@@ -50,6 +50,29 @@ __device__ __forceinline__ float kt_softplus(float x)
     /* log1p(exp(x)) without overflow: for large x the result is x. */
     return x > 20.0f ? x : log1pf(expf(x));
 }
+/* max and min that return NaN when either operand is NaN, as PyTorch's maximum, minimum,
+ * relu, clamp and amax do (fmaxf and fminf return the other operand). One instruction on
+ * sm_80 and later, like fmaxf. */
+__device__ __forceinline__ float kt_max(float a, float b)
+{
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return a != a || b != b ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+__device__ __forceinline__ float kt_min(float a, float b)
+{
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return a != a || b != b ? __int_as_float(0x7fffffff) : fminf(a, b);
+#endif
+}
 /* ---- end of prelude ---- */
 struct __align__(16) float_x4 {
     float v[4];
@@ -104,7 +127,7 @@ extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) k
             for (int l = 0; l < 4; l++) {
                 const float f0 = xv0.v[l];
                 {
-                    const float mn = fmaxf(a1, f0);
+                    const float mn = kt_max(a1, f0);
                     a1_s = a1_s * (a1 == mn ? 1.0f : expf(a1 - mn)) + expf(f0 - mn);
                     a1 = mn;
                 }
@@ -115,7 +138,7 @@ extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) k
             const float o_a1 = __shfl_xor_sync(0xffffffffu, a1, off);
             const float o_a1_s = __shfl_xor_sync(0xffffffffu, a1_s, off);
             {
-                const float mn = fmaxf(a1, o_a1);
+                const float mn = kt_max(a1, o_a1);
                 a1_s = a1_s * (a1 == mn ? 1.0f : expf(a1 - mn)) +
                         o_a1_s * (o_a1 == mn ? 1.0f : expf(o_a1 - mn));
                 a1 = mn;
@@ -135,7 +158,7 @@ extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) k
                 const float o_a1 = red[w * 2 + 0];
                 const float o_a1_s = red[w * 2 + 1];
                 {
-                    const float mn = fmaxf(a1, o_a1);
+                    const float mn = kt_max(a1, o_a1);
                     a1_s = a1_s * (a1 == mn ? 1.0f : expf(a1 - mn)) +
                             o_a1_s * (o_a1 == mn ? 1.0f : expf(o_a1 - mn));
                     a1 = mn;
@@ -156,7 +179,7 @@ extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) k
         const float o_a1 = kt_ld_cluster(part + 0);
         const float o_a1_s = kt_ld_cluster(part + 4);
         {
-            const float mn = fmaxf(a1, o_a1);
+            const float mn = kt_max(a1, o_a1);
             a1_s = a1_s * (a1 == mn ? 1.0f : expf(a1 - mn)) +
                     o_a1_s * (o_a1 == mn ? 1.0f : expf(o_a1 - mn));
             a1 = mn;

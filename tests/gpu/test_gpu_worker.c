@@ -1,14 +1,17 @@
 /* GPU test of ktune-worker, driven through its pipes exactly as the supervisor drives it:
  *   - hello: device description, CUPTI, self-test;
  *   - the fp64 GPU reference (op "reference") against ops_ref_run on the CPU, on small shapes of
- *     every example, from the very inputs the worker generated (checked: stored in their dtype,
- *     never all zeros);
+ *     every example and of graphs with NaN in their reference (NaN and Inf must match), from the
+ *     very inputs the worker generated (checked: stored in their dtype, never all zeros);
  *   - real candidates pass with a small error and get a time: a fused gemm, a split-K gemm
  *     (workspace, several kernels), a softmax row kernel, and cuBLASLt for the f16 gemm;
  *   - planted kernels: a wrong one (2x + 2 for 2x + 1) is "wrong", one that skips the last
  *     element is "wrong" (NaN poison), one that sums with atomics in a racy order is "race" (or
  *     passes: the race cannot be forced; reported, not failed), one that writes through a bad
  *     pointer is "fault" and the worker exits with status 3;
+ *   - NaN and Inf: emitted clamp(log(x)), amax and softmax of log(x) (NaN in the reference)
+ *     pass; f32 x + 1e39 (overflows everywhere) fails with "too few elements compared"; planted
+ *     kernels that map NaN to -1 or write a finite value where the reference is +Inf fail;
  *   - retime and forget of loaded candidates.
  *
  * The worker is $KTUNE_WORKER, else ktune-worker next to this binary, in ../bin or ../search.
@@ -248,8 +251,9 @@ static ops_graph *example(const char *file, const char *shapes, ops_binding *b, 
                           size_t keep_len)
 {
     char path[1024];
-    snprintf(path, sizeof(path), "%s/examples/%s",
-             getenv("KTUNE_SOURCE_ROOT") ? getenv("KTUNE_SOURCE_ROOT") : ".", file);
+    snprintf(path, sizeof(path), "%s/%s%s",
+             getenv("KTUNE_SOURCE_ROOT") ? getenv("KTUNE_SOURCE_ROOT") : ".",
+             strchr(file, '/') ? "" : "examples/", file);
     ops_graph *g = NULL, *bound = NULL, *canon = NULL;
     ops_diag d = {0};
     snprintf(keep, keep_len, "%s", shapes);
@@ -399,7 +403,9 @@ static void check_reference(worker *w, const char *file, const char *shapes)
             for (int64_t k = 0; k < n; k++) {
                 double gv;
                 memcpy(&gv, bin->via.bin.ptr + (size_t)k * sizeof(double), sizeof(gv));
-                if (isfinite(cpu[j][k]) != isfinite(gv)) {
+                /* NaN where the CPU has NaN, the same infinity where it has one */
+                if (isnan(cpu[j][k]) != isnan(gv) ||
+                    ((isinf(cpu[j][k]) || isinf(gv)) && cpu[j][k] != gv)) {
                     num = INFINITY;
                     continue;
                 }
@@ -624,9 +630,12 @@ static void timing_fast(srch_eval_req *r)
     r->timing.max_reps = 200;
 }
 
-/* Emits, compiles and evaluates one candidate of the whole-graph group of an example. */
+/* Emits, compiles and evaluates one candidate of the whole-graph group of an example (a file of
+ * examples/, or a path from the source root). With want_msg, the result's message must contain
+ * it. */
 static void eval_family(worker *w, const char *file, const char *shapes, ops_family_id fam,
-                        const char *knob, bool gt1, uint64_t id, srch_status want)
+                        const char *knob, bool gt1, uint64_t id, srch_status want,
+                        const char *want_msg)
 {
     ops_binding b[8];
     int nb = 0;
@@ -686,6 +695,8 @@ static void eval_family(worker *w, const char *file, const char *shapes, ops_fam
     print_result(what, &res);
     CHECK(res.status == want, "%s: status %s, want %s", what, srch_status_str(res.status),
           srch_status_str(want));
+    CHECK(!want_msg || strstr(res.msg, want_msg), "%s: message '%s' lacks '%s'", what, res.msg,
+          want_msg ? want_msg : "");
     if (want == SRCH_OK) {
         CHECK(res.time.median_ns > 0 && res.time.reps > 0, "%s: no time", what);
         CHECK(res.err_max <= 1, "%s: elementwise %.3g", what, res.err_max);
@@ -807,6 +818,83 @@ static void planted(worker *w)
     ops_graph_free(g);
 }
 
+/* ---- NaN and Inf: every element is judged ---- */
+
+#define NAN_N 258741 /* 333 x 777 */
+
+/* Graphs where the reference is NaN or overflows (tests/gpu/): clamp(log(x), -1, 1) is NaN for
+ * the negative half of the inputs, and PyTorch's clamp keeps NaN; amax and softmax over rows of
+ * 4 of log(x) are NaN in the rows with a negative x (15 in 16), the others compared; f32
+ * x + 1e39 overflows at every element, so nothing can be compared and any kernel fails. Then
+ * planted kernels: NaN mapped to -1 (what fminf/fmaxf do) and a finite value where the
+ * reference overflows to +Inf fail with the element named; one that keeps NaN passes. */
+static void nan_inf(worker *w)
+{
+    eval_family(w, "tests/gpu/clamp_log.json", "M=333,N=777", OPS_FAM_POINTWISE, NULL, false, 301,
+                SRCH_OK, NULL);
+    eval_family(w, "tests/gpu/amax_log.json", "M=333,N=4", OPS_FAM_ROW, NULL, false, 302, SRCH_OK,
+                NULL);
+    eval_family(w, "tests/gpu/softmax_log.json", "M=333,N=4", OPS_FAM_ROW, NULL, false, 303,
+                SRCH_OK, NULL);
+    eval_family(w, "tests/gpu/add_overflow.json", "N=258741", OPS_FAM_POINTWISE, NULL, false, 304,
+                SRCH_WRONG, "too few elements compared");
+
+    ops_binding b[8];
+    int nb = 0;
+    char keep[128], src[1024];
+    const char *entries[] = {"k"};
+    uint32_t grid[] = {(NAN_N + 255) / 256};
+    srch_eval_result res;
+    ops_graph *g = example("tests/gpu/clamp_log.json", "M=333,N=777", b, &nb, keep, sizeof(keep));
+    if (g) {
+        snprintf(src, sizeof(src),
+                 "extern \"C\" __global__ void k(const float *x, float *y) {\n"
+                 "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                 "  if (i < %d) y[i] = fminf(fmaxf(logf(x[i]), -1.0f), 1.0f);\n}\n",
+                 NAN_N);
+        srch_status st = eval_planted(w, g, "planted clamp(log) with NaN -> -1", src, 1, entries,
+                                      grid, NULL, 256, 311, &res);
+        CHECK(st == SRCH_WRONG && strstr(res.msg, "differ in NaN/Inf") &&
+                  strstr(res.msg, "got -1, reference NaN"),
+              "NaN mapped to -1: %s %s", srch_status_str(st), res.msg);
+        snprintf(src, sizeof(src),
+                 "extern \"C\" __global__ void k(const float *x, float *y) {\n"
+                 "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                 "  if (i >= %d) return;\n"
+                 "  float l = logf(x[i]);\n"
+                 "  y[i] = l != l ? l : fminf(fmaxf(l, -1.0f), 1.0f);\n}\n",
+                 NAN_N);
+        st = eval_planted(w, g, "planted clamp(log) keeping NaN", src, 1, entries, grid, NULL, 256,
+                          312, &res);
+        CHECK(st == SRCH_OK, "clamp(log) keeping NaN: %s %s", srch_status_str(st), res.msg);
+    }
+    ops_graph_free(g);
+
+    g = example("tests/gpu/add_overflow.json", "N=258741", b, &nb, keep, sizeof(keep));
+    if (g) {
+        snprintf(src, sizeof(src),
+                 "extern \"C\" __global__ void k(const float *x, float *y) {\n"
+                 "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                 "  if (i < %d) y[i] = 3.0e38f;\n}\n",
+                 NAN_N);
+        srch_status st = eval_planted(w, g, "planted finite where the reference is +Inf", src, 1,
+                                      entries, grid, NULL, 256, 313, &res);
+        CHECK(st == SRCH_WRONG && strstr(res.msg, "differ in NaN/Inf") &&
+                  strstr(res.msg, "got 3e+38, reference 1e+39"),
+              "finite for +Inf: %s %s", srch_status_str(st), res.msg);
+        snprintf(src, sizeof(src),
+                 "extern \"C\" __global__ void k(const float *x, float *y) {\n"
+                 "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                 "  if (i < %d) y[i] = x[i] + __int_as_float(0x7f800000);\n}\n",
+                 NAN_N);
+        st = eval_planted(w, g, "planted x + Inf for x + 1e39", src, 1, entries, grid, NULL, 256,
+                          314, &res);
+        CHECK(st == SRCH_WRONG && strstr(res.msg, "too few elements compared"),
+              "nothing compared: %s %s", srch_status_str(st), res.msg);
+    }
+    ops_graph_free(g);
+}
+
 static void retime_and_forget(worker *w, const uint64_t *ids, int n)
 {
     msgpack_sbuffer sb;
@@ -906,16 +994,26 @@ int main(void)
     check_reference(&w, "sum_lastaxis.json", "M=33,N=77");
     check_reference(&w, "conv2d.json", "N=1");
     check_reference(&w, "attention.json", "B=1,H=2,S=37");
+    /* NaN where log(x) is NaN, kept by clamp, amax and softmax as on the CPU */
+    check_reference(&w, "tests/gpu/clamp_log.json", "M=33,N=77");
+    check_reference(&w, "tests/gpu/amax_log.json", "M=33,N=4");
+    check_reference(&w, "tests/gpu/softmax_log.json", "M=33,N=4");
     check_full_inputs(&w);
 
     printf("== candidates\n");
-    eval_family(&w, "gemm_bias_relu.json", "M=1000", OPS_FAM_GEMM, "splitk", false, 1, SRCH_OK);
-    eval_family(&w, "gemm_bias_relu.json", "M=1000", OPS_FAM_GEMM, "splitk", true, 2, SRCH_OK);
-    eval_family(&w, "gemm_bias_relu.json", "M=1000", OPS_FAM_LIBRARY, NULL, false, 3, SRCH_OK);
-    eval_family(&w, "softmax.json", "M=333,N=777", OPS_FAM_ROW, NULL, false, 4, SRCH_OK);
+    eval_family(&w, "gemm_bias_relu.json", "M=1000", OPS_FAM_GEMM, "splitk", false, 1, SRCH_OK,
+                NULL);
+    eval_family(&w, "gemm_bias_relu.json", "M=1000", OPS_FAM_GEMM, "splitk", true, 2, SRCH_OK,
+                NULL);
+    eval_family(&w, "gemm_bias_relu.json", "M=1000", OPS_FAM_LIBRARY, NULL, false, 3, SRCH_OK,
+                NULL);
+    eval_family(&w, "softmax.json", "M=333,N=777", OPS_FAM_ROW, NULL, false, 4, SRCH_OK, NULL);
 
     printf("== planted kernels\n");
     planted(&w);
+
+    printf("== NaN and Inf\n");
+    nan_inf(&w);
 
     printf("== retime and forget\n");
     const uint64_t ids[] = {1, 3};

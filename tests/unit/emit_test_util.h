@@ -43,9 +43,32 @@ static inline void emit_test_whole_group(const ops_graph *g, ops_group *grp)
         fail_msg("group: %s", d.msg);
 }
 
+/* The emitted code after the shared prelude (all of src when it has none). */
+static inline const char *emit_test_body(const char *src)
+{
+    const char *end = strstr(src, "---- end of prelude ----");
+    return end ? end : src;
+}
+
+/* Fails when emitted kernels call fmaxf or fminf, which return the other operand when one is
+ * NaN: relu, max/min, clamp, hardtanh and max/min reductions must propagate NaN as PyTorch does,
+ * through the prelude's kt_max / kt_min. */
+static inline void emit_test_nan_safe(const char *src)
+{
+    const char *body = emit_test_body(src);
+    const char *bad = strstr(body, "fmaxf(");
+    if (!bad)
+        bad = strstr(body, "fminf(");
+    if (bad)
+        fail_msg("emitted code drops NaN (fmaxf/fminf; use kt_max/kt_min) at: %.80s\n---- source "
+                 "----\n%s",
+                 bad, src);
+}
+
 /* Compiles src for arch; fails the test with the NVRTC log on error or on any register spill. */
 static inline void emit_test_compile(const char *src, const char *arch)
 {
+    emit_test_nan_safe(src);
     srch_compile_result r = {0};
     if (srch_nvrtc_compile(src, arch, &r) < 0)
         fail_msg("NVRTC failed to run");
@@ -61,6 +84,7 @@ static inline void emit_test_compile(const char *src, const char *arch)
 /* Compares text with tests/golden/<name>; with KTUNE_UPDATE_GOLDEN=1 rewrites the file. */
 static inline void emit_test_golden(const char *name, const char *text)
 {
+    emit_test_nan_safe(text);
     char path[1024];
     snprintf(path, sizeof(path), "%s/tests/golden/%s", getenv("KTUNE_SOURCE_ROOT"), name);
     const char *update = getenv("KTUNE_UPDATE_GOLDEN");
@@ -126,6 +150,7 @@ emit_test_compile_spread(const ops_group *grp, const emit_test_list *c, int max,
     for (int i = 0; i < c->n; i += step) {
         ops_emitted e = {0};
         emit(grp, &c->s[i], &e);
+        emit_test_nan_safe(e.source);
         assert_int_equal(srch_pool_submit(pool, e.source, (uint64_t)i), 0);
         srcs[i] = e.source;
         e.source = NULL;

@@ -77,6 +77,20 @@ static const char gemm_json[] =
     " \"nodes\": [{\"out\": \"Y\", \"op\": \"matmul\", \"in\": [\"A\", \"B\"]}],"
     " \"outputs\": [\"Y\"]}";
 
+/* Every op whose float form could drop NaN: relu, max, min, clamp with two bounds and with
+ * one, hardtanh. */
+static const char nan_ops_json[] =
+    "{\"name\": \"nan_ops\","
+    " \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"N\"]},"
+    "            \"z\": {\"dtype\": \"f32\", \"shape\": [\"N\"]}},"
+    " \"nodes\": [{\"out\": \"r\", \"op\": \"relu\", \"in\": [\"x\"]},"
+    "           {\"out\": \"m\", \"op\": \"max\", \"in\": [\"r\", \"z\"]},"
+    "           {\"out\": \"n\", \"op\": \"min\", \"in\": [\"m\", \"x\"]},"
+    "           {\"out\": \"c\", \"op\": \"clamp\", \"in\": [\"n\"], \"min\": -2.0, \"max\": 3.0},"
+    "           {\"out\": \"d\", \"op\": \"clamp\", \"in\": [\"c\"], \"min\": -1.5},"
+    "           {\"out\": \"y\", \"op\": \"hardtanh\", \"in\": [\"d\"]}],"
+    " \"outputs\": [\"y\"]}";
+
 static int64_t kept_count(const ops_group *grp, emit_test_list *c)
 {
     ops_device dev;
@@ -263,6 +277,35 @@ static void test_golden(void **state)
     ops_graph_free(g);
 }
 
+/* relu, max, min, clamp and hardtanh go through the prelude's NaN-propagating kt_max / kt_min
+ * (fmaxf(NaN, -1) is -1: clamp(log(x), -1, 1) turned NaN into -1); the fallback for archs
+ * before sm_80 compiles too. */
+static void test_nan_propagating(void **state)
+{
+    (void)state;
+    ops_group grp;
+    ops_graph *g = emit_test_make(nan_ops_json, "N=1000", &grp);
+    ops_schedule s = {.family = OPS_FAM_POINTWISE, .v = {128, 1, 1, 1}};
+    ops_emitted e = {0};
+    const char *src = emit_one(&grp, &s, &e);
+    const char *body = emit_test_body(src);
+    emit_test_nan_safe(src);
+    int n_max = 0, n_min = 0;
+    for (const char *p = body; (p = strstr(p, "kt_max(")); p++)
+        n_max++;
+    for (const char *p = body; (p = strstr(p, "kt_min(")); p++)
+        n_min++;
+    /* relu, maximum, clamp's and the one-sided clamp's lower bound, hardtanh's: five maxima;
+     * minimum, clamp's and hardtanh's upper bounds: three minima */
+    if (n_max != 5 || n_min != 3)
+        fail_msg("%d kt_max and %d kt_min, want 5 and 3:\n%s", n_max, n_min, src);
+    emit_test_compile(src, "sm_90a");
+    emit_test_compile(src, "sm_80");
+    emit_test_compile(src, "sm_75");
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
 static void test_estimate(void **state)
 {
     (void)state;
@@ -289,7 +332,7 @@ int main(void)
         cmocka_unit_test(test_matches),        cmocka_unit_test(test_counts),
         cmocka_unit_test(test_source_shape),   cmocka_unit_test(test_golden),
         cmocka_unit_test(test_estimate),       cmocka_unit_test(test_ragged),
-        cmocka_unit_test(test_compile_spread),
+        cmocka_unit_test(test_compile_spread), cmocka_unit_test(test_nan_propagating),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -133,6 +133,13 @@ static const char two_axes_json[] =
     "           {\"out\": \"b\", \"op\": \"sum\", \"in\": [\"x\"], \"axes\": [1]}],"
     " \"outputs\": [\"a\", \"b\"]}";
 
+/* amax and amin of the same rows, two outputs */
+static const char minmax_json[] =
+    "{\"name\": \"minmax\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", \"N\"]}},"
+    " \"nodes\": [{\"out\": \"hi\", \"op\": \"max\", \"in\": [\"x\"], \"axes\": [-1]},"
+    "           {\"out\": \"lo\", \"op\": \"min\", \"in\": [\"x\"], \"axes\": [-1]}],"
+    " \"outputs\": [\"hi\", \"lo\"]}";
+
 static int64_t kept_count(const ops_group *grp, emit_test_list *c)
 {
     ops_device dev;
@@ -366,6 +373,63 @@ static void test_each_strategy(void **state)
     ops_graph_free(g);
 }
 
+/* Emits like emit_one and requires the NaN-propagating max (and min, when `min`) of the prelude
+ * in the kernels: amax over a row with a NaN is NaN, as in PyTorch. */
+static void emit_nan_max(const ops_group *grp, const ops_schedule *s, ops_emitted *e)
+{
+    emit_one(grp, s, e);
+    emit_test_nan_safe(e->source);
+    if (!strstr(emit_test_body(e->source), "kt_max("))
+        fail_msg("no kt_max in:\n%s", e->source);
+}
+
+static void emit_nan_minmax(const ops_group *grp, const ops_schedule *s, ops_emitted *e)
+{
+    emit_nan_max(grp, s, e);
+    if (!strstr(emit_test_body(e->source), "kt_min("))
+        fail_msg("no kt_min in:\n%s", e->source);
+}
+
+/* Max/min reductions and softmax's row max (the online pair and the two-pass form) in every
+ * strategy use kt_max / kt_min, never fmaxf / fminf. */
+static void test_nan_reductions(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json, *shapes;
+        void (*emit)(const ops_group *, const ops_schedule *, ops_emitted *);
+    } cases[] = {
+        {minmax_json, "M=37,N=3000", emit_nan_minmax},
+        {softmax_json, "M=37,N=3000", emit_nan_max},
+        {softmax_mid_json, "A=3,B=333,C=7", emit_nan_max},
+    };
+    for (size_t i = 0; i < KT_ARRAY_LEN(cases); i++) {
+        ops_group grp;
+        ops_graph *g = emit_test_make(cases[i].json, cases[i].shapes, &grp);
+        emit_test_list c = {0}, pick = {0};
+        kept_count(&grp, &c);
+        bool seen[7][2][3] = {{{false}}};
+        for (int k = 0; k < c.n; k++) {
+            const int *v = c.s[k].v;
+            if (seen[v[K_STRATEGY]][v[K_PASS]][v[K_STORAGE]])
+                continue;
+            seen[v[K_STRATEGY]][v[K_PASS]][v[K_STORAGE]] = true;
+            emit_test_collect(&c.s[k], &pick);
+        }
+        assert_true(pick.n >= 2);
+        /* emitting checks every pick; a few compile */
+        for (int k = 0; k < pick.n; k++) {
+            ops_emitted e = {0};
+            cases[i].emit(&grp, &pick.s[k], &e);
+            ops_emitted_free(&e);
+        }
+        emit_test_compile_spread(&grp, &pick, 4, "sm_90a", cases[i].emit);
+        free(pick.s);
+        free(c.s);
+        ops_graph_free(g);
+    }
+}
+
 static void test_split_launch(void **state)
 {
     (void)state;
@@ -548,11 +612,12 @@ static void test_estimate(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),      cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_estimate),     cmocka_unit_test(test_golden),
-        cmocka_unit_test(test_lane_per_row), cmocka_unit_test(test_split_cluster),
-        cmocka_unit_test(test_split_launch), cmocka_unit_test(test_each_strategy),
-        cmocka_unit_test(test_ragged),       cmocka_unit_test(test_compile_spread),
+        cmocka_unit_test(test_matches),        cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_estimate),       cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_lane_per_row),   cmocka_unit_test(test_split_cluster),
+        cmocka_unit_test(test_split_launch),   cmocka_unit_test(test_each_strategy),
+        cmocka_unit_test(test_ragged),         cmocka_unit_test(test_compile_spread),
+        cmocka_unit_test(test_nan_reductions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -294,6 +294,34 @@ static void test_binary_nan(void **state)
     ops_graph_free(g);
 }
 
+/* NaN passes through relu, hardtanh, clamp (with one or two bounds) and leaky relu, and through
+ * min from either side, as in PyTorch (C's fmax/fmin would return the other operand). */
+static void test_unary_nan(void **state)
+{
+    (void)state;
+    const double x[] = {NAN, -2.0, 0.5, 3.0};
+    check_unary(OPS_RELU, NULL, x, (const double[]){NAN, 0.0, 0.5, 3.0}, 4);
+    check_unary(OPS_HARDTANH, NULL, x, (const double[]){NAN, -1.0, 0.5, 1.0}, 4);
+    check_unary(OPS_LEAKY_RELU, NULL, x, (const double[]){NAN, -0.02, 0.5, 3.0}, 4);
+    ops_attrs a = attrs(OPS_CLAMP);
+    a.lo = -1.0;
+    a.hi = 1.0;
+    check_unary(OPS_CLAMP, &a, x, (const double[]){NAN, -1.0, 0.5, 1.0}, 4);
+    a.hi = INFINITY; /* clamp(min=-1) */
+    check_unary(OPS_CLAMP, &a, x, (const double[]){NAN, -1.0, 0.5, 3.0}, 4);
+    a.lo = -INFINITY; /* clamp(max=1) */
+    a.hi = 1.0;
+    check_unary(OPS_CLAMP, &a, x, (const double[]){NAN, -2.0, 0.5, 1.0}, 4);
+
+    const double p[] = {NAN, 1.0, -1.0}, q[] = {1.0, NAN, 2.0};
+    ops_graph *g = ops_graph_new("nan_min");
+    int P = input(g, "P", SHAPE(3)), Q = input(g, "Q", SHAPE(3));
+    double out[3];
+    run1(g, NODE(g, OPS_MIN, "Z", NULL, SHAPE(3), T(P), T(Q)), (const double *[]){p, q}, out);
+    assert_true(isnan(out[0]) && isnan(out[1]) && out[2] == -1.0);
+    ops_graph_free(g);
+}
+
 /* ---- reductions ---- */
 
 static const double r_in[24] = {-7.5, -6.5, -5.5, -4.5, -30.0, -2.5, -1.5, -0.5,
@@ -336,6 +364,29 @@ static void test_reduce_max_min(void **state)
                  (const double[]){0.5, 1.5, 2.5, 3.5, 12.5, 13.5, 14.5, 40.0}, 8);
     check_reduce(OPS_REDUCE_MIN, (const int[]){0, -2}, 2, false, SHAPE(4),
                  (const double[]){-30.0, -6.5, -5.5, -4.5}, 4);
+}
+
+/* amax/amin over a row holding a NaN (first, middle or last) is NaN; other rows are not
+ * affected. */
+static void test_reduce_max_min_nan(void **state)
+{
+    (void)state;
+    const double x[] = {NAN, 1.0, 2.0, 3.0, -4.0, NAN,  5.0, 6.0,
+                        7.0, 8.0, 9.0, NAN, 1.0,  -2.0, 3.0, 0.5};
+    for (int k = 0; k < 2; k++) {
+        ops_op op = k ? OPS_REDUCE_MIN : OPS_REDUCE_MAX;
+        ops_graph *g = ops_graph_new("reduce_nan");
+        int X = input(g, "X", SHAPE(4, 4));
+        ops_attrs a = attrs(op);
+        a.n_axes = 1;
+        a.axes[0] = 1;
+        a.keepdim = false;
+        double out[4];
+        run1(g, NODE(g, op, "Y", &a, SHAPE(4), T(X)), (const double *[]){x}, out);
+        assert_true(isnan(out[0]) && isnan(out[1]) && isnan(out[2]));
+        assert_true(out[3] == (k ? -2.0 : 3.0));
+        ops_graph_free(g);
+    }
 }
 
 /* ---- composites ---- */
@@ -393,6 +444,31 @@ static void test_softmax_large_values(void **state)
     run1(g, NODE(g, OPS_SOFTMAX, "Y", &a, SHAPE(1, 2), T(X)),
          (const double *[]){(double[]){1000, 1000}}, out);
     assert_close(out, (const double[]){0.5, 0.5}, 2, 1e-15);
+    ops_graph_free(g);
+}
+
+/* softmax and logsumexp of a row with a NaN are NaN throughout that row, as in PyTorch. */
+static void test_softmax_nan(void **state)
+{
+    (void)state;
+    const double x[] = {1.0, NAN, 3.0, -1.0, 0.0, 4.0};
+    ops_graph *g = ops_graph_new("softmax_nan");
+    int X = input(g, "X", SHAPE(2, 3));
+    ops_attrs a = attrs(OPS_SOFTMAX);
+    double out[6];
+    run1(g, NODE(g, OPS_SOFTMAX, "Y", &a, SHAPE(2, 3), T(X)), (const double *[]){x}, out);
+    assert_true(isnan(out[0]) && isnan(out[1]) && isnan(out[2]));
+    assert_close(out + 3,
+                 (const double[]){0.006573263185309083, 0.0178679818703045, 0.9755587549443865}, 3,
+                 1e-14);
+    ops_graph_free(g);
+    g = ops_graph_new("logsumexp_nan");
+    X = input(g, "X", SHAPE(2, 3));
+    a = attrs(OPS_LOGSUMEXP);
+    a.keepdim = false;
+    run1(g, NODE(g, OPS_LOGSUMEXP, "Y", &a, SHAPE(2), T(X)), (const double *[]){x}, out);
+    assert_true(isnan(out[0]));
+    assert_close(out + 1, (const double[]){4.024744890138822}, 1, 1e-14);
     ops_graph_free(g);
 }
 
@@ -950,6 +1026,9 @@ int main(void)
         cmocka_unit_test(test_binary_broadcast),
         cmocka_unit_test(test_binary_scalar_and_rank3),
         cmocka_unit_test(test_binary_nan),
+        cmocka_unit_test(test_unary_nan),
+        cmocka_unit_test(test_reduce_max_min_nan),
+        cmocka_unit_test(test_softmax_nan),
         cmocka_unit_test(test_reduce_sum_mean),
         cmocka_unit_test(test_reduce_max_min),
         cmocka_unit_test(test_softmax),
