@@ -128,6 +128,13 @@ static int check_record(const cache_record *r, kt_err *err)
             if ((unsigned)a->kind >= CACHE_ARG_KIND_COUNT ||
                 (a->kind == CACHE_ARG_SCALAR && (unsigned)a->scalar >= CACHE_SCALAR_COUNT))
                 return kt_err_set(err, -EINVAL, "record: kernel %d argument %d: bad kind", i, j);
+            if (a->kind == CACHE_ARG_WORKSPACE &&
+                (a->bytes == 0 || a->offset > r->workspace_bytes ||
+                 a->bytes > r->workspace_bytes - a->offset))
+                return kt_err_set(err, -EINVAL,
+                                  "record: kernel %d argument %d: workspace bytes [%" PRIu64
+                                  ", +%" PRIu64 ") past its %" PRIu64,
+                                  i, j, a->offset, a->bytes, r->workspace_bytes);
             if ((a->kind == CACHE_ARG_INPUT && (a->index < 0 || a->index >= r->n_inputs)) ||
                 (a->kind == CACHE_ARG_OUTPUT && (a->index < 0 || a->index >= r->n_outputs)))
                 return kt_err_set(err, -EINVAL, "record: kernel %d argument %d: %s %d of %d", i, j,
@@ -178,15 +185,15 @@ int cache_record_check_outputs(const cache_record *r, int n_out, kt_err *err)
 
 static int pk_arg(msgpack_packer *pk, const cache_arg *a)
 {
-    bool scalar = a->kind == CACHE_ARG_SCALAR;
-    if (msgpack_pack_map(pk, scalar ? 3 : 2) || cache_pk_kstr(pk, "kind", arg_kind_names[a->kind]))
+    bool three = a->kind == CACHE_ARG_SCALAR || a->kind == CACHE_ARG_WORKSPACE;
+    if (msgpack_pack_map(pk, three ? 3 : 2) || cache_pk_kstr(pk, "kind", arg_kind_names[a->kind]))
         return -1;
     switch (a->kind) {
     case CACHE_ARG_INPUT:
     case CACHE_ARG_OUTPUT:
         return cache_pk_ki(pk, "index", a->index);
     case CACHE_ARG_WORKSPACE:
-        return cache_pk_ku(pk, "offset", a->offset);
+        return cache_pk_ku(pk, "offset", a->offset) || cache_pk_ku(pk, "bytes", a->bytes);
     default:
         if (cache_pk_kstr(pk, "type", scalar_names[a->scalar]))
             return -1;
@@ -389,7 +396,7 @@ static int gpu_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
 }
 
 static const char *const arg_fields_io[] = {"kind", "index"};
-static const char *const arg_fields_ws[] = {"kind", "offset"};
+static const char *const arg_fields_ws[] = {"kind", "offset", "bytes"};
 static const char *const arg_fields_scalar[] = {"kind", "type", "value"};
 
 static int arg_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
@@ -403,7 +410,8 @@ static int arg_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
     case CACHE_ARG_OUTPUT:
         return cache_get_i32(v, &a->index, "arg.index", d);
     case CACHE_ARG_WORKSPACE:
-        return cache_get_u64(v, UINT64_MAX, &a->offset, "arg.offset", d);
+        return f == 1 ? cache_get_u64(v, UINT64_MAX, &a->offset, "arg.offset", d)
+                      : cache_get_u64(v, UINT64_MAX, &a->bytes, "arg.bytes", d);
     default:
         break;
     }
@@ -440,7 +448,7 @@ static int decode_arg(const msgpack_object *o, cache_arg *a, cache_dec *d)
     case CACHE_ARG_OUTPUT:
         return cache_decode_map(o, arg_fields_io, 2, arg_field, a, "arg", d);
     case CACHE_ARG_WORKSPACE:
-        return cache_decode_map(o, arg_fields_ws, 2, arg_field, a, "arg", d);
+        return cache_decode_map(o, arg_fields_ws, 3, arg_field, a, "arg", d);
     default:
         rc = cache_decode_map(o, arg_fields_scalar, 3, arg_field, a, "arg", d);
         if (rc < 0)

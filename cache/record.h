@@ -64,7 +64,7 @@ typedef struct cache_key {
 typedef enum cache_arg_kind {
     CACHE_ARG_INPUT = 0, /* pointer to graph input `index` (canonical input order) */
     CACHE_ARG_OUTPUT,    /* pointer to graph output `index` (canonical output order) */
-    CACHE_ARG_WORKSPACE, /* pointer to workspace base + `offset` bytes */
+    CACHE_ARG_WORKSPACE, /* pointer to workspace base + `offset`; the kernel uses `bytes` there */
     CACHE_ARG_SCALAR,    /* a by-value scalar of type `scalar` */
     CACHE_ARG_KIND_COUNT
 } cache_arg_kind;
@@ -81,6 +81,7 @@ typedef struct cache_arg {
     cache_arg_kind kind;
     int32_t index;       /* INPUT, OUTPUT */
     uint64_t offset;     /* WORKSPACE */
+    uint64_t bytes;      /* WORKSPACE: the range [offset, offset + bytes) the kernel may touch */
     cache_scalar scalar; /* SCALAR: the C type passed to the kernel */
     int64_t ival;        /* SCALAR I32/I64 */
     double fval;         /* SCALAR F32/F64 */

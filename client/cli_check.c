@@ -11,14 +11,16 @@ static const char check_help[] =
     "\n"
     "Validates an op graph (shape inference, broadcasting, dtypes, attributes), binds symbolic\n"
     "dimensions, and prints the canonical signature, every output's dtype and shape, and the\n"
-    "graph's FLOPs and minimum bytes moved (both need every dimension bound).\n"
+    "graph's FLOPs and minimum bytes moved; once every dimension is bound, also the problem\n"
+    "digest that keys the cache (equal for two graphs exactly when they pose the same problem,\n"
+    "whatever their tensors and symbols are called or the order they are declared in).\n"
     "\n"
     "options:\n"
     "  --shape NAME=VALUE  bind a symbolic dimension; repeat, or separate with commas\n"
     "                      (--shape M=1024,N=4096)\n"
-    "  --json              print one JSON object: name, signature, bindings, unbound,\n"
-    "                      inputs, outputs, flops, bytes (flops and bytes are null while a\n"
-    "                      dimension is unbound)\n"
+    "  --json              print one JSON object: name, signature, problem, bindings,\n"
+    "                      unbound, inputs, outputs, flops, bytes (problem, flops and bytes\n"
+    "                      are null while a dimension is unbound)\n"
     "  -h, --help          show this help\n"
     "\n"
     "An invalid graph exits 1 with one line on stderr naming the node, tensor and rule.\n";
@@ -43,8 +45,8 @@ static json_t *tensor_json(const ops_graph *g, int t)
                      shape_json(g, &x->shape));
 }
 
-static int print_json(const ops_graph *g, const char *sig_hex, const ops_cost *cost,
-                      const cli_graph_args *a)
+static int print_json(const ops_graph *g, const char *sig_hex, const char *problem_hex,
+                      const ops_cost *cost, const cli_graph_args *a)
 {
     json_t *inputs = json_array(), *outputs = json_array(), *bound = json_object(),
            *unbound = json_array();
@@ -62,18 +64,22 @@ static int print_json(const ops_graph *g, const char *sig_hex, const ops_cost *c
         if (!is_bound)
             json_array_append_new(unbound, json_string(g->syms[s]));
     }
-    return cli_print_json(json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "name", g->name,
-                                    "signature", sig_hex, "bindings", bound, "unbound", unbound,
-                                    "inputs", inputs, "outputs", outputs, "flops",
-                                    cost ? json_real(cost->flops) : json_null(), "bytes",
-                                    cost ? json_real(cost->bytes) : json_null()));
+    return cli_print_json(
+        json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "name", g->name, "signature",
+                  sig_hex, "problem", problem_hex ? json_string(problem_hex) : json_null(),
+                  "bindings", bound, "unbound", unbound, "inputs", inputs, "outputs", outputs,
+                  "flops", cost ? json_real(cost->flops) : json_null(), "bytes",
+                  cost ? json_real(cost->bytes) : json_null()));
 }
 
-static void print_text(const ops_graph *g, const char *sig_hex, const ops_cost *cost)
+static void print_text(const ops_graph *g, const char *sig_hex, const char *problem_hex,
+                       const ops_cost *cost)
 {
     char shape[256];
     printf("graph      %s\n", g->name);
     printf("signature  %s\n", sig_hex);
+    if (problem_hex)
+        printf("problem    %s\n", problem_hex);
     for (int t = 0; t < g->n_tensors; t++) {
         const ops_tensor *x = &g->tensors[t];
         if (x->producer >= 0)
@@ -118,17 +124,22 @@ int cli_check(int argc, char **argv)
     kt_hex(sig, sizeof(sig), sig_hex);
 
     ops_cost cost, *costp = NULL;
+    uint8_t problem[OPS_SIG_BYTES];
+    char problem_hex[2 * OPS_SIG_BYTES + 1], *problemp = NULL;
     if (!ops_graph_first_unbound(bound)) {
-        if (ops_graph_cost(bound, &cost, &d) < 0) {
+        if (ops_graph_cost(bound, &cost, &d) < 0 ||
+            ops_graph_problem(bound, problem, NULL, NULL, &d) < 0) {
             rc = cli_error("%s: %s", a.path, d.msg);
             goto out;
         }
         costp = &cost;
+        kt_hex(problem, sizeof(problem), problem_hex);
+        problemp = problem_hex;
     }
     if (a.json) {
-        rc = print_json(bound, sig_hex, costp, &a);
+        rc = print_json(bound, sig_hex, problemp, costp, &a);
     } else {
-        print_text(bound, sig_hex, costp);
+        print_text(bound, sig_hex, problemp, costp);
         rc = CLI_OK;
     }
 out:

@@ -58,8 +58,10 @@ KTUNE_EXPORT void ktune_graph_free(ktune_graph *g); /* NULL is a no-op */
 /* The graph's name and its signature as 64 hex digits; valid until ktune_graph_free. */
 KTUNE_EXPORT const char *ktune_graph_name(const ktune_graph *g);
 KTUNE_EXPORT const char *ktune_graph_signature(const ktune_graph *g);
-/* Inputs and outputs in canonical order (the order ktune_launch takes pointers in), with their
- * names as written in the graph; i out of range gives NULL. */
+/* Inputs and outputs in the graph's canonical order with its dimensions unbound, with their
+ * names as written in the graph; i out of range gives NULL. A binding can reorder inputs (or
+ * outputs) of equal structure and different sizes: the order ktune_launch takes pointers in is
+ * ktune_graph_describe's for the kernel's shapes. */
 KTUNE_EXPORT int ktune_graph_n_inputs(const ktune_graph *g);
 KTUNE_EXPORT int ktune_graph_n_outputs(const ktune_graph *g);
 KTUNE_EXPORT const char *ktune_graph_input_name(const ktune_graph *g, int i);
@@ -256,8 +258,10 @@ typedef struct ktune_kernel ktune_kernel;
 
 /* Looks up the best verified record for (g, shapes, precision) on CUDA device `device` (-1: the
  * device of the calling thread's current context, else device 0) and loads it into that
- * context (the device's primary context when none is current: the one PyTorch uses).
- * Exact fingerprint first; then a compatible record (see ktune_match), flagged in *match (may
+ * context (the device's primary context when none is current: the one PyTorch uses). Only
+ * records verified within the default tolerance of the graph's dtypes and precision, and tuned
+ * for this very problem (the bound graph's problem digest and, slot by slot, its input and
+ * output shapes: docs/formats.md, Part 2) are served. Exact fingerprint first; then a compatible record (see ktune_match), flagged in *match (may
  * be NULL). A record whose checksum or verification field is wrong is never served, nor one
  * that does not fit the graph (an argument or output slot it lacks, a workspace range past its
  * size). Loading checks the cubin's ELF tables against its stored length and each launch's

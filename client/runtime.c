@@ -579,8 +579,7 @@ static int check_record(const cache_record *r, int n_in, int n_out, kt_err *why)
                 ok = a->index >= 0 && a->index < n_out;
                 break;
             case CACHE_ARG_WORKSPACE:
-                /* a record stores no length per argument: at least its first byte */
-                ok = ktune_rt_range_fits(a->offset, 1, r->workspace_bytes);
+                ok = a->bytes > 0 && ktune_rt_range_fits(a->offset, a->bytes, r->workspace_bytes);
                 break;
             case CACHE_ARG_SCALAR:
                 ok = !library && (unsigned)a->scalar < CACHE_SCALAR_COUNT;

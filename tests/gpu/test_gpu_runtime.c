@@ -204,6 +204,11 @@ static int make_record(const char *dir, const ktune_graph *kg, const ops_device 
     snprintf(r.key.shapes[0].name, sizeof(r.key.shapes[0].name), "M");
     r.key.shapes[0].value = m;
     r.key.precision = OPS_PREC_EXACT;
+    kt_err perr = {0};
+    if (cache_record_set_problem(&r, canon, &perr) < 0) {
+        printf("  FAIL record M=%lld: %s\n", (long long)m, perr.msg);
+        goto out;
+    }
     r.graph_name = strdup("gemm_bias_relu");
     r.n_kernels = 1;
     r.kernels = calloc(1, sizeof(*r.kernels));
@@ -286,8 +291,10 @@ static int make_record(const char *dir, const ktune_graph *kg, const ops_device 
             k->args = calloc((size_t)l->n_args + 1, sizeof(cache_arg));
             for (int j = 0; j < l->n_args; j++) {
                 if (l->args[j].kind == OPS_ARG_WORKSPACE)
-                    k->args[j] = (cache_arg){.kind = CACHE_ARG_WORKSPACE,
-                                             .offset = (uint64_t)l->args[j].offset};
+                    k->args[j] = (cache_arg){
+                        .kind = CACHE_ARG_WORKSPACE,
+                        .offset = (uint64_t)l->args[j].offset,
+                        .bytes = (uint64_t)(em.workspace_bytes - l->args[j].offset)};
                 else
                     k->args[j] = map_tensor(canon, in_rank, out_rank, l->args[j].tensor);
                 k->n_args++;

@@ -229,6 +229,7 @@ int main(void)
     cache_key key = {0};
     key.gpu = r.gpu;
     memcpy(key.sig, r.sig, sizeof(key.sig));
+    memcpy(key.problem, r.problem, sizeof(key.problem));
     key.precision = OPS_PREC_EXACT;
     key.n_shapes = 2;
     for (int i = 0; i < 2; i++) {

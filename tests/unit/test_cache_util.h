@@ -95,7 +95,7 @@ static KT_UNUSED void test_record(cache_record *r, const cache_key *k, const cha
         kk->args[0] = (cache_arg){.kind = CACHE_ARG_INPUT, .index = 0};
         kk->args[1] = (cache_arg){.kind = CACHE_ARG_INPUT, .index = 2};
         kk->args[2] = (cache_arg){.kind = CACHE_ARG_OUTPUT, .index = 0};
-        kk->args[3] = (cache_arg){.kind = CACHE_ARG_WORKSPACE, .offset = 4096};
+        kk->args[3] = (cache_arg){.kind = CACHE_ARG_WORKSPACE, .offset = 4096, .bytes = 4096};
         kk->args[4] = (cache_arg){
             .kind = CACHE_ARG_SCALAR, .scalar = CACHE_SCALAR_I64, .ival = -1234567890123ll};
         kk->args[5] =

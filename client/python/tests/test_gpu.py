@@ -118,3 +118,50 @@ def test_missing_key_raises_enoent(gpu_cache):
     with pytest.raises(ktune.KtuneError) as e:
         gpu_cache.lookup(SOFTMAX, {"M": 3, "N": 5})
     assert e.value.errno == errno.ENOENT
+
+
+# Issue 15's findings 1 and 2 on the GPU: a record is served only to a caller posing its very
+# problem, and then launches on the caller's buffers in the order the record was tuned for.
+GPU_GRAPHS = os.path.join(ROOT, "tests", "gpu")
+
+
+def _graph(name):
+    return os.path.join(GPU_GRAPHS, name + ".json")
+
+
+@pytest.fixture(scope="module")
+def problem_cache(tmp_path_factory):
+    cli = _exe("KTUNE_BIN", "client", "ktune")
+    worker = _exe("KTUNE_WORKER", "search", "ktune-worker")
+    cache = str(tmp_path_factory.mktemp("problems") / "cache")
+    tune_local(cli, worker, cache, _graph("rowsum_mn"), {"M": 1024, "N": 64}, budget="10s")
+    tune_local(cli, worker, cache, _graph("two_relus_xz"), {"M": 4096, "N": 1000}, budget="10s")
+    with ktune.Runtime(cache) as rt:
+        yield rt
+
+
+def test_renamed_symbols_get_their_own_problem(problem_cache):
+    # X[N,M] bound M=1024,N=64 is 64 rows of 1024: the 1024-rows-of-64 record is not its kernel
+    with pytest.raises(ktune.KtuneError) as e:
+        problem_cache.lookup(_graph("rowsum_nm"), {"M": 1024, "N": 64})
+    assert e.value.errno == errno.ENOENT
+    # the same problem under other names shares the record, and computes it
+    for name, shapes in (("rowsum_mn", {"M": 1024, "N": 64}), ("rowsum_pq", {"P": 1024, "Q": 64})):
+        k = problem_cache.lookup(_graph(name), shapes)
+        x = torch.randn(1024, 64, device="cuda")
+        torch.testing.assert_close(k(x), x.double().sum(dim=1).float(), rtol=1e-5, atol=1e-5)
+
+
+def test_declaration_order_keeps_buffers_apart(problem_cache):
+    # one record for a 4096- and a 1000-element relu, whichever is declared first and whichever
+    # symbol holds which size; each call passes its tensors in the kernel's (bound) order
+    for name in ("two_relus_xz", "two_relus_zx"):
+        for shapes in ({"M": 4096, "N": 1000}, {"M": 1000, "N": 4096}):
+            k = problem_cache.lookup(_graph(name), shapes)
+            sizes = {"x": shapes["M"], "z": shapes["N"]}
+            t = {n: torch.randn(sizes[n], device="cuda") for n in sizes}
+            outs = k(*[t[d.name] for d in k.inputs])
+            for d, y in zip(k.outputs, outs):
+                src = "x" if d.name == "rx" else "z"
+                assert y.shape == t[src].shape
+                torch.testing.assert_close(y, torch.relu(t[src]), rtol=0, atol=0)
