@@ -138,10 +138,11 @@ typedef struct wk_cand {
     wk_data *data;
     CUmodule mod;
     int n_kernels;
-    CUfunction fn[OPS_MAX_KERNELS];
-    ops_kernel_launch launch[OPS_MAX_KERNELS];
-    CUdeviceptr ptrs[OPS_MAX_KERNELS][OPS_MAX_ARGS];
-    void *params[OPS_MAX_KERNELS][OPS_MAX_ARGS];
+    CUfunction fn[SRCH_REQ_MAX_KERNELS];
+    ops_kernel_launch launch[SRCH_REQ_MAX_KERNELS];
+    int64_t zero_offset[SRCH_REQ_MAX_KERNELS], zero_bytes[SRCH_REQ_MAX_KERNELS]; /* 0: all of ws */
+    CUdeviceptr ptrs[SRCH_REQ_MAX_KERNELS][OPS_MAX_ARGS];
+    void *params[SRCH_REQ_MAX_KERNELS][OPS_MAX_ARGS];
     CUdeviceptr ws;
     int64_t ws_bytes;
     bool library;
@@ -1445,9 +1446,12 @@ static int cand_launch(void *ctx, kt_err *err)
     for (int k = 0; k < c->n_kernels; k++) {
         const ops_kernel_launch *l = &c->launch[k];
         int rc;
+        /* A record's kernel clears its own group's slot only: the others hold intermediates. */
+        size_t off = c->zero_bytes[k] ? (size_t)c->zero_offset[k] : 0;
+        size_t bytes = c->zero_bytes[k] ? (size_t)c->zero_bytes[k] : (size_t)c->ws_bytes;
         if (l->zero_workspace && c->ws &&
-            (rc = wk_cu(w, w->cu.p_cuMemsetD8(c->ws, 0, (size_t)c->ws_bytes), "zero the workspace",
-                        err)) < 0)
+            (rc = wk_cu(w, w->cu.p_cuMemsetD8(c->ws + (CUdeviceptr)off, 0, bytes),
+                        "zero the workspace", err)) < 0)
             return rc;
         if ((rc = wk_cu(w,
                         w->cu.p_cuLaunchKernel(c->fn[k], l->grid[0], l->grid[1], l->grid[2],
@@ -1502,6 +1506,8 @@ static int cand_load(wk *w, wk_cand *c, const srch_eval_req *req, srch_eval_resu
         for (int k = 0; k < req->n_kernels; k++) {
             const ops_kernel_launch *l = &req->kernels[k];
             c->launch[k] = *l;
+            c->zero_offset[k] = req->zero_offset[k];
+            c->zero_bytes[k] = req->zero_bytes[k];
             if ((rc = wk_cu(w, w->cu.p_cuModuleGetFunction(&c->fn[k], c->mod, l->entry), l->entry,
                             &err)) < 0)
                 goto fail;
@@ -1764,9 +1770,11 @@ static int eval_core(wk *w, const srch_eval_req *req, srch_eval_result *res, kt_
         }
     }
 done:
-    kt_log_debug(WK_TAG, "candidate %llu: data %.3f s, load and verify %.3f s, timing %.3f s",
-                 (unsigned long long)req->id, t1 - t0, t2 - t1, wk_now_s() - t2);
-    if (res->status != SRCH_OK)
+    kt_log_debug(WK_TAG, "%s %llu: data %.3f s, load and verify %.3f s, timing %.3f s",
+                 req->record ? "record" : "candidate", (unsigned long long)req->id, t1 - t0,
+                 t2 - t1, wk_now_s() - t2);
+    /* A record is evaluated once, never re-timed: its module and workspace go now. */
+    if (res->status != SRCH_OK || req->record)
         cand_release(w, c);
     return 0;
 }
