@@ -568,6 +568,68 @@ static void test_record_fallback(void **state)
     cache_close(cache);
 }
 
+/* A cuBLASLt winner (every generated kernel fails: their entries all start "ktune_"): its
+ * records, a pseudo-launch whose call the runtime rebuilds from the graph and the schedule, are
+ * evaluated as such, each before it is stored: the worker gets the call rebuilt the same way on
+ * the record's argument pointers (the fake's key: "record:cublasLt#<heuristic index> n=..."). */
+static void test_library_record_evaluated(void **state)
+{
+    (void)state;
+    char path[512], log[300];
+    snprintf(path, sizeof(path), "%s/examples/gemm_bias_relu.json", getenv("KTUNE_SOURCE_ROOT"));
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    assert_int_equal(ops_graph_from_json_file(path, &g, &d), 0);
+    assert_int_equal(ops_graph_validate(g, &d), 0);
+    ops_binding m16 = {"M", 16};
+    path_in_tmp(log, sizeof(log), "evals-library.log");
+    setenv("FAKE_WRONG", "ktune_", 1);
+    setenv("FAKE_ERR", "record:cublasLt=2.5e-4/0.5", 1);
+    setenv("FAKE_LOG", log, 1);
+    cache_env *cache = open_cache("cache-library");
+    srch_tune_opts o = base_opts();
+    o.budget_s = 8;
+    srch_tune_result r;
+    kt_err err = {0};
+    int rc = srch_tune(g, &m16, 1, cache, &o, &r, &err);
+    unsetenv("FAKE_WRONG");
+    unsetenv("FAKE_ERR");
+    unsetenv("FAKE_LOG");
+    if (rc < 0)
+        print_error("srch_tune: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_true(r.found);
+    assert_int_equal(r.n_picks, 1);
+    assert_int_equal(r.picks[0].family, OPS_FAM_LIBRARY);
+    assert_int_equal(r.rank, 0);
+    assert_true(r.records >= 1);
+    assert_int_equal(r.assembled, r.records);
+    int n = 0;
+    char **lines = read_lines(log, &n);
+    assert_int_equal(count_prefixed(lines, n, "record:cublasLt#"), r.records);
+    cache_key key = job_key(&r);
+    key.n_shapes = 1;
+    snprintf(key.shapes[0].name, sizeof(key.shapes[0].name), "M");
+    key.shapes[0].value = 16;
+    for (int rank = 0; rank < r.records; rank++) {
+        cache_record rec;
+        cache_record_init(&rec);
+        assert_int_equal(cache_get(cache, &key, rank, &rec, &err), 0);
+        assert_string_equal(rec.family, "library");
+        assert_true(rec.err_norm == 2.5e-4 && rec.err_max == 0.5);
+        /* "library heuristic=H": that call's evaluation is in the log */
+        const char *h = strstr(rec.schedule, "heuristic=");
+        assert_non_null(h);
+        char want[64];
+        snprintf(want, sizeof(want), "record:cublasLt#%d n=", atoi(h + strlen("heuristic=")));
+        assert_int_equal(count_prefixed(lines, n, want), 1);
+        cache_record_free(&rec);
+    }
+    free_lines(lines, n);
+    cache_close(cache);
+    ops_graph_free(g);
+}
+
 /* A slow worker and a short budget: the job stops on the budget with what it measured. */
 static void test_budget(void **state)
 {
@@ -710,6 +772,7 @@ int main(void)
         cmocka_unit_test(test_record_evaluated_whole),
         cmocka_unit_test(test_record_failure_not_stored),
         cmocka_unit_test(test_record_fallback),
+        cmocka_unit_test(test_library_record_evaluated),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
