@@ -88,6 +88,9 @@
 #define WK_REF_CUBINS    16 /* compiled reference programs kept, by SHA-256 of their source */
 #define WK_MAX_MSG       ((size_t)256 << 20)
 #define WK_DEFAULT_SEEDS 3
+/* Inputs and outputs of a data set: a group has at most OPS_GROUP_MAX_IO of each, but an
+ * assembled record is evaluated over its whole graph, which may have more. */
+#define WK_MAX_IO 64
 #define WK_EXIT_FAULT    3
 #define WK_EXIT_PROTO    2
 #define WK_SELFTEST_N    (1 << 20)
@@ -101,9 +104,9 @@ typedef struct wk_data {
     int users; /* loaded candidates that point here */
     ops_graph *g;
     int n_in, n_out;
-    size_t in_bytes[OPS_GROUP_MAX_IO], out_bytes[OPS_GROUP_MAX_IO];
-    int64_t out_numel[OPS_GROUP_MAX_IO];
-    CUdeviceptr d_in[OPS_GROUP_MAX_IO], d_out[OPS_GROUP_MAX_IO];
+    size_t in_bytes[WK_MAX_IO], out_bytes[WK_MAX_IO];
+    int64_t out_numel[WK_MAX_IO];
+    CUdeviceptr d_in[WK_MAX_IO], d_out[WK_MAX_IO];
     int seeds;
     uint64_t seed0;
     uint8_t **h_in;         /* [seed * n_in + i]: typed inputs */
@@ -111,7 +114,7 @@ typedef struct wk_data {
     CUdeviceptr *d_ref;     /* [seed * n_out + j]: fp64 reference outputs (device) */
     double *ref_sumsq;      /* [seed * n_out + j]: sum of squares of the finite reference values */
     int64_t *ref_finite;    /* [seed * n_out + j]: how many reference values are finite */
-    CUdeviceptr d_prev[OPS_GROUP_MAX_IO]; /* the first run's outputs, for the race check */
+    CUdeviceptr d_prev[WK_MAX_IO]; /* the first run's outputs, for the race check */
     bool have_ref;
     int cur_seed; /* whose inputs d_in holds, -1 none */
     int64_t red_len;
@@ -1082,7 +1085,7 @@ static int upload_doubles(wk *w, const ops_tensor *t, const uint8_t *h, CUdevice
 static int data_inputs_from_full(wk *w, wk_data *D, const srch_eval_req *req, kt_err *err)
 {
     ops_graph *F = ops_graph_clone(req->full);
-    int32_t src[OPS_GROUP_MAX_IO];
+    int32_t src[WK_MAX_IO];
     int n_fin = 0, rc = 0;
     bool need_ref = false;
     uint8_t **fh = NULL;
@@ -1250,9 +1253,8 @@ static int data_get(wk *w, const srch_eval_req *req, wk_data **out, kt_err *err)
     for (int t = 0; t < g->n_tensors && g->tensors[t].producer < 0; t++)
         D->n_in++;
     D->n_out = g->n_outputs;
-    if (D->n_in > OPS_GROUP_MAX_IO || D->n_out > OPS_GROUP_MAX_IO) {
-        rc = kt_err_set(err, -EINVAL, "subgraph has more than %d inputs or outputs",
-                        OPS_GROUP_MAX_IO);
+    if (D->n_in > WK_MAX_IO || D->n_out > WK_MAX_IO) {
+        rc = kt_err_set(err, -EINVAL, "subgraph has more than %d inputs or outputs", WK_MAX_IO);
         goto fail;
     }
     for (int n = 0; n < g->n_nodes; n++) {
