@@ -88,14 +88,15 @@
 #define WK_REF_CUBINS    16 /* compiled reference programs kept, by SHA-256 of their source */
 #define WK_MAX_MSG       ((size_t)256 << 20)
 #define WK_DEFAULT_SEEDS 3
-/* Inputs and outputs of a data set: a group has at most OPS_GROUP_MAX_IO of each, but an
- * assembled record is evaluated over its whole graph, which may have more. */
-#define WK_MAX_IO 64
 #define WK_EXIT_FAULT    3
 #define WK_EXIT_PROTO    2
 #define WK_SELFTEST_N    (1 << 20)
 #define WK_STR(x)        #x
 #define WK_XSTR(x)       WK_STR(x)
+
+/* Inputs and outputs of a data set: a group has at most OPS_GROUP_MAX_IO of each, but an
+ * assembled record is evaluated over its whole graph, which may have more. */
+#define WK_MAX_IO 64
 
 /* Inputs, device buffers and references of one distinct (subgraph, bindings, seeds). */
 typedef struct wk_data {
