@@ -246,6 +246,12 @@ static json_t *result_json(const cli_graph_args *ga, const srch_tune_result *r)
     json_object_set_new(o, "records", json_integer(r->records));
     if (r->record_note[0])
         json_object_set_new(o, "record_note", json_string(r->record_note));
+    /* Records are evaluated as assembled before they are stored (docs/evaluation.md). */
+    json_object_set_new(o, "assembled",
+                        json_pack("{s:i, s:i, s:i}", "evaluated", r->assembled, "resumed",
+                                  r->assembled_resumed, "failed", r->assembled_failed));
+    if (r->record_fallback[0])
+        json_object_set_new(o, "record_fallback", json_string(r->record_fallback));
     json_object_set_new(o, "seconds", json_real(r->seconds));
     json_object_set_new(o, "compile_s", json_real(r->compile_s));
     json_object_set_new(o, "measure_s", json_real(r->measure_s));
@@ -303,6 +309,8 @@ static void print_table(const srch_tune_result *r)
                r->records == 1 ? "" : "s");
     else if (r->record_note[0])
         printf("\ncached     no record: %s\n", r->record_note);
+    if (r->record_fallback[0])
+        printf("           %s\n", r->record_fallback);
 }
 
 /* The search in this process (unchanged from before ktuned existed). */

@@ -47,10 +47,11 @@
 
 typedef struct cand {
     bool done;
-    bool queued;   /* submitted to the compile pool, result not seen yet */
-    bool from_log; /* outcome read from the trial log */
-    bool retimed;  /* rtime holds its interleaved re-timing against the other finalists */
-    bool measured; /* evaluated by the worker in this run */
+    bool queued;    /* submitted to the compile pool, result not seen yet */
+    bool from_log;  /* outcome read from the trial log */
+    bool retimed;   /* rtime holds its interleaved re-timing against the other finalists */
+    bool measured;  /* evaluated by the worker in this run */
+    bool set_aside; /* its one-group record failed as assembled (record()): no longer a pick */
     srch_status status;
     srch_time_stats time;  /* from its evaluation: what screening and refinement compare */
     srch_time_stats rtime; /* re-timed: what the final pick compares */
@@ -83,7 +84,9 @@ typedef struct tune {
     uint64_t seq;
     srch_tune_progress prog;
     bool out_of_budget;
-    bool final; /* picking: re-timed finalists are compared by their re-timed stats */
+    bool final;            /* picking: re-timed finalists are compared by their re-timed stats */
+    bool *part_set_aside;  /* per partition: its record failed as assembled (record()) */
+    uint64_t record_evals; /* records sent to the worker by this call (their request ids) */
 } tune;
 
 static double now_s(void)
@@ -160,6 +163,26 @@ static void trial_from(const cand *c, cache_trial *t)
         snprintf(t->detail, sizeof(t->detail), "%s: %.200s", srch_status_str(c->status), c->msg);
 }
 
+/* A failed trial's srch_status and reason, from its class and its "<srch_status>: <reason>"
+ * detail (trial_from). */
+static void failure_from_trial(const cache_trial *t, srch_status *st, char *msg, size_t len)
+{
+    *st = t->status == CACHE_TRIAL_WRONG   ? SRCH_WRONG
+          : t->status == CACHE_TRIAL_FAULT ? SRCH_FAULT
+          : t->status == CACHE_TRIAL_HANG  ? SRCH_HANG
+                                           : SRCH_COMPILE_ERROR;
+    for (int s = 0; s < SRCH_STATUS_COUNT; s++) {
+        const char *name = srch_status_str((srch_status)s);
+        size_t n = strlen(name);
+        if (strncmp(t->detail, name, n) == 0 && t->detail[n] == ':') {
+            *st = (srch_status)s;
+            snprintf(msg, len, "%s", t->detail + n + 2);
+            return;
+        }
+    }
+    snprintf(msg, len, "%s", t->detail);
+}
+
 static void cand_from_trial(cand *c, const cache_trial *t, double tolerance)
 {
     c->done = true;
@@ -195,20 +218,7 @@ static void cand_from_trial(cand *c, const cache_trial *t, double tolerance)
         return;
     }
     /* Recover our class from the detail prefix. */
-    c->status = t->status == CACHE_TRIAL_WRONG   ? SRCH_WRONG
-                : t->status == CACHE_TRIAL_FAULT ? SRCH_FAULT
-                : t->status == CACHE_TRIAL_HANG  ? SRCH_HANG
-                                                 : SRCH_COMPILE_ERROR;
-    for (int s = 0; s < SRCH_STATUS_COUNT; s++) {
-        const char *name = srch_status_str((srch_status)s);
-        size_t len = strlen(name);
-        if (strncmp(t->detail, name, len) == 0 && t->detail[len] == ':') {
-            c->status = (srch_status)s;
-            snprintf(c->msg, sizeof(c->msg), "%s", t->detail + len + 2);
-            return;
-        }
-    }
-    snprintf(c->msg, sizeof(c->msg), "%s", t->detail);
+    failure_from_trial(t, &c->status, c->msg, sizeof(c->msg));
 }
 
 /* ---- bookkeeping ---- */
@@ -291,7 +301,7 @@ static bool over_budget(tune *t)
 
 static bool verified(const cand *c)
 {
-    return c->done && c->status == SRCH_OK && c->time.median_ns > 0;
+    return c->done && c->status == SRCH_OK && c->time.median_ns > 0 && !c->set_aside;
 }
 
 /* The stats a comparison uses: the re-timed ones once picking, for re-timed finalists. */
@@ -385,6 +395,8 @@ static double partition_time(const tune *t, int p, bool library_baseline)
     const srch_partition *part = &t->s->partitions[p];
     double sum = 0;
     bool any_lib = false;
+    if (t->part_set_aside && t->part_set_aside[p])
+        return 0;
     for (int k = 0; k < part->n_groups; k++) {
         int g = part->groups[k];
         int64_t b = -1;
@@ -1191,14 +1203,21 @@ static void io_map_free(io_map *m)
     free(m->slot);
 }
 
+/* Maps one emitted argument onto the record's slots. A workspace argument of the group's own
+ * workspace (own_ws bytes from ws_base) may use the rest of it from its offset; an intermediate
+ * its tensor's bytes. */
 static int map_arg(const tune *t, const io_map *m, const ops_arg *a, uint64_t ws_base,
-                   cache_arg *out, kt_err *err)
+                   uint64_t own_ws, cache_arg *out, kt_err *err)
 {
     const ops_graph *g = t->s->g;
     memset(out, 0, sizeof(*out));
     if (a->kind == OPS_ARG_WORKSPACE) {
+        if (a->offset < 0 || (uint64_t)a->offset >= own_ws)
+            return kt_err_set(err, -EINVAL, "workspace argument at %lld of the group's %llu bytes",
+                              (long long)a->offset, (unsigned long long)own_ws);
         out->kind = CACHE_ARG_WORKSPACE;
         out->offset = ws_base + (uint64_t)a->offset;
+        out->bytes = own_ws - (uint64_t)a->offset;
         return 0;
     }
     if (a->tensor < 0 || a->tensor >= g->n_tensors)
@@ -1217,8 +1236,10 @@ static int map_arg(const tune *t, const io_map *m, const ops_arg *a, uint64_t ws
     if (m->slot[a->tensor] == UINT64_MAX)
         return kt_err_set(err, -EINVAL, "tensor %s is neither graph I/O nor an intermediate",
                           g->tensors[a->tensor].name);
+    const ops_tensor *x = &g->tensors[a->tensor];
     out->kind = CACHE_ARG_WORKSPACE;
     out->offset = m->slot[a->tensor];
+    out->bytes = (uint64_t)ops_shape_numel(&x->shape) * ops_dtype_size(x->dtype);
     return 0;
 }
 
@@ -1248,7 +1269,7 @@ static int add_kernels(const tune *t, const io_map *m, const ops_emitted *em, ui
             if (ts[j] < 0)
                 continue;
             ops_arg a = {.kind = OPS_ARG_TENSOR, .tensor = ts[j]};
-            int rc = map_arg(t, m, &a, ws_base, &k->args[k->n_args++], err);
+            int rc = map_arg(t, m, &a, ws_base, 0, &k->args[k->n_args++], err);
             if (rc < 0)
                 return rc;
         }
@@ -1270,7 +1291,8 @@ static int add_kernels(const tune *t, const io_map *m, const ops_emitted *em, ui
             k[i].zero_bytes = (uint64_t)em->workspace_bytes;
         }
         for (int j = 0; j < l->n_args; j++) {
-            int rc = map_arg(t, m, &l->args[j], ws_base, &k[i].args[j], err);
+            int rc = map_arg(t, m, &l->args[j], ws_base, (uint64_t)em->workspace_bytes,
+                             &k[i].args[j], err);
             if (rc < 0)
                 return rc;
             k[i].n_args++;
@@ -1458,15 +1480,275 @@ static int cached_rank(tune *t, const cache_record *rec)
     return -1;
 }
 
-/* Puts the winning partition, and for a one-group winner its runner-ups, into the cache. */
-static int record(tune *t, int p, kt_err *err)
+/* ---- the record, evaluated as assembled ---- */
+
+/* Every record build_record can assemble fits one request. */
+_Static_assert(SRCH_REQ_MAX_KERNELS >= CACHE_MAX_KERNELS, "a record the worker cannot evaluate");
+
+/* Picks whose record record() tries before it gives up: each one that cannot be built or fails
+ * its whole-graph evaluation sets its partition (or one-group candidate) aside, and the next
+ * best is tried. Each try is one compile at most and one evaluation. */
+#define RECORD_TRIES 3
+
+/* The trial-log id of an assembled record: "record " and 32 hex digits of SHA-256 over what it
+ * runs (family, schedule, cubin, launches with their argument maps, workspace), so a rerun of
+ * the job finds the outcome of exactly this record and evaluates it again only if it changed. */
+static int record_id(const cache_record *rec, char out[CACHE_CAND_MAX], kt_err *err)
+{
+    uint8_t dig[32];
+    char hex[65];
+    kt_buf b = {0};
+    ops_sha256(rec->cubin ? (const void *)rec->cubin : "", rec->cubin_len, dig);
+    kt_hex(dig, sizeof(dig), hex);
+    kt_buf_printf(&b, "%s\n%s\ncubin %s %zu\nworkspace %llu\n", rec->family, rec->schedule, hex,
+                  rec->cubin_len, (unsigned long long)rec->workspace_bytes);
+    for (int k = 0; k < rec->n_kernels; k++) {
+        const cache_kernel *kk = &rec->kernels[k];
+        kt_buf_printf(&b, "%s %u,%u,%u %u,%u,%u %u zero %llu+%llu", kk->entry, kk->grid[0],
+                      kk->grid[1], kk->grid[2], kk->block[0], kk->block[1], kk->block[2],
+                      kk->smem_bytes, (unsigned long long)kk->zero_offset,
+                      (unsigned long long)kk->zero_bytes);
+        for (int j = 0; j < kk->n_args; j++) {
+            const cache_arg *a = &kk->args[j];
+            kt_buf_printf(&b, " %d:%d:%llu:%d:%lld:%.17g", (int)a->kind, (int)a->index,
+                          (unsigned long long)a->offset, (int)a->scalar, (long long)a->ival,
+                          a->fval);
+        }
+        kt_buf_printf(&b, "\n");
+    }
+    if (kt_buf_status(&b) < 0) {
+        kt_buf_free(&b);
+        return kt_err_set(err, -ENOMEM, "out of memory");
+    }
+    ops_sha256(b.data, b.len, dig);
+    kt_buf_free(&b);
+    kt_hex(dig, 16, hex);
+    snprintf(out, CACHE_CAND_MAX, "record %s", hex);
+    return 0;
+}
+
+/* The tensor of req->sub that a record's INPUT or OUTPUT argument a points to (canonical rank:
+ * by_in[rank] is g's input tensor of that rank, by_out[rank] its output tensor). */
+static int record_tensor(const srch_eval_req *req, const ops_graph *g, const int *by_in, int n_in,
+                         const int *by_out, const cache_arg *a, int32_t *out, kt_err *err)
+{
+    int gt = -1;
+    if (a->kind == CACHE_ARG_INPUT && a->index >= 0 && a->index < n_in)
+        gt = by_in[a->index];
+    else if (a->kind == CACHE_ARG_OUTPUT && a->index >= 0 && a->index < g->n_outputs)
+        gt = by_out[a->index];
+    if (gt < 0)
+        return kt_err_set(err, -EINVAL,
+                          "argument (kind %d, index %d) is not a graph input or output",
+                          (int)a->kind, (int)a->index);
+    int st = ops_graph_find_tensor(req->sub, g->tensors[gt].name);
+    if (st < 0)
+        return kt_err_set(err, -EINVAL, "tensor %s missing from the request", g->tensors[gt].name);
+    *out = st;
+    return 0;
+}
+
+/* The worker's request for rec as it will be served (runtime: client/runtime.c): the whole
+ * canonical bound graph is the subgraph, rec's launches in order with its argument map turned
+ * back into that graph's tensors (canonical input and output ranks), its workspace and zero
+ * ranges, verified against the graph's fp64 reference, not timed. A library record's call is
+ * rebuilt from the graph and candidate ci's schedule, as the runtime rebuilds it, on the
+ * pointers of rec's pseudo-launch. Returns 0, -ENOTSUP (a record the worker cannot run:
+ * detail in err), -EINVAL or -ENOMEM. */
+static int record_request(tune *t, const cache_record *rec, int64_t ci, srch_eval_req *req,
+                          kt_err *err)
+{
+    const ops_graph *g = t->s->g;
+    ops_diag d = {0};
+    int n_in = 0;
+    while (n_in < g->n_tensors && g->tensors[n_in].producer < 0)
+        n_in++;
+    int *in_rank = calloc((size_t)n_in + 1, sizeof(int));
+    int *out_rank = calloc((size_t)g->n_outputs + 1, sizeof(int));
+    int *by_in = calloc((size_t)n_in + 1, sizeof(int));
+    int *by_out = calloc((size_t)g->n_outputs + 1, sizeof(int));
+    int rc = 0;
+    memset(req, 0, sizeof(*req));
+    if (!in_rank || !out_rank || !by_in || !by_out) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if (ops_graph_canonical_io(g, in_rank, out_rank, &d) < 0) {
+        rc = kt_err_set(err, -EINVAL, "canonical io: %s", d.msg);
+        goto out;
+    }
+    for (int i = 0; i < n_in; i++)
+        by_in[i] = -1;
+    for (int j = 0; j < g->n_outputs; j++)
+        by_out[j] = -1;
+    for (int i = 0; i < n_in; i++)
+        if (in_rank[i] >= 0 && in_rank[i] < n_in)
+            by_in[in_rank[i]] = i;
+    for (int j = 0; j < g->n_outputs; j++)
+        if (out_rank[j] >= 0 && out_rank[j] < g->n_outputs)
+            by_out[out_rank[j]] = g->outputs[j];
+    if ((rc = srch_eval_req_for_graph(g, req, &d)) < 0) {
+        rc = kt_err_set(err, rc, "%s", d.msg);
+        goto out;
+    }
+    req->id = (uint64_t)t->n + ++t->record_evals; /* beyond every candidate's id */
+    req->precision = t->o->precision;
+    req->tolerance = t->o->tolerance;
+    req->seeds = defint(t->o->seeds, 3);
+    req->workspace_bytes = (int64_t)rec->workspace_bytes;
+    if (rec->family && strcmp(rec->family, "library") == 0) {
+        const srch_candidate *sc = &t->list[ci];
+        ops_lt_desc lt;
+        if (rec->n_kernels != 1 || sc->schedule.family != OPS_FAM_LIBRARY ||
+            ops_library_describe(&t->s->groups[sc->group].group, &sc->schedule, &lt, &d) < 0) {
+            rc = kt_err_set(err, -EINVAL, "library record: %s", d.msg[0] ? d.msg : "malformed");
+            goto out;
+        }
+        const cache_kernel *kk = &rec->kernels[0];
+        int32_t *ptr[4] = {&lt.a_tensor, &lt.b_tensor, &lt.c_tensor, &lt.bias_tensor};
+        if (kk->n_args != 3 + (lt.bias_tensor >= 0)) {
+            rc = kt_err_set(err, -EINVAL, "library record: %d arguments for its call", kk->n_args);
+            goto out;
+        }
+        for (int j = 0; j < kk->n_args && rc == 0; j++)
+            rc = record_tensor(req, g, by_in, n_in, by_out, &kk->args[j], ptr[j], err);
+        req->library = true;
+        req->lt = lt;
+        goto out;
+    }
+    if (!rec->cubin || !rec->cubin_len || rec->n_kernels < 1 ||
+        rec->n_kernels > SRCH_REQ_MAX_KERNELS) {
+        rc = kt_err_set(err, -ENOTSUP, "a record of %d kernels%s: the worker runs 1 to %d",
+                        rec->n_kernels, rec->cubin ? "" : " without a cubin", SRCH_REQ_MAX_KERNELS);
+        goto out;
+    }
+    if (!(req->cubin = malloc(rec->cubin_len))) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    memcpy(req->cubin, rec->cubin, rec->cubin_len);
+    req->cubin_len = rec->cubin_len;
+    req->n_kernels = rec->n_kernels;
+    for (int k = 0; k < rec->n_kernels && rc == 0; k++) {
+        const cache_kernel *kk = &rec->kernels[k];
+        ops_kernel_launch *l = &req->kernels[k];
+        if (!kk->entry || strlen(kk->entry) >= sizeof(l->entry) || kk->n_args > OPS_MAX_ARGS) {
+            rc = kt_err_set(err, -ENOTSUP,
+                            "kernel %d: an entry name over %zu bytes or over %d "
+                            "arguments",
+                            k, sizeof(l->entry) - 1, OPS_MAX_ARGS);
+            break;
+        }
+        snprintf(l->entry, sizeof(l->entry), "%s", kk->entry);
+        memcpy(l->grid, kk->grid, sizeof(l->grid));
+        memcpy(l->block, kk->block, sizeof(l->block));
+        l->smem_bytes = kk->smem_bytes;
+        l->zero_workspace = kk->zero_bytes > 0;
+        req->zero_offset[k] = (int64_t)kk->zero_offset;
+        req->zero_bytes[k] = (int64_t)kk->zero_bytes;
+        l->n_args = kk->n_args;
+        for (int j = 0; j < kk->n_args && rc == 0; j++) {
+            const cache_arg *a = &kk->args[j];
+            if (a->kind == CACHE_ARG_WORKSPACE) {
+                l->args[j] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = (int64_t)a->offset};
+            } else if (a->kind == CACHE_ARG_SCALAR) {
+                rc = kt_err_set(err, -ENOTSUP, "kernel %s: a by-value argument", kk->entry);
+            } else {
+                l->args[j].kind = OPS_ARG_TENSOR;
+                rc = record_tensor(req, g, by_in, n_in, by_out, a, &l->args[j].tensor, err);
+            }
+        }
+    }
+out:
+    if (rc < 0)
+        srch_eval_req_free(req);
+    free(in_rank);
+    free(out_rank);
+    free(by_in);
+    free(by_out);
+    return rc;
+}
+
+/* The outcome of evaluating rec as assembled: on the worker (record_request), or read back from
+ * the trial log where an earlier run of the job evaluated exactly this record (record_id). The
+ * outcome is logged like a candidate's: its status, its normwise error, and as detail
+ * "assembled max=<err_max>" or "<srch_status>: <reason>"; a logged pass whose error is over
+ * rec->tolerance (this job's) counts as wrong. A record the worker cannot run is a load_error, not
+ * logged. res gets status, err_norm, err_max and msg. Returns 0, or a negative errno: the
+ * worker cannot be restarted, the trial log cannot be written, -ECANCELED. */
+static int check_record(tune *t, const cache_record *rec, int64_t ci, srch_eval_result *res,
+                        kt_err *err)
+{
+    char id[CACHE_CAND_MAX];
+    cache_trial tr;
+    memset(res, 0, sizeof(*res));
+    int rc = record_id(rec, id, err);
+    if (rc < 0)
+        return rc;
+    if (cache_trial_get(t->cache, &t->key, id, &tr, NULL) == 0) {
+        t->r->assembled_resumed++;
+        res->err_norm = tr.error;
+        if (tr.status != CACHE_TRIAL_OK) {
+            failure_from_trial(&tr, &res->status, res->msg, sizeof(res->msg));
+        } else if (sscanf(tr.detail, "assembled max=%lg", &res->err_max) != 1) {
+            res->status = SRCH_WRONG;
+            snprintf(res->msg, sizeof(res->msg), "unreadable trial detail '%.200s'", tr.detail);
+        } else if (tr.error > rec->tolerance) {
+            res->status = SRCH_WRONG;
+            snprintf(res->msg, sizeof(res->msg), "error %.3g over this job's tolerance %.3g",
+                     tr.error, rec->tolerance);
+        }
+    } else {
+        srch_eval_req req;
+        kt_err rerr = {0};
+        bool restarted;
+        if ((rc = record_request(t, rec, ci, &req, &rerr)) < 0) {
+            if (rc == -ENOMEM)
+                return kt_err_set(err, rc, "%s", rerr.msg);
+            res->status = SRCH_LOAD_ERROR;
+            snprintf(res->msg, sizeof(res->msg), "cannot build the request: %.200s", rerr.msg);
+            t->r->assembled_failed++;
+            return 0;
+        }
+        if ((rc = worker_eval(t, &req, res, &restarted, err)) < 0)
+            return rc;
+        if (cancelled(t) && (res->status == SRCH_FAULT || res->status == SRCH_HANG))
+            return kt_err_set(err, -ECANCELED, "cancelled while evaluating the record");
+        t->r->assembled++;
+        memset(&tr, 0, sizeof(tr));
+        snprintf(tr.cand, sizeof(tr.cand), "%s", id);
+        tr.status = trial_status(res->status);
+        tr.error = isfinite(res->err_norm) ? res->err_norm : 1e300;
+        tr.ts = (int64_t)time(NULL);
+        if (res->status == SRCH_OK)
+            snprintf(tr.detail, sizeof(tr.detail), "assembled max=%.17g",
+                     isfinite(res->err_max) ? res->err_max : 1e300);
+        else
+            snprintf(tr.detail, sizeof(tr.detail), "%s: %.200s", srch_status_str(res->status),
+                     res->msg);
+        if ((rc = cache_trial_append(t->cache, &t->key, &tr, err)) < 0)
+            return rc;
+    }
+    if (res->status != SRCH_OK)
+        t->r->assembled_failed++;
+    return 0;
+}
+
+/* Builds, evaluates as assembled (check_record) and puts the records of partition p: for one
+ * group its pick and the runner-ups, for several one record of the groups' picks. Only a record
+ * that passed is put, as verified, with the error of that evaluation. *stored: the pick's record
+ * was put (then *err_norm is its error). When the pick's record cannot be built or fails, the
+ * partition (several groups) or the candidate (one group) is set aside, nothing of p is put,
+ * and why says why. A runner-up that fails is left out. Returns 0 or a negative errno. */
+static int record_partition(tune *t, int p, bool *stored, double *err_norm, char *why,
+                            size_t why_len, kt_err *err)
 {
     const srch_partition *part = &t->s->partitions[p];
     srch_tune_result *r = t->r;
     int nrec = 1;
     int64_t ranked[33];
     int64_t ci[OPS_GROUP_MAX_NODES];
-    report(t, "record");
+    *stored = false;
     if (part->n_groups == 1) {
         /* The winner first (group_best's rule), then the others in ranking order. */
         int64_t all[2 * (1 + CACHE_RUNNER_UPS)], best = group_best(t, part->groups[0], -1);
@@ -1501,24 +1783,22 @@ static int record(tune *t, int p, kt_err *err)
             rc = build_record(t, part, ci, part->n_groups, &rec, &rerr);
         if (rc < 0) {
             cache_record_free(&rec);
+            kt_log_warn(TAG, "no cache record: %s", rerr.msg);
             if (q == 0) {
-                snprintf(r->record_note, sizeof(r->record_note), "%.255s", rerr.msg);
-                kt_log_warn(TAG, "no cache record: %s", rerr.msg);
+                snprintf(why, why_len, "%.250s", rerr.msg);
+                goto set_aside;
             }
             rc = 0;
             continue;
         }
-        double med = 0, p10 = 0, p90 = 0, en = 0, em = 0, base = 0;
+        double med = 0, p10 = 0, p90 = 0, base = 0;
         uint32_t reps = UINT32_MAX;
         bool cold = false;
         for (int k = 0; k < part->n_groups; k++) {
-            const cand *c = &t->c[ci[k]];
             const srch_time_stats *ts = tm(t, ci[k]);
             med += ts->median_ns;
             p10 += ts->p10_ns;
             p90 += ts->p90_ns;
-            en = fmax(en, c->err_norm);
-            em = fmax(em, c->err_max);
             if ((uint32_t)ts->reps < reps)
                 reps = (uint32_t)ts->reps;
             cold |= ts->cold;
@@ -1543,14 +1823,13 @@ static int record(tune *t, int p, kt_err *err)
             rec.family = kt_strdup("partition");
         }
         rec.schedule = kt_strdup(sched);
+        /* Time: the sum of the groups' measurements and the model's gaps (the assembled record
+         * is verified, not timed: see check_record). */
         rec.time_ns = med + gaps;
         rec.time_p10_ns = p10 + gaps;
         rec.time_p90_ns = p90 + gaps;
         rec.timing = cold ? CACHE_TIMING_COLD : CACHE_TIMING_HOT;
         rec.reps = reps == UINT32_MAX ? 0 : reps;
-        rec.verified = true;
-        rec.err_norm = en;
-        rec.err_max = em;
         rec.tolerance =
             t->o->tolerance > 0 ? t->o->tolerance : ops_default_tolerance(t->s->g, t->o->precision);
         rec.cublaslt_ns = base;
@@ -1558,11 +1837,33 @@ static int record(tune *t, int p, kt_err *err)
         rec.ktune_version = kt_strdup(KTUNE_VERSION);
         rec.nvrtc_version = nvrtc_version();
         rec.created = (int64_t)time(NULL);
-        int rank = -1;
         if (!rec.family || !rec.schedule || !rec.ktune_version || !rec.graph_name) {
             cache_record_free(&rec);
             return kt_err_set(err, -ENOMEM, "out of memory");
         }
+        /* What is stored is what was verified: exactly these bytes and launches, run as one
+         * whole-graph candidate against the graph's fp64 reference. */
+        srch_eval_result res;
+        if ((rc = check_record(t, &rec, ci[0], &res, err)) < 0) {
+            cache_record_free(&rec);
+            return rc;
+        }
+        if (res.status != SRCH_OK) {
+            kt_log_warn(TAG, "record %s failed its whole-graph evaluation: %s: %s", rec.schedule,
+                        srch_status_str(res.status), res.msg);
+            if (q == 0)
+                snprintf(why, why_len,
+                         "the record of %.80s failed its whole-graph evaluation (%s: %.100s)",
+                         rec.schedule, srch_status_str(res.status), res.msg);
+            cache_record_free(&rec);
+            if (q == 0)
+                goto set_aside;
+            continue;
+        }
+        rec.verified = true;
+        rec.err_norm = res.err_norm;
+        rec.err_max = res.err_max;
+        int rank = -1;
         rc = cache_put(t->cache, &rec, &rank, err);
         if (rc == 0 && rank < 0)
             rank = cached_rank(t, &rec); /* already there from an earlier run of the job */
@@ -1570,10 +1871,65 @@ static int record(tune *t, int p, kt_err *err)
         if (rc < 0)
             return rc;
         r->records++;
-        if (q == 0)
+        if (q == 0) {
             r->rank = rank;
+            *stored = true;
+            *err_norm = res.err_norm;
+        }
     }
-    return rc;
+    return 0;
+set_aside:
+    if (part->n_groups == 1)
+        t->c[ci[0]].set_aside = true;
+    else
+        t->part_set_aside[p] = true;
+    return 0;
+}
+
+/* Puts the best partition's records into the cache (record_partition), each only after it
+ * passed as assembled. A pick whose record fails sets its partition or candidate aside and the
+ * next best is tried, up to RECORD_TRIES picks; r->record_fallback then says why a faster pick
+ * was not stored. When none passes, nothing is stored, r->record_note says why, and the set-aside
+ * marks are lifted so the result describes the measured winner. *err_norm: the stored pick's
+ * whole-graph error, or -1 when none was stored. */
+static int record(tune *t, double *err_norm, kt_err *err)
+{
+    srch_tune_result *r = t->r;
+    char why[256], first[256] = "";
+    int failed = 0, rc = 0;
+    bool stored = false;
+    *err_norm = -1;
+    report(t, "record");
+    for (int tries = 0; tries < RECORD_TRIES && !stored; tries++) {
+        int p;
+        if (best_partition(t, &p, false) <= 0)
+            break;
+        why[0] = '\0';
+        if ((rc = record_partition(t, p, &stored, err_norm, why, sizeof(why), err)) < 0)
+            return rc;
+        if (!stored) {
+            failed++;
+            if (!first[0])
+                snprintf(first, sizeof(first), "%s", why);
+        }
+    }
+    if (stored) {
+        if (failed)
+            snprintf(r->record_fallback, sizeof(r->record_fallback),
+                     "%d faster pick%s not stored; first: %.200s", failed, failed == 1 ? "" : "s",
+                     first);
+        return 0;
+    }
+    if (failed > 1)
+        snprintf(r->record_note, sizeof(r->record_note), "%.200s; %d more picks failed too", first,
+                 failed - 1);
+    else
+        snprintf(r->record_note, sizeof(r->record_note), "%.255s",
+                 first[0] ? first : "no partition left to record");
+    for (int64_t i = 0; i < t->n; i++)
+        t->c[i].set_aside = false;
+    memset(t->part_set_aside, 0, (size_t)t->s->n_partitions * sizeof(bool));
+    return 0;
 }
 
 /* ---- the job ---- */
@@ -1717,7 +2073,8 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
     t.c = calloc((size_t)t.n + 1, sizeof(cand));
     t.gstart = calloc((size_t)t.s->n_groups + 1, sizeof(int64_t));
     t.gend = calloc((size_t)t.s->n_groups + 1, sizeof(int64_t));
-    if (!t.c || !t.gstart || !t.gend) {
+    t.part_set_aside = calloc((size_t)t.s->n_partitions + 1, sizeof(bool));
+    if (!t.c || !t.gstart || !t.gend || !t.part_set_aside) {
         rc = kt_err_set(err, -ENOMEM, "out of memory");
         goto out;
     }
@@ -1750,9 +2107,15 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
     t.final = true;
     t.prog.best_ns = best_partition(&t, &(int){0}, false);
     t.prog.baseline_ns = best_partition(&t, &(int){0}, true);
+    /* The record first: a pick whose record fails as assembled is set aside, and the result
+     * then describes what was stored. */
+    double rec_err = -1;
+    if (best_partition(&t, &(int){0}, false) > 0)
+        rc = record(&t, &rec_err, err);
     fill_result(&t);
-    int p;
-    if (out->found && best_partition(&t, &p, false) > 0 && (rc = record(&t, p, err)) < 0)
+    if (rec_err >= 0)
+        out->err_norm = rec_err;
+    if (rc < 0)
         goto out;
     out->restarts = srch_worker_restarts(t.w);
 out:
@@ -1777,6 +2140,7 @@ out:
     free(t.c);
     free(t.gstart);
     free(t.gend);
+    free(t.part_set_aside);
     free(t.list);
     srch_space_free(t.s);
     ops_graph_free(bound);

@@ -47,7 +47,16 @@
  * aligned workspace slots, family "partition". A cuBLASLt winner is stored with family
  * "library", its description as source, no cubin, and one pseudo-launch "cublasLtMatmul" whose
  * arguments are A, B, C and the bias: the runtime rebuilds the call with ops_library_describe
- * from the graph and the schedule. */
+ * from the graph and the schedule.
+ * Every record is evaluated as assembled before it is put: the worker runs exactly its cubin
+ * and launches (or its cuBLASLt call, rebuilt as the runtime rebuilds it), with its argument map
+ * and workspace, as one candidate over the whole canonical bound graph (srch_eval_req_for_graph,
+ * "record": true), verified against the whole graph's fp64 reference and not timed. Only a
+ * record that passes is put, with verified = true and err_norm / err_max from that evaluation;
+ * its time stays the sum of its groups' measured times plus the gaps. The outcome is logged in
+ * the trial log under "record <hash of what it runs>", so a rerun does not evaluate it again.
+ * When the pick's record cannot be built or fails, the pick is set aside (a several-group
+ * partition, or a one-group candidate) and the next best pick is tried, up to 3 picks. */
 #pragma once
 
 #include "cache/cache.h"
@@ -134,7 +143,8 @@ typedef struct srch_tune_result {
     int n_picks;
     srch_tune_pick picks[OPS_GROUP_MAX_NODES]; /* the winning partition, in launch order */
     double time_ns, p10_ns, p90_ns;            /* the winner: its groups' sums plus launch gaps */
-    double err_norm;                           /* worst over its groups */
+    double err_norm;    /* its stored record's, measured as assembled; without a record, the worst
+                         * over its groups */
     double baseline_ns; /* best partition with cuBLASLt for every matmul group, 0 when none */
     double speedup;     /* baseline_ns / time_ns, 0 without a baseline */
     int trials, measured, resumed, restarts;
@@ -145,7 +155,11 @@ typedef struct srch_tune_result {
     int rank;              /* the winner's rank in the cache after the put, -1 when not stored */
     int records;           /* records put (winner and runner-ups) */
     char record_note[256]; /* why no record was written, "" otherwise */
-    bool budget_hit;       /* stopped by the budget rather than by convergence */
+    /* Records evaluated as assembled before being put ("Records" above): on the worker by this
+     * call, read back from the trial log, and of both those that failed (never put). */
+    int assembled, assembled_resumed, assembled_failed;
+    char record_fallback[256]; /* a record was put, but faster picks' records failed: why */
+    bool budget_hit;           /* stopped by the budget rather than by convergence */
     double seconds;
     double compile_s; /* as srch_tune_progress's: the tuning cost, split */
     double measure_s;

@@ -105,6 +105,10 @@
 #define WK_STR(x)        #x
 #define WK_XSTR(x)       WK_STR(x)
 
+/* Inputs and outputs of a data set: a group has at most OPS_GROUP_MAX_IO of each, but an
+ * assembled record is evaluated over its whole graph, which may have more. */
+#define WK_MAX_IO 64
+
 /* Inputs, device buffers and references of one distinct (subgraph, bindings, seeds). */
 typedef struct wk_data {
     uint8_t key[32];
@@ -112,9 +116,9 @@ typedef struct wk_data {
     int users; /* loaded candidates that point here */
     ops_graph *g;
     int n_in, n_out;
-    size_t in_bytes[OPS_GROUP_MAX_IO], out_bytes[OPS_GROUP_MAX_IO];
-    int64_t out_numel[OPS_GROUP_MAX_IO];
-    CUdeviceptr d_in[OPS_GROUP_MAX_IO], d_out[OPS_GROUP_MAX_IO];
+    size_t in_bytes[WK_MAX_IO], out_bytes[WK_MAX_IO];
+    int64_t out_numel[WK_MAX_IO];
+    CUdeviceptr d_in[WK_MAX_IO], d_out[WK_MAX_IO];
     int seeds;
     uint64_t seed0;
     uint8_t **h_in;         /* [seed * n_in + i]: typed inputs */
@@ -124,7 +128,7 @@ typedef struct wk_data {
      * representable in the output's dtype (the ones compared by value) */
     double *ref_sumsq;
     int64_t *ref_cmp;
-    CUdeviceptr d_prev[OPS_GROUP_MAX_IO]; /* the first run's outputs, for the race check */
+    CUdeviceptr d_prev[WK_MAX_IO]; /* the first run's outputs, for the race check */
     bool have_ref;
     int cur_seed; /* whose inputs d_in holds, -1 none */
     int64_t red_len;
@@ -154,10 +158,11 @@ typedef struct wk_cand {
     wk_data *data;
     CUmodule mod;
     int n_kernels;
-    CUfunction fn[OPS_MAX_KERNELS];
-    ops_kernel_launch launch[OPS_MAX_KERNELS];
-    CUdeviceptr ptrs[OPS_MAX_KERNELS][OPS_MAX_ARGS];
-    void *params[OPS_MAX_KERNELS][OPS_MAX_ARGS];
+    CUfunction fn[SRCH_REQ_MAX_KERNELS];
+    ops_kernel_launch launch[SRCH_REQ_MAX_KERNELS];
+    int64_t zero_offset[SRCH_REQ_MAX_KERNELS], zero_bytes[SRCH_REQ_MAX_KERNELS]; /* 0: all of ws */
+    CUdeviceptr ptrs[SRCH_REQ_MAX_KERNELS][OPS_MAX_ARGS];
+    void *params[SRCH_REQ_MAX_KERNELS][OPS_MAX_ARGS];
     CUdeviceptr ws;
     int64_t ws_bytes;
     bool library;
@@ -1102,7 +1107,7 @@ static int upload_doubles(wk *w, const ops_tensor *t, const uint8_t *h, CUdevice
 static int data_inputs_from_full(wk *w, wk_data *D, const srch_eval_req *req, kt_err *err)
 {
     ops_graph *F = ops_graph_clone(req->full);
-    int32_t src[OPS_GROUP_MAX_IO];
+    int32_t src[WK_MAX_IO];
     int n_fin = 0, rc = 0;
     bool need_ref = false;
     uint8_t **fh = NULL;
@@ -1270,9 +1275,8 @@ static int data_get(wk *w, const srch_eval_req *req, wk_data **out, kt_err *err)
     for (int t = 0; t < g->n_tensors && g->tensors[t].producer < 0; t++)
         D->n_in++;
     D->n_out = g->n_outputs;
-    if (D->n_in > OPS_GROUP_MAX_IO || D->n_out > OPS_GROUP_MAX_IO) {
-        rc = kt_err_set(err, -EINVAL, "subgraph has more than %d inputs or outputs",
-                        OPS_GROUP_MAX_IO);
+    if (D->n_in > WK_MAX_IO || D->n_out > WK_MAX_IO) {
+        rc = kt_err_set(err, -EINVAL, "subgraph has more than %d inputs or outputs", WK_MAX_IO);
         goto fail;
     }
     for (int n = 0; n < g->n_nodes; n++) {
@@ -1471,9 +1475,12 @@ static int cand_launch(void *ctx, kt_err *err)
     for (int k = 0; k < c->n_kernels; k++) {
         const ops_kernel_launch *l = &c->launch[k];
         int rc;
+        /* A record's kernel clears its own group's slot only: the others hold intermediates. */
+        size_t off = c->zero_bytes[k] ? (size_t)c->zero_offset[k] : 0;
+        size_t bytes = c->zero_bytes[k] ? (size_t)c->zero_bytes[k] : (size_t)c->ws_bytes;
         if (l->zero_workspace && c->ws &&
-            (rc = wk_cu(w, w->cu.p_cuMemsetD8(c->ws, 0, (size_t)c->ws_bytes), "zero the workspace",
-                        err)) < 0)
+            (rc = wk_cu(w, w->cu.p_cuMemsetD8(c->ws + (CUdeviceptr)off, 0, bytes),
+                        "zero the workspace", err)) < 0)
             return rc;
         if ((rc = wk_cu(w,
                         w->cu.p_cuLaunchKernel(c->fn[k], l->grid[0], l->grid[1], l->grid[2],
@@ -1528,6 +1535,8 @@ static int cand_load(wk *w, wk_cand *c, const srch_eval_req *req, srch_eval_resu
         for (int k = 0; k < req->n_kernels; k++) {
             const ops_kernel_launch *l = &req->kernels[k];
             c->launch[k] = *l;
+            c->zero_offset[k] = req->zero_offset[k];
+            c->zero_bytes[k] = req->zero_bytes[k];
             if ((rc = wk_cu(w, w->cu.p_cuModuleGetFunction(&c->fn[k], c->mod, l->entry), l->entry,
                             &err)) < 0)
                 goto fail;
@@ -1821,9 +1830,11 @@ static int eval_core(wk *w, const srch_eval_req *req, srch_eval_result *res, kt_
         }
     }
 done:
-    kt_log_debug(WK_TAG, "candidate %llu: data %.3f s, load and verify %.3f s, timing %.3f s",
-                 (unsigned long long)req->id, t1 - t0, t2 - t1, wk_now_s() - t2);
-    if (res->status != SRCH_OK)
+    kt_log_debug(WK_TAG, "%s %llu: data %.3f s, load and verify %.3f s, timing %.3f s",
+                 req->record ? "record" : "candidate", (unsigned long long)req->id, t1 - t0,
+                 t2 - t1, wk_now_s() - t2);
+    /* A record is evaluated once, never re-timed: its module and workspace go now. */
+    if (res->status != SRCH_OK || req->record)
         cand_release(w, c);
     return 0;
 }

@@ -17,7 +17,8 @@
  *   {"op": "eval", ...srch_eval_req...}  -> {"ok": true, ...srch_eval_result...}
  *     Verifies (unless "verify": false) and times (unless "time": false) one candidate. The
  *     candidate stays loaded under its id for "retime" until "forget" or until the worker
- *     holds more than 64 (the oldest goes).
+ *     holds more than 64 (the oldest goes); one with "record": true (an assembled cache record,
+ *     srch_eval_req_for_graph) is released after its reply.
  *   {"op": "retime", "ids": [...], "rounds": N, "cold": bool}
  *     -> {"ok": true, "times": [{"id", "median_ns", "p10_ns", "p90_ns", "reps"}, ...]}
  *   {"op": "forget", "ids": [...]} -> {"ok": true}
@@ -58,6 +59,10 @@ const char *srch_status_str(srch_status s); /* "ok", "wrong", "race", "fault", "
 uint8_t *srch_random_input(const ops_tensor *t, uint64_t seed0, int s, int i);
 
 #define SRCH_MAX_BINDINGS 16
+/* Kernels one request may launch: as many as a cache record holds (CACHE_MAX_KERNELS), so that
+ * every record search/tune.c assembles can be evaluated as it will be served. A group candidate
+ * has at most OPS_MAX_KERNELS. */
+#define SRCH_REQ_MAX_KERNELS 64
 
 typedef struct srch_binding {
     char name[48];
@@ -84,13 +89,22 @@ typedef struct srch_eval_req {
     uint64_t seed0;   /* first seed: the same candidate gets the same inputs every time */
     bool verify, time;
     srch_time_opts timing;
+    /* An assembled cache record over the whole graph (srch_eval_req_for_graph), not a group
+     * candidate: the worker releases it after the reply instead of keeping it for "retime". */
+    bool record;
     /* The candidate: a cubin with kernels, or a cuBLASLt call. Kernel arguments and the
      * lt tensor fields index sub->tensors. */
     bool library;
     void *cubin;
     size_t cubin_len;
     int n_kernels;
-    ops_kernel_launch kernels[OPS_MAX_KERNELS];
+    ops_kernel_launch kernels[SRCH_REQ_MAX_KERNELS];
+    /* With kernels[k].zero_workspace: the workspace bytes [zero_offset[k], zero_offset[k] +
+     * zero_bytes[k]) are cleared before kernel k; zero_bytes[k] == 0 clears the whole workspace.
+     * A group candidate's workspace is its own (0: all of it); a record's also holds the
+     * intermediates other groups wrote, so its kernels clear only their group's slot
+     * (cache_kernel's zero_offset and zero_bytes). */
+    int64_t zero_offset[SRCH_REQ_MAX_KERNELS], zero_bytes[SRCH_REQ_MAX_KERNELS];
     int64_t workspace_bytes;
     ops_lt_desc lt;
 } srch_eval_req;
@@ -121,6 +135,14 @@ int srch_eval_result_unpack(const msgpack_object *o, srch_eval_result *r, kt_err
  * (e->n_kernels == 0, cubin NULL) is completed by srch_eval_req_set_lt. */
 int srch_eval_req_for_group(const ops_group *grp, const ops_emitted *e, const void *cubin,
                             size_t cubin_len, srch_eval_req *out, ops_diag *d);
+/* Builds the request that evaluates a whole graph's candidate (an assembled cache record): sub
+ * is a copy of g (validated, canonical, fully bound; its tensors keep g's numbering, which is
+ * also the one the worker rebuilds: inputs, then node outputs in node order), the bindings are
+ * g's bound symbols, seed0 derives from g (as srch_eval_req_set_full's), "record" is set, and
+ * the request verifies without timing. The caller adds the candidate: cubin, kernels (tensor
+ * arguments index g's inputs and outputs, workspace offsets) and workspace, or lt. Release with
+ * srch_eval_req_free. */
+int srch_eval_req_for_graph(const ops_graph *g, srch_eval_req *out, ops_diag *d);
 /* True when an input of grp is produced by a node of grp->g (an intermediate of the graph):
  * random inputs could lie outside the domain its producers give it. */
 bool srch_group_reads_intermediates(const ops_group *grp);

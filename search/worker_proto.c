@@ -16,9 +16,12 @@
  *   "library"    bool: a cuBLASLt call ("lt") instead of kernels of a cubin
  *   "cubin"      bin (kernel candidates only)
  *   "kernels"    [{"entry": str, "grid": [3 uint], "block": [3 uint], "smem": uint,
- *                  "zero_ws": bool, "args": [[0, TENSOR] | [1, OFFSET], ...]}, ...]
+ *                  "zero_ws": bool, "args": [[0, TENSOR] | [1, OFFSET], ...], optional "zero":
+ *                  [OFFSET, BYTES]: with zero_ws, the workspace range to clear (absent: all of
+ *                  it; it must lie inside the workspace)}, ...], at most SRCH_REQ_MAX_KERNELS
  *   "workspace"  int: workspace bytes
  *   "lt"         {ops_lt_desc fields, see pack_lt} (library candidates only)
+ *   "record"     optional bool: an assembled cache record over the whole graph (absent: false)
  *   "full"       optional {"graph": the whole canonical graph sub was cut from (ops_graph_pack:
  *                 symbolic), "bindings": {NAME: int}: its bound symbols}. Absent: the worker
  *                 draws sub's inputs at random. Present: it draws full's graph inputs, runs
@@ -144,9 +147,18 @@ static void pack_bindings(msgpack_packer *pk, const srch_binding *b, int n)
     }
 }
 
-static void pack_kernel(msgpack_packer *pk, const ops_kernel_launch *l)
+static void pack_kernel(msgpack_packer *pk, const ops_kernel_launch *l, int64_t zero_offset,
+                        int64_t zero_bytes)
 {
-    msgpack_pack_map(pk, 6);
+    /* "zero" only where it narrows the clear: requests without it stay as they were. */
+    bool zero = l->zero_workspace && zero_bytes > 0;
+    msgpack_pack_map(pk, zero ? 7 : 6);
+    if (zero) {
+        pack_str(pk, "zero");
+        msgpack_pack_array(pk, 2);
+        msgpack_pack_int64(pk, zero_offset);
+        msgpack_pack_int64(pk, zero_bytes);
+    }
     pack_str(pk, "entry");
     pack_str(pk, l->entry);
     pack_str(pk, "grid");
@@ -170,12 +182,16 @@ static void pack_kernel(msgpack_packer *pk, const ops_kernel_launch *l)
 int srch_eval_req_pack(msgpack_packer *pk, const srch_eval_req *r)
 {
     if (!r->sub || r->n_bindings < 0 || r->n_bindings > SRCH_MAX_BINDINGS || r->n_kernels < 0 ||
-        r->n_kernels > OPS_MAX_KERNELS)
+        r->n_kernels > SRCH_REQ_MAX_KERNELS)
         return -EINVAL;
     if (r->full && (r->n_full_bindings < 0 || r->n_full_bindings > SRCH_MAX_BINDINGS))
         return -EINVAL;
     bool kernels = !r->library;
-    msgpack_pack_map(pk, (kernels ? 16 : 15) + (r->full ? 1 : 0));
+    msgpack_pack_map(pk, (kernels ? 16 : 15) + (r->full ? 1 : 0) + (r->record ? 1 : 0));
+    if (r->record) {
+        pack_str(pk, "record");
+        pack_bool(pk, true);
+    }
     pack_str(pk, "op");
     pack_str(pk, "eval");
     pack_str(pk, "id");
@@ -224,7 +240,7 @@ int srch_eval_req_pack(msgpack_packer *pk, const srch_eval_req *r)
     pack_str(pk, "kernels");
     msgpack_pack_array(pk, (size_t)r->n_kernels);
     for (int k = 0; k < r->n_kernels; k++)
-        pack_kernel(pk, &r->kernels[k]);
+        pack_kernel(pk, &r->kernels[k], r->zero_offset[k], r->zero_bytes[k]);
     pack_key_i64(pk, "workspace", r->workspace_bytes);
     pack_str(pk, "lt");
     if (r->library)
@@ -570,17 +586,20 @@ static int unpack_lt(const msgpack_object *o, ops_lt_desc *lt, kt_err *err)
     return 0;
 }
 
-enum { KN_ENTRY, KN_GRID, KN_BLOCK, KN_SMEM, KN_ZERO_WS, KN_ARGS, KN_N_KEYS };
-static const char *const kernel_keys[KN_N_KEYS] = {"entry", "grid",    "block",
-                                                   "smem",  "zero_ws", "args"};
+enum { KN_ENTRY, KN_GRID, KN_BLOCK, KN_SMEM, KN_ZERO_WS, KN_ARGS, KN_ZERO, KN_N_KEYS };
+static const char *const kernel_keys[KN_N_KEYS] = {"entry",   "grid", "block", "smem",
+                                                   "zero_ws", "args", "zero"};
+#define KN_REQUIRED ((1u << KN_ZERO) - 1) /* every key before "zero" */
 
-static int unpack_kernel(const msgpack_object *o, ops_kernel_launch *l, kt_err *err)
+static int unpack_kernel(const msgpack_object *o, ops_kernel_launch *l, int64_t *zero_offset,
+                         int64_t *zero_bytes, kt_err *err)
 {
     int rc;
     if ((rc = get_map(o, "kernels[]", err)) < 0)
         return rc;
     unsigned seen = 0;
     memset(l, 0, sizeof(*l));
+    *zero_offset = *zero_bytes = 0;
     for (uint32_t i = 0; i < o->via.map.size; i++) {
         const msgpack_object_kv *kv = &o->via.map.ptr[i];
         int k = key_index(&kv->key, kernel_keys, KN_N_KEYS, "kernels[]", err);
@@ -608,6 +627,15 @@ static int unpack_kernel(const msgpack_object *o, ops_kernel_launch *l, kt_err *
             break;
         case KN_ZERO_WS:
             rc = get_bool(&kv->val, &l->zero_workspace, "zero_ws", err);
+            break;
+        case KN_ZERO:
+            if (kv->val.type != MSGPACK_OBJECT_ARRAY || kv->val.via.array.size != 2)
+                return BAD("'zero': expected [offset, bytes]");
+            if ((rc = get_i64(&kv->val.via.array.ptr[0], 0, (int64_t)1 << 40, zero_offset,
+                              "zero offset", err)) < 0 ||
+                (rc = get_i64(&kv->val.via.array.ptr[1], 1, (int64_t)1 << 40, zero_bytes,
+                              "zero bytes", err)) < 0)
+                return rc;
             break;
         case KN_ARGS:
             if (kv->val.type != MSGPACK_OBJECT_ARRAY || kv->val.via.array.size > OPS_MAX_ARGS)
@@ -637,8 +665,10 @@ static int unpack_kernel(const msgpack_object *o, ops_kernel_launch *l, kt_err *
             return rc;
     }
     for (int k = 0; k < KN_N_KEYS; k++)
-        if (!(seen & (1u << k)))
+        if ((KN_REQUIRED & (1u << k)) && !(seen & (1u << k)))
             return BAD("kernels[]: missing key '%s'", kernel_keys[k]);
+    if ((seen & (1u << KN_ZERO)) && !l->zero_workspace)
+        return BAD("kernels[]: 'zero' without 'zero_ws'");
     return 0;
 }
 
@@ -668,11 +698,12 @@ enum {
     RQ_WORKSPACE,
     RQ_LT,
     RQ_FULL,
+    RQ_RECORD,
     RQ_N_KEYS
 };
 static const char *const req_keys[RQ_N_KEYS] = {
     "op",   "id",     "sub",     "bindings", "precision", "tolerance", "seeds", "seed0", "verify",
-    "time", "timing", "library", "cubin",    "kernels",   "workspace", "lt",    "full",
+    "time", "timing", "library", "cubin",    "kernels",   "workspace", "lt",    "full",  "record",
 };
 
 enum { TM_COLD, TM_WARMUP, TM_BUDGET, TM_MIN_REPS, TM_MAX_REPS, TM_TARGET, TM_N_KEYS };
@@ -892,6 +923,9 @@ int srch_eval_req_unpack(const msgpack_object *o, srch_eval_req *r, kt_err *err)
         case RQ_FULL:
             full = v;
             break;
+        case RQ_RECORD:
+            rc = get_bool(v, &r->record, "record", err);
+            break;
         }
         if (rc < 0)
             goto fail;
@@ -912,14 +946,23 @@ int srch_eval_req_unpack(const msgpack_object *o, srch_eval_req *r, kt_err *err)
     if (full && (rc = unpack_full(full, r, err)) < 0)
         goto fail;
     if (kernels) {
-        if (kernels->type != MSGPACK_OBJECT_ARRAY || kernels->via.array.size > OPS_MAX_KERNELS) {
-            rc = BAD("'kernels': expected an array of at most %d launches", OPS_MAX_KERNELS);
+        if (kernels->type != MSGPACK_OBJECT_ARRAY ||
+            kernels->via.array.size > SRCH_REQ_MAX_KERNELS) {
+            rc = BAD("'kernels': expected an array of at most %d launches", SRCH_REQ_MAX_KERNELS);
             goto fail;
         }
         r->n_kernels = (int)kernels->via.array.size;
         for (int k = 0; k < r->n_kernels; k++) {
-            if ((rc = unpack_kernel(&kernels->via.array.ptr[k], &r->kernels[k], err)) < 0)
+            if ((rc = unpack_kernel(&kernels->via.array.ptr[k], &r->kernels[k], &r->zero_offset[k],
+                                    &r->zero_bytes[k], err)) < 0)
                 goto fail;
+            if (r->zero_bytes[k] > r->workspace_bytes - r->zero_offset[k]) {
+                rc = BAD("kernel %d ('%s'): zero range [%lld, +%lld) beyond the %lld-byte "
+                         "workspace",
+                         k, r->kernels[k].entry, (long long)r->zero_offset[k],
+                         (long long)r->zero_bytes[k], (long long)r->workspace_bytes);
+                goto fail;
+            }
             for (int a = 0; a < r->kernels[k].n_args; a++) {
                 const ops_arg *arg = &r->kernels[k].args[a];
                 if (arg->kind == OPS_ARG_TENSOR && !is_io_tensor(r->sub, arg->tensor)) {
@@ -1267,6 +1310,21 @@ bool srch_group_reads_intermediates(const ops_group *grp)
     return false;
 }
 
+/* The first seed of a request whose inputs are g's graph inputs drawn at random: from g's bytes,
+ * so every group verified through "full" and the assembled record draw the same graph inputs. */
+static int graph_seed(const ops_graph *g, uint64_t *seed0, ops_diag *d)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    if (ops_graph_to_msgpack(g, &buf, &len) < 0)
+        return ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "", "cannot encode the graph");
+    uint8_t h[32];
+    ops_sha256(buf, len, h);
+    free(buf);
+    memcpy(seed0, h, sizeof(*seed0));
+    return 0;
+}
+
 int srch_eval_req_set_full(srch_eval_req *r, const ops_graph *full, ops_diag *d)
 {
     if (!r->sub)
@@ -1278,17 +1336,10 @@ int srch_eval_req_set_full(srch_eval_req *r, const ops_graph *full, ops_diag *d)
                                 r->sub->tensors[i].name);
     srch_binding b[SRCH_MAX_BINDINGS];
     int n = 0;
+    uint64_t seed0 = 0;
     int rc = graph_bindings(full, b, &n, d);
-    if (rc < 0)
+    if (rc < 0 || (rc = graph_seed(full, &seed0, d)) < 0)
         return rc;
-    /* Every group of the graph draws the same graph inputs: the seed comes from the graph. */
-    void *buf = NULL;
-    size_t len = 0;
-    if ((rc = ops_graph_to_msgpack(full, &buf, &len)) < 0)
-        return ops_diag_set(d, full, OPS_RULE_SHAPE, -1, "", "cannot encode the graph");
-    uint8_t h[32];
-    ops_sha256(buf, len, h);
-    free(buf);
     ops_graph *copy = ops_graph_clone(full);
     if (!copy) {
         ops_diag_set(d, full, OPS_RULE_SHAPE, -1, "", "out of memory copying the graph");
@@ -1298,6 +1349,24 @@ int srch_eval_req_set_full(srch_eval_req *r, const ops_graph *full, ops_diag *d)
     r->full = copy;
     r->n_full_bindings = n;
     memcpy(r->full_bindings, b, sizeof(b));
-    memcpy(&r->seed0, h, sizeof(r->seed0));
+    r->seed0 = seed0;
+    return 0;
+}
+
+int srch_eval_req_for_graph(const ops_graph *g, srch_eval_req *out, ops_diag *d)
+{
+    memset(out, 0, sizeof(*out));
+    int rc = graph_bindings(g, out->bindings, &out->n_bindings, d);
+    if (rc < 0 || (rc = graph_seed(g, &out->seed0, d)) < 0)
+        return rc;
+    if (!(out->sub = ops_graph_clone(g))) {
+        ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "", "out of memory copying the graph");
+        return -ENOMEM;
+    }
+    out->precision = OPS_PREC_EXACT;
+    out->seeds = 3;
+    out->record = true;
+    out->verify = true;
+    out->time = false;
     return 0;
 }

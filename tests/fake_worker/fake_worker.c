@@ -3,7 +3,10 @@
  * supervisor and the search strategy run in CI.
  *
  * Each candidate gets a "fake key": its kernel entry names joined by '+' then "@<nodes of the
- * group>", or "cublasLt#<heuristic index>@<nodes>" for a library candidate. Its time is a
+ * group>", or "cublasLt#<heuristic index>@<nodes>" for a library candidate. An assembled cache
+ * record ("record": true) gets "record:<entries or cublasLt#<index>> n=<nodes of the graph>
+ * ws=<workspace bytes> cubin=<16 hex digits of FNV-1a over the cubin, 0 without>": no '@', so a
+ * candidate's key never matches it, and "record:" matches every record. Its time is a
  * deterministic function of that key (1 us * 1.01^(FNV-1a(key) mod 400)), so every run measures
  * the same thing and distinct candidates differ by at least 1%.
  *
@@ -14,6 +17,8 @@
  *                replace)
  *   FAKE_HANG    never replies (sleeps): the supervisor's deadline must fire
  *   FAKE_WRONG   replies status "wrong" with a normwise error of 0.5
+ *   FAKE_ERR     pairs "SUBSTRING=NORM/MAX": a passing candidate whose key contains SUBSTRING
+ *                reports normwise error NORM and elementwise ratio MAX (default 1e-7 and 0.01)
  * and:
  *   FAKE_DELAY_MS  sleeps this long in every eval (budget tests)
  *   FAKE_LOG       appends "<fake key>\n" to this file for every eval it receives
@@ -23,7 +28,8 @@
  *                  (those of "full" when the request has it, else of "sub": which job, when jobs
  *                  differ in shapes); pid, this worker's; ms, CLOCK_REALTIME milliseconds; then
  *                  "\tload" when the request neither verifies nor times (a finalist loaded
- *                  again to be re-timed: not a measurement)
+ *                  again to be re-timed: not a measurement), or "\trecord" for an assembled
+ *                  record (an evaluation like a candidate's)
  *   FAKE_NODEV     hello answers ENODEV, as the real worker does on a machine without a GPU
  *   FAKE_SLOW_NTH  N > 0: the N-th eval this process receives (after its FAKE_LOG line) sleeps
  *                  FAKE_SLOW_MS (default 3000) instead of FAKE_DELAY_MS: a long "timing" during
@@ -77,16 +83,59 @@ static bool listed(const char *env, const char *key)
     return false;
 }
 
+static uint64_t fnv1a_bytes(const void *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= ((const unsigned char *)p)[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
 static void fake_key(const srch_eval_req *r, char *buf, size_t len)
 {
     size_t off = 0;
     buf[0] = '\0';
-    if (r->library)
-        off = (size_t)snprintf(buf, len, "cublasLt#%d", r->lt.heuristic_index);
+    if (r->record)
+        off = (size_t)snprintf(buf, len, "record:");
+    if (r->library && off < len)
+        off += (size_t)snprintf(buf + off, len - off, "cublasLt#%d", r->lt.heuristic_index);
     for (int k = 0; k < r->n_kernels && off < len; k++)
         off += (size_t)snprintf(buf + off, len - off, "%s%s", k ? "+" : "", r->kernels[k].entry);
-    if (off < len)
-        snprintf(buf + off, len - off, "@%d", r->sub ? r->sub->n_nodes : 0);
+    if (off >= len)
+        return;
+    int nodes = r->sub ? r->sub->n_nodes : 0;
+    if (r->record)
+        snprintf(buf + off, len - off, " n=%d ws=%lld cubin=%016llx", nodes,
+                 (long long)r->workspace_bytes,
+                 r->cubin ? (unsigned long long)fnv1a_bytes(r->cubin, r->cubin_len) : 0ull);
+    else
+        snprintf(buf + off, len - off, "@%d", nodes);
+}
+
+/* FAKE_ERR: the error a passing candidate with this key reports. */
+static void fake_err(const char *key, double *norm, double *max)
+{
+    const char *list = getenv("FAKE_ERR");
+    if (!list || !list[0])
+        return;
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strrchr(tok, '=');
+        if (!eq || eq == tok)
+            continue;
+        *eq = '\0';
+        if (!strstr(key, tok))
+            continue;
+        char *slash = strchr(eq + 1, '/');
+        *norm = strtod(eq + 1, NULL);
+        if (slash)
+            *max = strtod(slash + 1, NULL);
+        return;
+    }
 }
 
 /* ---- output ---- */
@@ -284,7 +333,9 @@ static void log_detail(int fd, const msgpack_object *o, const srch_eval_req *r, 
     int n =
         snprintf(line, sizeof(line), "%s\t%016llx\t%s\t%ld\t%lld%s\n", key, (unsigned long long)h,
                  binds, (long)getpid(), (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
-                 !r->verify && !r->time ? "\tload" : "");
+                 r->record                ? "\trecord"
+                 : !r->verify && !r->time ? "\tload"
+                                          : "");
     if (n > 0)
         write_all_fd(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
@@ -357,6 +408,7 @@ static void eval(const msgpack_object *o)
     res.status = SRCH_OK;
     res.err_norm = 1e-7;
     res.err_max = 0.01;
+    fake_err(key, &res.err_norm, &res.err_max);
     double ns = fake_ns(key);
     if (listed("FAKE_STICKY", key)) {
         res.status = SRCH_FAULT;
@@ -367,9 +419,9 @@ static void eval(const msgpack_object *o)
         res.err_max = 1e4;
         snprintf(res.msg, sizeof(res.msg), "normwise error 0.5 over tolerance (fake)");
     }
-    if (res.status == SRCH_OK || res.status == SRCH_WRONG)
+    if ((res.status == SRCH_OK || res.status == SRCH_WRONG) && req.time)
         fill_time(&res.time, ns, req.timing.cold);
-    if (res.status == SRCH_OK) {
+    if (res.status == SRCH_OK && !req.record) { /* a record is not kept (worker.h) */
         if (n_loaded == MAX_LOADED) {
             memmove(loaded, loaded + 1, sizeof(loaded[0]) * (MAX_LOADED - 1));
             n_loaded--;

@@ -526,6 +526,52 @@ static void test_no_gpu(void **state)
     daemon_stop(d);
 }
 
+/* Every record fails its whole-graph evaluation (FAKE_WRONG "record:", tests/fake_worker):
+ * nothing is cached, and the reason reaches `ktune tune --local --json` and, through ktuned, the
+ * job (record false, its error). */
+static void test_record_fails_as_assembled(void **state)
+{
+    const char *worker = getenv("KTUNE_FAKE_WORKER");
+    if (!worker)
+        skip();
+    setenv("FAKE_WRONG", "record:", 1); /* read by the worker --local starts */
+    run_result *r = RUN("tune", example("gelu_tanh_chain.json"), "--shape", "M=64,N=128", "--local",
+                        "--json", "--worker", worker, "--cache", tmp_path("record-fails-cache"));
+    unsetenv("FAKE_WRONG");
+    if (r->status != 0)
+        fail_msg("tune --local: status %d\nstdout: %s\nstderr: %s", r->status, r->out, r->err);
+    json_t *v = parse_json(r);
+    assert_non_null(json_object_get(v, "winner"));
+    assert_int_equal(json_integer_value(json_object_get(v, "records")), 0);
+    assert_int_equal(json_integer_value(json_object_get(v, "cache_rank")), -1);
+    const char *note = json_string_value(json_object_get(v, "record_note"));
+    assert_non_null(note);
+    expect_in(note, "failed its whole-graph evaluation");
+    expect_in(note, "over tolerance (fake)");
+    json_t *as = json_object_get(v, "assembled");
+    assert_int_equal(json_integer_value(json_object_get(as, "failed")), 3);
+    json_decref(v);
+    free(r);
+    /* nothing to look up */
+    r = RUN("lookup", example("gelu_tanh_chain.json"), "--shape", "M=64,N=128", "--cache",
+            tmp_path("record-fails-cache"));
+    assert_int_equal(r->status, 1); /* nothing cached for that key */
+    free(r);
+
+    daemon_proc *d = daemon_start("recfail", "FAKE_WRONG=record:");
+    char budget[16];
+    snprintf(budget, sizeof(budget), "%d", 20 * time_scale());
+    r = RUN("tune", example("gelu_tanh_chain.json"), "--shape", "M=64,N=128", "--budget", budget,
+            "--wait", "--json", "--socket", d->sock);
+    v = parse_json(r);
+    assert_string_equal(json_string_value(json_object_get(v, "state")), "done");
+    assert_false(json_is_true(json_object_get(v, "record")));
+    expect_in(json_string_value(json_object_get(v, "error")), "failed its whole-graph evaluation");
+    json_decref(v);
+    free(r);
+    daemon_stop(d);
+}
+
 static int stop_daemon(void **state)
 {
     (void)state;
@@ -541,6 +587,7 @@ int main(void)
         cmocka_unit_test(test_batch_bad_lines),
         cmocka_unit_test_teardown(test_end_to_end, stop_daemon),
         cmocka_unit_test_teardown(test_no_gpu, stop_daemon),
+        cmocka_unit_test_teardown(test_record_fails_as_assembled, stop_daemon),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

@@ -191,11 +191,23 @@ static int key_cb(const cache_record *rec, int rank, void *ctx)
     return 0;
 }
 
-static void set_m(cache_key *k, int64_t m)
+/* Rebinds a record to M = m: its shapes, and the problem digest and slots that key it. */
+static void set_m(cache_record *r, int64_t m)
 {
-    for (int i = 0; i < k->n_shapes; i++)
-        if (strcmp(k->shapes[i].name, "M") == 0)
-            k->shapes[i].value = m;
+    for (int i = 0; i < r->key.n_shapes; i++)
+        if (strcmp(r->key.shapes[i].name, "M") == 0)
+            r->key.shapes[i].value = m;
+    ops_graph *g = NULL, *bound = NULL;
+    ops_diag d = {0};
+    kt_err err = {0};
+    ops_binding b[2] = {{"M", m}, {"N", TUNED_N}};
+    if (ops_graph_from_msgpack(graph, graph_len, &g, &d) < 0 ||
+        ops_graph_bind(g, b, 2, &bound, &d) < 0)
+        fail_msg("binding the graph at M=%lld: %s", (long long)m, d.msg);
+    if (cache_record_set_problem(r, bound, &err) < 0)
+        fail_msg("set_problem: %s", err.msg);
+    ops_graph_free(bound);
+    ops_graph_free(g);
 }
 
 static void test_memo_sees_every_write(void **state)
@@ -241,9 +253,12 @@ static void test_memo_sees_every_write(void **state)
     first_key fk = {0};
     assert_int_equal(cache_list(env, NULL, 0, true, key_cb, &fk, NULL, &err), 0);
     assert_true(fk.seen);
-    set_m(&fk.key, TUNED_M);
     cache_record rec;
     cache_record_init(&rec);
+    rec.key = fk.key;
+    set_m(&rec, TUNED_M);
+    fk.key = rec.key;
+    cache_record_free(&rec);
     if (cache_get(env, &fk.key, 0, &rec, &err) < 0)
         fail_msg("cache_get: %s", err.msg);
     for (int i = 0; i < 40; i++) {
@@ -251,7 +266,7 @@ static void test_memo_sees_every_write(void **state)
         bool src = i & 1;
         assert_false(lookup(&c, m, TUNED_N, src).found);
         assert_false(lookup(&c, m, TUNED_N, src).found); /* now from the memo */
-        set_m(&rec.key, m);
+        set_m(&rec, m);
         rec.time_ns = 5000.0 + i;
         if (cache_put(env, &rec, NULL, &err) < 0)
             fail_msg("cache_put: %s", err.msg);
@@ -265,7 +280,7 @@ static void test_memo_sees_every_write(void **state)
     /* a better record replaces a found one; a deleted one is gone */
     const int64_t m_repl = 1000;
     assert_true(lookup(&c, m_repl, TUNED_N, false).time_ns == 5000.0);
-    set_m(&rec.key, m_repl);
+    set_m(&rec, m_repl);
     rec.time_ns = 100.0;
     free(rec.schedule);
     rec.schedule = strdup("a better schedule");

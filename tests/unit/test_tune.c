@@ -211,9 +211,12 @@ static void test_survives_and_resumes(void **state)
     assert_int_equal(r.resumed, 0);
     assert_true(r.measured >= 5);
     /* The restarts unloaded what was evaluated before them: finalists among those were loaded
-     * again to be re-timed with the others (each a line in the fake's log, not a trial). */
+     * again to be re-timed with the others (each a line in the fake's log, not a trial). Each
+     * record put was evaluated as assembled first (a line too, and a trial of its own). */
     assert_true(r.reloads >= 1);
-    assert_int_equal(count_lines(log1), r.measured + r.reloads);
+    assert_int_equal(r.assembled, r.records);
+    assert_int_equal(r.assembled_failed, 0);
+    assert_int_equal(count_lines(log1), r.measured + r.reloads + r.assembled);
     assert_false(r.budget_hit);
 
     /* Each chosen group's candidate is the fastest verified one of that group in the log, up to
@@ -233,7 +236,7 @@ static void test_survives_and_resumes(void **state)
         sum += r.picks[k].time.median_ns;
         if (k == 0) {
             assert_int_equal(sc.fault + sc.hang + sc.wrong, 4);
-            assert_int_equal(sc.total, r.trials);
+            assert_int_equal(sc.total, r.trials + r.assembled);
         }
     }
     assert_true(r.time_ns >= sum);
@@ -284,6 +287,9 @@ static void test_survives_and_resumes(void **state)
     assert_int_equal(r2.measured, 0);
     assert_int_equal(count_lines(log2), 0);
     assert_int_equal(r2.resumed, r.trials);
+    assert_int_equal(r2.assembled, 0);
+    assert_int_equal(r2.assembled_resumed, r.assembled);
+    assert_int_equal(r2.records, r.records);
     assert_int_equal(r2.restarts, 0);
     assert_true(r2.found);
     assert_int_equal(r2.n_picks, r.n_picks);
@@ -302,6 +308,327 @@ static void test_survives_and_resumes(void **state)
     unsetenv("FAKE_STICKY");
     unsetenv("FAKE_WRONG");
     unsetenv("FAKE_LOG");
+}
+
+/* ---- records evaluated as assembled ---- */
+
+/* Nodes of the canonical bound graph: the "@<nodes>" of every fused candidate's fake key, and
+ * the "n=<nodes>" of a record's. */
+static int canonical_nodes(void)
+{
+    ops_graph *bound = NULL, *canon = NULL;
+    ops_diag d = {0};
+    assert_int_equal(ops_graph_bind(graph, bindings, 2, &bound, &d), 0);
+    assert_int_equal(ops_graph_canonicalize(bound, &canon, &d), 0);
+    int n = canon->n_nodes;
+    ops_graph_free(canon);
+    ops_graph_free(bound);
+    return n;
+}
+
+/* The fake worker's key for an assembled record (tests/fake_worker). */
+static void record_key(const cache_record *rec, int nodes, char *buf, size_t len)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < rec->cubin_len; i++) {
+        h ^= rec->cubin[i];
+        h *= 1099511628211ull;
+    }
+    size_t off = (size_t)snprintf(buf, len, "record:");
+    for (int k = 0; k < rec->n_kernels && off < len; k++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%s", k ? "+" : "", rec->kernels[k].entry);
+    if (off < len)
+        snprintf(buf + off, len - off, " n=%d ws=%llu cubin=%016llx", nodes,
+                 (unsigned long long)rec->workspace_bytes, (unsigned long long)h);
+}
+
+/* The lines of a FAKE_LOG file; *n of them, each malloc'd. */
+static char **read_lines(const char *path, int *n)
+{
+    *n = 0;
+    char **lines = NULL, buf[2048];
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    while (fgets(buf, sizeof(buf), f)) {
+        buf[strcspn(buf, "\n")] = '\0';
+        lines = realloc(lines, (size_t)(*n + 1) * sizeof(char *));
+        assert_non_null(lines);
+        lines[(*n)++] = strdup(buf);
+    }
+    fclose(f);
+    return lines;
+}
+
+static void free_lines(char **lines, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(lines[i]);
+    free(lines);
+}
+
+static int count_prefixed(char **lines, int n, const char *prefix)
+{
+    int c = 0;
+    for (int i = 0; i < n; i++)
+        c += strncmp(lines[i], prefix, strlen(prefix)) == 0;
+    return c;
+}
+
+/* Every fused (one-group) candidate fails, so a partition of several groups wins: its record,
+ * one module assembled from the groups' code, is cached only after the worker evaluated that
+ * very cubin, with the record's launches and workspace, as one candidate over the whole graph
+ * (the fake's log has its key, the last line: after every candidate), and the cached error is
+ * that evaluation's (FAKE_ERR), not the groups'. A rerun reads the outcome back from the trial
+ * log and evaluates nothing. */
+static void test_record_evaluated_whole(void **state)
+{
+    (void)state;
+    int nodes = canonical_nodes();
+    char wrong[32], log[300], log_rerun[300];
+    snprintf(wrong, sizeof(wrong), "@%d", nodes);
+    path_in_tmp(log, sizeof(log), "evals-record.log");
+    path_in_tmp(log_rerun, sizeof(log_rerun), "evals-record-rerun.log");
+    setenv("FAKE_WRONG", wrong, 1);
+    setenv("FAKE_ERR", "record:=3.5e-6/0.25", 1);
+    setenv("FAKE_LOG", log, 1);
+    cache_env *cache = open_cache("cache-record");
+    srch_tune_opts o = base_opts();
+    srch_tune_result r;
+    kt_err err = {0};
+    int rc = srch_tune(graph, bindings, 2, cache, &o, &r, &err);
+    if (rc < 0)
+        print_error("srch_tune: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_true(r.found);
+    assert_true(r.n_picks > 1);
+    assert_int_equal(r.rank, 0);
+    assert_int_equal(r.records, 1);
+    assert_int_equal(r.assembled, 1);
+    assert_int_equal(r.assembled_failed, 0);
+    assert_string_equal(r.record_note, "");
+
+    cache_key key = job_key(&r);
+    cache_record rec;
+    cache_record_init(&rec);
+    assert_int_equal(cache_get(cache, &key, 0, &rec, &err), 0);
+    assert_string_equal(rec.family, "partition");
+    assert_true(rec.verified);
+    assert_true(rec.n_kernels >= 2);
+    /* the stored error is the whole-graph measurement, not the worst of the groups' */
+    assert_true(rec.err_norm == 3.5e-6);
+    assert_true(rec.err_max == 0.25);
+    for (int k = 0; k < r.n_picks; k++)
+        assert_true(r.picks[k].err_norm < 1e-6);
+    assert_true(r.err_norm == 3.5e-6);
+
+    char want[1024];
+    record_key(&rec, nodes, want, sizeof(want));
+    int n = 0;
+    char **lines = read_lines(log, &n);
+    assert_int_equal(n, r.measured + r.reloads + r.assembled);
+    assert_int_equal(count_prefixed(lines, n, "record:"), 1);
+    if (strcmp(lines[n - 1], want) != 0)
+        fail_msg("the last evaluation is '%s', expected the record's '%s'", lines[n - 1], want);
+    free_lines(lines, n);
+    cache_record_free(&rec);
+
+    setenv("FAKE_LOG", log_rerun, 1);
+    srch_tune_result r2;
+    assert_int_equal(srch_tune(graph, bindings, 2, cache, &o, &r2, &err), 0);
+    assert_int_equal(count_lines(log_rerun), 0);
+    assert_int_equal(r2.assembled, 0);
+    assert_int_equal(r2.assembled_resumed, 1);
+    assert_int_equal(r2.rank, 0);
+    assert_true(r2.err_norm == 3.5e-6);
+    cache_close(cache);
+
+    /* One group: every candidate of a smaller group fails, so the fused group wins, and its
+     * winner and each runner-up (emitted code, launches remapped onto graph I/O) are evaluated
+     * as assembled, each before it is stored. */
+    char smaller[64] = "", log1[300];
+    for (int k = 1; k < nodes; k++) {
+        size_t off = strlen(smaller);
+        snprintf(smaller + off, sizeof(smaller) - off, "%s@%d", k > 1 ? "," : "", k);
+    }
+    path_in_tmp(log1, sizeof(log1), "evals-record-one.log");
+    setenv("FAKE_WRONG", smaller, 1);
+    setenv("FAKE_LOG", log1, 1);
+    cache = open_cache("cache-record-one");
+    rc = srch_tune(graph, bindings, 2, cache, &o, &r, &err);
+    if (rc < 0)
+        print_error("srch_tune: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_int_equal(r.n_picks, 1);
+    assert_true(r.records >= 2);
+    assert_int_equal(r.assembled, r.records);
+    lines = read_lines(log1, &n);
+    assert_int_equal(count_prefixed(lines, n, "record:"), r.records);
+    for (int rank = 0; rank < r.records; rank++) {
+        cache_record_init(&rec);
+        assert_int_equal(cache_get(cache, &key, rank, &rec, &err), 0);
+        assert_true(rec.err_norm == 3.5e-6);
+        record_key(&rec, nodes, want, sizeof(want));
+        bool seen = false;
+        for (int i = 0; i < n; i++)
+            seen |= strcmp(lines[i], want) == 0;
+        if (!seen)
+            fail_msg("the record at rank %d ('%s') was never evaluated as assembled", rank, want);
+        cache_record_free(&rec);
+    }
+    free_lines(lines, n);
+    cache_close(cache);
+    unsetenv("FAKE_WRONG");
+    unsetenv("FAKE_ERR");
+    unsetenv("FAKE_LOG");
+}
+
+/* Every assembled record fails (FAKE_WRONG "record:"): nothing is stored as verified, the
+ * result says why, and the next best picks were tried (3 in all) before giving up. */
+static void test_record_failure_not_stored(void **state)
+{
+    (void)state;
+    char log[300];
+    path_in_tmp(log, sizeof(log), "evals-record-fail.log");
+    setenv("FAKE_WRONG", "record:", 1);
+    setenv("FAKE_LOG", log, 1);
+    cache_env *cache = open_cache("cache-record-fail");
+    srch_tune_opts o = base_opts();
+    srch_tune_result r;
+    kt_err err = {0};
+    int rc = srch_tune(graph, bindings, 2, cache, &o, &r, &err);
+    unsetenv("FAKE_WRONG");
+    unsetenv("FAKE_LOG");
+    if (rc < 0)
+        print_error("srch_tune: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_true(r.found); /* the measured winner, described */
+    assert_int_equal(r.records, 0);
+    assert_int_equal(r.rank, -1);
+    assert_int_equal(r.assembled, 3);
+    assert_int_equal(r.assembled_failed, 3);
+    print_message("record_note: %s\n", r.record_note);
+    assert_non_null(strstr(r.record_note, "failed its whole-graph evaluation"));
+    assert_non_null(strstr(r.record_note, "over tolerance (fake)"));
+    assert_non_null(strstr(r.record_note, "2 more picks failed too"));
+    int n = 0;
+    char **lines = read_lines(log, &n);
+    assert_int_equal(count_prefixed(lines, n, "record:"), 3);
+    free_lines(lines, n);
+    cache_key key = job_key(&r);
+    cache_record rec;
+    cache_record_init(&rec);
+    assert_int_equal(cache_get(cache, &key, 0, &rec, &err), -ENOENT);
+    cache_record_free(&rec);
+    cache_close(cache);
+}
+
+/* Only the winner's record fails: the next best pick is stored instead, at rank 0, and the
+ * result describes what was stored and says why the faster one was not. */
+static void test_record_fallback(void **state)
+{
+    (void)state;
+    cache_env *cache = open_cache("cache-record-first");
+    srch_tune_opts o = base_opts();
+    srch_tune_result r1, r2;
+    kt_err err = {0};
+    assert_int_equal(srch_tune(graph, bindings, 2, cache, &o, &r1, &err), 0);
+    assert_int_equal(r1.rank, 0);
+    cache_key key = job_key(&r1);
+    cache_record rec;
+    cache_record_init(&rec);
+    assert_int_equal(cache_get(cache, &key, 0, &rec, &err), 0);
+    char wrong[1024];
+    record_key(&rec, canonical_nodes(), wrong, sizeof(wrong));
+    cache_record_free(&rec);
+    cache_close(cache);
+
+    setenv("FAKE_WRONG", wrong, 1); /* that record only */
+    cache = open_cache("cache-record-second");
+    int rc = srch_tune(graph, bindings, 2, cache, &o, &r2, &err);
+    unsetenv("FAKE_WRONG");
+    assert_int_equal(rc, 0);
+    assert_true(r2.found);
+    assert_int_equal(r2.rank, 0);
+    assert_string_equal(r2.record_note, "");
+    assert_int_equal(r2.assembled_failed, 1);
+    print_message("record_fallback: %s\n", r2.record_fallback);
+    assert_non_null(strstr(r2.record_fallback, "1 faster pick not stored"));
+    bool same = r2.n_picks == r1.n_picks;
+    for (int k = 0; same && k < r1.n_picks; k++)
+        same = strcmp(r2.picks[k].cand, r1.picks[k].cand) == 0;
+    assert_false(same);
+    cache_record_init(&rec);
+    assert_int_equal(cache_get(cache, &key, 0, &rec, &err), 0);
+    assert_true(rec.verified);
+    char got[1024];
+    record_key(&rec, canonical_nodes(), got, sizeof(got));
+    assert_string_not_equal(got, wrong);
+    assert_true(fabs(rec.time_ns - r2.time_ns) < 1e-6 * r2.time_ns);
+    cache_record_free(&rec);
+    cache_close(cache);
+}
+
+/* A cuBLASLt winner (every generated kernel fails: their entries all start "ktune_"): its
+ * records, a pseudo-launch whose call the runtime rebuilds from the graph and the schedule, are
+ * evaluated as such, each before it is stored: the worker gets the call rebuilt the same way on
+ * the record's argument pointers (the fake's key: "record:cublasLt#<heuristic index> n=..."). */
+static void test_library_record_evaluated(void **state)
+{
+    (void)state;
+    char path[512], log[300];
+    snprintf(path, sizeof(path), "%s/examples/gemm_bias_relu.json", getenv("KTUNE_SOURCE_ROOT"));
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    assert_int_equal(ops_graph_from_json_file(path, &g, &d), 0);
+    assert_int_equal(ops_graph_validate(g, &d), 0);
+    ops_binding m16 = {"M", 16};
+    path_in_tmp(log, sizeof(log), "evals-library.log");
+    setenv("FAKE_WRONG", "ktune_", 1);
+    setenv("FAKE_ERR", "record:cublasLt=2.5e-4/0.5", 1);
+    setenv("FAKE_LOG", log, 1);
+    cache_env *cache = open_cache("cache-library");
+    srch_tune_opts o = base_opts();
+    o.budget_s = 8;
+    srch_tune_result r;
+    kt_err err = {0};
+    int rc = srch_tune(g, &m16, 1, cache, &o, &r, &err);
+    unsetenv("FAKE_WRONG");
+    unsetenv("FAKE_ERR");
+    unsetenv("FAKE_LOG");
+    if (rc < 0)
+        print_error("srch_tune: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_true(r.found);
+    assert_int_equal(r.n_picks, 1);
+    assert_int_equal(r.picks[0].family, OPS_FAM_LIBRARY);
+    assert_int_equal(r.rank, 0);
+    assert_true(r.records >= 1);
+    assert_int_equal(r.assembled, r.records);
+    int n = 0;
+    char **lines = read_lines(log, &n);
+    assert_int_equal(count_prefixed(lines, n, "record:cublasLt#"), r.records);
+    cache_key key = job_key(&r);
+    key.n_shapes = 1;
+    snprintf(key.shapes[0].name, sizeof(key.shapes[0].name), "M");
+    key.shapes[0].value = 16;
+    for (int rank = 0; rank < r.records; rank++) {
+        cache_record rec;
+        cache_record_init(&rec);
+        assert_int_equal(cache_get(cache, &key, rank, &rec, &err), 0);
+        assert_string_equal(rec.family, "library");
+        assert_true(rec.err_norm == 2.5e-4 && rec.err_max == 0.5);
+        /* "library heuristic=H": that call's evaluation is in the log */
+        const char *h = strstr(rec.schedule, "heuristic=");
+        assert_non_null(h);
+        char want[64];
+        snprintf(want, sizeof(want), "record:cublasLt#%d n=", atoi(h + strlen("heuristic=")));
+        assert_int_equal(count_prefixed(lines, n, want), 1);
+        cache_record_free(&rec);
+    }
+    free_lines(lines, n);
+    cache_close(cache);
+    ops_graph_free(g);
 }
 
 /* A slow worker and a short budget: the job stops on the budget with what it measured. */
@@ -443,6 +770,10 @@ int main(void)
         cmocka_unit_test(test_no_gpu),
         cmocka_unit_test(test_survives_and_resumes),
         cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_record_evaluated_whole),
+        cmocka_unit_test(test_record_failure_not_stored),
+        cmocka_unit_test(test_record_fallback),
+        cmocka_unit_test(test_library_record_evaluated),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

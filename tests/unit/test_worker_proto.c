@@ -144,9 +144,13 @@ static void assert_same_req(const srch_eval_req *a, const srch_eval_req *b)
     assert_int_equal(a->cubin_len, b->cubin_len);
     if (a->cubin_len)
         assert_memory_equal(a->cubin, b->cubin, a->cubin_len);
+    assert_int_equal(a->record, b->record);
     assert_int_equal(a->n_kernels, b->n_kernels);
-    for (int k = 0; k < a->n_kernels; k++)
+    for (int k = 0; k < a->n_kernels; k++) {
         assert_same_launch(&a->kernels[k], &b->kernels[k]);
+        assert_int_equal(a->zero_offset[k], b->zero_offset[k]);
+        assert_int_equal(a->zero_bytes[k], b->zero_bytes[k]);
+    }
     assert_int_equal(a->workspace_bytes, b->workspace_bytes);
     if (a->library)
         assert_memory_equal(&a->lt, &b->lt, sizeof(a->lt)); /* plain data, no padding holes
@@ -703,6 +707,78 @@ static void pack_full_spec(msgpack_packer *pk, const void *ctx)
     }
 }
 
+/* An assembled record over a whole graph (search/tune.c): the graph itself as the subgraph,
+ * more kernels than a group candidate may have, each clearing its own workspace slot. */
+static void test_record_request(void **state)
+{
+    (void)state;
+    ops_graph *g = softmax_graph(64, 96);
+    srch_eval_req r, back;
+    ops_diag d = {0};
+    kt_err err = {0};
+    if (srch_eval_req_for_graph(g, &r, &d) < 0)
+        fail_msg("for_graph: %s", d.msg);
+    assert_true(r.record && r.verify && !r.time);
+    assert_true(r.sub != g && ops_graph_equal(r.sub, g));
+    assert_int_equal(r.n_bindings, 2);
+    /* The graph inputs the groups verified through "full" saw: the same seed. */
+    static const char *const head[] = {"y.max", "y.sub", "y.exp", NULL};
+    ops_group grp;
+    named_group(g, head, &grp);
+    ops_emitted e;
+    fake_candidate(&grp, &e);
+    static const uint8_t cubin[] = {0x7f, 'E', 'L', 'F', 5};
+    srch_eval_req gr;
+    assert_int_equal(srch_eval_req_for_group(&grp, &e, cubin, sizeof(cubin), &gr, &d), 0);
+    assert_int_equal(srch_eval_req_set_full(&gr, g, &d), 0);
+    assert_int_equal(r.seed0, gr.seed0);
+    srch_eval_req_free(&gr);
+
+    int out = g->outputs[0];
+    r.cubin = malloc(sizeof(cubin));
+    assert_non_null(r.cubin);
+    memcpy(r.cubin, cubin, sizeof(cubin));
+    r.cubin_len = sizeof(cubin);
+    r.workspace_bytes = 4096;
+    r.n_kernels = OPS_MAX_KERNELS + 2;
+    for (int k = 0; k < r.n_kernels; k++) {
+        ops_kernel_launch *l = &r.kernels[k];
+        snprintf(l->entry, sizeof(l->entry), "ktune_k_g%d", k);
+        for (int i = 0; i < 3; i++)
+            l->grid[i] = l->block[i] = (uint32_t)(k + 1);
+        l->args[l->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = 0};
+        l->args[l->n_args++] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = 256 * k};
+        l->args[l->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = out};
+        l->zero_workspace = k % 2 == 0;
+        r.zero_offset[k] = l->zero_workspace ? 256 * k : 0;
+        r.zero_bytes[k] = l->zero_workspace ? 256 : 0;
+    }
+    r.kernels[0].zero_workspace = true; /* the whole workspace, as a group candidate's */
+    r.zero_offset[0] = r.zero_bytes[0] = 0;
+    if (round_trip_req(&r, &back, &err) < 0)
+        fail_msg("unpack: %s", err.msg);
+    assert_same_req(&r, &back);
+    srch_eval_req_free(&back);
+
+    /* A clear beyond the workspace is refused, naming the kernel. */
+    r.zero_offset[2] = 4000;
+    assert_int_equal(round_trip_req(&r, &back, &err), -EPROTO);
+    assert_non_null(strstr(err.msg, "ktune_k_g2"));
+    assert_null(back.sub);
+    r.zero_offset[2] = 512;
+    /* Beyond a record's capacity: not packed. */
+    r.n_kernels = SRCH_REQ_MAX_KERNELS + 1;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    assert_int_equal(srch_eval_req_pack(&pk, &r), -EINVAL);
+    msgpack_sbuffer_destroy(&sb);
+    r.n_kernels = OPS_MAX_KERNELS + 2;
+    srch_eval_req_free(&r);
+    ops_graph_free(g);
+}
+
 static void pack_full_nil(msgpack_packer *pk, const void *ctx)
 {
     (void)ctx;
@@ -811,6 +887,7 @@ int main(void)
         cmocka_unit_test(test_gemm_request),       cmocka_unit_test(test_splitk_request),
         cmocka_unit_test(test_library_request),    cmocka_unit_test(test_result_round_trip),
         cmocka_unit_test(test_malformed_requests), cmocka_unit_test(test_full_request),
+        cmocka_unit_test(test_record_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
