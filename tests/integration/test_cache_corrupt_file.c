@@ -71,6 +71,17 @@ static int teardown(void **state)
     return 0;
 }
 
+/* The graph bound at M = m; the caller frees it. */
+static ops_graph *bound_at(const fixture *f, int64_t m)
+{
+    ops_binding b = {"M", m};
+    ops_graph *bound = NULL;
+    ops_diag d = {0};
+    if (ops_graph_bind(f->g->g, &b, 1, &bound, &d) != 0)
+        fail_msg("bind M=%lld: %s", (long long)m, d.msg);
+    return bound;
+}
+
 static void key_of(const fixture *f, int64_t m, cache_key *k)
 {
     memset(k, 0, sizeof(*k));
@@ -80,6 +91,11 @@ static void key_of(const fixture *f, int64_t m, cache_key *k)
     snprintf(k->shapes[0].name, sizeof(k->shapes[0].name), "M");
     k->shapes[0].value = m;
     k->precision = OPS_PREC_EXACT;
+    ops_graph *bound = bound_at(f, m);
+    ops_diag d = {0};
+    if (ops_graph_problem(bound, k->problem, NULL, NULL, &d) != 0)
+        fail_msg("problem: %s", d.msg);
+    ops_graph_free(bound);
 }
 
 /* N_REC records of gemm_bias_relu (one per M, each with a 3000-byte cubin: its value sits in
@@ -97,6 +113,10 @@ static void write_cache(const fixture *f)
         char sched[64];
         snprintf(sched, sizeof(sched), "gemm drill %d", i);
         test_record(&r, &k, sched, 1000.0 * (i + 1), 3000, (uint8_t)(i + 1));
+        ops_graph *bound = bound_at(f, ms[i]);
+        if (cache_record_set_problem(&r, bound, &err) != 0)
+            fail_msg("set_problem: %s", err.msg);
+        ops_graph_free(bound);
         free(r.layouts[0].layout); /* the runtime serves no packed layout it does not know */
         free(r.layouts);
         r.layouts = NULL;
@@ -202,8 +222,8 @@ static int resolve(ktune_runtime *rt, const fixture *f, int64_t m, ktune_error *
     ktune_shape s[1] = {{"M", m}};
     ktune_kernel *k = NULL;
     ktune_match match;
-    int rc = ktune_rt_resolve(rt, f->g, s, 1, NULL, 0, &f->gpu, 0, KTUNE_RT_NO_MEMO, &k,
-                              &match, err);
+    int rc =
+        ktune_rt_resolve(rt, f->g, s, 1, NULL, 0, &f->gpu, 0, KTUNE_RT_NO_MEMO, &k, &match, err);
     ktune_rt_kernel_free(k);
     return rc;
 }

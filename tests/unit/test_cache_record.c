@@ -156,6 +156,29 @@ static bool same(const uint8_t *a, size_t la, const uint8_t *b, size_t lb)
 /* Every output slot must be written by some launch, or the caller gets uninitialised memory:
  * refused by the encoder, by the decoder (a stored value written by another build) and, with
  * the graph's output count, by cache_record_check_outputs. */
+/* A workspace argument names the bytes it may touch, and they lie inside the workspace. */
+static void test_record_workspace_ranges(void **state)
+{
+    (void)state;
+    cache_key k;
+    test_key(&k, "gpu", 0x46, 8);
+    cache_record r;
+    test_record(&r, &k, "s", 10, 16, 4); /* argument 3: workspace [4096, +4096) of 1 MiB */
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    kt_err err = {0};
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), 0);
+    free(buf);
+    uint64_t bad[][2] = {{4096, 0}, {r.workspace_bytes - 8, 16}, {UINT64_MAX - 8, 16}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        r.kernels[1].args[3].offset = bad[i][0];
+        r.kernels[1].args[3].bytes = bad[i][1];
+        assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+        assert_non_null(strstr(err.msg, "workspace bytes"));
+    }
+    cache_record_free(&r);
+}
+
 static void test_record_outputs_written(void **state)
 {
     (void)state;
@@ -192,7 +215,7 @@ static void test_record_outputs_written(void **state)
     assert_non_null(strstr(err.msg, "names output 1; the graph has 1"));
     /* no output at all */
     r.kernels[0].args[2].kind = CACHE_ARG_INPUT;
-    r.kernels[1].args[2].kind = CACHE_ARG_WORKSPACE;
+    r.kernels[1].args[2] = (cache_arg){.kind = CACHE_ARG_WORKSPACE, .offset = 0, .bytes = 64};
     assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "no launch writes output 0 (of 1)"));
     r.kernels[0].args[2] = (cache_arg){.kind = CACHE_ARG_OUTPUT, .index = -1};
@@ -417,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_record_bad_body_with_good_checksum),
         cmocka_unit_test(test_record_encode_validates),
         cmocka_unit_test(test_record_outputs_written),
+        cmocka_unit_test(test_record_workspace_ranges),
         cmocka_unit_test(test_key_deterministic),
         cmocka_unit_test(test_key_distinct),
         cmocka_unit_test(test_key_prefixes),

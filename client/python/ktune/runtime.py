@@ -110,18 +110,21 @@ class Runtime:
     def __exit__(self, *exc):
         self.close()
 
-    def lookup(self, graph, shapes, precision="exact", device=None):
+    def lookup(self, graph, shapes, precision="exact", device=None, tolerance=None):
         """The best verified kernel for (graph, shapes, precision) on a CUDA device, loaded.
-        Raises KtuneError: ENOENT when nothing is cached for that key, ENODEV without a driver
-        or device. Repeated lookups are served from memory (keep the Kernel for the hot path:
-        a lookup costs tens of microseconds, a launch a few)."""
+        Only records verified within tolerance are served: None (the default) for the default
+        of the graph's dtypes and precision, else the tolerance a tuning job was given. Raises
+        KtuneError: ENOENT when nothing is cached for that key, ENODEV without a driver or
+        device. Repeated lookups are served from memory (keep the Kernel for the hot path: a
+        lookup costs tens of microseconds, a launch a few)."""
         g = graph if isinstance(graph, Graph) else Graph(graph)
         items = shapes_items(shapes)
         arr, n = shapes_array(items)
         dev = _device_index(device)
         k, match, err = ctypes.c_void_p(), ctypes.c_int(), _lib.ktune_error()
-        rc = lib.ktune_lookup(self._h(), g.handle, arr, n, _lib.encode(precision), dev,
-                              ctypes.byref(k), ctypes.byref(match), ctypes.byref(err))
+        tol = 0.0 if tolerance is None else float(tolerance)
+        rc = lib.ktune_lookup_within(self._h(), g.handle, arr, n, _lib.encode(precision), tol, dev,
+                                     ctypes.byref(k), ctypes.byref(match), ctypes.byref(err))
         _lib.check(rc, err, "ktune_lookup")
         fixed = self._kernels.get(k.value)
         if fixed is None:  # what the C kernel says about itself, once per loaded kernel
