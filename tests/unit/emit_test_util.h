@@ -146,7 +146,8 @@ emit_test_compile_spread(const ops_group *grp, const emit_test_list *c, int max,
         fail_msg("pool: %s", err.msg);
     int step = c->n > max ? (c->n + max - 1) / max : 1;
     int submitted = 0;
-    char **srcs = calloc((size_t)c->n, sizeof(char *));
+    KT_REQUIRE(c->n >= 0);
+    char **srcs = calloc((size_t)c->n + 1, sizeof(char *));
     for (int i = 0; i < c->n; i += step) {
         ops_emitted e = {0};
         emit(grp, &c->s[i], &e);
