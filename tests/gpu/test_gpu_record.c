@@ -75,6 +75,7 @@ static cache_key job_key(const srch_tune_result *r)
     memset(&k, 0, sizeof(k));
     k.gpu = r->gpu;
     memcpy(k.sig, r->sig, sizeof(k.sig));
+    memcpy(k.problem, r->problem, sizeof(k.problem));
     k.n_shapes = 2;
     for (int i = 0; i < 2; i++) {
         snprintf(k.shapes[i].name, sizeof(k.shapes[i].name), "%s", shapes[i].name);

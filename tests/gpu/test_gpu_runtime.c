@@ -106,8 +106,8 @@ static int tune(srch_worker *w, const char *dir, const char *file, const char *s
     }
     char store[400];
     snprintf(store, sizeof(store), "%s/cubins", tmp_root);
-    srch_tune_opts o = {.precision = OPS_PREC_EXACT, .budget_s = budget_s, .worker = w,
-                        .store_dir = store};
+    srch_tune_opts o = {
+        .precision = OPS_PREC_EXACT, .budget_s = budget_s, .worker = w, .store_dir = store};
     static srch_tune_result r;
     int rc = srch_tune(g, b, n, cache, &o, &r, &err);
     cache_close(cache);
@@ -291,10 +291,10 @@ static int make_record(const char *dir, const ktune_graph *kg, const ops_device 
             k->args = calloc((size_t)l->n_args + 1, sizeof(cache_arg));
             for (int j = 0; j < l->n_args; j++) {
                 if (l->args[j].kind == OPS_ARG_WORKSPACE)
-                    k->args[j] = (cache_arg){
-                        .kind = CACHE_ARG_WORKSPACE,
-                        .offset = (uint64_t)l->args[j].offset,
-                        .bytes = (uint64_t)(em.workspace_bytes - l->args[j].offset)};
+                    k->args[j] =
+                        (cache_arg){.kind = CACHE_ARG_WORKSPACE,
+                                    .offset = (uint64_t)l->args[j].offset,
+                                    .bytes = (uint64_t)(em.workspace_bytes - l->args[j].offset)};
                 else
                     k->args[j] = map_tensor(canon, in_rank, out_rank, l->args[j].tensor);
                 k->n_args++;
@@ -369,8 +369,8 @@ static ktune_kernel *run_one(ktune_runtime *rt, const char *file, const char *sh
     ktune_kernel_get_info(k, &info);
     printf("  %s match: %s [%s], %d launch(es), workspace %llu, tuned %.2f us on %s (driver %d)\n",
            match == KTUNE_MATCH_EXACT ? "exact" : "compatible", info.family, info.schedule,
-           info.n_launches, (unsigned long long)info.workspace_bytes, info.time_ns / 1e3,
-           info.gpu, info.driver_version);
+           info.n_launches, (unsigned long long)info.workspace_bytes, info.time_ns / 1e3, info.gpu,
+           info.driver_version);
     CHECK(match == want, "match %d, want %d", (int)match, (int)want);
     CHECK(info.match == match, "info.match %d", (int)info.match);
     if (want_family)
@@ -401,8 +401,8 @@ static ktune_kernel *run_one(ktune_runtime *rt, const char *file, const char *sh
             in[t][i] = ops_dtype_load(x->dtype, host + i * es);
         }
         if (srch_cuda_check(&cu, cu.p_cuMemAlloc(&din[t], (size_t)ne * es), "alloc", NULL) < 0 ||
-            srch_cuda_check(&cu, cu.p_cuMemcpyHtoD(din[t], host, (size_t)ne * es), "upload",
-                            NULL) < 0) {
+            srch_cuda_check(&cu, cu.p_cuMemcpyHtoD(din[t], host, (size_t)ne * es), "upload", NULL) <
+                0) {
             CHECK(0, "input upload");
             goto out;
         }
@@ -431,8 +431,8 @@ static ktune_kernel *run_one(ktune_runtime *rt, const char *file, const char *sh
         CHECK(0, "workspace alloc");
         goto out;
     }
-    if (srch_cuda_check(&cu, cu.p_cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "stream",
-                        NULL) < 0) {
+    if (srch_cuda_check(&cu, cu.p_cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "stream", NULL) <
+        0) {
         CHECK(0, "stream");
         goto out;
     }
@@ -453,8 +453,8 @@ static ktune_kernel *run_one(ktune_runtime *rt, const char *file, const char *sh
             size_t es = ops_dtype_size(x->dtype);
             host = realloc(host, (size_t)ne * es);
             got = realloc(got, (size_t)ne * sizeof(double));
-            if (srch_cuda_check(&cu, cu.p_cuMemcpyDtoH(host, dout[j], (size_t)ne * es),
-                                "download", NULL) < 0) {
+            if (srch_cuda_check(&cu, cu.p_cuMemcpyDtoH(host, dout[j], (size_t)ne * es), "download",
+                                NULL) < 0) {
                 CHECK(0, "download");
                 goto out;
             }
@@ -471,8 +471,8 @@ static ktune_kernel *run_one(ktune_runtime *rt, const char *file, const char *sh
             double tol = info.tolerance > 0 ? info.tolerance : 3e-3;
             printf("  launch %d output %d: normwise error %.3g (tolerance %.3g), %lld non-finite\n",
                    l, j, e_norm, tol, (long long)nan);
-            CHECK(nan == 0 && e_norm <= tol, "output %d: error %.3g > %.3g or %lld NaN", j,
-                  e_norm, tol, (long long)nan);
+            CHECK(nan == 0 && e_norm <= tol, "output %d: error %.3g > %.3g or %lld NaN", j, e_norm,
+                  tol, (long long)nan);
             /* poison again: the next launch must write everything once more */
             cu.p_cuMemsetD8(dout[j], 0xff, (size_t)ne * es);
         }
@@ -704,6 +704,13 @@ int main(void)
         k.n_shapes = 1;
         snprintf(k.shapes[0].name, sizeof(k.shapes[0].name), "M");
         k.shapes[0].value = 200;
+        ops_binding b200 = {"M", 200};
+        ops_graph *bound = NULL;
+        ops_diag pd = {0};
+        if (ops_graph_bind(kg->g, &b200, 1, &bound, &pd) < 0 ||
+            ops_graph_problem(bound, k.problem, NULL, NULL, &pd) < 0)
+            CHECK(0, "the problem of M=200: %s", pd.msg);
+        ops_graph_free(bound);
         if (cache_open(dir_a, CACHE_RDONLY, NULL, &a, &kerr) < 0 ||
             cache_get(a, &k, 0, &r, &kerr) < 0 || cache_open(dir_b, 0, NULL, &b, &kerr) < 0) {
             CHECK(0, "copying the gemm record: %s", kerr.msg);

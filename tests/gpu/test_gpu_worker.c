@@ -725,6 +725,19 @@ static srch_status eval_planted(worker *w, ops_graph *g, const char *what, const
     }
     req.id = id;
     req.sub = g;
+    /* the bound symbols of g (the message carries sub symbolic, with its bindings) */
+    for (int t = 0; t < g->n_tensors; t++)
+        for (int i = 0; g->tensors[t].producer < 0 && i < g->tensors[t].shape.rank; i++) {
+            const ops_dim *dim = &g->tensors[t].shape.d[i];
+            bool seen = dim->sym < 0;
+            for (int j = 0; j < req.n_bindings && !seen; j++)
+                seen = strcmp(req.bindings[j].name, g->syms[dim->sym]) == 0;
+            if (!seen && req.n_bindings < SRCH_MAX_BINDINGS) {
+                srch_binding *b = &req.bindings[req.n_bindings++];
+                snprintf(b->name, sizeof(b->name), "%s", g->syms[dim->sym]);
+                b->value = dim->size;
+            }
+        }
     req.seeds = 2;
     req.seed0 = 99;
     req.verify = req.time = true;
