@@ -572,6 +572,116 @@ static void test_record_fails_as_assembled(void **state)
     daemon_stop(d);
 }
 
+/* Issue 15's findings 1-3 end to end, with the fake worker: keys tell problems apart whatever
+ * the symbols are called, the trial log and the job journal too, and a job's own tolerance keys
+ * its records apart. X[M,N] and X[N,M] summed over axis 1 share a signature; bound M=1024,N=64
+ * they are 1024 rows of 64 and 64 rows of 1024. */
+static const char *gpu_graph(const char *name)
+{
+    static char path[4][1024];
+    static int slot;
+    char *p = path[slot++ % 4];
+    snprintf(p, 1024, "%s/tests/gpu/%s", getenv("KTUNE_SOURCE_ROOT"), name);
+    return p;
+}
+
+static json_t *tune_local_json(const char *worker, const char *graph, const char *shapes,
+                               const char *cache, const char *tolerance)
+{
+    run_result *r = tolerance
+                        ? RUN("tune", graph, "--shape", shapes, "--local", "--json", "--budget",
+                              "3s", "--worker", worker, "--cache", cache, "--tolerance", tolerance)
+                        : RUN("tune", graph, "--shape", shapes, "--local", "--json", "--budget",
+                              "3s", "--worker", worker, "--cache", cache);
+    if (r->status != 0)
+        fail_msg("tune --local %s: status %d\nstdout: %s\nstderr: %s", graph, r->status, r->out,
+                 r->err);
+    json_t *v = parse_json(r);
+    free(r);
+    return v;
+}
+
+static void test_keys_are_problems(void **state)
+{
+    const char *worker = getenv("KTUNE_FAKE_WORKER");
+    if (!worker)
+        skip();
+    const char *cache = tmp_path("problems-cache");
+    json_t *v = tune_local_json(worker, gpu_graph("rowsum_mn.json"), "M=1024,N=64", cache, NULL);
+    assert_int_equal(json_integer_value(json_object_get(v, "records")) > 0, 1);
+    json_decref(v);
+    /* the other problem: nothing to look up, and none of the first job's trials resumed */
+    run_result *r =
+        RUN("lookup", gpu_graph("rowsum_nm.json"), "--shape", "M=1024,N=64", "--cache", cache);
+    assert_int_equal(r->status, 1);
+    free(r);
+    v = tune_local_json(worker, gpu_graph("rowsum_nm.json"), "M=1024,N=64", cache, NULL);
+    assert_int_equal(json_integer_value(json_object_get(v, "resumed")), 0);
+    json_decref(v);
+    /* the first problem under other names: its record, its trials */
+    r = RUN("lookup", gpu_graph("rowsum_pq.json"), "--shape", "P=1024,Q=64", "--cache", cache);
+    if (r->status != 0)
+        fail_msg("lookup of the renamed graph: %s", r->err);
+    free(r);
+    v = tune_local_json(worker, gpu_graph("rowsum_pq.json"), "P=1024,Q=64", cache, NULL);
+    assert_true(json_integer_value(json_object_get(v, "resumed")) > 0);
+    json_decref(v);
+    /* ktune check shows the problem digest: equal for mn and pq, different for nm */
+    const char *const graphs[3][2] = {{"rowsum_mn.json", "M=1024,N=64"},
+                                      {"rowsum_pq.json", "P=1024,Q=64"},
+                                      {"rowsum_nm.json", "M=1024,N=64"}};
+    char problem[3][65];
+    for (int i = 0; i < 3; i++) {
+        r = RUN("check", gpu_graph(graphs[i][0]), "--shape", graphs[i][1], "--json");
+        v = parse_json(r);
+        snprintf(problem[i], sizeof(problem[i]), "%s",
+                 json_string_value(json_object_get(v, "problem")));
+        json_decref(v);
+        free(r);
+    }
+    assert_string_equal(problem[0], problem[1]);
+    assert_string_not_equal(problem[0], problem[2]);
+
+    /* a record verified within a job's own tolerance is served only when asked for */
+    const char *loose = tmp_path("loose-cache");
+    v = tune_local_json(worker, gpu_graph("rowsum_mn.json"), "M=1024,N=64", loose, "1000");
+    json_decref(v);
+    r = RUN("lookup", gpu_graph("rowsum_mn.json"), "--shape", "M=1024,N=64", "--cache", loose);
+    assert_int_equal(r->status, 1);
+    free(r);
+    r = RUN("lookup", gpu_graph("rowsum_mn.json"), "--shape", "M=1024,N=64", "--cache", loose,
+            "--tolerance", "1000", "--json");
+    if (r->status != 0)
+        fail_msg("lookup --tolerance 1000: %s", r->err);
+    free(r);
+
+    /* through ktuned: submissions join by problem; a tolerance past the cap is refused */
+    daemon_proc *d = daemon_start("problems", NULL);
+    char budget[16];
+    snprintf(budget, sizeof(budget), "%d", 3 * time_scale());
+    const char *const order[3][3] = {{"rowsum_mn.json", "M=1024,N=64", "false"},
+                                     {"rowsum_nm.json", "M=1024,N=64", "false"},
+                                     {"rowsum_pq.json", "P=1024,Q=64", "true"}};
+    for (int i = 0; i < 3; i++) {
+        r = RUN("tune", gpu_graph(order[i][0]), "--shape", order[i][1], "--budget", budget,
+                "--wait", "--json", "--socket", d->sock);
+        if (r->status != 0)
+            fail_msg("tune %s: %s", order[i][0], r->err);
+        v = parse_json(r);
+        assert_int_equal(json_is_true(json_object_get(v, "joined")),
+                         strcmp(order[i][2], "true") == 0);
+        json_decref(v);
+        free(r);
+    }
+    r = RUN("tune", gpu_graph("rowsum_mn.json"), "--shape", "M=1024,N=64", "--tolerance", "1",
+            "--socket", d->sock);
+    assert_int_not_equal(r->status, 0);
+    expect_in(r->err, "tolerance-max-factor");
+    assert_int_equal(count_lines(r->err), 1);
+    free(r);
+    daemon_stop(d);
+}
+
 static int stop_daemon(void **state)
 {
     (void)state;
@@ -588,6 +698,7 @@ int main(void)
         cmocka_unit_test_teardown(test_end_to_end, stop_daemon),
         cmocka_unit_test_teardown(test_no_gpu, stop_daemon),
         cmocka_unit_test_teardown(test_record_fails_as_assembled, stop_daemon),
+        cmocka_unit_test_teardown(test_keys_are_problems, stop_daemon),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }
