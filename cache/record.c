@@ -148,27 +148,18 @@ static int check_record(const cache_record *r, kt_err *err)
 
 int cache_record_check_outputs(const cache_record *r, int n_out, kt_err *err)
 {
-    int top = -1; /* the highest output slot any launch names */
+    if (n_out < 1)
+        return kt_err_set(err, -EINVAL, "record: %d outputs", n_out);
     for (int i = 0; i < r->n_kernels; i++)
         for (int j = 0; j < r->kernels[i].n_args; j++) {
             const cache_arg *a = &r->kernels[i].args[j];
-            if (a->kind != CACHE_ARG_OUTPUT)
-                continue;
-            if (a->index < 0)
-                return kt_err_set(err, -EINVAL, "record: kernel %s argument %d names output %d",
-                                  r->kernels[i].entry, j, (int)a->index);
-            if (n_out >= 0 && a->index >= n_out)
+            if (a->kind == CACHE_ARG_OUTPUT && (a->index < 0 || a->index >= n_out))
                 return kt_err_set(err, -EINVAL,
                                   "record: kernel %s argument %d names output %d; the graph has "
                                   "%d",
                                   r->kernels[i].entry, j, (int)a->index, n_out);
-            if (a->index > top)
-                top = a->index;
         }
-    int want = n_out >= 0 ? n_out : top + 1;
-    if (want < 1)
-        return kt_err_set(err, -EINVAL, "record: no launch writes an output");
-    for (int slot = 0; slot < want; slot++) {
+    for (int slot = 0; slot < n_out; slot++) {
         bool written = false;
         for (int i = 0; i < r->n_kernels && !written; i++)
             for (int j = 0; j < r->kernels[i].n_args && !written; j++)
@@ -178,7 +169,7 @@ int cache_record_check_outputs(const cache_record *r, int n_out, kt_err *err)
             return kt_err_set(err, -EINVAL,
                               "record: no launch writes output %d (of %d): the caller would get "
                               "it unwritten",
-                              slot, want);
+                              slot, n_out);
     }
     return 0;
 }

@@ -151,11 +151,10 @@ void cache_record_init(cache_record *r);
 void cache_record_free(cache_record *r);
 
 /* Checks that every output slot of r is written by some launch: each index in [0, n_out) is an
- * output argument of some kernel, and no argument names one outside it. n_out < 0 when the
- * graph's output count is not known (a record does not store it): the slots named must then be
- * 0..k-1 for some k >= 1, none skipped. An output argument counts as written: the record does
- * not say which pointers a kernel writes. r's kernels and arguments must be well-formed (counts
- * in range, args non-NULL). Returns 0 or -EINVAL with the first unwritten slot in err. */
+ * output argument of some kernel, and no argument names one outside it (n_out >= 1: the record's
+ * own n_outputs, or its graph's). An output argument counts as written: the record does not say
+ * which pointers a kernel writes. r's kernels and arguments must be well-formed (counts in
+ * range, args non-NULL). Returns 0 or -EINVAL with the first unwritten slot in err. */
 int cache_record_check_outputs(const cache_record *r, int n_out, kt_err *err);
 
 /* Encodes r into its stored form: the msgpack map, then CACHE_CHECKSUM_BYTES of SHA-256 over the

@@ -731,16 +731,6 @@ static void sweep_eval_case(const sweep_case *c, sweep_eval *e)
     ops_graph_free(g);
 }
 
-static bool same_shape(const ops_shape *a, const ops_shape *b)
-{
-    if (a->rank != b->rank)
-        return false;
-    for (int i = 0; i < a->rank; i++)
-        if (a->d[i].size != b->d[i].size)
-            return false;
-    return true;
-}
-
 static void test_problem_sweep(void **state)
 {
     (void)state;
@@ -821,9 +811,9 @@ static void test_problem_sweep(void **state)
             same++;
             /* Same problem: each canonical rank has the same shape and computes the same. */
             for (int r = 0; r < e[i].n_in; r++)
-                assert_true(same_shape(&e[i].in_shape[r], &e[j].in_shape[r]));
+                assert_true(ops_shape_same_sizes(&e[i].in_shape[r], &e[j].in_shape[r]));
             for (int r = 0; r < e[i].n_out; r++) {
-                assert_true(same_shape(&e[i].out_shape[r], &e[j].out_shape[r]));
+                assert_true(ops_shape_same_sizes(&e[i].out_shape[r], &e[j].out_shape[r]));
                 int64_t m = ops_shape_numel(&e[i].out_shape[r]);
                 for (int64_t x = 0; x < m; x++)
                     if (e[i].out[r][x] != e[j].out[r][x])
