@@ -61,13 +61,16 @@ struct kd_conn {
 };
 
 /* Fairness and backpressure (server.c). A connection's requests are handled at most KD_BURST at a
- * time: the rest wait in its buffer, with reading stopped, for its next turn (an idle handle
- * gives every connection with waiting requests a turn per loop iteration, between polls), so a
- * client pipelining many requests delays another's by one burst at most. While more than
+ * time, and no more once a turn has spent KD_TURN_NS (a turn handles one request at least): the
+ * rest wait in its buffer, with reading stopped, for its next turn (an idle handle gives every
+ * connection with waiting requests a turn per loop iteration, between polls), so a client
+ * pipelining many requests delays another's by one short turn at most, whatever a request
+ * costs. While more than
  * KD_QUEUED_HIGH bytes of replies wait to be written, the connection is neither read nor served;
  * it resumes under KD_QUEUED_LOW. KD_MAX_QUEUED (frame.h) stays the last resort: over it (events
  * of watches are queued regardless) the connection is closed. */
 #define KD_BURST       16
+#define KD_TURN_NS     (2u * 1000 * 1000)
 #define KD_QUEUED_HIGH (4u << 20)
 #define KD_QUEUED_LOW  (1u << 20)
 

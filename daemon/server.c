@@ -90,8 +90,7 @@ int kd_server_listen(kd_daemon *d, kt_err *err)
     int fd = kd_notify_listen_fd();
     if (fd >= 0) {
         if ((rc = uv_pipe_open(&d->server, fd)) < 0)
-            return kt_err_set(err, rc, "cannot use the socket systemd passed: %s",
-                              uv_strerror(rc));
+            return kt_err_set(err, rc, "cannot use the socket systemd passed: %s", uv_strerror(rc));
         kt_log_info(KD_LOG_SERVER, "listening on the socket passed by systemd (fd %d)", fd);
     } else {
         if ((rc = clear_stale(path, err)) < 0)
@@ -297,8 +296,9 @@ int kd_conn_send(kd_conn *c, msgpack_sbuffer *sb)
     if (c->queued + len > KD_MAX_QUEUED) {
         free(data);
         char why[128];
-        snprintf(why, sizeof(why), "more than %u bytes of replies unread (a client that never "
-                                   "reads)",
+        snprintf(why, sizeof(why),
+                 "more than %u bytes of replies unread (a client that never "
+                 "reads)",
                  KD_MAX_QUEUED);
         kd_conn_close(c, why);
         return -ENOBUFS;
@@ -385,26 +385,29 @@ static void too_large(kd_conn *c, const uint8_t *msg, size_t len, bool complete)
         msgpack_sbuffer_destroy(&sb);
     }
     char why[160];
-    snprintf(why, sizeof(why), "%s larger than %u bytes", complete ? "request" : "incomplete request",
-             KD_MAX_REQUEST);
+    snprintf(why, sizeof(why), "%s larger than %u bytes",
+             complete ? "request" : "incomplete request", KD_MAX_REQUEST);
     close_after_flush(c, why);
 }
 
 typedef enum turn_end {
     TURN_DRAINED, /* no complete request left in rx: read more */
-    TURN_BUDGET,  /* KD_BURST requests handled; more may wait */
+    TURN_BUDGET,  /* KD_BURST requests handled, or KD_TURN_NS spent; more may wait */
     TURN_STOPPED, /* blocked on its replies, or closing */
 } turn_end;
 
-/* Scans and handles up to budget complete requests buffered. */
+/* Scans and handles up to budget complete requests buffered, for KD_TURN_NS at most once one is
+ * handled (a graph's lookup costs what its size does: the count alone would let a few large ones
+ * hold the loop). */
 static turn_end process(kd_conn *c, int budget)
 {
+    uint64_t t0 = uv_hrtime();
     for (int handled = 0;; handled++) {
         if (c->closing || c->blocked)
             return TURN_STOPPED;
         if (c->rx_off >= c->rx_len)
             return TURN_DRAINED;
-        if (handled == budget)
+        if (handled == budget || (handled > 0 && uv_hrtime() - t0 >= KD_TURN_NS))
             return TURN_BUDGET;
         const uint8_t *msg = c->rx + c->rx_off;
         size_t avail = c->rx_len - c->rx_off;
@@ -523,8 +526,9 @@ static void on_connection(uv_stream_t *server, int status)
         if (rc < 0)
             kt_log_warn(KD_LOG_SERVER, "accept: %s", uv_strerror(rc));
         else if (d->rejected++ % 1000 == 0) /* at most one line per 1000 refusals */
-            kt_log_warn(KD_LOG_SERVER, "refusing a connection: %d clients (max-clients); %llu "
-                                       "refused so far",
+            kt_log_warn(KD_LOG_SERVER,
+                        "refusing a connection: %d clients (max-clients); %llu "
+                        "refused so far",
                         d->n_conns, (unsigned long long)d->rejected);
         uv_close((uv_handle_t *)&c->pipe, on_close_rejected);
         return;

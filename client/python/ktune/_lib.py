@@ -205,6 +205,8 @@ _PROTOTYPES = {
                                     _P(ktune_error)]),
     "ktune_runtime_open": (c_int, [c_char_p, _P(c_void_p), _P(ktune_error)]),
     "ktune_runtime_close": (None, [c_void_p]),
+    "ktune_lookup": (c_int, [c_void_p, c_void_p, _P(ktune_shape), c_int, c_char_p, c_int,
+                             _P(c_void_p), _P(c_int), _P(ktune_error)]),
     "ktune_lookup_within": (c_int, [c_void_p, c_void_p, _P(ktune_shape), c_int, c_char_p,
                                     c_double, c_int, _P(c_void_p), _P(c_int), _P(ktune_error)]),
     "ktune_kernel_get_info": (None, [c_void_p, _P(ktune_kernel_info)]),
