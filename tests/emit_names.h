@@ -7,12 +7,119 @@
 #pragma once
 
 #include "ops/family.h"
+#include "ops/ops.h"
 #include "ops/reference_gpu.h"
 
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static const char names_gelu_json[] =
+    "{\"name\": \"bias_gelu_tanh_scale\","
+    " \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", \"N\"]},"
+    "            \"bias\": {\"dtype\": \"f32\", \"shape\": [\"N\"], \"const\": true}},"
+    " \"nodes\": [{\"out\": \"h\", \"op\": \"add\", \"in\": [\"x\", \"bias\"]},"
+    "           {\"out\": \"g\", \"op\": \"gelu_tanh\", \"in\": [\"h\"]},"
+    "           {\"out\": \"y\", \"op\": \"max\", \"in\": [\"g\", 0.5]}],"
+    " \"outputs\": [\"y\"]}";
+
+static const char names_layernorm_json[] =
+    "{\"name\": \"layernorm\","
+    " \"inputs\": {\"x\": {\"dtype\": \"f16\", \"shape\": [\"M\", \"N\"]},"
+    "            \"weight\": {\"dtype\": \"f16\", \"shape\": [\"N\"]},"
+    "            \"bias\": {\"dtype\": \"f16\", \"shape\": [\"N\"]}},"
+    " \"nodes\": [{\"out\": \"y\", \"op\": \"layernorm\", \"in\": [\"x\", \"weight\", \"bias\"],"
+    "            \"axis\": -1, \"eps\": 1e-5}],"
+    " \"outputs\": [\"y\"]}";
+
+static const char names_linear_softmax_json[] =
+    "{\"name\": \"linear_softmax\","
+    " \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", \"K\"]},"
+    "            \"W\": {\"dtype\": \"f32\", \"shape\": [10, \"K\"], \"const\": true}},"
+    " \"nodes\": [{\"out\": \"t\", \"op\": \"matmul\", \"in\": [\"x\", \"W\"], \"transpose_b\": "
+    "true},"
+    "            {\"out\": \"y\", \"op\": \"softmax\", \"in\": [\"t\"], \"axis\": -1}],"
+    " \"outputs\": [\"y\"]}";
+
+static const char names_gemm_bias_relu_json[] =
+    "{\"name\": \"gemm_bias_relu\", \"inputs\": {"
+    "\"A\": {\"dtype\": \"f16\", \"shape\": [\"M\", 512]},"
+    "\"W\": {\"dtype\": \"f16\", \"shape\": [512, 256], \"const\": true},"
+    "\"bias\": {\"dtype\": \"f16\", \"shape\": [256], \"const\": true}},"
+    "\"nodes\": [{\"out\": \"t0\", \"op\": \"matmul\", \"in\": [\"A\", \"W\"]},"
+    "{\"out\": \"t1\", \"op\": \"add\", \"in\": [\"t0\", \"bias\"]},"
+    "{\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"t1\"]}],"
+    "\"outputs\": [\"Y\"]}";
+
+static const char names_gemv_json[] =
+    "{\"name\":\"gemv_epi\",\"inputs\":{"
+    "\"W\":{\"dtype\":\"f32\",\"shape\":[\"M\",\"K\"]},"
+    "\"x\":{\"dtype\":\"f32\",\"shape\":[\"K\",1]},"
+    "\"bias\":{\"dtype\":\"f32\",\"shape\":[\"M\",1]}},"
+    "\"nodes\":[{\"out\":\"t0\",\"op\":\"matmul\",\"in\":[\"W\",\"x\"]},"
+    "{\"out\":\"y\",\"op\":\"add\",\"in\":[\"t0\",\"bias\"]}],"
+    "\"outputs\":[\"y\"]}";
+
+static const char names_conv_json[] =
+    "{\"name\": \"conv_relu\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f32\", \"shape\": [\"B\", 8, 16, 16]},"
+    "  \"W\": {\"dtype\": \"f32\", \"shape\": [16, 8, 3, 3], \"const\": true}},"
+    " \"nodes\": ["
+    "  {\"out\": \"c\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"], \"padding\": [1, 1]},"
+    "  {\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"c\"]}],"
+    " \"outputs\": [\"Y\"]}";
+
+static const char names_attention_json[] =
+    "{\"name\":\"attn_epilogue\",\"inputs\":{"
+    "\"q\":{\"dtype\":\"f16\",\"shape\":[\"B\",333,64]},"
+    "\"k\":{\"dtype\":\"f16\",\"shape\":[\"B\",777,64]},"
+    "\"v\":{\"dtype\":\"f16\",\"shape\":[\"B\",777,96]},"
+    "\"bias\":{\"dtype\":\"f16\",\"shape\":[96]}},"
+    "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"],\"causal\":true,"
+    "\"scale\":0.3},"
+    "{\"out\":\"y\",\"op\":\"add\",\"in\":[\"o\",\"bias\"]}],"
+    "\"outputs\":[\"y\"]}";
+
+/* A graph for every family, with the one test_emit_names compiles it with. */
+static const struct {
+    const char *json, *shapes;
+    ops_family_id fam;
+} names_graphs[] = {
+    {names_gelu_json, "M=64,N=128", OPS_FAM_POINTWISE},
+    {names_layernorm_json, "M=64,N=1000", OPS_FAM_ROW},
+    {names_linear_softmax_json, "M=64,K=32", OPS_FAM_ROW},
+    {names_gemm_bias_relu_json, "M=256", OPS_FAM_GEMM},
+    {names_gemv_json, "M=256,K=128", OPS_FAM_GEMV},
+    {names_conv_json, "B=2", OPS_FAM_CONV},
+    {names_attention_json, "B=3", OPS_FAM_ATTENTION},
+};
+
+#define NAMES_N_GRAPHS ((int)(sizeof(names_graphs) / sizeof(names_graphs[0])))
+
+/* names_graphs[i] parsed, validated, bound and canonicalised; NULL on failure. */
+static inline ops_graph *names_graph(int i)
+{
+    ops_graph *g = NULL, *bound = NULL, *canon = NULL;
+    ops_diag d = {0};
+    ops_binding b[4];
+    int n = 0;
+    char shapes[64];
+    snprintf(shapes, sizeof(shapes), "%s", names_graphs[i].shapes);
+    for (char *save = NULL, *tok = strtok_r(shapes, ",", &save); tok && n < 4;
+         tok = strtok_r(NULL, ",", &save)) {
+        kt_err err = {0};
+        if (ops_binding_parse(tok, &b[n++], &err) < 0)
+            return NULL;
+    }
+    const char *json = names_graphs[i].json;
+    if (ops_graph_from_json(json, strlen(json), &g, &d) == 0 && ops_graph_validate(g, &d) == 0 &&
+        ops_graph_bind(g, b, n, &bound, &d) == 0)
+        ops_graph_canonicalize(bound, &canon, &d);
+    ops_graph_free(g);
+    ops_graph_free(bound);
+    return canon;
+}
 
 /* s with every byte outside [A-Za-z0-9] made '_'; malloc'd, NULL on ENOMEM. */
 static inline char *names_plain(const char *s)

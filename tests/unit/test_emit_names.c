@@ -33,83 +33,6 @@ static const char *payloads[] = {
 };
 #define N_PAYLOADS ((int)(sizeof(payloads) / sizeof(payloads[0])))
 
-static const char gelu_json[] =
-    "{\"name\": \"bias_gelu_tanh_scale\","
-    " \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", \"N\"]},"
-    "            \"bias\": {\"dtype\": \"f32\", \"shape\": [\"N\"], \"const\": true}},"
-    " \"nodes\": [{\"out\": \"h\", \"op\": \"add\", \"in\": [\"x\", \"bias\"]},"
-    "           {\"out\": \"g\", \"op\": \"gelu_tanh\", \"in\": [\"h\"]},"
-    "           {\"out\": \"y\", \"op\": \"max\", \"in\": [\"g\", 0.5]}],"
-    " \"outputs\": [\"y\"]}";
-
-static const char layernorm_json[] =
-    "{\"name\": \"layernorm\","
-    " \"inputs\": {\"x\": {\"dtype\": \"f16\", \"shape\": [\"M\", \"N\"]},"
-    "            \"weight\": {\"dtype\": \"f16\", \"shape\": [\"N\"]},"
-    "            \"bias\": {\"dtype\": \"f16\", \"shape\": [\"N\"]}},"
-    " \"nodes\": [{\"out\": \"y\", \"op\": \"layernorm\", \"in\": [\"x\", \"weight\", \"bias\"],"
-    "            \"axis\": -1, \"eps\": 1e-5}],"
-    " \"outputs\": [\"y\"]}";
-
-static const char linear_softmax_json[] =
-    "{\"name\": \"linear_softmax\","
-    " \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", \"K\"]},"
-    "            \"W\": {\"dtype\": \"f32\", \"shape\": [10, \"K\"], \"const\": true}},"
-    " \"nodes\": [{\"out\": \"t\", \"op\": \"matmul\", \"in\": [\"x\", \"W\"], \"transpose_b\": "
-    "true},"
-    "            {\"out\": \"y\", \"op\": \"softmax\", \"in\": [\"t\"], \"axis\": -1}],"
-    " \"outputs\": [\"y\"]}";
-
-static const char gemm_bias_relu_json[] =
-    "{\"name\": \"gemm_bias_relu\", \"inputs\": {"
-    "\"A\": {\"dtype\": \"f16\", \"shape\": [\"M\", 512]},"
-    "\"W\": {\"dtype\": \"f16\", \"shape\": [512, 256], \"const\": true},"
-    "\"bias\": {\"dtype\": \"f16\", \"shape\": [256], \"const\": true}},"
-    "\"nodes\": [{\"out\": \"t0\", \"op\": \"matmul\", \"in\": [\"A\", \"W\"]},"
-    "{\"out\": \"t1\", \"op\": \"add\", \"in\": [\"t0\", \"bias\"]},"
-    "{\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"t1\"]}],"
-    "\"outputs\": [\"Y\"]}";
-
-static const char gemv_json[] =
-    "{\"name\":\"gemv_epi\",\"inputs\":{"
-    "\"W\":{\"dtype\":\"f32\",\"shape\":[\"M\",\"K\"]},"
-    "\"x\":{\"dtype\":\"f32\",\"shape\":[\"K\",1]},"
-    "\"bias\":{\"dtype\":\"f32\",\"shape\":[\"M\",1]}},"
-    "\"nodes\":[{\"out\":\"t0\",\"op\":\"matmul\",\"in\":[\"W\",\"x\"]},"
-    "{\"out\":\"y\",\"op\":\"add\",\"in\":[\"t0\",\"bias\"]}],"
-    "\"outputs\":[\"y\"]}";
-
-static const char conv_json[] =
-    "{\"name\": \"conv_relu\", \"inputs\": {"
-    "  \"X\": {\"dtype\": \"f32\", \"shape\": [\"B\", 8, 16, 16]},"
-    "  \"W\": {\"dtype\": \"f32\", \"shape\": [16, 8, 3, 3], \"const\": true}},"
-    " \"nodes\": ["
-    "  {\"out\": \"c\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"], \"padding\": [1, 1]},"
-    "  {\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"c\"]}],"
-    " \"outputs\": [\"Y\"]}";
-
-static const char attention_json[] =
-    "{\"name\":\"attn_epilogue\",\"inputs\":{"
-    "\"q\":{\"dtype\":\"f16\",\"shape\":[\"B\",333,64]},"
-    "\"k\":{\"dtype\":\"f16\",\"shape\":[\"B\",777,64]},"
-    "\"v\":{\"dtype\":\"f16\",\"shape\":[\"B\",777,96]},"
-    "\"bias\":{\"dtype\":\"f16\",\"shape\":[96]}},"
-    "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"],\"causal\":true,"
-    "\"scale\":0.3},"
-    "{\"out\":\"y\",\"op\":\"add\",\"in\":[\"o\",\"bias\"]}],"
-    "\"outputs\":[\"y\"]}";
-
-/* each with the family test_nvrtc compiles it with */
-static const struct {
-    const char *json, *shapes;
-    ops_family_id fam;
-} graphs[] = {
-    {gelu_json, "M=64,N=128", OPS_FAM_POINTWISE},    {layernorm_json, "M=64,N=1000", OPS_FAM_ROW},
-    {linear_softmax_json, "M=64,K=32", OPS_FAM_ROW}, {gemm_bias_relu_json, "M=256", OPS_FAM_GEMM},
-    {gemv_json, "M=256,K=128", OPS_FAM_GEMV},        {conv_json, "B=2", OPS_FAM_CONV},
-    {attention_json, "B=3", OPS_FAM_ATTENTION},
-};
-
 static int setup(void **state)
 {
     (void)state;
@@ -137,7 +60,7 @@ static int teardown(void **state)
 /* The canonical graph renamed with the payloads (hostile) or their plain twins. */
 static ops_graph *named_graph(int i, bool plain)
 {
-    ops_graph *g = emit_test_graph(graphs[i].json, graphs[i].shapes);
+    ops_graph *g = emit_test_graph(names_graphs[i].json, names_graphs[i].shapes);
     assert_int_equal(names_rename(g, payloads, N_PAYLOADS, plain), 0);
     return g;
 }
@@ -183,7 +106,7 @@ static void test_same_code(void **state)
     ops_device dev;
     ops_device_h100(&dev);
     int fams_seen = 0;
-    for (size_t i = 0; i < sizeof(graphs) / sizeof(graphs[0]); i++) {
+    for (size_t i = 0; i < NAMES_N_GRAPHS; i++) {
         ops_graph *gh = named_graph((int)i, false), *gp = named_graph((int)i, true);
         ops_group hh, hp;
         emit_test_whole_group(gh, &hh);
@@ -232,12 +155,12 @@ static void test_nvrtc(void **state)
     (void)state;
     ops_device dev;
     ops_device_h100(&dev);
-    for (size_t i = 0; i < sizeof(graphs) / sizeof(graphs[0]); i++) {
+    for (size_t i = 0; i < NAMES_N_GRAPHS; i++) {
         ops_graph *gh = named_graph((int)i, false), *gp = named_graph((int)i, true);
         ops_group hh, hp;
         emit_test_whole_group(gh, &hh);
         emit_test_whole_group(gp, &hp);
-        const ops_family *fam = ops_family_get(graphs[i].fam);
+        const ops_family *fam = ops_family_get(names_graphs[i].fam);
         if (!fam->matches(&hh))
             fail_msg("graph %zu: family %s does not match", i, fam->name);
         names_sched_list l = {0};
