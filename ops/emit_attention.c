@@ -529,10 +529,13 @@ static void emit_mma_typed_helpers(kt_buf *b, const char *t)
     kt_buf_line(b, "}");
 }
 
-/* A float literal that parses back to the same float. */
+/* A float literal that parses back to the same float (v is finite: validation checks the
+ * scale). "2f" is not a float literal in C++: a point or an exponent goes before the suffix. */
 static void float_lit(char *buf, size_t len, double v)
 {
-    snprintf(buf, len, "%.9gf", (double)(float)v);
+    char digits[32];
+    snprintf(digits, sizeof(digits), "%.9g", (double)(float)v);
+    snprintf(buf, len, "%s%sf", digits, strpbrk(digits, ".e") ? "" : ".0");
 }
 
 static void emit_mma_offset_fn(kt_buf *b, int layout)

@@ -189,6 +189,41 @@ static void test_nvrtc(void **state)
     }
 }
 
+/* Attribute values reach code as literals: an attention scale of 2 is "2.0f" ("2f" does not
+ * compile), in the schedules that do not fold log2(e) into it. */
+static void test_attribute_literal(void **state)
+{
+    (void)state;
+    static const char json[] =
+        "{\"name\":\"attn\",\"inputs\":{\"q\":{\"dtype\":\"f16\",\"shape\":[2,64,64]},"
+        "\"k\":{\"dtype\":\"f16\",\"shape\":[2,64,64]},\"v\":{\"dtype\":\"f16\",\"shape\":[2,"
+        "64,64]}},\"nodes\":[{\"out\":\"y\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"],"
+        "\"scale\":2.0}],\"outputs\":[\"y\"]}";
+    ops_graph *g = emit_test_graph(json, "");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_device dev;
+    ops_device_h100(&dev);
+    const ops_family *fam = ops_family_get(OPS_FAM_ATTENTION);
+    names_sched_list l = {0};
+    assert_int_equal(ops_family_enumerate(fam, &grp, &dev, names_collect, &l, NULL), 0);
+    bool found = false;
+    for (int i = 0; i < l.n && !found; i++) {
+        ops_emitted e = {0};
+        ops_diag d = {0};
+        assert_int_equal(fam->emit(&grp, &l.s[i], &dev, &e, &d), 0);
+        if (strstr(e.source, "constexpr float SCALE = 2")) {
+            found = true;
+            assert_non_null(strstr(e.source, "constexpr float SCALE = 2.0f;"));
+            emit_test_compile(e.source, dev.arch);
+        }
+        ops_emitted_free(&e);
+    }
+    assert_true(found);
+    free(l.s);
+    ops_graph_free(g);
+}
+
 /* A partition module renames each group's entries (search/tune.c): whole identifiers only, so
  * neither an identifier made from a tensor name nor another entry the name starts is touched. */
 static void test_replace_ident(void **state)
@@ -214,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_same_code),
         cmocka_unit_test(test_nvrtc),
         cmocka_unit_test(test_replace_ident),
+        cmocka_unit_test(test_attribute_literal),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
