@@ -315,13 +315,15 @@ static bool in_group(const ops_group *grp, int32_t t)
 static void emit_params(kt_buf *b, const ops_group *grp)
 {
     const ops_graph *g = grp->g;
+    char c[OPS_EMIT_COMMENT_MAX];
     for (int i = 0; i < grp->n_in; i++) {
         const ops_tensor *t = &g->tensors[grp->in[i]];
         kt_buf_line(b, "const %s *__restrict__ in%d, /* %s */", ops_emit_ctype(t->dtype), i,
-                    t->name);
+                    ops_emit_comment_text(t->name, c, sizeof(c)));
     }
     const ops_tensor *t = &g->tensors[grp->out[0]];
-    kt_buf_line(b, "%s *__restrict__ out0) /* %s */", ops_emit_ctype(t->dtype), t->name);
+    kt_buf_line(b, "%s *__restrict__ out0) /* %s */", ops_emit_ctype(t->dtype),
+                ops_emit_comment_text(t->name, c, sizeof(c)));
 }
 
 /* The epilogue as a device function: float value of one output element from the attention
@@ -409,7 +411,9 @@ static int emit_epilogue_fn(kt_buf *b, const ops_group *grp, const attn_info *a)
         kt_buf_printf(b, "%*sconst float v%d = ", b->indent, "", grp->nodes[i]);
         if (ops_emit_elementwise(b, n, opp) < 0)
             return -EINVAL;
-        kt_buf_printf(b, "; /* %s */\n", g->tensors[n->out].name);
+        char c[OPS_EMIT_COMMENT_MAX];
+        kt_buf_printf(b, "; /* %s */\n",
+                      ops_emit_comment_text(g->tensors[n->out].name, c, sizeof(c)));
     }
     kt_buf_line(b, "return v%d;", g->tensors[a->out].producer);
     b->indent -= 4;
@@ -525,10 +529,13 @@ static void emit_mma_typed_helpers(kt_buf *b, const char *t)
     kt_buf_line(b, "}");
 }
 
-/* A float literal that parses back to the same float. */
+/* A float literal that parses back to the same float (v is finite: validation checks the
+ * scale). "2f" is not a float literal in C++: a point or an exponent goes before the suffix. */
 static void float_lit(char *buf, size_t len, double v)
 {
-    snprintf(buf, len, "%.9gf", (double)(float)v);
+    char digits[32];
+    snprintf(digits, sizeof(digits), "%.9g", (double)(float)v);
+    snprintf(buf, len, "%s%sf", digits, strpbrk(digits, ".e") ? "" : ".0");
 }
 
 static void emit_mma_offset_fn(kt_buf *b, int layout)

@@ -192,6 +192,42 @@ int ops_ilog2(int v)
     return l;
 }
 
+/* Printable ASCII that can neither open or close a comment ('*', '/'), splice lines (a
+ * backslash, or the trigraph "??/"), nor be confused with an escape ('%'). */
+static bool comment_keeps(unsigned char ch)
+{
+    return ch >= 0x20 && ch <= 0x7e && !strchr("*/\\?%", ch);
+}
+
+const char *ops_emit_comment_text(const char *s, char *out, size_t len)
+{
+    KT_REQUIRE(len >= 4);
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *text = (const unsigned char *)(s ? s : "");
+    size_t total = 0, n = 0;
+    for (const unsigned char *p = text; *p; p++)
+        total += comment_keeps(*p) ? 1 : 3;
+    for (const unsigned char *p = text; *p; p++) {
+        bool keep = comment_keeps(*p);
+        size_t w = keep ? 1 : 3;
+        /* when it does not all fit: room for this byte's text and "..." after it */
+        if (total >= len && n + w + 3 >= len) {
+            memcpy(out + n, "...", 3);
+            n += 3;
+            break;
+        }
+        if (keep) {
+            out[n++] = (char)*p;
+        } else {
+            out[n++] = '%';
+            out[n++] = hex[*p >> 4];
+            out[n++] = hex[*p & 15];
+        }
+    }
+    out[n] = '\0';
+    return out;
+}
+
 void ops_emit_identifier(const char *name, char *out, size_t len)
 {
     size_t n = 0;
@@ -394,22 +430,28 @@ void ops_emit_bcast_offset(kt_buf *b, const ops_shape *in, const ops_shape *out,
 void ops_emit_header(kt_buf *b, const ops_group *grp, const ops_schedule *s)
 {
     const ops_graph *g = grp->g;
-    char sched[256], shape[256];
+    char sched[256], shape[256], c[OPS_EMIT_COMMENT_MAX], cs[3 * sizeof(shape)];
     ops_schedule_format(s, sched, sizeof(sched));
     kt_buf_printf(b, "/*\n * ktune kernel — family %s\n * schedule: %s\n * graph: %s\n",
-                  ops_family_get(s->family)->name, sched, g->name);
+                  ops_family_get(s->family)->name, sched,
+                  ops_emit_comment_text(g->name, c, sizeof(c)));
     for (int i = 0; i < grp->n_nodes; i++) {
         const ops_node *n = &g->nodes[grp->nodes[i]];
         const ops_tensor *t = &g->tensors[n->out];
+        /* the shape holds symbol names */
         ops_shape_format(g, &t->shape, shape, sizeof(shape));
-        kt_buf_printf(b, " *   %s = %s(", t->name, ops_op_info_get(n->op)->name);
+        kt_buf_printf(b, " *   %s = %s(", ops_emit_comment_text(t->name, c, sizeof(c)),
+                      ops_op_info_get(n->op)->name);
         for (int k = 0; k < n->n_in; k++) {
             if (n->in[k].tensor == OPS_SCALAR)
                 kt_buf_printf(b, "%s%g", k ? ", " : "", n->in[k].scalar);
             else
-                kt_buf_printf(b, "%s%s", k ? ", " : "", g->tensors[n->in[k].tensor].name);
+                kt_buf_printf(
+                    b, "%s%s", k ? ", " : "",
+                    ops_emit_comment_text(g->tensors[n->in[k].tensor].name, c, sizeof(c)));
         }
-        kt_buf_printf(b, ")  %s %s\n", ops_dtype_name(t->dtype), shape);
+        kt_buf_printf(b, ")  %s %s\n", ops_dtype_name(t->dtype),
+                      ops_emit_comment_text(shape, cs, sizeof(cs)));
     }
     kt_buf_printf(b, " */\n");
 }

@@ -832,8 +832,9 @@ static int emit_store_fn(kt_buf *b, const ops_group *grp, const conv_info *ci, c
         }
         snprintf(var[n_vars], sizeof(var[n_vars]), "v%d", n_vars);
         var_tensor[n_vars] = n->out;
+        char c[OPS_EMIT_COMMENT_MAX];
         kt_buf_line(b, "const float %s = %s; /* %s = %s */", var[n_vars], e.data ? e.data : "0.0f",
-                    t->name, ops_op_info_get(n->op)->name);
+                    ops_emit_comment_text(t->name, c, sizeof(c)), ops_op_info_get(n->op)->name);
         if (kt_buf_status(&e) < 0)
             rc = -ENOMEM;
         kt_buf_free(&e);

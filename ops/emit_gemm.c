@@ -676,17 +676,12 @@ typedef struct gemm_emit {
     char names[OPS_GROUP_MAX_IO * 2][64]; /* parameter names, group inputs then the output */
 } gemm_emit;
 
-/* "t<index>_<name>" with every character C does not allow in an identifier replaced by '_'. */
+/* "t<index>_<name>", the name made an identifier by ops_emit_identifier. */
 static void param_name(const ops_graph *g, int t, char *buf, size_t len)
 {
-    int n = snprintf(buf, len, "t%d_", t);
-    const char *s = g->tensors[t].name;
-    for (size_t i = 0; s[i] && (size_t)n + 1 < len && i < 40; i++) {
-        char ch = s[i];
-        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
-        buf[n++] = ok ? ch : '_';
-    }
-    buf[n] = 0;
+    char clean[48];
+    ops_emit_identifier(g->tensors[t].name, clean, sizeof(clean));
+    snprintf(buf, len, "t%d_%s", t, clean);
 }
 
 static const char *in_name(const gemm_emit *e, int t)
@@ -1575,11 +1570,12 @@ static int emit_epilogue(const gemm_emit *e)
     const ops_graph *g = p->g;
     kt_buf *b = e->b;
     const ops_tensor *mo = &g->tensors[g->nodes[p->mm].out];
+    char cm[OPS_EMIT_COMMENT_MAX];
     kt_buf_printf(
         b,
         "\n/* The fused epilogue of output element (bz, m, n) in fp32; acc is %s[bz, m, n]. */\n"
         "__device__ __forceinline__ float ktg_epilogue(",
-        mo->name);
+        ops_emit_comment_text(mo->name, cm, sizeof(cm)));
     emit_epi_list(e, true);
     kt_buf_printf(b, "int bz, int m, int n, float acc)\n{\n");
     b->indent = 4;
@@ -1628,7 +1624,8 @@ static int emit_epilogue(const gemm_emit *e)
         emit_indent(b);
         kt_buf_printf(b, "const float v%d = ", i);
         rc = ops_emit_elementwise(b, n, ops);
-        kt_buf_printf(b, "; /* %s = %s */\n", g->tensors[n->out].name,
+        kt_buf_printf(b, "; /* %s = %s */\n",
+                      ops_emit_comment_text(g->tensors[n->out].name, cm, sizeof(cm)),
                       ops_op_info_get(n->op)->name);
         for (int k = 0; k < n->n_in; k++)
             kt_buf_free(&opnd[k]);

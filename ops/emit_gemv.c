@@ -237,8 +237,10 @@ static int emit_store(kt_buf *b, const ops_group *grp, const gemv_info *in, cons
         rc = ops_emit_elementwise(&ex, n, ops);
         snprintf(var[n_vars], sizeof(var[0]), "v%d", e);
         var_tensor[n_vars] = n->out;
+        char c[OPS_EMIT_COMMENT_MAX];
         kt_buf_line(b, "    const float %s = %s; /* %s = %s */", var[n_vars],
-                    ex.data ? ex.data : "0.0f", g->tensors[n->out].name,
+                    ex.data ? ex.data : "0.0f",
+                    ops_emit_comment_text(g->tensors[n->out].name, c, sizeof(c)),
                     ops_op_info_get(n->op)->name);
         if (kt_buf_status(&ex) < 0)
             rc = -ENOMEM;

@@ -240,8 +240,11 @@ static int library_emit(const ops_group *grp, const ops_schedule *s, const ops_d
     if (rc < 0)
         return rc;
     const ops_graph *g = grp->g;
-    const char *na = g->tensors[lt.a_tensor].name, *nb = g->tensors[lt.b_tensor].name;
-    const char *nc = g->tensors[lt.c_tensor].name;
+    char ca[OPS_EMIT_COMMENT_MAX], cb[OPS_EMIT_COMMENT_MAX], cc[OPS_EMIT_COMMENT_MAX];
+    char cbias[OPS_EMIT_COMMENT_MAX];
+    const char *na = ops_emit_comment_text(g->tensors[lt.a_tensor].name, ca, sizeof(ca));
+    const char *nb = ops_emit_comment_text(g->tensors[lt.b_tensor].name, cb, sizeof(cb));
+    const char *nc = ops_emit_comment_text(g->tensors[lt.c_tensor].name, cc, sizeof(cc));
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
     kt_buf_printf(&b, "/*\n");
@@ -266,7 +269,8 @@ static int library_emit(const ops_group *grp, const ops_schedule *s, const ops_d
         kt_buf_printf(&b,
                       " *   CUBLASLT_MATMUL_DESC_BIAS_POINTER = %s (%lld values, one per "
                       "row of D)\n",
-                      g->tensors[lt.bias_tensor].name, (long long)lt.m);
+                      ops_emit_comment_text(g->tensors[lt.bias_tensor].name, cbias, sizeof(cbias)),
+                      (long long)lt.m);
     kt_buf_printf(&b, " * cublasLtMatrixLayoutCreate (type, rows, cols, ld):\n");
     kt_buf_printf(&b, " *   A = %-8s (%s, %lld, %lld, %lld)\n", na, dtype_cuda(lt.a_type),
                   (long long)lt.a_rows, (long long)lt.a_cols, (long long)lt.lda);

@@ -384,7 +384,8 @@ static int emit_node(pw_gen *s, int32_t t, const pw_ctx *ctx)
     }
     kt_buf_printf(b, "%*sconst float v%d = ", b->indent, "", id);
     kt_buf_printf(b, "%s", expr.data ? expr.data : "");
-    kt_buf_printf(b, "; /* %s */\n", g->tensors[t].name);
+    char c[OPS_EMIT_COMMENT_MAX];
+    kt_buf_printf(b, "; /* %s */\n", ops_emit_comment_text(g->tensors[t].name, c, sizeof(c)));
     if (kt_buf_status(&expr) < 0)
         b->oom = true;
     kt_buf_free(&expr);

@@ -603,23 +603,27 @@ static int emit_node_kernel(kt_buf *b, const ops_graph *g, int ni, const char *e
     int64_t threads = shape_numel(&ot->shape);
     if (n->op == OPS_ATTENTION)
         threads /= ot->shape.d[ot->shape.rank - 1].size ? ot->shape.d[ot->shape.rank - 1].size : 1;
-    char shape[256];
-    ops_shape_format(g, &ot->shape, shape, sizeof(shape));
-    kt_buf_printf(b, "\n/* %s = %s(", ot->name, ops_op_info_get(n->op)->name);
+    char shape[256], c[OPS_EMIT_COMMENT_MAX], cs[3 * sizeof(shape)];
+    ops_shape_format(g, &ot->shape, shape, sizeof(shape)); /* holds symbol names */
+    kt_buf_printf(b, "\n/* %s = %s(", ops_emit_comment_text(ot->name, c, sizeof(c)),
+                  ops_op_info_get(n->op)->name);
     for (int k = 0; k < n->n_in; k++) {
         if (n->in[k].tensor == OPS_SCALAR)
             kt_buf_printf(b, "%s%g", k ? ", " : "", n->in[k].scalar);
         else
-            kt_buf_printf(b, "%s%s", k ? ", " : "", g->tensors[n->in[k].tensor].name);
+            kt_buf_printf(b, "%s%s", k ? ", " : "",
+                          ops_emit_comment_text(g->tensors[n->in[k].tensor].name, c, sizeof(c)));
     }
-    kt_buf_printf(b, ")  %s, fp64, one thread per %s */\n", shape,
+    kt_buf_printf(b, ")  %s, fp64, one thread per %s */\n",
+                  ops_emit_comment_text(shape, cs, sizeof(cs)),
                   n->op == OPS_ATTENTION ? "query row" : "output element");
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", REF_THREADS);
     kt_buf_line(b, "%s(", entry);
     for (int j = 0; j < p.n; j++)
         kt_buf_line(b, "    const double *__restrict__ in%d, /* %s */", j,
-                    g->tensors[p.tensor[j]].name);
-    kt_buf_line(b, "    double *__restrict__ out0) /* %s */", ot->name);
+                    ops_emit_comment_text(g->tensors[p.tensor[j]].name, c, sizeof(c)));
+    kt_buf_line(b, "    double *__restrict__ out0) /* %s */",
+                ops_emit_comment_text(ot->name, c, sizeof(c)));
     kt_buf_line(b, "{");
     b->indent += 4;
     kt_buf_line(b, "const long long i = (long long)blockIdx.x * %d + threadIdx.x;", REF_THREADS);
@@ -767,8 +771,10 @@ int ops_emit_reference_graph(const ops_graph *g, ops_ref_program *out, ops_diag 
         int64_t bytes = 8 * shape_numel(&g->tensors[t].shape);
         out->workspace_bytes += (bytes + 255) / 256 * 256;
     }
+    char c[OPS_EMIT_COMMENT_MAX];
     kt_buf_printf(&b, "/*\n * ktune fp64 reference — graph %s, %d kernel%s in topological order\n",
-                  g->name, g->n_nodes, g->n_nodes == 1 ? "" : "s");
+                  ops_emit_comment_text(g->name, c, sizeof(c)), g->n_nodes,
+                  g->n_nodes == 1 ? "" : "s");
     kt_buf_printf(&b, " * (inputs, outputs and intermediates are double; intermediates live in "
                       "the workspace)\n */\n");
     ops_emit_prelude(&b);

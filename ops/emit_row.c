@@ -935,21 +935,22 @@ static void body_value(rw_body *bd, int u)
     bd->done[u] = true;
     const ops_tensor *t = &in->g->tensors[in->tensor[u]];
     const ops_node *n = slot_node(in, u);
+    char c[OPS_EMIT_COMMENT_MAX];
     if (n && in->mm[u] && !p->cached[u]) {
         line_start(bd->lane);
         kt_buf_printf(bd->lane, "const float f%d = ", u);
         emit_mm_call(in, bd->lane, u, p->vec > 1 ? "j + l" : "j");
-        kt_buf_printf(bd->lane, "; /* %s */\n", t->name);
+        kt_buf_printf(bd->lane, "; /* %s */\n", ops_emit_comment_text(t->name, c, sizeof(c)));
         return;
     }
     if (n && in->mm[u]) {
         line_start(bd->lane);
         if (p->storage == STO_REGS)
             kt_buf_printf(bd->lane, "const float f%d = c%d[k * %d%s]; /* %s */\n", u, u, p->vec,
-                          p->vec > 1 ? " + l" : "", t->name);
+                          p->vec > 1 ? " + l" : "", ops_emit_comment_text(t->name, c, sizeof(c)));
         else
             kt_buf_printf(bd->lane, "const float f%d = s%d[j%s]; /* %s */\n", u, u,
-                          p->vec > 1 ? " + l" : "", t->name);
+                          p->vec > 1 ? " + l" : "", ops_emit_comment_text(t->name, c, sizeof(c)));
         return;
     }
     if (n) {
@@ -959,7 +960,7 @@ static void body_value(rw_body *bd, int u)
         line_start(bd->lane);
         kt_buf_printf(bd->lane, "const float f%d = ", u);
         emit_node_expr(s, bd->lane, u);
-        kt_buf_printf(bd->lane, "; /* %s */\n", t->name);
+        kt_buf_printf(bd->lane, "; /* %s */\n", ops_emit_comment_text(t->name, c, sizeof(c)));
         return;
     }
     const char *lanei = p->vec > 1 ? " + l" : "";
@@ -1281,15 +1282,20 @@ static void emit_finalize(rw_gen *s, kt_buf *b, const rw_acc *accs, int n_acc)
     for (int i = 0; i < n_acc; i++) {
         const rw_acc *a = &accs[i];
         const ops_node *n = slot_node(in, a->slot);
-        const char *name = in->g->tensors[in->tensor[a->slot]].name;
+        char c[OPS_EMIT_COMMENT_MAX], ct[OPS_EMIT_COMMENT_MAX];
+        const char *name =
+            ops_emit_comment_text(in->g->tensors[in->tensor[a->slot]].name, c, sizeof(c));
         if (a->kind == RK_WELFORD) {
             kt_buf_line(b, "const float r%d = a%d; /* %s */", a->slot, a->slot, name);
-            kt_buf_line(b, "const float r%d = a%d_m2 / %lld.0f; /* %s */", a->tail, a->slot,
-                        (long long)in->L, in->g->tensors[in->tensor[a->tail]].name);
+            kt_buf_line(
+                b, "const float r%d = a%d_m2 / %lld.0f; /* %s */", a->tail, a->slot,
+                (long long)in->L,
+                ops_emit_comment_text(in->g->tensors[in->tensor[a->tail]].name, ct, sizeof(ct)));
         } else if (a->kind == RK_ONLINE) {
             kt_buf_line(b, "const float r%d = a%d; /* %s */", a->slot, a->slot, name);
-            kt_buf_line(b, "const float r%d = a%d_s; /* %s */", a->tail, a->slot,
-                        in->g->tensors[in->tensor[a->tail]].name);
+            kt_buf_line(
+                b, "const float r%d = a%d_s; /* %s */", a->tail, a->slot,
+                ops_emit_comment_text(in->g->tensors[in->tensor[a->tail]].name, ct, sizeof(ct)));
         } else if (n->op == OPS_REDUCE_MEAN) {
             kt_buf_line(b, "const float r%d = a%d / %lld.0f; /* %s */", a->slot, a->slot,
                         (long long)in->L, name);
@@ -1310,7 +1316,9 @@ static void emit_row_nodes(rw_gen *s, kt_buf *b, int level)
         line_start(b);
         kt_buf_printf(b, "const float r%d = ", u);
         emit_node_expr(s, b, u);
-        kt_buf_printf(b, "; /* %s */\n", in->g->tensors[in->tensor[u]].name);
+        char c[OPS_EMIT_COMMENT_MAX];
+        kt_buf_printf(b, "; /* %s */\n",
+                      ops_emit_comment_text(in->g->tensors[in->tensor[u]].name, c, sizeof(c)));
     }
 }
 
@@ -1328,7 +1336,9 @@ static void emit_row_setup(rw_gen *s, kt_buf *b)
         line_start(b);
         kt_buf_printf(b, "const %s b%d = ", s->ix, u);
         emit_row_offset(s, b, u);
-        kt_buf_printf(b, "; /* row start in %s */\n", in->g->tensors[in->tensor[u]].name);
+        char c[OPS_EMIT_COMMENT_MAX];
+        kt_buf_printf(b, "; /* row start in %s */\n",
+                      ops_emit_comment_text(in->g->tensors[in->tensor[u]].name, c, sizeof(c)));
     }
     for (int u = 0; u < in->grp->n_in; u++) {
         const ops_tensor *t = &in->g->tensors[in->tensor[u]];
@@ -1709,9 +1719,12 @@ static void emit_fused_kernel(rw_gen *s, kt_buf *b, const char *entry, ops_kerne
     }
     if (p->storage == STO_REGS && p->n_cached)
         for (int u = 0; u < in->n_slots; u++)
-            if (p->cached[u])
-                kt_buf_line(b, "    float c%d[%d]; /* this thread's elements of %s */", u,
-                            p->nk * p->vec, in->g->tensors[in->tensor[u]].name);
+            if (p->cached[u]) {
+                char c[OPS_EMIT_COMMENT_MAX];
+                kt_buf_line(
+                    b, "    float c%d[%d]; /* this thread's elements of %s */", u, p->nk * p->vec,
+                    ops_emit_comment_text(in->g->tensors[in->tensor[u]].name, c, sizeof(c)));
+            }
     const char *gterm = p->G > 1 ? " + g" : "";
     if (p->rseq > 1) {
         kt_buf_line(b, "#pragma unroll 1");
@@ -1948,10 +1961,13 @@ static void emit_mm_functions(const rw_info *in, kt_buf *b)
         /* element strides of A along (row, k) and of B along (k, col) */
         int64_t ar = n->attrs.transpose_a ? 1 : K, ak = n->attrs.transpose_a ? M : 1;
         int64_t bk = n->attrs.transpose_b ? 1 : N, bc = n->attrs.transpose_b ? K : 1;
+        char cx[OPS_EMIT_COMMENT_MAX], ca[OPS_EMIT_COMMENT_MAX], cb[OPS_EMIT_COMMENT_MAX];
         kt_buf_line(b,
                     "/* %s = matmul(%s, %s): one element of the row, %lld products in four "
                     "partial sums */",
-                    g->tensors[in->tensor[u]].name, ta->name, tb->name, (long long)K);
+                    ops_emit_comment_text(g->tensors[in->tensor[u]].name, cx, sizeof(cx)),
+                    ops_emit_comment_text(ta->name, ca, sizeof(ca)),
+                    ops_emit_comment_text(tb->name, cb, sizeof(cb)), (long long)K);
         kt_buf_line(b,
                     "__device__ __forceinline__ float kt_mm%d(const %s *__restrict__ a, "
                     "const %s *__restrict__ bm, long long row, long long col)",

@@ -175,8 +175,18 @@ void ops_emit_bcast_offset(kt_buf *b, const ops_shape *in, const ops_shape *out,
                            const char *const *out_idx);
 /* True for unary and binary ops (the ones ops_emit_elementwise handles). */
 bool ops_is_elementwise(ops_op op);
-/* A C identifier made from a tensor name ("y.max" -> "y_max"), at most 40 characters. */
+/* A C identifier made from a tensor name ("y.max" -> "y_max"), at most 40 characters. Every
+ * name that becomes (part of) an identifier goes through here. */
 void ops_emit_identifier(const char *name, char *out, size_t len);
+/* Names are untrusted (a client's graph, tensor and symbol names) and must never reach emitted
+ * source as they are: a name holding star-slash ends its comment and the rest becomes code.
+ * Every string of the graph written into a comment goes through here. Writes s (NULL as "") to
+ * out as printable ASCII without '*', '/', a backslash or '?', so it can neither close nor open
+ * a comment, splice lines or form a trigraph; each other byte (and '%') becomes "%XX" (hex), so
+ * distinct names stay distinct. Text longer than len - 1 ends in "...". Returns out. len >= 4.
+ * See docs/formats.md, "Names". */
+#define OPS_EMIT_COMMENT_MAX 160
+const char *ops_emit_comment_text(const char *s, char *out, size_t len);
 /* Vector types of the emitted kernels: "<ctype>_x<vec>", a struct of vec elements aligned to its
  * size. A set of them is a bitmask with bit OPS_VEC_BIT(dt, vec) per type used. */
 #define OPS_VEC_BIT(dt, vec) (1u << ((dt)*4 + ops_ilog2(vec)))

@@ -1309,22 +1309,6 @@ static int nvrtc_version(void)
     return major * 1000 + minor * 10;
 }
 
-/* Replaces every occurrence of word in src (appending to b). */
-static void replace_all(kt_buf *b, const char *src, size_t len, const char *word, const char *with)
-{
-    size_t wl = strlen(word);
-    size_t i = 0;
-    while (i < len) {
-        const char *hit = wl ? strstr(src + i, word) : NULL;
-        if (!hit || (size_t)(hit - src) >= len) {
-            kt_buf_printf(b, "%.*s", (int)(len - i), src + i);
-            break;
-        }
-        kt_buf_printf(b, "%.*s%s", (int)(hit - (src + i)), src + i, with);
-        i = (size_t)(hit - src) + wl;
-    }
-}
-
 #define PRELUDE_END "/* ---- end of prelude ---- */"
 
 /* Fills rec for candidate list indices cand[0..n) forming partition part (one per group, in
@@ -1390,6 +1374,7 @@ static int build_record(tune *t, const srch_partition *part, const int64_t *ci, 
                       n);
         for (int k = 0; k < n; k++) {
             const char *s = em[k].source;
+            /* the header before it names tensors, escaped: no name holds a comment start */
             const char *pre = strstr(s, "/* ---- ktune prelude");
             const char *end = strstr(s, PRELUDE_END);
             if (!pre || !end) {
@@ -1401,15 +1386,16 @@ static int build_record(tune *t, const srch_partition *part, const int64_t *ci, 
             if (k == 0)
                 kt_buf_printf(&src, "%.*s\n", (int)(end - pre), pre);
             kt_buf_printf(&src, "namespace ktune_g%d {\n", k);
-            /* Entry names are unique within a group source; rename each one. */
+            /* Entry names are unique within a group source; rename each one, whole identifiers
+             * only: one made from a tensor name ("in0_<name>") may hold an entry's text. */
             kt_buf body = {0};
             kt_buf_printf(&body, "%s", end);
             for (int j = 0; j < em[k].n_kernels; j++) {
                 char with[96];
                 snprintf(with, sizeof(with), "%s_g%d", em[k].kernels[j].entry, k);
                 kt_buf next = {0};
-                replace_all(&next, body.data ? body.data : "", body.len, em[k].kernels[j].entry,
-                            with);
+                kt_buf_replace_ident(&next, body.data ? body.data : "", body.len,
+                                     em[k].kernels[j].entry, with);
                 kt_buf_free(&body);
                 body = next;
             }
