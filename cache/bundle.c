@@ -224,7 +224,8 @@ static int key_cmp(const bentry *a, const bentry *b)
 static int bundle_load(const char *path, bundle *b, kt_err *err)
 {
     memset(b, 0, sizeof(*b));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO must not hold the open until fstat refuses it. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return kt_err_set(err, -errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -233,7 +234,12 @@ static int bundle_load(const char *path, bundle *b, kt_err *err)
         close(fd);
         return kt_err_set(err, -e, "%s: cannot stat: %s", path, strerror(e));
     }
-    if (!S_ISREG(st.st_mode) || (size_t)st.st_size < BUNDLE_HEADER + CACHE_CHECKSUM_BYTES) {
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return kt_err_set(err, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL,
+                          "%s: is %s, not a regular file", path, kt_file_kind(st.st_mode));
+    }
+    if ((size_t)st.st_size < BUNDLE_HEADER + CACHE_CHECKSUM_BYTES) {
         close(fd);
         return kt_err_set(err, -EBADMSG, "%s: not a ktune bundle (too short)", path);
     }

@@ -1,9 +1,13 @@
 #include "util.h"
 
+#include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int kt_log_threshold = KT_LOG_INFO;
 
@@ -64,35 +68,97 @@ char *kt_strdup(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-int kt_read_file(const char *path, char **out, size_t *len, kt_err *err)
+int kt_read_file(const char *path, size_t max, char **out, size_t *len, kt_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kt_err_set(err, -errno, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
+    *out = NULL;
+    if (max >= SIZE_MAX - 1)
+        max = SIZE_MAX - 2; /* room for the extra byte and the NUL */
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer before fstat can refuse it (it
+     * changes nothing for the regular file read below). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return kt_err_set(err, -errno, "cannot open: %s", strerror(errno));
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) < 0) {
+        rc = kt_err_set(err, -errno, "cannot stat: %s", strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = kt_err_set(err, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "is %s, not a regular file",
+                        kt_file_kind(st.st_mode));
+        goto out;
+    }
+    if ((uintmax_t)st.st_size > max) {
+        rc = kt_err_set(err, -EFBIG, "is %jd bytes; at most %zu are accepted", (intmax_t)st.st_size,
+                        max);
+        goto out;
+    }
+    /* The size is a hint (the file may grow): read at most max + 1 bytes, so going over the
+     * limit is seen without reading on. */
+    size_t cap = (size_t)st.st_size + 2, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory reading %jd bytes", (intmax_t)st.st_size);
+        goto out;
+    }
     for (;;) {
-        if (kt_grow(&buf, &cap, n + 4097, 1) < 0) {
-            free(buf);
-            fclose(f);
-            return kt_err_set(err, -ENOMEM, "%s: out of memory reading file", path);
+        if (n + 1 == cap) { /* full, and n <= max: grow, to at most max + 1 bytes and the NUL */
+            size_t ncap = cap - 1 > max / 2 ? max + 2 : 2 * cap;
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                free(buf);
+                rc = kt_err_set(err, -ENOMEM, "out of memory reading the file");
+                goto out;
+            }
+            buf = nb;
+            cap = ncap;
         }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
+        ssize_t got = read(fd, buf + n, cap - 1 - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            rc = kt_err_set(err, -errno, "read error: %s", strerror(errno));
+            free(buf);
+            goto out;
+        }
         if (got == 0)
             break;
-    }
-    int rc = ferror(f) ? -EIO : 0;
-    fclose(f);
-    if (rc < 0) {
-        free(buf);
-        return kt_err_set(err, rc, "%s: read error", path);
+        n += (size_t)got;
+        if (n > max) {
+            free(buf);
+            rc = kt_err_set(err, -EFBIG, "is over %zu bytes", max);
+            goto out;
+        }
     }
     buf[n] = '\0';
     *out = buf;
     if (len)
         *len = n;
-    return 0;
+out:
+    close(fd);
+    return rc;
+}
+
+const char *kt_file_kind(unsigned mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFREG:
+        return "a regular file";
+    case S_IFDIR:
+        return "a directory";
+    case S_IFIFO:
+        return "a FIFO";
+    case S_IFCHR:
+    case S_IFBLK:
+        return "a device";
+    case S_IFLNK:
+        return "a symbolic link";
+    case S_IFSOCK:
+        return "a socket";
+    default:
+        return "not a regular file";
+    }
 }
 
 void kt_hex(const uint8_t *bytes, size_t n, char *out)

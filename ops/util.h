@@ -58,8 +58,16 @@ int kt_grow(void *items, size_t *cap, size_t need, size_t elem_size);
 /* strdup that returns NULL on NULL input; NULL on allocation failure otherwise. */
 char *kt_strdup(const char *s);
 
-/* Reads a whole file into a malloc'd, NUL-terminated buffer. Caller frees *out. */
-int kt_read_file(const char *path, char **out, size_t *len, kt_err *err);
+/* Reads the whole regular file at path, of at most max bytes, into a malloc'd, NUL-terminated
+ * buffer; the caller frees *out. Anything but a regular file (directory, FIFO, device) is
+ * refused (-EISDIR, -EINVAL) before reading, and so is a file over max bytes (-EFBIG), both by
+ * its size and by reading at most max + 1 bytes, so /dev/zero or a huge sparse file costs
+ * nothing. err->msg does not name path: the caller prints it once, as "PATH: <msg>". */
+int kt_read_file(const char *path, size_t max, char **out, size_t *len, kt_err *err);
+
+/* "a directory", "a FIFO", "a device", "a symbolic link", "a socket" or "a regular file" for
+ * an st_mode, for one-line messages. */
+const char *kt_file_kind(unsigned mode);
 
 /* Lowercase hex of n bytes into out (2n+1 bytes). */
 void kt_hex(const uint8_t *bytes, size_t n, char *out);

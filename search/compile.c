@@ -241,10 +241,10 @@ static int store_lookup(const srch_pool *p, const uint8_t key[SRCH_KEY_BYTES],
     char *cubin = NULL, *log = NULL;
     size_t cubin_len = 0;
     store_path(p, key, ".cubin", path, sizeof(path));
-    if (kt_read_file(path, &cubin, &cubin_len, NULL) < 0)
+    if (kt_read_file(path, FRAME_MAX_BYTES, &cubin, &cubin_len, NULL) < 0)
         return -ENOENT;
     store_path(p, key, ".log", path, sizeof(path));
-    if (kt_read_file(path, &log, NULL, NULL) < 0) {
+    if (kt_read_file(path, FRAME_MAX_BYTES, &log, NULL, NULL) < 0) {
         free(cubin);
         return -ENOENT;
     }

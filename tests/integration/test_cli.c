@@ -8,9 +8,12 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <stdbool.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -290,6 +293,100 @@ static void test_compile_json(void **state)
     free(r);
 }
 
+/* ---- files the CLI reads and writes (issue 16) ---- */
+
+/* A fresh directory under /tmp, removed by rm_tree. */
+static void make_tmp(char *dir, size_t len)
+{
+    snprintf(dir, len, "/tmp/ktune-cli-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+}
+
+static void rm_tree(const char *dir)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* A refusal: exit 1, one line on stderr naming the path exactly once and saying what it is,
+ * nothing on stdout. */
+static void expect_refusal(const run_result *r, const char *path, const char *what)
+{
+    if (r->status != 1 || count_lines(r->err) != 1 || count_of(r->err, path) != 1 ||
+        !strstr(r->err, what) || r->out[0])
+        fail_msg("%s: exit %d, stderr '%s', stdout '%s' (wanted exit 1 and one line naming the "
+                 "path once and saying '%s')",
+                 path, r->status, r->err, r->out, what);
+}
+
+/* check and batch refuse what is not a regular file, or is over the limit, before reading it,
+ * with one line naming the path once. */
+static void test_read_refusals(void **state)
+{
+    char t[64], dir[128], big[128], fifo[128];
+    make_tmp(t, sizeof(t));
+    snprintf(dir, sizeof(dir), "%s/graphs.json", t);
+    snprintf(big, sizeof(big), "%s/big.json", t);
+    snprintf(fifo, sizeof(fifo), "%s/fifo.json", t);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    /* 17 MiB of hole: over the 16 MiB graph limit (docs/formats.md), no disk used. */
+    int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 17 << 20), 0);
+    close(fd);
+
+    /* A regression would read /dev/zero until memory runs out, or wait on the FIFO for a
+     * writer: the limits turn either into a failed test. Address space is not limited under
+     * AddressSanitizer, which reserves terabytes of it. */
+    run_limits lim = {.alarm_s = 30};
+#if !defined(__SANITIZE_ADDRESS__)
+    lim.address_space = (rlim_t)1 << 30;
+#endif
+    static const struct {
+        const char *sub, *path, *what;
+    } cases[] = {
+        {"check", "/dev/zero", "is a device"}, {"check", "@dir", "is a directory"},
+        {"check", "@fifo", "is a FIFO"},       {"check", "@big", "at most 16777216"},
+        {"batch", "/dev/zero", "is a device"}, {"batch", "@dir", "is a directory"},
+        {"batch", "@fifo", "is a FIFO"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *path = strcmp(cases[i].path, "@dir") == 0    ? dir
+                           : strcmp(cases[i].path, "@fifo") == 0 ? fifo
+                           : strcmp(cases[i].path, "@big") == 0  ? big
+                                                                 : cases[i].path;
+        bool batch = strcmp(cases[i].sub, "batch") == 0; /* never reaches the socket */
+        run_result *r =
+            run_argv_limited((const char *const[]){cases[i].sub, path, batch ? "--socket" : NULL,
+                                                   "/nonexistent/ktuned.sock", NULL},
+                             lim);
+        expect_refusal(r, path, cases[i].what);
+        free(r);
+    }
+    /* The big file is refused by its size, not after reading it: no more memory than a small
+     * graph takes (reading it would add its 17 MiB). */
+    run_result *small = RUN("check", example("softmax.json"));
+    assert_int_equal(small->status, 0);
+    run_result *r = RUN("check", big);
+    assert_int_equal(r->status, 1);
+    if (r->maxrss_kb > small->maxrss_kb + 8192)
+        fail_msg("check of a 17 MiB file peaked at %ld KiB, a small graph at %ld KiB", r->maxrss_kb,
+                 small->maxrss_kb);
+    free(r);
+    free(small);
+    rm_tree(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -306,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_check_text_output),
         cmocka_unit_test(test_space_json),
         cmocka_unit_test(test_compile_json),
+        cmocka_unit_test(test_read_refusals),
     };
     return cmocka_run_group_tests_name("ktune CLI", tests, NULL, NULL);
 }
