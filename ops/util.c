@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int kt_log_threshold = KT_LOG_INFO;
@@ -159,6 +160,119 @@ const char *kt_file_kind(unsigned mode)
     default:
         return "not a regular file";
     }
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int kt_atomic_begin(kt_atomic_file *f, const char *path, unsigned mode, kt_err *err)
+{
+    f->fd = -1;
+    f->path[0] = f->tmp[0] = '\0';
+    if (!path || !path[0])
+        return kt_err_set(err, -EINVAL, "no file name given");
+    if (snprintf(f->path, sizeof(f->path), "%s", path) >= (int)sizeof(f->path))
+        return kt_err_set(err, -ENAMETOOLONG, "%.200s...: path too long", path);
+    /* Only a regular file or nothing is replaced. Between this lstat and the rename something
+     * else may appear at path; that is acceptable, since rename replaces the directory entry
+     * itself: a symbolic link put there is replaced, never the file it points to, and no FIFO
+     * or device is ever opened. */
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISREG(st.st_mode))
+            return kt_err_set(err, S_ISDIR(st.st_mode) ? -EISDIR : -EEXIST,
+                              "%s: is %s; only a regular file is replaced", path,
+                              kt_file_kind(st.st_mode));
+    } else if (errno != ENOENT) {
+        return kt_err_set(err, -errno, "%s: %s", path, strerror(errno));
+    }
+    /* The temporary file's name: the target's directory, a dot, the start of its base name,
+     * and a number unique to this process and call; O_EXCL never reuses anyone's file. */
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    int dirlen = slash ? (int)(slash - path) + 1 : 0;
+    static unsigned counter;
+    for (int tries = 0;; tries++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        unsigned nonce =
+            (unsigned)ts.tv_nsec ^ (__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) << 20);
+        if (snprintf(f->tmp, sizeof(f->tmp), "%.*s.%.64s.%ld.%08x.tmp", dirlen, path, base,
+                     (long)getpid(), nonce) >= (int)sizeof(f->tmp))
+            return kt_err_set(err, -ENAMETOOLONG, "%s: path too long", path);
+        f->fd = open(f->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
+        if (f->fd >= 0)
+            return 0;
+        if (errno != EEXIST || tries == 100)
+            break;
+    }
+    int rc = kt_err_set(err, -errno, "%s: cannot create a temporary file beside it: %s", path,
+                        strerror(errno));
+    f->tmp[0] = '\0';
+    return rc;
+}
+
+int kt_atomic_commit(kt_atomic_file *f, kt_err *err)
+{
+    KT_REQUIRE(f->fd >= 0);
+    int rc = fsync(f->fd) < 0 ? -errno : 0;
+    if (close(f->fd) < 0 && rc == 0)
+        rc = -errno;
+    f->fd = -1;
+    if (rc == 0 && rename(f->tmp, f->path) < 0)
+        rc = -errno;
+    if (rc < 0) {
+        unlink(f->tmp);
+        return kt_err_set(err, rc, "%s: cannot write: %s", f->path, strerror(-rc));
+    }
+    /* The rename is durable once the directory is. */
+    const char *slash = strrchr(f->path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - f->path) + (slash == f->path) : 1,
+             slash ? f->path : ".");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* EINVAL: a file system that cannot sync a directory (some FUSE ones); nothing to do. */
+    if (dfd < 0 || (fsync(dfd) < 0 && errno != EINVAL))
+        rc = kt_err_set(err, -errno, "%s: written, but its directory cannot be synced: %s", f->path,
+                        strerror(errno));
+    if (dfd >= 0)
+        close(dfd);
+    return rc;
+}
+
+void kt_atomic_abort(kt_atomic_file *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+    if (f->tmp[0])
+        unlink(f->tmp);
+    f->tmp[0] = '\0';
+}
+
+int kt_write_file(const char *path, const void *data, size_t len, unsigned mode, kt_err *err)
+{
+    kt_atomic_file f;
+    int rc = kt_atomic_begin(&f, path, mode, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = write_all(f.fd, data, len)) < 0) {
+        kt_atomic_abort(&f);
+        return kt_err_set(err, rc, "%s: cannot write: %s", path, strerror(-rc));
+    }
+    return kt_atomic_commit(&f, err);
 }
 
 void kt_hex(const uint8_t *bytes, size_t n, char *out)
