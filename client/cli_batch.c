@@ -275,8 +275,8 @@ static int parse_line(line_ctx *lc, const char *text, size_t len, bjob *b)
         b->budget_s = json_is_number(bv)   ? json_number_value(bv)
                       : json_is_string(bv) ? cli_parse_duration(json_string_value(bv))
                                            : -1;
-        if (!(b->budget_s > 0) || b->budget_s > 86400) {
-            rc = line_error(lc, "'budget' must be seconds in (0, 86400] (a number, or a string "
+        if (!(b->budget_s >= 1) || b->budget_s > 86400) { /* what ktuned accepts */
+            rc = line_error(lc, "'budget' must be seconds in [1, 86400] (a number, or a string "
                                 "like \"90s\" or \"2m\")");
             goto out;
         }

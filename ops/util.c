@@ -289,17 +289,22 @@ double kt_parse_duration(const char *s)
 {
     if (!s)
         return -1;
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || !(v > 0) || !isfinite(v))
+    /* Decimal only: strtod alone would also take a sign, "0x10", "inf", "nan" and "1e3". */
+    size_t n = strspn(s, "0123456789");
+    if (s[n] == '.')
+        n += 1 + strspn(s + n + 1, "0123456789");
+    if (n == 0 || (n == 1 && s[0] == '.'))
         return -1;
+    double v = strtod(s, NULL), unit = -1;
+    const char *end = s + n;
     if (*end == '\0' || strcmp(end, "s") == 0)
-        return v;
-    if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-        return v * 60;
-    if (strcmp(end, "h") == 0)
-        return v * 3600;
-    return -1;
+        unit = 1;
+    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+        unit = 60;
+    else if (strcmp(end, "h") == 0)
+        unit = 3600;
+    v *= unit;
+    return unit > 0 && isfinite(v) && v >= KT_DURATION_MIN_S ? v : -1;
 }
 
 static void buf_vappend(kt_buf *b, const char *fmt, va_list ap)

@@ -94,9 +94,12 @@ int kt_write_file(const char *path, const void *data, size_t len, unsigned mode,
 /* Lowercase hex of n bytes into out (2n+1 bytes). */
 void kt_hex(const uint8_t *bytes, size_t n, char *out);
 
-/* Parses a duration in seconds: a positive number, alone or followed by "s", "m"/"min" (minutes)
- * or "h" (hours): "90", "1.5m", "2h". Returns the seconds, or -1 for anything else (NULL,
- * empty, zero, negative, not finite, an unknown unit). */
+/* Parses a duration in seconds: a decimal number (digits with an optional fraction; no sign,
+ * exponent, hex, inf or nan), alone or followed by "s", "m"/"min" (minutes) or "h" (hours):
+ * "90", "1.5m", "2h". Returns the seconds, or -1 for anything else, including a duration under
+ * KT_DURATION_MIN_S (zero, "0.0001"): every duration here is a budget or a timeout, and one
+ * under a millisecond is a mistake, not a request. */
+#define KT_DURATION_MIN_S 0.001
 double kt_parse_duration(const char *s);
 
 /* A growable text buffer for code generation and formatting. After any failed append the buffer
