@@ -106,16 +106,17 @@ static int cache_export_locked(cache_env *env, const char *path, size_t *n, kt_e
 {
     if (!env || !path)
         return kt_err_set(err, -EINVAL, "cache_export: bad arguments");
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp))
-        return kt_err_set(err, -ENAMETOOLONG, "%s: path too long", path);
-    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return kt_err_set(err, -errno, "%s: cannot create: %s", tmp, strerror(errno));
+    /* Written beside the target, then renamed over it, which must be a regular file or
+     * nothing (kt_atomic_begin refuses a FIFO, a device, a symbolic link, a directory). */
+    kt_atomic_file out;
+    int rc = kt_atomic_begin(&out, path, 0644, err);
+    if (rc < 0)
+        return rc;
+    int fd = out.fd;
 
     MDB_txn *txn = NULL;
     MDB_cursor *cur = NULL;
-    int rc = cache_rtxn_begin(env, &txn, err);
+    rc = cache_rtxn_begin(env, &txn, err);
     if (rc < 0)
         goto fail_file;
     if ((rc = cache_lmdb_error(env, mdb_cursor_open(txn, env->kernels, &cur),
@@ -170,17 +171,12 @@ static int cache_export_locked(cache_env *env, const char *path, size_t *n, kt_e
         wrc = errno ? -errno : -EIO;
     if (wrc == 0)
         wrc = append_digest(fd, size);
-    if (wrc == 0 && fsync(fd) < 0)
-        wrc = -errno;
-    if (close(fd) < 0 && wrc == 0)
-        wrc = -errno;
-    fd = -1;
-    if (wrc == 0 && rename(tmp, path) < 0)
-        wrc = -errno;
     if (wrc < 0) {
         rc = kt_err_set(err, wrc, "%s: cannot write: %s", path, strerror(-wrc));
         goto fail_file;
     }
+    if ((rc = kt_atomic_commit(&out, err)) < 0)
+        return rc;
     if (n)
         *n = count;
     return 0;
@@ -190,9 +186,7 @@ fail_cursor:
 fail_txn:
     cache_rtxn_end(env);
 fail_file:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
+    kt_atomic_abort(&out);
     return rc;
 }
 
@@ -224,7 +218,8 @@ static int key_cmp(const bentry *a, const bentry *b)
 static int bundle_load(const char *path, bundle *b, kt_err *err)
 {
     memset(b, 0, sizeof(*b));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO must not hold the open until fstat refuses it. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return kt_err_set(err, -errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -233,7 +228,12 @@ static int bundle_load(const char *path, bundle *b, kt_err *err)
         close(fd);
         return kt_err_set(err, -e, "%s: cannot stat: %s", path, strerror(e));
     }
-    if (!S_ISREG(st.st_mode) || (size_t)st.st_size < BUNDLE_HEADER + CACHE_CHECKSUM_BYTES) {
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return kt_err_set(err, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL,
+                          "%s: is %s, not a regular file", path, kt_file_kind(st.st_mode));
+    }
+    if ((size_t)st.st_size < BUNDLE_HEADER + CACHE_CHECKSUM_BYTES) {
         close(fd);
         return kt_err_set(err, -EBADMSG, "%s: not a ktune bundle (too short)", path);
     }

@@ -155,8 +155,10 @@ int cache_trial_foreach(cache_env *env, const cache_key *k, cache_trial_cb cb, v
 /* ---- bundles and merge (cache/bundle.c) ---- */
 
 /* Writes every kernel record (best and runner-ups, exact stored bytes) into a bundle file at
- * path, replacing it atomically (written beside it, then renamed). Corrupt records are reported
- * and left out. *n (may be NULL) receives the number of records written. */
+ * path, replacing it atomically (written beside it, then renamed: kt_atomic_begin in
+ * ops/util.h). path must be a regular file or nothing; anything else (a FIFO, a device, a
+ * symbolic link, a directory) is refused (-EEXIST, -EISDIR) and left untouched. Corrupt records
+ * are reported and left out. *n (may be NULL) receives the number of records written. */
 int cache_export(cache_env *env, const char *path, size_t *n, kt_err *err);
 
 /* Restores a bundle: checks the whole file (framing, file checksum, every record's checksum,

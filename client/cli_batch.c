@@ -23,8 +23,9 @@ static const char batch_help[] =
     "   \"priority\": 0, \"name\": \"gemm_1024\", \"tolerance\": 0.01, \"gpu\": 0}\n"
     "where only graph is required; \"source\" and \"notes\" (strings: where the case comes\n"
     "from) are for people and tools and ignored here. Blank lines and lines starting with #\n"
-    "are skipped. Every\n"
-    "line is checked before anything is submitted (one error per bad line, FILE:LINE: ...).\n"
+    "are skipped. Every line is checked before anything is submitted (one error per bad line,\n"
+    "FILE:LINE: ...). FILE.jsonl must be a regular file of at most 64 MiB, and each graph file\n"
+    "one of at most 16 MiB; anything else is refused before it is read.\n"
     "A job identical to one ktuned has queued, running or done joins it: rerunning a finished\n"
     "batch measures nothing.\n"
     "\n"
@@ -42,6 +43,10 @@ static const char batch_help[] =
     "\n"
     "Exits 1 when a line is invalid (nothing is submitted then), or when any job failed, was\n"
     "cancelled or ended without a verified kernel.\n";
+
+/* The largest batch file read (the help says 64 MiB): thousands of lines, each of which may
+ * name a graph file of up to OPS_MAX_GRAPH_BYTES, fit well below it. */
+#define CLI_MAX_BATCH_BYTES (64u << 20)
 
 typedef struct bjob {
     int line;  /* 1-based line number in the file */
@@ -172,10 +177,8 @@ static int line_graph(line_ctx *lc, const json_t *gv, ops_graph **out, char *wha
             snprintf(what, wlen, "%s", p);
         else
             snprintf(what, wlen, "%s/%s", lc->dir, p);
-        if (ops_graph_from_json_file(what, out, &d) < 0) {
-            bool named = strncmp(d.msg, what, strlen(what)) == 0; /* "PATH: cannot open: ..." */
-            return line_error(lc, "%s%s%s", named ? "" : what, named ? "" : ": ", d.msg);
-        }
+        if (ops_graph_from_json_file(what, out, &d) < 0)
+            return line_error(lc, "%s: %s", what, d.msg);
         return 0;
     }
     if (json_is_object(gv)) {
@@ -272,8 +275,8 @@ static int parse_line(line_ctx *lc, const char *text, size_t len, bjob *b)
         b->budget_s = json_is_number(bv)   ? json_number_value(bv)
                       : json_is_string(bv) ? cli_parse_duration(json_string_value(bv))
                                            : -1;
-        if (!(b->budget_s > 0) || b->budget_s > 86400) {
-            rc = line_error(lc, "'budget' must be seconds in (0, 86400] (a number, or a string "
+        if (!(b->budget_s >= 1) || b->budget_s > 86400) { /* what ktuned accepts */
+            rc = line_error(lc, "'budget' must be seconds in [1, 86400] (a number, or a string "
                                 "like \"90s\" or \"2m\")");
             goto out;
         }
@@ -346,7 +349,7 @@ static int load_batch(const char *path, bjob **jobs, int *n_jobs)
     kt_err err = {0};
     *jobs = NULL;
     *n_jobs = 0;
-    if (kt_read_file(path, &text, &len, &err) < 0)
+    if (kt_read_file(path, CLI_MAX_BATCH_BYTES, &text, &len, &err) < 0)
         return cli_error("%s: %s", path, err.msg);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s", path);

@@ -88,11 +88,10 @@ static void write_text(const char *dir, int64_t i, const char *family, const cha
 {
     char path[4096];
     snprintf(path, sizeof(path), "%s/cand-%05lld-%s%s", dir, (long long)i, family, ext);
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(text, f) < 0)
-        kt_log_warn("compile", "cannot write %s", path);
-    if (f)
-        fclose(f);
+    /* Replaces only a regular file: a FIFO left at that name would block an fopen forever. */
+    kt_err err = {0};
+    if (kt_write_file(path, text, strlen(text), 0644, &err) < 0)
+        kt_log_warn("compile", "%s", err.msg);
 }
 
 static void first_line(const char *text, char *buf, size_t len)

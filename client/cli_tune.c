@@ -34,7 +34,8 @@ static const char tune_help[] =
     "and prints the result. With --local the search runs in this process instead.\n"
     "\n"
     "options:\n"
-    "  --budget T       wall-clock budget: 90, 90s, 2m (default 60s)\n"
+    "  --budget T       wall-clock budget: 90, 90s, 2m, 1.5h (default 60s); a decimal\n"
+    "                   number of at least 1 ms (through ktuned 1s to 24h)\n"
     "  --precision P    exact (default), tf32 or reduced\n"
     "  --tolerance X    normwise error bound (default: per dtype and precision, MEASURE.md)\n"
     "  --gpu N          the GPU to use (through ktuned: its GPU index, default any; with\n"
@@ -394,8 +395,8 @@ static int tune_daemon(const cli_graph_args *a, const tune_args *ta)
 {
     if (ta->local_only)
         return cli_usage_error("tune", "%s only applies with --local", ta->local_only);
-    if (ta->budget_s > 86400)
-        return cli_usage_error("tune", "--budget through ktuned is at most 24h");
+    if (ta->budget_s < 1 || ta->budget_s > 86400) /* what ktuned accepts (docs/protocol.md) */
+        return cli_usage_error("tune", "--budget through ktuned is at least 1s and at most 24h");
     ktune_graph *g = NULL;
     ktune_client *c = NULL;
     int rc = load_for_daemon(a, &g);

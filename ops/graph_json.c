@@ -1013,7 +1013,7 @@ int ops_graph_from_json_file(const char *path, ops_graph **out, ops_diag *d)
     kt_err err = {0};
     char *text = NULL;
     size_t len = 0;
-    int rc = kt_read_file(path, &text, &len, &err);
+    int rc = kt_read_file(path, OPS_MAX_GRAPH_BYTES, &text, &len, &err);
     if (rc < 0) {
         if (d) {
             ops_diag_set(d, NULL, OPS_RULE_NONE, -1, NULL, "%s", err.msg);

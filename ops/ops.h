@@ -19,6 +19,9 @@
  * canonical form: every attribute of every node written explicitly, keys in a fixed order, so
  * write(parse(write(g))) is byte-identical to write(g) and parse(write(g)) equals g. */
 int ops_graph_from_json(const char *text, size_t len, ops_graph **out, ops_diag *d);
+/* Reads path with kt_read_file (a regular file of at most OPS_MAX_GRAPH_BYTES, refused before
+ * reading otherwise) and parses it. d->msg does not name path, whatever failed: the caller
+ * prints it once, as "PATH: <d->msg>". */
 int ops_graph_from_json_file(const char *path, ops_graph **out, ops_diag *d);
 int ops_graph_to_json(const ops_graph *g, char **out /* malloc'd, NUL-terminated */);
 int ops_graph_from_msgpack(const void *buf, size_t len, ops_graph **out, ops_diag *d);

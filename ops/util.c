@@ -1,9 +1,14 @@
 #include "util.h"
 
+#include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 int kt_log_threshold = KT_LOG_INFO;
 
@@ -64,35 +69,210 @@ char *kt_strdup(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-int kt_read_file(const char *path, char **out, size_t *len, kt_err *err)
+int kt_read_file(const char *path, size_t max, char **out, size_t *len, kt_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return kt_err_set(err, -errno, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
+    *out = NULL;
+    if (max >= SIZE_MAX - 1)
+        max = SIZE_MAX - 2; /* room for the extra byte and the NUL */
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer before fstat can refuse it (it
+     * changes nothing for the regular file read below). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return kt_err_set(err, -errno, "cannot open: %s", strerror(errno));
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) < 0) {
+        rc = kt_err_set(err, -errno, "cannot stat: %s", strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = kt_err_set(err, S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL, "is %s, not a regular file",
+                        kt_file_kind(st.st_mode));
+        goto out;
+    }
+    if ((uintmax_t)st.st_size > max) {
+        rc = kt_err_set(err, -EFBIG, "is %jd bytes; at most %zu are accepted", (intmax_t)st.st_size,
+                        max);
+        goto out;
+    }
+    /* The size is a hint (the file may grow): read at most max + 1 bytes, so going over the
+     * limit is seen without reading on. */
+    size_t cap = (size_t)st.st_size + 2, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        rc = kt_err_set(err, -ENOMEM, "out of memory reading %jd bytes", (intmax_t)st.st_size);
+        goto out;
+    }
     for (;;) {
-        if (kt_grow(&buf, &cap, n + 4097, 1) < 0) {
-            free(buf);
-            fclose(f);
-            return kt_err_set(err, -ENOMEM, "%s: out of memory reading file", path);
+        if (n + 1 == cap) { /* full, and n <= max: grow, to at most max + 1 bytes and the NUL */
+            size_t ncap = cap - 1 > max / 2 ? max + 2 : 2 * cap;
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                free(buf);
+                rc = kt_err_set(err, -ENOMEM, "out of memory reading the file");
+                goto out;
+            }
+            buf = nb;
+            cap = ncap;
         }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
+        ssize_t got = read(fd, buf + n, cap - 1 - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            rc = kt_err_set(err, -errno, "read error: %s", strerror(errno));
+            free(buf);
+            goto out;
+        }
         if (got == 0)
             break;
-    }
-    int rc = ferror(f) ? -EIO : 0;
-    fclose(f);
-    if (rc < 0) {
-        free(buf);
-        return kt_err_set(err, rc, "%s: read error", path);
+        n += (size_t)got;
+        if (n > max) {
+            free(buf);
+            rc = kt_err_set(err, -EFBIG, "is over %zu bytes", max);
+            goto out;
+        }
     }
     buf[n] = '\0';
     *out = buf;
     if (len)
         *len = n;
+out:
+    close(fd);
+    return rc;
+}
+
+const char *kt_file_kind(unsigned mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFREG:
+        return "a regular file";
+    case S_IFDIR:
+        return "a directory";
+    case S_IFIFO:
+        return "a FIFO";
+    case S_IFCHR:
+    case S_IFBLK:
+        return "a device";
+    case S_IFLNK:
+        return "a symbolic link";
+    case S_IFSOCK:
+        return "a socket";
+    default:
+        return "not a regular file";
+    }
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        p += w;
+        len -= (size_t)w;
+    }
     return 0;
+}
+
+int kt_atomic_begin(kt_atomic_file *f, const char *path, unsigned mode, kt_err *err)
+{
+    f->fd = -1;
+    f->path[0] = f->tmp[0] = '\0';
+    if (!path || !path[0])
+        return kt_err_set(err, -EINVAL, "no file name given");
+    if (snprintf(f->path, sizeof(f->path), "%s", path) >= (int)sizeof(f->path))
+        return kt_err_set(err, -ENAMETOOLONG, "%.200s...: path too long", path);
+    /* Only a regular file or nothing is replaced. Between this lstat and the rename something
+     * else may appear at path; that is acceptable, since rename replaces the directory entry
+     * itself: a symbolic link put there is replaced, never the file it points to, and no FIFO
+     * or device is ever opened. */
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISREG(st.st_mode))
+            return kt_err_set(err, S_ISDIR(st.st_mode) ? -EISDIR : -EEXIST,
+                              "%s: is %s; only a regular file is replaced", path,
+                              kt_file_kind(st.st_mode));
+    } else if (errno != ENOENT) {
+        return kt_err_set(err, -errno, "%s: %s", path, strerror(errno));
+    }
+    /* The temporary file's name: the target's directory, a dot, the start of its base name,
+     * and a number unique to this process and call; O_EXCL never reuses anyone's file. */
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    int dirlen = slash ? (int)(slash - path) + 1 : 0;
+    static unsigned counter;
+    for (int tries = 0;; tries++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        unsigned nonce =
+            (unsigned)ts.tv_nsec ^ (__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) << 20);
+        if (snprintf(f->tmp, sizeof(f->tmp), "%.*s.%.64s.%ld.%08x.tmp", dirlen, path, base,
+                     (long)getpid(), nonce) >= (int)sizeof(f->tmp))
+            return kt_err_set(err, -ENAMETOOLONG, "%s: path too long", path);
+        f->fd = open(f->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
+        if (f->fd >= 0)
+            return 0;
+        if (errno != EEXIST || tries == 100)
+            break;
+    }
+    int rc = kt_err_set(err, -errno, "%s: cannot create a temporary file beside it: %s", path,
+                        strerror(errno));
+    f->tmp[0] = '\0';
+    return rc;
+}
+
+int kt_atomic_commit(kt_atomic_file *f, kt_err *err)
+{
+    KT_REQUIRE(f->fd >= 0);
+    int rc = fsync(f->fd) < 0 ? -errno : 0;
+    if (close(f->fd) < 0 && rc == 0)
+        rc = -errno;
+    f->fd = -1;
+    if (rc == 0 && rename(f->tmp, f->path) < 0)
+        rc = -errno;
+    if (rc < 0) {
+        unlink(f->tmp);
+        return kt_err_set(err, rc, "%s: cannot write: %s", f->path, strerror(-rc));
+    }
+    /* The rename is durable once the directory is. */
+    const char *slash = strrchr(f->path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - f->path) + (slash == f->path) : 1,
+             slash ? f->path : ".");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* EINVAL: a file system that cannot sync a directory (some FUSE ones); nothing to do. */
+    if (dfd < 0 || (fsync(dfd) < 0 && errno != EINVAL))
+        rc = kt_err_set(err, -errno, "%s: written, but its directory cannot be synced: %s", f->path,
+                        strerror(errno));
+    if (dfd >= 0)
+        close(dfd);
+    return rc;
+}
+
+void kt_atomic_abort(kt_atomic_file *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+    if (f->tmp[0])
+        unlink(f->tmp);
+    f->tmp[0] = '\0';
+}
+
+int kt_write_file(const char *path, const void *data, size_t len, unsigned mode, kt_err *err)
+{
+    kt_atomic_file f;
+    int rc = kt_atomic_begin(&f, path, mode, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = write_all(f.fd, data, len)) < 0) {
+        kt_atomic_abort(&f);
+        return kt_err_set(err, rc, "%s: cannot write: %s", path, strerror(-rc));
+    }
+    return kt_atomic_commit(&f, err);
 }
 
 void kt_hex(const uint8_t *bytes, size_t n, char *out)
@@ -109,17 +289,22 @@ double kt_parse_duration(const char *s)
 {
     if (!s)
         return -1;
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || !(v > 0) || !isfinite(v))
+    /* Decimal only: strtod alone would also take a sign, "0x10", "inf", "nan" and "1e3". */
+    size_t n = strspn(s, "0123456789");
+    if (s[n] == '.')
+        n += 1 + strspn(s + n + 1, "0123456789");
+    if (n == 0 || (n == 1 && s[0] == '.'))
         return -1;
+    double v = strtod(s, NULL), unit = -1;
+    const char *end = s + n;
     if (*end == '\0' || strcmp(end, "s") == 0)
-        return v;
-    if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-        return v * 60;
-    if (strcmp(end, "h") == 0)
-        return v * 3600;
-    return -1;
+        unit = 1;
+    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+        unit = 60;
+    else if (strcmp(end, "h") == 0)
+        unit = 3600;
+    v *= unit;
+    return unit > 0 && isfinite(v) && v >= KT_DURATION_MIN_S ? v : -1;
 }
 
 static void buf_vappend(kt_buf *b, const char *fmt, va_list ap)

@@ -58,15 +58,48 @@ int kt_grow(void *items, size_t *cap, size_t need, size_t elem_size);
 /* strdup that returns NULL on NULL input; NULL on allocation failure otherwise. */
 char *kt_strdup(const char *s);
 
-/* Reads a whole file into a malloc'd, NUL-terminated buffer. Caller frees *out. */
-int kt_read_file(const char *path, char **out, size_t *len, kt_err *err);
+/* Reads the whole regular file at path, of at most max bytes, into a malloc'd, NUL-terminated
+ * buffer; the caller frees *out. Anything but a regular file (directory, FIFO, device) is
+ * refused (-EISDIR, -EINVAL) before reading, and so is a file over max bytes (-EFBIG), both by
+ * its size and by reading at most max + 1 bytes, so /dev/zero or a huge sparse file costs
+ * nothing. err->msg does not name path: the caller prints it once, as "PATH: <msg>". */
+int kt_read_file(const char *path, size_t max, char **out, size_t *len, kt_err *err);
+
+/* "a directory", "a FIFO", "a device", "a symbolic link", "a socket" or "a regular file" for
+ * an st_mode, for one-line messages. */
+const char *kt_file_kind(unsigned mode);
+
+/* Replacing a user-named file: every command that writes a file goes through these, so a
+ * failure leaves the target as it was and nothing but a regular file is ever replaced.
+ *
+ * kt_atomic_begin() refuses, with a one-line err naming the path and what it is, a target that
+ * exists and is not a regular file (-EEXIST for a FIFO, a device, a symbolic link; -EISDIR for
+ * a directory), then creates a temporary file beside it (same directory, O_EXCL, the given mode
+ * less the umask). The caller writes through f->fd (open for reading and writing, so it may
+ * also mmap it), then calls kt_atomic_commit(), which fsyncs the file, renames it over the
+ * target and fsyncs the directory; or kt_atomic_abort(). Both close the file; on any failure
+ * the temporary file is removed and the target is untouched (except that a failed directory
+ * fsync comes after the rename). f is owned by the caller; one thread at a time per f. */
+typedef struct kt_atomic_file {
+    int fd;          /* the temporary file; -1 when none is open */
+    char path[4096]; /* the target */
+    char tmp[4096];  /* the temporary file beside it */
+} kt_atomic_file;
+int kt_atomic_begin(kt_atomic_file *f, const char *path, unsigned mode, kt_err *err);
+int kt_atomic_commit(kt_atomic_file *f, kt_err *err);
+void kt_atomic_abort(kt_atomic_file *f);
+/* The whole of data into path, through the three calls above. */
+int kt_write_file(const char *path, const void *data, size_t len, unsigned mode, kt_err *err);
 
 /* Lowercase hex of n bytes into out (2n+1 bytes). */
 void kt_hex(const uint8_t *bytes, size_t n, char *out);
 
-/* Parses a duration in seconds: a positive number, alone or followed by "s", "m"/"min" (minutes)
- * or "h" (hours): "90", "1.5m", "2h". Returns the seconds, or -1 for anything else (NULL,
- * empty, zero, negative, not finite, an unknown unit). */
+/* Parses a duration in seconds: a decimal number (digits with an optional fraction; no sign,
+ * exponent, hex, inf or nan), alone or followed by "s", "m"/"min" (minutes) or "h" (hours):
+ * "90", "1.5m", "2h". Returns the seconds, or -1 for anything else, including a duration under
+ * KT_DURATION_MIN_S (zero, "0.0001"): every duration here is a budget or a timeout, and one
+ * under a millisecond is a mistake, not a request. */
+#define KT_DURATION_MIN_S 0.001
 double kt_parse_duration(const char *s);
 
 /* A growable text buffer for code generation and formatting. After any failed append the buffer

@@ -241,10 +241,10 @@ static int store_lookup(const srch_pool *p, const uint8_t key[SRCH_KEY_BYTES],
     char *cubin = NULL, *log = NULL;
     size_t cubin_len = 0;
     store_path(p, key, ".cubin", path, sizeof(path));
-    if (kt_read_file(path, &cubin, &cubin_len, NULL) < 0)
+    if (kt_read_file(path, FRAME_MAX_BYTES, &cubin, &cubin_len, NULL) < 0)
         return -ENOENT;
     store_path(p, key, ".log", path, sizeof(path));
-    if (kt_read_file(path, &log, NULL, NULL) < 0) {
+    if (kt_read_file(path, FRAME_MAX_BYTES, &log, NULL, NULL) < 0) {
         free(cubin);
         return -ENOENT;
     }
@@ -256,23 +256,6 @@ static int store_lookup(const srch_pool *p, const uint8_t key[SRCH_KEY_BYTES],
     memcpy(r->key, key, SRCH_KEY_BYTES);
     srch_parse_ptxas_report(log, r);
     return 0;
-}
-
-static int write_atomically(const char *path, const void *data, size_t len)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return -errno;
-    int rc = fwrite(data, 1, len, f) == len ? 0 : -EIO;
-    if (fclose(f) != 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -errno;
-    if (rc < 0)
-        unlink(tmp);
-    return rc;
 }
 
 /* Stores a successful compile. A failure to store (full disk) costs a recompile later, never
@@ -288,14 +271,15 @@ static void store_save(const srch_pool *p, const srch_compile_result *r)
         kt_log_warn("compile", "cubin store %s: %s", path, strerror(errno));
         return;
     }
+    kt_err err = {0};
     store_path(p, r->key, ".log", path, sizeof(path));
-    int rc = write_atomically(path, r->log, strlen(r->log));
+    int rc = kt_write_file(path, r->log, strlen(r->log), 0644, &err);
     if (rc == 0) {
         store_path(p, r->key, ".cubin", path, sizeof(path));
-        rc = write_atomically(path, r->cubin, r->cubin_len);
+        rc = kt_write_file(path, r->cubin, r->cubin_len, 0644, &err);
     }
     if (rc < 0)
-        kt_log_warn("compile", "cubin store %s: %s", path, strerror(-rc));
+        kt_log_warn("compile", "cubin store: %s", err.msg);
 }
 
 /* ---- worker processes ---- */

@@ -8,19 +8,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 typedef struct run_result {
-    int status; /* exit status, or 128 + the signal */
+    int status;     /* exit status, or 128 + the signal */
+    long maxrss_kb; /* the child's peak resident memory */
     char out[262144];
     char err[65536];
 } run_result;
 
+/* Limits for the child, so that a regression in what a test checks (reading /dev/zero whole,
+ * blocking on a FIFO) fails the test instead of eating the machine's memory or meson's timeout.
+ * Zero: no limit. */
+typedef struct run_limits {
+    rlim_t address_space; /* RLIMIT_AS, bytes */
+    unsigned alarm_s;     /* SIGALRM after this many seconds */
+} run_limits;
+
 /* Runs ktune with args (NULL-terminated), reading stdout and stderr together so neither pipe
  * can fill and stall the child; output beyond the buffers is cut (the assertions will show it).
  * The caller frees the result. */
-static inline run_result *run_argv(const char *const *args)
+static inline run_result *run_argv_limited(const char *const *args, run_limits lim)
 {
     const char *argv[64] = {getenv("KTUNE_BIN")};
     assert_non_null(argv[0]);
@@ -40,6 +50,10 @@ static inline run_result *run_argv(const char *const *args)
         dup2(ep[1], 2);
         close(op[0]);
         close(ep[0]);
+        if (lim.address_space)
+            setrlimit(RLIMIT_AS, &(struct rlimit){lim.address_space, lim.address_space});
+        if (lim.alarm_s)
+            alarm(lim.alarm_s); /* survives exec */
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -70,9 +84,16 @@ static inline run_result *run_argv(const char *const *args)
         }
     }
     int ws;
-    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    struct rusage ru;
+    assert_int_equal(wait4(pid, &ws, 0, &ru), pid);
     r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    r->maxrss_kb = ru.ru_maxrss;
     return r;
+}
+
+static inline run_result *run_argv(const char *const *args)
+{
+    return run_argv_limited(args, (run_limits){0});
 }
 
 #define RUN(...) run_argv((const char *const[]){__VA_ARGS__, NULL})

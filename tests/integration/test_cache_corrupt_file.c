@@ -166,7 +166,7 @@ static void value_offset(const fixture *f, int64_t m, off_t *off, size_t *len)
     snprintf(path, sizeof(path), "%s/data.mdb", f->dir);
     char *data = NULL;
     size_t n = 0;
-    assert_int_equal(kt_read_file(path, &data, &n, NULL), 0);
+    assert_int_equal(kt_read_file(path, (size_t)1 << 30, &data, &n, NULL), 0);
     const uint8_t *file = (const uint8_t *)data;
     int hits = 0;
     for (const uint8_t *p = file; (p = memmem(p, n - (size_t)(p - file), val, *len)); p++) {

@@ -8,12 +8,18 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <dirent.h>
+#include <stdbool.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cache/cache.h"
 #include "cli_run.h"
 
 /* Runs ktune with the given arguments (NULL-terminated). */
@@ -290,6 +296,254 @@ static void test_compile_json(void **state)
     free(r);
 }
 
+/* ---- files the CLI reads and writes (issue 16) ---- */
+
+/* A fresh directory under /tmp, removed by rm_tree. */
+static void make_tmp(char *dir, size_t len)
+{
+    snprintf(dir, len, "/tmp/ktune-cli-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+}
+
+static void rm_tree(const char *dir)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+static void put_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void expect_file(const char *path, const char *text)
+{
+    char buf[256] = {0};
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    if (n != strlen(text) || memcmp(buf, text, n) != 0)
+        fail_msg("%s: '%s', expected '%s'", path, buf, text);
+}
+
+/* A refusal: exit 1, one line on stderr naming the path exactly once and saying what it is,
+ * nothing on stdout. */
+static void expect_refusal(const run_result *r, const char *path, const char *what)
+{
+    if (r->status != 1 || count_lines(r->err) != 1 || count_of(r->err, path) != 1 ||
+        !strstr(r->err, what) || r->out[0])
+        fail_msg("%s: exit %d, stderr '%s', stdout '%s' (wanted exit 1 and one line naming the "
+                 "path once and saying '%s')",
+                 path, r->status, r->err, r->out, what);
+}
+
+/* The directory holds exactly the names given (no temporary file left beside a target). */
+static void expect_entries(const char *dir, const char *const *names, int n)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int seen = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        bool known = false;
+        for (int i = 0; i < n; i++)
+            known |= strcmp(e->d_name, names[i]) == 0;
+        if (!known)
+            fail_msg("%s: unexpected entry '%s'", dir, e->d_name);
+        seen++;
+    }
+    closedir(d);
+    assert_int_equal(seen, n);
+}
+
+static mode_t kind_of(const char *path)
+{
+    struct stat st;
+    assert_int_equal(lstat(path, &st), 0);
+    return st.st_mode & S_IFMT;
+}
+
+/* `cache export` replaces a regular file or nothing; a FIFO, a device, a symbolic link or a
+ * directory at the target is refused with one line and left exactly as it was. */
+static void test_export_target_kinds(void **state)
+{
+    char t[64], cache[128], p[16][256];
+    make_tmp(t, sizeof(t));
+    snprintf(cache, sizeof(cache), "%s/cache", t);
+    cache_env *env = NULL;
+    kt_err err = {0};
+    if (cache_open(cache, 0, NULL, &env, &err) < 0)
+        fail_msg("cache_open: %s", err.msg);
+    cache_close(env);
+    const char *names[] = {"cache", "fifo", "target", "link", "dir", "old.ktb", "new.ktb", "null"};
+    for (int i = 0; i < 8; i++)
+        snprintf(p[i], sizeof(p[i]), "%s/%s", t, names[i]);
+    const char *fifo = p[1], *target = p[2], *link = p[3], *dir = p[4], *old = p[5], *fresh = p[6],
+               *dev = p[7];
+
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    run_result *r = RUN("cache", "export", fifo, "--cache", cache);
+    expect_refusal(r, fifo, "is a FIFO");
+    assert_int_equal(kind_of(fifo), S_IFIFO);
+    free(r);
+
+    put_file(target, "precious\n");
+    assert_int_equal(symlink("target", link), 0);
+    r = RUN("cache", "export", link, "--cache", cache);
+    expect_refusal(r, link, "is a symbolic link");
+    assert_int_equal(kind_of(link), S_IFLNK);
+    expect_file(target, "precious\n");
+    free(r);
+
+    assert_int_equal(mkdir(dir, 0755), 0);
+    r = RUN("cache", "export", dir, "--cache", cache);
+    expect_refusal(r, dir, "is a directory");
+    assert_int_equal(kind_of(dir), S_IFDIR);
+    free(r);
+
+    /* A device: our own node with /dev/null's numbers rather than /dev/null itself, so that a
+     * regression replaces a file of this test and not the machine's /dev/null. Needs root
+     * (CAP_MKNOD); skipped otherwise. */
+    int n_names = 7;
+    if (geteuid() == 0 && mknod(dev, S_IFCHR | 0666, makedev(1, 3)) == 0) {
+        n_names = 8;
+        r = RUN("cache", "export", dev, "--cache", cache);
+        expect_refusal(r, dev, "is a device");
+        assert_int_equal(kind_of(dev), S_IFCHR);
+        free(r);
+    } else {
+        print_message("export onto a device: skipped (needs root and CAP_MKNOD)\n");
+    }
+
+    /* A regular file is replaced, a missing one created; nothing is left beside them. */
+    put_file(old, "old\n");
+    r = RUN("cache", "export", old, "--cache", cache);
+    if (r->status != 0)
+        fail_msg("export onto a regular file: exit %d: %s", r->status, r->err);
+    free(r);
+    r = RUN("cache", "export", fresh, "--cache", cache);
+    if (r->status != 0)
+        fail_msg("export onto nothing: exit %d: %s", r->status, r->err);
+    free(r);
+    for (int i = 5; i <= 6; i++) {
+        char head[9] = {0};
+        FILE *f = fopen(p[i], "rb");
+        assert_non_null(f);
+        assert_int_equal(fread(head, 1, 8, f), 8);
+        fclose(f);
+        assert_string_equal(head, "KTBUNDLE");
+        assert_int_equal(kind_of(p[i]), S_IFREG);
+    }
+    expect_entries(t, names, n_names);
+    rm_tree(t);
+}
+
+/* `compile --emit DIR` writes each source the same way: what is at a candidate's name in DIR
+ * and is not a regular file (here a FIFO, which an fopen would wait on forever, and a symbolic
+ * link, which it would write through) is refused with one warning and left as it was. */
+static void test_compile_emit_targets(void **state)
+{
+    char t[64], emit[128], fifo[256], link[256], target[128];
+    make_tmp(t, sizeof(t));
+    snprintf(emit, sizeof(emit), "%s/emit", t);
+    snprintf(target, sizeof(target), "%s/target", t);
+    put_file(target, "precious\n");
+    assert_int_equal(mkdir(emit, 0755), 0);
+    /* --limit 2 picks a pointwise and a row candidate, in that order. */
+    snprintf(fifo, sizeof(fifo), "%s/cand-00000-pointwise.cu", emit);
+    snprintf(link, sizeof(link), "%s/cand-00001-row.cu", emit);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    assert_int_equal(symlink("../target", link), 0);
+    run_result *r = run_argv_limited((const char *const[]){"compile", example("softmax.json"),
+                                                           "--shape", "M=64,N=1000", "--limit", "2",
+                                                           "--jobs", "1", "--emit", emit, NULL},
+                                     (run_limits){.alarm_s = 60});
+    if (r->status != 0 || count_lines(r->err) != 2 || count_of(r->err, fifo) != 1 ||
+        count_of(r->err, link) != 1 || !strstr(r->err, "is a FIFO") ||
+        !strstr(r->err, "is a symbolic link"))
+        fail_msg("exit %d, stderr '%s'", r->status, r->err);
+    assert_int_equal(kind_of(fifo), S_IFIFO);
+    assert_int_equal(kind_of(link), S_IFLNK);
+    expect_file(target, "precious\n");
+    const char *names[] = {"cand-00000-pointwise.cu", "cand-00001-row.cu"};
+    expect_entries(emit, names, 2);
+    free(r);
+    rm_tree(t);
+}
+
+/* check and batch refuse what is not a regular file, or is over the limit, before reading it,
+ * with one line naming the path once. */
+static void test_read_refusals(void **state)
+{
+    char t[64], dir[128], big[128], fifo[128];
+    make_tmp(t, sizeof(t));
+    snprintf(dir, sizeof(dir), "%s/graphs.json", t);
+    snprintf(big, sizeof(big), "%s/big.json", t);
+    snprintf(fifo, sizeof(fifo), "%s/fifo.json", t);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    /* 17 MiB of hole: over the 16 MiB graph limit (docs/formats.md), no disk used. */
+    int fd = open(big, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 17 << 20), 0);
+    close(fd);
+
+    /* A regression would read /dev/zero until memory runs out, or wait on the FIFO for a
+     * writer: the limits turn either into a failed test. Address space is not limited under
+     * AddressSanitizer, which reserves terabytes of it. */
+    run_limits lim = {.alarm_s = 30};
+#if !defined(__SANITIZE_ADDRESS__)
+    lim.address_space = (rlim_t)1 << 30;
+#endif
+    static const struct {
+        const char *sub, *path, *what;
+    } cases[] = {
+        {"check", "/dev/zero", "is a device"}, {"check", "@dir", "is a directory"},
+        {"check", "@fifo", "is a FIFO"},       {"check", "@big", "at most 16777216"},
+        {"batch", "/dev/zero", "is a device"}, {"batch", "@dir", "is a directory"},
+        {"batch", "@fifo", "is a FIFO"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *path = strcmp(cases[i].path, "@dir") == 0    ? dir
+                           : strcmp(cases[i].path, "@fifo") == 0 ? fifo
+                           : strcmp(cases[i].path, "@big") == 0  ? big
+                                                                 : cases[i].path;
+        bool batch = strcmp(cases[i].sub, "batch") == 0; /* never reaches the socket */
+        run_result *r =
+            run_argv_limited((const char *const[]){cases[i].sub, path, batch ? "--socket" : NULL,
+                                                   "/nonexistent/ktuned.sock", NULL},
+                             lim);
+        expect_refusal(r, path, cases[i].what);
+        free(r);
+    }
+    /* The big file is refused by its size, not after reading it: no more memory than a small
+     * graph takes (reading it would add its 17 MiB). */
+    run_result *small = RUN("check", example("softmax.json"));
+    assert_int_equal(small->status, 0);
+    run_result *r = RUN("check", big);
+    assert_int_equal(r->status, 1);
+    if (r->maxrss_kb > small->maxrss_kb + 8192)
+        fail_msg("check of a 17 MiB file peaked at %ld KiB, a small graph at %ld KiB", r->maxrss_kb,
+                 small->maxrss_kb);
+    free(r);
+    free(small);
+    rm_tree(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -306,6 +560,9 @@ int main(void)
         cmocka_unit_test(test_check_text_output),
         cmocka_unit_test(test_space_json),
         cmocka_unit_test(test_compile_json),
+        cmocka_unit_test(test_export_target_kinds),
+        cmocka_unit_test(test_read_refusals),
+        cmocka_unit_test(test_compile_emit_targets),
     };
     return cmocka_run_group_tests_name("ktune CLI", tests, NULL, NULL);
 }

@@ -140,6 +140,12 @@ static void test_tune_usage(void **state)
          "--priority only applies through ktuned"},
         {{"tune", "@softmax", "--shape", "M=64,N=8", "--budget", "soon", NULL}, 2, "--budget"},
         {{"tune", "@softmax", "--shape", "M=64,N=8", "--budget", "25h", NULL}, 2, "at most 24h"},
+        /* decimal only; under 1 ms (or under ktuned's 1 s) is a usage error, not a daemon's */
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--budget", "0x10", NULL}, 2, "'0x10'"},
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--budget", "0.0001", NULL}, 2, "'0.0001'"},
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--budget", "inf", NULL}, 2, "'inf'"},
+        {{"tune", "@softmax", "--shape", "M=64,N=8", "--budget", "0.5", NULL}, 2, "at least 1s"},
+        {{"batch", "x.jsonl", "--budget-total", "0x10", NULL}, 2, "'0x10'"},
         {{"tune", "@softmax", "--shape", "M=64,N=8", "--socket", NULL}, 2, "--socket needs"},
         {{"tune", "/nonexistent.json", "--shape", "M=64", NULL}, 1, "/nonexistent.json"},
         {{"status", "abc", NULL}, 2, "'abc' is not a job id"},

@@ -97,8 +97,8 @@ static inline void emit_test_golden(const char *name, const char *text)
     }
     char *want = NULL;
     kt_err err = {0};
-    if (kt_read_file(path, &want, NULL, &err) < 0)
-        fail_msg("%s (run with KTUNE_UPDATE_GOLDEN=1 to create it)", err.msg);
+    if (kt_read_file(path, (size_t)1 << 30, &want, NULL, &err) < 0)
+        fail_msg("%s: %s (run with KTUNE_UPDATE_GOLDEN=1 to create it)", path, err.msg);
     if (strcmp(want, text) != 0)
         fail_msg("emitted source differs from %s (KTUNE_UPDATE_GOLDEN=1 updates it after "
                  "review):\n%s",

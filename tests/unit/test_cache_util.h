@@ -147,7 +147,7 @@ static KT_UNUSED int raw_open(const char *dir, MDB_env **env, MDB_txn **txn, MDB
 static KT_UNUSED bool file_read(const char *path, uint8_t **buf, size_t *len)
 {
     char *b = NULL;
-    if (kt_read_file(path, &b, len, NULL) < 0)
+    if (kt_read_file(path, (size_t)1 << 30, &b, len, NULL) < 0)
         return false;
     *buf = (uint8_t *)b;
     return true;

@@ -35,8 +35,8 @@ static void compile_example(const example *ex)
     snprintf(path, sizeof(path), "%s/examples/%s", getenv("KTUNE_SOURCE_ROOT"), ex->file);
     char *json = NULL;
     kt_err err = {0};
-    if (kt_read_file(path, &json, NULL, &err) < 0)
-        fail_msg("%s", err.msg);
+    if (kt_read_file(path, OPS_MAX_GRAPH_BYTES, &json, NULL, &err) < 0)
+        fail_msg("%s: %s", path, err.msg);
     ops_graph *canon = emit_test_graph(json, ex->shapes);
     free(json);
     ops_device dev;

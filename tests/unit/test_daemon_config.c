@@ -163,6 +163,15 @@ static void test_duration(void **state)
     assert_true(kd_parse_duration("0") < 0);
     assert_true(kd_parse_duration("10x") < 0);
     assert_true(kd_parse_duration("") < 0);
+    /* Decimal only, and at least a millisecond (issue 16). */
+    assert_true(kd_parse_duration(".5") == 0.5);
+    assert_true(kd_parse_duration("5.") == 5);
+    assert_true(kd_parse_duration("0.001") == 0.001);
+    static const char *const bad[] = {"0x10", "0x10s", "inf", "nan",    "1e3",   "-5", "+5",
+                                      " 5",   "5 ",    ".",   "0.0001", "1.5.m", "2hh"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (kd_parse_duration(bad[i]) >= 0)
+            fail_msg("'%s' parsed as %g s", bad[i], kd_parse_duration(bad[i]));
 }
 
 int main(void)

@@ -173,8 +173,8 @@ static char *example(const char *name)
     snprintf(path, sizeof(path), "%s/examples/%s", getenv("KTUNE_SOURCE_ROOT"), name);
     char *text = NULL;
     kt_err err = {0};
-    if (kt_read_file(path, &text, NULL, &err) < 0)
-        fail_msg("%s", err.msg);
+    if (kt_read_file(path, (size_t)1 << 30, &text, NULL, &err) < 0)
+        fail_msg("%s: %s", path, err.msg);
     return text;
 }
 

@@ -665,7 +665,22 @@ static void test_from_file(void **state)
     free(text);
     assert_int_equal(ops_graph_from_json_file(path, &g, &d), -ENOENT);
     assert_null(g);
-    assert_non_null(strstr(d.msg, path));
+    /* The caller names the path (once); the message says what is wrong with it. */
+    assert_non_null(strstr(d.msg, "cannot open"));
+    assert_null(strstr(d.msg, path));
+    /* Not a regular file, or over the limit: refused before reading. */
+    assert_int_equal(ops_graph_from_json_file("/tmp", &g, &d), -EISDIR);
+    assert_non_null(strstr(d.msg, "is a directory"));
+    assert_int_equal(ops_graph_from_json_file("/dev/zero", &g, &d), -EINVAL);
+    assert_non_null(strstr(d.msg, "is a device"));
+    char big[] = "/tmp/ktune_graph_io_XXXXXX";
+    fd = mkstemp(big);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)OPS_MAX_GRAPH_BYTES + 1), 0); /* a hole: no disk */
+    close(fd);
+    assert_int_equal(ops_graph_from_json_file(big, &g, &d), -EFBIG);
+    assert_non_null(strstr(d.msg, "at most 16777216"));
+    unlink(big);
 }
 
 /* ---- errors ---- */

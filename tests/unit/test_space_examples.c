@@ -16,8 +16,8 @@ static srch_space *space_of(const char *file, const char *shapes, ops_precision 
     snprintf(path, sizeof(path), "%s/examples/%s", getenv("KTUNE_SOURCE_ROOT"), file);
     char *json = NULL;
     kt_err err = {0};
-    if (kt_read_file(path, &json, NULL, &err) < 0)
-        fail_msg("%s", err.msg);
+    if (kt_read_file(path, OPS_MAX_GRAPH_BYTES, &json, NULL, &err) < 0)
+        fail_msg("%s: %s", path, err.msg);
     ops_graph *canon = emit_test_graph(json, shapes);
     free(json);
     ops_device dev;
