@@ -718,13 +718,16 @@ static void submit_with_str(dh_conn *c, const char *key, const char *val, size_t
     msgpack_sbuffer_destroy(&sb);
 }
 
-/* The msgpack graph {inputs: {IN: f32 [4]}, nodes: [{out: y, op: OP, in: [IN]}], outputs: [y]}. */
-static void pack_graph(msgpack_sbuffer *sb, const char *in, const char *op)
+/* The msgpack graph {name: NAME (when not NULL), inputs: {IN: f32 [4]}, nodes: [{out: y, op: OP,
+ * in: [IN]}], outputs: [y]}. */
+static void pack_graph(msgpack_sbuffer *sb, const char *name, const char *in, const char *op)
 {
     msgpack_packer pk;
     msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
 #define S(x) msgpack_pack_str_with_body(&pk, x, strlen(x))
-    msgpack_pack_map(&pk, 3);
+    msgpack_pack_map(&pk, name ? 4 : 3);
+    if (name)
+        S("name"), S(name);
     S("inputs"), msgpack_pack_map(&pk, 1), S(in), msgpack_pack_map(&pk, 2);
     S("dtype"), S("f32"), S("shape"), msgpack_pack_array(&pk, 1), msgpack_pack_int(&pk, 4);
     S("nodes"), msgpack_pack_array(&pk, 1), msgpack_pack_map(&pk, 3);
@@ -762,16 +765,30 @@ static void test_untrusted_strings(void **state)
     /* the graph: a tensor name that is not UTF-8, an op with a newline */
     msgpack_sbuffer g;
     msgpack_sbuffer_init(&g);
-    pack_graph(&g, "x\xff", "relu");
+    pack_graph(&g, NULL, "x\xff", "relu");
     bad_field f = {"graph", g.data, g.size, "", "EINVAL", NULL};
     send_submit_with(&c, &f, &id);
     expect_error_reply(&c, id, "EINVAL", "graph input name 'x\\xff' is not valid UTF-8",
                        "a tensor name that is not UTF-8");
     msgpack_sbuffer_clear(&g);
-    pack_graph(&g, "x", "bad\nop");
+    pack_graph(&g, NULL, "x", "bad\nop");
     f = (bad_field){"graph", g.data, g.size, "", "EINVAL", NULL};
     send_submit_with(&c, &f, &id);
     expect_error_reply(&c, id, "EINVAL", "'bad\\x0aop' is not an op", "an unknown op 'bad\\nop'");
+
+    /* a job without a name takes its graph's, cut to 63 bytes between characters: 62 'g' and a
+     * two-byte character straddling the limit leave 62 bytes */
+    char gname[80];
+    memset(gname, 'g', 62);
+    snprintf(gname + 62, sizeof(gname) - 62, "\xc3\xa9tail");
+    msgpack_sbuffer_clear(&g);
+    pack_graph(&g, gname, "x", "relu");
+    dh_submit_args unnamed = {.graph = g.data, .graph_len = g.size, .budget_s = 5, .gpu = -1};
+    dh_job job;
+    bool joined = false;
+    char code[16];
+    assert_int_equal(dh_submit(&c, &unnamed, 10.0, &job, &joined), 0);
+    (void)dh_cancel(&c, job.id, 10.0, &job, code);
     msgpack_sbuffer_destroy(&g);
 
     /* echoes: the request's op, a state filter, a shape key */
@@ -810,10 +827,7 @@ static void test_untrusted_strings(void **state)
                         .budget_s = 5,
                         .gpu = -1,
                         .name = good};
-    dh_job job;
-    bool joined = false;
     assert_int_equal(dh_submit(&c, &a, 10.0, &job, &joined), 0);
-    char code[16];
     (void)dh_cancel(&c, job.id, 10.0, &job, code);
     dh_req_begin(&r, &c, "jobs", 0);
     assert_int_equal(dh_call(&c, &r, 5.0, &rep), 0);
@@ -823,10 +837,13 @@ static void test_untrusted_strings(void **state)
     const msgpack_object *jobs = dh_get(rep, "jobs");
     assert_non_null(jobs);
     assert_int_equal(jobs->type, MSGPACK_OBJECT_ARRAY);
-    assert_int_equal(jobs->via.array.size, 1); /* the refused submits made none */
+    assert_int_equal(jobs->via.array.size, 2); /* the refused submits made none */
     char name[128];
-    dh_str(&jobs->via.array.ptr[0], "name", name, sizeof(name));
+    dh_str(&jobs->via.array.ptr[0], "name", name, sizeof(name)); /* newest first */
     assert_string_equal(name, good);
+    dh_str(&jobs->via.array.ptr[1], "name", name, sizeof(name));
+    gname[62] = '\0';
+    assert_string_equal(name, gname);
     dh_close(&c);
 
     /* the log: no line of the daemon's own starting "<0>" or holding a raw ESC or a byte that
