@@ -440,10 +440,8 @@ static int decode_node(dec *c, int i, const json_t *v)
     if (!c->out)
         return fail(c, OPS_RULE_SCHEMA, NULL, "node needs \"out\": a tensor name");
     int rc = check_name(c, c->out, "output name", c->out);
-    if (rc < 0) {
-        c->out = NULL; /* not echoed again in the node's prefix */
+    if (rc < 0)
         return rc;
-    }
     if (!jin || !json_is_array(jin))
         return fail(c, OPS_RULE_SCHEMA, c->out, "node needs \"in\": a list of operands");
     size_t n_in = json_array_size(jin);
