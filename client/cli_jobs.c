@@ -114,7 +114,7 @@ void cli_print_job_result(const ktune_job *j)
     char t[32], base[32], sub[32], start[32], fin[32], shapes[256];
     /* what the daemon sends is printed escaped: a name must not drive the terminal */
     printf("job        %" PRIu64 "  %s  (%s, %s)\n", j->id, KT_ESC(j->name),
-           KT_ESC(shapes_text(j->shapes, shapes, sizeof(shapes))),
+           shapes_text(j->shapes, shapes, sizeof(shapes)), /* bound symbols: identifiers */
            j->precision[0] ? KT_ESC(j->precision) : "exact");
     printf("state      %s", ktune_job_state_name(j->state));
     if (j->state == KTUNE_JOB_RUNNING && j->phase[0])
@@ -155,11 +155,9 @@ void cli_print_job_result(const ktune_job *j)
                j->record ? "yes (verified winner written to the cache)" : "no record");
     if (j->error[0]) {
         char err[sizeof(j->error) * 4];
-        size_t n = strlen(j->error);
         /* the daemon's own message, its untrusted parts escaped already: keep backslashes */
         printf("%-10s %s\n", j->state == KTUNE_JOB_DONE ? "note" : "error",
-               kt_escape(err, sizeof(err), j->error, n,
-                         kt_text_clean(j->error, n) ? KT_ESC_KEEP_BACKSLASH : 0));
+               kt_escape(err, sizeof(err), j->error, strlen(j->error), KT_ESC_KEEP_BACKSLASH));
     }
 }
 
@@ -396,7 +394,7 @@ int cli_jobs(int argc, char **argv)
         snprintf(el, sizeof(el), "%.1fs", job_elapsed(j));
         printf("%6" PRIu64 "  %-9s  %-22.22s  %-20.20s  %3s  %-6s  %6d  %10s  %8s\n", j->id,
                ktune_job_state_name(j->state), KT_ESC(j->name),
-               KT_ESC(shapes_text(j->shapes, shapes, sizeof(shapes))), gpu,
+               shapes_text(j->shapes, shapes, sizeof(shapes)), gpu,
                j->state == KTUNE_JOB_RUNNING ? KT_ESC(j->phase) : "", j->trials, best, el);
     }
 out:
