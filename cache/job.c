@@ -91,6 +91,9 @@ static int check_job(const cache_job *j, kt_err *err)
     if (!bounded_str(j->name, sizeof(j->name)) || !bounded_str(j->family, sizeof(j->family)) ||
         !bounded_str(j->schedule, sizeof(j->schedule)) || !bounded_str(j->error, sizeof(j->error)))
         return kt_err_set(err, -EINVAL, "job %" PRIu64 ": a text field is not terminated", j->id);
+    if (!kt_text_clean(j->name, strlen(j->name)))
+        return kt_err_set(err, -EINVAL, "job %" PRIu64 ": name '%s' is not UTF-8 text", j->id,
+                          KT_ESC(j->name));
     if (j->graph_len && !j->graph)
         return kt_err_set(err, -EINVAL, "job %" PRIu64 ": graph length without data", j->id);
     const double nums[] = {j->tolerance,   j->budget_s, j->elapsed_s, j->best_ns,
@@ -202,6 +205,22 @@ static const char *const job_fields[JOB_FIELDS] = {
 /* Added after journals were written: absent in older entries, decoded as 0. */
 #define JOB_OPTIONAL ((1ull << 27) | (1ull << 28) | (1ull << 29))
 
+/* A text field as stored: entries written before names were checked (docs/protocol.md, "Names")
+ * may hold control characters or bytes that are not UTF-8. Such a field is shown escaped, so
+ * logs, terminals and strict msgpack decoders of replies never see it raw; the entry is kept. */
+static int get_text(const msgpack_object *o, char *buf, size_t cap, const char *what, cache_dec *d)
+{
+    int rc = cache_get_strbuf(o, buf, cap, what, d);
+    /* the stored bytes, NULs included (cache_get_strbuf copies them all) */
+    size_t len = rc == 0 ? o->via.str.size : 0;
+    if (rc == 0 && !kt_text_clean(buf, len)) {
+        char esc[256];
+        kt_escape(esc, sizeof(esc) < cap ? sizeof(esc) : cap, buf, len, 0);
+        snprintf(buf, cap, "%s", esc);
+    }
+    return rc;
+}
+
 static int job_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
 {
     cache_job *j = ctx;
@@ -231,7 +250,7 @@ static int job_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
         j->gpu = (int32_t)n;
         return rc;
     case 5:
-        return cache_get_strbuf(v, j->name, sizeof(j->name), "name", d);
+        return get_text(v, j->name, sizeof(j->name), "name", d);
     case 6:
         return cache_get_sig(v, j->sig, d);
     case 7:
@@ -267,13 +286,13 @@ static int job_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
     case 21:
         return get_amount(v, &j->err_norm, "err_norm", d);
     case 22:
-        return cache_get_strbuf(v, j->family, sizeof(j->family), "family", d);
+        return get_text(v, j->family, sizeof(j->family), "family", d);
     case 23:
-        return cache_get_strbuf(v, j->schedule, sizeof(j->schedule), "schedule", d);
+        return get_text(v, j->schedule, sizeof(j->schedule), "schedule", d);
     case 24:
         return cache_get_bool(v, &j->record, "record", d);
     case 25:
-        return cache_get_strbuf(v, j->error, sizeof(j->error), "error", d);
+        return get_text(v, j->error, sizeof(j->error), "error", d);
     case 26:
         return get_failures(v, j, d);
     case 27:

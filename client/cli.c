@@ -3,25 +3,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* An error line's parts may come from a graph file, an argument or the daemon: whatever is not
+ * clean text is escaped, keeping backslashes (the daemon's messages are escaped already), so
+ * one message stays one line and cannot drive the terminal. */
+static const char *one_line(const char *line, char *buf, size_t cap)
+{
+    size_t n = strlen(line);
+    return kt_text_clean(line, n) ? line : kt_escape(buf, cap, line, n, KT_ESC_KEEP_BACKSLASH);
+}
+
 int cli_error(const char *fmt, ...)
 {
-    char line[1024];
+    char line[1024], safe[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "ktune: %s\n", line);
+    fprintf(stderr, "ktune: %s\n", one_line(line, safe, sizeof(safe)));
     return CLI_FAIL;
 }
 
 int cli_usage_error(const char *sub, const char *fmt, ...)
 {
-    char line[1024];
+    char line[1024], safe[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "ktune %s: %s (see 'ktune %s --help')\n", sub, line, sub);
+    fprintf(stderr, "ktune %s: %s (see 'ktune %s --help')\n", sub,
+            one_line(line, safe, sizeof(safe)), sub);
     return CLI_USAGE;
 }
 

@@ -537,8 +537,9 @@ static void print_summary(const char *path, const bjob *jobs, int n, bool waited
         if (j->best_ns > 0 && j->baseline_ns > 0)
             snprintf(sp, sizeof(sp), "%.2fx", j->baseline_ns / j->best_ns);
         printf("%4d  %6s  %-24.24s  %-20.20s  %-15s  %10s  %10s  %7s  %6d  %s%s\n", b->line, id,
-               b->name, b->shapes_str[0] ? b->shapes_str : "-", state_label(b), best, base, sp,
-               j->trials, j->family[0] ? j->family : "-", !waited && b->joined ? "  (joined)" : "");
+               KT_ESC(b->name), b->shapes_str[0] ? b->shapes_str : "-", state_label(b), best, base,
+               sp, j->trials, j->family[0] ? KT_ESC(j->family) : "-",
+               !waited && b->joined ? "  (joined)" : "");
     }
     /* Why each job that is not ok is not. */
     for (int i = 0; i < n; i++) {

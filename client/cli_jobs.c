@@ -112,12 +112,13 @@ static double job_elapsed(const ktune_job *j)
 void cli_print_job_result(const ktune_job *j)
 {
     char t[32], base[32], sub[32], start[32], fin[32], shapes[256];
-    printf("job        %" PRIu64 "  %s  (%s, %s)\n", j->id, j->name,
-           shapes_text(j->shapes, shapes, sizeof(shapes)),
-           j->precision[0] ? j->precision : "exact");
+    /* what the daemon sends is printed escaped: a name must not drive the terminal */
+    printf("job        %" PRIu64 "  %s  (%s, %s)\n", j->id, KT_ESC(j->name),
+           shapes_text(j->shapes, shapes, sizeof(shapes)), /* bound symbols: identifiers */
+           j->precision[0] ? KT_ESC(j->precision) : "exact");
     printf("state      %s", ktune_job_state_name(j->state));
     if (j->state == KTUNE_JOB_RUNNING && j->phase[0])
-        printf(" (%s)", j->phase);
+        printf(" (%s)", KT_ESC(j->phase));
     if (j->gpu >= 0)
         printf(", gpu %d", j->gpu);
     printf(", priority %d, budget %.0f s\n", j->priority, j->budget_s);
@@ -129,7 +130,7 @@ void cli_print_job_result(const ktune_job *j)
            j->resumed, j->elapsed_s);
     printf("failures   ");
     for (int i = 0; i < j->n_failures; i++)
-        printf("%s%s %d", i ? ", " : "", j->failures[i].name, j->failures[i].count);
+        printf("%s%s %d", i ? ", " : "", KT_ESC(j->failures[i].name), j->failures[i].count);
     printf("%s\n", j->n_failures ? "" : "none");
     printf("cost       compile %.1f s (NVRTC, summed over the pool), measure %.1f s\n",
            j->compile_s, j->measure_s);
@@ -143,17 +144,21 @@ void cli_print_job_result(const ktune_job *j)
     }
     if (j->family[0]) {
         const char *sp = strchr(j->schedule, ' '); /* the family is its own column */
-        printf("kernel     %-10s %s\n", j->family,
-               sp && strncmp(j->schedule, j->family, (size_t)(sp - j->schedule)) == 0
-                   ? sp + 1
-                   : j->schedule);
+        printf("kernel     %-10s %s\n", KT_ESC(j->family),
+               KT_ESC(sp && strncmp(j->schedule, j->family, (size_t)(sp - j->schedule)) == 0
+                          ? sp + 1
+                          : j->schedule));
     }
-    printf("signature  %s\n", j->signature);
+    printf("signature  %s\n", KT_ESC(j->signature));
     if (j->state == KTUNE_JOB_DONE)
         printf("cached     %s\n",
                j->record ? "yes (verified winner written to the cache)" : "no record");
-    if (j->error[0])
-        printf("%-10s %s\n", j->state == KTUNE_JOB_DONE ? "note" : "error", j->error);
+    if (j->error[0]) {
+        char err[sizeof(j->error) * 4];
+        /* the daemon's own message, its untrusted parts escaped already: keep backslashes */
+        printf("%-10s %s\n", j->state == KTUNE_JOB_DONE ? "note" : "error",
+               kt_escape(err, sizeof(err), j->error, strlen(j->error), KT_ESC_KEEP_BACKSLASH));
+    }
 }
 
 int cli_job_exit(const ktune_job *j)
@@ -205,7 +210,8 @@ static int follow_cb(const ktune_job *j, void *ctx)
         n += snprintf(line + n, sizeof(line) - (size_t)n,
                       "%s%s  trials %d (%d measured, %d "
                       "from log)  best %s",
-                      j->phase[0] ? " " : "", j->phase, j->trials, j->measured, j->resumed, best);
+                      j->phase[0] ? " " : "", KT_ESC(j->phase), j->trials, j->measured, j->resumed,
+                      best);
         if (j->baseline_ns > 0 && j->best_ns > 0 && n < (int)sizeof(line)) {
             cli_fmt_ns(j->baseline_ns, base, sizeof(base));
             snprintf(line + n, sizeof(line) - (size_t)n, "  cuBLASLt %s (%.2fx)", base,
@@ -387,9 +393,9 @@ int cli_jobs(int argc, char **argv)
         snprintf(gpu, sizeof(gpu), j->gpu >= 0 ? "%d" : "-", j->gpu);
         snprintf(el, sizeof(el), "%.1fs", job_elapsed(j));
         printf("%6" PRIu64 "  %-9s  %-22.22s  %-20.20s  %3s  %-6s  %6d  %10s  %8s\n", j->id,
-               ktune_job_state_name(j->state), j->name,
+               ktune_job_state_name(j->state), KT_ESC(j->name),
                shapes_text(j->shapes, shapes, sizeof(shapes)), gpu,
-               j->state == KTUNE_JOB_RUNNING ? j->phase : "", j->trials, best, el);
+               j->state == KTUNE_JOB_RUNNING ? KT_ESC(j->phase) : "", j->trials, best, el);
     }
 out:
     free(jobs);

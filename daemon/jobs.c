@@ -243,8 +243,8 @@ int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined,
             kj->j.priority = s->priority;
             save(d, kj);
         }
-        kt_log_info(KD_LOG_JOBS, "submission of %s joins job %" PRIu64 " (%s)", s->name, kj->j.id,
-                    cache_job_state_name(st));
+        kt_log_info(KD_LOG_JOBS, "submission of %s joins job %" PRIu64 " (%s)", KT_ESC(s->name),
+                    kj->j.id, cache_job_state_name(st));
         *out = kj;
         *joined = true;
         return 0;
@@ -286,7 +286,7 @@ int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined,
     }
     d->next_id++;
     kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " %s queued (priority %d, budget %.0f s)", j->id,
-                j->name, (int)j->priority, j->budget_s);
+                KT_ESC(j->name), (int)j->priority, j->budget_s);
     *out = kj;
     *joined = false;
     kd_jobs_schedule(d);
@@ -387,7 +387,7 @@ void kd_jobs_schedule(kd_daemon *d)
             break;
         }
         kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " %s running on GPU %d (priority %d%s)", best->j.id,
-                    best->j.name, g->index, (int)best->j.priority,
+                    KT_ESC(best->j.name), g->index, (int)best->j.priority,
                     best->j.elapsed_s > 0 ? ", resumed" : "");
         best->progressed = true;
     }

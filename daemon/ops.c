@@ -71,14 +71,14 @@ static int arg_shapes(kd_req *r, const ops_graph *g, cache_bound *shapes, int *n
         s->name[k->via.str.size] = '\0';
         if (x->type != MSGPACK_OBJECT_POSITIVE_INTEGER || x->via.u64 < 1 ||
             x->via.u64 > (uint64_t)OPS_MAX_DIM)
-            return kd_fail(r, -EINVAL, "'shapes.%s' must be an integer in 1..%" PRId64, s->name,
-                           (int64_t)OPS_MAX_DIM);
+            return kd_fail(r, -EINVAL, "'shapes.%s' must be an integer in 1..%" PRId64,
+                           KT_ESC(s->name), (int64_t)OPS_MAX_DIM);
         s->value = (int64_t)x->via.u64;
     }
     qsort(shapes, count, sizeof(*shapes), bound_cmp);
     for (uint32_t i = 0; i < count; i++) {
         if (i > 0 && strcmp(shapes[i - 1].name, shapes[i].name) == 0)
-            return kd_fail(r, -EINVAL, "'shapes.%s' is given twice", shapes[i].name);
+            return kd_fail(r, -EINVAL, "'shapes.%s' is given twice", KT_ESC(shapes[i].name));
         b[i] = (ops_binding){shapes[i].name, shapes[i].value};
     }
     ops_graph *bound = NULL;
@@ -152,7 +152,7 @@ static int op_hello(kd_req *r)
         return rc;
     if (client[0])
         kt_log_debug(KD_LOG_SERVER, "connection %llu: client %s", (unsigned long long)r->c->serial,
-                     client);
+                     KT_ESC(client));
     kd_pack_str(kd_field(r, "version"), KTUNE_VERSION);
     msgpack_pack_int(kd_field(r, "protocol"), 1);
     msgpack_pack_int64(kd_field(r, "pid"), (int64_t)getpid());
@@ -194,6 +194,35 @@ static int arg_problem(kd_req *r, const ops_graph *g, const cache_bound *shapes,
     return 0;
 }
 
+/* The job's name (docs/protocol.md, "Names"): `name` as sent, refused unless it is a name (UTF-8,
+ * no control characters) shorter than cap; absent or "": the graph's name (checked by its parser)
+ * cut to fit between characters, else "graph". */
+static int arg_name(kd_req *r, const ops_graph *g, char *name, size_t cap)
+{
+    int rc = kd_arg_str(r, "name", name, cap, NULL);
+    if (rc < 0)
+        return rc;
+    if (!name[0]) {
+        const char *gn = g->name && g->name[0] ? g->name : "graph";
+        size_t n = strlen(gn);
+        if (n >= cap) {
+            n = cap - 1;
+            while (n > 0 && ((unsigned char)gn[n] & 0xc0) == 0x80) /* not inside a character */
+                n--;
+        }
+        memcpy(name, gn, n);
+        name[n] = '\0';
+        return 0;
+    }
+    kt_err e = {0};
+    if (kt_name_check(name, strlen(name), cap - 1, &e) < 0)
+        return kd_fail(r, -EINVAL,
+                       "'name' '%s' %s (a job name is 1 to %zu bytes of UTF-8 without control "
+                       "characters)",
+                       KT_ESC(name), e.msg, cap - 1);
+    return 0;
+}
+
 static int op_submit(kd_req *r)
 {
     kd_daemon *d = r->d;
@@ -210,10 +239,8 @@ static int op_submit(kd_req *r)
         (rc = arg_problem(r, g, s.shapes, s.n_shapes, s.precision, s.problem, &s.tolerance)) < 0 ||
         (rc = kd_arg_int(r, "priority", -100, 100, 0, &priority)) < 0 ||
         (rc = kd_arg_int(r, "gpu", -1, KD_MAX_GPUS - 1, -1, &gpu)) < 0 ||
-        (rc = kd_arg_str(r, "name", s.name, sizeof(s.name), NULL)) < 0)
+        (rc = arg_name(r, g, s.name, sizeof(s.name))) < 0)
         goto out;
-    if (!s.name[0])
-        snprintf(s.name, sizeof(s.name), "%s", g->name && g->name[0] ? g->name : "graph");
     s.priority = (int)priority;
     s.gpu = (int)gpu;
     /* somewhere to run it: a GPU that is up, or still starting */
@@ -300,7 +327,7 @@ static int op_jobs(kd_req *r)
                 return kd_fail(r, -EINVAL,
                                "'state' has '%s': expected queued, running, done, failed or "
                                "cancelled",
-                               name);
+                               KT_ESC(name));
             mask |= 1u << s;
         }
     }

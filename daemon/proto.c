@@ -328,9 +328,9 @@ void kd_dispatch(kd_conn *c, const msgpack_object *msg, const uint8_t *raw, size
         if (obj_is_str(op, o->name))
             break;
     if (!o->name) {
-        char m[160];
-        snprintf(m, sizeof(m), "request: unknown op '%.*s'",
-                 (int)(op->via.str.size > 64 ? 64 : op->via.str.size), op->via.str.ptr);
+        char m[160], esc[KT_ESC_MAX];
+        snprintf(m, sizeof(m), "request: unknown op '%s'",
+                 kt_escape(esc, sizeof(esc), op->via.str.ptr, op->via.str.size, 0));
         send_error(c, r.id, -ENOSYS, m);
         return;
     }

@@ -94,6 +94,13 @@ const char *ops_rule_name(ops_rule rule)
     return rule > OPS_RULE_NONE && rule < OPS_RULE_COUNT ? rule_names[rule] : "no error";
 }
 
+void ops__diag_tensor(ops_diag *d, const char *tensor)
+{
+    size_t n = tensor ? strlen(tensor) : 0;
+    kt_escape(d->tensor, sizeof(d->tensor), tensor, n,
+              kt_text_clean(tensor, n) ? KT_ESC_KEEP_BACKSLASH : 0);
+}
+
 int ops_diag_set(ops_diag *d, const ops_graph *g, ops_rule rule, int node, const char *tensor,
                  const char *fmt, ...)
 {
@@ -101,7 +108,7 @@ int ops_diag_set(ops_diag *d, const ops_graph *g, ops_rule rule, int node, const
         return -EINVAL;
     d->rule = rule;
     d->node = node;
-    snprintf(d->tensor, sizeof(d->tensor), "%s", tensor ? tensor : "");
+    ops__diag_tensor(d, tensor);
     char detail[400];
     va_list ap;
     va_start(ap, fmt);

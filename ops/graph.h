@@ -208,6 +208,9 @@ typedef struct ops_diag {
 int ops_diag_set(ops_diag *d, const ops_graph *g, ops_rule rule, int node, const char *tensor,
                  const char *fmt, ...) KT_PRINTF(6, 7);
 const char *ops_rule_name(ops_rule rule);
+/* Private to ops/: copies tensor (NULL: "") into d->tensor, escaped when it is not clean text
+ * (a name that failed its check) and cut between characters when long. */
+void ops__diag_tensor(ops_diag *d, const char *tensor);
 
 const ops_op_info *ops_op_info_get(ops_op op);
 /* Looks an op up by JSON name and operand count ("max" with one operand is the reduction).

@@ -35,10 +35,11 @@ static int vdiag(ops_diag *d, ops_rule rule, int node, const char *op, const cha
     vsnprintf(detail, sizeof(detail), fmt, ap);
     d->rule = rule;
     d->node = node;
-    snprintf(d->tensor, sizeof(d->tensor), "%s", tensor ? tensor : "");
+    ops__diag_tensor(d, tensor);
+    /* op and out are as written, not yet checked: escaped like every echoed string */
     if (node >= 0)
-        snprintf(d->msg, sizeof(d->msg), "node %d (%s -> %s): %s: %s", node, op ? op : "?",
-                 out ? out : "?", ops_rule_name(rule), detail);
+        snprintf(d->msg, sizeof(d->msg), "node %d (%s -> %s): %s: %s", node, op ? KT_ESC(op) : "?",
+                 out ? KT_ESC(out) : "?", ops_rule_name(rule), detail);
     else
         snprintf(d->msg, sizeof(d->msg), "%s: %s", ops_rule_name(rule), detail);
     return -EINVAL;
@@ -64,15 +65,16 @@ int ops__syntax_error(ops_diag *d, const char *fmt, ...)
     return rc;
 }
 
-static bool valid_name(const char *s)
+/* A tensor or graph name (docs/formats.md, part 1): what names the field, e.g. "graph input
+ * name". */
+static int check_name(dec *c, const char *tensor, const char *what, const char *s)
 {
-    size_t n = strlen(s);
-    if (n == 0 || n > OPS_MAX_NAME_LEN)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            return false;
-    return true;
+    kt_err e = {0};
+    if (kt_name_check(s, strlen(s), OPS_MAX_NAME_LEN, &e) == 0)
+        return 0;
+    return fail(c, OPS_RULE_SCHEMA, tensor,
+                "%s '%s' %s (names are 1 to %d bytes of UTF-8 without control characters)", what,
+                KT_ESC(s), e.msg, OPS_MAX_NAME_LEN);
 }
 
 static bool valid_symbol(const char *s)
@@ -116,7 +118,7 @@ static int decode_dtype(dec *c, const char *tensor, const char *what, ops_rule t
     const char *s = json_string_value(v);
     if (ops_dtype_from_name(s, out) < 0)
         return fail(c, OPS_RULE_DTYPE, tensor, "%s: unsupported dtype '%s' (use f32, f16 or bf16)",
-                    what, s);
+                    what, KT_ESC(s));
     if (*out == OPS_DT_F64)
         return fail(c, OPS_RULE_DTYPE, tensor,
                     "%s: f64 is the reference precision, not accepted in graphs (use f32, f16 "
@@ -149,7 +151,7 @@ static int decode_dim(dec *c, const json_t *v, bool allow_infer, ops_rule type_r
         if (!valid_symbol(s))
             return fail(c, type_rule, tensor,
                         "%s: dimension %zu '%s' is not a symbol name (letters, digits, _)", what,
-                        axis, s);
+                        axis, KT_ESC(s));
         int sym = ops_graph_sym(c->g, s);
         if (sym < 0)
             return sym;
@@ -162,10 +164,9 @@ static int decode_dim(dec *c, const json_t *v, bool allow_infer, ops_rule type_r
 
 static int decode_input(dec *c, const char *name, const json_t *v)
 {
-    if (!valid_name(name))
-        return fail(c, OPS_RULE_SCHEMA, name,
-                    "graph input name must be 1 to %d bytes without control characters",
-                    OPS_MAX_NAME_LEN);
+    int rc = check_name(c, name, "graph input name", name);
+    if (rc < 0)
+        return rc;
     if (!json_is_object(v))
         return fail(c, OPS_RULE_SCHEMA, name,
                     "graph input '%s' must be an object with \"dtype\" and \"shape\"", name);
@@ -176,7 +177,7 @@ static int decode_input(dec *c, const char *name, const json_t *v)
         if (strcmp(key, "dtype") != 0 && strcmp(key, "shape") != 0 && strcmp(key, "const") != 0)
             return fail(c, OPS_RULE_SCHEMA, name,
                         "graph input '%s': unknown key '%s' (expected dtype, shape, const)", name,
-                        key);
+                        KT_ESC(key));
     }
     char what[OPS_MAX_NAME_LEN + 32];
     snprintf(what, sizeof(what), "graph input '%s'", name);
@@ -186,7 +187,7 @@ static int decode_input(dec *c, const char *name, const json_t *v)
     if (!jdt)
         return fail(c, OPS_RULE_SCHEMA, name, "%s has no \"dtype\"", what);
     ops_dtype dt = OPS_DT_NONE;
-    int rc = decode_dtype(c, name, what, OPS_RULE_SCHEMA, jdt, &dt);
+    rc = decode_dtype(c, name, what, OPS_RULE_SCHEMA, jdt, &dt);
     if (rc < 0)
         return rc;
     if (!jshape || !json_is_array(jshape))
@@ -397,7 +398,7 @@ static int decode_attr(dec *c, ops_op op, const char *key, const json_t *v, ops_
         break;
     }
 #undef IS
-    return fail(c, OPS_RULE_ATTR, c->out, "unknown attribute '%s' for %s", key, c->op);
+    return fail(c, OPS_RULE_ATTR, c->out, "unknown attribute '%s' for %s", KT_ESC(key), c->op);
 }
 
 static const char *required_attr(ops_op op)
@@ -438,16 +439,15 @@ static int decode_node(dec *c, int i, const json_t *v)
         return fail(c, OPS_RULE_SCHEMA, c->out, "node needs \"op\": a string");
     if (!c->out)
         return fail(c, OPS_RULE_SCHEMA, NULL, "node needs \"out\": a tensor name");
-    if (!valid_name(c->out))
-        return fail(c, OPS_RULE_SCHEMA, c->out,
-                    "output name must be 1 to %d bytes without control characters",
-                    OPS_MAX_NAME_LEN);
+    int rc = check_name(c, c->out, "output name", c->out);
+    if (rc < 0)
+        return rc;
     if (!jin || !json_is_array(jin))
         return fail(c, OPS_RULE_SCHEMA, c->out, "node needs \"in\": a list of operands");
     size_t n_in = json_array_size(jin);
     ops_op op = ops_op_from_name(c->op, n_in > INT_MAX ? INT_MAX : (int)n_in);
     if (op == OPS_OP_INVALID)
-        return fail(c, OPS_RULE_UNKNOWN_OP, c->out, "'%s' is not an op", c->op);
+        return fail(c, OPS_RULE_UNKNOWN_OP, c->out, "'%s' is not an op", KT_ESC(c->op));
     const ops_op_info *info = ops_op_info_get(op);
     if (n_in < (size_t)info->min_in || n_in > (size_t)info->max_in) {
         if (info->min_in == info->max_in)
@@ -466,7 +466,7 @@ static int decode_node(dec *c, int i, const json_t *v)
     {
         if (strcmp(key, "op") == 0 || strcmp(key, "out") == 0 || strcmp(key, "in") == 0)
             continue;
-        int rc = decode_attr(c, op, key, val, &a, &seen);
+        rc = decode_attr(c, op, key, val, &a, &seen);
         if (rc < 0)
             return rc;
     }
@@ -489,7 +489,7 @@ static int decode_node(dec *c, int i, const json_t *v)
         json_is_number(json_array_get(jin, 1)))
         return fail(c, OPS_RULE_SCHEMA, c->out, "both operands are numbers; one must be a tensor");
 
-    int rc = ops_graph_add_node(c->g, op, c->out, &a);
+    rc = ops_graph_add_node(c->g, op, c->out, &a);
     if (rc == -EEXIST) {
         int t = ops_graph_find_tensor(c->g, c->out);
         if (c->g->tensors[t].producer < 0)
@@ -523,7 +523,8 @@ static int resolve_operands(dec *c, int i, const json_t *v)
         int t = ops_graph_find_tensor(c->g, name);
         if (t < 0)
             return fail(c, OPS_RULE_UNDEFINED, name,
-                        "operand %d '%s' is neither a graph input nor a node output", k, name);
+                        "operand %d '%s' is neither a graph input nor a node output", k,
+                        KT_ESC(name));
         n->in[k].tensor = t;
     }
     return 0;
@@ -544,15 +545,22 @@ int ops__graph_from_tree(const json_t *root, ops_graph **out, ops_diag *d)
         if (strcmp(key, "name") != 0 && strcmp(key, "inputs") != 0 && strcmp(key, "nodes") != 0 &&
             strcmp(key, "outputs") != 0)
             return fail(&c, OPS_RULE_SCHEMA, NULL,
-                        "unknown top-level key '%s' (expected name, inputs, nodes, outputs)", key);
+                        "unknown top-level key '%s' (expected name, inputs, nodes, outputs)",
+                        KT_ESC(key));
     }
     const json_t *jname = json_object_get(root, "name");
     const json_t *jinputs = json_object_get(root, "inputs");
     const json_t *jnodes = json_object_get(root, "nodes");
     const json_t *joutputs = json_object_get(root, "outputs");
-    if (jname && (!json_is_string(jname) || strlen(json_string_value(jname)) > OPS_MAX_NAME_LEN))
+    if (jname && !json_is_string(jname))
         return fail(&c, OPS_RULE_SCHEMA, NULL, "\"name\" must be a string of at most %d bytes",
                     OPS_MAX_NAME_LEN);
+    /* the graph's name may be empty (unnamed); otherwise it is a name like any other */
+    if (jname && json_string_length(jname) > 0) {
+        int rc = check_name(&c, NULL, "\"name\"", json_string_value(jname));
+        if (rc < 0)
+            return rc;
+    }
     if (!jinputs || !json_is_object(jinputs) || json_object_size(jinputs) == 0)
         return fail(&c, OPS_RULE_SCHEMA, NULL,
                     "\"inputs\" must be a non-empty object of tensor declarations");
@@ -596,7 +604,8 @@ int ops__graph_from_tree(const json_t *root, ops_graph **out, ops_diag *d)
         const char *name = json_string_value(o);
         int t = ops_graph_find_tensor(c.g, name);
         if (t < 0) {
-            rc = fail(&c, OPS_RULE_UNDEFINED, name, "graph output '%s' is not defined", name);
+            rc = fail(&c, OPS_RULE_UNDEFINED, name, "graph output '%s' is not defined",
+                      KT_ESC(name));
             goto fail;
         }
         rc = ops_graph_mark_output(c.g, t);

@@ -128,10 +128,11 @@ static int str_to_json(const msgpack_object_str *s, json_t **out, ops_diag *d)
     const char *ptr = s->size ? s->ptr : "";
     if (memchr(ptr, '\0', s->size))
         return schema_error(d, "strings must not contain NUL bytes");
-    *out = json_stringn(ptr, s->size);
-    if (!*out) /* jansson also refuses invalid UTF-8 */
-        return schema_error(d, "strings must be valid UTF-8");
-    return 0;
+    /* Not checked for UTF-8 here: the schema decoder checks every name it keeps and knows which
+     * field it is (ops__graph_from_tree), and every other string is compared with a fixed word or
+     * an existing name and echoed escaped. */
+    *out = json_stringn_nocheck(ptr, s->size);
+    return *out ? 0 : -ENOMEM;
 }
 
 /* Converts an unpacked object into the shared document tree. */
@@ -209,15 +210,16 @@ static int to_tree(const msgpack_object *o, int depth, json_t **out, ops_diag *d
         key[kv->key.via.str.size] = '\0';
         if (json_object_get(c, key)) {
             rc = ops_diag_set(d, NULL, OPS_RULE_SCHEMA, -1, NULL, "msgpack: duplicate key '%s'",
-                              key);
+                              KT_ESC(key));
             goto fail;
         }
         json_t *x;
         rc = to_tree(&kv->val, depth + 1, &x, d);
         if (rc < 0)
             goto fail;
-        if (json_object_set_new(c, key, x) < 0) { /* also refuses a key that is not UTF-8 */
-            rc = schema_error(d, "map keys must be valid UTF-8");
+        /* keys are names (inputs) or fixed words, checked like strings above */
+        if (json_object_set_new_nocheck(c, key, x) < 0) {
+            rc = -ENOMEM;
             goto fail;
         }
     }

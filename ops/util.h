@@ -50,6 +50,38 @@ void kt_log(int level, const char *tag, const char *fmt, ...) KT_PRINTF(3, 4);
 #define kt_log_info(tag, ...)  kt_log(KT_LOG_INFO, tag, __VA_ARGS__)
 #define kt_log_debug(tag, ...) kt_log(KT_LOG_DEBUG, tag, __VA_ARGS__)
 
+/* ---- untrusted text: names and echoed strings (docs/protocol.md, "Names") ---- */
+
+/* Checks a name (graph, tensor, symbol or job name) of len bytes: at least one and at most max
+ * bytes of well-formed UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF), with no
+ * control character (C0, DEL, C1) and no NUL. Returns 0, or -EINVAL with err->msg saying what is
+ * wrong and where as a phrase ("is not valid UTF-8 (byte 3)") for the caller's message. */
+int kt_name_check(const char *s, size_t len, size_t max, kt_err *err);
+
+/* True when s[0..len) is well-formed UTF-8 without control characters: what kt_escape copies
+ * unchanged, backslashes aside. */
+bool kt_text_clean(const char *s, size_t len);
+
+/* For text whose untrusted parts were escaped already (a log line, a daemon's error message):
+ * backslashes are kept, so earlier escapes are not doubled. */
+#define KT_ESC_KEEP_BACKSLASH 1u
+
+/* Writes s[0..len) into out (cap >= 8 bytes, always NUL-terminated) as one line that is safe for
+ * a terminal, a log and a strict UTF-8 decoder: control characters (C0, DEL, and each byte of a
+ * C1), backslashes (unless flags has KT_ESC_KEEP_BACKSLASH) and bytes that are not part of
+ * well-formed UTF-8 become \xNN; the rest is copied. When it does not fit, it is cut between
+ * characters and ends in "...". s may be NULL when len is 0. Returns out. */
+char *kt_escape(char *out, size_t cap, const char *s, size_t len, unsigned flags);
+
+/* kt_escape of a NUL-terminated string (NULL reads as ""). */
+char *kt_escape_str(char *out, size_t cap, const char *s);
+
+/* An escaped copy of s in a buffer that lives until the end of the enclosing block, for one
+ * printf-style argument: kt_err_set(err, -EINVAL, "unknown op '%s'", KT_ESC(op)). Bounded to
+ * KT_ESC_MAX - 1 bytes, so messages with untrusted parts keep a bounded length. */
+#define KT_ESC_MAX 128
+#define KT_ESC(s)  kt_escape_str((char[KT_ESC_MAX]){0}, KT_ESC_MAX, (s))
+
 /* Ensures the array *items (of elements of elem_size bytes, *cap allocated) has room for need
  * elements, growing geometrically. Returns 0 or -ENOMEM, leaving the old array intact on
  * failure. New slots are zeroed. */

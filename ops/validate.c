@@ -1026,8 +1026,8 @@ int ops_graph_bind(const ops_graph *g, const ops_binding *b, int n, ops_graph **
                 used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", k ? ", " : "",
                                          c->syms[k]);
             rc = ops_diag_set(d, c, OPS_RULE_CONFLICT_DIM, -1, NULL,
-                              "cannot bind %s: the graph has no symbol of that name (%s%s)", name,
-                              c->n_syms ? "symbols: " : "it has no symbols", list);
+                              "cannot bind %s: the graph has no symbol of that name (%s%s)",
+                              KT_ESC(name), c->n_syms ? "symbols: " : "it has no symbols", list);
             goto fail;
         }
         if (b[i].value < 1 || b[i].value > OPS_MAX_DIM) {

@@ -102,6 +102,8 @@ static void child_exec(const dh_daemon *d, const dh_opts *o, const char *bin, co
                     (char *)worker,
                     "--compile-jobs",
                     jobs,
+                    o->log_level ? "--log-level" : NULL,
+                    (char *)o->log_level,
                     NULL};
     execv(bin, argv);
     fprintf(stderr, "harness: exec %s: %s\n", bin, strerror(errno));

@@ -20,11 +20,12 @@
 /* ---- the daemon process ---- */
 
 typedef struct dh_opts {
-    const char *gpus;   /* --gpus, NULL: "0" */
-    int delay_ms;       /* FAKE_DELAY_MS for the fake worker, 0: none */
-    bool log_evals;     /* FAKE_LOG (detailed lines) into dh_daemon.fake_log */
-    int compile_jobs;   /* --compile-jobs, <= 0: 2 */
-    const char *env[8]; /* more "NAME=VALUE" for the daemon (and so its workers); NULL ends */
+    const char *gpus;      /* --gpus, NULL: "0" */
+    int delay_ms;          /* FAKE_DELAY_MS for the fake worker, 0: none */
+    bool log_evals;        /* FAKE_LOG (detailed lines) into dh_daemon.fake_log */
+    int compile_jobs;      /* --compile-jobs, <= 0: 2 */
+    const char *env[8];    /* more "NAME=VALUE" for the daemon (and so its workers); NULL ends */
+    const char *log_level; /* --log-level, NULL: the daemon's default */
 } dh_opts;
 
 typedef struct dh_daemon {

@@ -153,6 +153,10 @@ static void test_tune_usage(void **state)
         {{"cancel", "3", "4", NULL}, 2, "unexpected argument '4'"},
         {{"jobs", "--state", "sleeping", NULL}, 2, "'sleeping'"},
         {{"jobs", "--frobnicate", NULL}, 2, "unknown option '--frobnicate'"},
+        /* what the user typed is quoted escaped: one line, nothing that drives the terminal */
+        {{"jobs", "--state", "done\n<0>emerg\x1b[2J", NULL}, 2, "'done\\x0a<0>emerg\\x1b[2J'"},
+        {{"status", "1\n<0>x", NULL}, 2, "'1\\x0a<0>x' is not a job id"},
+        {{"tune", "@softmax", "--shape", "M\x1b=64,N=8", NULL}, 2, "'M\\x1b' is not a symbol"},
         {{"batch", NULL}, 2, "missing FILE.jsonl"},
         {{"batch", "x.jsonl", "--shard", "2/2", NULL}, 2, "--shard takes I/N"},
         {{"batch", "x.jsonl", "--shard", "1", NULL}, 2, "--shard takes I/N"},

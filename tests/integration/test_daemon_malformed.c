@@ -30,7 +30,8 @@ static int setup(void **state)
     (void)state;
     if (dh_init(&daemon_, "malformed") < 0)
         return -1;
-    dh_opts o = {.gpus = "0"};
+    /* debug: refused requests are logged too, with their messages (test_untrusted_strings) */
+    dh_opts o = {.gpus = "0", .log_level = "debug"};
     if (dh_start(&daemon_, &o, 30.0) < 0)
         return -1;
     if (dh_connect(&bystander, daemon_.sock) < 0)
@@ -87,6 +88,54 @@ static void expect_closed_after(const void *p, size_t n, int max_msgs, const cha
     check_bystander(what);
 }
 
+/* What a strict msgpack decoder asks of a string: well-formed UTF-8 (no overlong forms, no
+ * surrogates, nothing past U+10FFFF). Written here independently of the daemon's checker. */
+static bool utf8_ok(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t len = c < 0x80                 ? 1
+                     : c >= 0xc2 && c <= 0xdf ? 2
+                     : c >= 0xe0 && c <= 0xef ? 3
+                     : c >= 0xf0 && c <= 0xf4 ? 4
+                                              : 0;
+        if (len == 0 || n - i < len)
+            return false;
+        uint32_t cp = len == 1 ? c : c & (0x7f >> len);
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = cp << 6 | (s[i + k] & 0x3f);
+        }
+        static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < least[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+/* Every string in o, map keys included, is UTF-8. */
+static bool strings_utf8(const msgpack_object *o)
+{
+    switch (o->type) {
+    case MSGPACK_OBJECT_STR:
+        return utf8_ok((const unsigned char *)o->via.str.ptr, o->via.str.size);
+    case MSGPACK_OBJECT_ARRAY:
+        for (uint32_t i = 0; i < o->via.array.size; i++)
+            if (!strings_utf8(&o->via.array.ptr[i]))
+                return false;
+        return true;
+    case MSGPACK_OBJECT_MAP:
+        for (uint32_t i = 0; i < o->via.map.size; i++)
+            if (!strings_utf8(&o->via.map.ptr[i].key) || !strings_utf8(&o->via.map.ptr[i].val))
+                return false;
+        return true;
+    default:
+        return true;
+    }
+}
+
 /* Expects an error reply with code and id on c, a one-line message naming `field` (when
  * non-NULL); the connection stays usable (checked by the caller's next request). */
 static void expect_error_reply2(dh_conn *c, uint64_t id, const char *code, const char *alt,
@@ -111,6 +160,13 @@ static void expect_error_reply2(dh_conn *c, uint64_t id, const char *code, const
         fail_msg("%s: the message must be one non-empty line: %s", what, desc);
     if (field && !strstr(msg, field))
         fail_msg("%s: the message does not name '%s': %s", what, field, desc);
+    /* nothing in it may drive a terminal or trip a strict decoder */
+    for (const char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            fail_msg("%s: control character 0x%02x in the message: %s", what, (unsigned char)*p,
+                     desc);
+    if (!strings_utf8(rep))
+        fail_msg("%s: the reply holds a string that is not UTF-8", what);
 }
 
 static void expect_error_reply(dh_conn *c, uint64_t id, const char *code, const char *field,
@@ -649,6 +705,170 @@ static void test_other_ops_bad_args(void **state)
     check_bystander("bad arguments to other ops");
 }
 
+/* A submit whose field key is the string val (n bytes, any bytes). */
+static void submit_with_str(dh_conn *c, const char *key, const char *val, size_t n, uint64_t *id)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_str_with_body(&pk, val, n);
+    bad_field f = {key, sb.data, sb.size, "", "EINVAL", NULL};
+    send_submit_with(c, &f, id);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* The msgpack graph {name: NAME (when not NULL), inputs: {IN: f32 [4]}, nodes: [{out: y, op: OP,
+ * in: [IN]}], outputs: [y]}. */
+static void pack_graph(msgpack_sbuffer *sb, const char *name, const char *in, const char *op)
+{
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+#define S(x) msgpack_pack_str_with_body(&pk, x, strlen(x))
+    msgpack_pack_map(&pk, name ? 4 : 3);
+    if (name)
+        S("name"), S(name);
+    S("inputs"), msgpack_pack_map(&pk, 1), S(in), msgpack_pack_map(&pk, 2);
+    S("dtype"), S("f32"), S("shape"), msgpack_pack_array(&pk, 1), msgpack_pack_int(&pk, 4);
+    S("nodes"), msgpack_pack_array(&pk, 1), msgpack_pack_map(&pk, 3);
+    S("out"), S("y"), S("op"), S(op), S("in"), msgpack_pack_array(&pk, 1), S(in);
+    S("outputs"), msgpack_pack_array(&pk, 1), S("y");
+#undef S
+}
+
+/* Untrusted strings (docs/protocol.md "Names"): a job name with a newline and ESC, or bytes that
+ * are not UTF-8, is refused with a one-line message showing them escaped, and never reaches the
+ * log raw (journald reads a line starting "<0>" as an emergency); a graph's bad tensor name is
+ * refused naming the field; unknown ops, state filters and shape keys are echoed escaped; and a
+ * `jobs` reply afterwards holds only UTF-8. */
+static void test_untrusted_strings(void **state)
+{
+    (void)state;
+    dh_conn c;
+    connect_or_fail(&c);
+    uint64_t id;
+    static const char forged[] = "x\n<0>emerg forged\x1b[2J\x1b]0;pwned\x07";
+    submit_with_str(&c, "name", forged, sizeof(forged) - 1, &id);
+    expect_error_reply(&c, id, "EINVAL", "'name' 'x\\x0a<0>emerg forged\\x1b[2J\\x1b]0;pwned\\x07'",
+                       "a job name with a newline and ESC");
+    static const char latin1[] = "gr\xf6\xdf"
+                                 "e";
+    submit_with_str(&c, "name", latin1, sizeof(latin1) - 1, &id);
+    expect_error_reply(&c, id, "EINVAL", "'gr\\xf6\\xdfe' is not valid UTF-8",
+                       "a job name in Latin-1");
+    char longname[80];
+    memset(longname, 'a', sizeof(longname));
+    submit_with_str(&c, "name", longname, 64, &id);
+    expect_error_reply(&c, id, "EINVAL", "'name' must be shorter than 64 bytes",
+                       "a job name of 64 bytes");
+
+    /* the graph: a tensor name that is not UTF-8, an op with a newline */
+    msgpack_sbuffer g;
+    msgpack_sbuffer_init(&g);
+    pack_graph(&g, NULL, "x\xff", "relu");
+    bad_field f = {"graph", g.data, g.size, "", "EINVAL", NULL};
+    send_submit_with(&c, &f, &id);
+    expect_error_reply(&c, id, "EINVAL", "graph input name 'x\\xff' is not valid UTF-8",
+                       "a tensor name that is not UTF-8");
+    msgpack_sbuffer_clear(&g);
+    pack_graph(&g, NULL, "x", "bad\nop");
+    f = (bad_field){"graph", g.data, g.size, "", "EINVAL", NULL};
+    send_submit_with(&c, &f, &id);
+    expect_error_reply(&c, id, "EINVAL", "'bad\\x0aop' is not an op", "an unknown op 'bad\\nop'");
+
+    /* a job without a name takes its graph's, cut to 63 bytes between characters: 62 'g' and a
+     * two-byte character straddling the limit leave 62 bytes */
+    char gname[80];
+    memset(gname, 'g', 62);
+    snprintf(gname + 62, sizeof(gname) - 62, "\xc3\xa9tail");
+    msgpack_sbuffer_clear(&g);
+    pack_graph(&g, gname, "x", "relu");
+    dh_submit_args unnamed = {.graph = g.data, .graph_len = g.size, .budget_s = 5, .gpu = -1};
+    dh_job job;
+    bool joined = false;
+    char code[16];
+    assert_int_equal(dh_submit(&c, &unnamed, 10.0, &job, &joined), 0);
+    (void)dh_cancel(&c, job.id, 10.0, &job, code);
+    msgpack_sbuffer_destroy(&g);
+
+    /* echoes: the request's op, a state filter, a shape key */
+    dh_req r;
+    dh_req_begin(&r, &c, "bad\nop\x1b[2J", 0);
+    assert_int_equal(dh_send(&c, r.sb.data, r.sb.size), 0);
+    expect_error_reply(&c, r.id, "ENOSYS", "unknown op 'bad\\x0aop\\x1b[2J'", "op 'bad\\nop'");
+    dh_req_free(&r);
+    dh_req_begin(&r, &c, "jobs", 1);
+    dh_req_str(&r, "state", "done\n<0>x");
+    assert_int_equal(dh_send(&c, r.sb.data, r.sb.size), 0);
+    expect_error_reply(&c, r.id, "EINVAL", "'done\\x0a<0>x'", "jobs state with a newline");
+    dh_req_free(&r);
+    static const dh_shape odd[2] = {{"M\n<0>x", 64}, {"N", 256}};
+    dh_req_begin(&r, &c, "lookup", 2);
+    dh_req_raw(&r, "graph", graph_mp, graph_len);
+    dh_req_key(&r, "shapes");
+    dh_req_shapes(&r, odd, 2);
+    assert_int_equal(dh_send(&c, r.sb.data, r.sb.size), 0);
+    expect_error_reply(&c, r.id, "EINVAL", "M\\x0a<0>x", "a shape key with a newline");
+    dh_req_free(&r);
+    /* a hello's client string is only logged (at debug): escaped there */
+    dh_req_begin(&r, &c, "hello", 1);
+    dh_req_str(&r, "client", "c\n<0>emerg hello\x1b[2J");
+    const msgpack_object *rep;
+    assert_int_equal(dh_call(&c, &r, 5.0, &rep), 0);
+    assert_true(dh_ok(rep));
+
+    /* a name in UTF-8 with a backslash is a name: kept as sent */
+    static const char good[] = "gr\xc3\xb6\xc3\x9f"
+                               "e \xe2\x9c\x93 a\\b";
+    dh_submit_args a = {.graph = graph_mp,
+                        .graph_len = graph_len,
+                        .shapes = shapes,
+                        .n_shapes = 2,
+                        .budget_s = 5,
+                        .gpu = -1,
+                        .name = good};
+    assert_int_equal(dh_submit(&c, &a, 10.0, &job, &joined), 0);
+    (void)dh_cancel(&c, job.id, 10.0, &job, code);
+    dh_req_begin(&r, &c, "jobs", 0);
+    assert_int_equal(dh_call(&c, &r, 5.0, &rep), 0);
+    assert_true(dh_ok(rep));
+    if (!strings_utf8(rep))
+        fail_msg("a jobs reply holds a string that is not UTF-8");
+    const msgpack_object *jobs = dh_get(rep, "jobs");
+    assert_non_null(jobs);
+    assert_int_equal(jobs->type, MSGPACK_OBJECT_ARRAY);
+    assert_int_equal(jobs->via.array.size, 2); /* the refused submits made none */
+    char name[128];
+    dh_str(&jobs->via.array.ptr[0], "name", name, sizeof(name)); /* newest first */
+    assert_string_equal(name, good);
+    dh_str(&jobs->via.array.ptr[1], "name", name, sizeof(name));
+    gname[62] = '\0';
+    assert_string_equal(name, gname);
+    dh_close(&c);
+
+    /* the log: no line of the daemon's own starting "<0>" or holding a raw ESC or a byte that
+     * is not UTF-8; the refused requests were logged (debug), so this looked at their lines */
+    FILE *lf = fopen(daemon_.log, "rb");
+    assert_non_null(lf);
+    char line[4096];
+    bool saw_forged = false, saw_hello = false;
+    while (fgets(line, sizeof(line), lf)) {
+        if (strncmp(line, "<0>", 3) == 0)
+            fail_msg("a forged emergency line in the log: %s", line);
+        if (strchr(line, 0x1b) || !utf8_ok((const unsigned char *)line, strlen(line)))
+            fail_msg("a raw ESC or non-UTF-8 bytes in the log: %s", line);
+        saw_forged |= strstr(line, "x\\x0a<0>emerg forged") != NULL;
+        saw_hello |= strstr(line, "c\\x0a<0>emerg hello\\x1b[2J") != NULL;
+    }
+    fclose(lf);
+    if (!saw_forged || !saw_hello) {
+        dh_dump_log(&daemon_, 4000);
+        fail_msg("the refused name or the hello's client was not logged escaped (%d, %d)",
+                 saw_forged, saw_hello);
+    }
+    check_bystander("untrusted strings");
+}
+
 static void test_pipelined_requests(void **state)
 {
     (void)state;
@@ -745,6 +965,7 @@ int main(void)
         cmocka_unit_test(test_bad_envelopes),
         cmocka_unit_test(test_submit_wrong_types),
         cmocka_unit_test(test_other_ops_bad_args),
+        cmocka_unit_test(test_untrusted_strings),
         cmocka_unit_test(test_pipelined_requests),
         cmocka_unit_test(test_final_state),
     };

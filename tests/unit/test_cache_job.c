@@ -284,9 +284,10 @@ static void corrupt_job(fixture *f, uint64_t id)
 }
 
 /* Rewrites job id's stored value with raw LMDB: its map re-packed with every key but drop (NULL:
- * none) and with value of key change (NULL: none) replaced by a string, under a fresh checksum. */
-static void rewrite_job(fixture *f, uint64_t id, const char *const *drop, int n_drop,
-                        const char *change)
+ * none) and with value of key change (NULL: none) replaced by the string to (to_len bytes), under
+ * a fresh checksum. */
+static void rewrite_job_to(fixture *f, uint64_t id, const char *const *drop, int n_drop,
+                           const char *change, const char *to, size_t to_len)
 {
     cache_close(f->env);
     f->env = NULL;
@@ -323,8 +324,8 @@ static void rewrite_job(fixture *f, uint64_t id, const char *const *drop, int n_
             continue;
         msgpack_pack_object(&pk, m->ptr[i].key);
         if (change && cache_key_is(&m->ptr[i].key, change)) {
-            msgpack_pack_str(&pk, 4);
-            msgpack_pack_str_body(&pk, "slow", 4);
+            msgpack_pack_str(&pk, to_len);
+            msgpack_pack_str_body(&pk, to, to_len);
         } else {
             msgpack_pack_object(&pk, m->ptr[i].val);
         }
@@ -341,6 +342,42 @@ static void rewrite_job(fixture *f, uint64_t id, const char *const *drop, int n_
     free(buf);
     kt_err err = {0};
     assert_int_equal(cache_open(f->dir, 0, NULL, &f->env, &err), 0);
+}
+
+static void rewrite_job(fixture *f, uint64_t id, const char *const *drop, int n_drop,
+                        const char *change)
+{
+    rewrite_job_to(f, id, drop, n_drop, change, "slow", 4);
+}
+
+/* A journal written before names were checked may hold a name with a newline, an ESC or bytes
+ * that are not UTF-8: the entry still decodes, the name escaped (so neither a log, a terminal nor
+ * a strict msgpack decoder of a `jobs` reply ever sees it raw), and it can be written back. */
+static void test_entry_with_bad_name(void **state)
+{
+    fixture *f = *state;
+    kt_err err = {0};
+    cache_job j, back;
+    fill_job(&j, 1, CACHE_JOB_FAILED);
+    assert_int_equal(cache_job_put(f->env, &j, &err), 0);
+    cache_job_free(&j);
+    static const char name[] = "x\n<0>emerg forged\x1b[2J\xff";
+    rewrite_job_to(f, 1, NULL, 0, "name", name, sizeof(name) - 1);
+    static const char error[] = "cannot compile 'y\r\n'";
+    rewrite_job_to(f, 1, NULL, 0, "error", error, sizeof(error) - 1);
+    assert_int_equal(cache_job_get(f->env, 1, &back, &err), 0);
+    assert_string_equal(back.name, "x\\x0a<0>emerg forged\\x1b[2J\\xff");
+    assert_string_equal(back.error, "cannot compile 'y\\x0d\\x0a'");
+    assert_true(kt_text_clean(back.name, strlen(back.name)));
+    /* what decodes can be saved again (the daemon saves a job when it changes) */
+    assert_int_equal(cache_job_put(f->env, &back, &err), 0);
+    cache_job_free(&back);
+    /* a name the encoder is handed raw is refused */
+    fill_job(&j, 2, CACHE_JOB_DONE);
+    snprintf(j.name, sizeof(j.name), "a\nb");
+    assert_int_equal(cache_job_put(f->env, &j, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "a\\x0ab"));
+    cache_job_free(&j);
 }
 
 /* A journal written before the tuning cost was kept: its entries still decode, with 0 for both;
@@ -417,6 +454,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refuses_bad_jobs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreach_order_and_next_id, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_entry_skipped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_entry_with_bad_name, setup, teardown),
         cmocka_unit_test_setup_teardown(test_entry_without_cost, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -951,6 +951,88 @@ static void test_msgpack_bad_values(void **state)
     assert_null(g);
 }
 
+/* Names are UTF-8 without control characters (docs/formats.md, part 1), refused naming the
+ * field; every string a message echoes is escaped, so a message stays one line. */
+static void test_names_checked(void **state)
+{
+    (void)state;
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    /* JSON: an ESC, a C1 control and a newline in names, "\n" in an op */
+    parse_fails(GRAPH("'x\\u001b[2J': {'dtype': 'f32', 'shape': [4]}",
+                      "{'out': 'y', 'op': 'relu', 'in': ['x']}", "'y'"),
+                OPS_RULE_SCHEMA, -1, "x\\x1b[2J", "graph input name 'x\\x1b[2J' has the control");
+    parse_fails(GRAPH("'x': {'dtype': 'f32', 'shape': [4]}",
+                      "{'out': 'y\\u0085', 'op': 'relu', 'in': ['x']}", "'y'"),
+                OPS_RULE_SCHEMA, 0, "y\\xc2\\x85", "output name 'y\\xc2\\x85' has the control");
+    parse_fails("{'name': 'g\\n<0>emerg forged', 'inputs': {'x': {'dtype': 'f32', 'shape': [4]}},"
+                " 'nodes': [{'out': 'y', 'op': 'relu', 'in': ['x']}], 'outputs': ['y']}",
+                OPS_RULE_SCHEMA, -1, "", "\"name\" 'g\\x0a<0>emerg forged' has the control");
+    parse_fails(GRAPH("'x': {'dtype': 'f32', 'shape': [4]}",
+                      "{'out': 'y', 'op': 'bad\\nop', 'in': ['x']}", "'y'"),
+                OPS_RULE_UNKNOWN_OP, 0, "y", "node 0 (bad\\x0aop -> y): unknown op: 'bad\\x0aop'");
+    parse_fails(GRAPH("'x': {'dtype': 'f32\\r', 'shape': [4]}",
+                      "{'out': 'y', 'op': 'relu', 'in': ['x']}", "'y'"),
+                OPS_RULE_DTYPE, -1, "x", "unsupported dtype 'f32\\x0d'");
+    parse_fails(GRAPH("'x': {'dtype': 'f32', 'shape': [4]}",
+                      "{'out': 'y', 'op': 'relu', 'in': ['x\\u001b']}", "'y'"),
+                OPS_RULE_UNDEFINED, 0, "x\\x1b", "operand 0 'x\\x1b' is neither");
+    /* UTF-8 names are fine and round-trip */
+    ops_graph *ok =
+        parse_ok(GRAPH("'gr\xc3\xb6\xc3\x9f"
+                       "e': {'dtype': 'f32', 'shape': [4]}",
+                       "{'out': '\xe2\x9c\x93', 'op': 'relu', 'in': ['gr\xc3\xb6\xc3\x9f"
+                       "e']}",
+                       "'\xe2\x9c\x93'"));
+    void *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(ops_graph_to_msgpack(ok, &buf, &len), 0);
+    assert_int_equal(ops_graph_from_msgpack(buf, len, &g, &d), 0);
+    ops_graph_free(g);
+    g = NULL;
+    free(buf);
+    ops_graph_free(ok);
+
+    /* msgpack: the same graph with bytes that are not UTF-8 in a tensor name, in the graph's name,
+     * in a node's output: refused naming the field, the name escaped */
+    static const struct {
+        const char *json, *field, *tensor;
+    } cases[] = {
+        {GRAPH("'xZZ': {'dtype': 'f32', 'shape': [4]}", "{'out': 'y', 'op': 'relu', 'in': ['xZZ']}",
+               "'y'"),
+         "graph input name 'x\\xff\\xfe' is not valid UTF-8 (byte 1)", "x\\xff\\xfe"},
+        {"{'name': 'gZZ', 'inputs': {'x': {'dtype': 'f32', 'shape': [4]}},"
+         " 'nodes': [{'out': 'y', 'op': 'relu', 'in': ['x']}], 'outputs': ['y']}",
+         "\"name\" 'g\\xff\\xfe' is not valid UTF-8 (byte 1)", ""},
+        {GRAPH("'x': {'dtype': 'f32', 'shape': [4]}", "{'out': 'yZZ', 'op': 'relu', 'in': ['x']}",
+               "'yZZ'"),
+         "output name 'y\\xff\\xfe' is not valid UTF-8 (byte 1)", "y\\xff\\xfe"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ops_graph *src = parse_ok(cases[i].json);
+        assert_int_equal(ops_graph_to_msgpack(src, &buf, &len), 0);
+        ops_graph_free(src);
+        for (size_t k = 0; k + 1 < len; k++) /* ZZ -> FF FE, same length */
+            if (((char *)buf)[k] == 'Z' && ((char *)buf)[k + 1] == 'Z') {
+                ((uint8_t *)buf)[k] = 0xff;
+                ((uint8_t *)buf)[k + 1] = 0xfe;
+            }
+        memset(&d, 0, sizeof(d));
+        assert_int_equal(ops_graph_from_msgpack(buf, len, &g, &d), -EINVAL);
+        assert_null(g);
+        if (!strstr(d.msg, cases[i].field))
+            fail_msg("case %zu: '%s' does not say '%s'", i, d.msg, cases[i].field);
+        assert_null(strchr(d.msg, '\n'));
+        assert_true(kt_text_clean(d.msg, strlen(d.msg)));
+        assert_string_equal(d.tensor, cases[i].tensor);
+        free(buf);
+    }
+    /* a duplicate key with a newline is echoed escaped */
+    const uint8_t dup[] = {0x82, 0xa2, 'a', '\n', 0x01, 0xa2, 'a', '\n', 0x02};
+    assert_int_equal(ops_graph_from_msgpack(dup, sizeof(dup), &g, &d), -EINVAL);
+    assert_non_null(strstr(d.msg, "duplicate key 'a\\x0a'"));
+}
+
 static void test_writer_rejects_unwritable(void **state)
 {
     (void)state;
@@ -990,6 +1072,7 @@ int main(void)
         cmocka_unit_test(test_msgpack_truncated),
         cmocka_unit_test(test_deep_nesting_rejected),
         cmocka_unit_test(test_msgpack_bad_values),
+        cmocka_unit_test(test_names_checked),
         cmocka_unit_test(test_writer_rejects_unwritable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
