@@ -215,8 +215,9 @@ static int get_text(const msgpack_object *o, char *buf, size_t cap, const char *
     size_t len = rc == 0 ? o->via.str.size : 0;
     if (rc == 0 && !kt_text_clean(buf, len)) {
         char esc[256];
-        kt_escape(esc, sizeof(esc) < cap ? sizeof(esc) : cap, buf, len, 0);
-        snprintf(buf, cap, "%s", esc);
+        size_t n = sizeof(esc) < cap ? sizeof(esc) : cap;
+        kt_escape(esc, n, buf, len, 0);
+        memcpy(buf, esc, strlen(esc) + 1); /* kt_escape wrote at most n <= cap bytes */
     }
     return rc;
 }
