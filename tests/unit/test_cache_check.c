@@ -208,8 +208,10 @@ static void test_damaged_value(void **state)
 
 /* Reads the whole cache with LMDB in a child, the way any reader could: every named database
  * walked with a cursor, and every key found looked up again with mdb_get. Returns the child's
- * wait status. */
-static int lmdb_read_all(const char *dir)
+ * wait status. The child touches what a damaged page makes LMDB return, a wild pointer at times:
+ * that read is the probe (does a reader crash?), so ASan must not turn it into a report of its
+ * own (an address in ASan's internal region reads as "unknown-crash", not as a SIGSEGV). */
+__attribute__((no_sanitize_address)) static int lmdb_read_all(const char *dir)
 {
     pid_t pid = fork();
     assert_true(pid >= 0);
