@@ -23,6 +23,7 @@
 #include "search/tune.h"
 
 #include "ops/ops.h"
+#include "gpu_graphs.h"
 
 #include <errno.h>
 #include <math.h>
@@ -156,33 +157,10 @@ static const char chain_src[] = "#define N " XSTR(
              "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
              "  if (i < N) y[i] = t[i] + 1.0f + scratch[0];\n}\n";
 
-/* x [N] -> t = 2 x -> y = t + 1: t is an intermediate, held in the workspace. */
-static ops_graph *chain_graph(void)
-{
-    ops_graph *g = ops_graph_new("chain");
-    ops_shape sh = {.rank = 1, .d = {{CHAIN_N, OPS_NO_SYM}}};
-    int x = ops_graph_add_input(g, "x", OPS_DT_F32, &sh, false);
-    int n0 = ops_graph_add_node(g, OPS_MUL, "t", NULL);
-    g->nodes[n0].n_in = 2;
-    g->nodes[n0].in[0] = (ops_operand){.tensor = x};
-    g->nodes[n0].in[1] = (ops_operand){.tensor = OPS_SCALAR, .scalar = 2};
-    int n1 = ops_graph_add_node(g, OPS_ADD, "y", NULL);
-    g->nodes[n1].n_in = 2;
-    g->nodes[n1].in[0] = (ops_operand){.tensor = g->nodes[n0].out};
-    g->nodes[n1].in[1] = (ops_operand){.tensor = OPS_SCALAR, .scalar = 1};
-    ops_graph_mark_output(g, g->nodes[n1].out);
-    ops_diag d = {0};
-    if (ops_graph_validate(g, &d) < 0) {
-        printf("  FAIL chain graph: %s\n", d.msg);
-        failures++;
-    }
-    return g;
-}
-
 static void clear_ranges(srch_worker *w, const char *arch)
 {
     printf("== 3. a record's kernel clears only its own workspace range\n");
-    ops_graph *g = chain_graph();
+    ops_graph *g = gpu_affine_graph("chain", CHAIN_N, &failures);
     srch_compile_result cr = {0};
     if (srch_nvrtc_compile(chain_src, arch, &cr) < 0 || cr.status != SRCH_COMPILE_OK) {
         printf("  FAIL compile: %.300s\n", cr.log ? cr.log : "");

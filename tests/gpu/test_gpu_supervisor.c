@@ -14,6 +14,7 @@
 #include "search/tune.h"
 
 #include "ops/ops.h"
+#include "gpu_graphs.h"
 
 #include <errno.h>
 #include <math.h>
@@ -44,29 +45,6 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
-
-/* x [n] f32 -> y = 2 x + 1 (mul, add with scalars), the graph of the planted kernels. */
-static ops_graph *affine_graph(int64_t n)
-{
-    ops_graph *g = ops_graph_new("affine");
-    ops_shape s = {.rank = 1, .d = {{n, OPS_NO_SYM}}};
-    int x = ops_graph_add_input(g, "x", OPS_DT_F32, &s, false);
-    int n0 = ops_graph_add_node(g, OPS_MUL, "t", NULL);
-    g->nodes[n0].n_in = 2;
-    g->nodes[n0].in[0] = (ops_operand){.tensor = x};
-    g->nodes[n0].in[1] = (ops_operand){.tensor = OPS_SCALAR, .scalar = 2};
-    int n1 = ops_graph_add_node(g, OPS_ADD, "y", NULL);
-    g->nodes[n1].n_in = 2;
-    g->nodes[n1].in[0] = (ops_operand){.tensor = g->nodes[n0].out};
-    g->nodes[n1].in[1] = (ops_operand){.tensor = OPS_SCALAR, .scalar = 1};
-    ops_graph_mark_output(g, g->nodes[n1].out);
-    ops_diag d = {0};
-    if (ops_graph_validate(g, &d) < 0) {
-        printf("  FAIL affine graph: %s\n", d.msg);
-        failures++;
-    }
-    return g;
 }
 
 /* ---- 1. the supervisor ---- */
@@ -182,7 +160,7 @@ static int supervisor(void)
     }
     printf("== supervisor (real worker): %s, %s, %d SMs\n", gpu.name, dev.arch, dev.sm_count);
 
-    ops_graph *g = affine_graph(AFFINE_N);
+    ops_graph *g = gpu_affine_graph("affine", AFFINE_N, &failures);
     srch_eval_result res;
     double secs;
     const planted ok = {"correct 2x+1", correct_src, 60, SRCH_OK};
@@ -218,7 +196,7 @@ static int supervisor(void)
 
     /* A sane time: 2 x 64 MiB streamed (past the L2), hot; the bandwidth must be plausible
      * for HBM (MEASURE.md: copies reach 2.85-3.0 TB/s). */
-    g = affine_graph(STREAM_N);
+    g = gpu_affine_graph("affine", STREAM_N, &failures);
     const planted stream = {"correct 2x+1, 16M floats", correct_src, 60, SRCH_OK};
     st = eval_planted(w, dev.arch, g, STREAM_N, &stream, 6, &res, &secs);
     if (st == SRCH_OK) {

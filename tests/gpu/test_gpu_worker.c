@@ -20,6 +20,8 @@
 #include "ops/library.h"
 #include "search/worker.h"
 
+#include "gpu_graphs.h"
+
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
@@ -270,27 +272,6 @@ static ops_graph *example(const char *file, const char *shapes, ops_binding *b, 
     ops_graph_free(g);
     ops_graph_free(bound);
     return canon;
-}
-
-/* x [n] f32 -> y = 2 x + 1 (mul, add with scalars), the graph of the planted kernels. */
-static ops_graph *affine_graph(int64_t n)
-{
-    ops_graph *g = ops_graph_new("affine");
-    ops_shape s = {.rank = 1, .d = {{n, OPS_NO_SYM}}};
-    int x = ops_graph_add_input(g, "x", OPS_DT_F32, &s, false);
-    int n0 = ops_graph_add_node(g, OPS_MUL, "t", NULL);
-    g->nodes[n0].n_in = 2;
-    g->nodes[n0].in[0] = (ops_operand){.tensor = x};
-    g->nodes[n0].in[1] = (ops_operand){.tensor = OPS_SCALAR, .scalar = 2};
-    int n1 = ops_graph_add_node(g, OPS_ADD, "y", NULL);
-    g->nodes[n1].n_in = 2;
-    g->nodes[n1].in[0] = (ops_operand){.tensor = g->nodes[n0].out};
-    g->nodes[n1].in[1] = (ops_operand){.tensor = OPS_SCALAR, .scalar = 1};
-    ops_graph_mark_output(g, g->nodes[n1].out);
-    ops_diag d = {0};
-    if (ops_graph_validate(g, &d) < 0)
-        printf("  FAIL affine graph: %s\n", d.msg);
-    return g;
 }
 
 /* x [rows, cols] f32 -> y [rows] = sum over the last axis. */
@@ -770,7 +751,7 @@ out:
 
 static void planted(worker *w)
 {
-    ops_graph *g = affine_graph(AFFINE_N);
+    ops_graph *g = gpu_affine_graph("affine", AFFINE_N, &failures);
     const char *entries[] = {"k"};
     uint32_t grid[] = {(AFFINE_N + 255) / 256};
     srch_eval_result res;
@@ -967,7 +948,7 @@ static void fault(void)
         failures++;
         return;
     }
-    ops_graph *g = affine_graph(AFFINE_N);
+    ops_graph *g = gpu_affine_graph("affine", AFFINE_N, &failures);
     const char *entries[] = {"k"};
     uint32_t grid[] = {(AFFINE_N + 255) / 256};
     srch_eval_result res;
