@@ -221,6 +221,14 @@ int cache_write(cache_env *env, cache_write_fn fn, void *ctx, kt_err *err)
 
 /* ---- open / close ---- */
 
+/* What a cache is created with, by ktuned and by `ktune tune --local` alike (the umask may take
+ * more away): only its owner writes it (one writer process at a time anyway); its group reads
+ * it, since deploy-time programs of the daemon's group look kernels up in it read-only (reading
+ * without the lock file when they may not write it, env_open); other users get nothing, as the
+ * job journal holds job names, graphs and shapes (docs/operations.md, "Permissions"). */
+#define CACHE_DIR_MODE  0750
+#define CACHE_FILE_MODE 0640
+
 static int mkdir_p(const char *dir, kt_err *err)
 {
     char path[4096];
@@ -231,7 +239,7 @@ static int mkdir_p(const char *dir, kt_err *err)
         if (*p != '/' && !end)
             continue;
         *p = '\0';
-        if (mkdir(path, 0775) < 0 && errno != EEXIST)
+        if (mkdir(path, CACHE_DIR_MODE) < 0 && errno != EEXIST)
             return kt_err_set(err, -errno, "%s: cannot create directory: %s", path,
                               strerror(errno));
         if (end)
@@ -349,7 +357,7 @@ static int env_open(cache_env *env, const char *dir, bool rdonly, size_t map, kt
         /* A read-only opener adopts whatever size the writer uses. */
         if (!rdonly)
             mdb_env_set_mapsize(env->env, map);
-        mrc = mdb_env_open(env->env, dir, flags, 0664);
+        mrc = mdb_env_open(env->env, dir, flags, CACHE_FILE_MODE);
         if (mrc == MDB_SUCCESS)
             return 0;
         mdb_env_close(env->env);

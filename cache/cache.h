@@ -237,6 +237,13 @@ typedef struct cache_job {
     /* the tuning cost over all attempts (srch_tune_result's): NVRTC seconds summed over the
      * compile pool, and seconds spent measuring; 0 in entries written before they existed */
     double compile_s, measure_s;
+    /* the uid that submitted the job: cancelling it takes that uid, root or ktuned's admin group
+     * (docs/protocol.md, "Ownership"); 0 (root) in entries written before owners were kept */
+    uint32_t owner;
+    /* unix milliseconds at which elapsed_s was last brought up to date while the job ran: a
+     * daemon killed later than that resumes it with the time its trial log shows since
+     * (docs/protocol.md, "Journal and restart"); 0 in older entries */
+    int64_t elapsed_at_ms;
 } cache_job;
 
 void cache_job_free(cache_job *j); /* frees j->graph and zeroes *j; NULL is a no-op */

@@ -316,6 +316,8 @@ static int check_trial(const cache_trial *t, kt_err *err)
                           CACHE_CAND_MAX - 1);
     if (!isfinite(t->time_ns) || !isfinite(t->error))
         return kt_err_set(err, -EINVAL, "trial: time and error must be finite");
+    if (t->ts_ms < 0)
+        return kt_err_set(err, -EINVAL, "trial: ts_ms must be >= 0");
     return 0;
 }
 
@@ -330,7 +332,7 @@ int cache_trial_encode(const cache_trial *t, uint8_t **out, size_t *len, kt_err 
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     char detail[sizeof(t->detail)];
     snprintf(detail, sizeof(detail), "%.*s", (int)sizeof(t->detail) - 1, t->detail);
-    PK(msgpack_pack_map(&pk, 7));
+    PK(msgpack_pack_map(&pk, 8));
     PK(cache_pk_ku(&pk, "v", CACHE_TRIAL_VERSION));
     PK(cache_pk_kstr(&pk, "cand", t->cand));
     PK(cache_pk_kstr(&pk, "status", trial_status_names[t->status]));
@@ -338,6 +340,7 @@ int cache_trial_encode(const cache_trial *t, uint8_t **out, size_t *len, kt_err 
     PK(cache_pk_kf(&pk, "error", t->error));
     PK(cache_pk_kstr(&pk, "detail", detail));
     PK(cache_pk_ki(&pk, "ts", t->ts));
+    PK(cache_pk_ki(&pk, "ts_ms", t->ts_ms));
     if (cache_value_finish(&sb, out, len) < 0)
         goto oom;
     return 0;
@@ -707,7 +710,10 @@ int cache_record_decode(const void *buf, size_t len, cache_record *out, kt_err *
     return rc;
 }
 
-static const char *const trial_fields[] = {"v", "cand", "status", "time", "error", "detail", "ts"};
+static const char *const trial_fields[] = {"v",     "cand",   "status", "time",
+                                           "error", "detail", "ts",     "ts_ms"};
+/* Added after trials were written: absent in older entries, decoded as 0. */
+#define TRIAL_OPTIONAL (1ull << 7)
 
 static int trial_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
 {
@@ -728,8 +734,10 @@ static int trial_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
         return cache_get_f64(v, &t->error, "error", d);
     case 5:
         return cache_get_strbuf(v, t->detail, sizeof(t->detail), "detail", d);
-    default:
+    case 6:
         return cache_get_i64(v, INT64_MIN, INT64_MAX, &t->ts, "ts", d);
+    default:
+        return cache_get_i64(v, 0, INT64_MAX, &t->ts_ms, "ts_ms", d);
     }
 }
 
@@ -741,8 +749,8 @@ int cache_trial_decode(const void *buf, size_t len, cache_trial *out, kt_err *er
     msgpack_unpacked_init(&res);
     int rc = cache_value_unpack(buf, len, &res, "trial", &dec);
     if (rc == 0)
-        rc = cache_decode_map(&res.data, trial_fields, KT_ARRAY_LEN(trial_fields), trial_field, out,
-                              NULL, &dec);
+        rc = cache_decode_map_opt(&res.data, trial_fields, KT_ARRAY_LEN(trial_fields),
+                                  TRIAL_OPTIONAL, trial_field, out, NULL, &dec);
     kt_err why = {0}; /* what decodes must be what the encoder accepts (found by fuzz_record) */
     if (rc == 0 && check_trial(out, &why) < 0)
         rc = kt_err_set(err, -EBADMSG, "%s", why.msg);

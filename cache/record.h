@@ -202,6 +202,7 @@ typedef struct cache_trial {
     double error;     /* normwise error against the reference, 0 when not verified */
     char detail[256]; /* one line: compiler message, fault name, ... ("" when none) */
     int64_t ts;       /* unix seconds */
+    int64_t ts_ms;    /* the same instant in unix milliseconds; 0 in entries written before it */
 } cache_trial;
 
 /* Stored form of a trial: msgpack map + SHA-256, as for records. *out is malloc'd. */
