@@ -145,6 +145,9 @@ typedef struct ktune_job {
         int count;
     } failures[8];
     double compile_s, measure_s;
+    /* The uid that submitted the job (appended likewise): only it, root and ktuned's admin group
+     * may cancel it. -1 from a daemon that does not say. */
+    int64_t owner;
 } ktune_job;
 
 typedef struct ktune_submit_opts {
