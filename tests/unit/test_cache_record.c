@@ -9,6 +9,8 @@
 
 #include "test_cache_util.h"
 
+#include "cache/internal.h"
+
 static void test_record_roundtrip_every_field(void **state)
 {
     (void)state;
@@ -410,6 +412,7 @@ static void test_trial_roundtrip(void **state)
         t.error = 1e-5;
         snprintf(t.detail, sizeof(t.detail), "detail %d", s);
         t.ts = 1700000123;
+        t.ts_ms = 1700000123456;
         uint8_t *buf = NULL;
         size_t len = 0;
         assert_int_equal(cache_trial_encode(&t, &buf, &len, NULL), 0);
@@ -429,12 +432,42 @@ static void test_trial_roundtrip(void **state)
     uint8_t *buf = NULL;
     size_t len = 0;
     assert_int_equal(cache_trial_encode(&empty, &buf, &len, NULL), -EINVAL);
+    snprintf(empty.cand, sizeof(empty.cand), "c");
+    empty.ts_ms = -1;
+    assert_int_equal(cache_trial_encode(&empty, &buf, &len, NULL), -EINVAL);
+}
+
+/* A trial written before ts_ms existed (7 fields) decodes with ts_ms 0. */
+static void test_trial_without_ts_ms(void **state)
+{
+    (void)state;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 7);
+    assert_int_equal(cache_pk_ku(&pk, "v", CACHE_TRIAL_VERSION), 0);
+    assert_int_equal(cache_pk_kstr(&pk, "cand", "m1 gemm"), 0);
+    assert_int_equal(cache_pk_kstr(&pk, "status", "ok"), 0);
+    assert_int_equal(cache_pk_kf(&pk, "time", 1000), 0);
+    assert_int_equal(cache_pk_kf(&pk, "error", 1e-6), 0);
+    assert_int_equal(cache_pk_kstr(&pk, "detail", ""), 0);
+    assert_int_equal(cache_pk_ki(&pk, "ts", 1700000123), 0);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(cache_value_finish(&sb, &buf, &len), 0);
+    cache_trial d;
+    assert_int_equal(cache_trial_decode(buf, len, &d, NULL), 0);
+    assert_int_equal(d.ts, 1700000123);
+    assert_int_equal(d.ts_ms, 0);
+    free(buf);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_record_roundtrip_every_field),
+        cmocka_unit_test(test_trial_without_ts_ms),
         cmocka_unit_test(test_record_shapes_sorted_and_version_default),
         cmocka_unit_test(test_record_checksum_detects_every_flip),
         cmocka_unit_test(test_record_bad_body_with_good_checksum),
