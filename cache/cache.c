@@ -716,6 +716,9 @@ static int cache_put_locked(cache_env *env, const cache_record *rec, int *rank, 
         return kt_err_set(err, -EINVAL, "cache_put: no cache or record");
     if (!rec->verified)
         return kt_err_set(err, -EINVAL, "cache_put: refusing an unverified record");
+    kt_err why = {0};
+    if (cache_record_check_floor(rec, NULL, &why) < 0)
+        return kt_err_set(err, -EINVAL, "cache_put: refusing a record: %s", why.msg);
     uint8_t key[CACHE_KEY_MAX];
     size_t klen = 0;
     int rc = cache_key_encode(&rec->key, key, sizeof(key), &klen, err);
@@ -795,6 +798,14 @@ static int cache_get_locked(cache_env *env, const cache_key *k, int rank, cache_
         rc = cache_lmdb_error(env, mrc, "cannot read a record", err);
     } else {
         rc = decode_stored(env, &mk, &mv, out, err);
+        /* One that entered before the floor was enforced is not served (`cache check` names
+         * it); readers treat it as they treat a damaged value. */
+        kt_err why = {0};
+        if (rc == 0 && cache_record_check_floor(out, NULL, &why) < 0) {
+            char d[256];
+            cache_key_describe(key, klen, true, d, sizeof(d));
+            rc = kt_err_set(err, -EBADMSG, "record %s: %s", d, why.msg);
+        }
     }
     cache_rtxn_end(env);
     return rc;

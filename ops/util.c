@@ -355,19 +355,23 @@ int kt_atomic_begin(kt_atomic_file *f, const char *path, unsigned mode, kt_err *
     return rc;
 }
 
-int kt_atomic_commit(kt_atomic_file *f, kt_err *err)
+static int atomic_commit(kt_atomic_file *f, bool replace, kt_err *err)
 {
     KT_REQUIRE(f->fd >= 0);
     int rc = fsync(f->fd) < 0 ? -errno : 0;
     if (close(f->fd) < 0 && rc == 0)
         rc = -errno;
     f->fd = -1;
-    if (rc == 0 && rename(f->tmp, f->path) < 0)
+    if (rc == 0 && replace && rename(f->tmp, f->path) < 0)
         rc = -errno;
-    if (rc < 0) {
+    if (rc == 0 && !replace && link(f->tmp, f->path) < 0)
+        rc = -errno;
+    if (!replace || rc < 0)
         unlink(f->tmp);
+    if (rc == -EEXIST && !replace)
+        return kt_err_set(err, rc, "%s: made by another process meanwhile", f->path);
+    if (rc < 0)
         return kt_err_set(err, rc, "%s: cannot write: %s", f->path, strerror(-rc));
-    }
     /* The rename is durable once the directory is. */
     const char *slash = strrchr(f->path, '/');
     char dir[4096];
@@ -381,6 +385,16 @@ int kt_atomic_commit(kt_atomic_file *f, kt_err *err)
     if (dfd >= 0)
         close(dfd);
     return rc;
+}
+
+int kt_atomic_commit(kt_atomic_file *f, kt_err *err)
+{
+    return atomic_commit(f, true, err);
+}
+
+int kt_atomic_commit_new(kt_atomic_file *f, kt_err *err)
+{
+    return atomic_commit(f, false, err);
 }
 
 void kt_atomic_abort(kt_atomic_file *f)

@@ -120,6 +120,10 @@ typedef struct kt_atomic_file {
 int kt_atomic_begin(kt_atomic_file *f, const char *path, unsigned mode, kt_err *err);
 int kt_atomic_commit(kt_atomic_file *f, kt_err *err);
 void kt_atomic_abort(kt_atomic_file *f);
+/* kt_atomic_commit for a file that must not replace another: links the temporary file to the
+ * target (which fails when it exists) instead of renaming it over. -EEXIST, with the temporary
+ * file removed and the target untouched, when another process made the target first. */
+int kt_atomic_commit_new(kt_atomic_file *f, kt_err *err);
 /* The whole of data into path, through the three calls above. */
 int kt_write_file(const char *path, const void *data, size_t len, unsigned mode, kt_err *err);
 
