@@ -355,6 +355,9 @@ typedef struct cache_check_report {
     size_t tree_pages; /* branch, leaf and overflow pages of every tree */
     size_t free_pages; /* pages on the free list */
     size_t records, records_bad, trials, trials_bad, jobs, jobs_bad, meta_bad; /* VALUES only */
+    /* of records_bad, those that decode but are faster than their physical floor
+     * (cache_record_check_floor): readers do not serve them */
+    size_t records_implausible;
     /* values stored in overflow pages whose first page's header is damaged (checked always):
      * readers do not use that header, but a writer replacing the value frees as many pages as it
      * says, so a cache with any must not be written to (cache_check_writable) */

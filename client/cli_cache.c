@@ -503,13 +503,14 @@ static int run_check(const cache_args *a)
     if (a->json) {
         rc = cli_print_json(json_pack(
             "{s:s, s:s, s:b, s:b, s:s, s:s, s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-            "s:I, s:I, s:I, s:I, s:f}",
+            "s:I, s:I, s:I, s:I, s:I, s:f}",
             "cache", a->dir, "verdict", cache_check_verdict_name(rep.verdict), "readable", readable,
             "writable", cache_check_writable(&rep), "what", rep.what, "first_bad", rep.first_bad,
             "signal", rep.signal, "txnid", (json_int_t)rep.txnid, "page_size", (int)rep.page_size,
             "file_bytes", (json_int_t)rep.file_bytes, "pages_used", (json_int_t)rep.pages_used,
             "tree_pages", (json_int_t)rep.tree_pages, "free_pages", (json_int_t)rep.free_pages,
             "records", (json_int_t)rep.records, "records_bad", (json_int_t)rep.records_bad,
+            "records_implausible", (json_int_t)rep.records_implausible,
             "trials", (json_int_t)rep.trials, "trials_bad", (json_int_t)rep.trials_bad, "jobs",
             (json_int_t)rep.jobs, "jobs_bad", (json_int_t)rep.jobs_bad, "meta_bad",
             (json_int_t)rep.meta_bad, "overflow_bad", (json_int_t)rep.overflow_bad, "seconds",
@@ -526,9 +527,9 @@ static int run_check(const cache_args *a)
                "free)\n",
                rep.txnid, rep.file_bytes, rep.pages_used, rep.page_size, rep.tree_pages,
                rep.free_pages);
-        printf("  records %zu (%zu bad), trials %zu (%zu bad), journal entries %zu (%zu bad), "
+        printf("  records %zu (%zu bad, %zu of them implausible), trials %zu (%zu bad), journal entries %zu (%zu bad), "
                "meta values bad %zu, large values with a damaged header %zu\n",
-               rep.records, rep.records_bad, rep.trials, rep.trials_bad, rep.jobs, rep.jobs_bad,
+               rep.records, rep.records_bad, rep.records_implausible, rep.trials, rep.trials_bad, rep.jobs, rep.jobs_bad,
                rep.meta_bad, rep.overflow_bad);
     }
     printf("  checked in %.3f s\n", rep.seconds);
