@@ -614,8 +614,7 @@ int cache_export(cache_env *env, const char *path, const cache_signer *signer, s
     return rc;
 }
 
-int cache_import(cache_env *env, const char *path, const cache_trust *trust, size_t *n,
-                 kt_err *err)
+int cache_import(cache_env *env, const char *path, const cache_trust *trust, size_t *n, kt_err *err)
 {
     cache_lock(env);
     int rc = cache_import_locked(env, path, trust, n, err);
@@ -623,8 +622,8 @@ int cache_import(cache_env *env, const char *path, const cache_trust *trust, siz
     return rc;
 }
 
-int cache_merge(cache_env *env, const char *src, const cache_trust *trust,
-                cache_merge_stats *stats, kt_err *err)
+int cache_merge(cache_env *env, const char *src, const cache_trust *trust, cache_merge_stats *stats,
+                kt_err *err)
 {
     cache_lock(env);
     int rc = cache_merge_locked(env, src, trust, stats, err);

@@ -245,8 +245,8 @@ typedef struct cache_merge_stats {
  * stamped as by cache_import (any defect, or a bundle trust refuses, refuses the merge); a
  * source directory is the operator's own and needs no signature: its corrupt and implausible
  * records are reported and skipped, the others keep their provenance. stats may be NULL. */
-int cache_merge(cache_env *env, const char *src, const cache_trust *trust,
-                cache_merge_stats *stats, kt_err *err);
+int cache_merge(cache_env *env, const char *src, const cache_trust *trust, cache_merge_stats *stats,
+                kt_err *err);
 
 /* ---- the job journal (the `jobs` database; cache/job.c) ----
  * The daemon's jobs, keyed by id (8 bytes big-endian, so walks go in submission order). Values

@@ -44,9 +44,9 @@ static double floor_ns(const cache_record *r, const ops_graph *g, char *why, siz
         }
     }
     if (why)
-        snprintf(why, cap, "%.3g MB (%.3g MB past 2x L2) at %.3g TB/s, %.3g GFLOP on %s%s", bytes / 1e6,
-                 dram > 0 ? dram / 1e6 : 0.0, dev.dram_bytes_per_s / 1e12, flops / 1e9, dev.name,
-                 known ? "" : " (the table's fastest GPU: this one is not in it)");
+        snprintf(why, cap, "%.3g MB (%.3g MB past 2x L2) at %.3g TB/s, %.3g GFLOP on %s%s",
+                 bytes / 1e6, dram > 0 ? dram / 1e6 : 0.0, dev.dram_bytes_per_s / 1e12, flops / 1e9,
+                 dev.name, known ? "" : " (the table's fastest GPU: this one is not in it)");
     return CACHE_FLOOR_FACTOR * (mem_ns > flop_ns ? mem_ns : flop_ns);
 }
 
@@ -61,8 +61,9 @@ int cache_record_check_floor(const cache_record *r, const ops_graph *g, kt_err *
     double f = floor_ns(r, g, why, sizeof(why));
     if (r->time_ns >= f)
         return 0;
-    return kt_err_set(err, -ERANGE,
-                      "median %.4g ns is below the physical floor %.4g ns of its problem (%.0f%% of "
-                      "%s): implausible",
-                      r->time_ns, f, CACHE_FLOOR_FACTOR * 100, why);
+    return kt_err_set(
+        err, -ERANGE,
+        "median %.4g ns is below the physical floor %.4g ns of its problem (%.0f%% of "
+        "%s): implausible",
+        r->time_ns, f, CACHE_FLOOR_FACTOR * 100, why);
 }

@@ -563,7 +563,7 @@ static int baseline_field(int f, const msgpack_object *v, void *ctx, cache_dec *
 static const char *const record_fields[] = {
     "v",       "gpu",       "sig",     "shapes",  "precision",     "graph", "source", "cubin",
     "kernels", "workspace", "layouts", "family",  "schedule",      "time",  "verify", "baseline",
-    "ktune",   "nvrtc",     "created", "problem", "key_tolerance", "slots",    "signer"};
+    "ktune",   "nvrtc",     "created", "problem", "key_tolerance", "slots", "signer"};
 #define SIGNER_FIELD 22 /* optional */
 
 /* "slots": [[inputs...], [outputs...]], each [dtype, [dims...]]. */

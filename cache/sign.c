@@ -57,7 +57,8 @@ static int parse_hex_line(const char *path, const char *text, size_t len, const 
     size_t bin = 0;
     if (len != tl + 2 * n || memcmp(text, tag, tl) != 0 ||
         sodium_hex2bin(out, n, text + tl, 2 * n, NULL, &bin, NULL) != 0 || bin != n)
-        return kt_err_set(err, -EINVAL, "%s: not a ktune key file (expected one line \"%s<%zu hex "
+        return kt_err_set(err, -EINVAL,
+                          "%s: not a ktune key file (expected one line \"%s<%zu hex "
                           "digits>\")",
                           path, tag, 2 * n);
     return 0;
@@ -91,7 +92,8 @@ static int read_secret(const char *path, cache_signer *out, kt_err *err)
     if (lstat(path, &st) < 0)
         return kt_err_set(err, -errno, "%s: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return kt_err_set(err, -EINVAL, "%s: is %s, not a key file", path, kt_file_kind(st.st_mode));
+        return kt_err_set(err, -EINVAL, "%s: is %s, not a key file", path,
+                          kt_file_kind(st.st_mode));
     /* a secret readable by others is no secret: refuse it rather than sign with it */
     if (st.st_mode & 077)
         return kt_err_set(err, -EACCES,
@@ -208,8 +210,7 @@ int cache_trust_add_dir(cache_trust *t, const char *dir, kt_err *err)
         uint8_t pk[CACHE_SIGN_PUBLIC_BYTES];
         if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path))
             rc = kt_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", dir, e->d_name);
-        else if ((rc = cache_public_key_read(path, pk, err)) == 0 &&
-                 cache_trust_add(t, pk) < 0)
+        else if ((rc = cache_public_key_read(path, pk, err)) == 0 && cache_trust_add(t, pk) < 0)
             rc = kt_err_set(err, -ENOMEM, "out of memory reading %s", dir);
     }
     closedir(d);

@@ -17,10 +17,6 @@
 #include <unistd.h>
 
 #define CACHE_DEFAULT_DIR "/var/lib/ktune/cache"
-#define KEYS_HELP                                                                                  \
-    "  --keys DIR    the key directory (default: $KTUNE_KEYS, else /etc/ktune for root, else\n"    \
-    "                $XDG_CONFIG_HOME/ktune or ~/.config/ktune); docs/operations.md, \"Bundle\n"  \
-    "                signatures\"\n"
 
 static const char cache_help[] =
     "usage: ktune cache COMMAND [--cache DIR] [--json] [ARGS]\n"
@@ -94,8 +90,10 @@ static const char export_help[] =
     "\n"
     "options:\n"
     "  --cache DIR   the cache directory (default: $KTUNE_CACHE, else " CACHE_DEFAULT_DIR ")\n"
-    KEYS_HELP
-    "  --json        print {\"file\", \"records\"}\n"
+    "  --keys DIR    the key directory (default: $KTUNE_KEYS, else /etc/ktune for root, else\n"
+    "                $XDG_CONFIG_HOME/ktune or ~/.config/ktune): docs/operations.md, \"Bundle\n"
+    "                signatures\"\n"
+    "  --json        print {\"file\", \"records\", \"signer\"}\n"
     "  -h, --help    show this help\n";
 
 static const char import_help[] =
@@ -109,7 +107,9 @@ static const char import_help[] =
     "\n"
     "options:\n"
     "  --cache DIR   the cache directory (default: $KTUNE_CACHE, else " CACHE_DEFAULT_DIR ")\n"
-    KEYS_HELP
+    "  --keys DIR    the key directory (default: $KTUNE_KEYS, else /etc/ktune for root, else\n"
+    "                $XDG_CONFIG_HOME/ktune or ~/.config/ktune): docs/operations.md, \"Bundle\n"
+    "                signatures\"\n"
     "  --trust-unsigned  also accept an unsigned bundle or one signed by an unknown key\n"
     "                (its records say so in their signer)\n"
     "  --json        print {\"file\", \"records\"}\n"
@@ -128,7 +128,9 @@ static const char merge_help[] =
     "\n"
     "options:\n"
     "  --cache DIR   the cache directory (default: $KTUNE_CACHE, else " CACHE_DEFAULT_DIR ")\n"
-    KEYS_HELP
+    "  --keys DIR    the key directory (default: $KTUNE_KEYS, else /etc/ktune for root, else\n"
+    "                $XDG_CONFIG_HOME/ktune or ~/.config/ktune): docs/operations.md, \"Bundle\n"
+    "                signatures\"\n"
     "  --trust-unsigned  also accept an unsigned bundle or one signed by an unknown key\n"
     "  --json        print {\"source\", \"read\", \"corrupt\", \"implausible\", \"keys\",\n"
     "                \"changed\"}\n"
@@ -335,18 +337,17 @@ static json_t *record_json(const cache_record *r, int rank)
     json_t *baseline =
         json_pack("{s:f, s:f}", "cublaslt_ns", r->cublaslt_ns, "naive_ns", r->naive_ns);
     /* "o" steals each reference, also when json_pack fails */
-    return json_pack("{s:i, s:o, s:s, s:o, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:I, "
-                     "s:I, s:I, s:s, s:i, s:I, s:o}",
-                     "rank", rank, "gpu", gpu, "signature", sig, "shapes", shapes, "precision",
-                     ops_precision_name(r->key.precision), "graph",
-                     r->graph_name ? r->graph_name : "", "family", r->family ? r->family : "",
-                     "schedule", r->schedule ? r->schedule : "", "time", time, "verify", verify,
-                     "baseline", baseline, "kernels", kernels, "layouts", layouts,
-                     "workspace_bytes", (json_int_t)r->workspace_bytes, "cubin_bytes",
-                     (json_int_t)r->cubin_len, "source_bytes", (json_int_t)r->source_len,
-                     "ktune_version", r->ktune_version ? r->ktune_version : "", "nvrtc_version",
-                     r->nvrtc_version, "created", (json_int_t)r->created, "signer",
-                     r->signer ? json_string(r->signer) : json_null());
+    return json_pack(
+        "{s:i, s:o, s:s, s:o, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:I, "
+        "s:I, s:I, s:s, s:i, s:I, s:o}",
+        "rank", rank, "gpu", gpu, "signature", sig, "shapes", shapes, "precision",
+        ops_precision_name(r->key.precision), "graph", r->graph_name ? r->graph_name : "", "family",
+        r->family ? r->family : "", "schedule", r->schedule ? r->schedule : "", "time", time,
+        "verify", verify, "baseline", baseline, "kernels", kernels, "layouts", layouts,
+        "workspace_bytes", (json_int_t)r->workspace_bytes, "cubin_bytes", (json_int_t)r->cubin_len,
+        "source_bytes", (json_int_t)r->source_len, "ktune_version",
+        r->ktune_version ? r->ktune_version : "", "nvrtc_version", r->nvrtc_version, "created",
+        (json_int_t)r->created, "signer", r->signer ? json_string(r->signer) : json_null());
 }
 
 static int ls_cb(const cache_record *r, int rank, void *ctx)
@@ -510,8 +511,8 @@ static int run_check(const cache_args *a)
             "file_bytes", (json_int_t)rep.file_bytes, "pages_used", (json_int_t)rep.pages_used,
             "tree_pages", (json_int_t)rep.tree_pages, "free_pages", (json_int_t)rep.free_pages,
             "records", (json_int_t)rep.records, "records_bad", (json_int_t)rep.records_bad,
-            "records_implausible", (json_int_t)rep.records_implausible,
-            "trials", (json_int_t)rep.trials, "trials_bad", (json_int_t)rep.trials_bad, "jobs",
+            "records_implausible", (json_int_t)rep.records_implausible, "trials",
+            (json_int_t)rep.trials, "trials_bad", (json_int_t)rep.trials_bad, "jobs",
             (json_int_t)rep.jobs, "jobs_bad", (json_int_t)rep.jobs_bad, "meta_bad",
             (json_int_t)rep.meta_bad, "overflow_bad", (json_int_t)rep.overflow_bad, "seconds",
             rep.seconds));
@@ -527,10 +528,11 @@ static int run_check(const cache_args *a)
                "free)\n",
                rep.txnid, rep.file_bytes, rep.pages_used, rep.page_size, rep.tree_pages,
                rep.free_pages);
-        printf("  records %zu (%zu bad, %zu of them implausible), trials %zu (%zu bad), journal entries %zu (%zu bad), "
+        printf("  records %zu (%zu bad, %zu of them implausible), trials %zu (%zu bad), journal "
+               "entries %zu (%zu bad), "
                "meta values bad %zu, large values with a damaged header %zu\n",
-               rep.records, rep.records_bad, rep.records_implausible, rep.trials, rep.trials_bad, rep.jobs, rep.jobs_bad,
-               rep.meta_bad, rep.overflow_bad);
+               rep.records, rep.records_bad, rep.records_implausible, rep.trials, rep.trials_bad,
+               rep.jobs, rep.jobs_bad, rep.meta_bad, rep.overflow_bad);
     }
     printf("  checked in %.3f s\n", rep.seconds);
     if (rep.verdict == CACHE_CHECK_DAMAGED_STRUCTURE && readable)
@@ -608,20 +610,20 @@ static int run_export(const cache_args *a)
     }
     char id[CACHE_KEY_ID_LEN];
     cache_key_id(key.pk, id);
+    rc = cache_export(env, a->operand, &key, &n, &err);
+    cache_signer_clear(&key);
+    cache_close(env);
+    if (rc < 0)
+        return cli_error("%s", err.msg);
     if (created)
         fprintf(stderr,
                 "ktune: made the bundle signing key %s in %s; hosts that import these bundles "
                 "trust it by holding a copy of %s/" CACHE_SIGN_PUBLIC_FILE
                 " in their trusted-keys directory\n",
                 id, dir, dir);
-    rc = cache_export(env, a->operand, &key, &n, &err);
-    cache_signer_clear(&key);
-    cache_close(env);
-    if (rc < 0)
-        return cli_error("%s", err.msg);
     if (a->json)
-        return cli_print_json(json_pack("{s:s, s:s, s:I, s:s}", "cache", a->dir, "file",
-                                        a->operand, "records", (json_int_t)n, "signer", id));
+        return cli_print_json(json_pack("{s:s, s:s, s:I, s:s}", "cache", a->dir, "file", a->operand,
+                                        "records", (json_int_t)n, "signer", id));
     printf("exported %zu record%s from %s to %s, signed by %s\n", n, n == 1 ? "" : "s", a->dir,
            a->operand, id);
     return CLI_OK;
@@ -673,11 +675,11 @@ static int run_merge(const cache_args *a)
     if (rc < 0)
         return cli_error("%s", err.msg);
     if (a->json)
-        return cli_print_json(json_pack(
-            "{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "cache", a->dir, "source", a->operand, "read",
-            (json_int_t)st.read, "corrupt", (json_int_t)st.corrupt, "implausible",
-            (json_int_t)st.implausible, "keys", (json_int_t)st.keys, "changed",
-            (json_int_t)st.changed));
+        return cli_print_json(json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "cache", a->dir,
+                                        "source", a->operand, "read", (json_int_t)st.read,
+                                        "corrupt", (json_int_t)st.corrupt, "implausible",
+                                        (json_int_t)st.implausible, "keys", (json_int_t)st.keys,
+                                        "changed", (json_int_t)st.changed));
     printf("merged %s into %s: %zu records read, %zu keys, %zu changed", a->operand, a->dir,
            st.read, st.keys, st.changed);
     if (st.corrupt)

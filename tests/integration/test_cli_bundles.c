@@ -207,8 +207,8 @@ static void forge(const char *from, const char *to, double new_time_ns, bool kee
 static void expect_refused(run_result *r, const char *file, const char *why)
 {
     if (r->status != 1 || !strstr(r->err, file) || !strstr(r->err, why))
-        fail_msg("expected exit 1 naming %s and \"%s\"; got %d: %s%s", file, why, r->status,
-                 r->out, r->err);
+        fail_msg("expected exit 1 naming %s and \"%s\"; got %d: %s%s", file, why, r->status, r->out,
+                 r->err);
     /* one line */
     const char *nl = strchr(r->err, '\n');
     assert_true(nl && nl[1] == '\0');
@@ -220,8 +220,8 @@ static void test_signed_bundles(void **state)
     fx *f = *state;
     put_records(f->src, "NVIDIA H100 80GB HBM3", 64, 5000);
     /* export makes the key on first use: secret 0600, public beside it */
-    run_result *r = ktune("cache", "export", f->bundle, "--cache", f->src, "--keys", f->keys_a,
-                          NULL);
+    run_result *r =
+        ktune("cache", "export", f->bundle, "--cache", f->src, "--keys", f->keys_a, NULL);
     if (r->status != 0)
         fail_msg("export: %s", r->err);
     assert_non_null(strstr(r->err, "made the bundle signing key"));
@@ -234,19 +234,17 @@ static void test_signed_bundles(void **state)
     assert_int_equal(st.st_mode & 0777, 0600);
     key_id_of(pub, id);
     /* a second export reuses the key: same signer, no new key */
-    r = ktune("cache", "export", f->bundle, "--cache", f->src, "--keys", f->keys_a, "--json",
-              NULL);
+    r = ktune("cache", "export", f->bundle, "--cache", f->src, "--keys", f->keys_a, "--json", NULL);
     assert_int_equal(r->status, 0);
     assert_null(strstr(r->err, "made the bundle signing key"));
     assert_non_null(strstr(r->out, id));
     free(r);
 
     /* a host that does not trust A's key refuses the bundle, its cache untouched */
-    expect_refused(ktune("cache", "import", f->bundle, "--cache", f->dst, "--keys", f->keys_b,
-                         NULL),
-                   f->bundle, "not in");
-    expect_refused(ktune("cache", "merge", f->bundle, "--cache", f->dst, "--keys", f->keys_b,
-                         NULL),
+    expect_refused(
+        ktune("cache", "import", f->bundle, "--cache", f->dst, "--keys", f->keys_b, NULL),
+        f->bundle, "not in");
+    expect_refused(ktune("cache", "merge", f->bundle, "--cache", f->dst, "--keys", f->keys_b, NULL),
                    f->bundle, "not in");
     assert_int_equal(n_records(f->dst), 0);
 
@@ -272,8 +270,7 @@ static void test_signed_bundles(void **state)
     expect_refused(ktune("cache", "import", f->forged, "--cache", other, "--keys", f->keys_b,
                          "--trust-unsigned", NULL),
                    f->forged, "does not verify");
-    expect_refused(ktune("cache", "merge", f->forged, "--cache", other, "--keys", f->keys_b,
-                         NULL),
+    expect_refused(ktune("cache", "merge", f->forged, "--cache", other, "--keys", f->keys_b, NULL),
                    f->forged, "does not verify");
     /* and without the digest recomputed: damaged */
     uint8_t *buf = NULL;
@@ -282,18 +279,15 @@ static void test_signed_bundles(void **state)
     buf[len / 2] ^= 0x01;
     assert_true(file_write(f->forged, buf, len));
     free(buf);
-    expect_refused(ktune("cache", "import", f->forged, "--cache", other, "--keys", f->keys_b,
-                         NULL),
+    expect_refused(ktune("cache", "import", f->forged, "--cache", other, "--keys", f->keys_b, NULL),
                    f->forged, "checksum mismatch");
     assert_int_equal(n_records(other), 0);
 
     /* unsigned (the format-1 layout): refused, then accepted with --trust-unsigned */
     forge(f->bundle, f->forged, 0, false);
-    expect_refused(ktune("cache", "import", f->forged, "--cache", other, "--keys", f->keys_b,
-                         NULL),
+    expect_refused(ktune("cache", "import", f->forged, "--cache", other, "--keys", f->keys_b, NULL),
                    f->forged, "unsigned bundle");
-    expect_refused(ktune("cache", "merge", f->forged, "--cache", other, "--keys", f->keys_b,
-                         NULL),
+    expect_refused(ktune("cache", "merge", f->forged, "--cache", other, "--keys", f->keys_b, NULL),
                    f->forged, "unsigned bundle");
     assert_int_equal(n_records(other), 0);
     r = ktune("cache", "import", f->forged, "--cache", other, "--keys", f->keys_b,
@@ -313,8 +307,7 @@ static void test_signed_bundles(void **state)
     snprintf(third, sizeof(third), "%s/third", f->root);
     snprintf(pub_c, sizeof(pub_c), "%s/bundle-signing.pub", f->keys_c);
     key_id_of(pub_c, id_c);
-    expect_refused(ktune("cache", "import", f->forged, "--cache", third, "--keys", f->keys_b,
-                         NULL),
+    expect_refused(ktune("cache", "import", f->forged, "--cache", third, "--keys", f->keys_b, NULL),
                    f->forged, id_c);
     assert_int_equal(n_records(third), 0);
     r = ktune("cache", "merge", f->forged, "--cache", third, "--keys", f->keys_b,
@@ -358,8 +351,8 @@ static void test_implausible_time_floor(void **state)
      * (537 - 100) MB at 3.0 TB/s, halved: 73 us) */
     const int64_t m = 262144;
     put_records(f->src, "NVIDIA H100 80GB HBM3", m, 200e3);
-    run_result *r = ktune("cache", "export", f->bundle, "--cache", f->src, "--keys", f->keys_a,
-                          NULL);
+    run_result *r =
+        ktune("cache", "export", f->bundle, "--cache", f->src, "--keys", f->keys_a, NULL);
     if (r->status != 0)
         fail_msg("export: %s", r->err);
     free(r);
