@@ -111,6 +111,8 @@ static int check_record(const cache_record *r, kt_err *err)
             if (sl->dims[k] < 0 || sl->dims[k] > OPS_MAX_DIM)
                 return kt_err_set(err, -EINVAL, "record: slot %d: dimension %d out of range", i, k);
     }
+    if (r->signer && (!r->signer[0] || strlen(r->signer) > 64))
+        return kt_err_set(err, -EINVAL, "record: signer must be 1..64 bytes");
     if (bad_num(r->key.tolerance))
         return kt_err_set(err, -EINVAL, "record: key tolerance must be finite and >= 0");
     if (bad_num(r->time_ns) || bad_num(r->time_p10_ns) || bad_num(r->time_p90_ns) ||

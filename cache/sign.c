@@ -143,6 +143,26 @@ static int create_secret(const char *path, cache_signer *out, kt_err *err)
     return rc;
 }
 
+/* mkdir -p, mode 0755 (~/.config may not exist yet). */
+static int make_dirs(const char *dir, kt_err *err)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof(path), "%s", dir) >= sizeof(path))
+        return kt_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+    for (char *p = path + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p != '/' && !end)
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+            return kt_err_set(err, -errno, "%s: cannot create the key directory: %s", path,
+                              strerror(errno));
+        if (end)
+            return 0;
+        *p = '/';
+    }
+}
+
 int cache_signer_open(const char *dir, bool create, cache_signer *out, bool *created, kt_err *err)
 {
     if (created)
@@ -157,9 +177,8 @@ int cache_signer_open(const char *dir, bool create, cache_signer *out, bool *cre
     kt_err why = {0};
     rc = read_secret(sec, out, &why);
     if (rc == -ENOENT && create) {
-        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-            return kt_err_set(err, -errno, "%s: cannot create the key directory: %s", dir,
-                              strerror(errno));
+        if ((rc = make_dirs(dir, err)) < 0)
+            return rc;
         rc = create_secret(sec, out, &why);
         if (rc == 0 && created)
             *created = true;
