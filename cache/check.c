@@ -681,6 +681,9 @@ static int walk_all(walker *w, uint64_t txnid)
 static int child_env(const char *dir, MDB_env **out, kt_err *why)
 {
     unsigned flags = MDB_RDONLY | MDB_NOTLS;
+    int reserved = cache_reserve_lock_file(dir); /* internal.h says why */
+    if (reserved == -ENOSPC || reserved == -EDQUOT)
+        flags |= MDB_NOLOCK; /* as a reader does: the snapshot is then re-checked (see above) */
     for (int attempt = 0; attempt < 2; attempt++) {
         MDB_env *env = NULL;
         int mrc = mdb_env_create(&env);
