@@ -319,11 +319,11 @@ int cache_job_next_id(cache_env *env, uint64_t *out, kt_err *err);
 /* ---- the structural check (cache/check.c) ----
  * LMDB 0.9 trusts its own pages (no checksums): a damaged B-tree page can make any reader,
  * mdb_cursor_get included, read outside the file (SIGBUS) or the map (SIGSEGV). cache_check reads
- * the file in a forked child process, so such damage kills the child, never the caller, and walks
- * every page reachable from the snapshot's meta page checking what LMDB relies on (page numbers,
- * types, node offsets and sizes inside their page, child and overflow pages inside the file, key
- * order and branch separators, no page reachable twice or both free and in use, each tree's
- * counts). With CACHE_CHECK_VALUES it also verifies and decodes every stored value (records,
+ * the file in a child process (ktune-cache-check), so such damage kills the child, never the
+ * caller, and walks every page reachable from the snapshot's meta page checking what LMDB relies on
+ * (page numbers, types, node offsets and sizes inside their page, child and overflow pages inside
+ * the file, key order and branch separators, no page reachable twice or both free and in use, each
+ * tree's counts). With CACHE_CHECK_VALUES it also verifies and decodes every stored value (records,
  * trials, journal entries) against its key. docs/operations.md, "A damaged cache", says what to do
  * with each verdict. */
 
@@ -365,17 +365,28 @@ typedef struct cache_check_report {
     double seconds; /* wall time of the whole check, fork and wait included */
 } cache_check_report;
 
+/* The checking process's executable (installed in libexec; found like ktune-worker, see
+ * kt_find_exe) and the variable that overrides where it is. */
+#define CACHE_CHECK_EXE "ktune-cache-check"
+#define CACHE_CHECK_ENV "KTUNE_CACHE_CHECKER"
+
 /* Checks the cache in dir (read-only; any number of readers and one writer may use it meanwhile)
- * in a child process that it forks and waits for, at most timeout_s seconds (<= 0: 60 s). The
- * child touches only LMDB, the file and libc, resets the crash signals to their default action and
- * ends with _exit, so a caller holding CUDA contexts, threads or signal handlers may call this. The
- * caller must not reap children it did not fork (a SIGCHLD handler calling wait(-1) makes a
- * crashed check indistinguishable from a finished one; it is then reported as damage).
+ * in a child process, ktune-cache-check, that it starts with posix_spawn (no fork of the caller:
+ * a large or multithreaded caller, PyTorch's, is neither copied nor run in a child) and waits for,
+ * at most timeout_s seconds (<= 0: 60 s). The child starts with the crash signals at their default
+ * action, so damage kills it; any thread of a caller holding CUDA contexts, threads or signal
+ * handlers may call this. The caller must not reap children it did not start (a SIGCHLD handler
+ * calling wait(-1) makes a crashed check indistinguishable from a finished one; it is then
+ * reported as damage).
  * Returns 0 with the verdict in *out, or a negative errno when no verdict could be reached:
- * -ENOENT (no cache in dir), -EACCES, -ETIMEDOUT (the child was killed at the limit), -EAGAIN (a
- * writer without reader locks kept changing the file), -ENOMEM, or fork's and pipe's errors. */
+ * -ENOENT (no cache in dir, or no ktune-cache-check found), -EACCES, -ETIMEDOUT (the child was
+ * killed at the limit), -EAGAIN (a writer without reader locks kept changing the file), -EPROTO
+ * (the helper refused to run), -ENOMEM, or posix_spawn's and pipe's errors. */
 int cache_check(const char *dir, unsigned flags, double timeout_s, cache_check_report *out,
                 kt_err *err);
+/* The main of ktune-cache-check (cache/check_main.c): argv DIR FLAGS, the shared memory and the
+ * pipe from cache_check as descriptors 3 and 4. Returns the exit status. */
+int cache_check_serve(int argc, char **argv);
 /* Whether a writer (ktuned, import, merge) may use a cache with this report: the structure is
  * sound and no overflow header is damaged (a damaged value alone is fine: it is skipped, and
  * replaced when its key is tuned again). */

@@ -1,7 +1,11 @@
 #include "util.h"
 
+#include "ktune_config.h"
+
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,6 +202,71 @@ int kt_grow(void *items, size_t *cap, size_t need, size_t elem_size)
 char *kt_strdup(const char *s)
 {
     return s ? strdup(s) : NULL;
+}
+
+static bool is_executable(const char *path)
+{
+    return path && path[0] && access(path, X_OK) == 0;
+}
+
+/* The directory of path (a file's path) into dir; false when it has none. */
+static bool dir_of(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash || (size_t)(slash - path) >= cap)
+        return false;
+    memcpy(dir, path, (size_t)(slash - path));
+    dir[slash - path] = '\0';
+    return true;
+}
+
+int kt_find_exe(const char *given, const char *env_var, const char *name, char **out, kt_err *err)
+{
+    if (given) {
+        if (!is_executable(given))
+            return kt_err_set(err, -ENOENT, "%s: %s is not an executable file", name, given);
+        return (*out = kt_strdup(given)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
+    }
+    const char *env = getenv(env_var);
+    if (env && env[0]) {
+        if (!is_executable(env))
+            return kt_err_set(err, -ENOENT, "$%s=%s is not an executable file", env_var, env);
+        return (*out = kt_strdup(env)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
+    }
+    /* where to look from: the running program, and the file holding this code when that is a
+     * shared library another program loaded */
+    char bases[2][PATH_MAX];
+    int n_bases = 0;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        if (dir_of(self, bases[n_bases], sizeof(bases[0])))
+            n_bases++;
+    }
+    Dl_info info;
+    char lib[PATH_MAX];
+    if (dladdr((void *)kt_find_exe, &info) && info.dli_fname && realpath(info.dli_fname, lib) &&
+        dir_of(lib, bases[n_bases], sizeof(bases[0])) &&
+        (n_bases == 0 || strcmp(bases[0], bases[n_bases]) != 0))
+        n_bases++;
+    static const char *const rel[] = {"/", "/../search/", "/../cache/", "/../libexec/", "/../bin/"};
+    char path[PATH_MAX + 64];
+    for (int b = 0; b < n_bases; b++)
+        for (size_t i = 0; i < KT_ARRAY_LEN(rel); i++) {
+            if (snprintf(path, sizeof(path), "%s%s%s", bases[b], rel[i], name) >= (int)sizeof(path))
+                continue;
+            if (is_executable(path))
+                return (*out = kt_strdup(path)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
+        }
+    if (snprintf(path, sizeof(path), "%s/%s", KTUNE_LIBEXECDIR, name) < (int)sizeof(path) &&
+        is_executable(path))
+        return (*out = kt_strdup(path)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
+    return kt_err_set(
+        err, -ENOENT,
+        "cannot find %s next to %s (nor in ../search, ../cache, ../libexec, ../bin, %s); "
+        "set $%s",
+        name, n_bases ? bases[0] : "this program", KTUNE_LIBEXECDIR, env_var);
 }
 
 int kt_read_file(const char *path, size_t max, char **out, size_t *len, kt_err *err)
