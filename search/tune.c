@@ -1859,6 +1859,19 @@ static int record_partition(tune *t, int p, bool *stored, double *err_norm, char
         rec.verified = true;
         rec.err_norm = res.err_norm;
         rec.err_max = res.err_max;
+        /* The floor's FLOP term needs the graph, which only tuning has (cache_put checks the
+         * traffic term): a time no GPU can reach is a timing fault, never a record. */
+        kt_err ferr = {0};
+        if (cache_record_check_floor(&rec, t->s->g, &ferr) < 0) {
+            kt_log_warn(TAG, "record %s refused: %s", rec.schedule, ferr.msg);
+            if (q == 0)
+                snprintf(why, why_len, "the record of %.80s was refused: %.100s", rec.schedule,
+                         ferr.msg);
+            cache_record_free(&rec);
+            if (q == 0)
+                goto set_aside;
+            continue;
+        }
         int rank = -1;
         rc = cache_put(t->cache, &rec, &rank, err);
         if (rc == 0 && rank < 0)

@@ -463,6 +463,71 @@ static void test_trial_without_ts_ms(void **state)
     free(buf);
 }
 
+/* The provenance field is optional: absent, a record keeps its bytes; present, it round-trips. */
+static void test_record_signer_optional(void **state)
+{
+    cache_key k;
+    test_key(&k, "gpuA", 3, 64);
+    cache_record r, back;
+    test_record(&r, &k, "s", 100, 64, 1);
+    uint8_t *plain = NULL, *signed_ = NULL;
+    size_t lp = 0, ls = 0;
+    assert_int_equal(cache_record_encode(&r, &plain, &lp, NULL), 0);
+    cache_record_init(&back);
+    assert_int_equal(cache_record_decode(plain, lp, &back, NULL), 0);
+    assert_null(back.signer);
+    r.signer = strdup("ed25519:0123456789abcdef");
+    assert_int_equal(cache_record_encode(&r, &signed_, &ls, NULL), 0);
+    assert_true(ls > lp);
+    assert_int_equal(cache_record_decode(signed_, ls, &back, NULL), 0);
+    assert_string_equal(back.signer, "ed25519:0123456789abcdef");
+    free(plain);
+    free(signed_);
+    cache_record_free(&r);
+    cache_record_free(&back);
+}
+
+/* The physical floor: traffic beyond twice the L2 at the table's bandwidth, FLOPs (when the
+ * graph is given) at the fastest unit, halved; a GPU not in the table gets the fastest entry. */
+static void test_record_floor(void **state)
+{
+    /* 4096^3 f16 matmul: 3 x 32 MiB of traffic (0.66 MB past 2 x L2), 137 GFLOP */
+    const char *json = "{\"name\": \"mm\", \"inputs\": {\"A\": {\"dtype\": \"f16\", \"shape\": "
+                       "[4096, 4096]}, \"B\": {\"dtype\": \"f16\", \"shape\": [4096, 4096]}}, "
+                       "\"nodes\": [{\"out\": \"C\", \"op\": \"matmul\", \"in\": [\"A\", "
+                       "\"B\"]}], \"outputs\": [\"C\"]}";
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    assert_int_equal(ops_graph_from_json(json, strlen(json), &g, &d), 0);
+    cache_key k;
+    test_key(&k, "NVIDIA H100 80GB HBM3", 3, 4096);
+    cache_record r;
+    test_record(&r, &k, "s", 1000, 64, 1);
+    r.n_inputs = 2;
+    r.n_outputs = 1;
+    for (int i = 0; i < 3; i++)
+        r.slots[i] = (cache_slot){.dtype = OPS_DT_F16, .rank = 2, .dims = {4096, 4096}};
+    for (int i = 0; i < r.n_kernels; i++)
+        r.kernels[i].args[1].index = 1;
+    double bytes = 3.0 * 4096 * 4096 * 2, flops = 2.0 * 4096 * 4096 * 4096;
+    double mem = 0.5 * (bytes - 100e6) / 3.0e12 * 1e9, fl = 0.5 * flops / 745e12 * 1e9;
+    assert_true(fabs(cache_record_floor_ns(&r, NULL) - mem) < 1e-6 * mem);
+    assert_true(fabs(cache_record_floor_ns(&r, g) - fl) < 1e-6 * fl);
+    /* 1 us passes on traffic alone (0.11 us), not with the FLOPs (92 us); cuBLAS's 195 us does */
+    kt_err err = {0};
+    assert_int_equal(cache_record_check_floor(&r, NULL, &err), 0);
+    assert_int_equal(cache_record_check_floor(&r, g, &err), -ERANGE);
+    assert_non_null(strstr(err.msg, "physical floor"));
+    r.time_ns = 195e3;
+    assert_int_equal(cache_record_check_floor(&r, g, &err), 0);
+    /* an unknown GPU: the table's fastest (the H200's 4.19 TB/s) */
+    snprintf(r.key.gpu.name, sizeof(r.key.gpu.name), "Some Future GPU");
+    double mem_fast = 0.5 * (bytes - 100e6) / 4.19e12 * 1e9;
+    assert_true(fabs(cache_record_floor_ns(&r, NULL) - mem_fast) < 1e-6 * mem_fast);
+    cache_record_free(&r);
+    ops_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -479,6 +544,8 @@ int main(void)
         cmocka_unit_test(test_key_prefixes),
         cmocka_unit_test(test_key_rejects_bad_parts),
         cmocka_unit_test(test_trial_roundtrip),
+        cmocka_unit_test(test_record_signer_optional),
+        cmocka_unit_test(test_record_floor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
