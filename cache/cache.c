@@ -346,7 +346,8 @@ int cache_reserve_lock_file(const char *dir)
     char path[4200];
     if (snprintf(path, sizeof(path), "%s/lock.mdb", dir) >= (int)sizeof(path))
         return -ENAMETOOLONG;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0664); /* LMDB's own mode for it */
+    int fd =
+        open(path, O_RDWR | O_CREAT | O_CLOEXEC, CACHE_FILE_MODE); /* the mode LMDB would give it */
     if (fd < 0)
         return -errno;
     int rc = fallocate(fd, 0, 0, CACHE_LOCK_FILE_BYTES) < 0 ? -errno : 0;
@@ -369,8 +370,9 @@ static int env_open(cache_env *env, const char *dir, bool rdonly, size_t map, kt
     int reserved = !rdonly || access(data, F_OK) == 0 ? cache_reserve_lock_file(dir) : 0;
     if (reserved == -ENOSPC || reserved == -EDQUOT) {
         if (!rdonly)
-            return kt_err_set(err, reserved, "cannot open cache %s: %s (its lock file needs %d bytes)",
-                              dir, strerror(-reserved), CACHE_LOCK_FILE_BYTES);
+            return kt_err_set(err, reserved,
+                              "cannot open cache %s: %s (its lock file needs %d bytes)", dir,
+                              strerror(-reserved), CACHE_LOCK_FILE_BYTES);
         kt_log_info(CACHE_LOG,
                     "%s: no room for the lock file (%s): reading without locks, every record's "
                     "checksum still checked",
@@ -471,8 +473,7 @@ fail_env:
  * called damaged. So a writer finding no data.mdb initialises one in a private directory inside
  * dir (databases and schema committed and synced) and moves it in with a rename that never
  * replaces: if another process created the cache meanwhile, its file stays and is used. */
-static int create_cache_file(const char *dir, size_t map, size_t max, int runner_ups,
-                             kt_err *err)
+static int create_cache_file(const char *dir, size_t map, size_t max, int runner_ups, kt_err *err)
 {
     char tmp[4200], from[4300], to[4300];
     if (snprintf(tmp, sizeof(tmp), "%s/.new-cache-XXXXXX", dir) >= (int)sizeof(tmp))
