@@ -38,6 +38,13 @@ class _T:
         return len(self.shape)
 
 
+class _Bad:
+    """A weight ktune cannot take (why says so): an error only where an op uses it."""
+
+    def __init__(self, why):
+        self.why = why
+
+
 class _Sym:
     """A symbolic size (aten.sym_size): only reshape targets may use it, and they are read from
     the node's result instead."""
@@ -49,8 +56,9 @@ def _where(node):
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
     if not frames:
         return ""
-    torch_dir = os.sep + "torch" + os.sep
-    user = [f for f in frames if torch_dir not in f[0]] or frames
+    torch_dir, here = os.sep + "torch" + os.sep, os.path.dirname(os.path.abspath(__file__))
+    user = [f for f in frames if torch_dir not in f[0] and os.path.dirname(f[0]) != here]
+    user = user or frames
     path, line, fn = user[-1]
     return f"{os.path.basename(path)}:{line} (in {fn})"
 
@@ -90,11 +98,9 @@ class _Builder:
         if isinstance(d, int):
             return d
         expr = getattr(getattr(d, "node", None), "expr", None)
-        try:
-            return int(d)
-        except Exception:  # a SymInt whose value is not known: a symbol
-            pass
-        key = str(expr if expr is not None else d)
+        if expr is None or getattr(expr, "is_number", False):
+            return int(d)  # int() of a symbolic size would specialise it: never called there
+        key = str(expr)
         if key not in self.symbols:
             self.fail(f"the size {key} is not a dimension of an input (a derived size such as "
                       f"2*batch is not supported)")
@@ -563,6 +569,28 @@ def _h_native_layer_norm(b, a):
     return (_h_layer_norm(b, a), None, None)
 
 
+def _h_batch_norm(b, a):  # inference: (x - mean) * rsqrt(var + eps) * weight + bias
+    if a.get("training"):
+        b.unsupported("batch norm in training mode (call module.eval() before capturing)")
+    x = b.tensor(a["input"])
+    mean, var = a.get("running_mean"), a.get("running_var")
+    if not isinstance(mean, _T) or not isinstance(var, _T) or x.rank < 2:
+        b.unsupported("batch norm without running statistics")
+    c = x.shape[1]
+    per_channel = (c,) + (1,) * (x.rank - 2)  # [C] broadcast over [N, C, ...]
+
+    def chan(t):
+        return b.reshape(b.tensor(t), per_channel)
+    rstd = b.unary("rsqrt", b.binary("add", chan(var), _scalar(b, a["eps"], "eps"),
+                                      per_channel))
+    y = b.binary("mul", b.binary("sub", x, chan(mean), x.shape), rstd, x.shape)
+    if a.get("weight") is not None:
+        y = b.binary("mul", y, chan(a["weight"]), x.shape)
+    if a.get("bias") is not None:
+        y = b.binary("add", y, chan(a["bias"]), x.shape)
+    return y
+
+
 def _h_rms_norm(b, a):
     import torch
     x = b.tensor(a["input"])
@@ -612,8 +640,10 @@ def _h_var(std):
             if not isinstance(x.shape[i], int):
                 b.unsupported("var/std over a symbolic dimension")
             n *= x.shape[i]
-        corr = a.get("correction")
-        corr = 1 if corr is None else corr
+        if "unbiased" in a:  # var.dim, std.dim
+            corr = 1 if a["unbiased"] else 0
+        else:
+            corr = 1 if a.get("correction") is None else a["correction"]
         keep = bool(a.get("keepdim", False))
         m = b.reduce("mean", x, axes, True)
         d = b.binary("sub", x, m, x.shape)
@@ -643,7 +673,7 @@ _OPS = {
     "log_softmax": _h_softmax("log_softmax"), "_log_softmax": _h_softmax("log_softmax"),
     "logsumexp": _h_logsumexp,
     "layer_norm": _h_layer_norm, "native_layer_norm": _h_native_layer_norm,
-    "rms_norm": _h_rms_norm, "scaled_dot_product_attention": _h_sdpa,
+    "rms_norm": _h_rms_norm, "batch_norm": _h_batch_norm, "scaled_dot_product_attention": _h_sdpa,
     "sum": _h_reduce("sum"), "mean": _h_reduce("mean"), "amax": _h_reduce("max"),
     "amin": _h_reduce("min"), "var": _h_var(False), "std": _h_var(True),
     "add": _h_add(1), "sub": _h_add(-1), "rsub": _h_rsub, "mul": _h_binary("mul"),
@@ -735,6 +765,11 @@ def capture(fn_or_module, *example_inputs, **options):
             def forward(self, *args):
                 return fn(*args)
         module, target = _Fn(), fn
+        # torch.export keeps only the frames of forward methods in a node's stack trace, and
+        # of functions registered as anchors: the function's own lines name an unsupported op.
+        anchor = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
+        if anchor is not None:
+            anchor(fn)
         default_name = getattr(fn, "__name__", "graph")
     else:
         raise TypeError(f"ktune.capture: expected a torch.nn.Module or a function, not "
@@ -808,7 +843,14 @@ def capture(fn_or_module, *example_inputs, **options):
             const = True
         else:
             b.fail(f"an input of kind {spec.kind.name} (ktune graphs take tensors only)")
-        env[ph] = b.add_input(name, b.val_shape(ph), b.val_dtype(ph), const)
+        dt = str(getattr(val, "dtype", "")).replace("torch.", "")
+        if dt in _DTYPES:
+            env[ph] = b.add_input(name, b.val_shape(ph), _DTYPES[dt], const)
+        elif const:  # an error only where an op uses it (BatchNorm's step counter is int64)
+            env[ph] = _Bad(f"the module's '{name}' is {dt}; ktune graphs compute in "
+                           f"float32, float16 or bfloat16")
+        else:
+            b.fail(f"input '{name}' is {dt}; ktune graphs take float32, float16 or bfloat16")
 
     outputs = None
     for node in ep.graph.nodes:
@@ -836,6 +878,9 @@ def capture(fn_or_module, *example_inputs, **options):
             b.unsupported()
         args = _args(node)
         args = {k: _lookup(env, v) for k, v in args.items()}
+        bad = next((v for v in _flat(args.values()) if isinstance(v, _Bad)), None)
+        if bad is not None:
+            b.fail(f"{_op_name(node)} uses {bad.why}")
         env[node] = handler(b, args)
 
     b.node = None
@@ -853,6 +898,14 @@ def capture(fn_or_module, *example_inputs, **options):
     g.params = {k: v for k, v in params.items() if k in inputs}
     g.document = doc
     return g
+
+
+def _flat(vals):
+    for v in vals:
+        if isinstance(v, (list, tuple)):
+            yield from _flat(v)
+        else:
+            yield v
 
 
 def _lookup(env, v):
