@@ -31,6 +31,6 @@ def default_socket():
     return lib.ktune_default_socket().decode()
 
 
-__all__ = ["CaptureError", "Client", "Gpu", "GpuList", "Graph", "Job", "JOB_STATES", "Kernel", "KernelInfo",
-           "KtuneError", "RecordInfo", "Runtime", "Stats", "TensorDesc", "__version__", "capture",
-           "default_socket", "library_path", "library_version"]
+__all__ = ["CaptureError", "Client", "Gpu", "GpuList", "Graph", "Job", "JOB_STATES", "Kernel",
+           "KernelInfo", "KtuneError", "RecordInfo", "Runtime", "Stats", "TensorDesc",
+           "__version__", "capture", "default_socket", "library_path", "library_version"]

@@ -11,6 +11,7 @@ An op ktune lacks raises CaptureError naming the op and the user's source line; 
 built, registered or cached until every node has been translated."""
 
 import inspect
+import operator
 import os
 import re
 
@@ -102,8 +103,9 @@ class _Builder:
             return int(d)  # int() of a symbolic size would specialise it: never called there
         key = str(expr)
         if key not in self.symbols:
-            self.fail(f"the size {key} is not a dimension of an input (a derived size such as "
-                      f"2*batch is not supported)")
+            pretty = re.sub(r"\b\w+\b", lambda m: self.symbols.get(m.group(0), m.group(0)), key)
+            self.unsupported(f"its size {pretty} is derived from a dynamic dimension; ktune "
+                             f"symbols are dimensions of the inputs")
         return self.symbols[key]
 
     def val_shape(self, node=None):
@@ -123,6 +125,9 @@ class _Builder:
     # ---- emitting ----
 
     def add_input(self, name, shape, dtype, const):
+        if name in self.inputs:
+            self.fail(f"the argument '{name}' and the module's tensor '{name}' share a name; "
+                      f"rename the argument")
         self.taken.add(name)
         spec = {"dtype": dtype, "shape": list(shape)}
         if const:
@@ -673,7 +678,8 @@ _OPS = {
     "log_softmax": _h_softmax("log_softmax"), "_log_softmax": _h_softmax("log_softmax"),
     "logsumexp": _h_logsumexp,
     "layer_norm": _h_layer_norm, "native_layer_norm": _h_native_layer_norm,
-    "rms_norm": _h_rms_norm, "batch_norm": _h_batch_norm, "scaled_dot_product_attention": _h_sdpa,
+    "rms_norm": _h_rms_norm, "batch_norm": _h_batch_norm,
+    "scaled_dot_product_attention": _h_sdpa,
     "sum": _h_reduce("sum"), "mean": _h_reduce("mean"), "amax": _h_reduce("max"),
     "amin": _h_reduce("min"), "var": _h_var(False), "std": _h_var(True),
     "add": _h_add(1), "sub": _h_add(-1), "rsub": _h_rsub, "mul": _h_binary("mul"),
@@ -780,8 +786,16 @@ def capture(fn_or_module, *example_inputs, **options):
                             f"tensor")
     names = _user_names(target, len(example_inputs))
     dynamic = options.get("dynamic_shapes")
-    if isinstance(dynamic, dict) and not isinstance(fn_or_module, torch.nn.Module):
-        dynamic = {"args": tuple(dynamic.get(n) for n in names)}
+    if dynamic is not None and not isinstance(fn_or_module, torch.nn.Module):
+        # the wrapper's forward takes *args: its specs, by position or by the function's names
+        if isinstance(dynamic, dict):
+            unknown = [k for k in dynamic if k not in names]
+            if unknown:
+                raise TypeError(f"ktune.capture: dynamic_shapes names '{unknown[0]}', which is "
+                                f"not an argument ({', '.join(names)})")
+            dynamic = {"args": tuple(dynamic.get(n) for n in names)}
+        else:
+            dynamic = {"args": tuple(dynamic)}
     try:
         ep = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic,
                                  strict=bool(options.get("strict", False)))
@@ -863,7 +877,7 @@ def capture(fn_or_module, *example_inputs, **options):
             continue
         if node.op != "call_function":
             b.unsupported(f"an fx {node.op} node")
-        if node.target is __import__("operator").getitem:
+        if node.target is operator.getitem:
             env[node] = _h_getitem(b, node, env)
             continue
         name = _op_name(node)

@@ -363,6 +363,26 @@ def test_dynamic_function_by_name():
     assert rel_err(g.reference(a, b), torch.softmax(a.double() * b.double(), -1)) <= TOL
 
 
+def test_dynamic_batch_and_sequence_through_attention():
+    B, S = torch.export.Dim("B", max=64), torch.export.Dim("S", max=128)
+    m = Block().eval()
+    g = ktune.capture(m, randn(2, 6, 16), dynamic_shapes=({0: B, 1: S},))
+    assert g.document["inputs"]["x"]["shape"] == ["B", "S", 16]
+    assert any(n["op"] == "reshape" and n["shape"][:2] == ["B", "S"]
+               for n in g.document["nodes"])
+    x = randn(3, 9, 16)
+    with torch.no_grad():
+        want = copy.deepcopy(m).double()(x.double())
+    assert rel_err(g.reference(x), want) <= TOL
+
+
+def test_derived_dynamic_size_is_refused():
+    B = torch.export.Dim("B", max=64)
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.flatten \(its size "
+                                                 r"3\*B is derived from a dynamic dimension"):
+        ktune.capture(lambda x: x.flatten(), randn(4, 3), dynamic_shapes=({0: B},))
+
+
 # ---- the remembered parameters ----
 
 def test_parameters_remembered_and_overridable():
