@@ -15,6 +15,7 @@ import operator
 import os
 import re
 
+from ._lib import KtuneError
 from .graph import Graph
 
 _DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
@@ -77,6 +78,7 @@ class _Builder:
         self.taken = set()
         self.symbols = symbols  # str(sympy symbol) -> ktune symbol name
         self.node = None  # the fx node being translated, for messages
+        self.origin = {}  # ktune node output -> the fx node it comes from
 
     # ---- names, shapes, errors ----
 
@@ -142,6 +144,7 @@ class _Builder:
         shape = self.val_shape() if shape is None else shape
         dtype = dtype or next((x.dtype for x in ins if isinstance(x, _T)), None) or \
             self.val_dtype()
+        self.origin[name] = self.node
         self.nodes.append({"out": name, "op": op,
                            "in": [x.name if isinstance(x, _T) else float(x) for x in ins],
                            **attrs})
@@ -162,6 +165,11 @@ class _Builder:
                 self.unsupported(f"an operand is {type(v).__name__}")
         if not isinstance(a, _T) and not isinstance(b, _T):
             self.unsupported("both operands are numbers")
+        if isinstance(a, _T) and isinstance(b, _T) and a.dtype != b.dtype:
+            # PyTorch promotes mixed dtypes; ktune's binary ops take one: cast to the result's
+            target = self.val_dtype()
+            a, b = (x if x.dtype == target else self.emit("cast", [x], x.shape, target,
+                                                          dtype=target) for x in (a, b))
         if shape is None:
             shape = _broadcast(a.shape if isinstance(a, _T) else (),
                                b.shape if isinstance(b, _T) else ())
@@ -905,9 +913,17 @@ def capture(fn_or_module, *example_inputs, **options):
     if not outputs:
         raise CaptureError("ktune.capture: the module returns no tensor")
     inputs, nodes, out_names = b.finish(outputs, user_inputs)
+    rename_back = {new: o.name for new, o in zip(out_names, outputs)}
     doc = {"name": options.get("name") or default_name, "inputs": inputs, "nodes": nodes,
            "outputs": out_names}
-    g = Graph(doc)
+    try:
+        g = Graph(doc)
+    except KtuneError as e:  # name the user's line of the node the validator refused
+        m = re.search(r"\(\S+ -> ([^)]+)\)", e.strerror)
+        origin = b.origin.get(rename_back.get(m.group(1), m.group(1))) if m else None
+        where = _where(origin) if origin is not None else ""
+        raise CaptureError(f"ktune.capture: {e.strerror}{' at ' + where if where else ''}") \
+            from None
     g.user_inputs = tuple(user_inputs)
     g.params = {k: v for k, v in params.items() if k in inputs}
     g.document = doc

@@ -439,6 +439,24 @@ def test_unsupported_argument_names_it():
                       randn(1, 4, 8), randn(4, 4))
 
 
+def _attention_broadcast_batch(q, k):
+    return F.scaled_dot_product_attention(q, k, k)  # torch broadcasts the batch; ktune does not
+
+
+def test_graph_ktune_refuses_names_the_line():
+    with pytest.raises(ktune.CaptureError) as e:
+        ktune.capture(_attention_broadcast_batch, randn(2, 3, 5, 8), randn(1, 3, 7, 8))
+    line = _line_of(_attention_broadcast_batch, "scaled_dot_product_attention")
+    assert str(e.value) == ("ktune.capture: graph: node 0 (attention -> output): conflicting "
+                            "dimension: batch dimensions of q and k differ: 2 vs 1 at "
+                            f"test_capture.py:{line} (in _attention_broadcast_batch)")
+
+
+def test_mixed_dtypes_are_promoted():
+    g = check(lambda h, x: h + x, randn(4, 3).half(), randn(4, 3), want=lambda h, x: h + x)
+    assert ops_of(g) == ["cast", "add"]
+
+
 def test_capture_bad_keyword_and_inputs():
     with pytest.raises(TypeError, match=r"ktune.capture: unexpected keyword 'dynamic' "):
         ktune.capture(nn.ReLU(), randn(2), dynamic=True)
