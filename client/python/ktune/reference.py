@@ -112,7 +112,14 @@ def reference(graph, tensors, named, shapes=None):
         bufs.append((buf, ptr))
 
     items = tuple(sorted(bound.items()))
-    _, outs = graph.describe(items)
+    ins_desc, outs = graph.describe(items)
+    # libktune reads each input at its own bound shape: hold the buffers to it (the document read
+    # above could differ from the graph loaded, e.g. a file changed since)
+    in_shape = {d.name: d.shape for d in ins_desc}
+    for (name, _), (buf, _) in zip(ins, bufs):
+        if in_shape.get(name) != tuple(buf.shape):
+            raise ValueError(f"Graph.reference: input '{name}' has shape {list(buf.shape)}; the "
+                             f"graph takes {list(in_shape.get(name) or ())} there")
     out_shape = {d.name: d.shape for d in outs}
     use_torch = _have_torch()
     results = [_empty(out_shape[n], use_torch) for n in out_names]

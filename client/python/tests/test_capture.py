@@ -524,3 +524,18 @@ def test_example_graphs_run():
     a, w, bias = (x.double() for x in xs)
     assert rel_err(y, torch.relu(a @ w + bias)) <= TOL
     assert math.isfinite(y.sum().item())
+
+
+def test_reference_holds_buffers_to_the_loaded_graph(tmp_path):
+    # The declared form is read from the file at the first reference() call: a file changed
+    # since the load must not make libktune read past a buffer.
+    path = tmp_path / "g.json"
+    doc = {"inputs": {"x": {"dtype": "f32", "shape": ["M", 3]}},
+           "nodes": [{"out": "y", "op": "exp", "in": ["x"]}], "outputs": ["y"]}
+    path.write_text(json.dumps(doc))
+    g = ktune.Graph(str(path))
+    doc["inputs"]["x"]["shape"] = ["M", 4]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"input 'x' has shape \[2, 4\]; the graph takes "
+                                         r"\[2, 3\] there"):
+        g.reference(randn(2, 4))
