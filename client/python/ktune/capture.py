@@ -48,8 +48,8 @@ class _Bad:
 
 
 class _Sym:
-    """A symbolic size (aten.sym_size): only reshape targets may use it, and they are read from
-    the node's result instead."""
+    """A symbolic size (aten.sym_size and arithmetic on it): only shapes may use it, and those
+    are read from the node's result instead."""
 
 
 def _where(node):
@@ -161,6 +161,9 @@ class _Builder:
 
     def binary(self, op, a, b, shape=None):
         for v in (a, b):
+            if isinstance(v, _Sym):
+                self.unsupported("an operand is the size of a dynamic dimension, which a ktune "
+                                 "graph has no value for")
             if not isinstance(v, _T) and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 self.unsupported(f"an operand is {type(v).__name__}")
         if not isinstance(a, _T) and not isinstance(b, _T):
@@ -657,6 +660,8 @@ def _h_var(std):
             corr = 1 if a["unbiased"] else 0
         else:
             corr = 1 if a.get("correction") is None else a["correction"]
+        if n <= corr:
+            b.unsupported(f"var/std of {n} elements with correction {corr} (a division by zero)")
         keep = bool(a.get("keepdim", False))
         m = b.reduce("mean", x, axes, True)
         d = b.binary("sub", x, m, x.shape)
@@ -665,10 +670,6 @@ def _h_var(std):
             y = b.binary("mul", y, n / (n - corr), y.shape)
         return b.unary("sqrt", y) if std else y
     return h
-
-
-def _h_unsqueeze_like(b, a):
-    return b.reshape(b.tensor(a["self"]), b.val_shape())
 
 
 def _h_getitem(b, node, env):
@@ -702,7 +703,7 @@ _OPS = {
     "log10": _h_log_base(10), "exp2": _h_exp2,
     "_to_copy": _h_cast, "to": _h_cast, "type_as": _h_cast,
     "view": _h_reshape, "reshape": _h_reshape, "_unsafe_view": _h_reshape,
-    "unsqueeze": _h_unsqueeze_like, "squeeze": _h_unsqueeze_like, "flatten": _h_reshape,
+    "unsqueeze": _h_reshape, "squeeze": _h_reshape, "flatten": _h_reshape,
     "unflatten": _h_reshape, "expand": _h_expand, "permute": _h_permute,
     "transpose": _h_transpose, "t": _h_t,
 }
@@ -892,8 +893,8 @@ def capture(fn_or_module, *example_inputs, **options):
         packet = name[5:] if name.startswith("aten.") else name
         if packet in _SKIP:
             continue
-        if packet in ("sym_size", "sym_numel", "sym_stride"):
-            env[node] = _Sym()
+        if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            env[node] = _Sym()  # a size computation: shapes are read from results instead
             continue
         handler = _OPS.get(packet) if name.startswith("aten.") else None
         if handler is None:

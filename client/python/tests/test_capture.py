@@ -383,6 +383,21 @@ def test_derived_dynamic_size_is_refused():
         ktune.capture(lambda x: x.flatten(), randn(4, 3), dynamic_shapes=({0: B},))
 
 
+def test_dynamic_size_in_a_view_and_as_a_value():
+    B = torch.export.Dim("B", max=64)
+
+    def f(x):
+        n = x.shape[0]
+        return x.view(n, 2, 6).sum(-1) * 2
+    g = check(f, randn(4, 12), dynamic_shapes=({0: B},))
+    assert [n["shape"] for n in g.document["nodes"] if n["op"] == "reshape"] == [["B", 2, 6]]
+    x = randn(7, 12)
+    assert rel_err(g.reference(x), f(x.double())) <= TOL
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.mul \(an operand is the "
+                                                 r"size of a dynamic dimension"):
+        ktune.capture(lambda x: x * x.shape[0], randn(4, 3), dynamic_shapes=({0: B},))
+
+
 # ---- the remembered parameters ----
 
 def test_parameters_remembered_and_overridable():
