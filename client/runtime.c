@@ -740,14 +740,14 @@ int ktune_rt_io_map(const ops_graph *bound, int *in_of_rank, int *out_of_rank, k
     /* a permutation, or the graph lists a tensor twice: nothing a launch could follow */
     for (int i = 0; i < n_in + n_out && rc == 0; i++) {
         bool in = i < n_in;
-        int r = rank[i], *slot = in ? &in_of_rank[r] : &out_of_rank[r];
-        if (r < 0 || r >= (in ? n_in : n_out) || *slot >= 0)
+        int r = rank[i], *of_rank = in ? in_of_rank : out_of_rank;
+        if (r < 0 || r >= (in ? n_in : n_out) || of_rank[r] >= 0)
             rc = kt_err_set(why, -EINVAL,
                             "graph '%s': no canonical order of its inputs and outputs (is a "
                             "tensor listed twice?)",
                             bound->name ? bound->name : "?");
         else
-            *slot = in ? i : i - n_in;
+            of_rank[r] = in ? i : i - n_in;
     }
 out:
     free(rank);
@@ -1681,8 +1681,8 @@ void ktune_rt_launch_params(const ktune_kernel *k, int launch, void *const *inpu
 static int launch_library(ktune_runtime *rt, ktune_kernel *k, void *const *inputs,
                           void *const *outputs, void *workspace, CUstream stream, ktune_error *err)
 {
-    ktune_rt_param v[CACHE_MAX_ARGS] = {0};
-    ktune_rt_launch_params(k, 0, inputs, outputs, workspace, v); /* 3 or 4 pointers */
+    ktune_rt_param v[4] = {{0}}; /* 3 or 4 pointers (check_record) */
+    ktune_rt_launch_params(k, 0, inputs, outputs, workspace, v);
     kt_err e = {0};
     pthread_mutex_lock(&k->plan_lock);
     int rc = srch_lt_run_on(k->plan, stream, v[0].ptr, v[1].ptr, v[2].ptr, v[3].ptr,
