@@ -1616,7 +1616,8 @@ KTUNE_EXPORT uint64_t ktune_kernel_workspace_size(const ktune_kernel *k)
 }
 
 /* Records ask for no layout yet (a record that does is refused at lookup), so no input is ever
- * packed: the tensor is passed as it is. */
+ * packed: the tensor is passed as it is. `input` is a declared index; a record's layouts name
+ * canonical ones, so supporting them means mapping through io_of_rank here. */
 KTUNE_EXPORT uint64_t ktune_prepack_size(const ktune_kernel *k, int input)
 {
     (void)k;
