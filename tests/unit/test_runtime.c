@@ -562,9 +562,10 @@ static void test_renamed_symbols_keyed_apart(void **state)
 
 /* x[M] and z[N] through two relus, declared in either order. The same problem (a 4096- and a
  * 1000-element tensor) is one key whichever way it is declared or bound, and each caller's
- * canonical order (the launch order, ktune_graph_describe's) puts the 4096-element tensor where
- * the record has it: before, the order followed declaration alone, and the record tuned from one
- * declaration launched its 4096-element kernel on the other's 1000-element buffers. */
+ * canonical order (the record's; ktune_launch maps the caller's declared order onto it with
+ * ktune_rt_io_map) puts the 4096-element tensor where the record has it: before issue 15, the
+ * order followed declaration alone, and the record tuned from one declaration launched its
+ * 4096-element kernel on the other's 1000-element buffers. */
 static void test_declaration_order_keeps_slots(void **state)
 {
     fixture *f = *state;
