@@ -36,7 +36,8 @@ extern "C" {
 /* 2: tensors are passed in the graph's declared order (ktune_launch, ktune_graph_describe,
  *    ktune_graph_input_name, ktune_prepack); 1 took them in ktune's canonical order. A program
  *    written for 1 that passes pointers in ktune_graph_describe's order keeps working; one that
- *    computed the canonical order itself must pass declared order now. */
+ *    computed the canonical order itself must pass declared order now. The shared library's
+ *    soname follows this number (libktune.so.2), so a binary linked against 1 does not load. */
 #define KTUNE_API_VERSION 2
 
 typedef struct ktune_error {
