@@ -158,6 +158,12 @@ static int recv_id(ktune_client *c, uint64_t id, const char *op, msgpack_unpacke
             const msgpack_object *mid = map_get(o, "id");
             if (mid && mid->type == MSGPACK_OBJECT_POSITIVE_INTEGER && mid->via.u64 == id)
                 return 0;
+            /* id 0 is never ours: an error with it is ktuned refusing the connection (too
+             * many connections, shutting down; docs/protocol.md), the answer to this call */
+            const msgpack_object *ok = map_get(o, "ok");
+            if (mid && mid->type == MSGPACK_OBJECT_POSITIVE_INTEGER && mid->via.u64 == 0 && ok &&
+                ok->type == MSGPACK_OBJECT_BOOLEAN && !ok->via.boolean)
+                return 0;
             continue; /* a stale reply or event of an earlier request */
         }
         if (ur == MSGPACK_UNPACK_PARSE_ERROR)
@@ -307,10 +313,18 @@ static int call(ktune_client *c, req *r, msgpack_unpacked *msg, ktune_error *err
     msgpack_sbuffer_destroy(&head);
     if (rc == 0 && r->sb.size)
         rc = send_all(c, r->sb.data, r->sb.size, r->op, deadline, err);
-    if (rc == 0)
-        rc = recv_id(c, r->id, r->op, msg, deadline, err);
-    if (rc < 0)
+    if (rc == 0) {
+        if ((rc = recv_id(c, r->id, r->op, msg, deadline, err)) < 0)
+            return rc;
+    } else if (rc == -EPIPE || rc == -ECONNRESET) {
+        /* ktuned may have said why before closing (a refused connection, a request it had
+         * no memory for): its error is in the socket still, and better than "closed" */
+        ktune_error why;
+        if (recv_id(c, r->id, r->op, msg, now_s(), &why) < 0)
+            return rc;
+    } else {
         return rc;
+    }
     const msgpack_object *ok = map_get(&msg->data, "ok");
     if (!ok || ok->type != MSGPACK_OBJECT_BOOLEAN)
         return ktune_err_from(err, -EPROTO, "ktuned at %s answered '%s' without 'ok'", c->what,
@@ -651,11 +665,16 @@ int ktune_client_from_fd(int fd, const char *what, ktune_client **out, ktune_err
     req_begin(&r, c, "hello");
     p_key_str(&r, "client", "libktune " KTUNE_VERSION);
     if ((rc = call(c, &r, &m, err)) < 0) {
-        /* err already says what happened; make it a "cannot reach" line. */
+        /* err already says what happened; make it a "cannot reach" line, or, when ktuned
+         * turned the connection away, say so (the CLI shows this line as it is). */
         if (err) {
             char tmp[sizeof(err->msg)];
             snprintf(tmp, sizeof(tmp), "%s", err->msg);
-            ktune_err_from(err, rc, "cannot reach ktuned at %s: %s", c->what, tmp);
+            if (rc == -EUSERS || rc == -ESHUTDOWN)
+                ktune_err_from(err, rc, "ktuned refused the connection: %s; socket %s", tmp,
+                               c->what);
+            else
+                ktune_err_from(err, rc, "cannot reach ktuned at %s: %s", c->what, tmp);
         }
         goto fail;
     }

@@ -97,7 +97,9 @@ typedef struct ktune_client ktune_client;
 KTUNE_EXPORT const char *ktune_default_socket(void);
 
 /* Connects and says hello. socket_path NULL: ktune_default_socket(). -ENOENT / -ECONNREFUSED
- * when no daemon listens there, -EACCES when the socket's mode refuses this user. */
+ * when no daemon listens there, -EACCES when the socket's mode refuses this user; -EUSERS when
+ * ktuned refused the connection (too many connections: its max-clients, max-clients-per-uid);
+ * -ESHUTDOWN when it is shutting down. */
 KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktune_error *err);
 KTUNE_EXPORT void ktune_disconnect(ktune_client *c); /* NULL is a no-op */
 /* Reply timeout for every request after connect (default 30 s; a watch waits without limit for

@@ -91,20 +91,26 @@ static void child_exec(const dh_daemon *d, const dh_opts *o, const char *bin, co
         putenv((char *)o->env[i]);
     char jobs[16];
     snprintf(jobs, sizeof(jobs), "%d", o->compile_jobs > 0 ? o->compile_jobs : 2);
-    char *argv[] = {(char *)bin,
-                    "--socket",
-                    (char *)d->sock,
-                    "--cache",
-                    (char *)d->cache,
-                    "--gpus",
-                    (char *)(o->gpus ? o->gpus : "0"),
-                    "--worker",
-                    (char *)worker,
-                    "--compile-jobs",
-                    jobs,
-                    o->log_level ? "--log-level" : NULL,
-                    (char *)o->log_level,
-                    NULL};
+    char *argv[16 + 8] = {(char *)bin,
+                          "--socket",
+                          (char *)d->sock,
+                          "--cache",
+                          (char *)d->cache,
+                          "--gpus",
+                          (char *)(o->gpus ? o->gpus : "0"),
+                          "--worker",
+                          (char *)worker,
+                          "--compile-jobs",
+                          jobs,
+                          NULL};
+    int argc = 11;
+    if (o->log_level) {
+        argv[argc++] = "--log-level";
+        argv[argc++] = (char *)o->log_level;
+    }
+    for (int i = 0; i < 8 && o->args[i]; i++)
+        argv[argc++] = (char *)o->args[i];
+    argv[argc] = NULL;
     execv(bin, argv);
     fprintf(stderr, "harness: exec %s: %s\n", bin, strerror(errno));
     _exit(127);
