@@ -20,10 +20,12 @@
 #include <msgpack.h>
 #include <poll.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -591,6 +593,49 @@ static int decode_gpu(const msgpack_object *o, ktune_gpu *g, ktune_error *err)
 
 /* ---- connecting ---- */
 
+/* A client running as root trusts ktuned only where root or the service user created the
+ * socket file and listens on it: a path in a directory others may write (/tmp) can be bound
+ * first by anyone, whose "daemon" would then answer root's requests (docs/operations.md, "The
+ * socket"). SO_PEERCRED names the process that called listen() on what fd reached. */
+static int check_trusted(int fd, const char *path, ktune_error *err)
+{
+    if (geteuid() != 0)
+        return 0;
+    const char *name = getenv("KTUNE_SERVICE_USER");
+    if (!name || !name[0])
+        name = KTUNE_SERVICE_USER;
+    uid_t service = 0; /* a service user that does not exist: root only */
+    struct passwd pw, *found = NULL;
+    char pwbuf[2048];
+    if (getpwnam_r(name, &pw, pwbuf, sizeof(pwbuf), &found) == 0 && found)
+        service = pw.pw_uid;
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return ktune_err_from(err, -errno, "cannot reach ktuned at %s: %s", path, strerror(errno));
+    struct ucred peer;
+    socklen_t len = sizeof(peer);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) < 0)
+        return ktune_err_from(err, -errno, "cannot reach ktuned at %s: SO_PEERCRED: %s", path,
+                              strerror(errno));
+    bool file_ok = st.st_uid == 0 || st.st_uid == service;
+    bool peer_ok = peer.uid == 0 || peer.uid == service;
+    if (file_ok && peer_ok)
+        return 0;
+    char service_desc[128];
+    if (service)
+        snprintf(service_desc, sizeof(service_desc), "the service user %s (uid %u)", name,
+                 (unsigned)service);
+    else
+        snprintf(service_desc, sizeof(service_desc), "the service user (no user %s here)", name);
+    return ktune_err_from(err, -EPERM,
+                          "not trusting %s: %s uid %u, neither root nor %s; a client running as "
+                          "root uses only their sockets ($KTUNE_SERVICE_USER names the service "
+                          "user)",
+                          path,
+                          file_ok ? "the process listening on it runs as" : "the file belongs to",
+                          (unsigned)(file_ok ? peer.uid : st.st_uid), service_desc);
+}
+
 KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktune_error *err)
 {
     clear_err(err);
@@ -627,6 +672,10 @@ KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktun
         int e = errno;
         close(fd);
         return ktune_err_from(err, -e, "cannot reach ktuned at %s: %s", path, strerror(e));
+    }
+    if ((rc = check_trusted(fd, path, err)) < 0) {
+        close(fd);
+        return rc;
     }
     return ktune_client_from_fd(fd, path, out, err);
 }

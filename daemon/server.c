@@ -44,9 +44,18 @@ static int clear_stale(const char *path, kt_err *err)
     snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
     int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
     int e = errno;
+    struct ucred peer = {.pid = 0, .uid = (uid_t)-1};
+    socklen_t plen = sizeof(peer);
+    if (rc == 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &plen) < 0)
+        peer.uid = (uid_t)-1;
     close(fd);
     if (rc == 0)
-        return kt_err_set(err, -EADDRINUSE, "another ktuned is listening on %s", path);
+        /* never taken over: what listens there may be another ktuned, or someone else's */
+        return kt_err_set(err, -EADDRINUSE,
+                          "%s is in use: pid %d (uid %u) listens on it, the file belongs to "
+                          "uid %u; stop it or choose another --socket (docs/operations.md, "
+                          "\"The socket\")",
+                          path, (int)peer.pid, (unsigned)peer.uid, (unsigned)st.st_uid);
     if (e != ECONNREFUSED)
         return kt_err_set(err, -e, "%s: %s", path, strerror(e));
     kt_log_info(KD_LOG_SERVER, "removing the stale socket %s", path);
