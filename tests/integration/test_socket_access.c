@@ -186,7 +186,9 @@ static void serve_as_impostor(int fd)
 static int bound_socket(const char *path)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return -1;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(path, 0666) < 0)
         return -1;
