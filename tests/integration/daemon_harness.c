@@ -91,19 +91,13 @@ static void child_exec(const dh_daemon *d, const dh_opts *o, const char *bin, co
         putenv((char *)o->env[i]);
     char jobs[16];
     snprintf(jobs, sizeof(jobs), "%d", o->compile_jobs > 0 ? o->compile_jobs : 2);
-    char *argv[16 + 8] = {(char *)bin,
-                          "--socket",
-                          (char *)d->sock,
-                          "--cache",
-                          (char *)d->cache,
-                          "--gpus",
-                          (char *)(o->gpus ? o->gpus : "0"),
-                          "--worker",
-                          (char *)worker,
-                          "--compile-jobs",
-                          jobs,
-                          NULL};
-    int argc = 11;
+    char *argv[16 + 8] = {(char *)bin, "--socket", (char *)d->sock, "--cache", (char *)d->cache,
+                          "--gpus", (char *)(o->gpus ? o->gpus : "0"), "--worker", (char *)worker,
+                          "--compile-jobs", jobs,
+                          /* tests open hundreds of connections from one uid, root or not
+                           * (test_daemon_limits sets its own limit, later, which wins) */
+                          "--max-clients-per-uid", "1000000", NULL};
+    int argc = 13;
     if (o->log_level) {
         argv[argc++] = "--log-level";
         argv[argc++] = (char *)o->log_level;
