@@ -641,7 +641,7 @@ static const char *admission(const kd_daemon *d, uid_t uid, char *buf, size_t le
 }
 
 /* Tells a refused client why before closing: an unsolicited error with id 0, which a client
- * reads where it expects its hello reply (docs/protocol.md, "Connection limits"). The socket is
+ * reads where it expects its hello reply (docs/protocol.md, "Connections"). The socket is
  * fresh, so the short message fits its buffer; if not, the close alone says it. */
 static void send_refusal(uv_pipe_t *pipe, const char *code, const char *text)
 {
