@@ -377,7 +377,7 @@ int kd_config_load(kd_config *c, int argc, char **argv, kt_err *err)
     c->gpus_auto = true;
     c->max_clients = KD_DEFAULT_MAX_CLIENTS;
     c->max_clients_per_uid = KD_DEFAULT_PER_UID;
-    c->root_reserved = KD_DEFAULT_ROOT_RESERVED;
+    c->root_reserved = -1; /* not given: KD_DEFAULT_ROOT_RESERVED, at most half of max-clients */
     c->idle_timeout_s = KD_DEFAULT_IDLE_TIMEOUT;
     c->max_buffered = KD_DEFAULT_MAX_BUFFERED;
     c->log_level = KT_LOG_INFO;
@@ -424,7 +424,10 @@ int kd_config_load(kd_config *c, int argc, char **argv, kt_err *err)
             return kt_err_set(err, -EINVAL, "--%s: %s", o->name, why);
         i += used;
     }
-    if (c->root_reserved >= c->max_clients)
+    if (c->root_reserved < 0)
+        c->root_reserved = KD_DEFAULT_ROOT_RESERVED < c->max_clients / 2 ? KD_DEFAULT_ROOT_RESERVED
+                                                                         : c->max_clients / 2;
+    else if (c->root_reserved >= c->max_clients)
         return kt_err_set(err, -EINVAL,
                           "root-reserved-clients (%d) must be below max-clients (%d): other "
                           "users would get no connection at all",

@@ -30,7 +30,8 @@ typedef struct kd_config {
     int compile_jobs;      /* in all, split across GPUs; 0: one per CPU */
     int max_clients;
     int max_clients_per_uid; /* connections of one non-root uid */
-    int root_reserved;       /* the last root_reserved of max_clients admit uid 0 only */
+    int root_reserved;       /* the last root_reserved of max_clients admit uid 0 only (by
+                              * default 8, at most half of max_clients) */
     double idle_timeout_s;   /* an idle connection is closed after this; 0: never */
     size_t max_buffered;     /* request and reply bytes buffered across all connections */
     int log_level;           /* KT_LOG_* */
