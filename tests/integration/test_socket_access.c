@@ -248,8 +248,10 @@ static void refused_by_root(const char *path, const char *why)
 static void test_squatted_socket(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/ktune-squat-XXXXXX", path[128];
-    assert_non_null(mkdtemp(dir));
+    /* inside the daemon's temporary directory, which dh_cleanup removes with what ktuned left */
+    char dir[sizeof(daemon_.root) + 16], path[sizeof(dir) + 16];
+    snprintf(dir, sizeof(dir), "%s/squat", daemon_.root);
+    assert_int_equal(mkdir(dir, 0755), 0);
     assert_int_equal(chmod(dir, 01777), 0); /* like /tmp: anyone may bind there */
     snprintf(path, sizeof(path), "%s/kt.sock", dir);
 
@@ -269,7 +271,7 @@ static void test_squatted_socket(void **state)
                  status, out);
     print_message("ktune gpus: %s", out);
     /* root's ktuned does not start there, and says who holds the path */
-    char cache[160], needle[64];
+    char cache[sizeof(dir) + 16], needle[64];
     snprintf(cache, sizeof(cache), "%s/cache", dir);
     char *kd[] = {getenv("KTUNED_BIN"),
                   "--socket",
@@ -312,7 +314,6 @@ static void test_squatted_socket(void **state)
     close(fd);
     refused_by_root(path, "the process listening on it runs as uid 65534");
     stop_impostor(pid, path);
-    rmdir(dir);
 
     /* ktuned started by root is trusted */
     ktune_client *c = NULL;
