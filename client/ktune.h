@@ -103,7 +103,12 @@ typedef struct ktune_client ktune_client;
 KTUNE_EXPORT const char *ktune_default_socket(void);
 
 /* Connects and says hello. socket_path NULL: ktune_default_socket(). -ENOENT / -ECONNREFUSED
- * when no daemon listens there, -EACCES when the socket's mode refuses this user. */
+ * when no daemon listens there, -EACCES when the socket's mode refuses this user; -EUSERS when
+ * ktuned refused the connection (too many connections: its max-clients, max-clients-per-uid);
+ * -ESHUTDOWN when it is shutting down. Run as root (effective uid 0), it trusts only a socket
+ * file owned by root or the service user ($KTUNE_SERVICE_USER, else "ktune") and a listening
+ * process running as one of them: anything else is -EPERM, nothing having been sent (a socket
+ * someone else bound first). */
 KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktune_error *err);
 KTUNE_EXPORT void ktune_disconnect(ktune_client *c); /* NULL is a no-op */
 /* Reply timeout for every request after connect (default 30 s; a watch waits without limit for
