@@ -14,6 +14,7 @@ import inspect
 import operator
 import os
 import re
+import types
 
 from ._lib import KtuneError
 from .graph import Graph
@@ -52,6 +53,10 @@ class _Sym:
     are read from the node's result instead."""
 
 
+# Functions captured through a renamed copy (capture()): (file, first line, last line, name).
+_RENAMED = []
+
+
 def _where(node):
     """'file.py:LINE (in fn)' of the innermost user frame of node's stack trace, or ''."""
     trace = node.meta.get("stack_trace") or ""
@@ -62,6 +67,9 @@ def _where(node):
     user = [f for f in frames if torch_dir not in f[0] and os.path.dirname(f[0]) != here]
     user = user or frames
     path, line, fn = user[-1]
+    for file, first, last, name in _RENAMED:
+        if fn == "forward" and path == file and first <= int(line) <= last:
+            fn = name
     return f"{os.path.basename(path)}:{line} (in {fn})"
 
 
@@ -775,16 +783,25 @@ def capture(fn_or_module, *example_inputs, **options):
         default_name = type(fn_or_module).__name__
     elif callable(fn_or_module):
         fn = fn_or_module
+        # torch.export keeps only the frames of functions named forward in a node's stack
+        # trace (later versions also of registered anchors): the function is called through a
+        # copy of it named forward, so its own lines name an unsupported op (_where maps the
+        # name back)
+        call = fn
+        code = getattr(fn, "__code__", None)
+        if isinstance(fn, types.FunctionType) and code is not None:
+            call = types.FunctionType(code.replace(co_name="forward"), fn.__globals__, "forward",
+                                      fn.__defaults__, fn.__closure__)
+            call.__kwdefaults__ = fn.__kwdefaults__
+            last = max((ln for _, _, ln in code.co_lines() if ln), default=code.co_firstlineno)
+            entry = (code.co_filename, code.co_firstlineno, last, fn.__name__)
+            if entry not in _RENAMED:
+                _RENAMED.append(entry)
 
         class _Fn(torch.nn.Module):
             def forward(self, *args):
-                return fn(*args)
+                return call(*args)
         module, target = _Fn(), fn
-        # torch.export keeps only the frames of forward methods in a node's stack trace, and
-        # of functions registered as anchors: the function's own lines name an unsupported op.
-        anchor = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
-        if anchor is not None:
-            anchor(fn)
         default_name = getattr(fn, "__name__", "graph")
     else:
         raise TypeError(f"ktune.capture: expected a torch.nn.Module or a function, not "
