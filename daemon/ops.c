@@ -15,7 +15,8 @@
 
 /* ---- shared argument parsing: graph and shapes ---- */
 
-/* Reads `graph` (map, or bin holding the msgpack form), validates it, and computes its
+/* Reads `graph` (map, or bin holding the msgpack form), validates it, refuses it when the search
+ * could never take it (srch_graph_admit: a lookup could never find it either), and computes its
  * signature. *out is the caller's. */
 static int arg_graph(kd_req *r, ops_graph **out, uint8_t sig[OPS_SIG_BYTES])
 {
@@ -33,6 +34,8 @@ static int arg_graph(kd_req *r, ops_graph **out, uint8_t sig[OPS_SIG_BYTES])
         return kd_fail(r, -EINVAL, "'graph' must be a map (the graph's msgpack form)");
     if (rc == 0)
         rc = ops_graph_validate(g, &diag);
+    if (rc == 0) /* before the signature: refused in O(nodes), with the search's own reason */
+        rc = srch_graph_admit(g, &diag);
     if (rc == 0)
         rc = ops_graph_signature(g, sig, &diag);
     if (rc < 0) {
