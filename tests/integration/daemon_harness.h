@@ -146,6 +146,12 @@ bool dh_job_final(const dh_job *j);                       /* done, failed or can
 
 /* An example graph (examples/NAME.json) in its msgpack form; free *mp. */
 int dh_example_graph(const char *name, void **mp, size_t *len);
+/* Generated graphs over one input x[M, 64] f32, in msgpack form (free *mp): a chain of n nodes
+ * of the one-operand op (x -> t0 -> ... -> t(n-1), the last the output), or k relus of x side by
+ * side, each an output (k interchangeable branches: the signature's tie-breaking search is at
+ * its costliest). */
+int dh_chain_graph(const char *op, int n, void **mp, size_t *len);
+int dh_branches_graph(int k, void **mp, size_t *len);
 
 typedef struct dh_submit_args {
     const void *graph; /* msgpack form */

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -37,30 +38,10 @@ static int teardown(void **state)
     return 0;
 }
 
-/* x[M, 64] f32, then n nodes of op, each on the previous one's output; the last is the output.
- * Its msgpack form in *mp (free it). */
-static void chain(int n, ops_op op, void **mp, size_t *len)
+static void graph_or_fail(int rc, const char *what)
 {
-    ops_graph *g = ops_graph_new("chain");
-    assert_non_null(g);
-    ops_shape s = {.rank = 2, .d = {{.size = -1, .sym = ops_graph_sym(g, "M")}, {64, OPS_NO_SYM}}};
-    int prev = ops_graph_add_input(g, "x", OPS_DT_F32, &s, false);
-    assert_true(prev >= 0);
-    for (int i = 0; i < n; i++) {
-        char name[32];
-        snprintf(name, sizeof(name), "t%d", i);
-        int ni = ops_graph_add_node(g, op, name, NULL);
-        assert_true(ni >= 0);
-        g->nodes[ni].n_in = 1;
-        g->nodes[ni].in[0].tensor = prev;
-        prev = g->nodes[ni].out;
-    }
-    assert_int_equal(ops_graph_mark_output(g, prev), 0);
-    ops_diag d = {0};
-    if (ops_graph_validate(g, &d) < 0)
-        fail_msg("chain of %d: %s", n, d.msg);
-    assert_int_equal(ops_graph_to_msgpack(g, mp, len), 0);
-    ops_graph_free(g);
+    if (rc < 0)
+        fail_msg("generating %s: %d", what, rc);
 }
 
 /* Sends op (submit or lookup) with graph and shapes M=256; the reply in *rep. */
@@ -100,17 +81,17 @@ static void test_refused_at_submit_and_lookup(void **state)
     void *mp;
     size_t len;
     /* 13 softmaxes are 13 nodes as sent and 65 once canonicalised (5 primitives each) */
-    chain(13, OPS_SOFTMAX, &mp, &len);
+    graph_or_fail(dh_chain_graph("softmax", 13, &mp, &len), "13 softmaxes");
     expect_refused(&c, "submit", mp, len, 65);
     expect_refused(&c, "lookup", mp, len, 65);
     free(mp);
     /* the largest graph the parsers take */
-    chain(OPS_MAX_GRAPH_TENSORS - 1, OPS_RELU, &mp, &len);
+    graph_or_fail(dh_chain_graph("relu", OPS_MAX_GRAPH_TENSORS - 1, &mp, &len), "4 095 relus");
     expect_refused(&c, "submit", mp, len, OPS_MAX_GRAPH_TENSORS - 1);
     expect_refused(&c, "lookup", mp, len, OPS_MAX_GRAPH_TENSORS - 1);
     free(mp);
     /* 64 canonical nodes are taken: a lookup answers (nothing is cached), a submit queues */
-    chain(64, OPS_RELU, &mp, &len);
+    graph_or_fail(dh_chain_graph("relu", 64, &mp, &len), "64 relus");
     bool found = true;
     assert_int_equal(dh_lookup(&c, mp, len, shapes, 1, 30.0 * dh_scale(), &found, NULL), 0);
     assert_false(found);
@@ -122,10 +103,120 @@ static void test_refused_at_submit_and_lookup(void **state)
     dh_close(&c);
 }
 
+/* ---- another client's latency while one sends the costliest graphs ---- */
+
+#define LOAD_SECONDS 3.0
+#define LOAD_DEPTH   4 /* requests the loader keeps in flight */
+
+typedef struct loader {
+    void *chain, *branches; /* 4 095 relus (refused), 64 interchangeable branches (taken) */
+    size_t chain_len, branches_len;
+    int sent, replies, refused;
+    volatile int stop;
+    int err;
+} loader;
+
+/* One submit of the chain or the branches, alternately, without waiting for the reply. */
+static int send_one(dh_conn *c, loader *l)
+{
+    bool chain = l->sent % 2 == 0;
+    dh_req r;
+    dh_req_begin(&r, c, "submit", 3);
+    dh_req_raw(&r, "graph", chain ? l->chain : l->branches, chain ? l->chain_len : l->branches_len);
+    dh_req_key(&r, "shapes");
+    dh_req_shapes(&r, shapes, 1);
+    dh_req_num(&r, "budget_s", 1);
+    int rc = dh_send(c, r.sb.data, r.sb.size);
+    dh_req_free(&r);
+    l->sent++;
+    return rc;
+}
+
+/* Keeps LOAD_DEPTH submits in flight until told to stop, then takes the replies still due. */
+static void *load_main(void *arg)
+{
+    loader *l = arg;
+    dh_conn c;
+    if ((l->err = dh_connect(&c, daemon_.sock)) < 0)
+        return NULL;
+    for (int i = 0; i < LOAD_DEPTH && l->err == 0; i++)
+        l->err = send_one(&c, l);
+    while (l->err == 0 && l->replies < l->sent) {
+        const msgpack_object *m;
+        if ((l->err = dh_recv(&c, 60.0 * dh_scale(), &m)) < 0)
+            break;
+        if (!dh_get(m, "ok")) /* an event of the job: not a reply */
+            continue;
+        l->replies++;
+        l->refused += !dh_ok(m);
+        if (!l->stop)
+            l->err = send_one(&c, l);
+    }
+    dh_close(&c);
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* While one client pipelines submits of a 4 095-node graph (refused) and of 64 interchangeable
+ * branches (a signature search of ~0.2 s), another's hello round trips stay prompt: their work
+ * is done off the loop. Before, each such request held the loop for 0.2 to 2 s. The bound is
+ * looser than the 50 ms target (docs/RELIABILITY.md has the figure): this box is shared. */
+static void test_other_client_latency(void **state)
+{
+    (void)state;
+    loader l = {0};
+    graph_or_fail(dh_chain_graph("relu", OPS_MAX_GRAPH_TENSORS - 1, &l.chain, &l.chain_len),
+                  "4 095 relus");
+    graph_or_fail(dh_branches_graph(64, &l.branches, &l.branches_len), "64 branches");
+    dh_conn by;
+    assert_int_equal(dh_connect(&by, daemon_.sock), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, load_main, &l), 0);
+    enum { MAX_SAMPLES = 4096 };
+    static double lat[MAX_SAMPLES];
+    int n = 0;
+    double t_end = dh_now() + LOAD_SECONDS;
+    while (dh_now() < t_end && n < MAX_SAMPLES) {
+        double t0 = dh_now();
+        int rc = dh_hello(&by, 30.0 * dh_scale(), NULL);
+        if (rc < 0) {
+            l.stop = 1;
+            pthread_join(th, NULL);
+            fail_msg("hello during the load: %d", rc);
+        }
+        lat[n++] = dh_now() - t0;
+        usleep(5000);
+    }
+    l.stop = 1;
+    pthread_join(th, NULL);
+    dh_close(&by);
+    free(l.chain);
+    free(l.branches);
+    if (l.err < 0)
+        fail_msg("the loading client failed: %d after %d replies", l.err, l.replies);
+    qsort(lat, (size_t)n, sizeof(double), cmp_double);
+    double p50 = lat[n / 2], p99 = lat[(n * 99) / 100], max = lat[n - 1];
+    print_message("bystander hello: %d round trips, p50 %.2f ms, p99 %.2f ms, max %.2f ms; "
+                  "loader: %d replies (%d refused) in %.1f s\n",
+                  n, p50 * 1e3, p99 * 1e3, max * 1e3, l.replies, l.refused, LOAD_SECONDS);
+    assert_true(l.replies >= 2); /* the load was there */
+    assert_true(l.refused >= 1); /* the 4 095-node graph is refused */
+    if (p99 > 0.1 * dh_scale())
+        fail_msg("another client's p99 latency %.1f ms while large graphs are submitted (max "
+                 "%.1f ms): their work holds the loop",
+                 p99 * 1e3, max * 1e3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refused_at_submit_and_lookup),
+        cmocka_unit_test(test_other_client_latency),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,195 @@
+/* Requests handled off the loop (kd.h, kd_prep_offload): a submit or lookup costs what its graph
+ * does (parsing, validation, the signature's tie-breaking search, binding, the problem digest),
+ * which the loop cannot spend while other clients wait. Such a request, and any request large
+ * enough that decoding it is work, is copied, decoded and prepared (kd_prep_run) on a libuv
+ * worker thread; its dispatch, the cache read or the job, and the reply stay on the loop, in the
+ * after-work callback. The connection is busy meanwhile: nothing more of it is read or handled
+ * until that reply is sent, so replies keep their order (server.c).
+ *
+ * Threads: prep_work runs on a libuv worker and touches only its kd_work (the copy of the bytes,
+ * its own msgpack zone and kd_prep, the tolerance factor copied from the config); everything
+ * else, kd_conn included, is touched on the loop only. A connection closed meanwhile is kept
+ * until prep_done (kd_conn_work_done). */
+#include "kd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A submit or lookup whose graph has at most this many tensors (inputs plus nodes) is handled on
+ * the loop: its work is well under a turn (KD_TURN_NS) and keeps the lookup memo's fast path. */
+#define KD_PREP_INLINE_TENSORS 8
+/* Any request larger than this is decoded off the loop, whatever its op. */
+#define KD_PREP_INLINE_BYTES (64u << 10)
+
+typedef struct kd_work {
+    uv_work_t req; /* req.data = this */
+    kd_conn *c;
+    uint8_t *bytes; /* the request, copied */
+    size_t len;
+    const char *op; /* "submit", "lookup", or NULL: decode only */
+    double max_factor;
+    msgpack_unpacked up;
+    msgpack_unpack_return ur;
+    size_t off;
+    kd_prep prep;
+} kd_work;
+
+/* ---- deciding from the bytes, without decoding ---- */
+
+/* The length of the msgpack value header at p (n bytes) and the count or length it gives, for
+ * the types read here: str (length), bin (length), array and map (entries). False otherwise. */
+static bool header(const uint8_t *p, size_t n, uint8_t *kind, size_t *hlen, uint64_t *count)
+{
+    if (n < 1)
+        return false;
+    uint8_t b = p[0];
+    if ((b & 0xe0) == 0xa0 || (b & 0xf0) == 0x90 || (b & 0xf0) == 0x80) {
+        *kind = (b & 0xe0) == 0xa0 ? 's' : (b & 0xf0) == 0x90 ? 'a' : 'm';
+        *hlen = 1;
+        *count = (b & 0xe0) == 0xa0 ? (uint64_t)(b & 0x1f) : (uint64_t)(b & 0x0f);
+        return true;
+    }
+    static const struct {
+        uint8_t b, w; /* the header byte, the width of the count after it */
+        char kind;
+    } wide[] = {{0xd9, 1, 's'}, {0xda, 2, 's'}, {0xdb, 4, 's'}, {0xc4, 1, 'b'}, {0xc5, 2, 'b'},
+                {0xc6, 4, 'b'}, {0xdc, 2, 'a'}, {0xdd, 4, 'a'}, {0xde, 2, 'm'}, {0xdf, 4, 'm'}};
+    size_t k = 0;
+    while (k < KT_ARRAY_LEN(wide) && wide[k].b != b)
+        k++;
+    if (k == KT_ARRAY_LEN(wide))
+        return false;
+    *kind = wide[k].kind;
+    size_t w = wide[k].w;
+    if (n < 1 + w)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < w; i++)
+        v = v << 8 | p[1 + i];
+    *hlen = 1 + w;
+    *count = v;
+    return true;
+}
+
+/* The op of a request to prepare ("submit" or "lookup"), or NULL. */
+static const char *graph_op(const uint8_t *v, size_t n)
+{
+    static const char *const ops[] = {"submit", "lookup"};
+    uint8_t kind;
+    size_t h;
+    uint64_t len;
+    if (!v || !header(v, n, &kind, &h, &len) || kind != 's' || h + len != n)
+        return NULL;
+    for (size_t i = 0; i < KT_ARRAY_LEN(ops); i++)
+        if (len == strlen(ops[i]) && memcmp(v + h, ops[i], len) == 0)
+            return ops[i];
+    return NULL;
+}
+
+/* True when the graph value (a map, or bin holding one) at v is small: at most
+ * KD_PREP_INLINE_TENSORS inputs plus nodes, both readable. Anything unreadable is not small. */
+static bool graph_small(const uint8_t *v, size_t n)
+{
+    uint8_t kind;
+    size_t h;
+    uint64_t len;
+    if (!v || !header(v, n, &kind, &h, &len))
+        return false;
+    if (kind == 'b') { /* the msgpack form inside a bin */
+        if (h + len != n)
+            return false;
+        v += h;
+        n = (size_t)len;
+    }
+    static const char *const keys[] = {"inputs", "nodes"};
+    const uint8_t *vals[2];
+    size_t lens[2];
+    if (!kd_frame_map_values(v, n, keys, 2, vals, lens))
+        return false;
+    uint64_t total = 0;
+    for (int i = 0; i < 2; i++) {
+        uint64_t count;
+        if (!vals[i] || !header(vals[i], lens[i], &kind, &h, &count) ||
+            (kind != 'a' && kind != 'm'))
+            return false;
+        total += count;
+    }
+    return total <= KD_PREP_INLINE_TENSORS;
+}
+
+/* ---- the work ---- */
+
+/* On a libuv worker thread: w only. */
+static void prep_work(uv_work_t *req)
+{
+    kd_work *w = req->data;
+    w->ur = msgpack_unpack_next(&w->up, (const char *)w->bytes, w->len, &w->off);
+    if (w->ur != MSGPACK_UNPACK_SUCCESS || w->off != w->len || !w->op ||
+        w->up.data.type != MSGPACK_OBJECT_MAP)
+        return; /* reported, or dispatched without preparation, on the loop */
+    kd_prep_run(&w->prep, &w->up.data, w->op, w->max_factor);
+}
+
+static void work_free(kd_work *w)
+{
+    kd_prep_free(&w->prep);
+    msgpack_unpacked_destroy(&w->up);
+    free(w->bytes);
+    free(w);
+}
+
+/* On the loop: the dispatch and reply, as process() would have done them, then c's next turn. */
+static void prep_done(uv_work_t *req, int status)
+{
+    kd_work *w = req->data;
+    kd_conn *c = w->c;
+    if (!kd_conn_work_done(c)) {
+        work_free(w);
+        return;
+    }
+    if (!c->closing) {
+        if (status < 0)
+            kd_conn_close(c, "request work cancelled");
+        else if (w->ur == MSGPACK_UNPACK_SUCCESS && w->off == w->len)
+            kd_dispatch(c, &w->up.data, w->bytes, w->len, w->op ? &w->prep : NULL);
+        else
+            kd_conn_close(c, w->ur == MSGPACK_UNPACK_NOMEM_ERROR
+                                 ? "out of memory decoding a request"
+                                 : "framing error: undecodable message");
+    }
+    work_free(w);
+    kd_conn_resume(c);
+}
+
+bool kd_prep_offload(kd_conn *c, const uint8_t *msg, size_t len)
+{
+    static const char *const keys[] = {"op", "graph"};
+    const uint8_t *vals[2] = {NULL, NULL};
+    size_t lens[2] = {0, 0};
+    const char *op = NULL;
+    if (kd_frame_map_values(msg, len, keys, 2, vals, lens))
+        op = graph_op(vals[0], lens[0]);
+    if (len <= KD_PREP_INLINE_BYTES && (!op || !vals[1] || graph_small(vals[1], lens[1])))
+        return false;
+    kd_work *w = calloc(1, sizeof(*w));
+    uint8_t *bytes = malloc(len);
+    if (!w || !bytes) {
+        free(w);
+        free(bytes);
+        return false; /* handled now: slower, not wrong */
+    }
+    memcpy(bytes, msg, len);
+    w->req.data = w;
+    w->c = c;
+    w->bytes = bytes;
+    w->len = len;
+    w->op = vals[1] ? op : NULL;
+    w->max_factor = c->d->cfg->tolerance_max_factor;
+    msgpack_unpacked_init(&w->up);
+    if (uv_queue_work(&c->d->loop, &w->req, prep_work, prep_done) < 0) {
+        work_free(w);
+        return false;
+    }
+    c->busy = true;
+    return true;
+}
