@@ -212,11 +212,89 @@ static void test_other_client_latency(void **state)
                  p99 * 1e3, max * 1e3);
 }
 
+/* Replies keep their order on a connection whose requests are handled partly off the loop and
+ * partly on it, pipelined: large submit, hello, large lookup, hello, small lookup. */
+static void test_order_kept(void **state)
+{
+    (void)state;
+    void *big, *small;
+    size_t big_len, small_len;
+    graph_or_fail(dh_branches_graph(64, &big, &big_len), "64 branches");
+    graph_or_fail(dh_chain_graph("relu", 2, &small, &small_len), "2 relus");
+    dh_conn c;
+    assert_int_equal(dh_connect(&c, daemon_.sock), 0);
+    const char *ops[] = {"submit", "hello", "lookup", "hello", "lookup"};
+    const void *graphs[] = {big, NULL, big, NULL, small};
+    size_t lens[] = {big_len, 0, big_len, 0, small_len};
+    enum { N = sizeof(ops) / sizeof(ops[0]) };
+    uint64_t ids[N];
+    for (int i = 0; i < N; i++) {
+        dh_req r;
+        dh_req_begin(&r, &c, ops[i], graphs[i] ? 3 : 0);
+        if (graphs[i]) {
+            dh_req_raw(&r, "graph", graphs[i], lens[i]);
+            dh_req_key(&r, "shapes");
+            dh_req_shapes(&r, shapes, 1);
+            dh_req_num(&r, "budget_s", 1);
+        }
+        ids[i] = r.id;
+        assert_int_equal(dh_send(&c, r.sb.data, r.sb.size), 0);
+        dh_req_free(&r);
+    }
+    for (int i = 0; i < N;) {
+        const msgpack_object *m;
+        int rc = dh_recv(&c, 30.0 * dh_scale(), &m);
+        if (rc < 0)
+            fail_msg("reply %d of %d: %d", i + 1, N, rc);
+        if (!dh_get(m, "ok")) /* an event */
+            continue;
+        char desc[300];
+        dh_describe(m, desc, sizeof(desc));
+        if ((uint64_t)dh_int(m, "id", -1) != ids[i] || !dh_ok(m))
+            fail_msg("reply %d (%s, id %llu expected): %s", i + 1, ops[i],
+                     (unsigned long long)ids[i], desc);
+        i++;
+    }
+    dh_close(&c);
+    free(big);
+    free(small);
+}
+
+/* Clients that send a large request and hang up before its reply: the connection is freed when
+ * the work ends (under ASan a use after free would show), and the daemon keeps answering. */
+static void test_close_while_busy(void **state)
+{
+    (void)state;
+    void *big;
+    size_t big_len;
+    graph_or_fail(dh_branches_graph(64, &big, &big_len), "64 branches");
+    for (int i = 0; i < 20; i++) {
+        dh_conn c;
+        assert_int_equal(dh_connect(&c, daemon_.sock), 0);
+        dh_req r;
+        dh_req_begin(&r, &c, i % 2 ? "lookup" : "submit", 2);
+        dh_req_raw(&r, "graph", big, big_len);
+        dh_req_key(&r, "shapes");
+        dh_req_shapes(&r, shapes, 1);
+        (void)dh_send(&c, r.sb.data, r.sb.size);
+        dh_req_free(&r);
+        dh_close(&c);
+    }
+    free(big);
+    dh_conn c;
+    assert_int_equal(dh_connect(&c, daemon_.sock), 0);
+    assert_int_equal(dh_hello(&c, 30.0 * dh_scale(), NULL), 0);
+    dh_close(&c);
+    assert_true(dh_alive(&daemon_));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refused_at_submit_and_lookup),
         cmocka_unit_test(test_other_client_latency),
+        cmocka_unit_test(test_order_kept),
+        cmocka_unit_test(test_close_while_busy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
