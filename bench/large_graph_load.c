@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@ typedef struct load {
     const void *graph;
     size_t len;
     int depth;
-    volatile int stop;
+    atomic_int stop;
     int sent, replies, refused, err;
 } load;
 

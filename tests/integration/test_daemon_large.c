@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -112,7 +113,7 @@ typedef struct loader {
     void *chain, *branches; /* 4 095 relus (refused), 64 interchangeable branches (taken) */
     size_t chain_len, branches_len;
     int sent, replies, refused;
-    volatile int stop;
+    atomic_int stop;
     int err;
 } loader;
 
