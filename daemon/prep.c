@@ -34,89 +34,6 @@ typedef struct kd_work {
     kd_prep prep;
 } kd_work;
 
-/* ---- deciding from the bytes, without decoding ---- */
-
-/* The length of the msgpack value header at p (n bytes) and the count or length it gives, for
- * the types read here: str (length), bin (length), array and map (entries). False otherwise. */
-static bool header(const uint8_t *p, size_t n, uint8_t *kind, size_t *hlen, uint64_t *count)
-{
-    if (n < 1)
-        return false;
-    uint8_t b = p[0];
-    if ((b & 0xe0) == 0xa0 || (b & 0xf0) == 0x90 || (b & 0xf0) == 0x80) {
-        *kind = (b & 0xe0) == 0xa0 ? 's' : (b & 0xf0) == 0x90 ? 'a' : 'm';
-        *hlen = 1;
-        *count = (b & 0xe0) == 0xa0 ? (uint64_t)(b & 0x1f) : (uint64_t)(b & 0x0f);
-        return true;
-    }
-    static const struct {
-        uint8_t b, w; /* the header byte, the width of the count after it */
-        char kind;
-    } wide[] = {{0xd9, 1, 's'}, {0xda, 2, 's'}, {0xdb, 4, 's'}, {0xc4, 1, 'b'}, {0xc5, 2, 'b'},
-                {0xc6, 4, 'b'}, {0xdc, 2, 'a'}, {0xdd, 4, 'a'}, {0xde, 2, 'm'}, {0xdf, 4, 'm'}};
-    size_t k = 0;
-    while (k < KT_ARRAY_LEN(wide) && wide[k].b != b)
-        k++;
-    if (k == KT_ARRAY_LEN(wide))
-        return false;
-    *kind = wide[k].kind;
-    size_t w = wide[k].w;
-    if (n < 1 + w)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < w; i++)
-        v = v << 8 | p[1 + i];
-    *hlen = 1 + w;
-    *count = v;
-    return true;
-}
-
-/* The op of a request to prepare ("submit" or "lookup"), or NULL. */
-static const char *graph_op(const uint8_t *v, size_t n)
-{
-    static const char *const ops[] = {"submit", "lookup"};
-    uint8_t kind;
-    size_t h;
-    uint64_t len;
-    if (!v || !header(v, n, &kind, &h, &len) || kind != 's' || h + len != n)
-        return NULL;
-    for (size_t i = 0; i < KT_ARRAY_LEN(ops); i++)
-        if (len == strlen(ops[i]) && memcmp(v + h, ops[i], len) == 0)
-            return ops[i];
-    return NULL;
-}
-
-/* True when the graph value (a map, or bin holding one) at v is small: at most
- * KD_PREP_INLINE_TENSORS inputs plus nodes, both readable. Anything unreadable is not small. */
-static bool graph_small(const uint8_t *v, size_t n)
-{
-    uint8_t kind;
-    size_t h;
-    uint64_t len;
-    if (!v || !header(v, n, &kind, &h, &len))
-        return false;
-    if (kind == 'b') { /* the msgpack form inside a bin */
-        if (h + len != n)
-            return false;
-        v += h;
-        n = (size_t)len;
-    }
-    static const char *const keys[] = {"inputs", "nodes"};
-    const uint8_t *vals[2];
-    size_t lens[2];
-    if (!kd_frame_map_values(v, n, keys, 2, vals, lens))
-        return false;
-    uint64_t total = 0;
-    for (int i = 0; i < 2; i++) {
-        uint64_t count;
-        if (!vals[i] || !header(vals[i], lens[i], &kind, &h, &count) ||
-            (kind != 'a' && kind != 'm'))
-            return false;
-        total += count;
-    }
-    return total <= KD_PREP_INLINE_TENSORS;
-}
-
 /* ---- the work ---- */
 
 /* On a libuv worker thread: w only. */
@@ -167,9 +84,13 @@ bool kd_prep_offload(kd_conn *c, const uint8_t *msg, size_t len)
     const uint8_t *vals[2] = {NULL, NULL};
     size_t lens[2] = {0, 0};
     const char *op = NULL;
-    if (kd_frame_map_values(msg, len, keys, 2, vals, lens))
-        op = graph_op(vals[0], lens[0]);
-    if (len <= KD_PREP_INLINE_BYTES && (!op || !vals[1] || graph_small(vals[1], lens[1])))
+    if (kd_frame_map_values(msg, len, keys, 2, vals, lens) && vals[0] && vals[1])
+        op = kd_frame_is_str(vals[0], lens[0], "submit")   ? "submit"
+             : kd_frame_is_str(vals[0], lens[0], "lookup") ? "lookup"
+                                                           : NULL;
+    /* a graph that cannot be sized is not small either: its errors are work too */
+    int64_t tensors = op ? kd_frame_graph_tensors(vals[1], lens[1]) : 0;
+    if (len <= KD_PREP_INLINE_BYTES && (!op || (tensors >= 0 && tensors <= KD_PREP_INLINE_TENSORS)))
         return false;
     kd_work *w = calloc(1, sizeof(*w));
     uint8_t *bytes = malloc(len);
@@ -183,7 +104,7 @@ bool kd_prep_offload(kd_conn *c, const uint8_t *msg, size_t len)
     w->c = c;
     w->bytes = bytes;
     w->len = len;
-    w->op = vals[1] ? op : NULL;
+    w->op = op;
     w->max_factor = c->d->cfg->tolerance_max_factor;
     msgpack_unpacked_init(&w->up);
     if (uv_queue_work(&c->d->loop, &w->req, prep_work, prep_done) < 0) {
