@@ -609,8 +609,10 @@ static int sym_round(sig_ctx *c, int *scol)
 }
 
 /* Refines tensor colours col[] and symbol colours scol[] until stable (docs/formats.md, step 5;
- * the comment above says how). */
-static int refine(sig_ctx *c, int *col, int *scol)
+ * the comment above says how). seed < 0: col is any colouring, every key is computed in the
+ * first round. seed >= 0: col is a stable colouring in which seed was just individualised (it
+ * kept its cell's colour, the rest of the cell moved one up), so only seed counts as moved. */
+static int refine(sig_ctx *c, int *col, int *scol, int seed)
 {
     const int n = c->n;
     /* cells from col: the id of a cell is its colour to begin with */
@@ -631,10 +633,15 @@ static int refine(sig_ctx *c, int *col, int *scol)
     for (int s = 0; s < c->n_syms; s++)
         scells += !c->smark[scol[s]]++;
     bool first = true, sym_split = false;
+    bool seed_slots = seed >= 0 && c->slot_off[seed + 1] > c->slot_off[seed];
+    if (seed >= 0) {
+        c->n_moved = 1;
+        c->moved[0] = seed;
+    }
     for (;;) {
         c->stamp++;
         c->n_touched = 0;
-        if (first) {
+        if (first && seed < 0) {
             for (int t = 0; t < n; t++)
                 touch(c, t);
         } else {
@@ -659,7 +666,7 @@ static int refine(sig_ctx *c, int *col, int *scol)
         bool split = rc > 0;
         /* symbols see this round's tensor colours; after the first round their keys can only
          * change when a tensor holding one moved */
-        bool redo = first;
+        bool redo = first && (seed < 0 || seed_slots);
         for (int i = 0; i < c->n_moved && !redo; i++)
             redo = c->slot_off[c->moved[i] + 1] > c->slot_off[c->moved[i]];
         sym_split = false;
@@ -842,26 +849,31 @@ static int uf_find(int *p, int x)
 }
 
 /* True when v lies in the orbit of an already explored sibling under the automorphisms found so
- * far that fix every vertex of the current prefix. */
+ * far that fix every vertex of the current prefix. The orbits (uf) are computed again only when
+ * automorphisms were found since *uf_gens (the count they were computed with; -1: never), not
+ * for every sibling: with k interchangeable branches that is k times less work per search node. */
 static bool pruned(sig_ctx *c, const int *prefix, int depth, const int *explored, int n_explored,
-                   int v, int *uf)
+                   int v, int *uf, int *uf_gens)
 {
     if (n_explored == 0 || c->n_gens == 0)
         return false;
-    for (int t = 0; t < c->n; t++)
-        uf[t] = t;
-    for (int i = 0; i < c->n_gens; i++) {
-        const int *gen = c->gens[i];
-        bool fixes = true;
-        for (int j = 0; j < depth && fixes; j++)
-            fixes = gen[prefix[j]] == prefix[j];
-        if (!fixes)
-            continue;
-        for (int t = 0; t < c->n; t++) {
-            int a = uf_find(uf, t), b = uf_find(uf, gen[t]);
-            if (a != b)
-                uf[a] = b;
+    if (*uf_gens != c->n_gens) {
+        for (int t = 0; t < c->n; t++)
+            uf[t] = t;
+        for (int i = 0; i < c->n_gens; i++) {
+            const int *gen = c->gens[i];
+            bool fixes = true;
+            for (int j = 0; j < depth && fixes; j++)
+                fixes = gen[prefix[j]] == prefix[j];
+            if (!fixes)
+                continue;
+            for (int t = 0; t < c->n; t++) {
+                int a = uf_find(uf, t), b = uf_find(uf, gen[t]);
+                if (a != b)
+                    uf[a] = b;
+            }
         }
+        *uf_gens = c->n_gens;
     }
     for (int i = 0; i < n_explored; i++)
         if (uf_find(uf, explored[i]) == uf_find(uf, v))
@@ -869,9 +881,10 @@ static bool pruned(sig_ctx *c, const int *prefix, int depth, const int *explored
     return false;
 }
 
-static int search(sig_ctx *c, int *col, int *scol, int depth)
+/* The search below the colouring col in which seed was just individualised (-1: the root). */
+static int search(sig_ctx *c, int *col, int *scol, int depth, int seed)
 {
-    int rc = refine(c, col, scol);
+    int rc = refine(c, col, scol, seed);
     if (rc < 0)
         return rc;
     /* The first non-singleton cell: the smallest colour shared by two tensors. */
@@ -898,7 +911,7 @@ static int search(sig_ctx *c, int *col, int *scol, int depth)
         rc = -ENOMEM;
         goto out;
     }
-    int m = 0, n_explored = 0;
+    int m = 0, n_explored = 0, uf_gens = -1;
     for (int t = 0; t < c->n; t++)
         if (col[t] == cell)
             members[m++] = t;
@@ -908,7 +921,7 @@ static int search(sig_ctx *c, int *col, int *scol, int depth)
             c->truncated = true;
             break;
         }
-        if (pruned(c, c->prefix, depth, explored, n_explored, v, uf))
+        if (pruned(c, c->prefix, depth, explored, n_explored, v, uf, &uf_gens))
             continue;
         /* Individualise v: it keeps the cell's colour, the rest of the cell moves one up. */
         memcpy(ncol, col, sizeof(int) * (size_t)c->n);
@@ -917,7 +930,7 @@ static int search(sig_ctx *c, int *col, int *scol, int depth)
             if (members[j] != v)
                 ncol[members[j]] = cell + 1;
         c->prefix[depth] = v;
-        rc = search(c, ncol, nscol, depth + 1);
+        rc = search(c, ncol, nscol, depth + 1, v);
         if (rc < 0)
             goto out;
         explored[n_explored++] = v;
@@ -1133,7 +1146,7 @@ static int canonical_labelling(const ops_graph *g, bool sizes, sig_ctx *c)
         col[c->order[i]] = start;
     }
     c->labels = NULL;
-    rc = search(c, col, scol, 0);
+    rc = search(c, col, scol, 0, -1);
     if (rc == 0 && c->err)
         rc = c->err;
     if (rc == 0 && c->truncated)
