@@ -183,6 +183,11 @@ int main(int argc, char **argv)
         dh_cleanup(&d);
         return 1;
     }
+    dh_conn w;
+    if ((rc = dh_connect(&w, d.sock)) == 0) {
+        rc = dh_wait_gpus_started(&w, 60.0);
+        dh_close(&w);
+    }
     phase ph[3] = {{.name = "idle"}, {.name = "chain"}, {.name = "branches"}};
     load lc = {.sock = d.sock, .graph = chain, .len = chain_len, .depth = depth};
     load lw = {.sock = d.sock, .graph = wide, .len = wide_len, .depth = depth};

@@ -800,6 +800,32 @@ int dh_hello(dh_conn *c, double timeout_s, int64_t *pid)
     return 0;
 }
 
+int dh_wait_gpus_started(dh_conn *c, double timeout_s)
+{
+    double t_end = dh_now() + timeout_s;
+    for (;;) {
+        dh_req r;
+        dh_req_begin(&r, c, "gpus", 0);
+        const msgpack_object *rep;
+        int rc = dh_call(c, &r, timeout_s, &rep);
+        if (rc < 0)
+            return rc;
+        const msgpack_object *gpus = dh_get(rep, "gpus");
+        if (!dh_ok(rep) || !gpus || gpus->type != MSGPACK_OBJECT_ARRAY)
+            return remote_error("gpus", rep);
+        bool starting = false;
+        for (uint32_t i = 0; i < gpus->via.array.size; i++)
+            starting |= dh_is_str(&gpus->via.array.ptr[i], "state", "starting");
+        if (!starting)
+            return 0;
+        if (dh_now() > t_end) {
+            fprintf(stderr, "harness: a GPU is still starting after %.0f s\n", timeout_s);
+            return -ETIMEDOUT;
+        }
+        usleep(50 * 1000);
+    }
+}
+
 int dh_wait_job(dh_conn *c, uint64_t id, const char *state, double timeout_s, double poll_s,
                 dh_job *job)
 {

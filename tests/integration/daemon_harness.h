@@ -172,6 +172,9 @@ int dh_cancel(dh_conn *c, uint64_t id, double timeout_s, dh_job *job, char code[
 int dh_lookup(dh_conn *c, const void *graph, size_t graph_len, const dh_shape *shapes, int n,
               double timeout_s, bool *found, char family[32]);
 int dh_hello(dh_conn *c, double timeout_s, int64_t *pid);
+/* Polls `gpus` until no GPU is still starting (lookups answer EBUSY until then): 0, or
+ * -ETIMEDOUT. */
+int dh_wait_gpus_started(dh_conn *c, double timeout_s);
 /* Polls status every poll_s until the job is final (or, with state non-NULL, in that state or
  * final): 0, or -ETIMEDOUT with *job the last seen. */
 int dh_wait_job(dh_conn *c, uint64_t id, const char *state, double timeout_s, double poll_s,

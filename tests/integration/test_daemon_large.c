@@ -29,7 +29,14 @@ static int setup(void **state)
     if (dh_init(&daemon_, "large") < 0)
         return -1;
     dh_opts o = {.gpus = "0"};
-    return dh_start(&daemon_, &o, 30.0 * dh_scale());
+    if (dh_start(&daemon_, &o, 30.0 * dh_scale()) < 0)
+        return -1;
+    dh_conn c; /* lookups answer EBUSY while the GPU starts */
+    if (dh_connect(&c, daemon_.sock) < 0)
+        return -1;
+    int rc = dh_wait_gpus_started(&c, 30.0 * dh_scale());
+    dh_close(&c);
+    return rc < 0 ? -1 : 0;
 }
 
 static int teardown(void **state)
