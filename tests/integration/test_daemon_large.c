@@ -212,12 +212,12 @@ static void test_other_client_latency(void **state)
     print_message("bystander hello: %d round trips, p50 %.2f ms, p99 %.2f ms, max %.2f ms; "
                   "loader: %d replies (%d refused) in %.1f s\n",
                   n, p50 * 1e3, p99 * 1e3, max * 1e3, l.replies, l.refused, LOAD_SECONDS);
-    assert_true(l.replies >= 2); /* the load was there */
-    assert_true(l.refused >= 1); /* the 4 095-node graph is refused */
     if (p99 > 0.1 * dh_scale())
         fail_msg("another client's p99 latency %.1f ms while large graphs are submitted (max "
                  "%.1f ms): their work holds the loop",
                  p99 * 1e3, max * 1e3);
+    assert_true(l.replies >= 2); /* the load was there */
+    assert_true(l.refused >= 1); /* the 4 095-node graph is refused */
 }
 
 /* Replies keep their order on a connection whose requests are handled partly off the loop and
