@@ -13,12 +13,17 @@
  *                 the GPU fingerprints it holds, then a compatible GPU's record;
  *   compat        later such lookups (random keys, same model under another driver): one read
  *                 per compatible GPU;
- *   miss          lookups of keys nothing is cached for (-ENOENT), after that walk.
+ *   miss          lookups of keys nothing is cached for (-ENOENT), after that walk;
+ *   first_lookup  ktune_runtime_open (its structural check of the file, in a spawned process)
+ *                 and the first resolve: what a process's first ktune_lookup costs; with
+ *                 --hold-gib G measured while the process holds G GiB of touched memory and 8
+ *                 idle threads (a PyTorch process: what a fork would have to copy).
  * Keys are drawn uniformly at random (fixed seed). The LMDB file is in the OS page cache (it was
  * just written): "cold" means not memoised, not "read from disk".
  *
  *   lookup_latency [--records N] [--lookups L] [--hot-keys K] [--source-bytes B]
  *                  [--cubin-bytes B] [--dir DIR] [--no-scan]
+ *                  [--hold-gib G]
  * Prints a table, then one JSON line with the machine, the command and the protocol. */
 #include "cache/cache.h"
 #include "client/ktune.h"
@@ -27,6 +32,8 @@
 #include "ops/ops.h"
 
 #include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -50,6 +57,7 @@ typedef struct opts {
     long source_bytes, cubin_bytes;
     const char *dir;
     bool scan;
+    long hold_gib;
 } opts;
 
 static double now_ns(void)
@@ -195,10 +203,21 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
     return remove(path);
 }
 
+static atomic_bool idle_stop;
+
+static void *idle_main(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&idle_stop))
+        usleep(1000);
+    return NULL;
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: lookup_latency [--records N] [--lookups L] [--hot-keys K] "
-                    "[--source-bytes B] [--cubin-bytes B] [--dir DIR] [--no-scan]\n");
+                    "[--source-bytes B] [--cubin-bytes B] [--dir DIR] [--no-scan] "
+                    "[--hold-gib G]\n");
     return 2;
 }
 
@@ -237,6 +256,7 @@ int main(int argc, char **argv)
                     : strcmp(a, "--hot-keys") == 0     ? &o.hot_keys
                     : strcmp(a, "--source-bytes") == 0 ? &o.source_bytes
                     : strcmp(a, "--cubin-bytes") == 0  ? &o.cubin_bytes
+                    : strcmp(a, "--hold-gib") == 0     ? &o.hold_gib
                                                        : NULL;
         if (dst) {
             char *end = NULL;
@@ -309,10 +329,42 @@ int main(int argc, char **argv)
     cache_stat(w, &st, &err);
     cache_close(w);
 
+    /* the first lookup, from a process holding hold_gib GiB (touched: resident) and threads */
+    uint8_t *held = NULL;
+    size_t held_bytes = (size_t)o.hold_gib << 30;
+    pthread_t idle[8];
+    int n_idle = 0;
+    if (held_bytes) {
+        held = malloc(held_bytes);
+        if (!held) {
+            fprintf(stderr, "lookup_latency: cannot hold %ld GiB\n", o.hold_gib);
+            goto out;
+        }
+        for (size_t i = 0; i < held_bytes; i += 4096)
+            held[i] = (uint8_t)i | 1;
+        for (; n_idle < 8 && pthread_create(&idle[n_idle], NULL, idle_main, NULL) == 0; n_idle++)
+            ;
+    }
+    double f0 = now_ns();
     if (ktune_runtime_open(dir, &rt, &kerr) < 0) {
         fprintf(stderr, "lookup_latency: %s\n", kerr.msg);
         goto out;
     }
+    double open_ns = now_ns() - f0;
+    {
+        ktune_shape s[1] = {{"M", 1}};
+        ktune_kernel *k = NULL;
+        if (ktune_rt_resolve(rt, g, s, 1, NULL, 0, &gpu, 0, KTUNE_RT_NO_MEMO, &k, NULL, &kerr) <
+            0) {
+            fprintf(stderr, "lookup_latency: first lookup: %s\n", kerr.msg);
+            goto out;
+        }
+    }
+    double first_ns = now_ns() - f0;
+    atomic_store(&idle_stop, true);
+    for (int i = 0; i < n_idle; i++)
+        pthread_join(idle[i], NULL);
+    free(held);
     cache_env *env = ktune_rt_cache(rt);
     size_t n = (size_t)(o.lookups > 100000 ? o.lookups : 100000);
     t = calloc(n, sizeof(*t));
@@ -457,6 +509,9 @@ int main(int argc, char **argv)
            hot.min);
     printf("%-13s %8zu %10.0f %10.0f %10.0f %10.0f\n", "(timer)", n_hot, timer.p50, timer.p99,
            timer.mean, timer.min);
+    printf("first_lookup: runtime open (structural check) %.2f ms, with the first resolve %.2f ms, "
+           "holding %ld GiB resident and %d threads\n",
+           open_ns / 1e6, first_ns / 1e6, o.hold_gib, n_idle);
     if (scan_s >= 0) {
         printf("%-13s %8zu %10.0f %10.0f %10.0f %10.0f\n", "compat", n_miss, compat.p50, compat.p99,
                compat.mean, compat.min);
@@ -484,12 +539,14 @@ int main(int argc, char **argv)
            "\"hot_ns\": {\"p50\": %.0f, \"p99\": %.0f, \"mean\": %.0f}, "
            "\"timer_ns\": {\"p50\": %.0f}, \"compat_first_s\": %.4f, "
            "\"compat_ns\": {\"p50\": %.0f, \"p99\": %.0f}, "
-           "\"miss_ns\": {\"p50\": %.0f, \"p99\": %.0f}}\n",
+           "\"miss_ns\": {\"p50\": %.0f, \"p99\": %.0f}, \"hold_gib\": %ld, "
+           "\"open_ms\": %.3f, \"first_lookup_ms\": %.3f}\n",
            host, cpu, ncpu, cmd, o.records, o.records,
            strncmp(dir, "/dev/shm", 8) == 0 ? "tmpfs" : "a directory", o.lookups, n_hot, o.hot_keys,
            o.records, o.source_bytes, o.cubin_bytes, st.map_used, build_s, cold_get.p50,
            cold_get.p99, cold_get.mean, cold.p50, cold.p99, cold.mean, hot.p50, hot.p99, hot.mean,
-           timer.p50, scan_s, compat.p50, compat.p99, miss.p50, miss.p99);
+           timer.p50, scan_s, compat.p50, compat.p99, miss.p50, miss.p99, o.hold_gib, open_ns / 1e6,
+           first_ns / 1e6);
     status = 0;
 out:
     ktune_runtime_close(rt);

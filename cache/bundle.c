@@ -11,17 +11,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define BUNDLE_VERSION 1
-#define BUNDLE_HEADER  24 /* magic, format version, schema version, record count */
+#define BUNDLE_VERSION          2 /* signed; 1: the same without the signature block */
+#define BUNDLE_VERSION_UNSIGNED 1
+#define BUNDLE_HEADER           24 /* magic, format version, schema version, record count */
+#define BUNDLE_SIG_BLOCK        (CACHE_SIGN_PUBLIC_BYTES + CACHE_SIGN_BYTES)
 
 static const uint8_t bundle_magic[8] = {'K', 'T', 'B', 'U', 'N', 'D', 'L', 'E'};
 
-/* One stored record: its full key (with rank) and exact value bytes, both borrowed. */
+/* One stored record: its full key (with rank) and value bytes, borrowed, or owned (own) when
+ * the value was stamped with its bundle's signer. */
 typedef struct bentry {
     const uint8_t *key;
     size_t klen;
     const uint8_t *val;
     size_t vlen;
+    uint8_t *own;
 } bentry;
 
 typedef struct bentries {
@@ -43,10 +47,11 @@ static void put_be(uint8_t *p, uint64_t v, int bytes)
         p[i] = (uint8_t)(v >> (8 * (bytes - 1 - i)));
 }
 
-/* Checks one stored record: sane key, decodable value with a good checksum, verified, and
- * stored under its own key. 0, -EBADMSG or -ENOMEM. */
+/* Checks one stored record: sane key, decodable value with a good checksum, verified, stored
+ * under its own key, and not below its physical floor. With signer, *stamped receives the value
+ * re-encoded with that provenance (malloc'd). 0, -EBADMSG, -ERANGE (implausible) or -ENOMEM. */
 static int check_entry(const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
-                       kt_err *err)
+                       const char *signer, uint8_t **stamped, size_t *slen, kt_err *err)
 {
     if (klen < CACHE_KEY_FIXED + 1 || klen > CACHE_KEY_MAX + 1)
         return kt_err_set(err, -EBADMSG, "key of %zu bytes", klen);
@@ -59,16 +64,36 @@ static int check_entry(const uint8_t *key, size_t klen, const uint8_t *val, size
         rc = kt_err_set(err, -EBADMSG, "record is not verified");
     if (rc == 0)
         rc = cache_record_matches_key(&r, key, klen - 1, err);
+    if (rc == 0)
+        rc = cache_record_check_floor(&r, NULL, err);
+    if (rc == 0 && signer) {
+        free(r.signer);
+        if (!(r.signer = strdup(signer)))
+            rc = kt_err_set(err, -ENOMEM, "out of memory");
+        else
+            rc = cache_record_encode(&r, stamped, slen, err);
+        if (rc == -EINVAL) /* it decoded, so it encodes: only memory can fail here */
+            rc = -EBADMSG;
+    }
     cache_record_free(&r);
     return rc;
 }
 
-static int add_entry(bentries *b, const void *key, size_t klen, const void *val, size_t vlen)
+static int add_entry(bentries *b, const void *key, size_t klen, const void *val, size_t vlen,
+                     uint8_t *own)
 {
     if (kt_grow(&b->e, &b->cap, b->n + 1, sizeof(*b->e)) < 0)
         return -ENOMEM;
-    b->e[b->n++] = (bentry){key, klen, val, vlen};
+    b->e[b->n++] = (bentry){key, klen, val, vlen, own};
     return 0;
+}
+
+static void bentries_free(bentries *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        free(b->e[i].own);
+    free(b->e);
+    memset(b, 0, sizeof(*b));
 }
 
 /* ---- export ---- */
@@ -88,8 +113,9 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-/* Hashes the first len bytes of fd (mapped) and appends the digest. */
-static int append_digest(int fd, size_t len)
+/* Hashes the first len bytes of fd (mapped) and appends the digest, then, with signer, the
+ * signature block: the public key and the signature over the digest. */
+static int append_digest(int fd, size_t len, const cache_signer *signer)
 {
     void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED)
@@ -99,10 +125,18 @@ static int append_digest(int fd, size_t len)
     munmap(map, len);
     if (lseek(fd, 0, SEEK_END) < 0)
         return -errno;
-    return write_all(fd, digest, sizeof(digest));
+    int rc = write_all(fd, digest, sizeof(digest));
+    if (rc < 0 || !signer)
+        return rc;
+    uint8_t block[BUNDLE_SIG_BLOCK];
+    memcpy(block, signer->pk, CACHE_SIGN_PUBLIC_BYTES);
+    if ((rc = cache_sign_digest(signer, digest, block + CACHE_SIGN_PUBLIC_BYTES, NULL)) < 0)
+        return rc;
+    return write_all(fd, block, sizeof(block));
 }
 
-static int cache_export_locked(cache_env *env, const char *path, size_t *n, kt_err *err)
+static int cache_export_locked(cache_env *env, const char *path, const cache_signer *signer,
+                               size_t *n, kt_err *err)
 {
     if (!env || !path)
         return kt_err_set(err, -EINVAL, "cache_export: bad arguments");
@@ -125,7 +159,7 @@ static int cache_export_locked(cache_env *env, const char *path, size_t *n, kt_e
 
     uint8_t hdr[BUNDLE_HEADER];
     memcpy(hdr, bundle_magic, sizeof(bundle_magic));
-    put_be(hdr + 8, BUNDLE_VERSION, 4);
+    put_be(hdr + 8, signer ? BUNDLE_VERSION : BUNDLE_VERSION_UNSIGNED, 4);
     put_be(hdr + 12, CACHE_SCHEMA_VERSION, 4);
     put_be(hdr + 16, 0, 8); /* count, patched below */
     size_t count = 0, size = BUNDLE_HEADER;
@@ -134,7 +168,7 @@ static int cache_export_locked(cache_env *env, const char *path, size_t *n, kt_e
     int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     for (; wrc == 0 && mrc == MDB_SUCCESS; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         kt_err why = {0};
-        int crc = check_entry(k.mv_data, k.mv_size, v.mv_data, v.mv_size, &why);
+        int crc = check_entry(k.mv_data, k.mv_size, v.mv_data, v.mv_size, NULL, NULL, NULL, &why);
         if (crc == -ENOMEM) {
             rc = kt_err_set(err, crc, "out of memory exporting %s", env->path);
             goto fail_cursor;
@@ -142,8 +176,8 @@ static int cache_export_locked(cache_env *env, const char *path, size_t *n, kt_e
         if (crc < 0) {
             char d[256];
             cache_key_describe(k.mv_data, k.mv_size, true, d, sizeof(d));
-            kt_log_warn(CACHE_LOG, "%s: corrupt record %s left out of the export: %s", env->path, d,
-                        why.msg);
+            kt_log_warn(CACHE_LOG, "%s: %s record %s left out of the export: %s", env->path,
+                        crc == -ERANGE ? "implausible" : "corrupt", d, why.msg);
             continue;
         }
         uint8_t kl[2], vl[4];
@@ -170,7 +204,7 @@ static int cache_export_locked(cache_env *env, const char *path, size_t *n, kt_e
     if (wrc == 0 && pwrite(fd, hdr + 16, 8, 16) != 8)
         wrc = errno ? -errno : -EIO;
     if (wrc == 0)
-        wrc = append_digest(fd, size);
+        wrc = append_digest(fd, size, signer);
     if (wrc < 0) {
         rc = kt_err_set(err, wrc, "%s: cannot write: %s", path, strerror(-wrc));
         goto fail_file;
@@ -202,7 +236,7 @@ static void bundle_unload(bundle *b)
 {
     if (b->map && b->map != MAP_FAILED)
         munmap(b->map, b->size);
-    free(b->ents.e);
+    bentries_free(&b->ents);
     memset(b, 0, sizeof(*b));
 }
 
@@ -213,9 +247,48 @@ static int key_cmp(const bentry *a, const bentry *b)
     return c ? c : (a->klen > b->klen) - (a->klen < b->klen);
 }
 
-/* Maps a bundle and checks all of it: header, file checksum, framing, key order, ranks, every
- * record. Any defect is -EBADMSG with the offending record named in err. */
-static int bundle_load(const char *path, bundle *b, kt_err *err)
+/* The provenance of a bundle that passed its checksum: its signature checked against trust.
+ * 0 with the signer's text in out, -EBADMSG (a signature that does not verify), -EPERM (unsigned
+ * or untrusted, and trust does not take those). */
+static int bundle_trust(const char *path, const uint8_t *p, uint64_t ver, size_t body,
+                        const cache_trust *trust, char *out, size_t cap, kt_err *err)
+{
+    bool lax = trust && trust->trust_unsigned;
+    const char *where = trust && trust->where ? trust->where : "the trusted keys";
+    if (ver == BUNDLE_VERSION_UNSIGNED) {
+        if (!lax)
+            return kt_err_set(err, -EPERM,
+                              "%s: unsigned bundle (format 1): refused; pass --trust-unsigned "
+                              "to import it anyway",
+                              path);
+        snprintf(out, cap, "unsigned");
+        return 0;
+    }
+    const uint8_t *pk = p + body + CACHE_CHECKSUM_BYTES, *sig = pk + CACHE_SIGN_PUBLIC_BYTES;
+    char id[CACHE_KEY_ID_LEN];
+    cache_key_id(pk, id);
+    if (!cache_verify_digest(pk, p + body, sig))
+        return kt_err_set(err, -EBADMSG,
+                          "%s: the signature by %s does not verify: the file was changed after "
+                          "it was signed",
+                          path, id);
+    if (cache_trust_has(trust, pk)) {
+        snprintf(out, cap, "%s", id);
+        return 0;
+    }
+    if (!lax)
+        return kt_err_set(err, -EPERM,
+                          "%s: signed by %s, which is not in %s: refused; add its .pub there, "
+                          "or pass --trust-unsigned",
+                          path, id, where);
+    snprintf(out, cap, "untrusted %s", id);
+    return 0;
+}
+
+/* Maps a bundle and checks all of it: header, file checksum, signature against trust, framing,
+ * key order, ranks, every record (each then stamped with the signer). Any defect is -EBADMSG
+ * with the offending record named in err; -EPERM for a bundle trust does not accept. */
+static int bundle_load(const char *path, const cache_trust *trust, bundle *b, kt_err *err)
 {
     memset(b, 0, sizeof(*b));
     /* O_NONBLOCK: a FIFO must not hold the open until fstat refuses it. */
@@ -245,27 +318,36 @@ static int bundle_load(const char *path, bundle *b, kt_err *err)
         return kt_err_set(err, -errno, "%s: cannot map: %s", path, strerror(errno));
     }
     const uint8_t *p = b->map;
-    size_t body = b->size - CACHE_CHECKSUM_BYTES;
     int rc;
     if (memcmp(p, bundle_magic, sizeof(bundle_magic)) != 0) {
         rc = kt_err_set(err, -EBADMSG, "%s: not a ktune bundle (bad magic)", path);
         goto fail;
     }
     uint64_t ver = get_be(p + 8, 4), schema = get_be(p + 12, 4), count = get_be(p + 16, 8);
-    if (ver != BUNDLE_VERSION || schema != CACHE_SCHEMA_VERSION) {
+    size_t trailer = CACHE_CHECKSUM_BYTES + (ver == BUNDLE_VERSION ? BUNDLE_SIG_BLOCK : 0);
+    if ((ver != BUNDLE_VERSION && ver != BUNDLE_VERSION_UNSIGNED) ||
+        schema != CACHE_SCHEMA_VERSION) {
         rc = kt_err_set(err, -EPROTO,
-                        "%s: bundle format %llu, schema %llu; this ktune reads format %d, schema "
-                        "%d",
-                        path, (unsigned long long)ver, (unsigned long long)schema, BUNDLE_VERSION,
-                        CACHE_SCHEMA_VERSION);
+                        "%s: bundle format %llu, schema %llu; this ktune reads formats %d and %d, "
+                        "schema %d",
+                        path, (unsigned long long)ver, (unsigned long long)schema,
+                        BUNDLE_VERSION_UNSIGNED, BUNDLE_VERSION, CACHE_SCHEMA_VERSION);
         goto fail;
     }
+    if (b->size < BUNDLE_HEADER + trailer) {
+        rc = kt_err_set(err, -EBADMSG, "%s: not a ktune bundle (too short)", path);
+        goto fail;
+    }
+    size_t body = b->size - trailer;
     uint8_t digest[32];
     ops_sha256(p, body, digest);
     if (memcmp(digest, p + body, sizeof(digest)) != 0) {
         rc = kt_err_set(err, -EBADMSG, "%s: bundle checksum mismatch (file damaged)", path);
         goto fail;
     }
+    char signer[64];
+    if ((rc = bundle_trust(path, p, ver, body, trust, signer, sizeof(signer), err)) < 0)
+        goto fail;
     size_t off = BUNDLE_HEADER;
     for (uint64_t i = 0; i < count; i++) {
         if (body - off < 2) {
@@ -290,14 +372,17 @@ static int bundle_load(const char *path, bundle *b, kt_err *err)
         const uint8_t *val = p + off;
         off += vlen;
         kt_err why = {0};
-        if ((rc = check_entry(key, klen, val, vlen, &why)) < 0) {
+        uint8_t *own = NULL;
+        size_t olen = 0;
+        if ((rc = check_entry(key, klen, val, vlen, signer, &own, &olen, &why)) < 0) {
             char d[256];
             cache_key_describe(key, klen, true, d, sizeof(d));
-            rc = kt_err_set(err, rc, "%s: record %llu (%s): %s", path, (unsigned long long)i, d,
-                            why.msg);
+            rc = kt_err_set(err, rc == -ERANGE ? -EBADMSG : rc, "%s: record %llu (%s): %s", path,
+                            (unsigned long long)i, d, why.msg);
             goto fail;
         }
-        if (add_entry(&b->ents, key, klen, val, vlen) < 0) {
+        if (add_entry(&b->ents, key, klen, own, olen, own) < 0) {
+            free(own);
             rc = kt_err_set(err, -ENOMEM, "out of memory reading %s", path);
             goto fail;
         }
@@ -368,12 +453,13 @@ static int import_fn(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
     return 0;
 }
 
-static int cache_import_locked(cache_env *env, const char *path, size_t *n, kt_err *err)
+static int cache_import_locked(cache_env *env, const char *path, const cache_trust *trust,
+                               size_t *n, kt_err *err)
 {
     if (!env || !path)
         return kt_err_set(err, -EINVAL, "cache_import: bad arguments");
     bundle b;
-    int rc = bundle_load(path, &b, err);
+    int rc = bundle_load(path, trust, &b, err);
     if (rc < 0)
         return rc;
     rc = cache_write(env, import_fn, &b.ents, err);
@@ -410,7 +496,7 @@ static int merge_fn(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
 }
 
 /* Collects the sound records of a source cache (read transaction left open on src). */
-static int collect_dir(cache_env *src, bentries *out, size_t *corrupt, kt_err *err)
+static int collect_dir(cache_env *src, bentries *out, cache_merge_stats *st, kt_err *err)
 {
     MDB_txn *txn = NULL;
     MDB_cursor *cur = NULL;
@@ -424,7 +510,7 @@ static int collect_dir(cache_env *src, bentries *out, size_t *corrupt, kt_err *e
     int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     for (; mrc == MDB_SUCCESS; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         kt_err why = {0};
-        int crc = check_entry(k.mv_data, k.mv_size, v.mv_data, v.mv_size, &why);
+        int crc = check_entry(k.mv_data, k.mv_size, v.mv_data, v.mv_size, NULL, NULL, NULL, &why);
         if (crc == -ENOMEM) {
             rc = kt_err_set(err, crc, "out of memory reading %s", src->path);
             break;
@@ -432,12 +518,15 @@ static int collect_dir(cache_env *src, bentries *out, size_t *corrupt, kt_err *e
         if (crc < 0) {
             char d[256];
             cache_key_describe(k.mv_data, k.mv_size, true, d, sizeof(d));
-            kt_log_warn(CACHE_LOG, "%s: corrupt record %s skipped by merge: %s", src->path, d,
-                        why.msg);
-            (*corrupt)++;
+            kt_log_warn(CACHE_LOG, "%s: %s record %s skipped by merge: %s", src->path,
+                        crc == -ERANGE ? "implausible" : "corrupt", d, why.msg);
+            if (crc == -ERANGE)
+                st->implausible++;
+            else
+                st->corrupt++;
             continue;
         }
-        if (add_entry(out, k.mv_data, k.mv_size, v.mv_data, v.mv_size) < 0) {
+        if (add_entry(out, k.mv_data, k.mv_size, v.mv_data, v.mv_size, NULL) < 0) {
             rc = kt_err_set(err, -ENOMEM, "out of memory reading %s", src->path);
             break;
         }
@@ -455,8 +544,8 @@ static bool same_file(const char *a, const char *b)
            sa.st_ino == sb.st_ino;
 }
 
-static int cache_merge_locked(cache_env *env, const char *src, cache_merge_stats *stats,
-                              kt_err *err)
+static int cache_merge_locked(cache_env *env, const char *src, const cache_trust *trust,
+                              cache_merge_stats *stats, kt_err *err)
 {
     if (!env || !src)
         return kt_err_set(err, -EINVAL, "cache_merge: bad arguments");
@@ -476,15 +565,15 @@ static int cache_merge_locked(cache_env *env, const char *src, cache_merge_stats
             return kt_err_set(err, -EINVAL, "cannot merge %s into itself", src);
         if ((rc = cache_open(src, CACHE_RDONLY, NULL, &senv, err)) < 0)
             return rc;
-        if ((rc = collect_dir(senv, &dir_ents, &m.st.corrupt, err)) < 0)
+        if ((rc = collect_dir(senv, &dir_ents, &m.st, err)) < 0)
             goto out;
         m.src = &dir_ents;
     } else {
-        if ((rc = bundle_load(src, &b, err)) < 0)
+        if ((rc = bundle_load(src, trust, &b, err)) < 0)
             return rc;
         m.src = &b.ents;
     }
-    m.st.read = m.src->n + m.st.corrupt;
+    m.st.read = m.src->n + m.st.corrupt + m.st.implausible;
     m.ranked = calloc(m.src->n ? m.src->n : 1, sizeof(*m.ranked));
     if (!m.ranked) {
         rc = kt_err_set(err, -ENOMEM, "out of memory merging %s", src);
@@ -505,7 +594,7 @@ out:
     for (size_t i = 0; m.ranked && i < m.src->n; i++)
         cache_ranked_free(&m.ranked[i]);
     free(m.ranked);
-    free(dir_ents.e);
+    bentries_free(&dir_ents);
     bundle_unload(&b);
     if (senv) {
         cache_rtxn_end(senv);
@@ -516,26 +605,28 @@ out:
 
 /* Public entry points: each holds the handle's lock for the whole call (cache.h "Threads"). */
 
-int cache_export(cache_env *env, const char *path, size_t *n, kt_err *err)
+int cache_export(cache_env *env, const char *path, const cache_signer *signer, size_t *n,
+                 kt_err *err)
 {
     cache_lock(env);
-    int rc = cache_export_locked(env, path, n, err);
+    int rc = cache_export_locked(env, path, signer, n, err);
     cache_unlock(env);
     return rc;
 }
 
-int cache_import(cache_env *env, const char *path, size_t *n, kt_err *err)
+int cache_import(cache_env *env, const char *path, const cache_trust *trust, size_t *n, kt_err *err)
 {
     cache_lock(env);
-    int rc = cache_import_locked(env, path, n, err);
+    int rc = cache_import_locked(env, path, trust, n, err);
     cache_unlock(env);
     return rc;
 }
 
-int cache_merge(cache_env *env, const char *src, cache_merge_stats *stats, kt_err *err)
+int cache_merge(cache_env *env, const char *src, const cache_trust *trust, cache_merge_stats *stats,
+                kt_err *err)
 {
     cache_lock(env);
-    int rc = cache_merge_locked(env, src, stats, err);
+    int rc = cache_merge_locked(env, src, trust, stats, err);
     cache_unlock(env);
     return rc;
 }

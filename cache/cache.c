@@ -3,6 +3,8 @@
  * growth, commit points) are documented in cache.h and docs/formats.md (part 3). */
 #include "internal.h"
 
+#include <fcntl.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,6 +223,14 @@ int cache_write(cache_env *env, cache_write_fn fn, void *ctx, kt_err *err)
 
 /* ---- open / close ---- */
 
+/* What a cache is created with, by ktuned and by `ktune tune --local` alike (the umask may take
+ * more away): only its owner writes it (one writer process at a time anyway); its group reads
+ * it, since deploy-time programs of the daemon's group look kernels up in it read-only (reading
+ * without the lock file when they may not write it, env_open); other users get nothing, as the
+ * job journal holds job names, graphs and shapes (docs/operations.md, "Permissions"). */
+#define CACHE_DIR_MODE  0750
+#define CACHE_FILE_MODE 0640
+
 static int mkdir_p(const char *dir, kt_err *err)
 {
     char path[4096];
@@ -231,7 +241,7 @@ static int mkdir_p(const char *dir, kt_err *err)
         if (*p != '/' && !end)
             continue;
         *p = '\0';
-        if (mkdir(path, 0775) < 0 && errno != EEXIST)
+        if (mkdir(path, CACHE_DIR_MODE) < 0 && errno != EEXIST)
             return kt_err_set(err, -errno, "%s: cannot create directory: %s", path,
                               strerror(errno));
         if (end)
@@ -331,6 +341,20 @@ static int init_rw(cache_env *env, MDB_txn *txn, void *ctx, kt_err *err)
     return rc < 0 ? rc : check_schema(env, txn, true, err);
 }
 
+int cache_reserve_lock_file(const char *dir)
+{
+    char path[4200];
+    if (snprintf(path, sizeof(path), "%s/lock.mdb", dir) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    int fd =
+        open(path, O_RDWR | O_CREAT | O_CLOEXEC, CACHE_FILE_MODE); /* the mode LMDB would give it */
+    if (fd < 0)
+        return -errno;
+    int rc = fallocate(fd, 0, 0, CACHE_LOCK_FILE_BYTES) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
 /* Creates and opens env->env on dir. A read-only opener that may not write the directory's lock
  * file (lock.mdb owned by another user, or the directory not writable while the file is missing)
  * opens again with MDB_NOLOCK: it then takes no reader slot, so a writer in another process may
@@ -340,6 +364,21 @@ static int env_open(cache_env *env, const char *dir, bool rdonly, size_t map, kt
 {
     unsigned flags = MDB_NOTLS | (rdonly ? MDB_RDONLY : 0);
     int mrc = MDB_SUCCESS;
+    /* a reader creates no lock file where there is no cache (LMDB then reports the miss) */
+    char data[4200];
+    snprintf(data, sizeof(data), "%s/data.mdb", dir);
+    int reserved = !rdonly || access(data, F_OK) == 0 ? cache_reserve_lock_file(dir) : 0;
+    if (reserved == -ENOSPC || reserved == -EDQUOT) {
+        if (!rdonly)
+            return kt_err_set(err, reserved,
+                              "cannot open cache %s: %s (its lock file needs %d bytes)", dir,
+                              strerror(-reserved), CACHE_LOCK_FILE_BYTES);
+        kt_log_info(CACHE_LOG,
+                    "%s: no room for the lock file (%s): reading without locks, every record's "
+                    "checksum still checked",
+                    dir, strerror(-reserved));
+        flags |= MDB_NOLOCK;
+    }
     for (int attempt = 0; attempt < 2; attempt++) {
         if ((mrc = mdb_env_create(&env->env)) != MDB_SUCCESS) {
             env->env = NULL;
@@ -349,7 +388,7 @@ static int env_open(cache_env *env, const char *dir, bool rdonly, size_t map, kt
         /* A read-only opener adopts whatever size the writer uses. */
         if (!rdonly)
             mdb_env_set_mapsize(env->env, map);
-        mrc = mdb_env_open(env->env, dir, flags, 0664);
+        mrc = mdb_env_open(env->env, dir, flags, CACHE_FILE_MODE);
         if (mrc == MDB_SUCCESS)
             return 0;
         mdb_env_close(env->env);
@@ -369,27 +408,12 @@ static int env_open(cache_env *env, const char *dir, bool rdonly, size_t map, kt
     return cache_lmdb_error(env, mrc, what, err);
 }
 
-int cache_open(const char *dir, unsigned flags, const cache_options *opts, cache_env **out,
-               kt_err *err)
+/* Opens the cache in dir, whose data.mdb exists unless a writer creates it in place (only
+ * create_cache_file does, in its private directory). */
+static int open_env(const char *dir, bool rdonly, size_t map, size_t max, int runner_ups,
+                    cache_env **out, kt_err *err)
 {
-    if (!dir || !dir[0] || !out)
-        return kt_err_set(err, -EINVAL, "cache_open: no directory given");
-    cache_options o = {0, 0, -1};
-    if (opts)
-        o = *opts;
-    if (o.runner_ups < 0)
-        o.runner_ups = CACHE_RUNNER_UPS;
-    if (o.runner_ups > CACHE_MAX_RUNNER_UPS)
-        return kt_err_set(err, -EINVAL, "cache_open: at most %d runner-ups", CACHE_MAX_RUNNER_UPS);
-    size_t map = o.map_size ? o.map_size : DEFAULT_MAP_SIZE;
-    size_t max = o.max_map_size ? o.max_map_size : DEFAULT_MAX_MAP_SIZE;
-    if (max < map)
-        max = map;
-    bool rdonly = flags & CACHE_RDONLY;
-
     int rc;
-    if (!rdonly && (rc = mkdir_p(dir, err)) < 0)
-        return rc;
     cache_env *env = calloc(1, sizeof(*env));
     if (!env)
         return kt_err_set(err, -ENOMEM, "out of memory opening %s", dir);
@@ -405,7 +429,7 @@ int cache_open(const char *dir, unsigned flags, const cache_options *opts, cache
     pthread_mutexattr_destroy(&attr);
     env->rdonly = rdonly;
     env->max_map_size = max;
-    env->runner_ups = o.runner_ups;
+    env->runner_ups = runner_ups;
 
     if ((rc = env_open(env, dir, rdonly, map, err)) < 0)
         goto fail_path;
@@ -442,6 +466,80 @@ fail_path:
 fail_env:
     free(env);
     return rc;
+}
+
+/* A new cache appears whole or not at all: LMDB creates data.mdb in place, page by page, and a
+ * creation cut short (a full disk after one meta page, a crash) left a file every later open
+ * called damaged. So a writer finding no data.mdb initialises one in a private directory inside
+ * dir (databases and schema committed and synced) and moves it in with a rename that never
+ * replaces: if another process created the cache meanwhile, its file stays and is used. */
+static int create_cache_file(const char *dir, size_t map, size_t max, int runner_ups, kt_err *err)
+{
+    char tmp[4200], from[4300], to[4300];
+    if (snprintf(tmp, sizeof(tmp), "%s/.new-cache-XXXXXX", dir) >= (int)sizeof(tmp))
+        return kt_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+    if (!mkdtemp(tmp))
+        return kt_err_set(err, -errno, "cannot create cache %s: %s", dir, strerror(errno));
+    snprintf(from, sizeof(from), "%s/data.mdb", tmp);
+    snprintf(to, sizeof(to), "%s/data.mdb", dir);
+    cache_env *env = NULL;
+    kt_err why = {0};
+    int rc = open_env(tmp, false, map, max, runner_ups, &env, &why);
+    cache_close(env);
+    if (rc < 0) {
+        /* name the cache, not the private directory */
+        const char *m = strstr(why.msg, tmp);
+        m = m && strncmp(m + strlen(tmp), ": ", 2) == 0 ? m + strlen(tmp) + 2 : why.msg;
+        rc = kt_err_set(err, rc, "cannot create cache %s: %s", dir, m);
+    } else if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) < 0 && errno != EEXIST &&
+               (errno != EINVAL || (link(from, to) < 0 && errno != EEXIST))) {
+        /* EINVAL: no RENAME_NOREPLACE on this filesystem; link never replaces either */
+        rc = kt_err_set(err, -errno, "cannot create cache %s: %s", dir, strerror(errno));
+    } else {
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) { /* the new name survives a crash */
+            fsync(dfd);
+            close(dfd);
+        }
+    }
+    char lock[4300];
+    snprintf(lock, sizeof(lock), "%s/lock.mdb", tmp);
+    unlink(from); /* still there when the rename failed, or linked */
+    unlink(lock);
+    rmdir(tmp);
+    return rc;
+}
+
+int cache_open(const char *dir, unsigned flags, const cache_options *opts, cache_env **out,
+               kt_err *err)
+{
+    if (!dir || !dir[0] || !out)
+        return kt_err_set(err, -EINVAL, "cache_open: no directory given");
+    cache_options o = {0, 0, -1};
+    if (opts)
+        o = *opts;
+    if (o.runner_ups < 0)
+        o.runner_ups = CACHE_RUNNER_UPS;
+    if (o.runner_ups > CACHE_MAX_RUNNER_UPS)
+        return kt_err_set(err, -EINVAL, "cache_open: at most %d runner-ups", CACHE_MAX_RUNNER_UPS);
+    size_t map = o.map_size ? o.map_size : DEFAULT_MAP_SIZE;
+    size_t max = o.max_map_size ? o.max_map_size : DEFAULT_MAX_MAP_SIZE;
+    if (max < map)
+        max = map;
+    bool rdonly = flags & CACHE_RDONLY;
+
+    int rc;
+    if (!rdonly) {
+        if ((rc = mkdir_p(dir, err)) < 0)
+            return rc;
+        char data[4200];
+        if (snprintf(data, sizeof(data), "%s/data.mdb", dir) >= (int)sizeof(data))
+            return kt_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+        if (access(data, F_OK) < 0 && errno == ENOENT &&
+            (rc = create_cache_file(dir, map, max, o.runner_ups, err)) < 0)
+            return rc;
+    }
+    return open_env(dir, rdonly, map, max, o.runner_ups, out, err);
 }
 
 void cache_close(cache_env *env)
@@ -716,6 +814,9 @@ static int cache_put_locked(cache_env *env, const cache_record *rec, int *rank, 
         return kt_err_set(err, -EINVAL, "cache_put: no cache or record");
     if (!rec->verified)
         return kt_err_set(err, -EINVAL, "cache_put: refusing an unverified record");
+    kt_err why = {0};
+    if (cache_record_check_floor(rec, NULL, &why) < 0)
+        return kt_err_set(err, -EINVAL, "cache_put: refusing a record: %s", why.msg);
     uint8_t key[CACHE_KEY_MAX];
     size_t klen = 0;
     int rc = cache_key_encode(&rec->key, key, sizeof(key), &klen, err);
@@ -795,6 +896,14 @@ static int cache_get_locked(cache_env *env, const cache_key *k, int rank, cache_
         rc = cache_lmdb_error(env, mrc, "cannot read a record", err);
     } else {
         rc = decode_stored(env, &mk, &mv, out, err);
+        /* One that entered before the floor was enforced is not served (`cache check` names
+         * it); readers treat it as they treat a damaged value. */
+        kt_err why = {0};
+        if (rc == 0 && cache_record_check_floor(out, NULL, &why) < 0) {
+            char d[256];
+            cache_key_describe(key, klen, true, d, sizeof(d));
+            rc = kt_err_set(err, -EBADMSG, "record %s: %s", d, why.msg);
+        }
     }
     cache_rtxn_end(env);
     return rc;

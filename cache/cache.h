@@ -152,36 +152,101 @@ typedef int (*cache_trial_cb)(const cache_trial *t, void *ctx);
 int cache_trial_foreach(cache_env *env, const cache_key *k, cache_trial_cb cb, void *ctx,
                         kt_err *err);
 
-/* ---- bundles and merge (cache/bundle.c) ---- */
+/* ---- bundles and merge (cache/bundle.c, cache/sign.c) ----
+ * These live in their own library (ktbundle, cache_bundle_dep in cache/meson.build) because
+ * they need libsodium; libktune and ktuned do not link them. */
+
+#define CACHE_SIGN_PUBLIC_BYTES 32 /* an Ed25519 public key */
+#define CACHE_SIGN_SECRET_BYTES 64 /* libsodium's secret key: seed, then public key */
+#define CACHE_SIGN_BYTES        64 /* an Ed25519 signature */
+#define CACHE_KEY_ID_LEN        25 /* "ed25519:" + 16 hex digits + NUL */
+#define CACHE_SIGN_SECRET_FILE  "bundle-signing.key" /* in the key directory, mode 0600 */
+#define CACHE_SIGN_PUBLIC_FILE  "bundle-signing.pub" /* beside it: what other hosts trust */
+#define CACHE_TRUSTED_DIR       "trusted-keys"       /* in the key directory: NAME.pub files */
+#define CACHE_SIGN_CONTEXT      "ktune bundle signature v1" /* signed before the digest */
+#define CACHE_SIGN_CONTEXT_LEN  (sizeof(CACHE_SIGN_CONTEXT) - 1)
+
+/* A signing key pair. Holds a secret: clear it with cache_signer_clear when done. */
+typedef struct cache_signer {
+    uint8_t pk[CACHE_SIGN_PUBLIC_BYTES];
+    uint8_t sk[CACHE_SIGN_SECRET_BYTES];
+} cache_signer;
+
+/* Loads the key pair of dir/CACHE_SIGN_SECRET_FILE. With create, a missing one is made (dir too:
+ * mode 0755): a fresh random key written 0600 beside the target and linked into place only if
+ * no other process made one meanwhile (else that one is loaded), and dir/CACHE_SIGN_PUBLIC_FILE
+ * (re)written to match; *created (may be NULL) says whether this call made it. Refuses a secret
+ * key file readable by group or others (-EACCES), anything but a regular file (-EINVAL), a
+ * malformed one (-EINVAL). -ENOENT without create when there is none. */
+int cache_signer_open(const char *dir, bool create, cache_signer *out, bool *created, kt_err *err);
+/* A fresh key pair in memory only (tests). */
+int cache_signer_generate(cache_signer *out, kt_err *err);
+void cache_signer_clear(cache_signer *s); /* zeroes *s; NULL is a no-op */
+/* "ed25519:" and the first 8 bytes of pk in hex: how records and messages name a key. */
+void cache_key_id(const uint8_t pk[CACHE_SIGN_PUBLIC_BYTES], char out[CACHE_KEY_ID_LEN]);
+/* A public key file: one line "ktune-ed25519 " and 64 hex digits. */
+int cache_public_key_read(const char *path, uint8_t pk[CACHE_SIGN_PUBLIC_BYTES], kt_err *err);
+int cache_public_key_write(const char *path, const uint8_t pk[CACHE_SIGN_PUBLIC_BYTES],
+                           kt_err *err);
+/* Ed25519 over CACHE_SIGN_CONTEXT then the 32-byte digest. */
+int cache_sign_digest(const cache_signer *s, const uint8_t digest[32],
+                      uint8_t sig[CACHE_SIGN_BYTES], kt_err *err);
+bool cache_verify_digest(const uint8_t pk[CACHE_SIGN_PUBLIC_BYTES], const uint8_t digest[32],
+                         const uint8_t sig[CACHE_SIGN_BYTES]);
+
+/* What import and merge accept: bundles signed by one of keys; with trust_unsigned also
+ * unsigned (format 1) bundles and bundles signed by another key. The caller owns it. */
+typedef struct cache_trust {
+    uint8_t (*keys)[CACHE_SIGN_PUBLIC_BYTES];
+    size_t n, cap;
+    bool trust_unsigned;
+    const char *where; /* for messages: where trusted keys are kept (may be NULL) */
+} cache_trust;
+int cache_trust_add(cache_trust *t, const uint8_t pk[CACHE_SIGN_PUBLIC_BYTES]); /* 0, -ENOMEM */
+/* Adds every dir/NAME.pub (not dot files); a missing dir adds nothing. A malformed key file is
+ * an error naming it (-EINVAL): a key meant to be trusted is not silently ignored. */
+int cache_trust_add_dir(cache_trust *t, const char *dir, kt_err *err);
+bool cache_trust_has(const cache_trust *t, const uint8_t pk[CACHE_SIGN_PUBLIC_BYTES]);
+void cache_trust_free(cache_trust *t); /* frees the key list; t itself is the caller's */
 
 /* Writes every kernel record (best and runner-ups, exact stored bytes) into a bundle file at
  * path, replacing it atomically (written beside it, then renamed: kt_atomic_begin in
  * ops/util.h). path must be a regular file or nothing; anything else (a FIFO, a device, a
- * symbolic link, a directory) is refused (-EEXIST, -EISDIR) and left untouched. Corrupt records
- * are reported and left out. *n (may be NULL) receives the number of records written. */
-int cache_export(cache_env *env, const char *path, size_t *n, kt_err *err);
+ * symbolic link, a directory) is refused (-EEXIST, -EISDIR) and left untouched. Corrupt and
+ * implausible (cache_record_check_floor) records are reported and left out. With signer the
+ * bundle is format 2, signed; without, format 1 (unsigned: accepted only with trust_unsigned).
+ * *n (may be NULL) receives the number of records written. */
+int cache_export(cache_env *env, const char *path, const cache_signer *signer, size_t *n,
+                 kt_err *err);
 
-/* Restores a bundle: checks the whole file (framing, file checksum, every record's checksum,
- * decoding, verified flag, key against the record's own key parts) before writing anything, then
- * in one write transaction replaces, for each key in the bundle, all of that key's records with
- * the bundle's. Keys not in the bundle are untouched. Export then import into an empty cache
- * reproduces every record byte for byte. -EBADMSG on any defect, with nothing written. */
-int cache_import(cache_env *env, const char *path, size_t *n, kt_err *err);
+/* Restores a bundle: checks the whole file (framing, file checksum, signature against trust,
+ * every record's checksum, decoding, verified flag, key against the record's own key parts,
+ * physical floor) before writing anything, then in one write transaction replaces, for each key
+ * in the bundle, all of that key's records with the bundle's, each stamped with the bundle's
+ * signer (cache_record.signer; otherwise byte for byte). Keys not in the bundle are untouched.
+ * -EPERM for an unsigned bundle, or one signed by a key not in trust, unless
+ * trust->trust_unsigned; -EBADMSG on any defect (a signature that does not verify included),
+ * with nothing written. trust NULL trusts no key. */
+int cache_import(cache_env *env, const char *path, const cache_trust *trust, size_t *n,
+                 kt_err *err);
 
 typedef struct cache_merge_stats {
-    size_t read;    /* records read from the source */
-    size_t corrupt; /* source records skipped as corrupt (cache directories only) */
-    size_t keys;    /* distinct keys in the source */
-    size_t changed; /* keys whose ranking in this cache changed */
+    size_t read;        /* records read from the source */
+    size_t corrupt;     /* source records skipped as corrupt (cache directories only) */
+    size_t implausible; /* skipped as below their physical floor (cache directories only) */
+    size_t keys;        /* distinct keys in the source */
+    size_t changed;     /* keys whose ranking in this cache changed */
 } cache_merge_stats;
 
 /* Merges src (a cache directory or a bundle file) into env, in one write transaction: for each
  * key, the records of both sides are ranked by cache_put's rule and the list is truncated to
  * env's runner_ups, so the faster verified record wins and equal times are decided by the fixed
- * tie rule. Deterministic, commutative in its result, and idempotent. A bundle is checked as by
- * cache_import (any defect refuses the merge); corrupt records in a source directory are
- * reported and skipped. stats may be NULL. */
-int cache_merge(cache_env *env, const char *src, cache_merge_stats *stats, kt_err *err);
+ * tie rule. Deterministic, commutative in its result, and idempotent. A bundle is checked and
+ * stamped as by cache_import (any defect, or a bundle trust refuses, refuses the merge); a
+ * source directory is the operator's own and needs no signature: its corrupt and implausible
+ * records are reported and skipped, the others keep their provenance. stats may be NULL. */
+int cache_merge(cache_env *env, const char *src, const cache_trust *trust, cache_merge_stats *stats,
+                kt_err *err);
 
 /* ---- the job journal (the `jobs` database; cache/job.c) ----
  * The daemon's jobs, keyed by id (8 bytes big-endian, so walks go in submission order). Values
@@ -237,6 +302,13 @@ typedef struct cache_job {
     /* the tuning cost over all attempts (srch_tune_result's): NVRTC seconds summed over the
      * compile pool, and seconds spent measuring; 0 in entries written before they existed */
     double compile_s, measure_s;
+    /* the uid that submitted the job: cancelling it takes that uid, root or ktuned's admin group
+     * (docs/protocol.md, "Ownership"); 0 (root) in entries written before owners were kept */
+    uint32_t owner;
+    /* unix milliseconds at which elapsed_s was last brought up to date while the job ran: a
+     * daemon killed later than that resumes it with the time its trial log shows since
+     * (docs/protocol.md, "Journal and restart"); 0 in older entries */
+    int64_t elapsed_at_ms;
 } cache_job;
 
 void cache_job_free(cache_job *j); /* frees j->graph and zeroes *j; NULL is a no-op */
@@ -254,11 +326,11 @@ int cache_job_next_id(cache_env *env, uint64_t *out, kt_err *err);
 /* ---- the structural check (cache/check.c) ----
  * LMDB 0.9 trusts its own pages (no checksums): a damaged B-tree page can make any reader,
  * mdb_cursor_get included, read outside the file (SIGBUS) or the map (SIGSEGV). cache_check reads
- * the file in a forked child process, so such damage kills the child, never the caller, and walks
- * every page reachable from the snapshot's meta page checking what LMDB relies on (page numbers,
- * types, node offsets and sizes inside their page, child and overflow pages inside the file, key
- * order and branch separators, no page reachable twice or both free and in use, each tree's
- * counts). With CACHE_CHECK_VALUES it also verifies and decodes every stored value (records,
+ * the file in a child process (ktune-cache-check), so such damage kills the child, never the
+ * caller, and walks every page reachable from the snapshot's meta page checking what LMDB relies on
+ * (page numbers, types, node offsets and sizes inside their page, child and overflow pages inside
+ * the file, key order and branch separators, no page reachable twice or both free and in use, each
+ * tree's counts). With CACHE_CHECK_VALUES it also verifies and decodes every stored value (records,
  * trials, journal entries) against its key. docs/operations.md, "A damaged cache", says what to do
  * with each verdict. */
 
@@ -290,6 +362,9 @@ typedef struct cache_check_report {
     size_t tree_pages; /* branch, leaf and overflow pages of every tree */
     size_t free_pages; /* pages on the free list */
     size_t records, records_bad, trials, trials_bad, jobs, jobs_bad, meta_bad; /* VALUES only */
+    /* of records_bad, those that decode but are faster than their physical floor
+     * (cache_record_check_floor): readers do not serve them */
+    size_t records_implausible;
     /* values stored in overflow pages whose first page's header is damaged (checked always):
      * readers do not use that header, but a writer replacing the value frees as many pages as it
      * says, so a cache with any must not be written to (cache_check_writable) */
@@ -297,17 +372,28 @@ typedef struct cache_check_report {
     double seconds; /* wall time of the whole check, fork and wait included */
 } cache_check_report;
 
+/* The checking process's executable (installed in libexec; found like ktune-worker, see
+ * kt_find_exe) and the variable that overrides where it is. */
+#define CACHE_CHECK_EXE "ktune-cache-check"
+#define CACHE_CHECK_ENV "KTUNE_CACHE_CHECKER"
+
 /* Checks the cache in dir (read-only; any number of readers and one writer may use it meanwhile)
- * in a child process that it forks and waits for, at most timeout_s seconds (<= 0: 60 s). The
- * child touches only LMDB, the file and libc, resets the crash signals to their default action and
- * ends with _exit, so a caller holding CUDA contexts, threads or signal handlers may call this. The
- * caller must not reap children it did not fork (a SIGCHLD handler calling wait(-1) makes a
- * crashed check indistinguishable from a finished one; it is then reported as damage).
+ * in a child process, ktune-cache-check, that it starts with posix_spawn (no fork of the caller:
+ * a large or multithreaded caller, PyTorch's, is neither copied nor run in a child) and waits for,
+ * at most timeout_s seconds (<= 0: 60 s). The child starts with the crash signals at their default
+ * action, so damage kills it; any thread of a caller holding CUDA contexts, threads or signal
+ * handlers may call this. The caller must not reap children it did not start (a SIGCHLD handler
+ * calling wait(-1) makes a crashed check indistinguishable from a finished one; it is then
+ * reported as damage).
  * Returns 0 with the verdict in *out, or a negative errno when no verdict could be reached:
- * -ENOENT (no cache in dir), -EACCES, -ETIMEDOUT (the child was killed at the limit), -EAGAIN (a
- * writer without reader locks kept changing the file), -ENOMEM, or fork's and pipe's errors. */
+ * -ENOENT (no cache in dir, or no ktune-cache-check found), -EACCES, -ETIMEDOUT (the child was
+ * killed at the limit), -EAGAIN (a writer without reader locks kept changing the file), -EPROTO
+ * (the helper refused to run), -ENOMEM, or posix_spawn's and pipe's errors. */
 int cache_check(const char *dir, unsigned flags, double timeout_s, cache_check_report *out,
                 kt_err *err);
+/* The main of ktune-cache-check (cache/check_main.c): argv DIR FLAGS, the shared memory and the
+ * pipe from cache_check as descriptors 3 and 4. Returns the exit status. */
+int cache_check_serve(int argc, char **argv);
 /* Whether a writer (ktuned, import, merge) may use a cache with this report: the structure is
  * sound and no overflow header is damaged (a damaged value alone is fine: it is skipped, and
  * replaced when its key is tuned again). */

@@ -1,6 +1,6 @@
 /* cache_check: a structural check of the LMDB file and (optionally) of every stored value, in a
- * forked child process, so that a damaged page that would make LMDB read outside its map
- * (SIGBUS, SIGSEGV) kills the child, never the caller. cache.h has the contract;
+ * separate process (ktune-cache-check, spawned), so that a damaged page that would make LMDB read
+ * outside its map (SIGBUS, SIGSEGV) kills the child, never the caller. cache.h has the contract;
  * docs/operations.md ("A damaged cache") what an operator does with the verdict.
  *
  * Why our own page walk: LMDB 0.9 trusts its pages (no checksums; node offsets, sizes and child
@@ -40,6 +40,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,8 @@
 
 #define CHECK_ATTEMPTS 3 /* runs when a writer may have changed the snapshot under the check */
 #define CHECK_TIMEOUT  60.0
+#define CHECK_SHM_FD   3 /* the checking process's shared memory (check_shm) */
+#define CHECK_DONE_FD  4 /* a pipe's write end: its closing tells the parent the child ended */
 
 typedef struct lm_db {
     uint16_t flags, depth;
@@ -276,6 +279,9 @@ static void check_value(walker *w, const uint8_t *k, size_t klen, const uint8_t 
             rc = kt_err_set(&why, -EBADMSG, "key of %zu bytes", klen);
         else if ((rc = cache_record_decode(v, vlen, &r, &why)) == 0)
             rc = cache_record_matches_key(&r, k, klen - 1, &why);
+        /* sound bytes, impossible time: a rewritten record, which readers do not serve */
+        if (rc == 0 && (rc = cache_record_check_floor(&r, NULL, &why)) == -ERANGE)
+            w->rep->records_implausible++;
         cache_record_free(&r);
         break;
     }
@@ -678,6 +684,9 @@ static int walk_all(walker *w, uint64_t txnid)
 static int child_env(const char *dir, MDB_env **out, kt_err *why)
 {
     unsigned flags = MDB_RDONLY | MDB_NOTLS;
+    int reserved = cache_reserve_lock_file(dir); /* internal.h says why */
+    if (reserved == -ENOSPC || reserved == -EDQUOT)
+        flags |= MDB_NOLOCK; /* as a reader does: the snapshot is then re-checked (see above) */
     for (int attempt = 0; attempt < 2; attempt++) {
         MDB_env *env = NULL;
         int mrc = mdb_env_create(&env);
@@ -754,6 +763,7 @@ static int child_check(const char *dir, unsigned flags, shared_state *sh, kt_err
         }
         uint64_t txnid = (uint64_t)mdb_txn_id(txn);
         rep->records = rep->records_bad = rep->trials = rep->trials_bad = 0;
+        rep->records_implausible = 0;
         rep->jobs = rep->jobs_bad = rep->meta_bad = rep->tree_pages = rep->free_pages = 0;
         rep->overflow_bad = 0;
         rep->first_bad[0] = '\0';
@@ -794,10 +804,12 @@ static int child_check(const char *dir, unsigned flags, shared_state *sh, kt_err
         if (flags & CACHE_CHECK_VALUES)
             snprintf(rep->what, sizeof(rep->what),
                      "%zu of %zu records, %zu of %zu trials, %zu of %zu journal entries and %zu "
-                     "meta values fail their checksum or do not decode, %zu large values have a "
-                     "damaged page header (first: %.400s)",
+                     "meta values fail their checksum or do not decode (%zu records are below "
+                     "their physical floor: implausible), %zu large values have a damaged page "
+                     "header (first: %.380s)",
                      rep->records_bad, rep->records, rep->trials_bad, rep->trials, rep->jobs_bad,
-                     rep->jobs, rep->meta_bad, rep->overflow_bad, rep->first_bad);
+                     rep->jobs, rep->meta_bad, rep->records_implausible, rep->overflow_bad,
+                     rep->first_bad);
         else
             snprintf(rep->what, sizeof(rep->what),
                      "%zu large values have a damaged page header (first: %.400s)",
@@ -825,6 +837,87 @@ typedef struct child_result {
     char msg[sizeof(((kt_err *)0)->msg)];
 } child_result;
 
+/* What parent and child share: one memfd mapping (a fork's anonymous mapping would not survive
+ * the child's exec). */
+typedef struct check_shm {
+    shared_state sh;
+    child_result cr;
+} check_shm;
+
+int cache_check_serve(int argc, char **argv)
+{
+    if (argc != 3 || !argv[1][0] || fcntl(CHECK_SHM_FD, F_GETFD) < 0 ||
+        fcntl(CHECK_DONE_FD, F_GETFD) < 0) {
+        fprintf(stderr,
+                "%s: an internal helper of ktune's cache check; run `ktune cache check "
+                "DIR` instead\n",
+                argc > 0 ? argv[0] : CACHE_CHECK_EXE);
+        return 2;
+    }
+    /* a crash must end this process, whatever a sanitizer runtime installed at start-up */
+    static const int fatal[] = {SIGBUS, SIGSEGV, SIGILL, SIGFPE, SIGABRT};
+    for (size_t i = 0; i < KT_ARRAY_LEN(fatal); i++)
+        signal(fatal[i], SIG_DFL);
+    char *end = NULL;
+    unsigned long flags = strtoul(argv[2], &end, 10);
+    struct stat sb;
+    if (*end || fstat(CHECK_SHM_FD, &sb) < 0 || (size_t)sb.st_size != sizeof(check_shm))
+        return 2;
+    check_shm *m =
+        mmap(NULL, sizeof(check_shm), PROT_READ | PROT_WRITE, MAP_SHARED, CHECK_SHM_FD, 0);
+    if (m == MAP_FAILED)
+        return 2;
+    kt_err why = {0};
+    m->cr.rc = child_check(argv[1], (unsigned)flags, &m->sh, &why);
+    m->cr.code = why.code;
+    memcpy(m->cr.msg, why.msg, sizeof(m->cr.msg));
+    __atomic_store_n(&m->sh.done, 1, __ATOMIC_SEQ_CST);
+    return 0; /* CHECK_DONE_FD closes with the process */
+}
+
+/* Starts the checking process: posix_spawn (vfork and exec: no copy of a large caller's page
+ * tables, and nothing of the caller's threads, locks or signal handlers reaches it) of
+ * ktune-cache-check with the shared memory as CHECK_SHM_FD and a pipe's write end as
+ * CHECK_DONE_FD, every other descriptor closed, signals unblocked and at their default. */
+static int spawn_checker(const char *dir, unsigned flags, int shm_fd, int done_fd, pid_t *pid,
+                         kt_err *err)
+{
+    char *exe = NULL;
+    int rc = kt_find_exe(NULL, CACHE_CHECK_ENV, CACHE_CHECK_EXE, &exe, err);
+    if (rc < 0)
+        return rc;
+    char flag_text[16];
+    snprintf(flag_text, sizeof(flag_text), "%u", flags);
+    char *argv[] = {exe, (char *)dir, flag_text, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    /* the sources are at CHECK_DONE_FD + 1 or above (F_DUPFD), so no dup2 overwrites another */
+    if ((rc = posix_spawn_file_actions_init(&fa)) != 0)
+        goto out_exe;
+    if ((rc = posix_spawnattr_init(&at)) != 0)
+        goto out_fa;
+    if ((rc = posix_spawn_file_actions_adddup2(&fa, shm_fd, CHECK_SHM_FD)) != 0 ||
+        (rc = posix_spawn_file_actions_adddup2(&fa, done_fd, CHECK_DONE_FD)) != 0 ||
+        (rc = posix_spawn_file_actions_addclosefrom_np(&fa, CHECK_DONE_FD + 1)) != 0 ||
+        (rc = posix_spawnattr_setsigmask(&at, &none)) != 0 ||
+        (rc = posix_spawnattr_setsigdefault(&at, &all)) != 0 ||
+        (rc = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)) != 0)
+        goto out_at;
+    rc = posix_spawn(pid, exe, &fa, &at, argv, environ);
+out_at:
+    posix_spawnattr_destroy(&at);
+out_fa:
+    posix_spawn_file_actions_destroy(&fa);
+out_exe:
+    if (rc != 0)
+        kt_err_set(err, -rc, "cache_check: cannot start %s: %s", exe, strerror(rc));
+    free(exe);
+    return -rc;
+}
+
 int cache_check(const char *dir, unsigned flags, double timeout_s, cache_check_report *out,
                 kt_err *err)
 {
@@ -844,47 +937,44 @@ int cache_check(const char *dir, unsigned flags, double timeout_s, cache_check_r
                                : kt_err_set(err, -errno, "%s: %s", path, strerror(errno));
 
     double t0 = now_s();
-    size_t shared_bytes = sizeof(shared_state) + sizeof(child_result);
-    uint8_t *mem =
-        mmap(NULL, shared_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED)
-        return kt_err_set(err, -ENOMEM, "cache_check: cannot map shared memory: %s",
-                          strerror(errno));
-    shared_state *sh = (shared_state *)mem;
-    child_result *cr = (child_result *)(mem + sizeof(shared_state));
     int rc;
+    int shm_fd = memfd_create("ktune-cache-check", MFD_CLOEXEC);
+    if (shm_fd < 0)
+        return kt_err_set(err, -errno, "cache_check: memfd_create: %s", strerror(errno));
+    check_shm *m = MAP_FAILED;
+    if (ftruncate(shm_fd, sizeof(check_shm)) < 0 ||
+        (m = mmap(NULL, sizeof(check_shm), PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd, 0)) ==
+            MAP_FAILED) {
+        rc = kt_err_set(err, -ENOMEM, "cache_check: cannot map shared memory: %s", strerror(errno));
+        goto out_fd;
+    }
+    shared_state *sh = &m->sh;
+    child_result *cr = &m->cr;
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) < 0) {
         rc = kt_err_set(err, -errno, "cache_check: pipe: %s", strerror(errno));
         goto out_mem;
     }
-    pid_t pid = fork();
-    if (pid < 0) {
-        rc = kt_err_set(err, -errno, "cache_check: cannot fork: %s", strerror(errno));
+    /* move both descriptors the child gets above its targets (see spawn_checker) */
+    int shm_src = fcntl(shm_fd, F_DUPFD_CLOEXEC, CHECK_DONE_FD + 1);
+    int done_src = fcntl(fds[1], F_DUPFD_CLOEXEC, CHECK_DONE_FD + 1);
+    close(fds[1]);
+    pid_t pid = -1;
+    if (shm_src < 0 || done_src < 0)
+        rc = kt_err_set(err, -errno, "cache_check: fcntl: %s", strerror(errno));
+    else
+        rc = spawn_checker(dir, flags, shm_src, done_src, &pid, err);
+    if (shm_src >= 0)
+        close(shm_src);
+    if (done_src >= 0)
+        close(done_src);
+    if (rc < 0) {
         close(fds[0]);
-        close(fds[1]);
         goto out_mem;
     }
-    if (pid == 0) {
-        /* the child: a crash must end it, whatever handlers the caller installed */
-        static const int fatal[] = {SIGBUS, SIGSEGV, SIGILL, SIGFPE, SIGABRT};
-        for (size_t i = 0; i < KT_ARRAY_LEN(fatal); i++)
-            signal(fatal[i], SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        close(fds[0]);
-        kt_err why = {0};
-        cr->rc = child_check(dir, flags, sh, &why);
-        cr->code = why.code;
-        memcpy(cr->msg, why.msg, sizeof(cr->msg));
-        __atomic_store_n(&sh->done, 1, __ATOMIC_SEQ_CST);
-        _exit(0);
-    }
-    close(fds[1]);
-    /* Wait for the pipe to close (the child exited or died), at most timeout_s. A child forked
-     * meanwhile by another thread of the caller may hold the pipe too, so each slice also asks
-     * for our child directly. */
+    /* Wait for the pipe to close (the child exited or died), at most timeout_s. A child started
+     * meanwhile by another thread of the caller may hold the pipe too (until its exec closes it),
+     * so each slice also asks for our child directly. */
     int st = 0;
     pid_t r = 0;
     while (r == 0) {
@@ -907,6 +997,12 @@ int cache_check(const char *dir, unsigned flags, double timeout_s, cache_check_r
         now_s() >= t0 + timeout_s) {
         rc = kt_err_set(err, -ETIMEDOUT, "cache %s: the check did not finish in %.0f s (last: %s)",
                         dir, timeout_s, sh->where);
+        goto out_mem;
+    }
+    if (!done && r == pid && WIFEXITED(st) && WEXITSTATUS(st) != 0) {
+        /* the helper refused to run (a broken install): no verdict, not damage */
+        rc = kt_err_set(err, -EPROTO, "cache %s: %s exited with status %d before checking", dir,
+                        CACHE_CHECK_EXE, WEXITSTATUS(st));
         goto out_mem;
     }
     if (!done) {
@@ -935,7 +1031,9 @@ int cache_check(const char *dir, unsigned flags, double timeout_s, cache_check_r
     out->seconds = now_s() - t0;
     rc = 0;
 out_mem:
-    munmap(mem, shared_bytes);
+    munmap(m, sizeof(check_shm));
+out_fd:
+    close(shm_fd);
     return rc;
 }
 

@@ -33,6 +33,18 @@ struct cache_env {
 void cache_lock(cache_env *env);
 void cache_unlock(cache_env *env);
 
+/* LMDB maps its lock file (lock.mdb) and writes it through the map. A new or short file on a
+ * full filesystem is extended sparse by ftruncate, and the first store into a page that has no
+ * block gets SIGBUS, not an error (tmpfs and ext4 alike): a full disk killed ktuned, `tune
+ * --local` and the cache check. So every opener reserves the file's blocks first, with
+ * fallocate(2) (never writes: the file may be in use by other processes), at the size LMDB 0.9
+ * gives it: two 64-byte header lines and one line per reader slot (126 by default). Returns 0,
+ * -ENOSPC or -EDQUOT when the blocks cannot be had (the caller fails with that, or reads
+ * without locks), or another negative errno it leaves to LMDB to report (cannot create the file,
+ * a filesystem without fallocate). */
+#define CACHE_LOCK_FILE_BYTES ((2 + 126) * 64)
+int cache_reserve_lock_file(const char *dir);
+
 /* The one place LMDB's error space becomes ours: returns 0 for MDB_SUCCESS, otherwise a negative
  * errno, logs mdb_strerror (as an error for damage: MDB_CORRUPTED, MDB_PAGE_NOTFOUND, MDB_PANIC;
  * at debug level otherwise, since the caller reports err) and fills err with "<what>: <reason>".

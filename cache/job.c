@@ -94,6 +94,8 @@ static int check_job(const cache_job *j, kt_err *err)
     if (!kt_text_clean(j->name, strlen(j->name)))
         return kt_err_set(err, -EINVAL, "job %" PRIu64 ": name '%s' is not UTF-8 text", j->id,
                           KT_ESC(j->name));
+    if (j->elapsed_at_ms < 0)
+        return kt_err_set(err, -EINVAL, "job %" PRIu64 ": elapsed_at_ms must be >= 0", j->id);
     if (j->graph_len && !j->graph)
         return kt_err_set(err, -EINVAL, "job %" PRIu64 ": graph length without data", j->id);
     const double nums[] = {j->tolerance,   j->budget_s, j->elapsed_s, j->best_ns,
@@ -107,7 +109,7 @@ static int check_job(const cache_job *j, kt_err *err)
     return 0;
 }
 
-#define JOB_FIELDS 30
+#define JOB_FIELDS 32
 
 static int pack_job(msgpack_packer *pk, const cache_job *j)
 {
@@ -144,6 +146,8 @@ static int pack_job(msgpack_packer *pk, const cache_job *j)
     e = e || cache_pk_kf(pk, "compile_s", j->compile_s);
     e = e || cache_pk_kf(pk, "measure_s", j->measure_s);
     e = e || cache_pk_kbin(pk, "problem", j->problem, OPS_SIG_BYTES);
+    e = e || cache_pk_ku(pk, "owner", j->owner);
+    e = e || cache_pk_ki(pk, "elapsed_at_ms", j->elapsed_at_ms);
     return e ? -ENOMEM : 0;
 }
 
@@ -197,13 +201,14 @@ static int get_failures(const msgpack_object *o, cache_job *j, cache_dec *d)
 }
 
 static const char *const job_fields[JOB_FIELDS] = {
-    "v",         "id",      "state",       "priority",  "gpu",       "name",
-    "sig",       "shapes",  "precision",   "tolerance", "budget",    "graph",
-    "submitted", "started", "finished",    "elapsed",   "trials",    "measured",
-    "resumed",   "best_ns", "baseline_ns", "err_norm",  "family",    "schedule",
-    "record",    "error",   "failures",    "compile_s", "measure_s", "problem"};
-/* Added after journals were written: absent in older entries, decoded as 0. */
-#define JOB_OPTIONAL ((1ull << 27) | (1ull << 28) | (1ull << 29))
+    "v",         "id",        "state",     "priority",     "gpu",     "name",      "sig",
+    "shapes",    "precision", "tolerance", "budget",       "graph",   "submitted", "started",
+    "finished",  "elapsed",   "trials",    "measured",     "resumed", "best_ns",   "baseline_ns",
+    "err_norm",  "family",    "schedule",  "record",       "error",   "failures",  "compile_s",
+    "measure_s", "problem",   "owner",     "elapsed_at_ms"};
+/* Added after journals were written: absent in older entries, decoded as 0 (an entry without
+ * an owner is root's: only root or the admin group may cancel it). */
+#define JOB_OPTIONAL ((1ull << 27) | (1ull << 28) | (1ull << 29) | (1ull << 30) | (1ull << 31))
 
 /* A text field as stored: entries written before names were checked (docs/protocol.md, "Names")
  * may hold control characters or bytes that are not UTF-8. Such a field is shown escaped, so
@@ -300,11 +305,17 @@ static int job_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
         return get_amount(v, &j->compile_s, "compile_s", d);
     case 28:
         return get_amount(v, &j->measure_s, "measure_s", d);
-    default:
+    case 29:
         if (v->type != MSGPACK_OBJECT_BIN || v->via.bin.size != OPS_SIG_BYTES)
             return BAD("job field 'problem': expected %d bytes", OPS_SIG_BYTES);
         memcpy(j->problem, v->via.bin.ptr, OPS_SIG_BYTES);
         return 0;
+    case 30:
+        rc = cache_get_i64(v, 0, UINT32_MAX, &n, "owner", d);
+        j->owner = (uint32_t)n;
+        return rc;
+    default:
+        return cache_get_i64(v, 0, INT64_MAX, &j->elapsed_at_ms, "elapsed_at_ms", d);
     }
 }
 

@@ -41,6 +41,7 @@ void cache_record_free(cache_record *r)
     free(r->family);
     free(r->schedule);
     free(r->ktune_version);
+    free(r->signer);
     memset(r, 0, sizeof(*r));
 }
 
@@ -110,6 +111,8 @@ static int check_record(const cache_record *r, kt_err *err)
             if (sl->dims[k] < 0 || sl->dims[k] > OPS_MAX_DIM)
                 return kt_err_set(err, -EINVAL, "record: slot %d: dimension %d out of range", i, k);
     }
+    if (r->signer && (!r->signer[0] || strlen(r->signer) > 64))
+        return kt_err_set(err, -EINVAL, "record: signer must be 1..64 bytes");
     if (bad_num(r->key.tolerance))
         return kt_err_set(err, -EINVAL, "record: key tolerance must be finite and >= 0");
     if (bad_num(r->time_ns) || bad_num(r->time_p10_ns) || bad_num(r->time_p90_ns) ||
@@ -215,7 +218,7 @@ int cache_record_encode(const cache_record *r, uint8_t **out, size_t *len, kt_er
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     const cache_gpu *g = &r->key.gpu;
 
-    PK(msgpack_pack_map(&pk, 22));
+    PK(msgpack_pack_map(&pk, r->signer ? 23 : 22));
     PK(cache_pk_ku(&pk, "v", CACHE_RECORD_VERSION));
     PK(cache_pk_str(&pk, "gpu"));
     PK(msgpack_pack_map(&pk, 7));
@@ -297,6 +300,8 @@ int cache_record_encode(const cache_record *r, uint8_t **out, size_t *len, kt_er
     PK(cache_pk_kstr(&pk, "ktune", r->ktune_version ? r->ktune_version : KTUNE_VERSION));
     PK(cache_pk_ki(&pk, "nvrtc", r->nvrtc_version));
     PK(cache_pk_ki(&pk, "created", r->created));
+    if (r->signer) /* optional: records without it keep their v3 bytes */
+        PK(cache_pk_kstr(&pk, "signer", r->signer));
     if (cache_value_finish(&sb, out, len) < 0)
         goto oom;
     return 0;
@@ -316,6 +321,8 @@ static int check_trial(const cache_trial *t, kt_err *err)
                           CACHE_CAND_MAX - 1);
     if (!isfinite(t->time_ns) || !isfinite(t->error))
         return kt_err_set(err, -EINVAL, "trial: time and error must be finite");
+    if (t->ts_ms < 0)
+        return kt_err_set(err, -EINVAL, "trial: ts_ms must be >= 0");
     return 0;
 }
 
@@ -330,7 +337,7 @@ int cache_trial_encode(const cache_trial *t, uint8_t **out, size_t *len, kt_err 
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     char detail[sizeof(t->detail)];
     snprintf(detail, sizeof(detail), "%.*s", (int)sizeof(t->detail) - 1, t->detail);
-    PK(msgpack_pack_map(&pk, 7));
+    PK(msgpack_pack_map(&pk, 8));
     PK(cache_pk_ku(&pk, "v", CACHE_TRIAL_VERSION));
     PK(cache_pk_kstr(&pk, "cand", t->cand));
     PK(cache_pk_kstr(&pk, "status", trial_status_names[t->status]));
@@ -338,6 +345,7 @@ int cache_trial_encode(const cache_trial *t, uint8_t **out, size_t *len, kt_err 
     PK(cache_pk_kf(&pk, "error", t->error));
     PK(cache_pk_kstr(&pk, "detail", detail));
     PK(cache_pk_ki(&pk, "ts", t->ts));
+    PK(cache_pk_ki(&pk, "ts_ms", t->ts_ms));
     if (cache_value_finish(&sb, out, len) < 0)
         goto oom;
     return 0;
@@ -560,7 +568,8 @@ static int baseline_field(int f, const msgpack_object *v, void *ctx, cache_dec *
 static const char *const record_fields[] = {
     "v",       "gpu",       "sig",     "shapes",  "precision",     "graph", "source", "cubin",
     "kernels", "workspace", "layouts", "family",  "schedule",      "time",  "verify", "baseline",
-    "ktune",   "nvrtc",     "created", "problem", "key_tolerance", "slots"};
+    "ktune",   "nvrtc",     "created", "problem", "key_tolerance", "slots", "signer"};
+#define SIGNER_FIELD 22 /* optional */
 
 /* "slots": [[inputs...], [outputs...]], each [dtype, [dims...]]. */
 static int get_slots(const msgpack_object *v, cache_record *r, cache_dec *d)
@@ -680,8 +689,10 @@ static int record_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
         return 0;
     case 20:
         return cache_get_f64(v, &r->key.tolerance, "key_tolerance", d);
-    default:
+    case 21:
         return get_slots(v, r, d);
+    default:
+        return cache_get_strdup(v, &r->signer, NULL, "signer", d);
     }
 }
 
@@ -693,8 +704,8 @@ int cache_record_decode(const void *buf, size_t len, cache_record *out, kt_err *
     msgpack_unpacked_init(&res);
     int rc = cache_value_unpack(buf, len, &res, "record", d);
     if (rc == 0)
-        rc = cache_decode_map(&res.data, record_fields, KT_ARRAY_LEN(record_fields), record_field,
-                              out, "record", d);
+        rc = cache_decode_map_opt(&res.data, record_fields, KT_ARRAY_LEN(record_fields),
+                                  1ull << SIGNER_FIELD, record_field, out, "record", d);
     cache_bound sorted[CACHE_MAX_SHAPES];
     if (rc == 0 && cache_key_sorted(&out->key, sorted, NULL) < 0)
         rc = BAD("record: its key parts are invalid");
@@ -707,7 +718,10 @@ int cache_record_decode(const void *buf, size_t len, cache_record *out, kt_err *
     return rc;
 }
 
-static const char *const trial_fields[] = {"v", "cand", "status", "time", "error", "detail", "ts"};
+static const char *const trial_fields[] = {"v",     "cand",   "status", "time",
+                                           "error", "detail", "ts",     "ts_ms"};
+/* Added after trials were written: absent in older entries, decoded as 0. */
+#define TRIAL_OPTIONAL (1ull << 7)
 
 static int trial_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
 {
@@ -728,8 +742,10 @@ static int trial_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
         return cache_get_f64(v, &t->error, "error", d);
     case 5:
         return cache_get_strbuf(v, t->detail, sizeof(t->detail), "detail", d);
-    default:
+    case 6:
         return cache_get_i64(v, INT64_MIN, INT64_MAX, &t->ts, "ts", d);
+    default:
+        return cache_get_i64(v, 0, INT64_MAX, &t->ts_ms, "ts_ms", d);
     }
 }
 
@@ -741,8 +757,8 @@ int cache_trial_decode(const void *buf, size_t len, cache_trial *out, kt_err *er
     msgpack_unpacked_init(&res);
     int rc = cache_value_unpack(buf, len, &res, "trial", &dec);
     if (rc == 0)
-        rc = cache_decode_map(&res.data, trial_fields, KT_ARRAY_LEN(trial_fields), trial_field, out,
-                              NULL, &dec);
+        rc = cache_decode_map_opt(&res.data, trial_fields, KT_ARRAY_LEN(trial_fields),
+                                  TRIAL_OPTIONAL, trial_field, out, NULL, &dec);
     kt_err why = {0}; /* what decodes must be what the encoder accepts (found by fuzz_record) */
     if (rc == 0 && check_trial(out, &why) < 0)
         rc = kt_err_set(err, -EBADMSG, "%s", why.msg);

@@ -143,6 +143,11 @@ typedef struct cache_record {
     char *ktune_version;   /* NULL encodes the running build's KTUNE_VERSION */
     int32_t nvrtc_version; /* nvrtcVersion() as major * 1000 + minor * 10 */
     int64_t created;       /* unix seconds */
+    /* Provenance of a record that came from a bundle (docs/formats.md, part 3): "ed25519:ID"
+     * (signed by that trusted key; ID: the first 8 bytes of its public key in hex), "untrusted
+     * ed25519:ID" or "unsigned" (accepted with --trust-unsigned); NULL for a record tuned here.
+     * Optional in the stored form: written only when set. */
+    char *signer;
 } cache_record;
 
 /* Zeroes *r (an empty, freeable record). */
@@ -176,6 +181,19 @@ int cache_record_set_problem(cache_record *r, const ops_graph *g, kt_err *err);
  * the record was tuned for [1024, 64] f32") when not; -ENOMEM. */
 int cache_record_check_problem(const cache_record *r, const ops_graph *g, kt_err *err);
 
+/* The physical floor of r (cache/floor.c): the least median time its bound problem can take on
+ * its GPU, from the device table (ops_device_find; a GPU not in the table gets the table's
+ * fastest entry): the compulsory DRAM traffic, each input read once and each output written once
+ * (the bytes of r's slots) less what twice the L2 can hold, at the memory bandwidth, and, when
+ * the bound graph g is at hand (may be NULL), its FLOPs (ops_graph_cost) at the fastest
+ * arithmetic rate, the larger of both, times CACHE_FLOOR_FACTOR. docs/formats.md (part 3)
+ * says why each term is a lower bound. */
+#define CACHE_FLOOR_FACTOR 0.5
+double cache_record_floor_ns(const cache_record *r, const ops_graph *g);
+/* 0, or -ERANGE when r's median time is below its floor (with both times and the GPU in err):
+ * the record is implausible and refused wherever it would enter a cache. */
+int cache_record_check_floor(const cache_record *r, const ops_graph *g, kt_err *err);
+
 /* True when the trailing checksum of a stored value matches its body. */
 bool cache_value_check(const void *buf, size_t len);
 
@@ -202,6 +220,7 @@ typedef struct cache_trial {
     double error;     /* normwise error against the reference, 0 when not verified */
     char detail[256]; /* one line: compiler message, fault name, ... ("" when none) */
     int64_t ts;       /* unix seconds */
+    int64_t ts_ms;    /* the same instant in unix milliseconds; 0 in entries written before it */
 } cache_trial;
 
 /* Stored form of a trial: msgpack map + SHA-256, as for records. *out is malloc'd. */

@@ -81,55 +81,74 @@ static const char check_help[] =
     "  -h, --help    show this help\n";
 
 static const char export_help[] =
-    "usage: ktune cache export FILE [--cache DIR] [--json]\n"
+    "usage: ktune cache export FILE [--cache DIR] [--keys DIR] [--json]\n"
     "\n"
     "Writes every kernel record (best and runner-ups, exact stored bytes) into the bundle FILE,\n"
-    "replaced atomically. Corrupt records are reported and left out. Trials and jobs are not\n"
-    "exported.\n"
+    "replaced atomically, signed with this host's Ed25519 key (KEYS/bundle-signing.key, made on\n"
+    "first export; give KEYS/bundle-signing.pub to the hosts that import). Corrupt and\n"
+    "implausible records are reported and left out. Trials and jobs are not exported.\n"
     "\n"
     "options:\n"
     "  --cache DIR   the cache directory (default: $KTUNE_CACHE, else " CACHE_DEFAULT_DIR ")\n"
-    "  --json        print {\"file\", \"records\"}\n"
+    "  --keys DIR    the key directory (default: $KTUNE_KEYS, else /etc/ktune for root, else\n"
+    "                $XDG_CONFIG_HOME/ktune or ~/.config/ktune): docs/operations.md, \"Bundle\n"
+    "                signatures\"\n"
+    "  --json        print {\"file\", \"records\", \"signer\"}\n"
     "  -h, --help    show this help\n";
 
 static const char import_help[] =
-    "usage: ktune cache import FILE [--cache DIR] [--json]\n"
+    "usage: ktune cache import FILE [--cache DIR] [--keys DIR] [--trust-unsigned] [--json]\n"
     "\n"
     "Restores the bundle FILE: every key in it gets exactly the bundle's records; other keys are\n"
-    "untouched. The whole file is checked first; a damaged bundle is refused with nothing\n"
-    "written. Creates the cache when missing. To keep the faster of both sides, use merge.\n"
+    "untouched. The whole file is checked first: a damaged bundle, one signed by a key not in\n"
+    "KEYS/trusted-keys/ (nor this host's own), an unsigned one, or one with a record faster than\n"
+    "its problem's physical floor is refused with nothing written. Records keep the signer.\n"
+    "Creates the cache when missing. To keep the faster of both sides, use merge.\n"
     "\n"
     "options:\n"
     "  --cache DIR   the cache directory (default: $KTUNE_CACHE, else " CACHE_DEFAULT_DIR ")\n"
+    "  --keys DIR    the key directory (default: $KTUNE_KEYS, else /etc/ktune for root, else\n"
+    "                $XDG_CONFIG_HOME/ktune or ~/.config/ktune): docs/operations.md, \"Bundle\n"
+    "                signatures\"\n"
+    "  --trust-unsigned  also accept an unsigned bundle or one signed by an unknown key\n"
+    "                (its records say so in their signer)\n"
     "  --json        print {\"file\", \"records\"}\n"
     "  -h, --help    show this help\n";
 
 static const char merge_help[] =
-    "usage: ktune cache merge SRC [--cache DIR] [--json]\n"
+    "usage: ktune cache merge SRC [--cache DIR] [--keys DIR] [--trust-unsigned] [--json]\n"
     "\n"
     "Merges SRC, a cache directory or a bundle file, into the cache in one transaction. Per key\n"
     "the records of both sides are ranked: faster median first, then smaller p90, then older,\n"
     "then smaller checksum; one record per schedule; best plus 3 runner-ups kept. Merging is\n"
-    "deterministic and idempotent: merging the same source again changes nothing. A damaged\n"
-    "bundle is refused; corrupt records of a source directory are reported and skipped.\n"
+    "deterministic and idempotent: merging the same source again changes nothing. A bundle is\n"
+    "checked and refused as by import (signature, damage, physical floor); a source directory\n"
+    "is the operator's own and needs no signature: its corrupt and implausible records are\n"
+    "reported and skipped.\n"
     "\n"
     "options:\n"
     "  --cache DIR   the cache directory (default: $KTUNE_CACHE, else " CACHE_DEFAULT_DIR ")\n"
-    "  --json        print {\"source\", \"read\", \"corrupt\", \"keys\", \"changed\"}\n"
+    "  --keys DIR    the key directory (default: $KTUNE_KEYS, else /etc/ktune for root, else\n"
+    "                $XDG_CONFIG_HOME/ktune or ~/.config/ktune): docs/operations.md, \"Bundle\n"
+    "                signatures\"\n"
+    "  --trust-unsigned  also accept an unsigned bundle or one signed by an unknown key\n"
+    "  --json        print {\"source\", \"read\", \"corrupt\", \"implausible\", \"keys\",\n"
+    "                \"changed\"}\n"
     "  -h, --help    show this help\n";
 
 typedef struct cache_args {
     char sub[16]; /* "cache ls", for usage errors */
     const char *dir;
     const char *operand; /* FILE or SRC */
-    bool json, all;
+    const char *keys;    /* --keys DIR, NULL: the default */
+    bool json, all, trust_unsigned;
     double timeout_s; /* check: 0 for the default */
 } cache_args;
 
 typedef struct subcommand {
     const char *name;
     const char *help;
-    bool needs_operand, has_all, has_timeout;
+    bool needs_operand, has_all, has_timeout, has_keys, has_trust;
     int (*run)(const cache_args *a);
 } subcommand;
 
@@ -148,6 +167,12 @@ static int parse(int argc, char **argv, const subcommand *sc, cache_args *a)
         } else if (sc->has_timeout && strcmp(arg, "--timeout") == 0) {
             if (++i == argc || (a->timeout_s = kt_parse_duration(argv[i])) <= 0)
                 return cli_usage_error(a->sub, "--timeout needs a duration (\"90\", \"10m\")");
+        } else if (sc->has_trust && strcmp(arg, "--trust-unsigned") == 0) {
+            a->trust_unsigned = true;
+        } else if (sc->has_keys && strcmp(arg, "--keys") == 0) {
+            if (++i == argc || !argv[i][0])
+                return cli_usage_error(a->sub, "--keys needs a directory");
+            a->keys = argv[i];
         } else if (strcmp(arg, "--cache") == 0) {
             if (++i == argc)
                 return cli_usage_error(a->sub, "--cache needs a directory");
@@ -312,17 +337,17 @@ static json_t *record_json(const cache_record *r, int rank)
     json_t *baseline =
         json_pack("{s:f, s:f}", "cublaslt_ns", r->cublaslt_ns, "naive_ns", r->naive_ns);
     /* "o" steals each reference, also when json_pack fails */
-    return json_pack("{s:i, s:o, s:s, s:o, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:I, "
-                     "s:I, s:I, s:s, s:i, s:I}",
-                     "rank", rank, "gpu", gpu, "signature", sig, "shapes", shapes, "precision",
-                     ops_precision_name(r->key.precision), "graph",
-                     r->graph_name ? r->graph_name : "", "family", r->family ? r->family : "",
-                     "schedule", r->schedule ? r->schedule : "", "time", time, "verify", verify,
-                     "baseline", baseline, "kernels", kernels, "layouts", layouts,
-                     "workspace_bytes", (json_int_t)r->workspace_bytes, "cubin_bytes",
-                     (json_int_t)r->cubin_len, "source_bytes", (json_int_t)r->source_len,
-                     "ktune_version", r->ktune_version ? r->ktune_version : "", "nvrtc_version",
-                     r->nvrtc_version, "created", (json_int_t)r->created);
+    return json_pack(
+        "{s:i, s:o, s:s, s:o, s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:I, "
+        "s:I, s:I, s:s, s:i, s:I, s:o}",
+        "rank", rank, "gpu", gpu, "signature", sig, "shapes", shapes, "precision",
+        ops_precision_name(r->key.precision), "graph", r->graph_name ? r->graph_name : "", "family",
+        r->family ? r->family : "", "schedule", r->schedule ? r->schedule : "", "time", time,
+        "verify", verify, "baseline", baseline, "kernels", kernels, "layouts", layouts,
+        "workspace_bytes", (json_int_t)r->workspace_bytes, "cubin_bytes", (json_int_t)r->cubin_len,
+        "source_bytes", (json_int_t)r->source_len, "ktune_version",
+        r->ktune_version ? r->ktune_version : "", "nvrtc_version", r->nvrtc_version, "created",
+        (json_int_t)r->created, "signer", r->signer ? json_string(r->signer) : json_null());
 }
 
 static int ls_cb(const cache_record *r, int rank, void *ctx)
@@ -479,14 +504,15 @@ static int run_check(const cache_args *a)
     if (a->json) {
         rc = cli_print_json(json_pack(
             "{s:s, s:s, s:b, s:b, s:s, s:s, s:i, s:I, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-            "s:I, s:I, s:I, s:I, s:f}",
+            "s:I, s:I, s:I, s:I, s:I, s:f}",
             "cache", a->dir, "verdict", cache_check_verdict_name(rep.verdict), "readable", readable,
             "writable", cache_check_writable(&rep), "what", rep.what, "first_bad", rep.first_bad,
             "signal", rep.signal, "txnid", (json_int_t)rep.txnid, "page_size", (int)rep.page_size,
             "file_bytes", (json_int_t)rep.file_bytes, "pages_used", (json_int_t)rep.pages_used,
             "tree_pages", (json_int_t)rep.tree_pages, "free_pages", (json_int_t)rep.free_pages,
             "records", (json_int_t)rep.records, "records_bad", (json_int_t)rep.records_bad,
-            "trials", (json_int_t)rep.trials, "trials_bad", (json_int_t)rep.trials_bad, "jobs",
+            "records_implausible", (json_int_t)rep.records_implausible, "trials",
+            (json_int_t)rep.trials, "trials_bad", (json_int_t)rep.trials_bad, "jobs",
             (json_int_t)rep.jobs, "jobs_bad", (json_int_t)rep.jobs_bad, "meta_bad",
             (json_int_t)rep.meta_bad, "overflow_bad", (json_int_t)rep.overflow_bad, "seconds",
             rep.seconds));
@@ -502,10 +528,11 @@ static int run_check(const cache_args *a)
                "free)\n",
                rep.txnid, rep.file_bytes, rep.pages_used, rep.page_size, rep.tree_pages,
                rep.free_pages);
-        printf("  records %zu (%zu bad), trials %zu (%zu bad), journal entries %zu (%zu bad), "
+        printf("  records %zu (%zu bad, %zu of them implausible), trials %zu (%zu bad), journal "
+               "entries %zu (%zu bad), "
                "meta values bad %zu, large values with a damaged header %zu\n",
-               rep.records, rep.records_bad, rep.trials, rep.trials_bad, rep.jobs, rep.jobs_bad,
-               rep.meta_bad, rep.overflow_bad);
+               rep.records, rep.records_bad, rep.records_implausible, rep.trials, rep.trials_bad,
+               rep.jobs, rep.jobs_bad, rep.meta_bad, rep.overflow_bad);
     }
     printf("  checked in %.3f s\n", rep.seconds);
     if (rep.verdict == CACHE_CHECK_DAMAGED_STRUCTURE && readable)
@@ -528,6 +555,43 @@ static int run_check(const cache_args *a)
 
 /* ---- export / import / merge ---- */
 
+/* The key directory: --keys, $KTUNE_KEYS, /etc/ktune for root (ktuned's configuration
+ * directory), else $XDG_CONFIG_HOME/ktune or ~/.config/ktune. */
+static const char *keys_dir(const cache_args *a, char *buf, size_t cap)
+{
+    const char *env = getenv("KTUNE_KEYS");
+    if (a->keys)
+        return a->keys;
+    if (env && env[0])
+        return env;
+    if (geteuid() == 0)
+        return "/etc/ktune";
+    const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0])
+        snprintf(buf, cap, "%s/ktune", xdg);
+    else
+        snprintf(buf, cap, "%s/.config/ktune", home && home[0] ? home : ".");
+    return buf;
+}
+
+/* Trusted: every KEYS/trusted-keys/NAME.pub, and this host's own public key. */
+static int load_trust(const cache_args *a, cache_trust *t, char *where, size_t cap)
+{
+    char buf[4096], own[4200];
+    const char *dir = keys_dir(a, buf, sizeof(buf));
+    snprintf(where, cap, "%s/" CACHE_TRUSTED_DIR, dir);
+    t->where = where;
+    t->trust_unsigned = a->trust_unsigned;
+    kt_err err = {0};
+    if (cache_trust_add_dir(t, where, &err) < 0)
+        return cli_error("%s", err.msg);
+    snprintf(own, sizeof(own), "%s/" CACHE_SIGN_PUBLIC_FILE, dir);
+    uint8_t pk[CACHE_SIGN_PUBLIC_BYTES];
+    if (cache_public_key_read(own, pk, NULL) == 0 && cache_trust_add(t, pk) < 0)
+        return cli_error("out of memory");
+    return CLI_OK;
+}
+
 static int run_export(const cache_args *a)
 {
     cache_env *env = NULL;
@@ -536,26 +600,49 @@ static int run_export(const cache_args *a)
         return rc;
     size_t n = 0;
     kt_err err = {0};
-    rc = cache_export(env, a->operand, &n, &err);
+    char buf[4096];
+    const char *dir = keys_dir(a, buf, sizeof(buf));
+    cache_signer key;
+    bool created = false;
+    if ((rc = cache_signer_open(dir, true, &key, &created, &err)) < 0) {
+        cache_close(env);
+        return cli_error("cannot load or make the bundle signing key: %s", err.msg);
+    }
+    char id[CACHE_KEY_ID_LEN];
+    cache_key_id(key.pk, id);
+    rc = cache_export(env, a->operand, &key, &n, &err);
+    cache_signer_clear(&key);
     cache_close(env);
     if (rc < 0)
         return cli_error("%s", err.msg);
+    if (created)
+        fprintf(stderr,
+                "ktune: made the bundle signing key %s in %s; hosts that import these bundles "
+                "trust it by holding a copy of %s/" CACHE_SIGN_PUBLIC_FILE
+                " in their trusted-keys directory\n",
+                id, dir, dir);
     if (a->json)
-        return cli_print_json(json_pack("{s:s, s:s, s:I}", "cache", a->dir, "file", a->operand,
-                                        "records", (json_int_t)n));
-    printf("exported %zu record%s from %s to %s\n", n, n == 1 ? "" : "s", a->dir, a->operand);
+        return cli_print_json(json_pack("{s:s, s:s, s:I, s:s}", "cache", a->dir, "file", a->operand,
+                                        "records", (json_int_t)n, "signer", id));
+    printf("exported %zu record%s from %s to %s, signed by %s\n", n, n == 1 ? "" : "s", a->dir,
+           a->operand, id);
     return CLI_OK;
 }
 
 static int run_import(const cache_args *a)
 {
+    cache_trust trust = {0};
+    char where[4200];
+    int rc = load_trust(a, &trust, where, sizeof(where));
     cache_env *env = NULL;
-    int rc = open_cache(a, 0, &env);
-    if (rc)
+    if (rc || (rc = open_cache(a, 0, &env))) {
+        cache_trust_free(&trust);
         return rc;
+    }
     size_t n = 0;
     kt_err err = {0};
-    rc = cache_import(env, a->operand, &n, &err);
+    rc = cache_import(env, a->operand, &trust, &n, &err);
+    cache_trust_free(&trust);
     cache_close(env);
     if (rc < 0)
         return cli_error("%s", err.msg);
@@ -573,36 +660,43 @@ static int run_merge(const cache_args *a)
     if (stat(a->operand, &sb) == 0 && S_ISDIR(sb.st_mode) &&
         (rc = check_before_open(a->operand, false)))
         return rc;
+    cache_trust trust = {0};
+    char where[4200];
     cache_env *env = NULL;
-    rc = open_cache(a, 0, &env);
-    if (rc)
+    if ((rc = load_trust(a, &trust, where, sizeof(where))) || (rc = open_cache(a, 0, &env))) {
+        cache_trust_free(&trust);
         return rc;
+    }
     cache_merge_stats st = {0};
     kt_err err = {0};
-    rc = cache_merge(env, a->operand, &st, &err);
+    rc = cache_merge(env, a->operand, &trust, &st, &err);
+    cache_trust_free(&trust);
     cache_close(env);
     if (rc < 0)
         return cli_error("%s", err.msg);
     if (a->json)
-        return cli_print_json(json_pack("{s:s, s:s, s:I, s:I, s:I, s:I}", "cache", a->dir, "source",
-                                        a->operand, "read", (json_int_t)st.read, "corrupt",
-                                        (json_int_t)st.corrupt, "keys", (json_int_t)st.keys,
+        return cli_print_json(json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "cache", a->dir,
+                                        "source", a->operand, "read", (json_int_t)st.read,
+                                        "corrupt", (json_int_t)st.corrupt, "implausible",
+                                        (json_int_t)st.implausible, "keys", (json_int_t)st.keys,
                                         "changed", (json_int_t)st.changed));
     printf("merged %s into %s: %zu records read, %zu keys, %zu changed", a->operand, a->dir,
            st.read, st.keys, st.changed);
     if (st.corrupt)
         printf(", %zu corrupt skipped", st.corrupt);
+    if (st.implausible)
+        printf(", %zu implausible skipped", st.implausible);
     printf("\n");
     return CLI_OK;
 }
 
 static const subcommand subcommands[] = {
-    {"ls", ls_help, false, true, false, run_ls},
-    {"stats", stats_help, false, false, false, run_stats},
-    {"check", check_help, false, false, true, run_check},
-    {"export", export_help, true, false, false, run_export},
-    {"import", import_help, true, false, false, run_import},
-    {"merge", merge_help, true, false, false, run_merge},
+    {"ls", ls_help, false, true, false, false, false, run_ls},
+    {"stats", stats_help, false, false, false, false, false, run_stats},
+    {"check", check_help, false, false, true, false, false, run_check},
+    {"export", export_help, true, false, false, true, false, run_export},
+    {"import", import_help, true, false, false, true, true, run_import},
+    {"merge", merge_help, true, false, false, true, true, run_merge},
 };
 
 int cli_cache(int argc, char **argv)

@@ -82,6 +82,7 @@ json_t *cli_job_json(const ktune_job *j)
     json_object_set_new(o, "failures", f);
     json_object_set_new(o, "compile_s", json_real(j->compile_s));
     json_object_set_new(o, "measure_s", json_real(j->measure_s));
+    json_object_set_new(o, "owner", j->owner >= 0 ? json_integer(j->owner) : json_null());
     return o;
 }
 
@@ -122,6 +123,8 @@ void cli_print_job_result(const ktune_job *j)
     if (j->gpu >= 0)
         printf(", gpu %d", j->gpu);
     printf(", priority %d, budget %.0f s\n", j->priority, j->budget_s);
+    if (j->owner >= 0)
+        printf("owner      uid %lld\n", (long long)j->owner);
     fmt_time(j->submitted, sub, sizeof(sub));
     fmt_time(j->started, start, sizeof(start));
     fmt_time(j->finished, fin, sizeof(fin));

@@ -331,7 +331,7 @@ static int tune_local(cli_graph_args *pa, tune_args *pta)
     char store[4096];
     snprintf(store, sizeof(store), "%s/cubins", ta.cache_dir);
     if (cache_open(ta.cache_dir, 0, NULL, &cache, &err) < 0) {
-        rc = cli_error("cache %s: %s", ta.cache_dir, err.msg);
+        rc = cli_error("%s", err.msg); /* cache_open names the directory */
         goto out;
     }
     progress_ctx pc = {.tty = !a.json && isatty(2)};

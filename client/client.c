@@ -542,6 +542,7 @@ static int decode_job(const msgpack_object *o, ktune_job *j, ktune_error *err)
     d_failures(&d, o, "failures", j);
     d_f64(&d, o, "compile_s", &j->compile_s);
     d_f64(&d, o, "measure_s", &j->measure_s);
+    d_i64(&d, o, "owner", &j->owner, -1);
     return d.rc;
 }
 

@@ -145,6 +145,9 @@ typedef struct ktune_job {
         int count;
     } failures[8];
     double compile_s, measure_s;
+    /* The uid that submitted the job (appended likewise): only it, root and ktuned's admin group
+     * may cancel it. -1 from a daemon that does not say. */
+    int64_t owner;
 } ktune_job;
 
 typedef struct ktune_submit_opts {
@@ -235,13 +238,16 @@ typedef struct ktune_runtime ktune_runtime;
  * Needs only read access to the directory: without write access to its lock file, readers run
  * lock-free and every record's checksum still guards what is served. libcuda is loaded on the
  * first lookup, not here.
- * The first open of a cache file in a process checks the file's LMDB structure in a forked child
- * process (its pages: a damaged page would otherwise crash this process in a later lookup; about
- * 60 ms for 100 000 records, docs/RELIABILITY.md) and refuses a damaged cache with -EBADMSG and a
- * line naming the damage and the repair (docs/operations.md, "A damaged cache"). The child touches
- * only the file, LMDB and libc and ends with _exit; the caller must not reap children it did not
- * start. Set KTUNE_CACHE_CHECK=0 in the environment to skip the check (a process that must not
- * fork); when the check cannot run (fork fails), the cache is opened unchecked with a warning. */
+ * The first open of a cache file in a process checks the file's LMDB structure in a child process
+ * (its pages: a damaged page would otherwise crash this process in a later lookup; about 60 ms
+ * for 100 000 records, docs/RELIABILITY.md) and refuses a damaged cache with -EBADMSG and a line
+ * naming the damage and the repair (docs/operations.md, "A damaged cache"). The child is the
+ * program ktune-cache-check, started with posix_spawn (this process is not forked: its threads,
+ * locks and memory stay out of it; found beside libktune or the program, in the libexec
+ * directory, or at $KTUNE_CACHE_CHECKER); the caller must not reap children it did not start. Set
+ * KTUNE_CACHE_CHECK=0 in the environment to skip the check (a process that must not start
+ * processes); when the check cannot run (no helper, spawn fails), the cache is opened unchecked
+ * with a warning. */
 KTUNE_EXPORT int ktune_runtime_open(const char *cache_dir, ktune_runtime **out, ktune_error *err);
 /* Unloads every module and closes the cache. Kernels from this runtime become invalid. */
 KTUNE_EXPORT void ktune_runtime_close(ktune_runtime *rt);
@@ -261,13 +267,14 @@ typedef struct ktune_kernel ktune_kernel;
  * context (the device's primary context when none is current: the one PyTorch uses). Only
  * records verified within the default tolerance of the graph's dtypes and precision, and tuned
  * for this very problem (the bound graph's problem digest and, slot by slot, its input and
- * output shapes: docs/formats.md, Part 2) are served. Exact fingerprint first; then a compatible record (see ktune_match), flagged in *match (may
- * be NULL). A record whose checksum or verification field is wrong is never served, nor one
- * that does not fit the graph (an argument or output slot it lacks, a workspace range past its
- * size). Loading checks the cubin's ELF tables against its stored length and each launch's
- * arguments against the kernel's parameters (count and sizes): -EBADMSG when they disagree.
- * -ENOENT when there is nothing for that key; -ENODEV when there is no driver or device.
- * Repeated lookups of the same key and context return the same kernel from memory. */
+ * output shapes: docs/formats.md, Part 2) are served. Exact fingerprint first; then a compatible
+ * record (see ktune_match), flagged in *match (may be NULL). A record whose checksum or
+ * verification field is wrong is never served, nor one that does not fit the graph (an argument or
+ * output slot it lacks, a workspace range past its size). Loading checks the cubin's ELF tables
+ * against its stored length and each launch's arguments against the kernel's parameters (count and
+ * sizes): -EBADMSG when they disagree. -ENOENT when there is nothing for that key; -ENODEV when
+ * there is no driver or device. Repeated lookups of the same key and context return the same kernel
+ * from memory. */
 KTUNE_EXPORT int ktune_lookup(ktune_runtime *rt, const ktune_graph *g, const ktune_shape *shapes,
                               int n_shapes, const char *precision, int device, ktune_kernel **out,
                               ktune_match *match, ktune_error *err);

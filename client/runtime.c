@@ -1210,8 +1210,9 @@ pop:;
 /* The structural check at open (cache_check, docs/operations.md "A damaged cache"): LMDB trusts
  * its pages, so a damaged B-tree page would crash the user's process on a later lookup. Each
  * version of a cache file (device, inode, size and modification time of data.mdb: a file restored
- * or written since is checked again) is checked once per process, in a forked child; only sound
- * results are remembered. RT_CHECK_ENV=0 turns it off for processes that must not fork. */
+ * or written since is checked again) is checked once per process, by a spawned ktune-cache-check
+ * (no fork of this process: PyTorch's threads and gigabytes stay out of it); only sound results
+ * are remembered. RT_CHECK_ENV=0 turns it off for processes that must not start a process. */
 #define RT_CHECK_ENV "KTUNE_CACHE_CHECK"
 #define RT_CHECK_MAX 16 /* cache files remembered as checked */
 

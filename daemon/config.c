@@ -5,6 +5,7 @@
 #include "ktune_config.h"
 
 #include <ctype.h>
+#include <grp.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +163,23 @@ static int set_tolerance_max(kd_config *c, const char *v, char *why, size_t len)
     return 0;
 }
 
+/* A group name, or a numeric gid; the name is looked up now, so a typo stops the start. */
+static int set_admin_group(kd_config *c, const char *v, char *why, size_t len)
+{
+    long gid = -1;
+    if (!v[0] || strlen(v) >= sizeof(c->admin_group))
+        return snprintf(why, len, "expected a group name or gid"), -1;
+    struct group *gr = getgrnam(v);
+    if (gr)
+        gid = (long)gr->gr_gid;
+    else if (!parse_int(v, 0, (long)UINT32_MAX - 1, &gid))
+        return snprintf(why, len, "no group '%s' (getent group %s)", v, v), -1;
+    c->admin_set = true;
+    c->admin_gid = (gid_t)gid;
+    memcpy(c->admin_group, v, strlen(v) + 1);
+    return 0;
+}
+
 static const kd_option options[] = {
     {"socket", set_socket, "PATH",
      "listen here (default: $KTUNE_SOCKET, else " KD_DEFAULT_SOCKET
@@ -179,6 +197,8 @@ static const kd_option options[] = {
     {"budget-max", set_budget_max, "T", "largest budget a job may ask for (default 24h)"},
     {"tolerance-max-factor", set_tolerance_max, "F",
      "how many times its dtype's default tolerance a job may ask for (default 10)"},
+    {"admin-group", set_admin_group, "GROUP",
+     "members may cancel any user's job and submit above priority 0 (default: root only)"},
 };
 
 static const kd_option *find_option(const char *name, size_t len)

@@ -4,6 +4,8 @@
 
 #include "ops/util.h"
 
+#include <sys/types.h>
+
 #define KD_DEFAULT_SOCKET        "/run/ktune/ktuned.sock"
 #define KD_DEFAULT_CACHE         "/var/lib/ktune/cache"
 #define KD_DEFAULT_CONFIG        "/etc/ktune/ktuned.conf"
@@ -27,6 +29,11 @@ typedef struct kd_config {
     int log_level; /* KT_LOG_* */
     double budget_max_s;
     double tolerance_max_factor; /* how far above its dtype's default a job's tolerance may go */
+    /* members may cancel any job and submit above the default priority (docs/protocol.md,
+     * "Ownership"); root and ktuned's own uid always may */
+    bool admin_set;
+    gid_t admin_gid;
+    char admin_group[64]; /* as configured, for messages */
 } kd_config;
 
 enum kd_config_result {

@@ -72,9 +72,24 @@ static void failures_from_journal(kd_job *kj)
                 kj->failures[s] = kj->j.failures[i].count;
 }
 
-/* Writes kj to the journal. A failure is logged here; the job goes on in memory. */
+/* A running job's elapsed_s by the daemon's clock: at least the time since its attempt began
+ * (progress reports come from the search's own clock, which starts a little later). */
+static void bring_elapsed_up(kd_job *kj)
+{
+    double e = kj->elapsed0 + (kd_now() - kj->run_t0);
+    if (e > kj->j.elapsed_s)
+        kj->j.elapsed_s = e;
+}
+
+/* Writes kj to the journal. A failure is logged here; the job goes on in memory. A running
+ * job's elapsed_s is written with the wall time it is as of (elapsed_at_ms), so a restart after
+ * a crash can add what its trial log shows since (resumed_time). */
 static int save(kd_daemon *d, kd_job *kj)
 {
+    if (kj->j.state == CACHE_JOB_RUNNING && kj->slot >= 0) {
+        bring_elapsed_up(kj);
+        kj->j.elapsed_at_ms = kd_wall_ms();
+    }
     failures_to_journal(kj);
     kt_err err = {0};
     int rc = cache_job_put(d->cache, &kj->j, &err);
@@ -131,6 +146,7 @@ int kd_jobs_load(kd_daemon *d, kt_err *err)
         kd_job *kj = d->jobs[i];
         if (kj->j.state == CACHE_JOB_RUNNING) {
             kj->j.state = CACHE_JOB_QUEUED;
+            kj->crashed = true; /* its time since the last save is in its trial log */
             save(d, kj);
             resumed++;
         }
@@ -232,6 +248,12 @@ static bool same_job(const cache_job *j, const kd_submit *s)
            j->tolerance == s->tolerance && j->gpu == s->gpu;
 }
 
+/* May c act on kj as its owner (cancel it, change its priority)? */
+static bool may_manage(const kd_job *kj, const kd_conn *c)
+{
+    return c->admin || c->uid == kj->j.owner;
+}
+
 int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined, kt_err *err)
 {
     for (size_t i = d->n_jobs; i-- > 0;) {
@@ -239,12 +261,18 @@ int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined,
         cache_job_state st = kj->j.state;
         if (st == CACHE_JOB_FAILED || st == CACHE_JOB_CANCELLED || !same_job(&kj->j, s))
             continue;
-        if (s->priority > kj->j.priority && st != CACHE_JOB_DONE) {
+        /* joining raises the priority only for the owner or an admin: another user's
+         * duplicate must not reorder the queue through someone else's job */
+        if (s->priority > kj->j.priority && st != CACHE_JOB_DONE && may_manage(kj, s->by)) {
+            kt_log_info(KD_LOG_JOBS, "job %" PRIu64 ": priority %d -> %d by uid %u", kj->j.id,
+                        (int)kj->j.priority, s->priority, (unsigned)s->by->uid);
             kj->j.priority = s->priority;
             save(d, kj);
         }
-        kt_log_info(KD_LOG_JOBS, "submission of %s joins job %" PRIu64 " (%s)", KT_ESC(s->name),
-                    kj->j.id, cache_job_state_name(st));
+        kt_log_info(KD_LOG_JOBS,
+                    "submission of %s by uid %u joins job %" PRIu64 " (%s, owner uid %u)",
+                    KT_ESC(s->name), (unsigned)s->by->uid, kj->j.id, cache_job_state_name(st),
+                    (unsigned)kj->j.owner);
         *out = kj;
         *joined = true;
         return 0;
@@ -267,6 +295,7 @@ int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined,
     j->tolerance = s->tolerance;
     j->budget_s = s->budget_s;
     j->submitted = kd_wall();
+    j->owner = (uint32_t)s->by->uid;
     void *graph = NULL;
     int rc = ops_graph_to_msgpack(s->graph, &graph, &j->graph_len);
     j->graph = graph;
@@ -285,8 +314,8 @@ int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined,
         return kt_err_set(err, -ENOMEM, "submit: out of memory");
     }
     d->next_id++;
-    kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " %s queued (priority %d, budget %.0f s)", j->id,
-                KT_ESC(j->name), (int)j->priority, j->budget_s);
+    kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " %s queued for uid %u (priority %d, budget %.0f s)",
+                j->id, KT_ESC(j->name), (unsigned)j->owner, (int)j->priority, j->budget_s);
     *out = kj;
     *joined = false;
     kd_jobs_schedule(d);
@@ -304,22 +333,35 @@ static void finish(kd_daemon *d, kd_job *kj, cache_job_state st)
     send_end(kj);
 }
 
-int kd_jobs_cancel(kd_daemon *d, kd_job *kj, kt_err *err)
+int kd_jobs_cancel(kd_daemon *d, kd_job *kj, const kd_conn *c, kt_err *err)
 {
+    unsigned uid = (unsigned)c->uid, owner = (unsigned)kj->j.owner;
+    if (!may_manage(kj, c)) {
+        kt_log_warn(KD_LOG_JOBS, "uid %u may not cancel job %" PRIu64 " of uid %u", uid, kj->j.id,
+                    owner);
+        return kt_err_set(err, -EPERM,
+                          "cancel: job %" PRIu64 " belongs to uid %u; only its owner, root or "
+                          "the admin group may cancel it (uid %u)",
+                          kj->j.id, owner, uid);
+    }
     if (kd_job_finished(kj))
         return kt_err_set(err, -EINVAL, "cancel: job %" PRIu64 " is already %s", kj->j.id,
                           cache_job_state_name(kj->j.state));
     if (kj->j.state == CACHE_JOB_QUEUED) {
-        snprintf(kj->j.error, sizeof(kj->j.error), "cancelled while queued");
+        snprintf(kj->j.error, sizeof(kj->j.error), "cancelled while queued by uid %u", uid);
         finish(d, kj, CACHE_JOB_CANCELLED);
-        kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " cancelled while queued", kj->j.id);
+        kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " of uid %u cancelled while queued by uid %u",
+                    kj->j.id, owner, uid);
         kd_daemon_changed(d);
         return 0;
     }
     kj->stop = KD_STOP_CANCEL;
+    kj->cancel_by = c->uid;
     if (kj->slot >= 0)
         kd_gpu_cancel(d, kj->slot);
-    kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " cancelling after its candidate in flight", kj->j.id);
+    kt_log_info(KD_LOG_JOBS,
+                "job %" PRIu64 " of uid %u cancelling after its candidate in flight (by uid %u)",
+                kj->j.id, owner, uid);
     return 0;
 }
 
@@ -336,6 +378,64 @@ void kd_jobs_stop_all(kd_daemon *d)
 }
 
 /* ---- placement ---- */
+
+typedef struct last_trial {
+    int64_t after_ms, last_ms;
+} last_trial;
+
+static int last_trial_cb(const cache_trial *t, void *ctx)
+{
+    last_trial *l = ctx;
+    int64_t ms = t->ts_ms > 0 ? t->ts_ms : t->ts * 1000; /* entries from before ts_ms */
+    if (ms > l->last_ms)
+        l->last_ms = ms;
+    return 0;
+}
+
+/* A job that was running when the daemon died (SIGKILL, crash, power loss) lost the time since
+ * its journal entry was last written (KD_SAVE_PERIOD_S, and more when the daemon was killed
+ * sooner than that after a restart: a crash loop lost nearly all of it). Its trial log is
+ * written as each candidate ends, so the latest trial logged after the entry's elapsed_at_ms
+ * marks how long that attempt ran at least: that span is added. The time the daemon was down
+ * is not the job's and is not counted. Trials are read under the fingerprint of every GPU up
+ * now (the job may have run on another model before the restart). */
+static void resumed_time(kd_daemon *d, kd_job *kj)
+{
+    cache_job *j = &kj->j;
+    if (j->elapsed_at_ms <= 0) /* journaled before elapsed_at_ms existed */
+        return;
+    cache_key k;
+    memset(&k, 0, sizeof(k));
+    memcpy(k.sig, j->sig, OPS_SIG_BYTES);
+    memcpy(k.problem, j->problem, OPS_SIG_BYTES);
+    k.n_shapes = j->n_shapes;
+    memcpy(k.shapes, j->shapes, sizeof(cache_bound) * (size_t)j->n_shapes);
+    k.precision = j->precision;
+    k.tolerance = j->tolerance;
+    last_trial l = {j->elapsed_at_ms, j->elapsed_at_ms};
+    for (int s = 0; s < d->n_gpus; s++) {
+        kd_gpu_state st = d->gpus[s].state;
+        bool seen = st != KD_GPU_IDLE && st != KD_GPU_BUSY; /* fingerprint unknown */
+        for (int t = 0; t < s && !seen; t++)
+            seen = memcmp(&d->gpus[t].fp, &d->gpus[s].fp, sizeof(cache_gpu)) == 0;
+        if (seen)
+            continue;
+        k.gpu = d->gpus[s].fp;
+        kt_err err = {0};
+        if (cache_trial_foreach(d->cache, &k, last_trial_cb, &l, &err) < 0)
+            kt_log_warn(KD_LOG_JOBS, "job %" PRIu64 ": cannot read its trial log: %s", j->id,
+                        err.msg);
+    }
+    double lost = (double)(l.last_ms - l.after_ms) / 1000.0;
+    if (lost <= 0)
+        return;
+    kt_log_info(KD_LOG_JOBS,
+                "job %" PRIu64 ": %.1f s of trials logged after its last journal save, counted "
+                "(elapsed %.1f -> %.1f s of %.0f s)",
+                j->id, lost, j->elapsed_s, j->elapsed_s + lost, j->budget_s);
+    j->elapsed_s += lost;
+    j->elapsed_at_ms = l.last_ms;
+}
 
 static bool better(const kd_job *a, const kd_job *b)
 {
@@ -367,8 +467,13 @@ void kd_jobs_schedule(kd_daemon *d)
         best->j.state = CACHE_JOB_RUNNING;
         if (!best->j.started)
             best->j.started = kd_wall();
+        if (best->crashed) {
+            resumed_time(d, best);
+            best->crashed = false;
+        }
         best->slot = s;
         best->ran_on = g->index;
+        best->run_t0 = kd_now();
         best->elapsed0 = best->j.elapsed_s;
         best->compile0 = best->j.compile_s;
         best->measure0 = best->j.measure_s;
@@ -407,7 +512,9 @@ void kd_jobs_on_progress(kd_daemon *d, int slot, uint64_t job, const srch_tune_p
     kj->j.resumed = p->resumed;
     kj->j.best_ns = p->best_ns > 0 ? p->best_ns : 0;
     kj->j.baseline_ns = p->baseline_ns > 0 ? p->baseline_ns : 0;
-    kj->j.elapsed_s = kj->elapsed0 + (p->elapsed_s > 0 ? p->elapsed_s : 0);
+    double e = kj->elapsed0 + (p->elapsed_s > 0 ? p->elapsed_s : 0);
+    if (e > kj->j.elapsed_s) /* save() may have counted from the attempt's start already */
+        kj->j.elapsed_s = e;
     kj->j.compile_s = kj->compile0 + (p->compile_s > 0 ? p->compile_s : 0);
     kj->j.measure_s = kj->measure0 + (p->measure_s > 0 ? p->measure_s : 0);
     memcpy(kj->failures, p->failures, sizeof(kj->failures));
@@ -468,7 +575,9 @@ void kd_jobs_on_finish(kd_daemon *d, int slot, uint64_t job, int rc, const char 
     kj->slot = -1;
     kj->phase[0] = '\0';
     if (res) {
-        kj->j.elapsed_s = kj->elapsed0 + res->seconds;
+        bring_elapsed_up(kj);
+        if (kj->elapsed0 + res->seconds > kj->j.elapsed_s)
+            kj->j.elapsed_s = kj->elapsed0 + res->seconds;
         kj->j.compile_s = kj->compile0 + (res->compile_s > 0 ? res->compile_s : 0);
         kj->j.measure_s = kj->measure0 + (res->measure_s > 0 ? res->measure_s : 0);
         if (rc == 0 || res->trials > 0)
@@ -483,9 +592,11 @@ void kd_jobs_on_finish(kd_daemon *d, int slot, uint64_t job, int rc, const char 
                     kj->j.record ? "record cached" : "no record", kj->j.trials, kj->j.elapsed_s,
                     kj->j.error[0] ? ": " : "", kj->j.error);
     } else if (rc == -ECANCELED && stop == KD_STOP_CANCEL) {
-        snprintf(kj->j.error, sizeof(kj->j.error), "cancelled after %d trials", kj->j.trials);
+        snprintf(kj->j.error, sizeof(kj->j.error), "cancelled after %d trials by uid %u",
+                 kj->j.trials, (unsigned)kj->cancel_by);
         finish(d, kj, CACHE_JOB_CANCELLED);
-        kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " cancelled after %d trials", id, kj->j.trials);
+        kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " of uid %u cancelled after %d trials by uid %u",
+                    id, (unsigned)kj->j.owner, kj->j.trials, (unsigned)kj->cancel_by);
     } else if ((rc == -ECANCELED && stop == KD_STOP_SHUTDOWN) || rc == -ENODEV) {
         /* back to the queue: the next start (or another GPU) resumes it from its trial log */
         kj->j.state = CACHE_JOB_QUEUED;

@@ -48,6 +48,7 @@ struct kd_conn {
     pid_t pid;
     uid_t uid;
     gid_t gid;
+    bool admin;  /* root, ktuned's own uid, or a member of the admin group: may act on any job */
     uint8_t *rx; /* bytes read and not yet consumed: the current message starts at rx + rx_off */
     size_t rx_off, rx_len, rx_cap;
     kd_scan scan;
@@ -209,7 +210,7 @@ typedef struct kd_watch {
 } kd_watch;
 
 struct kd_job {
-    cache_job j;    /* what the journal holds; j.graph owned */
+    cache_job j;    /* what the journal holds; j.graph owned; j.owner the submitter's uid */
     char phase[16]; /* while running: the search phase */
     int failures[SRCH_STATUS_COUNT];
     kd_watch *watches;
@@ -219,9 +220,13 @@ struct kd_job {
     double elapsed0; /* elapsed_s when the current attempt started */
     double compile0; /* j.compile_s when the current attempt started (the cost sums attempts) */
     double measure0; /* j.measure_s then */
+    double run_t0;   /* monotonic time the current attempt started */
+    bool crashed;    /* was running when the daemon stopped without saving it: on its next start,
+                      * elapsed_s is brought up to its trial log (jobs.c, resumed_time) */
     kd_stop stop;
-    int slot;   /* index in d->gpus running it, -1 */
-    int ran_on; /* CUDA index of the GPU running it or that ran it (this process), -1 */
+    uid_t cancel_by; /* who set stop to KD_STOP_CANCEL, for the log */
+    int slot;        /* index in d->gpus running it, -1 */
+    int ran_on;      /* CUDA index of the GPU running it or that ran it (this process), -1 */
 };
 
 /* A submission, checked by the submit handler. graph is borrowed. */
@@ -235,6 +240,7 @@ typedef struct kd_submit {
     double budget_s, tolerance; /* tolerance 0: the default (also when asked by its value) */
     int priority, gpu;
     char name[64];
+    const kd_conn *by; /* the submitter: the job's owner, and whether it may raise a priority */
 } kd_submit;
 
 /* Loads the journal: every job into memory, `running` ones back to `queued`. */
@@ -243,8 +249,9 @@ void kd_jobs_free(kd_daemon *d);
 kd_job *kd_jobs_find(kd_daemon *d, uint64_t id);
 /* Joins an identical queued/running/done job, or creates one (journal written before return). */
 int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined, kt_err *err);
-/* queued -> cancelled now; running -> its cancel flag. -EINVAL when already finished. */
-int kd_jobs_cancel(kd_daemon *d, kd_job *j, kt_err *err);
+/* queued -> cancelled now; running -> its cancel flag. -EPERM unless c owns the job or is an
+ * admin (kd_conn.admin); -EINVAL when already finished. */
+int kd_jobs_cancel(kd_daemon *d, kd_job *j, const kd_conn *c, kt_err *err);
 /* Hands the best queued jobs to idle GPUs. */
 void kd_jobs_schedule(kd_daemon *d);
 void kd_jobs_count(const kd_daemon *d, int counts[CACHE_JOB_STATE_COUNT]);
@@ -417,8 +424,9 @@ struct kd_daemon {
     char status[256]; /* last STATUS= sent */
 };
 
-double kd_now(void);   /* monotonic seconds */
-int64_t kd_wall(void); /* unix seconds */
+double kd_now(void);      /* monotonic seconds */
+int64_t kd_wall(void);    /* unix seconds */
+int64_t kd_wall_ms(void); /* unix milliseconds */
 /* Begins the shutdown (signal); idempotent. */
 void kd_daemon_stop(kd_daemon *d, const char *why);
 /* Called as GPU threads exit during shutdown: finishes once all have. */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define FD_RESERVE 256 /* descriptors kept for the cache, workers, compile pools, logs */
@@ -32,6 +33,13 @@ double kd_now(void)
 int64_t kd_wall(void)
 {
     return (int64_t)time(NULL);
+}
+
+int64_t kd_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 void kd_daemon_changed(kd_daemon *d)
@@ -192,6 +200,28 @@ static int check_cache(const char *dir, kt_err *err)
     return 0;
 }
 
+/* The job journal (names, graphs, shapes) is for the socket's group only: a cache made before
+ * ktuned created it 0750/0640 (cache_open) loses its "other" bits, the directory first (which
+ * alone keeps others out), then its files. docs/operations.md, "Permissions". */
+static void restrict_cache(const char *dir)
+{
+    static const char *const names[] = {"", "/data.mdb", "/lock.mdb"};
+    for (size_t i = 0; i < KT_ARRAY_LEN(names); i++) {
+        char path[KD_PATH_MAX + 16];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s%s", dir, names[i]);
+        if (stat(path, &st) < 0 || !(st.st_mode & 0007))
+            continue;
+        mode_t mode = st.st_mode & 07770;
+        if (chmod(path, mode) < 0)
+            kt_log_warn(KD_LOG_MAIN, "%s is readable by every user and chmod %04o failed: %s", path,
+                        (unsigned)mode, strerror(errno));
+        else
+            kt_log_info(KD_LOG_MAIN, "%s: mode %04o -> %04o (not readable by other users)", path,
+                        (unsigned)(st.st_mode & 07777), (unsigned)mode);
+    }
+}
+
 static int start(kd_daemon *d, kt_err *err)
 {
     int rc;
@@ -199,6 +229,7 @@ static int start(kd_daemon *d, kt_err *err)
         return rc;
     if ((rc = cache_open(d->cfg->cache, 0, NULL, &d->cache, err)) < 0)
         return rc;
+    restrict_cache(d->cfg->cache);
     if ((rc = kd_jobs_load(d, err)) < 0 || (rc = kd_events_init(d, err)) < 0)
         return rc;
     if ((rc = kd_memo_new(KD_MEMO_ENTRIES, KD_MEMO_BYTES, &d->memo)) < 0)

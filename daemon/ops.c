@@ -304,6 +304,19 @@ static int op_submit(kd_req *r)
     s.tolerance = p->tolerance;
     s.priority = (int)priority;
     s.gpu = (int)gpu;
+    s.by = r->c;
+    /* above the default, a job runs before everyone else's: only an admin may ask for that */
+    if (s.priority > 0 && !r->c->admin) {
+        kt_log_warn(KD_LOG_JOBS,
+                    "uid %u may not submit at priority %d (only root or the admin "
+                    "group may go above 0)",
+                    (unsigned)r->c->uid, s.priority);
+        rc = kd_fail(r, -EPERM,
+                     "'priority' %d: only root%s%s may submit above the default 0 (uid %u)",
+                     s.priority, d->cfg->admin_set ? " or members of group " : "",
+                     d->cfg->admin_set ? d->cfg->admin_group : "", (unsigned)r->c->uid);
+        goto out;
+    }
     /* somewhere to run it: a GPU that is up, or still starting */
     bool any = false;
     for (int i = 0; i < d->n_gpus; i++)
@@ -359,7 +372,7 @@ static int op_cancel(kd_req *r)
 {
     kd_job *kj = NULL;
     int rc = arg_job(r, &kj);
-    if (rc < 0 || (rc = kd_jobs_cancel(r->d, kj, &r->err)) < 0)
+    if (rc < 0 || (rc = kd_jobs_cancel(r->d, kj, r->c, &r->err)) < 0)
         return rc;
     kd_pack_job(kd_field(r, "job"), kj);
     return 0;

@@ -56,8 +56,9 @@ void kd_pack_job(msgpack_packer *pk, const kd_job *kj)
     int nfail = 0;
     for (int s = 1; s < SRCH_STATUS_COUNT; s++)
         nfail += kj->failures[s] > 0;
-    msgpack_pack_map(pk, 28);
+    msgpack_pack_map(pk, 29);
     kd_pack_kuint(pk, "job", j->id);
+    kd_pack_kuint(pk, "owner", j->owner);
     kd_pack_kstr(pk, "name", j->name);
     kd_pack_kstr(pk, "state", cache_job_state_name(j->state));
     kd_pack_kint(pk, "priority", j->priority);

@@ -75,6 +75,33 @@ static void set_access(const char *path)
 
 static void on_connection(uv_stream_t *server, int status);
 
+/* May the peer act on any job (docs/protocol.md, "Ownership")? Root, ktuned's own uid, and
+ * members of the admin group: its gid, or one of its supplementary groups as the kernel had
+ * them at connect(2) (SO_PEERGROUPS). A peer whose groups cannot be read is not an admin. */
+static bool is_admin(const kd_daemon *d, int fd, const struct ucred *cred)
+{
+    if (cred->uid == 0 || cred->uid == geteuid())
+        return true;
+    if (!d->cfg->admin_set)
+        return false;
+    if (cred->gid == d->cfg->admin_gid)
+        return true;
+    gid_t few[64], *groups = few;
+    socklen_t len = sizeof(few);
+    int rc = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len);
+    if (rc < 0 && errno == ERANGE && (groups = malloc(len ? len : 1))) /* len: what it needs */
+        rc = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len);
+    bool member = false;
+    if (rc < 0)
+        kt_log_warn(KD_LOG_SERVER, "pid %d uid %u: cannot read its groups (SO_PEERGROUPS): %s",
+                    (int)cred->pid, (unsigned)cred->uid, groups ? strerror(errno) : "no memory");
+    for (size_t i = 0; rc == 0 && i < len / sizeof(gid_t); i++)
+        member |= groups[i] == d->cfg->admin_gid;
+    if (groups != few)
+        free(groups);
+    return member;
+}
+
 int kd_server_listen(kd_daemon *d, kt_err *err)
 {
     const char *path = d->cfg->socket;
@@ -577,8 +604,10 @@ static void on_connection(uv_stream_t *server, int status)
         c->pid = cred.pid;
         c->uid = cred.uid;
         c->gid = cred.gid;
+        c->admin = is_admin(d, fd, &cred);
     }
-    kt_log_info(KD_LOG_SERVER, "connection %llu from pid %d uid %u gid %u",
-                (unsigned long long)c->serial, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid);
+    kt_log_info(KD_LOG_SERVER, "connection %llu from pid %d uid %u gid %u%s",
+                (unsigned long long)c->serial, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid,
+                c->admin ? " (admin)" : "");
     update_reading(c);
 }

@@ -84,6 +84,11 @@ typedef struct ops_device {
 
 /* The lent H100 of MEASURE.md (sm_90a, 132 SMs, 227 KiB opt-in shared memory per block). */
 void ops_device_h100(ops_device *dev);
+/* The lent H200: the H100's compute with HBM3e (4.19 TB/s measured copy bandwidth). */
+void ops_device_h200(ops_device *dev);
+/* The device table: the entry whose name is exactly name (cuDeviceGetName's), 0; for a name not
+ * in it (or NULL), the table's fastest entry by memory bandwidth and -ENOENT. */
+int ops_device_find(const char *name, ops_device *dev);
 
 typedef enum ops_arg_kind {
     OPS_ARG_TENSOR,    /* a graph tensor's device pointer */

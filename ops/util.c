@@ -1,7 +1,11 @@
 #include "util.h"
 
+#include "ktune_config.h"
+
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +204,71 @@ char *kt_strdup(const char *s)
     return s ? strdup(s) : NULL;
 }
 
+static bool is_executable(const char *path)
+{
+    return path && path[0] && access(path, X_OK) == 0;
+}
+
+/* The directory of path (a file's path) into dir; false when it has none. */
+static bool dir_of(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash || (size_t)(slash - path) >= cap)
+        return false;
+    memcpy(dir, path, (size_t)(slash - path));
+    dir[slash - path] = '\0';
+    return true;
+}
+
+int kt_find_exe(const char *given, const char *env_var, const char *name, char **out, kt_err *err)
+{
+    if (given) {
+        if (!is_executable(given))
+            return kt_err_set(err, -ENOENT, "%s: %s is not an executable file", name, given);
+        return (*out = kt_strdup(given)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
+    }
+    const char *env = getenv(env_var);
+    if (env && env[0]) {
+        if (!is_executable(env))
+            return kt_err_set(err, -ENOENT, "$%s=%s is not an executable file", env_var, env);
+        return (*out = kt_strdup(env)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
+    }
+    /* where to look from: the running program, and the file holding this code when that is a
+     * shared library another program loaded */
+    char bases[2][PATH_MAX];
+    int n_bases = 0;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        if (dir_of(self, bases[n_bases], sizeof(bases[0])))
+            n_bases++;
+    }
+    Dl_info info;
+    char lib[PATH_MAX];
+    if (dladdr((void *)kt_find_exe, &info) && info.dli_fname && realpath(info.dli_fname, lib) &&
+        dir_of(lib, bases[n_bases], sizeof(bases[0])) &&
+        (n_bases == 0 || strcmp(bases[0], bases[n_bases]) != 0))
+        n_bases++;
+    static const char *const rel[] = {"/", "/../search/", "/../cache/", "/../libexec/", "/../bin/"};
+    char path[PATH_MAX + 64];
+    for (int b = 0; b < n_bases; b++)
+        for (size_t i = 0; i < KT_ARRAY_LEN(rel); i++) {
+            if (snprintf(path, sizeof(path), "%s%s%s", bases[b], rel[i], name) >= (int)sizeof(path))
+                continue;
+            if (is_executable(path))
+                return (*out = kt_strdup(path)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
+        }
+    if (snprintf(path, sizeof(path), "%s/%s", KTUNE_LIBEXECDIR, name) < (int)sizeof(path) &&
+        is_executable(path))
+        return (*out = kt_strdup(path)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
+    return kt_err_set(
+        err, -ENOENT,
+        "cannot find %s next to %s (nor in ../search, ../cache, ../libexec, ../bin, %s); "
+        "set $%s",
+        name, n_bases ? bases[0] : "this program", KTUNE_LIBEXECDIR, env_var);
+}
+
 int kt_read_file(const char *path, size_t max, char **out, size_t *len, kt_err *err)
 {
     *out = NULL;
@@ -355,19 +424,23 @@ int kt_atomic_begin(kt_atomic_file *f, const char *path, unsigned mode, kt_err *
     return rc;
 }
 
-int kt_atomic_commit(kt_atomic_file *f, kt_err *err)
+static int atomic_commit(kt_atomic_file *f, bool replace, kt_err *err)
 {
     KT_REQUIRE(f->fd >= 0);
     int rc = fsync(f->fd) < 0 ? -errno : 0;
     if (close(f->fd) < 0 && rc == 0)
         rc = -errno;
     f->fd = -1;
-    if (rc == 0 && rename(f->tmp, f->path) < 0)
+    if (rc == 0 && replace && rename(f->tmp, f->path) < 0)
         rc = -errno;
-    if (rc < 0) {
+    if (rc == 0 && !replace && link(f->tmp, f->path) < 0)
+        rc = -errno;
+    if (!replace || rc < 0)
         unlink(f->tmp);
+    if (rc == -EEXIST && !replace)
+        return kt_err_set(err, rc, "%s: made by another process meanwhile", f->path);
+    if (rc < 0)
         return kt_err_set(err, rc, "%s: cannot write: %s", f->path, strerror(-rc));
-    }
     /* The rename is durable once the directory is. */
     const char *slash = strrchr(f->path, '/');
     char dir[4096];
@@ -381,6 +454,16 @@ int kt_atomic_commit(kt_atomic_file *f, kt_err *err)
     if (dfd >= 0)
         close(dfd);
     return rc;
+}
+
+int kt_atomic_commit(kt_atomic_file *f, kt_err *err)
+{
+    return atomic_commit(f, true, err);
+}
+
+int kt_atomic_commit_new(kt_atomic_file *f, kt_err *err)
+{
+    return atomic_commit(f, false, err);
 }
 
 void kt_atomic_abort(kt_atomic_file *f)

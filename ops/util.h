@@ -90,6 +90,13 @@ int kt_grow(void *items, size_t *cap, size_t need, size_t elem_size);
 /* strdup that returns NULL on NULL input; NULL on allocation failure otherwise. */
 char *kt_strdup(const char *s);
 
+/* Finds one of ktune's helper executables (ktune-worker, ktune-nvrtc, ktune-cache-check): given
+ * when not NULL; else $env_var; else name next to the running program or to the binary holding
+ * this code (libktune.so, loaded by Python), or in ../search, ../cache (the build tree) or
+ * ../libexec or ../bin beside either; else in the configured libexec directory (an install). 0 with
+ * *out malloc'd, or -ENOENT/-ENOMEM with the reason in err. Any thread. */
+int kt_find_exe(const char *given, const char *env_var, const char *name, char **out, kt_err *err);
+
 /* Reads the whole regular file at path, of at most max bytes, into a malloc'd, NUL-terminated
  * buffer; the caller frees *out. Anything but a regular file (directory, FIFO, device) is
  * refused (-EISDIR, -EINVAL) before reading, and so is a file over max bytes (-EFBIG), both by
@@ -120,6 +127,10 @@ typedef struct kt_atomic_file {
 int kt_atomic_begin(kt_atomic_file *f, const char *path, unsigned mode, kt_err *err);
 int kt_atomic_commit(kt_atomic_file *f, kt_err *err);
 void kt_atomic_abort(kt_atomic_file *f);
+/* kt_atomic_commit for a file that must not replace another: links the temporary file to the
+ * target (which fails when it exists) instead of renaming it over. -EEXIST, with the temporary
+ * file removed and the target untouched, when another process made the target first. */
+int kt_atomic_commit_new(kt_atomic_file *f, kt_err *err);
 /* The whole of data into path, through the three calls above. */
 int kt_write_file(const char *path, const void *data, size_t len, unsigned mode, kt_err *err);
 

@@ -395,53 +395,13 @@ static void worker_stop(pool_worker *w)
     }
 }
 
-static bool is_executable(const char *path)
-{
-    return path && path[0] && access(path, X_OK) == 0;
-}
-
-int srch_find_exe(const char *given, const char *env_var, const char *name, char **out, kt_err *err)
-{
-    if (given) {
-        if (!is_executable(given))
-            return kt_err_set(err, -ENOENT, "%s: %s is not an executable file", name, given);
-        return (*out = kt_strdup(given)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
-    }
-    const char *env = getenv(env_var);
-    if (env && env[0]) {
-        if (!is_executable(env))
-            return kt_err_set(err, -ENOENT, "$%s=%s is not an executable file", env_var, env);
-        return (*out = kt_strdup(env)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
-    }
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0)
-        return kt_err_set(err, -ENOENT, "cannot find %s: /proc/self/exe unreadable; set $%s", name,
-                          env_var);
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash)
-        *slash = '\0';
-    static const char *const rel[] = {"/", "/../search/", "/../libexec/"};
-    char path[PATH_MAX + 64];
-    for (size_t i = 0; i < KT_ARRAY_LEN(rel); i++) {
-        snprintf(path, sizeof(path), "%s%s%s", self, rel[i], name);
-        if (is_executable(path))
-            return (*out = kt_strdup(path)) ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
-    }
-    return kt_err_set(err, -ENOENT,
-                      "cannot find %s next to %s (nor in ../search, ../libexec); set $%s", name,
-                      self, env_var);
-}
-
 int srch_pool_new(const srch_pool_opts *opts, srch_pool **out, kt_err *err)
 {
     srch_pool *p = calloc(1, sizeof(*p));
     if (!p)
         return kt_err_set(err, -ENOMEM, "out of memory creating the compile pool");
     snprintf(p->arch, sizeof(p->arch), "%s", opts->arch ? opts->arch : "sm_90a");
-    int frc =
-        srch_find_exe(opts->compiler, SRCH_COMPILER_ENV, SRCH_COMPILER_NAME, &p->compiler, err);
+    int frc = kt_find_exe(opts->compiler, SRCH_COMPILER_ENV, SRCH_COMPILER_NAME, &p->compiler, err);
     if (frc < 0) {
         free(p);
         return frc;

@@ -22,19 +22,13 @@ typedef struct srch_pool_opts {
     int jobs;              /* worker processes; <= 0 means one per online CPU */
     double timeout_s;      /* per compile; <= 0 means 60 s */
     const char *store_dir; /* content-addressed cubin store, or NULL for none */
-    const char *compiler;  /* the ktune-nvrtc executable; NULL: srch_find_exe's lookup */
+    const char *compiler;  /* the ktune-nvrtc executable; NULL: kt_find_exe's lookup */
 } srch_pool_opts;
 
 /* The compile server each pool process runs (search/nvrtc_main.c, `ktune-nvrtc ARCH` with its
  * socket as fd 3); $KTUNE_NVRTC overrides the lookup. */
 #define SRCH_COMPILER_NAME "ktune-nvrtc"
 #define SRCH_COMPILER_ENV  "KTUNE_NVRTC"
-
-/* Finds a helper executable: given when not NULL; else $env_var; else name next to the running
- * binary, in ../search (the build tree) or ../libexec (an install). 0 with *out malloc'd, or
- * -ENOENT/-ENOMEM with the reason in err. */
-int srch_find_exe(const char *given, const char *env_var, const char *name, char **out,
-                  kt_err *err);
 
 /* The compile server's loop on fd (until its peer closes it): NVRTC compiles for arch. */
 _Noreturn void srch_compile_serve(int fd, const char *arch);

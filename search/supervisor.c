@@ -72,7 +72,7 @@ static double now_s(void)
  * build/search/ktune-worker); <dir>/../libexec/ktune-worker (an install under a prefix). */
 static int find_worker(const char *given, char **out, kt_err *err)
 {
-    return srch_find_exe(given, ENV_WORKER, WORKER_EXE_NAME, out, err);
+    return kt_find_exe(given, ENV_WORKER, WORKER_EXE_NAME, out, err);
 }
 
 /* ---- process management ---- */

@@ -139,6 +139,16 @@ static cache_trial_status trial_status(srch_status s)
     }
 }
 
+/* The trial's wall-clock time, in seconds and milliseconds: the daemon accounts a job's time
+ * across crashes from the latest of these (daemon/jobs.c). */
+static void stamp(cache_trial *t)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    t->ts = (int64_t)ts.tv_sec;
+    t->ts_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* The trial entry's status has five classes; the detail keeps ours. Failures are written as
  * "<class>: <reason>"; verified ones as "p10=... p90=... reps=... max=... rel=... kpr=...
  * hot|cold", which is what a resumed job needs to rank them and to write their record. */
@@ -149,7 +159,7 @@ static void trial_from(const cand *c, cache_trial *t)
     t->status = trial_status(c->status);
     t->time_ns = c->status == SRCH_OK || c->status == SRCH_WRONG ? c->time.median_ns : 0;
     t->error = isfinite(c->err_norm) ? c->err_norm : 1e300;
-    t->ts = (int64_t)time(NULL);
+    stamp(t);
     if (c->status == SRCH_OK)
         snprintf(t->detail, sizeof(t->detail),
                  "p10=%.12g p90=%.12g reps=%d max=%.6g rel=%.6g kpr=%d %s", c->time.p10_ns,
@@ -1705,7 +1715,7 @@ static int check_record(tune *t, const cache_record *rec, int64_t ci, srch_eval_
         snprintf(tr.cand, sizeof(tr.cand), "%s", id);
         tr.status = trial_status(res->status);
         tr.error = isfinite(res->err_norm) ? res->err_norm : 1e300;
-        tr.ts = (int64_t)time(NULL);
+        stamp(&tr);
         if (res->status == SRCH_OK)
             snprintf(tr.detail, sizeof(tr.detail), "assembled max=%.17g",
                      isfinite(res->err_max) ? res->err_max : 1e300);
@@ -1849,6 +1859,19 @@ static int record_partition(tune *t, int p, bool *stored, double *err_norm, char
         rec.verified = true;
         rec.err_norm = res.err_norm;
         rec.err_max = res.err_max;
+        /* The floor's FLOP term needs the graph, which only tuning has (cache_put checks the
+         * traffic term): a time no GPU can reach is a timing fault, never a record. */
+        kt_err ferr = {0};
+        if (cache_record_check_floor(&rec, t->s->g, &ferr) < 0) {
+            kt_log_warn(TAG, "record %s refused: %s", rec.schedule, ferr.msg);
+            if (q == 0)
+                snprintf(why, why_len, "the record of %.80s was refused: %.100s", rec.schedule,
+                         ferr.msg);
+            cache_record_free(&rec);
+            if (q == 0)
+                goto set_aside;
+            continue;
+        }
         int rank = -1;
         rc = cache_put(t->cache, &rec, &rank, err);
         if (rc == 0 && rank < 0)

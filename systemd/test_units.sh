@@ -4,10 +4,12 @@
 #      or /bin/true before the daemon is built) with ktuned.socket: exit 0 and nothing printed
 #      (verify only warns about unknown keys and bad values, so a warning fails here);
 #   2. the installed service differs from the verified copy in ExecStart only;
-#   3. every DeviceAllow= is a literal /dev path or a char-/block- group, with rwm flags;
+#   3. every DeviceAllow= is a literal /dev path or a char-/block- group, with rwm flags; UMask
+#      and StateDirectoryMode keep other users out, and `systemd-analyze security` rates the
+#      unit's exposure 2.7 or better (where --offline is supported);
 #   4. systemd-sysusers into a scratch root creates user and group ktune without a login shell;
-#   5. systemd-tmpfiles into that root creates /etc/ktune, /var/lib/ktune{,/cache} owned by ktune
-#      and copies the sample configuration (as root only: it chowns);
+#   5. systemd-tmpfiles into that root creates /etc/ktune (0755), /var/lib/ktune{,/cache} owned
+#      by ktune, 0750, and copies the sample configuration (as root only: it chowns);
 #   6. the sample configuration names exactly ktuned's options (`ktuned --help`), when built.
 # Exit 77 (skip) when systemd-analyze is not installed.
 # usage: test_units.sh TEST_SERVICE INSTALL_SERVICE SOCKET SYSUSERS TMPFILES SAMPLE [KTUNED]
@@ -82,6 +84,23 @@ done < <(sed -n 's/^DeviceAllow=//p' "$test_service")
 grep -qx 'DevicePolicy=closed' "$test_service" && ok "DevicePolicy=closed" ||
   bad "DevicePolicy is not closed"
 
+# 3b. what the service creates is not readable by other users (the job journal is in the cache)
+grep -qx 'UMask=0027' "$test_service" && grep -qx 'StateDirectoryMode=0750' "$test_service" &&
+  ok "UMask=0027, StateDirectoryMode=0750" || bad "UMask or StateDirectoryMode lets others read"
+if out=$(cd "$tmp/units" && systemd-analyze security --offline=yes ktuned.service 2>&1); then
+  score=$(sed -n 's/.*Overall exposure level for ktuned.service: \([0-9.]*\).*/\1/p' <<<"$out")
+  # 2.7 before UMask=0027 too (systemd 252): no worse, and files no longer world-readable
+  # (group-readable is meant: deploy-time programs of group ktune read the cache)
+  if [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 2.7) }' &&
+    ! grep 'UMask=' <<<"$out" | grep -q 'world-readable'; then
+    ok "systemd-analyze security: exposure $score"
+  else
+    bad "systemd-analyze security: exposure '${score}' (at most 2.7), $(grep 'UMask=' <<<"$out")"
+  fi
+else
+  echo "skip security: systemd-analyze security --offline is not supported here"
+fi
+
 # 4. sysusers into a scratch root
 root="$tmp/root"
 mkdir -p "$root/etc" "$root/usr/share/ktune"
@@ -108,13 +127,14 @@ if command -v systemd-tmpfiles >/dev/null && [ "$(id -u)" -eq 0 ] && [ -n "${use
   if systemd-tmpfiles --root="$root" --create "$tmpfiles" >"$tmp/tmpfiles.log" 2>&1; then
     uid=$(cut -d: -f3 <<<"$user")
     good=1
-    for d in etc/ktune:0 var/lib/ktune:$uid var/lib/ktune/cache:$uid; do
-      p=$root/${d%%:*}
-      [ -d "$p" ] && [ "$(stat -c %u "$p")" = "${d##*:}" ] && [ "$(stat -c %a "$p")" = 755 ] ||
-        { bad "tmpfiles: ${d%%:*}: $(stat -c '%U %a' "$p" 2>&1)"; good=0; }
+    for d in etc/ktune:0:755 var/lib/ktune:$uid:750 var/lib/ktune/cache:$uid:750; do
+      IFS=: read -r rel owner mode <<<"$d"
+      p=$root/$rel
+      [ -d "$p" ] && [ "$(stat -c %u "$p")" = "$owner" ] && [ "$(stat -c %a "$p")" = "$mode" ] ||
+        { bad "tmpfiles: $rel: $(stat -c '%U %a' "$p" 2>&1), expected uid $owner mode $mode"; good=0; }
     done
     cmp -s "$sample" "$root/etc/ktune/ktuned.conf" || { bad "tmpfiles: no ktuned.conf copy"; good=0; }
-    [ $good -eq 1 ] && ok "tmpfiles: /etc/ktune, /var/lib/ktune/cache (uid $uid), ktuned.conf"
+    [ $good -eq 1 ] && ok "tmpfiles: /etc/ktune, /var/lib/ktune/cache (uid $uid, 0750), ktuned.conf"
   else
     bad "systemd-tmpfiles: $(cat "$tmp/tmpfiles.log")"
   fi

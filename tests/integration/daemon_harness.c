@@ -102,9 +102,20 @@ static void child_exec(const dh_daemon *d, const dh_opts *o, const char *bin, co
                     (char *)worker,
                     "--compile-jobs",
                     jobs,
-                    o->log_level ? "--log-level" : NULL,
-                    (char *)o->log_level,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL,
                     NULL};
+    int n = 11; /* after --compile-jobs N */
+    if (o->log_level) {
+        argv[n++] = "--log-level";
+        argv[n++] = (char *)o->log_level;
+    }
+    for (int i = 0; i < 4 && o->args[i]; i++)
+        argv[n++] = (char *)o->args[i];
     execv(bin, argv);
     fprintf(stderr, "harness: exec %s: %s\n", bin, strerror(errno));
     _exit(127);

@@ -432,6 +432,10 @@ static void test_export_target_kinds(void **state)
         snprintf(p[i], sizeof(p[i]), "%s/%s", t, names[i]);
     const char *fifo = p[1], *target = p[2], *link = p[3], *dir = p[4], *old = p[5], *fresh = p[6],
                *dev = p[7];
+    /* the signing key goes into a directory of the test's, not this host's /etc/ktune */
+    char keys[64];
+    make_tmp(keys, sizeof(keys));
+    setenv("KTUNE_KEYS", keys, 1);
 
     assert_int_equal(mkfifo(fifo, 0644), 0);
     run_result *r = RUN("cache", "export", fifo, "--cache", cache);
@@ -488,6 +492,8 @@ static void test_export_target_kinds(void **state)
     }
     expect_entries(t, names, n_names);
     rm_tree(t);
+    rm_tree(keys);
+    unsetenv("KTUNE_KEYS");
 }
 
 /* `compile --emit DIR` writes each source the same way: what is at a candidate's name in DIR

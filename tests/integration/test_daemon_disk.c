@@ -10,6 +10,11 @@
  *   - after the filler is removed, the same job submitted again finishes with a record,
  *     resuming from the trials logged before the disk filled;
  *   - every stored value passes its checksum and decodes, and LMDB opens read-write.
+ * And (issue 16) caches opened on a disk that is already full, with the real programs: creating a
+ * new cache (ktuned, `ktune tune --local`, `ktune cache merge`) fails with "No space left on
+ * device" (it was a SIGBUS: LMDB stores into its sparse lock file through a map) and leaves no
+ * half-made file behind; a sound cache lacking only lock.mdb is read (`cache ls`, `cache check`
+ * say ok) and refused by writers with the same words, never called damaged, its bytes unchanged.
  * Exit 77 when no mount namespace can be made (not root and no user namespaces). */
 #include "daemon_harness.h"
 #include "drill_util.h"
@@ -93,6 +98,22 @@ static int setup(void **state)
     return dh_start(&daemon_, &o, 30.0);
 }
 
+/* The disk without a daemon (test_full_disk_at_open starts the programs itself). */
+static int setup_bare(void **state)
+{
+    (void)state;
+    if (dh_init(&daemon_, "disk-open") < 0)
+        return -1;
+    snprintf(disk, sizeof(disk), "%.250s/disk", daemon_.root);
+    if (mkdir(disk, 0755) < 0 ||
+        mount("none", disk, "tmpfs", MS_NOSUID | MS_NODEV, "size=" DISK_BYTES) < 0) {
+        fprintf(stderr, "cannot mount a tmpfs on %s: %s\n", disk, strerror(errno));
+        return -1;
+    }
+    snprintf(filler, sizeof(filler), "%s/filler", disk);
+    return 0;
+}
+
 static int teardown(void **state)
 {
     (void)state;
@@ -102,6 +123,7 @@ static int teardown(void **state)
         umount2(disk, MNT_DETACH);
     dh_cleanup(&daemon_);
     free(graph_mp);
+    graph_mp = NULL;
     return 0;
 }
 
@@ -280,6 +302,97 @@ static void test_full_disk(void **state)
         fail_msg("the resubmitted job resumed nothing from the trial log");
 }
 
+/* Runs argv; fails the test unless it exited (no signal) with status want and, when want is not
+ * 0, said "No space left on device" and not "damaged" in one line. */
+static void expect_run(char *const argv[], int want, const char *what)
+{
+    int st = 0;
+    char out[4096];
+    assert_int_equal(drill_run(argv, -1, -1, 30.0 * dh_scale(), &st, out, sizeof(out)), 0);
+    if (!WIFEXITED(st))
+        fail_msg("%s: killed by signal %d (%s); said: %s", what, WTERMSIG(st),
+                 strsignal(WTERMSIG(st)), out);
+    if (WEXITSTATUS(st) != want)
+        fail_msg("%s: exit %d, expected %d; said: %s", what, WEXITSTATUS(st), want, out);
+    if (want != 0 && (!names_full_disk(out) || strstr(out, "damaged")))
+        fail_msg("%s: expected a line naming the full disk (and no 'damaged'); said: %s", what,
+                 out);
+    print_message("%s: exit %d: %s", what, WEXITSTATUS(st), want ? out : "\n");
+}
+
+static char *read_all(const char *path, size_t *len)
+{
+    char *text = NULL;
+    assert_int_equal(kt_read_file(path, (size_t)64 << 20, &text, len, NULL), 0);
+    return text;
+}
+
+static void test_full_disk_at_open(void **state)
+{
+    (void)state;
+    const char *ktune = getenv("KTUNE_BIN"), *ktuned = getenv("KTUNED_BIN");
+    const char *fake = getenv("KTUNE_FAKE_WORKER"), *root = getenv("KTUNE_SOURCE_ROOT");
+    if (!ktune || !ktuned || !fake || !root)
+        fail_msg("KTUNE_BIN, KTUNED_BIN, KTUNE_FAKE_WORKER and KTUNE_SOURCE_ROOT must be set");
+    setenv("KTUNE_WORKER", fake, 1); /* for tune --local */
+    char src[300], sound[300], fresh[300], sock[300], graph[600], data[320], lock[320];
+    snprintf(src, sizeof(src), "%.250s/src", daemon_.root);
+    snprintf(sound, sizeof(sound), "%.250s/sound", disk);
+    snprintf(fresh, sizeof(fresh), "%.250s/new", disk);
+    snprintf(sock, sizeof(sock), "%.250s/k.sock", daemon_.root);
+    snprintf(graph, sizeof(graph), "%.500s/examples/gelu_tanh_chain.json", root);
+    snprintf(data, sizeof(data), "%s/data.mdb", sound);
+    snprintf(lock, sizeof(lock), "%s/lock.mdb", sound);
+    /* a sound cache outside the disk (a merge source) and one on it, whose lock file goes */
+    cache_env *env = NULL;
+    kt_err e = {0};
+    assert_int_equal(cache_open(src, 0, NULL, &env, &e), 0);
+    cache_close(env);
+    assert_int_equal(cache_open(sound, 0, NULL, &env, &e), 0);
+    cache_close(env);
+    assert_int_equal(unlink(lock), 0);
+    size_t len0 = 0, len1 = 0;
+    char *before = read_all(data, &len0);
+    size_t filled = fill_disk();
+    print_message("disk full (%zu bytes of filler)\n", filled);
+
+    /* a new cache: every writer says so and leaves nothing half made */
+    char *merge_new[] = {(char *)ktune, "cache", "merge", src, "--cache", fresh, NULL};
+    expect_run(merge_new, 1, "ktune cache merge into a new cache");
+    char *daemon_new[] = {(char *)ktuned, "--socket", sock, "--cache", fresh, "--config",
+                          "/dev/null", "--gpus", "0", NULL};
+    expect_run(daemon_new, 1, "ktuned on a new cache");
+    char *tune_new[] = {(char *)ktune, "tune", "--local", graph, "--shape", "M=64,N=256",
+                        "--budget", "5s", "--cache", fresh, NULL};
+    expect_run(tune_new, 1, "ktune tune --local into a new cache");
+    char fresh_data[320];
+    snprintf(fresh_data, sizeof(fresh_data), "%s/data.mdb", fresh);
+    assert_int_equal(access(fresh_data, F_OK), -1);
+
+    /* a sound cache lacking only lock.mdb: readable, refused by writers, never "damaged" */
+    char *ls[] = {(char *)ktune, "cache", "ls", "--cache", sound, NULL};
+    expect_run(ls, 0, "ktune cache ls");
+    char *check[] = {(char *)ktune, "cache", "check", "--cache", sound, NULL};
+    expect_run(check, 0, "ktune cache check");
+    char *merge_sound[] = {(char *)ktune, "cache", "merge", src, "--cache", sound, NULL};
+    expect_run(merge_sound, 1, "ktune cache merge into it");
+    char *daemon_sound[] = {(char *)ktuned, "--socket", sock, "--cache", sound, "--config",
+                            "/dev/null", "--gpus", "0", NULL};
+    expect_run(daemon_sound, 1, "ktuned on it");
+    char *after = read_all(data, &len1);
+    assert_true(len0 == len1 && memcmp(before, after, len0) == 0);
+    free(before);
+    free(after);
+
+    /* space again: both work */
+    assert_int_equal(unlink(filler), 0);
+    expect_run(merge_new, 0, "ktune cache merge into a new cache, with space");
+    expect_run(merge_sound, 0, "ktune cache merge into the sound cache, with space");
+    drill_cache_report cr;
+    assert_int_equal(drill_cache_check(sound, &cr), 0);
+    assert_int_equal(drill_cache_check(fresh, &cr), 0);
+}
+
 int main(void)
 {
     int rc = enter_mount_ns();
@@ -291,6 +404,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_full_disk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_disk_at_open, setup_bare, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

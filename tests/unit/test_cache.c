@@ -11,6 +11,11 @@
 
 #include "test_cache_util.h"
 
+#include "cache/internal.h" /* CACHE_LOCK_FILE_BYTES */
+
+#include <dirent.h>
+#include <sys/stat.h>
+
 typedef struct fixture {
     char *dir;
     cache_env *env;
@@ -94,6 +99,22 @@ static void test_open_creates_databases_and_schema(void **state)
     assert_string_equal(cache_path(f->env), f->dir);
     cache_close(f->env);
     f->env = NULL;
+    /* the lock file's blocks are reserved at the size LMDB uses (internal.h: else a full disk
+     * makes LMDB's first store into it a SIGBUS); a changed LMDB layout shows here */
+    char path[1200];
+    snprintf(path, sizeof(path), "%s/lock.mdb", f->dir);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_size, CACHE_LOCK_FILE_BYTES);
+    /* created whole in a private directory and moved in: nothing of it is left */
+    DIR *listing = opendir(f->dir);
+    assert_non_null(listing);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(listing));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            entries++;
+    closedir(listing);
+    assert_int_equal(entries, 2); /* data.mdb, lock.mdb */
     assert_int_equal(raw_schema(f->dir), CACHE_SCHEMA_VERSION);
     const char *dbs[] = {"kernels", "trials", "jobs", "meta"};
     for (int i = 0; i < 4; i++) {

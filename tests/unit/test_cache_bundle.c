@@ -9,6 +9,10 @@
 
 #include "test_cache_util.h"
 
+/* The exporting host's key, trusted by the importing side. */
+static cache_signer signer;
+static cache_trust trust;
+
 typedef struct fixture {
     char *root;
     char dirs[4][512];
@@ -18,6 +22,8 @@ typedef struct fixture {
 
 static int setup(void **state)
 {
+    if (cache_signer_generate(&signer, NULL) != 0 || cache_trust_add(&trust, signer.pk) != 0)
+        return -1;
     fixture *f = calloc(1, sizeof(*f));
     f->root = tmpdir_new();
     if (!f->root)
@@ -44,6 +50,8 @@ static int teardown(void **state)
         cache_close(f->env[i]);
     tmpdir_free(f->root);
     free(f);
+    cache_trust_free(&trust);
+    cache_signer_clear(&signer);
     return 0;
 }
 
@@ -90,7 +98,7 @@ static void populate(cache_env *env)
 static void export_to(cache_env *env, const char *path, size_t *n)
 {
     kt_err err = {0};
-    if (cache_export(env, path, n, &err) != 0)
+    if (cache_export(env, path, &signer, n, &err) != 0)
         fail_msg("cache_export: %s", err.msg);
 }
 
@@ -148,23 +156,47 @@ static void test_export_import_byte_for_byte(void **state)
     export_to(f->env[0], f->bundle, &n);
     assert_int_equal(n, 5 * 3 + 1);
     kt_err err = {0};
-    assert_int_equal(cache_import(f->env[1], f->bundle, &m, &err), 0);
+    assert_int_equal(cache_import(f->env[1], f->bundle, &trust, &m, &err), 0);
     assert_int_equal(m, n);
     assert_int_equal(n_records(f->env[1]), n);
-    /* the stored bytes are identical, key for key */
-    cache_close(f->env[0]);
-    cache_close(f->env[1]);
-    f->env[0] = f->env[1] = NULL;
+    /* every record is the exported one stamped with the signer */
+    char id[CACHE_KEY_ID_LEN];
+    cache_key_id(signer.pk, id);
+    cache_key k;
+    test_key(&k, "gpuA", 0x50, 7);
+    cache_record r, orig;
+    get(f->env[1], &k, 0, &r);
+    get(f->env[0], &k, 0, &orig);
+    assert_string_equal(r.signer, id);
+    assert_null(orig.signer);
+    free(r.signer);
+    r.signer = NULL;
+    uint8_t *va = NULL, *vb = NULL;
+    size_t lva = 0, lvb = 0;
+    assert_int_equal(cache_record_encode(&r, &va, &lva, NULL), 0);
+    assert_int_equal(cache_record_encode(&orig, &vb, &lvb, NULL), 0);
+    assert_int_equal(lva, lvb);
+    assert_memory_equal(va, vb, lva);
+    free(va);
+    free(vb);
+    cache_record_free(&r);
+    cache_record_free(&orig);
+    /* a second round trip through a bundle by the same signer changes no byte */
+    export_to(f->env[1], f->bundle2, NULL);
+    assert_int_equal(cache_import(f->env[2], f->bundle2, &trust, &m, &err), 0);
+    for (int i = 0; i < 3; i++)
+        cache_close(f->env[i]);
+    f->env[0] = f->env[1] = f->env[2] = NULL;
     uint8_t *a = NULL, *b = NULL;
-    size_t la = raw_dump(f->dirs[0], &a), lb = raw_dump(f->dirs[1], &b);
+    size_t la = raw_dump(f->dirs[1], &a), lb = raw_dump(f->dirs[2], &b);
     assert_int_equal(la, lb);
     assert_memory_equal(a, b, la);
     free(a);
     free(b);
-    /* and so is a second export */
+    /* and so are its exports */
     cache_options o = {.map_size = 1 << 20, .runner_ups = -1};
-    assert_int_equal(cache_open(f->dirs[1], CACHE_RDONLY, &o, &f->env[1], NULL), 0);
-    export_to(f->env[1], f->bundle2, NULL);
+    assert_int_equal(cache_open(f->dirs[2], CACHE_RDONLY, &o, &f->env[2], NULL), 0);
+    export_to(f->env[2], f->bundle, NULL);
     assert_true(files_equal(f->bundle, f->bundle2));
 }
 
@@ -177,13 +209,15 @@ static void test_export_empty_and_layout(void **state)
     uint8_t *buf = NULL;
     size_t len = 0;
     assert_true(file_read(f->bundle, &buf, &len));
-    assert_int_equal(len, 24 + 32);
+    assert_int_equal(len, 24 + 32 + 32 + 64); /* header, digest, public key, signature */
     assert_memory_equal(buf, "KTBUNDLE", 8);
     uint8_t digest[32];
     ops_sha256(buf, 24, digest);
     assert_memory_equal(buf + 24, digest, 32);
+    assert_memory_equal(buf + 56, signer.pk, 32);
+    assert_true(cache_verify_digest(signer.pk, digest, buf + 88));
     free(buf);
-    assert_int_equal(cache_import(f->env[1], f->bundle, &n, NULL), 0);
+    assert_int_equal(cache_import(f->env[1], f->bundle, &trust, &n, NULL), 0);
     assert_int_equal(n, 0);
 }
 
@@ -201,24 +235,24 @@ static void test_import_damaged_bundle_writes_nothing(void **state)
     for (size_t i = 0; i < KT_ARRAY_LEN(spots); i++) {
         buf[spots[i]] ^= 0x01;
         assert_true(file_write(f->bundle2, buf, len));
-        int rc = cache_import(f->env[1], f->bundle2, NULL, &err);
+        int rc = cache_import(f->env[1], f->bundle2, &trust, NULL, &err);
         assert_true(rc == -EBADMSG || rc == -EPROTO);
         assert_int_equal(n_records(f->env[1]), 0);
         buf[spots[i]] ^= 0x01;
     }
     /* truncated, and not a bundle at all */
     assert_true(file_write(f->bundle2, buf, len - 100));
-    assert_int_equal(cache_import(f->env[1], f->bundle2, NULL, &err), -EBADMSG);
+    assert_int_equal(cache_import(f->env[1], f->bundle2, &trust, NULL, &err), -EBADMSG);
     assert_true(file_write(f->bundle2, (const uint8_t *)"hello", 5));
-    assert_int_equal(cache_import(f->env[1], f->bundle2, NULL, &err), -EBADMSG);
+    assert_int_equal(cache_import(f->env[1], f->bundle2, &trust, NULL, &err), -EBADMSG);
     assert_non_null(strstr(err.msg, "not a ktune bundle"));
     assert_int_equal(n_records(f->env[1]), 0);
     char missing[600];
     snprintf(missing, sizeof(missing), "%s/none.ktb", f->root);
-    assert_int_equal(cache_import(f->env[1], missing, NULL, &err), -ENOENT);
+    assert_int_equal(cache_import(f->env[1], missing, &trust, NULL, &err), -ENOENT);
     /* the intact file still imports */
     assert_true(file_write(f->bundle2, buf, len));
-    assert_int_equal(cache_import(f->env[1], f->bundle2, NULL, &err), 0);
+    assert_int_equal(cache_import(f->env[1], f->bundle2, &trust, NULL, &err), 0);
     free(buf);
 }
 
@@ -234,15 +268,18 @@ static void test_import_record_damaged_under_good_file_checksum(void **state)
     uint8_t *buf = NULL;
     size_t len = 0;
     assert_true(file_read(f->bundle, &buf, &len));
-    /* damage the last record's value, then re-seal the file so only the record checksum fails */
-    buf[len - 32 - 40] ^= 0x10;
-    ops_sha256(buf, len - 32, buf + len - 32);
+    /* damage the last record's value, then re-seal and re-sign the file so only the record
+     * checksum fails */
+    size_t body = len - 32 - 96;
+    buf[body - 40] ^= 0x10;
+    ops_sha256(buf, body, buf + body);
+    assert_int_equal(cache_sign_digest(&signer, buf + body, buf + len - 64, NULL), 0);
     assert_true(file_write(f->bundle2, buf, len));
     kt_err err = {0};
-    assert_int_equal(cache_import(f->env[1], f->bundle2, NULL, &err), -EBADMSG);
+    assert_int_equal(cache_import(f->env[1], f->bundle2, &trust, NULL, &err), -EBADMSG);
     assert_non_null(strstr(err.msg, "record 1"));
     assert_int_equal(n_records(f->env[1]), 0);
-    assert_int_equal(cache_merge(f->env[1], f->bundle2, NULL, &err), -EBADMSG);
+    assert_int_equal(cache_merge(f->env[1], f->bundle2, &trust, NULL, &err), -EBADMSG);
     assert_int_equal(n_records(f->env[1]), 0);
     free(buf);
 }
@@ -258,7 +295,7 @@ static void test_import_replaces_keys_in_bundle_only(void **state)
     put(f->env[1], &a, "s1", 10, 2); /* faster, but import restores the bundle's list */
     put(f->env[1], &a, "s2", 20, 3);
     put(f->env[1], &b, "s1", 30, 4);
-    assert_int_equal(cache_import(f->env[1], f->bundle, NULL, NULL), 0);
+    assert_int_equal(cache_import(f->env[1], f->bundle, &trust, NULL, NULL), 0);
     cache_record r;
     get(f->env[1], &a, 0, &r);
     assert_true(r.time_ns == 50);
@@ -278,7 +315,7 @@ static void test_merge_faster_wins(void **state)
     put(f->env[1], &k, "new", 8, 2);
     cache_merge_stats st = {0};
     kt_err err = {0};
-    assert_int_equal(cache_merge(f->env[0], f->dirs[1], &st, &err), 0);
+    assert_int_equal(cache_merge(f->env[0], f->dirs[1], &trust, &st, &err), 0);
     assert_int_equal(st.read, 1);
     assert_int_equal(st.keys, 1);
     assert_int_equal(st.changed, 1);
@@ -293,7 +330,7 @@ static void test_merge_faster_wins(void **state)
     test_key(&k, "gpuA", 3, 128);
     put(f->env[0], &k, "a", 5, 3);
     put(f->env[2], &k, "b", 6, 4);
-    assert_int_equal(cache_merge(f->env[0], f->dirs[2], &st, &err), 0);
+    assert_int_equal(cache_merge(f->env[0], f->dirs[2], &trust, &st, &err), 0);
     get(f->env[0], &k, 0, &r);
     assert_string_equal(r.schedule, "a");
     cache_record_free(&r);
@@ -311,7 +348,7 @@ static void test_merge_tie_rule(void **state)
     test_key(&k, "gpuA", 4, 1);
     put_rec(f->env[0], &k, "x", 10, 14, 100, 64, 1);
     put_rec(f->env[1], &k, "y", 10, 12, 200, 64, 2);
-    assert_int_equal(cache_merge(f->env[0], f->dirs[1], NULL, NULL), 0);
+    assert_int_equal(cache_merge(f->env[0], f->dirs[1], &trust, NULL, NULL), 0);
     get(f->env[0], &k, 0, &r);
     assert_string_equal(r.schedule, "y");
     cache_record_free(&r);
@@ -319,7 +356,7 @@ static void test_merge_tie_rule(void **state)
     test_key(&k, "gpuA", 4, 2);
     put_rec(f->env[0], &k, "x", 10, 12, 300, 64, 3);
     put_rec(f->env[2], &k, "y", 10, 12, 200, 64, 4);
-    assert_int_equal(cache_merge(f->env[0], f->dirs[2], NULL, NULL), 0);
+    assert_int_equal(cache_merge(f->env[0], f->dirs[2], &trust, NULL, NULL), 0);
     get(f->env[0], &k, 0, &r);
     assert_string_equal(r.schedule, "y");
     cache_record_free(&r);
@@ -335,7 +372,7 @@ static void test_merge_tie_rule(void **state)
     assert_int_equal(cache_record_encode(&rx, &bx, &lx, NULL), 0);
     assert_int_equal(cache_record_encode(&ry, &by, &ly, NULL), 0);
     const char *want = memcmp(bx + lx - 32, by + ly - 32, 32) < 0 ? "x" : "y";
-    assert_int_equal(cache_merge(f->env[0], f->dirs[3], NULL, NULL), 0);
+    assert_int_equal(cache_merge(f->env[0], f->dirs[3], &trust, NULL, NULL), 0);
     get(f->env[0], &k, 0, &r);
     assert_string_equal(r.schedule, want);
     cache_record_free(&r);
@@ -361,22 +398,23 @@ static void test_merge_idempotent_and_order_independent(void **state)
     kt_err err = {0};
     cache_merge_stats st;
     /* C = A then B; D = B then A */
-    assert_int_equal(cache_merge(f->env[2], f->dirs[0], &st, &err), 0);
-    assert_int_equal(cache_merge(f->env[2], f->dirs[1], &st, &err), 0);
-    assert_int_equal(cache_merge(f->env[3], f->dirs[1], &st, &err), 0);
-    assert_int_equal(cache_merge(f->env[3], f->dirs[0], &st, &err), 0);
+    assert_int_equal(cache_merge(f->env[2], f->dirs[0], &trust, &st, &err), 0);
+    assert_int_equal(cache_merge(f->env[2], f->dirs[1], &trust, &st, &err), 0);
+    assert_int_equal(cache_merge(f->env[3], f->dirs[1], &trust, &st, &err), 0);
+    assert_int_equal(cache_merge(f->env[3], f->dirs[0], &trust, &st, &err), 0);
     export_to(f->env[2], f->bundle, NULL);
     export_to(f->env[3], f->bundle2, NULL);
     assert_true(files_equal(f->bundle, f->bundle2));
     /* merging again changes nothing */
-    assert_int_equal(cache_merge(f->env[2], f->dirs[1], &st, &err), 0);
+    assert_int_equal(cache_merge(f->env[2], f->dirs[1], &trust, &st, &err), 0);
     assert_int_equal(st.changed, 0);
-    assert_int_equal(cache_merge(f->env[2], f->dirs[0], &st, &err), 0);
+    assert_int_equal(cache_merge(f->env[2], f->dirs[0], &trust, &st, &err), 0);
     assert_int_equal(st.changed, 0);
-    assert_int_equal(cache_merge(f->env[2], f->bundle2, &st, &err), 0);
+    /* a bundle of the same records: they come stamped with its signer, which may win the tie
+     * rule once; a second merge of it changes nothing */
+    assert_int_equal(cache_merge(f->env[2], f->bundle2, &trust, &st, &err), 0);
+    assert_int_equal(cache_merge(f->env[2], f->bundle2, &trust, &st, &err), 0);
     assert_int_equal(st.changed, 0);
-    export_to(f->env[2], f->bundle2, NULL);
-    assert_true(files_equal(f->bundle, f->bundle2));
     /* the ranking: s2 from A (faster) survives once, then s4, s1, s3 cut to 1 + 3 */
     test_key(&k, "gpuA", 0x40, 32);
     const char *order[] = {"s2", "s4", "s1", "s3"};
@@ -397,11 +435,14 @@ static void test_merge_from_bundle(void **state)
     export_to(f->env[0], f->bundle, NULL);
     cache_merge_stats st;
     kt_err err = {0};
-    assert_int_equal(cache_merge(f->env[1], f->bundle, &st, &err), 0);
+    assert_int_equal(cache_merge(f->env[1], f->bundle, &trust, &st, &err), 0);
     assert_int_equal(st.read, 16);
     assert_int_equal(st.keys, 6);
     assert_int_equal(st.changed, 6);
+    /* into an empty cache, merge stores what import stores */
+    assert_int_equal(cache_import(f->env[2], f->bundle, &trust, NULL, &err), 0);
     export_to(f->env[1], f->bundle2, NULL);
+    export_to(f->env[2], f->bundle, NULL);
     assert_true(files_equal(f->bundle, f->bundle2));
 }
 
@@ -436,7 +477,7 @@ static void test_merge_skips_corrupt_source_record(void **state)
 
     cache_merge_stats st;
     kt_err err = {0};
-    assert_int_equal(cache_merge(f->env[1], f->dirs[0], &st, &err), 0);
+    assert_int_equal(cache_merge(f->env[1], f->dirs[0], &trust, &st, &err), 0);
     assert_int_equal(st.read, 2);
     assert_int_equal(st.corrupt, 1);
     assert_int_equal(st.keys, 1);
@@ -456,14 +497,14 @@ static void test_merge_refuses_itself_and_missing(void **state)
 {
     fixture *f = *state;
     kt_err err = {0};
-    assert_int_equal(cache_merge(f->env[0], f->dirs[0], NULL, &err), -EINVAL);
+    assert_int_equal(cache_merge(f->env[0], f->dirs[0], &trust, NULL, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "itself"));
     char missing[600];
     snprintf(missing, sizeof(missing), "%s/none", f->root);
-    assert_int_equal(cache_merge(f->env[0], missing, NULL, &err), -ENOENT);
+    assert_int_equal(cache_merge(f->env[0], missing, &trust, NULL, &err), -ENOENT);
     /* a directory that is not a cache */
     snprintf(missing, sizeof(missing), "%s", f->root);
-    assert_int_equal(cache_merge(f->env[0], missing, NULL, &err), -ENOENT);
+    assert_int_equal(cache_merge(f->env[0], missing, &trust, NULL, &err), -ENOENT);
 }
 
 static void test_merge_grows_map(void **state)
@@ -478,7 +519,7 @@ static void test_merge_grows_map(void **state)
     assert_int_equal(cache_stat(f->env[1], &st, NULL), 0);
     size_t before = st.map_size;
     cache_merge_stats ms;
-    assert_int_equal(cache_merge(f->env[1], f->dirs[0], &ms, NULL), 0);
+    assert_int_equal(cache_merge(f->env[1], f->dirs[0], &trust, &ms, NULL), 0);
     assert_int_equal(ms.changed, 12);
     assert_int_equal(cache_stat(f->env[1], &st, NULL), 0);
     assert_true(st.map_size > before);

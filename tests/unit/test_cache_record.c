@@ -9,6 +9,8 @@
 
 #include "test_cache_util.h"
 
+#include "cache/internal.h"
+
 static void test_record_roundtrip_every_field(void **state)
 {
     (void)state;
@@ -410,6 +412,7 @@ static void test_trial_roundtrip(void **state)
         t.error = 1e-5;
         snprintf(t.detail, sizeof(t.detail), "detail %d", s);
         t.ts = 1700000123;
+        t.ts_ms = 1700000123456;
         uint8_t *buf = NULL;
         size_t len = 0;
         assert_int_equal(cache_trial_encode(&t, &buf, &len, NULL), 0);
@@ -429,12 +432,107 @@ static void test_trial_roundtrip(void **state)
     uint8_t *buf = NULL;
     size_t len = 0;
     assert_int_equal(cache_trial_encode(&empty, &buf, &len, NULL), -EINVAL);
+    snprintf(empty.cand, sizeof(empty.cand), "c");
+    empty.ts_ms = -1;
+    assert_int_equal(cache_trial_encode(&empty, &buf, &len, NULL), -EINVAL);
+}
+
+/* A trial written before ts_ms existed (7 fields) decodes with ts_ms 0. */
+static void test_trial_without_ts_ms(void **state)
+{
+    (void)state;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 7);
+    assert_int_equal(cache_pk_ku(&pk, "v", CACHE_TRIAL_VERSION), 0);
+    assert_int_equal(cache_pk_kstr(&pk, "cand", "m1 gemm"), 0);
+    assert_int_equal(cache_pk_kstr(&pk, "status", "ok"), 0);
+    assert_int_equal(cache_pk_kf(&pk, "time", 1000), 0);
+    assert_int_equal(cache_pk_kf(&pk, "error", 1e-6), 0);
+    assert_int_equal(cache_pk_kstr(&pk, "detail", ""), 0);
+    assert_int_equal(cache_pk_ki(&pk, "ts", 1700000123), 0);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(cache_value_finish(&sb, &buf, &len), 0);
+    cache_trial d;
+    assert_int_equal(cache_trial_decode(buf, len, &d, NULL), 0);
+    assert_int_equal(d.ts, 1700000123);
+    assert_int_equal(d.ts_ms, 0);
+    free(buf);
+}
+
+/* The provenance field is optional: absent, a record keeps its bytes; present, it round-trips. */
+static void test_record_signer_optional(void **state)
+{
+    cache_key k;
+    test_key(&k, "gpuA", 3, 64);
+    cache_record r, back;
+    test_record(&r, &k, "s", 100, 64, 1);
+    uint8_t *plain = NULL, *signed_ = NULL;
+    size_t lp = 0, ls = 0;
+    assert_int_equal(cache_record_encode(&r, &plain, &lp, NULL), 0);
+    cache_record_init(&back);
+    assert_int_equal(cache_record_decode(plain, lp, &back, NULL), 0);
+    assert_null(back.signer);
+    r.signer = strdup("ed25519:0123456789abcdef");
+    assert_int_equal(cache_record_encode(&r, &signed_, &ls, NULL), 0);
+    assert_true(ls > lp);
+    assert_int_equal(cache_record_decode(signed_, ls, &back, NULL), 0);
+    assert_string_equal(back.signer, "ed25519:0123456789abcdef");
+    free(plain);
+    free(signed_);
+    cache_record_free(&r);
+    cache_record_free(&back);
+}
+
+/* The physical floor: traffic beyond twice the L2 at the table's bandwidth, FLOPs (when the
+ * graph is given) at the fastest unit, halved; a GPU not in the table gets the fastest entry. */
+static void test_record_floor(void **state)
+{
+    /* 4096^3 f16 matmul: 3 x 32 MiB of traffic (0.66 MB past 2 x L2), 137 GFLOP */
+    const char *json = "{\"name\": \"mm\", \"inputs\": {\"A\": {\"dtype\": \"f16\", \"shape\": "
+                       "[4096, 4096]}, \"B\": {\"dtype\": \"f16\", \"shape\": [4096, 4096]}}, "
+                       "\"nodes\": [{\"out\": \"C\", \"op\": \"matmul\", \"in\": [\"A\", "
+                       "\"B\"]}], \"outputs\": [\"C\"]}";
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    assert_int_equal(ops_graph_from_json(json, strlen(json), &g, &d), 0);
+    cache_key k;
+    test_key(&k, "NVIDIA H100 80GB HBM3", 3, 4096);
+    cache_record r;
+    test_record(&r, &k, "s", 1000, 64, 1);
+    r.n_inputs = 2;
+    r.n_outputs = 1;
+    for (int i = 0; i < 3; i++)
+        r.slots[i] = (cache_slot){.dtype = OPS_DT_F16, .rank = 2, .dims = {4096, 4096}};
+    for (int i = 0; i < r.n_kernels; i++)
+        r.kernels[i].args[1].index = 1;
+    double bytes = 3.0 * 4096 * 4096 * 2, flops = 2.0 * 4096 * 4096 * 4096;
+    double mem = 0.5 * (bytes - 100e6) / 3.0e12 * 1e9, fl = 0.5 * flops / 745e12 * 1e9;
+    assert_true(fabs(cache_record_floor_ns(&r, NULL) - mem) < 1e-6 * mem);
+    assert_true(fabs(cache_record_floor_ns(&r, g) - fl) < 1e-6 * fl);
+    /* 1 us passes on traffic alone (0.11 us), not with the FLOPs (92 us); cuBLAS's 195 us does */
+    kt_err err = {0};
+    assert_int_equal(cache_record_check_floor(&r, NULL, &err), 0);
+    assert_int_equal(cache_record_check_floor(&r, g, &err), -ERANGE);
+    assert_non_null(strstr(err.msg, "physical floor"));
+    r.time_ns = 195e3;
+    assert_int_equal(cache_record_check_floor(&r, g, &err), 0);
+    /* an unknown GPU: the table's fastest (the H200's 4.19 TB/s) */
+    snprintf(r.key.gpu.name, sizeof(r.key.gpu.name), "Some Future GPU");
+    double mem_fast = 0.5 * (bytes - 100e6) / 4.19e12 * 1e9;
+    assert_true(fabs(cache_record_floor_ns(&r, NULL) - mem_fast) < 1e-6 * mem_fast);
+    cache_record_free(&r);
+    ops_graph_free(g);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_record_roundtrip_every_field),
+        cmocka_unit_test(test_trial_without_ts_ms),
         cmocka_unit_test(test_record_shapes_sorted_and_version_default),
         cmocka_unit_test(test_record_checksum_detects_every_flip),
         cmocka_unit_test(test_record_bad_body_with_good_checksum),
@@ -446,6 +544,8 @@ int main(void)
         cmocka_unit_test(test_key_prefixes),
         cmocka_unit_test(test_key_rejects_bad_parts),
         cmocka_unit_test(test_trial_roundtrip),
+        cmocka_unit_test(test_record_signer_optional),
+        cmocka_unit_test(test_record_floor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

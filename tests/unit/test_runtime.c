@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -1079,6 +1080,78 @@ static void test_threads(void **state)
     ktune_runtime_close(rt);
 }
 
+/* The structural check at open must not fork this process (issue 16: a fork of a process full of
+ * threads runs LMDB and malloc code in a child where another thread's locks stay locked; a fork of
+ * a process holding gigabytes copies its page tables). pthread_atfork handlers run on every
+ * fork() and never on posix_spawn: a fork at open shows in the counter. The checker that runs is
+ * the helper program, reached here through $KTUNE_CACHE_CHECKER by a wrapper that leaves a mark. */
+static atomic_int forks_seen;
+static void count_fork(void)
+{
+    atomic_fetch_add(&forks_seen, 1);
+}
+
+static void test_check_spawns_no_fork(void **state)
+{
+    fixture *f = *state;
+    cache_gpu a;
+    gpu_fp(&a, H100, 12040, 12040);
+    put(f, &a, 1024, "gemm spawn", 1000, 7);
+    static bool registered;
+    if (!registered)
+        assert_int_equal(pthread_atfork(count_fork, NULL, NULL), 0);
+    registered = true;
+
+    char *real = NULL;
+    kt_err e = {0};
+    if (kt_find_exe(NULL, CACHE_CHECK_ENV, CACHE_CHECK_EXE, &real, &e) != 0)
+        fail_msg("%s", e.msg);
+    char wrapper[1200], mark[1200], text[4000];
+    snprintf(wrapper, sizeof(wrapper), "%s/checker.sh", f->dir);
+    snprintf(mark, sizeof(mark), "%s/checker.ran", f->dir);
+    snprintf(text, sizeof(text), "#!/bin/sh\necho \"$@\" > '%s'\nexec '%s' \"$@\"\n", mark, real);
+    free(real);
+    FILE *fp = fopen(wrapper, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+    assert_int_equal(chmod(wrapper, 0755), 0);
+    char *old = getenv(CACHE_CHECK_ENV) ? strdup(getenv(CACHE_CHECK_ENV)) : NULL;
+    setenv(CACHE_CHECK_ENV, wrapper, 1);
+
+    atomic_store(&forks_seen, 0);
+    ktune_runtime *rt = rt_open(f->dir);
+    assert_int_equal(atomic_load(&forks_seen), 0);
+    struct stat sb;
+    assert_int_equal(stat(mark, &sb), 0); /* the helper checked the file */
+    ktune_error err = {0};
+    ktune_match m = KTUNE_MATCH_COMPATIBLE;
+    char sched[64];
+    assert_int_equal(resolve(rt, f, &a, 1024, NULL, &m, sched, sizeof(sched), &err), 0);
+    assert_string_equal(sched, "gemm spawn");
+    ktune_runtime_close(rt);
+
+    /* the check still tells damage from soundness through the helper: a zeroed data.mdb */
+    char data[1200];
+    snprintf(data, sizeof(data), "%s/data.mdb", f->dir);
+    fp = fopen(data, "r+");
+    assert_non_null(fp);
+    static const uint8_t zeros[4096 * 4];
+    fseek(fp, 4096 * 2, SEEK_SET); /* the first pages after the two meta pages */
+    fwrite(zeros, 1, sizeof(zeros), fp);
+    fclose(fp);
+    ktune_runtime *bad = NULL;
+    assert_int_equal(ktune_runtime_open(f->dir, &bad, &err), -EBADMSG);
+    assert_null(bad);
+    assert_int_equal(atomic_load(&forks_seen), 0);
+
+    if (old)
+        setenv(CACHE_CHECK_ENV, old, 1);
+    else
+        unsetenv(CACHE_CHECK_ENV);
+    free(old);
+}
+
 static void test_schedule_parse(void **state)
 {
     (void)state;
@@ -1128,6 +1201,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_memo_and_accessors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memo_shape_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_spawns_no_fork, setup, teardown),
         cmocka_unit_test_setup_teardown(test_launch_refuses_aliasing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unwritten_output_never_served, setup, teardown),
         cmocka_unit_test(test_range_fits),

@@ -77,6 +77,7 @@ class ktune_job(ctypes.Structure):
         ("failures", ktune_job_failure * 8),
         ("compile_s", c_double),
         ("measure_s", c_double),
+        ("owner", c_int64),
     ]
 
 

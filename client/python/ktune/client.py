@@ -84,6 +84,7 @@ class Job:
     failures: dict = field(default_factory=dict)  # class -> count of rejected candidates
     compile_s: float = 0.0  # NVRTC seconds, summed over the compile pool
     measure_s: float = 0.0  # seconds measuring on the GPU
+    owner: object = None  # the uid that submitted it (None: the daemon did not say)
 
     @property
     def ended(self):
@@ -109,7 +110,8 @@ class Job:
             family=_lib.text(j.family), schedule=_lib.text(j.schedule), record=bool(j.record),
             error=_lib.text(j.error), joined=bool(joined),
             failures={_lib.text(f.name): f.count for f in j.failures[:j.n_failures]},
-            compile_s=j.compile_s, measure_s=j.measure_s)
+            compile_s=j.compile_s, measure_s=j.measure_s,
+            owner=None if j.owner < 0 else int(j.owner))
 
 
 @dataclass(frozen=True)
