@@ -57,8 +57,8 @@ def check_python(line, base, args, seed):
     kern = rt.lookup(kg, shapes, precision=precision)
     info = kern.info
     xs = tg.random_inputs(seed=seed)
-    inputs = [xs[name] for name in kg.inputs]
-    outs = kern(*inputs)
+    inputs = {name: xs[name] for name in kern.inputs}  # by name (declared names)
+    outs = kern(**inputs)
     if torch.is_tensor(outs):
         outs = [outs]
     torch.cuda.synchronize()
@@ -68,7 +68,7 @@ def check_python(line, base, args, seed):
            "precision": precision, "match": kern.match, "family": info["family"], "schedule": info["schedule"],
            "tuned_ns": info["time_ns"], "tolerance": info["tolerance"], "outputs": {}}
     ok = True
-    for name, out in zip(kg.outputs, outs):
+    for name, out in zip(kern.outputs, outs):
         err = normwise_error(out, ref[name])
         err_eager = normwise_error(eager[name], ref[name])
         finite = bool(torch.isfinite(out).all().item())
@@ -76,7 +76,7 @@ def check_python(line, base, args, seed):
         ok = ok and good
         row["outputs"][name] = {"err_vs_torch_fp64": err, "err_torch_eager": err_eager,
                                 "finite": finite, "ok": good}
-    row["ktune_ms"] = time_ms(lambda: kern(*inputs))
+    row["ktune_ms"] = time_ms(lambda: kern(**inputs))
     row["torch_eager_ms"] = time_ms(lambda: tg.run(xs, dtype=None))
     row["ok"] = ok
     return row
@@ -92,7 +92,7 @@ def check_c(line, base, args, seed):
     xs = tg.random_inputs(seed=seed)
     ref = tg.run(xs, dtype=torch.float64)
     with tempfile.TemporaryDirectory() as io:
-        for i, name in enumerate(kg.inputs):
+        for i, name in enumerate(kg.inputs):  # declared order, as deploy.c reads in<i>.bin
             xs[name].contiguous().cpu().view(torch.uint8).numpy().tofile(f"{io}/in{i}.bin")
         cmd = [args.deploy, "--cache", args.cache, "--graph", graph_path, "--precision",
                precision, "--shape", ",".join(f"{k}={v}" for k, v in shapes.items()),

@@ -246,25 +246,26 @@ class Case:
                "tuned_ns": info.time_ns, "tuned_err_norm": info.err_norm,
                "tolerance": info.tolerance, "cublaslt_ns": info.cublaslt_ns or None,
                "n_launches": info.n_launches, "workspace_bytes": kern.workspace_size,
-               "prepacked_inputs": [d.name for i, d in enumerate(kern.inputs)
-                                    if kern.prepack_size(i)]}
+               "prepacked_inputs": [name for name in kern.inputs if kern.prepack_size(name)]}
 
         def prepared(xs):
-            # Packing const inputs is load-time work (once per weight), not timed.
-            return [kern.prepack(i, xs[d.name]) if kern.prepack_size(i) else xs[d.name]
-                    for i, d in enumerate(kern.inputs)]
+            # By name (kern.inputs: declared names). Packing const inputs is load-time work
+            # (once per weight), not timed.
+            return {name: kern.prepack(name, xs[name]) if kern.prepack_size(name) else xs[name]
+                    for name in kern.inputs}
 
-        outs = [torch.empty(d.shape, dtype=DTYPES[d.dtype], device="cuda") for d in kern.outputs]
+        outs = [torch.empty(d.shape, dtype=DTYPES[d.dtype], device="cuda")
+                for d in kern.output_descs]
         ws = (torch.empty(kern.workspace_size, dtype=torch.uint8, device="cuda")
               if kern.workspace_size else None)
         inp = prepared(self.xs)
-        fn = lambda: kern(*inp, out=outs, workspace=ws)  # noqa: E731
+        fn = lambda: kern(**inp, out=outs, workspace=ws)  # noqa: E731
         fn()
         res["time"] = self.timer.time(fn)
         check = prepared(self.fresh)
-        kern(*check, out=outs, workspace=ws)
+        kern(**check, out=outs, workspace=ws)
         torch.cuda.synchronize()
-        res["errors"] = output_errors(outs, self.ref, [d.name for d in kern.outputs])
+        res["errors"] = output_errors(outs, self.ref, list(kern.outputs))
         res["ok"] = all(e["finite"] and e["err"] <= info.tolerance
                         for e in res["errors"].values())
         if not res["ok"]:

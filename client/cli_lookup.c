@@ -206,18 +206,42 @@ static int row_cmp(const void *pa, const void *pb)
     return (a->time_ns > b->time_ns) - (a->time_ns < b->time_ns);
 }
 
-static json_t *query_json(const cli_graph_args *a, const char *sig, const char *cache)
+/* The graph's input (output) names in declared order: the order ktune_launch and the Python
+ * binding take tensors in. */
+static json_t *names_json(const ktune_graph *kg, bool inputs)
+{
+    json_t *arr = json_array();
+    int n = inputs ? ktune_graph_n_inputs(kg) : ktune_graph_n_outputs(kg);
+    for (int i = 0; arr && i < n; i++)
+        json_array_append_new(arr, json_string(inputs ? ktune_graph_input_name(kg, i)
+                                                      : ktune_graph_output_name(kg, i)));
+    return arr;
+}
+
+static void print_names(const ktune_graph *kg, bool inputs)
+{
+    int n = inputs ? ktune_graph_n_inputs(kg) : ktune_graph_n_outputs(kg);
+    printf("%s", inputs ? "inputs     " : "outputs    ");
+    for (int i = 0; i < n; i++)
+        printf("%s%s", i ? ", " : "",
+               inputs ? ktune_graph_input_name(kg, i) : ktune_graph_output_name(kg, i));
+    printf("%s\n", inputs ? " (declared order: ktune_launch and Python take them so)" : "");
+}
+
+static json_t *query_json(const cli_graph_args *a, const ktune_graph *kg, const char *cache)
 {
     json_t *shapes = json_object();
     for (int i = 0; shapes && i < a->n_bindings; i++)
         json_object_set_new(shapes, a->bindings[i].name,
                             json_integer((json_int_t)a->bindings[i].value));
-    return json_pack("{s:s, s:s, s:o*, s:s, s:s}", "graph", a->path, "signature", sig, "shapes",
-                     shapes, "precision", ops_precision_name(a->precision), "cache", cache);
+    return json_pack("{s:s, s:s, s:o*, s:s, s:s, s:o*, s:o*}", "graph", a->path, "signature",
+                     ktune_graph_signature(kg), "shapes", shapes, "precision",
+                     ops_precision_name(a->precision), "cache", cache, "inputs",
+                     names_json(kg, true), "outputs", names_json(kg, false));
 }
 
 static int list_every_gpu(const cli_graph_args *a, const lookup_opts *o, cache_env *cache,
-                          const cache_key *want, const char *sig, const char *why)
+                          const cache_key *want, const ktune_graph *kg, const char *why)
 {
     fprintf(stderr, "ktune: no GPU here: showing records of every GPU (%s)\n", why);
     list_state s = {.want = want, .json = a->json, .source = o->source};
@@ -236,11 +260,12 @@ static int list_every_gpu(const cli_graph_args *a, const lookup_opts *o, cache_e
     if (s.n == 0) {
         status = cli_error("nothing cached in %s for %s (signature %.12s) at these shapes, "
                            "precision %s, on any GPU",
-                           cache_path(cache), a->path, sig, ops_precision_name(a->precision));
+                           cache_path(cache), a->path, ktune_graph_signature(kg),
+                           ops_precision_name(a->precision));
         goto out;
     }
     if (a->json) {
-        json_t *q = query_json(a, sig, cache_path(cache));
+        json_t *q = query_json(a, kg, cache_path(cache));
         json_t *recs = json_array();
         for (size_t i = 0; recs && i < s.n; i++) {
             json_array_append_new(recs, s.rows[i].json);
@@ -255,6 +280,8 @@ static int list_every_gpu(const cli_graph_args *a, const lookup_opts *o, cache_e
         status = cli_print_json(q);
         goto out;
     }
+    print_names(kg, true);
+    print_names(kg, false);
     int wg = 3;
     for (size_t i = 0; i < s.n; i++)
         wg = (int)strlen(s.rows[i].gpu.name) > wg ? (int)strlen(s.rows[i].gpu.name) : wg;
@@ -335,7 +362,7 @@ int cli_lookup(int argc, char **argv)
             status = cli_error("%s: %s", a.path, err.msg);
             goto out;
         }
-        status = list_every_gpu(&a, &o, ktune_rt_cache(rt), &want, sig_hex, err.msg);
+        status = list_every_gpu(&a, &o, ktune_rt_cache(rt), &want, kg, err.msg);
         goto out;
     }
     if (rc < 0) {
@@ -352,7 +379,7 @@ int cli_lookup(int argc, char **argv)
     const cache_record *r = ktune_rt_kernel_record(k);
     const char *m = match == KTUNE_MATCH_EXACT ? "exact" : "compatible";
     if (a.json) {
-        json_t *q = query_json(&a, sig_hex, cache_path(ktune_rt_cache(rt)));
+        json_t *q = query_json(&a, kg, cache_path(ktune_rt_cache(rt)));
         if (q) {
             json_object_set_new(q, "gpu", gpu_json(&here));
             json_object_set_new(q, "match", json_string(m));
@@ -365,6 +392,8 @@ int cli_lookup(int argc, char **argv)
     fmt_version(here.driver_version, drv, sizeof(drv));
     fmt_version(here.cuda_version, cuda, sizeof(cuda));
     printf("graph      %s (signature %.12s), %s\n", a.path, sig_hex, precision);
+    print_names(kg, true);
+    print_names(kg, false);
     printf("this GPU   %s (sm_%d%d, %d SMs), driver %s, CUDA %s\n", here.name, here.sm_major,
            here.sm_minor, here.sm_count, drv, cuda);
     print_record(r, match == KTUNE_MATCH_EXACT

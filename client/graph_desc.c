@@ -1,4 +1,4 @@
-/* ktune_graph_describe: a graph's inputs and outputs with their shapes bound, in canonical order
+/* ktune_graph_describe: a graph's inputs and outputs with their shapes bound, in declared order
  * (what ktune_launch takes). The Python binding checks and allocates tensors with it. */
 #include "client/libktune_internal.h"
 #include "client/ktune.h"
@@ -39,11 +39,8 @@ KTUNE_EXPORT int ktune_graph_describe(const ktune_graph *g, const ktune_shape *s
     int rc = 0;
     ops_diag d = {0};
     ops_graph *bound = NULL;
-    int *in_rank = NULL, *out_rank = NULL;
     ops_binding *b = calloc((size_t)n_shapes + 1, sizeof(*b));
-    in_rank = calloc((size_t)g->n_in + 1, sizeof(*in_rank));
-    out_rank = calloc((size_t)g->n_out + 1, sizeof(*out_rank));
-    if (!b || !in_rank || !out_rank) {
+    if (!b) {
         rc = ktune_err_from(err, -ENOMEM, "ktune_graph_describe: out of memory");
         goto out;
     }
@@ -53,32 +50,24 @@ KTUNE_EXPORT int ktune_graph_describe(const ktune_graph *g, const ktune_shape *s
         rc = ktune_err_from(err, rc, "%s", d.msg);
         goto out;
     }
-    if ((rc = ops_graph_canonical_io(bound, in_rank, out_rank, &d)) < 0) {
-        rc = ktune_err_from(err, rc, "%s", d.msg);
-        goto out;
-    }
     int k = 0; /* graph inputs are the tensors without a producer, in tensor order */
     for (int t = 0; t < bound->n_tensors; t++) {
         if (bound->tensors[t].producer >= 0)
             continue;
-        KT_REQUIRE(k < g->n_in && in_rank[k] >= 0 && in_rank[k] < g->n_in);
+        KT_REQUIRE(k < g->n_in);
         if (inputs)
-            describe_tensor(g->g, bound, t, &inputs[in_rank[k]]);
+            describe_tensor(g->g, bound, t, &inputs[k]);
         k++;
     }
     KT_REQUIRE(k == g->n_in && bound->n_outputs == g->n_out);
-    for (int j = 0; outputs && j < bound->n_outputs; j++) {
-        KT_REQUIRE(out_rank[j] >= 0 && out_rank[j] < g->n_out);
-        describe_tensor(g->g, bound, bound->outputs[j], &outputs[out_rank[j]]);
-    }
+    for (int j = 0; outputs && j < bound->n_outputs; j++)
+        describe_tensor(g->g, bound, bound->outputs[j], &outputs[j]);
     if (err) {
         err->code = 0;
         err->msg[0] = '\0';
     }
 out:
     ops_graph_free(bound);
-    free(out_rank);
-    free(in_rank);
     free(b);
     return rc;
 }

@@ -33,7 +33,12 @@ extern "C" {
 #define KTUNE_EXPORT
 #endif
 
-#define KTUNE_API_VERSION 1
+/* 2: tensors are passed in the graph's declared order (ktune_launch, ktune_graph_describe,
+ *    ktune_graph_input_name, ktune_prepack); 1 took them in ktune's canonical order. A program
+ *    written for 1 that passes pointers in ktune_graph_describe's order keeps working; one that
+ *    computed the canonical order itself must pass declared order now. The shared library's
+ *    soname follows this number (libktune.so.2), so a binary linked against 1 does not load. */
+#define KTUNE_API_VERSION 2
 
 typedef struct ktune_error {
     int code;      /* the negative errno also returned */
@@ -58,10 +63,11 @@ KTUNE_EXPORT void ktune_graph_free(ktune_graph *g); /* NULL is a no-op */
 /* The graph's name and its signature as 64 hex digits; valid until ktune_graph_free. */
 KTUNE_EXPORT const char *ktune_graph_name(const ktune_graph *g);
 KTUNE_EXPORT const char *ktune_graph_signature(const ktune_graph *g);
-/* Inputs and outputs in the graph's canonical order with its dimensions unbound, with their
- * names as written in the graph; i out of range gives NULL. A binding can reorder inputs (or
- * outputs) of equal structure and different sizes: the order ktune_launch takes pointers in is
- * ktune_graph_describe's for the kernel's shapes. */
+/* Inputs and outputs in the graph's declared order (inputs as the "inputs" object lists them,
+ * outputs as "outputs" does), with their names as written in the graph; i out of range gives
+ * NULL. This is the order ktune_launch takes pointers in, whatever the shapes: the order a cached
+ * kernel takes its arguments in (ktune's canonical one, docs/formats.md) is internal, mapped at
+ * lookup. */
 KTUNE_EXPORT int ktune_graph_n_inputs(const ktune_graph *g);
 KTUNE_EXPORT int ktune_graph_n_outputs(const ktune_graph *g);
 KTUNE_EXPORT const char *ktune_graph_input_name(const ktune_graph *g, int i);
@@ -83,7 +89,7 @@ typedef struct ktune_tensor_desc {
     int64_t shape[8]; /* -1: a symbolic dimension that shapes leaves unbound */
 } ktune_tensor_desc;
 /* Binds shapes (as ktune_submit and ktune_lookup do) and describes every input and output in
- * canonical order: inputs[ktune_graph_n_inputs(g)], outputs[ktune_graph_n_outputs(g)] (either
+ * declared order: inputs[ktune_graph_n_inputs(g)], outputs[ktune_graph_n_outputs(g)] (either
  * may be NULL). -EINVAL with the binding error (unknown symbol, bad value) in err. */
 KTUNE_EXPORT int ktune_graph_describe(const ktune_graph *g, const ktune_shape *shapes, int n_shapes,
                                       ktune_tensor_desc *inputs, ktune_tensor_desc *outputs,
@@ -97,7 +103,12 @@ typedef struct ktune_client ktune_client;
 KTUNE_EXPORT const char *ktune_default_socket(void);
 
 /* Connects and says hello. socket_path NULL: ktune_default_socket(). -ENOENT / -ECONNREFUSED
- * when no daemon listens there, -EACCES when the socket's mode refuses this user. */
+ * when no daemon listens there, -EACCES when the socket's mode refuses this user; -EUSERS when
+ * ktuned refused the connection (too many connections: its max-clients, max-clients-per-uid);
+ * -ESHUTDOWN when it is shutting down. Run as root (effective uid 0), it trusts only a socket
+ * file owned by root or the service user ($KTUNE_SERVICE_USER, else "ktune") and a listening
+ * process running as one of them: anything else is -EPERM, nothing having been sent (a socket
+ * someone else bound first). */
 KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktune_error *err);
 KTUNE_EXPORT void ktune_disconnect(ktune_client *c); /* NULL is a no-op */
 /* Reply timeout for every request after connect (default 30 s; a watch waits without limit for
@@ -294,7 +305,7 @@ typedef struct ktune_kernel_info {
     double time_ns, err_norm, tolerance, cublaslt_ns;
     uint64_t workspace_bytes;
     int n_launches;
-    int n_inputs, n_outputs; /* in the graph's canonical order (docs/formats.md) */
+    int n_inputs, n_outputs; /* the graph's (ktune_graph_n_inputs, ktune_graph_n_outputs) */
     char gpu[128];
     int driver_version, cuda_version;
 } ktune_kernel_info;
@@ -304,7 +315,7 @@ KTUNE_EXPORT void ktune_kernel_get_info(const ktune_kernel *k, ktune_kernel_info
 KTUNE_EXPORT uint64_t ktune_kernel_workspace_size(const ktune_kernel *k);
 
 /* Const inputs the kernel wants in another layout: ktune_prepack_size gives the bytes of the
- * packed form of input `input` (canonical index), 0 when it needs no packing (pass the tensor as
+ * packed form of input `input` (declared index), 0 when it needs no packing (pass the tensor as
  * it is); ktune_prepack writes it into dst (device memory of that size) on stream. Pack once at
  * load time, then pass dst as that input to every launch. */
 KTUNE_EXPORT uint64_t ktune_prepack_size(const ktune_kernel *k, int input);
@@ -313,11 +324,16 @@ KTUNE_EXPORT int ktune_prepack(ktune_kernel *k, int input, const void *src, void
 
 /* Launches the kernel (all of its launches, in order) on stream (a CUstream / cudaStream_t;
  * NULL: the legacy default stream) with device pointers: inputs[n_inputs] and
- * outputs[n_outputs] in canonical order, workspace of ktune_kernel_workspace_size bytes (NULL
- * when 0). Asynchronous like any kernel launch; the pointers must stay valid until the stream
- * reaches it. An output must not overlap an input, another output or the workspace, nor the
- * workspace an input (the kernels assume their buffers do not alias, and some re-read an input
- * after writing an output): -EINVAL naming both, nothing launched. Inputs may overlap. */
+ * outputs[n_outputs] in the declared order of the graph the kernel was looked up with (the
+ * order of ktune_graph_input_name and ktune_graph_describe: for examples/gemm_bias_relu.json,
+ * A, W, bias), workspace of ktune_kernel_workspace_size bytes (NULL when 0). The kernel's own
+ * argument order is mapped onto it once, at lookup, so two inputs of one shape and dtype (the
+ * operands of sub, attention's K and V) cannot be swapped silently by following another order.
+ * Asynchronous like any kernel launch; the pointers must stay valid until the stream reaches it.
+ * An output must not overlap an input, another output or the workspace, nor the workspace an
+ * input (the kernels assume their buffers do not alias, and some re-read an input after writing
+ * an output): -EINVAL naming both (index and declared name), nothing launched. Inputs may
+ * overlap. */
 KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const *outputs,
                               void *workspace, void *stream, ktune_error *err);
 

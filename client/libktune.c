@@ -53,6 +53,8 @@ static const struct {
     {ERANGE, "ERANGE"},
     {ENAMETOOLONG, "ENAMETOOLONG"},
     {EMFILE, "EMFILE"},
+    {ENOBUFS, "ENOBUFS"},
+    {EUSERS, "EUSERS"},
 };
 
 const char *ktune_errno_name(int neg_errno)
@@ -109,6 +111,7 @@ int ktune_graph_wrap(ops_graph *og, const char *what, ktune_graph **out, ktune_e
     ops_diag d = {0};
     int rc = 0;
     int *in_rank = NULL, *out_rank = NULL;
+    char *seen = NULL;
     const char *pre = what ? what : "", *sep = what ? ": " : "";
     *out = NULL;
     ktune_graph *g = calloc(1, sizeof(*g));
@@ -145,21 +148,24 @@ int ktune_graph_wrap(ops_graph *og, const char *what, ktune_graph **out, ktune_e
         rc = ktune_err_from(err, rc, "%s%s%s", pre, sep, d.msg);
         goto fail;
     }
-    for (int t = 0, i = 0; t < og->n_tensors; t++) {
-        if (og->tensors[t].producer >= 0)
-            continue;
-        if (in_rank[i] < 0 || in_rank[i] >= g->n_in || g->in_names[in_rank[i]])
+    /* The canonical order must be a permutation (ktune_lookup maps the caller's declared order
+     * onto it); the names are kept in declared order, the one callers see. */
+    if (!(seen = calloc((size_t)(g->n_in + g->n_out) + 1, 1)))
+        goto oom;
+    for (int i = 0; i < g->n_in + g->n_out; i++) {
+        int r = i < g->n_in ? in_rank[i] : out_rank[i - g->n_in];
+        int n = i < g->n_in ? g->n_in : g->n_out, base = i < g->n_in ? 0 : g->n_in;
+        if (r < 0 || r >= n || seen[base + r])
             goto not_perm;
-        if (!(g->in_names[in_rank[i]] = kt_strdup(og->tensors[t].name)))
-            goto oom;
-        i++;
+        seen[base + r] = 1;
     }
-    for (int j = 0; j < g->n_out; j++) {
-        if (out_rank[j] < 0 || out_rank[j] >= g->n_out || g->out_names[out_rank[j]])
-            goto not_perm;
-        if (!(g->out_names[out_rank[j]] = kt_strdup(og->tensors[og->outputs[j]].name)))
+    for (int t = 0, i = 0; t < og->n_tensors; t++)
+        if (og->tensors[t].producer < 0 && !(g->in_names[i++] = kt_strdup(og->tensors[t].name)))
             goto oom;
-    }
+    for (int j = 0; j < g->n_out; j++)
+        if (!(g->out_names[j] = kt_strdup(og->tensors[og->outputs[j]].name)))
+            goto oom;
+    free(seen);
     free(in_rank);
     free(out_rank);
     *out = g;
@@ -173,6 +179,7 @@ not_perm: /* e.g. one tensor declared as an output twice */
 oom:
     rc = ktune_err_from(err, -ENOMEM, "%s%sout of memory", pre, sep);
 fail:
+    free(seen);
     free(in_rank);
     free(out_rank);
     ktune_graph_free(g);

@@ -14,7 +14,7 @@ struct ktune_graph {
     uint8_t decl[OPS_SIG_BYTES]; /* SHA-256 of the graph as declared (canonical JSON, names and
                                     order included): the runtime's memo tells graphs apart by it */
     int n_in, n_out;
-    char **in_names, **out_names; /* canonical order */
+    char **in_names, **out_names; /* declared order (what callers pass tensors in) */
 };
 
 /* Fills e (may be NULL) with rc and the formatted one-line message and returns rc. */

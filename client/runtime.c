@@ -74,7 +74,11 @@ struct ktune_kernel {
     cache_record rec;
     ktune_match match;
     int n_in, n_out;
-    uint64_t *io_bytes; /* bytes of each input, then each output, canonical order */
+    /* Callers pass tensors in the graph's declared order, records index them by canonical rank
+     * (docs/formats.md): mapped once here, at lookup, from the caller's bound graph. */
+    int *io_of_rank;    /* the declared index of the input, then the output, of each rank */
+    uint64_t *io_bytes; /* bytes of each input, then each output, declared order */
+    char **io_names;    /* declared names, inputs then outputs: what launch errors say */
     bool library;
 #if KTUNE_HAVE_NVRTC
     CUmodule mod;
@@ -489,15 +493,18 @@ static bool ranges_overlap(uintptr_t a, uint64_t la, uintptr_t b, uint64_t lb)
     return a <= b ? (uint64_t)(b - a) < la : (uint64_t)(a - b) < lb;
 }
 
-/* what_a/what_b: "input", "output"; index -1: the workspace */
-static int alias_fail(kt_err *why, const char *what_a, int ia, const void *a, uint64_t la,
-                      const char *what_b, int ib, const void *b, uint64_t lb)
+/* what_a/what_b: "input", "output"; index -1: the workspace; name NULL: none */
+static int alias_fail(kt_err *why, const char *what_a, int ia, const char *name_a, const void *a,
+                      uint64_t la, const char *what_b, int ib, const char *name_b, const void *b,
+                      uint64_t lb)
 {
-    char na[24] = "the workspace", nb[24] = "the workspace";
+    char na[96] = "the workspace", nb[96] = "the workspace";
     if (ia >= 0)
-        snprintf(na, sizeof(na), "%s %d", what_a, ia);
+        snprintf(na, sizeof(na), "%s %d%s%.60s%s", what_a, ia, name_a ? " '" : "",
+                 name_a ? name_a : "", name_a ? "'" : "");
     if (ib >= 0)
-        snprintf(nb, sizeof(nb), "%s %d", what_b, ib);
+        snprintf(nb, sizeof(nb), "%s %d%s%.60s%s", what_b, ib, name_b ? " '" : "",
+                 name_b ? name_b : "", name_b ? "'" : "");
     return kt_err_set(why, -EINVAL,
                       "%s (%p, %" PRIu64 " bytes) overlaps %s (%p, %" PRIu64
                       " bytes): kernels assume their buffers do not alias; pass separate ones",
@@ -506,27 +513,33 @@ static int alias_fail(kt_err *why, const char *what_a, int ia, const void *a, ui
 
 int ktune_rt_check_aliasing(void *const *in, const uint64_t *in_bytes, int n_in, void *const *out,
                             const uint64_t *out_bytes, int n_out, const void *ws, uint64_t ws_bytes,
-                            kt_err *why)
+                            const char *const *names, kt_err *why)
 {
     uintptr_t w = (uintptr_t)ws;
     if (!ws)
         ws_bytes = 0;
+#define IN_NAME(i)  (names ? names[i] : NULL)
+#define OUT_NAME(j) (names ? names[n_in + (j)] : NULL)
     for (int j = 0; j < n_out; j++) {
         uintptr_t o = (uintptr_t)out[j];
         for (int i = 0; i < n_in; i++)
             if (ranges_overlap(o, out_bytes[j], (uintptr_t)in[i], in_bytes[i]))
-                return alias_fail(why, "output", j, out[j], out_bytes[j], "input", i, in[i],
-                                  in_bytes[i]);
+                return alias_fail(why, "output", j, OUT_NAME(j), out[j], out_bytes[j], "input", i,
+                                  IN_NAME(i), in[i], in_bytes[i]);
         for (int i = 0; i < j; i++)
             if (ranges_overlap(o, out_bytes[j], (uintptr_t)out[i], out_bytes[i]))
-                return alias_fail(why, "output", j, out[j], out_bytes[j], "output", i, out[i],
-                                  out_bytes[i]);
+                return alias_fail(why, "output", j, OUT_NAME(j), out[j], out_bytes[j], "output", i,
+                                  OUT_NAME(i), out[i], out_bytes[i]);
         if (ranges_overlap(o, out_bytes[j], w, ws_bytes))
-            return alias_fail(why, "output", j, out[j], out_bytes[j], "", -1, ws, ws_bytes);
+            return alias_fail(why, "output", j, OUT_NAME(j), out[j], out_bytes[j], "", -1, NULL, ws,
+                              ws_bytes);
     }
     for (int i = 0; i < n_in; i++)
         if (ranges_overlap((uintptr_t)in[i], in_bytes[i], w, ws_bytes))
-            return alias_fail(why, "", -1, ws, ws_bytes, "input", i, in[i], in_bytes[i]);
+            return alias_fail(why, "", -1, NULL, ws, ws_bytes, "input", i, IN_NAME(i), in[i],
+                              in_bytes[i]);
+#undef IN_NAME
+#undef OUT_NAME
     return 0;
 }
 
@@ -705,31 +718,73 @@ static bool tensor_bytes(const ops_tensor *x, uint64_t *bytes)
                                    (uint64_t)ops_dtype_size(x->dtype), bytes);
 }
 
-/* k->io_bytes from the bound graph: what ktune_launch checks the caller's buffers with. */
-static int io_sizes(ktune_kernel *k, const ops_graph *bound, ktune_error *err)
+int ktune_rt_io_map(const ops_graph *bound, int *in_of_rank, int *out_of_rank, kt_err *why)
 {
-    int *rank = malloc(sizeof(int) * (size_t)(k->n_in + k->n_out));
-    k->io_bytes = calloc((size_t)(k->n_in + k->n_out), sizeof(uint64_t));
-    if (!rank || !k->io_bytes) {
-        free(rank);
-        return rt_fail(err, -ENOMEM, "out of memory");
-    }
+    int n_in = 0;
+    for (int t = 0; t < bound->n_tensors; t++)
+        n_in += bound->tensors[t].producer < 0;
+    int n_out = bound->n_outputs;
+    int *rank = malloc(sizeof(int) * (size_t)(n_in + n_out + 1));
+    if (!rank)
+        return kt_err_set(why, -ENOMEM, "out of memory");
+    for (int r = 0; r < n_in; r++)
+        in_of_rank[r] = -1;
+    for (int r = 0; r < n_out; r++)
+        out_of_rank[r] = -1;
     ops_diag d = {0};
-    int rc = ops_graph_canonical_io(bound, rank, rank + k->n_in, &d);
-    if (rc < 0)
-        rc = rt_fail(err, rc, "graph '%s': %s", bound->name ? bound->name : "?", d.msg);
-    for (int t = 0, i = 0; t < bound->n_tensors && rc == 0; t++) {
-        const ops_tensor *x = &bound->tensors[t];
-        if (x->producer < 0 && !tensor_bytes(x, &k->io_bytes[rank[i++]]))
-            rc = rt_fail(err, -EOVERFLOW, "input '%s' has too many bytes", x->name);
+    int rc = ops_graph_canonical_io(bound, rank, rank + n_in, &d);
+    if (rc < 0) {
+        rc = kt_err_set(why, rc, "graph '%s': %s", bound->name ? bound->name : "?", d.msg);
+        goto out;
     }
-    for (int j = 0; j < bound->n_outputs && rc == 0; j++) {
-        const ops_tensor *x = &bound->tensors[bound->outputs[j]];
-        if (!tensor_bytes(x, &k->io_bytes[k->n_in + rank[k->n_in + j]]))
-            rc = rt_fail(err, -EOVERFLOW, "output '%s' has too many bytes", x->name);
+    /* a permutation, or the graph lists a tensor twice: nothing a launch could follow */
+    for (int i = 0; i < n_in + n_out && rc == 0; i++) {
+        bool in = i < n_in;
+        int r = rank[i], *of_rank = in ? in_of_rank : out_of_rank;
+        if (r < 0 || r >= (in ? n_in : n_out) || of_rank[r] >= 0)
+            rc = kt_err_set(why, -EINVAL,
+                            "graph '%s': no canonical order of its inputs and outputs (is a "
+                            "tensor listed twice?)",
+                            bound->name ? bound->name : "?");
+        else
+            of_rank[r] = in ? i : i - n_in;
     }
+out:
     free(rank);
     return rc;
+}
+
+/* k's declared<->canonical map, buffer sizes and names from the caller's bound graph: what
+ * ktune_launch maps and checks the caller's buffers with. */
+static int io_map(ktune_kernel *k, const ops_graph *bound, ktune_error *err)
+{
+    size_t n = (size_t)(k->n_in + k->n_out);
+    k->io_of_rank = calloc(n + 1, sizeof(int));
+    k->io_bytes = calloc(n + 1, sizeof(uint64_t));
+    k->io_names = calloc(n + 1, sizeof(char *));
+    if (!k->io_of_rank || !k->io_bytes || !k->io_names)
+        return rt_fail(err, -ENOMEM, "out of memory");
+    kt_err e = {0};
+    int rc = ktune_rt_io_map(bound, k->io_of_rank, k->io_of_rank + k->n_in, &e);
+    if (rc < 0)
+        return rt_fail(err, rc, "%s", e.msg);
+    for (int t = 0, i = 0; t < bound->n_tensors; t++) {
+        const ops_tensor *x = &bound->tensors[t];
+        if (x->producer >= 0)
+            continue;
+        if (!tensor_bytes(x, &k->io_bytes[i]))
+            return rt_fail(err, -EOVERFLOW, "input '%s' has too many bytes", x->name);
+        if (!(k->io_names[i++] = kt_strdup(x->name)))
+            return rt_fail(err, -ENOMEM, "out of memory");
+    }
+    for (int j = 0; j < bound->n_outputs; j++) {
+        const ops_tensor *x = &bound->tensors[bound->outputs[j]];
+        if (!tensor_bytes(x, &k->io_bytes[k->n_in + j]))
+            return rt_fail(err, -EOVERFLOW, "output '%s' has too many bytes", x->name);
+        if (!(k->io_names[k->n_in + j] = kt_strdup(x->name)))
+            return rt_fail(err, -ENOMEM, "out of memory");
+    }
+    return 0;
 }
 
 /* The cold path's reading half: binds g (checks the shapes), then the exact key, then a
@@ -825,7 +880,7 @@ static int resolve_cold(ktune_runtime *rt, const ops_graph *g, const cache_key *
     goto out;
 found:
     k->library = k->rec.family && strcmp(k->rec.family, RT_LIBRARY) == 0;
-    if ((rc = io_sizes(k, bound, err)) < 0)
+    if ((rc = io_map(k, bound, err)) < 0)
         goto out;
     if (bound_out) {
         *bound_out = bound;
@@ -869,7 +924,11 @@ static void kernel_free(ktune_kernel *k)
     free(k->fn);
     pthread_mutex_destroy(&k->plan_lock);
 #endif
+    for (int i = 0; k->io_names && i < k->n_in + k->n_out; i++)
+        free(k->io_names[i]);
+    free(k->io_names);
     free(k->io_bytes);
+    free(k->io_of_rank);
     cache_record_free(&k->rec);
     free(k);
 }
@@ -1557,7 +1616,8 @@ KTUNE_EXPORT uint64_t ktune_kernel_workspace_size(const ktune_kernel *k)
 }
 
 /* Records ask for no layout yet (a record that does is refused at lookup), so no input is ever
- * packed: the tensor is passed as it is. */
+ * packed: the tensor is passed as it is. `input` is a declared index; a record's layouts name
+ * canonical ones, so supporting them means mapping through io_of_rank here. */
 KTUNE_EXPORT uint64_t ktune_prepack_size(const ktune_kernel *k, int input)
 {
     (void)k;
@@ -1582,40 +1642,51 @@ KTUNE_EXPORT int ktune_prepack(ktune_kernel *k, int input, const void *src, void
                    input);
 }
 
-#if KTUNE_HAVE_NVRTC
-typedef union rt_param {
-    uint64_t ptr;
-    int32_t i32;
-    int64_t i64;
-    float f32;
-    double f64;
-} rt_param;
-
-static CUdeviceptr arg_pointer(const cache_arg *a, void *const *inputs, void *const *outputs,
-                               void *workspace)
+/* The one place a caller's buffer becomes a record's argument: the record names input and
+ * output ranks, the caller's arrays are in declared order. */
+static uint64_t arg_pointer(const ktune_kernel *k, const cache_arg *a, void *const *inputs,
+                            void *const *outputs, void *workspace)
 {
     switch (a->kind) {
     case CACHE_ARG_INPUT:
-        return (CUdeviceptr)(uintptr_t)inputs[a->index];
+        return (uint64_t)(uintptr_t)inputs[k->io_of_rank[a->index]];
     case CACHE_ARG_OUTPUT:
-        return (CUdeviceptr)(uintptr_t)outputs[a->index];
+        return (uint64_t)(uintptr_t)outputs[k->io_of_rank[k->n_in + a->index]];
     case CACHE_ARG_WORKSPACE:
-        return (CUdeviceptr)(uintptr_t)workspace + a->offset;
+        return (uint64_t)(uintptr_t)workspace + a->offset;
     default:
         return 0;
     }
 }
 
+void ktune_rt_launch_params(const ktune_kernel *k, int launch, void *const *inputs,
+                            void *const *outputs, void *workspace, ktune_rt_param *val)
+{
+    const cache_kernel *kk = &k->rec.kernels[launch];
+    for (int j = 0; j < kk->n_args; j++) {
+        const cache_arg *a = &kk->args[j];
+        if (a->kind != CACHE_ARG_SCALAR)
+            val[j].ptr = arg_pointer(k, a, inputs, outputs, workspace);
+        else if (a->scalar == CACHE_SCALAR_I32)
+            val[j].i32 = (int32_t)a->ival;
+        else if (a->scalar == CACHE_SCALAR_I64)
+            val[j].i64 = a->ival;
+        else if (a->scalar == CACHE_SCALAR_F32)
+            val[j].f32 = (float)a->fval;
+        else
+            val[j].f64 = a->fval;
+    }
+}
+
+#if KTUNE_HAVE_NVRTC
 static int launch_library(ktune_runtime *rt, ktune_kernel *k, void *const *inputs,
                           void *const *outputs, void *workspace, CUstream stream, ktune_error *err)
 {
-    const cache_kernel *kk = &k->rec.kernels[0];
-    CUdeviceptr p[4] = {0};
-    for (int j = 0; j < kk->n_args; j++)
-        p[j] = arg_pointer(&kk->args[j], inputs, outputs, workspace);
+    ktune_rt_param v[4] = {{0}}; /* 3 or 4 pointers (check_record) */
+    ktune_rt_launch_params(k, 0, inputs, outputs, workspace, v);
     kt_err e = {0};
     pthread_mutex_lock(&k->plan_lock);
-    int rc = srch_lt_run_on(k->plan, stream, p[0], p[1], p[2], p[3],
+    int rc = srch_lt_run_on(k->plan, stream, v[0].ptr, v[1].ptr, v[2].ptr, v[3].ptr,
                             (CUdeviceptr)(uintptr_t)workspace, &e);
     pthread_mutex_unlock(&k->plan_lock);
     (void)rt;
@@ -1633,10 +1704,14 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
                        k->n_in && !inputs ? "the inputs" : "the outputs");
     for (int i = 0; i < k->n_in; i++)
         if (!inputs[i])
-            return rt_fail(err, -EINVAL, "ktune_launch: input %d is NULL", i);
+            return rt_fail(err, -EINVAL,
+                           "ktune_launch: input %d '%s' is NULL (inputs go in the graph's declared "
+                           "order)",
+                           i, k->io_names[i]);
     for (int i = 0; i < k->n_out; i++)
         if (!outputs[i])
-            return rt_fail(err, -EINVAL, "ktune_launch: output %d is NULL", i);
+            return rt_fail(err, -EINVAL, "ktune_launch: output %d '%s' is NULL", i,
+                           k->io_names[k->n_in + i]);
     if (k->rec.workspace_bytes && !workspace)
         return rt_fail(err, -EINVAL,
                        "ktune_launch: the kernel needs %" PRIu64
@@ -1644,7 +1719,8 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
                        k->rec.workspace_bytes);
     kt_err why; /* filled only on failure: this is the per-call hot path */
     if (ktune_rt_check_aliasing(inputs, k->io_bytes, k->n_in, outputs, k->io_bytes + k->n_in,
-                                k->n_out, workspace, k->rec.workspace_bytes, &why) < 0)
+                                k->n_out, workspace, k->rec.workspace_bytes,
+                                (const char *const *)k->io_names, &why) < 0)
         return rt_fail(err, -EINVAL, "ktune_launch: %s", why.msg);
     if (!k->ctx)
         return rt_fail(err, -ENODEV,
@@ -1666,7 +1742,7 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
         rc = launch_library(rt, k, inputs, outputs, workspace, s, err);
         goto out;
     }
-    rt_param val[CACHE_MAX_ARGS];
+    ktune_rt_param val[CACHE_MAX_ARGS];
     void *params[CACHE_MAX_ARGS];
     for (int i = 0; i < r->n_kernels && rc == 0; i++) {
         const cache_kernel *kk = &r->kernels[i];
@@ -1681,20 +1757,9 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
                 break;
             }
         }
-        for (int j = 0; j < kk->n_args; j++) {
-            const cache_arg *a = &kk->args[j];
-            if (a->kind != CACHE_ARG_SCALAR)
-                val[j].ptr = (uint64_t)arg_pointer(a, inputs, outputs, workspace);
-            else if (a->scalar == CACHE_SCALAR_I32)
-                val[j].i32 = (int32_t)a->ival;
-            else if (a->scalar == CACHE_SCALAR_I64)
-                val[j].i64 = a->ival;
-            else if (a->scalar == CACHE_SCALAR_F32)
-                val[j].f32 = (float)a->fval;
-            else
-                val[j].f64 = a->fval;
+        ktune_rt_launch_params(k, i, inputs, outputs, workspace, val);
+        for (int j = 0; j < kk->n_args; j++)
             params[j] = &val[j];
-        }
         CUresult cr = cu->p_cuLaunchKernel(k->fn[i], kk->grid[0], kk->grid[1], kk->grid[2],
                                            kk->block[0], kk->block[1], kk->block[2], kk->smem_bytes,
                                            s, kk->n_args ? params : NULL, NULL);

@@ -72,12 +72,37 @@ int ktune_rt_check_cubin(const uint8_t *img, size_t len, kt_err *why);
  * scalars their C type's size. 0 or -EBADMSG naming the kernel and the parameter. */
 int ktune_rt_check_params(const cache_kernel *k, const size_t *sizes, int n_params, kt_err *why);
 
+/* ---- the caller's order and the record's ---- */
+
+/* A caller passes inputs and outputs in the graph's declared order (inputs: the tensors without a
+ * producer, in tensor order; outputs as listed); a record's arguments name them by canonical rank
+ * (docs/formats.md, "The problem digest"), which depends on the bound sizes. From the caller's
+ * bound graph: in_of_rank[r] is the declared index of the input of rank r, out_of_rank[r] that
+ * of the output of rank r (arrays of as many entries as the graph has inputs, outputs). 0,
+ * -EINVAL (no permutation: a tensor listed twice) or -ENOMEM. Computed once per kernel, at
+ * lookup. */
+int ktune_rt_io_map(const ops_graph *bound, int *in_of_rank, int *out_of_rank, kt_err *why);
+
+/* One kernel argument as cuLaunchKernel reads it (a pointer to each). */
+typedef union ktune_rt_param {
+    uint64_t ptr;
+    int32_t i32;
+    int64_t i64;
+    float f32;
+    double f64;
+} ktune_rt_param;
+/* The arguments of launch `launch` of k (val[rec.kernels[launch].n_args]) for buffers in declared
+ * order, mapped through k's ranks: exactly what ktune_launch passes. No check, no GPU: the
+ * caller checked the pointers (ktune_launch does). */
+void ktune_rt_launch_params(const ktune_kernel *k, int launch, void *const *inputs,
+                            void *const *outputs, void *workspace, ktune_rt_param *val);
+
 /* Refuses a launch whose written buffers alias: an output overlapping any input or another
  * output, or the workspace (ws_bytes at ws, 0: none) overlapping any input or output. Kernels
  * declare their pointers __restrict__ and some re-read an input after writing an output, so no
  * overlap is safe, not even an identical pointer (in place); inputs may overlap each other (they
  * are only read). in[i] holds in_bytes[i] bytes, out[j] out_bytes[j]. 0 or -EINVAL naming both
- * slots. */
+ * slots (by index, and by name when names, n_in + n_out of them, inputs first, is given). */
 int ktune_rt_check_aliasing(void *const *in, const uint64_t *in_bytes, int n_in, void *const *out,
                             const uint64_t *out_bytes, int n_out, const void *ws, uint64_t ws_bytes,
-                            kt_err *why);
+                            const char *const *names, kt_err *why);

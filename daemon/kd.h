@@ -2,7 +2,7 @@
  * files share. Everything here runs on the loop thread unless a comment says otherwise; the only
  * other threads are the GPU threads (gpu.c), which touch nothing of this but their kd_gpu's
  * thread-side fields and the event queue, and libuv's workers preparing large requests (prep.c),
- * which touch only their own copy of the request.
+ * which read the request's bytes and touch only their own work item.
  *
  * Files: main.c (start-up, shutdown), config.c, frame.c (framing), server.c (socket,
  * connections, reading and writing), prep.c (large requests decoded and prepared off the loop),
@@ -52,21 +52,31 @@ struct kd_conn {
     uint8_t *rx; /* bytes read and not yet consumed: the current message starts at rx + rx_off */
     size_t rx_off, rx_len, rx_cap;
     kd_scan scan;
-    size_t queued; /* reply bytes given to uv_write and not yet written */
-    int n_watches; /* watches registered by this connection (jobs.c) */
-    bool closing;  /* no more reading or replying */
-    bool reading;  /* uv_read_start is in effect */
-    bool blocked;  /* queued went over KD_QUEUED_HIGH: no reading or handling until it falls
-                    * under KD_QUEUED_LOW (a client that does not read its replies) */
-    bool ready;    /* in the daemon's ready list: complete requests may wait in rx */
-    bool busy;     /* a request of it is handled off the loop (prep.c): no reading or handling
-                    * until its reply is sent, so replies keep their order */
-    bool released; /* the handle closed while busy: the work's end frees it */
+    size_t queued;      /* reply bytes given to uv_write and not yet written */
+    uint64_t active_ms; /* uv_now() of the last byte read or reply written (idle-timeout) */
+    int n_watches;      /* watches registered by this connection (jobs.c) */
+    bool closing;       /* no more reading or replying */
+    bool reading;       /* uv_read_start is in effect */
+    bool blocked;       /* queued went over KD_QUEUED_HIGH: no reading or handling until it falls
+                         * under KD_QUEUED_LOW (a client that does not read its replies) */
+    bool ready;         /* in the daemon's ready list: complete requests may wait in rx */
+    bool starved;       /* rx could not grow within max-buffered: the ENOBUFS reply, then close */
+    bool busy;          /* a request of it is handled off the loop (prep.c): no reading or
+                         * handling until its reply is sent, so replies keep their order; the
+                         * worker reads the request in rx, so rx is not grown, moved or freed */
+    bool released;      /* the handle closed while busy: the work's end frees it */
     kd_conn *prev, *next;
     kd_conn *ready_prev, *ready_next;
 };
 
-/* Fairness and backpressure (server.c). A connection's requests are handled at most KD_BURST at a
+/* Memory (server.c): d->buffered counts every connection's request buffer (allocated) and
+ * queued replies. A request buffer grows past its first READ_CHUNK only while the total stays
+ * within max-buffered; otherwise the request gets an ENOBUFS reply and the connection is closed.
+ * A reply that would take a connection's queue past its share (max-buffered over the live
+ * connections, at least KD_MAX_REQUEST) while the total is over max-buffered closes the
+ * connection. So the total stays under max-buffered plus a first READ_CHUNK per connection.
+ *
+ * Fairness and backpressure (server.c). A connection's requests are handled at most KD_BURST at a
  * time, and no more once a turn has spent KD_TURN_NS (a turn handles one request at least): the
  * rest wait in its buffer, with reading stopped, for its next turn (an idle handle gives every
  * connection with waiting requests a turn per loop iteration, between polls), so a client
@@ -90,6 +100,8 @@ int kd_conn_send(kd_conn *c, msgpack_sbuffer *sb);
 void kd_conn_close(kd_conn *c, const char *why);
 /* Closes every connection (shutdown). */
 void kd_server_close_all(kd_daemon *d);
+/* Every KD_TICK_S: closes the connections idle for idle-timeout. */
+void kd_server_tick(kd_daemon *d);
 /* The off-loop work of c's request is over (prep.c): c is no longer busy. False when its handle
  * closed meanwhile: c is freed now and must not be touched. */
 bool kd_conn_work_done(kd_conn *c);
@@ -131,7 +143,7 @@ void kd_prep_free(kd_prep *p);
 
 /* Called by server.c with a complete request of len bytes at msg, before decoding it: when the
  * request is a submit or lookup whose graph is not small, or any request over
- * KD_PREP_INLINE_BYTES, takes a copy, decodes and prepares it on a libuv worker thread, and
+ * KD_PREP_INLINE_BYTES, decodes and prepares it (in place) on a libuv worker thread, and
  * dispatches it on the loop when that is done; c is busy (kd_conn.busy) meanwhile. True when
  * taken (the caller consumes the bytes); false: handle it now (also when out of memory). */
 bool kd_prep_offload(kd_conn *c, const uint8_t *msg, size_t len);
@@ -415,6 +427,7 @@ struct kd_daemon {
     char gpu_note[256]; /* why there is no GPU at all */
     kd_conn *conns;
     int n_conns;
+    size_t buffered; /* bytes of every connection's rx buffer and queued replies (max-buffered) */
     kd_conn *ready_head, *ready_tail; /* connections waiting for a turn, in turn order */
     uv_idle_t pump;                   /* running while ready_head: gives the turns */
     uint64_t conn_serial, requests, rejected;

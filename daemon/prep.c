@@ -1,15 +1,17 @@
 /* Requests handled off the loop (kd.h, kd_prep_offload): a submit or lookup costs what its graph
  * does (parsing, validation, the signature's tie-breaking search, binding, the problem digest),
  * which the loop cannot spend while other clients wait. Such a request, and any request large
- * enough that decoding it is work, is copied, decoded and prepared (kd_prep_run) on a libuv
- * worker thread; its dispatch, the cache read or the job, and the reply stay on the loop, in the
- * after-work callback. The connection is busy meanwhile: nothing more of it is read or handled
- * until that reply is sent, so replies keep their order (server.c).
+ * enough that decoding it is work, is decoded and prepared (kd_prep_run) on a libuv worker
+ * thread, from its bytes where they lie in the connection's buffer (counted in max-buffered
+ * there: the buffer is neither read into, moved nor freed while the connection is busy). Its
+ * dispatch, the cache read or the job, and the reply stay on the loop, in the after-work
+ * callback. The connection is busy meanwhile: nothing more of it is read or handled until that
+ * reply is sent, so replies keep their order (server.c).
  *
- * Threads: prep_work runs on a libuv worker and touches only its kd_work (the copy of the bytes,
- * its own msgpack zone and kd_prep, the tolerance factor copied from the config); everything
- * else, kd_conn included, is touched on the loop only. A connection closed meanwhile is kept
- * until prep_done (kd_conn_work_done). */
+ * Threads: prep_work runs on a libuv worker and touches only its kd_work (the request's bytes,
+ * read only; its own msgpack zone and kd_prep; the tolerance factor copied from the config);
+ * everything else, kd_conn included, is touched on the loop only. A connection closed meanwhile
+ * is kept until prep_done (kd_conn_work_done). */
 #include "kd.h"
 
 #include <stdlib.h>
@@ -24,7 +26,7 @@
 typedef struct kd_work {
     uv_work_t req; /* req.data = this */
     kd_conn *c;
-    uint8_t *bytes; /* the request, copied */
+    const uint8_t *bytes; /* the request, in c->rx: left alone while c is busy (kd.h) */
     size_t len;
     const char *op; /* "submit", "lookup", or NULL: decode only */
     double max_factor;
@@ -51,7 +53,6 @@ static void work_free(kd_work *w)
 {
     kd_prep_free(&w->prep);
     msgpack_unpacked_destroy(&w->up);
-    free(w->bytes);
     free(w);
 }
 
@@ -93,16 +94,11 @@ bool kd_prep_offload(kd_conn *c, const uint8_t *msg, size_t len)
     if (len <= KD_PREP_INLINE_BYTES && (!op || (tensors >= 0 && tensors <= KD_PREP_INLINE_TENSORS)))
         return false;
     kd_work *w = calloc(1, sizeof(*w));
-    uint8_t *bytes = malloc(len);
-    if (!w || !bytes) {
-        free(w);
-        free(bytes);
+    if (!w)
         return false; /* handled now: slower, not wrong */
-    }
-    memcpy(bytes, msg, len);
     w->req.data = w;
     w->c = c;
-    w->bytes = bytes;
+    w->bytes = msg;
     w->len = len;
     w->op = op;
     w->max_factor = c->d->cfg->tolerance_max_factor;

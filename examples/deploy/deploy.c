@@ -8,7 +8,8 @@
  * (for examples/gemm_bias_relu.json, the default) compares it with Y = relu(A W + bias)
  * computed on the CPU. Prints the match type, the kernel's time and the largest error.
  * With --io DIR the inputs come from DIR/in<i>.bin and the outputs go to DIR/out<i>.bin (raw
- * elements of the graph's dtypes, row-major, i in canonical order): bench/deploy_c_check.py
+ * elements of the graph's dtypes, row-major, i in the graph's declared order, the order
+ * ktune_graph_describe lists and ktune_launch takes them in): bench/deploy_check.py --deploy
  * writes PyTorch's inputs there and compares the outputs with PyTorch.
  * The program's own buffers come from the CUDA runtime (libcudart); libktune needs none: it loads
  * the driver itself and launches into the context the CUDA runtime made current. */

@@ -12,7 +12,10 @@
  *   5. what the runtime refuses before the driver sees it: the split-K record of 2. with one
  *      argument more than its kernel's parameters (cuFuncGetParamInfo), and with its cubin one
  *      byte short, each refused by ktune_lookup (-EBADMSG); and a launch whose output buffer
- *      overlaps an input or the workspace, refused by ktune_launch (-EINVAL).
+ *      overlaps an input or the workspace, refused by ktune_launch (-EINVAL), naming both;
+ *   6. declared order (issue 17): out = sub(b, a) over two same-shaped inputs declared (a, b),
+ *      whose canonical order is (b, a), tuned, then launched with buffers in declared order and
+ *      compared with the reference (b - a). Every launch here passes buffers in declared order.
  * The worker is $KTUNE_WORKER (else the supervisor's lookup). Exit: 0 passed, 1 failed, 77 no
  * GPU (skipped). */
 #include "search/compile.h"
@@ -33,7 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SKIP 77
+#define SKIP   77
+#define SUB_BA "tests/gpu/sub_ba.json" /* out = sub(b, a), declared (a, b) */
 
 static int failures;
 static char tmp_root[256];
@@ -58,10 +62,11 @@ static double rng_uniform(void)
     return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
 
+/* examples/<file>, or <file> under the source root when it names a directory */
 static const char *example(const char *file, char *buf, size_t cap)
 {
     const char *root = getenv("KTUNE_SOURCE_ROOT");
-    snprintf(buf, cap, "%s/examples/%s", root ? root : ".", file);
+    snprintf(buf, cap, "%s/%s%s", root ? root : ".", strchr(file, '/') ? "" : "examples/", file);
     return buf;
 }
 
@@ -384,11 +389,8 @@ static ktune_kernel *run_one(ktune_runtime *rt, const char *file, const char *sh
         CHECK(0, "bind: %s", d.msg);
         goto out;
     }
-    int in_rank[8] = {0}, out_rank[4] = {0};
-    if (ops_graph_canonical_io(bound, in_rank, out_rank, &d) < 0) {
-        CHECK(0, "canonical io: %s", d.msg);
-        goto out;
-    }
+    /* buffers in the graph's declared order (ktune.h): tensor order for inputs, the listed
+     * order for outputs; the reference takes them so too */
     rng_state = 0x1234567ull;
     for (int t = 0; t < bound->n_tensors && bound->tensors[t].producer < 0; t++, n_in++) {
         const ops_tensor *x = &bound->tensors[t];
@@ -406,7 +408,7 @@ static ktune_kernel *run_one(ktune_runtime *rt, const char *file, const char *sh
             CHECK(0, "input upload");
             goto out;
         }
-        in_ptr[in_rank[t]] = (void *)(uintptr_t)din[t];
+        in_ptr[t] = (void *)(uintptr_t)din[t];
     }
     for (int j = 0; j < bound->n_outputs; j++) {
         const ops_tensor *x = &bound->tensors[bound->outputs[j]];
@@ -419,7 +421,7 @@ static ktune_kernel *run_one(ktune_runtime *rt, const char *file, const char *sh
             CHECK(0, "output alloc");
             goto out;
         }
-        out_ptr[out_rank[j]] = (void *)(uintptr_t)dout[j];
+        out_ptr[j] = (void *)(uintptr_t)dout[j];
     }
     if (ops_ref_run(bound, (const double *const *)in, ref, &d) < 0) {
         CHECK(0, "reference: %s", d.msg);
@@ -499,6 +501,32 @@ out:
     return k;
 }
 
+/* ---- 6. declared order, where the canonical one differs ---- */
+
+/* out = sub(b, a), a and b of one shape and dtype, declared (a, b): ktune's canonical order is
+ * (b, a), so a launch following it with buffers in declared order would compute a - b without
+ * any error. run_one passes the buffers in declared order and compares with the fp64 reference
+ * of the graph as declared: b - a. */
+static void expect_declared_order(ktune_runtime *rt)
+{
+    char path[1024];
+    ops_graph *g = NULL, *bound = NULL;
+    ops_diag d = {0};
+    ops_binding b = {"M", 200};
+    int in_rank[2] = {0, 0};
+    if (ops_graph_from_json_file(example(SUB_BA, path, sizeof(path)), &g, &d) < 0 ||
+        ops_graph_validate(g, &d) < 0 || ops_graph_bind(g, &b, 1, &bound, &d) < 0 ||
+        ops_graph_canonical_io(bound, in_rank, NULL, &d) < 0)
+        CHECK(0, "%s: %s", SUB_BA, d.msg);
+    else
+        CHECK(in_rank[0] == 1 && in_rank[1] == 0,
+              "%s: canonical ranks of (a, b) are (%d, %d): the test needs them swapped", SUB_BA,
+              in_rank[0], in_rank[1]);
+    ops_graph_free(bound);
+    ops_graph_free(g);
+    run_one(rt, SUB_BA, "M=200", KTUNE_MATCH_EXACT, NULL, 2);
+}
+
 /* ---- 5. what the runtime refuses before the driver sees it ---- */
 
 /* A record damaged by make_record is refused by ktune_lookup when it loads it, with -EBADMSG
@@ -542,14 +570,12 @@ static void expect_aliasing_refused(ktune_runtime *rt)
     void *in_ptr[8] = {0}, *out_ptr[4] = {0};
     ops_binding b = {"M", 200};
     ktune_shape s[1] = {{"M", 200}};
-    int in_rank[8] = {0}, out_rank[4] = {0};
     if (ktune_graph_load(example("gemm_bias_relu.json", path, sizeof(path)), &kg, &err) < 0 ||
         ktune_lookup(rt, kg, s, 1, NULL, -1, &k, NULL, &err) < 0) {
         CHECK(0, "%s", err.msg);
         goto out;
     }
-    if (ops_graph_bind(kg->g, &b, 1, &bound, &d) < 0 ||
-        ops_graph_canonical_io(bound, in_rank, out_rank, &d) < 0) {
+    if (ops_graph_bind(kg->g, &b, 1, &bound, &d) < 0) {
         CHECK(0, "%s", d.msg);
         goto out;
     }
@@ -570,9 +596,9 @@ static void expect_aliasing_refused(ktune_runtime *rt)
             goto out;
         }
     }
-    for (int i = 0; i < n_in; i++)
-        in_ptr[in_rank[i]] = (void *)(uintptr_t)din[i];
-    out_ptr[out_rank[0]] = (void *)(uintptr_t)dout[0];
+    for (int i = 0; i < n_in; i++) /* declared order: A, W, bias */
+        in_ptr[i] = (void *)(uintptr_t)din[i];
+    out_ptr[0] = (void *)(uintptr_t)dout[0];
     uint64_t wsb = ktune_kernel_workspace_size(k);
     if (wsb && srch_cuda_check(&cu, cu.p_cuMemAlloc(&ws, wsb), "alloc ws", NULL) < 0) {
         CHECK(0, "workspace alloc");
@@ -582,7 +608,8 @@ static void expect_aliasing_refused(ktune_runtime *rt)
     out_ptr[0] = in_ptr[0]; /* in place */
     int rc = ktune_launch(k, in_ptr, out_ptr, wsp, NULL, &err);
     printf("  in place: %d %s\n", rc, err.msg);
-    CHECK(rc == -EINVAL && strstr(err.msg, "output 0 (") && strstr(err.msg, "overlaps input 0 ("),
+    CHECK(rc == -EINVAL && strstr(err.msg, "output 0 'Y' (") &&
+              strstr(err.msg, "overlaps input 0 'A' ("),
           "in place: %d %s", rc, err.msg);
     out_ptr[0] = (char *)in_ptr[0] + 2; /* partly over input 0 */
     rc = ktune_launch(k, in_ptr, out_ptr, wsp, NULL, &err);
@@ -680,6 +707,7 @@ int main(void)
     /* 1-3: the cache */
     tune(w, dir_a, "gemm_bias_relu.json", "M=200", 20);
     tune(w, dir_a, "softmax.json", "M=100,N=1000", 15);
+    tune(w, dir_a, SUB_BA, "M=200", 10);
     srch_worker_stop(w);
     ktune_graph *kg = NULL;
     ktune_error err = {0};
@@ -745,6 +773,7 @@ int main(void)
         CHECK(strstr(info.schedule, "splitk_mode=serial") != NULL, "schedule %s", info.schedule);
     }
     run_one(rt, "gemm_bias_relu.json", "M=72", KTUNE_MATCH_EXACT, "library", 2);
+    expect_declared_order(rt);
     expect_aliasing_refused(rt);
     ktune_runtime_close(rt);
     expect_refused_at_load(dir_arity, "parameters; the record passes");

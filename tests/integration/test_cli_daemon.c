@@ -702,6 +702,40 @@ static int stop_daemon(void **state)
     return 0;
 }
 
+/* Issue 17 item 1: `ktune lookup` says which order a kernel takes its tensors in: the graph's
+ * declared one, as the file lists them. out = sub(b, a) declared (a, b) has the canonical order
+ * (b, a), which no caller sees any more. */
+static void test_lookup_names_declared_order(void **state)
+{
+    (void)state;
+    const char *worker = getenv("KTUNE_FAKE_WORKER");
+    if (!worker)
+        skip();
+    const char *cache = tmp_path("names-cache");
+    json_t *v = tune_local_json(worker, gpu_graph("sub_ba.json"), "M=64", cache, NULL);
+    assert_true(json_integer_value(json_object_get(v, "records")) > 0);
+    json_decref(v);
+    run_result *r =
+        RUN("lookup", gpu_graph("sub_ba.json"), "--shape", "M=64", "--cache", cache, "--json");
+    if (r->status != 0)
+        fail_msg("lookup --json: status %d\nstdout: %s\nstderr: %s", r->status, r->out, r->err);
+    v = parse_json(r);
+    free(r);
+    json_t *in = json_object_get(v, "inputs"), *out = json_object_get(v, "outputs");
+    assert_int_equal(json_array_size(in), 2);
+    assert_string_equal(json_string_value(json_array_get(in, 0)), "a");
+    assert_string_equal(json_string_value(json_array_get(in, 1)), "b");
+    assert_int_equal(json_array_size(out), 1);
+    assert_string_equal(json_string_value(json_array_get(out, 0)), "out");
+    json_decref(v);
+    r = RUN("lookup", gpu_graph("sub_ba.json"), "--shape", "M=64", "--cache", cache);
+    if (r->status != 0)
+        fail_msg("lookup: status %d\nstdout: %s\nstderr: %s", r->status, r->out, r->err);
+    expect_in(r->out, "inputs     a, b (declared order");
+    expect_in(r->out, "outputs    out\n");
+    free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -712,6 +746,7 @@ int main(void)
         cmocka_unit_test_teardown(test_no_gpu, stop_daemon),
         cmocka_unit_test_teardown(test_record_fails_as_assembled, stop_daemon),
         cmocka_unit_test_teardown(test_keys_are_problems, stop_daemon),
+        cmocka_unit_test(test_lookup_names_declared_order),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 #include <dlfcn.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -561,9 +562,10 @@ static void test_renamed_symbols_keyed_apart(void **state)
 
 /* x[M] and z[N] through two relus, declared in either order. The same problem (a 4096- and a
  * 1000-element tensor) is one key whichever way it is declared or bound, and each caller's
- * canonical order (the launch order, ktune_graph_describe's) puts the 4096-element tensor where
- * the record has it: before, the order followed declaration alone, and the record tuned from one
- * declaration launched its 4096-element kernel on the other's 1000-element buffers. */
+ * canonical order (the record's; ktune_launch maps the caller's declared order onto it with
+ * ktune_rt_io_map) puts the 4096-element tensor where the record has it: before issue 15, the
+ * order followed declaration alone, and the record tuned from one declaration launched its
+ * 4096-element kernel on the other's 1000-element buffers. */
 static void test_declaration_order_keeps_slots(void **state)
 {
     fixture *f = *state;
@@ -593,15 +595,183 @@ static void test_declaration_order_keeps_slots(void **state)
             const cache_record *r = ktune_rt_kernel_record(k);
             ktune_tensor_desc in[2], out[2];
             assert_int_equal(ktune_graph_describe(g, bindings[bi], 2, in, out, &err), 0);
-            for (int i = 0; i < 2; i++) {
-                assert_int_equal(in[i].shape[0], r->slots[i].dims[0]);
-                assert_int_equal(out[i].shape[0], r->slots[2 + i].dims[0]);
+            /* the caller's tensor of each rank (declared order mapped as ktune_launch maps it) */
+            ops_binding ob[2] = {{bindings[bi][0].name, bindings[bi][0].value},
+                                 {bindings[bi][1].name, bindings[bi][1].value}};
+            ops_graph *bound = NULL;
+            ops_diag d = {0};
+            kt_err e = {0};
+            int in_of[2], out_of[2];
+            assert_int_equal(ops_graph_bind(g->g, ob, 2, &bound, &d), 0);
+            assert_int_equal(ktune_rt_io_map(bound, in_of, out_of, &e), 0);
+            ops_graph_free(bound);
+            for (int rk = 0; rk < 2; rk++) {
+                assert_int_equal(in[in_of[rk]].shape[0], r->slots[rk].dims[0]);
+                assert_int_equal(out[out_of[rk]].shape[0], r->slots[2 + rk].dims[0]);
             }
             ktune_rt_kernel_free(k);
         }
     ktune_runtime_close(rt);
     ktune_graph_free(g1);
     ktune_graph_free(g2);
+}
+
+/* A record of g bound M=m whose every launch takes (input rank 0, input rank 1, output rank 0), as
+ * a tuner stores a two-input pointwise kernel. */
+static void put_two_input_record(const fixture *f, const cache_gpu *gpu, const ktune_graph *g,
+                                 int64_t m)
+{
+    cache_key k;
+    memset(&k, 0, sizeof(k));
+    k.gpu = *gpu;
+    memcpy(k.sig, g->sig, OPS_SIG_BYTES);
+    k.precision = OPS_PREC_EXACT;
+    k.n_shapes = 1;
+    snprintf(k.shapes[0].name, sizeof(k.shapes[0].name), "M");
+    k.shapes[0].value = m;
+    cache_record r;
+    test_record(&r, &k, "pointwise sub", 1000, 3000, 1);
+    free(r.layouts[0].layout);
+    free(r.layouts);
+    r.layouts = NULL;
+    r.n_layouts = 0;
+    ops_binding b = {"M", m};
+    set_problem(&r, g->g, &b, 1);
+    for (int i = 0; i < r.n_kernels; i++) {
+        cache_kernel *kk = &r.kernels[i];
+        kk->zero_bytes = 0;
+        kk->n_args = 3;
+        kk->args[0] = (cache_arg){.kind = CACHE_ARG_INPUT, .index = 0};
+        kk->args[1] = (cache_arg){.kind = CACHE_ARG_INPUT, .index = 1};
+        kk->args[2] = (cache_arg){.kind = CACHE_ARG_OUTPUT, .index = 0};
+    }
+    put_record(f->dir, &r);
+}
+
+static const char sub_xy[] = /* the tuner's declaration: d = x - y */
+    "{\"name\":\"sub\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[\"M\",64]},"
+    "\"y\":{\"dtype\":\"f32\",\"shape\":[\"M\",64]}},\"nodes\":[{\"out\":\"d\",\"op\":\"sub\","
+    "\"in\":[\"x\",\"y\"]}],\"outputs\":[\"d\"]}";
+static const char sub_ba[] = /* out = b - a, declared (a, b): canonical order (b, a) */
+    "{\"name\":\"sub\",\"inputs\":{\"a\":{\"dtype\":\"f32\",\"shape\":[\"M\",64]},"
+    "\"b\":{\"dtype\":\"f32\",\"shape\":[\"M\",64]}},\"nodes\":[{\"out\":\"out\",\"op\":\"sub\","
+    "\"in\":[\"b\",\"a\"]}],\"outputs\":[\"out\"]}";
+static const char sub_ba_declared_ba[] = /* out = b - a, declared (b, a): canonical = declared */
+    "{\"name\":\"sub\",\"inputs\":{\"b\":{\"dtype\":\"f32\",\"shape\":[\"M\",64]},"
+    "\"a\":{\"dtype\":\"f32\",\"shape\":[\"M\",64]}},\"nodes\":[{\"out\":\"out\",\"op\":\"sub\","
+    "\"in\":[\"b\",\"a\"]}],\"outputs\":[\"out\"]}";
+
+static ops_graph *bind_m(const ktune_graph *g, int64_t m)
+{
+    ops_binding b = {"M", m};
+    ops_graph *bound = NULL;
+    ops_diag d = {0};
+    if (ops_graph_bind(g->g, &b, 1, &bound, &d) != 0)
+        fail_msg("bind: %s", d.msg);
+    return bound;
+}
+
+/* Launch `launch` of k "run" on the CPU: the record's kernel computes the tuner's graph from the
+ * buffers its arguments point at (host arrays of doubles here), taking input and output ranks as
+ * the tuner's graph numbers them. The argument values are ktune_launch's own. */
+static void emulate_launch(const ktune_kernel *k, const ops_graph *tuner_bound, void *const *in,
+                           void *const *out)
+{
+    const cache_kernel *kk = &ktune_rt_kernel_record(k)->kernels[0];
+    ktune_rt_param val[CACHE_MAX_ARGS];
+    ktune_rt_launch_params(k, 0, in, out, NULL, val);
+    int t_in_of[2], t_out_of[1];
+    kt_err e = {0};
+    assert_int_equal(ktune_rt_io_map(tuner_bound, t_in_of, t_out_of, &e), 0);
+    const double *tin[2] = {NULL, NULL};
+    double *tout[1] = {NULL};
+    for (int j = 0; j < kk->n_args; j++) {
+        const cache_arg *a = &kk->args[j];
+        if (a->kind == CACHE_ARG_INPUT)
+            tin[t_in_of[a->index]] = (const double *)(uintptr_t)val[j].ptr;
+        else if (a->kind == CACHE_ARG_OUTPUT)
+            tout[t_out_of[a->index]] = (double *)(uintptr_t)val[j].ptr;
+    }
+    assert_non_null(tin[0]);
+    assert_non_null(tin[1]);
+    assert_non_null(tout[0]);
+    ops_diag d = {0};
+    assert_int_equal(ops_ref_run(tuner_bound, tin, tout, &d), 0);
+}
+
+/* y = sub(b, a), a and b of one shape and dtype: a call that swaps them runs and is wrong, no
+ * check can tell. Callers pass tensors in the graph's declared order; the record (tuned here from
+ * another declaration of the same problem, d = sub(x, y)) takes them by canonical rank, which
+ * puts the minuend first: (b, a) for a graph declared (a, b). The launch's argument values
+ * (ktune_rt_launch_params, what ktune_launch passes cuLaunchKernel) are followed on the CPU and
+ * the result compared with the fp64 reference of the caller's graph: b - a, for the declaration
+ * (a, b) called (A, B) and for the declaration (b, a) called (B, A). Launch errors name the
+ * declared input. */
+static void test_declared_order_non_commutative(void **state)
+{
+    fixture *f = *state;
+    cache_gpu gpu;
+    gpu_fp(&gpu, H100, 12040, 12040);
+    enum { M = 3, N = M * 64 };
+    ktune_graph *tuner = parse(sub_xy), *ab = parse(sub_ba), *ba = parse(sub_ba_declared_ba);
+    assert_string_equal(ktune_graph_signature(tuner), ktune_graph_signature(ab));
+    assert_string_equal(ktune_graph_signature(tuner), ktune_graph_signature(ba));
+    /* declared names, in declared order */
+    assert_int_equal(ktune_graph_n_inputs(ab), 2);
+    assert_string_equal(ktune_graph_input_name(ab, 0), "a");
+    assert_string_equal(ktune_graph_input_name(ab, 1), "b");
+    assert_string_equal(ktune_graph_input_name(ba, 0), "b");
+    assert_string_equal(ktune_graph_output_name(ab, 0), "out");
+    ops_graph *tb = bind_m(tuner, M), *abb = bind_m(ab, M), *bab = bind_m(ba, M);
+    /* the premise: (a, b)'s canonical order is not its declared one, the tuner's is */
+    int in_of[2], out_of[1];
+    kt_err e = {0};
+    assert_int_equal(ktune_rt_io_map(abb, in_of, out_of, &e), 0);
+    assert_int_equal(in_of[0], 1); /* rank 0 (the minuend) is declared input 1, b */
+    assert_int_equal(ktune_rt_io_map(tb, in_of, out_of, &e), 0);
+    assert_int_equal(in_of[0], 0);
+    put_two_input_record(f, &gpu, tuner, M);
+
+    double A[N], B[N], got[N], want[N];
+    for (int i = 0; i < N; i++) {
+        A[i] = 0.25 * i + 1;
+        B[i] = 1000.0 - 3 * i;
+    }
+    ktune_runtime *rt = rt_open(f->dir);
+    ktune_shape s[1] = {{"M", M}};
+    for (int decl = 0; decl < 2; decl++) {
+        const ktune_graph *g = decl ? ba : ab;
+        ops_graph *gb = decl ? bab : abb;
+        ktune_kernel *k = NULL;
+        ktune_error err = {0};
+        assert_int_equal(ktune_rt_resolve(rt, g, s, 1, NULL, 0, &gpu, 0, 0, &k, NULL, &err), 0);
+        void *in[2] = {decl ? (void *)B : (void *)A, decl ? (void *)A : (void *)B};
+        void *out[1] = {got};
+        for (int i = 0; i < N; i++)
+            got[i] = NAN;
+        emulate_launch(k, tb, in, out);
+        const double *rin[2] = {in[0], in[1]};
+        double *rout[1] = {want};
+        ops_diag d = {0};
+        assert_int_equal(ops_ref_run(gb, rin, rout, &d), 0);
+        for (int i = 0; i < N; i++) {
+            assert_true(want[i] == B[i] - A[i]);
+            if (got[i] != want[i])
+                fail_msg("declaration %s: element %d is %g, b - a is %g",
+                         decl ? "(b, a)" : "(a, b)", i, got[i], want[i]);
+        }
+        /* a missing buffer is named as the caller declared it */
+        void *missing[2] = {in[0], NULL};
+        assert_int_equal(ktune_launch(k, missing, out, NULL, NULL, &err), -EINVAL);
+        assert_non_null(strstr(err.msg, decl ? "input 1 'a' is NULL" : "input 1 'b' is NULL"));
+    }
+    ktune_runtime_close(rt);
+    ops_graph_free(tb);
+    ops_graph_free(abb);
+    ops_graph_free(bab);
+    ktune_graph_free(tuner);
+    ktune_graph_free(ab);
+    ktune_graph_free(ba);
 }
 
 /* A record verified within a tolerance of its job's own is served only to a lookup asking for
@@ -726,8 +896,8 @@ static void test_memo_and_accessors(void **state)
 
 /* ktune_launch refuses buffers that alias (kernels declare them __restrict__), before anything
  * else is tried: checked here on a resolved-only kernel, which would otherwise fail with
- * -ENODEV. gemm_bias_relu at M=1024: inputs of 1 MiB, 256 KiB and 512 bytes (some order), an
- * output of 512 KiB, 1 MiB of workspace. */
+ * -ENODEV. gemm_bias_relu at M=1024: inputs A, W and bias of 1 MiB, 256 KiB and 512 bytes (declared
+ * order, as callers pass them: errors name them), an output of 512 KiB, 1 MiB of workspace. */
 static void test_launch_refuses_aliasing(void **state)
 {
     fixture *f = *state;
@@ -747,20 +917,20 @@ static void test_launch_refuses_aliasing(void **state)
 
     out[0] = in[1]; /* in place */
     assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -EINVAL);
-    assert_non_null(strstr(err.msg, "ktune_launch: output 0 ("));
-    assert_non_null(strstr(err.msg, "overlaps input 1 ("));
+    assert_non_null(strstr(err.msg, "ktune_launch: output 0 'Y' ("));
+    assert_non_null(strstr(err.msg, "overlaps input 1 'W' ("));
     assert_null(strchr(err.msg, '\n'));
-    out[0] = (char *)in[2] - 100; /* its last 100 bytes are input 2's first */
+    out[0] = (char *)in[2] - 100; /* its last 100 bytes are input 2's (bias, 512 bytes) first */
     assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -EINVAL);
-    assert_non_null(strstr(err.msg, "overlaps input 2"));
+    assert_non_null(strstr(err.msg, "overlaps input 2 'bias'"));
     out[0] = (char *)in[2] - y_bytes; /* ends where input 2 starts */
     assert_int_equal(ktune_launch(k, in, out, ws, NULL, &err), -ENODEV);
     out[0] = base + (48 << 20);
     assert_int_equal(ktune_launch(k, in, out, in[0], NULL, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "the workspace ("));
-    assert_non_null(strstr(err.msg, "overlaps input 0"));
+    assert_non_null(strstr(err.msg, "overlaps input 0 'A'"));
     assert_int_equal(ktune_launch(k, in, out, (char *)out[0] + 64, NULL, &err), -EINVAL);
-    assert_non_null(strstr(err.msg, "output 0 ("));
+    assert_non_null(strstr(err.msg, "output 0 'Y' ("));
     assert_non_null(strstr(err.msg, "overlaps the workspace"));
     /* inputs are only read: they may share memory */
     in[1] = in[0];
@@ -827,56 +997,62 @@ static void test_check_aliasing(void **state)
     kt_err why = {0};
     /* adjacent buffers, a workspace right after them */
     assert_int_equal(
-        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b + 4000, 64, &why), 0);
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b + 4000, 64, NULL, &why), 0);
     /* identical pointers */
     out[1] = in[1];
-    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why),
-                     -EINVAL);
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, NULL, &why), -EINVAL);
     assert_non_null(strstr(why.msg, "output 1 ("));
     assert_non_null(strstr(why.msg, "overlaps input 1 ("));
     assert_null(strchr(why.msg, '\n'));
     /* partial overlap, from either side */
     out[1] = b + 1499; /* input 1's last byte */
-    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why),
-                     -EINVAL);
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, NULL, &why), -EINVAL);
     assert_non_null(strstr(why.msg, "overlaps input 1"));
     out[1] = b + 1500; /* just past it, and ending where output 0 starts */
-    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why), 0);
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, NULL, &why), 0);
     out[1] = b - 499; /* its last byte is input 0's first */
-    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why),
-                     -EINVAL);
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, NULL, &why), -EINVAL);
     assert_non_null(strstr(why.msg, "output 1 ("));
     assert_non_null(strstr(why.msg, "overlaps input 0"));
     out[1] = b - 500; /* ends where input 0 starts */
-    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why), 0);
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, NULL, &why), 0);
     /* two outputs */
     out[1] = b + 2999;
-    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why),
-                     -EINVAL);
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, NULL, &why), -EINVAL);
     assert_non_null(strstr(why.msg, "output 1 ("));
     assert_non_null(strstr(why.msg, "overlaps output 0"));
     out[1] = b + 3000;
     /* the workspace against an output and an input; NULL or empty is no buffer */
     assert_int_equal(
-        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b + 3499, 64, &why), -EINVAL);
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b + 3499, 64, NULL, &why),
+        -EINVAL);
     assert_non_null(strstr(why.msg, "output 1 ("));
     assert_non_null(strstr(why.msg, "overlaps the workspace"));
     assert_int_equal(
-        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b + 1200, 64, &why), -EINVAL);
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b + 1200, 64, NULL, &why),
+        -EINVAL);
     assert_non_null(strstr(why.msg, "the workspace ("));
     assert_non_null(strstr(why.msg, "overlaps input 1"));
-    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b, 0, &why), 0);
-    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 64, &why),
+    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, b, 0, NULL, &why),
                      0);
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 64, NULL, &why), 0);
     /* inputs may overlap each other */
     in[1] = b + 10;
-    assert_int_equal(ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, &why), 0);
+    assert_int_equal(
+        ktune_rt_check_aliasing(in, in_bytes, 2, out, out_bytes, 2, NULL, 0, NULL, &why), 0);
     /* at the top of the address space, no sum wraps */
     void *hi_in[1] = {(void *)(UINTPTR_MAX - 99)}, *hi_out[1] = {(void *)(UINTPTR_MAX - 49)};
     uint64_t hi_in_bytes[1] = {100}, hi_out_bytes[1] = {50};
-    assert_int_equal(
-        ktune_rt_check_aliasing(hi_in, hi_in_bytes, 1, hi_out, hi_out_bytes, 1, NULL, 0, &why),
-        -EINVAL);
+    assert_int_equal(ktune_rt_check_aliasing(hi_in, hi_in_bytes, 1, hi_out, hi_out_bytes, 1, NULL,
+                                             0, NULL, &why),
+                     -EINVAL);
 }
 
 static void test_check_params(void **state)
@@ -1196,6 +1372,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_record_checked_against_graph, setup, teardown),
         cmocka_unit_test_setup_teardown(test_renamed_symbols_keyed_apart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_declaration_order_keeps_slots, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_declared_order_non_commutative, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tolerance_keyed_apart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slots_checked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memo_and_accessors, setup, teardown),

@@ -21,7 +21,7 @@ c_int, c_double, c_uint64, c_int64, c_bool = (ctypes.c_int, ctypes.c_double, cty
 c_char_p, c_void_p, c_size_t, c_uint = (ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t,
                                         ctypes.c_uint)
 
-_LIB_NAMES = ("libktune.so", "libktune.so.0")
+_LIB_NAMES = ("libktune.so", "libktune.so.2")
 
 
 class ktune_error(ctypes.Structure):

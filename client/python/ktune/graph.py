@@ -65,7 +65,8 @@ def shapes_array(shapes):
 
 
 class Graph:
-    """An op graph (docs/formats.md), validated, with its canonical signature.
+    """An op graph (docs/formats.md), validated, with its canonical signature. inputs and
+    outputs: the names in declared order (the file's "inputs" and "outputs").
 
     Graph(path) loads a JSON file; Graph(text) parses JSON text (a str starting with "{", or
     bytes); Graph(dict) takes the document as a Python object. Invalid graphs raise KtuneError
@@ -106,7 +107,7 @@ class Graph:
         return self._handle.value
 
     def describe(self, shapes=None):
-        """(inputs, outputs): lists of TensorDesc in canonical order (the order a kernel takes
+        """(inputs, outputs): lists of TensorDesc in declared order (the order a Kernel takes
         its tensors in) with shapes bound. Unknown symbols raise KtuneError (EINVAL)."""
         key = shapes_items(shapes)
         hit = self._described.get(key)

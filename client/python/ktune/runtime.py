@@ -161,24 +161,63 @@ def _raw_stream_getter(torch):
     return lambda device: torch.cuda.current_stream(device).cuda_stream
 
 
+def bind_inputs(names, args, named):
+    """The tensors of a call in declared order: args by position (declared order), named by
+    input name, not both for one input. A missing, unknown or doubly given input raises a
+    TypeError naming it."""
+    n = len(names)
+    if len(args) > n:
+        raise TypeError(f"kernel takes {n} inputs ({', '.join(names)}), got {len(args)} "
+                        "positional")
+    if not named:
+        if len(args) < n:
+            missing = ", ".join(repr(x) for x in names[len(args):])
+            raise TypeError(f"missing input {missing} (inputs in declared order: "
+                            f"{', '.join(names)})")
+        return list(args)
+    bound = list(args) + [None] * (n - len(args))
+    index = {name: i for i, name in enumerate(names)}
+    for name, t in named.items():
+        i = index.get(name)
+        if i is None:
+            raise TypeError(f"unexpected input {name!r} (inputs: {', '.join(names)})")
+        if i < len(args):
+            raise TypeError(f"input {name!r} given both by position ({i}) and by name")
+        bound[i] = t
+    missing = [names[i] for i in range(len(args), n) if names[i] not in named]
+    if missing:
+        raise TypeError(f"missing input {', '.join(repr(x) for x in missing)} (inputs in "
+                        f"declared order: {', '.join(names)})")
+    return bound
+
+
 class Kernel:
     """A tuned kernel loaded on one device (owned by its Runtime).
 
-    kernel(*inputs, out=None, workspace=None, stream=None) launches it on CUDA tensors given in
-    the graph's canonical input order (kernel.inputs, graph.inputs) and returns the output
-    tensor (a tuple when the graph has several outputs). Each tensor's device, dtype, shape
-    and contiguity are checked against the graph with its shapes bound (a ValueError names the
-    tensor at fault); outputs and workspace are allocated with torch unless given; the launch
-    goes on torch.cuda.current_stream() unless stream (a torch.cuda.Stream or a CUstream
-    handle) is given. An output must not overlap an input, another output or the workspace
-    (the kernels assume their buffers do not alias): ktune_launch refuses that with a
-    KtuneError (EINVAL) naming both. Like any kernel launch it is asynchronous. No autograd."""
+    kernel(*inputs, out=None, workspace=None, stream=None, **named) launches it on CUDA tensors
+    given in the graph's declared input order (the order of the graph file's "inputs":
+    kernel.inputs, graph.inputs) or by name (kernel(x=..., w=..., bias=...)), or both (leading
+    ones by position, the rest by name; not one input both ways), and returns the output tensor
+    (a tuple when the graph has several outputs, in declared order: kernel.outputs). The order
+    the cached kernel takes its arguments in is ktune's business, mapped at lookup. A missing,
+    unknown or doubly given input raises a TypeError naming it; each tensor's device, dtype,
+    shape and contiguity are checked against the graph with its shapes bound (a ValueError, a
+    TypeError for a non-tensor, names the input as declared) before anything is allocated or
+    launched. An input named out, workspace or stream can only be passed by position. Outputs
+    and workspace are allocated with torch unless given; the launch goes on
+    torch.cuda.current_stream() unless stream (a torch.cuda.Stream or a CUstream handle) is
+    given. An output must not overlap an input, another output or the workspace (the kernels
+    assume their buffers do not alias): ktune_launch refuses that with a KtuneError (EINVAL)
+    naming both. Like any kernel launch it is asynchronous. No autograd."""
 
     def __init__(self, runtime, handle, graph, shapes, precision, device, fixed):
         self.runtime, self._k, self.graph = runtime, handle, graph
         self.precision, self.device = precision, device
         self.shapes = dict(shapes)
-        self.inputs, self.outputs = graph.describe(shapes)  # canonical order, bound
+        # declared order, shapes bound: TensorDesc of each input and output
+        self.input_descs, self.output_descs = graph.describe(shapes)
+        self.inputs = tuple(d.name for d in self.input_descs)  # declared names
+        self.outputs = tuple(d.name for d in self.output_descs)
         self.info, self.match = fixed.info, fixed.info.match
         self.workspace_size = fixed.workspace_size
         self._packed = fixed.packed
@@ -193,15 +232,15 @@ class Kernel:
         return self._k
 
     def prepack_size(self, i):
-        """Bytes of the packed form of input i (index or name; 0: pass the tensor as it is)."""
+        """Bytes of the packed form of input i (declared index or name; 0: pass the tensor as it
+        is)."""
         return self._packed[self._input_index(i)]
 
     def _input_index(self, i):
         if isinstance(i, str):
-            names = [d.name for d in self.inputs]
-            if i not in names:
-                raise ValueError(f"no input named {i!r} (inputs: {', '.join(names)})")
-            return names.index(i)
+            if i not in self.inputs:
+                raise ValueError(f"no input named {i!r} (inputs: {', '.join(self.inputs)})")
+            return self.inputs.index(i)
         if not 0 <= int(i) < len(self.inputs):
             raise IndexError(f"input {i} out of range (the graph has {len(self.inputs)})")
         return int(i)
@@ -212,8 +251,8 @@ class Kernel:
         if self._t is None:
             torch = _torch()
             dt = lambda d: getattr(torch, _TORCH_DTYPES[d.dtype])  # noqa: E731
-            self._t = (torch, [dt(d) for d in self.inputs], [dt(d) for d in self.outputs],
-                       _raw_stream_getter(torch))
+            self._t = (torch, [dt(d) for d in self.input_descs],
+                       [dt(d) for d in self.output_descs], _raw_stream_getter(torch))
         return self._t
 
     def _check(self, torch, what, t, desc, want, device):
@@ -251,32 +290,32 @@ class Kernel:
         raise TypeError(f"stream: expected a torch.cuda.Stream or a CUstream handle (int), "
                         f"not {type(stream).__name__}")
 
-    def __call__(self, *inputs, out=None, workspace=None, stream=None):
+    def __call__(self, *args, out=None, workspace=None, stream=None, **named):
+        inputs = bind_inputs(self.inputs, args, named)  # declared order
         torch, in_dt, out_dt, raw_stream = self._torch_state()
         n_in = len(self.inputs)
-        if len(inputs) != n_in:
-            names = ", ".join(d.name for d in self.inputs)
-            raise TypeError(f"kernel takes {n_in} inputs ({names}), got {len(inputs)}")
         device = self.device
         for i in range(n_in):
             if self._packed[i]:
                 device = self._check_packed(torch, inputs[i], i, device)
             else:
-                device = self._check(torch, f"input {i}", inputs[i], self.inputs[i], in_dt[i],
-                                     device)
+                device = self._check(torch, f"input {i}", inputs[i], self.input_descs[i],
+                                     in_dt[i], device)
+        if out is not None:
+            outs = [out] if isinstance(out, torch.Tensor) else list(out)
+            if len(outs) != len(self.outputs):
+                raise TypeError(f"out: the kernel has {len(self.outputs)} outputs "
+                                f"({', '.join(self.outputs)}), got {len(outs)}")
+            for i, t in enumerate(outs):
+                self._check(torch, f"output {i}", t, self.output_descs[i], out_dt[i], device)
+        if workspace is not None:
+            self._workspace(torch, workspace, device)  # checked before anything is allocated
         s, s_obj = self._stream(torch, stream, device, raw_stream)
         allocated = []
         if out is None:
             outs = [torch.empty(d.shape, dtype=dt, device=inputs[0].device)
-                    for d, dt in zip(self.outputs, out_dt)]
+                    for d, dt in zip(self.output_descs, out_dt)]
             allocated += outs
-        else:
-            outs = [out] if isinstance(out, torch.Tensor) else list(out)
-            if len(outs) != len(self.outputs):
-                raise TypeError(f"out: the kernel has {len(self.outputs)} outputs, got "
-                                f"{len(outs)}")
-            for i, t in enumerate(outs):
-                self._check(torch, f"output {i}", t, self.outputs[i], out_dt[i], device)
         ws = self._workspace(torch, workspace, device)
         if ws is not None and workspace is None:
             allocated.append(ws)
@@ -296,11 +335,11 @@ class Kernel:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _check_packed(self, torch, t, i, device):
-        name = self.inputs[i].name
+        name = self.inputs[i]
         if (not isinstance(t, torch.Tensor) or t.dtype != torch.uint8
                 or t.numel() != self._packed[i] or not t.is_cuda or not t.is_contiguous()):
             raise ValueError(f"input {i} '{name}': this kernel wants it pre-packed "
-                             f"({self._packed[i]} bytes): pass kernel.prepack({i}, {name})")
+                             f"({self._packed[i]} bytes): pass kernel.prepack({name!r}, {name})")
         if device is not None and t.device.index != device:
             raise ValueError(f"input {i} '{name}': is on {t.device}, but this kernel runs on "
                              f"cuda:{device}")
@@ -324,7 +363,8 @@ class Kernel:
         load time and pass the result as that input to every call."""
         torch, in_dt, _, raw_stream = self._torch_state()
         i = self._input_index(i)
-        device = self._check(torch, f"input {i}", tensor, self.inputs[i], in_dt[i], self.device)
+        device = self._check(torch, f"input {i}", tensor, self.input_descs[i], in_dt[i],
+                             self.device)
         s, s_obj = self._stream(torch, stream, device, raw_stream)
         dst = torch.empty(max(self._packed[i], 1), dtype=torch.uint8,
                           device=tensor.device)[:self._packed[i]]

@@ -58,7 +58,7 @@ def test_enums_match_header(c_layout):
     assert [c_layout[("enum", e)] for e in ENUMS[:5]] == list(range(5))
     assert ktune.JOB_STATES == ("queued", "running", "done", "failed", "cancelled")
     assert [c_layout[("enum", e)] for e in ENUMS[5:7]] == [0, 1]
-    assert c_layout[("enum", "KTUNE_API_VERSION")] == 1
+    assert c_layout[("enum", "KTUNE_API_VERSION")] == 2
 
 
 def test_every_struct_of_the_header_is_mirrored():

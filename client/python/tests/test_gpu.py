@@ -5,6 +5,7 @@ The worker: $KTUNE_WORKER, else the build's search/ktune-worker; the CLI: $KTUNE
 build's client/ktune."""
 
 import errno
+import json
 import os
 
 import pytest
@@ -70,15 +71,17 @@ def test_gemm_bias_relu_matches_torch(gpu_cache):
     t = {"A": torch.randn(256, 512, device="cuda", dtype=torch.float16),
          "W": torch.randn(512, 256, device="cuda", dtype=torch.float16) / 16,
          "bias": torch.randn(256, device="cuda", dtype=torch.float16)}
-    args = []
-    for i, name in enumerate(g.inputs):  # canonical order
-        args.append(k.prepack(i, t[name]) if k.prepack_size(i) else t[name])
+    assert k.inputs == g.inputs == ("A", "W", "bias")  # declared order
+    args = {name: k.prepack(name, t[name]) if k.prepack_size(name) else t[name]
+            for name in k.inputs}
     ws = None
     if k.workspace_size:
         ws = torch.zeros(k.workspace_size, dtype=torch.uint8, device="cuda")
-    y = k(*args, workspace=ws)
     want = torch.relu(t["A"].float() @ t["W"].float() + t["bias"].float())
-    torch.testing.assert_close(y.float(), want, rtol=2e-2, atol=2e-2)
+    # declared order, by name, and both
+    for y in (k(args["A"], args["W"], args["bias"], workspace=ws), k(**args, workspace=ws),
+              k(args["A"], bias=args["bias"], W=args["W"], workspace=ws)):
+        torch.testing.assert_close(y.float(), want, rtol=2e-2, atol=2e-2)
 
 
 def test_inputs_are_checked(gpu_cache):
@@ -90,6 +93,7 @@ def test_inputs_are_checked(gpu_cache):
         ((x.cpu(),), ValueError, "input 0 'x': is on cpu"),
         ((x.t().contiguous().t(),), ValueError, "not contiguous"),
         ((x, x), TypeError, "kernel takes 1 inputs (x), got 2"),
+        ((), TypeError, "missing input 'x'"),
         (([1.0],), TypeError, "expected a torch.Tensor"),
     ]
     for args, exc, needle in cases:
@@ -98,6 +102,10 @@ def test_inputs_are_checked(gpu_cache):
         assert needle in str(e.value)
     with pytest.raises(ValueError, match="output 0 'y'"):
         k(x, out=torch.empty(256, 1024, device="cuda", dtype=torch.float16))
+    with pytest.raises(TypeError, match="unexpected input 'X'"):
+        k(X=x)
+    with pytest.raises(ValueError, match="input 0 'x': dtype is torch.float16"):
+        k(x=x.half())
 
 
 def test_aliased_out_is_refused(gpu_cache):
@@ -106,7 +114,7 @@ def test_aliased_out_is_refused(gpu_cache):
     k = gpu_cache.lookup(SOFTMAX, SOFTMAX_SHAPES)
     buf = torch.randn(512, 1024, device="cuda")
     x = buf[:256]
-    for out, needle in ((x, "output 0 ("), (buf[128:384], "overlaps input 0 (")):
+    for out, needle in ((x, "output 0 'y' ("), (buf[128:384], "overlaps input 0 'x' (")):
         with pytest.raises(ktune.KtuneError) as e:
             k(x, out=out)
         assert e.value.errno == errno.EINVAL and needle in str(e.value)
@@ -136,6 +144,7 @@ def problem_cache(tmp_path_factory):
     cache = str(tmp_path_factory.mktemp("problems") / "cache")
     tune_local(cli, worker, cache, _graph("rowsum_mn"), {"M": 1024, "N": 64}, budget="10s")
     tune_local(cli, worker, cache, _graph("two_relus_xz"), {"M": 4096, "N": 1000}, budget="10s")
+    tune_local(cli, worker, cache, _graph("sub_ba"), {"M": 512}, budget="10s")
     with ktune.Runtime(cache) as rt:
         yield rt
 
@@ -154,14 +163,49 @@ def test_renamed_symbols_get_their_own_problem(problem_cache):
 
 def test_declaration_order_keeps_buffers_apart(problem_cache):
     # one record for a 4096- and a 1000-element relu, whichever is declared first and whichever
-    # symbol holds which size; each call passes its tensors in the kernel's (bound) order
+    # symbol holds which size; each call passes its tensors in declared order
     for name in ("two_relus_xz", "two_relus_zx"):
         for shapes in ({"M": 4096, "N": 1000}, {"M": 1000, "N": 4096}):
             k = problem_cache.lookup(_graph(name), shapes)
+            assert k.inputs == (("x", "z") if name == "two_relus_xz" else ("z", "x"))
             sizes = {"x": shapes["M"], "z": shapes["N"]}
             t = {n: torch.randn(sizes[n], device="cuda") for n in sizes}
-            outs = k(*[t[d.name] for d in k.inputs])
-            for d, y in zip(k.outputs, outs):
-                src = "x" if d.name == "rx" else "z"
+            outs = k(*[t[n] for n in k.inputs])
+            for out_name, y in zip(k.outputs, outs):
+                src = "x" if out_name == "rx" else "z"
                 assert y.shape == t[src].shape
                 torch.testing.assert_close(y, torch.relu(t[src]), rtol=0, atol=0)
+
+
+def test_non_commutative_same_shapes_any_call(problem_cache):
+    # Issue 17 item 1: out = sub(b, a), a and b of one shape and dtype, declared (a, b); ktune's
+    # canonical order is (b, a). Called in declared order, by name in any order, or mixed, the
+    # result is b - a: a swap would run without error and be wrong.
+    k = problem_cache.lookup(_graph("sub_ba"), {"M": 512})
+    assert k.inputs == ("a", "b") and k.outputs == ("out",)
+    a = torch.randn(512, 256, device="cuda")
+    b = torch.randn(512, 256, device="cuda") + 3
+    want = b - a
+    for y in (k(a, b), k(a=a, b=b), k(b=b, a=a), k(a, b=b)):
+        torch.testing.assert_close(y, want, rtol=0, atol=0)
+    # the other declaration of the same problem takes (b, a), and computes b - a too
+    with open(_graph("sub_ba")) as f:
+        doc = json.load(f)
+    doc["inputs"] = {"b": doc["inputs"]["b"], "a": doc["inputs"]["a"]}
+    k2 = problem_cache.lookup(ktune.Graph(doc), {"M": 512})
+    assert k2.inputs == ("b", "a")
+    torch.testing.assert_close(k2(b, a), want, rtol=0, atol=0)
+    torch.testing.assert_close(k2(a=a, b=b), want, rtol=0, atol=0)
+    # bad input names the declared input; nothing is launched
+    with pytest.raises(ValueError, match="input 1 'b': dtype is torch.float16"):
+        k(a, b.half())
+    with pytest.raises(ValueError, match="input 1 'b': shape is"):
+        k(a=a, b=b[:256])
+    with pytest.raises(ValueError, match="input 0 'a': is not contiguous"):
+        k(a.t().contiguous().t(), b)
+    with pytest.raises(ValueError, match="input 0 'a': is on cpu"):
+        k(a=a.cpu(), b=b)
+    with pytest.raises(TypeError, match="missing input 'b'"):
+        k(a=a)
+    with pytest.raises(TypeError, match="unexpected input 'c'"):
+        k(a, b, c=a)

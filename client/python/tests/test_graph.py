@@ -95,9 +95,11 @@ def test_wrong_argument_type():
         ktune.Graph(42)
 
 
-def test_describe_binds_shapes_in_canonical_order(ktune_cli):
+def test_describe_binds_shapes_in_declared_order(ktune_cli):
     path = os.path.join(ROOT, "examples", "gemm_bias_relu.json")
     g = ktune.Graph(path)
+    # the file's order, not the canonical one (A, bias, W)
+    assert g.inputs == ("A", "W", "bias") and g.outputs == ("Y",)
     ins, outs = g.describe({"M": 128})
     assert [d.name for d in ins] == list(g.inputs)
     assert [d.name for d in outs] == list(g.outputs)
@@ -113,6 +115,20 @@ def test_describe_binds_shapes_in_canonical_order(ktune_cli):
     ins_u, _ = g.describe()
     assert next(d for d in ins_u if d.name == "A").shape == (None, 512)
     assert g.describe("M=128") == (ins, outs)
+
+
+def test_inputs_in_declared_order_when_canonical_differs():
+    # out = b - a declared (a, b): the canonical order puts the minuend first
+    path = os.path.join(ROOT, "tests", "gpu", "sub_ba.json")
+    g = ktune.Graph(path)
+    assert g.inputs == ("a", "b") and g.outputs == ("out",)
+    ins, _ = g.describe({"M": 4})
+    assert [d.name for d in ins] == ["a", "b"]
+    with open(path) as f:
+        doc = json.load(f)
+    doc["inputs"] = {"b": doc["inputs"]["b"], "a": doc["inputs"]["a"]}
+    swapped = ktune.Graph(doc)  # the same problem declared the other way round
+    assert swapped.signature == g.signature and swapped.inputs == ("b", "a")
 
 
 @pytest.mark.parametrize("shapes,exc,needle", [

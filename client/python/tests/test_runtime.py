@@ -2,12 +2,15 @@
 
 import ctypes
 import errno
+import os
+import types
 
 import pytest
 
-from conftest import SOFTMAX, SOFTMAX_SHAPES
+from conftest import ROOT, SOFTMAX, SOFTMAX_SHAPES
 
 import ktune
+from ktune.runtime import bind_inputs
 
 
 def have_driver():
@@ -72,3 +75,56 @@ def test_device_argument_is_checked(tuned_cache):
             rt.lookup(SOFTMAX, SOFTMAX_SHAPES, device="cpu")
         with pytest.raises(TypeError):
             rt.lookup(SOFTMAX, SOFTMAX_SHAPES, device=True)
+
+
+# ---- declared order and names (issue 17 item 1); no GPU: the binding of a call's arguments ----
+
+SUB_BA = os.path.join(ROOT, "tests", "gpu", "sub_ba.json")
+
+
+def _kernel_without_gpu(graph, shapes):
+    """A Kernel object over no loaded kernel: enough for what a call does before torch and the
+    library are involved (binding its arguments to the declared inputs)."""
+    fixed = types.SimpleNamespace(info=types.SimpleNamespace(match="exact", n_outputs=1),
+                                  workspace_size=0, packed=(0,) * len(graph.inputs))
+    return ktune.Kernel(None, ctypes.c_void_p(), graph, shapes, "exact", None, fixed)
+
+
+def test_kernel_lists_declared_names():
+    k = _kernel_without_gpu(ktune.Graph(SUB_BA), {"M": 4})
+    assert k.inputs == ("a", "b") and k.outputs == ("out",)
+    assert [d.name for d in k.input_descs] == ["a", "b"]
+    assert k.input_descs[0].shape == (4, 256)
+    assert k.prepack_size("b") == 0
+
+
+def test_bind_inputs_by_position_name_or_both():
+    names = ("a", "b", "c")
+    A, B, C = object(), object(), object()
+    assert bind_inputs(names, (A, B, C), {}) == [A, B, C]
+    assert bind_inputs(names, (), {"c": C, "a": A, "b": B}) == [A, B, C]
+    assert bind_inputs(names, (A,), {"c": C, "b": B}) == [A, B, C]
+
+
+@pytest.mark.parametrize("args,named,needle", [
+    ((1,), {}, "missing input 'b', 'c'"),
+    ((1,), {"b": 2}, "missing input 'c'"),
+    ((), {"a": 1, "b": 2, "c": 3, "d": 4}, "unexpected input 'd' (inputs: a, b, c)"),
+    ((1, 2), {"a": 3, "c": 4}, "input 'a' given both by position (0) and by name"),
+    ((1, 2, 3, 4), {}, "kernel takes 3 inputs (a, b, c), got 4 positional"),
+])
+def test_bind_inputs_names_what_is_wrong(args, named, needle):
+    with pytest.raises(TypeError) as e:
+        bind_inputs(("a", "b", "c"), args, named)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_call_checks_names_before_anything_else():
+    # a missing or unknown keyword is a TypeError naming it, before torch is needed
+    k = _kernel_without_gpu(ktune.Graph(SUB_BA), {"M": 4})
+    with pytest.raises(TypeError, match="missing input 'b'"):
+        k(a=1)
+    with pytest.raises(TypeError, match="unexpected input 'x'"):
+        k(1, 2, x=3)
+    with pytest.raises(TypeError, match="input 'a' given both"):
+        k(1, a=2)
