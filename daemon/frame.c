@@ -270,3 +270,37 @@ bool kd_frame_map_values(const uint8_t *buf, size_t len, const char *const *keys
     }
     return off == len;
 }
+
+bool kd_frame_is_str(const uint8_t *buf, size_t len, const char *s)
+{
+    const uint8_t *body;
+    size_t n;
+    return len > 0 && as_str(buf, len, &body, &n) && n == strlen(s) && memcmp(body, s, n) == 0;
+}
+
+int64_t kd_frame_graph_tensors(const uint8_t *buf, size_t len)
+{
+    kind k;
+    size_t hdr;
+    uint64_t n;
+    if (len == 0 || !header(buf, len, &k, &hdr, &n))
+        return -1;
+    if (buf[0] == 0xc4 || buf[0] == 0xc5 || buf[0] == 0xc6) { /* bin: the msgpack form inside */
+        if (hdr + n != len)
+            return -1;
+        buf += hdr;
+        len = (size_t)n;
+    }
+    static const char *const keys[] = {"inputs", "nodes"};
+    const uint8_t *vals[2];
+    size_t lens[2];
+    if (!kd_frame_map_values(buf, len, keys, 2, vals, lens))
+        return -1;
+    int64_t total = 0;
+    for (int i = 0; i < 2; i++) {
+        if (!vals[i] || !header(vals[i], lens[i], &k, &hdr, &n) || (k != K_ARRAY && k != K_MAP))
+            return -1;
+        total += (int64_t)n;
+    }
+    return total;
+}

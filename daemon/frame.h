@@ -52,3 +52,11 @@ bool kd_frame_peek_id(const uint8_t *buf, size_t len, uint64_t *id);
  * when buf does not hold one whole map. Used to key the lookup memo by the exact bytes sent. */
 bool kd_frame_map_values(const uint8_t *buf, size_t len, const char *const *keys, int n,
                          const uint8_t **vals, size_t *lens);
+
+/* True when the complete element at buf (len bytes) is the string s. */
+bool kd_frame_is_str(const uint8_t *buf, size_t len, const char *s);
+
+/* The entries of "inputs" and "nodes" together of the graph value at buf (len bytes: a request's
+ * `graph`, a map or bin holding one), read without decoding it; -1 when the bytes are not such a
+ * value or either is absent or not a container. How large a graph is, for prep.c's choice. */
+int64_t kd_frame_graph_tensors(const uint8_t *buf, size_t len);

@@ -1,12 +1,14 @@
 /* ktuned's internals: the daemon, its connections, jobs and GPUs, and the functions the daemon's
  * files share. Everything here runs on the loop thread unless a comment says otherwise; the only
  * other threads are the GPU threads (gpu.c), which touch nothing of this but their kd_gpu's
- * thread-side fields and the event queue.
+ * thread-side fields and the event queue, and libuv's workers preparing large requests (prep.c),
+ * which read the request's bytes and touch only their own work item.
  *
  * Files: main.c (start-up, shutdown), config.c, frame.c (framing), server.c (socket,
- * connections, reading and writing), proto.c (envelope, dispatch, argument checks, packing),
- * ops.c (the op handlers), jobs.c (job table, journal, scheduling, watches), gpu.c (GPU threads
- * and the event queue), notify.c (systemd). */
+ * connections, reading and writing), prep.c (large requests decoded and prepared off the loop),
+ * proto.c (envelope, dispatch, argument checks, packing), ops.c (the op handlers), jobs.c (job
+ * table, journal, scheduling, watches), gpu.c (GPU threads and the event queue), notify.c
+ * (systemd). */
 #pragma once
 
 #include "config.h"
@@ -59,6 +61,10 @@ struct kd_conn {
                          * under KD_QUEUED_LOW (a client that does not read its replies) */
     bool ready;         /* in the daemon's ready list: complete requests may wait in rx */
     bool starved;       /* rx could not grow within max-buffered: the ENOBUFS reply, then close */
+    bool busy;          /* a request of it is handled off the loop (prep.c): no reading or
+                         * handling until its reply is sent, so replies keep their order; the
+                         * worker reads the request in rx, so rx is not grown, moved or freed */
+    bool released;      /* the handle closed while busy: the work's end frees it */
     kd_conn *prev, *next;
     kd_conn *ready_prev, *ready_next;
 };
@@ -96,6 +102,51 @@ void kd_conn_close(kd_conn *c, const char *why);
 void kd_server_close_all(kd_daemon *d);
 /* Every KD_TICK_S: closes the connections idle for idle-timeout. */
 void kd_server_tick(kd_daemon *d);
+/* The off-loop work of c's request is over (prep.c): c is no longer busy. False when its handle
+ * closed meanwhile: c is freed now and must not be touched. */
+bool kd_conn_work_done(kd_conn *c);
+/* After the reply of that request: serves c's buffered requests and reads again. */
+void kd_conn_resume(kd_conn *c);
+
+/* ---- the graph half of submit and lookup (ops.c), done off the loop when large (prep.c) ---- */
+
+/* What submit and lookup read from `graph` and the arguments that go with it, in the order the
+ * handlers report errors: the graph (parsed, validated, admitted by srch_graph_admit, signed),
+ * `shapes`, `precision`, then the bound problem's digest with `tolerance`. */
+typedef enum kd_prep_stage {
+    KD_PREP_GRAPH = 0,
+    KD_PREP_SHAPES,
+    KD_PREP_PRECISION,
+    KD_PREP_PROBLEM,
+    KD_PREP_DONE, /* as kd_prep.failed: none failed */
+} kd_prep_stage;
+
+typedef struct kd_prep {
+    const char *op;       /* the op it was run for */
+    kd_prep_stage failed; /* the stage that failed, with rc and err; the later ones did not run */
+    int rc;
+    kt_err err;   /* "<op>: ..." as the handler would have said it */
+    ops_graph *g; /* owned (kd_prep_free) */
+    uint8_t sig[OPS_SIG_BYTES];
+    int n_shapes;
+    cache_bound shapes[CACHE_MAX_SHAPES]; /* sorted by name */
+    ops_precision precision;
+    uint8_t problem[OPS_SIG_BYTES];
+    double tolerance; /* normalised: 0 for the default */
+} kd_prep;
+
+/* Runs the stages on the request map msg of op ("submit" or "lookup"); max_factor is the
+ * config's tolerance_max_factor. Depends on nothing else and touches nothing else: any thread,
+ * msg only read. */
+void kd_prep_run(kd_prep *p, const msgpack_object *msg, const char *op, double max_factor);
+void kd_prep_free(kd_prep *p);
+
+/* Called by server.c with a complete request of len bytes at msg, before decoding it: when the
+ * request is a submit or lookup whose graph is not small, or any request over
+ * KD_PREP_INLINE_BYTES, decodes and prepares it (in place) on a libuv worker thread, and
+ * dispatches it on the loop when that is done; c is busy (kd_conn.busy) meanwhile. True when
+ * taken (the caller consumes the bytes); false: handle it now (also when out of memory). */
+bool kd_prep_offload(kd_conn *c, const uint8_t *msg, size_t len);
 
 /* ---- requests (proto.c) ---- */
 
@@ -111,6 +162,7 @@ typedef struct kd_req {
     msgpack_packer pk;
     uint32_t n_fields;
     kd_job *end_job; /* set by watch: send the job's "end" event right after the reply */
+    kd_prep *prep;   /* submit, lookup: the graph half, done off the loop (prep.c); NULL: do it */
     kt_err err;
 } kd_req;
 
@@ -130,8 +182,9 @@ typedef struct kd_op {
 extern const kd_op kd_ops[];
 
 /* Handles one complete request map from c (envelope, dispatch, reply); raw and raw_len are the
- * bytes msg was decoded from. */
-void kd_dispatch(kd_conn *c, const msgpack_object *msg, const uint8_t *raw, size_t raw_len);
+ * bytes msg was decoded from; prep (may be NULL) the graph half of a submit or lookup, done. */
+void kd_dispatch(kd_conn *c, const msgpack_object *msg, const uint8_t *raw, size_t raw_len,
+                 kd_prep *prep);
 
 /* Starts a result field of the reply: packs key and returns the packer for its value. */
 msgpack_packer *kd_field(kd_req *r, const char *key);

@@ -15,7 +15,8 @@
 
 /* ---- shared argument parsing: graph and shapes ---- */
 
-/* Reads `graph` (map, or bin holding the msgpack form), validates it, and computes its
+/* Reads `graph` (map, or bin holding the msgpack form), validates it, refuses it when the search
+ * could never take it (srch_graph_admit: a lookup could never find it either), and computes its
  * signature. *out is the caller's. */
 static int arg_graph(kd_req *r, ops_graph **out, uint8_t sig[OPS_SIG_BYTES])
 {
@@ -33,6 +34,8 @@ static int arg_graph(kd_req *r, ops_graph **out, uint8_t sig[OPS_SIG_BYTES])
         return kd_fail(r, -EINVAL, "'graph' must be a map (the graph's msgpack form)");
     if (rc == 0)
         rc = ops_graph_validate(g, &diag);
+    if (rc == 0) /* before the signature: refused in O(nodes), with the search's own reason */
+        rc = srch_graph_admit(g, &diag);
     if (rc == 0)
         rc = ops_graph_signature(g, sig, &diag);
     if (rc < 0) {
@@ -167,7 +170,8 @@ static int op_hello(kd_req *r)
  * refused: loose records stay under their own key, but the daemon does not verify within
  * anything a client names. */
 static int arg_problem(kd_req *r, const ops_graph *g, const cache_bound *shapes, int n,
-                       ops_precision prec, uint8_t problem[OPS_SIG_BYTES], double *tolerance)
+                       ops_precision prec, double max_factor, uint8_t problem[OPS_SIG_BYTES],
+                       double *tolerance)
 {
     int rc = kd_arg_num(r, "tolerance", 0, 1e6, 0, tolerance);
     if (rc < 0)
@@ -182,7 +186,7 @@ static int arg_problem(kd_req *r, const ops_graph *g, const cache_bound *shapes,
         ops_graph_free(bound);
         return kd_fail(r, rc == -ENOMEM ? -ENOMEM : -EINVAL, "graph: %s", d.msg);
     }
-    double def = ops_default_tolerance(bound, prec), max = def * r->d->cfg->tolerance_max_factor;
+    double def = ops_default_tolerance(bound, prec), max = def * max_factor;
     ops_graph_free(bound);
     if (*tolerance == def)
         *tolerance = 0;
@@ -190,8 +194,61 @@ static int arg_problem(kd_req *r, const ops_graph *g, const cache_bound *shapes,
         return kd_fail(r, -EINVAL,
                        "'tolerance' %g is more than %g times this graph's default %g (the "
                        "daemon's tolerance-max-factor)",
-                       *tolerance, r->d->cfg->tolerance_max_factor, def);
+                       *tolerance, max_factor, def);
     return 0;
+}
+
+/* ---- the graph half of submit and lookup (kd.h, kd_prep) ---- */
+
+void kd_prep_run(kd_prep *p, const msgpack_object *msg, const char *op, double max_factor)
+{
+    memset(p, 0, sizeof(*p));
+    p->op = op;
+    kd_req r = {.op = op, .msg = msg}; /* no daemon, no connection: the readers need neither */
+    kd_prep_stage at = KD_PREP_GRAPH;
+    int rc = arg_graph(&r, &p->g, p->sig);
+    if (rc == 0) {
+        at = KD_PREP_SHAPES;
+        rc = arg_shapes(&r, p->g, p->shapes, &p->n_shapes);
+    }
+    if (rc == 0) {
+        at = KD_PREP_PRECISION;
+        rc = arg_precision(&r, &p->precision);
+    }
+    if (rc == 0) {
+        at = KD_PREP_PROBLEM;
+        rc = arg_problem(&r, p->g, p->shapes, p->n_shapes, p->precision, max_factor, p->problem,
+                         &p->tolerance);
+    }
+    p->failed = rc < 0 ? at : KD_PREP_DONE;
+    p->rc = rc;
+    p->err = r.err;
+}
+
+void kd_prep_free(kd_prep *p)
+{
+    ops_graph_free(p->g);
+    p->g = NULL;
+}
+
+/* Stage `stage` of r's preparation: 0 when it succeeded; its error (into r->err) when it is the
+ * one that failed. The handlers ask for the stages in order and stop at the first failure. */
+static int prep_stage(kd_req *r, const kd_prep *p, kd_prep_stage stage)
+{
+    KT_REQUIRE(p->failed >= stage);
+    if (p->failed != stage)
+        return 0;
+    r->err = p->err;
+    return p->rc;
+}
+
+/* r's preparation: the one done off the loop (prep.c), or *local computed now. */
+static kd_prep *prep_get(kd_req *r, kd_prep *local)
+{
+    if (r->prep)
+        return r->prep;
+    kd_prep_run(local, r->msg, r->op, r->d->cfg->tolerance_max_factor);
+    return local;
 }
 
 /* The job's name (docs/protocol.md, "Names"): `name` as sent, refused unless it is a name (UTF-8,
@@ -227,20 +284,24 @@ static int op_submit(kd_req *r)
 {
     kd_daemon *d = r->d;
     kd_submit s = {0};
-    ops_graph *g = NULL;
+    kd_prep local, *p = prep_get(r, &local);
     int64_t priority = 0, gpu = -1;
     int rc;
-    if ((rc = arg_graph(r, &g, s.sig)) < 0)
-        return rc;
-    s.graph = g;
-    if ((rc = arg_shapes(r, g, s.shapes, &s.n_shapes)) < 0 ||
-        (rc = arg_precision(r, &s.precision)) < 0 ||
+    if ((rc = prep_stage(r, p, KD_PREP_GRAPH)) < 0 || (rc = prep_stage(r, p, KD_PREP_SHAPES)) < 0 ||
+        (rc = prep_stage(r, p, KD_PREP_PRECISION)) < 0 ||
         (rc = kd_arg_num(r, "budget_s", 1, d->cfg->budget_max_s, 60, &s.budget_s)) < 0 ||
-        (rc = arg_problem(r, g, s.shapes, s.n_shapes, s.precision, s.problem, &s.tolerance)) < 0 ||
+        (rc = prep_stage(r, p, KD_PREP_PROBLEM)) < 0 ||
         (rc = kd_arg_int(r, "priority", -100, 100, 0, &priority)) < 0 ||
         (rc = kd_arg_int(r, "gpu", -1, KD_MAX_GPUS - 1, -1, &gpu)) < 0 ||
-        (rc = arg_name(r, g, s.name, sizeof(s.name))) < 0)
+        (rc = arg_name(r, p->g, s.name, sizeof(s.name))) < 0)
         goto out;
+    s.graph = p->g;
+    memcpy(s.sig, p->sig, sizeof(s.sig));
+    memcpy(s.problem, p->problem, sizeof(s.problem));
+    s.n_shapes = p->n_shapes;
+    memcpy(s.shapes, p->shapes, sizeof(s.shapes));
+    s.precision = p->precision;
+    s.tolerance = p->tolerance;
     s.priority = (int)priority;
     s.gpu = (int)gpu;
     s.by = r->c;
@@ -278,7 +339,8 @@ static int op_submit(kd_req *r)
         msgpack_pack_false(&r->pk);
     rc = 0;
 out:
-    ops_graph_free(g);
+    if (p == &local)
+        kd_prep_free(&local);
     return rc;
 }
 
@@ -412,7 +474,7 @@ static int op_lookup(kd_req *r)
     kd_daemon *d = r->d;
     cache_key k;
     memset(&k, 0, sizeof(k));
-    ops_graph *g = NULL;
+    kd_prep local, *p = NULL;
     int64_t gpu = 0;
     bool want_source = false;
     int rc, slot;
@@ -438,14 +500,19 @@ static int op_lookup(kd_req *r)
     } else {
         key = NULL;
     }
-    if ((rc = arg_graph(r, &g, k.sig)) < 0)
-        return rc;
-    if ((rc = arg_shapes(r, g, k.shapes, &k.n_shapes)) < 0 ||
-        (rc = arg_precision(r, &k.precision)) < 0 ||
-        (rc = arg_problem(r, g, k.shapes, k.n_shapes, k.precision, k.problem, &k.tolerance)) < 0 ||
+    p = prep_get(r, &local);
+    if ((rc = prep_stage(r, p, KD_PREP_GRAPH)) < 0 || (rc = prep_stage(r, p, KD_PREP_SHAPES)) < 0 ||
+        (rc = prep_stage(r, p, KD_PREP_PRECISION)) < 0 ||
+        (rc = prep_stage(r, p, KD_PREP_PROBLEM)) < 0 ||
         (rc = kd_arg_int(r, "gpu", 0, KD_MAX_GPUS - 1, 0, &gpu)) < 0 ||
         (rc = kd_arg_bool(r, "source", false, &want_source)) < 0)
         goto out;
+    memcpy(k.sig, p->sig, sizeof(k.sig));
+    memcpy(k.problem, p->problem, sizeof(k.problem));
+    k.n_shapes = p->n_shapes;
+    memcpy(k.shapes, p->shapes, sizeof(k.shapes));
+    k.precision = p->precision;
+    k.tolerance = p->tolerance;
     if ((slot = lookup_gpu(r, (int)gpu)) < 0) {
         rc = slot;
         goto out;
@@ -493,7 +560,8 @@ static int op_lookup(kd_req *r)
                         r->body.size, r->n_fields);
     }
 out:
-    ops_graph_free(g);
+    if (p == &local)
+        kd_prep_free(&local);
     return rc;
 }
 

@@ -304,11 +304,13 @@ static void send_ok(kd_req *r)
     msgpack_sbuffer_destroy(&sb);
 }
 
-void kd_dispatch(kd_conn *c, const msgpack_object *msg, const uint8_t *raw, size_t raw_len)
+void kd_dispatch(kd_conn *c, const msgpack_object *msg, const uint8_t *raw, size_t raw_len,
+                 kd_prep *prep)
 {
     kd_daemon *d = c->d;
     d->requests++;
-    kd_req r = {.d = d, .c = c, .op = "request", .msg = msg, .raw = raw, .raw_len = raw_len};
+    kd_req r = {
+        .d = d, .c = c, .op = "request", .msg = msg, .raw = raw, .raw_len = raw_len, .prep = prep};
     /* the envelope, before the body */
     const msgpack_object *id = map_get(msg, "id"), *v = map_get(msg, "v"), *op = map_get(msg, "op");
     if (!id || id->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
@@ -336,6 +338,8 @@ void kd_dispatch(kd_conn *c, const msgpack_object *msg, const uint8_t *raw, size
         return;
     }
     r.op = o->name;
+    if (prep && strcmp(prep->op, o->name) != 0)
+        r.prep = NULL; /* prepared for another op: the handler does its own */
     if ((o->flags & KD_OP_REFUSED_STOPPING) && d->stopping) {
         char m[160];
         snprintf(m, sizeof(m), "%s: ktuned is shutting down", o->name);

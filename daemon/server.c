@@ -206,11 +206,12 @@ static void ready_remove(kd_conn *c)
         uv_idle_stop(&d->pump);
 }
 
-/* Reads from c exactly when it is neither closing, blocked on its replies, nor holding requests
- * that wait for a turn. */
+/* Reads from c exactly when it is neither closing, blocked on its replies, holding requests
+ * that wait for a turn, nor waiting for a request handled off the loop. */
 static void update_reading(kd_conn *c)
 {
-    bool want = !c->closing && !c->blocked && !c->ready && !uv_is_closing((uv_handle_t *)&c->pipe);
+    bool want = !c->closing && !c->blocked && !c->ready && !c->busy &&
+                !uv_is_closing((uv_handle_t *)&c->pipe);
     if (want && !c->reading) {
         int rc = uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
         if (rc < 0) {
@@ -239,8 +240,32 @@ static void on_close(uv_handle_t *h)
         c->next->prev = c->prev;
     d->n_conns--;
     d->buffered -= c->rx_cap;
+    if (c->busy) { /* a work item still points at c: kd_conn_work_done frees it */
+        c->released = true;
+        return;
+    }
     free(c->rx);
     free(c);
+}
+
+bool kd_conn_work_done(kd_conn *c)
+{
+    c->busy = false;
+    if (c->released) {
+        free(c->rx);
+        free(c);
+        return false;
+    }
+    return true;
+}
+
+void kd_conn_resume(kd_conn *c)
+{
+    if (c->closing)
+        return;
+    if (!c->blocked)
+        ready_add(c); /* requests may wait in rx: a turn (it reads again once drained) */
+    update_reading(c);
 }
 
 /* For a connection accepted over the limit, never linked into d->conns. */
@@ -518,7 +543,7 @@ static turn_end process(kd_conn *c, int budget)
 {
     uint64_t t0 = uv_hrtime();
     for (int handled = 0;; handled++) {
-        if (c->closing || c->blocked)
+        if (c->closing || c->blocked || c->busy)
             return TURN_STOPPED;
         if (c->rx_off >= c->rx_len)
             return TURN_DRAINED;
@@ -553,12 +578,17 @@ static turn_end process(kd_conn *c, int budget)
             too_large(c, msg, size, true);
             return TURN_STOPPED;
         }
+        if (kd_prep_offload(c, msg, size)) { /* handled off the loop: c is busy until then */
+            c->rx_off += size;
+            kd_scan_reset(&c->scan);
+            continue;
+        }
         msgpack_unpacked up;
         msgpack_unpacked_init(&up);
         size_t off = 0;
         msgpack_unpack_return ur = msgpack_unpack_next(&up, (const char *)msg, size, &off);
         if (ur == MSGPACK_UNPACK_SUCCESS && off == size) {
-            kd_dispatch(c, &up.data, msg, size);
+            kd_dispatch(c, &up.data, msg, size, NULL);
         } else {
             kd_conn_close(c, ur == MSGPACK_UNPACK_NOMEM_ERROR ? "out of memory decoding a request"
                                                               : "framing error: undecodable "
@@ -698,7 +728,7 @@ void kd_server_tick(kd_daemon *d)
     uint64_t now = uv_now(&d->loop), limit = (uint64_t)(d->cfg->idle_timeout_s * 1e3);
     for (kd_conn *c = d->conns; c; c = c->next) {
         /* idle: no request partly or wholly received, no reply queued, no watch */
-        if (c->closing || c->ready || c->blocked || c->queued || c->n_watches ||
+        if (c->closing || c->ready || c->blocked || c->busy || c->queued || c->n_watches ||
             c->rx_off < c->rx_len || now - c->active_ms < limit)
             continue;
         char why[96];

@@ -212,6 +212,34 @@ static int canon_node(canon *c, const ops_node *n)
     }
 }
 
+/* Nodes the expansions above emit for n; keep in step with them (test_validate checks every
+ * composite against ops_graph_canonicalize). */
+static int expanded_nodes(const ops_node *n)
+{
+    switch (n->op) {
+    case OPS_SOFTMAX:
+        return 5; /* max, sub, exp, sum, div */
+    case OPS_LOG_SOFTMAX:
+        return 6; /* max, sub, exp, sum, log, sub */
+    case OPS_LOGSUMEXP:
+        return n->attrs.keepdim ? 6 : 7; /* max, sub, exp, sum, log, add [, reshape] */
+    case OPS_LAYERNORM:
+    case OPS_RMSNORM:
+        /* [mean, sub,] square, mean, add, rsqrt, mul [, mul [, add]] */
+        return (n->op == OPS_LAYERNORM ? 2 : 0) + 5 + (n->n_in >= 2) + (n->n_in >= 3);
+    default:
+        return 1;
+    }
+}
+
+int ops_graph_canonical_nodes(const ops_graph *g)
+{
+    int total = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        total += expanded_nodes(&g->nodes[i]);
+    return total;
+}
+
 int ops_graph_canonicalize(const ops_graph *g, ops_graph **out, ops_diag *d)
 {
     *out = NULL;

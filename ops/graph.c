@@ -241,22 +241,109 @@ ops_graph *ops_graph_new(const char *name)
     return g;
 }
 
+/* ---- name indexes: tensor and symbol names to their index ----
+ * A table is built once a graph has NAME_INDEX_MIN names and extended by the writer that adds
+ * one; readers use it only while it covers every name (idx->n equal to the count), else scan, so
+ * concurrent readers never write. */
+
+#define NAME_INDEX_MIN 16
+
+static const char *tensor_name(const ops_graph *g, int i)
+{
+    return g->tensors[i].name;
+}
+
+static const char *sym_name(const ops_graph *g, int i)
+{
+    return g->syms[i];
+}
+
+static uint32_t name_hash(const char *s)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+/* The index of name, or -1; idx must cover all count names. */
+static int index_find(const ops_graph *g, const ops_name_index *idx,
+                      const char *(*name_at)(const ops_graph *, int), const char *name)
+{
+    uint32_t mask = idx->cap - 1;
+    for (uint32_t i = name_hash(name) & mask;; i = (i + 1) & mask) {
+        int32_t at = idx->slot[i];
+        if (at < 0 || strcmp(name_at(g, at), name) == 0)
+            return at;
+    }
+}
+
+static void index_put(const ops_graph *g, ops_name_index *idx,
+                      const char *(*name_at)(const ops_graph *, int), int at)
+{
+    uint32_t mask = idx->cap - 1;
+    for (uint32_t i = name_hash(name_at(g, at)) & mask;; i = (i + 1) & mask) {
+        if (idx->slot[i] < 0) {
+            idx->slot[i] = at;
+            return;
+        }
+        if (strcmp(name_at(g, idx->slot[i]), name_at(g, at)) == 0)
+            return; /* a repeated name keeps its first index, as a scan finds it */
+    }
+}
+
+/* Brings idx up to count names (writers only), rebuilding at twice the load. Out of memory
+ * leaves it unused (lookups scan): never an error. */
+static void index_update(const ops_graph *g, ops_name_index *idx,
+                         const char *(*name_at)(const ops_graph *, int), int count)
+{
+    if (count < NAME_INDEX_MIN)
+        return;
+    if (idx->n < 0 || idx->n > count || (uint64_t)count * 2 > idx->cap) {
+        uint32_t cap = 64;
+        while (cap < (uint64_t)count * 4)
+            cap *= 2;
+        int32_t *slot = malloc(cap * sizeof(int32_t));
+        if (!slot) {
+            idx->n = -1;
+            return;
+        }
+        free(idx->slot);
+        idx->slot = slot;
+        idx->cap = cap;
+        idx->n = 0;
+        memset(slot, 0xff, cap * sizeof(int32_t)); /* every slot -1 */
+    }
+    for (; idx->n < count; idx->n++)
+        index_put(g, idx, name_at, idx->n);
+}
+
 int ops_graph_sym(ops_graph *g, const char *name)
 {
-    for (int i = 0; i < g->n_syms; i++)
-        if (strcmp(g->syms[i], name) == 0)
-            return i;
+    if (g->sym_index.n == g->n_syms && g->n_syms >= NAME_INDEX_MIN) {
+        int at = index_find(g, &g->sym_index, sym_name, name);
+        if (at >= 0)
+            return at;
+    } else {
+        for (int i = 0; i < g->n_syms; i++)
+            if (strcmp(g->syms[i], name) == 0)
+                return i;
+    }
     if (kt_grow(&g->syms, &g->syms_cap, (size_t)g->n_syms + 1, sizeof(char *)) < 0)
         return -ENOMEM;
     char *copy = strdup(name);
     if (!copy)
         return -ENOMEM;
     g->syms[g->n_syms] = copy;
-    return g->n_syms++;
+    g->n_syms++;
+    index_update(g, &g->sym_index, sym_name, g->n_syms);
+    return g->n_syms - 1;
 }
 
 int ops_graph_find_tensor(const ops_graph *g, const char *name)
 {
+    if (g->tensor_index.n == g->n_tensors && g->n_tensors >= NAME_INDEX_MIN)
+        return index_find(g, &g->tensor_index, tensor_name, name);
     for (int i = 0; i < g->n_tensors; i++)
         if (strcmp(g->tensors[i].name, name) == 0)
             return i;
@@ -275,7 +362,9 @@ static int add_tensor(ops_graph *g, const char *name)
     if (!t->name)
         return -ENOMEM;
     t->producer = -1;
-    return g->n_tensors++;
+    g->n_tensors++;
+    index_update(g, &g->tensor_index, tensor_name, g->n_tensors);
+    return g->n_tensors - 1;
 }
 
 int ops_graph_add_input(ops_graph *g, const char *name, ops_dtype dt, const ops_shape *shape,
@@ -379,6 +468,8 @@ void ops_graph_free(ops_graph *g)
     free(g->nodes);
     free(g->outputs);
     free(g->name);
+    free(g->tensor_index.slot);
+    free(g->sym_index.slot);
     free(g);
 }
 
@@ -408,6 +499,7 @@ ops_graph *ops_graph_clone(const ops_graph *g)
         memcpy(c->outputs, g->outputs, (size_t)g->n_outputs * sizeof(int32_t));
     c->n_outputs = g->n_outputs;
     c->validated = g->validated;
+    index_update(c, &c->tensor_index, tensor_name, c->n_tensors);
     return c;
 fail:
     ops_graph_free(c);

@@ -157,6 +157,12 @@ typedef struct ops_node {
     ops_attrs attrs;
 } ops_node;
 
+typedef struct ops_name_index {
+    int32_t *slot; /* open addressing: an index into the names, or -1 */
+    uint32_t cap;  /* a power of two, or 0 */
+    int n;         /* names 0 .. n - 1 are in the table */
+} ops_name_index;
+
 typedef struct ops_graph {
     char *name;
     char **syms; /* symbolic dimension names, in order of first appearance */
@@ -172,6 +178,11 @@ typedef struct ops_graph {
     int n_outputs;
     size_t outputs_cap;
     bool validated; /* set by ops_graph_validate: dtypes and shapes of every tensor inferred */
+    /* Private to graph.c: name -> index hash tables over tensors and symbols, kept by the
+     * functions that add them (lookups by name stay O(1), so parsing is linear in the graph's
+     * size); unused (a linear scan) while small or when a caller appended by hand. Tensor and
+     * symbol names never change once added. */
+    ops_name_index tensor_index, sym_index;
 } ops_graph;
 
 /* Rules a graph can break; every ops_diag names one. */

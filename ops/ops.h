@@ -60,6 +60,9 @@ const char *ops_graph_first_unbound(const ops_graph *g);
  * composite (softmax, log_softmax, logsumexp, layernorm, rmsnorm) is replaced by primitives and
  * transpose by permute. Graph inputs and outputs keep their names and order. */
 int ops_graph_canonicalize(const ops_graph *g, ops_graph **out, ops_diag *d);
+/* The number of nodes ops_graph_canonicalize gives g, counted without building it (O(nodes)):
+ * each composite as many primitives as it expands into. g must be validated. */
+int ops_graph_canonical_nodes(const ops_graph *g);
 
 /* ---- Signature (ops/signature.c) ----
  * The canonical signature: SHA-256 over a canonical serialisation of the canonicalised graph

@@ -85,6 +85,21 @@ typedef struct sig_ctx {
     size_t keys_cap;
     int *order; /* scratch permutation */
     int *tmp;   /* scratch for merge sort */
+    /* symbol slots of each tensor, CSR (slot, symbol) in for_each_sym_slot order; the tensors
+     * with any; and each symbol's occurrences (tensor, slot) */
+    int *slot_off, *slot_slot, *slot_sym;
+    int *slotted, n_slotted;
+    int *occ_off, *occ_t, *occ_slot;
+    int *smark; /* symbol colours seen */
+    /* refinement by cells (refine): tensor -> cell id, list links; cell id -> colour, size,
+     * first member; per round: touched and moved tensors, affected cells, items (keys) */
+    int *cid, *mnext, *mprev;
+    int *cstart, *csize, *chead, n_ids;
+    int *touched, n_touched, *moved, n_moved;
+    int *tmark, *cmark, stamp;
+    int *tnext, *thead, *tcount, *acells;
+    int *item_t, *item_of, *rep, *rep_item;
+    int *part_at, *part_size, *part_start;
     /* search state */
     long leaves;
     bool truncated;
@@ -370,98 +385,305 @@ static void for_each_sym_slot(const ops_graph *g, int t, void (*fn)(void *, int 
                 fn(arg, n->attrs.shape.d[i].sym, OPS_MAX_RANK + i);
 }
 
-typedef struct slot_walk {
-    sig_ctx *c;
-    const int *scol; /* symbol colours */
-    const int *col;  /* tensor colours */
-    int t;
-    int want_sym; /* when >= 0: collect (colour of t, slot) for this symbol only */
-    size_t *len;
-} slot_walk;
+/* Refinement, round by round as docs/formats.md (step 5) defines it, but with work proportional
+ * to what changes: a round recomputes the key of a tensor only when a neighbour (operand or
+ * consumer) or one of its symbols changed cell in the round before. That gives the very colouring
+ * of recomputing every key every round:
+ *   - keys start with the tensor's own colour, so a round only splits cells, each in the order
+ *     of its members' keys, and a cell's colour (the index of its first member) changes only when
+ *     a cell sorting before it inside the same old cell splits off;
+ *   - members of one cell had equal keys in the round before; those with no neighbour that
+ *     changed cell still have equal keys (one member stands for them all), so only the touched
+ *     ones are sorted, against that one;
+ *   - as in Hopcroft's partition refinement, of the parts a cell splits into, the largest keeps
+ *     the cell (its members are not "moved"): a neighbour of it is told apart from its cell mates
+ *     by the moved parts alone, since counts towards the largest part are what is left. Each
+ *     tensor is moved O(log n) times, so a chain of n nodes, which needs n rounds, costs
+ *     O(n log n) instead of O(n^2 log n).
+ * Cells are tracked by id (cid, cstart = its colour, csize, a member list), so a colour shift of
+ * a large part costs nothing per member; col[] is written back at the end. Symbols are few and
+ * refined as before, from an occurrence index, in the rounds where a tensor holding a symbol
+ * moved. */
 
-static void push_tensor_slot(void *arg, int sym, int slot)
+/* The colour of tensor u during refinement. */
+static inline int64_t cell_colour(const sig_ctx *c, int u)
 {
-    slot_walk *w = arg;
-    if (key_reserve(w->c, *w->len + 2) < 0)
-        return;
-    w->c->keys[(*w->len)++] = slot;
-    w->c->keys[(*w->len)++] = w->scol[sym];
+    return c->cstart[c->cid[u]];
 }
 
-static void push_sym_slot(void *arg, int sym, int slot)
-{
-    slot_walk *w = arg;
-    if (sym != w->want_sym || key_reserve(w->c, *w->len + 1) < 0)
-        return;
-    /* One int64 per occurrence so the multiset can be sorted element-wise. */
-    w->c->keys[(*w->len)++] = (int64_t)w->col[w->t] * 64 + slot;
-}
-
-/* Refines tensor colours col[] and symbol colours scol[] until stable. Keys start with the
- * current colour, so refinement only splits cells and keeps their relative order. */
-static int refine(sig_ctx *c, int *col, int *scol)
+/* Appends tensor t's key (docs/formats.md, step 5) to c->keys at *len. */
+static int tensor_key(sig_ctx *c, int t, const int *scol, size_t *len)
 {
     const ops_graph *g = c->g;
-    int cells = -1, scells = -1;
-    for (;;) {
-        size_t len = 0;
-        for (int t = 0; t < c->n; t++) {
-            c->key_off[t] = (int)len;
-            const ops_tensor *x = &g->tensors[t];
-            if (key_reserve(c, len + 4 + OPS_MAX_OPERANDS) < 0)
-                return c->err;
-            c->keys[len++] = col[t];
-            if (x->producer >= 0) {
-                const ops_node *n = &g->nodes[x->producer];
-                size_t ops_at = len;
-                for (int k = 0; k < n->n_in; k++)
-                    c->keys[len++] = n->in[k].tensor >= 0 ? col[n->in[k].tensor] : -1;
-                if (is_commutative(n->op))
-                    qsort(c->keys + ops_at, (size_t)n->n_in, sizeof(int64_t), cmp_i64);
-            }
-            c->keys[len++] = -2;
-            size_t cons_at = len;
-            for (int i = c->cons_off[t]; i < c->cons_off[t + 1]; i++) {
-                if (key_reserve(c, len + 1) < 0)
-                    return c->err;
-                c->keys[len++] = (int64_t)col[c->cons_t[i]] * 8 + c->cons_pos[i];
-            }
-            qsort(c->keys + cons_at, len - cons_at, sizeof(int64_t), cmp_i64);
-            if (key_reserve(c, len + 1) < 0)
-                return c->err;
-            c->keys[len++] = -3;
-            slot_walk w = {.c = c, .scol = scol, .col = col, .t = t, .want_sym = -1, .len = &len};
-            for_each_sym_slot(g, t, push_tensor_slot, &w);
-            if (c->err)
-                return c->err;
-        }
-        c->key_off[c->n] = (int)len;
-        int ncells = recolour(c, c->n, col);
-
-        /* Symbols: their colour plus the multiset of (tensor colour, slot) they occupy. */
-        len = 0;
-        for (int s = 0; s < c->n_syms; s++) {
-            c->key_off[s] = (int)len;
-            if (key_reserve(c, len + 1) < 0)
-                return c->err;
-            c->keys[len++] = scol[s];
-            size_t at = len;
-            for (int t = 0; t < c->n; t++) {
-                slot_walk w = {
-                    .c = c, .scol = scol, .col = col, .t = t, .want_sym = s, .len = &len};
-                for_each_sym_slot(g, t, push_sym_slot, &w);
-            }
-            if (c->err)
-                return c->err;
-            qsort(c->keys + at, len - at, sizeof(int64_t), cmp_i64);
-        }
-        c->key_off[c->n_syms] = (int)len;
-        int nscells = c->n_syms ? recolour(c, c->n_syms, scol) : 0;
-        if (ncells == cells && nscells == scells)
-            return 0;
-        cells = ncells;
-        scells = nscells;
+    const ops_tensor *x = &g->tensors[t];
+    int deg = c->cons_off[t + 1] - c->cons_off[t];
+    if (key_reserve(c, *len + 5 + OPS_MAX_OPERANDS + (size_t)deg + 4 * OPS_MAX_RANK) < 0)
+        return c->err;
+    int64_t *k = c->keys;
+    size_t at = *len;
+    k[at++] = cell_colour(c, t);
+    if (x->producer >= 0) {
+        const ops_node *n = &g->nodes[x->producer];
+        size_t ops_at = at;
+        for (int i = 0; i < n->n_in; i++)
+            k[at++] = n->in[i].tensor >= 0 ? cell_colour(c, n->in[i].tensor) : -1;
+        if (is_commutative(n->op))
+            qsort(k + ops_at, (size_t)n->n_in, sizeof(int64_t), cmp_i64);
     }
+    k[at++] = -2;
+    size_t cons_at = at;
+    for (int i = c->cons_off[t]; i < c->cons_off[t + 1]; i++)
+        k[at++] = cell_colour(c, c->cons_t[i]) * 8 + c->cons_pos[i];
+    qsort(k + cons_at, at - cons_at, sizeof(int64_t), cmp_i64);
+    k[at++] = -3;
+    for (int i = c->slot_off[t]; i < c->slot_off[t + 1]; i++) {
+        k[at++] = c->slot_slot[i];
+        k[at++] = scol[c->slot_sym[i]];
+    }
+    *len = at;
+    return 0;
+}
+
+/* Cell membership lists. */
+static void cell_unlink(sig_ctx *c, int t)
+{
+    int id = c->cid[t];
+    if (c->mprev[t] >= 0)
+        c->mnext[c->mprev[t]] = c->mnext[t];
+    else
+        c->chead[id] = c->mnext[t];
+    if (c->mnext[t] >= 0)
+        c->mprev[c->mnext[t]] = c->mprev[t];
+}
+
+static void cell_link(sig_ctx *c, int t, int id)
+{
+    c->cid[t] = id;
+    c->mprev[t] = -1;
+    c->mnext[t] = c->chead[id];
+    if (c->chead[id] >= 0)
+        c->mprev[c->chead[id]] = t;
+    c->chead[id] = t;
+}
+
+/* Marks t touched for the coming round (once). */
+static void touch(sig_ctx *c, int t)
+{
+    if (c->tmark[t] == c->stamp || c->csize[c->cid[t]] < 2)
+        return; /* already, or alone in its cell: it cannot split */
+    c->tmark[t] = c->stamp;
+    c->touched[c->n_touched++] = t;
+}
+
+/* Splits every cell with touched members by their keys. Moved tensors go to c->moved. Returns
+ * 1 when some cell split, 0 when none did, or a negative errno. */
+static int tensor_round(sig_ctx *c, const int *scol)
+{
+    c->n_moved = 0;
+    if (c->n_touched == 0)
+        return 0;
+    /* group the touched tensors by cell: a list per cell, the cells in c->acells */
+    int n_cells = 0;
+    for (int i = 0; i < c->n_touched; i++) {
+        int t = c->touched[i], id = c->cid[t];
+        if (c->cmark[id] != c->stamp) {
+            c->cmark[id] = c->stamp;
+            c->thead[id] = -1;
+            c->tcount[id] = 0;
+            c->acells[n_cells++] = id;
+        }
+        c->tnext[t] = c->thead[id];
+        c->thead[id] = t;
+        c->tcount[id]++;
+    }
+    /* every key from the colours before this round: items are the touched tensors, then per cell
+     * with untouched members one of them (c->rep[id], item c->rep_item[id]) */
+    size_t len = 0;
+    int items = 0;
+    for (int a = 0; a < n_cells; a++) {
+        int id = c->acells[a];
+        for (int t = c->thead[id]; t >= 0; t = c->tnext[t]) {
+            c->key_off[items] = (int)len;
+            c->item_of[t] = items;
+            c->item_t[items++] = t;
+            if (tensor_key(c, t, scol, &len) < 0)
+                return c->err;
+        }
+        c->rep[id] = -1;
+        if (c->tcount[id] < c->csize[id]) {
+            int u = c->chead[id];
+            while (c->tmark[u] == c->stamp)
+                u = c->mnext[u];
+            c->rep[id] = u;
+            c->rep_item[id] = items;
+            c->key_off[items] = (int)len;
+            c->item_t[items++] = u;
+            if (tensor_key(c, u, scol, &len) < 0)
+                return c->err;
+        }
+    }
+    c->key_off[items] = (int)len;
+    int split = 0;
+    for (int a = 0; a < n_cells; a++) {
+        int id = c->acells[a];
+        /* this cell's items, sorted by key */
+        int m = 0, *v = c->order;
+        for (int t = c->thead[id]; t >= 0; t = c->tnext[t])
+            v[m++] = c->item_of[t];
+        if (c->rep[id] >= 0)
+            v[m++] = c->rep_item[id];
+        merge_sort(c, v, c->tmp, m, cmp_keys);
+        /* parts: runs of equal keys; the one with the representative holds every untouched
+         * member */
+        int untouched = c->csize[id] - c->tcount[id];
+        int n_parts = 0, keep = -1, largest = -1, start = c->cstart[id];
+        for (int i = 0; i < m; i++) {
+            if (i == 0 || cmp_keys(c, v[i - 1], v[i]) != 0)
+                c->part_at[n_parts++] = i;
+        }
+        if (n_parts == 1)
+            continue;
+        split = 1;
+        c->part_at[n_parts] = m;
+        for (int p = 0; p < n_parts; p++) {
+            int size = c->part_at[p + 1] - c->part_at[p];
+            for (int i = c->part_at[p]; i < c->part_at[p + 1]; i++)
+                if (c->rep[id] >= 0 && v[i] == c->rep_item[id])
+                    size += untouched - 1, keep = p;
+            c->part_size[p] = size;
+            c->part_start[p] = start;
+            start += size;
+            if (largest < 0 || size > c->part_size[largest])
+                largest = p;
+        }
+        if (keep < 0)
+            keep = largest; /* every member touched: the largest part keeps the cell id */
+        for (int p = 0; p < n_parts; p++) {
+            int nid = id;
+            if (p != keep) {
+                nid = c->n_ids++;
+                c->chead[nid] = -1;
+                c->csize[nid] = c->part_size[p];
+                c->cstart[nid] = c->part_start[p];
+            }
+            for (int i = c->part_at[p]; i < c->part_at[p + 1]; i++) {
+                if (c->rep[id] >= 0 && v[i] == c->rep_item[id])
+                    continue; /* the untouched members stay where they are */
+                int t = c->item_t[v[i]];
+                if (p != keep) {
+                    cell_unlink(c, t);
+                    cell_link(c, t, nid);
+                }
+                if (p != largest)
+                    c->moved[c->n_moved++] = t;
+            }
+        }
+        c->csize[id] = c->part_size[keep];
+        c->cstart[id] = c->part_start[keep];
+        if (keep != largest && c->rep[id] >= 0) /* the untouched members moved too */
+            for (int t = c->chead[id]; t >= 0; t = c->mnext[t])
+                if (c->tmark[t] != c->stamp)
+                    c->moved[c->n_moved++] = t;
+    }
+    return split;
+}
+
+/* Symbols: their colour plus the multiset of (tensor colour, slot) they occupy, every symbol
+ * (they are few). Returns the number of symbol cells. */
+static int sym_round(sig_ctx *c, int *scol)
+{
+    size_t len = 0;
+    for (int s = 0; s < c->n_syms; s++) {
+        c->key_off[s] = (int)len;
+        size_t occ = (size_t)(c->occ_off[s + 1] - c->occ_off[s]);
+        if (key_reserve(c, len + 1 + occ) < 0)
+            return c->err;
+        c->keys[len++] = scol[s];
+        size_t at = len;
+        for (int i = c->occ_off[s]; i < c->occ_off[s + 1]; i++)
+            c->keys[len++] = cell_colour(c, c->occ_t[i]) * 64 + c->occ_slot[i];
+        qsort(c->keys + at, len - at, sizeof(int64_t), cmp_i64);
+    }
+    c->key_off[c->n_syms] = (int)len;
+    return c->n_syms ? recolour(c, c->n_syms, scol) : 0;
+}
+
+/* Refines tensor colours col[] and symbol colours scol[] until stable (docs/formats.md, step 5;
+ * the comment above says how). seed < 0: col is any colouring, every key is computed in the
+ * first round. seed >= 0: col is a stable colouring in which seed was just individualised (it
+ * kept its cell's colour, the rest of the cell moved one up), so only seed counts as moved. */
+static int refine(sig_ctx *c, int *col, int *scol, int seed)
+{
+    const int n = c->n;
+    /* cells from col: the id of a cell is its colour to begin with */
+    c->n_ids = n;
+    for (int id = 0; id < n; id++) {
+        c->chead[id] = -1;
+        c->csize[id] = 0;
+        c->cstart[id] = id;
+    }
+    for (int t = n - 1; t >= 0; t--) {
+        cell_link(c, t, col[t]);
+        c->csize[col[t]]++;
+    }
+    /* symbol cells now: the colours are the cells' first indices */
+    int scells = 0, rc;
+    for (int s = 0; s < c->n_syms; s++)
+        c->smark[s] = 0;
+    for (int s = 0; s < c->n_syms; s++)
+        scells += !c->smark[scol[s]]++;
+    bool first = true, sym_split = false;
+    bool seed_slots = seed >= 0 && c->slot_off[seed + 1] > c->slot_off[seed];
+    if (seed >= 0) {
+        c->n_moved = 1;
+        c->moved[0] = seed;
+    }
+    for (;;) {
+        c->stamp++;
+        c->n_touched = 0;
+        if (first && seed < 0) {
+            for (int t = 0; t < n; t++)
+                touch(c, t);
+        } else {
+            for (int i = 0; i < c->n_moved; i++) {
+                int t = c->moved[i];
+                for (int j = c->cons_off[t]; j < c->cons_off[t + 1]; j++)
+                    touch(c, c->cons_t[j]);
+                const ops_tensor *x = &c->g->tensors[t];
+                if (x->producer >= 0) {
+                    const ops_node *nd = &c->g->nodes[x->producer];
+                    for (int k = 0; k < nd->n_in; k++)
+                        if (nd->in[k].tensor >= 0)
+                            touch(c, nd->in[k].tensor);
+                }
+            }
+            if (sym_split) /* symbol colours changed: every tensor holding one */
+                for (int i = 0; i < c->n_slotted; i++)
+                    touch(c, c->slotted[i]);
+        }
+        if ((rc = tensor_round(c, scol)) < 0)
+            return rc;
+        bool split = rc > 0;
+        /* symbols see this round's tensor colours; after the first round their keys can only
+         * change when a tensor holding one moved */
+        bool redo = first && (seed < 0 || seed_slots);
+        for (int i = 0; i < c->n_moved && !redo; i++)
+            redo = c->slot_off[c->moved[i] + 1] > c->slot_off[c->moved[i]];
+        sym_split = false;
+        if (redo) {
+            int ns = sym_round(c, scol);
+            if (ns < 0)
+                return ns;
+            sym_split = ns != scells;
+            scells = ns;
+        }
+        if (!split && !sym_split)
+            break; /* the next round would change nothing either */
+        first = false;
+    }
+    for (int t = 0; t < n; t++)
+        col[t] = (int)cell_colour(c, t);
+    return 0;
 }
 
 /* ---- leaves: serialise under a discrete colouring ---- */
@@ -627,26 +849,31 @@ static int uf_find(int *p, int x)
 }
 
 /* True when v lies in the orbit of an already explored sibling under the automorphisms found so
- * far that fix every vertex of the current prefix. */
+ * far that fix every vertex of the current prefix. The orbits (uf) are computed again only when
+ * automorphisms were found since *uf_gens (the count they were computed with; -1: never), not
+ * for every sibling: with k interchangeable branches that is k times less work per search node. */
 static bool pruned(sig_ctx *c, const int *prefix, int depth, const int *explored, int n_explored,
-                   int v, int *uf)
+                   int v, int *uf, int *uf_gens)
 {
     if (n_explored == 0 || c->n_gens == 0)
         return false;
-    for (int t = 0; t < c->n; t++)
-        uf[t] = t;
-    for (int i = 0; i < c->n_gens; i++) {
-        const int *gen = c->gens[i];
-        bool fixes = true;
-        for (int j = 0; j < depth && fixes; j++)
-            fixes = gen[prefix[j]] == prefix[j];
-        if (!fixes)
-            continue;
-        for (int t = 0; t < c->n; t++) {
-            int a = uf_find(uf, t), b = uf_find(uf, gen[t]);
-            if (a != b)
-                uf[a] = b;
+    if (*uf_gens != c->n_gens) {
+        for (int t = 0; t < c->n; t++)
+            uf[t] = t;
+        for (int i = 0; i < c->n_gens; i++) {
+            const int *gen = c->gens[i];
+            bool fixes = true;
+            for (int j = 0; j < depth && fixes; j++)
+                fixes = gen[prefix[j]] == prefix[j];
+            if (!fixes)
+                continue;
+            for (int t = 0; t < c->n; t++) {
+                int a = uf_find(uf, t), b = uf_find(uf, gen[t]);
+                if (a != b)
+                    uf[a] = b;
+            }
         }
+        *uf_gens = c->n_gens;
     }
     for (int i = 0; i < n_explored; i++)
         if (uf_find(uf, explored[i]) == uf_find(uf, v))
@@ -654,9 +881,10 @@ static bool pruned(sig_ctx *c, const int *prefix, int depth, const int *explored
     return false;
 }
 
-static int search(sig_ctx *c, int *col, int *scol, int depth)
+/* The search below the colouring col in which seed was just individualised (-1: the root). */
+static int search(sig_ctx *c, int *col, int *scol, int depth, int seed)
 {
-    int rc = refine(c, col, scol);
+    int rc = refine(c, col, scol, seed);
     if (rc < 0)
         return rc;
     /* The first non-singleton cell: the smallest colour shared by two tensors. */
@@ -683,7 +911,7 @@ static int search(sig_ctx *c, int *col, int *scol, int depth)
         rc = -ENOMEM;
         goto out;
     }
-    int m = 0, n_explored = 0;
+    int m = 0, n_explored = 0, uf_gens = -1;
     for (int t = 0; t < c->n; t++)
         if (col[t] == cell)
             members[m++] = t;
@@ -693,7 +921,7 @@ static int search(sig_ctx *c, int *col, int *scol, int depth)
             c->truncated = true;
             break;
         }
-        if (pruned(c, c->prefix, depth, explored, n_explored, v, uf))
+        if (pruned(c, c->prefix, depth, explored, n_explored, v, uf, &uf_gens))
             continue;
         /* Individualise v: it keeps the cell's colour, the rest of the cell moves one up. */
         memcpy(ncol, col, sizeof(int) * (size_t)c->n);
@@ -702,7 +930,7 @@ static int search(sig_ctx *c, int *col, int *scol, int depth)
             if (members[j] != v)
                 ncol[members[j]] = cell + 1;
         c->prefix[depth] = v;
-        rc = search(c, ncol, nscol, depth + 1);
+        rc = search(c, ncol, nscol, depth + 1, v);
         if (rc < 0)
             goto out;
         explored[n_explored++] = v;
@@ -731,6 +959,16 @@ static void ctx_free(sig_ctx *c)
     free(c->keys);
     free(c->order);
     free(c->tmp);
+    int **arrays[] = {&c->slot_off, &c->slot_slot, &c->slot_sym,  &c->slotted,   &c->occ_off,
+                      &c->occ_t,    &c->occ_slot,  &c->smark,     &c->cid,       &c->mnext,
+                      &c->mprev,    &c->cstart,    &c->csize,     &c->chead,     &c->touched,
+                      &c->moved,    &c->tmark,     &c->cmark,     &c->tnext,     &c->thead,
+                      &c->tcount,   &c->acells,    &c->item_t,    &c->item_of,   &c->rep,
+                      &c->rep_item, &c->part_at,   &c->part_size, &c->part_start};
+    for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++) {
+        free(*arrays[i]);
+        *arrays[i] = NULL;
+    }
     free(c->best.p);
     free(c->first.p);
     free(c->best_id);
@@ -741,6 +979,85 @@ static void ctx_free(sig_ctx *c)
     for (int i = 0; i < c->n_gens; i++)
         free(c->gens[i]);
     free(c->gens);
+}
+
+static void count_slot(void *arg, int sym, int slot)
+{
+    sig_ctx *c = arg;
+    (void)slot;
+    c->slot_off[c->n_slotted]++; /* n_slotted: the tensor being walked, while counting */
+    c->occ_off[sym + 1]++;
+}
+
+static void fill_slot(void *arg, int sym, int slot)
+{
+    sig_ctx *c = arg;
+    int t = c->n_slotted, at = c->slot_off[t + 1]++; /* slot_off[t + 1]: t's fill point */
+    c->slot_slot[at] = slot;
+    c->slot_sym[at] = sym;
+    int o = c->occ_off[sym + 1]++;
+    c->occ_t[o] = t;
+    c->occ_slot[o] = slot;
+}
+
+/* The symbol slot indexes, and the scratch arrays of refine. */
+static int index_slots(sig_ctx *c)
+{
+    size_t n = (size_t)c->n, ids = 2 * n + 1, ns = (size_t)c->n_syms + 1;
+    c->slot_off = calloc(n + 2, sizeof(int));
+    c->occ_off = calloc(ns + 1, sizeof(int));
+    c->smark = calloc(ns, sizeof(int));
+    c->slotted = calloc(n + 1, sizeof(int));
+    int **per_tensor[] = {&c->cid,     &c->mnext,     &c->mprev,     &c->touched,
+                          &c->moved,   &c->tmark,     &c->tnext,     &c->item_of,
+                          &c->part_at, &c->part_size, &c->part_start};
+    int **per_id[] = {&c->cstart, &c->csize,  &c->chead,  &c->cmark, &c->thead,
+                      &c->tcount, &c->acells, &c->item_t, &c->rep,   &c->rep_item};
+    for (size_t i = 0; i < KT_ARRAY_LEN(per_tensor); i++)
+        *per_tensor[i] = calloc(n + 2, sizeof(int));
+    for (size_t i = 0; i < KT_ARRAY_LEN(per_id); i++)
+        *per_id[i] = calloc(ids + 1, sizeof(int));
+    bool ok = c->slot_off && c->occ_off && c->smark && c->slotted;
+    for (size_t i = 0; i < KT_ARRAY_LEN(per_tensor); i++)
+        ok &= *per_tensor[i] != NULL;
+    for (size_t i = 0; i < KT_ARRAY_LEN(per_id); i++)
+        ok &= *per_id[i] != NULL;
+    if (!ok)
+        return -ENOMEM;
+    /* count, per tensor (slot_off[t]) and per symbol (occ_off[s + 1]) */
+    for (int t = 0; t < c->n; t++) {
+        c->n_slotted = t;
+        for_each_sym_slot(c->g, t, count_slot, c);
+    }
+    int total = 0;
+    for (int t = 0; t < c->n; t++) {
+        int k = c->slot_off[t];
+        c->slot_off[t] = total;
+        total += k;
+    }
+    c->slot_off[c->n] = total;
+    for (int s = 0; s < c->n_syms; s++)
+        c->occ_off[s + 1] += c->occ_off[s];
+    c->slot_slot = calloc((size_t)total + 1, sizeof(int));
+    c->slot_sym = calloc((size_t)total + 1, sizeof(int));
+    c->occ_t = calloc((size_t)total + 1, sizeof(int));
+    c->occ_slot = calloc((size_t)total + 1, sizeof(int));
+    if (!c->slot_slot || !c->slot_sym || !c->occ_t || !c->occ_slot)
+        return -ENOMEM;
+    /* fill: slot_off[t + 1] and occ_off[s + 1] serve as fill points, shifted back after */
+    for (int t = c->n; t > 0; t--)
+        c->slot_off[t] = c->slot_off[t - 1];
+    for (int s = c->n_syms; s > 0; s--)
+        c->occ_off[s] = c->occ_off[s - 1];
+    for (int t = 0; t < c->n; t++) {
+        c->n_slotted = t;
+        for_each_sym_slot(c->g, t, fill_slot, c);
+    }
+    c->n_slotted = 0;
+    for (int t = 0; t < c->n; t++)
+        if (c->slot_off[t + 1] > c->slot_off[t])
+            c->slotted[c->n_slotted++] = t;
+    return 0;
 }
 
 /* Builds adjacency and initial colours (from the anonymous local labels) of canonical graph g,
@@ -758,9 +1075,10 @@ static int canonical_labelling(const ops_graph *g, bool sizes, sig_ctx *c)
     int *col = NULL, *scol = NULL;
     sig_buf *labels = NULL;
     c->cons_off = calloc((size_t)n + 1, sizeof(int));
-    c->key_off = calloc((size_t)big + 1, sizeof(int));
-    c->order = calloc((size_t)big, sizeof(int));
-    c->tmp = calloc((size_t)big, sizeof(int));
+    /* a refinement round has up to a key per tensor and one per cell */
+    c->key_off = calloc(2 * (size_t)big + 1, sizeof(int));
+    c->order = calloc(2 * (size_t)big, sizeof(int));
+    c->tmp = calloc(2 * (size_t)big, sizeof(int));
     c->best_id = calloc((size_t)n + 1, sizeof(int));
     c->first_id = calloc((size_t)n + 1, sizeof(int));
     c->gens = calloc(SIG_MAX_GENS, sizeof(int *));
@@ -807,6 +1125,8 @@ static int canonical_labelling(const ops_graph *g, bool sizes, sig_ctx *c)
         }
     }
     free(fill);
+    if ((rc = index_slots(c)) < 0)
+        goto out;
 
     /* Initial colours: rank of each tensor's anonymous label. */
     for (int t = 0; t < n; t++) {
@@ -826,7 +1146,7 @@ static int canonical_labelling(const ops_graph *g, bool sizes, sig_ctx *c)
         col[c->order[i]] = start;
     }
     c->labels = NULL;
-    rc = search(c, col, scol, 0);
+    rc = search(c, col, scol, 0, -1);
     if (rc == 0 && c->err)
         rc = c->err;
     if (rc == 0 && c->truncated)

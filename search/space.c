@@ -17,13 +17,22 @@ typedef struct node_graph {
     uint64_t desc[OPS_GROUP_MAX_NODES]; /* all descendants */
 } node_graph;
 
+int srch_graph_admit(const ops_graph *g, ops_diag *d)
+{
+    int n = ops_graph_canonical_nodes(g);
+    if (n > OPS_GROUP_MAX_NODES)
+        return ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "",
+                            "graph has %d nodes after canonicalisation; the search handles %d", n,
+                            OPS_GROUP_MAX_NODES);
+    return 0;
+}
+
 static int node_graph_init(const ops_graph *g, node_graph *ng, ops_diag *d)
 {
     memset(ng, 0, sizeof(*ng));
-    if (g->n_nodes > OPS_GROUP_MAX_NODES)
-        return ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "",
-                            "graph has %d nodes after canonicalisation; the search handles %d",
-                            g->n_nodes, OPS_GROUP_MAX_NODES);
+    int rc = srch_graph_admit(g, d);
+    if (rc < 0)
+        return rc;
     ng->n = g->n_nodes;
     for (int c = 0; c < g->n_nodes; c++) {
         for (int k = 0; k < g->nodes[c].n_in; k++) {
@@ -39,8 +48,7 @@ static int node_graph_init(const ops_graph *g, node_graph *ng, ops_diag *d)
         }
     }
     int32_t order[OPS_GROUP_MAX_NODES];
-    int rc = ops_graph_topo_order(g, order, d);
-    if (rc < 0)
+    if ((rc = ops_graph_topo_order(g, order, d)) < 0)
         return rc;
     for (int i = g->n_nodes - 1; i >= 0; i--) {
         int v = order[i];

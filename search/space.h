@@ -50,6 +50,13 @@ typedef struct srch_space {
     int64_t pruned;
 } srch_space;
 
+/* Whether the search can take g at all, whatever its shapes and GPU: at most
+ * OPS_GROUP_MAX_NODES nodes once canonicalised (node sets are 64-bit masks). g validated, bound
+ * or not; O(nodes). 0, or -EINVAL with d: "graph has N nodes after canonicalisation; the search
+ * handles 64". The one check behind srch_space_build, srch_tune (before it starts a worker) and
+ * ktuned's submit and lookup, so all refuse such a graph alike, and early. */
+int srch_graph_admit(const ops_graph *g, ops_diag *d);
+
 /* Builds the space of a validated, fully bound graph (canonicalised inside). 0, or -EINVAL /
  * -ENOMEM with detail in d (e.g. a node no family can implement). */
 int srch_space_build(const ops_graph *bound, const ops_device *dev, ops_precision precision,

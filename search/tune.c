@@ -2047,6 +2047,11 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
                         unbound);
         goto out;
     }
+    /* before a worker starts: a graph the search cannot take is refused at once */
+    if ((rc = srch_graph_admit(bound, &d)) < 0) {
+        rc = kt_err_set(err, rc, "%s", d.msg);
+        goto out;
+    }
     if ((rc = make_key(g, bound, b, n, opts, &t.key, err)) < 0)
         goto out;
     memcpy(out->sig, t.key.sig, sizeof(out->sig));

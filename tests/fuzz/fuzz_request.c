@@ -2,7 +2,8 @@
  * scanner (daemon/frame.c) is fed the bytes in chunks, as reads would deliver them, and finds
  * each message's end and checks the depth cap, as server.c does; each complete message is
  * decoded with msgpack_unpack_next, the envelope checked (id, v, op: docs/protocol.md), the
- * frame helpers the memo and E2BIG reply use (kd_frame_peek_id, kd_frame_map_values) run on its
+ * frame helpers the memo, E2BIG reply and prep.c use (kd_frame_peek_id, kd_frame_map_values,
+ * kd_frame_is_str, kd_frame_graph_tensors) run on its
  * bytes, and a `graph` argument goes through ops_graph_from_msgpack_object (or, for bin,
  * ops_graph_from_msgpack) + validate + signature as daemon/ops.c's arg_graph does. The
  * envelope check and kd_arg_* live in proto.c next to the connection code (kd_dispatch needs a
@@ -131,6 +132,21 @@ static void handle_message(const uint8_t *msg, size_t len)
         }
         msgpack_unpacked_destroy(&one);
     }
+
+    /* the size prep.c reads from the graph's bytes agrees with the decoded graph map */
+    const msgpack_object *gv = map_get(m, "graph");
+    if (vals[1] && gv && gv->type == MSGPACK_OBJECT_MAP) {
+        const msgpack_object *gi = map_get(gv, "inputs"), *gn = map_get(gv, "nodes");
+        int64_t want = -1;
+        if (gi && gn && (gi->type == MSGPACK_OBJECT_MAP || gi->type == MSGPACK_OBJECT_ARRAY) &&
+            (gn->type == MSGPACK_OBJECT_MAP || gn->type == MSGPACK_OBJECT_ARRAY))
+            want =
+                (int64_t)(gi->type == MSGPACK_OBJECT_MAP ? gi->via.map.size : gi->via.array.size) +
+                (int64_t)(gn->type == MSGPACK_OBJECT_MAP ? gn->via.map.size : gn->via.array.size);
+        FUZZ_CHECK(kd_frame_graph_tensors(vals[1], lens[1]) == want);
+    }
+    if (vals[0])
+        FUZZ_CHECK(kd_frame_is_str(vals[0], lens[0], "lookup") == (op && obj_is_str(op, "lookup")));
 
     /* the envelope (docs/protocol.md: id unsigned, v == 1, op a string) */
     if (!id || id->type != MSGPACK_OBJECT_POSITIVE_INTEGER)

@@ -648,6 +648,50 @@ int dh_example_graph(const char *name, void **mp, size_t *len)
     return rc;
 }
 
+/* x[M, 64], then n nodes of op, each of the previous tensor (chain) or of x (branches). */
+static int one_input_graph(ops_op op, int n, bool chain, void **mp, size_t *len)
+{
+    ops_graph *g = ops_graph_new(chain ? "chain" : "branches");
+    if (!g)
+        return -ENOMEM;
+    ops_shape s = {.rank = 2, .d = {{.size = -1, .sym = ops_graph_sym(g, "M")}, {64, OPS_NO_SYM}}};
+    int x = ops_graph_add_input(g, "x", OPS_DT_F32, &s, false), prev = x, rc = x < 0 ? x : 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "t%d", i);
+        int ni = ops_graph_add_node(g, op, name, NULL);
+        if (ni < 0) {
+            rc = ni;
+            break;
+        }
+        g->nodes[ni].n_in = 1;
+        g->nodes[ni].in[0].tensor = chain ? prev : x;
+        prev = g->nodes[ni].out;
+        if (!chain || i == n - 1)
+            rc = ops_graph_mark_output(g, prev) < 0 ? -ENOMEM : 0;
+    }
+    ops_diag d = {0};
+    if (rc == 0 && (rc = ops_graph_validate(g, &d)) < 0)
+        fprintf(stderr, "harness: generated graph: %s\n", d.msg);
+    if (rc == 0)
+        rc = ops_graph_to_msgpack(g, mp, len);
+    ops_graph_free(g);
+    return rc;
+}
+
+int dh_chain_graph(const char *op, int n, void **mp, size_t *len)
+{
+    ops_op o = ops_op_from_name(op, 1);
+    if (o == OPS_OP_INVALID)
+        return -EINVAL;
+    return one_input_graph(o, n, true, mp, len);
+}
+
+int dh_branches_graph(int k, void **mp, size_t *len)
+{
+    return one_input_graph(OPS_RELU, k, false, mp, len);
+}
+
 static int remote_error(const char *op, const msgpack_object *reply)
 {
     char desc[400];
@@ -754,6 +798,32 @@ int dh_hello(dh_conn *c, double timeout_s, int64_t *pid)
     if (pid)
         *pid = dh_int(rep, "pid", 0);
     return 0;
+}
+
+int dh_wait_gpus_started(dh_conn *c, double timeout_s)
+{
+    double t_end = dh_now() + timeout_s;
+    for (;;) {
+        dh_req r;
+        dh_req_begin(&r, c, "gpus", 0);
+        const msgpack_object *rep;
+        int rc = dh_call(c, &r, timeout_s, &rep);
+        if (rc < 0)
+            return rc;
+        const msgpack_object *gpus = dh_get(rep, "gpus");
+        if (!dh_ok(rep) || !gpus || gpus->type != MSGPACK_OBJECT_ARRAY)
+            return remote_error("gpus", rep);
+        bool starting = false;
+        for (uint32_t i = 0; i < gpus->via.array.size; i++)
+            starting |= dh_is_str(&gpus->via.array.ptr[i], "state", "starting");
+        if (!starting)
+            return 0;
+        if (dh_now() > t_end) {
+            fprintf(stderr, "harness: a GPU is still starting after %.0f s\n", timeout_s);
+            return -ETIMEDOUT;
+        }
+        usleep(50 * 1000);
+    }
 }
 
 int dh_wait_job(dh_conn *c, uint64_t id, const char *state, double timeout_s, double poll_s,

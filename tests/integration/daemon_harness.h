@@ -148,6 +148,12 @@ bool dh_job_final(const dh_job *j);                       /* done, failed or can
 
 /* An example graph (examples/NAME.json) in its msgpack form; free *mp. */
 int dh_example_graph(const char *name, void **mp, size_t *len);
+/* Generated graphs over one input x[M, 64] f32, in msgpack form (free *mp): a chain of n nodes
+ * of the one-operand op (x -> t0 -> ... -> t(n-1), the last the output), or k relus of x side by
+ * side, each an output (k interchangeable branches: the signature's tie-breaking search is at
+ * its costliest). */
+int dh_chain_graph(const char *op, int n, void **mp, size_t *len);
+int dh_branches_graph(int k, void **mp, size_t *len);
 
 typedef struct dh_submit_args {
     const void *graph; /* msgpack form */
@@ -168,6 +174,9 @@ int dh_cancel(dh_conn *c, uint64_t id, double timeout_s, dh_job *job, char code[
 int dh_lookup(dh_conn *c, const void *graph, size_t graph_len, const dh_shape *shapes, int n,
               double timeout_s, bool *found, char family[32]);
 int dh_hello(dh_conn *c, double timeout_s, int64_t *pid);
+/* Polls `gpus` until no GPU is still starting (lookups answer EBUSY until then): 0, or
+ * -ETIMEDOUT. */
+int dh_wait_gpus_started(dh_conn *c, double timeout_s);
 /* Polls status every poll_s until the job is final (or, with state non-NULL, in that state or
  * final): 0, or -ETIMEDOUT with *job the last seen. */
 int dh_wait_job(dh_conn *c, uint64_t id, const char *state, double timeout_s, double poll_s,

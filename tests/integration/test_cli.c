@@ -274,6 +274,44 @@ static void test_space_json(void **state)
     free(r);
 }
 
+/* `ktune tune --local` refuses a graph the search cannot take before it starts a worker, with
+ * the reason ktuned's submit gives (srch_graph_admit): 13 softmaxes are 65 nodes once
+ * canonicalised. */
+static void test_tune_local_refuses_large_graph(void **state)
+{
+    char path[] = "/tmp/ktune-cli-XXXXXX.json";
+    int fd = mkstemps(path, 5);
+    assert_true(fd >= 0);
+    char text[4096];
+    size_t off = (size_t)snprintf(text, sizeof(text),
+                                  "{\"name\": \"softmaxes\", \"inputs\": {\"x\": {\"dtype\": "
+                                  "\"f32\", \"shape\": [\"M\", 64]}}, \"nodes\": [");
+    for (int i = 0; i < 13; i++) {
+        char in[16] = "x";
+        if (i)
+            snprintf(in, sizeof(in), "s%d", i - 1);
+        off += (size_t)snprintf(text + off, sizeof(text) - off,
+                                "%s{\"out\": \"s%d\", \"op\": \"softmax\", \"in\": [\"%s\"]}",
+                                i ? ", " : "", i, in);
+    }
+    off += (size_t)snprintf(text + off, sizeof(text) - off, "], \"outputs\": [\"s12\"]}");
+    assert_true(off < sizeof(text));
+    assert_int_equal(write(fd, text, off), (ssize_t)off);
+    close(fd);
+    run_result *r = run_ktune("tune", path, "--shape", "M=8", "--local", "--worker",
+                              "/nonexistent/ktune-worker", NULL);
+    unlink(path);
+    if (strstr(r->err, "built without NVRTC")) {
+        free(r);
+        skip();
+    }
+    assert_int_equal(r->status, 1);
+    assert_int_equal(count_lines(r->err), 1);
+    if (!strstr(r->err, "graph has 65 nodes after canonicalisation; the search handles 64"))
+        fail_msg("expected the search's refusal, got: %s", r->err);
+    free(r);
+}
+
 static void test_compile_json(void **state)
 {
     run_result *r = run_ktune("compile", example("softmax.json"), "--shape", "M=64,N=1000",
@@ -569,6 +607,7 @@ int main(void)
         cmocka_unit_test(test_export_target_kinds),
         cmocka_unit_test(test_read_refusals),
         cmocka_unit_test(test_compile_emit_targets),
+        cmocka_unit_test(test_tune_local_refuses_large_graph),
     };
     return cmocka_run_group_tests_name("ktune CLI", tests, NULL, NULL);
 }

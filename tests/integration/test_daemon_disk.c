@@ -4,8 +4,8 @@
  * disk, then:
  *   - the running job ends failed, its error naming the full disk (or, if every write it still
  *     had to do fit in pages LMDB had free, done);
- *   - a submission whose journal entry needs new pages (a 3000-node graph) is refused ENOSPC with
- *     a message naming the full disk, and the daemon logs it;
+ *   - a submission whose journal entry needs new pages (64 adds, names of 255 bytes) is refused
+ * ENOSPC with a message naming the full disk, and the daemon logs it;
  *   - the daemon keeps running and answers hello, stats and status;
  *   - after the filler is removed, the same job submitted again finishes with a record,
  *     resuming from the trials logged before the disk filled;
@@ -39,7 +39,7 @@
 #include <cmocka.h>
 
 #define DISK_BYTES "4m"
-#define BIG_NODES  3000
+#define BIG_NODES  64
 
 static dh_daemon daemon_;
 static char disk[260], filler[280];
@@ -172,26 +172,36 @@ static dh_job submit_m(dh_conn *c, int64_t m)
     return j;
 }
 
-/* A chain of n relu nodes over x[M, 64]. */
+/* A large graph the search still takes (ktuned refuses more than 64 canonical nodes before it
+ * writes anything): n adds in a chain, each adding an input of its own, every name as long as a
+ * name may be (255 bytes), so its journal entry spans many pages. */
 static char *big_graph_json(int n)
 {
-    size_t cap = (size_t)n * 64 + 512, off = 0;
+    char pad[241];
+    memset(pad, 'p', sizeof(pad) - 1);
+    pad[sizeof(pad) - 1] = '\0';
+    size_t cap = (size_t)n * 1200 + 1024, off = 0;
     char *s = malloc(cap);
     assert_non_null(s);
-    off += (size_t)snprintf(s + off, cap - off,
-                            "{\"name\": \"drill_long_chain\", \"inputs\": {\"x\": {\"dtype\": "
-                            "\"f32\", \"shape\": [\"M\", 64]}}, \"nodes\": [");
-    for (int i = 0; i < n; i++)
+    off += (size_t)snprintf(s + off, cap - off, "{\"name\": \"drill_long_names\", \"inputs\": {");
+    for (int i = 0; i <= n; i++)
         off += (size_t)snprintf(s + off, cap - off,
-                                "%s{\"out\": \"t%d\", \"op\": \"relu\", "
-                                "\"in\": [\"%s%d\"]}",
-                                i ? ", " : "", i, i ? "t" : "x", i ? i - 1 : 0);
-    /* the first node reads x, not "x0" */
-    char *x0 = strstr(s, "\"x0\"");
-    assert_non_null(x0);
-    memmove(x0 + 2, x0 + 3, strlen(x0 + 3) + 1);
-    off = strlen(s);
-    snprintf(s + off, cap - off, "], \"outputs\": [\"t%d\"]}", n - 1);
+                                "%s\"in_%s_%05d\": {\"dtype\": \"f32\", \"shape\": [\"M\", 64]}",
+                                i ? ", " : "", pad, i);
+    off += (size_t)snprintf(s + off, cap - off, "}, \"nodes\": [");
+    for (int i = 0; i < n; i++) {
+        char prev[300];
+        if (i)
+            snprintf(prev, sizeof(prev), "sum_%s_%05d", pad, i - 1);
+        else
+            snprintf(prev, sizeof(prev), "in_%s_%05d", pad, n);
+        off += (size_t)snprintf(s + off, cap - off,
+                                "%s{\"out\": \"sum_%s_%05d\", \"op\": \"add\", "
+                                "\"in\": [\"%s\", \"in_%s_%05d\"]}",
+                                i ? ", " : "", pad, i, prev, pad, i);
+    }
+    off += (size_t)snprintf(s + off, cap - off, "], \"outputs\": [\"sum_%s_%05d\"]}", pad, n - 1);
+    assert_true(off < cap);
     return s;
 }
 
@@ -359,11 +369,11 @@ static void test_full_disk_at_open(void **state)
     /* a new cache: every writer says so and leaves nothing half made */
     char *merge_new[] = {(char *)ktune, "cache", "merge", src, "--cache", fresh, NULL};
     expect_run(merge_new, 1, "ktune cache merge into a new cache");
-    char *daemon_new[] = {(char *)ktuned, "--socket", sock, "--cache", fresh, "--config",
-                          "/dev/null", "--gpus", "0", NULL};
+    char *daemon_new[] = {(char *)ktuned, "--socket",  sock,     "--cache", fresh,
+                          "--config",     "/dev/null", "--gpus", "0",       NULL};
     expect_run(daemon_new, 1, "ktuned on a new cache");
     char *tune_new[] = {(char *)ktune, "tune", "--local", graph, "--shape", "M=64,N=256",
-                        "--budget", "5s", "--cache", fresh, NULL};
+                        "--budget",    "5s",   "--cache", fresh, NULL};
     expect_run(tune_new, 1, "ktune tune --local into a new cache");
     char fresh_data[320];
     snprintf(fresh_data, sizeof(fresh_data), "%s/data.mdb", fresh);
@@ -376,8 +386,8 @@ static void test_full_disk_at_open(void **state)
     expect_run(check, 0, "ktune cache check");
     char *merge_sound[] = {(char *)ktune, "cache", "merge", src, "--cache", sound, NULL};
     expect_run(merge_sound, 1, "ktune cache merge into it");
-    char *daemon_sound[] = {(char *)ktuned, "--socket", sock, "--cache", sound, "--config",
-                            "/dev/null", "--gpus", "0", NULL};
+    char *daemon_sound[] = {(char *)ktuned, "--socket",  sock,     "--cache", sound,
+                            "--config",     "/dev/null", "--gpus", "0",       NULL};
     expect_run(daemon_sound, 1, "ktuned on it");
     char *after = read_all(data, &len1);
     assert_true(len0 == len1 && memcmp(before, after, len0) == 0);

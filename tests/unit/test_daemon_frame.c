@@ -248,6 +248,52 @@ static void test_map_values(void **state)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* How large a graph is, from its bytes (prep.c): inputs plus nodes, as a map or inside a bin. */
+static void test_graph_tensors(void **state)
+{
+    (void)state;
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 3);
+    pack_str(&pk, "name");
+    pack_str(&pk, "g");
+    pack_str(&pk, "inputs");
+    msgpack_pack_map(&pk, 2);
+    for (int i = 0; i < 2; i++) {
+        pack_str(&pk, i ? "y" : "x");
+        msgpack_pack_nil(&pk);
+    }
+    pack_str(&pk, "nodes");
+    msgpack_pack_array(&pk, 20); /* array16 */
+    for (int i = 0; i < 20; i++)
+        msgpack_pack_nil(&pk);
+    const uint8_t *g = (const uint8_t *)sb.data;
+    assert_int_equal(kd_frame_graph_tensors(g, sb.size), 22);
+    assert_int_equal(kd_frame_graph_tensors(g, sb.size - 1), -1); /* cut short */
+    /* the same inside a bin */
+    msgpack_sbuffer bin;
+    msgpack_packer bk;
+    msgpack_sbuffer_init(&bin);
+    msgpack_packer_init(&bk, &bin, msgpack_sbuffer_write);
+    msgpack_pack_bin_with_body(&bk, sb.data, sb.size);
+    assert_int_equal(kd_frame_graph_tensors((const uint8_t *)bin.data, bin.size), 22);
+    /* without nodes; not a map */
+    msgpack_sbuffer_clear(&sb);
+    msgpack_pack_map(&pk, 1);
+    pack_str(&pk, "inputs");
+    msgpack_pack_map(&pk, 0);
+    assert_int_equal(kd_frame_graph_tensors((const uint8_t *)sb.data, sb.size), -1);
+    const uint8_t five = 0x05;
+    assert_int_equal(kd_frame_graph_tensors(&five, 1), -1);
+    assert_true(kd_frame_is_str((const uint8_t *)"\xa6submit", 7, "submit"));
+    assert_false(kd_frame_is_str((const uint8_t *)"\xa6submit", 7, "lookup"));
+    assert_false(kd_frame_is_str((const uint8_t *)"\xc4\x06submit", 8, "submit")); /* bin */
+    msgpack_sbuffer_destroy(&bin);
+    msgpack_sbuffer_destroy(&sb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -256,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_bad_and_incomplete),
         cmocka_unit_test(test_peek_id),
         cmocka_unit_test(test_map_values),
+        cmocka_unit_test(test_graph_tensors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

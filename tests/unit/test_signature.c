@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ops/ops.h"
 
@@ -845,6 +846,104 @@ static void test_sig_invalid_graph(void **state)
     ops_graph_free(g);
 }
 
+/* ---- cost: linear or n log n in the graph's size ---- */
+
+/* x[M, 64] and n more nodes, as msgpack: a chain of relus (wide = false), or n/2 relus of x whose
+ * outputs an add chain sums (wide = true: every relu told apart by where it joins the chain). */
+static void big_graph(int n, bool wide, void **mp, size_t *len)
+{
+    ops_graph *g = ops_graph_new("big");
+    assert_non_null(g);
+    ops_shape s = {.rank = 2, .d = {{.size = -1, .sym = ops_graph_sym(g, "M")}, {64, OPS_NO_SYM}}};
+    int x = ops_graph_add_input(g, "x", OPS_DT_F32, &s, false), prev = x, acc = -1;
+    assert_true(x >= 0);
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "t%d", i);
+        bool relu = !wide || i < n / 2 || acc < 0;
+        int ni = ops_graph_add_node(g, relu ? OPS_RELU : OPS_ADD, name, NULL);
+        assert_true(ni >= 0);
+        ops_node *nd = &g->nodes[ni];
+        if (!wide) {
+            nd->n_in = 1;
+            nd->in[0].tensor = prev;
+        } else if (relu) {
+            nd->n_in = 1;
+            nd->in[0].tensor = x;
+            if (i == n / 2 - 1 || (i >= n / 2 && acc < 0))
+                acc = nd->out; /* the last relu starts the sum */
+        } else {
+            nd->n_in = 2;
+            nd->in[0].tensor = acc;
+            nd->in[1].tensor = g->nodes[i - n / 2 - 1 >= 0 ? i - n / 2 - 1 : 0].out;
+            acc = nd->out;
+        }
+        prev = nd->out;
+    }
+    if (wide) /* relus the sum did not reach are outputs too */
+        for (int i = n - n / 2 - 1; i < n / 2 - 1; i++)
+            assert_true(ops_graph_mark_output(g, g->nodes[i].out) >= 0);
+    assert_true(ops_graph_mark_output(g, prev) >= 0);
+    ops_diag d = {0};
+    if (ops_graph_validate(g, &d) < 0)
+        fail_msg("%s graph of %d: %s", wide ? "wide" : "chain", n, d.msg);
+    assert_int_equal(ops_graph_to_msgpack(g, mp, len), 0);
+    ops_graph_free(g);
+}
+
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Best of 3: what the daemon does with a graph it receives, parse to problem digest. */
+static double parse_sign_cost(int n, bool wide)
+{
+    void *mp;
+    size_t len;
+    big_graph(n, wide, &mp, &len);
+    double best = 1e9;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = cpu_s();
+        ops_graph *g = NULL, *bound = NULL;
+        ops_diag d = {0};
+        uint8_t sig[OPS_SIG_BYTES], problem[OPS_SIG_BYTES];
+        ops_binding b = {"M", 128};
+        assert_int_equal(ops_graph_from_msgpack(mp, len, &g, &d), 0);
+        assert_int_equal(ops_graph_validate(g, &d), 0);
+        assert_int_equal(ops_graph_signature(g, sig, &d), 0);
+        assert_int_equal(ops_graph_bind(g, &b, 1, &bound, &d), 0);
+        assert_int_equal(ops_graph_problem(bound, problem, NULL, NULL, &d), 0);
+        double dt = cpu_s() - t0;
+        best = dt < best ? dt : best;
+        ops_graph_free(bound);
+        ops_graph_free(g);
+    }
+    free(mp);
+    return best;
+}
+
+/* Parsing, validation, the signature and the problem digest of the largest graphs the parsers
+ * accept cost about 8 times those of graphs 8 times smaller (n log n allows ~11), not 64 times:
+ * a 4 095-node chain took ~2 s (every name lookup a scan; colour refinement one round per node,
+ * every key recomputed each round). A ratio, so a slow or loaded machine does not matter; the
+ * bound leaves room for noise. */
+static void test_cost_near_linear(void **state)
+{
+    (void)state;
+    for (int wide = 0; wide < 2; wide++) {
+        double small = parse_sign_cost(512, wide), large = parse_sign_cost(4095, wide);
+        print_message("%s: 512 nodes %.2f ms, 4 095 nodes %.2f ms (x%.1f)\n",
+                      wide ? "wide" : "chain", small * 1e3, large * 1e3, large / small);
+        if (large > 24 * small && large > 0.05)
+            fail_msg("%s graph: 4 095 nodes cost %.1f ms, %.0f times 512 nodes' %.2f ms "
+                     "(quadratic: 64 times)",
+                     wide ? "wide" : "chain", large * 1e3, large / small, small * 1e3);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -866,6 +965,7 @@ int main(void)
         cmocka_unit_test(test_sig_fixed_vs_symbolic),
         cmocka_unit_test(test_sig_symmetric_branches),
         cmocka_unit_test(test_sig_random_orders),
+        cmocka_unit_test(test_cost_near_linear),
         cmocka_unit_test(test_canonical_io),
         cmocka_unit_test(test_problem_sweep),
         cmocka_unit_test(test_sig_invalid_graph),

@@ -728,6 +728,8 @@ static ops_graph *canon_ok(const ops_graph *g)
     assert_int_equal(rc, 0);
     assert_true(c->validated);
     assert_no_composites(c);
+    /* the count the search's admission uses (srch_graph_admit) agrees with the expansion */
+    assert_int_equal(ops_graph_canonical_nodes(g), c->n_nodes);
     /* inputs and outputs keep names, order, dtypes and shapes */
     assert_int_equal(c->n_outputs, g->n_outputs);
     for (int i = 0; i < g->n_outputs; i++) {
