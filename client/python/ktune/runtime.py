@@ -303,8 +303,11 @@ class Kernel:
         once per kernel and process: a ktune.torch_op.TorchOp, called like the kernel (declared
         order or names) and usable inside torch.compile(fullgraph=True) and CUDA graph capture.
         See ktune/torch_op.py."""
-        from .torch_op import register
-        return register(self)
+        op = getattr(self, "_torch_op", None)
+        if op is None:
+            from .torch_op import register
+            op = self._torch_op = register(self)
+        return op
 
     def _fast_state(self):
         """What a launch into fresh outputs on the current stream needs, computed once: each

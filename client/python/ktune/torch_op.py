@@ -10,18 +10,19 @@ dtypes and contiguity against the graph with its shapes bound, and a symbolic di
 pinned to the kernel's size (torch.compile then keeps a graph specialised to it).
 
 Registration happens once per kernel and process: as_torch_op() on a kernel with the same key
-(the same cached kernel, e.g. looked up again, or from a reopened cache) returns the op already
-registered, now launching that kernel. Either everything of an op is registered or nothing is.
-No autograd."""
+(the same cached kernel, looked up again, or from a reopened cache) reuses the op registered,
+which launches the newest such kernel whose Runtime is open. Either everything of an op is
+registered or nothing is. No autograd."""
 
 import hashlib
 import keyword
 import re
 import threading
+import weakref
 
 from .runtime import bind_inputs, _TORCH_DTYPES
 
-_ops = {}  # op name -> TorchOp (a process-wide registry: torch.library's is too)
+_ops = {}  # op name -> _Entry (a process-wide registry: torch.library's is too)
 _lock = threading.Lock()
 _NAME_MAX = 40  # characters of the graph name kept in the op name
 
@@ -74,39 +75,41 @@ class TorchOp:
     """A kernel registered as torch.ops.ktune.<name> (see the module docstring).
 
     op(*inputs, **named) takes the inputs as a Kernel call does (declared order, by name, or
-    both); for a captured graph (ktune.capture) the parameters it remembers are filled in, moved
-    to the kernel's device and pre-packed once when the kernel asks. It calls the registered op,
-    so it works inside torch.compile(fullgraph=True) and under CUDA graph capture. op.op is the
-    torch OpOverload (torch.ops.ktune.<name>.default) for calling it with every input in
-    declared order; op.name is "ktune::<name>"."""
+    both); for a captured graph (ktune.capture) the parameters it remembers (graph.params) are
+    filled in, moved to the kernel's device in the declared dtype and pre-packed once, here,
+    when the kernel asks (they belong to this TorchOp: two captures with one structure share
+    the op, not the weights). It calls the registered op, so it works inside
+    torch.compile(fullgraph=True) and under CUDA graph capture. op.op is the torch OpOverload
+    (torch.ops.ktune.<name>.default), which takes every input in declared order; op.name is
+    "ktune::<name>"."""
 
-    def __init__(self, kernel, name, lib, overload):
+    def __init__(self, kernel, entry):
         self.kernel = kernel
-        self.name = f"ktune::{name}"
+        self.name = f"ktune::{entry.name}"
         self.inputs, self.outputs = kernel.inputs, kernel.outputs
-        self.op = overload
-        self._lib = lib  # keeps the registrations alive
-        self._params = {}
+        self.op = entry.overload
+        self._params = self._bind_params(kernel)
 
-    def _bind_params(self, kernel):
-        """The captured graph's remembered tensors (graph.params), on the kernel's device in the
-        declared dtype, pre-packed where the kernel wants it; done once, here, so a compiled
-        function or a CUDA graph sees fixed tensors."""
+    @staticmethod
+    def _bind_params(kernel):
         params = getattr(kernel.graph, "params", None) or {}
         if not params:
-            self._params = {}
-            return
+            return {}
         torch = _torch()
+        dev = kernel.device
+        if dev is None and torch.cuda.is_available():
+            dev = torch.cuda.current_device()
         bound = {}
         for i, d in enumerate(kernel.input_descs):
             t = params.get(d.name)
             if t is None:
                 continue
-            dev = kernel.device if kernel.device is not None else torch.cuda.current_device()
-            t = t.detach().to(device=f"cuda:{dev}",
-                              dtype=getattr(torch, _TORCH_DTYPES[d.dtype])).contiguous()
+            dt = getattr(torch, _TORCH_DTYPES[d.dtype])
+            t = t.detach() if t.requires_grad else t
+            t = t.to(device=t.device if dev is None else f"cuda:{dev}", dtype=dt)
+            t = t.contiguous()
             bound[d.name] = kernel.prepack(i, t) if kernel.prepack_size(i) else t
-        self._params = bound
+        return bound
 
     def __call__(self, *args, **named):
         if self._params:
@@ -162,6 +165,35 @@ def _check_shape(torch, what, t, want, kernel):
             raise ValueError(msg)
 
 
+class _Entry:
+    """One registered op: its library fragment, the OpOverload, and the kernels (weak
+    references, newest last) that can launch it."""
+
+    def __init__(self, name, lib, overload):
+        self.name, self.lib, self.overload = name, lib, overload
+        self.kernels = []
+
+    def add(self, kernel):
+        self.kernels = [r for r in self.kernels if r() is not None and r() is not kernel]
+        self.kernels.append(weakref.ref(kernel))
+
+    def kernel(self):
+        """The newest kernel whose runtime is open, else the newest alive (its launch says
+        that its runtime is closed)."""
+        alive = None
+        for r in reversed(self.kernels):
+            k = r()
+            if k is None:
+                continue
+            if k.runtime is None or k.runtime._handle is not None:
+                return k
+            alive = alive or k
+        if alive is None:
+            raise ValueError(f"ktune::{self.name}: no kernel for this op is loaded any more "
+                             "(look it up again and call as_torch_op())")
+        return alive
+
+
 def register(kernel):
     """kernel as a TorchOp (Kernel.as_torch_op; see the module docstring)."""
     torch = _torch()
@@ -173,23 +205,20 @@ def register(kernel):
                              f"(shapes {kernel._shape_text()})")
     name = op_name(kernel)
     with _lock:
-        op = _ops.get(name)
-        if op is not None:  # the same cached kernel: launch this one from now on
-            op.kernel = kernel
-            _bind_params_or_keep(op, kernel)
-            return op
-        op = _define(torch, kernel, name)
-        _ops[name] = op
+        entry = _ops.get(name)
+        fresh = entry is None
+        if fresh:
+            entry = _define(torch, kernel, name)
+        try:
+            op = TorchOp(kernel, entry)  # binds the captured parameters
+        except Exception:
+            if fresh:
+                entry.lib._destroy()
+            raise
+        if fresh:
+            _ops[name] = entry
+        entry.add(kernel)  # launches go to this kernel from now on
         return op
-
-
-def _bind_params_or_keep(op, kernel):
-    old = op._params
-    try:
-        op._bind_params(kernel)
-    except Exception:
-        op._params = old
-        raise
 
 
 def _define(torch, kernel, name):
@@ -197,19 +226,17 @@ def _define(torch, kernel, name):
     n_out = len(kernel.outputs)
     ret = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
     lib = torch.library.Library("ktune", "FRAGMENT")
-    holder = {}
+    entry = None
 
     def real(*ts):  # CUDA, and CPU: where the kernel's checks name the input not on CUDA
-        return holder["op"].kernel._launch_declared(ts)
+        return entry.kernel()._launch_declared(ts)
     try:
         lib.define(f"{name}({args}) -> {ret}")
         lib.impl(name, real, "CUDA")
         lib.impl(name, real, "CPU")
         torch.library.register_fake(f"ktune::{name}", _fake_impl(torch, kernel), lib=lib)
-        overload = getattr(getattr(torch.ops.ktune, name), "default")
-        op = holder["op"] = TorchOp(kernel, name, lib, overload)
-        op._bind_params(kernel)
+        entry = _Entry(name, lib, getattr(torch.ops.ktune, name).default)
     except Exception:
         lib._destroy()  # nothing registered half-way
         raise
-    return op
+    return entry

@@ -6,6 +6,7 @@ The kernels here are Kernel objects over no loaded kernel (as in test_runtime.py
 needs of them without a GPU is the graph with its shapes bound."""
 
 import ctypes
+import gc
 import json
 import os
 import re
@@ -51,7 +52,12 @@ def test_registers_one_op_with_the_declared_schema():
     # launching the newest kernel object; nothing fails
     assert k.as_torch_op() is op
     k2 = _kernel(SUB_BA, {"M": 4})
-    assert k2.as_torch_op() is op and op.kernel is k2
+    op2 = k2.as_torch_op()
+    assert op2.op is op.op and op2.kernel is k2
+    assert torch_op._ops[short].kernel() is k2
+    del op2, k2
+    gc.collect()  # k2 and its TorchOp refer to each other
+    assert torch_op._ops[short].kernel() is k  # k2 is gone: back to k
     # another shape, or another kernel for the key (source), is another op
     assert _kernel(SUB_BA, {"M": 8}).as_torch_op().name != op.name
     assert _kernel(SUB_BA, {"M": 4}, source="__global__ void k() {}").as_torch_op().name \
@@ -193,3 +199,27 @@ def test_nothing_is_registered_half_way(monkeypatch):
     op = k.as_torch_op()  # the failed try's frames are alive (failed): undone explicitly
     assert op.name == f"ktune::{short}" and failed.value
     assert op(_meta(12, 256), _meta(12, 256)).shape == (12, 256)
+
+
+def test_opcheck_on_meta():
+    # torch's own checks of a custom op: schema, autograd registration, fake vs meta, AOT
+    op = _kernel(GEMM, {"M": 32}).as_torch_op()
+    args = (_meta(32, 512, dtype=torch.float16), _meta(512, 256, dtype=torch.float16),
+            _meta(256, dtype=torch.float16))
+    result = torch.library.opcheck(op.op, args)
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+def test_captured_parameters_belong_to_their_op():
+    # two captures of one structure (two layers of the same shapes) share the registered op;
+    # each fills in its own parameters (graph.params, as ktune.capture sets it)
+    w1, w2 = _meta(4, 256), _meta(4, 256)
+    k1, k2 = _kernel(SUB_BA, {"M": 4}), _kernel(SUB_BA, {"M": 4})
+    k1.graph.params, k2.graph.params = {"b": w1}, {"b": w2}
+    op1, op2 = k1.as_torch_op(), k2.as_torch_op()
+    assert op1.op is op2.op
+    assert op1._params["b"] is w1 and op2._params["b"] is w2
+    assert op1(_meta(4, 256)).shape == (4, 256)  # b filled in
+    assert op1(a=_meta(4, 256)).shape == (4, 256)
+    with pytest.raises(ValueError, match="input 1 'b': dtype is torch.float16"):
+        op1(_meta(4, 256), _meta(4, 256, dtype=torch.float16))  # given: it wins
