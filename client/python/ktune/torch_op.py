@@ -135,8 +135,7 @@ def _fake_impl(torch, kernel):
         for i, (t, d) in enumerate(zip(ts, descs)):
             what = f"input {i} '{d.name}'"
             if packed[i]:
-                want_dt, want_shape = torch.uint8, (packed[i],)
-                if t.dtype != want_dt or t.numel() != packed[i]:
+                if t.dtype != torch.uint8 or t.numel() != packed[i]:
                     raise ValueError(f"{what}: this kernel wants it pre-packed ({packed[i]} "
                                      f"bytes): pass kernel.prepack({d.name!r}, {d.name})")
                 continue
