@@ -294,8 +294,8 @@ class Kernel:
 
     def __call__(self, *args, out=None, workspace=None, stream=None, **named):
         inputs = bind_inputs(self.inputs, args, named)  # declared order
-        if out is None and workspace is None and stream is None:
-            return self._launch_declared(inputs)
+        if stream is None:
+            return self._launch_declared(inputs, out, workspace)
         return self._call(inputs, out, workspace, stream)
 
     def as_torch_op(self):
@@ -310,9 +310,9 @@ class Kernel:
         return op
 
     def _fast_state(self):
-        """What a launch into fresh outputs on the current stream needs, computed once: each
-        input's expected dtype and shape, the outputs' shapes and dtypes. False where the quick
-        path does not apply (the device was not known at lookup)."""
+        """What a launch on the current stream needs, computed once: each input's and output's
+        expected dtype and shape. False where the quick path does not apply (the device was not
+        known at lookup)."""
         if self.device is None:
             return False
         torch, in_dt, out_dt, raw_stream = self._torch_state()
@@ -320,35 +320,52 @@ class Kernel:
             device=self.device, torch_device=torch.device("cuda", self.device),
             checks=tuple((torch.uint8, (p,)) if p else (dt, tuple(d.shape))
                          for p, dt, d in zip(self._packed, in_dt, self.input_descs)),
-            outs=tuple((tuple(d.shape), dt) for d, dt in zip(self.output_descs, out_dt)),
+            outs=tuple((dt, tuple(d.shape)) for d, dt in zip(self.output_descs, out_dt)),
             in_type=ctypes.c_void_p * len(self.inputs),
             out_type=ctypes.c_void_p * len(self.outputs), empty=torch.empty,
-            uint8=torch.uint8, raw_stream=raw_stream)
+            tensor=torch.Tensor, uint8=torch.uint8, raw_stream=raw_stream)
 
-    def _launch_declared(self, inputs):
-        """A launch on inputs (declared order) into fresh outputs on the current stream: the
-        plain call's and the custom op's hot path (nothing here synchronises the host, outputs
-        and workspace come from PyTorch's caching allocator: CUDA graph capture works). An input
-        the quick checks do not accept takes the full path, whose checks name what is wrong."""
+    def _launch_declared(self, inputs, out=None, workspace=None):
+        """A launch on inputs (declared order) on the current stream, into out or fresh outputs:
+        the hot path of a plain call and of the custom op (nothing here synchronises the host;
+        outputs and workspace come from PyTorch's caching allocator, so CUDA graph capture
+        works). Tensors the quick checks do not accept take the full path (_call), whose checks
+        name what is wrong."""
         f = self._fast
         if f is None:
             f = self._fast = self._fast_state()
         if not f or len(inputs) != len(f.checks) or self.runtime._handle is None:
-            return self._call(inputs, None, None, None)
+            return self._call(inputs, out, workspace, None)
         dev = f.device
         try:
             for t, (dt, shape) in zip(inputs, f.checks):
                 if not (t.dtype is dt and t.shape == shape and t.get_device() == dev
                         and t.is_contiguous()):
-                    return self._call(inputs, None, None, None)
-        except AttributeError:  # not a tensor
-            return self._call(inputs, None, None, None)
-        empty, tdev = f.empty, f.torch_device
-        outs = [empty(shape, dtype=dt, device=tdev) for shape, dt in f.outs]
-        # the workspace lives until the launch is enqueued (then the allocator may hand it
-        # out again, ordered on this stream)
-        ws = empty(self.workspace_size, dtype=f.uint8, device=tdev) if self.workspace_size \
-            else None
+                    return self._call(inputs, out, workspace, None)
+            if out is not None:
+                outs = [out] if isinstance(out, f.tensor) else list(out)
+                if len(outs) != len(f.outs):
+                    return self._call(inputs, out, workspace, None)
+                for t, (dt, shape) in zip(outs, f.outs):
+                    if not (t.dtype is dt and t.shape == shape and t.get_device() == dev
+                            and t.is_contiguous()):
+                        return self._call(inputs, out, workspace, None)
+            ws = None
+            if self.workspace_size:
+                if workspace is None:
+                    # alive until the launch is enqueued; then the allocator may hand it out
+                    # again, ordered on this stream
+                    ws = f.empty(self.workspace_size, dtype=f.uint8, device=f.torch_device)
+                elif (workspace.get_device() == dev and workspace.is_contiguous() and
+                      workspace.numel() * workspace.element_size() >= self.workspace_size):
+                    ws = workspace
+                else:
+                    return self._call(inputs, out, workspace, None)
+        except (AttributeError, TypeError):  # not a tensor
+            return self._call(inputs, out, workspace, None)
+        if out is None:
+            empty, tdev = f.empty, f.torch_device
+            outs = [empty(shape, dtype=dt, device=tdev) for dt, shape in f.outs]
         err = _lib.ktune_error()
         rc = lib.ktune_launch(self._k, f.in_type(*[t.data_ptr() for t in inputs]),
                               f.out_type(*[t.data_ptr() for t in outs]),
@@ -356,6 +373,8 @@ class Kernel:
                               ctypes.byref(err))
         if rc:
             _lib.check(rc, err, "ktune_launch")
+        if out is not None:
+            return out
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _call(self, inputs, out, workspace, stream):

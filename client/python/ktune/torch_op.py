@@ -112,6 +112,8 @@ class TorchOp:
         return bound
 
     def __call__(self, *args, **named):
+        if not named and len(args) == len(self.inputs):
+            return self.op(*args)  # every input, in declared order: nothing to bind
         if self._params:
             for name, t in self._params.items():
                 if name not in named and self.inputs.index(name) >= len(args):
@@ -175,10 +177,14 @@ class _Entry:
     def add(self, kernel):
         self.kernels = [r for r in self.kernels if r() is not None and r() is not kernel]
         self.kernels.append(weakref.ref(kernel))
+        self.newest = self.kernels[-1]
 
     def kernel(self):
         """The newest kernel whose runtime is open, else the newest alive (its launch says
         that its runtime is closed)."""
+        k = self.newest()  # the usual case, first
+        if k is not None and (k.runtime is None or k.runtime._handle is not None):
+            return k
         alive = None
         for r in reversed(self.kernels):
             k = r()
