@@ -334,8 +334,9 @@ class Kernel:
         f = self._fast
         if f is None:
             f = self._fast = self._fast_state()
-        if not f or len(inputs) != len(f.checks) or self.runtime._handle is None:
-            return self._call(inputs, out, workspace, None)
+        rt = self.runtime
+        if not f or len(inputs) != len(f.checks) or rt is None or rt._handle is None:
+            return self._call(inputs, out, workspace, None)  # _call raises when rt is closed
         dev = f.device
         try:
             for t, (dt, shape) in zip(inputs, f.checks):

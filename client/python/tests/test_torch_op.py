@@ -223,3 +223,21 @@ def test_captured_parameters_belong_to_their_op():
     assert op1(a=_meta(4, 256)).shape == (4, 256)
     with pytest.raises(ValueError, match="input 1 'b': dtype is torch.float16"):
         op1(_meta(4, 256), _meta(4, 256, dtype=torch.float16))  # given: it wins
+
+
+def test_quick_path_falls_back_to_named_errors():
+    # a kernel whose device is known takes the quick path (precomputed checks); whatever those
+    # refuse goes through the full checks, which name the input or output as declared
+    k = _kernel(SUB_BA, {"M": 4}, device=0)
+    k.runtime = types.SimpleNamespace(_handle=1)  # open (nothing is launched here)
+    a = torch.zeros(4, 256)
+    cases = [((a, a), {}, ValueError, "input 0 'a': is on cpu, not on a CUDA device"),
+             ((_meta(4, 256), a), {}, ValueError, "input 0 'a': is on meta"),
+             ((a, [1.0]), {}, ValueError, "input 0 'a': is on cpu"),
+             (([1.0], a), {}, TypeError, "input 0 'a': expected a torch.Tensor, got list"),
+             ((a, a), {"out": "y"}, ValueError, "input 0 'a': is on cpu")]
+    for args, kw, exc, needle in cases:
+        with pytest.raises(exc) as e:
+            k(*args, **kw)
+        assert needle in str(e.value) and "\n" not in str(e.value)
+    assert k._fast and k._fast.checks == ((torch.float32, (4, 256)),) * 2
