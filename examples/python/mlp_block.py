@@ -73,15 +73,15 @@ def main():
     p.add_argument("--cache", help="the cache ktuned writes")
     p.add_argument("--skip-tune", action="store_true", help="only look the kernel up")
     args = p.parse_args()
+    if not hasattr(ktune, "capture"):
+        sys.exit(f"mlp_block.py: this ktune ({ktune.__version__}) has no ktune.capture "
+                 "(issue 17 item 2): install a ktune that has it")
     try:
         import torch
     except ImportError:
         sys.exit("mlp_block.py: PyTorch is not installed")
     if not torch.cuda.is_available():
         sys.exit("mlp_block.py: no CUDA device here")
-    if not hasattr(ktune, "capture"):
-        sys.exit(f"mlp_block.py: this ktune ({ktune.__version__}) has no ktune.capture "
-                 "(issue 17 item 2): install a ktune that has it")
 
     torch.manual_seed(0)
     block = make_block(torch, args.dim, args.hidden).cuda().half().eval()

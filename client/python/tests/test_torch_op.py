@@ -241,3 +241,25 @@ def test_quick_path_falls_back_to_named_errors():
             k(*args, **kw)
         assert needle in str(e.value) and "\n" not in str(e.value)
     assert k._fast and k._fast.checks == ((torch.float32, (4, 256)),) * 2
+
+
+def _run(*argv):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "client", "python")})
+    return r.returncode, r.stderr.strip()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here: the GPU runs it")
+def test_example_and_benchmark_say_why_they_cannot_run():
+    # without a GPU (and, until it lands, without ktune.capture) the example and the benchmark
+    # stop with one line saying why, not a traceback
+    rc, err = _run(os.path.join(ROOT, "examples", "python", "mlp_block.py"), "--skip-tune")
+    want = "no CUDA device here" if hasattr(ktune, "capture") else "has no ktune.capture"
+    assert rc == 1 and want in err.splitlines()[-1] and "Traceback" not in err, err
+    bench = os.path.join(ROOT, "bench", "host_overhead.py")
+    rc, err = _run(bench, "--cache", "/nonexistent")
+    assert rc == 1 and err.endswith("no CUDA device here") and "Traceback" not in err, err
+    rc, err = _run(bench, "--calls", "0", "--cache", "/nonexistent")
+    assert rc == 2 and "--calls" in err, err
