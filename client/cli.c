@@ -154,9 +154,11 @@ int cli_connect(const char *path, ktune_client **out)
     if (rc == 0)
         return CLI_OK;
     /* ktune_connect's message is "cannot reach ktuned at PATH: <reason>". */
-    if (rc == -EACCES || rc == -EPERM)
+    if (rc == -EACCES)
         return cli_error("%s (the socket admits the members of its group, usually ktune)", err.msg);
-    if (rc == -EPROTO)
+    /* the line says it all: a protocol mismatch; ktuned turning the connection away (too many
+     * connections, shutting down), which is not "down"; a socket root does not trust */
+    if (rc == -EPROTO || rc == -EUSERS || rc == -ESHUTDOWN || rc == -EPERM)
         return cli_error("%s", err.msg);
     return cli_error("%s (start it with `ktuned`, or use `ktune tune --local`)", err.msg);
 }

@@ -20,10 +20,12 @@
 #include <msgpack.h>
 #include <poll.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -157,6 +159,12 @@ static int recv_id(ktune_client *c, uint64_t id, const char *op, msgpack_unpacke
                                     c->what);
             const msgpack_object *mid = map_get(o, "id");
             if (mid && mid->type == MSGPACK_OBJECT_POSITIVE_INTEGER && mid->via.u64 == id)
+                return 0;
+            /* id 0 is never ours: an error with it is ktuned refusing the connection (too
+             * many connections, shutting down; docs/protocol.md), the answer to this call */
+            const msgpack_object *ok = map_get(o, "ok");
+            if (mid && mid->type == MSGPACK_OBJECT_POSITIVE_INTEGER && mid->via.u64 == 0 && ok &&
+                ok->type == MSGPACK_OBJECT_BOOLEAN && !ok->via.boolean)
                 return 0;
             continue; /* a stale reply or event of an earlier request */
         }
@@ -307,10 +315,18 @@ static int call(ktune_client *c, req *r, msgpack_unpacked *msg, ktune_error *err
     msgpack_sbuffer_destroy(&head);
     if (rc == 0 && r->sb.size)
         rc = send_all(c, r->sb.data, r->sb.size, r->op, deadline, err);
-    if (rc == 0)
-        rc = recv_id(c, r->id, r->op, msg, deadline, err);
-    if (rc < 0)
+    if (rc == 0) {
+        if ((rc = recv_id(c, r->id, r->op, msg, deadline, err)) < 0)
+            return rc;
+    } else if (rc == -EPIPE || rc == -ECONNRESET) {
+        /* ktuned may have said why before closing (a refused connection, a request it had
+         * no memory for): its error is in the socket still, and better than "closed" */
+        ktune_error why;
+        if (recv_id(c, r->id, r->op, msg, now_s(), &why) < 0)
+            return rc;
+    } else {
         return rc;
+    }
     const msgpack_object *ok = map_get(&msg->data, "ok");
     if (!ok || ok->type != MSGPACK_OBJECT_BOOLEAN)
         return ktune_err_from(err, -EPROTO, "ktuned at %s answered '%s' without 'ok'", c->what,
@@ -578,6 +594,49 @@ static int decode_gpu(const msgpack_object *o, ktune_gpu *g, ktune_error *err)
 
 /* ---- connecting ---- */
 
+/* A client running as root trusts ktuned only where root or the service user created the
+ * socket file and listens on it: a path in a directory others may write (/tmp) can be bound
+ * first by anyone, whose "daemon" would then answer root's requests (docs/operations.md, "The
+ * socket"). SO_PEERCRED names the process that called listen() on what fd reached. */
+static int check_trusted(int fd, const char *path, ktune_error *err)
+{
+    if (geteuid() != 0)
+        return 0;
+    const char *name = getenv("KTUNE_SERVICE_USER");
+    if (!name || !name[0])
+        name = KTUNE_SERVICE_USER;
+    uid_t service = 0; /* a service user that does not exist: root only */
+    struct passwd pw, *found = NULL;
+    char pwbuf[2048];
+    if (getpwnam_r(name, &pw, pwbuf, sizeof(pwbuf), &found) == 0 && found)
+        service = pw.pw_uid;
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return ktune_err_from(err, -errno, "cannot reach ktuned at %s: %s", path, strerror(errno));
+    struct ucred peer;
+    socklen_t len = sizeof(peer);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) < 0)
+        return ktune_err_from(err, -errno, "cannot reach ktuned at %s: SO_PEERCRED: %s", path,
+                              strerror(errno));
+    bool file_ok = st.st_uid == 0 || st.st_uid == service;
+    bool peer_ok = peer.uid == 0 || peer.uid == service;
+    if (file_ok && peer_ok)
+        return 0;
+    char service_desc[128];
+    if (service)
+        snprintf(service_desc, sizeof(service_desc), "the service user %s (uid %u)", name,
+                 (unsigned)service);
+    else
+        snprintf(service_desc, sizeof(service_desc), "the service user (no user %s here)", name);
+    return ktune_err_from(err, -EPERM,
+                          "not trusting %s: %s uid %u, neither root nor %s; a client running as "
+                          "root uses only their sockets ($KTUNE_SERVICE_USER names the service "
+                          "user)",
+                          path,
+                          file_ok ? "the process listening on it runs as" : "the file belongs to",
+                          (unsigned)(file_ok ? peer.uid : st.st_uid), service_desc);
+}
+
 KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktune_error *err)
 {
     clear_err(err);
@@ -614,6 +673,10 @@ KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktun
         int e = errno;
         close(fd);
         return ktune_err_from(err, -e, "cannot reach ktuned at %s: %s", path, strerror(e));
+    }
+    if ((rc = check_trusted(fd, path, err)) < 0) {
+        close(fd);
+        return rc;
     }
     return ktune_client_from_fd(fd, path, out, err);
 }
@@ -652,11 +715,16 @@ int ktune_client_from_fd(int fd, const char *what, ktune_client **out, ktune_err
     req_begin(&r, c, "hello");
     p_key_str(&r, "client", "libktune " KTUNE_VERSION);
     if ((rc = call(c, &r, &m, err)) < 0) {
-        /* err already says what happened; make it a "cannot reach" line. */
+        /* err already says what happened; make it a "cannot reach" line, or, when ktuned
+         * turned the connection away, say so (the CLI shows this line as it is). */
         if (err) {
             char tmp[sizeof(err->msg)];
             snprintf(tmp, sizeof(tmp), "%s", err->msg);
-            ktune_err_from(err, rc, "cannot reach ktuned at %s: %s", c->what, tmp);
+            if (rc == -EUSERS || rc == -ESHUTDOWN)
+                ktune_err_from(err, rc, "ktuned refused the connection: %s; socket %s", tmp,
+                               c->what);
+            else
+                ktune_err_from(err, rc, "cannot reach ktuned at %s: %s", c->what, tmp);
         }
         goto fail;
     }

@@ -95,6 +95,21 @@ KTUNE_EXPORT int ktune_graph_describe(const ktune_graph *g, const ktune_shape *s
                                       ktune_tensor_desc *inputs, ktune_tensor_desc *outputs,
                                       ktune_error *err);
 
+/* The fp64 reference of g on the CPU: what verification compares every kernel with (docs/
+ * formats.md, "fp64 reference interpreter"). Binds shapes (every symbolic dimension must be
+ * bound: -EINVAL naming the first that is not) and evaluates the graph in double precision;
+ * `cast` is the identity there. inputs[ktune_graph_n_inputs(g)] and
+ * outputs[ktune_graph_n_outputs(g)] are dense row-major doubles in the graph's DECLARED order
+ * (inputs as the document's "inputs" object lists them, outputs as its "outputs" list does),
+ * each of the element count of its bound shape (ktune_graph_describe gives the shapes);
+ * the caller owns them all, and nothing is kept after the call returns. Outputs are written
+ * only on success. Reentrant: several threads may run it at once, on one graph too. Time and
+ * memory grow with the problem (the interpreter is a plain loop nest; intermediates are freed
+ * after their last use). -EINVAL for a binding error, -ENOMEM when out of memory. */
+KTUNE_EXPORT int ktune_graph_reference(const ktune_graph *g, const ktune_shape *shapes,
+                                       int n_shapes, const double *const *inputs,
+                                       double *const *outputs, ktune_error *err);
+
 /* ---- the client (through ktuned) ---- */
 
 typedef struct ktune_client ktune_client;
@@ -103,7 +118,12 @@ typedef struct ktune_client ktune_client;
 KTUNE_EXPORT const char *ktune_default_socket(void);
 
 /* Connects and says hello. socket_path NULL: ktune_default_socket(). -ENOENT / -ECONNREFUSED
- * when no daemon listens there, -EACCES when the socket's mode refuses this user. */
+ * when no daemon listens there, -EACCES when the socket's mode refuses this user; -EUSERS when
+ * ktuned refused the connection (too many connections: its max-clients, max-clients-per-uid);
+ * -ESHUTDOWN when it is shutting down. Run as root (effective uid 0), it trusts only a socket
+ * file owned by root or the service user ($KTUNE_SERVICE_USER, else "ktune") and a listening
+ * process running as one of them: anything else is -EPERM, nothing having been sent (a socket
+ * someone else bound first). */
 KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktune_error *err);
 KTUNE_EXPORT void ktune_disconnect(ktune_client *c); /* NULL is a no-op */
 /* Reply timeout for every request after connect (default 30 s; a watch waits without limit for

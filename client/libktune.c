@@ -53,6 +53,8 @@ static const struct {
     {ERANGE, "ERANGE"},
     {ENAMETOOLONG, "ENAMETOOLONG"},
     {EMFILE, "EMFILE"},
+    {ENOBUFS, "ENOBUFS"},
+    {EUSERS, "EUSERS"},
 };
 
 const char *ktune_errno_name(int neg_errno)

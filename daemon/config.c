@@ -119,6 +119,71 @@ static int set_max_clients(kd_config *c, const char *v, char *why, size_t len)
     return 0;
 }
 
+static int set_max_clients_per_uid(kd_config *c, const char *v, char *why, size_t len)
+{
+    long n = 0;
+    if (!parse_int(v, 1, 1000000, &n))
+        return snprintf(why, len, "expected a count 1..1000000, not '%s'", v), -1;
+    c->max_clients_per_uid = (int)n;
+    return 0;
+}
+
+static int set_root_reserved(kd_config *c, const char *v, char *why, size_t len)
+{
+    long n = 0;
+    if (!parse_int(v, 0, 1000000, &n))
+        return snprintf(why, len, "expected a count 0..1000000, not '%s'", v), -1;
+    c->root_reserved = (int)n;
+    return 0;
+}
+
+static int set_idle_timeout(kd_config *c, const char *v, char *why, size_t len)
+{
+    if (strcmp(v, "off") == 0) {
+        c->idle_timeout_s = 0;
+        return 0;
+    }
+    double s = kd_parse_duration(v);
+    if (s < 0.1 || s > 7 * 86400.0)
+        return snprintf(why, len,
+                        "expected 'off' or a duration from 0.1s to 7 days like 300, 5m or "
+                        "1h, not '%s'",
+                        v),
+               -1;
+    c->idle_timeout_s = s;
+    return 0;
+}
+
+/* "268435456", "256M", "256MiB", "1G": bytes, the suffixes binary. */
+static int set_max_buffered(kd_config *c, const char *v, char *why, size_t len)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    unsigned shift = 0;
+    if (end != v && v[0] != '-' && !errno) {
+        static const struct {
+            const char *suffix;
+            unsigned shift;
+        } units[] = {{"", 0},     {"B", 0},  {"K", 10},   {"KiB", 10}, {"M", 20},
+                     {"MiB", 20}, {"G", 30}, {"GiB", 30}, {"T", 40},   {"TiB", 40}};
+        bool known = false;
+        for (size_t i = 0; i < KT_ARRAY_LEN(units) && !known; i++)
+            if (strcmp(end, units[i].suffix) == 0)
+                known = true, shift = units[i].shift;
+        if (known && n <= (SIZE_MAX >> shift)) {
+            size_t bytes = (size_t)n << shift;
+            if (bytes >= KD_MIN_MAX_BUFFERED) {
+                c->max_buffered = bytes;
+                return 0;
+            }
+        }
+    }
+    return snprintf(why, len, "expected a size of at least %zuM like 256M or 1G, not '%s'",
+                    KD_MIN_MAX_BUFFERED >> 20, v),
+           -1;
+}
+
 static int set_log_level(kd_config *c, const char *v, char *why, size_t len)
 {
     static const struct {
@@ -193,6 +258,14 @@ static const kd_option options[] = {
     {"worker", set_worker, "PATH",
      "the ktune-worker executable (default: $KTUNE_WORKER, else next to ktuned)"},
     {"max-clients", set_max_clients, "N", "concurrent connections (default 4096)"},
+    {"max-clients-per-uid", set_max_clients_per_uid, "N",
+     "concurrent connections of one user; root is not limited (default 64)"},
+    {"root-reserved-clients", set_root_reserved, "N",
+     "of max-clients, the last N admit root only (default 8)"},
+    {"idle-timeout", set_idle_timeout, "T",
+     "close a connection idle this long: nothing pending, no watch (default 300s; off)"},
+    {"max-buffered", set_max_buffered, "BYTES",
+     "request and reply bytes buffered across all connections (default 256M)"},
     {"log-level", set_log_level, "LEVEL", "err, warn, info (default) or debug"},
     {"budget-max", set_budget_max, "T", "largest budget a job may ask for (default 24h)"},
     {"tolerance-max-factor", set_tolerance_max, "F",
@@ -216,12 +289,12 @@ static void print_help(void)
            "socket (docs/protocol.md). Runs in the foreground (systemd Type=notify, socket\n"
            "activation). SIGTERM drains and exits; a restart resumes the job journal.\n\n"
            "options (also keys of the config file, `key = value`):\n");
-    printf("  --%-14s %-6s %s\n", "config", "PATH",
+    printf("  --%-21s %-6s %s\n", "config", "PATH",
            "the config file (default " KD_DEFAULT_CONFIG ", if present)");
     for (size_t i = 0; i < KT_ARRAY_LEN(options); i++)
-        printf("  --%-14s %-6s %s\n", options[i].name, options[i].arg, options[i].help);
-    printf("  --%-14s %-6s %s\n", "help", "", "show this help");
-    printf("  --%-14s %-6s %s\n", "version", "", "print the version");
+        printf("  --%-21s %-6s %s\n", options[i].name, options[i].arg, options[i].help);
+    printf("  --%-21s %-6s %s\n", "help", "", "show this help");
+    printf("  --%-21s %-6s %s\n", "version", "", "print the version");
 }
 
 static char *trim(char *s)
@@ -323,6 +396,10 @@ int kd_config_load(kd_config *c, int argc, char **argv, kt_err *err)
              env_cache && env_cache[0] ? env_cache : KD_DEFAULT_CACHE);
     c->gpus_auto = true;
     c->max_clients = KD_DEFAULT_MAX_CLIENTS;
+    c->max_clients_per_uid = KD_DEFAULT_PER_UID;
+    c->root_reserved = -1; /* not given: KD_DEFAULT_ROOT_RESERVED, at most half of max-clients */
+    c->idle_timeout_s = KD_DEFAULT_IDLE_TIMEOUT;
+    c->max_buffered = KD_DEFAULT_MAX_BUFFERED;
     c->log_level = KT_LOG_INFO;
     c->budget_max_s = KD_DEFAULT_BUDGET_MAX;
     c->tolerance_max_factor = KD_DEFAULT_TOLERANCE_MAX;
@@ -367,5 +444,13 @@ int kd_config_load(kd_config *c, int argc, char **argv, kt_err *err)
             return kt_err_set(err, -EINVAL, "--%s: %s", o->name, why);
         i += used;
     }
+    if (c->root_reserved < 0)
+        c->root_reserved = KD_DEFAULT_ROOT_RESERVED < c->max_clients / 2 ? KD_DEFAULT_ROOT_RESERVED
+                                                                         : c->max_clients / 2;
+    else if (c->root_reserved >= c->max_clients)
+        return kt_err_set(err, -EINVAL,
+                          "root-reserved-clients (%d) must be below max-clients (%d): other "
+                          "users would get no connection at all",
+                          c->root_reserved, c->max_clients);
     return KD_CONFIG_RUN;
 }

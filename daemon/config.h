@@ -10,6 +10,11 @@
 #define KD_DEFAULT_CACHE         "/var/lib/ktune/cache"
 #define KD_DEFAULT_CONFIG        "/etc/ktune/ktuned.conf"
 #define KD_DEFAULT_MAX_CLIENTS   4096
+#define KD_DEFAULT_PER_UID       64 /* connections of one uid (root: no limit) */
+#define KD_DEFAULT_ROOT_RESERVED 8  /* of max-clients, kept for uid 0 */
+#define KD_DEFAULT_IDLE_TIMEOUT  300.0
+#define KD_DEFAULT_MAX_BUFFERED  ((size_t)256 << 20)
+#define KD_MIN_MAX_BUFFERED      ((size_t)8 << 20) /* two requests of the largest size */
 #define KD_DEFAULT_BUDGET_MAX    86400.0
 #define KD_DEFAULT_TOLERANCE_MAX 10.0 /* times the dtype and precision default */
 #define KD_MAX_GPUS              64
@@ -26,7 +31,12 @@ typedef struct kd_config {
     int gpus[KD_MAX_GPUS]; /* CUDA device indices, when not auto */
     int compile_jobs;      /* in all, split across GPUs; 0: one per CPU */
     int max_clients;
-    int log_level; /* KT_LOG_* */
+    int max_clients_per_uid; /* connections of one non-root uid */
+    int root_reserved;       /* the last root_reserved of max_clients admit uid 0 only (by
+                              * default 8, at most half of max_clients) */
+    double idle_timeout_s;   /* an idle connection is closed after this; 0: never */
+    size_t max_buffered;     /* request and reply bytes buffered across all connections */
+    int log_level;           /* KT_LOG_* */
     double budget_max_s;
     double tolerance_max_factor; /* how far above its dtype's default a job's tolerance may go */
     /* members may cancel any job and submit above the default priority (docs/protocol.md,

@@ -50,18 +50,27 @@ struct kd_conn {
     uint8_t *rx; /* bytes read and not yet consumed: the current message starts at rx + rx_off */
     size_t rx_off, rx_len, rx_cap;
     kd_scan scan;
-    size_t queued; /* reply bytes given to uv_write and not yet written */
-    int n_watches; /* watches registered by this connection (jobs.c) */
-    bool closing;  /* no more reading or replying */
-    bool reading;  /* uv_read_start is in effect */
-    bool blocked;  /* queued went over KD_QUEUED_HIGH: no reading or handling until it falls
-                    * under KD_QUEUED_LOW (a client that does not read its replies) */
-    bool ready;    /* in the daemon's ready list: complete requests may wait in rx */
+    size_t queued;      /* reply bytes given to uv_write and not yet written */
+    uint64_t active_ms; /* uv_now() of the last byte read or reply written (idle-timeout) */
+    int n_watches;      /* watches registered by this connection (jobs.c) */
+    bool closing;       /* no more reading or replying */
+    bool reading;       /* uv_read_start is in effect */
+    bool blocked;       /* queued went over KD_QUEUED_HIGH: no reading or handling until it falls
+                         * under KD_QUEUED_LOW (a client that does not read its replies) */
+    bool ready;         /* in the daemon's ready list: complete requests may wait in rx */
+    bool starved;       /* rx could not grow within max-buffered: the ENOBUFS reply, then close */
     kd_conn *prev, *next;
     kd_conn *ready_prev, *ready_next;
 };
 
-/* Fairness and backpressure (server.c). A connection's requests are handled at most KD_BURST at a
+/* Memory (server.c): d->buffered counts every connection's request buffer (allocated) and
+ * queued replies. A request buffer grows past its first READ_CHUNK only while the total stays
+ * within max-buffered; otherwise the request gets an ENOBUFS reply and the connection is closed.
+ * A reply that would take a connection's queue past its share (max-buffered over the live
+ * connections, at least KD_MAX_REQUEST) while the total is over max-buffered closes the
+ * connection. So the total stays under max-buffered plus a first READ_CHUNK per connection.
+ *
+ * Fairness and backpressure (server.c). A connection's requests are handled at most KD_BURST at a
  * time, and no more once a turn has spent KD_TURN_NS (a turn handles one request at least): the
  * rest wait in its buffer, with reading stopped, for its next turn (an idle handle gives every
  * connection with waiting requests a turn per loop iteration, between polls), so a client
@@ -85,6 +94,8 @@ int kd_conn_send(kd_conn *c, msgpack_sbuffer *sb);
 void kd_conn_close(kd_conn *c, const char *why);
 /* Closes every connection (shutdown). */
 void kd_server_close_all(kd_daemon *d);
+/* Every KD_TICK_S: closes the connections idle for idle-timeout. */
+void kd_server_tick(kd_daemon *d);
 
 /* ---- requests (proto.c) ---- */
 
@@ -363,6 +374,7 @@ struct kd_daemon {
     char gpu_note[256]; /* why there is no GPU at all */
     kd_conn *conns;
     int n_conns;
+    size_t buffered; /* bytes of every connection's rx buffer and queued replies (max-buffered) */
     kd_conn *ready_head, *ready_tail; /* connections waiting for a turn, in turn order */
     uv_idle_t pump;                   /* running while ready_head: gives the turns */
     uint64_t conn_serial, requests, rejected;

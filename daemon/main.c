@@ -135,6 +135,7 @@ static void on_tick(uv_timer_t *t)
 {
     kd_daemon *d = t->data;
     kd_jobs_tick(d);
+    kd_server_tick(d);
     kd_notify_status(d);
 }
 
@@ -162,6 +163,8 @@ static void fit_nofile(kd_config *cfg)
                     "(raise LimitNOFILE)",
                     (unsigned long long)rl.rlim_cur, cfg->max_clients, fit);
         cfg->max_clients = fit;
+        if (cfg->root_reserved > fit / 2)
+            cfg->root_reserved = fit / 2;
     }
 }
 

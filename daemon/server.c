@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #define READ_CHUNK   (64u << 10)
+#define RX_MAX       ((size_t)KD_MAX_BUFFERED + READ_CHUNK) /* process() closes past this */
 #define BACKLOG      1024
 #define SOCKET_GROUP "ktune"
 
@@ -43,9 +44,18 @@ static int clear_stale(const char *path, kt_err *err)
     snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
     int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
     int e = errno;
+    struct ucred peer = {.pid = 0, .uid = (uid_t)-1};
+    socklen_t plen = sizeof(peer);
+    if (rc == 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &plen) < 0)
+        peer.uid = (uid_t)-1;
     close(fd);
     if (rc == 0)
-        return kt_err_set(err, -EADDRINUSE, "another ktuned is listening on %s", path);
+        /* never taken over: what listens there may be another ktuned, or someone else's */
+        return kt_err_set(err, -EADDRINUSE,
+                          "%s is in use: pid %d (uid %u) listens on it, the file belongs to "
+                          "uid %u; stop it or choose another --socket (docs/operations.md, "
+                          "\"The socket\")",
+                          path, (int)peer.pid, (unsigned)peer.uid, (unsigned)st.st_uid);
     if (e != ECONNREFUSED)
         return kt_err_set(err, -e, "%s: %s", path, strerror(e));
     kt_log_info(KD_LOG_SERVER, "removing the stale socket %s", path);
@@ -228,6 +238,7 @@ static void on_close(uv_handle_t *h)
     if (c->next)
         c->next->prev = c->prev;
     d->n_conns--;
+    d->buffered -= c->rx_cap;
     free(c->rx);
     free(c);
 }
@@ -238,13 +249,19 @@ static void on_close_rejected(uv_handle_t *h)
     free(h->data);
 }
 
+/* Every close names the peer: a line about one client's behaviour must say whose it is. */
+static void log_close(const kd_conn *c, const char *why)
+{
+    kt_log_info(KD_LOG_SERVER, "connection %llu (uid %u, pid %d) closed: %s",
+                (unsigned long long)c->serial, (unsigned)c->uid, (int)c->pid, why);
+}
+
 void kd_conn_close(kd_conn *c, const char *why)
 {
     if (!c->closing) {
         c->closing = true;
         if (why)
-            kt_log_info(KD_LOG_SERVER, "connection %llu closed: %s", (unsigned long long)c->serial,
-                        why);
+            log_close(c, why);
         if (c->n_watches)
             kd_jobs_forget_conn(c->d, c);
     }
@@ -277,7 +294,7 @@ static void close_after_flush(kd_conn *c, const char *why)
     if (c->closing)
         return;
     c->closing = true;
-    kt_log_info(KD_LOG_SERVER, "connection %llu closed: %s", (unsigned long long)c->serial, why);
+    log_close(c, why);
     if (c->n_watches)
         kd_jobs_forget_conn(c->d, c);
     ready_remove(c);
@@ -295,6 +312,8 @@ static void on_write(uv_write_t *req, int status)
     kd_write *w = (kd_write *)req;
     kd_conn *c = w->c;
     c->queued -= w->buf.len;
+    c->d->buffered -= w->buf.len;
+    c->active_ms = uv_now(&c->d->loop);
     free(w->buf.base);
     free(w);
     if (status < 0 && status != UV_ECANCELED && !c->closing) {
@@ -308,6 +327,14 @@ static void on_write(uv_write_t *req, int status)
         c->blocked = false;
         ready_add(c);
     }
+}
+
+/* What one connection may keep buffered once the total is over max-buffered: an equal part,
+ * and at least one request of the largest size. */
+static size_t conn_share(const kd_daemon *d)
+{
+    size_t part = d->cfg->max_buffered / (size_t)(d->n_conns > 0 ? d->n_conns : 1);
+    return part > KD_MAX_REQUEST ? part : KD_MAX_REQUEST;
 }
 
 int kd_conn_send(kd_conn *c, msgpack_sbuffer *sb)
@@ -327,6 +354,18 @@ int kd_conn_send(kd_conn *c, msgpack_sbuffer *sb)
                  "more than %u bytes of replies unread (a client that never "
                  "reads)",
                  KD_MAX_QUEUED);
+        kd_conn_close(c, why);
+        return -ENOBUFS;
+    }
+    kd_daemon *d = c->d;
+    size_t share = conn_share(d);
+    if (c->queued + len > share && d->buffered + len > d->cfg->max_buffered) {
+        free(data);
+        char why[200];
+        snprintf(why, sizeof(why),
+                 "%zu bytes of replies unread, over its share of %zu bytes while %zu bytes are "
+                 "buffered in all (max-buffered %zu)",
+                 c->queued + len, share, d->buffered + len, d->cfg->max_buffered);
         kd_conn_close(c, why);
         return -ENOBUFS;
     }
@@ -354,6 +393,7 @@ int kd_conn_send(kd_conn *c, msgpack_sbuffer *sb)
         return -EPIPE;
     }
     c->queued += len;
+    d->buffered += len;
     if (!c->blocked && c->queued > KD_QUEUED_HIGH) {
         c->blocked = true;
         ready_remove(c);
@@ -379,11 +419,22 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
         size_t cap = c->rx_cap ? c->rx_cap : READ_CHUNK;
         while (cap - c->rx_len < READ_CHUNK)
             cap *= 2;
+        if (cap > RX_MAX && c->rx_len + READ_CHUNK <= RX_MAX)
+            cap = RX_MAX; /* doubling would reserve 8 MiB for the largest request */
+        kd_daemon *d = c->d;
+        /* the first chunk is always granted (a small request is never refused); growth
+         * beyond it only within max-buffered */
+        if (cap > READ_CHUNK && d->buffered + (cap - c->rx_cap) > d->cfg->max_buffered) {
+            c->starved = true;
+            *buf = uv_buf_init(NULL, 0); /* on_read gets UV_ENOBUFS */
+            return;
+        }
         uint8_t *rx = cap == c->rx_cap ? c->rx : realloc(c->rx, cap);
         if (!rx) {
             *buf = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS to on_read */
             return;
         }
+        d->buffered += cap - c->rx_cap;
         c->rx = rx;
         c->rx_cap = cap;
     }
@@ -414,6 +465,43 @@ static void too_large(kd_conn *c, const uint8_t *msg, size_t len, bool complete)
     char why[160];
     snprintf(why, sizeof(why), "%s larger than %u bytes",
              complete ? "request" : "incomplete request", KD_MAX_REQUEST);
+    close_after_flush(c, why);
+}
+
+/* The request being received needs more buffer than max-buffered leaves: the ENOBUFS reply when
+ * its id can be read, then the connection closes (the rest of the request is never read, so
+ * the stream cannot be resynchronised; docs/protocol.md, "Framing"). */
+static void short_of_memory(kd_conn *c)
+{
+    kd_daemon *d = c->d;
+    const uint8_t *msg = c->rx + c->rx_off;
+    size_t avail = c->rx_len - c->rx_off;
+    uint64_t id = 0;
+    char text[200];
+    snprintf(text, sizeof(text),
+             "ktuned is short of memory for requests: %zu bytes are buffered across "
+             "connections (max-buffered %zu); retry later",
+             d->buffered, d->cfg->max_buffered);
+    if (kd_frame_peek_id(msg, avail, &id)) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 3);
+        kd_pack_kuint(&pk, "id", id);
+        kd_pack_kbool(&pk, "ok", false);
+        kd_pack_str(&pk, "error");
+        msgpack_pack_map(&pk, 2);
+        kd_pack_kstr(&pk, "code", "ENOBUFS");
+        kd_pack_kstr(&pk, "msg", text);
+        kd_conn_send(c, &sb);
+        msgpack_sbuffer_destroy(&sb);
+    }
+    char why[200];
+    snprintf(why, sizeof(why),
+             "a request past %zu bytes refused: %zu bytes buffered across connections "
+             "(max-buffered %zu)",
+             avail, d->buffered, d->cfg->max_buffered);
     close_after_flush(c, why);
 }
 
@@ -482,10 +570,24 @@ static turn_end process(kd_conn *c, int budget)
     }
 }
 
+/* An empty request buffer is given back: an idle connection holds no buffer. */
+static void rx_release(kd_conn *c)
+{
+    if (c->rx_off < c->rx_len || !c->rx)
+        return;
+    c->d->buffered -= c->rx_cap;
+    free(c->rx);
+    c->rx = NULL;
+    c->rx_off = c->rx_len = c->rx_cap = 0;
+}
+
 /* One turn of c: a burst of its requests, then what it waits for next. */
 static void take_turn(kd_conn *c)
 {
-    switch (process(c, KD_BURST)) {
+    turn_end end = process(c, KD_BURST);
+    if (end == TURN_DRAINED)
+        rx_release(c);
+    switch (end) {
     case TURN_BUDGET:
         ready_add(c);
         break;
@@ -519,6 +621,10 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     kd_conn *c = s->data;
     if (n == 0 || c->closing)
         return;
+    if (n == UV_ENOBUFS && c->starved) {
+        short_of_memory(c);
+        return;
+    }
     if (n < 0) {
         if (n == UV_EOF) {
             kd_conn_close(c, c->rx_len > c->rx_off ? "client closed mid-message" : NULL);
@@ -530,7 +636,76 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         return;
     }
     c->rx_len += (size_t)n;
+    c->active_ms = uv_now(&c->d->loop);
     take_turn(c);
+}
+
+/* Why a connection from uid may not be admitted now (a line for its refusal), or NULL. */
+static const char *admission(const kd_daemon *d, uid_t uid, char *buf, size_t len)
+{
+    const kd_config *cfg = d->cfg;
+    if (d->n_conns >= cfg->max_clients) {
+        snprintf(buf, len, "too many connections (%d, the max-clients limit)", d->n_conns);
+        return buf;
+    }
+    if (uid == 0)
+        return NULL; /* root: the reserved connections, and no per-user limit */
+    if (d->n_conns >= cfg->max_clients - cfg->root_reserved) {
+        snprintf(buf, len,
+                 "too many connections (%d; the last %d of max-clients %d are kept for root)",
+                 d->n_conns, cfg->root_reserved, cfg->max_clients);
+        return buf;
+    }
+    int held = 0;
+    for (const kd_conn *c = d->conns; c; c = c->next)
+        held += c->uid == uid && !c->closing;
+    if (held >= cfg->max_clients_per_uid) {
+        snprintf(buf, len, "too many connections (uid %u holds %d, the max-clients-per-uid limit)",
+                 (unsigned)uid, held);
+        return buf;
+    }
+    return NULL;
+}
+
+/* Tells a refused client why before closing: an unsolicited error with id 0, which a client
+ * reads where it expects its hello reply (docs/protocol.md, "Connections"). The socket is
+ * fresh, so the short message fits its buffer; if not, the close alone says it. */
+static void send_refusal(uv_pipe_t *pipe, const char *code, const char *text)
+{
+    uv_os_fd_t fd = -1;
+    if (uv_fileno((uv_handle_t *)pipe, &fd) < 0)
+        return;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 3);
+    kd_pack_kuint(&pk, "id", 0);
+    kd_pack_kbool(&pk, "ok", false);
+    kd_pack_str(&pk, "error");
+    msgpack_pack_map(&pk, 2);
+    kd_pack_kstr(&pk, "code", code);
+    kd_pack_kstr(&pk, "msg", text);
+    if (sb.data)
+        (void)!send(fd, sb.data, sb.size, MSG_DONTWAIT | MSG_NOSIGNAL);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+void kd_server_tick(kd_daemon *d)
+{
+    if (d->cfg->idle_timeout_s <= 0)
+        return;
+    uint64_t now = uv_now(&d->loop), limit = (uint64_t)(d->cfg->idle_timeout_s * 1e3);
+    for (kd_conn *c = d->conns; c; c = c->next) {
+        /* idle: no request partly or wholly received, no reply queued, no watch */
+        if (c->closing || c->ready || c->blocked || c->queued || c->n_watches ||
+            c->rx_off < c->rx_len || now - c->active_ms < limit)
+            continue;
+        char why[96];
+        snprintf(why, sizeof(why), "idle for %.1f s (idle-timeout)",
+                 (double)(now - c->active_ms) * 1e-3);
+        kd_conn_close(c, why);
+    }
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -547,25 +722,14 @@ static void on_connection(uv_stream_t *server, int status)
     }
     c->d = d;
     c->pipe.data = c;
+    c->uid = (uid_t)-1; /* unknown: no root privileges */
     uv_pipe_init(&d->loop, &c->pipe, 0);
     int rc = uv_accept(server, (uv_stream_t *)&c->pipe);
-    if (rc < 0 || d->n_conns >= d->cfg->max_clients || d->stopping) {
-        if (rc < 0)
-            kt_log_warn(KD_LOG_SERVER, "accept: %s", uv_strerror(rc));
-        else if (d->rejected++ % 1000 == 0) /* at most one line per 1000 refusals */
-            kt_log_warn(KD_LOG_SERVER,
-                        "refusing a connection: %d clients (max-clients); %llu "
-                        "refused so far",
-                        d->n_conns, (unsigned long long)d->rejected);
+    if (rc < 0) {
+        kt_log_warn(KD_LOG_SERVER, "accept: %s", uv_strerror(rc));
         uv_close((uv_handle_t *)&c->pipe, on_close_rejected);
         return;
     }
-    c->serial = ++d->conn_serial;
-    c->next = d->conns;
-    if (d->conns)
-        d->conns->prev = c;
-    d->conns = c;
-    d->n_conns++;
     uv_os_fd_t fd = -1;
     struct ucred cred = {0};
     socklen_t len = sizeof(cred);
@@ -576,6 +740,30 @@ static void on_connection(uv_stream_t *server, int status)
         c->gid = cred.gid;
         c->admin = is_admin(d, fd, &cred);
     }
+    char text[160];
+    const char *code = "EUSERS", *refused = NULL;
+    if (d->stopping) {
+        code = "ESHUTDOWN";
+        refused = "ktuned is shutting down";
+    } else {
+        refused = admission(d, c->uid, text, sizeof(text));
+    }
+    if (refused) {
+        send_refusal(&c->pipe, code, refused);
+        if (d->rejected++ % 1000 == 0) /* at most one line per 1000 refusals */
+            kt_log_warn(KD_LOG_SERVER,
+                        "refusing a connection from uid %u pid %d: %s; %llu refused so far",
+                        (unsigned)c->uid, (int)c->pid, refused, (unsigned long long)d->rejected);
+        uv_close((uv_handle_t *)&c->pipe, on_close_rejected);
+        return;
+    }
+    c->serial = ++d->conn_serial;
+    c->active_ms = uv_now(&d->loop);
+    c->next = d->conns;
+    if (d->conns)
+        d->conns->prev = c;
+    d->conns = c;
+    d->n_conns++;
     kt_log_info(KD_LOG_SERVER, "connection %llu from pid %d uid %u gid %u%s",
                 (unsigned long long)c->serial, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid,
                 c->admin ? " (admin)" : "");

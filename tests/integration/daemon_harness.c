@@ -91,31 +91,20 @@ static void child_exec(const dh_daemon *d, const dh_opts *o, const char *bin, co
         putenv((char *)o->env[i]);
     char jobs[16];
     snprintf(jobs, sizeof(jobs), "%d", o->compile_jobs > 0 ? o->compile_jobs : 2);
-    char *argv[] = {(char *)bin,
-                    "--socket",
-                    (char *)d->sock,
-                    "--cache",
-                    (char *)d->cache,
-                    "--gpus",
-                    (char *)(o->gpus ? o->gpus : "0"),
-                    "--worker",
-                    (char *)worker,
-                    "--compile-jobs",
-                    jobs,
-                    NULL,
-                    NULL,
-                    NULL,
-                    NULL,
-                    NULL,
-                    NULL,
-                    NULL};
-    int n = 11; /* after --compile-jobs N */
+    char *argv[16 + 8] = {(char *)bin, "--socket", (char *)d->sock, "--cache", (char *)d->cache,
+                          "--gpus", (char *)(o->gpus ? o->gpus : "0"), "--worker", (char *)worker,
+                          "--compile-jobs", jobs,
+                          /* tests open hundreds of connections from one uid, root or not
+                           * (test_daemon_limits sets its own limit, later, which wins) */
+                          "--max-clients-per-uid", "1000000", NULL};
+    int argc = 13;
     if (o->log_level) {
-        argv[n++] = "--log-level";
-        argv[n++] = (char *)o->log_level;
+        argv[argc++] = "--log-level";
+        argv[argc++] = (char *)o->log_level;
     }
-    for (int i = 0; i < 4 && o->args[i]; i++)
-        argv[n++] = (char *)o->args[i];
+    for (int i = 0; i < 8 && o->args[i]; i++)
+        argv[argc++] = (char *)o->args[i];
+    argv[argc] = NULL;
     execv(bin, argv);
     fprintf(stderr, "harness: exec %s: %s\n", bin, strerror(errno));
     _exit(127);

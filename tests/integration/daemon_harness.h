@@ -26,7 +26,8 @@ typedef struct dh_opts {
     int compile_jobs;      /* --compile-jobs, <= 0: 2 */
     const char *env[8];    /* more "NAME=VALUE" for the daemon (and so its workers); NULL ends */
     const char *log_level; /* --log-level, NULL: the daemon's default */
-    const char *args[4];   /* more command-line arguments for ktuned; NULL ends */
+    const char *args[8];   /* more arguments for ktuned ("--idle-timeout", "1s", ...); NULL ends.
+                            * The harness passes --max-clients-per-uid 1000000 before them. */
 } dh_opts;
 
 typedef struct dh_daemon {

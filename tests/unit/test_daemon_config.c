@@ -154,6 +154,56 @@ static void test_command_line_errors(void **state)
     assert_int_equal(load(&c, &err, 5, "--config", conf_path, "--gpus", ""), -EINVAL);
 }
 
+/* The connection and memory limits (issue 16): defaults, units, and the values refused. */
+static void test_limits(void **state)
+{
+    (void)state;
+    kd_config c;
+    kt_err err = {0};
+    write_conf("");
+    assert_int_equal(load(&c, &err, 3, "--config", conf_path), KD_CONFIG_RUN);
+    assert_int_equal(c.max_clients_per_uid, KD_DEFAULT_PER_UID);
+    assert_int_equal(c.root_reserved, KD_DEFAULT_ROOT_RESERVED);
+    assert_true(c.idle_timeout_s == KD_DEFAULT_IDLE_TIMEOUT);
+    assert_true(c.max_buffered == KD_DEFAULT_MAX_BUFFERED);
+    write_conf("max-clients-per-uid = 5\nroot-reserved-clients = 0\nidle-timeout = 1.5m\n"
+               "max-buffered = 1G\n");
+    assert_int_equal(load(&c, &err, 3, "--config", conf_path), KD_CONFIG_RUN);
+    assert_int_equal(c.max_clients_per_uid, 5);
+    assert_int_equal(c.root_reserved, 0);
+    assert_true(c.idle_timeout_s == 90);
+    assert_true(c.max_buffered == (size_t)1 << 30);
+    assert_int_equal(load(&c, &err, 9, "--config", conf_path, "--idle-timeout", "off",
+                          "--max-buffered", "268435456", "--max-buffered", "64MiB"),
+                     KD_CONFIG_RUN);
+    assert_true(c.idle_timeout_s == 0);
+    assert_true(c.max_buffered == (size_t)64 << 20);
+    /* a small max-clients keeps at most half for root unless told otherwise */
+    write_conf("");
+    assert_int_equal(load(&c, &err, 5, "--config", conf_path, "--max-clients", "5"), KD_CONFIG_RUN);
+    assert_int_equal(c.root_reserved, 2);
+
+    static const struct {
+        const char *opt, *value, *what;
+    } bad[] = {
+        {"--max-buffered", "1M", "at least 8M"},
+        {"--max-buffered", "-1G", "max-buffered"},
+        {"--max-buffered", "12X", "max-buffered"},
+        {"--max-buffered", "", "max-buffered"},
+        {"--idle-timeout", "0", "idle-timeout"},
+        {"--idle-timeout", "never", "idle-timeout"},
+        {"--max-clients-per-uid", "0", "1..1000000"},
+        {"--root-reserved-clients", "-1", "0..1000000"},
+        {"--root-reserved-clients", "4096", "below max-clients"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = load(&c, &err, 5, "--config", conf_path, bad[i].opt, bad[i].value);
+        if (rc != -EINVAL || !strstr(err.msg, bad[i].what))
+            fail_msg("%s '%s': %d '%s', expected -EINVAL saying '%s'", bad[i].opt, bad[i].value, rc,
+                     err.msg, bad[i].what);
+    }
+}
+
 static void test_duration(void **state)
 {
     (void)state;
@@ -177,11 +227,9 @@ static void test_duration(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults_and_env),
-        cmocka_unit_test(test_file_then_command_line),
-        cmocka_unit_test(test_file_errors),
-        cmocka_unit_test(test_command_line_errors),
-        cmocka_unit_test(test_duration),
+        cmocka_unit_test(test_defaults_and_env), cmocka_unit_test(test_file_then_command_line),
+        cmocka_unit_test(test_file_errors),      cmocka_unit_test(test_command_line_errors),
+        cmocka_unit_test(test_limits),           cmocka_unit_test(test_duration),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

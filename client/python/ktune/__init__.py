@@ -4,6 +4,8 @@
 - Client: talks to the ktuned daemon: submit, status, wait, cancel, jobs, gpus, stats, lookup.
 - Runtime: opens a kernel cache read-only (no daemon needed), looks kernels up and launches them
   on PyTorch tensors (torch is imported only to launch).
+- capture: a Graph from a PyTorch module or function (torch.export); Graph.reference runs the
+  fp64 CPU reference on tensors.
 - KtuneError: every error from the C library (an OSError with errno set).
 
 The library is found through $KTUNE_LIBRARY, next to this package, or the system's library path.
@@ -11,6 +13,7 @@ The library is found through $KTUNE_LIBRARY, next to this package, or the system
 
 from ._lib import KtuneError, path as library_path
 from ._version import __version__
+from .capture import CaptureError, capture
 from .client import Client, Gpu, GpuList, Job, RecordInfo, Stats, JOB_STATES
 from .graph import Graph, TensorDesc
 from .runtime import Kernel, KernelInfo, Runtime
@@ -28,6 +31,6 @@ def default_socket():
     return lib.ktune_default_socket().decode()
 
 
-__all__ = ["Client", "Gpu", "GpuList", "Graph", "Job", "JOB_STATES", "Kernel", "KernelInfo",
-           "KtuneError", "RecordInfo", "Runtime", "Stats", "TensorDesc", "__version__",
-           "default_socket", "library_path", "library_version"]
+__all__ = ["CaptureError", "Client", "Gpu", "GpuList", "Graph", "Job", "JOB_STATES", "Kernel",
+           "KernelInfo", "KtuneError", "RecordInfo", "Runtime", "Stats", "TensorDesc",
+           "__version__", "capture", "default_socket", "library_path", "library_version"]

@@ -185,6 +185,8 @@ _PROTOTYPES = {
     "ktune_graph_output_name": (c_char_p, [c_void_p, c_int]),
     "ktune_graph_describe": (c_int, [c_void_p, _P(ktune_shape), c_int, _P(ktune_tensor_desc),
                                      _P(ktune_tensor_desc), _P(ktune_error)]),
+    "ktune_graph_reference": (c_int, [c_void_p, _P(ktune_shape), c_int, _P(c_void_p),
+                                      _P(c_void_p), _P(ktune_error)]),
     "ktune_default_socket": (c_char_p, []),
     "ktune_connect": (c_int, [c_char_p, _P(c_void_p), _P(ktune_error)]),
     "ktune_disconnect": (None, [c_void_p]),

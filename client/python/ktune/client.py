@@ -193,7 +193,10 @@ class Client:
     default, 30 s). Calls from several threads serialise on the connection.
 
     Errors raise KtuneError (an OSError): ENOENT/ECONNREFUSED when no daemon listens, EACCES when
-    the socket refuses this user (join group ktune), ENODEV when the daemon has no GPU."""
+    the socket refuses this user (join group ktune), EUSERS when ktuned refused the connection
+    (too many connections), EPERM as root for a socket not owned and served by root or the
+    service user (docs/operations.md, "The socket"), ENODEV when the daemon has no GPU. ktuned
+    closes a connection left idle (no watch) for its idle-timeout (300 s by default)."""
 
     def __init__(self, socket=None, timeout=None):
         self.socket = socket if socket is not None else _lib.text(lib.ktune_default_socket())

@@ -81,6 +81,7 @@ class Graph:
             source = source.encode()
         if isinstance(source, (bytes, bytearray, memoryview)):
             data = bytes(source)
+            self._text = data  # the declared form, for reference()
             rc = lib.ktune_graph_parse(data, len(data), ctypes.byref(handle), ctypes.byref(err))
             self.path = None
         elif isinstance(source, (str, os.PathLike)):
@@ -130,6 +131,15 @@ class Graph:
             return TensorDesc(_lib.text(d.name), _lib.text(d.dtype), dims, bool(d.is_const))
         return (tuple(conv(ins[i]) for i in range(len(self.inputs))),
                 tuple(conv(outs[i]) for i in range(len(self.outputs))))
+
+    def reference(self, *tensors, shapes=None, **named):
+        """The fp64 CPU reference that verification compares kernels with (ktune_graph_reference):
+        tensors by declared order or by name (a captured graph fills in the parameters it
+        remembers), converted to dense float64; symbolic dimensions are bound from their sizes
+        (shapes= may name them too). Returns the output (a tuple for several) as float64 torch
+        tensors, or numpy arrays without torch. See ktune/reference.py."""
+        from .reference import reference
+        return reference(self, tensors, named, shapes)
 
     def __del__(self, _free=lib.ktune_graph_free):
         h = getattr(self, "_handle", None)

@@ -1,0 +1,948 @@
+"""ktune.capture: a ktune.Graph from a PyTorch module or function, through torch.export.
+
+The exported program's ATen graph is walked node by node; each aten op becomes one ktune node
+or a short composition of them (docs/formats.md, "Ops"; client/python/README.md, "From
+PyTorch"). Parameters, buffers and lifted constants become const inputs named by their
+qualified names, after the user's arguments (names and order kept); the graph remembers those
+tensors, so Graph.reference (and a kernel call) takes the user's arguments alone. Dimensions
+torch.export marks dynamic become symbols (the torch.export.Dim's name where one is given).
+
+An op ktune lacks raises CaptureError naming the op and the user's source line; nothing is
+built, registered or cached until every node has been translated."""
+
+import inspect
+import operator
+import os
+import re
+
+from ._lib import KtuneError
+from .graph import Graph
+
+_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+_OPTIONS = ("name", "dynamic_shapes", "strict")
+
+
+class CaptureError(ValueError):
+    """A module that ktune.capture cannot turn into a ktune graph (one line: the op and where)."""
+
+
+class _T:
+    """A ktune tensor: its name, shape (ints and symbol names) and dtype. transposed_of: the
+    tensor this one swaps the last two axes of (a matmul takes that with a transpose flag)."""
+    __slots__ = ("name", "shape", "dtype", "transposed_of")
+
+    def __init__(self, name, shape, dtype, transposed_of=None):
+        self.name, self.shape, self.dtype = name, tuple(shape), dtype
+        self.transposed_of = transposed_of
+
+    @property
+    def rank(self):
+        return len(self.shape)
+
+
+class _Bad:
+    """A weight ktune cannot take (why says so): an error only where an op uses it."""
+
+    def __init__(self, why):
+        self.why = why
+
+
+class _Sym:
+    """A symbolic size (aten.sym_size and arithmetic on it): only shapes may use it, and those
+    are read from the node's result instead."""
+
+
+def _where(node):
+    """'file.py:LINE (in fn)' of the innermost user frame of node's stack trace, or ''."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
+    if not frames:
+        return ""
+    torch_dir, here = os.sep + "torch" + os.sep, os.path.dirname(os.path.abspath(__file__))
+    user = [f for f in frames if torch_dir not in f[0] and os.path.dirname(f[0]) != here]
+    user = user or frames
+    path, line, fn = user[-1]
+    return f"{os.path.basename(path)}:{line} (in {fn})"
+
+
+def _op_name(node):
+    t = node.target
+    s = str(t)
+    return s.rsplit(".", 1)[0] if s.startswith("aten.") else getattr(t, "__name__", s)
+
+
+class _Builder:
+    def __init__(self, symbols):
+        self.inputs = {}  # name -> {"dtype", "shape", "const"?}
+        self.nodes = []
+        self.taken = set()
+        self.symbols = symbols  # str(sympy symbol) -> ktune symbol name
+        self.node = None  # the fx node being translated, for messages
+        self.origin = {}  # ktune node output -> the fx node it comes from
+
+    # ---- names, shapes, errors ----
+
+    def fail(self, msg):
+        where = _where(self.node) if self.node is not None else ""
+        raise CaptureError(f"ktune.capture: {msg}{' at ' + where if where else ''}")
+
+    def unsupported(self, why=""):
+        self.fail(f"unsupported op {_op_name(self.node)}{' (' + why + ')' if why else ''}")
+
+    def fresh(self, base):
+        base = re.sub(r"[^A-Za-z0-9_.]", "_", base) or "t"
+        name, i = base, 1
+        while name in self.taken:
+            name, i = f"{base}_{i}", i + 1
+        self.taken.add(name)
+        return name
+
+    def dim(self, d):
+        if isinstance(d, int):
+            return d
+        expr = getattr(getattr(d, "node", None), "expr", None)
+        if expr is None or getattr(expr, "is_number", False):
+            return int(d)  # int() of a symbolic size would specialise it: never called there
+        key = str(expr)
+        if key not in self.symbols:
+            pretty = re.sub(r"\b\w+\b", lambda m: self.symbols.get(m.group(0), m.group(0)), key)
+            self.unsupported(f"its size {pretty} is derived from a dynamic dimension; ktune "
+                             f"symbols are dimensions of the inputs")
+        return self.symbols[key]
+
+    def val_shape(self, node=None):
+        v = (node or self.node).meta.get("val")
+        if not hasattr(v, "shape"):
+            self.unsupported("its result is not a tensor")
+        return tuple(self.dim(d) for d in v.shape)
+
+    def val_dtype(self, node=None):
+        v = (node or self.node).meta.get("val")
+        dt = str(getattr(v, "dtype", "")).replace("torch.", "")
+        if dt not in _DTYPES:
+            self.unsupported(f"its result is {dt or 'not a tensor'}; ktune graphs compute in "
+                             f"float32, float16 or bfloat16")
+        return _DTYPES[dt]
+
+    # ---- emitting ----
+
+    def add_input(self, name, shape, dtype, const):
+        if name in self.inputs:
+            self.fail(f"the argument '{name}' and the module's tensor '{name}' share a name; "
+                      f"rename the argument")
+        self.taken.add(name)
+        spec = {"dtype": dtype, "shape": list(shape)}
+        if const:
+            spec["const"] = True
+        self.inputs[name] = spec
+        return _T(name, shape, dtype)
+
+    def emit(self, op, ins, shape=None, dtype=None, /, **attrs):
+        """One ktune node (attrs: its JSON attributes); shape and dtype of its output default to
+        the fx node's result and to the first tensor operand's dtype."""
+        name = self.fresh(self.node.name if self.node is not None else op)
+        shape = self.val_shape() if shape is None else shape
+        dtype = dtype or next((x.dtype for x in ins if isinstance(x, _T)), None) or \
+            self.val_dtype()
+        self.origin[name] = self.node
+        self.nodes.append({"out": name, "op": op,
+                           "in": [x.name if isinstance(x, _T) else float(x) for x in ins],
+                           **attrs})
+        return _T(name, shape, dtype)
+
+    def tensor(self, x, what="operand"):
+        if isinstance(x, _T):
+            return x
+        self.unsupported(f"its {what} is {type(x).__name__}, not a tensor")
+
+    def unary(self, op, x, **attrs):
+        x = self.tensor(x)
+        return self.emit(op, [x], x.shape, **attrs)
+
+    def binary(self, op, a, b, shape=None):
+        for v in (a, b):
+            if isinstance(v, _Sym):
+                self.unsupported("an operand is the size of a dynamic dimension, which a ktune "
+                                 "graph has no value for")
+            if not isinstance(v, _T) and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                self.unsupported(f"an operand is {type(v).__name__}")
+        if not isinstance(a, _T) and not isinstance(b, _T):
+            self.unsupported("both operands are numbers")
+        if isinstance(a, _T) and isinstance(b, _T) and a.dtype != b.dtype:
+            # PyTorch promotes mixed dtypes; ktune's binary ops take one: cast to the result's
+            target = self.val_dtype()
+            a, b = (x if x.dtype == target else self.emit("cast", [x], x.shape, target,
+                                                          dtype=target) for x in (a, b))
+        if shape is None:
+            shape = _broadcast(a.shape if isinstance(a, _T) else (),
+                               b.shape if isinstance(b, _T) else ())
+        return self.emit(op, [a, b], shape)
+
+    def permute(self, x, perm):
+        perm = [p % x.rank for p in perm] if x.rank else []
+        if perm == list(range(x.rank)):
+            return x
+        out = self.emit("permute", [x], tuple(x.shape[p] for p in perm), perm=perm)
+        if x.rank >= 2 and perm == list(range(x.rank - 2)) + [x.rank - 1, x.rank - 2]:
+            out.transposed_of = x
+        return out
+
+    def reshape(self, x, shape):
+        shape = tuple(shape)
+        if shape == x.shape:
+            return x
+        return self.emit("reshape", [x], shape, shape=list(shape))
+
+    def reduce(self, op, x, axes, keepdim):
+        x = self.tensor(x)
+        if x.rank == 0:
+            return x
+        axes = sorted({a % x.rank for a in axes}) if axes else list(range(x.rank))
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keepdim or
+                      i not in axes)
+        return self.emit(op, [x], shape, axes=axes, keepdim=bool(keepdim))
+
+    def matmul(self, a, b, shape=None):
+        a, b = self.tensor(a), self.tensor(b)
+        if a.rank == 0 or b.rank == 0:
+            self.unsupported("a matmul operand is a scalar")
+        final = self.val_shape() if shape is None else shape
+        if a.rank == 1:
+            a = self.reshape(a, (1,) + a.shape)
+        if b.rank == 1:
+            b = self.reshape(b, b.shape + (1,))
+        ta = tb = False
+        if a.transposed_of is not None:
+            a, ta = a.transposed_of, True
+        if b.transposed_of is not None:
+            b, tb = b.transposed_of, True
+        m = a.shape[-1] if ta else a.shape[-2]
+        n = b.shape[-2] if tb else b.shape[-1]
+        batch = _broadcast(a.shape[:-2], b.shape[:-2])
+        out = self.emit("matmul", [a, b], batch + (m, n), transpose_a=ta, transpose_b=tb)
+        return self.reshape(out, final)
+
+    def finish(self, outputs, user_names):
+        """The document: unused const inputs and nodes dropped, outputs named output[N]."""
+        producer = {n["out"]: n for n in self.nodes}
+        live, stack = set(), [o.name for o in outputs]
+        while stack:
+            t = stack.pop()
+            if t in live:
+                continue
+            live.add(t)
+            if t in producer:
+                stack += [x for x in producer[t]["in"] if isinstance(x, str)]
+        for name in user_names:
+            if name not in live:
+                raise CaptureError(f"ktune.capture: input '{name}' reaches no output; a ktune "
+                                   f"graph takes only inputs its outputs use")
+        seen = set()
+        for i, o in enumerate(outputs):
+            if o.name in self.inputs:
+                raise CaptureError(f"ktune.capture: output {i} is the input '{o.name}' itself; "
+                                   f"a kernel writes only computed outputs")
+            if o.name in seen:
+                raise CaptureError(f"ktune.capture: output {i} repeats an earlier output; "
+                                   f"return each tensor once")
+            seen.add(o.name)
+        # The outputs are called output (one) or output0, output1, ...: rename them.
+        rename = {}
+        for i, o in enumerate(outputs):
+            want = "output" if len(outputs) == 1 else f"output{i}"
+            if want in self.inputs:
+                want = self.fresh(want)
+            rename[o.name] = want
+        taken_after = set(rename.values())
+        for n in self.nodes:  # a node already called like a new output name gives it up
+            if n["out"] in taken_after and n["out"] not in rename:
+                rename[n["out"]] = self.fresh(n["out"] + "_")
+        nodes = []
+        for n in self.nodes:
+            if n["out"] not in live:
+                continue
+            n = dict(n, out=rename.get(n["out"], n["out"]),
+                     **{"in": [rename.get(x, x) if isinstance(x, str) else x for x in n["in"]]})
+            nodes.append(n)
+        inputs = {k: v for k, v in self.inputs.items() if k in live}
+        return inputs, nodes, [rename[o.name] for o in outputs]
+
+
+def _broadcast(a, b):
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        out.append(y if x == 1 else x)
+    return tuple(reversed(out))
+
+
+def _args(node):
+    """The node's arguments by schema name, defaults filled in."""
+    schema = node.target._schema
+    vals = {}
+    for i, a in enumerate(schema.arguments):
+        if i < len(node.args):
+            vals[a.name] = node.args[i]
+        elif a.name in node.kwargs:
+            vals[a.name] = node.kwargs[a.name]
+        elif a.has_default_value():
+            vals[a.name] = a.default_value
+        else:
+            vals[a.name] = None
+    return vals
+
+
+# ---- the op table: aten overload packet name -> handler(builder, args) ----
+
+_UNARY = {"neg": "neg", "exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid",
+          "relu": "relu", "silu": "silu", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs",
+          "square": "square", "reciprocal": "recip", "mish": "mish"}
+_IDENTITY = {"clone", "contiguous", "alias", "detach", "lift_fresh_copy", "dropout",
+             "feature_dropout", "alpha_dropout"}
+
+
+def _h_unary(op):
+    return lambda b, a: b.unary(op, a["self"])
+
+
+def _scalar(b, v, what):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        b.unsupported(f"{what} must be a number")
+    return float(v)
+
+
+def _h_add(sign):
+    def h(b, a):
+        other = a["other"]
+        alpha = a.get("alpha", 1)
+        if alpha != 1:
+            other = b.binary("mul", other, _scalar(b, alpha, "alpha")) if isinstance(
+                other, _T) else other * alpha
+        return b.binary("add" if sign > 0 else "sub", a["self"], other, b.val_shape())
+    return h
+
+
+def _h_rsub(b, a):
+    x = a["self"]
+    if a.get("alpha", 1) != 1:
+        x = b.binary("mul", x, _scalar(b, a["alpha"], "alpha"))
+    return b.binary("sub", a["other"], x, b.val_shape())
+
+
+def _h_binary(op):
+    return lambda b, a: b.binary(op, a["self"], a["other"], b.val_shape())
+
+
+def _h_div(b, a):
+    if a.get("rounding_mode") is not None:
+        b.unsupported(f"rounding_mode={a['rounding_mode']!r}")
+    return b.binary("div", a["self"], a["other"], b.val_shape())
+
+
+def _h_pow(b, a):
+    base, exp = a["self"], a["exponent"]
+    if isinstance(exp, (int, float)) and not isinstance(exp, bool) and isinstance(base, _T):
+        if exp == 1:
+            return base
+        if exp == 2:
+            return b.unary("square", base)
+        if exp == 0.5:
+            return b.unary("sqrt", base)
+        if exp == -0.5:
+            return b.unary("rsqrt", base)
+        if exp == -1:
+            return b.unary("recip", base)
+    return b.binary("pow", base, exp, b.val_shape())
+
+
+def _h_gelu(b, a):
+    approx = a.get("approximate", "none")
+    if approx not in ("none", "tanh"):
+        b.unsupported(f"approximate={approx!r}")
+    return b.unary("gelu" if approx == "none" else "gelu_tanh", a["self"])
+
+
+def _clamp_attrs(b, lo, hi):
+    attrs = {}
+    if lo is not None:
+        attrs["min"] = _scalar(b, lo, "min")
+    if hi is not None:
+        attrs["max"] = _scalar(b, hi, "max")
+    return attrs
+
+
+def _h_clamp(b, a):
+    lo, hi = a.get("min"), a.get("max")
+    if isinstance(lo, _T) or isinstance(hi, _T):  # clamp.Tensor: max(min(x, hi), lo)
+        x = a["self"]
+        if hi is not None:
+            x = b.binary("min", x, hi, b.val_shape())
+        if lo is not None:
+            x = b.binary("max", x, lo, b.val_shape())
+        return x
+    if lo is None and hi is None:
+        return a["self"]
+    return b.unary("clamp", a["self"], **_clamp_attrs(b, lo, hi))
+
+
+def _h_hardtanh(b, a):
+    return b.unary("hardtanh", a["self"], min=_scalar(b, a["min_val"], "min_val"),
+                   max=_scalar(b, a["max_val"], "max_val"))
+
+
+def _h_hardsigmoid(b, a):  # clamp(x / 6 + 1/2, 0, 1)
+    x = a["self"]
+    t = b.binary("div", x, 6.0, x.shape)
+    t = b.binary("add", t, 0.5, x.shape)
+    return b.unary("clamp", t, min=0.0, max=1.0)
+
+
+def _h_hardswish(b, a):  # x * hardsigmoid(x)
+    return b.binary("mul", a["self"], _h_hardsigmoid(b, a), b.val_shape())
+
+
+def _h_leaky_relu(b, a):
+    return b.unary("leaky_relu", a["self"], alpha=_scalar(b, a["negative_slope"],
+                                                          "negative_slope"))
+
+
+def _h_softplus(b, a):
+    # ktune's softplus is PyTorch's without its linear cut-off above `threshold`, where the two
+    # differ by less than exp(-threshold) relatively.
+    beta = _scalar(b, a.get("beta", 1), "beta")
+    x = a["self"]
+    if beta == 1:
+        return b.unary("softplus", x)
+    t = b.unary("softplus", b.binary("mul", x, beta, x.shape))
+    return b.binary("div", t, beta, x.shape)
+
+
+def _h_log_sigmoid(b, a):  # -softplus(-x)
+    x = a["self"]
+    return b.unary("neg", b.unary("softplus", b.unary("neg", x)))
+
+
+def _h_log_base(base):
+    import math
+
+    def h(b, a):
+        return b.binary("div", b.unary("log", a["self"]), math.log(base), b.val_shape())
+    return h
+
+
+def _h_exp2(b, a):
+    return b.binary("pow", 2.0, a["self"], b.val_shape())
+
+
+def _h_cast(b, a):
+    x = a["self"]
+    target = b.val_dtype()
+    if not isinstance(x, _T):
+        b.unsupported("a cast of a number")
+    return x if target == x.dtype else b.emit("cast", [x], x.shape, target, dtype=target)
+
+
+def _h_identity(b, a):
+    x = next(iter(a.values()))
+    if a.get("train") and a.get("p", 0) > 0:
+        b.unsupported("dropout in training mode (call module.eval() before capturing)")
+    return x
+
+
+def _h_expand(b, a):
+    x = b.tensor(a["self"])
+    if b.val_shape() != x.shape:
+        b.unsupported("an expand that changes the shape; let the operation that uses it "
+                      "broadcast instead")
+    return x
+
+
+def _h_reshape(b, a):
+    x = b.tensor(a["self"])
+    return b.reshape(x, b.val_shape())
+
+
+def _h_permute(b, a):
+    return b.permute(b.tensor(a["self"]), list(a["dims"]))
+
+
+def _h_transpose(b, a):
+    x = b.tensor(a["self"])
+    if x.rank < 2:
+        return x
+    perm = list(range(x.rank))
+    i, j = a["dim0"] % x.rank, a["dim1"] % x.rank
+    perm[i], perm[j] = perm[j], perm[i]
+    return b.permute(x, perm)
+
+
+def _h_t(b, a):
+    x = b.tensor(a["self"])
+    return x if x.rank < 2 else b.permute(x, [1, 0])
+
+
+def _h_linear(b, a):
+    x, w, bias = b.tensor(a["input"]), b.tensor(a["weight"]), a.get("bias")
+    wt = b.permute(w, [1, 0]) if w.rank == 2 else w
+    y = b.matmul(x, wt, b.val_shape())
+    return y if bias is None else b.binary("add", y, bias, b.val_shape())
+
+
+def _h_mm(b, a):
+    return b.matmul(a["self"], a.get("mat2", a.get("other")))
+
+
+def _h_addmm(b, a):  # beta * self + alpha * (mat1 @ mat2)
+    shape = b.val_shape()
+    p = b.matmul(a["mat1"], a["mat2"], shape)
+    alpha, beta = a.get("alpha", 1), a.get("beta", 1)
+    if alpha != 1:
+        p = b.binary("mul", p, _scalar(b, alpha, "alpha"), shape)
+    if beta == 0:
+        return p
+    s = a["self"]
+    if beta != 1:
+        s = b.binary("mul", s, _scalar(b, beta, "beta")) if isinstance(s, _T) else s * beta
+    return b.binary("add", p, s, shape)
+
+
+def _pair(v):
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * 2 if len(v) == 1 else v
+
+
+def _conv(b, x, w, bias, stride, padding, dilation, groups):
+    x, w = b.tensor(x), b.tensor(w)
+    if x.rank != 4 or w.rank != 4:
+        b.unsupported("only 2-d convolutions of batched [N, C, H, W] inputs")
+    dil = _pair(dilation)
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = [0, 0]
+        elif padding == "same":
+            total = [d * (k - 1) for d, k in zip(dil, w.shape[2:])]
+            if any(t % 2 for t in total):
+                b.unsupported("padding='same' with an even kernel extent (asymmetric padding)")
+            padding = [t // 2 for t in total]
+        else:
+            b.unsupported(f"padding={padding!r}")
+    ins = [x, w] + ([bias] if bias is not None else [])
+    return b.emit("conv2d", ins, b.val_shape(), stride=_pair(stride), padding=_pair(padding),
+                  dilation=dil, groups=int(groups), layout="NCHW")
+
+
+def _h_conv2d(b, a):
+    return _conv(b, a["input"], a["weight"], a.get("bias"), a["stride"], a["padding"],
+                 a["dilation"], a["groups"])
+
+
+def _h_convolution(b, a):
+    if a.get("transposed"):
+        b.unsupported("transposed convolution")
+    return _conv(b, a["input"], a["weight"], a.get("bias"), a["stride"], a["padding"],
+                 a["dilation"], a["groups"])
+
+
+def _h_softmax(op):
+    def h(b, a):
+        x = b.tensor(a["self"])
+        y = b.emit(op, [x], x.shape, axis=int(a["dim"]))
+        target = b.val_dtype()
+        return y if target == y.dtype else b.emit("cast", [y], y.shape, target, dtype=target)
+    return h
+
+
+def _h_logsumexp(b, a):
+    x = b.tensor(a["self"])
+    dims = list(a["dim"]) or list(range(x.rank))
+    if len(dims) != 1:
+        b.unsupported("logsumexp over several axes")
+    keep = bool(a.get("keepdim", False))
+    return b.emit("logsumexp", [x], b.val_shape(), axis=int(dims[0]), keepdim=keep)
+
+
+def _norm_axis(b, x, normalized_shape):
+    n = len(normalized_shape)
+    if n == 0 or n > x.rank:
+        b.unsupported(f"normalized_shape {list(normalized_shape)} for rank {x.rank}")
+    return x.rank - n
+
+
+def _h_layer_norm(b, a):
+    x = b.tensor(a["input"])
+    axis = _norm_axis(b, x, a["normalized_shape"])
+    w, bias, eps = a.get("weight"), a.get("bias"), _scalar(b, a.get("eps", 1e-5), "eps")
+    ins = [x] + ([w] if w is not None else []) + ([bias] if w is not None and
+                                                   bias is not None else [])
+    y = b.emit("layernorm", ins, x.shape, axis=axis, eps=eps)
+    if w is None and bias is not None:  # ktune takes a bias only after a weight
+        y = b.binary("add", y, bias, x.shape)
+    return y
+
+
+def _h_native_layer_norm(b, a):
+    return (_h_layer_norm(b, a), None, None)
+
+
+def _h_batch_norm(b, a):  # inference: (x - mean) * rsqrt(var + eps) * weight + bias
+    if a.get("training"):
+        b.unsupported("batch norm in training mode (call module.eval() before capturing)")
+    x = b.tensor(a["input"])
+    mean, var = a.get("running_mean"), a.get("running_var")
+    if not isinstance(mean, _T) or not isinstance(var, _T) or x.rank < 2:
+        b.unsupported("batch norm without running statistics")
+    c = x.shape[1]
+    per_channel = (c,) + (1,) * (x.rank - 2)  # [C] broadcast over [N, C, ...]
+
+    def chan(t):
+        return b.reshape(b.tensor(t), per_channel)
+    rstd = b.unary("rsqrt", b.binary("add", chan(var), _scalar(b, a["eps"], "eps"),
+                                      per_channel))
+    y = b.binary("mul", b.binary("sub", x, chan(mean), x.shape), rstd, x.shape)
+    if a.get("weight") is not None:
+        y = b.binary("mul", y, chan(a["weight"]), x.shape)
+    if a.get("bias") is not None:
+        y = b.binary("add", y, chan(a["bias"]), x.shape)
+    return y
+
+
+def _h_rms_norm(b, a):
+    import torch
+    x = b.tensor(a["input"])
+    axis = _norm_axis(b, x, a["normalized_shape"])
+    eps = a.get("eps")
+    if eps is None:  # PyTorch's default: the machine epsilon of the input's dtype
+        eps = torch.finfo({"f32": torch.float32, "f16": torch.float16,
+                           "bf16": torch.bfloat16}[x.dtype]).eps
+    w = a.get("weight")
+    return b.emit("rmsnorm", [x] + ([w] if w is not None else []), x.shape, axis=axis,
+                  eps=_scalar(b, eps, "eps"))
+
+
+def _h_sdpa(b, a):
+    if a.get("attn_mask") is not None:
+        b.unsupported("attn_mask")
+    if a.get("dropout_p", 0.0):
+        b.unsupported("dropout_p > 0")
+    q, k, v = (b.tensor(a[n]) for n in ("query", "key", "value"))
+    if a.get("enable_gqa") and q.shape[:-2] != k.shape[:-2]:
+        b.unsupported("grouped-query attention (enable_gqa)")
+    attrs = {"causal": bool(a.get("is_causal", False))}
+    if a.get("scale") is not None:
+        attrs["scale"] = _scalar(b, a["scale"], "scale")
+    return b.emit("attention", [q, k, v], b.val_shape(), **attrs)
+
+
+def _dims(a):
+    d = a.get("dim")
+    return [] if d is None else ([d] if isinstance(d, int) else list(d))
+
+
+def _h_reduce(op):
+    def h(b, a):
+        if a.get("dtype") is not None:
+            b.unsupported("a reduction with dtype=")
+        return b.reduce(op, a["self"], _dims(a), a.get("keepdim", False))
+    return h
+
+
+def _h_var(std):
+    def h(b, a):  # mean((x - mean(x))^2) * n / (n - correction), sqrt for std
+        x = b.tensor(a["self"])
+        axes = sorted({d % x.rank for d in _dims(a)}) or list(range(x.rank))
+        n = 1
+        for i in axes:
+            if not isinstance(x.shape[i], int):
+                b.unsupported("var/std over a symbolic dimension")
+            n *= x.shape[i]
+        if "unbiased" in a:  # var.dim, std.dim
+            corr = 1 if a["unbiased"] else 0
+        else:
+            corr = 1 if a.get("correction") is None else a["correction"]
+        if n <= corr:
+            b.unsupported(f"var/std of {n} elements with correction {corr} (a division by zero)")
+        keep = bool(a.get("keepdim", False))
+        m = b.reduce("mean", x, axes, True)
+        d = b.binary("sub", x, m, x.shape)
+        y = b.reduce("mean", b.unary("square", d), axes, keep)
+        if corr:
+            y = b.binary("mul", y, n / (n - corr), y.shape)
+        return b.unary("sqrt", y) if std else y
+    return h
+
+
+def _h_getitem(b, node, env):
+    src, i = node.args
+    v = env[src]
+    if not isinstance(v, tuple) or v[i] is None:
+        b.unsupported("it uses a result ktune does not compute")
+    return v[i]
+
+
+_OPS = {
+    "linear": _h_linear, "mm": _h_mm, "bmm": _h_mm, "matmul": _h_mm, "addmm": _h_addmm,
+    "conv2d": _h_conv2d, "convolution": _h_convolution,
+    "softmax": _h_softmax("softmax"), "_softmax": _h_softmax("softmax"),
+    "log_softmax": _h_softmax("log_softmax"), "_log_softmax": _h_softmax("log_softmax"),
+    "logsumexp": _h_logsumexp,
+    "layer_norm": _h_layer_norm, "native_layer_norm": _h_native_layer_norm,
+    "rms_norm": _h_rms_norm, "batch_norm": _h_batch_norm,
+    "scaled_dot_product_attention": _h_sdpa,
+    "sum": _h_reduce("sum"), "mean": _h_reduce("mean"), "amax": _h_reduce("max"),
+    "amin": _h_reduce("min"), "var": _h_var(False), "std": _h_var(True),
+    "add": _h_add(1), "sub": _h_add(-1), "rsub": _h_rsub, "mul": _h_binary("mul"),
+    "div": _h_div, "maximum": _h_binary("max"), "minimum": _h_binary("min"),
+    "pow": _h_pow, "gelu": _h_gelu, "clamp": _h_clamp,
+    "clamp_min": lambda b, a: _h_clamp(b, {"self": a["self"], "min": a["min"]}),
+    "clamp_max": lambda b, a: _h_clamp(b, {"self": a["self"], "max": a["max"]}),
+    "hardtanh": _h_hardtanh, "relu6": lambda b, a: b.unary("hardtanh", a["self"], min=0.0,
+                                                           max=6.0),
+    "hardsigmoid": _h_hardsigmoid, "hardswish": _h_hardswish, "leaky_relu": _h_leaky_relu,
+    "softplus": _h_softplus, "log_sigmoid": _h_log_sigmoid, "log2": _h_log_base(2),
+    "log10": _h_log_base(10), "exp2": _h_exp2,
+    "_to_copy": _h_cast, "to": _h_cast, "type_as": _h_cast,
+    "view": _h_reshape, "reshape": _h_reshape, "_unsafe_view": _h_reshape,
+    "unsqueeze": _h_reshape, "squeeze": _h_reshape, "flatten": _h_reshape,
+    "unflatten": _h_reshape, "expand": _h_expand, "permute": _h_permute,
+    "transpose": _h_transpose, "t": _h_t,
+}
+_OPS.update({k: _h_unary(v) for k, v in _UNARY.items()})
+_OPS.update({k: _h_identity for k in _IDENTITY})
+_SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size",
+         "_assert_async", "sym_constrain_range"}
+
+
+def _user_names(target, n):
+    """The names of the user's n positional arguments: the parameters of forward (or fn)."""
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for p in params:
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind == p.VAR_POSITIONAL:
+            names += [f"{p.name}{i}" for i in range(n - len(names))]
+            break
+    return names[:n] if len(names) >= n else names + [f"input{i}" for i in range(len(names), n)]
+
+
+def _dim_names(dynamic_shapes, user_names, placeholders):
+    """str(sympy symbol) -> the name of the torch.export.Dim at that place, where one is named."""
+    out = {}
+    if dynamic_shapes is None:
+        return out
+    if isinstance(dynamic_shapes, dict):
+        specs = [dynamic_shapes.get(n) for n in user_names]
+    else:
+        specs = list(dynamic_shapes)
+    for spec, ph in zip(specs, placeholders):
+        if spec is None or ph is None:
+            continue
+        items = spec.items() if isinstance(spec, dict) else enumerate(spec)
+        shape = getattr(ph.meta.get("val"), "shape", ())
+        for axis, d in items:
+            name = getattr(d, "__name__", None)
+            if not name or axis >= len(shape) or not re.fullmatch(r"[A-Za-z_]\w*", name):
+                continue
+            expr = getattr(getattr(shape[axis], "node", None), "expr", None)
+            if expr is not None and getattr(expr, "is_Symbol", False):
+                out.setdefault(str(expr), name)
+    return out
+
+
+def capture(fn_or_module, *example_inputs, **options):
+    """A ktune.Graph of fn_or_module (a torch.nn.Module or a function of tensors) called on
+    example_inputs, through torch.export (docs: client/python/README.md, "From PyTorch").
+
+    Options: name= (the graph's name; default the module's class or the function's name),
+    dynamic_shapes= (as torch.export.export takes it; each dynamic dimension becomes a symbol
+    named after its torch.export.Dim), strict= (torch.export's tracing mode, default False).
+    The graph's inputs are the user's arguments (their parameter names, in order), then the
+    module's parameters, buffers and constants as const inputs by qualified name; graph.params
+    holds those tensors and graph.user_inputs the argument names. Raises CaptureError (one
+    line: the op and the user's source line) for an op ktune lacks."""
+    for k in options:
+        if k not in _OPTIONS:
+            raise TypeError(f"ktune.capture: unexpected keyword '{k}' (options: "
+                            f"{', '.join(_OPTIONS)})")
+    import torch
+
+    if isinstance(fn_or_module, torch.nn.Module):
+        module, target = fn_or_module, fn_or_module.forward
+        default_name = type(fn_or_module).__name__
+    elif callable(fn_or_module):
+        fn = fn_or_module
+
+        class _Fn(torch.nn.Module):
+            def forward(self, *args):
+                return fn(*args)
+        module, target = _Fn(), fn
+        # torch.export keeps only the frames of forward methods in a node's stack trace, and
+        # of functions registered as anchors: the function's own lines name an unsupported op.
+        anchor = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
+        if anchor is not None:
+            anchor(fn)
+        default_name = getattr(fn, "__name__", "graph")
+    else:
+        raise TypeError(f"ktune.capture: expected a torch.nn.Module or a function, not "
+                        f"{type(fn_or_module).__name__}")
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"ktune.capture: example input {i} is {type(x).__name__}, not a "
+                            f"tensor")
+    names = _user_names(target, len(example_inputs))
+    dynamic = options.get("dynamic_shapes")
+    if dynamic is not None and not isinstance(fn_or_module, torch.nn.Module):
+        # the wrapper's forward takes *args: its specs, by position or by the function's names
+        if isinstance(dynamic, dict):
+            unknown = [k for k in dynamic if k not in names]
+            if unknown:
+                raise TypeError(f"ktune.capture: dynamic_shapes names '{unknown[0]}', which is "
+                                f"not an argument ({', '.join(names)})")
+            dynamic = {"args": tuple(dynamic.get(n) for n in names)}
+        else:
+            dynamic = {"args": tuple(dynamic)}
+    try:
+        ep = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic,
+                                 strict=bool(options.get("strict", False)))
+    except Exception as e:  # torch's own errors: one line naming what failed
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CaptureError(f"ktune.capture: torch.export failed: {first}") from e
+
+    from torch.export.graph_signature import InputKind
+    sig = ep.graph_signature
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(sig.input_specs):
+        raise CaptureError("ktune.capture: the exported program's inputs do not match its "
+                           "signature")
+    user_ph = [ph for ph, s in zip(placeholders, sig.input_specs) if s.kind == InputKind.USER_INPUT]
+    dim_names = _dim_names(options.get("dynamic_shapes"), names, user_ph + [None] * len(names))
+
+    symbols = {}
+    used = set()
+
+    def sym_name(key):
+        base = dim_names.get(key) or re.sub(r"\W", "_", key)
+        name, i = base, 1
+        while name in used:
+            name, i = f"{base}_{i}", i + 1
+        used.add(name)
+        return name
+
+    for ph in user_ph:  # symbols in order of first appearance in the user's inputs
+        for d in getattr(ph.meta.get("val"), "shape", ()):
+            expr = getattr(getattr(d, "node", None), "expr", None)
+            if expr is not None and getattr(expr, "is_Symbol", False) and str(expr) not in symbols:
+                symbols[str(expr)] = sym_name(str(expr))
+
+    b = _Builder(symbols)
+    env, params, user_inputs = {}, {}, []
+    ui = 0
+    # The user's arguments first (declared order is what a call takes), then the weights.
+    order = sorted(zip(placeholders, sig.input_specs),
+                   key=lambda p: p[1].kind != InputKind.USER_INPUT)
+    for ph, spec in order:
+        b.node = ph
+        val = ph.meta.get("val")
+        if spec.kind == InputKind.USER_INPUT:
+            if not isinstance(val, torch.Tensor):
+                b.fail(f"argument {ui} is not a tensor")
+            name = names[ui] if ui < len(names) else ph.name
+            ui += 1
+            user_inputs.append(name)
+            const = False
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            name = spec.target
+            tensor = (ep.state_dict.get(name) if spec.kind != InputKind.CONSTANT_TENSOR
+                      else None)
+            if tensor is None:
+                tensor = ep.constants.get(name)
+            if tensor is None:
+                b.fail(f"no tensor for the module's '{name}'")
+            params[name] = tensor
+            const = True
+        else:
+            b.fail(f"an input of kind {spec.kind.name} (ktune graphs take tensors only)")
+        dt = str(getattr(val, "dtype", "")).replace("torch.", "")
+        if dt in _DTYPES:
+            env[ph] = b.add_input(name, b.val_shape(ph), _DTYPES[dt], const)
+        elif const:  # an error only where an op uses it (BatchNorm's step counter is int64)
+            env[ph] = _Bad(f"the module's '{name}' is {dt}; ktune graphs compute in "
+                           f"float32, float16 or bfloat16")
+        else:
+            b.fail(f"input '{name}' is {dt}; ktune graphs take float32, float16 or bfloat16")
+
+    outputs = None
+    for node in ep.graph.nodes:
+        b.node = node
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            outs = node.args[0]
+            outputs = [env.get(o) if isinstance(o, torch.fx.Node) else o for o in outs]
+            continue
+        if node.op != "call_function":
+            b.unsupported(f"an fx {node.op} node")
+        if node.target is operator.getitem:
+            env[node] = _h_getitem(b, node, env)
+            continue
+        name = _op_name(node)
+        packet = name[5:] if name.startswith("aten.") else name
+        if packet in _SKIP:
+            continue
+        if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            env[node] = _Sym()  # a size computation: shapes are read from results instead
+            continue
+        handler = _OPS.get(packet) if name.startswith("aten.") else None
+        if handler is None:
+            b.unsupported()
+        args = _args(node)
+        args = {k: _lookup(env, v) for k, v in args.items()}
+        bad = next((v for v in _flat(args.values()) if isinstance(v, _Bad)), None)
+        if bad is not None:
+            b.fail(f"{_op_name(node)} uses {bad.why}")
+        env[node] = handler(b, args)
+
+    b.node = None
+    for i, o in enumerate(outputs or []):
+        if not isinstance(o, _T):
+            raise CaptureError(f"ktune.capture: output {i} is {type(o).__name__}, not a tensor "
+                               f"ktune computes")
+    if not outputs:
+        raise CaptureError("ktune.capture: the module returns no tensor")
+    inputs, nodes, out_names = b.finish(outputs, user_inputs)
+    rename_back = {new: o.name for new, o in zip(out_names, outputs)}
+    doc = {"name": options.get("name") or default_name, "inputs": inputs, "nodes": nodes,
+           "outputs": out_names}
+    try:
+        g = Graph(doc)
+    except KtuneError as e:  # name the user's line of the node the validator refused
+        m = re.search(r"\(\S+ -> ([^)]+)\)", e.strerror)
+        origin = b.origin.get(rename_back.get(m.group(1), m.group(1))) if m else None
+        where = _where(origin) if origin is not None else ""
+        raise CaptureError(f"ktune.capture: {e.strerror}{' at ' + where if where else ''}") \
+            from None
+    g.user_inputs = tuple(user_inputs)
+    g.params = {k: v for k, v in params.items() if k in inputs}
+    g.document = doc
+    return g
+
+
+def _flat(vals):
+    for v in vals:
+        if isinstance(v, (list, tuple)):
+            yield from _flat(v)
+        else:
+            yield v
+
+
+def _lookup(env, v):
+    import torch
+    if isinstance(v, torch.fx.Node):
+        return env[v]
+    if isinstance(v, (list, tuple)):
+        return type(v)(_lookup(env, x) for x in v)
+    return v

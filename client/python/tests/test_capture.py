@@ -1,0 +1,556 @@
+"""ktune.capture (torch.export -> ktune.Graph) and Graph.reference (the fp64 CPU reference), no
+GPU: every captured module's reference agrees with PyTorch's own float64 CPU result to 1e-10
+normwise; unsupported ops, bad keywords and bad tensors give one line naming what is wrong."""
+
+import copy
+import errno
+import inspect
+import json
+import math
+import os
+import sys
+
+import pytest
+
+from conftest import ROOT, SOFTMAX
+
+torch = pytest.importorskip(
+    "torch", reason="PyTorch is not installed (scripts/install-deps installs it with pip)")
+nn, F = torch.nn, torch.nn.functional
+
+import ktune  # noqa: E402
+capture_mod = sys.modules["ktune.capture"]  # the module (ktune.capture is the function)
+
+TOL = 1e-10
+
+
+def rel_err(got, want):
+    got, want = got.double(), want.double()
+    assert got.shape == want.shape, f"shape {tuple(got.shape)} != {tuple(want.shape)}"
+    den = want.norm().item()
+    return (got - want).norm().item() / (den if den > 0 else 1.0)
+
+
+def randn(*shape, positive=False, seed=[0]):
+    seed[0] += 1
+    g = torch.Generator().manual_seed(seed[0])
+    x = torch.randn(*shape, generator=g)
+    return x.abs() + 0.5 if positive else x
+
+
+def check(module, *inputs, want=None, **options):
+    """Captures module on float32 inputs, runs Graph.reference on them and compares it with the
+    module run in float64 on the CPU (or with want(*inputs_f64)). Returns the graph."""
+    g = ktune.capture(module, *inputs, **options)
+    got = g.reference(*inputs)
+    got = got if isinstance(got, tuple) else (got,)
+    x64 = [x.double() for x in inputs]
+    if want is None:
+        m64 = copy.deepcopy(module).double() if isinstance(module, nn.Module) else module
+        with torch.no_grad():
+            want = m64(*x64)
+    else:
+        want = want(*x64)
+    want = want if isinstance(want, tuple) else (want,)
+    assert len(got) == len(want) == len(g.outputs)
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert a.dtype == torch.float64
+        e = rel_err(a, b)
+        assert e <= TOL, f"output {i}: normwise error {e:.3g} > {TOL}"
+    return g
+
+
+def ops_of(g):
+    return [n["op"] for n in g.document["nodes"]]
+
+
+class Fn(nn.Module):
+    """A module around a function of tensors (the test's way to name single ops)."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+# ---- each op alone ----
+
+def test_linear_and_its_weight_transposed():
+    m = nn.Linear(16, 8).eval()
+    g = check(m, randn(4, 16))
+    assert g.user_inputs == ("input",)
+    assert list(g.params) == ["weight", "bias"]
+    mm = [n for n in g.document["nodes"] if n["op"] == "matmul"]
+    assert mm and mm[0]["transpose_b"] is True and "permute" not in ops_of(g)
+    inputs = g.document["inputs"]
+    assert list(inputs) == ["input", "weight", "bias"]
+    assert inputs["weight"]["const"] is True and "const" not in inputs["input"]
+
+
+def test_linear_no_bias_batched():
+    check(nn.Linear(12, 6, bias=False).eval(), randn(2, 3, 12))
+
+
+def test_matmul_function():
+    check(lambda a, b: a @ b, randn(5, 7), randn(7, 3))
+
+
+def test_mm_transposed_operands():
+    g = check(lambda a, b: torch.mm(a.t(), b.t()), randn(7, 5), randn(3, 7))
+    mm = [n for n in g.document["nodes"] if n["op"] == "matmul"][0]
+    assert mm["transpose_a"] and mm["transpose_b"] and "permute" not in ops_of(g)
+
+
+def test_bmm_transposed_operand():
+    check(lambda a, b: torch.bmm(a, b.transpose(1, 2)), randn(2, 4, 6), randn(2, 5, 6))
+
+
+def test_addmm_alpha_beta():
+    check(lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0), randn(4, 3), randn(4, 5),
+          randn(5, 3))
+
+
+def test_matmul_vector_and_broadcast_batch():
+    check(lambda a, v, b: (a @ v, a @ b), randn(2, 4, 6), randn(6), randn(6, 3))
+
+
+def test_conv2d_stride_padding_dilation():
+    check(nn.Conv2d(3, 8, 3, stride=2, padding=2, dilation=2).eval(), randn(2, 3, 11, 9))
+
+
+def test_conv2d_groups_no_bias():
+    check(nn.Conv2d(4, 8, (3, 1), padding=(1, 0), groups=2, bias=False).eval(),
+          randn(1, 4, 6, 5))
+
+
+def test_conv2d_padding_same():
+    check(nn.Conv2d(2, 3, 5, padding="same").eval(), randn(1, 2, 7, 7))
+
+
+def test_softmax_log_softmax():
+    check(lambda x: (torch.softmax(x, 1), F.log_softmax(x, dim=-1)), randn(3, 5, 7))
+
+
+def test_layer_norm_module():
+    check(nn.LayerNorm(10, eps=1e-6).eval(), randn(4, 10))
+
+
+def test_layer_norm_two_axes_without_affine():
+    check(lambda x: F.layer_norm(x, (4, 6)), randn(3, 4, 6))
+
+
+def test_rms_norm():
+    m = nn.RMSNorm(12, eps=1e-6)
+    with torch.no_grad():
+        m.weight.copy_(randn(12))
+    g = check(m.eval(), randn(5, 12))
+    assert "rmsnorm" in ops_of(g)
+
+
+def test_sdpa():
+    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), randn(2, 3, 5, 8),
+          randn(2, 3, 7, 8), randn(2, 3, 7, 4))
+
+
+def test_sdpa_causal_scale():
+    g = check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3),
+              randn(2, 6, 8), randn(2, 6, 8), randn(2, 6, 8))
+    att = [n for n in g.document["nodes"] if n["op"] == "attention"][0]
+    assert att["causal"] is True and att["scale"] == 0.3
+
+
+def test_reductions_any_axes():
+    check(lambda x: (x.sum((0, 2), keepdim=True), x.mean(), x.amax(-1), x.amin((1, 2)),
+                     x.sum(), x.mean(1)), randn(3, 4, 5))
+
+
+def test_pointwise_unary():
+    check(lambda x, p: (-x, torch.exp(x), torch.log(p), torch.tanh(x), torch.sigmoid(x),
+                        torch.relu(x), torch.sqrt(p), torch.rsqrt(p), torch.abs(x)),
+          randn(4, 6), randn(4, 6, positive=True))
+
+
+def test_gelu_both_forms_silu():
+    g = check(lambda x: (F.gelu(x), F.gelu(x, approximate="tanh"), F.silu(x)), randn(5, 9))
+    assert {"gelu", "gelu_tanh", "silu"} <= set(ops_of(g))
+
+
+def test_pow_clamp_maximum_minimum():
+    check(lambda x, y, p: (p ** 3, p ** 0.7, x.pow(2), x.clamp(-0.5, 0.8), x.clamp(min=0.1),
+                           torch.maximum(x, y), torch.minimum(x, y)),
+          randn(4, 5), randn(4, 5), randn(4, 5, positive=True))
+
+
+def test_scalars_and_broadcasting():
+    check(lambda x, row, col: (x * 2 + 1, 1 - x, 2 / (x.abs() + 1), x / 3 - row, x + col,
+                               (x - row) * col),
+          randn(4, 5), randn(5), randn(4, 1))
+
+
+def test_layout_ops():
+    check(lambda x: (x.transpose(0, 2).reshape(6, -1) * 1.5, x.permute(2, 0, 1).exp(),
+                     x.view(2, 12).t().neg(), x.unsqueeze(1).squeeze(1).relu(),
+                     x.flatten(1).sigmoid()), randn(2, 3, 4))
+
+
+def test_dtype_casts():
+    # The reference never rounds (a cast is the identity there): compare with the f64 values.
+    g = check(lambda h, w: h.float() * w, randn(4, 4).half(), randn(4, 4),
+              want=lambda h, w: h * w)
+    assert g.document["inputs"]["h"]["dtype"] == "f16"
+    assert "cast" in ops_of(g)
+    check(lambda x: (x.to(torch.bfloat16) * 2).float(), randn(3, 3), want=lambda x: x * 2)
+
+
+def test_decomposed_activations():
+    check(lambda x: (F.hardswish(x), F.relu6(x * 4), F.leaky_relu(x, 0.2), F.softplus(x),
+                     F.softplus(x, beta=2.0), F.hardsigmoid(x), F.logsigmoid(x), F.mish(x)),
+          randn(6, 7))
+
+
+def test_var_std_logsumexp():
+    check(lambda x: (x.var(-1), x.std(), x.var(0, correction=0, keepdim=True),
+                     torch.logsumexp(x, -1)), randn(5, 8))
+
+
+# ---- realistic chains ----
+
+class MLP(nn.Module):
+    def __init__(self, d=16, h=32):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.up = nn.Linear(d, h)
+        self.down = nn.Linear(h, d)
+
+    def forward(self, x):
+        return x + self.down(F.gelu(self.up(self.norm(x))))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d=16, h=24):
+        super().__init__()
+        self.norm = nn.RMSNorm(d, eps=1e-6)
+        self.w1, self.w3 = nn.Linear(d, h, bias=False), nn.Linear(d, h, bias=False)
+        self.w2 = nn.Linear(h, d, bias=False)
+
+    def forward(self, x):
+        y = self.norm(x)
+        return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
+
+
+class AttentionProj(nn.Module):
+    """Self-attention with separate q, k, v and output projections (what export keeps whole)."""
+
+    def __init__(self, d=16, heads=4, causal=True):
+        super().__init__()
+        self.heads, self.causal = heads, causal
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.o = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        h = self.heads
+        y = self.norm(x)
+        q, k, v = (lin(y).view(b, s, h, d // h).transpose(1, 2) for lin in (self.q, self.k,
+                                                                              self.v))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return x + self.o(att.transpose(1, 2).reshape(b, s, d))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.att = AttentionProj(16, 2, causal=True)
+        self.mlp = SwiGLU(16, 32)
+
+    def forward(self, x):
+        return self.mlp(self.att(x))
+
+
+class ConvStack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1, groups=4)
+        self.c3 = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        y = F.relu(self.bn(self.c1(x)))
+        y = F.silu(self.c2(y)) + y
+        return self.c3(y).mean((2, 3))
+
+
+class ConvHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, stride=2)
+        self.fc = nn.Linear(4 * 3 * 3, 5)
+
+    def forward(self, x):
+        return F.log_softmax(self.fc(torch.tanh(self.conv(x)).flatten(1)), dim=-1)
+
+
+class TwoOutputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, y):
+        h = self.fc(x)
+        return torch.softmax(h @ y.t(), -1), h.amax(0)
+
+
+def _bn_stats(m):
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            with torch.no_grad():
+                mod.running_mean.copy_(randn(mod.num_features))
+                mod.running_var.copy_(randn(mod.num_features, positive=True))
+    return m
+
+
+CHAINS = [
+    ("mlp", lambda: MLP(), (2, 5, 16)),
+    ("swiglu", lambda: SwiGLU(), (6, 16)),
+    ("mlp_relu_deep", lambda: nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32),
+                                             nn.GELU(approximate="tanh"), nn.Linear(32, 4),
+                                             nn.Softmax(-1)), (3, 16)),
+    ("attention_projections", lambda: AttentionProj(16, 4, causal=True), (2, 7, 16)),
+    ("attention_noncausal", lambda: AttentionProj(16, 2, causal=False), (1, 5, 16)),
+    ("transformer_block", lambda: Block(), (2, 6, 16)),
+    ("conv_stack", lambda: _bn_stats(ConvStack()), (2, 3, 8, 8)),
+    ("conv_head", lambda: ConvHead(), (3, 1, 8, 8)),
+]
+
+
+@pytest.mark.parametrize("name,make,shape", CHAINS, ids=[c[0] for c in CHAINS])
+def test_chain(name, make, shape):
+    check(make().eval(), randn(*shape))
+
+
+def test_two_inputs_two_outputs_in_order():
+    g = check(TwoOutputs().eval(), randn(3, 8), randn(5, 8))
+    assert g.user_inputs == ("x", "y") and g.outputs and len(g.document["outputs"]) == 2
+    assert list(g.document["inputs"])[:2] == ["x", "y"]
+
+
+# ---- dynamic dimensions ----
+
+def test_dynamic_batch_becomes_a_symbol():
+    batch = torch.export.Dim("batch", min=2, max=64)
+    m = MLP().eval()
+    g = ktune.capture(m, randn(4, 16), dynamic_shapes=({0: batch},))
+    assert g.document["inputs"]["x"]["shape"] == ["batch", 16]
+    x = randn(9, 16)  # another batch than captured: bound from the tensor
+    with torch.no_grad():
+        want = copy.deepcopy(m).double()(x.double())
+    assert rel_err(g.reference(x), want) <= TOL
+    assert rel_err(g.reference(x, shapes={"batch": 9}), want) <= TOL
+    with pytest.raises(ValueError, match=r"batch = 8 from shapes"):
+        g.reference(x, shapes={"batch": 8})
+
+
+def test_dynamic_function_by_name():
+    n = torch.export.Dim("n", min=2, max=100)
+    g = ktune.capture(lambda a, b: torch.softmax(a * b, -1), randn(3, 5), randn(3, 5),
+                      dynamic_shapes={"a": {1: n}, "b": {1: n}})
+    assert g.document["inputs"]["a"]["shape"] == [3, "n"]
+    a, b = randn(3, 11), randn(3, 11)
+    assert rel_err(g.reference(a, b), torch.softmax(a.double() * b.double(), -1)) <= TOL
+
+
+def test_dynamic_batch_and_sequence_through_attention():
+    B, S = torch.export.Dim("B", max=64), torch.export.Dim("S", max=128)
+    m = Block().eval()
+    g = ktune.capture(m, randn(2, 6, 16), dynamic_shapes=({0: B, 1: S},))
+    assert g.document["inputs"]["x"]["shape"] == ["B", "S", 16]
+    assert any(n["op"] == "reshape" and n["shape"][:2] == ["B", "S"]
+               for n in g.document["nodes"])
+    x = randn(3, 9, 16)
+    with torch.no_grad():
+        want = copy.deepcopy(m).double()(x.double())
+    assert rel_err(g.reference(x), want) <= TOL
+
+
+def test_derived_dynamic_size_is_refused():
+    B = torch.export.Dim("B", max=64)
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.flatten \(its size "
+                                                 r"3\*B is derived from a dynamic dimension"):
+        ktune.capture(lambda x: x.flatten(), randn(4, 3), dynamic_shapes=({0: B},))
+
+
+def test_dynamic_size_in_a_view_and_as_a_value():
+    B = torch.export.Dim("B", max=64)
+
+    def f(x):
+        n = x.shape[0]
+        return x.view(n, 2, 6).sum(-1) * 2
+    g = check(f, randn(4, 12), dynamic_shapes=({0: B},))
+    assert [n["shape"] for n in g.document["nodes"] if n["op"] == "reshape"] == [["B", 2, 6]]
+    x = randn(7, 12)
+    assert rel_err(g.reference(x), f(x.double())) <= TOL
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.mul \(an operand is the "
+                                                 r"size of a dynamic dimension"):
+        ktune.capture(lambda x: x * x.shape[0], randn(4, 3), dynamic_shapes=({0: B},))
+
+
+# ---- the remembered parameters ----
+
+def test_parameters_remembered_and_overridable():
+    m = nn.Linear(4, 3).eval()
+    g = ktune.capture(m, randn(2, 4))
+    x, w2 = randn(2, 4), randn(3, 4)
+    assert rel_err(g.reference(x), F.linear(x.double(), m.weight.double(),
+                                            m.bias.double())) <= TOL
+    got = g.reference(x, weight=w2)
+    assert rel_err(got, F.linear(x.double(), w2.double(), m.bias.double())) <= TOL
+    got = g.reference(x, w2, torch.zeros(3))  # all inputs positionally, declared order
+    assert rel_err(got, x.double() @ w2.double().t()) <= TOL
+
+
+def test_qualified_names_of_nested_parameters_and_buffers():
+    g = ktune.capture(_bn_stats(ConvStack()).eval(), randn(1, 3, 8, 8))
+    names = list(g.document["inputs"])
+    assert names[0] == "x"
+    for want in ("c1.weight", "c1.bias", "bn.running_mean", "bn.running_var", "c3.bias"):
+        assert want in names and g.document["inputs"][want]["const"] is True
+    assert set(g.params) == set(names[1:])
+    assert "bn.num_batches_tracked" not in names  # unused buffers are left out
+
+
+# ---- bad input ----
+
+def _line_of(fn, text):
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, ln in enumerate(lines) if text in ln)
+
+
+class Unsupported(nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        return torch.erf(y) + 1
+
+
+def test_unsupported_op_names_op_and_line(monkeypatch):
+    built = []
+    monkeypatch.setattr(capture_mod, "Graph", lambda doc: built.append(doc))
+    with pytest.raises(ktune.CaptureError) as e:
+        ktune.capture(Unsupported(), randn(3, 3))
+    line = _line_of(Unsupported.forward, "torch.erf")
+    assert str(e.value) == (f"ktune.capture: unsupported op aten.erf at test_capture.py:{line} "
+                            f"(in forward)")
+    assert "\n" not in str(e.value)
+    assert built == []  # nothing half-built
+
+
+def test_unsupported_argument_names_it():
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.scaled_dot_product_"
+                                                 r"attention \(attn_mask\) at test_capture"):
+        ktune.capture(lambda q, m: F.scaled_dot_product_attention(q, q, q, attn_mask=m),
+                      randn(1, 4, 8), randn(4, 4))
+
+
+def _attention_broadcast_batch(q, k):
+    return F.scaled_dot_product_attention(q, k, k)  # torch broadcasts the batch; ktune does not
+
+
+def test_graph_ktune_refuses_names_the_line():
+    with pytest.raises(ktune.CaptureError) as e:
+        ktune.capture(_attention_broadcast_batch, randn(2, 3, 5, 8), randn(1, 3, 7, 8))
+    line = _line_of(_attention_broadcast_batch, "scaled_dot_product_attention")
+    assert str(e.value) == ("ktune.capture: graph: node 0 (attention -> output): conflicting "
+                            "dimension: batch dimensions of q and k differ: 2 vs 1 at "
+                            f"test_capture.py:{line} (in _attention_broadcast_batch)")
+
+
+def test_mixed_dtypes_are_promoted():
+    g = check(lambda h, x: h + x, randn(4, 3).half(), randn(4, 3), want=lambda h, x: h + x)
+    assert ops_of(g) == ["cast", "add"]
+
+
+def test_capture_bad_keyword_and_inputs():
+    with pytest.raises(TypeError, match=r"ktune.capture: unexpected keyword 'dynamic' "):
+        ktune.capture(nn.ReLU(), randn(2), dynamic=True)
+    with pytest.raises(TypeError, match=r"example input 1 is int"):
+        ktune.capture(lambda a, b: a * b, randn(2), 3)
+    with pytest.raises(ktune.CaptureError, match=r"input 'b' reaches no output"):
+        ktune.capture(lambda a, b: a * 2, randn(2), randn(2))
+    with pytest.raises(ktune.CaptureError, match=r"float64"):
+        ktune.capture(lambda a: a * 2, randn(2).double())
+
+
+def test_reference_bad_keywords_name_them():
+    g = ktune.capture(nn.Linear(4, 3).eval(), randn(2, 4))
+    with pytest.raises(TypeError, match=r"unexpected keyword 'wieght' \(the graph's inputs: "
+                                        r"input, weight, bias\)"):
+        g.reference(randn(2, 4), wieght=randn(3, 4))
+    with pytest.raises(TypeError, match=r"missing input 'input'"):
+        g.reference()
+    with pytest.raises(TypeError, match=r"input 'input' given twice"):
+        g.reference(randn(2, 4), input=randn(2, 4))
+    with pytest.raises(TypeError, match=r"takes at most 3 tensors"):
+        g.reference(randn(2, 4), randn(3, 4), randn(3), randn(1))
+    with pytest.raises(ValueError, match=r"input 'input' axis 1 is 5; the graph declares 4"):
+        g.reference(randn(2, 5))
+    with pytest.raises(ValueError, match=r"input 'input' has shape \[8\]"):
+        g.reference(randn(8))
+
+
+# ---- Graph.reference on graphs from JSON ----
+
+def test_reference_of_a_json_graph_by_position_and_name():
+    g = ktune.Graph(SOFTMAX)
+    x = randn(6, 10)
+    want = torch.softmax(x.double(), -1)
+    assert rel_err(g.reference(x), want) <= TOL
+    assert rel_err(g.reference(x=x), want) <= TOL
+    with pytest.raises(ktune.KtuneError) as e:
+        g.reference(x, shapes={"Q": 3})
+    assert e.value.errno == errno.EINVAL and "Q" in str(e.value)
+
+
+def test_reference_declared_order_of_same_shaped_inputs():
+    # Two inputs of one shape: only the declared order says which is which.
+    doc = {"name": "sub_ba",
+           "inputs": {"a": {"dtype": "f32", "shape": ["M", 3]},
+                      "b": {"dtype": "f32", "shape": ["M", 3]}},
+           "nodes": [{"out": "y", "op": "sub", "in": ["b", "a"]},
+                     {"out": "z", "op": "mul", "in": ["a", 2]}],
+           "outputs": ["z", "y"]}
+    for g in (ktune.Graph(doc), ktune.Graph(json.dumps(doc))):
+        a, b = randn(4, 3), randn(4, 3)
+        z, y = g.reference(a, b)
+        assert torch.equal(y, b.double() - a.double()) and torch.equal(z, 2 * a.double())
+        z2, y2 = g.reference(b=b, a=a)
+        assert torch.equal(y2, y) and torch.equal(z2, z)
+
+
+def test_example_graphs_run():
+    # every example whose shapes are all given by its inputs runs on random data
+    g = ktune.Graph(os.path.join(ROOT, "examples", "gemm_bias_relu.json"))
+    doc = json.load(open(os.path.join(ROOT, "examples", "gemm_bias_relu.json")))
+    shp = {"M": 8}
+    xs = [randn(*[shp.get(d, d) for d in spec["shape"]]) for spec in doc["inputs"].values()]
+    y = g.reference(*xs)
+    a, w, bias = (x.double() for x in xs)
+    assert rel_err(y, torch.relu(a @ w + bias)) <= TOL
+    assert math.isfinite(y.sum().item())
+
+
+def test_reference_holds_buffers_to_the_loaded_graph(tmp_path):
+    # The declared form is read from the file at the first reference() call: a file changed
+    # since the load must not make libktune read past a buffer.
+    path = tmp_path / "g.json"
+    doc = {"inputs": {"x": {"dtype": "f32", "shape": ["M", 3]}},
+           "nodes": [{"out": "y", "op": "exp", "in": ["x"]}], "outputs": ["y"]}
+    path.write_text(json.dumps(doc))
+    g = ktune.Graph(str(path))
+    doc["inputs"]["x"]["shape"] = ["M", 4]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"input 'x' has shape \[2, 4\]; the graph takes "
+                                         r"\[2, 3\] there"):
+        g.reference(randn(2, 4))
