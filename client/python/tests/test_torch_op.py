@@ -263,3 +263,26 @@ def test_example_and_benchmark_say_why_they_cannot_run():
     assert rc == 1 and err.endswith("no CUDA device here") and "Traceback" not in err, err
     rc, err = _run(bench, "--calls", "0", "--cache", "/nonexistent")
     assert rc == 2 and "--calls" in err, err
+
+
+@pytest.mark.skipif(not hasattr(ktune, "capture"), reason="this ktune has no ktune.capture")
+def test_captured_module_as_op_takes_its_arguments_alone():
+    # the example's MLP block, captured; its op takes x alone (the weights are filled in) and
+    # traces inside torch.compile(fullgraph=True)
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
+    try:
+        from mlp_block import make_block
+    finally:
+        sys.path.pop(0)
+    block = make_block(torch, 64, 256).eval().half()
+    g = ktune.capture(block, torch.randn(8, 64).half(), name="mlp_block")
+    op = _kernel(g, {}).as_torch_op()
+    assert op.inputs[0] == "x" and set(op._params) == set(g.params) == set(op.inputs[1:])
+    assert all(not t.requires_grad for t in op._params.values())
+    assert str(op.op._schema).startswith(f"{op.name}(Tensor x, Tensor up_weight, ")
+    x = _meta(8, 64, dtype=torch.float16)
+    y = torch.compile(lambda x: op(x), fullgraph=True, backend="eager")(x)
+    assert y.shape == (8, 64) and y.dtype == torch.float16
+    with pytest.raises(ValueError, match=re.escape("input 0 'x': shape is [8, 32]")):
+        op(_meta(8, 32, dtype=torch.float16))
