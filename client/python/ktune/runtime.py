@@ -8,6 +8,7 @@ import ctypes
 import errno
 import sys
 from dataclasses import dataclass
+from types import SimpleNamespace as _Fast
 
 from . import _lib
 from ._lib import lib
@@ -226,6 +227,7 @@ class Kernel:
                              f"{len(self._packed)} inputs and {self.info.n_outputs} outputs, "
                              f"the graph has {len(self.inputs)} and {len(self.outputs)}")
         self._t = None  # per-tensor torch dtypes, filled at the first call
+        self._fast = None  # _Fast, filled at the first call
 
     def _h(self):
         self.runtime._h()  # raises once the runtime is closed
@@ -292,6 +294,92 @@ class Kernel:
 
     def __call__(self, *args, out=None, workspace=None, stream=None, **named):
         inputs = bind_inputs(self.inputs, args, named)  # declared order
+        if stream is None:
+            return self._launch_declared(inputs, out, workspace)
+        return self._call(inputs, out, workspace, stream)
+
+    def as_torch_op(self):
+        """This kernel as a PyTorch custom op, torch.ops.ktune.<graph name>_<hash>, registered
+        once per kernel and process: a ktune.torch_op.TorchOp, called like the kernel (declared
+        order or names) and usable inside torch.compile(fullgraph=True) and CUDA graph capture.
+        See ktune/torch_op.py."""
+        op = getattr(self, "_torch_op", None)
+        if op is None:
+            from .torch_op import register
+            op = self._torch_op = register(self)
+        return op
+
+    def _fast_state(self):
+        """What a launch on the current stream needs, computed once: each input's and output's
+        expected dtype and shape. False where the quick path does not apply (the device was not
+        known at lookup)."""
+        if self.device is None:
+            return False
+        torch, in_dt, out_dt, raw_stream = self._torch_state()
+        return _Fast(
+            device=self.device, torch_device=torch.device("cuda", self.device),
+            checks=tuple((torch.uint8, (p,)) if p else (dt, tuple(d.shape))
+                         for p, dt, d in zip(self._packed, in_dt, self.input_descs)),
+            outs=tuple((dt, tuple(d.shape)) for d, dt in zip(self.output_descs, out_dt)),
+            in_type=ctypes.c_void_p * len(self.inputs),
+            out_type=ctypes.c_void_p * len(self.outputs), empty=torch.empty,
+            tensor=torch.Tensor, uint8=torch.uint8, raw_stream=raw_stream)
+
+    def _launch_declared(self, inputs, out=None, workspace=None):
+        """A launch on inputs (declared order) on the current stream, into out or fresh outputs:
+        the hot path of a plain call and of the custom op (nothing here synchronises the host;
+        outputs and workspace come from PyTorch's caching allocator, so CUDA graph capture
+        works). Tensors the quick checks do not accept take the full path (_call), whose checks
+        name what is wrong."""
+        f = self._fast
+        if f is None:
+            f = self._fast = self._fast_state()
+        rt = self.runtime
+        if not f or len(inputs) != len(f.checks) or rt is None or rt._handle is None:
+            return self._call(inputs, out, workspace, None)  # _call raises when rt is closed
+        dev = f.device
+        try:
+            for t, (dt, shape) in zip(inputs, f.checks):
+                if not (t.dtype is dt and t.shape == shape and t.get_device() == dev
+                        and t.is_contiguous()):
+                    return self._call(inputs, out, workspace, None)
+            if out is not None:
+                outs = [out] if isinstance(out, f.tensor) else list(out)
+                if len(outs) != len(f.outs):
+                    return self._call(inputs, out, workspace, None)
+                for t, (dt, shape) in zip(outs, f.outs):
+                    if not (t.dtype is dt and t.shape == shape and t.get_device() == dev
+                            and t.is_contiguous()):
+                        return self._call(inputs, out, workspace, None)
+            ws = None
+            if self.workspace_size:
+                if workspace is None:
+                    # alive until the launch is enqueued; then the allocator may hand it out
+                    # again, ordered on this stream
+                    ws = f.empty(self.workspace_size, dtype=f.uint8, device=f.torch_device)
+                elif (workspace.get_device() == dev and workspace.is_contiguous() and
+                      workspace.numel() * workspace.element_size() >= self.workspace_size):
+                    ws = workspace
+                else:
+                    return self._call(inputs, out, workspace, None)
+        except (AttributeError, TypeError):  # not a tensor
+            return self._call(inputs, out, workspace, None)
+        if out is None:
+            empty, tdev = f.empty, f.torch_device
+            outs = [empty(shape, dtype=dt, device=tdev) for dt, shape in f.outs]
+        err = _lib.ktune_error()
+        rc = lib.ktune_launch(self._k, f.in_type(*[t.data_ptr() for t in inputs]),
+                              f.out_type(*[t.data_ptr() for t in outs]),
+                              None if ws is None else ws.data_ptr(), f.raw_stream(dev),
+                              ctypes.byref(err))
+        if rc:
+            _lib.check(rc, err, "ktune_launch")
+        if out is not None:
+            return out
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _call(self, inputs, out, workspace, stream):
+        """A launch with everything checked (inputs in declared order)."""
         torch, in_dt, out_dt, raw_stream = self._torch_state()
         n_in = len(self.inputs)
         device = self.device
