@@ -1780,6 +1780,16 @@ static int record_partition(tune *t, int p, bool *stored, double *err_norm, char
         if (rc < 0) {
             cache_record_free(&rec);
             kt_log_warn(TAG, "no cache record: %s", rerr.msg);
+            if (q == 0 && rc == -ENOTSUP && part->n_groups > 1) {
+                /* a cuBLASLt call beside generated kernels cannot share one module: the next
+                 * pick takes these groups' best generated kernels (the partition may still win
+                 * with them) instead of setting the whole partition aside */
+                snprintf(why, why_len, "%.250s", rerr.msg);
+                for (int k = 0; k < part->n_groups; k++)
+                    if (t->list[ci[k]].schedule.family == OPS_FAM_LIBRARY)
+                        t->c[ci[k]].set_aside = true;
+                return 0;
+            }
             if (q == 0) {
                 snprintf(why, why_len, "%.250s", rerr.msg);
                 goto set_aside;
