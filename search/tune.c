@@ -1785,9 +1785,14 @@ static int record_partition(tune *t, int p, bool *stored, double *err_norm, char
                  * pick takes these groups' best generated kernels (the partition may still win
                  * with them) instead of setting the whole partition aside */
                 snprintf(why, why_len, "%.250s", rerr.msg);
-                for (int k = 0; k < part->n_groups; k++)
-                    if (t->list[ci[k]].schedule.family == OPS_FAM_LIBRARY)
-                        t->c[ci[k]].set_aside = true;
+                for (int k = 0; k < part->n_groups; k++) {
+                    int g = part->groups[k];
+                    if (t->list[ci[k]].schedule.family != OPS_FAM_LIBRARY)
+                        continue;
+                    for (int64_t i = t->gstart[g]; i < t->gend[g]; i++) /* every heuristic's */
+                        if (t->list[i].schedule.family == OPS_FAM_LIBRARY)
+                            t->c[i].set_aside = true;
+                }
                 return 0;
             }
             if (q == 0) {
