@@ -1781,15 +1781,18 @@ static int record_partition(tune *t, int p, bool *stored, double *err_norm, char
             cache_record_free(&rec);
             kt_log_warn(TAG, "no cache record: %s", rerr.msg);
             if (q == 0 && rc == -ENOTSUP && part->n_groups > 1) {
-                /* a cuBLASLt call beside generated kernels cannot share one module: the next
-                 * pick takes these groups' best generated kernels (the partition may still win
-                 * with them) instead of setting the whole partition aside */
+                /* A cuBLASLt call beside generated kernels cannot share one module, so only a
+                 * partition of one group may use one: every cuBLASLt candidate (each heuristic
+                 * is one) of a group that is not the whole graph is set aside, and the next
+                 * pick takes the groups' best generated kernels (this partition may still win
+                 * with them) instead of losing the partition or mixing another library call. */
                 snprintf(why, why_len, "%.250s", rerr.msg);
-                for (int k = 0; k < part->n_groups; k++) {
-                    int g = part->groups[k];
-                    if (t->list[ci[k]].schedule.family != OPS_FAM_LIBRARY)
-                        continue;
-                    for (int64_t i = t->gstart[g]; i < t->gend[g]; i++) /* every heuristic's */
+                for (int g = 0; g < t->s->n_groups; g++) {
+                    bool whole = false;
+                    for (int q2 = 0; q2 < t->s->n_partitions && !whole; q2++)
+                        whole = t->s->partitions[q2].n_groups == 1 &&
+                                t->s->partitions[q2].groups[0] == g;
+                    for (int64_t i = t->gstart[g]; i < t->gend[g] && !whole; i++)
                         if (t->list[i].schedule.family == OPS_FAM_LIBRARY)
                             t->c[i].set_aside = true;
                 }
