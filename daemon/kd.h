@@ -207,6 +207,9 @@ void kd_pack_kint(msgpack_packer *pk, const char *k, int64_t v);
 void kd_pack_kuint(msgpack_packer *pk, const char *k, uint64_t v);
 void kd_pack_kf64(msgpack_packer *pk, const char *k, double v);
 void kd_pack_kbool(msgpack_packer *pk, const char *k, bool v);
+/* Packs a whole error reply, {"id", "ok": false, "error": {"code", "msg"}}, into sb (initialised
+ * by the caller, who sends and destroys it). code is an errno name ("EINVAL"). */
+void kd_pack_error_reply(msgpack_sbuffer *sb, uint64_t id, const char *code, const char *msg);
 void kd_pack_job(msgpack_packer *pk, const kd_job *j);
 void kd_pack_gpu(msgpack_packer *pk, const kd_gpu *g);
 /* Sends {"id", "event", "job"} to c. */

@@ -269,19 +269,24 @@ static const char *errno_name(int code)
     return n ? n : "EIO";
 }
 
-static void send_error(kd_conn *c, uint64_t id, int code, const char *msg)
+void kd_pack_error_reply(msgpack_sbuffer *sb, uint64_t id, const char *code, const char *msg)
 {
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 3);
     kd_pack_kuint(&pk, "id", id);
     kd_pack_kbool(&pk, "ok", false);
     kd_pack_str(&pk, "error");
     msgpack_pack_map(&pk, 2);
-    kd_pack_kstr(&pk, "code", errno_name(code));
+    kd_pack_kstr(&pk, "code", code);
     kd_pack_kstr(&pk, "msg", msg);
+}
+
+static void send_error(kd_conn *c, uint64_t id, int code, const char *msg)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    kd_pack_error_reply(&sb, id, errno_name(code), msg);
     kd_conn_send(c, &sb);
     msgpack_sbuffer_destroy(&sb);
 }

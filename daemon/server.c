@@ -471,19 +471,11 @@ static void too_large(kd_conn *c, const uint8_t *msg, size_t len, bool complete)
 {
     uint64_t id = 0;
     if (kd_frame_peek_id(msg, len, &id)) {
-        msgpack_sbuffer sb;
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        msgpack_pack_map(&pk, 3);
-        kd_pack_kuint(&pk, "id", id);
-        kd_pack_kbool(&pk, "ok", false);
-        kd_pack_str(&pk, "error");
-        msgpack_pack_map(&pk, 2);
-        kd_pack_kstr(&pk, "code", "E2BIG");
         char msgtext[128];
         snprintf(msgtext, sizeof(msgtext), "request larger than %u bytes", KD_MAX_REQUEST);
-        kd_pack_kstr(&pk, "msg", msgtext);
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        kd_pack_error_reply(&sb, id, "E2BIG", msgtext);
         kd_conn_send(c, &sb);
         msgpack_sbuffer_destroy(&sb);
     }
@@ -510,15 +502,7 @@ static void short_of_memory(kd_conn *c)
     if (kd_frame_peek_id(msg, avail, &id)) {
         msgpack_sbuffer sb;
         msgpack_sbuffer_init(&sb);
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        msgpack_pack_map(&pk, 3);
-        kd_pack_kuint(&pk, "id", id);
-        kd_pack_kbool(&pk, "ok", false);
-        kd_pack_str(&pk, "error");
-        msgpack_pack_map(&pk, 2);
-        kd_pack_kstr(&pk, "code", "ENOBUFS");
-        kd_pack_kstr(&pk, "msg", text);
+        kd_pack_error_reply(&sb, id, "ENOBUFS", text);
         kd_conn_send(c, &sb);
         msgpack_sbuffer_destroy(&sb);
     }
@@ -707,15 +691,7 @@ static void send_refusal(uv_pipe_t *pipe, const char *code, const char *text)
         return;
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 3);
-    kd_pack_kuint(&pk, "id", 0);
-    kd_pack_kbool(&pk, "ok", false);
-    kd_pack_str(&pk, "error");
-    msgpack_pack_map(&pk, 2);
-    kd_pack_kstr(&pk, "code", code);
-    kd_pack_kstr(&pk, "msg", text);
+    kd_pack_error_reply(&sb, 0, code, text);
     if (sb.data)
         (void)!send(fd, sb.data, sb.size, MSG_DONTWAIT | MSG_NOSIGNAL);
     msgpack_sbuffer_destroy(&sb);

@@ -79,30 +79,10 @@ static int enter_mount_ns(void)
     return 0;
 }
 
-static int setup(void **state)
+/* The test's directory with the small tmpfs mounted at disk/. */
+static int mount_disk(const char *tag)
 {
-    (void)state;
-    if (dh_example_graph("gelu_tanh_chain", &graph_mp, &graph_len) < 0)
-        return -1;
-    if (dh_init(&daemon_, "disk") < 0)
-        return -1;
-    snprintf(disk, sizeof(disk), "%.250s/disk", daemon_.root);
-    if (mkdir(disk, 0755) < 0 ||
-        mount("none", disk, "tmpfs", MS_NOSUID | MS_NODEV, "size=" DISK_BYTES) < 0) {
-        fprintf(stderr, "cannot mount a tmpfs on %s: %s\n", disk, strerror(errno));
-        return -1;
-    }
-    snprintf(daemon_.cache, sizeof(daemon_.cache), "%s/cache", disk);
-    snprintf(filler, sizeof(filler), "%s/filler", disk);
-    dh_opts o = {.gpus = "0", .delay_ms = 20, .log_evals = true};
-    return dh_start(&daemon_, &o, 30.0);
-}
-
-/* The disk without a daemon (test_full_disk_at_open starts the programs itself). */
-static int setup_bare(void **state)
-{
-    (void)state;
-    if (dh_init(&daemon_, "disk-open") < 0)
+    if (dh_init(&daemon_, tag) < 0)
         return -1;
     snprintf(disk, sizeof(disk), "%.250s/disk", daemon_.root);
     if (mkdir(disk, 0755) < 0 ||
@@ -112,6 +92,23 @@ static int setup_bare(void **state)
     }
     snprintf(filler, sizeof(filler), "%s/filler", disk);
     return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (dh_example_graph("gelu_tanh_chain", &graph_mp, &graph_len) < 0 || mount_disk("disk") < 0)
+        return -1;
+    snprintf(daemon_.cache, sizeof(daemon_.cache), "%s/cache", disk);
+    dh_opts o = {.gpus = "0", .delay_ms = 20, .log_evals = true};
+    return dh_start(&daemon_, &o, 30.0);
+}
+
+/* The disk without a daemon (test_full_disk_at_open starts the programs itself). */
+static int setup_bare(void **state)
+{
+    (void)state;
+    return mount_disk("disk-open");
 }
 
 static int teardown(void **state)
