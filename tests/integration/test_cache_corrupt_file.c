@@ -11,7 +11,8 @@
  *      each succeed, or fail with one line -- never crash (LMDB 0.9 trusts its pages, so every
  *      reader first runs cache_check, in a child process). When `ktune cache check` says ok,
  *      every reader must succeed; when it says the structure is damaged, every reader must
- *      refuse. KTUNE_DRILL_NO_RANDOM_PAGES=1 leaves the random sweep out.
+ *      refuse; and the runtime's check never forks this process (it spawns its checker).
+ *      KTUNE_DRILL_NO_RANDOM_PAGES=1 leaves the random sweep out.
  * docs/RELIABILITY.md ("Drills") has the numbers. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +22,8 @@
 #include <cmocka.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -380,7 +383,17 @@ typedef struct sweep {
     bool daemon_tried[2];
     int clean_failures; /* readers that refused with one line */
     int runtime_refused;
+    int runtime_forks; /* fork()s of this process during the runtime's opens: must stay 0 */
 } sweep;
+
+/* fork()s of this process (pthread_atfork runs on every fork, never on posix_spawn): the
+ * runtime's check of a cache must not fork its caller (issue 16: a PyTorch process's threads
+ * and memory), whatever the cache holds. */
+static atomic_int forks_seen;
+static void count_fork(void)
+{
+    atomic_fetch_add(&forks_seen, 1);
+}
 
 /* Every reader on a damaged copy: `ktune cache check`, ls, lookup and stats, then the runtime in
  * this process. A crash, a hang, or a failure without one clear line fails the test; so does a
@@ -447,7 +460,9 @@ static void readers(const fixture *f, const char *copy, const char *what, sweep 
     /* the deploy-time runtime, in this process: refuses a damaged structure at open */
     ktune_runtime *rt = NULL;
     ktune_error kerr = {0};
+    int forks0 = atomic_load(&forks_seen);
     int rc = ktune_runtime_open(copy, &rt, &kerr);
+    sw->runtime_forks += atomic_load(&forks_seen) - forks0;
     if (rc < 0) {
         if (readable)
             fail_msg("%s: runtime refused a readable cache: %s", what, kerr.msg);
@@ -530,11 +545,15 @@ static void test_lmdb_structures(void **state)
                   sw.clean_failures - filled.clean_failures, filled.runtime_refused,
                   sw.runtime_refused - filled.runtime_refused, sw.daemon_refused);
     assert_int_equal(sw.daemon_refused, 2); /* one unreadable, one writer-only damage */
+    if (sw.runtime_forks)
+        fail_msg("the runtime's cache check forked this process %d times", sw.runtime_forks);
     free(fill);
 }
 
 int main(void)
 {
+    if (pthread_atfork(count_fork, NULL, NULL) != 0)
+        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_value_range, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lmdb_structures, setup, teardown),
