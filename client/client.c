@@ -39,6 +39,8 @@ struct ktune_client {
     pthread_mutex_t lock; /* error-checking: a watch callback calling back in gets -EDEADLK */
     int fd;
     char what[128]; /* the socket path, for messages */
+    char path[108]; /* the socket path when ktune_connect made the connection ("": from an fd),
+                     * for the reconnect after ktuned closed it idle (revive) */
     uint64_t next_id;
     double timeout_s;
     msgpack_unpacker up;
@@ -292,11 +294,15 @@ static int error_reply(const ktune_client *c, const char *op, const msgpack_obje
 
 /* Sends r and waits for its reply into *msg (initialised by the caller, who destroys it). An
  * error reply returns its negative errno. Caller holds c->lock. */
+static int revive(ktune_client *c, ktune_error *err);
+
 static int call(ktune_client *c, req *r, msgpack_unpacked *msg, ktune_error *err)
 {
     if (c->broken)
         return ktune_err_from(err, c->broken, "connection to ktuned at %s is unusable: %s", c->what,
                               c->broken_msg);
+    if (revive(c, err) < 0)
+        return c->broken;
     msgpack_sbuffer head;
     msgpack_sbuffer_init(&head);
     if (r->fail || req_head(r, &head) != 0) {
@@ -637,13 +643,9 @@ static int check_trusted(int fd, const char *path, ktune_error *err)
                           (unsigned)(file_ok ? peer.uid : st.st_uid), service_desc);
 }
 
-KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktune_error *err)
+/* A connected, trusted socket to ktuned at path. 0 with *fd, or a negative errno with err. */
+static int open_socket(const char *path, int *out_fd, ktune_error *err)
 {
-    clear_err(err);
-    if (!out)
-        return ktune_err_from(err, -EINVAL, "ktune_connect: out is NULL");
-    *out = NULL;
-    const char *path = socket_path && socket_path[0] ? socket_path : ktune_default_socket();
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof(sa.sun_path))
         return ktune_err_from(err, -ENAMETOOLONG,
@@ -678,37 +680,31 @@ KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktun
         close(fd);
         return rc;
     }
-    return ktune_client_from_fd(fd, path, out, err);
+    *out_fd = fd;
+    return 0;
 }
 
-int ktune_client_from_fd(int fd, const char *what, ktune_client **out, ktune_error *err)
+KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktune_error *err)
 {
     clear_err(err);
+    if (!out)
+        return ktune_err_from(err, -EINVAL, "ktune_connect: out is NULL");
     *out = NULL;
-    int rc = 0;
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-        rc = ktune_err_from(err, -errno, "cannot reach ktuned at %s: fcntl: %s", what,
-                            strerror(errno));
-        close(fd);
+    const char *path = socket_path && socket_path[0] ? socket_path : ktune_default_socket();
+    int fd = -1;
+    int rc = open_socket(path, &fd, err);
+    if (rc < 0)
         return rc;
-    }
-    ktune_client *c = calloc(1, sizeof(*c));
-    if (!c || !msgpack_unpacker_init(&c->up, CLIENT_READ_CHUNK)) {
-        free(c);
-        close(fd);
-        return ktune_err_from(err, -ENOMEM, "cannot reach ktuned at %s: out of memory", what);
-    }
-    pthread_mutexattr_t ma;
-    pthread_mutexattr_init(&ma);
-    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ERRORCHECK);
-    pthread_mutex_init(&c->lock, &ma);
-    pthread_mutexattr_destroy(&ma);
-    c->fd = fd;
-    c->next_id = 1;
-    c->timeout_s = CLIENT_TIMEOUT_S;
-    snprintf(c->what, sizeof(c->what), "%s", what ? what : "(socket)");
+    if ((rc = ktune_client_from_fd(fd, path, out, err)) == 0)
+        snprintf((*out)->path, sizeof((*out)->path), "%s", path); /* < sun_path: checked */
+    return rc;
+}
 
+/* The hello exchange on c's connection: c->hello filled, or a negative errno with err saying
+ * "cannot reach ktuned at ..." or, when ktuned turned the connection away, so. */
+static int say_hello(ktune_client *c, ktune_error *err)
+{
+    int rc;
     req r;
     msgpack_unpacked m;
     msgpack_unpacked_init(&m);
@@ -747,13 +743,75 @@ int ktune_client_from_fd(int fd, const char *what, ktune_client **out, ktune_err
     c->hello.protocol = (int)proto;
     msgpack_unpacked_destroy(&m);
     req_free(&r);
-    *out = c;
     return 0;
 fail:
     msgpack_unpacked_destroy(&m);
     req_free(&r);
-    ktune_disconnect(c);
     return rc;
+}
+
+/* ktuned closes a connection idle past its idle-timeout (docs/protocol.md, "Connections"):
+ * nothing was in flight then, so a client made by ktune_connect that finds its connection closed
+ * before it sends a request connects again, once, and the caller never sees the close. */
+static int revive(ktune_client *c, ktune_error *err)
+{
+    char b;
+    ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (!c->path[0] || n > 0 || (n < 0 && errno != ECONNRESET))
+        return 0; /* open (or not ours to reopen): the request says how it is */
+    ktune_error why = {0};
+    int fd = -1;
+    int rc = open_socket(c->path, &fd, &why);
+    if (rc < 0)
+        return client_break(c, err, rc, "%s", why.msg);
+    msgpack_unpacker up;
+    if (!msgpack_unpacker_init(&up, CLIENT_READ_CHUNK)) {
+        close(fd);
+        return client_break(c, err, -ENOMEM, "out of memory reconnecting to ktuned at %s", c->what);
+    }
+    close(c->fd);
+    c->fd = fd;
+    msgpack_unpacker_destroy(&c->up);
+    c->up = up;
+    if ((rc = say_hello(c, &why)) < 0)
+        return client_break(c, err, rc, "%s", why.msg);
+    return 0;
+}
+
+int ktune_client_from_fd(int fd, const char *what, ktune_client **out, ktune_error *err)
+{
+    clear_err(err);
+    *out = NULL;
+    int rc = 0;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        rc = ktune_err_from(err, -errno, "cannot reach ktuned at %s: fcntl: %s", what,
+                            strerror(errno));
+        close(fd);
+        return rc;
+    }
+    ktune_client *c = calloc(1, sizeof(*c));
+    if (!c || !msgpack_unpacker_init(&c->up, CLIENT_READ_CHUNK)) {
+        free(c);
+        close(fd);
+        return ktune_err_from(err, -ENOMEM, "cannot reach ktuned at %s: out of memory", what);
+    }
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_init(&c->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
+    c->fd = fd;
+    c->next_id = 1;
+    c->timeout_s = CLIENT_TIMEOUT_S;
+    snprintf(c->what, sizeof(c->what), "%s", what ? what : "(socket)");
+
+    if ((rc = say_hello(c, err)) < 0) {
+        ktune_disconnect(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
 }
 
 const ktune_hello *ktune_client_hello(const ktune_client *c)

@@ -123,7 +123,8 @@ KTUNE_EXPORT const char *ktune_default_socket(void);
  * -ESHUTDOWN when it is shutting down. Run as root (effective uid 0), it trusts only a socket
  * file owned by root or the service user ($KTUNE_SERVICE_USER, else "ktune") and a listening
  * process running as one of them: anything else is -EPERM, nothing having been sent (a socket
- * someone else bound first). */
+ * someone else bound first). A connection ktuned closed for being idle (its idle-timeout) is
+ * made again, once, before the next request: callers keep one client for as long as they like. */
 KTUNE_EXPORT int ktune_connect(const char *socket_path, ktune_client **out, ktune_error *err);
 KTUNE_EXPORT void ktune_disconnect(ktune_client *c); /* NULL is a no-op */
 /* Reply timeout for every request after connect (default 30 s; a watch waits without limit for

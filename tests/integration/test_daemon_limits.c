@@ -17,10 +17,13 @@
  *     2, and past max-clients root is refused too; every slot comes back when the holders go;
  *   - idle connections: with idle-timeout 1 s, a connection that only said hello is closed
  *     with a log line, while one with a request half sent, one watching a job and one that
- *     keeps asking stay.
+ *     keeps asking stay; a libktune client closed idle connects again by itself before its
+ *     next request.
  * The connection drill needs root (other uids); it is skipped otherwise. */
 #include "daemon_harness.h"
 #include "drill_util.h"
+
+#include "client/ktune.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -533,6 +536,12 @@ static void test_idle_timeout(void **state)
     dh_conn idle, partial, watcher, busy;
     assert_int_equal(dh_connect(&idle, daemon_.sock), 0);
     assert_int_equal(dh_hello(&idle, 5.0, NULL), 0);
+    /* libktune's client (a long-lived Python Client): closed idle too, and it must not notice */
+    ktune_client *kc = NULL;
+    ktune_error kerr = {0};
+    ktune_stats st;
+    assert_int_equal(ktune_connect(daemon_.sock, &kc, &kerr), 0);
+    assert_int_equal(ktune_stats_get(kc, &st, &kerr), 0);
     assert_int_equal(dh_connect(&partial, daemon_.sock), 0);
     dh_req pr;
     dh_req_begin(&pr, &partial, "hello", 0);
@@ -571,6 +580,11 @@ static void test_idle_timeout(void **state)
         fail_msg("the idle connection is still open after %.1f s (idle-timeout %s)", 5 * t,
                  timeout);
     }
+    /* the library reconnects once, before its next request: no error reaches the caller */
+    if (ktune_stats_get(kc, &st, &kerr) != 0)
+        fail_msg("libktune after ktuned closed its idle connection: %s", kerr.msg);
+    assert_int_equal(ktune_stats_get(kc, &st, &kerr), 0);
+    ktune_disconnect(kc);
     /* the others stay: the half-sent request completes and is answered */
     assert_int_equal(dh_send(&partial, pr.sb.data + 3, pr.sb.size - 3), 0);
     const msgpack_object *m;

@@ -196,7 +196,8 @@ class Client:
     the socket refuses this user (join group ktune), EUSERS when ktuned refused the connection
     (too many connections), EPERM as root for a socket not owned and served by root or the
     service user (docs/operations.md, "The socket"), ENODEV when the daemon has no GPU. ktuned
-    closes a connection left idle (no watch) for its idle-timeout (300 s by default)."""
+    closes a connection left idle (no watch) for its idle-timeout (300 s by default); the
+    library connects again by itself before the next call."""
 
     def __init__(self, socket=None, timeout=None):
         self.socket = socket if socket is not None else _lib.text(lib.ktune_default_socket())
