@@ -17,6 +17,8 @@
  *                replace)
  *   FAKE_HANG    never replies (sleeps): the supervisor's deadline must fire
  *   FAKE_WRONG   replies status "wrong" with a normwise error of 0.5
+ *   FAKE_FAST    a matching candidate takes a hundredth of its time (steers which one wins a
+ *                group: "cublasLt" makes the library win every matmul group)
  *   FAKE_ERR     pairs "SUBSTRING=NORM/MAX": a passing candidate whose key contains SUBSTRING
  *                reports normwise error NORM and elementwise ratio MAX (default 1e-7 and 0.01)
  * and:
@@ -410,6 +412,8 @@ static void eval(const msgpack_object *o)
     res.err_max = 0.01;
     fake_err(key, &res.err_norm, &res.err_max);
     double ns = fake_ns(key);
+    if (listed("FAKE_FAST", key))
+        ns *= 0.01;
     if (listed("FAKE_STICKY", key)) {
         res.status = SRCH_FAULT;
         snprintf(res.msg, sizeof(res.msg), "CUDA_ERROR_ILLEGAL_ADDRESS (fake)");

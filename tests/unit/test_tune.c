@@ -631,6 +631,72 @@ static void test_library_record_evaluated(void **state)
     ops_graph_free(g);
 }
 
+/* An MLP block (two matmuls, GELU, residual add, layernorm) whose first matmul cuBLASLt wins
+ * (FAKE_FAST: the library's candidates, and pointwise kernels so that a lone matmul group pays
+ * off, take a hundredth of their time; FAKE_WRONG: generated GEMMs fused with bias and GELU, the
+ * 3-node groups, fail): the fastest partitions
+ * put a cuBLASLt call beside generated kernels, which one module cannot hold. The first such
+ * pick must not cost the job its record: its library candidates outside whole-graph groups are
+ * set aside and the next pick stores the partition with generated GEMMs. (Before: every pick
+ * mixed another cuBLASLt call or heuristic, and the job ended "done" without a record; seen on
+ * the GPU with examples/python/mlp_block.py.) */
+static void test_mixed_library_pick_falls_back(void **state)
+{
+    (void)state;
+    static const char json[] =
+        "{\"name\": \"mlp\", \"inputs\": {"
+        "\"x\": {\"dtype\": \"f32\", \"shape\": [\"M\", 64]},"
+        "\"w1\": {\"dtype\": \"f32\", \"shape\": [64, 128], \"const\": true},"
+        "\"b1\": {\"dtype\": \"f32\", \"shape\": [128], \"const\": true},"
+        "\"w2\": {\"dtype\": \"f32\", \"shape\": [128, 64], \"const\": true},"
+        "\"g\": {\"dtype\": \"f32\", \"shape\": [64], \"const\": true},"
+        "\"beta\": {\"dtype\": \"f32\", \"shape\": [64], \"const\": true}},"
+        "\"nodes\": ["
+        "{\"out\": \"t0\", \"op\": \"matmul\", \"in\": [\"x\", \"w1\"]},"
+        "{\"out\": \"t1\", \"op\": \"add\", \"in\": [\"t0\", \"b1\"]},"
+        "{\"out\": \"t2\", \"op\": \"gelu\", \"in\": [\"t1\"]},"
+        "{\"out\": \"t3\", \"op\": \"matmul\", \"in\": [\"t2\", \"w2\"]},"
+        "{\"out\": \"t4\", \"op\": \"add\", \"in\": [\"t3\", \"x\"]},"
+        "{\"out\": \"y\", \"op\": \"layernorm\", \"in\": [\"t4\", \"g\", \"beta\"], \"axis\": -1,"
+        " \"eps\": 1e-5}],"
+        "\"outputs\": [\"y\"]}";
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    if (ops_graph_from_json(json, sizeof(json) - 1, &g, &d) != 0 || ops_graph_validate(g, &d) != 0)
+        fail_msg("graph: %s", d.msg);
+    ops_binding m = {"M", 64};
+    setenv("FAKE_FAST", "cublasLt,ktune_pointwise", 1);
+    setenv("FAKE_WRONG", "serial@3,partial@3,parallel@3,cluster@3,reduce@3", 1);
+    cache_env *cache = open_cache("cache-mixed");
+    srch_tune_opts o = base_opts();
+    o.budget_s = 20;
+    srch_tune_result r;
+    kt_err err = {0};
+    int rc = srch_tune(g, &m, 1, cache, &o, &r, &err);
+    unsetenv("FAKE_FAST");
+    unsetenv("FAKE_WRONG");
+    if (rc < 0)
+        print_error("srch_tune: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_true(r.found);
+    print_message("mixed picks: note '%s', fallback '%s', %d picks stored at rank %d\n",
+                  r.record_note, r.record_fallback, r.n_picks, r.rank);
+    for (int k = 0; k < r.n_picks; k++)
+        print_message("  pick %d: %s\n", k, r.picks[k].cand);
+    if (r.rank != 0)
+        fail_msg("no record stored: %s", r.record_note);
+    /* the stored pick mixes nothing: one cuBLASLt call alone, or generated kernels only */
+    bool lib = false, gen = false;
+    for (int k = 0; k < r.n_picks; k++) {
+        lib |= r.picks[k].family == OPS_FAM_LIBRARY;
+        gen |= r.picks[k].family != OPS_FAM_LIBRARY;
+    }
+    assert_false(lib && gen);
+    assert_non_null(strstr(r.record_fallback, "cuBLASLt"));
+    cache_close(cache);
+    ops_graph_free(g);
+}
+
 /* A slow worker and a short budget: the job stops on the budget with what it measured. */
 static void test_budget(void **state)
 {
@@ -774,6 +840,7 @@ int main(void)
         cmocka_unit_test(test_record_failure_not_stored),
         cmocka_unit_test(test_record_fallback),
         cmocka_unit_test(test_library_record_evaluated),
+        cmocka_unit_test(test_mixed_library_pick_falls_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
