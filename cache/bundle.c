@@ -98,21 +98,6 @@ static void bentries_free(bentries *b)
 
 /* ---- export ---- */
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Hashes the first len bytes of fd (mapped) and appends the digest, then, with signer, the
  * signature block: the public key and the signature over the digest. */
 static int append_digest(int fd, size_t len, const cache_signer *signer)
@@ -125,14 +110,14 @@ static int append_digest(int fd, size_t len, const cache_signer *signer)
     munmap(map, len);
     if (lseek(fd, 0, SEEK_END) < 0)
         return -errno;
-    int rc = write_all(fd, digest, sizeof(digest));
+    int rc = kt_write_all(fd, digest, sizeof(digest));
     if (rc < 0 || !signer)
         return rc;
     uint8_t block[BUNDLE_SIG_BLOCK];
     memcpy(block, signer->pk, CACHE_SIGN_PUBLIC_BYTES);
     if ((rc = cache_sign_digest(signer, digest, block + CACHE_SIGN_PUBLIC_BYTES, NULL)) < 0)
         return rc;
-    return write_all(fd, block, sizeof(block));
+    return kt_write_all(fd, block, sizeof(block));
 }
 
 static int cache_export_locked(cache_env *env, const char *path, const cache_signer *signer,
@@ -163,7 +148,7 @@ static int cache_export_locked(cache_env *env, const char *path, const cache_sig
     put_be(hdr + 12, CACHE_SCHEMA_VERSION, 4);
     put_be(hdr + 16, 0, 8); /* count, patched below */
     size_t count = 0, size = BUNDLE_HEADER;
-    int wrc = write_all(fd, hdr, sizeof(hdr));
+    int wrc = kt_write_all(fd, hdr, sizeof(hdr));
     MDB_val k, v;
     int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     for (; wrc == 0 && mrc == MDB_SUCCESS; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
@@ -187,10 +172,10 @@ static int cache_export_locked(cache_env *env, const char *path, const cache_sig
             rc = kt_err_set(err, -EFBIG, "record of %zu bytes does not fit a bundle", v.mv_size);
             goto fail_cursor;
         }
-        wrc = write_all(fd, kl, 2);
-        wrc = wrc ? wrc : write_all(fd, k.mv_data, k.mv_size);
-        wrc = wrc ? wrc : write_all(fd, vl, 4);
-        wrc = wrc ? wrc : write_all(fd, v.mv_data, v.mv_size);
+        wrc = kt_write_all(fd, kl, 2);
+        wrc = wrc ? wrc : kt_write_all(fd, k.mv_data, k.mv_size);
+        wrc = wrc ? wrc : kt_write_all(fd, vl, 4);
+        wrc = wrc ? wrc : kt_write_all(fd, v.mv_data, v.mv_size);
         size += 2 + k.mv_size + 4 + v.mv_size;
         count++;
     }

@@ -362,7 +362,7 @@ const char *kt_file_kind(unsigned mode)
     }
 }
 
-static int write_all(int fd, const void *data, size_t len)
+int kt_write_all(int fd, const void *data, size_t len)
 {
     const char *p = data;
     while (len) {
@@ -482,7 +482,7 @@ int kt_write_file(const char *path, const void *data, size_t len, unsigned mode,
     int rc = kt_atomic_begin(&f, path, mode, err);
     if (rc < 0)
         return rc;
-    if ((rc = write_all(f.fd, data, len)) < 0) {
+    if ((rc = kt_write_all(f.fd, data, len)) < 0) {
         kt_atomic_abort(&f);
         return kt_err_set(err, rc, "%s: cannot write: %s", path, strerror(-rc));
     }

@@ -97,6 +97,10 @@ char *kt_strdup(const char *s);
  * *out malloc'd, or -ENOENT/-ENOMEM with the reason in err. Any thread. */
 int kt_find_exe(const char *given, const char *env_var, const char *name, char **out, kt_err *err);
 
+/* write(2) until all len bytes are out (EINTR retried). 0, or the negative errno of the failed
+ * write. */
+int kt_write_all(int fd, const void *data, size_t len);
+
 /* Reads the whole regular file at path, of at most max bytes, into a malloc'd, NUL-terminated
  * buffer; the caller frees *out. Anything but a regular file (directory, FIFO, device) is
  * refused (-EISDIR, -EINVAL) before reading, and so is a file over max bytes (-EFBIG), both by

@@ -259,20 +259,6 @@ static const char *errno_name(int code)
     return n ? n : "EIO";
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -errno;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 static void pack_str(msgpack_packer *pk, const char *s)
 {
     size_t n = strlen(s);
@@ -288,7 +274,7 @@ static int reply_begin(wk *w)
 
 static int reply_send(wk *w)
 {
-    int rc = write_all(w->out_fd, w->sb.data, w->sb.size);
+    int rc = kt_write_all(w->out_fd, w->sb.data, w->sb.size);
     if (rc < 0)
         kt_log_err(WK_TAG, "cannot write a reply: %s", strerror(-rc));
     msgpack_sbuffer_clear(&w->sb);
