@@ -44,7 +44,8 @@ struct ktune_client {
     uint64_t next_id;
     double timeout_s;
     msgpack_unpacker up;
-    int broken; /* 0, or the negative errno that made the stream unusable */
+    bool up_live; /* up is initialised (false only after a failed re-initialisation) */
+    int broken;   /* 0, or the negative errno that made the stream unusable */
     char broken_msg[256];
     ktune_hello hello;
 };
@@ -764,15 +765,13 @@ static int revive(ktune_client *c, ktune_error *err)
     int rc = open_socket(c->path, &fd, &why);
     if (rc < 0)
         return client_break(c, err, rc, "%s", why.msg);
-    msgpack_unpacker up;
-    if (!msgpack_unpacker_init(&up, CLIENT_READ_CHUNK)) {
-        close(fd);
-        return client_break(c, err, -ENOMEM, "out of memory reconnecting to ktuned at %s", c->what);
-    }
     close(c->fd);
     c->fd = fd;
+    /* a fresh unpacker in place (msgpack-c's keeps a pointer into itself: it cannot be moved);
+     * nothing was in flight, so nothing buffered is lost */
     msgpack_unpacker_destroy(&c->up);
-    c->up = up;
+    if (!(c->up_live = msgpack_unpacker_init(&c->up, CLIENT_READ_CHUNK)))
+        return client_break(c, err, -ENOMEM, "out of memory reconnecting to ktuned at %s", c->what);
     if ((rc = say_hello(c, &why)) < 0)
         return client_break(c, err, rc, "%s", why.msg);
     return 0;
@@ -802,6 +801,7 @@ int ktune_client_from_fd(int fd, const char *what, ktune_client **out, ktune_err
     pthread_mutex_init(&c->lock, &ma);
     pthread_mutexattr_destroy(&ma);
     c->fd = fd;
+    c->up_live = true;
     c->next_id = 1;
     c->timeout_s = CLIENT_TIMEOUT_S;
     snprintf(c->what, sizeof(c->what), "%s", what ? what : "(socket)");
@@ -824,7 +824,8 @@ KTUNE_EXPORT void ktune_disconnect(ktune_client *c)
     if (!c)
         return;
     close(c->fd);
-    msgpack_unpacker_destroy(&c->up);
+    if (c->up_live)
+        msgpack_unpacker_destroy(&c->up);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
