@@ -4,7 +4,7 @@
 Each case of bench/cases/cases.jsonl named on the command line is tuned twice with
 `ktune tune --local --json`, once per build, each into a fresh cache, the order of the two
 alternating from case to case. Prints, per case, the best time each build found (CUPTI, cold,
-finalists re-timed: MEASURE.md), its trials and job seconds, and after/before; then the
+finalists re-timed: docs/evaluation.md), its trials and job seconds, and after/before; then the
 geometric mean of after/before. The JSON results and the jobs' stderr go to --out.
 
     cd bench/cases && python3 ../ab_tune.py --before KTUNE_A --after KTUNE_B --out DIR CASE...

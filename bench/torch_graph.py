@@ -184,7 +184,7 @@ class TorchGraph:
 
 
 def normwise_error(out, ref):
-    """||out - ref|| / ||ref|| in float64 (the error MEASURE.md defines)."""
+    """||out - ref|| / ||ref|| in float64 (the error docs/evaluation.md defines)."""
     out = out.double()
     ref = ref.double()
     den = torch.linalg.vector_norm(ref).item()

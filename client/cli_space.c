@@ -11,7 +11,7 @@ static const char space_help[] =
     "\n"
     "Enumerates the fusion partitions of the graph into kernel groups, the kernel families\n"
     "(pointwise, row, gemm, conv, attention, library) that can implement each group, and their\n"
-    "schedules pruned against the device (default: the H100 of MEASURE.md). Prints how many\n"
+    "schedules pruned against the device (default: the H100 of docs/search.md). Prints how many\n"
     "candidates were kept and why the others were pruned, and the cost model's best estimate per\n"
     "group and partition. Needs every dimension bound; no GPU needed.\n"
     "\n"

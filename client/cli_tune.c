@@ -37,7 +37,7 @@ static const char tune_help[] =
     "  --budget T       wall-clock budget: 90, 90s, 2m, 1.5h (default 60s); a decimal\n"
     "                   number of at least 1 ms (through ktuned 1s to 24h)\n"
     "  --precision P    exact (default), tf32 or reduced\n"
-    "  --tolerance X    normwise error bound (default: per dtype and precision, MEASURE.md)\n"
+    "  --tolerance X    normwise error bound (default: per dtype and precision, docs/evaluation.md)\n"
     "  --gpu N          the GPU to use (through ktuned: its GPU index, default any; with\n"
     "                   --local: CUDA_VISIBLE_DEVICES of the worker, default 0)\n"
     "  --json           one JSON object (through ktuned: the job; with --local: winner,\n"

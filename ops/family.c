@@ -23,7 +23,7 @@ const ops_family *ops_family_get(ops_family_id id)
 
 void ops_device_h100(ops_device *dev)
 {
-    /* Read off the lent GPU (MEASURE.md): H100 80GB HBM3, sm_90, 132 SMs, 50 MB L2, 232448 B
+    /* Read off the lent GPU (docs/search.md): H100 80GB HBM3, sm_90, 132 SMs, 50 MB L2, 232448 B
      * opt-in shared memory per block; ~3.0 TB/s copy bandwidth, ~51 TFLOP/s FFMA, ~745 TFLOP/s
      * bf16 tensor cores (cuBLAS 8192^3); tf32 taken as half the f16 rate. */
     *dev = (ops_device){

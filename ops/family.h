@@ -82,7 +82,7 @@ typedef struct ops_device {
     double f16_flops_per_s;  /* f16/bf16 tensor cores */
 } ops_device;
 
-/* The lent H100 of MEASURE.md (sm_90a, 132 SMs, 227 KiB opt-in shared memory per block). */
+/* The lent H100 (docs/search.md) (sm_90a, 132 SMs, 227 KiB opt-in shared memory per block). */
 void ops_device_h100(ops_device *dev);
 /* The lent H200: the H100's compute with HBM3e (4.19 TB/s measured copy bandwidth). */
 void ops_device_h200(ops_device *dev);

@@ -1,4 +1,4 @@
-/* Kernel timing with CUPTI's activity API (see timing.h and MEASURE.md).
+/* Kernel timing with CUPTI's activity API (see timing.h and docs/evaluation.md).
  *
  * CUPTI hands activity records back through two process-wide callbacks that carry no user
  * pointer, so the one open timer is a process global (g_timer) and the record list is guarded by

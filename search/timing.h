@@ -1,5 +1,5 @@
 /* Kernel timing with CUPTI's activity API (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), following
- * MEASURE.md: warm-up of at least 25 ms, cold reps with L2 scrubbed (a write over 2x L2 between
+ * docs/evaluation.md: warm-up of at least 25 ms, cold reps with L2 scrubbed (a write over 2x L2 between
  * reps) or hot reps back to back, median with p10/p90, stop when the median's relative spread is
  * below the target or the budget is spent; interleaved re-timing of finalists.
  *

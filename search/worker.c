@@ -17,7 +17,7 @@
  * needs its references; its outputs, not its module, are what is cached. At most WK_MAX_DATA data
  * sets that no loaded candidate uses are kept (least recently used goes).
  *
- * Inputs (MEASURE.md): seed s of a data set is seed0 + s. Even seeds draw uniform values in
+ * Inputs (docs/evaluation.md): seed s of a data set is seed0 + s. Even seeds draw uniform values in
  * [-1, 1]; odd seeds draw mixed magnitudes, u * 2^e with e uniform in [-6, 3], so each tensor
  * spans about three decades (never all zeros: u is continuous). Values are rounded to the
  * tensor's dtype (ops_dtype_store) and the reference reads exactly the stored values.
@@ -47,7 +47,7 @@
  * seed fails ("too few elements compared"): f32 add(x, 1e39) overflows everywhere, and a kernel
  * would otherwise pass with nothing compared. For the compared elements:
  *   - normwise  ||out - ref||_2 / ||ref||_2 <= tol, with tol the request's tolerance or, when
- *     that is <= 0, MEASURE.md's default: f32 1e-5 (exact), 5e-4 (tf32, graphs with a
+ *     that is <= 0, docs/evaluation.md's default: f32 1e-5 (exact), 5e-4 (tf32, graphs with a
  *     contraction), 2e-2 (reduced: f16 or bf16 math on f32 data), raised to 3e-3 when any
  *     input or output is f16 and to 2e-2 when any is bf16;
  *   - elementwise |out - ref| <= atol + rtol |ref| with

@@ -195,7 +195,7 @@ static int supervisor(void)
     ops_graph_free(g);
 
     /* A sane time: 2 x 64 MiB streamed (past the L2), hot; the bandwidth must be plausible
-     * for HBM (MEASURE.md: copies reach 2.85-3.0 TB/s). */
+     * for HBM (measured on the lent H100: copies reach 2.85-3.0 TB/s). */
     g = gpu_affine_graph("affine", STREAM_N, &failures);
     const planted stream = {"correct 2x+1, 16M floats", correct_src, 60, SRCH_OK};
     st = eval_planted(w, dev.arch, g, STREAM_N, &stream, 6, &res, &secs);
