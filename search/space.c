@@ -4,7 +4,8 @@
 #include <string.h>
 
 /* Launch gap charged per kernel beyond the first: back-to-back launches on one stream leave
- * ~1-2 us between kernels on the H100 (measured on the lent H100: 5-7 us for a lone host launch). */
+ * ~1-2 us between kernels on the H100 (measured on the lent H100: 5-7 us for a lone host launch).
+ */
 #define SRCH_KERNEL_GAP_S 2e-6
 
 /* ---- graph structure: edges and reachability over nodes ---- */

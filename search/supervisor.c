@@ -339,8 +339,8 @@ static int reply_error(const msgpack_object *o, const char *what, kt_err *err)
                       msg[0] ? msg : "(no message)");
 }
 
-/* The device description for the space: the lent H100's figures (docs/search.md) for throughput (the worker
- * does not measure peaks), overridden by what the worker read off its GPU. */
+/* The device description for the space: the lent H100's figures (docs/search.md) for throughput
+ * (the worker does not measure peaks), overridden by what the worker read off its GPU. */
 static void read_hello(srch_worker *w, const msgpack_object *o)
 {
     const msgpack_object *g = map_get(o, "gpu");

@@ -1,7 +1,7 @@
 /* Kernel timing with CUPTI's activity API (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), following
- * docs/evaluation.md: warm-up of at least 25 ms, cold reps with L2 scrubbed (a write over 2x L2 between
- * reps) or hot reps back to back, median with p10/p90, stop when the median's relative spread is
- * below the target or the budget is spent; interleaved re-timing of finalists.
+ * docs/evaluation.md: warm-up of at least 25 ms, cold reps with L2 scrubbed (a write over 2x L2
+ * between reps) or hot reps back to back, median with p10/p90, stop when the median's relative
+ * spread is below the target or the budget is spent; interleaved re-timing of finalists.
  *
  * A candidate's time per rep is the sum of its kernels' durations plus the gaps between them
  * (end of its last kernel minus start of its first, as CUPTI records them).

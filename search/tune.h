@@ -18,8 +18,8 @@
  * Measurement: screening and refining use a cheap measurement (opts.timing, with the fields left
  * <= 0 taking SRCH_SCREEN_*: 10 ms warm-up, 0.1 s budget, at least 5 reps, stop at 1% spread of
  * the median), enough to rank candidates whose times differ by more than a few percent. The
- * finalists' interleaved re-timing follows docs/evaluation.md in full (25 ms warm-up, A B A B ...) and
- * decides the winner: unless retime_rounds is set, it runs enough rounds for
+ * finalists' interleaved re-timing follows docs/evaluation.md in full (25 ms warm-up, A B A B ...)
+ * and decides the winner: unless retime_rounds is set, it runs enough rounds for
  * SRCH_RETIME_BUDGET_S at the finalists' screening medians (SRCH_RETIME_MIN_ROUNDS to
  * SRCH_RETIME_MAX_ROUNDS), so the median's relative spread falls well below 1% for any kernel
  * longer than a few microseconds.

@@ -84,9 +84,10 @@ typedef struct srch_eval_req {
     int n_full_bindings;
     srch_binding full_bindings[SRCH_MAX_BINDINGS];
     ops_precision precision;
-    double tolerance; /* normwise; <= 0 means docs/evaluation.md's default for dtype and precision */
-    int seeds;        /* verification input sets, >= 2; each also run twice for races */
-    uint64_t seed0;   /* first seed: the same candidate gets the same inputs every time */
+    double
+        tolerance;  /* normwise; <= 0 means docs/evaluation.md's default for dtype and precision */
+    int seeds;      /* verification input sets, >= 2; each also run twice for races */
+    uint64_t seed0; /* first seed: the same candidate gets the same inputs every time */
     bool verify, time;
     srch_time_opts timing;
     /* An assembled cache record over the whole graph (srch_eval_req_for_graph), not a group
