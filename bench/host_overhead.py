@@ -172,7 +172,8 @@ def main():
                "op.op": lambda: overload(*kargs)}
         r = measure(torch, fns, args.calls, args.warmup, args.sync_every)
         r["kernel"] = {"family": k.info.family, "match": k.match,
-                       "gpu_us_when_tuned": k.info.time_ns / 1000, "op": op.name}
+                       "gpu_us_when_tuned": k.info.time_ns / 1000, "op": op.name,
+                       "op_launcher": op.launcher}
         results[name] = r
         rt.close()
 
@@ -185,7 +186,8 @@ def main():
         m = {c: r[c]["median_us"] for c in cols}
         ok = "ok" if m["op"] <= TARGET_US else f"over {TARGET_US:g} us"
         print(f"{name:16}{cells}{m['plain'] / m['eager']:13.2f}{m['op'] / m['eager']:10.2f}"
-              f"{m['op'] / m['plain']:10.2f}  {ok}")
+              f"{m['op'] / m['plain']:10.2f}  {ok} (op launches from "
+              f"{r['kernel']['op_launcher']})")
     print("\nus: median [p10-p90] host time per call; eager: PyTorch's ops for the same graph; "
           "plain: kernel(...); op: kernel.as_torch_op()(...); op.op: torch.ops.ktune.<name>."
           f"default(...) (declared order, no argument binding); target: op <= {TARGET_US:g} us")
