@@ -23,7 +23,6 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -59,14 +58,23 @@ struct Binding {
 std::shared_mutex registry_lock; // launches read, bind and drop write
 std::unordered_map<std::string, std::unique_ptr<Binding>> registry; // "ktune::<op>"
 
+// Messages are built with std::string and std::to_string, never iostreams (TORCH_CHECK's
+// c10::str is one): formatting a number through a stream in this library crashed in a process
+// where torch.compile had run (torch 2.11, g++ 13).
+[[noreturn]] void fail(bool value_error, const std::string &msg)
+{
+    const c10::SourceLocation here{__func__, __FILE__, static_cast<uint32_t>(__LINE__)};
+    if (value_error)
+        throw c10::ValueError(here, msg);
+    throw c10::Error(here, msg);
+}
+
 std::string dims(c10::IntArrayRef d)
 {
-    std::ostringstream s;
-    s << '[';
+    std::string s = "[";
     for (size_t i = 0; i < d.size(); i++)
-        s << (i ? ", " : "") << d[i];
-    s << ']';
-    return s.str();
+        s += (i ? ", " : "") + std::to_string(d[i]);
+    return s + "]";
 }
 
 // "torch.float32 (f32)": how the Python path names a dtype.
@@ -91,37 +99,41 @@ void check_input(const Binding &b, size_t i, const at::Tensor &t)
     const Tensor &d = b.inputs[i];
     const std::string what = "input " + std::to_string(i) + " '" + d.name + "'";
     if (d.packed) {
-        TORCH_CHECK_VALUE(t.scalar_type() == at::kByte && t.numel() == d.packed &&
-                              t.is_contiguous(),
-                          what, ": this kernel wants it pre-packed (", d.packed,
-                          " bytes): pass kernel.prepack('", d.name, "', ", d.name, ")");
+        if (t.scalar_type() != at::kByte || t.numel() != d.packed || !t.is_contiguous())
+            fail(true, what + ": this kernel wants it pre-packed (" + std::to_string(d.packed) +
+                           " bytes): pass kernel.prepack('" + d.name + "', " + d.name + ")");
         return;
     }
-    TORCH_CHECK_VALUE(t.scalar_type() == d.dtype, what, ": dtype is ",
-                      dtype_text(t.scalar_type(), false), ", expected ", dtype_text(d.dtype, true));
-    TORCH_CHECK_VALUE(t.sizes() == c10::IntArrayRef(d.shape), what, ": shape is ", dims(t.sizes()),
-                      ", expected ", dims(d.shape), " (shapes ", b.shapes, ")");
-    TORCH_CHECK_VALUE(t.is_contiguous(), what, ": is not contiguous (call .contiguous())");
+    if (t.scalar_type() != d.dtype)
+        fail(true, what + ": dtype is " + dtype_text(t.scalar_type(), false) + ", expected " +
+                       dtype_text(d.dtype, true));
+    if (t.sizes() != c10::IntArrayRef(d.shape))
+        fail(true, what + ": shape is " + dims(t.sizes()) + ", expected " + dims(d.shape) +
+                       " (shapes " + b.shapes + ")");
+    if (!t.is_contiguous())
+        fail(true, what + ": is not contiguous (call .contiguous())");
 }
 
 void check_device(const Binding &b, size_t i, const at::Tensor &t)
 {
-    const Tensor &d = b.inputs[i];
-    TORCH_CHECK_VALUE(t.is_cuda(), "input ", i, " '", d.name, "': is on ", t.device(),
-                      ", not on a CUDA device");
-    TORCH_CHECK_VALUE(t.get_device() == b.device, "input ", i, " '", d.name, "': is on ",
-                      t.device(), ", but this kernel runs on cuda:", static_cast<int>(b.device));
+    const std::string what = "input " + std::to_string(i) + " '" + b.inputs[i].name + "'";
+    if (!t.is_cuda())
+        fail(true, what + ": is on " + t.device().str() + ", not on a CUDA device");
+    if (t.get_device() != b.device)
+        fail(true, what + ": is on " + t.device().str() + ", but this kernel runs on cuda:" +
+                       std::to_string(static_cast<int>(b.device)));
 }
 
 void launch_boxed(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
     std::shared_lock<std::shared_mutex> read(registry_lock);
     auto found = registry.find(op.schema().name());
-    TORCH_CHECK(found != registry.end(), op.schema().name(), ": not bound to a kernel");
+    if (found == registry.end())
+        fail(false, op.schema().name() + ": not bound to a kernel");
     const Binding &b = *found->second;
-    TORCH_CHECK_VALUE(b.kernel, op.schema().name(),
-                      ": no kernel for this op is loaded any more (look it up again and call "
-                      "as_torch_op())");
+    if (!b.kernel)
+        fail(true, op.schema().name() + ": no kernel for this op is loaded any more (look it up "
+                                        "again and call as_torch_op())");
     const size_t n_in = b.inputs.size(), n_out = b.outputs.size();
     auto args = torch::jit::last(*stack, n_in);
     c10::SmallVector<void *, 16> in(n_in), out(n_out);
@@ -147,7 +159,8 @@ void launch_boxed(const c10::OperatorHandle &op, torch::jit::Stack *stack)
     KtuneError err{};
     int rc = b.launch(b.kernel, in.data(), out.data(), b.workspace ? ws.data_ptr() : nullptr,
                       stream, &err);
-    TORCH_CHECK(rc == 0, "ktune_launch: ", err.msg);
+    if (rc != 0)
+        fail(false, std::string("ktune_launch: ") + err.msg);
     torch::jit::drop(*stack, n_in);
     for (auto &t : outs)
         torch::jit::push(*stack, std::move(t));
