@@ -5,7 +5,7 @@
  * frame helpers the memo, E2BIG reply and prep.c use (kd_frame_peek_id, kd_frame_map_values,
  * kd_frame_is_str, kd_frame_graph_tensors) run on its
  * bytes, and a `graph` argument goes through ops_graph_from_msgpack_object (or, for bin,
- * ops_graph_from_msgpack) + validate + signature as daemon/ops.c's arg_graph does. The
+ * ops_graph_from_msgpack) + validate + signature as daemon/handlers.c's arg_graph does. The
  * envelope check and kd_arg_* live in proto.c next to the connection code (kd_dispatch needs a
  * live daemon and connection), so the envelope check is restated here from the protocol.
  * Invariants: the scanner's result does not depend on how the bytes are chunked; a message it
