@@ -15,6 +15,7 @@
 #include "frame.h"
 
 #include "cache/cache.h"
+#include "ops/msgpack_util.h"
 #include "search/tune.h"
 
 #include <msgpack.h>
@@ -200,13 +201,7 @@ int kd_arg_str(kd_req *r, const char *key, char *buf, size_t cap, const char *de
 /* Sets r->err and returns code: "<op>: <message>". */
 int kd_fail(kd_req *r, int code, const char *fmt, ...) KT_PRINTF(3, 4);
 
-/* msgpack helpers for replies and events. */
-void kd_pack_str(msgpack_packer *pk, const char *s);
-void kd_pack_kstr(msgpack_packer *pk, const char *k, const char *v);
-void kd_pack_kint(msgpack_packer *pk, const char *k, int64_t v);
-void kd_pack_kuint(msgpack_packer *pk, const char *k, uint64_t v);
-void kd_pack_kf64(msgpack_packer *pk, const char *k, double v);
-void kd_pack_kbool(msgpack_packer *pk, const char *k, bool v);
+/* Replies and events are packed with ops/msgpack_util.h's kt_mp_pack_* and these. */
 /* Packs a whole error reply, {"id", "ok": false, "error": {"code", "msg"}}, into sb (initialised
  * by the caller, who sends and destroys it). code is an errno name ("EINVAL"). */
 void kd_pack_error_reply(msgpack_sbuffer *sb, uint64_t id, const char *code, const char *msg);
