@@ -7,7 +7,7 @@
  *   "sub"        the group's subgraph in the op-graph msgpack form (ops_graph_pack: symbolic)
  *   "bindings"   {NAME: int}: the bound symbols of sub
  *   "precision"  "exact" | "tf32" | "reduced"
- *   "tolerance"  float: normwise tolerance, <= 0 for the worker's default (search/worker.c)
+ *   "tolerance"  float: normwise tolerance, <= 0 for the worker's default (search/worker_verify.c)
  *   "seeds"      int 0..64: verification input sets (0: the worker's default, 3)
  *   "seed0"      uint: the first seed
  *   "verify", "time"  bool
