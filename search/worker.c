@@ -52,14 +52,11 @@ static int reply_error(wk *w, int code, const char *msg)
 {
     reply_begin(w);
     msgpack_pack_map(&w->pk, 2);
-    kt_mp_pack_str(&w->pk, "ok");
-    msgpack_pack_false(&w->pk);
+    kt_mp_pack_kbool(&w->pk, "ok", false);
     kt_mp_pack_str(&w->pk, "error");
     msgpack_pack_map(&w->pk, 2);
-    kt_mp_pack_str(&w->pk, "code");
-    kt_mp_pack_str(&w->pk, errno_name(code));
-    kt_mp_pack_str(&w->pk, "msg");
-    kt_mp_pack_str(&w->pk, msg);
+    kt_mp_pack_kstr(&w->pk, "code", errno_name(code));
+    kt_mp_pack_kstr(&w->pk, "msg", msg);
     return reply_send(w);
 }
 
@@ -154,16 +151,11 @@ static int handle_eval(wk *w, const msgpack_object *o)
 static void pack_time(msgpack_packer *pk, uint64_t id, const srch_time_stats *t)
 {
     msgpack_pack_map(pk, 5);
-    kt_mp_pack_str(pk, "id");
-    msgpack_pack_uint64(pk, id);
-    kt_mp_pack_str(pk, "median_ns");
-    msgpack_pack_double(pk, t->median_ns);
-    kt_mp_pack_str(pk, "p10_ns");
-    msgpack_pack_double(pk, t->p10_ns);
-    kt_mp_pack_str(pk, "p90_ns");
-    msgpack_pack_double(pk, t->p90_ns);
-    kt_mp_pack_str(pk, "reps");
-    msgpack_pack_int(pk, t->reps);
+    kt_mp_pack_ku64(pk, "id", id);
+    kt_mp_pack_kf64(pk, "median_ns", t->median_ns);
+    kt_mp_pack_kf64(pk, "p10_ns", t->p10_ns);
+    kt_mp_pack_kf64(pk, "p90_ns", t->p90_ns);
+    kt_mp_pack_ki64(pk, "reps", t->reps);
 }
 
 static int handle_retime(wk *w, const msgpack_object *o)
@@ -217,8 +209,7 @@ static int handle_retime(wk *w, const msgpack_object *o)
     }
     reply_begin(w);
     msgpack_pack_map(&w->pk, 2);
-    kt_mp_pack_str(&w->pk, "ok");
-    msgpack_pack_true(&w->pk);
+    kt_mp_pack_kbool(&w->pk, "ok", true);
     kt_mp_pack_str(&w->pk, "times");
     msgpack_pack_array(&w->pk, (size_t)n);
     for (int i = 0; i < n; i++)
@@ -242,8 +233,7 @@ static int handle_forget(wk *w, const msgpack_object *o)
     srch_wk_data_trim(w, WK_MAX_DATA);
     reply_begin(w);
     msgpack_pack_map(&w->pk, 1);
-    kt_mp_pack_str(&w->pk, "ok");
-    msgpack_pack_true(&w->pk);
+    kt_mp_pack_kbool(&w->pk, "ok", true);
     return reply_send(w);
 }
 
@@ -267,8 +257,7 @@ static int handle_reference(wk *w, const msgpack_object *o)
     }
     reply_begin(w);
     msgpack_pack_map(&w->pk, 3);
-    kt_mp_pack_str(&w->pk, "ok");
-    msgpack_pack_true(&w->pk);
+    kt_mp_pack_kbool(&w->pk, "ok", true);
     kt_mp_pack_str(&w->pk, "inputs");
     msgpack_pack_array(&w->pk, (size_t)D->seeds);
     for (int s = 0; s < D->seeds; s++) {
@@ -454,12 +443,10 @@ static int handle_hello(wk *w)
     reply_begin(w);
     msgpack_packer *pk = &w->pk;
     msgpack_pack_map(pk, 5);
-    kt_mp_pack_str(pk, "ok");
-    msgpack_pack_true(pk);
+    kt_mp_pack_kbool(pk, "ok", true);
     kt_mp_pack_str(pk, "gpu");
     msgpack_pack_map(pk, 19);
-    kt_mp_pack_str(pk, "name");
-    kt_mp_pack_str(pk, w->name);
+    kt_mp_pack_kstr(pk, "name", w->name);
     kt_mp_pack_ki64(pk, "sm_major", w->attr_major);
     kt_mp_pack_ki64(pk, "sm_minor", w->attr_minor);
     kt_mp_pack_ki64(pk, "sm_count", w->sm_count);
@@ -478,20 +465,10 @@ static int handle_hello(wk *w)
     kt_mp_pack_ki64(pk, "max_blocks_per_sm", w->max_blocks_sm);
     kt_mp_pack_ki64(pk, "max_regs_per_block", w->max_regs_block);
     kt_mp_pack_ki64(pk, "warp_size", w->warp_size);
-    kt_mp_pack_str(pk, "arch");
-    kt_mp_pack_str(pk, w->arch);
-    kt_mp_pack_str(pk, "cupti");
-    if (w->timer)
-        msgpack_pack_true(pk);
-    else
-        msgpack_pack_false(pk);
-    kt_mp_pack_str(pk, "cublaslt");
-    if (w->lt)
-        msgpack_pack_true(pk);
-    else
-        msgpack_pack_false(pk);
-    kt_mp_pack_str(pk, "selftest");
-    kt_mp_pack_str(pk, w->selftest);
+    kt_mp_pack_kstr(pk, "arch", w->arch);
+    kt_mp_pack_kbool(pk, "cupti", w->timer != NULL);
+    kt_mp_pack_kbool(pk, "cublaslt", w->lt != NULL);
+    kt_mp_pack_kstr(pk, "selftest", w->selftest);
     return reply_send(w);
 }
 
@@ -517,8 +494,7 @@ static int dispatch(wk *w, const msgpack_object *o)
     else if (OP_IS("quit")) {
         reply_begin(w);
         msgpack_pack_map(&w->pk, 1);
-        kt_mp_pack_str(&w->pk, "ok");
-        msgpack_pack_true(&w->pk);
+        kt_mp_pack_kbool(&w->pk, "ok", true);
         rc = reply_send(w);
         return rc < 0 ? rc : 1;
     } else
