@@ -1,6 +1,6 @@
-/* The device library (the .cuh files under ops/device/ktune/): CUDA headers generated kernels include as
- * "ktune/<family>.cuh", embedded into the binaries at build time (scripts/embed-files) so that
- * NVRTC gets them as in-memory headers and a record's source can be made self-contained.
+/* The device library (the .cuh files under ops/device/ktune/): CUDA headers generated kernels
+ * include as "ktune/<family>.cuh", embedded into the binaries at build time (scripts/embed-files)
+ * so that NVRTC gets them as in-memory headers and a record's source can be made self-contained.
  * docs/decisions.md, "device library". */
 #pragma once
 

@@ -438,7 +438,7 @@ static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const 
     /* stages of A and B, A_small tiles (two, or one per stage when they are copied in), 1024
      * bytes of alignment slack for the swizzled tiles */
     c->smem_bytes = c->stages * (a_tile + b_tile) + (c->presplit ? c->stages : 2) * a_tile + 1024;
-    c->op[0].vb = c->op[1].vb = 16; /* 16-byte cp.async copies (emit_ptx_helpers) */
+    c->op[0].vb = c->op[1].vb = 16; /* 16-byte cp.async copies (kt_cp_async16) */
     c->flush_ktiles = TF32X3_FLUSH_K / 32;
     /* accumulators and chunk sums (bm / 2 floats each per thread), four k steps' fragments
      * raw, big and small, addresses */
@@ -804,127 +804,31 @@ static void emit_load_value(const gemm_emit *e, int k, const char *raw, kt_buf *
     kt_buf_free(&cst);
 }
 
-/* ---- emitted helpers: PTX wrappers ---- */
+/* ---- the device library headers the candidate uses ---- */
 
-static void emit_ptx_helpers(const gemm_emit *e)
+/* Written between the header comment and the prelude: a partition's module keeps every group's
+ * text before its prelude at file scope (search/tune.c), where the headers belong. */
+static void emit_includes(const gemm_emit *e)
 {
     const gemm_cfg *c = e->c;
     kt_buf *b = e->b;
-    kt_buf_printf(b, "\n/* ---- PTX wrappers ---- */\n"
-                     "__device__ __forceinline__ unsigned kt_smem_u32(const void *p)\n"
-                     "{\n"
-                     "    unsigned r;\n"
-                     "    asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %%1; cvt.u32.u64 %%0, t; }\" "
-                     ": \"=r\"(r) : \"l\"(p));\n"
-                     "    return r;\n"
-                     "}\n");
-    bool vb[17] = {0};
-    for (int k = 0; k < 2; k++)
-        vb[c->op[k].vb] = true;
-    for (int v = 4; v <= 16; v *= 2) {
-        if (!vb[v])
-            continue;
-        kt_buf_printf(b,
-                      "/* Copies %d bytes global -> shared asynchronously; bytes past src_bytes (0 "
-                      "or %d) are zero-filled. */\n"
-                      "__device__ __forceinline__ void kt_cp_async%d(void *dst, const void *src, "
-                      "int src_bytes)\n"
-                      "{\n"
-                      "    asm volatile(\"cp.async.%s.shared.global [%%0], [%%1], %d, %%2;\\n\" ::"
-                      " \"r\"(kt_smem_u32(dst)), \"l\"(src), \"r\"(src_bytes) : \"memory\");\n"
-                      "}\n",
-                      v, v, v, v == 16 ? "cg" : "ca", v);
-    }
-    kt_buf_printf(b, "__device__ __forceinline__ void kt_cp_async_commit()\n"
-                     "{\n"
-                     "    asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");\n"
-                     "}\n"
-                     "/* Waits until at most N committed groups are still in flight. */\n"
-                     "template <int N> __device__ __forceinline__ void kt_cp_async_wait()\n"
-                     "{\n"
-                     "    asm volatile(\"cp.async.wait_group %%0;\\n\" :: \"n\"(N) : \"memory\");\n"
-                     "}\n");
-    if (!c->tc)
-        return;
-    bool plain = false, trans = false;
-    if (is_tf32(c->math)) {
-        plain = !c->op[0].scalar_frag || !c->op[1].scalar_frag;
-    } else {
-        plain = !c->op[0].row_is_k || !c->op[1].row_is_k;
-        trans = c->op[0].row_is_k || c->op[1].row_is_k;
-    }
-    for (int t = 0; t < 2; t++) {
-        if (!(t ? trans : plain))
-            continue;
-        kt_buf_printf(b,
-                      "/* ldmatrix.x4%s: lanes 8j..8j+7 address the rows of 8x8 matrix j, which "
-                      "lands in r<j>; lane l receives %s. */\n"
-                      "__device__ __forceinline__ void kt_ldsm_x4%s(unsigned &r0, unsigned &r1, "
-                      "unsigned &r2, unsigned &r3, const void *p)\n"
-                      "{\n"
-                      "    asm volatile(\"ldmatrix.sync.aligned.m8n8.x4%s.shared.b16 {%%0, %%1, "
-                      "%%2, %%3}, [%%4];\\n\"\n"
-                      "                 : \"=r\"(r0), \"=r\"(r1), \"=r\"(r2), \"=r\"(r3) : "
-                      "\"r\"(kt_smem_u32(p)));\n"
-                      "}\n",
-                      t ? ".trans" : "",
-                      t ? "elements (2(l%4), l/4) and (2(l%4)+1, l/4)"
-                        : "elements (l/4, 2(l%4)) and (l/4, 2(l%4)+1)",
-                      t ? "_trans" : "", t ? ".trans" : "");
-    }
-    if (is_tf32(c->math)) {
-        kt_buf_printf(
-            b, "/* fp32 -> tf32 (round to nearest, ties away), kept in a 32-bit register. */\n"
-               "__device__ __forceinline__ unsigned kt_tf32(float x)\n"
-               "{\n"
-               "    unsigned r;\n"
-               "    asm(\"cvt.rna.tf32.f32 %%0, %%1;\" : \"=r\"(r) : \"f\"(x));\n"
-               "    return r;\n"
-               "}\n"
-               "/* d += a * b, m16n8k8, tf32 inputs, fp32 accumulators. */\n"
-               "__device__ __forceinline__ void kt_mma(float (&d)[4], const unsigned "
-               "(&a)[4], const unsigned (&b)[2])\n"
-               "{\n"
-               "    asm(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%%0, %%1, "
-               "%%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, {%%0, %%1, %%2, %%3};\\n\"\n"
-               "        : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])\n"
-               "        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
-               "\"r\"(b[0]), \"r\"(b[1]));\n"
-               "}\n");
-        if (c->math == MATH_TF32X3)
-            kt_buf_printf(
-                b, "/* x = big + small: big is x rounded to tf32 (low 13 bits clear), small the "
-                   "exact fp32\n"
-                   " * remainder, which the tensor cores read as tf32 by dropping its low 13 bits "
-                   "(|small| <=\n"
-                   " * 2^-11 |x|, so that costs at most 2^-21 |x|). a * b ~ a.small * b.big + "
-                   "a.big * b.small +\n"
-                   " * a.big * b.big: the dropped a.small * b.small and the truncation of small "
-                   "are about 2^-21\n"
-                   " * of |a * b|, near fp32's 2^-24, while every mma runs on the tf32 tensor "
-                   "cores. Two\n"
-                   " * instructions a split. */\n"
-                   "__device__ __forceinline__ void kt_split_tf32(float x, unsigned &big, "
-                   "unsigned &small)\n"
-                   "{\n"
-                   "    big = kt_tf32(x);\n"
-                   "    small = __float_as_uint(x - __uint_as_float(big));\n"
-                   "}\n");
-    } else {
-        const char *ty = c->math == MATH_F16 ? "f16" : "bf16";
-        kt_buf_printf(b,
-                      "/* d += a * b, m16n8k16, %s inputs, fp32 accumulators. */\n"
-                      "__device__ __forceinline__ void kt_mma(float (&d)[4], const unsigned "
-                      "(&a)[4], const unsigned (&b)[2])\n"
-                      "{\n"
-                      "    asm(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 {%%0, %%1, %%2, "
-                      "%%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, {%%0, %%1, %%2, %%3};\\n\"\n"
-                      "        : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3])\n"
-                      "        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), "
-                      "\"r\"(b[1]));\n"
-                      "}\n",
-                      ty, ty, ty);
-    }
+    bool ldsm = false;
+    if (c->tc && !c->wgmma)
+        ldsm = is_tf32(c->math) ? !c->op[0].scalar_frag || !c->op[1].scalar_frag : true;
+    kt_buf_printf(b,
+                  "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */\n"
+                  "#include \"ktune/cp_async.cuh\"\n");
+    if (ldsm)
+        kt_buf_printf(b, "#include \"ktune/ldmatrix.cuh\"\n");
+    if (c->tc)
+        kt_buf_printf(b, "#include \"ktune/mma.cuh\"\n");
+    if (c->serial)
+        kt_buf_printf(b, "#include \"ktune/memory.cuh\"\n");
+    if (c->cluster)
+        kt_buf_printf(b, "#include \"ktune/cluster.cuh\"\n");
+    if (c->wgmma)
+        kt_buf_printf(b, "#include \"ktune/swizzle.cuh\"\n"
+                         "#include \"ktune/wgmma.cuh\"\n");
 }
 
 /* Serial split-K: the hand-off between the slices of one tile. Progress: slice s waits only for
@@ -950,63 +854,9 @@ static void emit_serial_helpers(const gemm_emit *e)
         " * for lower slices, which have lower block indices and so are started first, and the "
         "whole grid\n"
         " * fits on the GPU at one block per SM. Running sums bypass L1 (.cg): another SM wrote "
-        "them. */\n");
-    if (e->c->tc)
-        kt_buf_printf(b, "__device__ __forceinline__ float4 kt_ld_cg4(const float *p)\n"
-                         "{\n"
-                         "    float4 v;\n"
-                         "    asm volatile(\"ld.global.cg.v4.f32 {%%0, %%1, %%2, %%3}, [%%4];\" "
-                         ": \"=f\"(v.x), \"=f\"(v.y), \"=f\"(v.z), \"=f\"(v.w) : \"l\"(p) : "
-                         "\"memory\");\n"
-                         "    return v;\n"
-                         "}\n"
-                         "__device__ __forceinline__ void kt_st_cg4(float *p, float x, float y, "
-                         "float z, float w)\n"
-                         "{\n"
-                         "    asm volatile(\"st.global.cg.v4.f32 [%%0], {%%1, %%2, %%3, %%4};\" :: "
-                         "\"l\"(p), \"f\"(x), \"f\"(y), \"f\"(z), \"f\"(w) : \"memory\");\n"
-                         "}\n");
-    else
-        kt_buf_printf(b, "__device__ __forceinline__ float kt_ld_cg(const float *p)\n"
-                         "{\n"
-                         "    float v;\n"
-                         "    asm volatile(\"ld.global.cg.f32 %%0, [%%1];\" : \"=f\"(v) : "
-                         "\"l\"(p) : \"memory\");\n"
-                         "    return v;\n"
-                         "}\n"
-                         "__device__ __forceinline__ void kt_st_cg(float *p, float v)\n"
-                         "{\n"
-                         "    asm volatile(\"st.global.cg.f32 [%%0], %%1;\" :: \"l\"(p), "
-                         "\"f\"(v) : \"memory\");\n"
-                         "}\n");
-    kt_buf_printf(
-        b, "/* Blocks until the tile's semaphore reads `turn`: one thread polls with acquire "
-           "loads, the barrier\n"
-           " * holds the others. */\n"
-           "__device__ __forceinline__ void ktg_wait_turn(const int *sem, int turn)\n"
-           "{\n"
-           "    if (threadIdx.x == 0) {\n"
-           "        int v;\n"
-           "        for (;;) {\n"
-           "            asm volatile(\"ld.acquire.gpu.global.b32 %%0, [%%1];\" : \"=r\"(v) : "
-           "\"l\"(sem) : \"memory\");\n"
-           "            if (v == turn)\n"
-           "                break;\n"
-           "            asm volatile(\"nanosleep.u32 64;\" ::: \"memory\");\n"
-           "        }\n"
-           "    }\n"
-           "    __syncthreads();\n"
-           "}\n"
-           "/* Gives the tile to slice `turn`: every thread's stores are made visible "
-           "device-wide first. */\n"
-           "__device__ __forceinline__ void ktg_pass_turn(int *sem, int turn)\n"
-           "{\n"
-           "    __threadfence();\n"
-           "    __syncthreads();\n"
-           "    if (threadIdx.x == 0)\n"
-           "        asm volatile(\"st.release.gpu.global.b32 [%%0], %%1;\" :: \"l\"(sem), "
-           "\"r\"(turn) : \"memory\");\n"
-           "}\n");
+        "them\n"
+        " * (ktune/memory.cuh: kt_ld_cg, kt_st_cg, the semaphore's kt_sem_wait and kt_sem_pass). "
+        "*/\n");
 }
 
 static void emit_cluster_helpers(const gemm_emit *e)
@@ -1026,7 +876,6 @@ static void emit_cluster_helpers(const gemm_emit *e)
         " * shared memory, and stores them through the epilogue. A second barrier keeps every "
         "block's shared\n"
         " * memory alive until the others have read it. */\n");
-    ops_emit_cluster_helpers(e->b);
 }
 
 /* ---- emitted helpers: constants, raster, layouts, loaders ---- */
@@ -1310,6 +1159,14 @@ static void emit_load_tiles(const gemm_emit *e)
 
 /* ---- emitted helpers: the math of one pipeline stage ---- */
 
+/* The library's mma.sync wrapper of the math path. */
+static const char *mma_fn(int math)
+{
+    return is_tf32(math)       ? "kt_mma_m16n8k8_tf32"
+           : math == MATH_BF16 ? "kt_mma_m16n8k16_bf16"
+                               : "kt_mma_m16n8k16_f16";
+}
+
 static void emit_mma_stage(const gemm_emit *e)
 {
     const gemm_cfg *c = e->c;
@@ -1388,19 +1245,22 @@ static void emit_mma_stage(const gemm_emit *e)
         kt_buf_line(b, "a[i][2] = %s(as[ktg_a_slot(kk + t + 4, m)]);", cv);
         kt_buf_line(b, "a[i][3] = %s(as[ktg_a_slot(kk + t + 4, m + 8)]);", cv);
     } else if (tf32) {
-        kt_buf_line(b, "kt_ldsm_x4(a[i][0], a[i][1], a[i][2], a[i][3], as + ktg_a_slot(wm0 + i * "
-                       "16 + a_r, kk + a_c));");
+        kt_buf_line(b,
+                    "kt_ldmatrix_x4(a[i][0], a[i][1], a[i][2], a[i][3], as + ktg_a_slot(wm0 + i * "
+                    "16 + a_r, kk + a_c));");
         if (!x3) {
             kt_buf_line(b, "#pragma unroll");
             kt_buf_line(b, "for (int r = 0; r < 4; r++)");
             kt_buf_line(b, "    a[i][r] = kt_tf32(__uint_as_float(a[i][r]));");
         }
     } else if (oa->row_is_k) {
-        kt_buf_line(b, "kt_ldsm_x4_trans(a[i][0], a[i][1], a[i][2], a[i][3], as + ktg_a_slot(kk + "
-                       "a_r, wm0 + i * 16 + a_c));");
+        kt_buf_line(b,
+                    "kt_ldmatrix_x4_trans(a[i][0], a[i][1], a[i][2], a[i][3], as + ktg_a_slot(kk + "
+                    "a_r, wm0 + i * 16 + a_c));");
     } else {
-        kt_buf_line(b, "kt_ldsm_x4(a[i][0], a[i][1], a[i][2], a[i][3], as + ktg_a_slot(wm0 + i * "
-                       "16 + a_r, kk + a_c));");
+        kt_buf_line(b,
+                    "kt_ldmatrix_x4(a[i][0], a[i][1], a[i][2], a[i][3], as + ktg_a_slot(wm0 + i * "
+                    "16 + a_r, kk + a_c));");
     }
     b->indent = 8;
     kt_buf_line(b, "}");
@@ -1418,10 +1278,10 @@ static void emit_mma_stage(const gemm_emit *e)
         b->indent = 12;
         kt_buf_line(b, "/* one x4 load: b[j] from matrices 0 and 1, b[j + 1] from 2 and 3 */");
         if (x3) {
-            kt_buf_line(b, "kt_ldsm_x4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], bs + "
+            kt_buf_line(b, "kt_ldmatrix_x4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], bs + "
                            "ktg_b_slot(wn0 + j * 8 + b_r, kk + b_c));");
         } else if (tf32) {
-            kt_buf_line(b, "kt_ldsm_x4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], bs + "
+            kt_buf_line(b, "kt_ldmatrix_x4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], bs + "
                            "ktg_b_slot(wn0 + j * 8 + b_r, kk + b_c));");
             kt_buf_line(b, "#pragma unroll");
             kt_buf_line(b, "for (int r = 0; r < 2; r++) {");
@@ -1429,10 +1289,10 @@ static void emit_mma_stage(const gemm_emit *e)
             kt_buf_line(b, "    b[j + 1][r] = kt_tf32(__uint_as_float(b[j + 1][r]));");
             kt_buf_line(b, "}");
         } else if (ob->row_is_k) {
-            kt_buf_line(b, "kt_ldsm_x4_trans(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], bs + "
+            kt_buf_line(b, "kt_ldmatrix_x4_trans(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], bs + "
                            "ktg_b_slot(kk + b_r, wn0 + j * 8 + b_c));");
         } else {
-            kt_buf_line(b, "kt_ldsm_x4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], bs + "
+            kt_buf_line(b, "kt_ldmatrix_x4(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], bs + "
                            "ktg_b_slot(wn0 + j * 8 + b_r, kk + b_c));");
         }
     }
@@ -1463,14 +1323,15 @@ static void emit_mma_stage(const gemm_emit *e)
             kt_buf_line(b, "for (int i = 0; i < MI; i++)");
             kt_buf_line(b, "    #pragma unroll");
             kt_buf_line(b, "    for (int j = 0; j < NI; j++)");
-            kt_buf_line(b, "        kt_mma(acc[i][j], %s[i], %s[j]);", terms[k][0], terms[k][1]);
+            kt_buf_line(b, "        %s(acc[i][j], %s[i], %s[j]);", mma_fn(c->math), terms[k][0],
+                        terms[k][1]);
         }
     } else {
         kt_buf_line(b, "#pragma unroll");
         kt_buf_line(b, "for (int i = 0; i < MI; i++) {");
         kt_buf_line(b, "    #pragma unroll");
         kt_buf_line(b, "    for (int j = 0; j < NI; j++)");
-        kt_buf_line(b, "        kt_mma(acc[i][j], a[i], b[j]);");
+        kt_buf_line(b, "        %s(acc[i][j], a[i], b[j]);", mma_fn(c->math));
         kt_buf_line(b, "}");
     }
     b->indent = 4;
@@ -1773,7 +1634,7 @@ static void emit_serial_epilogue(const gemm_emit *e)
                 c->tc ? " * 4" : "");
     kt_buf_line(b, "if (slice > 0) {");
     b->indent = 8;
-    kt_buf_line(b, "ktg_wait_turn(sem, slice);");
+    kt_buf_line(b, "kt_sem_wait(sem, slice);");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int i = 0; i < %s; i++) {", c->tc ? "MI" : "TM");
     kt_buf_line(b, "    #pragma unroll");
@@ -1799,7 +1660,7 @@ static void emit_serial_epilogue(const gemm_emit *e)
                   "kt_st_cg4(run + (i * NI + j) * THREADS * 4, acc[i][j][0], acc[i][j][1], "
                   "acc[i][j][2], acc[i][j][3]);",
                   "kt_st_cg(run + (i * TN + j) * THREADS, acc[i][j]);");
-    kt_buf_line(b, "ktg_pass_turn(sem, slice + 1);");
+    kt_buf_line(b, "kt_sem_pass(sem, slice + 1);");
     kt_buf_line(b, "return;");
     b->indent = 4;
     kt_buf_line(b, "}");
@@ -1910,89 +1771,19 @@ static void emit_store_args(const gemm_emit *e, kt_buf *args)
  * big); warpgroup w owns C^T rows (C columns) n0 + 64 w .. + 63, all BM columns (C rows). */
 static void emit_wgmma_helpers(const gemm_emit *e)
 {
-    const gemm_cfg *c = e->c;
-    kt_buf *b = e->b;
-    int nd = c->bm / 2; /* accumulator floats per thread */
-    kt_buf_printf(
-        b,
-        "\n/* ---- wgmma: tile layout, descriptor, fences ---- */\n"
-        "/* Float offset of (row, k) in a tile of 128-byte rows in the 128-byte swizzle: the "
-        "16-byte\n"
-        " * chunk index XORed with row %% 8 (tiles start 1024-byte aligned). */\n"
-        "__device__ __forceinline__ int ktw_off(int row, int k)\n"
-        "{\n"
-        "    return row * 32 + ((((k >> 2) ^ row) & 7) << 2) + (k & 3);\n"
-        "}\n"
-        "/* Descriptor of a K-major operand in such a tile: 128-byte swizzle (bits 62-63), 8-row\n"
-        " * groups 1024 bytes apart (stride offset, bits 32-45); the leading offset is unused "
-        "while a\n"
-        " * k8 step stays inside one 128-byte row. A k step of 8 floats adds 32 bytes (2 in the\n"
-        " * address field's 16-byte unit). */\n"
-        "__device__ __forceinline__ unsigned long long ktw_desc(const void *p)\n"
-        "{\n"
-        "    return (unsigned long long)((kt_smem_u32(p) & 0x3FFFF) >> 4) | 1ull << 16 |\n"
-        "           (1024ull >> 4) << 32 | 1ull << 62;\n"
-        "}\n"
-        "__device__ __forceinline__ void ktw_fence()\n"
-        "{\n"
-        "    asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\");\n"
-        "}\n"
-        "__device__ __forceinline__ void ktw_commit()\n"
-        "{\n"
-        "    asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\");\n"
-        "}\n"
-        "__device__ __forceinline__ void ktw_wait()\n"
-        "{\n"
-        "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\");\n"
-        "}\n"
-        "/* Shared-memory writes of the generic proxy (cp.async, the small halves) become visible "
-        "to\n"
-        " * wgmma's async proxy. */\n"
-        "__device__ __forceinline__ void ktw_fence_proxy()\n"
-        "{\n"
-        "    asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\");\n"
-        "}\n"
-        "/* Keeps the in-flight wgmmas' A fragments live (and their registers untouched) until\n"
-        " * their wait: ptxas does not know the wgmmas read them after issue. */\n"
-        "__device__ __forceinline__ void ktw_pin(const unsigned (&a)[4][4], const unsigned "
-        "(&b)[4][4])\n"
-        "{\n"
-        "#pragma unroll\n"
-        "    for (int i = 0; i < 4; i++)\n"
-        "#pragma unroll\n"
-        "        for (int r = 0; r < 4; r++)\n"
-        "            asm volatile(\"\" ::\"r\"(a[i][r]), \"r\"(b[i][r]) : \"memory\");\n"
-        "}\n"
-        "/* After the wait: the sums are read only from here on (the compiler sees wgmma write "
-        "them\n"
-        " * when it is issued, not when it completes). */\n"
-        "__device__ __forceinline__ void ktw_hold(float (&d)[BM / 8][4])\n"
-        "{\n"
-        "#pragma unroll\n"
-        "    for (int j = 0; j < BM / 8; j++)\n"
-        "#pragma unroll\n"
-        "        for (int r = 0; r < 4; r++)\n"
-        "            asm volatile(\"\" : \"+f\"(d[j][r])::\"memory\");\n"
-        "}\n"
-        "/* d += a x b: m64n%dk8, tf32 operands, fp32 sums; a is this warp's 16 x 8 fragment of "
-        "the\n"
-        " * warpgroup's 64 x 8 A (m16n8k8 layout), b a descriptor of the 8 x %d B. */\n"
-        "__device__ __forceinline__ void ktw_mma(float (&d)[BM / 8][4], const unsigned (&a)[4], "
-        "unsigned long long db)\n"
-        "{\n"
-        "    asm volatile(\"{\\n.reg .pred p;\\nsetp.eq.u32 p, 1, 1;\\n\"\n"
-        "                 \"wgmma.mma_async.sync.aligned.m64n%dk8.f32.tf32.tf32 {",
-        c->bm, c->bm, c->bm);
-    for (int i = 0; i < nd; i++)
-        kt_buf_printf(b, "%s%%%d", i ? "," : "", i);
-    kt_buf_printf(b, "}, {%%%d,%%%d,%%%d,%%%d}, %%%d, p, 1, 1;\\n}\\n\"\n", nd, nd + 1, nd + 2,
-                  nd + 3, nd + 4);
-    kt_buf_printf(b, "                 : ");
-    for (int i = 0; i < nd; i++)
-        kt_buf_printf(b, "%s\"+f\"(d[%d][%d])%s", i ? " " : "", i / 4, i % 4,
-                      i + 1 < nd ? (i % 4 == 3 ? ",\n                   " : ",") : "\n");
-    kt_buf_printf(b, "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), "
-                     "\"l\"(db));\n}\n");
+    kt_buf_printf(e->b,
+                  "\n/* ---- wgmma: tile layout and descriptor ----\n"
+                  " * Tiles of 128-byte rows (32 floats of k) in the 128-byte swizzle, 1024-byte "
+                  "aligned\n"
+                  " * (kt_swizzle128_f32). Their descriptor: 8-row groups 1024 bytes apart (stride "
+                  "offset); the\n"
+                  " * leading offset is unused while a k8 step stays inside one 128-byte row. A k "
+                  "step of 8\n"
+                  " * floats adds 32 bytes (2 in the address field's 16-byte unit). */\n"
+                  "__device__ __forceinline__ unsigned long long ktw_desc(const void *p)\n"
+                  "{\n"
+                  "    return kt_wgmma_desc(p, 16, 1024, KT_WGMMA_SW128);\n"
+                  "}\n");
 }
 
 #define SPLIT_THREADS 256
@@ -2017,10 +1808,10 @@ static void emit_split_kernel(const gemm_emit *e)
                 "i += (idx_t)gridDim.x * %d) {",
                 SPLIT_THREADS, SPLIT_THREADS);
     kt_buf_line(b, "    float4 v = a[i];");
-    kt_buf_line(b, "    v.x -= __uint_as_float(__float_as_uint(v.x) & 0xffffe000u);");
-    kt_buf_line(b, "    v.y -= __uint_as_float(__float_as_uint(v.y) & 0xffffe000u);");
-    kt_buf_line(b, "    v.z -= __uint_as_float(__float_as_uint(v.z) & 0xffffe000u);");
-    kt_buf_line(b, "    v.w -= __uint_as_float(__float_as_uint(v.w) & 0xffffe000u);");
+    kt_buf_line(b, "    v.x = kt_tf32_trunc_rest(v.x);");
+    kt_buf_line(b, "    v.y = kt_tf32_trunc_rest(v.y);");
+    kt_buf_line(b, "    v.z = kt_tf32_trunc_rest(v.z);");
+    kt_buf_line(b, "    v.w = kt_tf32_trunc_rest(v.w);");
     kt_buf_line(b, "    small[i] = v;");
     kt_buf_line(b, "}");
     b->indent = 0;
@@ -2078,20 +1869,22 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "for (int i = tid; i < BM * 8; i += THREADS) {");
     kt_buf_line(b, "    const int r = i >> 3, ch = i & 7, m = m0 + r, k = k0 + ch * 4;");
     kt_buf_line(b, "    const bool ok = m < M && k < K;");
-    kt_buf_line(b, "    kt_cp_async16(sa + ktw_off(r, ch * 4), ag + (ok ? (idx_t)m * K + k : 0), "
-                   "ok ? 16 : 0);");
+    kt_buf_line(
+        b, "    kt_cp_async16(sa + kt_swizzle128_f32(r, ch * 4), ag + (ok ? (idx_t)m * K + k : 0), "
+           "ok ? 16 : 0);");
     if (ps)
-        kt_buf_line(b, "    kt_cp_async16(asmall + st * A_TILE + ktw_off(r, ch * 4), asg + (ok ? "
-                       "(idx_t)m * K + k : 0), ok ? 16 : 0);");
+        kt_buf_line(
+            b, "    kt_cp_async16(asmall + st * A_TILE + kt_swizzle128_f32(r, ch * 4), asg + (ok ? "
+               "(idx_t)m * K + k : 0), ok ? 16 : 0);");
     kt_buf_line(b, "}");
     kt_buf_line(b, "#pragma unroll");
     if (bt) {
         kt_buf_line(b, "for (int i = tid; i < BN * 8; i += THREADS) {");
         kt_buf_line(b, "    const int r = i >> 3, ch = i & 7, n = n0 + r, k = k0 + ch * 4;");
         kt_buf_line(b, "    const bool ok = n < N && k < K;");
-        kt_buf_line(b,
-                    "    kt_cp_async16(sb + ktw_off(r, ch * 4), bg + (ok ? (idx_t)n * K + k : 0), "
-                    "ok ? 16 : 0);");
+        kt_buf_line(b, "    kt_cp_async16(sb + kt_swizzle128_f32(r, ch * 4), bg + (ok ? (idx_t)n * "
+                       "K + k : 0), "
+                       "ok ? 16 : 0);");
     } else {
         kt_buf_line(b, "for (int i = tid; i < 32 * (BN / 4); i += THREADS) {");
         kt_buf_line(b,
@@ -2116,13 +1909,13 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "    #pragma unroll");
         kt_buf_line(b, "    for (int i = tid; i < A_TILE / 4; i += THREADS) {");
         kt_buf_line(b, "        float4 v = raw[i];");
-        kt_buf_line(b, "        v.x -= __uint_as_float(__float_as_uint(v.x) & 0xffffe000u);");
-        kt_buf_line(b, "        v.y -= __uint_as_float(__float_as_uint(v.y) & 0xffffe000u);");
-        kt_buf_line(b, "        v.z -= __uint_as_float(__float_as_uint(v.z) & 0xffffe000u);");
-        kt_buf_line(b, "        v.w -= __uint_as_float(__float_as_uint(v.w) & 0xffffe000u);");
+        kt_buf_line(b, "        v.x = kt_tf32_trunc_rest(v.x);");
+        kt_buf_line(b, "        v.y = kt_tf32_trunc_rest(v.y);");
+        kt_buf_line(b, "        v.z = kt_tf32_trunc_rest(v.z);");
+        kt_buf_line(b, "        v.w = kt_tf32_trunc_rest(v.w);");
         kt_buf_line(b, "        small[i] = v;");
         kt_buf_line(b, "    }");
-        kt_buf_line(b, "    ktw_fence_proxy();");
+        kt_buf_line(b, "    kt_fence_proxy_async();");
         kt_buf_line(b, "};");
     }
 
@@ -2134,10 +1927,15 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "    for (int ks = 0; ks < 4; ks++) {");
     if (bt) {
         kt_buf_line(b, "        const int k = ks * 8 + t, n = nw + g;");
-        kt_buf_line(b, "        kt_split_tf32(sb[ktw_off(n, k)], big[ks][0], lo[ks][0]);");
-        kt_buf_line(b, "        kt_split_tf32(sb[ktw_off(n + 8, k)], big[ks][1], lo[ks][1]);");
-        kt_buf_line(b, "        kt_split_tf32(sb[ktw_off(n, k + 4)], big[ks][2], lo[ks][2]);");
-        kt_buf_line(b, "        kt_split_tf32(sb[ktw_off(n + 8, k + 4)], big[ks][3], lo[ks][3]);");
+        kt_buf_line(b,
+                    "        kt_split_tf32(sb[kt_swizzle128_f32(n, k)], big[ks][0], lo[ks][0]);");
+        kt_buf_line(
+            b, "        kt_split_tf32(sb[kt_swizzle128_f32(n + 8, k)], big[ks][1], lo[ks][1]);");
+        kt_buf_line(
+            b, "        kt_split_tf32(sb[kt_swizzle128_f32(n, k + 4)], big[ks][2], lo[ks][2]);");
+        kt_buf_line(
+            b,
+            "        kt_split_tf32(sb[kt_swizzle128_f32(n + 8, k + 4)], big[ks][3], lo[ks][3]);");
     } else {
         kt_buf_line(b, "        const float *f = sb + (ks * 8 + t) * LDB + nw + g;");
         kt_buf_line(b, "        kt_split_tf32(f[0], big[ks][0], lo[ks][0]);");
@@ -2164,7 +1962,7 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "__syncthreads();");
     /* cp.async wrote the tiles through the generic proxy; wgmma reads them through the async
      * proxy (make_small ends with the same fence) */
-    kt_buf_line(b, ps ? "ktw_fence_proxy();" : "make_small(0, 0);");
+    kt_buf_line(b, ps ? "kt_fence_proxy_async();" : "make_small(0, 0);");
     kt_buf_line(b, "__syncthreads();");
     kt_buf_line(b, "load_frags(0, big, lo);");
     kt_buf_line(b, "/* Tile kt's wgmmas run while the block prepares tile kt + 1: its copies "
@@ -2177,14 +1975,14 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
                 "const unsigned long long da = ktw_desc(as + st * A_TILE), ds = "
                 "ktw_desc(asmall + %s * A_TILE);",
                 ps ? "st" : "(kt & 1)");
-    kt_buf_line(b, "ktw_fence();");
+    kt_buf_line(b, "kt_wgmma_fence();");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < 4; ks++) {");
-    kt_buf_line(b, "    ktw_mma(part, lo[ks], da + 2 * ks);  /* B small x A big */");
-    kt_buf_line(b, "    ktw_mma(part, big[ks], ds + 2 * ks); /* B big x A small */");
-    kt_buf_line(b, "    ktw_mma(part, big[ks], da + 2 * ks); /* B big x A big */");
+    kt_buf_line(b, "    kt_wgmma_tf32_rs<BM>(part, lo[ks], da + 2 * ks);  /* B small x A big */");
+    kt_buf_line(b, "    kt_wgmma_tf32_rs<BM>(part, big[ks], ds + 2 * ks); /* B big x A small */");
+    kt_buf_line(b, "    kt_wgmma_tf32_rs<BM>(part, big[ks], da + 2 * ks); /* B big x A big */");
     kt_buf_line(b, "}");
-    kt_buf_line(b, "ktw_commit();");
+    kt_buf_line(b, "kt_wgmma_commit();");
     kt_buf_line(b, "/* stage (kt - 1) %% STAGES: tile kt - 1's wgmmas were waited for by every "
                    "warpgroup */");
     kt_buf_line(b, "if (kt + STAGES - 1 < KTILES)");
@@ -2195,14 +1993,15 @@ static void emit_wgmma_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "    kt_cp_async_wait<STAGES - 2>(); /* tile kt + 1 has landed */");
     kt_buf_line(b, "    __syncthreads();");
     if (ps)
-        kt_buf_line(b, "    ktw_fence_proxy();");
+        kt_buf_line(b, "    kt_fence_proxy_async();");
     else
         kt_buf_line(b, "    make_small((kt + 1) %% STAGES, (kt + 1) & 1);");
     kt_buf_line(b, "    load_frags((kt + 1) %% STAGES, nbig, nlo);");
     kt_buf_line(b, "}");
-    kt_buf_line(b, "ktw_wait();");
-    kt_buf_line(b, "ktw_pin(big, lo); /* the wgmmas read these registers until now */");
-    kt_buf_line(b, "ktw_hold(part);");
+    kt_buf_line(b, "kt_wgmma_wait<0>();");
+    kt_buf_line(b, "kt_reg_pin(big); /* the wgmmas read these registers until now */");
+    kt_buf_line(b, "kt_reg_pin(lo);");
+    kt_buf_line(b, "kt_reg_hold(part);");
     kt_buf_line(b, "/* the truncating sums of FLUSH_KTILES k tiles, carried into acc with "
                    "round-to-nearest FADDs */");
     kt_buf_line(b, "if ((kt + 1) %% FLUSH_KTILES == 0 || kt + 1 == KTILES) {");
@@ -2538,9 +2337,9 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     char entry[64];
     main_entry(&c, entry, sizeof(entry));
     ops_emit_header(&b, grp, s);
+    emit_includes(&e);
     ops_emit_prelude(&b);
     emit_constants(&e);
-    emit_ptx_helpers(&e);
     if (c.serial)
         emit_serial_helpers(&e);
     if (c.cluster)

@@ -3,6 +3,7 @@
  * <cmocka.h>. */
 #pragma once
 
+#include "ops/devlib.h"
 #include "ops/family.h"
 #include "search/compile.h"
 
@@ -63,6 +64,19 @@ static inline void emit_test_nan_safe(const char *src)
         fail_msg("emitted code drops NaN (fmaxf/fminf; use kt_max/kt_min) at: %.80s\n---- source "
                  "----\n%s",
                  bad, src);
+}
+
+/* True when src, with the device library headers it includes inlined (as records store it),
+ * holds text: the PTX of a wrapper the emitted code calls. */
+static inline bool emit_test_has(const char *src, const char *text)
+{
+    char *flat = NULL;
+    kt_err err = {0};
+    if (ops_devlib_inline(src, &flat, &err) < 0)
+        fail_msg("inlining the device library: %s", err.msg);
+    bool has = strstr(flat, text) != NULL;
+    free(flat);
+    return has;
 }
 
 /* Compiles src for arch; fails the test with the NVRTC log on error or on any register spill. */

@@ -20,9 +20,9 @@
 
 static const char *family;
 
-static const char *const families[] = {"arch",    "cp_async", "ldmatrix", "mma",
-                                       "memory",  "swizzle",  "reduce",   "cluster",
-                                       "mbarrier", "tma",     "setmaxnreg", "wgmma"};
+static const char *const families[] = {"arch",     "cp_async", "ldmatrix",   "mma",
+                                       "memory",   "swizzle",  "reduce",     "cluster",
+                                       "mbarrier", "tma",      "setmaxnreg", "wgmma"};
 
 static char *read_kernel(const char *fam)
 {
@@ -46,8 +46,7 @@ static int compile(const char *fam, const char *src, const char *arch)
     if (srch_nvrtc_compile(b.data, arch, &r) < 0)
         fail_msg("NVRTC failed to run");
     if (r.status != SRCH_COMPILE_OK)
-        fail_msg("%s for %s does not compile:\n%s\n---- source ----\n%s", fam, arch, r.log,
-                 b.data);
+        fail_msg("%s for %s does not compile:\n%s\n---- source ----\n%s", fam, arch, r.log, b.data);
     int n = r.n_kernels;
     srch_compile_result_release(&r);
     kt_buf_free(&b);
