@@ -13,7 +13,7 @@
 
 #include <math.h>
 
-/* Index math exported by ops/emit_gemm.c for these tests. */
+/* Index math exported by ops/gemm/plan.c for these tests. */
 #include "ops/emit_gemm.h"
 
 extern const ops_family ops_family_gemm;
