@@ -86,15 +86,14 @@ void gemm_emit_batch_indices(const gemm_emit *e)
         for (int s = 0; s < b->indent; s++)
             kt_buf_printf(b, " ");
         if (i == 0 && inner == 1)
-            kt_buf_printf(b, "const int b0 = bz;\n");
+            kt_buf_line(b, "const int b0 = bz;");
         else if (i == 0)
-            kt_buf_printf(b, "const int b0 = bz / %lld;\n", (long long)inner);
+            kt_buf_line(b, "const int b0 = bz / %lld;", (long long)inner);
         else if (inner == 1)
-            kt_buf_printf(b, "const int %s = bz %% %lld;\n", gemm_bnames[i],
-                          (long long)ob->d[i].size);
+            kt_buf_line(b, "const int %s = bz %% %lld;", gemm_bnames[i], (long long)ob->d[i].size);
         else
-            kt_buf_printf(b, "const int %s = bz / %lld %% %lld;\n", gemm_bnames[i],
-                          (long long)inner, (long long)ob->d[i].size);
+            kt_buf_line(b, "const int %s = bz / %lld %% %lld;", gemm_bnames[i], (long long)inner,
+                        (long long)ob->d[i].size);
         inner *= ob->d[i].size;
     }
 }
@@ -147,20 +146,20 @@ static void emit_includes(const gemm_emit *e)
     bool ldsm = false;
     if (c->tc && !c->wgmma)
         ldsm = gemm_is_tf32(c->math) ? !c->op[0].scalar_frag || !c->op[1].scalar_frag : true;
-    kt_buf_printf(b,
-                  "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */\n"
-                  "#include \"ktune/cp_async.cuh\"\n");
+    kt_buf_line(b, "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */");
+    kt_buf_line(b, "#include \"ktune/cp_async.cuh\"");
     if (ldsm)
-        kt_buf_printf(b, "#include \"ktune/ldmatrix.cuh\"\n");
+        kt_buf_line(b, "#include \"ktune/ldmatrix.cuh\"");
     if (c->tc)
-        kt_buf_printf(b, "#include \"ktune/mma.cuh\"\n");
+        kt_buf_line(b, "#include \"ktune/mma.cuh\"");
     if (c->serial)
-        kt_buf_printf(b, "#include \"ktune/memory.cuh\"\n");
+        kt_buf_line(b, "#include \"ktune/memory.cuh\"");
     if (c->cluster)
-        kt_buf_printf(b, "#include \"ktune/cluster.cuh\"\n");
-    if (c->wgmma)
-        kt_buf_printf(b, "#include \"ktune/swizzle.cuh\"\n"
-                         "#include \"ktune/wgmma.cuh\"\n");
+        kt_buf_line(b, "#include \"ktune/cluster.cuh\"");
+    if (c->wgmma) {
+        kt_buf_line(b, "#include \"ktune/swizzle.cuh\"");
+        kt_buf_line(b, "#include \"ktune/wgmma.cuh\"");
+    }
 }
 
 /* ---- emitted helpers: constants, raster, layouts, loaders ---- */
@@ -170,86 +169,84 @@ static void emit_constants(const gemm_emit *e)
     const gemm_problem *p = e->p;
     const gemm_cfg *c = e->c;
     kt_buf *b = e->b;
-    kt_buf_printf(b,
-                  "\n/* ---- problem and schedule (compile-time constants) ----\n"
-                  " * out[bz, m, n] = epilogue(sum_k A[bz, m, k] * B[bz, k, n]); A is stored %s, "
-                  "B %s. */\n",
-                  p->trans[0] ? "[K][M] (transposed)" : "[M][K]",
-                  p->trans[1] ? "[N][K] (transposed)" : "[K][N]");
-    kt_buf_printf(b, "enum : int { M = %lld, N = %lld, K = %lld, BATCH = %lld };\n",
-                  (long long)p->M, (long long)p->N, (long long)p->K, (long long)p->batch);
-    kt_buf_printf(b, "enum : int { BM = %d, BN = %d, BK = %d }; /* block tile */\n", c->bm, c->bn,
-                  c->bk);
-    kt_buf_printf(b,
-                  "enum : int { WM = %d, WN = %d, WTM = %d, WTN = %d }; /* warp grid, warp tile "
-                  "*/\n",
-                  c->wm, c->wn, c->wtm, c->wtn);
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* ---- problem and schedule (compile-time constants) ----");
+    kt_buf_line(
+        b, " * out[bz, m, n] = epilogue(sum_k A[bz, m, k] * B[bz, k, n]); A is stored %s, B %s. */",
+        p->trans[0] ? "[K][M] (transposed)" : "[M][K]",
+        p->trans[1] ? "[N][K] (transposed)" : "[K][N]");
+    kt_buf_line(b, "enum : int { M = %lld, N = %lld, K = %lld, BATCH = %lld };", (long long)p->M,
+                (long long)p->N, (long long)p->K, (long long)p->batch);
+    kt_buf_line(b, "enum : int { BM = %d, BN = %d, BK = %d }; /* block tile */", c->bm, c->bn,
+                c->bk);
+    kt_buf_line(b,
+                "enum : int { WM = %d, WN = %d, WTM = %d, WTN = %d }; /* warp grid, warp tile */",
+                c->wm, c->wn, c->wtm, c->wtn);
     if (!c->tc)
-        kt_buf_printf(b,
-                      "enum : int { LY = %d, LX = %d, TM = %d, TN = %d }; /* lane grid; thread "
-                      "tile, strided by LY, LX */\n",
-                      c->ly, c->lx, c->tm, c->tn);
+        kt_buf_line(b,
+                    "enum : int { LY = %d, LX = %d, TM = %d, TN = %d }; /* lane grid; thread tile, "
+                    "strided by LY, LX */",
+                    c->ly, c->lx, c->tm, c->tn);
     else if (!c->wgmma) /* the wgmma kernel lays out its tiles itself (gemm_emit_wgmma_kernel) */
-        kt_buf_printf(b, "enum : int { MI = %d, NI = %d }; /* m16 x n8 mma tiles per warp */\n",
-                      c->mi, c->ni);
-    kt_buf_printf(b, "enum : int { THREADS = %d, STAGES = %d, SPLITK = %d, RASTER = %d };\n",
-                  c->threads, c->stages, c->splitk, c->raster);
-    kt_buf_printf(b,
-                  "enum : int { TILES_M = %lld, TILES_N = %lld, KTILES = %lld, "
-                  "KTILES_PER_SLICE = %lld };\n",
-                  (long long)c->tiles_m, (long long)c->tiles_n, (long long)c->ktiles,
-                  (long long)c->kps);
+        kt_buf_line(b, "enum : int { MI = %d, NI = %d }; /* m16 x n8 mma tiles per warp */", c->mi,
+                    c->ni);
+    kt_buf_line(b, "enum : int { THREADS = %d, STAGES = %d, SPLITK = %d, RASTER = %d };",
+                c->threads, c->stages, c->splitk, c->raster);
+    kt_buf_line(
+        b, "enum : int { TILES_M = %lld, TILES_N = %lld, KTILES = %lld, KTILES_PER_SLICE = %lld };",
+        (long long)c->tiles_m, (long long)c->tiles_n, (long long)c->ktiles, (long long)c->kps);
     if (!c->wgmma)
-        kt_buf_printf(
-            b, "enum : int { A_STAGE = %d, B_STAGE = %d }; /* shared elements per stage */\n",
-            c->op[0].stage, c->op[1].stage);
+        kt_buf_line(b, "enum : int { A_STAGE = %d, B_STAGE = %d }; /* shared elements per stage */",
+                    c->op[0].stage, c->op[1].stage);
     if (c->math == MATH_TF32X3)
-        kt_buf_printf(b,
-                      "enum : int { FLUSH_KTILES = %d }; /* k tiles summed inside the mmas "
-                      "before an FADD */\n",
-                      c->flush_ktiles);
-    kt_buf_printf(b, "typedef %s idx_t;\n", c->idx64 ? "long long" : "int");
-    if (c->serial)
-        kt_buf_printf(b,
-                      "/* Serial split-K workspace (%lld bytes, zeroed before the launch):\n"
-                      " *   [0, ACC_OFFSET): int sem[BATCH][TILES_M * TILES_N], the slice whose "
-                      "turn it is per tile;\n"
-                      " *   [ACC_OFFSET, end): float run[BATCH][TILES_M * TILES_N][BM * BN], the "
-                      "running sum of each\n"
-                      " *   tile in its threads' register order (register r of thread t at r * "
-                      "THREADS + t, %s). */\n"
-                      "enum : int { ACC_OFFSET = %lld };\n",
-                      (long long)gemm_serial_workspace_bytes(p, c),
-                      c->tc ? "in float4 groups of one mma tile" : "one float each",
-                      (long long)gemm_serial_acc_offset(p, c));
+        kt_buf_line(
+            b,
+            "enum : int { FLUSH_KTILES = %d }; /* k tiles summed inside the mmas before an FADD */",
+            c->flush_ktiles);
+    kt_buf_line(b, "typedef %s idx_t;", c->idx64 ? "long long" : "int");
+    if (c->serial) {
+        kt_buf_line(b, "/* Serial split-K workspace (%lld bytes, zeroed before the launch):",
+                    (long long)gemm_serial_workspace_bytes(p, c));
+        kt_buf_line(b, " *   [0, ACC_OFFSET): int sem[BATCH][TILES_M * TILES_N], the slice whose "
+                       "turn it is per tile;");
+        kt_buf_line(b, " *   [ACC_OFFSET, end): float run[BATCH][TILES_M * TILES_N][BM * BN], the "
+                       "running sum of each");
+        kt_buf_line(b,
+                    " *   tile in its threads' register order (register r of thread t at r * "
+                    "THREADS + t, %s). */",
+                    c->tc ? "in float4 groups of one mma tile" : "one float each");
+        kt_buf_line(b, "enum : int { ACC_OFFSET = %lld };",
+                    (long long)gemm_serial_acc_offset(p, c));
+    }
 }
 
 static void emit_raster(const gemm_emit *e)
 {
     kt_buf *b = e->b;
     if (e->c->raster == 1) {
-        kt_buf_printf(b, "\n/* Block pid -> output tile, row by row. */\n"
-                         "__device__ __forceinline__ void ktg_raster(int pid, int &tm, int &tn)\n"
-                         "{\n"
-                         "    tm = pid / TILES_N;\n"
-                         "    tn = pid %% TILES_N;\n"
-                         "}\n");
+        kt_buf_printf(b, "\n");
+        kt_buf_line(b, "/* Block pid -> output tile, row by row. */");
+        kt_buf_line(b, "__device__ __forceinline__ void ktg_raster(int pid, int &tm, int &tn)");
+        kt_buf_line(b, "{");
+        kt_buf_line(b, "    tm = pid / TILES_N;");
+        kt_buf_line(b, "    tn = pid %% TILES_N;");
+        kt_buf_line(b, "}");
         return;
     }
-    kt_buf_printf(b,
-                  "\n/* Block pid -> output tile: groups of RASTER tile-rows are walked column by "
-                  "column, so\n"
-                  " * consecutive blocks share B columns and a few A rows in L2. A bijection "
-                  "onto the tiles. */\n"
-                  "__device__ __forceinline__ void ktg_raster(int pid, int &tm, int &tn)\n"
-                  "{\n"
-                  "    const int per_group = RASTER * TILES_N;\n"
-                  "    const int first_m = pid / per_group * RASTER;\n"
-                  "    const int rows = TILES_M - first_m < RASTER ? TILES_M - first_m : "
-                  "RASTER;\n"
-                  "    tm = first_m + pid %% per_group %% rows;\n"
-                  "    tn = pid %% per_group / rows;\n"
-                  "}\n");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(
+        b,
+        "/* Block pid -> output tile: groups of RASTER tile-rows are walked column by column, so");
+    kt_buf_line(b, " * consecutive blocks share B columns and a few A rows in L2. A bijection onto "
+                   "the tiles. */");
+    kt_buf_line(b, "__device__ __forceinline__ void ktg_raster(int pid, int &tm, int &tn)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    const int per_group = RASTER * TILES_N;");
+    kt_buf_line(b, "    const int first_m = pid / per_group * RASTER;");
+    kt_buf_line(b, "    const int rows = TILES_M - first_m < RASTER ? TILES_M - first_m : RASTER;");
+    kt_buf_line(b, "    tm = first_m + pid %% per_group %% rows;");
+    kt_buf_line(b, "    tn = pid %% per_group / rows;");
+    kt_buf_line(b, "}");
 }
 
 /* ag, bg: operand A and B of batch bz (broadcast batch dims folded in). */
@@ -274,7 +271,7 @@ void gemm_emit_operand_pointers(const gemm_emit *e)
             ops_emit_bcast_offset(b, &p->opb[k], &p->obatch, idx);
             kt_buf_printf(b, " * %s", mat[k]);
         }
-        kt_buf_printf(b, ";\n");
+        kt_buf_printf(b, ";\n"); /* ends the line begun above */
     }
 }
 

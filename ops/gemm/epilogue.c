@@ -33,7 +33,8 @@ int gemm_emit_epilogue(const gemm_emit *e)
         "__device__ __forceinline__ float ktg_epilogue(",
         ops_emit_comment_text(mo->name, cm, sizeof(cm)));
     gemm_emit_epi_list(e, true);
-    kt_buf_printf(b, "int bz, int m, int n, float acc)\n{\n");
+    kt_buf_line(b, "int bz, int m, int n, float acc)");
+    kt_buf_line(b, "{");
     b->indent = 4;
     bool need_b = false;
     for (int i = 0; i < p->grp->n_in; i++) {
@@ -80,7 +81,7 @@ int gemm_emit_epilogue(const gemm_emit *e)
         gemm_emit_indent(b);
         kt_buf_printf(b, "const float v%d = ", i);
         rc = ops_emit_elementwise(b, n, ops);
-        kt_buf_printf(b, "; /* %s = %s */\n",
+        kt_buf_printf(b, "; /* %s = %s */\n", /* ends the line begun above */
                       ops_emit_comment_text(g->tensors[n->out].name, cm, sizeof(cm)),
                       ops_op_info_get(n->op)->name);
         for (int k = 0; k < n->n_in; k++)
@@ -90,7 +91,7 @@ int gemm_emit_epilogue(const gemm_emit *e)
     value_name(p, g->tensors[p->out].producer, res, sizeof(res));
     kt_buf_line(b, "return %s;", res);
     b->indent = 0;
-    kt_buf_printf(b, "}\n");
+    kt_buf_line(b, "}");
 
     /* Stores of one element and of an (n, n + 1) pair, masked at the matrix edges. */
     ops_dtype odt = g->tensors[p->out].dtype;
@@ -98,10 +99,13 @@ int gemm_emit_epilogue(const gemm_emit *e)
     bool mchk = p->M % c->bm != 0, nchk = p->N % c->bn != 0;
     kt_buf_printf(b, "__device__ __forceinline__ void ktg_store(");
     gemm_emit_epi_list(e, true);
-    kt_buf_printf(b, "%s *__restrict__ out, int bz, int m, int n, float acc)\n{\n", oty);
-    if (mchk || nchk)
-        kt_buf_printf(b, "    if (%s%s%s)\n        return;\n", mchk ? "m >= M" : "",
-                      mchk && nchk ? " || " : "", nchk ? "n >= N" : "");
+    kt_buf_line(b, "%s *__restrict__ out, int bz, int m, int n, float acc)", oty);
+    kt_buf_line(b, "{");
+    if (mchk || nchk) {
+        kt_buf_line(b, "    if (%s%s%s)", mchk ? "m >= M" : "", mchk && nchk ? " || " : "",
+                    nchk ? "n >= N" : "");
+        kt_buf_line(b, "        return;");
+    }
     kt_buf_printf(b, "    out[((idx_t)bz * M + m) * N + n] = ");
     {
         kt_buf call = {0};
@@ -114,34 +118,37 @@ int gemm_emit_epilogue(const gemm_emit *e)
         ops_emit_from_float(save, odt, call.data ? call.data : "");
         kt_buf_free(&call);
     }
-    kt_buf_printf(b, ";\n}\n");
+    kt_buf_line(b, ";");
+    kt_buf_line(b, "}");
     kt_buf_printf(b, "/* Elements (m, n) and (m, n + 1); n is even. */\n"
                      "__device__ __forceinline__ void ktg_store2(");
     gemm_emit_epi_list(e, true);
-    kt_buf_printf(b, "%s *__restrict__ out, int bz, int m, int n, float acc0, float acc1)\n{\n",
-                  oty);
+    kt_buf_line(b, "%s *__restrict__ out, int bz, int m, int n, float acc0, float acc1)", oty);
+    kt_buf_line(b, "{");
     if (p->N % 2 == 0) {
-        if (mchk || nchk)
-            kt_buf_printf(b, "    if (%s%s%s)\n        return;\n", mchk ? "m >= M" : "",
-                          mchk && nchk ? " || " : "", nchk ? "n >= N" : "");
+        if (mchk || nchk) {
+            kt_buf_line(b, "    if (%s%s%s)", mchk ? "m >= M" : "", mchk && nchk ? " || " : "",
+                        nchk ? "n >= N" : "");
+            kt_buf_line(b, "        return;");
+        }
         kt_buf_printf(b, "    const float y0 = ktg_epilogue(");
         gemm_emit_epi_list(e, false);
         kt_buf_printf(b, "bz, m, n, acc0);\n    const float y1 = ktg_epilogue(");
         gemm_emit_epi_list(e, false);
-        kt_buf_printf(b, "bz, m, n + 1, acc1);\n");
-        kt_buf_printf(b, "    /* N is even: the pair is contiguous and %d-byte aligned */\n",
-                      2 * (int)ops_dtype_size(odt));
+        kt_buf_line(b, "bz, m, n + 1, acc1);");
+        kt_buf_line(b, "    /* N is even: the pair is contiguous and %d-byte aligned */",
+                    2 * (int)ops_dtype_size(odt));
         if (odt == OPS_DT_F32) {
-            kt_buf_printf(b, "    *reinterpret_cast<float2 *>(out + ((idx_t)bz * M + m) * N + n) = "
-                             "make_float2(y0, y1);\n");
+            kt_buf_line(b, "    *reinterpret_cast<float2 *>(out + ((idx_t)bz * M + m) * N + n) = "
+                           "make_float2(y0, y1);");
         } else {
             kt_buf lo = {0}, hi = {0};
             ops_emit_from_float(&lo, odt, "y0");
             ops_emit_from_float(&hi, odt, "y1");
-            kt_buf_printf(b,
-                          "    *reinterpret_cast<unsigned *>(out + ((idx_t)bz * M + m) * N + n) = "
-                          "%s | (unsigned)%s << 16;\n",
-                          lo.data ? lo.data : "", hi.data ? hi.data : "");
+            kt_buf_line(b,
+                        "    *reinterpret_cast<unsigned *>(out + ((idx_t)bz * M + m) * N + n) = %s "
+                        "| (unsigned)%s << 16;",
+                        lo.data ? lo.data : "", hi.data ? hi.data : "");
             kt_buf_free(&lo);
             kt_buf_free(&hi);
         }
@@ -150,37 +157,39 @@ int gemm_emit_epilogue(const gemm_emit *e)
         gemm_emit_epi_list(e, false);
         kt_buf_printf(b, "out, bz, m, n, acc0);\n    if (n + 1 < N)\n        ktg_store(");
         gemm_emit_epi_list(e, false);
-        kt_buf_printf(b, "out, bz, m, n + 1, acc1);\n");
+        kt_buf_line(b, "out, bz, m, n + 1, acc1);");
     }
-    kt_buf_printf(b, "}\n");
+    kt_buf_line(b, "}");
     if (c->parallel) {
-        kt_buf_printf(b,
-                      "/* Split-K partial sums: fp32 slice `slice` of the workspace, "
-                      "[SPLITK][BATCH][M][N]. */\n"
-                      "__device__ __forceinline__ void ktg_partial(float *ws, int slice, int bz, "
-                      "int m, int n, float acc)\n"
-                      "{\n");
-        if (mchk || nchk)
-            kt_buf_printf(b, "    if (%s%s%s)\n        return;\n", mchk ? "m >= M" : "",
-                          mchk && nchk ? " || " : "", nchk ? "n >= N" : "");
-        kt_buf_printf(b, "    ws[(((idx_t)slice * BATCH + bz) * M + m) * N + n] = acc;\n}\n");
-        kt_buf_printf(b,
-                      "__device__ __forceinline__ void ktg_partial2(float *ws, int slice, int bz, "
-                      "int m, int n, float acc0, float acc1)\n"
-                      "{\n");
-        if (p->N % 2 == 0) {
-            if (mchk || nchk)
-                kt_buf_printf(b, "    if (%s%s%s)\n        return;\n", mchk ? "m >= M" : "",
-                              mchk && nchk ? " || " : "", nchk ? "n >= N" : "");
-            kt_buf_printf(b,
-                          "    *reinterpret_cast<float2 *>(ws + (((idx_t)slice * BATCH + bz) * M "
-                          "+ m) * N + n) = make_float2(acc0, acc1);\n");
-        } else {
-            kt_buf_printf(b, "    ktg_partial(ws, slice, bz, m, n, acc0);\n"
-                             "    if (n + 1 < N)\n"
-                             "        ktg_partial(ws, slice, bz, m, n + 1, acc1);\n");
+        kt_buf_line(b, "/* Split-K partial sums: fp32 slice `slice` of the workspace, "
+                       "[SPLITK][BATCH][M][N]. */");
+        kt_buf_line(b, "__device__ __forceinline__ void ktg_partial(float *ws, int slice, int bz, "
+                       "int m, int n, float acc)");
+        kt_buf_line(b, "{");
+        if (mchk || nchk) {
+            kt_buf_line(b, "    if (%s%s%s)", mchk ? "m >= M" : "", mchk && nchk ? " || " : "",
+                        nchk ? "n >= N" : "");
+            kt_buf_line(b, "        return;");
         }
-        kt_buf_printf(b, "}\n");
+        kt_buf_line(b, "    ws[(((idx_t)slice * BATCH + bz) * M + m) * N + n] = acc;");
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "__device__ __forceinline__ void ktg_partial2(float *ws, int slice, int bz, "
+                       "int m, int n, float acc0, float acc1)");
+        kt_buf_line(b, "{");
+        if (p->N % 2 == 0) {
+            if (mchk || nchk) {
+                kt_buf_line(b, "    if (%s%s%s)", mchk ? "m >= M" : "", mchk && nchk ? " || " : "",
+                            nchk ? "n >= N" : "");
+                kt_buf_line(b, "        return;");
+            }
+            kt_buf_line(b, "    *reinterpret_cast<float2 *>(ws + (((idx_t)slice * BATCH + bz) * M "
+                           "+ m) * N + n) = make_float2(acc0, acc1);");
+        } else {
+            kt_buf_line(b, "    ktg_partial(ws, slice, bz, m, n, acc0);");
+            kt_buf_line(b, "    if (n + 1 < N)");
+            kt_buf_line(b, "        ktg_partial(ws, slice, bz, m, n + 1, acc1);");
+        }
+        kt_buf_line(b, "}");
     }
     return rc;
 }

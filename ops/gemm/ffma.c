@@ -11,14 +11,16 @@ void gemm_emit_ffma_stage(const gemm_emit *e)
     const gemm_cfg *c = e->c;
     kt_buf *b = e->b;
     const char *sty = ops_emit_ctype(c->sdt);
-    kt_buf_printf(b,
-                  "\n/* One BK-deep stage on FFMA: the thread at (am, bn) of its warp tile owns "
-                  "rows am + i * LY and\n"
-                  " * columns bn + j * LX (strided, so a warp's shared loads hit distinct banks "
-                  "or broadcast). */\n"
-                  "__device__ __forceinline__ void ktg_stage(const %s *as, const %s *bs, int am, "
-                  "int bn, float (&acc)[TM][TN])\n{\n",
-                  sty, sty);
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* One BK-deep stage on FFMA: the thread at (am, bn) of its warp tile owns "
+                   "rows am + i * LY and");
+    kt_buf_line(b, " * columns bn + j * LX (strided, so a warp's shared loads hit distinct banks "
+                   "or broadcast). */");
+    kt_buf_line(b,
+                "__device__ __forceinline__ void ktg_stage(const %s *as, const %s *bs, int am, int "
+                "bn, float (&acc)[TM][TN])",
+                sty, sty);
+    kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int k = 0; k < BK; k++) {");
@@ -50,5 +52,5 @@ void gemm_emit_ffma_stage(const gemm_emit *e)
     b->indent = 4;
     kt_buf_line(b, "}");
     b->indent = 0;
-    kt_buf_printf(b, "}\n");
+    kt_buf_line(b, "}");
 }

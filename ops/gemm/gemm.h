@@ -39,7 +39,11 @@
  *   cost.c      the cost model
  * The CUDA they write includes the device library (ops/device/ktune/) for every instruction
  * wrapper; what is generated here is the problem-specific code (tile layouts, loaders, stages,
- * epilogue, kernels). */
+ * epilogue, kernels). One emission style, kt_buf_line: one call per line of CUDA, so the C reads
+ * top to bottom like the kernel it writes (the clearest of the three styles the emitters used:
+ * multi-line kt_buf_printf blocks hid the line structure, static char[] blocks the parameters);
+ * kt_buf_printf only writes a blank line or the pieces of a line assembled from parts
+ * (parameter lists, expressions), which a kt_buf_line or "\n" then ends. */
 #pragma once
 
 #include "ops/emit_gemm.h"

@@ -12,16 +12,18 @@ void gemm_emit_main_kernel(const gemm_emit *e, const char *entry)
     const gemm_cfg *c = e->c;
     kt_buf *b = e->b;
     const char *sty = ops_emit_ctype(c->sdt);
-    kt_buf_printf(b, "\n/* Block: a BM x BN output tile of batch bz%s; %d warps. */\n",
-                  c->parallel  ? " over the k tiles of one split-K slice"
-                  : c->serial  ? " over the k tiles of one split-K slice, summed in turn"
-                  : c->cluster ? " over the k tiles of one split-K slice, summed in its cluster"
-                               : "",
-                  c->wm * c->wn);
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* Block: a BM x BN output tile of batch bz%s; %d warps. */",
+                c->parallel  ? " over the k tiles of one split-K slice"
+                : c->serial  ? " over the k tiles of one split-K slice, summed in turn"
+                : c->cluster ? " over the k tiles of one split-K slice, summed in its cluster"
+                             : "",
+                c->wm * c->wn);
     kt_buf_printf(b, "extern \"C\" __global__ void %s__launch_bounds__(THREADS, 1) %s",
                   c->cluster ? "__cluster_dims__(SPLITK, 1, 1) " : "", entry);
     gemm_emit_kernel_params(e, c->parallel || c->serial);
-    kt_buf_printf(b, "\n{\n");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "extern __shared__ __align__(128) unsigned char kt_smem[];");
     kt_buf_line(b, "%s *as = reinterpret_cast<%s *>(kt_smem); /* STAGES x A_STAGE */", sty, sty);
@@ -171,5 +173,5 @@ void gemm_emit_main_kernel(const gemm_emit *e, const char *entry)
     }
     kt_buf_free(&args);
     b->indent = 0;
-    kt_buf_printf(b, "}\n");
+    kt_buf_line(b, "}");
 }

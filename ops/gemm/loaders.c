@@ -16,33 +16,35 @@ void gemm_emit_slot_fn(const gemm_emit *e, int k)
     const char *rn = o->row_is_k ? "k" : (k ? "n" : "m");
     const char *cn = o->row_is_k ? (k ? "n" : "m") : "k";
     if (c->smem == SMEM_PAD) {
-        kt_buf_printf(b,
-                      "/* %c tile in shared memory: [%d %s][%d %s], rows padded by %d elements (%d "
-                      "bytes) against bank conflicts. */\n"
-                      "__device__ __forceinline__ int ktg_%c_slot(int r, int c)\n"
-                      "{\n"
-                      "    return r * %d + c;\n"
-                      "}\n",
-                      k ? 'B' : 'A', o->R, rn, o->C, cn, o->pad, o->pad * c->esize, X, o->stride);
+        kt_buf_line(b,
+                    "/* %c tile in shared memory: [%d %s][%d %s], rows padded by %d elements (%d "
+                    "bytes) against bank conflicts. */",
+                    k ? 'B' : 'A', o->R, rn, o->C, cn, o->pad, o->pad * c->esize);
+        kt_buf_line(b, "__device__ __forceinline__ int ktg_%c_slot(int r, int c)", X);
+        kt_buf_line(b, "{");
+        kt_buf_line(b, "    return r * %d + c;", o->stride);
+        kt_buf_line(b, "}");
         return;
     }
     int e16 = 16 / c->esize, cpr = o->C / e16, rpl = cpr >= 8 ? 1 : 8 / cpr;
     char rpl_s[32];
     snprintf(rpl_s, sizeof(rpl_s), rpl == 1 ? "r" : "(r / %d)", rpl);
-    kt_buf_printf(b,
-                  "/* %c tile in shared memory: [%d %s][%d %s], 16-byte chunk q = r * %d + c / %d "
-                  "XOR-swizzled with\n"
-                  " * %s %% 8, so 8 consecutive rows at one column hit 8 different bank "
-                  "groups. */\n"
-                  "__device__ __forceinline__ int ktg_%c_slot(int r, int c)\n"
-                  "{\n",
-                  k ? 'B' : 'A', o->R, rn, o->C, cn, cpr, e16, rpl_s, X);
+    kt_buf_line(b,
+                "/* %c tile in shared memory: [%d %s][%d %s], 16-byte chunk q = r * %d + c / %d "
+                "XOR-swizzled with",
+                k ? 'B' : 'A', o->R, rn, o->C, cn, cpr, e16);
+    kt_buf_line(b,
+                " * %s %% 8, so 8 consecutive rows at one column hit 8 different bank groups. */",
+                rpl_s);
+    kt_buf_line(b, "__device__ __forceinline__ int ktg_%c_slot(int r, int c)", X);
+    kt_buf_line(b, "{");
     kt_buf_printf(b, "    return ((r * %d + (c >> %d)) ^ (", cpr, gemm_ilog2(e16));
     if (rpl == 1)
         kt_buf_printf(b, "r & 7");
     else
         kt_buf_printf(b, "(r >> %d) & 7", gemm_ilog2(rpl));
-    kt_buf_printf(b, ")) * %d + (c & %d);\n}\n", e16, e16 - 1);
+    kt_buf_line(b, ")) * %d + (c & %d);", e16, e16 - 1);
+    kt_buf_line(b, "}");
 }
 
 void gemm_emit_loader(const gemm_emit *e, int k)
@@ -68,12 +70,13 @@ void gemm_emit_loader(const gemm_emit *e, int k)
                       p->cast[k] >= 0 && !gemm_cast_is_identity(p, k) ? " (the prologue cast)"
                       : p->src_dt[k] != c->sdt ? " (converted to the math type)"
                                                : " (rows are not 4-byte aligned)");
-    kt_buf_printf(b, ",\n * %d per thread; elements past the matrix are zero-filled. */\n",
-                  o->iters);
-    kt_buf_printf(b,
-                  "__device__ __forceinline__ void ktg_load_%c(%s *s, const %s *__restrict__ g, "
-                  "int r0, int c0)\n{\n",
-                  X, sty, gty);
+    kt_buf_line(b, ",");
+    kt_buf_line(b, " * %d per thread; elements past the matrix are zero-filled. */", o->iters);
+    kt_buf_line(b,
+                "__device__ __forceinline__ void ktg_load_%c(%s *s, const %s *__restrict__ g, int "
+                "r0, int c0)",
+                X, sty, gty);
+    kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int i = 0; i < %d; i++) {", o->iters);
@@ -165,7 +168,7 @@ void gemm_emit_loader(const gemm_emit *e, int k)
     b->indent = 4;
     kt_buf_line(b, "}");
     b->indent = 0;
-    kt_buf_printf(b, "}\n");
+    kt_buf_line(b, "}");
 }
 
 /* Arguments (r0, c0) of the A or B loader for block origin (m0, n0) and k offset k0. */
@@ -184,15 +187,15 @@ void gemm_emit_load_tiles(const gemm_emit *e)
     const char *ra, *ca, *rb, *cb;
     loader_origin(c, 0, &ra, &ca);
     loader_origin(c, 1, &rb, &cb);
-    kt_buf_printf(e->b,
-                  "/* Starts the loads of the A and B tiles of k offset k0 into one pipeline "
-                  "stage. */\n"
-                  "__device__ __forceinline__ void ktg_load_tiles(%s *as, %s *bs, const %s "
-                  "*__restrict__ ag, const %s *__restrict__ bg, int m0, int n0, int k0)\n"
-                  "{\n"
-                  "    ktg_load_a(as, ag, %s, %s);\n"
-                  "    ktg_load_b(bs, bg, %s, %s);\n"
-                  "}\n",
-                  sty, sty, ops_emit_ctype(p->src_dt[0]), ops_emit_ctype(p->src_dt[1]), ra, ca, rb,
-                  cb);
+    kt_buf_line(
+        e->b,
+        "/* Starts the loads of the A and B tiles of k offset k0 into one pipeline stage. */");
+    kt_buf_line(e->b,
+                "__device__ __forceinline__ void ktg_load_tiles(%s *as, %s *bs, const %s "
+                "*__restrict__ ag, const %s *__restrict__ bg, int m0, int n0, int k0)",
+                sty, sty, ops_emit_ctype(p->src_dt[0]), ops_emit_ctype(p->src_dt[1]));
+    kt_buf_line(e->b, "{");
+    kt_buf_line(e->b, "    ktg_load_a(as, ag, %s, %s);", ra, ca);
+    kt_buf_line(e->b, "    ktg_load_b(bs, bg, %s, %s);", rb, cb);
+    kt_buf_line(e->b, "}");
 }

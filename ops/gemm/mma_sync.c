@@ -25,35 +25,37 @@ void gemm_emit_mma_stage(const gemm_emit *e)
     bool tf32 = gemm_is_tf32(c->math), x3 = c->math == MATH_TF32X3;
     /* tf32x3 keeps the raw fp32 bits in the fragments and splits them after loading. */
     const char *cv = x3 ? "__float_as_uint" : "kt_tf32";
-    if (tf32)
-        kt_buf_printf(
-            b,
-            "\n/* One BK-deep stage: the warp at (wm0, wn0) of the block tile multiplies "
-            "its WTM x WTN sub-tile,\n"
-            " * MI x NI mma.sync.m16n8k8 (tf32%s) per 8-deep k step. Fragments (PTX ISA; g = "
-            "lane / 4, t = lane %% 4):\n"
-            " *   A 16x8: a0 (row g, k t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + "
-            "4)\n"
-            " *   B 8x8:  b0 (k t, col g), b1 (k t + 4, col g)\n"
-            " *   C 16x8: c0, c1 (row g, cols 2t, 2t + 1), c2, c3 (row g + 8, same cols) "
-            "*/\n",
-            x3 ? "; three per product, on the big/small split of each operand" : "");
-    else
-        kt_buf_printf(
-            b, "\n/* One BK-deep stage: the warp at (wm0, wn0) of the block tile multiplies "
-               "its WTM x WTN sub-tile,\n"
-               " * MI x NI mma.sync.m16n8k16 per 16-deep k step. Fragments (PTX ISA; g = "
-               "lane / 4, t = lane %% 4;\n"
-               " * each register holds two 16-bit elements, the lower k first):\n"
-               " *   A 16x16: a0 (row g, k 2t..2t+1), a1 (g + 8, 2t..), a2 (g, 2t + 8..), a3 "
-               "(g + 8, 2t + 8..)\n"
-               " *   B 16x8:  b0 (k 2t..2t+1, col g), b1 (k 2t + 8.., col g)\n"
-               " *   C 16x8:  c0, c1 (row g, cols 2t, 2t + 1), c2, c3 (row g + 8, same cols) "
-               "*/\n");
-    kt_buf_printf(b,
-                  "__device__ __forceinline__ void ktg_stage(const %s *as, const %s *bs, int wm0, "
-                  "int wn0, int lane, float (&acc)[MI][NI][4])\n{\n",
-                  sty, sty);
+    if (tf32) {
+        kt_buf_printf(b, "\n");
+        kt_buf_line(b, "/* One BK-deep stage: the warp at (wm0, wn0) of the block tile multiplies "
+                       "its WTM x WTN sub-tile,");
+        kt_buf_line(b,
+                    " * MI x NI mma.sync.m16n8k8 (tf32%s) per 8-deep k step. Fragments (PTX ISA; g "
+                    "= lane / 4, t = lane %% 4):",
+                    x3 ? "; three per product, on the big/small split of each operand" : "");
+        kt_buf_line(
+            b, " *   A 16x8: a0 (row g, k t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)");
+        kt_buf_line(b, " *   B 8x8:  b0 (k t, col g), b1 (k t + 4, col g)");
+        kt_buf_line(
+            b, " *   C 16x8: c0, c1 (row g, cols 2t, 2t + 1), c2, c3 (row g + 8, same cols) */");
+    } else {
+        kt_buf_printf(b, "\n");
+        kt_buf_line(b, "/* One BK-deep stage: the warp at (wm0, wn0) of the block tile multiplies "
+                       "its WTM x WTN sub-tile,");
+        kt_buf_line(b, " * MI x NI mma.sync.m16n8k16 per 16-deep k step. Fragments (PTX ISA; g = "
+                       "lane / 4, t = lane %% 4;");
+        kt_buf_line(b, " * each register holds two 16-bit elements, the lower k first):");
+        kt_buf_line(b, " *   A 16x16: a0 (row g, k 2t..2t+1), a1 (g + 8, 2t..), a2 (g, 2t + 8..), "
+                       "a3 (g + 8, 2t + 8..)");
+        kt_buf_line(b, " *   B 16x8:  b0 (k 2t..2t+1, col g), b1 (k 2t + 8.., col g)");
+        kt_buf_line(
+            b, " *   C 16x8:  c0, c1 (row g, cols 2t, 2t + 1), c2, c3 (row g + 8, same cols) */");
+    }
+    kt_buf_line(b,
+                "__device__ __forceinline__ void ktg_stage(const %s *as, const %s *bs, int wm0, "
+                "int wn0, int lane, float (&acc)[MI][NI][4])",
+                sty, sty);
+    kt_buf_line(b, "{");
     b->indent = 4;
     /* Lane addresses of the ldmatrix rows, from the kind tables shared with the tests. */
     int ka = -1, kb = -1;
@@ -187,29 +189,30 @@ void gemm_emit_mma_stage(const gemm_emit *e)
     b->indent = 4;
     kt_buf_line(b, "}");
     b->indent = 0;
-    kt_buf_printf(b, "}\n");
-    if (x3)
-        kt_buf_printf(
-            b,
-            "\n/* The tensor cores add into their fp32 accumulator by truncation, whose error "
-            "grows with the\n"
-            " * number of adds (measured on the H100: 7e-6 normwise over K = 1024 summed in the "
-            "mmas).\n"
-            " * The mmas therefore sum FLUSH_KTILES k tiles (%d columns) into part, which a "
-            "round-to-nearest\n"
-            " * FADD carries into acc; part restarts at zero. */\n"
-            "__device__ __forceinline__ void ktg_flush(float (&acc)[MI][NI][4], float "
-            "(&part)[MI][NI][4])\n"
-            "{\n"
-            "#pragma unroll\n"
-            "    for (int i = 0; i < MI; i++)\n"
-            "#pragma unroll\n"
-            "        for (int j = 0; j < NI; j++)\n"
-            "#pragma unroll\n"
-            "            for (int r = 0; r < 4; r++) {\n"
-            "                acc[i][j][r] += part[i][j][r];\n"
-            "                part[i][j][r] = 0.0f;\n"
-            "            }\n"
-            "}\n",
-            c->flush_ktiles * c->bk);
+    kt_buf_line(b, "}");
+    if (x3) {
+        kt_buf_printf(b, "\n");
+        kt_buf_line(b, "/* The tensor cores add into their fp32 accumulator by truncation, whose "
+                       "error grows with the");
+        kt_buf_line(b, " * number of adds (measured on the H100: 7e-6 normwise over K = 1024 "
+                       "summed in the mmas).");
+        kt_buf_line(b,
+                    " * The mmas therefore sum FLUSH_KTILES k tiles (%d columns) into part, which "
+                    "a round-to-nearest",
+                    c->flush_ktiles * c->bk);
+        kt_buf_line(b, " * FADD carries into acc; part restarts at zero. */");
+        kt_buf_line(b, "__device__ __forceinline__ void ktg_flush(float (&acc)[MI][NI][4], float "
+                       "(&part)[MI][NI][4])");
+        kt_buf_line(b, "{");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "    for (int i = 0; i < MI; i++)");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "        for (int j = 0; j < NI; j++)");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "            for (int r = 0; r < 4; r++) {");
+        kt_buf_line(b, "                acc[i][j][r] += part[i][j][r];");
+        kt_buf_line(b, "                part[i][j][r] = 0.0f;");
+        kt_buf_line(b, "            }");
+        kt_buf_line(b, "}");
+    }
 }

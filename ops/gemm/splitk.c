@@ -16,42 +16,39 @@
 void gemm_emit_serial_helpers(const gemm_emit *e)
 {
     kt_buf *b = e->b;
-    kt_buf_printf(
-        b,
-        "\n/* ---- serial split-K hand-off ----\n"
-        " * The SPLITK blocks of a tile (adjacent blockIdx.x, slice fastest) each sum their k "
-        "slice, then take\n"
-        " * turns in slice order on the tile's semaphore: slice s waits until sem == s, adds the "
-        "running sum\n"
-        " * (slice 0 has none), and either stores it and sets sem = s + 1 or, being the last, "
-        "applies the\n"
-        " * epilogue. The sum order is fixed, so results are deterministic. No deadlock: a slice "
-        "waits only\n"
-        " * for lower slices, which have lower block indices and so are started first, and the "
-        "whole grid\n"
-        " * fits on the GPU at one block per SM. Running sums bypass L1 (.cg): another SM wrote "
-        "them\n"
-        " * (ktune/memory.cuh: kt_ld_cg, kt_st_cg, the semaphore's kt_sem_wait and kt_sem_pass). "
-        "*/\n");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* ---- serial split-K hand-off ----");
+    kt_buf_line(b, " * The SPLITK blocks of a tile (adjacent blockIdx.x, slice fastest) each sum "
+                   "their k slice, then take");
+    kt_buf_line(b, " * turns in slice order on the tile's semaphore: slice s waits until sem == s, "
+                   "adds the running sum");
+    kt_buf_line(b, " * (slice 0 has none), and either stores it and sets sem = s + 1 or, being the "
+                   "last, applies the");
+    kt_buf_line(b, " * epilogue. The sum order is fixed, so results are deterministic. No "
+                   "deadlock: a slice waits only");
+    kt_buf_line(b, " * for lower slices, which have lower block indices and so are started first, "
+                   "and the whole grid");
+    kt_buf_line(b, " * fits on the GPU at one block per SM. Running sums bypass L1 (.cg): another "
+                   "SM wrote them");
+    kt_buf_line(b, " * (ktune/memory.cuh: kt_ld_cg, kt_st_cg, the semaphore's kt_sem_wait and "
+                   "kt_sem_pass). */");
 }
 
 void gemm_emit_cluster_helpers(const gemm_emit *e)
 {
-    kt_buf_printf(
-        e->b,
-        "\n/* ---- cluster split-K ----\n"
-        " * The SPLITK blocks of a tile (adjacent blockIdx.x, slice fastest) are one thread-block "
-        "cluster\n"
-        " * (__cluster_dims__), so block rank = slice. Each writes its fp32 partial tile into its "
-        "shared memory\n"
-        " * in register order; after a cluster barrier, slice r sums the partials of the mma tiles "
-        "(i, j) with\n"
-        " * (i * NI + j) %% SPLITK == r over slices 0, 1, ... in order (deterministic), reading "
-        "the "
-        "others'\n"
-        " * shared memory, and stores them through the epilogue. A second barrier keeps every "
-        "block's shared\n"
-        " * memory alive until the others have read it. */\n");
+    kt_buf_printf(e->b, "\n");
+    kt_buf_line(e->b, "/* ---- cluster split-K ----");
+    kt_buf_line(e->b, " * The SPLITK blocks of a tile (adjacent blockIdx.x, slice fastest) are one "
+                      "thread-block cluster");
+    kt_buf_line(e->b, " * (__cluster_dims__), so block rank = slice. Each writes its fp32 partial "
+                      "tile into its shared memory");
+    kt_buf_line(e->b, " * in register order; after a cluster barrier, slice r sums the partials of "
+                      "the mma tiles (i, j) with");
+    kt_buf_line(e->b, " * (i * NI + j) %% SPLITK == r over slices 0, 1, ... in order "
+                      "(deterministic), reading the others'");
+    kt_buf_line(e->b, " * shared memory, and stores them through the epilogue. A second barrier "
+                      "keeps every block's shared");
+    kt_buf_line(e->b, " * memory alive until the others have read it. */");
 }
 
 /* A loop over the thread's accumulator tiles running `tc` (mma paths: acc[i][j][0..3]) or `ffma`
@@ -182,14 +179,17 @@ void gemm_emit_reduce_kernel(const gemm_emit *e)
     bool pair = p->N % 2 == 0;
     kt_buf args = {0};
     gemm_emit_store_args(e, &args);
-    kt_buf_printf(b,
-                  "\n/* Split-K reduction: sums the SPLITK fp32 partials of %s in slice order "
-                  "(deterministic),\n * then applies the epilogue. */\n",
-                  pair ? "two adjacent elements" : "one element");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(
+        b,
+        "/* Split-K reduction: sums the SPLITK fp32 partials of %s in slice order (deterministic),",
+        pair ? "two adjacent elements" : "one element");
+    kt_buf_line(b, " * then applies the epilogue. */");
     kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_splitk_reduce",
                   REDUCE_THREADS);
     gemm_emit_kernel_params(e, true);
-    kt_buf_printf(b, "\n{\n");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "const float *__restrict__ ws = static_cast<const float *>(workspace);");
     kt_buf_line(b, "constexpr idx_t TOTAL = (idx_t)BATCH * M * N;");
@@ -220,5 +220,5 @@ void gemm_emit_reduce_kernel(const gemm_emit *e)
         kt_buf_line(b, "ktg_store(%s, bz, m, n, s0);", args.data ? args.data : "");
     kt_buf_free(&args);
     b->indent = 0;
-    kt_buf_printf(b, "}\n");
+    kt_buf_line(b, "}");
 }

@@ -21,19 +21,21 @@
  * big); warpgroup w owns C^T rows (C columns) n0 + 64 w .. + 63, all BM columns (C rows). */
 void gemm_emit_wgmma_helpers(const gemm_emit *e)
 {
-    kt_buf_printf(e->b,
-                  "\n/* ---- wgmma: tile layout and descriptor ----\n"
-                  " * Tiles of 128-byte rows (32 floats of k) in the 128-byte swizzle, 1024-byte "
-                  "aligned\n"
-                  " * (kt_swizzle128_f32). Their descriptor: 8-row groups 1024 bytes apart (stride "
-                  "offset); the\n"
-                  " * leading offset is unused while a k8 step stays inside one 128-byte row. A k "
-                  "step of 8\n"
-                  " * floats adds 32 bytes (2 in the address field's 16-byte unit). */\n"
-                  "__device__ __forceinline__ unsigned long long ktw_desc(const void *p)\n"
-                  "{\n"
-                  "    return kt_wgmma_desc(p, 16, 1024, KT_WGMMA_SW128);\n"
-                  "}\n");
+    kt_buf_printf(e->b, "\n");
+    kt_buf_line(e->b, "/* ---- wgmma: tile layout and descriptor ----");
+    kt_buf_line(
+        e->b,
+        " * Tiles of 128-byte rows (32 floats of k) in the 128-byte swizzle, 1024-byte aligned");
+    kt_buf_line(e->b, " * (kt_swizzle128_f32). Their descriptor: 8-row groups 1024 bytes apart "
+                      "(stride offset); the");
+    kt_buf_line(
+        e->b,
+        " * leading offset is unused while a k8 step stays inside one 128-byte row. A k step of 8");
+    kt_buf_line(e->b, " * floats adds 32 bytes (2 in the address field's 16-byte unit). */");
+    kt_buf_line(e->b, "__device__ __forceinline__ unsigned long long ktw_desc(const void *p)");
+    kt_buf_line(e->b, "{");
+    kt_buf_line(e->b, "    return kt_wgmma_desc(p, 16, 1024, KT_WGMMA_SW128);");
+    kt_buf_line(e->b, "}");
 }
 
 /* mma=wgmma_split's first kernel: A's small halves (x - big, big = x's top 19 bits) into the
@@ -41,12 +43,14 @@ void gemm_emit_wgmma_helpers(const gemm_emit *e)
 void gemm_emit_split_kernel(const gemm_emit *e)
 {
     kt_buf *b = e->b;
-    kt_buf_printf(b, "\n/* A's small halves into the workspace, read by the wgmma kernel's tile "
-                     "copies. */\n");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(
+        b, "/* A's small halves into the workspace, read by the wgmma kernel's tile copies. */");
     kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_split_a",
                   SPLIT_THREADS);
     gemm_emit_kernel_params(e, true);
-    kt_buf_printf(b, "\n{\n");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "const float4 *__restrict__ a = reinterpret_cast<const float4 *>(%s);",
                 gemm_in_name(e, e->p->src[0]));
@@ -63,20 +67,22 @@ void gemm_emit_split_kernel(const gemm_emit *e)
     kt_buf_line(b, "    small[i] = v;");
     kt_buf_line(b, "}");
     b->indent = 0;
-    kt_buf_printf(b, "}\n");
+    kt_buf_line(b, "}");
 }
 
 void gemm_emit_wgmma_kernel(const gemm_emit *e, const char *entry)
 {
     const gemm_cfg *c = e->c;
     kt_buf *b = e->b;
-    kt_buf_printf(b,
-                  "\n/* Block: a BM x BN output tile of batch bz, computed as its transpose by %d "
-                  "warpgroup%s. */\n",
-                  c->threads / 128, c->threads > 128 ? "s" : "");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b,
+                "/* Block: a BM x BN output tile of batch bz, computed as its transpose by %d "
+                "warpgroup%s. */",
+                c->threads / 128, c->threads > 128 ? "s" : "");
     kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1) %s", entry);
     gemm_emit_kernel_params(e, c->presplit);
-    kt_buf_printf(b, "\n{\n");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "{");
     b->indent = 4;
     bool bt = e->p->trans[1], ps = c->presplit;
     if (bt)
@@ -290,5 +296,5 @@ void gemm_emit_wgmma_kernel(const gemm_emit *e, const char *entry)
                 args.data ? args.data : "");
     kt_buf_free(&args);
     b->indent = 0;
-    kt_buf_printf(b, "}\n");
+    kt_buf_line(b, "}");
 }
