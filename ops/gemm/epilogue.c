@@ -19,6 +19,16 @@ static void value_name(const gemm_problem *p, int node, char *buf, size_t len)
             snprintf(buf, len, "v%d", i);
 }
 
+/* The store helpers' early return for an element past the matrix edge, where tiles overhang. */
+static void emit_edge_return(kt_buf *b, bool mchk, bool nchk)
+{
+    if (!mchk && !nchk)
+        return;
+    kt_buf_line(b, "    if (%s%s%s)", mchk ? "m >= M" : "", mchk && nchk ? " || " : "",
+                nchk ? "n >= N" : "");
+    kt_buf_line(b, "        return;");
+}
+
 int gemm_emit_epilogue(const gemm_emit *e)
 {
     const gemm_problem *p = e->p;
@@ -101,11 +111,7 @@ int gemm_emit_epilogue(const gemm_emit *e)
     gemm_emit_epi_list(e, true);
     kt_buf_line(b, "%s *__restrict__ out, int bz, int m, int n, float acc)", oty);
     kt_buf_line(b, "{");
-    if (mchk || nchk) {
-        kt_buf_line(b, "    if (%s%s%s)", mchk ? "m >= M" : "", mchk && nchk ? " || " : "",
-                    nchk ? "n >= N" : "");
-        kt_buf_line(b, "        return;");
-    }
+    emit_edge_return(b, mchk, nchk);
     kt_buf_printf(b, "    out[((idx_t)bz * M + m) * N + n] = ");
     {
         kt_buf call = {0};
@@ -126,11 +132,7 @@ int gemm_emit_epilogue(const gemm_emit *e)
     kt_buf_line(b, "%s *__restrict__ out, int bz, int m, int n, float acc0, float acc1)", oty);
     kt_buf_line(b, "{");
     if (p->N % 2 == 0) {
-        if (mchk || nchk) {
-            kt_buf_line(b, "    if (%s%s%s)", mchk ? "m >= M" : "", mchk && nchk ? " || " : "",
-                        nchk ? "n >= N" : "");
-            kt_buf_line(b, "        return;");
-        }
+        emit_edge_return(b, mchk, nchk);
         kt_buf_printf(b, "    const float y0 = ktg_epilogue(");
         gemm_emit_epi_list(e, false);
         kt_buf_printf(b, "bz, m, n, acc0);\n    const float y1 = ktg_epilogue(");
@@ -166,22 +168,14 @@ int gemm_emit_epilogue(const gemm_emit *e)
         kt_buf_line(b, "__device__ __forceinline__ void ktg_partial(float *ws, int slice, int bz, "
                        "int m, int n, float acc)");
         kt_buf_line(b, "{");
-        if (mchk || nchk) {
-            kt_buf_line(b, "    if (%s%s%s)", mchk ? "m >= M" : "", mchk && nchk ? " || " : "",
-                        nchk ? "n >= N" : "");
-            kt_buf_line(b, "        return;");
-        }
+        emit_edge_return(b, mchk, nchk);
         kt_buf_line(b, "    ws[(((idx_t)slice * BATCH + bz) * M + m) * N + n] = acc;");
         kt_buf_line(b, "}");
         kt_buf_line(b, "__device__ __forceinline__ void ktg_partial2(float *ws, int slice, int bz, "
                        "int m, int n, float acc0, float acc1)");
         kt_buf_line(b, "{");
         if (p->N % 2 == 0) {
-            if (mchk || nchk) {
-                kt_buf_line(b, "    if (%s%s%s)", mchk ? "m >= M" : "", mchk && nchk ? " || " : "",
-                            nchk ? "n >= N" : "");
-                kt_buf_line(b, "        return;");
-            }
+            emit_edge_return(b, mchk, nchk);
             kt_buf_line(b, "    *reinterpret_cast<float2 *>(ws + (((idx_t)slice * BATCH + bz) * M "
                            "+ m) * N + n) = make_float2(acc0, acc1);");
         } else {
