@@ -12,7 +12,8 @@
 __device__ __forceinline__ void kt_cluster_sync()
 {
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+                 "barrier.cluster.wait.acquire.aligned;\n" ::
+                     : "memory");
 }
 /* This block's rank in its cluster. */
 __device__ __forceinline__ unsigned kt_cluster_rank()

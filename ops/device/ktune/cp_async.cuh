@@ -9,14 +9,14 @@
  * copy from any valid address. dst and src are aligned to the copy's size. */
 __device__ __forceinline__ void kt_cp_async4(void *dst, const void *src, int src_bytes)
 {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(kt_smem_u32(dst)),
-                 "l"(src), "r"(src_bytes)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(kt_smem_u32(dst)), "l"(src),
+                 "r"(src_bytes)
                  : "memory");
 }
 __device__ __forceinline__ void kt_cp_async8(void *dst, const void *src, int src_bytes)
 {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(kt_smem_u32(dst)),
-                 "l"(src), "r"(src_bytes)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(kt_smem_u32(dst)), "l"(src),
+                 "r"(src_bytes)
                  : "memory");
 }
 __device__ __forceinline__ void kt_cp_async16(void *dst, const void *src, int src_bytes)

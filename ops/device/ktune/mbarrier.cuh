@@ -23,9 +23,9 @@ __device__ __forceinline__ void kt_mbar_fence_init()
 /* Arrives once. */
 __device__ __forceinline__ void kt_mbar_arrive(unsigned long long *bar)
 {
-    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(
-                     kt_smem_u32(bar))
-                 : "memory");
+    asm volatile(
+        "{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(kt_smem_u32(bar))
+        : "memory");
 }
 /* Arrives once and expects `bytes` more transaction bytes in this phase (a TMA copy's size). */
 __device__ __forceinline__ void kt_mbar_arrive_expect_tx(unsigned long long *bar, unsigned bytes)
