@@ -2,9 +2,11 @@
  * declares; and the emitter that turns (group, schedule) into readable CUDA C plus the launch
  * description the GPU worker and the deploy-time runtime use.
  *
- * Emitted kernels are self-contained: no #include, f16/bf16 are carried as 16-bit integers
+ * Emitted kernels include nothing from the CUDA toolkit: f16/bf16 are carried as 16-bit integers
  * (kt_f16, kt_bf16) converted through inline PTX by the prelude of ops_emit_prelude, so NVRTC
- * needs no include path and compiles fast. Shapes are compile-time constants: every kernel is
+ * needs no include path and compiles fast. Instruction wrappers come from the device library
+ * (#include "ktune/<family>.cuh", ops/devlib.h), which NVRTC gets in memory and records get
+ * inlined. Shapes are compile-time constants: every kernel is
  * specialised to the bound shapes of its group. */
 #pragma once
 
