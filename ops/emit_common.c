@@ -79,43 +79,6 @@ void ops_emit_prelude(kt_buf *b)
     kt_buf_printf(b, "%s", prelude);
 }
 
-/* Thread-block cluster helpers (sm_90): the cluster barrier (release / acquire: shared-memory
- * writes before it are visible to the cluster's blocks after it), the address of this block's
- * shared variable in block `rank`'s shared memory, and loads through such an address. */
-static const char cluster_helpers[] =
-    "/* ---- thread-block cluster helpers ---- */\n"
-    "__device__ __forceinline__ void kt_cluster_sync()\n"
-    "{\n"
-    "    asm volatile(\"barrier.cluster.arrive.release.aligned;\\n\"\n"
-    "                 \"barrier.cluster.wait.acquire.aligned;\\n\" ::: \"memory\");\n"
-    "}\n"
-    "__device__ __forceinline__ unsigned kt_cluster_addr(const void *p, unsigned rank)\n"
-    "{\n"
-    "    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;\n"
-    "    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(r) : \"r\"(a), "
-    "\"r\"(rank));\n"
-    "    return r;\n"
-    "}\n"
-    "__device__ __forceinline__ float kt_ld_cluster(unsigned addr)\n"
-    "{\n"
-    "    float v;\n"
-    "    asm volatile(\"ld.shared::cluster.f32 %0, [%1];\" : \"=f\"(v) : \"r\"(addr) : "
-    "\"memory\");\n"
-    "    return v;\n"
-    "}\n"
-    "__device__ __forceinline__ float4 kt_ld_cluster4(unsigned addr)\n"
-    "{\n"
-    "    float4 v;\n"
-    "    asm volatile(\"ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\" : \"=f\"(v.x), "
-    "\"=f\"(v.y), \"=f\"(v.z), \"=f\"(v.w) : \"r\"(addr) : \"memory\");\n"
-    "    return v;\n"
-    "}\n";
-
-void ops_emit_cluster_helpers(kt_buf *b)
-{
-    kt_buf_printf(b, "%s", cluster_helpers);
-}
-
 const char *ops_emit_ctype(ops_dtype dt)
 {
     switch (dt) {

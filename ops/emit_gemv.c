@@ -300,40 +300,6 @@ static const char *load_type(int bytes)
                         : "unsigned short";
 }
 
-/* kt_ld_a(p[, policy]): one load of A of `bytes` bytes with the schedule's cache hints (not
- * emitted for LOAD_CACHED, which reads A as an ordinary array). */
-static void emit_load_a(kt_buf *b, int bytes, int load)
-{
-    const char *t = load_type(bytes);
-    bool stream = load == LOAD_STREAM;
-    const char *q = stream ? ".L1::no_allocate.L2::cache_hint.L2::256B" : ".L2::256B";
-    kt_buf_line(b, "/* One load of A: %s. */",
-                stream ? "no L1 allocation, the L2 evict-first policy, a 256-byte L2 prefetch"
-                       : "a 256-byte L2 prefetch");
-    kt_buf_line(b, "__device__ __forceinline__ %s kt_ld_a(const %s *p%s)", t, t,
-                stream ? ", unsigned long long policy" : "");
-    kt_buf_line(b, "{");
-    kt_buf_line(b, "    %s v;", t);
-    const char *pin = stream ? ", \"l\"(policy)" : "";
-    if (bytes == 16)
-        kt_buf_line(
-            b,
-            "    asm(\"ld.global.nc%s.v4.u32 {%%0, %%1, %%2, %%3}, [%%4]%s;\" : \"=r\"(v.x), "
-            "\"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p)%s);",
-            q, stream ? ", %5" : "", pin);
-    else if (bytes == 8)
-        kt_buf_line(b,
-                    "    asm(\"ld.global.nc%s.v2.u32 {%%0, %%1}, [%%2]%s;\" : \"=r\"(v.x), "
-                    "\"=r\"(v.y) : \"l\"(p)%s);",
-                    q, stream ? ", %3" : "", pin);
-    else
-        kt_buf_line(b, "    asm(\"ld.global.nc%s.%s %%0, [%%1]%s;\" : \"=%s\"(v) : \"l\"(p)%s);", q,
-                    bytes == 4 ? "u32" : "u16", stream ? ", %2" : "", bytes == 4 ? "r" : "h", pin);
-    kt_buf_line(b, "    return v;");
-    kt_buf_line(b, "}");
-    kt_buf_printf(b, "\n");
-}
-
 static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                      ops_emitted *out, ops_diag *d)
 {
@@ -369,6 +335,13 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
 
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
+    /* between the header comment and the prelude, where a partition's module keeps it at file
+     * scope (as ops/gemm/emit.c does) */
+    kt_buf_line(&b,
+                "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */");
+    if (p.load != LOAD_CACHED)
+        kt_buf_line(&b, "#include \"ktune/memory.cuh\"");
+    kt_buf_line(&b, "#include \"ktune/reduce.cuh\"");
     ops_emit_prelude(&b);
     kt_buf_printf(&b, "\n");
     kt_buf_line(&b, "constexpr int M = %lld, K = %lld;", (long long)in.M, (long long)in.K);
@@ -378,8 +351,6 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf_printf(&b, "\n");
     int rc = emit_store(&b, grp, &in, params.data);
     int abytes = p.vec * (int)ops_dtype_size(in.adt), xbytes = p.vec * (int)ops_dtype_size(in.xdt);
-    if (p.load != LOAD_CACHED)
-        emit_load_a(&b, abytes, p.load);
     kt_buf_line(&b, "/* Lane groups of TPR lanes own R rows each; each step loads VEC elements of "
                     "x and of every row");
     kt_buf_line(&b,
@@ -403,9 +374,8 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf_line(&b, "}");
     kt_buf_line(&b, "const %s *xv = (const %s *)x;", load_type(xbytes), load_type(xbytes));
     if (p.load == LOAD_STREAM) {
-        kt_buf_line(&b, "unsigned long long policy; /* A is read once: evict it first from L2 */");
-        kt_buf_line(&b, "asm(\"createpolicy.fractional.L2::evict_first.b64 %%0, 1.0;\" : "
-                        "\"=l\"(policy));");
+        kt_buf_line(&b, "/* A is read once: evict it first from L2 */");
+        kt_buf_line(&b, "const unsigned long long policy = kt_policy_evict_first();");
     }
     /* Every load of a row in flight at once when a lane's share is short (DRAM wants ~4 MiB in
      * flight across the GPU); deeper unrolling of long rows only costs registers. */
@@ -423,11 +393,14 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf_line(&b, "#pragma unroll");
     kt_buf_line(&b, "for (int r = 0; r < R; r++) {");
     b.indent = 12;
+    /* prefetch: kt_ld_nc_pf (a 256-byte L2 prefetch); stream: kt_ld_nc_stream (no L1
+     * allocation, the evict-first policy, the prefetch) */
     if (p.load == LOAD_CACHED)
         kt_buf_line(&b, "const %s aw = arow[r][c];", load_type(abytes));
+    else if (p.load == LOAD_PREFETCH)
+        kt_buf_line(&b, "const %s aw = kt_ld_nc_pf(arow[r] + c);", load_type(abytes));
     else
-        kt_buf_line(&b, "const %s aw = kt_ld_a(arow[r] + c%s);", load_type(abytes),
-                    p.load == LOAD_STREAM ? ", policy" : "");
+        kt_buf_line(&b, "const %s aw = kt_ld_nc_stream(arow[r] + c, policy);", load_type(abytes));
     for (int l = 0; l < p.vec; l++) {
         lane_expr(ea, sizeof(ea), in.adt, p.vec, "aw", l);
         kt_buf_line(&b, "acc[r] = fmaf(%s, xf[%d], acc[r]);", ea, l);
@@ -439,9 +412,7 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf_line(&b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
     kt_buf_line(&b, "#pragma unroll");
     kt_buf_line(&b, "for (int r = 0; r < R; r++) {");
-    kt_buf_line(&b, "    #pragma unroll");
-    kt_buf_line(&b, "    for (int o = TPR / 2; o > 0; o /= 2)");
-    kt_buf_line(&b, "        acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o, TPR);");
+    kt_buf_line(&b, "    acc[r] = kt_warp_sum<TPR>(acc[r]);");
     kt_buf_line(&b, "    if (lane == 0 && m0 + r < M)");
     kt_buf_line(&b, "        kt_gemv_store(acc[r], m0 + r, %s);", call.data);
     kt_buf_line(&b, "}");

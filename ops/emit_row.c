@@ -2060,7 +2060,6 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
         ops_kernel_launch *k = &out->kernels[0];
         snprintf(k->entry, sizeof(k->entry), "ktune_row_split_cluster_t%d_%s_v%d", p->threads,
                  p->pass == PASS_ONE ? "one" : "multi", p->vec);
-        ops_emit_cluster_helpers(&kern);
         kt_buf_printf(&kern,
                       "\n/* %lld rows of %lld elements, %d chunks of %lld per row, a cluster "
                       "per row */\n",
@@ -2116,6 +2115,13 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
         out->workspace_bytes = ws_level_offset(in, p, in->n_levels + 1) * 4;
     }
     ops_emit_header(&b, grp, s);
+    /* between the header comment and the prelude, where a partition's module keeps it at file
+     * scope (as ops/gemm/emit.c does) */
+    if (p->strategy == ST_CLUSTER) {
+        kt_buf_line(
+            &b, "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */");
+        kt_buf_line(&b, "#include \"ktune/cluster.cuh\"");
+    }
     ops_emit_prelude(&b);
     ops_emit_vec_types(&b, gen.vec_types);
     emit_mm_functions(in, &b);

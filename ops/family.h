@@ -163,9 +163,6 @@ void ops_emit_header(kt_buf *b, const ops_group *grp, const ops_schedule *s);
 /* Type definitions, f16/bf16 conversions and the math helpers (kt_gelu, kt_gelu_tanh, ...)
  * every elementwise expression may use. */
 void ops_emit_prelude(kt_buf *b);
-/* Thread-block cluster helpers (sm_90): kt_cluster_sync(), kt_cluster_addr(p, rank) (p's
- * address in block rank's shared memory), kt_ld_cluster(addr), kt_ld_cluster4(addr). */
-void ops_emit_cluster_helpers(kt_buf *b);
 /* "float", "kt_f16", "kt_bf16" (or "double" for OPS_DT_F64). */
 const char *ops_emit_ctype(ops_dtype dt);
 /* Appends an expression converting the stored value `expr` of dtype dt to float, or a float

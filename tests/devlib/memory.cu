@@ -1,7 +1,8 @@
-/* ktune/memory.cuh on its own: .cg loads and stores, acquire / release, the turn semaphore. */
+/* ktune/memory.cuh on its own: .cg loads and stores, read-only loads with prefetch and cache
+ * policy (every width), acquire / release, the turn semaphore. */
 #include "ktune/memory.cuh"
 
-extern "C" __global__ void devlib_memory(float *ws, int *sem, float *out)
+extern "C" __global__ void devlib_memory(float *ws, int *sem, float *out, const uint4 *ro)
 {
     const int slice = blockIdx.x;
     if (slice > 0)
@@ -10,6 +11,15 @@ extern "C" __global__ void devlib_memory(float *ws, int *sem, float *out)
     float s = kt_ld_cg(ws + threadIdx.x) + v.x + v.y + v.z + v.w;
     kt_st_cg(ws + threadIdx.x, s);
     kt_st_cg4(ws + 4 * threadIdx.x, s, v.y, v.z, v.w);
+    const unsigned long long policy = kt_policy_evict_first();
+    const uint4 a = kt_ld_nc_pf(ro + threadIdx.x), b = kt_ld_nc_stream(ro + threadIdx.x, policy);
+    const uint2 c = kt_ld_nc_pf((const uint2 *)ro + threadIdx.x);
+    const uint2 d = kt_ld_nc_stream((const uint2 *)ro + threadIdx.x, policy);
+    const unsigned e = kt_ld_nc_pf((const unsigned *)ro + threadIdx.x) +
+                       kt_ld_nc_stream((const unsigned *)ro + threadIdx.x, policy);
+    const unsigned short f = kt_ld_nc_pf((const unsigned short *)ro + threadIdx.x) +
+                             kt_ld_nc_stream((const unsigned short *)ro + threadIdx.x, policy);
+    s += (float)(a.x + b.w + c.y + d.x + e + f);
     out[threadIdx.x] = s + (float)kt_ld_acquire_gpu(sem);
     kt_sem_pass(sem, slice + 1);
     if (threadIdx.x == 1)

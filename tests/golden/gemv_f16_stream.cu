@@ -4,6 +4,9 @@
  * graph: gemv
  *   C = matmul(A, B)  f16 [M=7680, N=1]
  */
+/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */
+#include "ktune/memory.cuh"
+#include "ktune/reduce.cuh"
 /* ---- ktune prelude: 16-bit storage types and math helpers ---- */
 typedef unsigned short kt_f16;
 typedef unsigned short kt_bf16;
@@ -81,14 +84,6 @@ __device__ __forceinline__ void kt_gemv_store(float acc, int m, const kt_f16 *__
     y[m] = kt_f32_to_f16(acc);
 }
 
-/* One load of A: no L1 allocation, the L2 evict-first policy, a 256-byte L2 prefetch. */
-__device__ __forceinline__ uint4 kt_ld_a(const uint4 *p, unsigned long long policy)
-{
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
-    return v;
-}
-
 /* Lane groups of TPR lanes own R rows each; each step loads VEC elements of x and of every row
  * per lane (16-byte loads of A), accumulates in fp32; the row's lanes then reduce by shuffles. */
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -106,8 +101,8 @@ ktune_gemv_t64_p32_r1_v8_ls(const kt_f16 *__restrict__ a, const kt_f16 *__restri
         arow[r] = (const uint4 *)(a + (long long)m * K);
     }
     const uint4 *xv = (const uint4 *)x;
-    unsigned long long policy; /* A is read once: evict it first from L2 */
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    /* A is read once: evict it first from L2 */
+    const unsigned long long policy = kt_policy_evict_first();
     #pragma unroll 10
     for (int c = lane; c < K / VEC; c += TPR) {
         const uint4 xw = __ldg(xv + c);
@@ -122,7 +117,7 @@ ktune_gemv_t64_p32_r1_v8_ls(const kt_f16 *__restrict__ a, const kt_f16 *__restri
         xf[7] = kt_f16_to_f32((unsigned short)(xw.w >> 16));
         #pragma unroll
         for (int r = 0; r < R; r++) {
-            const uint4 aw = kt_ld_a(arow[r] + c, policy);
+            const uint4 aw = kt_ld_nc_stream(arow[r] + c, policy);
             acc[r] = fmaf(kt_f16_to_f32((unsigned short)(aw.x & 0xffffu)), xf[0], acc[r]);
             acc[r] = fmaf(kt_f16_to_f32((unsigned short)(aw.x >> 16)), xf[1], acc[r]);
             acc[r] = fmaf(kt_f16_to_f32((unsigned short)(aw.y & 0xffffu)), xf[2], acc[r]);
@@ -136,9 +131,7 @@ ktune_gemv_t64_p32_r1_v8_ls(const kt_f16 *__restrict__ a, const kt_f16 *__restri
     /* the TPR lanes of a row add up in a fixed butterfly order */
     #pragma unroll
     for (int r = 0; r < R; r++) {
-        #pragma unroll
-        for (int o = TPR / 2; o > 0; o /= 2)
-            acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o, TPR);
+        acc[r] = kt_warp_sum<TPR>(acc[r]);
         if (lane == 0 && m0 + r < M)
             kt_gemv_store(acc[r], m0 + r, a, x, y);
     }

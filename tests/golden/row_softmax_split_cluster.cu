@@ -8,6 +8,8 @@
  *   y.sum = sum(y.exp)  f32 [M=16, 1]
  *   y = div(y.exp, y.sum)  f32 [M=16, N=16384]
  */
+/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */
+#include "ktune/cluster.cuh"
 /* ---- ktune prelude: 16-bit storage types and math helpers ---- */
 typedef unsigned short kt_f16;
 typedef unsigned short kt_bf16;
@@ -77,30 +79,6 @@ __device__ __forceinline__ float kt_min(float a, float b)
 struct __align__(16) float_x4 {
     float v[4];
 };
-/* ---- thread-block cluster helpers ---- */
-__device__ __forceinline__ void kt_cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ unsigned kt_cluster_addr(const void *p, unsigned rank)
-{
-    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    return r;
-}
-__device__ __forceinline__ float kt_ld_cluster(unsigned addr)
-{
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-    return v;
-}
-__device__ __forceinline__ float4 kt_ld_cluster4(unsigned addr)
-{
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
-    return v;
-}
 
 /* 16 rows of 16384 elements, 8 chunks of 2048 per row, a cluster per row */
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) ktune_row_split_cluster_t512_one_v4(const float *__restrict__ in0_x, float *__restrict__ out0_y)

@@ -534,6 +534,10 @@ static void test_split_cluster(void **state)
     assert_int_equal(e.kernels[0].grid[0], 16 * 8); /* 8 chunks of 2048 per row */
     assert_non_null(strstr(e.source, "__cluster_dims__(8, 1, 1)"));
     assert_non_null(strstr(e.source, "kt_ld_cluster(part"));
+    /* the cluster helpers come from the device library, not pasted text */
+    assert_non_null(strstr(e.source, "#include \"ktune/cluster.cuh\""));
+    assert_null(strstr(e.source, "mapa.shared::cluster"));
+    assert_true(emit_test_has(e.source, "mapa.shared::cluster.u32"));
     emit_test_golden("row_softmax_split_cluster.cu", e.source);
     emit_test_compile(e.source, "sm_90a");
     ops_emitted_free(&e);

@@ -2,11 +2,14 @@
  * The max propagates NaN (a NaN in any lane wins), as PyTorch's max does. */
 #pragma once
 
-__device__ __forceinline__ float kt_warp_sum(float v)
+/* Sum over each aligned group of WIDTH lanes (a power of two up to 32; the whole warp by
+ * default), in a fixed butterfly order: every lane of a group gets its group's sum. */
+template <int WIDTH = 32> __device__ __forceinline__ float kt_warp_sum(float v)
 {
+    static_assert(WIDTH >= 1 && WIDTH <= 32 && (WIDTH & (WIDTH - 1)) == 0, "a power of two <= 32");
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = WIDTH / 2; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o, WIDTH);
     return v;
 }
 
