@@ -1,0 +1,134 @@
+/* row family: the cost model (ops/row/row.h lists the files). */
+#include "row.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Roofline with an efficiency from bytes in flight per busy SM (Little's law: ~32 KiB per SM
+ * saturates HBM), capped per SM (one SM draws at most about twice its share of the bandwidth),
+ * against a critical path: each block walks its rows in sequence, every pass costing a memory
+ * latency plus the row's bytes at the block's share of its SM. Extra passes re-read from L2
+ * (counted at 30% of a DRAM read) unless the row is kept on chip; split_row's kernels each read
+ * their chunk again and pay a launch each. */
+void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
+                  ops_estimate *e)
+{
+    memset(e, 0, sizeof(*e));
+    rw_info *in = malloc(sizeof(*in));
+    rw_plan *p = malloc(sizeof(*p));
+    if (!in || !p || !row_analyse(grp, s->v[K_PASS] == PASS_ONE, in))
+        goto done;
+    /* A split the pruner drops as pointless (many rows) is still estimated, as two chunks, so
+     * that callers can compare it. */
+    if (row_plan_of(in, s, dev, true, p) != NULL && (p->nk == 0 || p->grid == 0))
+        goto done;
+    const ops_graph *g = grp->g;
+    const double latency = 0.8e-6, launch = 1.5e-6;
+    double in_bytes = 0, out_bytes = 0, row_in_bytes = 0, row_out_bytes = 0, flops = 0;
+    for (int u = 0; u < grp->n_in; u++) {
+        const ops_tensor *t = &g->tensors[grp->in[u]];
+        in_bytes += (double)ops_shape_numel(&t->shape) * (double)ops_dtype_size(t->dtype);
+        if (in->cls[u] == CL_FULL)
+            row_in_bytes += (double)ops_dtype_size(t->dtype);
+    }
+    for (int i = 0; i < grp->n_out; i++) {
+        const ops_tensor *t = &g->tensors[grp->out[i]];
+        out_bytes += (double)ops_shape_numel(&t->shape) * (double)ops_dtype_size(t->dtype);
+        if (in->cls[row_slot_of(in, grp->out[i])] == CL_FULL)
+            row_out_bytes += (double)ops_dtype_size(t->dtype);
+    }
+    double elems = (double)in->n_rows * (double)in->L;
+    for (int u = grp->n_in; u < in->n_slots; u++)
+        flops += (in->cls[u] == CL_FULL || row_is_reduce(row_slot_node(in, u)->op) ? elems
+                                                                                   : in->n_rows) *
+                 (row_slot_node(in, u)->op == OPS_EXP ? 8 : 2);
+    int passes = in->n_levels + (in->full_out ? 1 : 0);
+    /* A matmul prologue: its K-long dot products, computed once when the row is kept on chip
+     * and by every pass otherwise; four FFMA chains fed from L2 (~2.4 ns a step, measured order
+     * of magnitude) on each element a thread walks. */
+    double mm_k = 0;
+    for (int u = grp->n_in; u < in->n_slots; u++) {
+        if (!in->mm[u])
+            continue;
+        const ops_node *n = row_slot_node(in, u);
+        const ops_shape *as = &g->tensors[n->in[0].tensor].shape;
+        double K = (double)as->d[n->attrs.transpose_a ? 0 : 1].size;
+        int computed = p->cached[u] ? 1 : passes;
+        flops += 2.0 * K * elems * computed;
+        mm_k += K * computed;
+    }
+    bool split = p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER;
+    bool cluster = p->strategy == ST_CLUSTER;
+    int kernels = split && !cluster ? in->n_levels + 1 : 1;
+    double reread = 0;
+    if (split && !cluster)
+        reread = (passes - 1) * elems * row_in_bytes;
+    else if (cluster) /* the chunk read again right away: mostly L2 */
+        reread = 0.3 * (passes - 1) * elems * row_in_bytes;
+    else if (p->n_cached == 0)
+        reread = 0.3 * (passes - 1) * elems * row_in_bytes;
+    double ws = split && !cluster
+                    ? 2.0 * (double)row_ws_level_offset(in, p, in->n_levels + 1) * 4 * p->S
+                    : 0;
+    double bytes = in_bytes + out_bytes + reread + ws;
+    /* Strided rows read by several threads along the row touch a sector per element. */
+    if (in->inner > 1 && p->tpr > 1 && p->strategy != ST_LANE)
+        bytes += elems * row_in_bytes * (in->inner >= 8 ? 7 : (double)in->inner - 1);
+
+    int regs = p->regs > 0 ? p->regs : 64;
+    int bps = dev->regs_per_sm / (regs * p->threads);
+    int by_threads = dev->max_threads_per_sm / p->threads;
+    bps = bps < by_threads ? bps : by_threads;
+    if (p->smem > 0) {
+        int by_smem = (int)(dev->smem_per_sm / (p->smem + 1024));
+        bps = bps < by_smem ? bps : by_smem;
+    }
+    bps = bps < dev->max_blocks_per_sm ? bps : dev->max_blocks_per_sm;
+    bps = bps < 1 ? 1 : bps;
+    double sms = p->grid < dev->sm_count ? (double)p->grid : dev->sm_count;
+    double resident = (double)p->grid / sms;
+    resident = resident < bps ? resident : bps;
+    int ilp =
+        p->storage == STO_REGS && p->n_cached ? (p->nk < 8 ? p->nk : 8) : (p->nk < 4 ? p->nk : 4);
+    double inflight = resident * p->threads * row_in_bytes * p->vec * ilp;
+    double bw_eff = inflight / 32768.0;
+    bw_eff = bw_eff < 1 ? bw_eff : 1;
+    double waves = (double)p->grid / ((double)bps * dev->sm_count);
+    double rounds = waves <= 1 ? 1 : (double)(int64_t)(waves + 0.999999);
+    double wave_eff = waves <= 1 ? 1 : waves / rounds;
+    double per_sm = 2.0 * dev->dram_bytes_per_s / dev->sm_count;
+    double bw = sms * per_sm * bw_eff * wave_eff;
+    bw = bw < dev->dram_bytes_per_s * wave_eff ? bw : dev->dram_bytes_per_s * wave_eff;
+    double t_mem = bytes / (bw > 0 ? bw : 1);
+    double t_math = flops / (dev->fp32_flops_per_s * (sms / dev->sm_count));
+    /* The critical path of one block (per kernel for split_row). */
+    double share = per_sm / resident;
+    double t_path;
+    if (split) {
+        double chunk_in = (double)p->chunk * row_in_bytes;
+        t_path = in->n_levels * (latency + chunk_in / share) +
+                 (latency + (double)p->chunk * (row_in_bytes + row_out_bytes) / share);
+        if (cluster) /* a cluster barrier and a round of DSMEM reads per level: on the H100
+                        softmax 16 x 16384 took 6.6 us (CUDA events) against split_row's 9.4 */
+            t_path += in->n_levels * 0.5e-6;
+    } else {
+        double row_bytes = (double)in->L * (row_in_bytes + row_out_bytes);
+        if (p->n_cached == 0)
+            row_bytes += (passes - 1) * (double)in->L * row_in_bytes * 0.3;
+        double sync = row_partials(p) ? in->n_levels * 0.1e-6 : 0;
+        double mm_chain = (double)p->nk * p->vec * mm_k * 2.4e-9;
+        t_path = p->rseq * (passes * latency + sync + row_bytes / share + mm_chain);
+    }
+    t_path *= rounds;
+    double t = t_mem > t_math ? t_mem : t_math;
+    t = t > t_path ? t : t_path;
+    e->seconds = t + launch * kernels;
+    e->bytes = bytes;
+    e->flops = flops;
+    double occ = resident * p->threads * (sms / dev->sm_count) / dev->max_threads_per_sm;
+    e->occupancy = occ > 1 ? 1 : occ;
+done:
+    free(in);
+    free(p);
+}
