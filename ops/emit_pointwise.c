@@ -608,10 +608,10 @@ static int pointwise_emit(const ops_group *grp, const ops_schedule *s, const ops
     ops_kernel_launch *k = &out->kernels[0];
     snprintf(k->entry, sizeof(k->entry), "ktune_pointwise_t%d_i%d_v%d_u%d", p.threads, p.items,
              p.vec, p.unroll);
-    kt_buf_printf(&b,
-                  "\n/* exact grid of %lld blocks; each thread handles %d chunk%s of %d "
-                  "element%s */\n",
-                  (long long)p.grid, p.items, p.items > 1 ? "s" : "", p.vec, p.vec > 1 ? "s" : "");
+    kt_buf_printf(&b, "\n");
+    kt_buf_line(&b,
+                "/* exact grid of %lld blocks; each thread handles %d chunk%s of %d element%s */",
+                (long long)p.grid, p.items, p.items > 1 ? "s" : "", p.vec, p.vec > 1 ? "s" : "");
     kt_buf_printf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", p.threads,
                   k->entry);
     for (int i = 0; i < grp->n_in; i++) {
@@ -628,19 +628,26 @@ static int pointwise_emit(const ops_group *grp, const ops_schedule *s, const ops
                       ops_emit_ctype(g->tensors[grp->out[i]].dtype), pn);
         k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = grp->out[i]};
     }
-    kt_buf_printf(&b, ")\n{\n");
-    kt_buf_printf(&b, "    const %s first = (%s)blockIdx.x * %lld + threadIdx.x;\n", ix, ix,
-                  (long long)p.per_block);
+    kt_buf_printf(&b, ")\n");
+    kt_buf_line(&b, "{");
+    b.indent = 4;
+    kt_buf_line(&b, "const %s first = (%s)blockIdx.x * %lld + threadIdx.x;", ix, ix,
+                (long long)p.per_block);
+    b.indent = 0;
     if (p.unroll > 1)
-        kt_buf_printf(&b, "#pragma unroll %d\n", p.unroll);
+        kt_buf_line(&b, "#pragma unroll %d", p.unroll);
     else
-        kt_buf_printf(&b, "#pragma unroll 1\n");
-    kt_buf_printf(&b, "    for (int it = 0; it < %d; it++) {\n", p.items);
-    kt_buf_printf(&b, "        const %s c = first + it * %d; /* chunk index */\n", ix, p.threads);
+        kt_buf_line(&b, "#pragma unroll 1");
+    b.indent = 4;
+    kt_buf_line(&b, "for (int it = 0; it < %d; it++) {", p.items);
+    b.indent = body;
+    kt_buf_line(&b, "const %s c = first + it * %d; /* chunk index */", ix, p.threads);
     bool masked = p.chunks % p.per_block != 0;
-    if (masked)
-        kt_buf_printf(&b, "        if (c >= %lld)\n            break;\n", (long long)p.chunks);
-    kt_buf_printf(&b, "        const %s e = c * %d; /* first element of the chunk */\n", ix, p.vec);
+    if (masked) {
+        kt_buf_line(&b, "if (c >= %lld)", (long long)p.chunks);
+        kt_buf_line(&b, "    break;");
+    }
+    kt_buf_line(&b, "const %s e = c * %d; /* first element of the chunk */", ix, p.vec);
     /* The iteration coordinates the body reads, innermost first. */
     int r = info.it.rank;
     unsigned used = gen->used_vars;
@@ -650,7 +657,7 @@ static int pointwise_emit(const ops_group *grp, const ops_schedule *s, const ops
         int64_t below = 1;
         for (int m = k2 + 1; m < r; m++)
             below *= info.it.d[m].size;
-        kt_buf_printf(&b, "        const %s i%d = ", ix, k2);
+        kt_buf_printf(&b, "%*sconst %s i%d = ", b.indent, "", ix, k2);
         if (below == 1)
             kt_buf_printf(&b, "e");
         else
@@ -659,6 +666,7 @@ static int pointwise_emit(const ops_group *grp, const ops_schedule *s, const ops
             kt_buf_printf(&b, " %% %lld", (long long)info.it.d[k2].size);
         kt_buf_printf(&b, ";\n");
     }
+    /* the body's pieces, generated at this indent (pw_generate) */
     if (gen->vload.data)
         kt_buf_printf(&b, "%s", gen->vload.data);
     if (gen->pre.data)
@@ -667,22 +675,28 @@ static int pointwise_emit(const ops_group *grp, const ops_schedule *s, const ops
         for (int i = 0; i < grp->n_out; i++) {
             char vt[32];
             ops_emit_vec_type_name(g->tensors[grp->out[i]].dtype, p.vec, vt, sizeof(vt));
-            kt_buf_printf(&b, "        %s o%d;\n", vt, i);
+            kt_buf_line(&b, "%s o%d;", vt, i);
         }
-        kt_buf_printf(&b, "#pragma unroll\n        for (int l = 0; l < %d; l++) {\n", p.vec);
+        b.indent = 0;
+        kt_buf_line(&b, "#pragma unroll");
+        b.indent = body;
+        kt_buf_line(&b, "for (int l = 0; l < %d; l++) {", p.vec);
     }
     if (gen->lane.data)
         kt_buf_printf(&b, "%s", gen->lane.data);
     if (p.vec > 1) {
-        kt_buf_printf(&b, "        }\n");
+        kt_buf_line(&b, "}");
         for (int i = 0; i < grp->n_out; i++) {
             char vt[32], pn[64];
             ops_emit_vec_type_name(g->tensors[grp->out[i]].dtype, p.vec, vt, sizeof(vt));
             param_name(grp, grp->out[i], pn, sizeof(pn));
-            kt_buf_printf(&b, "        *reinterpret_cast<%s *>(%s + e) = o%d;\n", vt, pn, i);
+            kt_buf_line(&b, "*reinterpret_cast<%s *>(%s + e) = o%d;", vt, pn, i);
         }
     }
-    kt_buf_printf(&b, "    }\n}\n");
+    b.indent = 4;
+    kt_buf_line(&b, "}");
+    b.indent = 0;
+    kt_buf_line(&b, "}");
     int rc = kt_buf_status(&b) < 0 || kt_buf_status(&gen->vload) < 0 ||
                      kt_buf_status(&gen->pre) < 0 || kt_buf_status(&gen->lane) < 0
                  ? -ENOMEM
@@ -792,7 +806,7 @@ static void pointwise_estimate(const ops_group *grp, const ops_schedule *s, cons
     e->bytes = bytes;
     e->flops = flops;
     e->occupancy = occ > 1 ? 1 : occ;
-    e->seconds = (t_mem > t_math ? t_mem : t_math) + 1.5e-6; /* launch, as in emit_row.c */
+    e->seconds = (t_mem > t_math ? t_mem : t_math) + 1.5e-6; /* launch, as in ops/row/cost.c */
 }
 
 const ops_family ops_family_pointwise = {
