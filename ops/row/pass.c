@@ -94,6 +94,21 @@ static void emit_loop_close(rw_gen *s, kt_buf *b)
     kt_buf_line(b, "}");
 }
 
+/* Opens the loop over the vec elements of one access and starts the line caching element l of
+ * slot u: into registers c<u>[], or into `shared_dst` (shared memory or the vector staged for
+ * it). The caller ends the line and closes the loop (indent - 4). */
+static void emit_lane_store_open(kt_buf *b, const rw_plan *p, int u, const char *shared_dst)
+{
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int l = 0; l < %d; l++)", p->vec);
+    b->indent += 4;
+    row_line_start(b);
+    if (p->storage == STO_REGS)
+        kt_buf_printf(b, "c%d[k * %d + l] = ", u, p->vec);
+    else
+        kt_buf_printf(b, "%s = ", shared_dst);
+}
+
 /* Fills the row cache (registers c<u>[] or shared s<u>[]) of every cached input. */
 void row_emit_cache_fill(rw_gen *s, kt_buf *b)
 {
@@ -110,14 +125,9 @@ void row_emit_cache_fill(rw_gen *s, kt_buf *b)
         const ops_tensor *t = &in->g->tensors[in->tensor[u]];
         char pn[64], vt[32], ft[32];
         if (in->mm[u]) { /* computed once per element, then kept */
-            kt_buf_line(b, "#pragma unroll");
-            kt_buf_line(b, "for (int l = 0; l < %d; l++)", p->vec);
-            b->indent += 4;
-            row_line_start(b);
-            if (p->storage == STO_REGS)
-                kt_buf_printf(b, "c%d[k * %d + l] = ", u, p->vec);
-            else
-                kt_buf_printf(b, "s%d[j + l] = ", u);
+            char dst[32];
+            snprintf(dst, sizeof(dst), "s%d[j + l]", u);
+            emit_lane_store_open(b, p, u, dst);
             row_emit_mm_call(in, b, u, "j + l");
             kt_buf_printf(b, ";\n");
             b->indent -= 4;
@@ -146,14 +156,7 @@ void row_emit_cache_fill(rw_gen *s, kt_buf *b)
             row_vec_type(s, OPS_DT_F32, ft, sizeof(ft));
             kt_buf_line(b, "%s w;", ft);
         }
-        kt_buf_line(b, "#pragma unroll");
-        kt_buf_line(b, "for (int l = 0; l < %d; l++)", p->vec);
-        b->indent += 4;
-        row_line_start(b);
-        if (p->storage == STO_REGS)
-            kt_buf_printf(b, "c%d[k * %d + l] = ", u, p->vec);
-        else
-            kt_buf_printf(b, "w.v[l] = ");
+        emit_lane_store_open(b, p, u, "w.v[l]");
         ops_emit_to_float(b, t->dtype, "v.v[l]");
         kt_buf_printf(b, ";\n");
         b->indent -= 4;
