@@ -117,10 +117,13 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
     ops_emit_header(&b, grp, s);
     /* between the header comment and the prelude, where a partition's module keeps it at file
      * scope (as ops/gemm/emit.c does) */
-    if (p->strategy == ST_CLUSTER) {
+    if (p->strategy == ST_CLUSTER || gen.use_warp_sum) {
         kt_buf_line(
             &b, "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */");
-        kt_buf_line(&b, "#include \"ktune/cluster.cuh\"");
+        if (p->strategy == ST_CLUSTER)
+            kt_buf_line(&b, "#include \"ktune/cluster.cuh\"");
+        if (gen.use_warp_sum)
+            kt_buf_line(&b, "#include \"ktune/reduce.cuh\"");
     }
     ops_emit_prelude(&b);
     ops_emit_vec_types(&b, gen.vec_types);

@@ -223,7 +223,14 @@ void row_emit_group_reduce(rw_gen *s, kt_buf *b, const rw_acc *accs, int n_acc)
         return;
     }
     int width = p->tpr < 32 ? p->tpr : 32;
-    if (width > 1) {
+    if (width == 32 && n_acc == 1 && accs[0].kind == RK_SUM) {
+        /* one sum over whole warps: the device library's butterfly (ktune/reduce.cuh), the
+         * same order of additions as the loop below */
+        kt_buf_line(b, "a%d = kt_warp_sum(a%d);", accs[0].slot, accs[0].slot);
+        s->use_warp_sum = true;
+    } else if (width > 1) {
+        /* several accumulators, or components merged together (online max-sum, Welford), or
+         * the prelude's NaN-propagating kt_max / kt_min: one shuffle tree for all of them */
         kt_buf_line(b, "#pragma unroll");
         kt_buf_line(b, "for (int off = %d; off > 0; off >>= 1) {", width / 2);
         b->indent += 4;

@@ -151,6 +151,7 @@ typedef struct rw_gen {
     bool use_o, use_in;
     unsigned vec_types;
     bool split;
+    bool use_warp_sum; /* a kernel calls kt_warp_sum (ktune/reduce.cuh) */
 } rw_gen;
 
 typedef struct rw_body {

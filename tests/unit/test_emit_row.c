@@ -570,6 +570,32 @@ static void test_golden(void **state)
     assert_int_equal(e.kernels[0].block[0], 512);
     ops_emitted_free(&e);
     ops_graph_free(g);
+
+    /* One sum over whole warps (rmsnorm, warp_per_row) is the device library's kt_warp_sum,
+     * not a pasted shuffle loop; a max keeps the shuffle tree (kt_max propagates NaN). */
+    ops_device dev;
+    ops_device_h100(&dev);
+    g = emit_test_make(rmsnorm_json, "M=8192", &grp);
+    s = (ops_schedule){.family = OPS_FAM_ROW, .v = {ST_WARP, 64, 8, PASS_MULTI, STO_SHARED, 8}};
+    assert_null(ROW->prune(&grp, &s, &dev));
+    emit_one(&grp, &s, &e);
+    emit_test_golden("row_rmsnorm_warp.cu", e.source);
+    assert_non_null(strstr(e.source, "#include \"ktune/reduce.cuh\""));
+    assert_non_null(strstr(emit_test_body(e.source), " = kt_warp_sum(a"));
+    assert_null(strstr(emit_test_body(e.source), "__shfl_xor_sync"));
+    assert_true(emit_test_has(e.source, "__shfl_xor_sync(0xffffffffu, v, o, WIDTH)"));
+    emit_test_compile(e.source, "sm_90a");
+    emit_test_compile(e.source, "sm_80");
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+    g = emit_test_make(minmax_json, "M=37,N=3000", &grp);
+    s = (ops_schedule){.family = OPS_FAM_ROW, .v = {ST_WARP, 256, 1, PASS_MULTI, STO_REREAD, 4}};
+    assert_null(ROW->prune(&grp, &s, &dev));
+    emit_one(&grp, &s, &e);
+    assert_null(strstr(e.source, "ktune/reduce.cuh"));
+    assert_non_null(strstr(emit_test_body(e.source), "__shfl_xor_sync"));
+    ops_emitted_free(&e);
+    ops_graph_free(g);
 }
 
 static double est(const ops_group *grp, int strategy, int threads, int pass, int storage, int vec)
