@@ -72,8 +72,8 @@
  *   emit.c      the family entry points: matches, prune, emit (the candidate assembled), the family
  *   cost.c      the cost model
  * The CUDA they write includes the device library (ops/device/ktune/) for its instruction
- * wrappers (the cluster's distributed shared memory); what is generated here is the
- * group-specific code. One emission style, kt_buf_line: one call per line of CUDA; kt_buf_printf
+ * wrappers (the cluster's distributed shared memory, the warp sum); what is generated here is
+ * the group-specific code. One emission style, kt_buf_line: one call per line of CUDA; kt_buf_printf
  * only writes the pieces of a line assembled from parts, which a kt_buf_line or "\n" then ends. */
 #pragma once
 
