@@ -1731,9 +1731,9 @@ static int emit_epilogue(const gemm_emit *e)
 
 /* ---- the kernels ---- */
 
-static void main_entry(const gemm_cfg *c, char *buf, size_t len)
+static void main_entry(const gemm_cfg *c, const char *suffix, char *buf, size_t len)
 {
-    snprintf(buf, len, "ktune_gemm_%s%s_%dx%dx%d%s", math_labels[c->math],
+    snprintf(buf, len, "ktune_gemm_%s%s_%dx%dx%d%s%s", math_labels[c->math],
              c->presplit ? "_wgmma_split"
              : c->wgmma  ? "_wgmma"
                          : "",
@@ -1741,7 +1741,8 @@ static void main_entry(const gemm_cfg *c, char *buf, size_t len)
              c->parallel  ? "_partial"
              : c->serial  ? "_serial"
              : c->cluster ? "_cluster"
-                          : "");
+                          : "",
+             suffix);
 }
 
 /* A loop over the thread's accumulator tiles running `tc` (mma paths: acc[i][j][0..3]) or `ffma`
@@ -2004,8 +2005,8 @@ static void emit_split_kernel(const gemm_emit *e)
     kt_buf *b = e->b;
     kt_buf_printf(b, "\n/* A's small halves into the workspace, read by the wgmma kernel's tile "
                      "copies. */\n");
-    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_split_a",
-                  SPLIT_THREADS);
+    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_split_a%s",
+                  SPLIT_THREADS, e->p->grp->entry_suffix);
     emit_kernel_params(e, true);
     kt_buf_printf(b, "\n{\n");
     b->indent = 4;
@@ -2432,8 +2433,9 @@ static void emit_reduce_kernel(const gemm_emit *e)
                   "\n/* Split-K reduction: sums the SPLITK fp32 partials of %s in slice order "
                   "(deterministic),\n * then applies the epilogue. */\n",
                   pair ? "two adjacent elements" : "one element");
-    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_splitk_reduce",
-                  REDUCE_THREADS);
+    kt_buf_printf(b,
+                  "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_splitk_reduce%s",
+                  REDUCE_THREADS, e->p->grp->entry_suffix);
     emit_kernel_params(e, true);
     kt_buf_printf(b, "\n{\n");
     b->indent = 4;
@@ -2536,9 +2538,8 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     param_name(grp->g, p.out, e.names[grp->n_in], sizeof(e.names[grp->n_in]));
 
     char entry[64];
-    main_entry(&c, entry, sizeof(entry));
-    ops_emit_header(&b, grp, s);
-    ops_emit_prelude(&b);
+    main_entry(&c, grp->entry_suffix, entry, sizeof(entry));
+    ops_emit_begin(&b, grp, s, out);
     emit_constants(&e);
     emit_ptx_helpers(&e);
     if (c.serial)
@@ -2581,7 +2582,7 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     out->source = kt_buf_take(&b);
     if (c.presplit) {
         ops_kernel_launch *ks = &out->kernels[out->n_kernels++];
-        snprintf(ks->entry, sizeof(ks->entry), "ktune_gemm_split_a");
+        snprintf(ks->entry, sizeof(ks->entry), "ktune_gemm_split_a%s", grp->entry_suffix);
         int64_t blocks = cdiv(p.M * p.K / 4, SPLIT_THREADS);
         ks->grid[0] = (uint32_t)(blocks < 8 * dev->sm_count ? blocks : 8 * dev->sm_count);
         ks->grid[1] = ks->grid[2] = 1;
@@ -2607,7 +2608,7 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     if (c.parallel) {
         out->workspace_bytes = (int64_t)c.splitk * p.batch * p.M * p.N * 4;
         k = &out->kernels[out->n_kernels++];
-        snprintf(k->entry, sizeof(k->entry), "ktune_gemm_splitk_reduce");
+        snprintf(k->entry, sizeof(k->entry), "ktune_gemm_splitk_reduce%s", grp->entry_suffix);
         k->grid[0] = (uint32_t)cdiv(reduce_items(&p), REDUCE_THREADS);
         k->grid[1] = k->grid[2] = 1;
         k->block[0] = REDUCE_THREADS;
