@@ -11,7 +11,10 @@ one with time.perf_counter_ns around the call (the host's time to enqueue it, no
 work); torch.cuda.synchronize() every --sync-every calls, outside the timed calls, keeps the
 launch queue from filling (a full queue would make the launch itself wait for the GPU). The
 contenders are interleaved in rounds of --sync-every calls, so drifting clocks and background
-load affect them alike. Median and p10/p90 per contender, and the ratios.
+load affect them alike. Median and p10/p90 per contender, and the ratios. A last contender,
+"floor", is torch.ops.aten.neg.default on the first input: one aten op called through an
+OpOverload, as the custom op is (allocation, dispatch, one launch), the least any op called
+that way costs on this host.
 
 --tune tunes a missing kernel first with `ktune tune --local` (the CLI: $KTUNE_BIN, else
 build/client/ktune; the worker: $KTUNE_WORKER, else build/search/ktune-worker) into --cache.
@@ -168,15 +171,17 @@ def main():
         if not same:
             print(f"{name}: the custom op's result differs from the plain call's", file=sys.stderr)
             status = 1
+        neg, first = torch.ops.aten.neg.default, kargs[0]
         fns = {"eager": eager, "plain": lambda: k(*kargs), "op": lambda: op(*kargs),
-               "op.op": lambda: overload(*kargs)}
+               "op.op": lambda: overload(*kargs), "floor": lambda: neg(first)}
         r = measure(torch, fns, args.calls, args.warmup, args.sync_every)
         r["kernel"] = {"family": k.info.family, "match": k.match,
-                       "gpu_us_when_tuned": k.info.time_ns / 1000, "op": op.name}
+                       "gpu_us_when_tuned": k.info.time_ns / 1000, "op": op.name,
+                       "op_launcher": op.launcher}
         results[name] = r
         rt.close()
 
-    cols = ("eager", "plain", "op", "op.op")
+    cols = ("eager", "plain", "op", "op.op", "floor")
     print(f"\n{'case':16}" + "".join(f"{c + ' us':>22}" for c in cols)
           + f"{'plain/eager':>13}{'op/eager':>10}{'op/plain':>10}  target")
     for name, r in results.items():
@@ -185,10 +190,12 @@ def main():
         m = {c: r[c]["median_us"] for c in cols}
         ok = "ok" if m["op"] <= TARGET_US else f"over {TARGET_US:g} us"
         print(f"{name:16}{cells}{m['plain'] / m['eager']:13.2f}{m['op'] / m['eager']:10.2f}"
-              f"{m['op'] / m['plain']:10.2f}  {ok}")
+              f"{m['op'] / m['plain']:10.2f}  {ok} (op launches from "
+              f"{r['kernel']['op_launcher']})")
     print("\nus: median [p10-p90] host time per call; eager: PyTorch's ops for the same graph; "
           "plain: kernel(...); op: kernel.as_torch_op()(...); op.op: torch.ops.ktune.<name>."
-          f"default(...) (declared order, no argument binding); target: op <= {TARGET_US:g} us")
+          "default(...) (declared order, no argument binding); floor: torch.ops.aten.neg."
+          f"default(first input); target: op <= {TARGET_US:g} us")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**header, "results": results}, f, indent=1)

@@ -79,8 +79,9 @@ int cache_lmdb_error(cache_env *env, int mdb_rc, const char *what, kt_err *err)
 
 /* ---- transactions ---- */
 
-/* mdb_txn_begin with the bounded retries of STYLE rule 15: another process grew the map
- * (adopt its size), or the reader table is full (clear slots of dead processes). */
+/* mdb_txn_begin with the bounded retries of docs/formats.md ("Transactions and commit points"):
+ * another process grew the map (adopt its size), or the reader table is full (clear slots of dead
+ * processes). */
 static int txn_begin(cache_env *env, unsigned flags, MDB_txn **txn, kt_err *err)
 {
     int mrc = MDB_SUCCESS;

@@ -8,48 +8,12 @@
 
 /* ---- packing ---- */
 
-int cache_pk_str(msgpack_packer *pk, const char *s)
-{
-    size_t n = s ? strlen(s) : 0;
-    return msgpack_pack_str_with_body(pk, s ? s : "", n);
-}
-
-int cache_pk_kstr(msgpack_packer *pk, const char *key, const char *s)
-{
-    return cache_pk_str(pk, key) || cache_pk_str(pk, s);
-}
-
-int cache_pk_ku(msgpack_packer *pk, const char *key, uint64_t v)
-{
-    return cache_pk_str(pk, key) || msgpack_pack_uint64(pk, v);
-}
-
-int cache_pk_ki(msgpack_packer *pk, const char *key, int64_t v)
-{
-    return cache_pk_str(pk, key) || msgpack_pack_int64(pk, v);
-}
-
-int cache_pk_kf(msgpack_packer *pk, const char *key, double v)
-{
-    return cache_pk_str(pk, key) || msgpack_pack_double(pk, v);
-}
-
-int cache_pk_kbool(msgpack_packer *pk, const char *key, bool v)
-{
-    return cache_pk_str(pk, key) || (v ? msgpack_pack_true(pk) : msgpack_pack_false(pk));
-}
-
-int cache_pk_kbin(msgpack_packer *pk, const char *key, const void *data, size_t len)
-{
-    return cache_pk_str(pk, key) || msgpack_pack_bin_with_body(pk, data, len);
-}
-
 int cache_pk_shapes(msgpack_packer *pk, const cache_bound *shapes, int n)
 {
-    if (cache_pk_str(pk, "shapes") || msgpack_pack_array(pk, (size_t)n))
+    if (kt_mp_pack_str(pk, "shapes") || msgpack_pack_array(pk, (size_t)n))
         return -1;
     for (int i = 0; i < n; i++) {
-        if (msgpack_pack_array(pk, 2) || cache_pk_str(pk, shapes[i].name) ||
+        if (msgpack_pack_array(pk, 2) || kt_mp_pack_str(pk, shapes[i].name) ||
             msgpack_pack_int64(pk, shapes[i].value))
             return -1;
     }
@@ -89,22 +53,11 @@ int cache_value_unpack(const void *buf, size_t len, msgpack_unpacked *res, const
     return 0;
 }
 
-bool cache_key_is(const msgpack_object *k, const char *name)
-{
-    size_t n = strlen(name);
-    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
-           memcmp(k->via.str.ptr, name, n) == 0;
-}
-
 int cache_get_i64(const msgpack_object *o, int64_t lo, int64_t hi, int64_t *out, const char *what,
                   cache_dec *d)
 {
     int64_t v;
-    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= (uint64_t)INT64_MAX)
-        v = (int64_t)o->via.u64;
-    else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
-        v = o->via.i64;
-    else
+    if (!kt_mp_i64(o, &v))
         return BAD("%s field '%s': expected an integer", d->doc, what);
     if (v < lo || v > hi)
         return BAD("%s field '%s': %lld out of range", d->doc, what, (long long)v);
@@ -199,7 +152,7 @@ int cache_get_enum(const msgpack_object *o, const char *const *names, int n, int
                    const char *what, cache_dec *d)
 {
     for (int i = 0; i < n; i++) {
-        if (cache_key_is(o, names[i])) {
+        if (kt_mp_str_is(o, names[i])) {
             *out = i;
             return 0;
         }
@@ -277,7 +230,7 @@ int cache_decode_map_opt(const msgpack_object *o, const char *const *names, int 
     for (uint32_t i = 0; i < o->via.map.size; i++) {
         const msgpack_object_kv *kv = &o->via.map.ptr[i];
         for (int f = 0; f < n; f++) {
-            if (!cache_key_is(&kv->key, names[f]))
+            if (!kt_mp_str_is(&kv->key, names[f]))
                 continue;
             if (seen & (1ull << f))
                 return BAD("%s field '%s%s%s' appears twice", d->doc, what, dot, names[f]);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cache.h"
+#include "ops/msgpack_util.h"
 
 #include <lmdb.h>
 #include <msgpack.h>
@@ -104,16 +105,8 @@ int cache_record_matches_key(const cache_record *r, const uint8_t *key, size_t k
 /* ---- codec.c: the stored-value codec of records, trials and jobs ----
  * A stored value is a canonical msgpack map followed by SHA-256 of the map's bytes. */
 
-/* Packing into an sbuffer: each returns 0, or nonzero when an allocation failed. cache_pk_str
- * packs NULL as "". The cache_pk_k* helpers pack the key string, then the value. */
-int cache_pk_str(msgpack_packer *pk, const char *s);
-int cache_pk_kstr(msgpack_packer *pk, const char *key, const char *s);
-int cache_pk_ku(msgpack_packer *pk, const char *key, uint64_t v);
-int cache_pk_ki(msgpack_packer *pk, const char *key, int64_t v);
-int cache_pk_kf(msgpack_packer *pk, const char *key, double v);
-int cache_pk_kbool(msgpack_packer *pk, const char *key, bool v);
-int cache_pk_kbin(msgpack_packer *pk, const char *key, const void *data, size_t len);
-/* "shapes": [[name, value], ...] in the given order. */
+/* Packing into an sbuffer is ops/msgpack_util.h's kt_mp_pack_* (0, or nonzero when an
+ * allocation failed) and this: "shapes": [[name, value], ...] in the given order. */
 int cache_pk_shapes(msgpack_packer *pk, const cache_bound *shapes, int n);
 /* Appends SHA-256 of sb's bytes and hands the buffer to *out (malloc'd, the caller frees it).
  * 0, or -ENOMEM with sb still owned by the caller. */
@@ -129,7 +122,6 @@ typedef struct cache_dec {
  * res). what (may be NULL) prefixes the envelope messages. 0, -EBADMSG or -ENOMEM. */
 int cache_value_unpack(const void *buf, size_t len, msgpack_unpacked *res, const char *what,
                        cache_dec *d);
-bool cache_key_is(const msgpack_object *k, const char *name); /* a string equal to name */
 
 /* Checked field readers: what is the field's name in messages; each returns 0 or -EBADMSG
  * (-ENOMEM for the copying ones) with "<doc> field '<what>': ..." in d->err, and leaves *out

@@ -180,26 +180,26 @@ int cache_record_check_outputs(const cache_record *r, int n_out, kt_err *err)
 static int pk_arg(msgpack_packer *pk, const cache_arg *a)
 {
     bool three = a->kind == CACHE_ARG_SCALAR || a->kind == CACHE_ARG_WORKSPACE;
-    if (msgpack_pack_map(pk, three ? 3 : 2) || cache_pk_kstr(pk, "kind", arg_kind_names[a->kind]))
+    if (msgpack_pack_map(pk, three ? 3 : 2) || kt_mp_pack_kstr(pk, "kind", arg_kind_names[a->kind]))
         return -1;
     switch (a->kind) {
     case CACHE_ARG_INPUT:
     case CACHE_ARG_OUTPUT:
-        return cache_pk_ki(pk, "index", a->index);
+        return kt_mp_pack_ki64(pk, "index", a->index);
     case CACHE_ARG_WORKSPACE:
-        return cache_pk_ku(pk, "offset", a->offset) || cache_pk_ku(pk, "bytes", a->bytes);
+        return kt_mp_pack_ku64(pk, "offset", a->offset) || kt_mp_pack_ku64(pk, "bytes", a->bytes);
     default:
-        if (cache_pk_kstr(pk, "type", scalar_names[a->scalar]))
+        if (kt_mp_pack_kstr(pk, "type", scalar_names[a->scalar]))
             return -1;
         if (a->scalar == CACHE_SCALAR_I32 || a->scalar == CACHE_SCALAR_I64)
-            return cache_pk_ki(pk, "value", a->ival);
-        return cache_pk_kf(pk, "value", a->fval);
+            return kt_mp_pack_ki64(pk, "value", a->ival);
+        return kt_mp_pack_kf64(pk, "value", a->fval);
     }
 }
 
 static int pk_u32x3(msgpack_packer *pk, const char *key, const uint32_t v[3])
 {
-    return cache_pk_str(pk, key) || msgpack_pack_array(pk, 3) || msgpack_pack_uint32(pk, v[0]) ||
+    return kt_mp_pack_str(pk, key) || msgpack_pack_array(pk, 3) || msgpack_pack_uint32(pk, v[0]) ||
            msgpack_pack_uint32(pk, v[1]) || msgpack_pack_uint32(pk, v[2]);
 }
 
@@ -219,22 +219,22 @@ int cache_record_encode(const cache_record *r, uint8_t **out, size_t *len, kt_er
     const cache_gpu *g = &r->key.gpu;
 
     PK(msgpack_pack_map(&pk, r->signer ? 23 : 22));
-    PK(cache_pk_ku(&pk, "v", CACHE_RECORD_VERSION));
-    PK(cache_pk_str(&pk, "gpu"));
+    PK(kt_mp_pack_ku64(&pk, "v", CACHE_RECORD_VERSION));
+    PK(kt_mp_pack_str(&pk, "gpu"));
     PK(msgpack_pack_map(&pk, 7));
-    PK(cache_pk_kstr(&pk, "name", g->name));
-    PK(cache_pk_ki(&pk, "sm_major", g->sm_major));
-    PK(cache_pk_ki(&pk, "sm_minor", g->sm_minor));
-    PK(cache_pk_ki(&pk, "sm_count", g->sm_count));
-    PK(cache_pk_ku(&pk, "mem", g->mem_bytes));
-    PK(cache_pk_ki(&pk, "driver", g->driver_version));
-    PK(cache_pk_ki(&pk, "cuda", g->cuda_version));
-    PK(cache_pk_kbin(&pk, "sig", r->key.sig, OPS_SIG_BYTES));
-    PK(cache_pk_kbin(&pk, "problem", r->key.problem, OPS_SIG_BYTES));
+    PK(kt_mp_pack_kstr(&pk, "name", g->name));
+    PK(kt_mp_pack_ki64(&pk, "sm_major", g->sm_major));
+    PK(kt_mp_pack_ki64(&pk, "sm_minor", g->sm_minor));
+    PK(kt_mp_pack_ki64(&pk, "sm_count", g->sm_count));
+    PK(kt_mp_pack_ku64(&pk, "mem", g->mem_bytes));
+    PK(kt_mp_pack_ki64(&pk, "driver", g->driver_version));
+    PK(kt_mp_pack_ki64(&pk, "cuda", g->cuda_version));
+    PK(kt_mp_pack_kbin(&pk, "sig", r->key.sig, OPS_SIG_BYTES));
+    PK(kt_mp_pack_kbin(&pk, "problem", r->key.problem, OPS_SIG_BYTES));
     PK(cache_pk_shapes(&pk, shapes, r->key.n_shapes));
-    PK(cache_pk_kstr(&pk, "precision", ops_precision_name(r->key.precision)));
-    PK(cache_pk_kf(&pk, "key_tolerance", r->key.tolerance));
-    PK(cache_pk_str(&pk, "slots"));
+    PK(kt_mp_pack_kstr(&pk, "precision", ops_precision_name(r->key.precision)));
+    PK(kt_mp_pack_kf64(&pk, "key_tolerance", r->key.tolerance));
+    PK(kt_mp_pack_str(&pk, "slots"));
     PK(msgpack_pack_array(&pk, 2));
     for (int io = 0; io < 2; io++) {
         int from = io ? r->n_inputs : 0, n = io ? r->n_outputs : r->n_inputs;
@@ -242,66 +242,66 @@ int cache_record_encode(const cache_record *r, uint8_t **out, size_t *len, kt_er
         for (int i = from; i < from + n; i++) {
             const cache_slot *sl = &r->slots[i];
             PK(msgpack_pack_array(&pk, 2));
-            PK(cache_pk_str(&pk, ops_dtype_name(sl->dtype)));
+            PK(kt_mp_pack_str(&pk, ops_dtype_name(sl->dtype)));
             PK(msgpack_pack_array(&pk, (size_t)sl->rank));
             for (int k = 0; k < sl->rank; k++)
                 PK(msgpack_pack_int64(&pk, sl->dims[k]));
         }
     }
-    PK(cache_pk_kstr(&pk, "graph", r->graph_name));
-    PK(cache_pk_str(&pk, "source"));
+    PK(kt_mp_pack_kstr(&pk, "graph", r->graph_name));
+    PK(kt_mp_pack_str(&pk, "source"));
     PK(msgpack_pack_str_with_body(&pk, r->source ? r->source : "", r->source_len));
-    PK(cache_pk_kbin(&pk, "cubin", r->cubin, r->cubin_len));
-    PK(cache_pk_str(&pk, "kernels"));
+    PK(kt_mp_pack_kbin(&pk, "cubin", r->cubin, r->cubin_len));
+    PK(kt_mp_pack_str(&pk, "kernels"));
     PK(msgpack_pack_array(&pk, (size_t)r->n_kernels));
     for (int i = 0; i < r->n_kernels; i++) {
         const cache_kernel *k = &r->kernels[i];
         PK(msgpack_pack_map(&pk, 6));
-        PK(cache_pk_kstr(&pk, "entry", k->entry));
+        PK(kt_mp_pack_kstr(&pk, "entry", k->entry));
         PK(pk_u32x3(&pk, "grid", k->grid));
         PK(pk_u32x3(&pk, "block", k->block));
-        PK(cache_pk_ku(&pk, "smem", k->smem_bytes));
-        PK(cache_pk_str(&pk, "zero"));
+        PK(kt_mp_pack_ku64(&pk, "smem", k->smem_bytes));
+        PK(kt_mp_pack_str(&pk, "zero"));
         PK(msgpack_pack_array(&pk, 2));
         PK(msgpack_pack_uint64(&pk, k->zero_offset));
         PK(msgpack_pack_uint64(&pk, k->zero_bytes));
-        PK(cache_pk_str(&pk, "args"));
+        PK(kt_mp_pack_str(&pk, "args"));
         PK(msgpack_pack_array(&pk, (size_t)k->n_args));
         for (int j = 0; j < k->n_args; j++)
             PK(pk_arg(&pk, &k->args[j]));
     }
-    PK(cache_pk_ku(&pk, "workspace", r->workspace_bytes));
-    PK(cache_pk_str(&pk, "layouts"));
+    PK(kt_mp_pack_ku64(&pk, "workspace", r->workspace_bytes));
+    PK(kt_mp_pack_str(&pk, "layouts"));
     PK(msgpack_pack_array(&pk, (size_t)r->n_layouts));
     for (int i = 0; i < r->n_layouts; i++) {
         PK(msgpack_pack_map(&pk, 2));
-        PK(cache_pk_ki(&pk, "input", r->layouts[i].input));
-        PK(cache_pk_kstr(&pk, "layout", r->layouts[i].layout));
+        PK(kt_mp_pack_ki64(&pk, "input", r->layouts[i].input));
+        PK(kt_mp_pack_kstr(&pk, "layout", r->layouts[i].layout));
     }
-    PK(cache_pk_kstr(&pk, "family", r->family));
-    PK(cache_pk_kstr(&pk, "schedule", r->schedule));
-    PK(cache_pk_str(&pk, "time"));
+    PK(kt_mp_pack_kstr(&pk, "family", r->family));
+    PK(kt_mp_pack_kstr(&pk, "schedule", r->schedule));
+    PK(kt_mp_pack_str(&pk, "time"));
     PK(msgpack_pack_map(&pk, 5));
-    PK(cache_pk_kf(&pk, "median", r->time_ns));
-    PK(cache_pk_kf(&pk, "p10", r->time_p10_ns));
-    PK(cache_pk_kf(&pk, "p90", r->time_p90_ns));
-    PK(cache_pk_kstr(&pk, "mode", timing_names[r->timing]));
-    PK(cache_pk_ku(&pk, "reps", r->reps));
-    PK(cache_pk_str(&pk, "verify"));
+    PK(kt_mp_pack_kf64(&pk, "median", r->time_ns));
+    PK(kt_mp_pack_kf64(&pk, "p10", r->time_p10_ns));
+    PK(kt_mp_pack_kf64(&pk, "p90", r->time_p90_ns));
+    PK(kt_mp_pack_kstr(&pk, "mode", timing_names[r->timing]));
+    PK(kt_mp_pack_ku64(&pk, "reps", r->reps));
+    PK(kt_mp_pack_str(&pk, "verify"));
     PK(msgpack_pack_map(&pk, 4));
-    PK(cache_pk_kbool(&pk, "ok", r->verified));
-    PK(cache_pk_kf(&pk, "norm", r->err_norm));
-    PK(cache_pk_kf(&pk, "max", r->err_max));
-    PK(cache_pk_kf(&pk, "tol", r->tolerance));
-    PK(cache_pk_str(&pk, "baseline"));
+    PK(kt_mp_pack_kbool(&pk, "ok", r->verified));
+    PK(kt_mp_pack_kf64(&pk, "norm", r->err_norm));
+    PK(kt_mp_pack_kf64(&pk, "max", r->err_max));
+    PK(kt_mp_pack_kf64(&pk, "tol", r->tolerance));
+    PK(kt_mp_pack_str(&pk, "baseline"));
     PK(msgpack_pack_map(&pk, 2));
-    PK(cache_pk_kf(&pk, "cublaslt", r->cublaslt_ns));
-    PK(cache_pk_kf(&pk, "naive", r->naive_ns));
-    PK(cache_pk_kstr(&pk, "ktune", r->ktune_version ? r->ktune_version : KTUNE_VERSION));
-    PK(cache_pk_ki(&pk, "nvrtc", r->nvrtc_version));
-    PK(cache_pk_ki(&pk, "created", r->created));
+    PK(kt_mp_pack_kf64(&pk, "cublaslt", r->cublaslt_ns));
+    PK(kt_mp_pack_kf64(&pk, "naive", r->naive_ns));
+    PK(kt_mp_pack_kstr(&pk, "ktune", r->ktune_version ? r->ktune_version : KTUNE_VERSION));
+    PK(kt_mp_pack_ki64(&pk, "nvrtc", r->nvrtc_version));
+    PK(kt_mp_pack_ki64(&pk, "created", r->created));
     if (r->signer) /* optional: records without it keep their v3 bytes */
-        PK(cache_pk_kstr(&pk, "signer", r->signer));
+        PK(kt_mp_pack_kstr(&pk, "signer", r->signer));
     if (cache_value_finish(&sb, out, len) < 0)
         goto oom;
     return 0;
@@ -338,14 +338,14 @@ int cache_trial_encode(const cache_trial *t, uint8_t **out, size_t *len, kt_err 
     char detail[sizeof(t->detail)];
     snprintf(detail, sizeof(detail), "%.*s", (int)sizeof(t->detail) - 1, t->detail);
     PK(msgpack_pack_map(&pk, 8));
-    PK(cache_pk_ku(&pk, "v", CACHE_TRIAL_VERSION));
-    PK(cache_pk_kstr(&pk, "cand", t->cand));
-    PK(cache_pk_kstr(&pk, "status", trial_status_names[t->status]));
-    PK(cache_pk_kf(&pk, "time", t->time_ns));
-    PK(cache_pk_kf(&pk, "error", t->error));
-    PK(cache_pk_kstr(&pk, "detail", detail));
-    PK(cache_pk_ki(&pk, "ts", t->ts));
-    PK(cache_pk_ki(&pk, "ts_ms", t->ts_ms));
+    PK(kt_mp_pack_ku64(&pk, "v", CACHE_TRIAL_VERSION));
+    PK(kt_mp_pack_kstr(&pk, "cand", t->cand));
+    PK(kt_mp_pack_kstr(&pk, "status", trial_status_names[t->status]));
+    PK(kt_mp_pack_kf64(&pk, "time", t->time_ns));
+    PK(kt_mp_pack_kf64(&pk, "error", t->error));
+    PK(kt_mp_pack_kstr(&pk, "detail", detail));
+    PK(kt_mp_pack_ki64(&pk, "ts", t->ts));
+    PK(kt_mp_pack_ki64(&pk, "ts_ms", t->ts_ms));
     if (cache_value_finish(&sb, out, len) < 0)
         goto oom;
     return 0;
@@ -432,7 +432,7 @@ static int decode_arg(const msgpack_object *o, cache_arg *a, cache_dec *d)
         return BAD("record field 'arg': expected a map");
     const msgpack_object *kind = NULL;
     for (uint32_t i = 0; i < o->via.map.size; i++) {
-        if (cache_key_is(&o->via.map.ptr[i].key, "kind"))
+        if (kt_mp_str_is(&o->via.map.ptr[i].key, "kind"))
             kind = &o->via.map.ptr[i].val;
     }
     int e = 0;
@@ -456,7 +456,7 @@ static int decode_arg(const msgpack_object *o, cache_arg *a, cache_dec *d)
         bool is_int = a->scalar == CACHE_SCALAR_I32 || a->scalar == CACHE_SCALAR_I64;
         for (uint32_t i = 0; i < o->via.map.size; i++) {
             const msgpack_object_kv *kv = &o->via.map.ptr[i];
-            if (!cache_key_is(&kv->key, "value"))
+            if (!kt_mp_str_is(&kv->key, "value"))
                 continue;
             bool got_float =
                 kv->val.type == MSGPACK_OBJECT_FLOAT64 || kv->val.type == MSGPACK_OBJECT_FLOAT32;

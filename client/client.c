@@ -13,6 +13,7 @@
  * -EPROTO for that call only. */
 #include "libktune_internal.h"
 #include "ktune_config.h"
+#include "ops/msgpack_util.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -132,20 +133,6 @@ static int send_all(ktune_client *c, const char *buf, size_t len, const char *op
     return 0;
 }
 
-static const msgpack_object *map_get(const msgpack_object *m, const char *key)
-{
-    if (!m || m->type != MSGPACK_OBJECT_MAP)
-        return NULL;
-    size_t klen = strlen(key);
-    for (uint32_t i = 0; i < m->via.map.size; i++) {
-        const msgpack_object *k = &m->via.map.ptr[i].key;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
-            memcmp(k->via.str.ptr, key, klen) == 0)
-            return &m->via.map.ptr[i].val;
-    }
-    return NULL;
-}
-
 /* Reads messages until the one whose id is `id` (others are dropped) and leaves it in *msg
  * (initialised by the caller, who destroys it). deadline <= 0: no limit. */
 static int recv_id(ktune_client *c, uint64_t id, const char *op, msgpack_unpacked *msg,
@@ -160,12 +147,12 @@ static int recv_id(ktune_client *c, uint64_t id, const char *op, msgpack_unpacke
                                     "ktuned at %s sent a message that is not "
                                     "a map",
                                     c->what);
-            const msgpack_object *mid = map_get(o, "id");
+            const msgpack_object *mid = kt_mp_get(o, "id");
             if (mid && mid->type == MSGPACK_OBJECT_POSITIVE_INTEGER && mid->via.u64 == id)
                 return 0;
             /* id 0 is never ours: an error with it is ktuned refusing the connection (too
              * many connections, shutting down; docs/protocol.md), the answer to this call */
-            const msgpack_object *ok = map_get(o, "ok");
+            const msgpack_object *ok = kt_mp_get(o, "ok");
             if (mid && mid->type == MSGPACK_OBJECT_POSITIVE_INTEGER && mid->via.u64 == 0 && ok &&
                 ok->type == MSGPACK_OBJECT_BOOLEAN && !ok->via.boolean)
                 return 0;
@@ -219,8 +206,7 @@ typedef struct req {
 
 static void p_str(req *r, const char *s)
 {
-    size_t n = strlen(s);
-    r->fail |= msgpack_pack_str(&r->pk, n) | msgpack_pack_str_body(&r->pk, s, n);
+    r->fail |= kt_mp_pack_str(&r->pk, s);
 }
 
 /* One top-level argument's key; its value is packed next. */
@@ -279,8 +265,8 @@ static void req_free(req *r)
 static int error_reply(const ktune_client *c, const char *op, const msgpack_object *o,
                        ktune_error *err)
 {
-    const msgpack_object *e = map_get(o, "error");
-    const msgpack_object *code = map_get(e, "code"), *msg = map_get(e, "msg");
+    const msgpack_object *e = kt_mp_get(o, "error");
+    const msgpack_object *code = kt_mp_get(e, "code"), *msg = kt_mp_get(e, "msg");
     char name[32] = "", text[sizeof(err->msg)] = "";
     if (code && code->type == MSGPACK_OBJECT_STR)
         snprintf(name, sizeof(name), "%.*s", (int)code->via.str.size, code->via.str.ptr);
@@ -334,7 +320,7 @@ static int call(ktune_client *c, req *r, msgpack_unpacked *msg, ktune_error *err
     } else {
         return rc;
     }
-    const msgpack_object *ok = map_get(&msg->data, "ok");
+    const msgpack_object *ok = kt_mp_get(&msg->data, "ok");
     if (!ok || ok->type != MSGPACK_OBJECT_BOOLEAN)
         return ktune_err_from(err, -EPROTO, "ktuned at %s answered '%s' without 'ok'", c->what,
                               r->op);
@@ -383,7 +369,7 @@ static void dec_fail(dec *d, const char *key, const char *want)
 
 static void d_str(dec *d, const msgpack_object *m, const char *key, char *dst, size_t cap)
 {
-    const msgpack_object *v = map_get(m, key);
+    const msgpack_object *v = kt_mp_get(m, key);
     dst[0] = '\0';
     if (!v || v->type == MSGPACK_OBJECT_NIL)
         return;
@@ -396,21 +382,18 @@ static void d_str(dec *d, const msgpack_object *m, const char *key, char *dst, s
 
 static bool to_i64(const msgpack_object *v, int64_t *out)
 {
-    if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 <= INT64_MAX)
-        *out = (int64_t)v->via.u64;
-    else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
-        *out = v->via.i64;
-    else if ((v->type == MSGPACK_OBJECT_FLOAT64 || v->type == MSGPACK_OBJECT_FLOAT32) &&
-             v->via.f64 == floor(v->via.f64) && fabs(v->via.f64) < 9e18)
-        *out = (int64_t)v->via.f64;
-    else
+    if (kt_mp_i64(v, out))
+        return true;
+    if ((v->type != MSGPACK_OBJECT_FLOAT64 && v->type != MSGPACK_OBJECT_FLOAT32) ||
+        v->via.f64 != floor(v->via.f64) || !(fabs(v->via.f64) < 9e18))
         return false;
+    *out = (int64_t)v->via.f64;
     return true;
 }
 
 static void d_i64(dec *d, const msgpack_object *m, const char *key, int64_t *dst, int64_t dflt)
 {
-    const msgpack_object *v = map_get(m, key);
+    const msgpack_object *v = kt_mp_get(m, key);
     *dst = dflt;
     if (v && v->type != MSGPACK_OBJECT_NIL && !to_i64(v, dst))
         dec_fail(d, key, "an integer");
@@ -427,7 +410,7 @@ static void d_int(dec *d, const msgpack_object *m, const char *key, int *dst, in
 
 static void d_u64(dec *d, const msgpack_object *m, const char *key, uint64_t *dst)
 {
-    const msgpack_object *v = map_get(m, key);
+    const msgpack_object *v = kt_mp_get(m, key);
     *dst = 0;
     if (!v || v->type == MSGPACK_OBJECT_NIL)
         return;
@@ -442,7 +425,7 @@ static void d_u64(dec *d, const msgpack_object *m, const char *key, uint64_t *ds
 
 static void d_f64(dec *d, const msgpack_object *m, const char *key, double *dst)
 {
-    const msgpack_object *v = map_get(m, key);
+    const msgpack_object *v = kt_mp_get(m, key);
     *dst = 0;
     if (!v || v->type == MSGPACK_OBJECT_NIL)
         return;
@@ -458,7 +441,7 @@ static void d_f64(dec *d, const msgpack_object *m, const char *key, double *dst)
 
 static void d_bool(dec *d, const msgpack_object *m, const char *key, bool *dst)
 {
-    const msgpack_object *v = map_get(m, key);
+    const msgpack_object *v = kt_mp_get(m, key);
     *dst = false;
     if (!v || v->type == MSGPACK_OBJECT_NIL)
         return;
@@ -470,7 +453,7 @@ static void d_bool(dec *d, const msgpack_object *m, const char *key, bool *dst)
 /* {"M": 1024, "N": 512} -> "M=1024;N=512" (in the daemon's order). */
 static void d_shapes(dec *d, const msgpack_object *m, const char *key, char *dst, size_t cap)
 {
-    const msgpack_object *v = map_get(m, key);
+    const msgpack_object *v = kt_mp_get(m, key);
     dst[0] = '\0';
     if (!v || v->type == MSGPACK_OBJECT_NIL)
         return;
@@ -495,7 +478,7 @@ static void d_shapes(dec *d, const msgpack_object *m, const char *key, char *dst
 /* {"wrong": 1, "compile_error": 2} -> j->failures (the first ones that fit; names cut to fit). */
 static void d_failures(dec *d, const msgpack_object *m, const char *key, ktune_job *j)
 {
-    const msgpack_object *v = map_get(m, key);
+    const msgpack_object *v = kt_mp_get(m, key);
     j->n_failures = 0;
     if (!v || v->type == MSGPACK_OBJECT_NIL)
         return;
@@ -524,7 +507,7 @@ static int decode_job(const msgpack_object *o, ktune_job *j, ktune_error *err)
     memset(j, 0, sizeof(*j));
     if (!o || o->type != MSGPACK_OBJECT_MAP)
         return ktune_err_from(err, -EPROTO, "ktuned sent a Job that is not a map");
-    const msgpack_object *id = map_get(o, "job");
+    const msgpack_object *id = kt_mp_get(o, "job");
     if (!id || id->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
         return ktune_err_from(err, -EPROTO, "ktuned sent a Job without its id ('job')");
     j->id = id->via.u64;
@@ -922,7 +905,7 @@ KTUNE_EXPORT int ktune_submit(ktune_client *c, const ktune_graph *g, const ktune
         p_key_str(&r, "name", o->name);
     if ((rc = call(c, &r, &m, err)) < 0)
         goto out;
-    if ((rc = decode_job(map_get(&m.data, "job"), out, err)) < 0)
+    if ((rc = decode_job(kt_mp_get(&m.data, "job"), out, err)) < 0)
         goto out;
     if (joined) {
         dec d = {.err = err, .obj = "a submit reply"};
@@ -952,7 +935,7 @@ static int job_call(ktune_client *c, const char *op, uint64_t job, ktune_job *ou
     p_key(&r, "job");
     r.fail |= msgpack_pack_uint64(&r.pk, job);
     if ((rc = call(c, &r, &m, err)) == 0)
-        rc = decode_job(map_get(&m.data, "job"), out, err);
+        rc = decode_job(kt_mp_get(&m.data, "job"), out, err);
     unlock_client(c);
     msgpack_unpacked_destroy(&m);
     req_free(&r);
@@ -991,7 +974,8 @@ KTUNE_EXPORT int ktune_watch(ktune_client *c, uint64_t job, ktune_watch_cb cb, v
     req_begin(&r, c, "watch");
     p_key(&r, "job");
     r.fail |= msgpack_pack_uint64(&r.pk, job);
-    if ((rc = call(c, &r, &m, err)) < 0 || (rc = decode_job(map_get(&m.data, "job"), &j, err)) < 0)
+    if ((rc = call(c, &r, &m, err)) < 0 ||
+        (rc = decode_job(kt_mp_get(&m.data, "job"), &j, err)) < 0)
         goto out;
     /* The lock stays held while cb runs: a callback that calls back into c gets -EDEADLK. */
     if (final)
@@ -1001,13 +985,13 @@ KTUNE_EXPORT int ktune_watch(ktune_client *c, uint64_t job, ktune_watch_cb cb, v
     for (;;) {
         if ((rc = recv_id(c, r.id, "watch", &m, 0, err)) < 0)
             goto out;
-        const msgpack_object *ev = map_get(&m.data, "event");
+        const msgpack_object *ev = kt_mp_get(&m.data, "event");
         bool end = ev && ev->type == MSGPACK_OBJECT_STR && ev->via.str.size == 3 &&
                    memcmp(ev->via.str.ptr, "end", 3) == 0;
         bool progress = ev && ev->type == MSGPACK_OBJECT_STR && ev->via.str.size == 8 &&
                         memcmp(ev->via.str.ptr, "progress", 8) == 0;
         if (!end && !progress) {
-            const msgpack_object *ok = map_get(&m.data, "ok");
+            const msgpack_object *ok = kt_mp_get(&m.data, "ok");
             if (ok && ok->type == MSGPACK_OBJECT_BOOLEAN && !ok->via.boolean) {
                 rc = error_reply(c, "watch", &m.data, err);
                 goto out;
@@ -1018,7 +1002,7 @@ KTUNE_EXPORT int ktune_watch(ktune_client *c, uint64_t job, ktune_watch_cb cb, v
                                 c->what);
             goto out;
         }
-        if ((rc = decode_job(map_get(&m.data, "job"), &j, err)) < 0)
+        if ((rc = decode_job(kt_mp_get(&m.data, "job"), &j, err)) < 0)
             goto out;
         if (j.id != job) {
             rc = ktune_err_from(err, -EPROTO,
@@ -1070,7 +1054,7 @@ KTUNE_EXPORT int ktune_jobs(ktune_client *c, unsigned state_mask, int limit, ktu
         p_key_i64(&r, "limit", limit);
     if ((rc = call(c, &r, &m, err)) < 0)
         goto out;
-    const msgpack_object *arr = map_get(&m.data, "jobs");
+    const msgpack_object *arr = kt_mp_get(&m.data, "jobs");
     if (!arr || arr->type != MSGPACK_OBJECT_ARRAY) {
         rc = ktune_err_from(err, -EPROTO, "ktuned at %s answered 'jobs' without a jobs array",
                             c->what);
@@ -1127,7 +1111,7 @@ KTUNE_EXPORT int ktune_gpus(ktune_client *c, ktune_gpu **out, size_t *n, char *n
     int rc = plain_call(c, "gpus", &m, err);
     if (rc < 0)
         goto out;
-    const msgpack_object *arr = map_get(&m.data, "gpus");
+    const msgpack_object *arr = kt_mp_get(&m.data, "gpus");
     if (!arr || arr->type != MSGPACK_OBJECT_ARRAY) {
         rc = ktune_err_from(err, -EPROTO, "ktuned at %s answered 'gpus' without a gpus array",
                             c->what);
@@ -1174,12 +1158,12 @@ KTUNE_EXPORT int ktune_stats_get(ktune_client *c, ktune_stats *out, ktune_error 
     d_u64(&d, o, "requests", &out->requests);
     d_int(&d, o, "gpus", &out->gpus, 0);
     d_u64(&d, o, "rss_bytes", &out->rss_bytes);
-    const msgpack_object *jobs = map_get(o, "jobs");
+    const msgpack_object *jobs = kt_mp_get(o, "jobs");
     if (jobs && jobs->type != MSGPACK_OBJECT_MAP)
         dec_fail(&d, "jobs", "a map");
     for (int s = 0; s <= KTUNE_JOB_CANCELLED; s++)
         d_int(&d, jobs, ktune_job_state_name((ktune_job_state)s), &out->jobs[s], 0);
-    const msgpack_object *cache = map_get(o, "cache");
+    const msgpack_object *cache = kt_mp_get(o, "cache");
     if (cache && cache->type != MSGPACK_OBJECT_MAP)
         dec_fail(&d, "cache", "a map");
     d_str(&d, cache, "path", out->cache_path, sizeof(out->cache_path));
@@ -1238,7 +1222,7 @@ KTUNE_EXPORT int ktune_lookup_remote(ktune_client *c, const ktune_graph *g,
         rc = d.rc;
         goto out;
     }
-    const msgpack_object *rec = map_get(&m.data, "record");
+    const msgpack_object *rec = kt_mp_get(&m.data, "record");
     if (!rec || rec->type != MSGPACK_OBJECT_MAP) {
         rc = ktune_err_from(err, -EPROTO, "ktuned at %s found a record but sent none", c->what);
         goto out;
@@ -1259,7 +1243,7 @@ KTUNE_EXPORT int ktune_lookup_remote(ktune_client *c, const ktune_graph *g,
     if ((rc = d.rc) < 0)
         goto out;
     if (source) {
-        const msgpack_object *s = map_get(&m.data, "source");
+        const msgpack_object *s = kt_mp_get(&m.data, "source");
         if (s && s->type != MSGPACK_OBJECT_STR && s->type != MSGPACK_OBJECT_NIL) {
             rc = ktune_err_from(err, -EPROTO,
                                 "ktuned sent a lookup reply whose 'source' is not "

@@ -6,7 +6,7 @@
  *
  * Files: main.c (start-up, shutdown), config.c, frame.c (framing), server.c (socket,
  * connections, reading and writing), prep.c (large requests decoded and prepared off the loop),
- * proto.c (envelope, dispatch, argument checks, packing), ops.c (the op handlers), jobs.c (job
+ * proto.c (envelope, dispatch, argument checks, packing), handlers.c (the op handlers), jobs.c (job
  * table, journal, scheduling, watches), gpu.c (GPU threads and the event queue), notify.c
  * (systemd). */
 #pragma once
@@ -15,6 +15,7 @@
 #include "frame.h"
 
 #include "cache/cache.h"
+#include "ops/msgpack_util.h"
 #include "search/tune.h"
 
 #include <msgpack.h>
@@ -108,7 +109,7 @@ bool kd_conn_work_done(kd_conn *c);
 /* After the reply of that request: serves c's buffered requests and reads again. */
 void kd_conn_resume(kd_conn *c);
 
-/* ---- the graph half of submit and lookup (ops.c), done off the loop when large (prep.c) ---- */
+/* ---- the graph half of submit and lookup (handlers.c), done off the loop when large (prep.c) */
 
 /* What submit and lookup read from `graph` and the arguments that go with it, in the order the
  * handlers report errors: the graph (parsed, validated, admitted by srch_graph_admit, signed),
@@ -178,7 +179,7 @@ typedef struct kd_op {
     unsigned flags;
 } kd_op;
 
-/* The ops (ops.c); the table ends with a NULL name. */
+/* The ops (handlers.c); the table ends with a NULL name. */
 extern const kd_op kd_ops[];
 
 /* Handles one complete request map from c (envelope, dispatch, reply); raw and raw_len are the
@@ -200,13 +201,7 @@ int kd_arg_str(kd_req *r, const char *key, char *buf, size_t cap, const char *de
 /* Sets r->err and returns code: "<op>: <message>". */
 int kd_fail(kd_req *r, int code, const char *fmt, ...) KT_PRINTF(3, 4);
 
-/* msgpack helpers for replies and events. */
-void kd_pack_str(msgpack_packer *pk, const char *s);
-void kd_pack_kstr(msgpack_packer *pk, const char *k, const char *v);
-void kd_pack_kint(msgpack_packer *pk, const char *k, int64_t v);
-void kd_pack_kuint(msgpack_packer *pk, const char *k, uint64_t v);
-void kd_pack_kf64(msgpack_packer *pk, const char *k, double v);
-void kd_pack_kbool(msgpack_packer *pk, const char *k, bool v);
+/* Replies and events are packed with ops/msgpack_util.h's kt_mp_pack_* and these. */
 /* Packs a whole error reply, {"id", "ok": false, "error": {"code", "msg"}}, into sb (initialised
  * by the caller, who sends and destroys it). code is an errno name ("EINVAL"). */
 void kd_pack_error_reply(msgpack_sbuffer *sb, uint64_t id, const char *code, const char *msg);
@@ -363,8 +358,8 @@ void kd_events_close(kd_daemon *d);
 
 /* A bounded table from key bytes to the packed result fields of a reply, so that a repeated
  * `lookup` costs neither the graph's decoding and signature nor the record's read and checksum.
- * The key is the request's exact bytes that decide the answer (ops.c: graph, shapes, precision,
- * gpu), compared in full: a hash collision is never a hit. An entry holds up to
+ * The key is the request's exact bytes that decide the answer (handlers.c: graph, shapes,
+ * precision, gpu), compared in full: a hash collision is never a hit. An entry holds up to
  * KD_MEMO_VARIANTS variants of the reply (without and with the kernel source) and the cache
  * generation (cache_generation) read before the cache was read for it; it is only returned for
  * that same generation, so any commit since (a record, by this daemon or another process) makes

@@ -10,44 +10,6 @@
 
 /* ---- packing ---- */
 
-void kd_pack_str(msgpack_packer *pk, const char *s)
-{
-    msgpack_pack_str_with_body(pk, s, strlen(s));
-}
-
-void kd_pack_kstr(msgpack_packer *pk, const char *k, const char *v)
-{
-    kd_pack_str(pk, k);
-    kd_pack_str(pk, v);
-}
-
-void kd_pack_kint(msgpack_packer *pk, const char *k, int64_t v)
-{
-    kd_pack_str(pk, k);
-    msgpack_pack_int64(pk, v);
-}
-
-void kd_pack_kuint(msgpack_packer *pk, const char *k, uint64_t v)
-{
-    kd_pack_str(pk, k);
-    msgpack_pack_uint64(pk, v);
-}
-
-void kd_pack_kf64(msgpack_packer *pk, const char *k, double v)
-{
-    kd_pack_str(pk, k);
-    msgpack_pack_double(pk, v);
-}
-
-void kd_pack_kbool(msgpack_packer *pk, const char *k, bool v)
-{
-    kd_pack_str(pk, k);
-    if (v)
-        msgpack_pack_true(pk);
-    else
-        msgpack_pack_false(pk);
-}
-
 void kd_pack_job(msgpack_packer *pk, const kd_job *kj)
 {
     const cache_job *j = &kj->j;
@@ -57,43 +19,44 @@ void kd_pack_job(msgpack_packer *pk, const kd_job *kj)
     for (int s = 1; s < SRCH_STATUS_COUNT; s++)
         nfail += kj->failures[s] > 0;
     msgpack_pack_map(pk, 29);
-    kd_pack_kuint(pk, "job", j->id);
-    kd_pack_kuint(pk, "owner", j->owner);
-    kd_pack_kstr(pk, "name", j->name);
-    kd_pack_kstr(pk, "state", cache_job_state_name(j->state));
-    kd_pack_kint(pk, "priority", j->priority);
+    kt_mp_pack_ku64(pk, "job", j->id);
+    kt_mp_pack_ku64(pk, "owner", j->owner);
+    kt_mp_pack_kstr(pk, "name", j->name);
+    kt_mp_pack_kstr(pk, "state", cache_job_state_name(j->state));
+    kt_mp_pack_ki64(pk, "priority", j->priority);
     /* where it runs or ran; while queued, where it is pinned (-1: anywhere) */
-    kd_pack_kint(pk, "gpu", j->state != CACHE_JOB_QUEUED && kj->ran_on >= 0 ? kj->ran_on : j->gpu);
-    kd_pack_kstr(pk, "signature", sig);
-    kd_pack_str(pk, "shapes");
+    kt_mp_pack_ki64(pk, "gpu",
+                    j->state != CACHE_JOB_QUEUED && kj->ran_on >= 0 ? kj->ran_on : j->gpu);
+    kt_mp_pack_kstr(pk, "signature", sig);
+    kt_mp_pack_str(pk, "shapes");
     msgpack_pack_map(pk, (size_t)j->n_shapes);
     for (int i = 0; i < j->n_shapes; i++)
-        kd_pack_kint(pk, j->shapes[i].name, j->shapes[i].value);
-    kd_pack_kstr(pk, "precision", ops_precision_name(j->precision));
-    kd_pack_kf64(pk, "budget_s", j->budget_s);
-    kd_pack_kf64(pk, "tolerance", j->tolerance);
-    kd_pack_kint(pk, "submitted", j->submitted);
-    kd_pack_kint(pk, "started", j->started);
-    kd_pack_kint(pk, "finished", j->finished);
-    kd_pack_kstr(pk, "phase", kj->phase);
-    kd_pack_kint(pk, "trials", j->trials);
-    kd_pack_kint(pk, "measured", j->measured);
-    kd_pack_kint(pk, "resumed", j->resumed);
-    kd_pack_kf64(pk, "elapsed_s", j->elapsed_s);
-    kd_pack_kf64(pk, "best_ns", j->best_ns);
-    kd_pack_kf64(pk, "baseline_ns", j->baseline_ns);
-    kd_pack_kf64(pk, "err_norm", j->err_norm);
-    kd_pack_kstr(pk, "family", j->family);
-    kd_pack_kstr(pk, "schedule", j->schedule);
-    kd_pack_kbool(pk, "record", j->record);
-    kd_pack_str(pk, "failures");
+        kt_mp_pack_ki64(pk, j->shapes[i].name, j->shapes[i].value);
+    kt_mp_pack_kstr(pk, "precision", ops_precision_name(j->precision));
+    kt_mp_pack_kf64(pk, "budget_s", j->budget_s);
+    kt_mp_pack_kf64(pk, "tolerance", j->tolerance);
+    kt_mp_pack_ki64(pk, "submitted", j->submitted);
+    kt_mp_pack_ki64(pk, "started", j->started);
+    kt_mp_pack_ki64(pk, "finished", j->finished);
+    kt_mp_pack_kstr(pk, "phase", kj->phase);
+    kt_mp_pack_ki64(pk, "trials", j->trials);
+    kt_mp_pack_ki64(pk, "measured", j->measured);
+    kt_mp_pack_ki64(pk, "resumed", j->resumed);
+    kt_mp_pack_kf64(pk, "elapsed_s", j->elapsed_s);
+    kt_mp_pack_kf64(pk, "best_ns", j->best_ns);
+    kt_mp_pack_kf64(pk, "baseline_ns", j->baseline_ns);
+    kt_mp_pack_kf64(pk, "err_norm", j->err_norm);
+    kt_mp_pack_kstr(pk, "family", j->family);
+    kt_mp_pack_kstr(pk, "schedule", j->schedule);
+    kt_mp_pack_kbool(pk, "record", j->record);
+    kt_mp_pack_str(pk, "failures");
     msgpack_pack_map(pk, (size_t)nfail);
     for (int s = 1; s < SRCH_STATUS_COUNT; s++)
         if (kj->failures[s] > 0)
-            kd_pack_kint(pk, srch_status_str((srch_status)s), kj->failures[s]);
-    kd_pack_kf64(pk, "compile_s", j->compile_s);
-    kd_pack_kf64(pk, "measure_s", j->measure_s);
-    kd_pack_kstr(pk, "error", j->error);
+            kt_mp_pack_ki64(pk, srch_status_str((srch_status)s), kj->failures[s]);
+    kt_mp_pack_kf64(pk, "compile_s", j->compile_s);
+    kt_mp_pack_kf64(pk, "measure_s", j->measure_s);
+    kt_mp_pack_kstr(pk, "error", j->error);
 }
 
 void kd_pack_gpu(msgpack_packer *pk, const kd_gpu *g)
@@ -101,17 +64,17 @@ void kd_pack_gpu(msgpack_packer *pk, const kd_gpu *g)
     char sm[16];
     snprintf(sm, sizeof(sm), "%d.%d", g->fp.sm_major, g->fp.sm_minor);
     msgpack_pack_map(pk, 11);
-    kd_pack_kint(pk, "index", g->index);
-    kd_pack_kstr(pk, "name", g->fp.name);
-    kd_pack_kstr(pk, "sm", g->fp.name[0] ? sm : "");
-    kd_pack_kint(pk, "sm_count", g->fp.sm_count);
-    kd_pack_kuint(pk, "mem_bytes", g->fp.mem_bytes);
-    kd_pack_kint(pk, "driver_version", g->fp.driver_version);
-    kd_pack_kint(pk, "cuda_version", g->fp.cuda_version);
-    kd_pack_kstr(pk, "state", kd_gpu_state_name(g->state));
-    kd_pack_kuint(pk, "job", g->job);
-    kd_pack_kint(pk, "restarts", g->restarts);
-    kd_pack_kstr(pk, "error", g->error);
+    kt_mp_pack_ki64(pk, "index", g->index);
+    kt_mp_pack_kstr(pk, "name", g->fp.name);
+    kt_mp_pack_kstr(pk, "sm", g->fp.name[0] ? sm : "");
+    kt_mp_pack_ki64(pk, "sm_count", g->fp.sm_count);
+    kt_mp_pack_ku64(pk, "mem_bytes", g->fp.mem_bytes);
+    kt_mp_pack_ki64(pk, "driver_version", g->fp.driver_version);
+    kt_mp_pack_ki64(pk, "cuda_version", g->fp.cuda_version);
+    kt_mp_pack_kstr(pk, "state", kd_gpu_state_name(g->state));
+    kt_mp_pack_ku64(pk, "job", g->job);
+    kt_mp_pack_ki64(pk, "restarts", g->restarts);
+    kt_mp_pack_kstr(pk, "error", g->error);
 }
 
 void kd_send_event(kd_conn *c, uint64_t id, const char *event, const kd_job *j)
@@ -121,9 +84,9 @@ void kd_send_event(kd_conn *c, uint64_t id, const char *event, const kd_job *j)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 3);
-    kd_pack_kuint(&pk, "id", id);
-    kd_pack_kstr(&pk, "event", event);
-    kd_pack_str(&pk, "job");
+    kt_mp_pack_ku64(&pk, "id", id);
+    kt_mp_pack_kstr(&pk, "event", event);
+    kt_mp_pack_str(&pk, "job");
     kd_pack_job(&pk, j);
     kd_conn_send(c, &sb);
     msgpack_sbuffer_destroy(&sb);
@@ -141,24 +104,9 @@ int kd_fail(kd_req *r, int code, const char *fmt, ...)
     return kt_err_set(&r->err, code, "%s: %s", r->op, msg);
 }
 
-static bool obj_is_str(const msgpack_object *o, const char *s)
-{
-    size_t n = strlen(s);
-    return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
-           memcmp(o->via.str.ptr, s, n) == 0;
-}
-
-static const msgpack_object *map_get(const msgpack_object *m, const char *key)
-{
-    for (uint32_t i = 0; i < m->via.map.size; i++)
-        if (obj_is_str(&m->via.map.ptr[i].key, key))
-            return &m->via.map.ptr[i].val;
-    return NULL;
-}
-
 const msgpack_object *kd_arg(const kd_req *r, const char *key)
 {
-    const msgpack_object *v = map_get(r->msg, key);
+    const msgpack_object *v = kt_mp_get(r->msg, key);
     return v && v->type != MSGPACK_OBJECT_NIL ? v : NULL;
 }
 
@@ -185,11 +133,7 @@ int kd_arg_int(kd_req *r, const char *key, int64_t lo, int64_t hi, int64_t def, 
         return 0;
     }
     int64_t x;
-    if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 <= (uint64_t)INT64_MAX)
-        x = (int64_t)v->via.u64;
-    else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
-        x = v->via.i64;
-    else
+    if (!kt_mp_i64(v, &x))
         return kd_fail(r, -EINVAL, "'%s' must be an integer in %lld..%lld", key, (long long)lo,
                        (long long)hi);
     if (x < lo || x > hi)
@@ -257,7 +201,7 @@ int kd_arg_str(kd_req *r, const char *key, char *buf, size_t cap, const char *de
 msgpack_packer *kd_field(kd_req *r, const char *key)
 {
     r->n_fields++;
-    kd_pack_str(&r->pk, key);
+    kt_mp_pack_str(&r->pk, key);
     return &r->pk;
 }
 
@@ -274,12 +218,12 @@ void kd_pack_error_reply(msgpack_sbuffer *sb, uint64_t id, const char *code, con
     msgpack_packer pk;
     msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 3);
-    kd_pack_kuint(&pk, "id", id);
-    kd_pack_kbool(&pk, "ok", false);
-    kd_pack_str(&pk, "error");
+    kt_mp_pack_ku64(&pk, "id", id);
+    kt_mp_pack_kbool(&pk, "ok", false);
+    kt_mp_pack_str(&pk, "error");
     msgpack_pack_map(&pk, 2);
-    kd_pack_kstr(&pk, "code", code);
-    kd_pack_kstr(&pk, "msg", msg);
+    kt_mp_pack_kstr(&pk, "code", code);
+    kt_mp_pack_kstr(&pk, "msg", msg);
 }
 
 static void send_error(kd_conn *c, uint64_t id, int code, const char *msg)
@@ -298,8 +242,8 @@ static void send_ok(kd_req *r)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 2 + r->n_fields);
-    kd_pack_kuint(&pk, "id", r->id);
-    kd_pack_kbool(&pk, "ok", true);
+    kt_mp_pack_ku64(&pk, "id", r->id);
+    kt_mp_pack_kbool(&pk, "ok", true);
     if (r->body.size && msgpack_sbuffer_write(&sb, r->body.data, r->body.size) != 0) {
         msgpack_sbuffer_destroy(&sb);
         send_error(r->c, r->id, -ENOMEM, "out of memory writing the reply");
@@ -317,7 +261,8 @@ void kd_dispatch(kd_conn *c, const msgpack_object *msg, const uint8_t *raw, size
     kd_req r = {
         .d = d, .c = c, .op = "request", .msg = msg, .raw = raw, .raw_len = raw_len, .prep = prep};
     /* the envelope, before the body */
-    const msgpack_object *id = map_get(msg, "id"), *v = map_get(msg, "v"), *op = map_get(msg, "op");
+    const msgpack_object *id = kt_mp_get(msg, "id"), *v = kt_mp_get(msg, "v"),
+                         *op = kt_mp_get(msg, "op");
     if (!id || id->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
         send_error(c, 0, -EINVAL, "request: 'id' must be an unsigned integer");
         return;
@@ -333,7 +278,7 @@ void kd_dispatch(kd_conn *c, const msgpack_object *msg, const uint8_t *raw, size
     }
     const kd_op *o = kd_ops;
     for (; o->name; o++)
-        if (obj_is_str(op, o->name))
+        if (kt_mp_str_is(op, o->name))
             break;
     if (!o->name) {
         char m[160], esc[KT_ESC_MAX];

@@ -1548,7 +1548,8 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
              m.wgmma ? "_wgmma" : "", m.bq, m.bkv, m.warps, m.stages, grp->entry_suffix);
 
     kt_buf b = {0};
-    ops_emit_begin(&b, grp, s, out);
+    ops_emit_header(&b, grp, s);
+    ops_emit_shared_prelude(&b, out);
     if (m.math == MATH_FFMA) {
         kt_buf_printf(&b, "%s", ffma_helpers);
     } else {

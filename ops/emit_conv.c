@@ -1971,7 +1971,8 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     conv_names nm;
     conv_names_make(grp, &ci, &nm);
     kt_buf b = {0};
-    ops_emit_begin(&b, grp, s, out);
+    ops_emit_header(&b, grp, s);
+    ops_emit_shared_prelude(&b, out);
     kt_buf_printf(&b, "\n");
     emit_constants(&b, &ci);
     int rc = emit_store_fn(&b, grp, &ci, &nm);

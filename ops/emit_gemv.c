@@ -368,7 +368,8 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = in.y};
 
     kt_buf b = {0};
-    ops_emit_begin(&b, grp, s, out);
+    ops_emit_header(&b, grp, s);
+    ops_emit_shared_prelude(&b, out);
     kt_buf_printf(&b, "\n");
     kt_buf_line(&b, "constexpr int M = %lld, K = %lld;", (long long)in.M, (long long)in.K);
     kt_buf_line(&b, "constexpr int THREADS = %d, TPR = %d, R = %d, VEC = %d;", p.threads, p.tpr,

@@ -602,7 +602,8 @@ static int pointwise_emit(const ops_group *grp, const ops_schedule *s, const ops
     gen->ix = ix;
 
     kt_buf b = {0};
-    ops_emit_begin(&b, grp, s, out);
+    ops_emit_header(&b, grp, s);
+    ops_emit_shared_prelude(&b, out);
     ops_emit_vec_types(&b, gen->vec_types);
     ops_kernel_launch *k = &out->kernels[0];
     snprintf(k->entry, sizeof(k->entry), "ktune_pointwise_t%d_i%d_v%d_u%d%s", p.threads, p.items,

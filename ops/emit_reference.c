@@ -680,7 +680,8 @@ static int reference_emit(const ops_group *grp, const ops_schedule *s, const ops
     const ops_graph *g = grp->g;
     int ni = grp->nodes[0];
     kt_buf b = {0};
-    ops_emit_begin(&b, grp, s, out);
+    ops_emit_header(&b, grp, s);
+    ops_emit_shared_prelude(&b, out);
     kt_buf_printf(&b, "%s", ref_helpers);
     char entry[64];
     snprintf(entry, sizeof(entry), "ktune_reference_%s%s", ops_op_info_get(g->nodes[ni].op)->name,

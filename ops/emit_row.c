@@ -2115,7 +2115,8 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
         out->n_kernels = n_k;
         out->workspace_bytes = ws_level_offset(in, p, in->n_levels + 1) * 4;
     }
-    ops_emit_begin(&b, grp, s, out);
+    ops_emit_header(&b, grp, s);
+    ops_emit_shared_prelude(&b, out);
     ops_emit_vec_types(&b, gen.vec_types);
     emit_mm_functions(in, &b);
     if (kern.data)

@@ -2,9 +2,11 @@
  * declares; and the emitter that turns (group, schedule) into readable CUDA C plus the launch
  * description the GPU worker and the deploy-time runtime use.
  *
- * Emitted kernels are self-contained: no #include, f16/bf16 are carried as 16-bit integers
+ * Emitted kernels include nothing from the CUDA toolkit: f16/bf16 are carried as 16-bit integers
  * (kt_f16, kt_bf16) converted through inline PTX by the prelude of ops_emit_prelude, so NVRTC
- * needs no include path and compiles fast. Shapes are compile-time constants: every kernel is
+ * needs no include path and compiles fast. Instruction wrappers come from the device library
+ * (#include "ktune/<family>.cuh", ops/devlib.h), which NVRTC gets in memory and records get
+ * inlined. Shapes are compile-time constants: every kernel is
  * specialised to the bound shapes of its group. */
 #pragma once
 
@@ -117,11 +119,11 @@ typedef struct ops_kernel_launch {
 
 typedef struct ops_emitted {
     char *source; /* malloc'd CUDA C holding every kernel of the candidate */
-    /* Where source's pieces lie (ops_emit_begin records them), so that search/tune.c links the
-     * groups of a partition into one module without reading the code: [0, prelude_at) the
-     * header comment, [prelude_at, code_at) the shared prelude (the same text in every
-     * candidate), [code_at, end) the group's own code, which defines exactly the kernels below.
-     * code_at 0: the emitter marked no pieces (a cuBLASLt call). */
+    /* Where source's pieces lie (ops_emit_shared_prelude records them), so that search/tune.c
+     * links the groups of a partition into one module without reading the code: [0, prelude_at)
+     * the file-scope header (comment, #include lines), [prelude_at, code_at) the shared prelude
+     * (the same text in every candidate), [code_at, end) the group's own code, which defines
+     * exactly the kernels below. code_at 0: the emitter marked no pieces (a cuBLASLt call). */
     size_t prelude_at, code_at;
     int n_kernels;
     ops_kernel_launch kernels[OPS_MAX_KERNELS]; /* launched in order on one stream */
@@ -169,10 +171,11 @@ void ops_schedule_format(const ops_schedule *s, char *buf, size_t len);
 
 /* The header comment: family, schedule, graph, nodes of the group, bound shapes. */
 void ops_emit_header(kt_buf *b, const ops_group *grp, const ops_schedule *s);
-/* Starts a candidate's source in the empty b: the header comment, then the shared prelude, and
- * records where each lies in out (prelude_at, code_at). What the emitter appends to b after it is
- * the group's own code, and b's text becomes out->source. */
-void ops_emit_begin(kt_buf *b, const ops_group *grp, const ops_schedule *s, ops_emitted *out);
+/* Appends the shared prelude (ops_emit_prelude) to the candidate's source b and records in out
+ * where it lies (prelude_at, code_at): what b holds before it is the file-scope header (the
+ * comment of ops_emit_header, #include lines), what the emitter appends after it the group's own
+ * code; b's text becomes out->source. */
+void ops_emit_shared_prelude(kt_buf *b, ops_emitted *out);
 /* Type definitions, f16/bf16 conversions and the math helpers (kt_gelu, kt_gelu_tanh, ...)
  * every elementwise expression may use. */
 void ops_emit_prelude(kt_buf *b);

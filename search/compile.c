@@ -1,5 +1,6 @@
 #include "compile.h"
 
+#include "ops/devlib.h"
 #include "ops/ops.h"
 
 #include <nvrtc.h>
@@ -88,7 +89,9 @@ int srch_nvrtc_compile(const char *source, const char *arch, srch_compile_result
     const char *opts[] = {arch_opt, "-lineinfo", "--ptxas-options=-v", "-std=c++17"};
     nvrtcProgram prog;
     double t0 = now_s();
-    nvrtcResult rc = nvrtcCreateProgram(&prog, source, "ktune_kernel.cu", 0, NULL, NULL);
+    /* Generated kernels #include the device library; its headers are handed over in memory. */
+    nvrtcResult rc = nvrtcCreateProgram(&prog, source, "ktune_kernel.cu", ops_devlib_count,
+                                        ops_devlib_data, ops_devlib_names);
     if (rc != NVRTC_SUCCESS)
         return nvrtc_error(rc, "nvrtcCreateProgram");
     nvrtcResult crc = nvrtcCompileProgram(prog, (int)KT_ARRAY_LEN(opts), opts);
@@ -202,13 +205,18 @@ static void compile_key(const char *arch, const char *source, uint8_t key[SRCH_K
 {
     int major = 0, minor = 0;
     nvrtcVersion(&major, &minor);
-    /* Everything that changes the cubin goes into the key: toolchain, arch, options, source. */
+    /* Everything that changes the cubin goes into the key: toolchain, arch, options, the
+     * device library the source may include, source. */
+    uint8_t lib[32];
+    char lib_hex[2 * sizeof(lib) + 1];
+    ops_devlib_digest(lib);
+    kt_hex(lib, sizeof(lib), lib_hex);
     size_t src_len = strlen(source);
-    char head[160];
+    char head[256];
     int n = snprintf(head, sizeof(head),
                      "ktune-compile-v1\nnvrtc %d.%d\narch %s\n"
-                     "opts -lineinfo --ptxas-options=-v -std=c++17\n",
-                     major, minor, arch);
+                     "opts -lineinfo --ptxas-options=-v -std=c++17\ndevlib %s\n",
+                     major, minor, arch, lib_hex);
     char *buf = malloc((size_t)n + src_len);
     if (!buf) {
         /* Without memory for the key, hash in two parts (different key, still deterministic). */

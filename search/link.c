@@ -26,7 +26,7 @@ static int check_pieces(const ops_emitted *e, int k, kt_err *err)
     if (e->code_at == 0 || e->prelude_at > e->code_at || e->code_at > len)
         return kt_err_set(err, -EINVAL,
                           "group %d's emitter marked no pieces (prelude at %zu, code at %zu of %zu "
-                          "bytes): it must start its source with ops_emit_begin",
+                          "bytes): it must emit the prelude with ops_emit_shared_prelude",
                           k, e->prelude_at, e->code_at, len);
     ops_group sfx = {0};
     srch_link_suffix(k, &sfx);

@@ -12,6 +12,7 @@
 
 #include "compile.h"
 
+#include "ops/msgpack_util.h"
 #include "ops/ops.h"
 
 #include <fcntl.h>
@@ -269,31 +270,9 @@ static int exchange(srch_worker *w, const msgpack_sbuffer *req, msgpack_unpacked
 
 /* ---- reading replies ---- */
 
-static const msgpack_object *map_get(const msgpack_object *o, const char *key)
-{
-    if (!o || o->type != MSGPACK_OBJECT_MAP)
-        return NULL;
-    size_t klen = strlen(key);
-    for (uint32_t i = 0; i < o->via.map.size; i++) {
-        const msgpack_object *k = &o->via.map.ptr[i].key;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
-            memcmp(k->via.str.ptr, key, klen) == 0)
-            return &o->via.map.ptr[i].val;
-    }
-    return NULL;
-}
-
 static bool obj_int(const msgpack_object *o, int64_t *out)
 {
-    if (!o)
-        return false;
-    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
-        *out = (int64_t)o->via.u64;
-    else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
-        *out = o->via.i64;
-    else
-        return false;
-    return true;
+    return o && kt_mp_i64(o, out);
 }
 
 static double obj_num(const msgpack_object *o)
@@ -314,7 +293,7 @@ static void obj_str(const msgpack_object *o, char *buf, size_t len)
 
 static bool reply_ok(const msgpack_object *o)
 {
-    const msgpack_object *ok = map_get(o, "ok");
+    const msgpack_object *ok = kt_mp_get(o, "ok");
     return ok && ok->type == MSGPACK_OBJECT_BOOLEAN && ok->via.boolean;
 }
 
@@ -327,10 +306,10 @@ static int reply_error(const msgpack_object *o, const char *what, kt_err *err)
     } codes[] = {{"ENODEV", ENODEV},       {"EINVAL", EINVAL}, {"ENOMEM", ENOMEM},
                  {"EPROTO", EPROTO},       {"EIO", EIO},       {"ENOENT", ENOENT},
                  {"ETIMEDOUT", ETIMEDOUT}, {"ENOSYS", ENOSYS}, {"EOVERFLOW", EOVERFLOW}};
-    const msgpack_object *e = map_get(o, "error");
+    const msgpack_object *e = kt_mp_get(o, "error");
     char code[32], msg[400];
-    obj_str(map_get(e, "code"), code, sizeof(code));
-    obj_str(map_get(e, "msg"), msg, sizeof(msg));
+    obj_str(kt_mp_get(e, "code"), code, sizeof(code));
+    obj_str(kt_mp_get(e, "msg"), msg, sizeof(msg));
     int rc = -EIO;
     for (size_t i = 0; i < KT_ARRAY_LEN(codes); i++)
         if (strcmp(code, codes[i].name) == 0)
@@ -343,31 +322,31 @@ static int reply_error(const msgpack_object *o, const char *what, kt_err *err)
  * (the worker does not measure peaks), overridden by what the worker read off its GPU. */
 static void read_hello(srch_worker *w, const msgpack_object *o)
 {
-    const msgpack_object *g = map_get(o, "gpu");
+    const msgpack_object *g = kt_mp_get(o, "gpu");
     ops_device *d = &w->dev;
     cache_gpu *fp = &w->gpu_fp;
     int64_t v;
     ops_device_h100(d);
     memset(fp, 0, sizeof(*fp));
-    obj_str(map_get(g, "name"), fp->name, sizeof(fp->name));
+    obj_str(kt_mp_get(g, "name"), fp->name, sizeof(fp->name));
     snprintf(d->name, sizeof(d->name), "%s", fp->name);
-    if (obj_int(map_get(g, "sm_major"), &v))
+    if (obj_int(kt_mp_get(g, "sm_major"), &v))
         d->sm_major = fp->sm_major = (int)v;
-    if (obj_int(map_get(g, "sm_minor"), &v))
+    if (obj_int(kt_mp_get(g, "sm_minor"), &v))
         d->sm_minor = fp->sm_minor = (int)v;
-    if (obj_int(map_get(g, "sm_count"), &v))
+    if (obj_int(kt_mp_get(g, "sm_count"), &v))
         d->sm_count = fp->sm_count = (int)v;
-    if (obj_int(map_get(g, "mem_bytes"), &v))
+    if (obj_int(kt_mp_get(g, "mem_bytes"), &v))
         fp->mem_bytes = (uint64_t)v;
-    if (obj_int(map_get(g, "driver_version"), &v))
+    if (obj_int(kt_mp_get(g, "driver_version"), &v))
         fp->driver_version = (int32_t)v;
-    if (obj_int(map_get(g, "cuda_version"), &v))
+    if (obj_int(kt_mp_get(g, "cuda_version"), &v))
         fp->cuda_version = (int32_t)v;
-    if (obj_int(map_get(g, "l2_bytes"), &v) && v > 0)
+    if (obj_int(kt_mp_get(g, "l2_bytes"), &v) && v > 0)
         d->l2_bytes = v;
-    if (obj_int(map_get(g, "smem_per_block_optin"), &v) && v > 0)
+    if (obj_int(kt_mp_get(g, "smem_per_block_optin"), &v) && v > 0)
         d->smem_per_block_optin = (int)v;
-    if (obj_int(map_get(g, "regs_per_sm"), &v) && v > 0)
+    if (obj_int(kt_mp_get(g, "regs_per_sm"), &v) && v > 0)
         d->regs_per_sm = (int)v;
     /* Architecture-specific targets ("a") unlock wgmma/TMA on sm_90 and later. */
     snprintf(d->arch, sizeof(d->arch), "sm_%d%d%s", d->sm_major, d->sm_minor,
@@ -383,8 +362,7 @@ static int say_hello(srch_worker *w, kt_err *err)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 1);
-    msgpack_pack_str_with_body(&pk, "op", 2);
-    msgpack_pack_str_with_body(&pk, "hello", 5);
+    kt_mp_pack_kstr(&pk, "op", "hello");
     msgpack_unpacked reply;
     msgpack_unpacked_init(&reply);
     xfer_end end;
@@ -548,12 +526,11 @@ static int pack_eval(const srch_eval_req *req, msgpack_sbuffer *out, kt_err *err
         goto out;
     }
     msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
-    if (map_get(&m.data, "op")) {
+    if (kt_mp_get(&m.data, "op")) {
         msgpack_sbuffer_write(out, body.data, body.size);
     } else {
         msgpack_pack_map(&pk, m.data.via.map.size + 1);
-        msgpack_pack_str_with_body(&pk, "op", 2);
-        msgpack_pack_str_with_body(&pk, "eval", 4);
+        kt_mp_pack_kstr(&pk, "op", "eval");
         for (uint32_t i = 0; i < m.data.via.map.size; i++) {
             msgpack_pack_object(&pk, m.data.via.map.ptr[i].key);
             msgpack_pack_object(&pk, m.data.via.map.ptr[i].val);
@@ -649,19 +626,14 @@ int srch_worker_retime(srch_worker *w, const uint64_t *ids, int n, int rounds, b
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 4);
-    msgpack_pack_str_with_body(&pk, "op", 2);
-    msgpack_pack_str_with_body(&pk, "retime", 6);
-    msgpack_pack_str_with_body(&pk, "ids", 3);
+    kt_mp_pack_kstr(&pk, "op", "retime");
+    kt_mp_pack_str(&pk, "ids");
     msgpack_pack_array(&pk, (size_t)n);
     for (int i = 0; i < n; i++)
         msgpack_pack_uint64(&pk, ids[i]);
-    msgpack_pack_str_with_body(&pk, "rounds", 6);
+    kt_mp_pack_str(&pk, "rounds");
     msgpack_pack_int(&pk, rounds);
-    msgpack_pack_str_with_body(&pk, "cold", 4);
-    if (cold)
-        msgpack_pack_true(&pk);
-    else
-        msgpack_pack_false(&pk);
+    kt_mp_pack_kbool(&pk, "cold", cold);
     msgpack_unpacked reply;
     msgpack_unpacked_init(&reply);
     xfer_end end;
@@ -679,7 +651,7 @@ int srch_worker_retime(srch_worker *w, const uint64_t *ids, int n, int rounds, b
         rc = reply_error(&reply.data, "retime", err);
         goto out;
     }
-    const msgpack_object *times = map_get(&reply.data, "times");
+    const msgpack_object *times = kt_mp_get(&reply.data, "times");
     if (!times || times->type != MSGPACK_OBJECT_ARRAY) {
         rc = kt_err_set(err, -EPROTO, "retime: reply without a times array");
         goto out;
@@ -689,14 +661,14 @@ int srch_worker_retime(srch_worker *w, const uint64_t *ids, int n, int rounds, b
         for (uint32_t j = 0; j < times->via.array.size && !found; j++) {
             const msgpack_object *t = &times->via.array.ptr[j];
             int64_t id = 0, reps = 0;
-            if (!obj_int(map_get(t, "id"), &id) || (uint64_t)id != ids[i])
+            if (!obj_int(kt_mp_get(t, "id"), &id) || (uint64_t)id != ids[i])
                 continue;
             found = true;
             memset(&out[i], 0, sizeof(out[i]));
-            out[i].median_ns = obj_num(map_get(t, "median_ns"));
-            out[i].p10_ns = obj_num(map_get(t, "p10_ns"));
-            out[i].p90_ns = obj_num(map_get(t, "p90_ns"));
-            if (obj_int(map_get(t, "reps"), &reps))
+            out[i].median_ns = obj_num(kt_mp_get(t, "median_ns"));
+            out[i].p10_ns = obj_num(kt_mp_get(t, "p10_ns"));
+            out[i].p90_ns = obj_num(kt_mp_get(t, "p90_ns"));
+            if (obj_int(kt_mp_get(t, "reps"), &reps))
                 out[i].reps = (int)reps;
             out[i].cold = cold;
         }

@@ -5,6 +5,7 @@
 #include "tune.h"
 
 #include "ktune_config.h"
+#include "ops/devlib.h"
 #include "ops/library.h"
 #include "ops/ops.h"
 
@@ -1404,8 +1405,16 @@ static int build_record(tune *t, const srch_partition *part, const int64_t *ci, 
         cr.cubin = NULL;
         srch_compile_result_release(&cr);
     }
-    if (rec->source && !rec->source_len)
-        rec->source_len = strlen(rec->source);
+    if (rec->source) {
+        /* A record is read where this binary's device library is not: its headers go into the
+         * stored source, which then compiles on its own (docs/decisions.md, "device library"). */
+        char *flat = NULL;
+        if ((rc = ops_devlib_inline(rec->source, &flat, err)) < 0)
+            goto out;
+        free(rec->source);
+        rec->source = flat;
+        rec->source_len = strlen(flat);
+    }
 out:
     for (int k = 0; k < n_em; k++) {
         ops_emitted_free(&em[k]);

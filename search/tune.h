@@ -2,7 +2,7 @@
  * outcome to the cache. A library (no event loop, no threads): `ktune tune --local` calls it
  * directly; the daemon will run the same function in a job.
  *
- * Strategy (DESIGN.md "Candidates" and "Evaluation"):
+ * Strategy (docs/evaluation.md "The search and the cache", docs/search.md for the space):
  *   1. Space: srch_space_build with the device description the worker read; candidates ranked
  *      by the cost model.
  *   2. Screen, round A: every group of the 16 cheapest partitions gets its cost-model pick (plus

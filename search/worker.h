@@ -129,6 +129,8 @@ void srch_eval_req_free(srch_eval_req *r);
 int srch_eval_result_pack(msgpack_packer *pk, const srch_eval_result *r);
 int srch_eval_result_unpack(const msgpack_object *o, srch_eval_result *r, kt_err *err);
 
+/* Building requests (search/worker_req.c). */
+
 /* Builds the request for a candidate of a space group: extracts the subgraph, maps the emitted
  * launch arguments (graph tensors) onto it, records the bindings, and derives seed0 from the
  * subgraph (every candidate of a group gets the same inputs, so the worker computes their

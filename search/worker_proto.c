@@ -7,7 +7,7 @@
  *   "sub"        the group's subgraph in the op-graph msgpack form (ops_graph_pack: symbolic)
  *   "bindings"   {NAME: int}: the bound symbols of sub
  *   "precision"  "exact" | "tf32" | "reduced"
- *   "tolerance"  float: normwise tolerance, <= 0 for the worker's default (search/worker.c)
+ *   "tolerance"  float: normwise tolerance, <= 0 for the worker's default (search/worker_verify.c)
  *   "seeds"      int 0..64: verification input sets (0: the worker's default, 3)
  *   "seed0"      uint: the first seed
  *   "verify", "time"  bool
@@ -46,6 +46,8 @@
  * finds version skew and bugs early instead of running a misread candidate. */
 #include "worker.h"
 
+#include "ops/msgpack_util.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,33 +71,6 @@ const char *srch_status_str(srch_status s)
 
 /* ---- packing ---- */
 
-static void pack_str(msgpack_packer *pk, const char *s)
-{
-    size_t n = strlen(s);
-    msgpack_pack_str(pk, n);
-    msgpack_pack_str_body(pk, s, n);
-}
-
-static void pack_key_i64(msgpack_packer *pk, const char *k, int64_t v)
-{
-    pack_str(pk, k);
-    msgpack_pack_int64(pk, v);
-}
-
-static void pack_key_f64(msgpack_packer *pk, const char *k, double v)
-{
-    pack_str(pk, k);
-    msgpack_pack_double(pk, v);
-}
-
-static void pack_bool(msgpack_packer *pk, bool v)
-{
-    if (v)
-        msgpack_pack_true(pk);
-    else
-        msgpack_pack_false(pk);
-}
-
 static void pack_u32x3(msgpack_packer *pk, const uint32_t v[3])
 {
     msgpack_pack_array(pk, 3);
@@ -106,43 +81,43 @@ static void pack_u32x3(msgpack_packer *pk, const uint32_t v[3])
 static void pack_lt(msgpack_packer *pk, const ops_lt_desc *lt)
 {
     msgpack_pack_map(pk, 30);
-    pack_key_i64(pk, "compute", lt->compute);
-    pack_key_i64(pk, "scale_type", lt->scale_type);
-    pack_key_f64(pk, "alpha", lt->alpha);
-    pack_key_f64(pk, "beta", lt->beta);
-    pack_key_i64(pk, "transa", lt->transa);
-    pack_key_i64(pk, "transb", lt->transb);
-    pack_key_i64(pk, "epilogue", lt->epilogue);
-    pack_key_i64(pk, "bias", lt->bias_tensor);
-    pack_key_i64(pk, "m", lt->m);
-    pack_key_i64(pk, "n", lt->n);
-    pack_key_i64(pk, "k", lt->k);
-    pack_key_i64(pk, "lda", lt->lda);
-    pack_key_i64(pk, "ldb", lt->ldb);
-    pack_key_i64(pk, "ldc", lt->ldc);
-    pack_key_i64(pk, "a_rows", lt->a_rows);
-    pack_key_i64(pk, "a_cols", lt->a_cols);
-    pack_key_i64(pk, "b_rows", lt->b_rows);
-    pack_key_i64(pk, "b_cols", lt->b_cols);
-    pack_key_i64(pk, "a_type", lt->a_type);
-    pack_key_i64(pk, "b_type", lt->b_type);
-    pack_key_i64(pk, "c_type", lt->c_type);
-    pack_key_i64(pk, "batch", lt->batch_count);
-    pack_key_i64(pk, "stride_a", lt->stride_a);
-    pack_key_i64(pk, "stride_b", lt->stride_b);
-    pack_key_i64(pk, "stride_c", lt->stride_c);
-    pack_key_i64(pk, "a", lt->a_tensor);
-    pack_key_i64(pk, "b", lt->b_tensor);
-    pack_key_i64(pk, "c", lt->c_tensor);
-    pack_key_i64(pk, "heuristic", lt->heuristic_index);
-    pack_key_i64(pk, "workspace", lt->workspace_bytes);
+    kt_mp_pack_ki64(pk, "compute", lt->compute);
+    kt_mp_pack_ki64(pk, "scale_type", lt->scale_type);
+    kt_mp_pack_kf64(pk, "alpha", lt->alpha);
+    kt_mp_pack_kf64(pk, "beta", lt->beta);
+    kt_mp_pack_ki64(pk, "transa", lt->transa);
+    kt_mp_pack_ki64(pk, "transb", lt->transb);
+    kt_mp_pack_ki64(pk, "epilogue", lt->epilogue);
+    kt_mp_pack_ki64(pk, "bias", lt->bias_tensor);
+    kt_mp_pack_ki64(pk, "m", lt->m);
+    kt_mp_pack_ki64(pk, "n", lt->n);
+    kt_mp_pack_ki64(pk, "k", lt->k);
+    kt_mp_pack_ki64(pk, "lda", lt->lda);
+    kt_mp_pack_ki64(pk, "ldb", lt->ldb);
+    kt_mp_pack_ki64(pk, "ldc", lt->ldc);
+    kt_mp_pack_ki64(pk, "a_rows", lt->a_rows);
+    kt_mp_pack_ki64(pk, "a_cols", lt->a_cols);
+    kt_mp_pack_ki64(pk, "b_rows", lt->b_rows);
+    kt_mp_pack_ki64(pk, "b_cols", lt->b_cols);
+    kt_mp_pack_ki64(pk, "a_type", lt->a_type);
+    kt_mp_pack_ki64(pk, "b_type", lt->b_type);
+    kt_mp_pack_ki64(pk, "c_type", lt->c_type);
+    kt_mp_pack_ki64(pk, "batch", lt->batch_count);
+    kt_mp_pack_ki64(pk, "stride_a", lt->stride_a);
+    kt_mp_pack_ki64(pk, "stride_b", lt->stride_b);
+    kt_mp_pack_ki64(pk, "stride_c", lt->stride_c);
+    kt_mp_pack_ki64(pk, "a", lt->a_tensor);
+    kt_mp_pack_ki64(pk, "b", lt->b_tensor);
+    kt_mp_pack_ki64(pk, "c", lt->c_tensor);
+    kt_mp_pack_ki64(pk, "heuristic", lt->heuristic_index);
+    kt_mp_pack_ki64(pk, "workspace", lt->workspace_bytes);
 }
 
 static void pack_bindings(msgpack_packer *pk, const srch_binding *b, int n)
 {
     msgpack_pack_map(pk, (size_t)n);
     for (int i = 0; i < n; i++) {
-        pack_str(pk, b[i].name);
+        kt_mp_pack_str(pk, b[i].name);
         msgpack_pack_int64(pk, b[i].value);
     }
 }
@@ -154,22 +129,22 @@ static void pack_kernel(msgpack_packer *pk, const ops_kernel_launch *l, int64_t 
     bool zero = l->zero_workspace && zero_bytes > 0;
     msgpack_pack_map(pk, zero ? 7 : 6);
     if (zero) {
-        pack_str(pk, "zero");
+        kt_mp_pack_str(pk, "zero");
         msgpack_pack_array(pk, 2);
         msgpack_pack_int64(pk, zero_offset);
         msgpack_pack_int64(pk, zero_bytes);
     }
-    pack_str(pk, "entry");
-    pack_str(pk, l->entry);
-    pack_str(pk, "grid");
+    kt_mp_pack_str(pk, "entry");
+    kt_mp_pack_str(pk, l->entry);
+    kt_mp_pack_str(pk, "grid");
     pack_u32x3(pk, l->grid);
-    pack_str(pk, "block");
+    kt_mp_pack_str(pk, "block");
     pack_u32x3(pk, l->block);
-    pack_str(pk, "smem");
+    kt_mp_pack_str(pk, "smem");
     msgpack_pack_uint32(pk, l->smem_bytes);
-    pack_str(pk, "zero_ws");
-    pack_bool(pk, l->zero_workspace);
-    pack_str(pk, "args");
+    kt_mp_pack_str(pk, "zero_ws");
+    kt_mp_pack_bool(pk, l->zero_workspace);
+    kt_mp_pack_str(pk, "args");
     msgpack_pack_array(pk, (size_t)l->n_args);
     for (int a = 0; a < l->n_args; a++) {
         msgpack_pack_array(pk, 2);
@@ -189,60 +164,60 @@ int srch_eval_req_pack(msgpack_packer *pk, const srch_eval_req *r)
     bool kernels = !r->library;
     msgpack_pack_map(pk, (kernels ? 16 : 15) + (r->full ? 1 : 0) + (r->record ? 1 : 0));
     if (r->record) {
-        pack_str(pk, "record");
-        pack_bool(pk, true);
+        kt_mp_pack_str(pk, "record");
+        kt_mp_pack_bool(pk, true);
     }
-    pack_str(pk, "op");
-    pack_str(pk, "eval");
-    pack_str(pk, "id");
+    kt_mp_pack_str(pk, "op");
+    kt_mp_pack_str(pk, "eval");
+    kt_mp_pack_str(pk, "id");
     msgpack_pack_uint64(pk, r->id);
-    pack_str(pk, "sub");
+    kt_mp_pack_str(pk, "sub");
     int rc = ops_graph_pack(pk, r->sub);
     if (rc < 0)
         return rc;
-    pack_str(pk, "bindings");
+    kt_mp_pack_str(pk, "bindings");
     pack_bindings(pk, r->bindings, r->n_bindings);
     if (r->full) {
-        pack_str(pk, "full");
+        kt_mp_pack_str(pk, "full");
         msgpack_pack_map(pk, 2);
-        pack_str(pk, "graph");
+        kt_mp_pack_str(pk, "graph");
         if ((rc = ops_graph_pack(pk, r->full)) < 0)
             return rc;
-        pack_str(pk, "bindings");
+        kt_mp_pack_str(pk, "bindings");
         pack_bindings(pk, r->full_bindings, r->n_full_bindings);
     }
-    pack_str(pk, "precision");
-    pack_str(pk, ops_precision_name(r->precision));
-    pack_key_f64(pk, "tolerance", r->tolerance);
-    pack_key_i64(pk, "seeds", r->seeds);
-    pack_str(pk, "seed0");
+    kt_mp_pack_str(pk, "precision");
+    kt_mp_pack_str(pk, ops_precision_name(r->precision));
+    kt_mp_pack_kf64(pk, "tolerance", r->tolerance);
+    kt_mp_pack_ki64(pk, "seeds", r->seeds);
+    kt_mp_pack_str(pk, "seed0");
     msgpack_pack_uint64(pk, r->seed0);
-    pack_str(pk, "verify");
-    pack_bool(pk, r->verify);
-    pack_str(pk, "time");
-    pack_bool(pk, r->time);
-    pack_str(pk, "timing");
+    kt_mp_pack_str(pk, "verify");
+    kt_mp_pack_bool(pk, r->verify);
+    kt_mp_pack_str(pk, "time");
+    kt_mp_pack_bool(pk, r->time);
+    kt_mp_pack_str(pk, "timing");
     msgpack_pack_map(pk, 6);
-    pack_str(pk, "cold");
-    pack_bool(pk, r->timing.cold);
-    pack_key_f64(pk, "warmup_s", r->timing.warmup_s);
-    pack_key_f64(pk, "budget_s", r->timing.budget_s);
-    pack_key_i64(pk, "min_reps", r->timing.min_reps);
-    pack_key_i64(pk, "max_reps", r->timing.max_reps);
-    pack_key_f64(pk, "target_rel", r->timing.target_rel);
-    pack_str(pk, "library");
-    pack_bool(pk, r->library);
+    kt_mp_pack_str(pk, "cold");
+    kt_mp_pack_bool(pk, r->timing.cold);
+    kt_mp_pack_kf64(pk, "warmup_s", r->timing.warmup_s);
+    kt_mp_pack_kf64(pk, "budget_s", r->timing.budget_s);
+    kt_mp_pack_ki64(pk, "min_reps", r->timing.min_reps);
+    kt_mp_pack_ki64(pk, "max_reps", r->timing.max_reps);
+    kt_mp_pack_kf64(pk, "target_rel", r->timing.target_rel);
+    kt_mp_pack_str(pk, "library");
+    kt_mp_pack_bool(pk, r->library);
     if (kernels) {
-        pack_str(pk, "cubin");
+        kt_mp_pack_str(pk, "cubin");
         msgpack_pack_bin(pk, r->cubin_len);
         msgpack_pack_bin_body(pk, r->cubin, r->cubin_len);
     }
-    pack_str(pk, "kernels");
+    kt_mp_pack_str(pk, "kernels");
     msgpack_pack_array(pk, (size_t)r->n_kernels);
     for (int k = 0; k < r->n_kernels; k++)
         pack_kernel(pk, &r->kernels[k], r->zero_offset[k], r->zero_bytes[k]);
-    pack_key_i64(pk, "workspace", r->workspace_bytes);
-    pack_str(pk, "lt");
+    kt_mp_pack_ki64(pk, "workspace", r->workspace_bytes);
+    kt_mp_pack_str(pk, "lt");
     if (r->library)
         pack_lt(pk, &r->lt);
     else
@@ -255,28 +230,28 @@ int srch_eval_result_pack(msgpack_packer *pk, const srch_eval_result *r)
     if ((unsigned)r->status >= SRCH_STATUS_COUNT)
         return -EINVAL;
     msgpack_pack_map(pk, 7);
-    pack_str(pk, "ok");
+    kt_mp_pack_str(pk, "ok");
     msgpack_pack_true(pk);
-    pack_str(pk, "id");
+    kt_mp_pack_str(pk, "id");
     msgpack_pack_uint64(pk, r->id);
-    pack_str(pk, "status");
-    pack_str(pk, srch_status_str(r->status));
-    pack_str(pk, "msg");
-    pack_str(pk, r->msg);
-    pack_key_f64(pk, "err_norm", r->err_norm);
-    pack_key_f64(pk, "err_max", r->err_max);
-    pack_str(pk, "time");
+    kt_mp_pack_str(pk, "status");
+    kt_mp_pack_str(pk, srch_status_str(r->status));
+    kt_mp_pack_str(pk, "msg");
+    kt_mp_pack_str(pk, r->msg);
+    kt_mp_pack_kf64(pk, "err_norm", r->err_norm);
+    kt_mp_pack_kf64(pk, "err_max", r->err_max);
+    kt_mp_pack_str(pk, "time");
     msgpack_pack_map(pk, 9);
-    pack_key_f64(pk, "median_ns", r->time.median_ns);
-    pack_key_f64(pk, "p10_ns", r->time.p10_ns);
-    pack_key_f64(pk, "p90_ns", r->time.p90_ns);
-    pack_key_f64(pk, "rel_spread", r->time.rel_spread);
-    pack_key_i64(pk, "reps", r->time.reps);
-    pack_key_i64(pk, "kernels", r->time.kernels_per_rep);
-    pack_str(pk, "cold");
-    pack_bool(pk, r->time.cold);
-    pack_key_i64(pk, "clk0", r->time.sm_clock_khz_before);
-    pack_key_i64(pk, "clk1", r->time.sm_clock_khz_after);
+    kt_mp_pack_kf64(pk, "median_ns", r->time.median_ns);
+    kt_mp_pack_kf64(pk, "p10_ns", r->time.p10_ns);
+    kt_mp_pack_kf64(pk, "p90_ns", r->time.p90_ns);
+    kt_mp_pack_kf64(pk, "rel_spread", r->time.rel_spread);
+    kt_mp_pack_ki64(pk, "reps", r->time.reps);
+    kt_mp_pack_ki64(pk, "kernels", r->time.kernels_per_rep);
+    kt_mp_pack_str(pk, "cold");
+    kt_mp_pack_bool(pk, r->time.cold);
+    kt_mp_pack_ki64(pk, "clk0", r->time.sm_clock_khz_before);
+    kt_mp_pack_ki64(pk, "clk1", r->time.sm_clock_khz_after);
     return 0;
 }
 
@@ -284,22 +259,11 @@ int srch_eval_result_pack(msgpack_packer *pk, const srch_eval_result *r)
 
 #define BAD(...) kt_err_set(err, -EPROTO, __VA_ARGS__)
 
-static bool str_is(const msgpack_object *o, const char *s)
-{
-    size_t n = strlen(s);
-    return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
-           memcmp(o->via.str.ptr, s, n) == 0;
-}
-
 static int get_i64(const msgpack_object *o, int64_t lo, int64_t hi, int64_t *out, const char *what,
                    kt_err *err)
 {
     int64_t v;
-    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= (uint64_t)INT64_MAX)
-        v = (int64_t)o->via.u64;
-    else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
-        v = o->via.i64;
-    else
+    if (!kt_mp_i64(o, &v))
         return BAD("'%s': expected an integer", what);
     if (v < lo || v > hi)
         return BAD("'%s': %lld out of range [%lld, %lld]", what, (long long)v, (long long)lo,
@@ -381,7 +345,7 @@ static int key_index(const msgpack_object *k, const char *const *names, int n, c
                      kt_err *err)
 {
     for (int i = 0; i < n; i++)
-        if (str_is(k, names[i]))
+        if (kt_mp_str_is(k, names[i]))
             return i;
     if (k->type == MSGPACK_OBJECT_STR)
         return BAD("%s: unknown key '%.*s'", where,
@@ -868,8 +832,8 @@ int srch_eval_req_unpack(const msgpack_object *o, srch_eval_req *r, kt_err *err)
         char name[16];
         switch (k) {
         case RQ_OP:
-            reference = str_is(v, "reference");
-            rc = reference || str_is(v, "eval") ? 0 : BAD("'op': expected \"eval\"");
+            reference = kt_mp_str_is(v, "reference");
+            rc = reference || kt_mp_str_is(v, "eval") ? 0 : BAD("'op': expected \"eval\"");
             break;
         case RQ_ID:
             rc = get_u64(v, &r->id, "id", err);
@@ -1133,7 +1097,7 @@ int srch_eval_result_unpack(const msgpack_object *o, srch_eval_result *r, kt_err
         case RS_STATUS:
             rc = BAD("'status': unknown status");
             for (int s = 0; s < SRCH_STATUS_COUNT; s++)
-                if (str_is(&kv->val, status_names[s])) {
+                if (kt_mp_str_is(&kv->val, status_names[s])) {
                     r->status = (srch_status)s;
                     rc = 0;
                 }
@@ -1165,208 +1129,5 @@ int srch_eval_result_unpack(const msgpack_object *o, srch_eval_result *r, kt_err
     }
     if (!(seen & (1u << RS_ID)) || !(seen & (1u << RS_STATUS)))
         return BAD("eval result: missing 'id' or 'status'");
-    return 0;
-}
-
-/* ---- building a request from a space group ---- */
-
-static int add_binding(srch_binding *b, int *n, const ops_graph *g, const ops_dim *dim, ops_diag *d)
-{
-    if (dim->sym < 0 || dim->sym >= g->n_syms)
-        return 0;
-    const char *name = g->syms[dim->sym];
-    for (int i = 0; i < *n; i++)
-        if (strcmp(b[i].name, name) == 0)
-            return 0;
-    if (*n == SRCH_MAX_BINDINGS || strlen(name) >= sizeof(b[0].name))
-        return ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "",
-                            "graph has more than %d bound symbols or a symbol name over %zu bytes",
-                            SRCH_MAX_BINDINGS, sizeof(b[0].name) - 1);
-    if (dim->size < 1)
-        return ops_diag_set(d, g, OPS_RULE_UNBOUND_DIM, -1, "", "symbol '%s' is not bound", name);
-    snprintf(b[*n].name, sizeof(b[0].name), "%s", name);
-    b[*n].value = dim->size;
-    (*n)++;
-    return 0;
-}
-
-/* The bound symbols of g: every tensor dimension and reshape target. */
-static int graph_bindings(const ops_graph *g, srch_binding *b, int *n, ops_diag *d)
-{
-    int rc = 0;
-    *n = 0;
-    for (int t = 0; t < g->n_tensors && rc == 0; t++)
-        for (int k = 0; k < g->tensors[t].shape.rank && rc == 0; k++)
-            rc = add_binding(b, n, g, &g->tensors[t].shape.d[k], d);
-    for (int i = 0; i < g->n_nodes && rc == 0; i++)
-        if (g->nodes[i].op == OPS_RESHAPE)
-            for (int k = 0; k < g->nodes[i].attrs.shape.rank && rc == 0; k++)
-                rc = add_binding(b, n, g, &g->nodes[i].attrs.shape.d[k], d);
-    return rc;
-}
-
-/* The sub tensor that graph tensor t of grp->g became (same name), when it is an input or
- * output of sub. */
-static int map_tensor(const ops_group *grp, const ops_graph *sub, int32_t t, int32_t *out,
-                      ops_diag *d)
-{
-    const ops_graph *g = grp->g;
-    if (t < 0 || t >= g->n_tensors)
-        return ops_diag_set(d, g, OPS_RULE_UNDEFINED, -1, "", "argument tensor %d out of range", t);
-    int idx = ops_graph_find_tensor(sub, g->tensors[t].name);
-    if (idx < 0 || !is_io_tensor(sub, idx))
-        return ops_diag_set(d, g, OPS_RULE_UNDEFINED, -1, g->tensors[t].name,
-                            "argument '%s' is neither an input nor an output of the group",
-                            g->tensors[t].name);
-    *out = idx;
-    return 0;
-}
-
-int srch_eval_req_for_group(const ops_group *grp, const ops_emitted *e, const void *cubin,
-                            size_t cubin_len, srch_eval_req *out, ops_diag *d)
-{
-    memset(out, 0, sizeof(*out));
-    if (e->n_kernels < 0 || e->n_kernels > OPS_MAX_KERNELS || (e->n_kernels > 0 && !cubin))
-        return ops_diag_set(d, grp->g, OPS_RULE_SHAPE, -1, "", "bad candidate: %d kernels%s",
-                            e->n_kernels, cubin ? "" : " and no cubin");
-    ops_graph *sub = NULL;
-    int rc = ops_group_subgraph(grp, &sub, d);
-    if (rc < 0)
-        return rc;
-    out->sub = sub;
-    out->precision = grp->precision;
-    out->seeds = 3;
-    out->verify = out->time = true;
-    out->workspace_bytes = e->workspace_bytes;
-    rc = graph_bindings(sub, out->bindings, &out->n_bindings, d);
-    if (rc < 0)
-        goto fail;
-    out->n_kernels = e->n_kernels;
-    for (int k = 0; k < e->n_kernels; k++) {
-        out->kernels[k] = e->kernels[k];
-        for (int a = 0; a < e->kernels[k].n_args; a++) {
-            ops_arg *arg = &out->kernels[k].args[a];
-            if (arg->kind == OPS_ARG_TENSOR &&
-                (rc = map_tensor(grp, sub, e->kernels[k].args[a].tensor, &arg->tensor, d)) < 0)
-                goto fail;
-        }
-    }
-    /* The same inputs for every candidate of the group (and so one reference for them all in
-     * the worker): the seed comes from the subgraph's bytes. */
-    void *buf = NULL;
-    size_t len = 0;
-    if ((rc = ops_graph_to_msgpack(sub, &buf, &len)) < 0) {
-        ops_diag_set(d, grp->g, OPS_RULE_SHAPE, -1, "", "cannot encode the group's subgraph");
-        goto fail;
-    }
-    uint8_t h[32];
-    ops_sha256(buf, len, h);
-    free(buf);
-    memcpy(&out->seed0, h, sizeof(out->seed0));
-    if (e->n_kernels > 0) {
-        out->cubin = malloc(cubin_len);
-        if (!out->cubin) {
-            ops_diag_set(d, grp->g, OPS_RULE_SHAPE, -1, "", "out of memory copying a cubin");
-            rc = -ENOMEM;
-            goto fail;
-        }
-        memcpy(out->cubin, cubin, cubin_len);
-        out->cubin_len = cubin_len;
-    } else {
-        out->library = true; /* completed by srch_eval_req_set_lt */
-    }
-    return 0;
-fail:
-    srch_eval_req_free(out);
-    return rc;
-}
-
-int srch_eval_req_set_lt(srch_eval_req *r, const ops_group *grp, const ops_lt_desc *lt, ops_diag *d)
-{
-    if (!r->sub || r->n_kernels)
-        return ops_diag_set(d, grp->g, OPS_RULE_SHAPE, -1, "",
-                            "a library candidate's request has no kernels");
-    ops_lt_desc m = *lt;
-    int rc;
-    if ((rc = map_tensor(grp, r->sub, lt->a_tensor, &m.a_tensor, d)) < 0 ||
-        (rc = map_tensor(grp, r->sub, lt->b_tensor, &m.b_tensor, d)) < 0 ||
-        (rc = map_tensor(grp, r->sub, lt->c_tensor, &m.c_tensor, d)) < 0)
-        return rc;
-    if (lt->bias_tensor >= 0 &&
-        (rc = map_tensor(grp, r->sub, lt->bias_tensor, &m.bias_tensor, d)) < 0)
-        return rc;
-    r->library = true;
-    r->lt = m;
-    r->workspace_bytes = lt->workspace_bytes;
-    return 0;
-}
-
-bool srch_group_reads_intermediates(const ops_group *grp)
-{
-    for (int i = 0; i < grp->n_in; i++)
-        if (grp->in[i] >= 0 && grp->in[i] < grp->g->n_tensors &&
-            grp->g->tensors[grp->in[i]].producer >= 0)
-            return true;
-    return false;
-}
-
-/* The first seed of a request whose inputs are g's graph inputs drawn at random: from g's bytes,
- * so every group verified through "full" and the assembled record draw the same graph inputs. */
-static int graph_seed(const ops_graph *g, uint64_t *seed0, ops_diag *d)
-{
-    void *buf = NULL;
-    size_t len = 0;
-    if (ops_graph_to_msgpack(g, &buf, &len) < 0)
-        return ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "", "cannot encode the graph");
-    uint8_t h[32];
-    ops_sha256(buf, len, h);
-    free(buf);
-    memcpy(seed0, h, sizeof(*seed0));
-    return 0;
-}
-
-int srch_eval_req_set_full(srch_eval_req *r, const ops_graph *full, ops_diag *d)
-{
-    if (!r->sub)
-        return ops_diag_set(d, full, OPS_RULE_SHAPE, -1, "", "request without a subgraph");
-    for (int i = 0; i < r->sub->n_tensors && r->sub->tensors[i].producer < 0; i++)
-        if (ops_graph_find_tensor(full, r->sub->tensors[i].name) < 0)
-            return ops_diag_set(d, full, OPS_RULE_UNDEFINED, -1, r->sub->tensors[i].name,
-                                "the graph has no tensor '%s' (an input of the group)",
-                                r->sub->tensors[i].name);
-    srch_binding b[SRCH_MAX_BINDINGS];
-    int n = 0;
-    uint64_t seed0 = 0;
-    int rc = graph_bindings(full, b, &n, d);
-    if (rc < 0 || (rc = graph_seed(full, &seed0, d)) < 0)
-        return rc;
-    ops_graph *copy = ops_graph_clone(full);
-    if (!copy) {
-        ops_diag_set(d, full, OPS_RULE_SHAPE, -1, "", "out of memory copying the graph");
-        return -ENOMEM;
-    }
-    ops_graph_free(r->full);
-    r->full = copy;
-    r->n_full_bindings = n;
-    memcpy(r->full_bindings, b, sizeof(b));
-    r->seed0 = seed0;
-    return 0;
-}
-
-int srch_eval_req_for_graph(const ops_graph *g, srch_eval_req *out, ops_diag *d)
-{
-    memset(out, 0, sizeof(*out));
-    int rc = graph_bindings(g, out->bindings, &out->n_bindings, d);
-    if (rc < 0 || (rc = graph_seed(g, &out->seed0, d)) < 0)
-        return rc;
-    if (!(out->sub = ops_graph_clone(g))) {
-        ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "", "out of memory copying the graph");
-        return -ENOMEM;
-    }
-    out->precision = OPS_PREC_EXACT;
-    out->seeds = 3;
-    out->record = true;
-    out->verify = true;
-    out->time = false;
     return 0;
 }

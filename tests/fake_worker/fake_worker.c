@@ -38,6 +38,7 @@
  *                  which a test can kill the worker from outside, by pid;
  *   FAKE_SLOW_ONCE with FAKE_SLOW_NTH, a path: only the first worker process that creates it
  *                  (O_EXCL) is slow, so a respawned worker runs at full speed */
+#include "ops/msgpack_util.h"
 #include "search/worker.h"
 
 #include <fcntl.h>
@@ -164,11 +165,6 @@ static void send_buf(msgpack_sbuffer *sb)
     msgpack_sbuffer_clear(sb);
 }
 
-static void pack_str(msgpack_packer *pk, const char *s)
-{
-    msgpack_pack_str_with_body(pk, s, strlen(s));
-}
-
 static void reply_error(const char *code, const char *msg)
 {
     msgpack_sbuffer sb;
@@ -176,14 +172,14 @@ static void reply_error(const char *code, const char *msg)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 2);
-    pack_str(&pk, "ok");
+    kt_mp_pack_str(&pk, "ok");
     msgpack_pack_false(&pk);
-    pack_str(&pk, "error");
+    kt_mp_pack_str(&pk, "error");
     msgpack_pack_map(&pk, 2);
-    pack_str(&pk, "code");
-    pack_str(&pk, code);
-    pack_str(&pk, "msg");
-    pack_str(&pk, msg);
+    kt_mp_pack_str(&pk, "code");
+    kt_mp_pack_str(&pk, code);
+    kt_mp_pack_str(&pk, "msg");
+    kt_mp_pack_str(&pk, msg);
     send_buf(&sb);
     msgpack_sbuffer_destroy(&sb);
 }
@@ -196,7 +192,7 @@ static void reply_ok_empty(void)
 
 static void kv_int(msgpack_packer *pk, const char *k, int64_t v)
 {
-    pack_str(pk, k);
+    kt_mp_pack_str(pk, k);
     msgpack_pack_int64(pk, v);
 }
 
@@ -211,12 +207,12 @@ static void hello(void)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 5);
-    pack_str(&pk, "ok");
+    kt_mp_pack_str(&pk, "ok");
     msgpack_pack_true(&pk);
-    pack_str(&pk, "gpu");
+    kt_mp_pack_str(&pk, "gpu");
     msgpack_pack_map(&pk, 11);
-    pack_str(&pk, "name");
-    pack_str(&pk, "NVIDIA H100 80GB HBM3");
+    kt_mp_pack_str(&pk, "name");
+    kt_mp_pack_str(&pk, "NVIDIA H100 80GB HBM3");
     kv_int(&pk, "sm_major", 9);
     kv_int(&pk, "sm_minor", 0);
     kv_int(&pk, "sm_count", 132);
@@ -227,28 +223,14 @@ static void hello(void)
     kv_int(&pk, "l2_bytes", 50000000);
     kv_int(&pk, "smem_per_block_optin", 232448);
     kv_int(&pk, "regs_per_sm", 65536);
-    pack_str(&pk, "cupti");
+    kt_mp_pack_str(&pk, "cupti");
     msgpack_pack_true(&pk);
-    pack_str(&pk, "cublaslt");
+    kt_mp_pack_str(&pk, "cublaslt");
     msgpack_pack_true(&pk);
-    pack_str(&pk, "selftest");
-    pack_str(&pk, "ok (fake)");
+    kt_mp_pack_str(&pk, "selftest");
+    kt_mp_pack_str(&pk, "ok (fake)");
     send_buf(&sb);
     msgpack_sbuffer_destroy(&sb);
-}
-
-static const msgpack_object *map_get(const msgpack_object *o, const char *key)
-{
-    if (o->type != MSGPACK_OBJECT_MAP)
-        return NULL;
-    size_t klen = strlen(key);
-    for (uint32_t i = 0; i < o->via.map.size; i++) {
-        const msgpack_object *k = &o->via.map.ptr[i].key;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
-            memcmp(k->via.str.ptr, key, klen) == 0)
-            return &o->via.map.ptr[i].val;
-    }
-    return NULL;
 }
 
 /* Writes {"ok": true, ...result} whether or not srch_eval_result_pack writes "ok" itself. */
@@ -267,12 +249,12 @@ static void reply_result(const srch_eval_result *res)
     if (msgpack_unpack_next(&m, body.data, body.size, &off) != MSGPACK_UNPACK_SUCCESS ||
         m.data.type != MSGPACK_OBJECT_MAP)
         exit(3);
-    if (map_get(&m.data, "ok")) {
+    if (kt_mp_get(&m.data, "ok")) {
         write_all(body.data, body.size);
     } else {
         msgpack_packer_init(&pk, &out, msgpack_sbuffer_write);
         msgpack_pack_map(&pk, m.data.via.map.size + 1);
-        pack_str(&pk, "ok");
+        kt_mp_pack_str(&pk, "ok");
         msgpack_pack_true(&pk);
         for (uint32_t i = 0; i < m.data.via.map.size; i++) {
             msgpack_pack_object(&pk, m.data.via.map.ptr[i].key);
@@ -309,7 +291,7 @@ static void fill_time(srch_time_stats *t, double ns, bool cold)
 static void log_detail(int fd, const msgpack_object *o, const srch_eval_req *r, const char *key)
 {
     uint64_t h = 1469598103934665603ull;
-    const msgpack_object *sub = map_get(o, "sub");
+    const msgpack_object *sub = kt_mp_get(o, "sub");
     if (sub) {
         msgpack_sbuffer sb;
         msgpack_sbuffer_init(&sb);
@@ -439,7 +421,7 @@ static void eval(const msgpack_object *o)
 
 static void retime(const msgpack_object *o)
 {
-    const msgpack_object *ids = map_get(o, "ids"), *cold = map_get(o, "cold");
+    const msgpack_object *ids = kt_mp_get(o, "ids"), *cold = kt_mp_get(o, "cold");
     if (!ids || ids->type != MSGPACK_OBJECT_ARRAY) {
         reply_error("EINVAL", "retime without ids");
         return;
@@ -459,9 +441,9 @@ static void retime(const msgpack_object *o)
         }
     }
     msgpack_pack_map(&pk, 2);
-    pack_str(&pk, "ok");
+    kt_mp_pack_str(&pk, "ok");
     msgpack_pack_true(&pk);
-    pack_str(&pk, "times");
+    kt_mp_pack_str(&pk, "times");
     msgpack_pack_array(&pk, ids->via.array.size);
     for (uint32_t i = 0; i < ids->via.array.size; i++) {
         uint64_t id = ids->via.array.ptr[i].via.u64;
@@ -472,15 +454,15 @@ static void retime(const msgpack_object *o)
         srch_time_stats t;
         fill_time(&t, ns, cold && cold->type == MSGPACK_OBJECT_BOOLEAN && cold->via.boolean);
         msgpack_pack_map(&pk, 5);
-        pack_str(&pk, "id");
+        kt_mp_pack_str(&pk, "id");
         msgpack_pack_uint64(&pk, id);
-        pack_str(&pk, "median_ns");
+        kt_mp_pack_str(&pk, "median_ns");
         msgpack_pack_double(&pk, t.median_ns);
-        pack_str(&pk, "p10_ns");
+        kt_mp_pack_str(&pk, "p10_ns");
         msgpack_pack_double(&pk, t.p10_ns);
-        pack_str(&pk, "p90_ns");
+        kt_mp_pack_str(&pk, "p90_ns");
         msgpack_pack_double(&pk, t.p90_ns);
-        pack_str(&pk, "reps");
+        kt_mp_pack_str(&pk, "reps");
         msgpack_pack_int(&pk, t.reps * 5);
     }
     send_buf(&sb);
@@ -498,7 +480,7 @@ int main(void)
     for (;;) {
         msgpack_unpack_return ur;
         while ((ur = msgpack_unpacker_next(&up, &msg)) == MSGPACK_UNPACK_SUCCESS) {
-            const msgpack_object *op = map_get(&msg.data, "op");
+            const msgpack_object *op = kt_mp_get(&msg.data, "op");
             char name[16] = "";
             if (op && op->type == MSGPACK_OBJECT_STR)
                 snprintf(name, sizeof(name), "%.*s", (int)op->via.str.size, op->via.str.ptr);

@@ -5,7 +5,7 @@
  * frame helpers the memo, E2BIG reply and prep.c use (kd_frame_peek_id, kd_frame_map_values,
  * kd_frame_is_str, kd_frame_graph_tensors) run on its
  * bytes, and a `graph` argument goes through ops_graph_from_msgpack_object (or, for bin,
- * ops_graph_from_msgpack) + validate + signature as daemon/ops.c's arg_graph does. The
+ * ops_graph_from_msgpack) + validate + signature as daemon/handlers.c's arg_graph does. The
  * envelope check and kd_arg_* live in proto.c next to the connection code (kd_dispatch needs a
  * live daemon and connection), so the envelope check is restated here from the protocol.
  * Invariants: the scanner's result does not depend on how the bytes are chunked; a message it
@@ -14,25 +14,11 @@
 
 #include "daemon/frame.h"
 #include "ops/graph.h"
+#include "ops/msgpack_util.h"
 #include "ops/ops.h"
 
 #include <msgpack.h>
 #include <string.h>
-
-static bool obj_is_str(const msgpack_object *o, const char *s)
-{
-    size_t n = strlen(s);
-    return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
-           memcmp(o->via.str.ptr, s, n) == 0;
-}
-
-static const msgpack_object *map_get(const msgpack_object *m, const char *key)
-{
-    for (uint32_t i = 0; i < m->via.map.size; i++)
-        if (obj_is_str(&m->via.map.ptr[i].key, key))
-            return &m->via.map.ptr[i].val;
-    return NULL;
-}
 
 static void check_graph(const msgpack_object *v)
 {
@@ -102,7 +88,7 @@ static void handle_message(const uint8_t *msg, size_t len)
     FUZZ_CHECK(m->type == MSGPACK_OBJECT_MAP); /* the daemon refuses a non-map first byte */
 
     /* the peek (used for E2BIG replies) agrees with the decoded envelope */
-    const msgpack_object *id = map_get(m, "id"), *v = map_get(m, "v"), *op = map_get(m, "op");
+    const msgpack_object *id = kt_mp_get(m, "id"), *v = kt_mp_get(m, "v"), *op = kt_mp_get(m, "op");
     uint64_t pid;
     /* (not the converse: msgpack-c reads a non-negative signed encoding, e.g. int32, as an
      * unsigned id, which the peek does not; an E2BIG reply to such a request carries id 0) */
@@ -115,7 +101,7 @@ static void handle_message(const uint8_t *msg, size_t len)
     size_t lens[5];
     FUZZ_CHECK(kd_frame_map_values(msg, len, keys, 5, vals, lens));
     for (int i = 0; i < 5; i++) {
-        const msgpack_object *dv = map_get(m, keys[i]);
+        const msgpack_object *dv = kt_mp_get(m, keys[i]);
         FUZZ_CHECK((vals[i] != NULL) == (dv != NULL));
         if (!vals[i])
             continue;
@@ -134,9 +120,9 @@ static void handle_message(const uint8_t *msg, size_t len)
     }
 
     /* the size prep.c reads from the graph's bytes agrees with the decoded graph map */
-    const msgpack_object *gv = map_get(m, "graph");
+    const msgpack_object *gv = kt_mp_get(m, "graph");
     if (vals[1] && gv && gv->type == MSGPACK_OBJECT_MAP) {
-        const msgpack_object *gi = map_get(gv, "inputs"), *gn = map_get(gv, "nodes");
+        const msgpack_object *gi = kt_mp_get(gv, "inputs"), *gn = kt_mp_get(gv, "nodes");
         int64_t want = -1;
         if (gi && gn && (gi->type == MSGPACK_OBJECT_MAP || gi->type == MSGPACK_OBJECT_ARRAY) &&
             (gn->type == MSGPACK_OBJECT_MAP || gn->type == MSGPACK_OBJECT_ARRAY))
@@ -146,7 +132,8 @@ static void handle_message(const uint8_t *msg, size_t len)
         FUZZ_CHECK(kd_frame_graph_tensors(vals[1], lens[1]) == want);
     }
     if (vals[0])
-        FUZZ_CHECK(kd_frame_is_str(vals[0], lens[0], "lookup") == (op && obj_is_str(op, "lookup")));
+        FUZZ_CHECK(kd_frame_is_str(vals[0], lens[0], "lookup") ==
+                   (op && kt_mp_str_is(op, "lookup")));
 
     /* the envelope (docs/protocol.md: id unsigned, v == 1, op a string) */
     if (!id || id->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
@@ -155,7 +142,7 @@ static void handle_message(const uint8_t *msg, size_t len)
         goto out;
     if (!op || op->type != MSGPACK_OBJECT_STR)
         goto out;
-    const msgpack_object *g = map_get(m, "graph");
+    const msgpack_object *g = kt_mp_get(m, "graph");
     if (g && g->type != MSGPACK_OBJECT_NIL)
         check_graph(g);
 out:

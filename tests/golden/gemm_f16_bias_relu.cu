@@ -6,6 +6,10 @@
  *   t1 = add(t0, bias)  f16 [M=1024, 256]
  *   Y = relu(t1)  f16 [M=1024, 256]
  */
+/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */
+#include "ktune/cp_async.cuh"
+#include "ktune/ldmatrix.cuh"
+#include "ktune/mma.cuh"
 /* ---- ktune prelude: 16-bit storage types and math helpers ---- */
 typedef unsigned short kt_f16;
 typedef unsigned short kt_bf16;
@@ -84,47 +88,6 @@ enum : int { TILES_M = 16, TILES_N = 4, KTILES = 16, KTILES_PER_SLICE = 16 };
 enum : int { A_STAGE = 2048, B_STAGE = 2048 }; /* shared elements per stage */
 typedef int idx_t;
 
-/* ---- PTX wrappers ---- */
-__device__ __forceinline__ unsigned kt_smem_u32(const void *p)
-{
-    unsigned r;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
-    return r;
-}
-/* Copies 16 bytes global -> shared asynchronously; bytes past src_bytes (0 or 16) are zero-filled. */
-__device__ __forceinline__ void kt_cp_async16(void *dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(kt_smem_u32(dst)), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void kt_cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-/* Waits until at most N committed groups are still in flight. */
-template <int N> __device__ __forceinline__ void kt_cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
-}
-/* ldmatrix.x4: lanes 8j..8j+7 address the rows of 8x8 matrix j, which lands in r<j>; lane l receives elements (l/4, 2(l%4)) and (l/4, 2(l%4)+1). */
-__device__ __forceinline__ void kt_ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(kt_smem_u32(p)));
-}
-/* ldmatrix.x4.trans: lanes 8j..8j+7 address the rows of 8x8 matrix j, which lands in r<j>; lane l receives elements (2(l%4), l/4) and (2(l%4)+1, l/4). */
-__device__ __forceinline__ void kt_ldsm_x4_trans(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(kt_smem_u32(p)));
-}
-/* d += a * b, m16n8k16, f16 inputs, fp32 accumulators. */
-__device__ __forceinline__ void kt_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 /* Block pid -> output tile, row by row. */
 __device__ __forceinline__ void ktg_raster(int pid, int &tm, int &tn)
 {
@@ -192,18 +155,18 @@ __device__ __forceinline__ void ktg_stage(const kt_f16 *as, const kt_f16 *bs, in
         unsigned a[MI][4], b[NI][2];
         #pragma unroll
         for (int i = 0; i < MI; i++) {
-            kt_ldsm_x4(a[i][0], a[i][1], a[i][2], a[i][3], as + ktg_a_slot(wm0 + i * 16 + a_r, kk + a_c));
+            kt_ldmatrix_x4(a[i][0], a[i][1], a[i][2], a[i][3], as + ktg_a_slot(wm0 + i * 16 + a_r, kk + a_c));
         }
         #pragma unroll
         for (int j = 0; j < NI; j += 2) {
             /* one x4 load: b[j] from matrices 0 and 1, b[j + 1] from 2 and 3 */
-            kt_ldsm_x4_trans(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], bs + ktg_b_slot(kk + b_r, wn0 + j * 8 + b_c));
+            kt_ldmatrix_x4_trans(b[j][0], b[j][1], b[j + 1][0], b[j + 1][1], bs + ktg_b_slot(kk + b_r, wn0 + j * 8 + b_c));
         }
         #pragma unroll
         for (int i = 0; i < MI; i++) {
             #pragma unroll
             for (int j = 0; j < NI; j++)
-                kt_mma(acc[i][j], a[i], b[j]);
+                kt_mma_m16n8k16_f16(acc[i][j], a[i], b[j]);
         }
     }
 }

@@ -4,6 +4,11 @@
  * graph: gemm
  *   Y = matmul(A, B)  f32 [M=128, N=512]
  */
+/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */
+#include "ktune/cp_async.cuh"
+#include "ktune/ldmatrix.cuh"
+#include "ktune/mma.cuh"
+#include "ktune/cluster.cuh"
 /* ---- ktune prelude: 16-bit storage types and math helpers ---- */
 typedef unsigned short kt_f16;
 typedef unsigned short kt_bf16;
@@ -83,59 +88,6 @@ enum : int { A_STAGE = 2176, B_STAGE = 4608 }; /* shared elements per stage */
 enum : int { FLUSH_KTILES = 1 }; /* k tiles summed inside the mmas before an FADD */
 typedef int idx_t;
 
-/* ---- PTX wrappers ---- */
-__device__ __forceinline__ unsigned kt_smem_u32(const void *p)
-{
-    unsigned r;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
-    return r;
-}
-/* Copies 16 bytes global -> shared asynchronously; bytes past src_bytes (0 or 16) are zero-filled. */
-__device__ __forceinline__ void kt_cp_async16(void *dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(kt_smem_u32(dst)), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void kt_cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-/* Waits until at most N committed groups are still in flight. */
-template <int N> __device__ __forceinline__ void kt_cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
-}
-/* ldmatrix.x4: lanes 8j..8j+7 address the rows of 8x8 matrix j, which lands in r<j>; lane l receives elements (l/4, 2(l%4)) and (l/4, 2(l%4)+1). */
-__device__ __forceinline__ void kt_ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(kt_smem_u32(p)));
-}
-/* fp32 -> tf32 (round to nearest, ties away), kept in a 32-bit register. */
-__device__ __forceinline__ unsigned kt_tf32(float x)
-{
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-/* d += a * b, m16n8k8, tf32 inputs, fp32 accumulators. */
-__device__ __forceinline__ void kt_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
-{
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-/* x = big + small: big is x rounded to tf32 (low 13 bits clear), small the exact fp32
- * remainder, which the tensor cores read as tf32 by dropping its low 13 bits (|small| <=
- * 2^-11 |x|, so that costs at most 2^-21 |x|). a * b ~ a.small * b.big + a.big * b.small +
- * a.big * b.big: the dropped a.small * b.small and the truncation of small are about 2^-21
- * of |a * b|, near fp32's 2^-24, while every mma runs on the tf32 tensor cores. Two
- * instructions a split. */
-__device__ __forceinline__ void kt_split_tf32(float x, unsigned &big, unsigned &small)
-{
-    big = kt_tf32(x);
-    small = __float_as_uint(x - __uint_as_float(big));
-}
-
 /* ---- cluster split-K ----
  * The SPLITK blocks of a tile (adjacent blockIdx.x, slice fastest) are one thread-block cluster
  * (__cluster_dims__), so block rank = slice. Each writes its fp32 partial tile into its shared memory
@@ -143,30 +95,6 @@ __device__ __forceinline__ void kt_split_tf32(float x, unsigned &big, unsigned &
  * (i * NI + j) % SPLITK == r over slices 0, 1, ... in order (deterministic), reading the others'
  * shared memory, and stores them through the epilogue. A second barrier keeps every block's shared
  * memory alive until the others have read it. */
-/* ---- thread-block cluster helpers ---- */
-__device__ __forceinline__ void kt_cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release.aligned;\n"
-                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ unsigned kt_cluster_addr(const void *p, unsigned rank)
-{
-    unsigned a = (unsigned)__cvta_generic_to_shared(p), r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    return r;
-}
-__device__ __forceinline__ float kt_ld_cluster(unsigned addr)
-{
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-    return v;
-}
-__device__ __forceinline__ float4 kt_ld_cluster4(unsigned addr)
-{
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
-    return v;
-}
 
 /* Block pid -> output tile, row by row. */
 __device__ __forceinline__ void ktg_raster(int pid, int &tm, int &tn)
@@ -231,7 +159,7 @@ __device__ __forceinline__ void ktg_stage(const float *as, const float *bs, int 
         unsigned a[MI][4], b[NI][2];
         #pragma unroll
         for (int i = 0; i < MI; i++) {
-            kt_ldsm_x4(a[i][0], a[i][1], a[i][2], a[i][3], as + ktg_a_slot(wm0 + i * 16 + a_r, kk + a_c));
+            kt_ldmatrix_x4(a[i][0], a[i][1], a[i][2], a[i][3], as + ktg_a_slot(wm0 + i * 16 + a_r, kk + a_c));
         }
         #pragma unroll
         for (int j = 0; j < NI; j++) {
@@ -257,17 +185,17 @@ __device__ __forceinline__ void ktg_stage(const float *as, const float *bs, int 
         for (int i = 0; i < MI; i++)
             #pragma unroll
             for (int j = 0; j < NI; j++)
-                kt_mma(acc[i][j], a_lo[i], b[j]);
+                kt_mma_m16n8k8_tf32(acc[i][j], a_lo[i], b[j]);
         #pragma unroll
         for (int i = 0; i < MI; i++)
             #pragma unroll
             for (int j = 0; j < NI; j++)
-                kt_mma(acc[i][j], a[i], b_lo[j]);
+                kt_mma_m16n8k8_tf32(acc[i][j], a[i], b_lo[j]);
         #pragma unroll
         for (int i = 0; i < MI; i++)
             #pragma unroll
             for (int j = 0; j < NI; j++)
-                kt_mma(acc[i][j], a[i], b[j]);
+                kt_mma_m16n8k8_tf32(acc[i][j], a[i], b[j]);
     }
 }
 

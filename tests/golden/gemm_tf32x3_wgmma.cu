@@ -4,6 +4,11 @@
  * graph: gemm
  *   Y = matmul(A, B)  f32 [M=1000, N=1000]
  */
+/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */
+#include "ktune/cp_async.cuh"
+#include "ktune/mma.cuh"
+#include "ktune/swizzle.cuh"
+#include "ktune/wgmma.cuh"
 /* ---- ktune prelude: 16-bit storage types and math helpers ---- */
 typedef unsigned short kt_f16;
 typedef unsigned short kt_bf16;
@@ -81,59 +86,6 @@ enum : int { TILES_M = 8, TILES_N = 8, KTILES = 32, KTILES_PER_SLICE = 32 };
 enum : int { FLUSH_KTILES = 2 }; /* k tiles summed inside the mmas before an FADD */
 typedef int idx_t;
 
-/* ---- PTX wrappers ---- */
-__device__ __forceinline__ unsigned kt_smem_u32(const void *p)
-{
-    unsigned r;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
-    return r;
-}
-/* Copies 16 bytes global -> shared asynchronously; bytes past src_bytes (0 or 16) are zero-filled. */
-__device__ __forceinline__ void kt_cp_async16(void *dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(kt_smem_u32(dst)), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void kt_cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-/* Waits until at most N committed groups are still in flight. */
-template <int N> __device__ __forceinline__ void kt_cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
-}
-/* ldmatrix.x4: lanes 8j..8j+7 address the rows of 8x8 matrix j, which lands in r<j>; lane l receives elements (l/4, 2(l%4)) and (l/4, 2(l%4)+1). */
-__device__ __forceinline__ void kt_ldsm_x4(unsigned &r0, unsigned &r1, unsigned &r2, unsigned &r3, const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(kt_smem_u32(p)));
-}
-/* fp32 -> tf32 (round to nearest, ties away), kept in a 32-bit register. */
-__device__ __forceinline__ unsigned kt_tf32(float x)
-{
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-/* d += a * b, m16n8k8, tf32 inputs, fp32 accumulators. */
-__device__ __forceinline__ void kt_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
-{
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-/* x = big + small: big is x rounded to tf32 (low 13 bits clear), small the exact fp32
- * remainder, which the tensor cores read as tf32 by dropping its low 13 bits (|small| <=
- * 2^-11 |x|, so that costs at most 2^-21 |x|). a * b ~ a.small * b.big + a.big * b.small +
- * a.big * b.big: the dropped a.small * b.small and the truncation of small are about 2^-21
- * of |a * b|, near fp32's 2^-24, while every mma runs on the tf32 tensor cores. Two
- * instructions a split. */
-__device__ __forceinline__ void kt_split_tf32(float x, unsigned &big, unsigned &small)
-{
-    big = kt_tf32(x);
-    small = __float_as_uint(x - __uint_as_float(big));
-}
-
 /* Block pid -> output tile, row by row. */
 __device__ __forceinline__ void ktg_raster(int pid, int &tm, int &tn)
 {
@@ -141,83 +93,14 @@ __device__ __forceinline__ void ktg_raster(int pid, int &tm, int &tn)
     tn = pid % TILES_N;
 }
 
-/* ---- wgmma: tile layout, descriptor, fences ---- */
-/* Float offset of (row, k) in a tile of 128-byte rows in the 128-byte swizzle: the 16-byte
- * chunk index XORed with row % 8 (tiles start 1024-byte aligned). */
-__device__ __forceinline__ int ktw_off(int row, int k)
-{
-    return row * 32 + ((((k >> 2) ^ row) & 7) << 2) + (k & 3);
-}
-/* Descriptor of a K-major operand in such a tile: 128-byte swizzle (bits 62-63), 8-row
- * groups 1024 bytes apart (stride offset, bits 32-45); the leading offset is unused while a
- * k8 step stays inside one 128-byte row. A k step of 8 floats adds 32 bytes (2 in the
- * address field's 16-byte unit). */
+/* ---- wgmma: tile layout and descriptor ----
+ * Tiles of 128-byte rows (32 floats of k) in the 128-byte swizzle, 1024-byte aligned
+ * (kt_swizzle128_f32). Their descriptor: 8-row groups 1024 bytes apart (stride offset); the
+ * leading offset is unused while a k8 step stays inside one 128-byte row. A k step of 8
+ * floats adds 32 bytes (2 in the address field's 16-byte unit). */
 __device__ __forceinline__ unsigned long long ktw_desc(const void *p)
 {
-    return (unsigned long long)((kt_smem_u32(p) & 0x3FFFF) >> 4) | 1ull << 16 |
-           (1024ull >> 4) << 32 | 1ull << 62;
-}
-__device__ __forceinline__ void ktw_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void ktw_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void ktw_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-/* Shared-memory writes of the generic proxy (cp.async, the small halves) become visible to
- * wgmma's async proxy. */
-__device__ __forceinline__ void ktw_fence_proxy()
-{
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-/* Keeps the in-flight wgmmas' A fragments live (and their registers untouched) until
- * their wait: ptxas does not know the wgmmas read them after issue. */
-__device__ __forceinline__ void ktw_pin(const unsigned (&a)[4][4], const unsigned (&b)[4][4])
-{
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            asm volatile("" ::"r"(a[i][r]), "r"(b[i][r]) : "memory");
-}
-/* After the wait: the sums are read only from here on (the compiler sees wgmma write them
- * when it is issued, not when it completes). */
-__device__ __forceinline__ void ktw_hold(float (&d)[BM / 8][4])
-{
-#pragma unroll
-    for (int j = 0; j < BM / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            asm volatile("" : "+f"(d[j][r])::"memory");
-}
-/* d += a x b: m64n128k8, tf32 operands, fp32 sums; a is this warp's 16 x 8 fragment of the
- * warpgroup's 64 x 8 A (m16n8k8 layout), b a descriptor of the 8 x 128 B. */
-__device__ __forceinline__ void ktw_mma(float (&d)[BM / 8][4], const unsigned (&a)[4], unsigned long long db)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                    "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                    "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-                    "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-                    "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-                    "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
-                    "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-                    "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-                    "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-                    "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-                    "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+    return kt_wgmma_desc(p, 16, 1024, KT_WGMMA_SW128);
 }
 
 /* The fused epilogue of output element (bz, m, n) in fp32; acc is Y[bz, m, n]. */
@@ -267,7 +150,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma
         for (int i = tid; i < BM * 8; i += THREADS) {
             const int r = i >> 3, ch = i & 7, m = m0 + r, k = k0 + ch * 4;
             const bool ok = m < M && k < K;
-            kt_cp_async16(sa + ktw_off(r, ch * 4), ag + (ok ? (idx_t)m * K + k : 0), ok ? 16 : 0);
+            kt_cp_async16(sa + kt_swizzle128_f32(r, ch * 4), ag + (ok ? (idx_t)m * K + k : 0), ok ? 16 : 0);
         }
         #pragma unroll
         for (int i = tid; i < 32 * (BN / 4); i += THREADS) {
@@ -283,13 +166,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma
         #pragma unroll
         for (int i = tid; i < A_TILE / 4; i += THREADS) {
             float4 v = raw[i];
-            v.x -= __uint_as_float(__float_as_uint(v.x) & 0xffffe000u);
-            v.y -= __uint_as_float(__float_as_uint(v.y) & 0xffffe000u);
-            v.z -= __uint_as_float(__float_as_uint(v.z) & 0xffffe000u);
-            v.w -= __uint_as_float(__float_as_uint(v.w) & 0xffffe000u);
+            v.x = kt_tf32_trunc_rest(v.x);
+            v.y = kt_tf32_trunc_rest(v.y);
+            v.z = kt_tf32_trunc_rest(v.z);
+            v.w = kt_tf32_trunc_rest(v.w);
             small[i] = v;
         }
-        ktw_fence_proxy();
+        kt_fence_proxy_async();
     };
     /* This warp's B^T fragments of stage st's four k steps (k t, t + 4; columns nw + g, + 8), split */
     auto load_frags = [&](int st, unsigned (&big)[4][4], unsigned (&lo)[4][4]) {
@@ -326,14 +209,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma
     for (int kt = 0; kt < KTILES; kt++) {
         const int st = kt % STAGES;
         const unsigned long long da = ktw_desc(as + st * A_TILE), ds = ktw_desc(asmall + (kt & 1) * A_TILE);
-        ktw_fence();
+        kt_wgmma_fence();
         #pragma unroll
         for (int ks = 0; ks < 4; ks++) {
-            ktw_mma(part, lo[ks], da + 2 * ks);  /* B small x A big */
-            ktw_mma(part, big[ks], ds + 2 * ks); /* B big x A small */
-            ktw_mma(part, big[ks], da + 2 * ks); /* B big x A big */
+            kt_wgmma_tf32_rs<BM>(part, lo[ks], da + 2 * ks);  /* B small x A big */
+            kt_wgmma_tf32_rs<BM>(part, big[ks], ds + 2 * ks); /* B big x A small */
+            kt_wgmma_tf32_rs<BM>(part, big[ks], da + 2 * ks); /* B big x A big */
         }
-        ktw_commit();
+        kt_wgmma_commit();
         /* stage (kt - 1) % STAGES: tile kt - 1's wgmmas were waited for by every warpgroup */
         if (kt + STAGES - 1 < KTILES)
             load_tile(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
@@ -345,9 +228,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma
             make_small((kt + 1) % STAGES, (kt + 1) & 1);
             load_frags((kt + 1) % STAGES, nbig, nlo);
         }
-        ktw_wait();
-        ktw_pin(big, lo); /* the wgmmas read these registers until now */
-        ktw_hold(part);
+        kt_wgmma_wait<0>();
+        kt_reg_pin(big); /* the wgmmas read these registers until now */
+        kt_reg_pin(lo);
+        kt_reg_hold(part);
         /* the truncating sums of FLUSH_KTILES k tiles, carried into acc with round-to-nearest FADDs */
         if ((kt + 1) % FLUSH_KTILES == 0 || kt + 1 == KTILES) {
             #pragma unroll

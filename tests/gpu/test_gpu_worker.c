@@ -18,6 +18,7 @@
  * Exit: 0 passed, 1 failed, 77 no GPU (skipped). */
 #include "search/compile.h"
 #include "ops/library.h"
+#include "ops/msgpack_util.h"
 #include "search/worker.h"
 
 #include "gpu_graphs.h"
@@ -191,12 +192,6 @@ static void str_of(const msgpack_object *o, char *buf, size_t len)
         snprintf(buf, len, "?");
 }
 
-static void pack_str(msgpack_packer *pk, const char *s)
-{
-    msgpack_pack_str(pk, strlen(s));
-    msgpack_pack_str_body(pk, s, strlen(s));
-}
-
 static int simple_op(worker *w, const char *op)
 {
     msgpack_sbuffer sb;
@@ -204,8 +199,8 @@ static int simple_op(worker *w, const char *op)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 1);
-    pack_str(&pk, "op");
-    pack_str(&pk, op);
+    kt_mp_pack_str(&pk, "op");
+    kt_mp_pack_str(&pk, op);
     int rc = rpc(w, &sb, 300);
     msgpack_sbuffer_destroy(&sb);
     return rc;
@@ -310,21 +305,21 @@ static void check_reference(worker *w, const char *file, const char *shapes)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 6);
-    pack_str(&pk, "op");
-    pack_str(&pk, "reference");
-    pack_str(&pk, "id");
+    kt_mp_pack_str(&pk, "op");
+    kt_mp_pack_str(&pk, "reference");
+    kt_mp_pack_str(&pk, "id");
     msgpack_pack_uint64(&pk, 1);
-    pack_str(&pk, "sub");
+    kt_mp_pack_str(&pk, "sub");
     ops_graph_pack(&pk, g);
-    pack_str(&pk, "bindings");
+    kt_mp_pack_str(&pk, "bindings");
     msgpack_pack_map(&pk, (size_t)nb);
     for (int i = 0; i < nb; i++) {
-        pack_str(&pk, b[i].name);
+        kt_mp_pack_str(&pk, b[i].name);
         msgpack_pack_int64(&pk, b[i].value);
     }
-    pack_str(&pk, "seed0");
+    kt_mp_pack_str(&pk, "seed0");
     msgpack_pack_uint64(&pk, 12345);
-    pack_str(&pk, "seeds");
+    kt_mp_pack_str(&pk, "seeds");
     msgpack_pack_int(&pk, 2);
     int rc = rpc(w, &sb, 300);
     msgpack_sbuffer_destroy(&sb);
@@ -444,29 +439,29 @@ static void check_full_inputs(worker *w)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 7);
-    pack_str(&pk, "op");
-    pack_str(&pk, "reference");
-    pack_str(&pk, "id");
+    kt_mp_pack_str(&pk, "op");
+    kt_mp_pack_str(&pk, "reference");
+    kt_mp_pack_str(&pk, "id");
     msgpack_pack_uint64(&pk, 1);
-    pack_str(&pk, "sub");
+    kt_mp_pack_str(&pk, "sub");
     ops_graph_pack(&pk, sub);
     for (int k = 0; k < 2; k++) {
         if (k == 1) {
-            pack_str(&pk, "full");
+            kt_mp_pack_str(&pk, "full");
             msgpack_pack_map(&pk, 2);
-            pack_str(&pk, "graph");
+            kt_mp_pack_str(&pk, "graph");
             ops_graph_pack(&pk, g);
         }
-        pack_str(&pk, "bindings"); /* of sub, then of full: the same symbols */
+        kt_mp_pack_str(&pk, "bindings"); /* of sub, then of full: the same symbols */
         msgpack_pack_map(&pk, (size_t)nb);
         for (int i = 0; i < nb; i++) {
-            pack_str(&pk, b[i].name);
+            kt_mp_pack_str(&pk, b[i].name);
             msgpack_pack_int64(&pk, b[i].value);
         }
     }
-    pack_str(&pk, "seed0");
+    kt_mp_pack_str(&pk, "seed0");
     msgpack_pack_uint64(&pk, 777);
-    pack_str(&pk, "seeds");
+    kt_mp_pack_str(&pk, "seeds");
     msgpack_pack_int(&pk, 2);
     int rc = rpc(w, &sb, 300);
     msgpack_sbuffer_destroy(&sb);
@@ -896,15 +891,15 @@ static void retime_and_forget(worker *w, const uint64_t *ids, int n)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 4);
-    pack_str(&pk, "op");
-    pack_str(&pk, "retime");
-    pack_str(&pk, "ids");
+    kt_mp_pack_str(&pk, "op");
+    kt_mp_pack_str(&pk, "retime");
+    kt_mp_pack_str(&pk, "ids");
     msgpack_pack_array(&pk, (size_t)n);
     for (int i = 0; i < n; i++)
         msgpack_pack_uint64(&pk, ids[i]);
-    pack_str(&pk, "rounds");
+    kt_mp_pack_str(&pk, "rounds");
     msgpack_pack_int(&pk, 20);
-    pack_str(&pk, "cold");
+    kt_mp_pack_str(&pk, "cold");
     msgpack_pack_true(&pk);
     int rc = rpc(w, &sb, 300);
     const msgpack_object *r = &w->msg.data, *times = get(r, "times");
@@ -920,9 +915,9 @@ static void retime_and_forget(worker *w, const uint64_t *ids, int n)
     }
     msgpack_sbuffer_clear(&sb);
     msgpack_pack_map(&pk, 2);
-    pack_str(&pk, "op");
-    pack_str(&pk, "forget");
-    pack_str(&pk, "ids");
+    kt_mp_pack_str(&pk, "op");
+    kt_mp_pack_str(&pk, "forget");
+    kt_mp_pack_str(&pk, "ids");
     msgpack_pack_array(&pk, (size_t)n);
     for (int i = 0; i < n; i++)
         msgpack_pack_uint64(&pk, ids[i]);
@@ -931,9 +926,9 @@ static void retime_and_forget(worker *w, const uint64_t *ids, int n)
     /* Forgotten: a retime of it is refused. */
     msgpack_sbuffer_clear(&sb);
     msgpack_pack_map(&pk, 2);
-    pack_str(&pk, "op");
-    pack_str(&pk, "retime");
-    pack_str(&pk, "ids");
+    kt_mp_pack_str(&pk, "op");
+    kt_mp_pack_str(&pk, "retime");
+    kt_mp_pack_str(&pk, "ids");
     msgpack_pack_array(&pk, 1);
     msgpack_pack_uint64(&pk, ids[0]);
     rc = rpc(w, &sb, 60);

@@ -1,6 +1,7 @@
 /* The daemon test harness (daemon_harness.h). */
 #include "daemon_harness.h"
 
+#include "ops/msgpack_util.h"
 #include "ops/ops.h"
 
 #include <errno.h>
@@ -405,51 +406,46 @@ int dh_wait_closed(dh_conn *c, double timeout_s, int *n_msgs)
 
 /* ---- requests ---- */
 
-static void pack_str(msgpack_packer *pk, const char *s)
-{
-    msgpack_pack_str_with_body(pk, s, strlen(s));
-}
-
 void dh_req_begin(dh_req *r, dh_conn *c, const char *op, uint32_t n_args)
 {
     msgpack_sbuffer_init(&r->sb);
     msgpack_packer_init(&r->pk, &r->sb, msgpack_sbuffer_write);
     r->id = c->next_id++;
     msgpack_pack_map(&r->pk, n_args + 3);
-    pack_str(&r->pk, "v");
+    kt_mp_pack_str(&r->pk, "v");
     msgpack_pack_uint8(&r->pk, 1);
-    pack_str(&r->pk, "id");
+    kt_mp_pack_str(&r->pk, "id");
     msgpack_pack_uint64(&r->pk, r->id);
-    pack_str(&r->pk, "op");
-    pack_str(&r->pk, op);
+    kt_mp_pack_str(&r->pk, "op");
+    kt_mp_pack_str(&r->pk, op);
 }
 
 void dh_req_key(dh_req *r, const char *key)
 {
-    pack_str(&r->pk, key);
+    kt_mp_pack_str(&r->pk, key);
 }
 
 void dh_req_str(dh_req *r, const char *key, const char *val)
 {
-    pack_str(&r->pk, key);
-    pack_str(&r->pk, val);
+    kt_mp_pack_str(&r->pk, key);
+    kt_mp_pack_str(&r->pk, val);
 }
 
 void dh_req_int(dh_req *r, const char *key, int64_t val)
 {
-    pack_str(&r->pk, key);
+    kt_mp_pack_str(&r->pk, key);
     msgpack_pack_int64(&r->pk, val);
 }
 
 void dh_req_num(dh_req *r, const char *key, double val)
 {
-    pack_str(&r->pk, key);
+    kt_mp_pack_str(&r->pk, key);
     msgpack_pack_double(&r->pk, val);
 }
 
 void dh_req_bool(dh_req *r, const char *key, bool val)
 {
-    pack_str(&r->pk, key);
+    kt_mp_pack_str(&r->pk, key);
     if (val)
         msgpack_pack_true(&r->pk);
     else
@@ -458,7 +454,7 @@ void dh_req_bool(dh_req *r, const char *key, bool val)
 
 void dh_req_raw(dh_req *r, const char *key, const void *mp, size_t len)
 {
-    pack_str(&r->pk, key);
+    kt_mp_pack_str(&r->pk, key);
     msgpack_sbuffer_write(&r->sb, mp, len);
 }
 
@@ -466,7 +462,7 @@ void dh_req_shapes(dh_req *r, const dh_shape *s, int n)
 {
     msgpack_pack_map(&r->pk, (uint32_t)n);
     for (int i = 0; i < n; i++) {
-        pack_str(&r->pk, s[i].name);
+        kt_mp_pack_str(&r->pk, s[i].name);
         msgpack_pack_int64(&r->pk, s[i].value);
     }
 }

@@ -3,6 +3,7 @@
  * <cmocka.h>. */
 #pragma once
 
+#include "ops/devlib.h"
 #include "ops/family.h"
 #include "search/compile.h"
 
@@ -65,10 +66,35 @@ static inline void emit_test_nan_safe(const char *src)
                  bad, src);
 }
 
+/* True when src, with the device library headers it includes inlined (as records store it),
+ * holds text: the PTX of a wrapper the emitted code calls. */
+static inline bool emit_test_has(const char *src, const char *text)
+{
+    char *flat = NULL;
+    kt_err err = {0};
+    if (ops_devlib_inline(src, &flat, &err) < 0)
+        fail_msg("inlining the device library: %s", err.msg);
+    bool has = strstr(flat, text) != NULL;
+    free(flat);
+    return has;
+}
+
+/* Fails when src has an #include after its prelude: device library headers belong before it,
+ * at file scope, where a partition module keeps each group's text before the prelude (the rest
+ * goes into a namespace, search/tune.c). */
+static inline void emit_test_includes_first(const char *src)
+{
+    const char *prelude = strstr(src, "/* ---- ktune prelude");
+    const char *inc = prelude ? strstr(prelude, "#include") : NULL;
+    if (inc)
+        fail_msg("an #include after the prelude at: %.80s\n---- source ----\n%s", inc, src);
+}
+
 /* Compiles src for arch; fails the test with the NVRTC log on error or on any register spill. */
 static inline void emit_test_compile(const char *src, const char *arch)
 {
     emit_test_nan_safe(src);
+    emit_test_includes_first(src);
     srch_compile_result r = {0};
     if (srch_nvrtc_compile(src, arch, &r) < 0)
         fail_msg("NVRTC failed to run");

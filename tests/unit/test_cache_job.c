@@ -317,7 +317,7 @@ static void rewrite_job_to(fixture *f, uint64_t id, const char *const *drop, int
     bool dropped[64] = {false};
     for (uint32_t i = 0; i < m->size; i++) {
         for (int k = 0; k < n_drop; k++)
-            if (cache_key_is(&m->ptr[i].key, drop[k]))
+            if (kt_mp_str_is(&m->ptr[i].key, drop[k]))
                 dropped[i] = true;
         keep += !dropped[i];
     }
@@ -327,7 +327,7 @@ static void rewrite_job_to(fixture *f, uint64_t id, const char *const *drop, int
         if (dropped[i])
             continue;
         msgpack_pack_object(&pk, m->ptr[i].key);
-        if (change && cache_key_is(&m->ptr[i].key, change)) {
+        if (change && kt_mp_str_is(&m->ptr[i].key, change)) {
             msgpack_pack_str(&pk, to_len);
             msgpack_pack_str_body(&pk, to, to_len);
         } else {

@@ -1,6 +1,7 @@
 /* ktuned's framing (daemon/frame.c): message boundaries found byte by byte, every msgpack format,
  * the depth cap, bad bytes, and the envelope peek of an oversized message. */
 #include "daemon/frame.h"
+#include "ops/msgpack_util.h"
 
 #include <msgpack.h>
 #include <setjmp.h>
@@ -11,11 +12,6 @@
 
 #include <cmocka.h>
 
-static void pack_str(msgpack_packer *pk, const char *s)
-{
-    msgpack_pack_str_with_body(pk, s, strlen(s));
-}
-
 /* A map using every msgpack format family, with nested containers. */
 static void pack_everything(msgpack_sbuffer *sb)
 {
@@ -24,11 +20,11 @@ static void pack_everything(msgpack_sbuffer *sb)
     static char big[70000];
     memset(big, 'x', sizeof(big));
     msgpack_pack_map(&pk, 9);
-    pack_str(&pk, "v");
+    kt_mp_pack_str(&pk, "v");
     msgpack_pack_uint64(&pk, 1);
-    pack_str(&pk, "id");
+    kt_mp_pack_str(&pk, "id");
     msgpack_pack_uint64(&pk, 70000);
-    pack_str(&pk, "ints");
+    kt_mp_pack_str(&pk, "ints");
     msgpack_pack_array(&pk, 8);
     msgpack_pack_int64(&pk, -1);
     msgpack_pack_int64(&pk, -100);
@@ -38,28 +34,28 @@ static void pack_everything(msgpack_sbuffer *sb)
     msgpack_pack_uint64(&pk, 60000);
     msgpack_pack_uint64(&pk, 4000000000ull);
     msgpack_pack_uint64(&pk, 1ull << 40);
-    pack_str(&pk, "floats");
+    kt_mp_pack_str(&pk, "floats");
     msgpack_pack_array(&pk, 2);
     msgpack_pack_float(&pk, 1.5f);
     msgpack_pack_double(&pk, 2.5);
-    pack_str(&pk, "misc");
+    kt_mp_pack_str(&pk, "misc");
     msgpack_pack_array(&pk, 4);
     msgpack_pack_nil(&pk);
     msgpack_pack_true(&pk);
     msgpack_pack_false(&pk);
     msgpack_pack_array(&pk, 0);
-    pack_str(&pk, "big string");
+    kt_mp_pack_str(&pk, "big string");
     msgpack_pack_str_with_body(&pk, big, sizeof(big));
-    pack_str(&pk, "bin");
+    kt_mp_pack_str(&pk, "bin");
     msgpack_pack_bin_with_body(&pk, big, 300);
-    pack_str(&pk, "ext");
+    kt_mp_pack_str(&pk, "ext");
     msgpack_pack_array(&pk, 3);
     msgpack_pack_ext_with_body(&pk, big, 1, 7);
     msgpack_pack_ext_with_body(&pk, big, 16, 7);
     msgpack_pack_ext_with_body(&pk, big, 1000, 7);
-    pack_str(&pk, "nested");
+    kt_mp_pack_str(&pk, "nested");
     msgpack_pack_map(&pk, 1);
-    pack_str(&pk, "a");
+    kt_mp_pack_str(&pk, "a");
     msgpack_pack_map(&pk, 20); /* map16 is 16 or more pairs */
     for (int i = 0; i < 20; i++) {
         msgpack_pack_int(&pk, i);
@@ -154,13 +150,13 @@ static void test_peek_id(void **state)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 4);
-    pack_str(&pk, "v");
+    kt_mp_pack_str(&pk, "v");
     msgpack_pack_int(&pk, 1);
-    pack_str(&pk, "id");
+    kt_mp_pack_str(&pk, "id");
     msgpack_pack_uint64(&pk, 300);
-    pack_str(&pk, "op");
-    pack_str(&pk, "submit");
-    pack_str(&pk, "graph");
+    kt_mp_pack_str(&pk, "op");
+    kt_mp_pack_str(&pk, "submit");
+    kt_mp_pack_str(&pk, "graph");
     msgpack_pack_str(&pk, 5u << 20);
     uint64_t id = 0;
     assert_true(kd_frame_peek_id((const uint8_t *)sb.data, sb.size, &id));
@@ -168,13 +164,13 @@ static void test_peek_id(void **state)
     /* the id after the truncated body cannot be read */
     msgpack_sbuffer_clear(&sb);
     msgpack_pack_map(&pk, 2);
-    pack_str(&pk, "graph");
+    kt_mp_pack_str(&pk, "graph");
     msgpack_pack_str(&pk, 5u << 20);
     assert_false(kd_frame_peek_id((const uint8_t *)sb.data, sb.size, &id));
     /* an id that is not an unsigned integer */
     msgpack_sbuffer_clear(&sb);
     msgpack_pack_map(&pk, 1);
-    pack_str(&pk, "id");
+    kt_mp_pack_str(&pk, "id");
     msgpack_pack_int(&pk, -4);
     assert_false(kd_frame_peek_id((const uint8_t *)sb.data, sb.size, &id));
     /* a non-negative id in a signed encoding (int 8/16/32/64) is the same id to msgpack-c */
@@ -205,17 +201,17 @@ static void test_map_values(void **state)
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 6);
-    pack_str(&pk, "id");
+    kt_mp_pack_str(&pk, "id");
     msgpack_pack_uint64(&pk, 5);
     msgpack_pack_uint64(&pk, 9); /* a key that is not a string */
-    pack_str(&pk, "graph");
-    pack_str(&pk, "graph");
+    kt_mp_pack_str(&pk, "graph");
+    kt_mp_pack_str(&pk, "graph");
     size_t graph_at = sb.size;
     msgpack_pack_map(&pk, 1);
-    pack_str(&pk, "ops");
+    kt_mp_pack_str(&pk, "ops");
     msgpack_pack_array(&pk, 2);
     msgpack_pack_int(&pk, 1);
-    pack_str(&pk, "x");
+    kt_mp_pack_str(&pk, "x");
     size_t graph_end = sb.size;
     /* "graph" again, as str8: the first pair wins */
     static const char str8_graph[] = {(char)0xd9, 5, 'g', 'r', 'a', 'p', 'h'};
@@ -226,9 +222,9 @@ static void test_map_values(void **state)
     msgpack_sbuffer_write(&sb, str8_shapes, sizeof(str8_shapes));
     size_t shapes_at = sb.size;
     msgpack_pack_map(&pk, 1);
-    pack_str(&pk, "M");
+    kt_mp_pack_str(&pk, "M");
     msgpack_pack_uint64(&pk, 256);
-    pack_str(&pk, "gpu");
+    kt_mp_pack_str(&pk, "gpu");
     msgpack_pack_int(&pk, 0);
 
     const char *const keys[] = {"graph", "shapes", "precision"};
@@ -257,15 +253,15 @@ static void test_graph_tensors(void **state)
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     msgpack_pack_map(&pk, 3);
-    pack_str(&pk, "name");
-    pack_str(&pk, "g");
-    pack_str(&pk, "inputs");
+    kt_mp_pack_str(&pk, "name");
+    kt_mp_pack_str(&pk, "g");
+    kt_mp_pack_str(&pk, "inputs");
     msgpack_pack_map(&pk, 2);
     for (int i = 0; i < 2; i++) {
-        pack_str(&pk, i ? "y" : "x");
+        kt_mp_pack_str(&pk, i ? "y" : "x");
         msgpack_pack_nil(&pk);
     }
-    pack_str(&pk, "nodes");
+    kt_mp_pack_str(&pk, "nodes");
     msgpack_pack_array(&pk, 20); /* array16 */
     for (int i = 0; i < 20; i++)
         msgpack_pack_nil(&pk);
@@ -282,7 +278,7 @@ static void test_graph_tensors(void **state)
     /* without nodes; not a map */
     msgpack_sbuffer_clear(&sb);
     msgpack_pack_map(&pk, 1);
-    pack_str(&pk, "inputs");
+    kt_mp_pack_str(&pk, "inputs");
     msgpack_pack_map(&pk, 0);
     assert_int_equal(kd_frame_graph_tensors((const uint8_t *)sb.data, sb.size), -1);
     const uint8_t five = 0x05;

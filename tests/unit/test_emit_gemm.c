@@ -13,7 +13,7 @@
 
 #include <math.h>
 
-/* Index math exported by ops/emit_gemm.c for these tests. */
+/* Index math exported by ops/gemm/plan.c for these tests. */
 #include "ops/emit_gemm.h"
 
 extern const ops_family ops_family_gemm;
@@ -636,9 +636,11 @@ static void test_serial_splitk(void **state)
     assert_int_equal(k->args[3].kind, OPS_ARG_WORKSPACE);
     assert_int_equal(k->args[3].offset, 0);
     assert_non_null(strstr(em.source, "splitk_mode=serial"));
-    assert_non_null(strstr(em.source, "ld.acquire.gpu.global.b32"));
-    assert_non_null(strstr(em.source, "st.release.gpu.global.b32"));
-    assert_non_null(strstr(em.source, "__threadfence();"));
+    assert_non_null(strstr(em.source, "kt_sem_wait(sem, slice);"));
+    assert_non_null(strstr(em.source, "kt_sem_pass(sem, slice + 1);"));
+    assert_true(emit_test_has(em.source, "ld.acquire.gpu.global.b32"));
+    assert_true(emit_test_has(em.source, "st.release.gpu.global.b32"));
+    assert_true(emit_test_has(em.source, "__threadfence();"));
     assert_non_null(strstr(em.source, "const int pid = blockIdx.x / SPLITK, slice = blockIdx.x % "
                                       "SPLITK;"));
     assert_non_null(strstr(em.source, "enum : int { ACC_OFFSET = 256 };"));
@@ -724,8 +726,9 @@ static void test_cluster_splitk(void **state)
     assert_int_equal(k->grid[2], 1);
     assert_int_equal(k->n_args, 3); /* A, B, Y */
     assert_non_null(strstr(em.source, "__cluster_dims__(SPLITK, 1, 1)"));
-    assert_non_null(strstr(em.source, "mapa.shared::cluster.u32"));
-    assert_non_null(strstr(em.source, "barrier.cluster.wait.acquire.aligned"));
+    assert_non_null(strstr(em.source, "kt_cluster_sync();"));
+    assert_true(emit_test_has(em.source, "mapa.shared::cluster.u32"));
+    assert_true(emit_test_has(em.source, "barrier.cluster.wait.acquire.aligned"));
     emit_test_golden("gemm_tf32x3_cluster_splitk.cu", em.source);
     emit_test_compile(em.source, "sm_90a");
     ops_emitted_free(&em);
@@ -795,8 +798,11 @@ static void test_wgmma(void **state)
         assert_int_equal(em.n_kernels, 1);
         assert_string_equal(k->entry, "ktune_gemm_tf32x3_wgmma_128x128x32");
         assert_int_equal(k->block[0], 256); /* two warpgroups of 64 columns */
-        assert_non_null(strstr(em.source, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"));
-        assert_non_null(strstr(em.source, "fence.proxy.async.shared::cta"));
+        assert_non_null(strstr(em.source, "kt_wgmma_tf32_rs<BM>(part"));
+        assert_non_null(strstr(em.source, "enum : int { BM = 128,"));
+        assert_true(
+            emit_test_has(em.source, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"));
+        assert_true(emit_test_has(em.source, "fence.proxy.async.shared::cta"));
         if (c == 0)
             emit_test_golden("gemm_tf32x3_wgmma.cu", em.source);
         emit_test_compile(em.source, "sm_90a");
@@ -883,9 +889,11 @@ static void test_launch_and_golden(void **state)
     for (int i = 0; i < 3; i++)
         assert_int_equal(k->args[i].tensor, grp.in[i]);
     assert_int_equal(k->args[3].tensor, grp.out[0]);
-    assert_non_null(strstr(em.source, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
-    assert_non_null(strstr(em.source, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
-    assert_non_null(strstr(em.source, "cp.async.cg.shared.global"));
+    assert_non_null(strstr(em.source, "kt_mma_m16n8k16_f16(acc[i][j], a[i], b[j]);"));
+    assert_non_null(strstr(em.source, "kt_ldmatrix_x4_trans("));
+    assert_true(emit_test_has(em.source, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+    assert_true(emit_test_has(em.source, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+    assert_true(emit_test_has(em.source, "cp.async.cg.shared.global"));
     assert_non_null(strstr(em.source, "__launch_bounds__(THREADS, 1)"));
     emit_test_golden("gemm_f16_bias_relu.cu", em.source);
     emit_test_compile(em.source, "sm_90a");

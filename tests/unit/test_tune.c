@@ -720,6 +720,21 @@ static void test_mixed_library_pick_falls_back(void **state)
     }
     assert_false(lib && gen);
     assert_non_null(strstr(r.record_fallback, "cuBLASLt"));
+    /* Generated kernels include the device library; the stored source has it inlined, so it
+     * compiles where no ktune is (docs/decisions.md, "Device library"). */
+    cache_key key = job_key(&r);
+    key.n_shapes = 1;
+    snprintf(key.shapes[0].name, sizeof(key.shapes[0].name), "M");
+    key.shapes[0].value = 64;
+    cache_record rec;
+    cache_record_init(&rec);
+    assert_int_equal(cache_get(cache, &key, 0, &rec, &err), 0);
+    if (gen) {
+        assert_non_null(rec.source);
+        assert_null(strstr(rec.source, "#include"));
+        assert_non_null(strstr(rec.source, "cp.async.commit_group"));
+    }
+    cache_record_free(&rec);
     cache_close(cache);
     ops_graph_free(g);
 }

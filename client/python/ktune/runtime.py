@@ -99,9 +99,15 @@ class Runtime:
 
     def close(self, _close=lib.ktune_runtime_close):
         """Unloads every module and closes the cache; every Kernel from here becomes invalid."""
-        h, self._handle = getattr(self, "_handle", None), None
-        if h is not None and h.value:
-            _close(h)
+        h = getattr(self, "_handle", None)
+        if h is None or not h.value:
+            self._handle = None
+            return
+        ops = getattr(sys, "modules", {}).get("ktune.torch_op")  # (at exit: maybe torn down)
+        if ops is not None:  # no custom op may launch a kernel of this runtime from now on
+            ops.runtime_closing(self)
+        self._handle = None
+        _close(h)
 
     __del__ = close
 

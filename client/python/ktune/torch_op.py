@@ -9,6 +9,11 @@ it without a GPU kernel running. The kernel is for one shape: the fake checks th
 dtypes and contiguity against the graph with its shapes bound, and a symbolic dimension is
 pinned to the kernel's size (torch.compile then keeps a graph specialised to it).
 
+The CUDA implementation is C++ (_torch_ext.cpp, built once per torch installation by
+_torch_ext.py) where it can be built: the dispatcher then launches without entering Python.
+Elsewhere it is the Python launch of a plain call (Kernel._launch_declared). The CPU
+implementation is always the Python one: it raises the error naming the input not on CUDA.
+
 Registration happens once per kernel and process: as_torch_op() on a kernel with the same key
 (the same cached kernel, looked up again, or from a reopened cache) reuses the op registered,
 which launches the newest such kernel whose Runtime is open. Either everything of an op is
@@ -20,10 +25,11 @@ import re
 import threading
 import weakref
 
+from . import _torch_ext
 from .runtime import bind_inputs, _TORCH_DTYPES
 
 _ops = {}  # op name -> _Entry (a process-wide registry: torch.library's is too)
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a Runtime collected inside register() closes
 _NAME_MAX = 40  # characters of the graph name kept in the op name
 
 
@@ -88,6 +94,7 @@ class TorchOp:
         self.name = f"ktune::{entry.name}"
         self.inputs, self.outputs = kernel.inputs, kernel.outputs
         self.op = entry.overload
+        self.launcher = "python" if entry.launcher is None else "c++"  # of the CUDA kernel
         self._params = self._bind_params(kernel)
 
     @staticmethod
@@ -167,17 +174,40 @@ def _check_shape(torch, what, t, want, kernel):
 
 
 class _Entry:
-    """One registered op: its library fragment, the OpOverload, and the kernels (weak
-    references, newest last) that can launch it."""
+    """One registered op: its library fragment, the OpOverload, the kernels (weak references,
+    newest last) that can launch it, and the C++ launcher when it launches through that (bound
+    to the kernel of runtime handle bound_runtime)."""
 
-    def __init__(self, name, lib, overload):
-        self.name, self.lib, self.overload = name, lib, overload
+    def __init__(self, name, lib, overload, launcher):
+        self.name, self.lib, self.overload, self.launcher = name, lib, overload, launcher
         self.kernels = []
+        self.bound_runtime = None
 
     def add(self, kernel):
         self.kernels = [r for r in self.kernels if r() is not None and r() is not kernel]
         self.kernels.append(weakref.ref(kernel))
         self.newest = self.kernels[-1]
+        if self.launcher is not None:
+            self._bind(kernel)
+
+    def _bind(self, kernel):
+        self.launcher.bind(self.name, kernel, kernel.device)
+        rt = kernel.runtime
+        self.bound_runtime = None if rt is None or rt._handle is None else rt._handle.value
+
+    def runtime_closing(self, handle):
+        """The runtime of handle (an int) is about to close: the C++ launcher moves to the
+        newest kernel of another open runtime, or launches nothing (calls raise)."""
+        if self.launcher is None or self.bound_runtime != handle:
+            return
+        for r in reversed(self.kernels):
+            k = r()
+            h = None if k is None or k.runtime is None else k.runtime._handle
+            if h is not None and h.value != handle:
+                self._bind(k)
+                return
+        self.launcher.unbind(self.name)
+        self.bound_runtime = None
 
     def kernel(self):
         """The newest kernel whose runtime is open, else the newest alive (its launch says
@@ -232,16 +262,34 @@ def _define(torch, kernel, name):
     ret = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
     lib = torch.library.Library("ktune", "FRAGMENT")
     entry = None
+    # the C++ launcher needs the device the kernel was loaded on (known unless the lookup ran
+    # without torch's current device)
+    launcher = _torch_ext.launcher(torch) if kernel.device is not None else None
 
-    def real(*ts):  # CUDA, and CPU: where the kernel's checks name the input not on CUDA
+    def real(*ts):  # CPU (the checks name the input not on CUDA), and CUDA without launcher
         return entry.kernel()._launch_declared(ts)
     try:
         lib.define(f"{name}({args}) -> {ret}")
-        lib.impl(name, real, "CUDA")
+        entry = _Entry(name, lib, getattr(torch.ops.ktune, name).default, launcher)
+        if launcher is not None:
+            entry.add(kernel)  # registers the C++ kernel for CUDA
+        else:
+            lib.impl(name, real, "CUDA")
         lib.impl(name, real, "CPU")
         torch.library.register_fake(f"ktune::{name}", _fake_impl(torch, kernel), lib=lib)
-        entry = _Entry(name, lib, getattr(torch.ops.ktune, name).default)
     except Exception:
+        if launcher is not None:
+            launcher.drop(name)
         lib._destroy()  # nothing registered half-way
         raise
     return entry
+
+
+def runtime_closing(runtime):
+    """Called by Runtime.close before its kernels go: no op's C++ launcher keeps one."""
+    handle = runtime._handle
+    if handle is None or not handle.value:
+        return
+    with _lock:
+        for entry in _ops.values():
+            entry.runtime_closing(handle.value)

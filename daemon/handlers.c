@@ -156,7 +156,7 @@ static int op_hello(kd_req *r)
     if (client[0])
         kt_log_debug(KD_LOG_SERVER, "connection %llu: client %s", (unsigned long long)r->c->serial,
                      KT_ESC(client));
-    kd_pack_str(kd_field(r, "version"), KTUNE_VERSION);
+    kt_mp_pack_str(kd_field(r, "version"), KTUNE_VERSION);
     msgpack_pack_int(kd_field(r, "protocol"), 1);
     msgpack_pack_int64(kd_field(r, "pid"), (int64_t)getpid());
     msgpack_pack_uint64(kd_field(r, "uid"), (uint64_t)r->c->uid);
@@ -531,19 +531,19 @@ static int op_lookup(kd_req *r)
         msgpack_pack_true(kd_field(r, "found"));
         msgpack_packer *pk = kd_field(r, "record");
         msgpack_pack_map(pk, 13);
-        kd_pack_kstr(pk, "family", rec.family ? rec.family : "");
-        kd_pack_kstr(pk, "schedule", rec.schedule ? rec.schedule : "");
-        kd_pack_kf64(pk, "time_ns", rec.time_ns);
-        kd_pack_kf64(pk, "p10_ns", rec.time_p10_ns);
-        kd_pack_kf64(pk, "p90_ns", rec.time_p90_ns);
-        kd_pack_kf64(pk, "err_norm", rec.err_norm);
-        kd_pack_kf64(pk, "tolerance", rec.tolerance);
-        kd_pack_kf64(pk, "cublaslt_ns", rec.cublaslt_ns);
-        kd_pack_kuint(pk, "workspace_bytes", rec.workspace_bytes);
-        kd_pack_kint(pk, "kernels", rec.n_kernels);
-        kd_pack_kint(pk, "created", rec.created);
-        kd_pack_kstr(pk, "gpu", rec.key.gpu.name);
-        kd_pack_kint(pk, "rank", 0);
+        kt_mp_pack_kstr(pk, "family", rec.family ? rec.family : "");
+        kt_mp_pack_kstr(pk, "schedule", rec.schedule ? rec.schedule : "");
+        kt_mp_pack_kf64(pk, "time_ns", rec.time_ns);
+        kt_mp_pack_kf64(pk, "p10_ns", rec.time_p10_ns);
+        kt_mp_pack_kf64(pk, "p90_ns", rec.time_p90_ns);
+        kt_mp_pack_kf64(pk, "err_norm", rec.err_norm);
+        kt_mp_pack_kf64(pk, "tolerance", rec.tolerance);
+        kt_mp_pack_kf64(pk, "cublaslt_ns", rec.cublaslt_ns);
+        kt_mp_pack_ku64(pk, "workspace_bytes", rec.workspace_bytes);
+        kt_mp_pack_ki64(pk, "kernels", rec.n_kernels);
+        kt_mp_pack_ki64(pk, "created", rec.created);
+        kt_mp_pack_kstr(pk, "gpu", rec.key.gpu.name);
+        kt_mp_pack_ki64(pk, "rank", 0);
         if (want_source) {
             pk = kd_field(r, "source");
             msgpack_pack_str_with_body(pk, rec.source ? rec.source : "", rec.source_len);
@@ -594,17 +594,17 @@ static int op_stats(kd_req *r)
     msgpack_packer *pk = kd_field(r, "jobs");
     msgpack_pack_map(pk, CACHE_JOB_STATE_COUNT);
     for (int s = 0; s < CACHE_JOB_STATE_COUNT; s++)
-        kd_pack_kint(pk, cache_job_state_name((cache_job_state)s), counts[s]);
+        kt_mp_pack_ki64(pk, cache_job_state_name((cache_job_state)s), counts[s]);
     msgpack_pack_int(kd_field(r, "gpus"), kd_gpus_usable(d));
     msgpack_pack_uint64(kd_field(r, "rss_bytes"), rss_bytes());
     pk = kd_field(r, "cache");
     msgpack_pack_map(pk, 6);
-    kd_pack_kstr(pk, "path", cache_path(d->cache));
-    kd_pack_kuint(pk, "records", cs.records);
-    kd_pack_kuint(pk, "keys", cs.keys);
-    kd_pack_kuint(pk, "trials", cs.trials);
-    kd_pack_kuint(pk, "map_size", cs.map_size);
-    kd_pack_kuint(pk, "map_used", cs.map_used);
+    kt_mp_pack_kstr(pk, "path", cache_path(d->cache));
+    kt_mp_pack_ku64(pk, "records", cs.records);
+    kt_mp_pack_ku64(pk, "keys", cs.keys);
+    kt_mp_pack_ku64(pk, "trials", cs.trials);
+    kt_mp_pack_ku64(pk, "map_size", cs.map_size);
+    kt_mp_pack_ku64(pk, "map_used", cs.map_used);
     return 0;
 }
 
@@ -617,13 +617,13 @@ static int op_gpus(kd_req *r)
     msgpack_packer *pk = kd_field(r, "gpus");
     if (none) {
         msgpack_pack_array(pk, 0);
-        kd_pack_str(kd_field(r, "note"), d->gpu_note[0] ? d->gpu_note : "no GPU configured");
+        kt_mp_pack_str(kd_field(r, "note"), d->gpu_note[0] ? d->gpu_note : "no GPU configured");
         return 0;
     }
     msgpack_pack_array(pk, (size_t)d->n_gpus);
     for (int s = 0; s < d->n_gpus; s++)
         kd_pack_gpu(pk, &d->gpus[s]);
-    kd_pack_str(kd_field(r, "note"), "");
+    kt_mp_pack_str(kd_field(r, "note"), "");
     return 0;
 }
 

@@ -1,0 +1,33 @@
+/* TMA (sm_90): bulk tensor copies global -> shared described by a tensor map (CUtensorMap, 128
+ * bytes, built on the host with cuTensorMapEncodeTiled and passed as a __grid_constant__ kernel
+ * parameter). One thread issues a copy; it signals an mbarrier with its byte count
+ * (kt_mbar_arrive_expect_tx before, kt_mbar_wait after). Compiled only where KT_SM90. */
+#pragma once
+
+#include "ktune/arch.cuh"
+
+/* The tensor map as kernels see it: opaque, 64-byte aligned (cuda.h's CUtensorMap, which NVRTC
+ * programs do not include). */
+struct alignas(64) kt_tensor_map {
+    unsigned long long opaque[16];
+};
+
+#if KT_SM90
+
+/* Copies the 2-D box at coordinates (c0 innermost, c1) of the tensor `map` describes into
+ * shared dst (aligned as the map's swizzle requires, 128 bytes at least), completing on bar. */
+__device__ __forceinline__ void kt_tma_load_2d(void *dst, const kt_tensor_map *map,
+                                               unsigned long long *bar, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];" ::"r"(kt_smem_u32(dst)),
+                 "l"(map), "r"(kt_smem_u32(bar)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+/* Starts fetching the tensor map into the descriptor cache. */
+__device__ __forceinline__ void kt_tma_prefetch_map(const kt_tensor_map *map)
+{
+    asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+
+#endif /* KT_SM90 */

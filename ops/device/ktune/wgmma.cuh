@@ -1,0 +1,103 @@
+/* wgmma (sm_90a): warpgroup MMA. Four warps (128 threads, a warpgroup) issue one m64nNk* product
+ * together; its B operand (and optionally A) is read from shared memory through a matrix
+ * descriptor, asynchronously: fence before, commit the group after, wait before reading the
+ * sums (and pin register operands until then, kt_reg_pin; hold the sums after, kt_reg_hold).
+ * Shared memory written through the generic proxy (st.shared, cp.async) must be fenced into the
+ * async proxy (kt_fence_proxy_async) before a wgmma reads it. Compiled only where KT_SM90A. */
+#pragma once
+
+#include "ktune/arch.cuh"
+#include "ktune/regs.cuh"
+
+/* Layout type of a matrix descriptor (bits 62-63). */
+enum kt_wgmma_layout {
+    KT_WGMMA_INTERLEAVE = 0,
+    KT_WGMMA_SW128 = 1,
+    KT_WGMMA_SW64 = 2,
+    KT_WGMMA_SW32 = 3
+};
+
+#if KT_SM90A
+
+/* Matrix descriptor of a shared-memory operand at p: start address (bits 0-13, 16-byte units),
+ * leading-dimension byte offset (bits 16-29), stride byte offset between 8-row groups (bits
+ * 32-45), layout (bits 62-63). Adding 2 to a descriptor advances its start by 32 bytes (one k8
+ * step of tf32 inside a 128-byte swizzled row). */
+__device__ __forceinline__ unsigned long long
+kt_wgmma_desc(const void *p, unsigned lead_bytes, unsigned stride_bytes, kt_wgmma_layout layout)
+{
+    return (unsigned long long)((kt_smem_u32(p) & 0x3FFFF) >> 4) |
+           (unsigned long long)(lead_bytes >> 4) << 16 |
+           (unsigned long long)(stride_bytes >> 4) << 32 | (unsigned long long)layout << 62;
+}
+
+/* Register writes (accumulators, A fragments) are complete before the next wgmmas read them. */
+__device__ __forceinline__ void kt_wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+/* Closes the wgmmas issued since the last commit into one group. */
+__device__ __forceinline__ void kt_wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+/* Waits until at most N committed groups are pending. */
+template <int N> __device__ __forceinline__ void kt_wgmma_wait()
+{
+    static_assert(N >= 0 && N <= 7, "wgmma.wait_group takes 0..7");
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Shared-memory writes of the generic proxy become visible to the async proxy (wgmma, TMA). */
+__device__ __forceinline__ void kt_fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* d += a x b, tf32, A from registers, B from shared memory, N columns (64 or 128). */
+template <int N>
+__device__ __forceinline__ void kt_wgmma_tf32_rs(float (&d)[N / 8][4], const unsigned (&a)[4],
+                                                 unsigned long long db);
+
+/* clang-format off: the register lists stay one group of 16 a line */
+#define KT_D4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+/* d += a x b: m64n64k8, tf32 operands, fp32 sums. a is this warp's 16 x 8 fragment of the
+ * warpgroup's 64 x 8 A in registers (the m16n8k8 A layout), db the descriptor of the 8 x 64
+ * K-major B in shared memory; d holds the thread's 32 sums as [8][4] (m16n8 C layout per
+ * 8 columns). */
+template <>
+__device__ __forceinline__ void kt_wgmma_tf32_rs<64>(float (&d)[8][4], const unsigned (&a)[4],
+                                                     unsigned long long db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+                 "{%32,%33,%34,%35}, %36, p, 1, 1;\n}\n"
+                 : KT_D4(0), KT_D4(1), KT_D4(2), KT_D4(3), KT_D4(4), KT_D4(5), KT_D4(6), KT_D4(7)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+/* d += a x b: m64n128k8, tf32 operands, fp32 sums. a is this warp's 16 x 8 fragment of the
+ * warpgroup's 64 x 8 A in registers (the m16n8k8 A layout), db the descriptor of the 8 x 128
+ * K-major B in shared memory; d holds the thread's 64 sums as [16][4] (m16n8 C layout per
+ * 8 columns). */
+template <>
+__device__ __forceinline__ void kt_wgmma_tf32_rs<128>(float (&d)[16][4], const unsigned (&a)[4],
+                                                      unsigned long long db)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+                 "{%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
+                 : KT_D4(0), KT_D4(1), KT_D4(2), KT_D4(3), KT_D4(4), KT_D4(5), KT_D4(6), KT_D4(7),
+                   KT_D4(8), KT_D4(9), KT_D4(10), KT_D4(11), KT_D4(12), KT_D4(13), KT_D4(14),
+                   KT_D4(15)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+#undef KT_D4
+/* clang-format on */
+
+#endif /* KT_SM90A */

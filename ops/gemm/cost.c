@@ -1,0 +1,140 @@
+/* gemm family: the cost model (ops/gemm/gemm.h lists the files). */
+#include "gemm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- cost model ----
+ * seconds = max(DRAM bytes / bandwidth, L2->SM bytes / L2 bandwidth, executed flops / (peak *
+ * efficiency)) + launch latency per kernel (+ the serial split-K hand-off chain). The efficiency
+ * multiplies: wave quantisation (blocks over sm_count x resident blocks per SM), the warp tile's
+ * shared-memory intensity, latency hiding from resident warps and pipeline depth, the k-loop's fill
+ * and drain, and for mma.sync on sm_90 a 0.6 factor (the wgmma peak is out of its reach). */
+
+void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
+                   ops_estimate *est)
+{
+    gemm_problem p;
+    gemm_cfg c;
+    memset(est, 0, sizeof(*est));
+    if (gemm_analyse(grp, &p) < 0) {
+        est->seconds = INFINITY;
+        return;
+    }
+    gemm_configure(&p, s, dev, &c);
+    const ops_graph *g = grp->g;
+    double B = (double)p.batch, M = (double)p.M, N = (double)p.N, K = (double)p.K;
+    est->flops = 2.0 * B * M * N * K;
+    double exec = 2.0 * B * (double)(c.tiles_m * c.bm) * (double)(c.tiles_n * c.bn) *
+                  (double)(c.ktiles * c.bk);
+
+    /* DRAM: every input and the output once, the split-K workspace written and read back, and
+     * re-reads of A and B when they do not stay in L2 (grouped rasterisation cuts those). */
+    double bytes = 0;
+    for (int i = 0; i < grp->n_in; i++) {
+        const ops_tensor *t = &g->tensors[grp->in[i]];
+        bytes += (double)ops_shape_numel(&t->shape) * (double)ops_dtype_size(t->dtype);
+    }
+    double obytes = B * M * N * (double)ops_dtype_size(g->tensors[p.out].dtype);
+    bytes += obytes;
+    double ab =
+        B * K * (M * (double)ops_dtype_size(p.src_dt[0]) + N * (double)ops_dtype_size(p.src_dt[1]));
+    double l2_traffic = B * (double)(c.tiles_m * c.tiles_n) * (double)(c.ktiles * c.bk) *
+                        ((double)c.bm * (double)ops_dtype_size(p.src_dt[0]) +
+                         (double)c.bn * (double)ops_dtype_size(p.src_dt[1]));
+    if (ab > (double)dev->l2_bytes / 2)
+        bytes += l2_traffic * (c.raster > 1 ? 0.05 : 0.15);
+    double ws = c.parallel ? (double)c.splitk * B * M * N * 4.0 : 0;
+    est->bytes = bytes + 2 * ws;
+    /* Serial split-K: the workspace zeroed, and the running sums of every tile written and read
+     * back once per hand-off (SPLITK - 1 of them). */
+    double sws = c.serial ? (double)gemm_serial_workspace_bytes(&p, &c) : 0;
+    double tile_bytes = (double)c.bm * c.bn * 4.0;
+    if (c.serial)
+        est->bytes += sws + 2.0 * (c.splitk - 1) * B * (double)(c.tiles_m * c.tiles_n) * tile_bytes;
+
+    /* Residency: blocks per SM by threads, shared memory, registers. */
+    int regs = c.regs < 32 ? 32 : c.regs;
+    int64_t per_sm = dev->max_threads_per_sm / c.threads;
+    int64_t by_smem = dev->smem_per_sm / (c.smem_bytes + 1024);
+    int64_t by_regs = dev->regs_per_sm / ((int64_t)regs * c.threads);
+    if (by_smem < per_sm)
+        per_sm = by_smem;
+    if (by_regs < per_sm)
+        per_sm = by_regs;
+    if (dev->max_blocks_per_sm < per_sm)
+        per_sm = dev->max_blocks_per_sm;
+    if (per_sm < 1)
+        per_sm = 1;
+    est->occupancy = (double)(per_sm * c.threads) / dev->max_threads_per_sm;
+    if (est->occupancy > 1)
+        est->occupancy = 1;
+    double blocks = B * (double)(c.tiles_m * c.tiles_n) * c.splitk;
+    double slots = (double)dev->sm_count * (double)per_sm;
+    double waves = blocks / slots;
+    double wave_eff = waves / ceil(waves);
+    double sm_used = blocks < dev->sm_count ? blocks / dev->sm_count : 1.0;
+
+    double peak = dev->fp32_flops_per_s, eff;
+    if (c.tc) {
+        peak = c.math == MATH_TF32     ? dev->tf32_flops_per_s
+               : c.math == MATH_TF32X3 ? dev->tf32_flops_per_s / 3.0 /* three mmas a product */
+                                       : dev->f16_flops_per_s;
+        if (dev->sm_major >= 9 && !c.wgmma)
+            peak *= 0.6;
+        double intensity = (double)c.wtm * c.wtn / (c.wtm + c.wtn); /* flops per smem element */
+        eff = fmin(1.0, sqrt(intensity / 32.0));
+        if (c.op[0].scalar_frag || c.op[1].scalar_frag)
+            eff *= 0.85;
+        if (c.smem == SMEM_PAD)
+            eff *= 0.94; /* measured on the H100 against XOR at 4096^3 */
+    } else {
+        double intensity = (double)c.tm * c.tn / (c.tm + c.tn);
+        eff = fmin(1.0, sqrt(intensity / 4.0));
+    }
+    if (c.wgmma) /* measured on the H100 at 2048^3: the tensor pipe 42% busy (a wait and a
+                    block barrier per k tile, two warps per scheduler); without the in-kernel
+                    small-halves pass (wgmma_split) the loop ran 19% faster there */
+        eff *= c.presplit ? 0.7 : 0.6;
+    int block_warps = c.threads / 32;
+    if (block_warps > 4) /* a barrier stalls more warps at once */
+        eff /= 1.0 + 0.04 * (block_warps - 4);
+    double warps = est->occupancy * dev->max_threads_per_sm / 32.0;
+    eff *= 0.5 + 0.5 * fmin(1.0, warps / 8.0);
+    static const double stage_eff[5] = {0, 0, 0.85, 0.95, 1.0};
+    eff *= stage_eff[c.stages < 4 ? c.stages : 4];
+    for (int k = 0; k < 2; k++)
+        if (!c.op[k].vb)
+            eff *= 0.75; /* synchronous register loads stall the pipeline */
+    eff *= (double)c.kps / (double)(c.kps + 1);
+    eff *= wave_eff;
+
+    double t_math = exec / (peak * eff);
+    double t_dram = bytes / (dev->dram_bytes_per_s * fmin(1.0, 2.0 * sm_used));
+    double t_l2 = l2_traffic / (3.0 * dev->dram_bytes_per_s * fmin(1.0, 2.0 * sm_used));
+    double t = fmax(t_math, fmax(t_dram, t_l2)) + 2e-6;
+    if (c.parallel) /* the reduction kernel reads the partials and applies the epilogue */
+        t += (ws + bytes - ab) / dev->dram_bytes_per_s + 2e-6;
+    if (c.presplit) /* the split kernel reads A and writes its small halves, then a launch */
+        t += 8.0 * (double)(p.M * p.K) / dev->dram_bytes_per_s + 2e-6;
+    if (c.serial) {
+        /* The slices of a tile finish their k loops together and then add up one at a time:
+         * per hand-off a fence and a semaphore round trip through L2 (~0.5 us) and one block
+         * reading and writing a BM x BN fp32 tile at its SM's share of L2 bandwidth; plus the
+         * memset of the workspace before the launch. */
+        double sm_l2 = 3.0 * dev->dram_bytes_per_s / dev->sm_count;
+        t += (c.splitk - 1) * (0.5e-6 + 2.0 * tile_bytes / sm_l2);
+        t += 0.5e-6 + sws / dev->dram_bytes_per_s;
+    }
+    if (c.cluster) {
+        /* Two cluster barriers, each block reading a tile's worth of partials from the
+         * cluster's shared memory, and a cluster's blocks placed together in one GPC: on the
+         * H100 (KernelBench's 128 x 1024 x 512, split-K 8) the best cluster schedule ran 5%
+         * slower than the best parallel one, whose reduction kernel is estimated at ~3.5 us. */
+        double sm_l2 = 3.0 * dev->dram_bytes_per_s / dev->sm_count;
+        t += 3.5e-6 + tile_bytes / sm_l2;
+    }
+    est->seconds = t;
+}

@@ -1,0 +1,22 @@
+/* ktune/mbarrier.cuh on its own (sm_90; an sm_80 build compiles the header to nothing). */
+#include "ktune/mbarrier.cuh"
+
+extern "C" __global__ void devlib_mbarrier(float *out)
+{
+#if KT_SM90
+    __shared__ __align__(8) unsigned long long bar[2];
+    if (threadIdx.x == 0) {
+        kt_mbar_init(&bar[0], blockDim.x);
+        kt_mbar_init(&bar[1], 1);
+        kt_mbar_fence_init();
+    }
+    __syncthreads();
+    kt_mbar_arrive(&bar[0]);
+    kt_mbar_wait(&bar[0], 0);
+    if (threadIdx.x == 0)
+        kt_mbar_arrive_expect_tx(&bar[1], 0);
+    out[threadIdx.x] = kt_mbar_test(&bar[1], 0) ? 1.0f : 0.0f;
+#else
+    out[threadIdx.x] = 0.0f;
+#endif
+}

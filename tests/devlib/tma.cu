@@ -1,0 +1,25 @@
+/* ktune/tma.cuh with ktune/mbarrier.cuh (sm_90; an sm_80 build compiles the headers to nothing). */
+#include "ktune/mbarrier.cuh"
+#include "ktune/tma.cuh"
+
+extern "C" __global__ void devlib_tma(const __grid_constant__ kt_tensor_map map, float *out)
+{
+#if KT_SM90
+    __shared__ __align__(128) float tile[64 * 32];
+    __shared__ __align__(8) unsigned long long bar;
+    if (threadIdx.x == 0) {
+        kt_tma_prefetch_map(&map);
+        kt_mbar_init(&bar, 1);
+        kt_mbar_fence_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        kt_mbar_arrive_expect_tx(&bar, sizeof(tile));
+        kt_tma_load_2d(tile, &map, &bar, 0, (int)blockIdx.x * 64);
+    }
+    kt_mbar_wait(&bar, 0);
+    out[threadIdx.x] = tile[threadIdx.x];
+#else
+    out[threadIdx.x] = (float)map.opaque[0];
+#endif
+}

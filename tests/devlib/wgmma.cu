@@ -1,0 +1,31 @@
+/* ktune/wgmma.cuh with ktune/swizzle.cuh: a tf32 k8 step of each width the GEMM uses
+ * (sm_90a; other builds compile the header to nothing). */
+#include "ktune/swizzle.cuh"
+#include "ktune/wgmma.cuh"
+
+extern "C" __global__ void __launch_bounds__(128) devlib_wgmma(const float *g, float *out)
+{
+#if KT_SM90A
+    extern __shared__ __align__(1024) float b[]; /* 128 rows of 32 floats, 128-byte swizzle */
+    for (int i = threadIdx.x; i < 128 * 32; i += 128)
+        b[kt_swizzle128_f32(i / 32, i % 32)] = g[i];
+    kt_fence_proxy_async();
+    __syncthreads();
+    const unsigned a[4] = {__float_as_uint(g[threadIdx.x]), 0u, 0u, 0u};
+    const unsigned long long db = kt_wgmma_desc(b, 16, 1024, KT_WGMMA_SW128);
+    float d64[8][4] = {}, d128[16][4] = {};
+    kt_wgmma_fence();
+    kt_wgmma_tf32_rs<64>(d64, a, db);
+    kt_wgmma_tf32_rs<128>(d128, a, db + 2);
+    kt_wgmma_commit();
+    kt_wgmma_wait<0>();
+    kt_reg_hold(d64);
+    kt_reg_hold(d128);
+    float s = 0.0f;
+    for (int j = 0; j < 8; j++)
+        s += d64[j][0] + d128[2 * j][3];
+    out[threadIdx.x] = s;
+#else
+    out[threadIdx.x] = g[threadIdx.x];
+#endif
+}
