@@ -3,6 +3,8 @@
  * results on command). No GPU: the candidates are really emitted and compiled with NVRTC. */
 #include "search/tune.h"
 
+#include "search/compile.h"
+
 #include "ops/ops.h"
 
 #include <math.h>
@@ -342,6 +344,27 @@ static void record_key(const cache_record *rec, int nodes, char *buf, size_t len
                  (unsigned long long)rec->workspace_bytes, (unsigned long long)h);
 }
 
+/* The record's module compiles for sm_90a and defines exactly the kernels it launches, each
+ * launched once (a partition's are its groups' kernels, linked: search/link.h). */
+static void check_record_module(const cache_record *rec)
+{
+    srch_compile_result r = {0};
+    assert_int_equal(srch_nvrtc_compile(rec->source, "sm_90a", &r), 0);
+    if (r.status != SRCH_COMPILE_OK)
+        fail_msg("the record's module does not compile:\n%s\n---- source ----\n%s", r.log,
+                 rec->source);
+    assert_int_equal(r.n_kernels, rec->n_kernels);
+    for (int k = 0; k < rec->n_kernels; k++) {
+        int defined = 0;
+        for (int i = 0; i < r.n_kernels; i++)
+            defined += strcmp(r.kernels[i].name, rec->kernels[k].entry) == 0;
+        if (defined != 1)
+            fail_msg("the record launches '%s', which its module defines %d times",
+                     rec->kernels[k].entry, defined);
+    }
+    srch_compile_result_release(&r);
+}
+
 /* The lines of a FAKE_LOG file; *n of them, each malloc'd. */
 static char **read_lines(const char *path, int *n)
 {
@@ -415,6 +438,7 @@ static void test_record_evaluated_whole(void **state)
     assert_string_equal(rec.family, "partition");
     assert_true(rec.verified);
     assert_true(rec.n_kernels >= 2);
+    check_record_module(&rec);
     /* the stored error is the whole-graph measurement, not the worst of the groups' */
     assert_true(rec.err_norm == 3.5e-6);
     assert_true(rec.err_max == 0.25);
