@@ -117,20 +117,26 @@ const char *attn_emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_in
                                   size_t scale_len);
 void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a);
 void attn_emit_acc_init(kt_buf *b);
+void attn_emit_close(kt_buf *b, int n);
+void attn_emit_for_open(kt_buf *b, const char *var, const char *bound);
+void attn_emit_loop2(kt_buf *b, const char *ni, const char *nj, const char *stmt);
 void attn_emit_pack_p(kt_buf *b, const attn_geom *m, const char *dst, const char *s);
 void attn_emit_for2(kt_buf *b, const char *ni, const char *nj, bool brace);
 
 /* ---- loaders.c ---- */
+typedef enum { ATTN_Q, ATTN_K, ATTN_V } attn_operand;
 void attn_emit_layout_fn(kt_buf *b, int layout);
-void attn_emit_tile_load(kt_buf *b, const attn_geom *m, const char *what, const char *dst,
-                         const char *src, int rows, int cols, const char *off, int off_arg,
-                         const char *row0, long long n_valid);
-void attn_emit_mma_load(kt_buf *b, const attn_geom *m, const char *what, const char *dst,
-                        const char *src, int rows, int cols, int stride, const char *row0,
-                        long long n_valid);
-void attn_emit_ffma_load(kt_buf *b, const attn_geom *m, const char *what, const char *dst,
-                         const char *src, int rows, int cols, const char *row0, long long n_valid,
-                         const char *dst_index);
+void attn_emit_mma_load(kt_buf *b, const attn_info *a, const attn_geom *m, attn_operand op,
+                        const char *what, const char *dst, const char *row0);
+void attn_emit_wgmma_load(kt_buf *b, const attn_info *a, const attn_geom *m, attn_operand op,
+                          const char *what, const char *dst, const char *row0);
+void attn_emit_ffma_load(kt_buf *b, const attn_info *a, const attn_geom *m, attn_operand op,
+                         const char *what, const char *dst, const char *row0);
+typedef void (*attn_load_fn)(kt_buf *b, const attn_info *a, const attn_geom *m, attn_operand op,
+                             const char *what, const char *dst, const char *row0);
+void attn_emit_two_buffers(kt_buf *b, const attn_info *a, const attn_geom *m, attn_load_fn load,
+                           const char *ty, const char *k_buf, const char *k_size,
+                           const char *v_size, bool comments);
 
 /* ---- softmax.c ---- */
 void attn_emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, const char *ex,

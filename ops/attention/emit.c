@@ -117,6 +117,31 @@ void attn_emit_acc_init(kt_buf *b)
     kt_buf_line(b, "}");
 }
 
+/* Closes n blocks: per block, the indent back by 4 and its brace. */
+void attn_emit_close(kt_buf *b, int n)
+{
+    for (int i = 0; i < n; i++) {
+        b->indent -= 4;
+        kt_buf_line(b, "}");
+    }
+}
+
+/* Opens an unrolled loop "for (int var = 0; var < bound; var++) {" (attn_emit_close ends it). */
+void attn_emit_for_open(kt_buf *b, const char *var, const char *bound)
+{
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int %s = 0; %s < %s; %s++) {", var, var, bound, var);
+    b->indent += 4;
+}
+
+/* Two nested unrolled loops (i < ni, j < nj) around one statement. */
+void attn_emit_loop2(kt_buf *b, const char *ni, const char *nj, const char *stmt)
+{
+    attn_emit_for2(b, ni, nj, false);
+    kt_buf_line(b, "%s", stmt);
+    b->indent -= 8;
+}
+
 /* P (the softmaxed scores s) repacked to the 16-bit A fragment dst[4] of k16 step ks: the
  * m16n8 C layout of n-tiles 2 ks and 2 ks + 1 is the m16n8k16 A layout. */
 void attn_emit_pack_p(kt_buf *b, const attn_geom *m, const char *dst, const char *s)

@@ -96,8 +96,7 @@ int attn_emit_epilogue_fn(kt_buf *b, const ops_group *grp, const attn_info *a)
                       ops_emit_comment_text(g->tensors[n->out].name, c, sizeof(c)));
     }
     kt_buf_line(b, "return v%d;", g->tensors[a->out].producer);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
     return 0;
 }
 
@@ -138,10 +137,7 @@ static void store_cols_open(kt_buf *b, const char *nj, const char *col_expr)
 
 static void store_cols_close(kt_buf *b)
 {
-    b->indent -= 4;
-    kt_buf_line(b, "}");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 2);
 }
 
 static void store_open(kt_buf *b, const char *ni)
@@ -169,9 +165,7 @@ static void emit_store_pair(kt_buf *b, const attn_info *a, const char *v0, const
 void attn_emit_mma_store(kt_buf *b, const ops_group *grp, const attn_info *a)
 {
     store_open(b, "MT");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int h = 0; h < 2; h++) {");
-    b->indent += 4;
+    attn_emit_for_open(b, "h", "2");
     kt_buf_line(b, "float l = row_l[i][h];");
     kt_buf_line(b, "l += __shfl_xor_sync(0xffffffffu, l, 1);");
     kt_buf_line(b, "l += __shfl_xor_sync(0xffffffffu, l, 2);");
@@ -182,10 +176,7 @@ void attn_emit_mma_store(kt_buf *b, const ops_group *grp, const attn_info *a)
     emit_value(b, grp, a, "y1", "o[i][j][2 * h + 1] * inv", "col + 1");
     emit_store_pair(b, a, "y0", "y1", "row * DV + col");
     store_cols_close(b);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 2);
 }
 
 /* O / l, the epilogue and the store of the FFMA path's o[RQ][RD] (rows ty + TY i, columns
@@ -203,6 +194,5 @@ void attn_emit_ffma_store(kt_buf *b, const ops_group *grp, const attn_info *a)
     kt_buf_line(b, "gO[row * DV + col] = %s;", e.data);
     kt_buf_free(&e);
     store_cols_close(b);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
 }

@@ -31,7 +31,6 @@ static void emit_product(kt_buf *b, const char *n, const char *va, const char *v
 void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, const attn_geom *m,
                            const char *entry)
 {
-    int d = (int)a->d, dv = (int)a->dv;
     char scale[64];
     const char *ex = attn_emit_kernel_open(b, grp, a, m, entry, scale, sizeof(scale));
     kt_buf_line(b,
@@ -64,39 +63,19 @@ void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, 
     kt_buf_line(b, "    sM[r] = KT_NEG_INF;");
     kt_buf_line(b, "    sL[r] = 0.0f;");
     kt_buf_line(b, "}");
-    attn_emit_ffma_load(b, m, "Q tile", "sQ", "gQ", m->bq, d, "q0", (long long)a->sq,
-                        "r * QS + col");
-    attn_emit_ffma_load(b, m, "K tile 0", "sKt", "gK", m->bkv, d, "0", (long long)a->skv,
-                        "col * KS + r");
-    attn_emit_ffma_load(b, m, "V tile 0", "sV", "gV", m->bkv, dv, "0", (long long)a->skv,
-                        "r * DV + col");
+    attn_emit_ffma_load(b, a, m, ATTN_Q, "Q tile", "sQ", "q0");
+    attn_emit_ffma_load(b, a, m, ATTN_K, "K tile 0", "sKt", "0");
+    attn_emit_ffma_load(b, a, m, ATTN_V, "V tile 0", "sV", "0");
     kt_buf_line(b, "kt_cp_async_commit();");
     kt_buf_line(b, "float o[RQ][RD]; /* rows ty + TY i, columns tx + TX j */");
-    attn_emit_for2(b, "RQ", "RD", false);
-    kt_buf_line(b, "o[i][j] = 0.0f;");
-    b->indent -= 8;
+    attn_emit_loop2(b, "RQ", "RD", "o[i][j] = 0.0f;");
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "for (int tile = 0; tile < n_tiles; tile++) {");
     b->indent += 4;
     kt_buf_line(b, "const int kv0 = tile * BKV;");
     if (m->stages == 2) {
-        kt_buf_line(b, "const float *cK = sKt + (tile & 1) * D * KS;");
-        kt_buf_line(b, "const float *cV = sV + (tile & 1) * BKV * DV;");
-        kt_buf_line(b, "if (tile + 1 < n_tiles) {");
-        b->indent += 4;
-        kt_buf_line(b, "const int nkv0 = kv0 + BKV;");
-        kt_buf_line(b, "float *nK = sKt + ((tile + 1) & 1) * D * KS;");
-        kt_buf_line(b, "float *nV = sV + ((tile + 1) & 1) * BKV * DV;");
-        attn_emit_ffma_load(b, m, "next K", "nK", "gK", m->bkv, d, "nkv0", (long long)a->skv,
-                            "col * KS + r");
-        attn_emit_ffma_load(b, m, "next V", "nV", "gV", m->bkv, dv, "nkv0", (long long)a->skv,
-                            "r * DV + col");
-        kt_buf_line(b, "kt_cp_async_commit();");
-        kt_buf_line(b, "kt_cp_async_wait<1>();");
-        b->indent -= 4;
-        kt_buf_line(b, "} else {");
-        kt_buf_line(b, "    kt_cp_async_wait<0>();");
-        kt_buf_line(b, "}");
+        attn_emit_two_buffers(b, a, m, attn_emit_ffma_load, "float", "sKt", "D * KS", "BKV * DV",
+                              false);
     } else {
         kt_buf_line(b, "const float *cK = sKt, *cV = sV;");
         kt_buf_line(b, "kt_cp_async_wait<0>();");
@@ -106,9 +85,7 @@ void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, 
     kt_buf_line(b, "{");
     b->indent += 4;
     kt_buf_line(b, "float acc[RQ][RK];");
-    attn_emit_for2(b, "RQ", "RK", false);
-    kt_buf_line(b, "acc[i][j] = 0.0f;");
-    b->indent -= 8;
+    attn_emit_loop2(b, "RQ", "RK", "acc[i][j] = 0.0f;");
     emit_product(b, "D", "qa", "kb", "RK", "sQ[(ty + TY * i) * QS + k]", "cK[k * KS + tx + TX * j]",
                  "acc");
     attn_emit_for2(b, "RQ", "RK", true);
@@ -119,8 +96,7 @@ void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, 
         kt_buf_line(b, "const bool masked = key >= SKV;");
     kt_buf_line(b,
                 "sP[(ty + TY * i) * PS + tx + TX * j] = masked ? KT_NEG_INF : acc[i][j] * SCALE;");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
     b->indent -= 8;
     kt_buf_line(b, "}");
     kt_buf_line(b, "__syncthreads();");
@@ -141,17 +117,12 @@ void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, 
         kt_buf_line(b, "if (tile + 1 < n_tiles) {");
         b->indent += 4;
         kt_buf_line(b, "const int nkv0 = kv0 + BKV;");
-        attn_emit_ffma_load(b, m, "next K", "sKt", "gK", m->bkv, d, "nkv0", (long long)a->skv,
-                            "col * KS + r");
-        attn_emit_ffma_load(b, m, "next V", "sV", "gV", m->bkv, dv, "nkv0", (long long)a->skv,
-                            "r * DV + col");
+        attn_emit_ffma_load(b, a, m, ATTN_K, "next K", "sKt", "nkv0");
+        attn_emit_ffma_load(b, a, m, ATTN_V, "next V", "sV", "nkv0");
         kt_buf_line(b, "kt_cp_async_commit();");
-        b->indent -= 4;
-        kt_buf_line(b, "}");
+        attn_emit_close(b, 1);
     }
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
     attn_emit_ffma_store(b, grp, a);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
 }

@@ -40,15 +40,27 @@ static void emit_mma_n16(kt_buf *b, const attn_geom *m, const char *n16s, const 
     kt_buf_line(b, "    kt_mma_m16n8k16_%s(%s[i][2 * n16], %s, %s[0]);", t, acc, a, frag);
     kt_buf_line(b, "    kt_mma_m16n8k16_%s(%s[i][2 * n16 + 1], %s, %s[1]);", t, acc, a, frag);
     kt_buf_line(b, "}");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
+}
+
+/* The one-buffer ring: operand op of the next tile (if any) into its buffer dst, committed as
+ * a group of its own (empty on the last tile, so the waits count alike). */
+static void emit_next_load(kt_buf *b, const attn_info *a, const attn_geom *m, attn_operand op,
+                           const char *what, const char *dst)
+{
+    kt_buf_line(b, "if (tile + 1 < n_tiles) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int nkv0 = kv0 + BKV;");
+    attn_emit_mma_load(b, a, m, op, what, dst, "nkv0");
+    attn_emit_close(b, 1);
+    kt_buf_line(b, "kt_cp_async_commit();");
 }
 
 void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, const attn_geom *m,
                           const char *entry)
 {
     const char *ty = ops_emit_ctype(a->dt);
-    int d = (int)a->d, dv = (int)a->dv, mt = m->mt;
+    int mt = m->mt;
     char scale[64];
     const char *ex = attn_emit_kernel_open(b, grp, a, m, entry, scale, sizeof(scale));
     kt_buf_line(b, "constexpr int QS = %d, KS = %d, VS = %d; /* shared row strides */", m->qs,
@@ -71,11 +83,11 @@ void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, c
     kt_buf_line(b, "const int wq0 = q0 + warp * MT * 16; /* this warp's first query */");
     attn_emit_block_setup(b, grp, a);
     kt_buf_printf(b, "\n");
-    attn_emit_mma_load(b, m, "Q tile", "sQ", "gQ", m->bq, d, m->qs, "q0", (long long)a->sq);
-    attn_emit_mma_load(b, m, "K tile 0", "sK", "gK", m->bkv, d, m->ks, "0", (long long)a->skv);
+    attn_emit_mma_load(b, a, m, ATTN_Q, "Q tile", "sQ", "q0");
+    attn_emit_mma_load(b, a, m, ATTN_K, "K tile 0", "sK", "0");
     if (m->stages == 1)
         kt_buf_line(b, "kt_cp_async_commit(); /* group: Q and K0 */");
-    attn_emit_mma_load(b, m, "V tile 0", "sV", "gV", m->bkv, dv, m->vs, "0", (long long)a->skv);
+    attn_emit_mma_load(b, a, m, ATTN_V, "V tile 0", "sV", "0");
     kt_buf_line(b, "kt_cp_async_commit();");
     kt_buf_printf(b, "\n");
     attn_emit_acc_init(b);
@@ -86,23 +98,7 @@ void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, c
     b->indent += 4;
     kt_buf_line(b, "const int kv0 = tile * BKV;");
     if (m->stages == 2) {
-        kt_buf_line(b, "const %s *cK = sK + (tile & 1) * BKV * KS;", ty);
-        kt_buf_line(b, "const %s *cV = sV + (tile & 1) * BKV * VS;", ty);
-        kt_buf_line(b, "if (tile + 1 < n_tiles) {");
-        b->indent += 4;
-        kt_buf_line(b, "/* prefetch the next tile into the other buffer */");
-        kt_buf_line(b, "const int nkv0 = kv0 + BKV;");
-        kt_buf_line(b, "%s *nK = sK + ((tile + 1) & 1) * BKV * KS;", ty);
-        kt_buf_line(b, "%s *nV = sV + ((tile + 1) & 1) * BKV * VS;", ty);
-        attn_emit_mma_load(b, m, "next K", "nK", "gK", m->bkv, d, m->ks, "nkv0", (long long)a->skv);
-        attn_emit_mma_load(b, m, "next V", "nV", "gV", m->bkv, dv, m->vs, "nkv0",
-                           (long long)a->skv);
-        kt_buf_line(b, "kt_cp_async_commit();");
-        kt_buf_line(b, "kt_cp_async_wait<1>(); /* this tile landed, the next is in flight */");
-        b->indent -= 4;
-        kt_buf_line(b, "} else {");
-        kt_buf_line(b, "    kt_cp_async_wait<0>();");
-        kt_buf_line(b, "}");
+        attn_emit_two_buffers(b, a, m, attn_emit_mma_load, ty, "sK", "BKV * KS", "BKV * VS", true);
     } else {
         kt_buf_line(b, "const %s *cK = sK;", ty);
         kt_buf_line(b, "const %s *cV = sV;", ty);
@@ -128,12 +124,9 @@ void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, c
     kt_buf_line(b, "if (active) {");
     b->indent += 4;
     kt_buf_line(b, "/* S = Q K^T */");
-    attn_emit_for2(b, "MT", "BKV / 8", false);
-    kt_buf_line(b, "s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.0f;");
-    b->indent -= 8;
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int ks = 0; ks < D / 16; ks++) {");
-    b->indent += 4;
+    attn_emit_loop2(b, "MT", "BKV / 8",
+                    "s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.0f;");
+    attn_emit_for_open(b, "ks", "D / 16");
     if (m->qfrag == QFRAG_SMEM) {
         kt_buf_line(b, "unsigned qa[MT][4];");
         kt_buf_line(b, "#pragma unroll");
@@ -143,20 +136,12 @@ void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, c
     emit_mma_n16(b, m, "BKV / 16", "kb", "key",
                  "cK + kt_off<KS>(n16 * 16 + (lm >> 1) * 8 + lr, ks * 16 + (lm & 1) * 8)", false,
                  "s", m->qfrag == QFRAG_REGS ? "qf[i][ks]" : "qa[i]");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
     attn_emit_mma_softmax(b, a, m, ex, false);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
     if (m->stages == 1) {
         kt_buf_line(b, "__syncthreads(); /* every warp is done with K */");
-        kt_buf_line(b, "if (tile + 1 < n_tiles) {");
-        b->indent += 4;
-        kt_buf_line(b, "const int nkv0 = kv0 + BKV;");
-        attn_emit_mma_load(b, m, "next K", "sK", "gK", m->bkv, d, m->ks, "nkv0", (long long)a->skv);
-        b->indent -= 4;
-        kt_buf_line(b, "}");
-        kt_buf_line(b, "kt_cp_async_commit();");
+        emit_next_load(b, a, m, ATTN_K, "next K", "sK");
         kt_buf_line(b, "kt_cp_async_wait<1>(); /* V of this tile landed */");
         kt_buf_line(b, "__syncthreads();");
     }
@@ -164,37 +149,20 @@ void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, c
     b->indent += 4;
     kt_buf_line(b, "/* O += P V: P repacked to %s A fragments in registers */",
                 attn_math_labels[m->math]);
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++) {");
-    b->indent += 4;
+    attn_emit_for_open(b, "ks", "BKV / 16");
     kt_buf_line(b, "unsigned pa[MT][4];");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int i = 0; i < MT; i++) {");
-    b->indent += 4;
+    attn_emit_for_open(b, "i", "MT");
     attn_emit_pack_p(b, m, "pa[i]", "s[i]");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
     emit_mma_n16(b, m, "DV / 16", "vb", "output",
                  "cV + kt_off<VS>(ks * 16 + (lm & 1) * 8 + lr, n16 * 16 + (lm >> 1) * 8)", true,
                  "o", "pa[i]");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 2);
     kt_buf_line(b, "__syncthreads(); /* every warp is done with this tile's buffers */");
     if (m->stages == 1) {
-        kt_buf_line(b, "if (tile + 1 < n_tiles) {");
-        b->indent += 4;
-        kt_buf_line(b, "const int nkv0 = kv0 + BKV;");
-        attn_emit_mma_load(b, m, "next V", "sV", "gV", m->bkv, dv, m->vs, "nkv0",
-                           (long long)a->skv);
-        b->indent -= 4;
-        kt_buf_line(b, "}");
-        kt_buf_line(b, "kt_cp_async_commit();");
+        emit_next_load(b, a, m, ATTN_V, "next V", "sV");
     }
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
     attn_emit_mma_store(b, grp, a);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
 }

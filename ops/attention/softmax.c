@@ -49,19 +49,14 @@ void attn_emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, co
         kt_buf_line(b, "        s[i][j][e] = KT_NEG_INF;");
         kt_buf_line(b, "}");
         b->indent -= 8;
-        b->indent -= 4;
-        kt_buf_line(b, "}");
+        attn_emit_close(b, 1);
     }
     kt_buf_line(b,
                 "/* online softmax: new row max (over the 4 lanes sharing a row%s), rescale, "
                 "P = %s(S * SCALE - max) */",
                 fold ? "; raw scores, row_m too" : "", ex);
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int i = 0; i < MT; i++) {");
-    b->indent += 4;
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int h = 0; h < 2; h++) {");
-    b->indent += 4;
+    attn_emit_for_open(b, "i", "MT");
+    attn_emit_for_open(b, "h", "2");
     kt_buf_line(b, "/* two independent chains (even and odd column tiles) halve the latency */");
     kt_buf_line(b, "float mx = row_m[i][h], mx1 = KT_NEG_INF;");
     kt_buf_line(b, "#pragma unroll");
@@ -108,10 +103,7 @@ void attn_emit_mma_softmax(kt_buf *b, const attn_info *a, const attn_geom *m, co
         kt_buf_line(b, "    o[i][j][2 * h + 1] *= alpha;");
         kt_buf_line(b, "}");
     }
-    b->indent -= 4;
-    kt_buf_line(b, "}");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 2);
 }
 
 /* The FFMA path's softmax update (phase 2 of its tile loop): a warp per row of sP (scores,
@@ -147,6 +139,5 @@ void attn_emit_ffma_softmax(kt_buf *b, const char *ex)
     kt_buf_line(b, "    sL[r] = sL[r] * alpha + sum;");
     kt_buf_line(b, "    sM[r] = mx;");
     kt_buf_line(b, "}");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
 }

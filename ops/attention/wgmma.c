@@ -28,12 +28,18 @@ static void emit_wgmma_qk_issue(kt_buf *b, const attn_geom *m, const char *koff)
 /* P (the softmaxed scores) repacked to 16-bit A fragments: k16 step ks covers keys 16 ks ... */
 static void emit_wgmma_pack(kt_buf *b, const attn_geom *m)
 {
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int ks = 0; ks < BKV / 16; ks++) {");
-    b->indent += 4;
+    attn_emit_for_open(b, "ks", "BKV / 16");
     attn_emit_pack_p(b, m, "pa[ks]", "s[0]");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
+}
+
+/* Waits for all but the youngest cp.async group (what landed: the comment), makes the copies
+ * visible to wgmma's async proxy and to every warpgroup. */
+static void emit_landed(kt_buf *b, const char *what)
+{
+    kt_buf_line(b, "kt_cp_async_wait<1>(); /* %s landed */", what);
+    kt_buf_line(b, "kt_fence_proxy_async();");
+    kt_buf_line(b, "__syncthreads();");
 }
 
 /* The O += P V wgmmas of V_tile (at voff in sV), P from registers, committed as one group. */
@@ -56,7 +62,6 @@ void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
                             const char *entry)
 {
     const char *ty = ops_emit_ctype(a->dt);
-    int d = (int)a->d, dv = (int)a->dv;
     char scale[64];
     const char *ex = attn_emit_kernel_open(b, grp, a, m, entry, scale, sizeof(scale));
     kt_buf_line(b, "constexpr int MT = 1; /* a warp owns 16 of its warpgroup's 64 rows */");
@@ -85,19 +90,14 @@ void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     kt_buf_line(b, "                         dv0 = kt_wgmma_desc(sV, 1024, 1024, KT_WGMMA_SW128);");
     attn_emit_block_setup(b, grp, a);
     kt_buf_printf(b, "\n");
-    attn_emit_tile_load(b, m, "Q tile", "sQ", "gQ", m->bq, d, "kt_swizzle128_b16", m->bq, "q0",
-                        (long long)a->sq);
-    attn_emit_tile_load(b, m, "K tile 0", "sK", "gK", m->bkv, d, "kt_swizzle128_b16", m->bkv, "0",
-                        (long long)a->skv);
+    attn_emit_wgmma_load(b, a, m, ATTN_Q, "Q tile", "sQ", "q0");
+    attn_emit_wgmma_load(b, a, m, ATTN_K, "K tile 0", "sK", "0");
     kt_buf_line(b, "kt_cp_async_commit();");
-    attn_emit_tile_load(b, m, "V tile 0", "sV", "gV", m->bkv, dv, "kt_swizzle128_b16", m->bkv, "0",
-                        (long long)a->skv);
+    attn_emit_wgmma_load(b, a, m, ATTN_V, "V tile 0", "sV", "0");
     kt_buf_line(b, "if (n_tiles > 1) {");
     b->indent += 4;
-    attn_emit_tile_load(b, m, "K tile 1", "sK + BKV * D", "gK", m->bkv, d, "kt_swizzle128_b16",
-                        m->bkv, "BKV", (long long)a->skv);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_wgmma_load(b, a, m, ATTN_K, "K tile 1", "sK + BKV * D", "BKV");
+    attn_emit_close(b, 1);
     kt_buf_line(b, "kt_cp_async_commit();");
     kt_buf_printf(b, "\n");
     attn_emit_acc_init(b);
@@ -106,9 +106,7 @@ void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     kt_buf_line(b, "unsigned pa[BKV / 16][4]; /* P of the tile whose P V is next */");
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "/* S_0 and its softmax (every warpgroup needs key tile 0) */");
-    kt_buf_line(b, "kt_cp_async_wait<1>(); /* Q and K_0 landed */");
-    kt_buf_line(b, "kt_fence_proxy_async();");
-    kt_buf_line(b, "__syncthreads();");
+    emit_landed(b, "Q and K_0");
     kt_buf_line(b, "{");
     b->indent += 4;
     kt_buf_line(b, "const int kv0 = 0;");
@@ -117,8 +115,7 @@ void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     kt_buf_line(b, "kt_reg_hold(s[0]);");
     attn_emit_mma_softmax(b, a, m, ex, true);
     emit_wgmma_pack(b, m);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "/* Every warpgroup runs every step, also on tiles its causal mask hides (P = 0 "
                    "there):");
@@ -133,21 +130,16 @@ void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     kt_buf_line(b, "if (tile + 2 < n_tiles) {");
     b->indent += 4;
     kt_buf_line(b, "const int kv2 = (tile + 2) * BKV;");
-    attn_emit_tile_load(b, m, "K tile + 2", "(sK + (tile + 2) % NST * BKV * D)", "gK", m->bkv, d,
-                        "kt_swizzle128_b16", m->bkv, "kv2", (long long)a->skv);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_wgmma_load(b, a, m, ATTN_K, "K tile + 2", "(sK + (tile + 2) % NST * BKV * D)", "kv2");
+    attn_emit_close(b, 1);
     kt_buf_line(b, "if (tile + 1 < n_tiles) {");
     b->indent += 4;
     kt_buf_line(b, "const int kv1 = (tile + 1) * BKV;");
-    attn_emit_tile_load(b, m, "V tile + 1", "(sV + (tile + 1) % NST * BKV * DV)", "gV", m->bkv, dv,
-                        "kt_swizzle128_b16", m->bkv, "kv1", (long long)a->skv);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_wgmma_load(b, a, m, ATTN_V, "V tile + 1", "(sV + (tile + 1) % NST * BKV * DV)",
+                         "kv1");
+    attn_emit_close(b, 1);
     kt_buf_line(b, "kt_cp_async_commit();");
-    kt_buf_line(b, "kt_cp_async_wait<1>(); /* V_tile and K_tile+1 landed */");
-    kt_buf_line(b, "kt_fence_proxy_async();");
-    kt_buf_line(b, "__syncthreads();");
+    emit_landed(b, "V_tile and K_tile+1");
     kt_buf_line(b, "const int voff = tile %% NST * BKV * DV; /* V_tile's buffer */");
     kt_buf_line(b, "if (tile + 1 < n_tiles) {");
     b->indent += 4;
@@ -177,12 +169,8 @@ void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     emit_wgmma_pv_issue(b, m);
     kt_buf_line(b, "kt_wgmma_wait<0>();");
     kt_buf_line(b, "kt_reg_hold(o[0]);");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 2);
     kt_buf_printf(b, "\n");
     attn_emit_mma_store(b, grp, a);
-    b->indent -= 4;
-    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
 }
