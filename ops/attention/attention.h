@@ -115,7 +115,7 @@ bool attn_in_group(const ops_group *grp, int32_t t);
 const char *attn_emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_info *a,
                                   const attn_geom *m, const char *entry, char *scale,
                                   size_t scale_len);
-void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a);
+void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, const char *wq0);
 void attn_emit_acc_init(kt_buf *b);
 void attn_emit_close(kt_buf *b, int n);
 void attn_emit_for_open(kt_buf *b, const char *var, const char *bound);

@@ -68,11 +68,15 @@ const char *attn_emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_in
     return m->exp2 ? (m->math == MATH_FFMA ? "exp2f" : "kt_exp2") : "__expf";
 }
 
-/* The block's batch entry, its tensors' bases, and the key tiles it visits (causal: none past
- * its last query). Needs q0 and the type aliases of the kernel opening. */
-void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a)
+/* The block's first query q0 (the q tiles longest first) and, when wq0 is given, the warp's
+ * (wq0); the block's batch entry, its tensors' bases, and the key tiles it visits (causal: none
+ * past its last query). */
+void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, const char *wq0)
 {
     const char *ty = ops_emit_ctype(a->dt);
+    kt_buf_line(b, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
+    if (wq0)
+        kt_buf_line(b, "const int wq0 = %s; /* this warp's first query */", wq0);
     kt_buf_line(b, "const int bidx = blockIdx.y;");
     int iq = attn_input_index(grp, a->q), ik = attn_input_index(grp, a->k),
         iv = attn_input_index(grp, a->v);

@@ -7,11 +7,14 @@
 
 #include <stdio.h>
 
-/* Emits the S = Q K^T wgmmas of the K tile KOFF elements into sK into s (the first k step
+/* Emits kv0 (the tile's first key, with a comment) and the S = Q K^T wgmmas of the K
+ * tile KOFF elements into sK into s (the first k step
  * overwrites it), committed as one group; the caller waits. Descriptors are the base ones plus
  * the byte offset / 16 (the address field's unit). */
-static void emit_wgmma_qk_issue(kt_buf *b, const attn_geom *m, const char *koff)
+static void emit_wgmma_qk_issue(kt_buf *b, const attn_geom *m, const char *kv0, const char *comment,
+                                const char *koff)
 {
+    kt_buf_line(b, "const int kv0 = %s;%s", kv0, comment);
     kt_buf_line(b, "kt_wgmma_fence();");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int ks = 0; ks < D / 16; ks++)");
@@ -81,14 +84,12 @@ void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
                 "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;");
     kt_buf_line(b, "const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column "
                    "pair */");
-    kt_buf_line(b, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
-    kt_buf_line(b, "const int wq0 = q0 + warp * 16; /* this warp's first query */");
     kt_buf_line(b, "/* base descriptors: this warpgroup's Q rows, the first K and V buffers */");
     kt_buf_line(b, "const unsigned long long dq0 = kt_wgmma_desc(sQ + wg * 64 * 64, 16, 1024, "
                    "KT_WGMMA_SW128),");
     kt_buf_line(b, "                         dk0 = kt_wgmma_desc(sK, 16, 1024, KT_WGMMA_SW128),");
     kt_buf_line(b, "                         dv0 = kt_wgmma_desc(sV, 1024, 1024, KT_WGMMA_SW128);");
-    attn_emit_block_setup(b, grp, a);
+    attn_emit_block_setup(b, grp, a, "q0 + warp * 16");
     kt_buf_printf(b, "\n");
     attn_emit_wgmma_load(b, a, m, ATTN_Q, "Q tile", "sQ", "q0");
     attn_emit_wgmma_load(b, a, m, ATTN_K, "K tile 0", "sK", "0");
@@ -109,8 +110,7 @@ void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     emit_landed(b, "Q and K_0");
     kt_buf_line(b, "{");
     b->indent += 4;
-    kt_buf_line(b, "const int kv0 = 0;");
-    emit_wgmma_qk_issue(b, m, "0");
+    emit_wgmma_qk_issue(b, m, "0", "", "0");
     kt_buf_line(b, "kt_wgmma_wait<0>();");
     kt_buf_line(b, "kt_reg_hold(s[0]);");
     attn_emit_mma_softmax(b, a, m, ex, true);
@@ -143,8 +143,8 @@ void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     kt_buf_line(b, "const int voff = tile %% NST * BKV * DV; /* V_tile's buffer */");
     kt_buf_line(b, "if (tile + 1 < n_tiles) {");
     b->indent += 4;
-    kt_buf_line(b, "const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */");
-    emit_wgmma_qk_issue(b, m, "(tile + 1) % NST * BKV * D");
+    emit_wgmma_qk_issue(b, m, "(tile + 1) * BKV", " /* the keys of S_tile+1 */",
+                        "(tile + 1) % NST * BKV * D");
     kt_buf_line(b, "/* O += P_tile V_tile, in flight during the softmax of S_tile+1 */");
     emit_wgmma_pv_issue(b, m);
     kt_buf_line(b, "kt_wgmma_wait<1>(); /* S_tile+1 done; P V may still run */");

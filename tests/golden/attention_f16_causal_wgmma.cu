@@ -98,12 +98,12 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
     kt_f16 *sV = sK + NST * BKV * D; /* NST buffers of BKV x DV */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
     const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column pair */
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */
-    const int wq0 = q0 + warp * 16; /* this warp's first query */
     /* base descriptors: this warpgroup's Q rows, the first K and V buffers */
     const unsigned long long dq0 = kt_wgmma_desc(sQ + wg * 64 * 64, 16, 1024, KT_WGMMA_SW128),
                              dk0 = kt_wgmma_desc(sK, 16, 1024, KT_WGMMA_SW128),
                              dv0 = kt_wgmma_desc(sV, 1024, 1024, KT_WGMMA_SW128);
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */
+    const int wq0 = q0 + warp * 16; /* this warp's first query */
     const int bidx = blockIdx.y;
     const kt_f16 *gQ = in0 + (size_t)bidx * SQ * D;
     const kt_f16 *gK = in1 + (size_t)bidx * SKV * D;
