@@ -123,10 +123,14 @@ static void emit_value(kt_buf *b, const ops_group *grp, const attn_info *a, cons
     }
 }
 
-/* Opens the store of one row's columns (row and inv are set): rows past SQ are not written; j
- * walks nj column steps, col = col_expr. store_cols_close closes it. */
-static void store_cols_open(kt_buf *b, const char *nj, const char *col_expr)
+/* Opens the store of one row's columns (l is set; so is row where the argument is NULL): inv =
+ * 1 / l, rows past SQ are not written, j walks nj column steps, col = col_expr.
+ * store_cols_close closes it. */
+static void store_cols_open(kt_buf *b, const char *row, const char *nj, const char *col_expr)
 {
+    kt_buf_line(b, "const float inv = l > 0.0f ? 1.0f / l : 0.0f;");
+    if (row)
+        kt_buf_line(b, "const int row = %s;", row);
     kt_buf_line(b, "if (row < SQ) {");
     b->indent += 4;
     kt_buf_line(b, "#pragma unroll");
@@ -169,9 +173,7 @@ void attn_emit_mma_store(kt_buf *b, const ops_group *grp, const attn_info *a)
     kt_buf_line(b, "float l = row_l[i][h];");
     kt_buf_line(b, "l += __shfl_xor_sync(0xffffffffu, l, 1);");
     kt_buf_line(b, "l += __shfl_xor_sync(0xffffffffu, l, 2);");
-    kt_buf_line(b, "const float inv = l > 0.0f ? 1.0f / l : 0.0f;");
-    kt_buf_line(b, "const int row = wq0 + i * 16 + g + h * 8;");
-    store_cols_open(b, "DV / 8", "j * 8 + 2 * t4");
+    store_cols_open(b, "wq0 + i * 16 + g + h * 8", "DV / 8", "j * 8 + 2 * t4");
     emit_value(b, grp, a, "y0", "o[i][j][2 * h] * inv", "col");
     emit_value(b, grp, a, "y1", "o[i][j][2 * h + 1] * inv", "col + 1");
     emit_store_pair(b, a, "y0", "y1", "row * DV + col");
@@ -186,8 +188,7 @@ void attn_emit_ffma_store(kt_buf *b, const ops_group *grp, const attn_info *a)
     store_open(b, "RQ");
     kt_buf_line(b, "const int row = q0 + ty + TY * i;");
     kt_buf_line(b, "const float l = sL[ty + TY * i];");
-    kt_buf_line(b, "const float inv = l > 0.0f ? 1.0f / l : 0.0f;");
-    store_cols_open(b, "RD", "tx + TX * j");
+    store_cols_open(b, NULL, "RD", "tx + TX * j");
     emit_value(b, grp, a, "y", "o[i][j] * inv", "col");
     kt_buf e = {0};
     ops_emit_from_float(&e, a->out_dt, "y");

@@ -118,83 +118,49 @@ __device__ __forceinline__ void kt_wgmma_tf32_rs<128>(float (&d)[16][4], const u
                "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
 /* "p" = (scale_d != 0), scale_d being operand number SCALE_D */
 #define KT_WG_PRED(SCALE_D) "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"
-/* d = a x b (+ d when scale_d), f16: A and B K-major (TRANS_B 0) or N-major B (1) in shared
- * memory. */
-template <int N, int TRANS_B>
-__device__ __forceinline__ void kt_wgmma_f16_ss(float (&d)[N / 8][4], unsigned long long da,
-                                               unsigned long long db, int scale_d)
-{
-    static_assert(N == 64 || N == 128, "m64n64 or m64n128");
-    if constexpr (N == 64)
-        asm volatile(KT_WG_PRED("%34")
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-                     KT_R32 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
-                     : KT_D32 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
-    else
-        asm volatile(KT_WG_PRED("%66")
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-                     KT_R64 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
-                     : KT_D64 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+/* The instruction, m64nNk16.f32.T.T for N = 64 or 128 */
+#define KT_WG_K16(N, T) "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #T "." #T " "
+/* Both products for one 16-bit type T (f16, bf16): written once, instantiated below. */
+#define KT_WGMMA_K16(T)                                                                            \
+/* d = a x b (+ d when scale_d): A K-major and B K-major (TRANS_B 0) or N-major (1) in shared      \
+ * memory. */                                                                                      \
+template <int N, int TRANS_B>                                                                      \
+__device__ __forceinline__ void kt_wgmma_##T##_ss(float (&d)[N / 8][4], unsigned long long da,     \
+                                                  unsigned long long db, int scale_d)              \
+{                                                                                                  \
+    static_assert(N == 64 || N == 128, "m64n64 or m64n128");                                       \
+    if constexpr (N == 64)                                                                         \
+        asm volatile(KT_WG_PRED("%34") KT_WG_K16(64, T) KT_R32                                     \
+                     ", %32, %33, p, 1, 1, 0, %35;\n}\n"                                           \
+                     : KT_D32 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));                     \
+    else                                                                                           \
+        asm volatile(KT_WG_PRED("%66") KT_WG_K16(128, T) KT_R64                                    \
+                     ", %64, %65, p, 1, 1, 0, %67;\n}\n"                                           \
+                     : KT_D64 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));                     \
+}                                                                                                  \
+/* d = a x b (+ d when scale_d): A from registers, B in shared memory. */                          \
+template <int N, int TRANS_B>                                                                      \
+__device__ __forceinline__ void kt_wgmma_##T##_rs(float (&d)[N / 8][4], const unsigned (&a)[4],    \
+                                                  unsigned long long db, int scale_d)              \
+{                                                                                                  \
+    static_assert(N == 64 || N == 128, "m64n64 or m64n128");                                       \
+    if constexpr (N == 64)                                                                         \
+        asm volatile(KT_WG_PRED("%37") KT_WG_K16(64, T) KT_R32                                     \
+                     ", {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"                                \
+                     : KT_D32                                                                      \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d),          \
+                       "n"(TRANS_B));                                                              \
+    else                                                                                           \
+        asm volatile(KT_WG_PRED("%69") KT_WG_K16(128, T) KT_R64                                    \
+                     ", {%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"                                \
+                     : KT_D64                                                                      \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d),          \
+                       "n"(TRANS_B));                                                              \
 }
-/* The same, bf16 operands. */
-template <int N, int TRANS_B>
-__device__ __forceinline__ void kt_wgmma_bf16_ss(float (&d)[N / 8][4], unsigned long long da,
-                                               unsigned long long db, int scale_d)
-{
-    static_assert(N == 64 || N == 128, "m64n64 or m64n128");
-    if constexpr (N == 64)
-        asm volatile(KT_WG_PRED("%34")
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                     KT_R32 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
-                     : KT_D32 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
-    else
-        asm volatile(KT_WG_PRED("%66")
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                     KT_R64 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
-                     : KT_D64 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
-}
-/* d = a x b (+ d when scale_d), f16: A from registers, B in shared memory. */
-template <int N, int TRANS_B>
-__device__ __forceinline__ void kt_wgmma_f16_rs(float (&d)[N / 8][4], const unsigned (&a)[4],
-                                               unsigned long long db, int scale_d)
-{
-    static_assert(N == 64 || N == 128, "m64n64 or m64n128");
-    if constexpr (N == 64)
-        asm volatile(KT_WG_PRED("%37")
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-                     KT_R32 ", {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
-                     : KT_D32
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d),
-                       "n"(TRANS_B));
-    else
-        asm volatile(KT_WG_PRED("%69")
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-                     KT_R64 ", {%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"
-                     : KT_D64
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d),
-                       "n"(TRANS_B));
-}
-/* The same, bf16 operands. */
-template <int N, int TRANS_B>
-__device__ __forceinline__ void kt_wgmma_bf16_rs(float (&d)[N / 8][4], const unsigned (&a)[4],
-                                               unsigned long long db, int scale_d)
-{
-    static_assert(N == 64 || N == 128, "m64n64 or m64n128");
-    if constexpr (N == 64)
-        asm volatile(KT_WG_PRED("%37")
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                     KT_R32 ", {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
-                     : KT_D32
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d),
-                       "n"(TRANS_B));
-    else
-        asm volatile(KT_WG_PRED("%69")
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                     KT_R64 ", {%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"
-                     : KT_D64
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d),
-                       "n"(TRANS_B));
-}
+KT_WGMMA_K16(f16)
+KT_WGMMA_K16(bf16)
+#undef KT_WGMMA_K16
+#undef KT_WG_K16
 #undef KT_WG_PRED
 #undef KT_R64
 #undef KT_R32
