@@ -676,7 +676,8 @@ typedef struct conv_names {
     char in[OPS_GROUP_MAX_IO][16];        /* kernel parameter per group input */
     char param[OPS_GROUP_MAX_IO + 1][64]; /* their declarations, then the output's */
     int n_params;
-    char call[512]; /* the names, comma-separated */
+    char call[512];           /* the names, comma-separated */
+    const char *entry_suffix; /* the group's, for the kernel's name */
 } conv_names;
 
 static void conv_names_make(const ops_group *grp, const conv_info *ci, conv_names *nm)
@@ -684,6 +685,7 @@ static void conv_names_make(const ops_group *grp, const conv_info *ci, conv_name
     const ops_graph *g = grp->g;
     size_t cl = 0;
     nm->n_params = 0;
+    nm->entry_suffix = grp->entry_suffix;
     for (int i = 0; i < grp->n_in; i++) {
         int t = grp->in[i];
         /* Formatted from a local: nm->in and nm->param/call are members of one object, and
@@ -874,7 +876,9 @@ static void emit_direct(kt_buf *b, const conv_info *ci, const direct_plan *pl, c
                    "a thread reads per filter row */");
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
-    emit_signature(b, "ktune_conv_direct", NULL, 0, nm);
+    char entry[64];
+    snprintf(entry, sizeof(entry), "ktune_conv_direct%s", nm->entry_suffix);
+    emit_signature(b, entry, NULL, 0, nm);
     kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "const int k0 = blockIdx.y * TK;  /* first output channel of this block */");
@@ -1538,7 +1542,8 @@ static void emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const 
         emit_kk_table(b, ci, pl->bk);
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
     char entry[64];
-    snprintf(entry, sizeof(entry), "ktune_conv_igemm_%s", math_labels[pl->math]);
+    snprintf(entry, sizeof(entry), "ktune_conv_igemm_%s%s", math_labels[pl->math],
+             nm->entry_suffix);
     emit_signature(b, entry, NULL, 0, nm);
     kt_buf_line(b, "{");
     b->indent = 4;
@@ -1736,7 +1741,9 @@ static void emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
     kt_buf_line(b, "constexpr int FT = (BN + NW - 1) / NW, FI = (R * S + 31) / 32;");
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)");
-    emit_signature(b, "ktune_conv_tiled", NULL, 0, nm);
+    char entry[64];
+    snprintf(entry, sizeof(entry), "ktune_conv_tiled%s", nm->entry_suffix);
+    emit_signature(b, entry, NULL, 0, nm);
     kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "extern __shared__ __align__(16) float kt_smem[]; /* [STAGES][STAGE], then "
@@ -1965,7 +1972,7 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     conv_names_make(grp, &ci, &nm);
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
-    ops_emit_prelude(&b);
+    ops_emit_shared_prelude(&b, out);
     kt_buf_printf(&b, "\n");
     emit_constants(&b, &ci);
     int rc = emit_store_fn(&b, grp, &ci, &nm);
@@ -1980,7 +1987,7 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
         tiled_plan pl;
         tiled_plan_make(&ci, s, dev, &pl);
         emit_tiled(&b, &pl, &nm);
-        snprintf(l->entry, sizeof(l->entry), "ktune_conv_tiled");
+        snprintf(l->entry, sizeof(l->entry), "ktune_conv_tiled%s", grp->entry_suffix);
         l->grid[0] = (uint32_t)(pl.kblocks * pl.tiles_p * pl.tiles_q);
         l->grid[1] = (uint32_t)ci.n;
         l->grid[2] = 1;
@@ -1990,7 +1997,7 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
         direct_plan pl;
         direct_plan_make(&ci, s, dev, &pl);
         emit_direct(&b, &ci, &pl, &nm);
-        snprintf(l->entry, sizeof(l->entry), "ktune_conv_direct");
+        snprintf(l->entry, sizeof(l->entry), "ktune_conv_direct%s", grp->entry_suffix);
         l->grid[0] = (uint32_t)div_up(pl.spatial, pl.threads);
         l->grid[1] = (uint32_t)div_up(ci.k, pl.tk);
         l->grid[2] = 1;
@@ -2000,7 +2007,8 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
         ig_plan pl;
         ig_plan_make(grp, &ci, s, dev, &pl);
         emit_igemm(&b, &ci, &pl, &nm);
-        snprintf(l->entry, sizeof(l->entry), "ktune_conv_igemm_%s", math_labels[pl.math]);
+        snprintf(l->entry, sizeof(l->entry), "ktune_conv_igemm_%s%s", math_labels[pl.math],
+                 grp->entry_suffix);
         l->grid[0] = (uint32_t)div_up(ci.gm, pl.bm);
         l->grid[1] = (uint32_t)div_up(ci.kg, pl.bn);
         l->grid[2] = (uint32_t)ci.groups;

@@ -193,13 +193,14 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     attn_geom m;
     attn_geometry(&a, s, &m);
     char entry[64];
-    snprintf(entry, sizeof(entry), "ktune_attention_%s%s_q%d_kv%d_w%d_s%d",
-             attn_math_labels[m.math], m.wgmma ? "_wgmma" : "", m.bq, m.bkv, m.warps, m.stages);
+    snprintf(entry, sizeof(entry), "ktune_attention_%s%s_q%d_kv%d_w%d_s%d%s",
+             attn_math_labels[m.math], m.wgmma ? "_wgmma" : "", m.bq, m.bkv, m.warps, m.stages,
+             grp->entry_suffix);
 
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
     emit_includes(&b, &m);
-    ops_emit_prelude(&b);
+    ops_emit_shared_prelude(&b, out);
     if (m.math != MATH_FFMA && !m.wgmma) {
         kt_buf_printf(&b, "/* ---- attention helpers: the shared tile layout ---- */\n");
         attn_emit_layout_fn(&b, m.layout);
