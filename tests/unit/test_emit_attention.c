@@ -370,7 +370,8 @@ static void test_wgmma(void **state)
     assert_non_null(strstr(e.source, "#include \"ktune/wgmma.cuh\""));
     assert_non_null(strstr(e.source, "kt_wgmma_f16_ss<BKV, 0>(s[0], "));
     assert_non_null(strstr(e.source, "kt_wgmma_f16_rs<DV, 1>(o[0], pa[ks], "));
-    assert_true(emit_test_has(e.source, "\"wgmma.mma_async.sync.aligned.m64n\" #N \"k16.f32.\" #T"));
+    assert_true(
+        emit_test_has(e.source, "\"wgmma.mma_async.sync.aligned.m64n\" #N \"k16.f32.\" #T"));
     assert_true(emit_test_has(e.source, "KT_WGMMA_K16(f16)"));
     assert_null(strstr(emit_test_body(e.source), "asm"));
     emit_test_golden("attention_f16_causal_wgmma.cu", e.source);
