@@ -1,4 +1,5 @@
-/* ktune/mma.cuh on its own: the three mma.sync shapes and the tf32 conversions. */
+/* ktune/mma.cuh on its own: the three mma.sync shapes, the tf32 conversions and the 16-bit
+ * packing. */
 #include "ktune/mma.cuh"
 
 extern "C" __global__ void devlib_mma(const unsigned *g, const float *x, float *out)
@@ -14,5 +15,8 @@ extern "C" __global__ void devlib_mma(const unsigned *g, const float *x, float *
     b[0] = kt_tf32(x[l + 32]);
     b[1] = big ^ small;
     kt_mma_m16n8k8_tf32(d, a, b);
+    b[0] = kt_pack_f16x2(x[l], d[0]);
+    b[1] = kt_pack_bf16x2(d[1], x[l + 32]);
+    kt_mma_m16n8k16_bf16(d, a, b);
     out[l] = d[0] + d[1] + d[2] + d[3] + kt_tf32_trunc_rest(x[l]);
 }

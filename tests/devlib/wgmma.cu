@@ -1,5 +1,6 @@
-/* ktune/wgmma.cuh with ktune/swizzle.cuh: a tf32 k8 step of each width the GEMM uses
- * (sm_90a; other builds compile the header to nothing). */
+/* ktune/wgmma.cuh with ktune/swizzle.cuh: a tf32 k8 step of each width the GEMM uses, and the
+ * f16 / bf16 k16 steps attention uses (both operands in shared memory; A in registers with an
+ * N-major B) at both widths (sm_90a; other builds compile the header to nothing). */
 #include "ktune/swizzle.cuh"
 #include "ktune/wgmma.cuh"
 
@@ -18,6 +19,16 @@ extern "C" __global__ void __launch_bounds__(128) devlib_wgmma(const float *g, f
     kt_wgmma_tf32_rs<64>(d64, a, db);
     kt_wgmma_tf32_rs<128>(d128, a, db + 2);
     kt_wgmma_commit();
+    /* 16-bit operands: the same tile read as 64 x 64 halves, K-major and N-major */
+    const unsigned long long dk = kt_wgmma_desc(b, 16, 1024, KT_WGMMA_SW128);
+    const unsigned long long dn = kt_wgmma_desc(b, 1024, 1024, KT_WGMMA_SW128);
+    kt_wgmma_fence();
+    kt_wgmma_f16_ss<64, 0>(d64, dk, dk + 2, 0);
+    kt_wgmma_bf16_ss<128, 0>(d128, dk, dk + 2, 1);
+    kt_wgmma_f16_rs<64, 1>(d64, a, dn, 1);
+    kt_wgmma_bf16_rs<128, 1>(d128, a, dn, threadIdx.x & 1);
+    kt_wgmma_commit();
+    kt_wgmma_wait<1>();
     kt_wgmma_wait<0>();
     kt_reg_hold(d64);
     kt_reg_hold(d128);

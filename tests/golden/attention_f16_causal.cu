@@ -4,6 +4,12 @@
  * graph: causal_attention
  *   O = attention(Q, K, V)  f16 [B=4, H=48, S=2048, 64]
  */
+/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */
+#include "ktune/cp_async.cuh"
+#include "ktune/math.cuh"
+#include "ktune/ldmatrix.cuh"
+#include "ktune/mma.cuh"
+#include "ktune/swizzle.cuh"
 /* ---- ktune prelude: 16-bit storage types and math helpers ---- */
 typedef unsigned short kt_f16;
 typedef unsigned short kt_bf16;
@@ -70,66 +76,11 @@ __device__ __forceinline__ float kt_min(float a, float b)
 #endif
 }
 /* ---- end of prelude ---- */
-/* ---- attention helpers: shared addresses, cp.async, ldmatrix, mma.sync ---- */
-#define KT_NEG_INF (-__int_as_float(0x7f800000))
-/* 2^x on the MUFU unit alone: exp2f adds a denormal-range fixup around it (three more
-   instructions per score); P is rounded to 16 bits, where such values are zero anyway. */
-__device__ __forceinline__ float kt_exp2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ unsigned kt_smem_u32(const void *p)
-{
-    unsigned a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-/* 16-byte asynchronous copy; an invalid source reads nothing and zero-fills. */
-__device__ __forceinline__ void kt_cp_async16(unsigned dst, const void *src, bool valid)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void kt_cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void kt_cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void kt_ldmatrix_x4(unsigned (&r)[4], unsigned addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void kt_ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-/* c += a b: m16n8k16, f16 operands, fp32 accumulators. */
-__device__ __forceinline__ void kt_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-/* Two floats to a packed f16 pair, lo in the low half (the order of mma fragments). */
-__device__ __forceinline__ unsigned kt_pack(float lo, float hi)
-{
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
+/* ---- attention helpers: the shared tile layout ---- */
 /* Element offset of (row, col) in a shared tile of STRIDE-element rows: the 16-byte chunk index is XORed with row %% 8, so the 8 rows an ldmatrix reads land in distinct banks. */
 template <int STRIDE> __device__ __forceinline__ int kt_off(int row, int col)
 {
-    return row * STRIDE + ((((col >> 3) ^ (row & 7)) << 3) | (col & 7));
+    return kt_swizzle_rows_b16<STRIDE>(row, col);
 }
 /* ---- end of attention helpers ---- */
 
@@ -171,8 +122,8 @@ ktune_attention_f16_q128_kv64_w8_s2(
         {
             const int r = c / 8, ch = c % 8;
             const bool ok = q0 + r < 2048;
-            kt_cp_async16(kt_smem_u32(sQ + kt_off<64>(r, ch * 8)),
-                          gQ + (size_t)(ok ? q0 + r : 0) * 64 + ch * 8, ok);
+            kt_cp_async16(sQ + kt_off<64>(r, ch * 8),
+                          gQ + (size_t)(ok ? q0 + r : 0) * 64 + ch * 8, ok ? 16 : 0);
         }
     }
     /* K tile 0: 64 rows x 8 16-byte chunks, rows past 2048 zero-filled */
@@ -182,8 +133,8 @@ ktune_attention_f16_q128_kv64_w8_s2(
         {
             const int r = c / 8, ch = c % 8;
             const bool ok = 0 + r < 2048;
-            kt_cp_async16(kt_smem_u32(sK + kt_off<64>(r, ch * 8)),
-                          gK + (size_t)(ok ? 0 + r : 0) * 64 + ch * 8, ok);
+            kt_cp_async16(sK + kt_off<64>(r, ch * 8),
+                          gK + (size_t)(ok ? 0 + r : 0) * 64 + ch * 8, ok ? 16 : 0);
         }
     }
     /* V tile 0: 64 rows x 8 16-byte chunks, rows past 2048 zero-filled */
@@ -193,8 +144,8 @@ ktune_attention_f16_q128_kv64_w8_s2(
         {
             const int r = c / 8, ch = c % 8;
             const bool ok = 0 + r < 2048;
-            kt_cp_async16(kt_smem_u32(sV + kt_off<64>(r, ch * 8)),
-                          gV + (size_t)(ok ? 0 + r : 0) * 64 + ch * 8, ok);
+            kt_cp_async16(sV + kt_off<64>(r, ch * 8),
+                          gV + (size_t)(ok ? 0 + r : 0) * 64 + ch * 8, ok ? 16 : 0);
         }
     }
     kt_cp_async_commit();
@@ -227,8 +178,8 @@ ktune_attention_f16_q128_kv64_w8_s2(
                 {
                     const int r = c / 8, ch = c % 8;
                     const bool ok = nkv0 + r < 2048;
-                    kt_cp_async16(kt_smem_u32(nK + kt_off<64>(r, ch * 8)),
-                                  gK + (size_t)(ok ? nkv0 + r : 0) * 64 + ch * 8, ok);
+                    kt_cp_async16(nK + kt_off<64>(r, ch * 8),
+                                  gK + (size_t)(ok ? nkv0 + r : 0) * 64 + ch * 8, ok ? 16 : 0);
                 }
             }
             /* next V: 64 rows x 8 16-byte chunks, rows past 2048 zero-filled */
@@ -238,8 +189,8 @@ ktune_attention_f16_q128_kv64_w8_s2(
                 {
                     const int r = c / 8, ch = c % 8;
                     const bool ok = nkv0 + r < 2048;
-                    kt_cp_async16(kt_smem_u32(nV + kt_off<64>(r, ch * 8)),
-                                  gV + (size_t)(ok ? nkv0 + r : 0) * 64 + ch * 8, ok);
+                    kt_cp_async16(nV + kt_off<64>(r, ch * 8),
+                                  gV + (size_t)(ok ? nkv0 + r : 0) * 64 + ch * 8, ok ? 16 : 0);
                 }
             }
             kt_cp_async_commit();
@@ -253,7 +204,8 @@ ktune_attention_f16_q128_kv64_w8_s2(
             for (int i = 0; i < MT; i++)
                 #pragma unroll
                 for (int ks = 0; ks < D / 16; ks++)
-                    kt_ldmatrix_x4(qf[i][ks], kt_smem_u32(sQ + kt_off<QS>(warp * MT * 16 + i * 16 + (lane & 15), ks * 16 + (lane >> 4) * 8)));
+                    kt_ldmatrix_x4(qf[i][ks][0], qf[i][ks][1], qf[i][ks][2], qf[i][ks][3],
+                                   sQ + kt_off<QS>(warp * MT * 16 + i * 16 + (lane & 15), ks * 16 + (lane >> 4) * 8));
         }
         /* causal: a warp whose rows all precede the tile skips it */
         const bool active = kv0 <= wq0 + MT * 16 - 1;
@@ -269,12 +221,13 @@ ktune_attention_f16_q128_kv64_w8_s2(
             for (int ks = 0; ks < D / 16; ks++) {
                 #pragma unroll
                 for (int n16 = 0; n16 < BKV / 16; n16++) {
-                    unsigned kb[4]; /* B fragments of key n-tiles 2 n16 and 2 n16 + 1 */
-                    kt_ldmatrix_x4(kb, kt_smem_u32(cK + kt_off<KS>(n16 * 16 + (lm >> 1) * 8 + lr, ks * 16 + (lm & 1) * 8)));
+                    unsigned kb[2][2]; /* B fragments of key n-tiles 2 n16 and 2 n16 + 1 */
+                    kt_ldmatrix_x4(kb[0][0], kb[0][1], kb[1][0], kb[1][1],
+                                   cK + kt_off<KS>(n16 * 16 + (lm >> 1) * 8 + lr, ks * 16 + (lm & 1) * 8));
                     #pragma unroll
                     for (int i = 0; i < MT; i++) {
-                        kt_mma(s[i][2 * n16], qf[i][ks], kb[0], kb[1]);
-                        kt_mma(s[i][2 * n16 + 1], qf[i][ks], kb[2], kb[3]);
+                        kt_mma_m16n8k16_f16(s[i][2 * n16], qf[i][ks], kb[0]);
+                        kt_mma_m16n8k16_f16(s[i][2 * n16 + 1], qf[i][ks], kb[1]);
                     }
                 }
             }
@@ -339,19 +292,20 @@ ktune_attention_f16_q128_kv64_w8_s2(
                 unsigned pa[MT][4];
                 #pragma unroll
                 for (int i = 0; i < MT; i++) {
-                    pa[i][0] = kt_pack(s[i][2 * ks][0], s[i][2 * ks][1]);
-                    pa[i][1] = kt_pack(s[i][2 * ks][2], s[i][2 * ks][3]);
-                    pa[i][2] = kt_pack(s[i][2 * ks + 1][0], s[i][2 * ks + 1][1]);
-                    pa[i][3] = kt_pack(s[i][2 * ks + 1][2], s[i][2 * ks + 1][3]);
+                    pa[i][0] = kt_pack_f16x2(s[i][2 * ks][0], s[i][2 * ks][1]);
+                    pa[i][1] = kt_pack_f16x2(s[i][2 * ks][2], s[i][2 * ks][3]);
+                    pa[i][2] = kt_pack_f16x2(s[i][2 * ks + 1][0], s[i][2 * ks + 1][1]);
+                    pa[i][3] = kt_pack_f16x2(s[i][2 * ks + 1][2], s[i][2 * ks + 1][3]);
                 }
                 #pragma unroll
                 for (int n16 = 0; n16 < DV / 16; n16++) {
-                    unsigned vb[4]; /* B fragments of output n-tiles 2 n16 and 2 n16 + 1 */
-                    kt_ldmatrix_x4_trans(vb, kt_smem_u32(cV + kt_off<VS>(ks * 16 + (lm & 1) * 8 + lr, n16 * 16 + (lm >> 1) * 8)));
+                    unsigned vb[2][2]; /* B fragments of output n-tiles 2 n16 and 2 n16 + 1 */
+                    kt_ldmatrix_x4_trans(vb[0][0], vb[0][1], vb[1][0], vb[1][1],
+                                         cV + kt_off<VS>(ks * 16 + (lm & 1) * 8 + lr, n16 * 16 + (lm >> 1) * 8));
                     #pragma unroll
                     for (int i = 0; i < MT; i++) {
-                        kt_mma(o[i][2 * n16], pa[i], vb[0], vb[1]);
-                        kt_mma(o[i][2 * n16 + 1], pa[i], vb[2], vb[3]);
+                        kt_mma_m16n8k16_f16(o[i][2 * n16], pa[i], vb[0]);
+                        kt_mma_m16n8k16_f16(o[i][2 * n16 + 1], pa[i], vb[1]);
                     }
                 }
             }

@@ -4,6 +4,12 @@
  * graph: causal_attention
  *   O = attention(Q, K, V)  f16 [B=4, H=48, S=2048, 64]
  */
+/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */
+#include "ktune/cp_async.cuh"
+#include "ktune/math.cuh"
+#include "ktune/mma.cuh"
+#include "ktune/swizzle.cuh"
+#include "ktune/wgmma.cuh"
 /* ---- ktune prelude: 16-bit storage types and math helpers ---- */
 typedef unsigned short kt_f16;
 typedef unsigned short kt_bf16;
@@ -70,155 +76,6 @@ __device__ __forceinline__ float kt_min(float a, float b)
 #endif
 }
 /* ---- end of prelude ---- */
-/* ---- attention helpers: shared addresses, cp.async, ldmatrix, mma.sync ---- */
-#define KT_NEG_INF (-__int_as_float(0x7f800000))
-/* 2^x on the MUFU unit alone: exp2f adds a denormal-range fixup around it (three more
-   instructions per score); P is rounded to 16 bits, where such values are zero anyway. */
-__device__ __forceinline__ float kt_exp2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ unsigned kt_smem_u32(const void *p)
-{
-    unsigned a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-/* 16-byte asynchronous copy; an invalid source reads nothing and zero-fills. */
-__device__ __forceinline__ void kt_cp_async16(unsigned dst, const void *src, bool valid)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void kt_cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void kt_cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void kt_ldmatrix_x4(unsigned (&r)[4], unsigned addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void kt_ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-/* c += a b: m16n8k16, f16 operands, fp32 accumulators. */
-__device__ __forceinline__ void kt_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-/* Two floats to a packed f16 pair, lo in the low half (the order of mma fragments). */
-__device__ __forceinline__ unsigned kt_pack(float lo, float hi)
-{
-    unsigned r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-/* ---- wgmma helpers: tile layout, matrix descriptors, warpgroup fences ---- */
-/* Element offset of (row, col) in a ROWS-row tile laid out as the hardware's 128-byte
-   swizzle: 64-column blocks of ROWS rows of 128 bytes, the 16-byte chunk index XORed with
-   row % 8 (the tile starts 1024-byte aligned, so this is address bits 4-6 ^= bits 7-9). */
-template <int ROWS> __device__ __forceinline__ int kt_woff(int row, int col)
-{
-    return ((col >> 6) * ROWS + row) * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
-}
-/* Descriptor of a K-major operand in such a tile: 128-byte swizzle (mode 1, bits 62-63), 8-row
-   groups 1024 bytes apart (stride offset, bits 32-45); the leading offset is unused when a
-   k16 step stays inside one 128-byte row (conventionally 1). */
-__device__ __forceinline__ unsigned long long kt_desc_k(const void *p)
-{
-    return (unsigned long long)((kt_smem_u32(p) & 0x3FFFF) >> 4) | 1ull << 16 |
-           (1024ull >> 4) << 32 | 1ull << 62;
-}
-/* Descriptor of V as an N-major B operand (keys along K, 64 columns along N: one swizzle atom
-   wide). A k16 step spans two 8-key groups 1024 bytes apart; both offset fields say 1024, as
-   the other one (the stride between atoms along N) is never used at N = 64. */
-__device__ __forceinline__ unsigned long long kt_desc_n(const void *p)
-{
-    return (unsigned long long)((kt_smem_u32(p) & 0x3FFFF) >> 4) | (1024ull >> 4) << 16 |
-           (1024ull >> 4) << 32 | 1ull << 62;
-}
-/* Register writes are complete before wgmma reads them (accumulators, A fragments). */
-__device__ __forceinline__ void kt_wg_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void kt_wg_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void kt_wg_wait_one()
-{
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-}
-__device__ __forceinline__ void kt_wg_wait_all()
-{
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-/* cp.async wrote the tiles through the generic proxy; wgmma reads them through the async
-   proxy. */
-__device__ __forceinline__ void kt_fence_proxy_async()
-{
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-/* After the wait: the accumulators are read only from here on (the compiler sees wgmma
-   write them when it is issued, not when it completes). */
-template <int N> __device__ __forceinline__ void kt_wg_hold(float (&d)[N][4])
-{
-#pragma unroll
-    for (int j = 0; j < N; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            asm volatile("" : "+f"(d[j][e])::"memory");
-}
-__device__ __forceinline__ void kt_wgmma_qk(float (&d)[16][4], unsigned long long da, unsigned long long db, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                    "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                    "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-                    "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-                    "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-                    "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
-                    "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-                    "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-                    "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-                    "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-                    "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-                 : "l"(da), "l"(db), "r"(acc));
-}
-__device__ __forceinline__ void kt_wgmma_pv(float (&d)[8][4], const unsigned (&a)[4], unsigned long long db, int acc)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                    "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                    "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
-}
 /* ---- end of attention helpers ---- */
 
 extern "C" __global__ void __launch_bounds__(256, 1)
@@ -241,10 +98,12 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
     kt_f16 *sV = sK + NST * BKV * D; /* NST buffers of BKV x DV */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
     const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column pair */
+    /* base descriptors: this warpgroup's Q rows, the first K and V buffers */
+    const unsigned long long dq0 = kt_wgmma_desc(sQ + wg * 64 * 64, 16, 1024, KT_WGMMA_SW128),
+                             dk0 = kt_wgmma_desc(sK, 16, 1024, KT_WGMMA_SW128),
+                             dv0 = kt_wgmma_desc(sV, 1024, 1024, KT_WGMMA_SW128);
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */
     const int wq0 = q0 + warp * 16; /* this warp's first query */
-    /* base descriptors: this warpgroup's Q rows, the first K and V buffers */
-    const unsigned long long dq0 = kt_desc_k(sQ + wg * 64 * 64), dk0 = kt_desc_k(sK), dv0 = kt_desc_n(sV);
     const int bidx = blockIdx.y;
     const kt_f16 *gQ = in0 + (size_t)bidx * SQ * D;
     const kt_f16 *gK = in1 + (size_t)bidx * SKV * D;
@@ -261,8 +120,8 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
         {
             const int r = c / 8, ch = c % 8;
             const bool ok = q0 + r < 2048;
-            kt_cp_async16(kt_smem_u32(sQ + kt_woff<128>(r, ch * 8)),
-                          gQ + (size_t)(ok ? q0 + r : 0) * 64 + ch * 8, ok);
+            kt_cp_async16(sQ + kt_swizzle128_b16<128>(r, ch * 8),
+                          gQ + (size_t)(ok ? q0 + r : 0) * 64 + ch * 8, ok ? 16 : 0);
         }
     }
     /* K tile 0: 128 rows x 8 16-byte chunks, rows past 2048 zero-filled */
@@ -272,8 +131,8 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
         {
             const int r = c / 8, ch = c % 8;
             const bool ok = 0 + r < 2048;
-            kt_cp_async16(kt_smem_u32(sK + kt_woff<128>(r, ch * 8)),
-                          gK + (size_t)(ok ? 0 + r : 0) * 64 + ch * 8, ok);
+            kt_cp_async16(sK + kt_swizzle128_b16<128>(r, ch * 8),
+                          gK + (size_t)(ok ? 0 + r : 0) * 64 + ch * 8, ok ? 16 : 0);
         }
     }
     kt_cp_async_commit();
@@ -284,8 +143,8 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
         {
             const int r = c / 8, ch = c % 8;
             const bool ok = 0 + r < 2048;
-            kt_cp_async16(kt_smem_u32(sV + kt_woff<128>(r, ch * 8)),
-                          gV + (size_t)(ok ? 0 + r : 0) * 64 + ch * 8, ok);
+            kt_cp_async16(sV + kt_swizzle128_b16<128>(r, ch * 8),
+                          gV + (size_t)(ok ? 0 + r : 0) * 64 + ch * 8, ok ? 16 : 0);
         }
     }
     if (n_tiles > 1) {
@@ -296,8 +155,8 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
             {
                 const int r = c / 8, ch = c % 8;
                 const bool ok = BKV + r < 2048;
-                kt_cp_async16(kt_smem_u32(sK + BKV * D + kt_woff<128>(r, ch * 8)),
-                              gK + (size_t)(ok ? BKV + r : 0) * 64 + ch * 8, ok);
+                kt_cp_async16(sK + BKV * D + kt_swizzle128_b16<128>(r, ch * 8),
+                              gK + (size_t)(ok ? BKV + r : 0) * 64 + ch * 8, ok ? 16 : 0);
             }
         }
     }
@@ -323,14 +182,15 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
     __syncthreads();
     {
         const int kv0 = 0;
-        kt_wg_fence();
+        kt_wgmma_fence();
         #pragma unroll
         for (int ks = 0; ks < D / 16; ks++)
-            kt_wgmma_qk(s[0], dq0 + (((ks >> 2) * BQ * 64 + (ks & 3) * 16) >> 3),
-                        dk0 + ((0 + (ks >> 2) * BKV * 64 + (ks & 3) * 16) >> 3), ks > 0);
-        kt_wg_commit();
-        kt_wg_wait_all();
-        kt_wg_hold(s[0]);
+            kt_wgmma_f16_ss<BKV, 0>(s[0], dq0 + (((ks >> 2) * BQ * 64 + (ks & 3) * 16) >> 3),
+                                  dk0 + ((0 + (ks >> 2) * BKV * 64 + (ks & 3) * 16) >> 3),
+                                  ks > 0);
+        kt_wgmma_commit();
+        kt_wgmma_wait<0>();
+        kt_reg_hold(s[0]);
         /* mask keys after their query (causal) */
         if (kv0 + BKV - 1 > wq0) {
             #pragma unroll
@@ -382,10 +242,10 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
         }
         #pragma unroll
         for (int ks = 0; ks < BKV / 16; ks++) {
-            pa[ks][0] = kt_pack(s[0][2 * ks][0], s[0][2 * ks][1]);
-            pa[ks][1] = kt_pack(s[0][2 * ks][2], s[0][2 * ks][3]);
-            pa[ks][2] = kt_pack(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
-            pa[ks][3] = kt_pack(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+            pa[ks][0] = kt_pack_f16x2(s[0][2 * ks][0], s[0][2 * ks][1]);
+            pa[ks][1] = kt_pack_f16x2(s[0][2 * ks][2], s[0][2 * ks][3]);
+            pa[ks][2] = kt_pack_f16x2(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
+            pa[ks][3] = kt_pack_f16x2(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
         }
     }
 
@@ -402,8 +262,8 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                 {
                     const int r = c / 8, ch = c % 8;
                     const bool ok = kv2 + r < 2048;
-                    kt_cp_async16(kt_smem_u32((sK + (tile + 2) % NST * BKV * D) + kt_woff<128>(r, ch * 8)),
-                                  gK + (size_t)(ok ? kv2 + r : 0) * 64 + ch * 8, ok);
+                    kt_cp_async16((sK + (tile + 2) % NST * BKV * D) + kt_swizzle128_b16<128>(r, ch * 8),
+                                  gK + (size_t)(ok ? kv2 + r : 0) * 64 + ch * 8, ok ? 16 : 0);
                 }
             }
         }
@@ -416,8 +276,8 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                 {
                     const int r = c / 8, ch = c % 8;
                     const bool ok = kv1 + r < 2048;
-                    kt_cp_async16(kt_smem_u32((sV + (tile + 1) % NST * BKV * DV) + kt_woff<128>(r, ch * 8)),
-                                  gV + (size_t)(ok ? kv1 + r : 0) * 64 + ch * 8, ok);
+                    kt_cp_async16((sV + (tile + 1) % NST * BKV * DV) + kt_swizzle128_b16<128>(r, ch * 8),
+                                  gV + (size_t)(ok ? kv1 + r : 0) * 64 + ch * 8, ok ? 16 : 0);
                 }
             }
         }
@@ -428,19 +288,20 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
         const int voff = tile % NST * BKV * DV; /* V_tile's buffer */
         if (tile + 1 < n_tiles) {
             const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */
-            kt_wg_fence();
+            kt_wgmma_fence();
             #pragma unroll
             for (int ks = 0; ks < D / 16; ks++)
-                kt_wgmma_qk(s[0], dq0 + (((ks >> 2) * BQ * 64 + (ks & 3) * 16) >> 3),
-                            dk0 + (((tile + 1) % NST * BKV * D + (ks >> 2) * BKV * 64 + (ks & 3) * 16) >> 3), ks > 0);
-            kt_wg_commit();
+                kt_wgmma_f16_ss<BKV, 0>(s[0], dq0 + (((ks >> 2) * BQ * 64 + (ks & 3) * 16) >> 3),
+                                      dk0 + (((tile + 1) % NST * BKV * D + (ks >> 2) * BKV * 64 + (ks & 3) * 16) >> 3),
+                                      ks > 0);
+            kt_wgmma_commit();
             /* O += P_tile V_tile, in flight during the softmax of S_tile+1 */
             #pragma unroll
             for (int ks = 0; ks < BKV / 16; ks++)
-                kt_wgmma_pv(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);
-            kt_wg_commit();
-            kt_wg_wait_one(); /* S_tile+1 done; P V may still run */
-            kt_wg_hold(s[0]);
+                kt_wgmma_f16_rs<DV, 1>(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);
+            kt_wgmma_commit();
+            kt_wgmma_wait<1>(); /* S_tile+1 done; P V may still run */
+            kt_reg_hold(s[0]);
             /* mask keys after their query (causal) */
             if (kv0 + BKV - 1 > wq0) {
                 #pragma unroll
@@ -490,8 +351,8 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                     alpha_o[i][h] = alpha;
                 }
             }
-            kt_wg_wait_all();
-            kt_wg_hold(o[0]);
+            kt_wgmma_wait<0>();
+            kt_reg_hold(o[0]);
             /* O joins S_tile+1's max; P_tile+1 is next */
             #pragma unroll
             for (int j = 0; j < DV / 8; j++) {
@@ -502,20 +363,20 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
             }
             #pragma unroll
             for (int ks = 0; ks < BKV / 16; ks++) {
-                pa[ks][0] = kt_pack(s[0][2 * ks][0], s[0][2 * ks][1]);
-                pa[ks][1] = kt_pack(s[0][2 * ks][2], s[0][2 * ks][3]);
-                pa[ks][2] = kt_pack(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
-                pa[ks][3] = kt_pack(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+                pa[ks][0] = kt_pack_f16x2(s[0][2 * ks][0], s[0][2 * ks][1]);
+                pa[ks][1] = kt_pack_f16x2(s[0][2 * ks][2], s[0][2 * ks][3]);
+                pa[ks][2] = kt_pack_f16x2(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
+                pa[ks][3] = kt_pack_f16x2(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
             }
         } else {
             /* the last tile: O += P V alone */
-            kt_wg_fence();
+            kt_wgmma_fence();
             #pragma unroll
             for (int ks = 0; ks < BKV / 16; ks++)
-                kt_wgmma_pv(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);
-            kt_wg_commit();
-            kt_wg_wait_all();
-            kt_wg_hold(o[0]);
+                kt_wgmma_f16_rs<DV, 1>(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);
+            kt_wgmma_commit();
+            kt_wgmma_wait<0>();
+            kt_reg_hold(o[0]);
         }
     }
 

@@ -20,9 +20,9 @@
 
 static const char *family;
 
-static const char *const families[] = {"arch",     "cp_async", "ldmatrix",   "mma",
-                                       "memory",   "swizzle",  "reduce",     "cluster",
-                                       "mbarrier", "tma",      "setmaxnreg", "wgmma"};
+static const char *const families[] = {"arch",       "cp_async", "ldmatrix", "mma",      "memory",
+                                       "swizzle",    "reduce",   "cluster",  "mbarrier", "tma",
+                                       "setmaxnreg", "wgmma",    "math"};
 
 static char *read_kernel(const char *fam)
 {

@@ -297,6 +297,14 @@ static void test_golden_and_launch(void **state)
     }
     assert_int_equal(k->args[3].tensor, ops_graph_find_tensor(g, "O"));
     assert_int_equal(e.workspace_bytes, 0);
+    /* the instruction wrappers are the device library's */
+    assert_non_null(strstr(e.source, "kt_mma_m16n8k16_f16(s[i][2 * n16], qf[i][ks], kb[0]);"));
+    assert_non_null(strstr(e.source, "kt_ldmatrix_x4_trans(vb[0][0], "));
+    assert_non_null(strstr(e.source, "= kt_pack_f16x2(s[i][2 * ks][0], s[i][2 * ks][1]);"));
+    assert_true(emit_test_has(e.source, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+    assert_true(emit_test_has(e.source, "ex2.approx.ftz.f32"));
+    assert_true(emit_test_has(e.source, "cvt.rn.f16x2.f32"));
+    assert_null(strstr(emit_test_body(e.source), "asm"));
     emit_test_golden("attention_f16_causal.cu", e.source);
     emit_test_compile(e.source, "sm_90a");
     ops_emitted_free(&e);
@@ -357,8 +365,15 @@ static void test_wgmma(void **state)
     assert_int_equal(k->block[0], 256);
     /* Q + two stages of K and V, 16-bit, plus the 1 KiB alignment slack */
     assert_int_equal(k->smem_bytes, 2 * (128 * 64 + 2 * 128 * (64 + 64)) + 1024);
-    assert_non_null(strstr(e.source, "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"));
-    assert_non_null(strstr(e.source, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"));
+    /* the products are the device library's: S = Q K^T from shared memory, O += P V with P
+     * in registers */
+    assert_non_null(strstr(e.source, "#include \"ktune/wgmma.cuh\""));
+    assert_non_null(strstr(e.source, "kt_wgmma_f16_ss<BKV, 0>(s[0], "));
+    assert_non_null(strstr(e.source, "kt_wgmma_f16_rs<DV, 1>(o[0], pa[ks], "));
+    assert_true(
+        emit_test_has(e.source, "\"wgmma.mma_async.sync.aligned.m64n\" #N \"k16.f32.\" #T"));
+    assert_true(emit_test_has(e.source, "KT_WGMMA_K16(f16)"));
+    assert_null(strstr(emit_test_body(e.source), "asm"));
     emit_test_golden("attention_f16_causal_wgmma.cu", e.source);
     emit_test_compile(e.source, "sm_90a");
     ops_emitted_free(&e);

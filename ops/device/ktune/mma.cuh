@@ -1,5 +1,5 @@
-/* mma.sync (sm_80): warp-level tensor-core products with fp32 accumulators, and the tf32
- * conversions that feed them. Fragments (PTX ISA; g = lane / 4, t = lane % 4):
+/* mma.sync (sm_80): warp-level tensor-core products with fp32 accumulators, and the tf32 and
+ * 16-bit packing conversions that feed them. Fragments (PTX ISA; g = lane / 4, t = lane % 4):
  *   m16n8k16 (f16, bf16; two 16-bit elements a register, the lower k first):
  *     A 16x16: a0 (row g, k 2t..2t+1), a1 (g + 8, 2t..), a2 (g, 2t + 8..), a3 (g + 8, 2t + 8..)
  *     B 16x8:  b0 (k 2t..2t+1, col g), b1 (k 2t + 8.., col g)
@@ -37,6 +37,21 @@ __device__ __forceinline__ void kt_mma_m16n8k8_tf32(float (&d)[4], const unsigne
         "{%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* Two floats rounded (to nearest even) into one register of 16-bit halves, lo in the low half:
+ * the order of mma fragments, which hold the lower k (or column) first. */
+__device__ __forceinline__ unsigned kt_pack_f16x2(float lo, float hi)
+{
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ unsigned kt_pack_bf16x2(float lo, float hi)
+{
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
 }
 
 /* fp32 -> tf32 (round to nearest, ties away), kept in a 32-bit register. */

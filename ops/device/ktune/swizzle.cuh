@@ -18,3 +18,11 @@ template <int ROWS> __device__ __forceinline__ int kt_swizzle128_b16(int row, in
 {
     return ((col >> 6) * ROWS + row) * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
+
+/* Element offset of (row, col) of 16-bit elements in a row-major tile of STRIDE-element rows (a
+ * multiple of 64), the 16-byte chunk index XORed with row % 8: the 8 rows an ldmatrix reads at
+ * one column land in 8 different bank groups without padding. */
+template <int STRIDE> __device__ __forceinline__ int kt_swizzle_rows_b16(int row, int col)
+{
+    return row * STRIDE + ((((col >> 3) ^ (row & 7)) << 3) | (col & 7));
+}

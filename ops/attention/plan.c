@@ -1,0 +1,217 @@
+/* attention family: knobs, the problem, the schedule's geometry and its pruning
+ * (ops/attention/attention.h lists the files). */
+#include "attention.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *const attn_math_labels[] = {"ffma", "f16", "bf16"};
+static const char *const layout_labels[] = {"pad", "swizzle"};
+static const char *const qfrag_labels[] = {"smem", "regs"};
+static const char *const exp_labels[] = {"exp", "exp2"};
+static const char *const mma_labels[] = {"sync", "wgmma"};
+
+const ops_knob attn_knobs[N_KNOBS] = {
+    [K_BQ] = {"bq", 3, {64, 128, 192}, NULL},
+    [K_BKV] = {"bkv", 3, {32, 64, 128}, NULL},
+    [K_WARPS] = {"warps", 3, {4, 8, 12}, NULL},
+    [K_STAGES] = {"stages", 3, {1, 2, 3}, NULL},
+    [K_MATH] = {"math", 3, {MATH_FFMA, MATH_F16, MATH_BF16}, attn_math_labels},
+    /* mma path only: shared-memory rows padded by 16 bytes, or 16-byte chunks XOR-swizzled */
+    [K_LAYOUT] = {"smem", 2, {LAYOUT_PAD, LAYOUT_SWIZZLE}, layout_labels},
+    /* mma path only: Q's A fragments re-read from shared memory per tile, or kept in registers */
+    [K_QFRAG] = {"q", 2, {QFRAG_SMEM, QFRAG_REGS}, qfrag_labels},
+    /* natural exp, or exp2 with log2(e) folded into the scale */
+    [K_EXP] = {"exp", 2, {EXP_E, EXP_2}, exp_labels},
+    /* 16-bit path only: mma.sync, or Hopper's warpgroup wgmma */
+    [K_MMA] = {"mma", 2, {MMA_SYNC, MMA_WGMMA}, mma_labels},
+};
+
+bool attn_analyse(const ops_group *grp, attn_info *a)
+{
+    const ops_graph *g = grp->g;
+    memset(a, 0, sizeof(*a));
+    a->g = g;
+    a->att_node = -1;
+    for (int i = 0; i < grp->n_nodes; i++) {
+        const ops_node *n = &g->nodes[grp->nodes[i]];
+        if (n->op == OPS_ATTENTION) {
+            if (a->att_node >= 0)
+                return false;
+            a->att_node = grp->nodes[i];
+        } else if (!ops_is_elementwise(n->op)) {
+            return false;
+        }
+    }
+    if (a->att_node < 0 || grp->n_out != 1)
+        return false;
+    a->att = &g->nodes[a->att_node];
+    a->q = a->att->in[0].tensor;
+    a->k = a->att->in[1].tensor;
+    a->v = a->att->in[2].tensor;
+    a->out = grp->out[0];
+    /* q, k and v come from outside: the family has no prologue. */
+    for (int k = 0; k < 3; k++) {
+        int32_t p = g->tensors[a->att->in[k].tensor].producer;
+        if (p >= 0 && (grp->mask >> p & 1))
+            return false;
+    }
+    const ops_tensor *ot = &g->tensors[a->att->out];
+    /* Every other node computes one value per attention output element. */
+    for (int i = 0; i < grp->n_nodes; i++) {
+        const ops_node *n = &g->nodes[grp->nodes[i]];
+        if (grp->nodes[i] != a->att_node &&
+            !ops_shape_same_sizes(&g->tensors[n->out].shape, &ot->shape))
+            return false;
+    }
+    a->has_epilogue = grp->n_nodes > 1;
+    const ops_tensor *q = &g->tensors[a->q], *k = &g->tensors[a->k], *v = &g->tensors[a->v];
+    a->dt = q->dtype;
+    a->out_dt = g->tensors[a->out].dtype;
+    a->rank = q->shape.rank;
+    if (k->shape.rank != a->rank || v->shape.rank != a->rank || ot->shape.rank != a->rank)
+        return false;
+    a->batch = 1;
+    for (int i = 0; i < a->rank - 2; i++) {
+        if (k->shape.d[i].size != q->shape.d[i].size || v->shape.d[i].size != q->shape.d[i].size)
+            return false;
+        a->batch *= q->shape.d[i].size;
+    }
+    a->sq = q->shape.d[a->rank - 2].size;
+    a->d = q->shape.d[a->rank - 1].size;
+    a->skv = k->shape.d[a->rank - 2].size;
+    a->dv = v->shape.d[a->rank - 1].size;
+    a->causal = a->att->attrs.causal;
+    a->scale = a->att->attrs.has_scale ? a->att->attrs.scale : 1.0 / sqrt((double)a->d);
+    return a->dt == OPS_DT_F32 || a->dt == OPS_DT_F16 || a->dt == OPS_DT_BF16;
+}
+
+bool attention_matches(const ops_group *grp)
+{
+    attn_info a;
+    return attn_analyse(grp, &a);
+}
+
+void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->bq = s->v[K_BQ];
+    m->bkv = s->v[K_BKV];
+    m->warps = s->v[K_WARPS];
+    m->threads = m->warps * 32;
+    m->stages = s->v[K_STAGES];
+    m->math = s->v[K_MATH];
+    m->layout = s->v[K_LAYOUT];
+    m->qfrag = s->v[K_QFRAG];
+    m->exp2 = s->v[K_EXP] == EXP_2;
+    m->wgmma = s->v[K_MMA] == MMA_WGMMA;
+    int d = (int)a->d, dv = (int)a->dv;
+    if (m->math == MATH_FFMA) {
+        m->tx = 16;
+        m->ty = m->threads / m->tx;
+        m->rq = m->bq / m->ty;
+        m->rk = m->bkv / m->tx;
+        m->rd = dv / m->tx;
+        /* Q rows and K^T rows padded by a word: the column walks hit distinct banks. */
+        m->qs = d + 1;
+        m->ks = m->bkv + 1;
+        m->vs = dv;
+        int64_t words = (int64_t)m->bq * m->qs + (int64_t)m->stages * d * m->ks +
+                        (int64_t)m->stages * m->bkv * m->vs + (int64_t)m->bq * (m->bkv + 1) +
+                        3 * (int64_t)m->bq;
+        m->smem = 4 * words;
+        m->regs = m->rq * m->rd + m->rq * m->rk + m->rq + m->rk + m->rd + 40;
+    } else if (m->wgmma) {
+        m->mt = 1;
+        m->qs = m->ks = d;
+        m->vs = dv;
+        /* unpadded swizzled tiles, plus 1 KiB to align the first to 1024 bytes */
+        m->smem = 2 * ((int64_t)m->bq * d + (int64_t)m->stages * m->bkv * (d + dv)) + 1024;
+        /* S and O accumulators, P repacked (alive while the P V wgmmas run), statistics. */
+        m->regs = m->bkv / 2 + dv / 2 + m->bkv / 4 + 40; /* ptxas 13.0: 110-203 */
+    } else {
+        m->mt = m->bq / (m->warps * 16);
+        int pad = m->layout == LAYOUT_PAD ? 8 : 0;
+        m->qs = d + pad;
+        m->ks = d + pad;
+        m->vs = dv + pad;
+        m->smem = 2 * ((int64_t)m->bq * m->qs + (int64_t)m->stages * m->bkv * (m->ks + m->vs));
+        /* Accumulators O and S, S counted 1.5 times (P is repacked from it while ptxas keeps
+         * ldmatrix results in flight), Q fragments, row statistics, addresses. Calibrated on
+         * ptxas 13.0 reports: D=128 with Bkv=128 spills, everything under the budget does not. */
+        m->regs = m->mt * (dv / 8) * 4 + m->mt * (m->bkv / 8) * 6 +
+                  (m->qfrag == QFRAG_REGS ? m->mt * (d / 16) * 4 : 0) + m->mt * 8 + 48;
+    }
+    m->q_tiles = (a->sq + m->bq - 1) / m->bq;
+    for (int64_t t = 0; t < m->q_tiles; t++) {
+        int64_t end = a->skv;
+        if (a->causal) {
+            int64_t last = (t + 1) * m->bq < a->sq ? (t + 1) * m->bq : a->sq;
+            end = last < a->skv ? last : a->skv;
+        }
+        m->kv_tiles += (end + m->bkv - 1) / m->bkv;
+    }
+}
+
+const char *attention_prune(const ops_group *grp, const ops_schedule *s, const ops_device *dev)
+{
+    attn_info a;
+    if (!attn_analyse(grp, &a))
+        return "shape";
+    attn_geom m;
+    attn_geometry(&a, s, &m);
+    if (a.sq < 1 || a.skv < 1 || a.batch < 1 || a.batch > 65535 || a.d > MAX_HEAD_DIM ||
+        a.dv > MAX_HEAD_DIM)
+        return "shape";
+    if (m.math == MATH_FFMA) {
+        /* f16/bf16 data always has its tensor-core path. */
+        if (a.dt != OPS_DT_F32)
+            return "redundant";
+        if (m.layout != LAYOUT_PAD || m.qfrag != QFRAG_SMEM || m.wgmma || m.stages > 2)
+            return "redundant"; /* knobs of the mma path */
+        if (a.dv % m.tx != 0 || a.d < 1)
+            return "shape";
+        if (m.bq % m.ty != 0)
+            return "divisibility";
+        if (m.regs > FFMA_REG_BUDGET)
+            return "regs";
+    } else {
+        /* The tensor-core path runs in the data's own 16-bit type (f32 data would need
+         * "reduced" precision and a converting loader, which this family does not have). */
+        if ((m.math == MATH_F16 && a.dt != OPS_DT_F16) ||
+            (m.math == MATH_BF16 && a.dt != OPS_DT_BF16))
+            return "shape";
+        if (a.d % 16 != 0 || a.dv % 16 != 0)
+            return "shape";
+        if (m.layout == LAYOUT_SWIZZLE && (a.d % 64 != 0 || a.dv % 64 != 0))
+            return "shape"; /* the swizzle permutes 8 chunks of 16 bytes */
+        if (m.bq % (m.warps * 16) != 0)
+            return "divisibility";
+        if (dev->sm_major < 8)
+            return "shape";
+        if (m.wgmma) {
+            /* Hopper only; the descriptors name 128-byte rows of 64-column blocks, and V's
+             * single 64-column block along N */
+            if (dev->sm_major != 9 || strcmp(dev->arch, "sm_90a") != 0)
+                return "shape";
+            if (a.d % 64 != 0 || a.dv != 64)
+                return "shape";
+            if (m.layout != LAYOUT_SWIZZLE || m.qfrag != QFRAG_SMEM || m.stages < 2)
+                return "redundant"; /* the layout is the hardware's; Q is read by descriptor */
+            if (m.bq != 16 * m.warps)
+                return "divisibility"; /* a warpgroup per 64 query rows */
+            if (m.bkv < 64)
+                return "divisibility";
+        } else if (m.warps > 8 || m.bq > 128 || m.stages > 2) {
+            return "redundant"; /* 192-row tiles and 3-buffer rings are the wgmma path's */
+        }
+        if (m.regs > MMA_REG_BUDGET || m.regs > dev->regs_per_sm / m.threads)
+            return "regs";
+    }
+    if (m.threads > dev->max_threads_per_block)
+        return "threads";
+    if (m.smem > dev->smem_per_block_optin)
+        return "smem";
+    return NULL;
+}
