@@ -1,4 +1,4 @@
-/* ktune/mma.cuh on its own: the three mma.sync shapes and the tf32 conversions. */
+/* ktune/mma.cuh on its own: the three mma.sync shapes and the tf32 conversions and splits. */
 #include "ktune/mma.cuh"
 
 extern "C" __global__ void devlib_mma(const unsigned *g, const float *x, float *out)
@@ -13,6 +13,9 @@ extern "C" __global__ void devlib_mma(const unsigned *g, const float *x, float *
     kt_split_tf32(x[l], big, small);
     b[0] = kt_tf32(x[l + 32]);
     b[1] = big ^ small;
+    unsigned big_r, small_r;
+    kt_split_tf32_rna(x[l + 64], big_r, small_r);
+    b[1] ^= big_r + small_r;
     kt_mma_m16n8k8_tf32(d, a, b);
     out[l] = d[0] + d[1] + d[2] + d[3] + kt_tf32_trunc_rest(x[l]);
 }

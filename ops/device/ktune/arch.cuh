@@ -31,3 +31,13 @@ __device__ __forceinline__ unsigned kt_smem_u32(const void *p)
 {
     return (unsigned)__cvta_generic_to_shared(p);
 }
+
+/* The lane's index in its warp (%laneid). A volatile read: the compiler neither hoists nor
+ * reuses it, so what is derived from it is recomputed where it is used instead of held in
+ * registers (the tiled conv's loader relies on that). */
+__device__ __forceinline__ unsigned kt_lane_id()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(r));
+    return r;
+}
