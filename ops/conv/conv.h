@@ -50,7 +50,6 @@
  *
  * Knobs that do not apply to the chosen algorithm must sit at their first value; the other
  * combinations are pruned as "redundant", so every kept schedule is a distinct kernel. */
-#include "family.h"
 
 /* Internal to ops/conv/: the types and functions its files share. Files:
  *   plan.c      knobs; the group (conv_analyse); each algorithm's plan, pruning (conv_prune)
