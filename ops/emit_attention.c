@@ -1544,12 +1544,12 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     attn_geom m;
     attn_geometry(&a, s, &m);
     char entry[64];
-    snprintf(entry, sizeof(entry), "ktune_attention_%s%s_q%d_kv%d_w%d_s%d", math_labels[m.math],
-             m.wgmma ? "_wgmma" : "", m.bq, m.bkv, m.warps, m.stages);
+    snprintf(entry, sizeof(entry), "ktune_attention_%s%s_q%d_kv%d_w%d_s%d%s", math_labels[m.math],
+             m.wgmma ? "_wgmma" : "", m.bq, m.bkv, m.warps, m.stages, grp->entry_suffix);
 
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
-    ops_emit_prelude(&b);
+    ops_emit_shared_prelude(&b, out);
     if (m.math == MATH_FFMA) {
         kt_buf_printf(&b, "%s", ffma_helpers);
     } else {

@@ -455,3 +455,10 @@ void ops_emit_header(kt_buf *b, const ops_group *grp, const ops_schedule *s)
     }
     kt_buf_printf(b, " */\n");
 }
+
+void ops_emit_shared_prelude(kt_buf *b, ops_emitted *out)
+{
+    out->prelude_at = b->len;
+    ops_emit_prelude(b);
+    out->code_at = b->len;
+}

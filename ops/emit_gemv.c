@@ -351,8 +351,8 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
                             "gemv: schedule is pruned for this group (%s)", why);
     ops_kernel_launch *k = &out->kernels[0];
     static const char *const load_suffix[] = {"", "_lp", "_ls"};
-    snprintf(k->entry, sizeof(k->entry), "ktune_gemv_t%d_p%d_r%d_v%d%s", p.threads, p.tpr, p.rows,
-             p.vec, load_suffix[p.load]);
+    snprintf(k->entry, sizeof(k->entry), "ktune_gemv_t%d_p%d_r%d_v%d%s%s", p.threads, p.tpr, p.rows,
+             p.vec, load_suffix[p.load], grp->entry_suffix);
     /* Parameters: the group inputs in order, then y. */
     kt_buf params = {0}, call = {0};
     for (int i = 0; i < grp->n_in; i++) {
@@ -369,7 +369,7 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
 
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
-    ops_emit_prelude(&b);
+    ops_emit_shared_prelude(&b, out);
     kt_buf_printf(&b, "\n");
     kt_buf_line(&b, "constexpr int M = %lld, K = %lld;", (long long)in.M, (long long)in.K);
     kt_buf_line(&b, "constexpr int THREADS = %d, TPR = %d, R = %d, VEC = %d;", p.threads, p.tpr,

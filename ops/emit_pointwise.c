@@ -603,11 +603,11 @@ static int pointwise_emit(const ops_group *grp, const ops_schedule *s, const ops
 
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
-    ops_emit_prelude(&b);
+    ops_emit_shared_prelude(&b, out);
     ops_emit_vec_types(&b, gen->vec_types);
     ops_kernel_launch *k = &out->kernels[0];
-    snprintf(k->entry, sizeof(k->entry), "ktune_pointwise_t%d_i%d_v%d_u%d", p.threads, p.items,
-             p.vec, p.unroll);
+    snprintf(k->entry, sizeof(k->entry), "ktune_pointwise_t%d_i%d_v%d_u%d%s", p.threads, p.items,
+             p.vec, p.unroll, grp->entry_suffix);
     kt_buf_printf(&b,
                   "\n/* exact grid of %lld blocks; each thread handles %d chunk%s of %d "
                   "element%s */\n",

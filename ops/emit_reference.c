@@ -681,10 +681,11 @@ static int reference_emit(const ops_group *grp, const ops_schedule *s, const ops
     int ni = grp->nodes[0];
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
-    ops_emit_prelude(&b);
+    ops_emit_shared_prelude(&b, out);
     kt_buf_printf(&b, "%s", ref_helpers);
     char entry[64];
-    snprintf(entry, sizeof(entry), "ktune_reference_%s", ops_op_info_get(g->nodes[ni].op)->name);
+    snprintf(entry, sizeof(entry), "ktune_reference_%s%s", ops_op_info_get(g->nodes[ni].op)->name,
+             grp->entry_suffix);
     ops_kernel_launch *k = &out->kernels[0];
     int rc = emit_node_kernel(&b, g, ni, entry, k);
     if (rc == 0)

@@ -2058,8 +2058,8 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
     snprintf(sname, sizeof(sname), "%s", strategy_labels[p->strategy]);
     if (p->strategy == ST_CLUSTER) {
         ops_kernel_launch *k = &out->kernels[0];
-        snprintf(k->entry, sizeof(k->entry), "ktune_row_split_cluster_t%d_%s_v%d", p->threads,
-                 p->pass == PASS_ONE ? "one" : "multi", p->vec);
+        snprintf(k->entry, sizeof(k->entry), "ktune_row_split_cluster_t%d_%s_v%d%s", p->threads,
+                 p->pass == PASS_ONE ? "one" : "multi", p->vec, grp->entry_suffix);
         ops_emit_cluster_helpers(&kern);
         kt_buf_printf(&kern,
                       "\n/* %lld rows of %lld elements, %d chunks of %lld per row, a cluster "
@@ -2073,12 +2073,12 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
         out->n_kernels = 1;
     } else if (!gen.split) {
         ops_kernel_launch *k = &out->kernels[0];
-        snprintf(k->entry, sizeof(k->entry), "ktune_row_%s_t%d_r%d_%s%s_v%d", sname, p->threads,
+        snprintf(k->entry, sizeof(k->entry), "ktune_row_%s_t%d_r%d_%s%s_v%d%s", sname, p->threads,
                  p->rows, p->pass == PASS_ONE ? "one" : "multi",
                  p->storage == STO_REGS     ? "_reg"
                  : p->storage == STO_SHARED ? "_smem"
                                             : "_reread",
-                 p->vec);
+                 p->vec, grp->entry_suffix);
         kt_buf_printf(&kern,
                       "\n/* %lld rows of %lld elements (stride %lld); %d row%s per block, "
                       "%d thread%s per row */\n",
@@ -2096,8 +2096,8 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
         int n_k = in->n_levels + 1;
         for (int lvl = 1; lvl <= n_k; lvl++) {
             ops_kernel_launch *k = &out->kernels[lvl - 1];
-            snprintf(k->entry, sizeof(k->entry), "ktune_row_split_t%d_%s_v%d_k%d", p->threads,
-                     p->pass == PASS_ONE ? "one" : "multi", p->vec, lvl);
+            snprintf(k->entry, sizeof(k->entry), "ktune_row_split_t%d_%s_v%d_k%d%s", p->threads,
+                     p->pass == PASS_ONE ? "one" : "multi", p->vec, lvl, grp->entry_suffix);
             kt_buf_printf(&kern,
                           "\n/* kernel %d of %d: %lld rows of %lld elements, %d chunks "
                           "of %lld per row; %s */\n",
@@ -2116,7 +2116,7 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
         out->workspace_bytes = ws_level_offset(in, p, in->n_levels + 1) * 4;
     }
     ops_emit_header(&b, grp, s);
-    ops_emit_prelude(&b);
+    ops_emit_shared_prelude(&b, out);
     ops_emit_vec_types(&b, gen.vec_types);
     emit_mm_functions(in, &b);
     if (kern.data)

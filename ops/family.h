@@ -43,6 +43,11 @@ typedef struct ops_group {
     int n_out;
     int32_t out[OPS_GROUP_MAX_IO]; /* tensors produced here that a graph output is, or that a
                                       node outside the group reads; in node order */
+    /* Appended to every kernel entry name the emitter writes, in the source and in
+     * ops_emitted.kernels[].entry alike: search/tune.c emits the k-th group of a partition
+     * linked into one module with "_g<k>" so that its kernels cannot collide with another
+     * group's; "" (ops_group_init) otherwise. Letters, digits and '_' only. */
+    char entry_suffix[8];
 } ops_group;
 
 /* Fills grp for the nodes in mask. -EINVAL (detail in d) when g is not validated and bound,
@@ -114,6 +119,12 @@ typedef struct ops_kernel_launch {
 
 typedef struct ops_emitted {
     char *source; /* malloc'd CUDA C holding every kernel of the candidate */
+    /* Where source's pieces lie (ops_emit_shared_prelude records them), so that search/tune.c
+     * links the groups of a partition into one module without reading the code: [0, prelude_at)
+     * the file-scope header (comment, #include lines), [prelude_at, code_at) the shared prelude
+     * (the same text in every candidate), [code_at, end) the group's own code, which defines
+     * exactly the kernels below. code_at 0: the emitter marked no pieces (a cuBLASLt call). */
+    size_t prelude_at, code_at;
     int n_kernels;
     ops_kernel_launch kernels[OPS_MAX_KERNELS]; /* launched in order on one stream */
     int64_t workspace_bytes;
@@ -160,6 +171,11 @@ void ops_schedule_format(const ops_schedule *s, char *buf, size_t len);
 
 /* The header comment: family, schedule, graph, nodes of the group, bound shapes. */
 void ops_emit_header(kt_buf *b, const ops_group *grp, const ops_schedule *s);
+/* Appends the shared prelude (ops_emit_prelude) to the candidate's source b and records in out
+ * where it lies (prelude_at, code_at): what b holds before it is the file-scope header (the
+ * comment of ops_emit_header, #include lines), what the emitter appends after it the group's own
+ * code; b's text becomes out->source. */
+void ops_emit_shared_prelude(kt_buf *b, ops_emitted *out);
 /* Type definitions, f16/bf16 conversions and the math helpers (kt_gelu, kt_gelu_tanh, ...)
  * every elementwise expression may use. */
 void ops_emit_prelude(kt_buf *b);

@@ -569,32 +569,6 @@ char *kt_buf_take(kt_buf *b)
     return s;
 }
 
-static bool ident_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-}
-
-void kt_buf_replace_ident(kt_buf *b, const char *src, size_t len, const char *word,
-                          const char *with)
-{
-    size_t wl = strlen(word);
-    size_t i = 0, from = 0; /* copied up to i; searching from `from` */
-    while (i < len) {
-        const char *hit = wl ? strstr(src + from, word) : NULL;
-        if (!hit || (size_t)(hit - src) + wl > len) {
-            kt_buf_printf(b, "%.*s", (int)(len - i), src + i);
-            break;
-        }
-        size_t at = (size_t)(hit - src);
-        if ((at > 0 && ident_char(src[at - 1])) || (at + wl < len && ident_char(src[at + wl]))) {
-            from = at + 1; /* inside a longer identifier */
-            continue;
-        }
-        kt_buf_printf(b, "%.*s%s", (int)(at - i), src + i, with);
-        i = from = at + wl;
-    }
-}
-
 void kt_buf_free(kt_buf *b)
 {
     free(b->data);

@@ -165,8 +165,3 @@ int kt_buf_status(const kt_buf *b);
 /* Hands the string to the caller (who frees it) and resets b. NULL when nothing was appended. */
 char *kt_buf_take(kt_buf *b);
 void kt_buf_free(kt_buf *b);
-/* Appends src[0..len) to b with every whole identifier `word` (not part of a longer run of
- * [A-Za-z0-9_]) replaced by `with`; word is a non-empty identifier, src NUL-terminated at or
- * after len. */
-void kt_buf_replace_ident(kt_buf *b, const char *src, size_t len, const char *word,
-                          const char *with);

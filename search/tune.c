@@ -1,5 +1,6 @@
 /* The search strategy of search/tune.h: screen, refine, re-time, pick, record. */
 #include "compile.h"
+#include "link.h"
 
 #include "tune.h"
 
@@ -1125,19 +1126,22 @@ static void group_text(const ops_group *grp, char *buf, size_t len)
 }
 
 /* Emits (and if need be compiles: a store hit, or the cubin kept from the evaluation) the
- * candidate for its record. */
-static int materialise(tune *t, int64_t i, ops_emitted *em, void **cubin, size_t *cubin_len,
-                       kt_err *err)
+ * candidate for its record; as group `part` of a linked partition (part >= 0), only emits it,
+ * with that group's entry suffix. */
+static int materialise(tune *t, int64_t i, int part, ops_emitted *em, void **cubin,
+                       size_t *cubin_len, kt_err *err)
 {
     const srch_candidate *sc = &t->list[i];
     ops_diag d = {0};
     memset(em, 0, sizeof(*em));
     *cubin = NULL;
     *cubin_len = 0;
-    if (ops_family_get(sc->schedule.family)
-            ->emit(&t->s->groups[sc->group].group, &sc->schedule, &t->dev, em, &d) < 0)
+    ops_group grp = t->s->groups[sc->group].group;
+    if (part >= 0)
+        srch_link_suffix(part, &grp);
+    if (ops_family_get(sc->schedule.family)->emit(&grp, &sc->schedule, &t->dev, em, &d) < 0)
         return kt_err_set(err, -EINVAL, "emit for the record: %s", d.msg);
-    if (em->n_kernels == 0)
+    if (em->n_kernels == 0 || part >= 0) /* a linked group's cubin is the module's */
         return 0;
     if (t->c[i].cubin) {
         if (!(*cubin = malloc(t->c[i].cubin_len)))
@@ -1254,10 +1258,9 @@ static int map_arg(const tune *t, const io_map *m, const ops_arg *a, uint64_t ws
     return 0;
 }
 
-/* Appends the kernels of one emitted group to rec, renaming entries with suffix (for combined
- * multi-group modules). */
+/* Appends the kernels of one emitted group to rec, under the entry names it was emitted with. */
 static int add_kernels(const tune *t, const io_map *m, const ops_emitted *em, uint64_t ws_base,
-                       const char *suffix, const ops_lt_desc *lt, cache_record *rec, kt_err *err)
+                       const ops_lt_desc *lt, cache_record *rec, kt_err *err)
 {
     int n = em->n_kernels ? em->n_kernels : 1;
     cache_kernel *k = realloc(rec->kernels, (size_t)(rec->n_kernels + n) * sizeof(*k));
@@ -1288,9 +1291,7 @@ static int add_kernels(const tune *t, const io_map *m, const ops_emitted *em, ui
     }
     for (int i = 0; i < em->n_kernels; i++) {
         const ops_kernel_launch *l = &em->kernels[i];
-        char name[128];
-        snprintf(name, sizeof(name), "%s%s", l->entry, suffix);
-        k[i].entry = kt_strdup(name);
+        k[i].entry = kt_strdup(l->entry);
         k[i].args = calloc((size_t)l->n_args + 1, sizeof(cache_arg));
         if (!k[i].entry || !k[i].args)
             return kt_err_set(err, -ENOMEM, "out of memory");
@@ -1320,12 +1321,10 @@ static int nvrtc_version(void)
     return major * 1000 + minor * 10;
 }
 
-#define PRELUDE_END "/* ---- end of prelude ---- */"
-
 /* Fills rec for candidate list indices cand[0..n) forming partition part (one per group, in
- * launch order). One group: its source and cubin as they are. Several: one module, the prelude
- * once and each group's code in a namespace with its entries renamed "<entry>_g<k>", compiled
- * through the pool. */
+ * launch order). One group: its source and cubin as they are. Several: each group emitted with
+ * the entry suffix "_g<k>", linked into one module from the emitters' pieces (search/link.h),
+ * compiled through the pool. */
 static int build_record(tune *t, const srch_partition *part, const int64_t *ci, int n,
                         cache_record *rec, kt_err *err)
 {
@@ -1335,12 +1334,12 @@ static int build_record(tune *t, const srch_partition *part, const int64_t *ci, 
     void *cubins[OPS_GROUP_MAX_NODES] = {0};
     size_t cubin_lens[OPS_GROUP_MAX_NODES] = {0};
     int n_em = 0;
-    kt_buf src = {0};
     memset(em, 0, sizeof(em));
     if (rc < 0)
         goto out;
     for (int k = 0; k < n; k++) {
-        if ((rc = materialise(t, ci[k], &em[k], &cubins[k], &cubin_lens[k], err)) < 0)
+        int link_as = n > 1 ? k : -1; /* linked: emitted with group k's entry suffix */
+        if ((rc = materialise(t, ci[k], link_as, &em[k], &cubins[k], &cubin_lens[k], err)) < 0)
             goto out;
         n_em++;
         if (n > 1 && em[k].n_kernels == 0) {
@@ -1360,10 +1359,7 @@ static int build_record(tune *t, const srch_partition *part, const int64_t *ci, 
             rc = kt_err_set(err, -EINVAL, "library record: %s", d.msg);
             goto out;
         }
-        char suffix[16] = "";
-        if (n > 1)
-            snprintf(suffix, sizeof(suffix), "_g%d", k);
-        if ((rc = add_kernels(t, &m, &em[k], ws, suffix, &lt, rec, err)) < 0)
+        if ((rc = add_kernels(t, &m, &em[k], ws, &lt, rec, err)) < 0)
             goto out;
         int64_t own = em[k].n_kernels ? em[k].workspace_bytes : lt.workspace_bytes;
         ws += (uint64_t)(own + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
@@ -1379,46 +1375,8 @@ static int build_record(tune *t, const srch_partition *part, const int64_t *ci, 
         cubins[0] = NULL;
         rec->cubin_len = cubin_lens[0];
     } else {
-        kt_buf_printf(&src,
-                      "/*\n * ktune partition: %d kernels in one module, launched in "
-                      "order\n */\n",
-                      n);
-        for (int k = 0; k < n; k++) {
-            const char *s = em[k].source;
-            /* the header before it names tensors, escaped: no name holds a comment start */
-            const char *pre = strstr(s, "/* ---- ktune prelude");
-            const char *end = strstr(s, PRELUDE_END);
-            if (!pre || !end) {
-                rc = kt_err_set(err, -ENOTSUP, "group source without the prelude markers");
-                goto out;
-            }
-            end += strlen(PRELUDE_END);
-            kt_buf_printf(&src, "%.*s", (int)(pre - s), s); /* the group's header comment */
-            if (k == 0)
-                kt_buf_printf(&src, "%.*s\n", (int)(end - pre), pre);
-            kt_buf_printf(&src, "namespace ktune_g%d {\n", k);
-            /* Entry names are unique within a group source; rename each one, whole identifiers
-             * only: one made from a tensor name ("in0_<name>") may hold an entry's text. */
-            kt_buf body = {0};
-            kt_buf_printf(&body, "%s", end);
-            for (int j = 0; j < em[k].n_kernels; j++) {
-                char with[96];
-                snprintf(with, sizeof(with), "%s_g%d", em[k].kernels[j].entry, k);
-                kt_buf next = {0};
-                kt_buf_replace_ident(&next, body.data ? body.data : "", body.len,
-                                     em[k].kernels[j].entry, with);
-                kt_buf_free(&body);
-                body = next;
-            }
-            kt_buf_printf(&src, "%s\n} /* namespace ktune_g%d */\n", body.data ? body.data : "", k);
-            kt_buf_free(&body);
-        }
-        if ((rc = kt_buf_status(&src)) < 0) {
-            kt_err_set(err, rc, "out of memory");
+        if ((rc = srch_link_partition(em, n, &rec->source, &rec->source_len, err)) < 0)
             goto out;
-        }
-        rec->source_len = src.len;
-        rec->source = kt_buf_take(&src);
         if (srch_pool_submit(t->pool, rec->source, UINT64_MAX) < 0) {
             rc = kt_err_set(err, -ENOMEM, "out of memory");
             goto out;
@@ -1458,7 +1416,6 @@ static int build_record(tune *t, const srch_partition *part, const int64_t *ci, 
         rec->source_len = strlen(flat);
     }
 out:
-    kt_buf_free(&src);
     for (int k = 0; k < n_em; k++) {
         ops_emitted_free(&em[k]);
         free(cubins[k]);

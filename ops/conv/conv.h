@@ -153,7 +153,8 @@ typedef struct conv_names {
     char in[OPS_GROUP_MAX_IO][16];        /* kernel parameter per group input */
     char param[OPS_GROUP_MAX_IO + 1][64]; /* their declarations, then the output's */
     int n_params;
-    char call[512]; /* the names, comma-separated */
+    char call[512];           /* the names, comma-separated */
+    const char *entry_suffix; /* the group's, for the kernel's name */
 } conv_names;
 
 /* plan.c */

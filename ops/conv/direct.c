@@ -20,7 +20,9 @@ void conv_emit_direct(kt_buf *b, const conv_info *ci, const direct_plan *pl, con
                    "a thread reads per filter row */");
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
-    conv_emit_signature(b, "ktune_conv_direct", NULL, 0, nm);
+    char entry[64];
+    snprintf(entry, sizeof(entry), "ktune_conv_direct%s", nm->entry_suffix);
+    conv_emit_signature(b, entry, NULL, 0, nm);
     kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "const int k0 = blockIdx.y * TK;  /* first output channel of this block */");

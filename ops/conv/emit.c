@@ -22,6 +22,7 @@ static void conv_names_make(const ops_group *grp, const conv_info *ci, conv_name
     const ops_graph *g = grp->g;
     size_t cl = 0;
     nm->n_params = 0;
+    nm->entry_suffix = grp->entry_suffix;
     for (int i = 0; i < grp->n_in; i++) {
         int t = grp->in[i];
         /* Formatted from a local: nm->in and nm->param/call are members of one object, and
@@ -154,7 +155,7 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
     emit_includes(&b, grp, &ci, s, dev);
-    ops_emit_prelude(&b);
+    ops_emit_shared_prelude(&b, out);
     kt_buf_printf(&b, "\n");
     emit_constants(&b, &ci);
     int rc = conv_emit_store_fn(&b, grp, &ci, &nm);
@@ -169,7 +170,7 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
         tiled_plan pl;
         conv_tiled_plan_make(&ci, s, dev, &pl);
         conv_emit_tiled(&b, &pl, &nm);
-        snprintf(l->entry, sizeof(l->entry), "ktune_conv_tiled");
+        snprintf(l->entry, sizeof(l->entry), "ktune_conv_tiled%s", grp->entry_suffix);
         l->grid[0] = (uint32_t)(pl.kblocks * pl.tiles_p * pl.tiles_q);
         l->grid[1] = (uint32_t)ci.n;
         l->grid[2] = 1;
@@ -179,7 +180,7 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
         direct_plan pl;
         conv_direct_plan_make(&ci, s, dev, &pl);
         conv_emit_direct(&b, &ci, &pl, &nm);
-        snprintf(l->entry, sizeof(l->entry), "ktune_conv_direct");
+        snprintf(l->entry, sizeof(l->entry), "ktune_conv_direct%s", grp->entry_suffix);
         l->grid[0] = (uint32_t)conv_div_up(pl.spatial, pl.threads);
         l->grid[1] = (uint32_t)conv_div_up(ci.k, pl.tk);
         l->grid[2] = 1;
@@ -189,7 +190,8 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
         ig_plan pl;
         conv_ig_plan_make(grp, &ci, s, dev, &pl);
         conv_emit_igemm(&b, &ci, &pl, &nm);
-        snprintf(l->entry, sizeof(l->entry), "ktune_conv_igemm_%s", conv_math_labels[pl.math]);
+        snprintf(l->entry, sizeof(l->entry), "ktune_conv_igemm_%s%s", conv_math_labels[pl.math],
+                 grp->entry_suffix);
         l->grid[0] = (uint32_t)conv_div_up(ci.gm, pl.bm);
         l->grid[1] = (uint32_t)conv_div_up(ci.kg, pl.bn);
         l->grid[2] = (uint32_t)ci.groups;

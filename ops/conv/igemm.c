@@ -47,7 +47,8 @@ void conv_emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const co
         conv_emit_kk_table(b, ci, pl->bk);
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
     char entry[64];
-    snprintf(entry, sizeof(entry), "ktune_conv_igemm_%s", conv_math_labels[pl->math]);
+    snprintf(entry, sizeof(entry), "ktune_conv_igemm_%s%s", conv_math_labels[pl->math],
+             nm->entry_suffix);
     conv_emit_signature(b, entry, NULL, 0, nm);
     kt_buf_line(b, "{");
     b->indent = 4;

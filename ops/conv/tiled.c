@@ -65,7 +65,9 @@ void conv_emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
     kt_buf_line(b, "constexpr int FT = (BN + NW - 1) / NW, FI = (R * S + 31) / 32;");
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)");
-    conv_emit_signature(b, "ktune_conv_tiled", NULL, 0, nm);
+    char entry[64];
+    snprintf(entry, sizeof(entry), "ktune_conv_tiled%s", nm->entry_suffix);
+    conv_emit_signature(b, entry, NULL, 0, nm);
     kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "extern __shared__ __align__(16) float kt_smem[]; /* [STAGES][STAGE], then "

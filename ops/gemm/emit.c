@@ -352,10 +352,10 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     param_name(grp->g, p.out, e.names[grp->n_in], sizeof(e.names[grp->n_in]));
 
     char entry[64];
-    gemm_main_entry(&c, entry, sizeof(entry));
+    gemm_main_entry(&c, grp->entry_suffix, entry, sizeof(entry));
     ops_emit_header(&b, grp, s);
     emit_includes(&e);
-    ops_emit_prelude(&b);
+    ops_emit_shared_prelude(&b, out);
     emit_constants(&e);
     if (c.serial)
         gemm_emit_serial_helpers(&e);
@@ -397,7 +397,7 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     out->source = kt_buf_take(&b);
     if (c.presplit) {
         ops_kernel_launch *ks = &out->kernels[out->n_kernels++];
-        snprintf(ks->entry, sizeof(ks->entry), "ktune_gemm_split_a");
+        snprintf(ks->entry, sizeof(ks->entry), "ktune_gemm_split_a%s", grp->entry_suffix);
         int64_t blocks = gemm_cdiv(p.M * p.K / 4, SPLIT_THREADS);
         ks->grid[0] = (uint32_t)(blocks < 8 * dev->sm_count ? blocks : 8 * dev->sm_count);
         ks->grid[1] = ks->grid[2] = 1;
@@ -423,7 +423,7 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     if (c.parallel) {
         out->workspace_bytes = (int64_t)c.splitk * p.batch * p.M * p.N * 4;
         k = &out->kernels[out->n_kernels++];
-        snprintf(k->entry, sizeof(k->entry), "ktune_gemm_splitk_reduce");
+        snprintf(k->entry, sizeof(k->entry), "ktune_gemm_splitk_reduce%s", grp->entry_suffix);
         k->grid[0] = (uint32_t)gemm_cdiv(gemm_reduce_items(&p), REDUCE_THREADS);
         k->grid[1] = k->grid[2] = 1;
         k->block[0] = REDUCE_THREADS;

@@ -191,7 +191,7 @@ void gemm_configure(const gemm_problem *p, const ops_schedule *s, const ops_devi
 int64_t gemm_serial_acc_offset(const gemm_problem *p, const gemm_cfg *c);
 int64_t gemm_serial_workspace_bytes(const gemm_problem *p, const gemm_cfg *c);
 int gemm_ilog2(int v);
-void gemm_main_entry(const gemm_cfg *c, char *buf, size_t len);
+void gemm_main_entry(const gemm_cfg *c, const char *suffix, char *buf, size_t len);
 
 /* ---- emit.c: shared emission helpers, the candidate assembled (the family entry points) ---- */
 const char *gemm_in_name(const gemm_emit *e, int t);

@@ -529,9 +529,9 @@ void ops_gemm_ldsm_lane(int kind, int lane, int *row, int *col)
 
 /* ---- the candidate's entry name ---- */
 
-void gemm_main_entry(const gemm_cfg *c, char *buf, size_t len)
+void gemm_main_entry(const gemm_cfg *c, const char *suffix, char *buf, size_t len)
 {
-    snprintf(buf, len, "ktune_gemm_%s%s_%dx%dx%d%s", math_labels[c->math],
+    snprintf(buf, len, "ktune_gemm_%s%s_%dx%dx%d%s%s", math_labels[c->math],
              c->presplit ? "_wgmma_split"
              : c->wgmma  ? "_wgmma"
                          : "",
@@ -539,5 +539,6 @@ void gemm_main_entry(const gemm_cfg *c, char *buf, size_t len)
              c->parallel  ? "_partial"
              : c->serial  ? "_serial"
              : c->cluster ? "_cluster"
-                          : "");
+                          : "",
+             suffix);
 }

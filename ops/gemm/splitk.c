@@ -185,8 +185,9 @@ void gemm_emit_reduce_kernel(const gemm_emit *e)
         "/* Split-K reduction: sums the SPLITK fp32 partials of %s in slice order (deterministic),",
         pair ? "two adjacent elements" : "one element");
     kt_buf_line(b, " * then applies the epilogue. */");
-    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_splitk_reduce",
-                  REDUCE_THREADS);
+    kt_buf_printf(b,
+                  "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_splitk_reduce%s",
+                  REDUCE_THREADS, e->p->grp->entry_suffix);
     gemm_emit_kernel_params(e, true);
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "{");

@@ -46,8 +46,8 @@ void gemm_emit_split_kernel(const gemm_emit *e)
     kt_buf_printf(b, "\n");
     kt_buf_line(
         b, "/* A's small halves into the workspace, read by the wgmma kernel's tile copies. */");
-    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_split_a",
-                  SPLIT_THREADS);
+    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_split_a%s",
+                  SPLIT_THREADS, e->p->grp->entry_suffix);
     gemm_emit_kernel_params(e, true);
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "{");

@@ -224,31 +224,12 @@ static void test_attribute_literal(void **state)
     ops_graph_free(g);
 }
 
-/* A partition module renames each group's entries (search/tune.c): whole identifiers only, so
- * neither an identifier made from a tensor name nor another entry the name starts is touched. */
-static void test_replace_ident(void **state)
-{
-    (void)state;
-    static const char src[] = "ktune_x(a); in0_ktune_x_y[0] = ktune_x_reduce(ktune_x);\n"
-                              "/* ktune_x */ ktune_xx ktune_x";
-    kt_buf b = {0};
-    kt_buf_replace_ident(&b, src, strlen(src), "ktune_x", "ktune_x_g1");
-    assert_string_equal(b.data, "ktune_x_g1(a); in0_ktune_x_y[0] = ktune_x_reduce(ktune_x_g1);\n"
-                                "/* ktune_x_g1 */ ktune_xx ktune_x_g1");
-    kt_buf_free(&b);
-    /* only src[0..len): a match that runs past it stays as it is */
-    kt_buf_replace_ident(&b, "ktune_x ktune_x", 10, "ktune_x", "k");
-    assert_string_equal(b.data, "k kt");
-    kt_buf_free(&b);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_comment_text),
         cmocka_unit_test(test_same_code),
         cmocka_unit_test(test_nvrtc),
-        cmocka_unit_test(test_replace_ident),
         cmocka_unit_test(test_attribute_literal),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -3,6 +3,8 @@
  * results on command). No GPU: the candidates are really emitted and compiled with NVRTC. */
 #include "search/tune.h"
 
+#include "search/compile.h"
+
 #include "ops/ops.h"
 
 #include <math.h>
@@ -342,6 +344,27 @@ static void record_key(const cache_record *rec, int nodes, char *buf, size_t len
                  (unsigned long long)rec->workspace_bytes, (unsigned long long)h);
 }
 
+/* The record's module compiles for sm_90a and defines exactly the kernels it launches, each
+ * launched once (a partition's are its groups' kernels, linked: search/link.h). */
+static void check_record_module(const cache_record *rec)
+{
+    srch_compile_result r = {0};
+    assert_int_equal(srch_nvrtc_compile(rec->source, "sm_90a", &r), 0);
+    if (r.status != SRCH_COMPILE_OK)
+        fail_msg("the record's module does not compile:\n%s\n---- source ----\n%s", r.log,
+                 rec->source);
+    assert_int_equal(r.n_kernels, rec->n_kernels);
+    for (int k = 0; k < rec->n_kernels; k++) {
+        int defined = 0;
+        for (int i = 0; i < r.n_kernels; i++)
+            defined += strcmp(r.kernels[i].name, rec->kernels[k].entry) == 0;
+        if (defined != 1)
+            fail_msg("the record launches '%s', which its module defines %d times",
+                     rec->kernels[k].entry, defined);
+    }
+    srch_compile_result_release(&r);
+}
+
 /* The lines of a FAKE_LOG file; *n of them, each malloc'd. */
 static char **read_lines(const char *path, int *n)
 {
@@ -415,6 +438,7 @@ static void test_record_evaluated_whole(void **state)
     assert_string_equal(rec.family, "partition");
     assert_true(rec.verified);
     assert_true(rec.n_kernels >= 2);
+    check_record_module(&rec);
     /* the stored error is the whole-graph measurement, not the worst of the groups' */
     assert_true(rec.err_norm == 3.5e-6);
     assert_true(rec.err_max == 0.25);
@@ -669,10 +693,17 @@ static void test_mixed_library_pick_falls_back(void **state)
     setenv("FAKE_WRONG", "serial@3,partial@3,parallel@3,cluster@3,reduce@3", 1);
     cache_env *cache = open_cache("cache-mixed");
     srch_tune_opts o = base_opts();
-    /* the space is large (two GEMMs, a row group): compiling its first candidates takes long
-     * under the sanitizers, whose runs set the time scale */
+    /* The space is large (two GEMMs, a row group) and every trial compiles with NVRTC, 1-3 s
+     * of CPU each on a loaded 2-core machine: a small strategy spends the budget on few
+     * candidates per group, and the budget leaves room for the ~20 trials a record needs (20 s
+     * once found nothing verified there; 90 s gave 41 trials at load 3-5) */
+    o.screen_top = 2;
+    o.screen_spread = 2;
+    o.refine_best = 1;
+    o.refine_rounds = 1;
+    o.finalists = 2;
     const char *scale = getenv("KTUNE_TEST_TIME_SCALE");
-    o.budget_s = 20 * (scale && atof(scale) > 1 ? atof(scale) : 1);
+    o.budget_s = 60 * (scale && atof(scale) > 1 ? atof(scale) : 1);
     srch_tune_result r;
     kt_err err = {0};
     int rc = srch_tune(g, &m, 1, cache, &o, &r, &err);
@@ -682,8 +713,9 @@ static void test_mixed_library_pick_falls_back(void **state)
         print_error("srch_tune: %s\n", err.msg);
     assert_int_equal(rc, 0);
     assert_true(r.found);
-    print_message("mixed picks: note '%s', fallback '%s', %d picks stored at rank %d\n",
-                  r.record_note, r.record_fallback, r.n_picks, r.rank);
+    print_message(
+        "mixed picks (%.1f s, %d trials): note '%s', fallback '%s', %d picks stored at rank %d\n",
+        r.seconds, r.trials, r.record_note, r.record_fallback, r.n_picks, r.rank);
     for (int k = 0; k < r.n_picks; k++)
         print_message("  pick %d: %s\n", k, r.picks[k].cand);
     if (r.rank != 0)
