@@ -182,6 +182,11 @@ void ops_emit_prelude(kt_buf *b);
 /* Thread-block cluster helpers (sm_90): kt_cluster_sync(), kt_cluster_addr(p, rank) (p's
  * address in block rank's shared memory), kt_ld_cluster(addr), kt_ld_cluster4(addr). */
 void ops_emit_cluster_helpers(kt_buf *b);
+/* The register-tile FFMA product of the FFMA math paths (gemm and conv): for i < ni, j < nj,
+ * acc[i][j] = fmaf(x, y, acc[i][j]), x and y expressions in the loop variables named i and j;
+ * six lines of CUDA at b's indent. */
+void ops_emit_fma_tile(kt_buf *b, const char *i, const char *ni, const char *j, const char *nj,
+                       const char *x, const char *y);
 /* "float", "kt_f16", "kt_bf16" (or "double" for OPS_DT_F64). */
 const char *ops_emit_ctype(ops_dtype dt);
 /* Appends an expression converting the stored value `expr` of dtype dt to float, or a float

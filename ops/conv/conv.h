@@ -174,6 +174,8 @@ const char *conv_to_f(char *buf, size_t len, ops_dtype dt, const char *ref);
 void conv_emit_signature(kt_buf *b, const char *head, const char *const *lead, int n_lead,
                          const conv_names *nm);
 const char *conv_param_of(const ops_group *grp, const conv_names *nm, int tensor);
+void conv_emit_kernel_head(kt_buf *b, const char *min_blocks, const char *name,
+                           const conv_names *nm);
 
 /* epilogue.c */
 int conv_emit_store_fn(kt_buf *b, const ops_group *grp, const conv_info *ci, const conv_names *nm);

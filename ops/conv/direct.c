@@ -19,12 +19,7 @@ void conv_emit_direct(kt_buf *b, const conv_info *ci, const direct_plan *pl, con
     kt_buf_line(b, "constexpr int WIN = (TQ - 1) * STR_W + (S - 1) * DIL_W + 1; /* input columns "
                    "a thread reads per filter row */");
     kt_buf_printf(b, "\n");
-    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
-    char entry[64];
-    snprintf(entry, sizeof(entry), "ktune_conv_direct%s", nm->entry_suffix);
-    conv_emit_signature(b, entry, NULL, 0, nm);
-    kt_buf_line(b, "{");
-    b->indent = 4;
+    conv_emit_kernel_head(b, "1", "direct", nm);
     kt_buf_line(b, "const int k0 = blockIdx.y * TK;  /* first output channel of this block */");
     kt_buf_line(b, "const int grp = k0 / KG;         /* its group: all TK channels share it */");
     char wl[160], fl[200];

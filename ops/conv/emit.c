@@ -78,6 +78,19 @@ void conv_emit_signature(kt_buf *b, const char *head, const char *const *lead, i
     kt_buf_printf(b, ")\n");
 }
 
+/* The kernel's first lines: "extern \"C\" __global__ void __launch_bounds__(THREADS, min_blocks)",
+ * the signature of ktune_conv_<name><entry suffix>, "{"; the body then goes at indent 4. */
+void conv_emit_kernel_head(kt_buf *b, const char *min_blocks, const char *name,
+                           const conv_names *nm)
+{
+    char entry[64];
+    snprintf(entry, sizeof(entry), "ktune_conv_%s%s", name, nm->entry_suffix);
+    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, %s)", min_blocks);
+    conv_emit_signature(b, entry, NULL, 0, nm);
+    kt_buf_line(b, "{");
+    b->indent = 4;
+}
+
 const char *conv_param_of(const ops_group *grp, const conv_names *nm, int tensor)
 {
     for (int i = 0; i < grp->n_in; i++)

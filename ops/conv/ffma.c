@@ -29,11 +29,9 @@ void conv_emit_compute_ffma(kt_buf *b, const conv_info *ci)
     kt_buf_line(b, "    #pragma unroll");
     kt_buf_line(b, "    for (int j = 0; j < TN; j++)");
     kt_buf_line(b, "        bv[j] = bs[kk * LDB + col0 + j * (BN / TN)];");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int i = 0; i < TM; i++)");
-    kt_buf_line(b, "        #pragma unroll");
-    kt_buf_line(b, "        for (int j = 0; j < TN; j++)");
-    kt_buf_line(b, "            acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);");
+    b->indent += 4;
+    ops_emit_fma_tile(b, "i", "TM", "j", "TN", "a[i]", "bv[j]");
+    b->indent -= 4;
     kt_buf_line(b, "}");
     b->indent -= 4;
     kt_buf_line(b, "};");

@@ -45,13 +45,9 @@ void conv_emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const co
     kt_buf_printf(b, "\n");
     if (!pl->cp_async && conv_kk_table_ok(ci))
         conv_emit_kk_table(b, ci, pl->bk);
-    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
-    char entry[64];
-    snprintf(entry, sizeof(entry), "ktune_conv_igemm_%s%s", conv_math_labels[pl->math],
-             nm->entry_suffix);
-    conv_emit_signature(b, entry, NULL, 0, nm);
-    kt_buf_line(b, "{");
-    b->indent = 4;
+    char name[32];
+    snprintf(name, sizeof(name), "igemm_%s", conv_math_labels[pl->math]);
+    conv_emit_kernel_head(b, "1", name, nm);
     kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kt_smem[];");
     if (pl->mma) {
         kt_buf_line(b, "unsigned short *As = (unsigned short *)kt_smem; /* [STAGES][BM][LDS] "

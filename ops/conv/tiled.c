@@ -64,12 +64,7 @@ void conv_emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
     kt_buf_line(b, "constexpr int XT = (IH + NW - 1) / NW, XI = (IW + 31) / 32;");
     kt_buf_line(b, "constexpr int FT = (BN + NW - 1) / NW, FI = (R * S + 31) / 32;");
     kt_buf_printf(b, "\n");
-    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)");
-    char entry[64];
-    snprintf(entry, sizeof(entry), "ktune_conv_tiled%s", nm->entry_suffix);
-    conv_emit_signature(b, entry, NULL, 0, nm);
-    kt_buf_line(b, "{");
-    b->indent = 4;
+    conv_emit_kernel_head(b, "MIN_BLOCKS", "tiled", nm);
     kt_buf_line(b, "extern __shared__ __align__(16) float kt_smem[]; /* [STAGES][STAGE], then "
                    "the output tile */");
     kt_buf_line(b, "const int tid = threadIdx.x, warp = tid / 32, lane = tid %% 32;");
@@ -191,11 +186,7 @@ void conv_emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
     kt_buf_line(b, "    for (int u = 0; u < 4; u++)");
     kt_buf_line(b, "        wv[j + u] = t.v[u];");
     kt_buf_line(b, "}");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int j = 0; j < TK; j++)");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int i = 0; i < TQ; i++)");
-    kt_buf_line(b, "        acc[j][i] = fmaf(xv[i + m], wv[j], acc[j][i]);");
+    ops_emit_fma_tile(b, "j", "TK", "i", "TQ", "xv[i + m]", "wv[j]");
     b->indent = 16;
     kt_buf_line(b, "}");
     b->indent = 12;

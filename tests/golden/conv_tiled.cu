@@ -234,10 +234,11 @@ ktune_conv_tiled(const float *__restrict__ x, const float *__restrict__ w,
                             wv[j + u] = t.v[u];
                     }
                     #pragma unroll
-                    for (int j = 0; j < TK; j++)
+                    for (int j = 0; j < TK; j++) {
                         #pragma unroll
                         for (int i = 0; i < TQ; i++)
                             acc[j][i] = fmaf(xv[i + m], wv[j], acc[j][i]);
+                    }
                 }
             }
         }
