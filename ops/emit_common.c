@@ -207,6 +207,17 @@ void ops_emit_vec_type_name(ops_dtype dt, int vec, char *out, size_t len)
     snprintf(out, len, "%s_x%d", ops_emit_ctype(dt), vec);
 }
 
+void ops_emit_fma_tile(kt_buf *b, const char *i, const char *ni, const char *j, const char *nj,
+                       const char *x, const char *y)
+{
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int %s = 0; %s < %s; %s++) {", i, i, ni, i);
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int %s = 0; %s < %s; %s++)", j, j, nj, j);
+    kt_buf_line(b, "        acc[%s][%s] = fmaf(%s, %s, acc[%s][%s]);", i, j, x, y, i, j);
+    kt_buf_line(b, "}");
+}
+
 void ops_emit_vec_types(kt_buf *b, unsigned types)
 {
     static const ops_dtype dts[] = {OPS_DT_F32, OPS_DT_F16, OPS_DT_BF16};

@@ -179,6 +179,11 @@ void ops_emit_shared_prelude(kt_buf *b, ops_emitted *out);
 /* Type definitions, f16/bf16 conversions and the math helpers (kt_gelu, kt_gelu_tanh, ...)
  * every elementwise expression may use. */
 void ops_emit_prelude(kt_buf *b);
+/* The register-tile FFMA product of the FFMA math paths (gemm and conv): for i < ni, j < nj,
+ * acc[i][j] = fmaf(x, y, acc[i][j]), x and y expressions in the loop variables named i and j;
+ * six lines of CUDA at b's indent. */
+void ops_emit_fma_tile(kt_buf *b, const char *i, const char *ni, const char *j, const char *nj,
+                       const char *x, const char *y);
 /* "float", "kt_f16", "kt_bf16" (or "double" for OPS_DT_F64). */
 const char *ops_emit_ctype(ops_dtype dt);
 /* Appends an expression converting the stored value `expr` of dtype dt to float, or a float

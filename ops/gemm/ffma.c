@@ -43,12 +43,7 @@ void gemm_emit_ffma_stage(const gemm_emit *e)
                     k ? "TN" : "TM", k ? 'j' : 'i');
         kt_buf_line(b, "    %c[%c] = %s;", X, k ? 'j' : 'i', el);
     }
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int i = 0; i < TM; i++) {");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int j = 0; j < TN; j++)");
-    kt_buf_line(b, "        acc[i][j] = fmaf(a[i], b[j], acc[i][j]);");
-    kt_buf_line(b, "}");
+    ops_emit_fma_tile(b, "i", "TM", "j", "TN", "a[i]", "b[j]");
     b->indent = 4;
     kt_buf_line(b, "}");
     b->indent = 0;

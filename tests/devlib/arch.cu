@@ -15,7 +15,8 @@ extern "C" __global__ void devlib_arch(unsigned *out, float *f)
         }
     kt_reg_pin(a);
     kt_reg_hold(d);
-    out[threadIdx.x] = kt_smem_u32(s + threadIdx.x % 64) + KT_SM90 + 2 * KT_SM90A + a[1][3];
+    out[threadIdx.x] =
+        kt_smem_u32(s + threadIdx.x % 64) + KT_SM90 + 2 * KT_SM90A + a[1][3] + kt_lane_id();
     f[threadIdx.x] = d[1][2];
 }
 

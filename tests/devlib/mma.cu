@@ -1,5 +1,5 @@
-/* ktune/mma.cuh on its own: the three mma.sync shapes, the tf32 conversions and the 16-bit
- * packing. */
+/* ktune/mma.cuh on its own: the three mma.sync shapes, the tf32 conversions and splits and the
+ * 16-bit packing. */
 #include "ktune/mma.cuh"
 
 extern "C" __global__ void devlib_mma(const unsigned *g, const float *x, float *out)
@@ -14,6 +14,9 @@ extern "C" __global__ void devlib_mma(const unsigned *g, const float *x, float *
     kt_split_tf32(x[l], big, small);
     b[0] = kt_tf32(x[l + 32]);
     b[1] = big ^ small;
+    unsigned big_r, small_r;
+    kt_split_tf32_rna(x[l + 64], big_r, small_r);
+    b[1] ^= big_r + small_r;
     kt_mma_m16n8k8_tf32(d, a, b);
     b[0] = kt_pack_f16x2(x[l], d[0]);
     b[1] = kt_pack_bf16x2(d[1], x[l + 32]);

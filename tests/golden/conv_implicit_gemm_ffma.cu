@@ -183,10 +183,11 @@ ktune_conv_igemm_ffma(const float *__restrict__ x, const float *__restrict__ w,
             for (int j = 0; j < TN; j++)
                 bv[j] = bs[kk * LDB + col0 + j * (BN / TN)];
             #pragma unroll
-            for (int i = 0; i < TM; i++)
+            for (int i = 0; i < TM; i++) {
                 #pragma unroll
                 for (int j = 0; j < TN; j++)
                     acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
+            }
         }
     };
 

@@ -6,6 +6,10 @@
  *   t = add(c, Z)  f16 [16, 56, 56, 64]
  *   Y = relu(t)  f16 [16, 56, 56, 64]
  */
+/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */
+#include "ktune/cp_async.cuh"
+#include "ktune/ldmatrix.cuh"
+#include "ktune/mma.cuh"
 /* ---- ktune prelude: 16-bit storage types and math helpers ---- */
 typedef unsigned short kt_f16;
 typedef unsigned short kt_bf16;
@@ -99,50 +103,6 @@ __device__ __forceinline__ void kt_conv_store(float acc, idx_t n, idx_t k, idx_t
     y[((n * P + p) * Q + q) * K + k] = kt_f32_to_f16(v2);
 }
 
-/* ---- tensor-core and async-copy primitives (inline PTX) ---- */
-__device__ __forceinline__ unsigned kt_smem_addr(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void kt_ldmatrix_x4(unsigned (&r)[4], const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(kt_smem_addr(p))
-                 : "memory");
-}
-__device__ __forceinline__ void kt_ldmatrix_x2(unsigned (&r)[2], const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1])
-                 : "r"(kt_smem_addr(p))
-                 : "memory");
-}
-/* d += a * b on one m16n8k16 tile, f16 operands, fp32 accumulation. */
-__device__ __forceinline__ void kt_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-/* 16-byte global -> shared copy; ok == false writes zeros (padding, tile edges). */
-__device__ __forceinline__ void kt_cp_async16(void *dst, const void *src, bool ok)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :
-                 : "r"(kt_smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void kt_cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void kt_cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 /* Implicit GEMM: block tile BM pixels x BN channels, BK-deep reduction steps. */
 constexpr int BM = 128, BN = 64, BK = 32, THREADS = 128, STAGES = 3;
 constexpr int KTILES = (GEMM_K + BK - 1) / BK;
@@ -189,14 +149,14 @@ ktune_conv_igemm_mma(const kt_f16 *__restrict__ x, const kt_f16 *__restrict__ w,
             const int h = a_h[e] + r * DIL_H, ww = a_w[e] + s * DIL_W;
             const bool ok = kk < GEMM_K && (unsigned)h < (unsigned)H && (unsigned)ww < (unsigned)W;
             kt_cp_async16(as + ((tid + e * THREADS) / CPR) * LDS + (tid % CPR) * 8,
-                          ok ? x + a_base[e] + ((idx_t)h * W + ww) * C + c : x, ok);
+                          ok ? x + a_base[e] + ((idx_t)h * W + ww) * C + c : x, ok ? 16 : 0);
         }
         #pragma unroll
         for (int e = 0; e < B_CHUNKS; e++) {
             const int col = n0 + (tid + e * THREADS) / CPR;
             const bool ok = kk < GEMM_K && col < GEMM_N;
             kt_cp_async16(bs + ((tid + e * THREADS) / CPR) * LDS + (tid % CPR) * 8,
-                          ok ? w + (idx_t)(grp * KG + col) * GEMM_K + kk : w, ok);
+                          ok ? w + (idx_t)(grp * KG + col) * GEMM_K + kk : w, ok ? 16 : 0);
         }
     };
     const int lane = tid % 32, warp = tid / 32;
@@ -210,25 +170,28 @@ ktune_conv_igemm_mma(const kt_f16 *__restrict__ x, const kt_f16 *__restrict__ w,
             unsigned af[MI][4], bf[NI][2];
             #pragma unroll
             for (int mi = 0; mi < MI; mi++)
-                kt_ldmatrix_x4(af[mi], as + (wm0 + mi * 16 + lane % 16) * LDS + k16 + (lane / 16) * 8);
+                kt_ldmatrix_x4(af[mi][0], af[mi][1], af[mi][2], af[mi][3],
+                               as + (wm0 + mi * 16 + lane % 16) * LDS + k16 + (lane / 16) * 8);
             #pragma unroll
             for (int ni = 0; ni + 1 < NI; ni += 2) {
                 unsigned t[4];
-                kt_ldmatrix_x4(t, bs + (wn0 + ni * 8 + lane % 8 + (lane / 16) * 8) * LDS + k16 +
-                                      ((lane / 8) % 2) * 8);
+                kt_ldmatrix_x4(t[0], t[1], t[2], t[3],
+                               bs + (wn0 + ni * 8 + lane % 8 + (lane / 16) * 8) * LDS + k16 +
+                                   ((lane / 8) % 2) * 8);
                 bf[ni][0] = t[0];
                 bf[ni][1] = t[1];
                 bf[ni + 1][0] = t[2];
                 bf[ni + 1][1] = t[3];
             }
             if (NI % 2)
-                kt_ldmatrix_x2(bf[NI - 1], bs + (wn0 + (NI - 1) * 8 + lane % 8) * LDS + k16 +
-                                               ((lane / 8) % 2) * 8);
+                kt_ldmatrix_x2(bf[NI - 1][0], bf[NI - 1][1],
+                               bs + (wn0 + (NI - 1) * 8 + lane % 8) * LDS + k16 +
+                                   ((lane / 8) % 2) * 8);
             #pragma unroll
             for (int mi = 0; mi < MI; mi++)
                 #pragma unroll
                 for (int ni = 0; ni < NI; ni++)
-                    kt_mma(acc[mi][ni], af[mi], bf[ni]);
+                    kt_mma_m16n8k16_f16(acc[mi][ni], af[mi], bf[ni]);
         }
     };
 

@@ -5,6 +5,8 @@
  *   c = conv2d(X, W, b)  f32 [100, 96, 55, 55]
  *   Y = relu(c)  f32 [100, 96, 55, 55]
  */
+/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */
+#include "ktune/mma.cuh"
 /* ---- ktune prelude: 16-bit storage types and math helpers ---- */
 typedef unsigned short kt_f16;
 typedef unsigned short kt_bf16;
@@ -94,37 +96,6 @@ __device__ __forceinline__ void kt_conv_store(float acc, idx_t n, idx_t k, idx_t
     const float v0 = acc + bias[k]; /* c = conv2d */
     const float v1 = kt_max(v0, 0.0f); /* Y = relu */
     y[((n * K + k) * P + p) * Q + q] = v1;
-}
-
-/* ---- tf32 tensor-core primitives (inline PTX) ---- */
-/* fp32 -> tf32: round to nearest (ties away) to 10 stored mantissa bits; the result is an
- * fp32 bit pattern whose low 13 bits are zero. */
-__device__ __forceinline__ unsigned kt_tf32(float x)
-{
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
-}
-/* Error-compensated split (3xTF32): x = big + small + e with big = tf32(x), the top 11
- * significant bits, and small = tf32(x - big), the next 11 (x - big is exact in fp32), so
- * |small| <= 2^-11 |x| and |e| <= 2^-22 |x|. The kernel sums a_small*b_big + a_big*b_small +
- * a_big*b_big (small terms first, so they are not lost against the big one): each tf32 x tf32
- * product is exact (11 x 11 bits), and each k step's sum is added to the accumulator in fp32.
- * What is dropped (a_small*b_small and the split remainders) is a few 2^-22 of |a b|, close
- * to fp32's own 2^-24 rounding, where one plain tf32 mma errs by up to 2^-10. */
-__device__ __forceinline__ void kt_tf32_split(float x, unsigned &big, unsigned &small)
-{
-    big = kt_tf32(x);
-    small = kt_tf32(x - __uint_as_float(big));
-}
-/* d += a * b on one m16n8k8 tile, tf32 operands, fp32 accumulation. */
-__device__ __forceinline__ void kt_mma_tf32(float (&d)[4], const unsigned (&a)[4],
-                                            const unsigned (&b)[2])
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 /* Implicit GEMM: block tile BM pixels x BN channels, BK-deep reduction steps. */
@@ -260,16 +231,16 @@ ktune_conv_igemm_tf32x3(const float *__restrict__ x, const float *__restrict__ w
             #pragma unroll
             for (int mi = 0; mi < MI; mi++) {
                 const float *ap = as + (wm0 + mi * 16 + g) * LDS + k8 + t;
-                kt_tf32_split(ap[0], a_big[mi][0], a_small[mi][0]);            /* (g, t) */
-                kt_tf32_split(ap[8 * LDS], a_big[mi][1], a_small[mi][1]);      /* (g + 8, t) */
-                kt_tf32_split(ap[4], a_big[mi][2], a_small[mi][2]);            /* (g, t + 4) */
-                kt_tf32_split(ap[8 * LDS + 4], a_big[mi][3], a_small[mi][3]);  /* (g + 8, t + 4) */
+                kt_split_tf32_rna(ap[0], a_big[mi][0], a_small[mi][0]);            /* (g, t) */
+                kt_split_tf32_rna(ap[8 * LDS], a_big[mi][1], a_small[mi][1]);      /* (g + 8, t) */
+                kt_split_tf32_rna(ap[4], a_big[mi][2], a_small[mi][2]);            /* (g, t + 4) */
+                kt_split_tf32_rna(ap[8 * LDS + 4], a_big[mi][3], a_small[mi][3]);  /* (g + 8, t + 4) */
             }
             #pragma unroll
             for (int ni = 0; ni < NI; ni++) {
                 const float *bp = bs + (wn0 + ni * 8 + g) * LDS + k8 + t;
-                kt_tf32_split(bp[0], b_big[ni][0], b_small[ni][0]); /* (k = t, n = g) */
-                kt_tf32_split(bp[4], b_big[ni][1], b_small[ni][1]); /* (k = t + 4, n = g) */
+                kt_split_tf32_rna(bp[0], b_big[ni][0], b_small[ni][0]); /* (k = t, n = g) */
+                kt_split_tf32_rna(bp[4], b_big[ni][1], b_small[ni][1]); /* (k = t + 4, n = g) */
             }
             /* Small terms first; one pass over the tiles per term keeps MI x NI independent mmas
              * in flight. */
@@ -277,17 +248,17 @@ ktune_conv_igemm_tf32x3(const float *__restrict__ x, const float *__restrict__ w
             for (int mi = 0; mi < MI; mi++)
                 #pragma unroll
                 for (int ni = 0; ni < NI; ni++)
-                    kt_mma_tf32(part[mi][ni], a_small[mi], b_big[ni]);
+                    kt_mma_m16n8k8_tf32(part[mi][ni], a_small[mi], b_big[ni]);
             #pragma unroll
             for (int mi = 0; mi < MI; mi++)
                 #pragma unroll
                 for (int ni = 0; ni < NI; ni++)
-                    kt_mma_tf32(part[mi][ni], a_big[mi], b_small[ni]);
+                    kt_mma_m16n8k8_tf32(part[mi][ni], a_big[mi], b_small[ni]);
             #pragma unroll
             for (int mi = 0; mi < MI; mi++)
                 #pragma unroll
                 for (int ni = 0; ni < NI; ni++)
-                    kt_mma_tf32(part[mi][ni], a_big[mi], b_big[ni]);
+                    kt_mma_m16n8k8_tf32(part[mi][ni], a_big[mi], b_big[ni]);
         }
         /* The tensor cores add into their accumulator by truncation, whose error grows with the
          * reduction length: the mmas sum only this stage's BK columns; round-to-nearest FADDs carry

@@ -5,6 +5,8 @@
  *   c = conv2d(X, W, b)  f32 [100, 96, 55, 55]
  *   Y = relu(c)  f32 [100, 96, 55, 55]
  */
+/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */
+#include "ktune/cp_async.cuh"
 /* ---- ktune prelude: 16-bit storage types and math helpers ---- */
 typedef unsigned short kt_f16;
 typedef unsigned short kt_bf16;
@@ -99,41 +101,6 @@ __device__ __forceinline__ void kt_conv_store(float acc, idx_t n, idx_t k, idx_t
 struct __align__(16) float_x4 {
     float v[4];
 };
-/* ---- async-copy primitives (inline PTX) ---- */
-__device__ __forceinline__ unsigned kt_smem_addr(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-/* 16-byte global -> shared copy; ok == false writes zeros (padding, tile edges). */
-__device__ __forceinline__ void kt_cp_async16(void *dst, const void *src, bool ok)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :
-                 : "r"(kt_smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void kt_cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void kt_cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-/* 4-byte global -> shared copy to shared address dst; ok == false writes a zero (padding). */
-__device__ __forceinline__ void kt_cp_async4(unsigned dst, const void *src, bool ok)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
-                 :
-                 : "r"(dst), "l"(src), "r"(ok ? 4 : 0)
-                 : "memory");
-}
-/* 4-byte global -> shared copy, no zero fill. */
-__device__ __forceinline__ void kt_cp_async4_all(unsigned dst, const void *src)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" : : "r"(dst), "l"(src) : "memory");
-}
-
 /* Tiled direct convolution: a block computes BN output channels of an OH x OW output tile of
  * one image; a thread TK channels x TQ adjacent columns of one tile row. Input channels are
  * staged one at a time: the input patch under the tile (zeros outside the image) and the
@@ -174,7 +141,7 @@ ktune_conv_tiled(const float *__restrict__ x, const float *__restrict__ w,
     const int k0 = kb * BN, p0 = (tile / TILES_Q) * OH, q0 = (tile % TILES_Q) * OW;
     const int h0 = p0 * STR_H - PAD_H, w0 = q0 * STR_W - PAD_W; /* patch origin */
     const float *xn = x + (idx_t)n * C * H * W;
-    const unsigned smem0 = kt_smem_addr(kt_smem);
+    const unsigned smem0 = kt_smem_u32(kt_smem);
 
     /* Filter channel j = warp + NW * t is copied while NW * t < jn (inside BN and K). */
     const int jn = (K - k0 < BN ? K - k0 : BN) - warp;
@@ -189,8 +156,7 @@ ktune_conv_tiled(const float *__restrict__ x, const float *__restrict__ w,
         /* Patch column x = lane + 32 * i: its stored word and whether it lies in the image (else
          * zero-filled: a copy of 0 bytes reads nothing). Recomputed per channel: the lane id comes
          * from a volatile read, so none of this is hoisted to hold registers during the multiplies. */
-        unsigned ln;
-        asm volatile("mov.u32 %0, %%laneid;" : "=r"(ln));
+        const unsigned ln = kt_lane_id();
         unsigned xdst[XI];
         bool xin[XI];
         #pragma unroll
@@ -214,7 +180,7 @@ ktune_conv_tiled(const float *__restrict__ x, const float *__restrict__ w,
                 #pragma unroll
                 for (int i = 0; i < XI; i++)
                     if (i < XI - 1 || x_last)
-                        kt_cp_async4(xdst[i] + d, xr + 32 * i, in && xin[i]);
+                        kt_cp_async4_u32(xdst[i] + d, xr + 32 * i, in && xin[i] ? 4 : 0);
             }
         }
         const float *wc = wt + c * R * S;
@@ -224,8 +190,8 @@ ktune_conv_tiled(const float *__restrict__ x, const float *__restrict__ w,
                 #pragma unroll
                 for (int i = 0; i < FI; i++)
                     if (i < FI - 1 || tap_last)
-                        kt_cp_async4_all(wd + so + 4 * (32 * i * BNP + NW * t),
-                                         wc + NW * t * GEMM_K + 32 * i);
+                        kt_cp_async4_u32_all(wd + so + 4 * (32 * i * BNP + NW * t),
+                                             wc + NW * t * GEMM_K + 32 * i);
             }
     };
 
@@ -268,10 +234,11 @@ ktune_conv_tiled(const float *__restrict__ x, const float *__restrict__ w,
                             wv[j + u] = t.v[u];
                     }
                     #pragma unroll
-                    for (int j = 0; j < TK; j++)
+                    for (int j = 0; j < TK; j++) {
                         #pragma unroll
                         for (int i = 0; i < TQ; i++)
                             acc[j][i] = fmaf(xv[i + m], wv[j], acc[j][i]);
+                    }
                 }
             }
         }

@@ -859,8 +859,31 @@ static void test_compile_tiled_best(void **state)
 
 /* ---- golden sources, one per algorithm ---- */
 
+static int count_of(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+/* The source's #include lines are exactly `includes` (consecutive lines, each ending in a
+ * newline; "" for none), under the device library banner and before the prelude. */
+static void expect_includes(const char *src, const char *includes)
+{
+    assert_int_equal(count_of(src, "#include"), count_of(includes, "#include"));
+    if (!*includes)
+        return;
+    const char *at = strstr(src, includes), *prelude = strstr(src, "/* ---- ktune prelude");
+    assert_non_null(at);
+    assert_non_null(prelude);
+    assert_true(at < prelude);
+    assert_non_null(strstr(src, "/* ---- ktune device library (ops/device/ktune/"));
+}
+
+/* includes: the device library headers the kernel must include, in order ("" for none). */
 static void golden(const char *json, const char *shapes, const char *spec, const char *file,
-                   const char *entry)
+                   const char *entry, const char *includes)
 {
     ops_device dev;
     ops_device_h100(&dev);
@@ -874,7 +897,7 @@ static void golden(const char *json, const char *shapes, const char *spec, const
     assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), 0);
     assert_string_equal(e.kernels[0].entry, entry);
     assert_non_null(strstr(e.source, "__launch_bounds__(THREADS, 1)"));
-    assert_null(strstr(e.source, "#include"));
+    expect_includes(e.source, includes);
     emit_test_golden(file, e.source);
     emit_test_compile(e.source, "sm_90a");
     ops_emitted_free(&e);
@@ -896,9 +919,14 @@ static void golden_tiled(void)
     assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), 0);
     assert_string_equal(e.kernels[0].entry, "ktune_conv_tiled");
     assert_non_null(strstr(e.source, "__launch_bounds__(THREADS, MIN_BLOCKS)"));
-    assert_non_null(strstr(e.source, "cp.async.ca.shared.global [%0], [%1], 4, %2;"));
-    assert_null(strstr(e.source, "mma.sync"));
-    assert_null(strstr(e.source, "#include"));
+    assert_non_null(
+        strstr(e.source, "kt_cp_async4_u32(xdst[i] + d, xr + 32 * i, in && xin[i] ? 4 : 0);"));
+    assert_non_null(strstr(e.source, "kt_cp_async4_u32_all("));
+    assert_non_null(strstr(e.source, "const unsigned ln = kt_lane_id();"));
+    assert_true(emit_test_has(e.source, "cp.async.ca.shared.global [%0], [%1], 4, %2;"));
+    assert_true(emit_test_has(e.source, "cp.async.ca.shared.global [%0], [%1], 4;"));
+    assert_false(emit_test_has(e.source, "mma.sync"));
+    expect_includes(e.source, "#include \"ktune/cp_async.cuh\"\n");
     emit_test_golden("conv_tiled.cu", e.source);
     emit_test_compile(e.source, "sm_90a");
     ops_emitted_free(&e);
@@ -910,14 +938,17 @@ static void test_golden(void **state)
     (void)state;
     char *text = example("conv2d.json");
     golden(text, "N=128", "algo=direct tk=4 tq=4 warps=4 filter=shared", "conv_direct.cu",
-           "ktune_conv_direct");
+           "ktune_conv_direct", "");
     golden(text, "N=128", "bm=64 bn=16 bk=16 warps=2 stages=2", "conv_implicit_gemm_ffma.cu",
-           "ktune_conv_igemm_ffma");
+           "ktune_conv_igemm_ffma", "");
     free(text);
     golden(g_f16_nhwc, "", "math=mma bm=128 bn=64 bk=32 warps=4 stages=3",
-           "conv_implicit_gemm_mma.cu", "ktune_conv_igemm_mma");
+           "conv_implicit_gemm_mma.cu", "ktune_conv_igemm_mma",
+           "#include \"ktune/cp_async.cuh\"\n#include \"ktune/ldmatrix.cuh\"\n"
+           "#include \"ktune/mma.cuh\"\n");
     golden(g_alexnet, "", "math=tf32x3 bm=128 bn=96 bk=16 warps=8 stages=2",
-           "conv_implicit_gemm_tf32x3.cu", "ktune_conv_igemm_tf32x3");
+           "conv_implicit_gemm_tf32x3.cu", "ktune_conv_igemm_tf32x3",
+           "#include \"ktune/mma.cuh\"\n");
     golden_tiled();
 }
 
@@ -977,8 +1008,10 @@ static void test_launch(void **state)
     assert_int_equal(l->grid[1], 1);
     assert_int_equal(l->block[0], 256);
     assert_int_equal(l->smem_bytes, 2 * (128 + 96) * (16 + 4) * 4);
-    assert_non_null(strstr(e.source, "cvt.rna.tf32.f32"));
-    assert_non_null(strstr(e.source, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
+    assert_non_null(strstr(e.source, "kt_split_tf32_rna(bp[0], b_big[ni][0], b_small[ni][0]);"));
+    assert_non_null(strstr(e.source, "kt_mma_m16n8k8_tf32(part[mi][ni], a_small[mi], b_big[ni]);"));
+    assert_true(emit_test_has(e.source, "cvt.rna.tf32.f32"));
+    assert_true(emit_test_has(e.source, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
     ops_emitted_free(&e);
     /* Plain tf32 needs the tf32 (or reduced) policy. */
     s = sched("math=tf32 bm=128 bn=96 bk=16 warps=8 stages=2");
@@ -987,7 +1020,8 @@ static void test_launch(void **state)
     grp.precision = OPS_PREC_TF32;
     assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), 0);
     assert_string_equal(e.kernels[0].entry, "ktune_conv_igemm_tf32");
-    assert_null(strstr(e.source, "kt_tf32_split"));
+    assert_null(strstr(e.source, "kt_split_tf32_rna"));
+    assert_non_null(strstr(e.source, "kt_mma_m16n8k8_tf32(acc[mi][ni], af[mi], bf[ni]);"));
     ops_emitted_free(&e);
     ops_graph_free(g);
 }

@@ -6,12 +6,24 @@
 
 /* Copies 4, 8 or 16 bytes from global src to shared dst asynchronously; the bytes past
  * src_bytes (0 or the full size) are zero-filled, so an out-of-bounds element costs a 0-byte
- * copy from any valid address. dst and src are aligned to the copy's size. */
-__device__ __forceinline__ void kt_cp_async4(void *dst, const void *src, int src_bytes)
+ * copy from any valid address. dst and src are aligned to the copy's size.
+ * The 4-byte copy's wrapper takes dst as a 32-bit shared-state-space address (kt_smem_u32), the
+ * instruction's own operand, for kernels that keep shared addresses in 32-bit registers (the
+ * tiled conv precomputes them per lane); kt_cp_async4 is the pointer form over it. The _all
+ * form copies all 4 bytes (no src-size operand, no zero fill). */
+__device__ __forceinline__ void kt_cp_async4_u32(unsigned dst, const void *src, int src_bytes)
 {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(kt_smem_u32(dst)), "l"(src),
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                  "r"(src_bytes)
                  : "memory");
+}
+__device__ __forceinline__ void kt_cp_async4_u32_all(unsigned dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void kt_cp_async4(void *dst, const void *src, int src_bytes)
+{
+    kt_cp_async4_u32(kt_smem_u32(dst), src, src_bytes);
 }
 __device__ __forceinline__ void kt_cp_async8(void *dst, const void *src, int src_bytes)
 {

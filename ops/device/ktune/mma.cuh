@@ -73,6 +73,17 @@ __device__ __forceinline__ void kt_split_tf32(float x, unsigned &big, unsigned &
     small = __float_as_uint(x - __uint_as_float(big));
 }
 
+/* x = big + small + e for 3xTF32 with both halves rounded to tf32 (cvt.rna each): big the top
+ * 11 significant bits, small = tf32(x - big) the next 11 (x - big is exact in fp32), so
+ * |small| <= 2^-11 |x| and |e| <= 2^-22 |x|; each tf32 x tf32 product is exact. The conv
+ * family's split; one cvt more than kt_split_tf32, which leaves small's rounding to the tensor
+ * cores' truncation. */
+__device__ __forceinline__ void kt_split_tf32_rna(float x, unsigned &big, unsigned &small)
+{
+    big = kt_tf32(x);
+    small = kt_tf32(x - __uint_as_float(big));
+}
+
 /* x minus its top 19 bits (what the tensor cores read of x as tf32): 3xTF32's small half when
  * the big half is x itself, truncated by the hardware. */
 __device__ __forceinline__ float kt_tf32_trunc_rest(float x)
