@@ -6,6 +6,7 @@
 #include "ops/devlib.h"
 #include "ops/family.h"
 #include "search/compile.h"
+#include "search/space.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,28 @@ static inline ops_graph *emit_test_graph(const char *json, const char *shapes)
 }
 
 /* The group of every node of g. */
+/* The candidate space of the graph file at `file` (relative to $KTUNE_SOURCE_ROOT) with shapes
+ * bound, for an H100 and precision p; fails the test on any error. */
+static inline srch_space *emit_test_space(const char *file, const char *shapes, ops_precision p)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", getenv("KTUNE_SOURCE_ROOT"), file);
+    char *json = NULL;
+    kt_err err = {0};
+    if (kt_read_file(path, OPS_MAX_GRAPH_BYTES, &json, NULL, &err) < 0)
+        fail_msg("%s: %s", path, err.msg);
+    ops_graph *canon = emit_test_graph(json, shapes);
+    free(json);
+    ops_device dev;
+    ops_device_h100(&dev);
+    srch_space *s = NULL;
+    ops_diag d = {0};
+    if (srch_space_build(canon, &dev, p, &s, &d) < 0)
+        fail_msg("%s %s: %s", file, shapes, d.msg);
+    ops_graph_free(canon);
+    return s;
+}
+
 static inline void emit_test_whole_group(const ops_graph *g, ops_group *grp)
 {
     ops_diag d = {0};

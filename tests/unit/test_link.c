@@ -20,26 +20,6 @@ typedef struct linked {
     ops_emitted em[3];
 } linked;
 
-static srch_space *space_of(const char *file, const char *shapes)
-{
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/%s", getenv("KTUNE_SOURCE_ROOT"), file);
-    char *json = NULL;
-    kt_err err = {0};
-    if (kt_read_file(path, OPS_MAX_GRAPH_BYTES, &json, NULL, &err) < 0)
-        fail_msg("%s: %s", path, err.msg);
-    ops_graph *canon = emit_test_graph(json, shapes);
-    free(json);
-    ops_device dev;
-    ops_device_h100(&dev);
-    srch_space *s = NULL;
-    ops_diag d = {0};
-    if (srch_space_build(canon, &dev, OPS_PREC_EXACT, &s, &d) < 0)
-        fail_msg("%s %s: %s", file, shapes, d.msg);
-    ops_graph_free(canon);
-    return s;
-}
-
 /* The cheapest generated candidate of group gi whose schedule holds every space-separated token
  * of want ("splitk=2 splitk_mode=parallel"; "" for the cheapest), or -1. */
 static int64_t pick(const srch_candidate *c, int64_t n, int gi, const char *want)
@@ -147,7 +127,7 @@ static char *link_ok(const linked *l)
 static void check_module(const char *file, const char *shapes, const char *const want[3],
                          int min_kernels)
 {
-    srch_space *s = space_of(file, shapes);
+    srch_space *s = emit_test_space(file, shapes, OPS_PREC_EXACT);
     linked l;
     emit_partition(s, want, &l);
     int kernels = 0;
@@ -216,7 +196,7 @@ static void test_gemv(void **state)
 static void test_contract_breaks(void **state)
 {
     (void)state;
-    srch_space *s = space_of("examples/gemm_bias_relu.json", "M=1024");
+    srch_space *s = emit_test_space("examples/gemm_bias_relu.json", "M=1024", OPS_PREC_EXACT);
     static const char *const want[3] = {"", "", ""};
     linked l;
     emit_partition(s, want, &l);

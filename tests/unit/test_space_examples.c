@@ -10,26 +10,6 @@
 #include "emit_test_util.h"
 #include "search/space.h"
 
-static srch_space *space_of(const char *file, const char *shapes, ops_precision p)
-{
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/examples/%s", getenv("KTUNE_SOURCE_ROOT"), file);
-    char *json = NULL;
-    kt_err err = {0};
-    if (kt_read_file(path, OPS_MAX_GRAPH_BYTES, &json, NULL, &err) < 0)
-        fail_msg("%s: %s", path, err.msg);
-    ops_graph *canon = emit_test_graph(json, shapes);
-    free(json);
-    ops_device dev;
-    ops_device_h100(&dev);
-    srch_space *s = NULL;
-    ops_diag d = {0};
-    if (srch_space_build(canon, &dev, p, &s, &d) < 0)
-        fail_msg("%s %s: %s", file, shapes, d.msg);
-    ops_graph_free(canon);
-    return s;
-}
-
 static int64_t family_total(const srch_space *s, ops_family_id f)
 {
     int64_t n = 0;
@@ -42,7 +22,7 @@ static int64_t family_total(const srch_space *s, ops_family_id f)
 
 static void test_gemm_bias_relu_space(void **state)
 {
-    srch_space *s = space_of("gemm_bias_relu.json", "M=1024", OPS_PREC_EXACT);
+    srch_space *s = emit_test_space("examples/gemm_bias_relu.json", "M=1024", OPS_PREC_EXACT);
     assert_true(s->exhaustive);
     assert_int_equal(s->n_partitions, 4); /* fused, mm|add+relu, mm+add|relu, mm|add|relu */
     if (s->candidates < 500)
@@ -65,11 +45,11 @@ static void test_gemm_bias_relu_space(void **state)
 
 static void test_row_spaces(void **state)
 {
-    srch_space *s = space_of("softmax.json", "M=4096,N=8192", OPS_PREC_EXACT);
+    srch_space *s = emit_test_space("examples/softmax.json", "M=4096,N=8192", OPS_PREC_EXACT);
     if (family_total(s, OPS_FAM_ROW) < 50)
         fail_msg("softmax: %lld row candidates", (long long)family_total(s, OPS_FAM_ROW));
     srch_space_free(s);
-    s = space_of("layernorm.json", "M=4096", OPS_PREC_EXACT);
+    s = emit_test_space("examples/layernorm.json", "M=4096", OPS_PREC_EXACT);
     if (family_total(s, OPS_FAM_ROW) < 50)
         fail_msg("layernorm: %lld row candidates", (long long)family_total(s, OPS_FAM_ROW));
     srch_space_free(s);
@@ -77,7 +57,8 @@ static void test_row_spaces(void **state)
 
 static void test_pointwise_space(void **state)
 {
-    srch_space *s = space_of("gelu_tanh_chain.json", "M=2000,N=2000", OPS_PREC_EXACT);
+    srch_space *s =
+        emit_test_space("examples/gelu_tanh_chain.json", "M=2000,N=2000", OPS_PREC_EXACT);
     if (family_total(s, OPS_FAM_POINTWISE) < 30)
         fail_msg("gelu chain: %lld pointwise candidates",
                  (long long)family_total(s, OPS_FAM_POINTWISE));
@@ -86,11 +67,11 @@ static void test_pointwise_space(void **state)
 
 static void test_conv_and_attention_spaces(void **state)
 {
-    srch_space *s = space_of("conv2d.json", "N=128", OPS_PREC_EXACT);
+    srch_space *s = emit_test_space("examples/conv2d.json", "N=128", OPS_PREC_EXACT);
     if (family_total(s, OPS_FAM_CONV) < 50)
         fail_msg("conv2d: %lld conv candidates", (long long)family_total(s, OPS_FAM_CONV));
     srch_space_free(s);
-    s = space_of("attention.json", "B=4,H=48,S=2048", OPS_PREC_EXACT);
+    s = emit_test_space("examples/attention.json", "B=4,H=48,S=2048", OPS_PREC_EXACT);
     if (family_total(s, OPS_FAM_ATTENTION) < 50)
         fail_msg("attention: %lld candidates", (long long)family_total(s, OPS_FAM_ATTENTION));
     srch_space_free(s);
@@ -99,7 +80,7 @@ static void test_conv_and_attention_spaces(void **state)
 /* The fused partition of gemm+bias+relu is estimated cheaper than three kernels. */
 static void test_cost_model_prefers_fusion(void **state)
 {
-    srch_space *s = space_of("gemm_bias_relu.json", "M=1024", OPS_PREC_EXACT);
+    srch_space *s = emit_test_space("examples/gemm_bias_relu.json", "M=1024", OPS_PREC_EXACT);
     const srch_partition *best = &s->partitions[0], *worst = NULL;
     for (int p = 0; p < s->n_partitions; p++)
         if (s->partitions[p].n_groups == 3)
@@ -125,7 +106,9 @@ static void test_estimates_above_roofline(void **state)
         {"gemv_bias_relu.json", "M=7680,K=2560"},
     };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        srch_space *s = space_of(files[i][0], files[i][1], OPS_PREC_EXACT);
+        char file[300];
+        snprintf(file, sizeof(file), "examples/%s", files[i][0]);
+        srch_space *s = emit_test_space(file, files[i][1], OPS_PREC_EXACT);
         for (int gi = 0; gi < s->n_groups; gi++) {
             for (int k = 0; k < s->groups[gi].n_families; k++) {
                 const srch_family_space *fs = &s->groups[gi].fam[k];
