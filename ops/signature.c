@@ -10,7 +10,11 @@
  * refined alongside them so that "M in two places" and "M and N" split early. The
  * serialisation is complete (op, attributes, dtype, const/output flags, graph-input shapes with
  * canonical symbol numbers, operands by canonical id), so two graphs share a signature exactly
- * when they are isomorphic, independently of how the search breaks ties. */
+ * when they are isomorphic, independently of how the search breaks ties.
+ *
+ * One file on purpose (~1 200 lines): refinement, the tie-breaking search, automorphism pruning
+ * and the serialisation share the partition state and are one algorithm; split, each part
+ * would need the others' internals. */
 #include "ops.h"
 
 #include <math.h>
