@@ -1,16 +1,12 @@
-/* The search strategy of search/tune.h: screen, refine, re-time, pick, record. */
-#include "compile.h"
-#include "link.h"
+/* The search strategy of search/tune.h: screen, refine, re-time, pick, then record
+ * (tune_record.c). This file is the job: candidate ids, the trial log, bookkeeping, ranking,
+ * evaluation, the phases and srch_tune; search/tune_internal.h says what each file owns. */
+#include "tune_internal.h"
 
-#include "tune.h"
-
-#include "ktune_config.h"
-#include "ops/devlib.h"
 #include "ops/library.h"
 #include "ops/ops.h"
 
 #include <math.h>
-#include <nvrtc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +14,6 @@
 
 #define TAG "tune"
 
-/* A launch gap the model charges per kernel after the first (docs/search.md): partitions of
- * several kernels are compared by their measured kernel times plus this. */
-#define GAP_NS 2000.0
 /* Candidates the worker keeps loaded for "retime" (worker.h). */
 #define WORKER_LOADED 64
 /* Round A covers the groups of up to this many partitions (cheapest estimates first), in steps
@@ -44,53 +37,6 @@
  * spread says: within this band the cost model's order decides, so which candidates get refined
  * and re-timed does not depend on that run-to-run noise. */
 #define TIE_REL_SCREEN 0.03
-/* Byte alignment of workspace slots (docs/search.md). */
-#define SLOT_ALIGN 256
-
-typedef struct cand {
-    bool done;
-    bool queued;    /* submitted to the compile pool, result not seen yet */
-    bool from_log;  /* outcome read from the trial log */
-    bool retimed;   /* rtime holds its interleaved re-timing against the other finalists */
-    bool measured;  /* evaluated by the worker in this run */
-    bool set_aside; /* its one-group record failed as assembled (record()): no longer a pick */
-    srch_status status;
-    srch_time_stats time;  /* from its evaluation: what screening and refinement compare */
-    srch_time_stats rtime; /* re-timed: what the final pick compares */
-    double err_norm, err_max;
-    char msg[256];
-    uint64_t seq;    /* evaluation order in this run (1-based), 0 when not evaluated here */
-    int restarts_at; /* srch_worker_restarts when it was evaluated */
-    ops_emitted em;  /* held from emission until evaluation */
-    srch_compile_result *ready; /* its compile, arrived before its turn to be measured */
-    void *cubin;                /* kept for verified candidates (the record needs it) */
-    size_t cubin_len;
-    char id[CACHE_CAND_MAX];
-} cand;
-
-typedef struct tune {
-    const srch_tune_opts *o;
-    srch_tune_result *r;
-    srch_space *s;
-    srch_candidate *list;
-    int64_t n;
-    cand *c;
-    int64_t *gstart, *gend; /* per space group: its slice of list */
-    srch_worker *w;
-    srch_pool *pool;
-    cache_env *cache;
-    cache_key key;
-    ops_device dev;
-    double t0, end;  /* end of screening and refinement */
-    double full_end; /* end of the budget: the finalists' re-timing may run until then */
-    uint64_t seq;
-    srch_tune_progress prog;
-    bool out_of_budget;
-    bool final;            /* picking: re-timed finalists are compared by their re-timed stats */
-    bool *part_set_aside;  /* per partition: its record failed as assembled (record()) */
-    uint64_t record_evals; /* records sent to the worker by this call (their request ids) */
-} tune;
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -98,7 +44,7 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int defint(int v, int def)
+int srch_tn_defint(int v, int def)
 {
     return v > 0 ? v : def;
 }
@@ -124,7 +70,7 @@ void srch_candidate_id(uint64_t mask, const ops_schedule *s, char out[CACHE_CAND
 
 /* ---- trial log ---- */
 
-static cache_trial_status trial_status(srch_status s)
+cache_trial_status srch_tn_trial_status(srch_status s)
 {
     switch (s) {
     case SRCH_OK:
@@ -143,7 +89,7 @@ static cache_trial_status trial_status(srch_status s)
 
 /* The trial's wall-clock time, in seconds and milliseconds: the daemon accounts a job's time
  * across crashes from the latest of these (daemon/jobs.c). */
-static void stamp(cache_trial *t)
+void srch_tn_stamp(cache_trial *t)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -158,10 +104,10 @@ static void trial_from(const cand *c, cache_trial *t)
 {
     memset(t, 0, sizeof(*t));
     snprintf(t->cand, sizeof(t->cand), "%s", c->id);
-    t->status = trial_status(c->status);
+    t->status = srch_tn_trial_status(c->status);
     t->time_ns = c->status == SRCH_OK || c->status == SRCH_WRONG ? c->time.median_ns : 0;
     t->error = isfinite(c->err_norm) ? c->err_norm : 1e300;
-    stamp(t);
+    srch_tn_stamp(t);
     if (c->status == SRCH_OK)
         snprintf(t->detail, sizeof(t->detail),
                  "p10=%.12g p90=%.12g reps=%d max=%.6g rel=%.6g kpr=%d %s", c->time.p10_ns,
@@ -177,7 +123,7 @@ static void trial_from(const cand *c, cache_trial *t)
 
 /* A failed trial's srch_status and reason, from its class and its "<srch_status>: <reason>"
  * detail (trial_from). */
-static void failure_from_trial(const cache_trial *t, srch_status *st, char *msg, size_t len)
+void srch_tn_failure_from_trial(const cache_trial *t, srch_status *st, char *msg, size_t len)
 {
     *st = t->status == CACHE_TRIAL_WRONG   ? SRCH_WRONG
           : t->status == CACHE_TRIAL_FAULT ? SRCH_FAULT
@@ -230,12 +176,12 @@ static void cand_from_trial(cand *c, const cache_trial *t, double tolerance)
         return;
     }
     /* Recover our class from the detail prefix. */
-    failure_from_trial(t, &c->status, c->msg, sizeof(c->msg));
+    srch_tn_failure_from_trial(t, &c->status, c->msg, sizeof(c->msg));
 }
 
 /* ---- bookkeeping ---- */
 
-static void report(tune *t, const char *phase)
+void srch_tn_report(tune *t, const char *phase)
 {
     if (phase)
         t->prog.phase = phase;
@@ -245,7 +191,7 @@ static void report(tune *t, const char *phase)
 }
 
 /* The tuning cost: a compile result this job uses, and time spent measuring. */
-static void add_compile(tune *t, const srch_compile_result *cr)
+void srch_tn_add_compile(tune *t, const srch_compile_result *cr)
 {
     t->r->compile_s += cr->seconds;
     t->prog.compile_s += cr->seconds;
@@ -257,8 +203,6 @@ static void add_measure(tune *t, double since)
     t->r->measure_s += d;
     t->prog.measure_s += d;
 }
-
-static double best_partition(const tune *t, int *which, bool library_baseline);
 
 static void settle(tune *t, int64_t i)
 {
@@ -285,19 +229,19 @@ static void settle(tune *t, int64_t i)
         }
     }
     int part;
-    t->prog.best_ns = best_partition(t, &part, false);
-    t->prog.baseline_ns = best_partition(t, &part, true);
-    report(t, NULL);
+    t->prog.best_ns = srch_tn_best_partition(t, &part, false);
+    t->prog.baseline_ns = srch_tn_best_partition(t, &part, true);
+    srch_tn_report(t, NULL);
 }
 
-static bool cancelled(const tune *t)
+bool srch_tn_cancelled(const tune *t)
 {
     return t->o->cancel && atomic_load(t->o->cancel);
 }
 
 static bool over_budget(tune *t)
 {
-    if (cancelled(t))
+    if (srch_tn_cancelled(t))
         return true;
     if (!t->out_of_budget && now_s() >= t->end) {
         t->out_of_budget = true;
@@ -317,7 +261,7 @@ static bool verified(const cand *c)
 }
 
 /* The stats a comparison uses: the re-timed ones once picking, for re-timed finalists. */
-static const srch_time_stats *tm(const tune *t, int64_t i)
+const srch_time_stats *srch_tn_tm(const tune *t, int64_t i)
 {
     return t->final && t->c[i].retimed ? &t->c[i].rtime : &t->c[i].time;
 }
@@ -326,7 +270,7 @@ static const srch_time_stats *tm(const tune *t, int64_t i)
  * the cost model's order (list index), so the same measurements always pick the same one. */
 static bool better(const tune *t, int64_t a, int64_t b)
 {
-    const srch_time_stats *x = tm(t, a), *y = tm(t, b);
+    const srch_time_stats *x = srch_tn_tm(t, a), *y = srch_tn_tm(t, b);
     double lo = fmin(x->median_ns, y->median_ns);
     bool retimed = x == &t->c[a].rtime && y == &t->c[b].rtime;
     double noise = fmax(retimed ? TIE_REL : TIE_REL_SCREEN, 2 * fmax(x->rel_spread, y->rel_spread));
@@ -338,7 +282,7 @@ static bool better(const tune *t, int64_t a, int64_t b)
 /* Best verified candidate of group g (optionally only library ones, or only non-library), or -1.
  * Within-noise ties are resolved against the fastest: the earliest candidate within the noise
  * of the fastest wins, which keeps the rule independent of the order candidates were seen. */
-static int64_t group_best(const tune *t, int g, int lib)
+int64_t srch_tn_group_best(const tune *t, int g, int lib)
 {
     /* Once finalists were re-timed against each other, the winner is one of them: their
      * interleaved times are comparable with each other, not with screening times. */
@@ -354,7 +298,7 @@ static int64_t group_best(const tune *t, int g, int lib)
         if (!verified(&t->c[i]) || (lib == 1 && !is_lib) || (lib == 0 && is_lib) ||
             (only_retimed && !t->c[i].retimed))
             continue;
-        if (fast < 0 || tm(t, i)->median_ns < tm(t, fast)->median_ns)
+        if (fast < 0 || srch_tn_tm(t, i)->median_ns < srch_tn_tm(t, fast)->median_ns)
             fast = i;
     }
     if (fast < 0)
@@ -369,7 +313,7 @@ static int64_t group_best(const tune *t, int g, int lib)
 }
 
 /* Up to max verified candidates of group g in winning order. Returns the count. */
-static int group_ranked(const tune *t, int g, int64_t *out, int max)
+int srch_tn_group_ranked(const tune *t, int g, int64_t *out, int max)
 {
     int n = 0;
     for (int64_t i = t->gstart[g]; i < t->gend[g]; i++) {
@@ -413,18 +357,18 @@ static double partition_time(const tune *t, int p, bool library_baseline)
         int g = part->groups[k];
         int64_t b = -1;
         if (library_baseline && group_has_library(t, g)) {
-            b = group_best(t, g, 1);
+            b = srch_tn_group_best(t, g, 1);
             any_lib = true;
         } else {
-            b = group_best(t, g, -1);
+            b = srch_tn_group_best(t, g, -1);
         }
         if (b < 0)
             return 0;
-        sum += tm(t, b)->median_ns;
+        sum += srch_tn_tm(t, b)->median_ns;
     }
     if (library_baseline && !any_lib)
         return 0;
-    return sum + GAP_NS * (part->n_groups - 1);
+    return sum + TN_GAP_NS * (part->n_groups - 1);
 }
 
 /* Is time a faster than b beyond the noise (the tie rule of better(), on sums)? Partitions and
@@ -436,7 +380,7 @@ static bool clearly_less(const tune *t, double a, double b)
     return a < b - band;
 }
 
-static double best_partition(const tune *t, int *which, bool library_baseline)
+double srch_tn_best_partition(const tune *t, int *which, bool library_baseline)
 {
     double best = 0;
     *which = -1;
@@ -453,7 +397,7 @@ static double best_partition(const tune *t, int *which, bool library_baseline)
 
 /* ---- evaluation ---- */
 
-static void first_error_line(const char *log, char *buf, size_t len)
+void srch_tn_first_error_line(const char *log, char *buf, size_t len)
 {
     const char *e = strstr(log, "error");
     const char *start = e ? e : log;
@@ -533,7 +477,7 @@ static srch_status eval_request(tune *t, int64_t i, const void *cubin, size_t cu
     req->id = (uint64_t)i;
     req->precision = t->o->precision;
     req->tolerance = t->o->tolerance;
-    req->seeds = defint(t->o->seeds, 3);
+    req->seeds = srch_tn_defint(t->o->seeds, 3);
     req->verify = true;
     req->time = true;
     req->timing = screen_timing(&t->o->timing);
@@ -542,8 +486,8 @@ static srch_status eval_request(tune *t, int64_t i, const void *cubin, size_t cu
 
 /* Sends req (freed here) to the worker: 0 with res, or a negative errno when the worker cannot
  * be restarted. *restarted: the worker was restarted meanwhile (what it held is gone). */
-static int worker_eval(tune *t, srch_eval_req *req, srch_eval_result *res, bool *restarted,
-                       kt_err *err)
+int srch_tn_worker_eval(tune *t, srch_eval_req *req, srch_eval_result *res, bool *restarted,
+                        kt_err *err)
 {
     int before = srch_worker_restarts(t->w);
     double m0 = now_s();
@@ -574,10 +518,10 @@ static int evaluate(tune *t, int64_t i, const void *cubin, size_t cubin_len, kt_
                          d.msg);
     srch_eval_result res;
     bool restarted;
-    int rc = worker_eval(t, &req, &res, &restarted, err);
+    int rc = srch_tn_worker_eval(t, &req, &res, &restarted, err);
     if (rc < 0)
         return rc; /* the worker cannot be restarted: the job cannot go on */
-    if (cancelled(t) && (res.status == SRCH_FAULT || res.status == SRCH_HANG)) {
+    if (srch_tn_cancelled(t) && (res.status == SRCH_FAULT || res.status == SRCH_HANG)) {
         c->queued = false;
         return 0;
     } /* above: abandoned at shutdown (srch_worker_abort): not logged, a resumed job measures
@@ -619,7 +563,7 @@ static int collect_compile(tune *t, kt_err *err)
         free(cr);
         return 0;
     }
-    add_compile(t, cr);
+    srch_tn_add_compile(t, cr);
     t->c[i].ready = cr;
     return 0;
 }
@@ -648,7 +592,7 @@ static int finish(tune *t, int64_t i, kt_err *err)
         ops_emitted_free(&c->em);
     } else if (cr->status != SRCH_COMPILE_OK) {
         char line[240];
-        first_error_line(cr->log ? cr->log : "", line, sizeof(line));
+        srch_tn_first_error_line(cr->log ? cr->log : "", line, sizeof(line));
         rc = fail_cand(t, i, SRCH_COMPILE_ERROR, "%s: %s", srch_status_name(cr->status), line);
     } else {
         rc = evaluate(t, i, cr->cubin, cr->cubin_len, err);
@@ -737,7 +681,7 @@ static int add_first(tune *t, batch *b, int g)
 static int add_screen(tune *t, batch *b, int g)
 {
     int64_t n = t->gend[g] - t->gstart[g];
-    int top = defint(t->o->screen_top, 4), spread = defint(t->o->screen_spread, 6);
+    int top = srch_tn_defint(t->o->screen_top, 4), spread = srch_tn_defint(t->o->screen_spread, 6);
     int rc = 0;
     for (int64_t k = 0; k < n && k < top && rc == 0; k++)
         rc = batch_add(b, t->gstart[g] + k);
@@ -792,7 +736,7 @@ static int screen(tune *t, kt_err *err)
 {
     batch b = {0};
     int rc = 0;
-    report(t, "screen");
+    srch_tn_report(t, "screen");
     int max_parts = t->s->n_partitions < ROUND_A_PARTS ? t->s->n_partitions : ROUND_A_PARTS;
     double round_a_end = t->t0 + (t->end - t->t0) * ROUND_A_SHARE;
     int parts = 0;
@@ -813,7 +757,7 @@ static int screen(tune *t, kt_err *err)
         for (int p = 0; p < parts && rc == 0; p++)
             for (int k = 0; k < t->s->partitions[p].n_groups && rc == 0; k++) {
                 int g = t->s->partitions[p].groups[k];
-                if (group_best(t, g, -1) >= 0)
+                if (srch_tn_group_best(t, g, -1) >= 0)
                     continue;
                 for (int64_t i = t->gstart[g]; i < t->gend[g]; i++)
                     if (!t->c[i].done) {
@@ -828,7 +772,7 @@ static int screen(tune *t, kt_err *err)
     }
     b.n = 0;
     /* Round B: the groups of the best measured partitions (by estimate where none measured). */
-    int want = defint(t->o->screen_parts, 3), taken = 0;
+    int want = srch_tn_defint(t->o->screen_parts, 3), taken = 0;
     bool *used = calloc((size_t)t->s->n_partitions, sizeof(bool));
     if (!used)
         rc = -ENOMEM;
@@ -868,7 +812,7 @@ static int search_round(tune *t, int (*add_group)(tune *t, batch *b, int g), con
 {
     int p;
     *none = true;
-    if (best_partition(t, &p, false) <= 0)
+    if (srch_tn_best_partition(t, &p, false) <= 0)
         return 0;
     batch b = {0};
     int rc = 0;
@@ -887,9 +831,9 @@ static int search_round(tune *t, int (*add_group)(tune *t, batch *b, int g), con
 /* Refinement's plan for group g: the neighbours of its best few generated candidates. */
 static int add_refinement(tune *t, batch *b, int g)
 {
-    int nbest = defint(t->o->refine_best, 2), rc = 0;
+    int nbest = srch_tn_defint(t->o->refine_best, 2), rc = 0;
     int64_t top[8];
-    int n = group_ranked(t, g, top, nbest < 8 ? nbest : 8);
+    int n = srch_tn_group_ranked(t, g, top, nbest < 8 ? nbest : 8);
     for (int j = 0; j < n && rc == 0; j++)
         if (t->list[top[j]].schedule.family != OPS_FAM_LIBRARY)
             rc = add_neighbours(t, b, top[j]);
@@ -900,16 +844,16 @@ static int add_refinement(tune *t, batch *b, int g)
  * improves nothing (converged) or the budget is spent. */
 static int refine(tune *t, kt_err *err)
 {
-    int rounds = defint(t->o->refine_rounds, 4);
-    report(t, "refine");
+    int rounds = srch_tn_defint(t->o->refine_rounds, 4);
+    srch_tn_report(t, "refine");
     int rc = 0;
     for (int round = 0; round < rounds && rc == 0 && !over_budget(t); round++) {
         int p;
         bool none;
-        double before = best_partition(t, &p, false);
+        double before = srch_tn_best_partition(t, &p, false);
         if ((rc = search_round(t, add_refinement, "refinement", &none, err)) < 0 || none)
             break; /* every neighbour already tried: converged */
-        if (!clearly_less(t, best_partition(t, &p, false), before))
+        if (!clearly_less(t, srch_tn_best_partition(t, &p, false), before))
             break; /* nothing better beyond the noise: converged */
     }
     return rc;
@@ -947,16 +891,16 @@ static int add_unexplored(tune *t, batch *b, int g)
 static int explore(tune *t, kt_err *err)
 {
     int rc = 0;
-    report(t, "explore");
+    srch_tn_report(t, "explore");
     for (int quiet = 0; quiet < EXPLORE_PATIENCE && rc == 0 && !over_budget(t);) {
         int p;
         bool none;
-        double before = best_partition(t, &p, false);
+        double before = srch_tn_best_partition(t, &p, false);
         if ((rc = search_round(t, add_unexplored, "exploration", &none, err)) < 0 || none)
             break; /* every candidate of the leading partition's groups tried */
         if ((rc = refine(t, err)) < 0)
             break;
-        quiet = clearly_less(t, best_partition(t, &p, false), before) ? 0 : quiet + 1;
+        quiet = clearly_less(t, srch_tn_best_partition(t, &p, false), before) ? 0 : quiet + 1;
     }
     return rc;
 }
@@ -994,7 +938,7 @@ static int reload(tune *t, int64_t i, bool *ok, kt_err *err)
     req.verify = req.time = false;
     srch_eval_result res;
     bool restarted;
-    int rc = worker_eval(t, &req, &res, &restarted, err);
+    int rc = srch_tn_worker_eval(t, &req, &res, &restarted, err);
     if (rc < 0)
         return rc;
     if (res.status != SRCH_OK || restarted) {
@@ -1013,19 +957,19 @@ static int reload(tune *t, int64_t i, bool *ok, kt_err *err)
 static int retime(tune *t, kt_err *err)
 {
     int p;
-    if (best_partition(t, &p, false) <= 0)
+    if (srch_tn_best_partition(t, &p, false) <= 0)
         return 0;
-    report(t, "retime");
+    srch_tn_report(t, "retime");
     t->end = t->full_end; /* the reserve is for this phase */
     t->out_of_budget = false;
-    int nfin = defint(t->o->finalists, 4);
+    int nfin = srch_tn_defint(t->o->finalists, 4);
     if (nfin > 16)
         nfin = 16;
     const srch_partition *part = &t->s->partitions[p];
     for (int k = 0; k < part->n_groups && !over_budget(t); k++) {
         int64_t top[16], ids_i[16];
         uint64_t ids[16];
-        int n = group_ranked(t, part->groups[k], top, nfin), m = 0, reloaded = 0;
+        int n = srch_tn_group_ranked(t, part->groups[k], top, nfin), m = 0, reloaded = 0;
         for (int j = 0; j < n && !over_budget(t); j++) {
             bool ok = loaded(t, top[j]);
             if (!ok) {
@@ -1094,869 +1038,39 @@ static int retime(tune *t, kt_err *err)
     return 0;
 }
 
-/* ---- the record ---- */
-
-static void group_text(const ops_group *grp, char *buf, size_t len)
-{
-    const ops_graph *g = grp->g;
-    size_t off = 0;
-    buf[0] = '\0';
-    for (int k = 0; k < grp->n_nodes && off + 1 < len; k++) {
-        const ops_node *nd = &g->nodes[grp->nodes[k]];
-        int w = snprintf(buf + off, len - off, "%s%s = %s(", k ? "; " : "",
-                         g->tensors[nd->out].name, ops_op_info_get(nd->op)->name);
-        if (w < 0 || (size_t)w >= len - off)
-            break;
-        off += (size_t)w;
-        for (int j = 0; j < nd->n_in && off + 1 < len; j++) {
-            if (nd->in[j].tensor == OPS_SCALAR)
-                w = snprintf(buf + off, len - off, "%s%g", j ? ", " : "", nd->in[j].scalar);
-            else
-                w = snprintf(buf + off, len - off, "%s%s", j ? ", " : "",
-                             g->tensors[nd->in[j].tensor].name);
-            if (w < 0 || (size_t)w >= len - off)
-                break;
-            off += (size_t)w;
-        }
-        if (off + 1 < len) {
-            buf[off++] = ')';
-            buf[off] = '\0';
-        }
-    }
-}
-
-/* Emits (and if need be compiles: a store hit, or the cubin kept from the evaluation) the
- * candidate for its record; as group `part` of a linked partition (part >= 0), only emits it,
- * with that group's entry suffix. */
-static int materialise(tune *t, int64_t i, int part, ops_emitted *em, void **cubin,
-                       size_t *cubin_len, kt_err *err)
-{
-    const srch_candidate *sc = &t->list[i];
-    ops_diag d = {0};
-    memset(em, 0, sizeof(*em));
-    *cubin = NULL;
-    *cubin_len = 0;
-    ops_group grp = t->s->groups[sc->group].group;
-    if (part >= 0)
-        srch_link_suffix(part, &grp);
-    if (ops_family_get(sc->schedule.family)->emit(&grp, &sc->schedule, &t->dev, em, &d) < 0)
-        return kt_err_set(err, -EINVAL, "emit for the record: %s", d.msg);
-    if (em->n_kernels == 0 || part >= 0) /* a linked group's cubin is the module's */
-        return 0;
-    if (t->c[i].cubin) {
-        if (!(*cubin = malloc(t->c[i].cubin_len)))
-            return kt_err_set(err, -ENOMEM, "out of memory");
-        memcpy(*cubin, t->c[i].cubin, t->c[i].cubin_len);
-        *cubin_len = t->c[i].cubin_len;
-        return 0;
-    }
-    /* Resumed from the log: compile again (the pool's store makes this a lookup). Results of
-     * earlier batches still in flight are drained first. */
-    while (srch_pool_pending(t->pool) > 0) {
-        srch_compile_result cr = {0};
-        if (srch_pool_next(t->pool, &cr, NULL) < 0)
-            break;
-        srch_compile_result_release(&cr);
-    }
-    if (srch_pool_submit(t->pool, em->source, (uint64_t)i) < 0)
-        return kt_err_set(err, -ENOMEM, "out of memory");
-    srch_compile_result cr = {0};
-    kt_err perr = {0};
-    int rc = srch_pool_next(t->pool, &cr, &perr);
-    if (rc < 0)
-        return kt_err_set(err, rc, "compile for the record: %s", perr.msg);
-    add_compile(t, &cr);
-    if (cr.status != SRCH_COMPILE_OK) {
-        srch_compile_result_release(&cr);
-        return kt_err_set(err, -EIO, "compile for the record failed");
-    }
-    *cubin = cr.cubin;
-    *cubin_len = cr.cubin_len;
-    cr.cubin = NULL;
-    srch_compile_result_release(&cr);
-    return 0;
-}
-
-/* Where each tensor of the graph lives for the record: graph inputs and outputs by canonical
- * index, intermediates in their own 256-byte-aligned workspace slot. */
-typedef struct io_map {
-    int *in_rank, *out_rank;
-    uint64_t *slot; /* per tensor: workspace offset of an intermediate, UINT64_MAX otherwise */
-    uint64_t ws;    /* bytes of the intermediate slots */
-    int n_inputs;
-} io_map;
-
-static int io_map_build(const tune *t, const srch_partition *part, io_map *m, kt_err *err)
-{
-    const ops_graph *g = t->s->g;
-    memset(m, 0, sizeof(*m));
-    while (m->n_inputs < g->n_tensors && g->tensors[m->n_inputs].producer < 0)
-        m->n_inputs++;
-    m->in_rank = calloc((size_t)m->n_inputs + 1, sizeof(int));
-    m->out_rank = calloc((size_t)g->n_outputs + 1, sizeof(int));
-    m->slot = malloc((size_t)g->n_tensors * sizeof(uint64_t));
-    if (!m->in_rank || !m->out_rank || !m->slot)
-        return kt_err_set(err, -ENOMEM, "out of memory");
-    ops_diag d = {0};
-    if (ops_graph_canonical_io(g, m->in_rank, m->out_rank, &d) < 0)
-        return kt_err_set(err, -EINVAL, "canonical io: %s", d.msg);
-    for (int i = 0; i < g->n_tensors; i++)
-        m->slot[i] = UINT64_MAX;
-    for (int k = 0; k < part->n_intermediates; k++) {
-        const ops_tensor *x = &g->tensors[part->intermediates[k]];
-        uint64_t bytes = (uint64_t)ops_shape_numel(&x->shape) * ops_dtype_size(x->dtype);
-        m->slot[part->intermediates[k]] = m->ws;
-        m->ws += (bytes + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
-    }
-    return 0;
-}
-
-static void io_map_free(io_map *m)
-{
-    free(m->in_rank);
-    free(m->out_rank);
-    free(m->slot);
-}
-
-/* Maps one emitted argument onto the record's slots. A workspace argument of the group's own
- * workspace (own_ws bytes from ws_base) may use the rest of it from its offset; an intermediate
- * its tensor's bytes. */
-static int map_arg(const tune *t, const io_map *m, const ops_arg *a, uint64_t ws_base,
-                   uint64_t own_ws, cache_arg *out, kt_err *err)
-{
-    const ops_graph *g = t->s->g;
-    memset(out, 0, sizeof(*out));
-    if (a->kind == OPS_ARG_WORKSPACE) {
-        if (a->offset < 0 || (uint64_t)a->offset >= own_ws)
-            return kt_err_set(err, -EINVAL, "workspace argument at %lld of the group's %llu bytes",
-                              (long long)a->offset, (unsigned long long)own_ws);
-        out->kind = CACHE_ARG_WORKSPACE;
-        out->offset = ws_base + (uint64_t)a->offset;
-        out->bytes = own_ws - (uint64_t)a->offset;
-        return 0;
-    }
-    if (a->tensor < 0 || a->tensor >= g->n_tensors)
-        return kt_err_set(err, -EINVAL, "argument tensor %d out of range", a->tensor);
-    if (a->tensor < m->n_inputs) {
-        out->kind = CACHE_ARG_INPUT;
-        out->index = m->in_rank[a->tensor];
-        return 0;
-    }
-    for (int j = 0; j < g->n_outputs; j++)
-        if (g->outputs[j] == a->tensor) {
-            out->kind = CACHE_ARG_OUTPUT;
-            out->index = m->out_rank[j];
-            return 0;
-        }
-    if (m->slot[a->tensor] == UINT64_MAX)
-        return kt_err_set(err, -EINVAL, "tensor %s is neither graph I/O nor an intermediate",
-                          g->tensors[a->tensor].name);
-    const ops_tensor *x = &g->tensors[a->tensor];
-    out->kind = CACHE_ARG_WORKSPACE;
-    out->offset = m->slot[a->tensor];
-    out->bytes = (uint64_t)ops_shape_numel(&x->shape) * ops_dtype_size(x->dtype);
-    return 0;
-}
-
-/* Appends the kernels of one emitted group to rec, under the entry names it was emitted with. */
-static int add_kernels(const tune *t, const io_map *m, const ops_emitted *em, uint64_t ws_base,
-                       const ops_lt_desc *lt, cache_record *rec, kt_err *err)
-{
-    int n = em->n_kernels ? em->n_kernels : 1;
-    cache_kernel *k = realloc(rec->kernels, (size_t)(rec->n_kernels + n) * sizeof(*k));
-    if (!k)
-        return kt_err_set(err, -ENOMEM, "out of memory");
-    rec->kernels = k;
-    k += rec->n_kernels;
-    memset(k, 0, (size_t)n * sizeof(*k));
-    rec->n_kernels += n;
-    if (!em->n_kernels) {
-        /* A cuBLASLt call: one pseudo-launch named "cublasLtMatmul" whose arguments are A, B,
-         * C (= D) and, with a bias epilogue, the bias, as graph I/O; the runtime rebuilds the
-         * call from the graph and the schedule (ops_library_describe). */
-        int32_t ts[4] = {lt->a_tensor, lt->b_tensor, lt->c_tensor, lt->bias_tensor};
-        k->entry = kt_strdup("cublasLtMatmul");
-        k->args = calloc(4, sizeof(cache_arg));
-        if (!k->entry || !k->args)
-            return kt_err_set(err, -ENOMEM, "out of memory");
-        for (int j = 0; j < 4; j++) {
-            if (ts[j] < 0)
-                continue;
-            ops_arg a = {.kind = OPS_ARG_TENSOR, .tensor = ts[j]};
-            int rc = map_arg(t, m, &a, ws_base, 0, &k->args[k->n_args++], err);
-            if (rc < 0)
-                return rc;
-        }
-        return 0;
-    }
-    for (int i = 0; i < em->n_kernels; i++) {
-        const ops_kernel_launch *l = &em->kernels[i];
-        k[i].entry = kt_strdup(l->entry);
-        k[i].args = calloc((size_t)l->n_args + 1, sizeof(cache_arg));
-        if (!k[i].entry || !k[i].args)
-            return kt_err_set(err, -ENOMEM, "out of memory");
-        memcpy(k[i].grid, l->grid, sizeof(k[i].grid));
-        memcpy(k[i].block, l->block, sizeof(k[i].block));
-        k[i].smem_bytes = l->smem_bytes;
-        if (l->zero_workspace) { /* this group's slot only: other slots hold live intermediates */
-            k[i].zero_offset = ws_base;
-            k[i].zero_bytes = (uint64_t)em->workspace_bytes;
-        }
-        for (int j = 0; j < l->n_args; j++) {
-            int rc = map_arg(t, m, &l->args[j], ws_base, (uint64_t)em->workspace_bytes,
-                             &k[i].args[j], err);
-            if (rc < 0)
-                return rc;
-            k[i].n_args++;
-        }
-    }
-    return 0;
-}
-
-static int nvrtc_version(void)
-{
-    int major = 0, minor = 0;
-    if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
-        return 0;
-    return major * 1000 + minor * 10;
-}
-
-/* Fills rec for candidate list indices cand[0..n) forming partition part (one per group, in
- * launch order). One group: its source and cubin as they are. Several: each group emitted with
- * the entry suffix "_g<k>", linked into one module from the emitters' pieces (search/link.h),
- * compiled through the pool. */
-static int build_record(tune *t, const srch_partition *part, const int64_t *ci, int n,
-                        cache_record *rec, kt_err *err)
-{
-    io_map m;
-    int rc = io_map_build(t, part, &m, err);
-    ops_emitted em[OPS_GROUP_MAX_NODES];
-    void *cubins[OPS_GROUP_MAX_NODES] = {0};
-    size_t cubin_lens[OPS_GROUP_MAX_NODES] = {0};
-    int n_em = 0;
-    memset(em, 0, sizeof(em));
-    if (rc < 0)
-        goto out;
-    for (int k = 0; k < n; k++) {
-        int link_as = n > 1 ? k : -1; /* linked: emitted with group k's entry suffix */
-        if ((rc = materialise(t, ci[k], link_as, &em[k], &cubins[k], &cubin_lens[k], err)) < 0)
-            goto out;
-        n_em++;
-        if (n > 1 && em[k].n_kernels == 0) {
-            rc = kt_err_set(err, -ENOTSUP,
-                            "a partition mixing a cuBLASLt call with other kernels has no "
-                            "single-module record yet");
-            goto out;
-        }
-    }
-    uint64_t ws = m.ws;
-    for (int k = 0; k < n; k++) {
-        const srch_candidate *sc = &t->list[ci[k]];
-        ops_lt_desc lt = {0};
-        ops_diag d = {0};
-        if (em[k].n_kernels == 0 &&
-            ops_library_describe(&t->s->groups[sc->group].group, &sc->schedule, &lt, &d) < 0) {
-            rc = kt_err_set(err, -EINVAL, "library record: %s", d.msg);
-            goto out;
-        }
-        if ((rc = add_kernels(t, &m, &em[k], ws, &lt, rec, err)) < 0)
-            goto out;
-        int64_t own = em[k].n_kernels ? em[k].workspace_bytes : lt.workspace_bytes;
-        ws += (uint64_t)(own + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
-    }
-    rec->workspace_bytes = ws;
-    /* what the stored record cannot tell: the graph's every output slot is written */
-    if ((rc = cache_record_check_outputs(rec, t->s->g->n_outputs, err)) < 0)
-        goto out;
-    if (n == 1) {
-        rec->source = em[0].source;
-        em[0].source = NULL;
-        rec->cubin = cubins[0];
-        cubins[0] = NULL;
-        rec->cubin_len = cubin_lens[0];
-    } else {
-        if ((rc = srch_link_partition(em, n, &rec->source, &rec->source_len, err)) < 0)
-            goto out;
-        if (srch_pool_submit(t->pool, rec->source, UINT64_MAX) < 0) {
-            rc = kt_err_set(err, -ENOMEM, "out of memory");
-            goto out;
-        }
-        srch_compile_result cr = {0};
-        kt_err perr = {0};
-        for (;;) {
-            if ((rc = srch_pool_next(t->pool, &cr, &perr)) < 0) {
-                kt_err_set(err, rc, "compiling the partition module: %s", perr.msg);
-                goto out;
-            }
-            if (cr.tag == UINT64_MAX)
-                break;
-            srch_compile_result_release(&cr);
-        }
-        add_compile(t, &cr);
-        if (cr.status != SRCH_COMPILE_OK) {
-            char line[200];
-            first_error_line(cr.log ? cr.log : "", line, sizeof(line));
-            srch_compile_result_release(&cr);
-            rc = kt_err_set(err, -EIO, "the partition module does not compile: %s", line);
-            goto out;
-        }
-        rec->cubin = cr.cubin;
-        rec->cubin_len = cr.cubin_len;
-        cr.cubin = NULL;
-        srch_compile_result_release(&cr);
-    }
-    if (rec->source) {
-        /* A record is read where this binary's device library is not: its headers go into the
-         * stored source, which then compiles on its own (docs/decisions.md, "device library"). */
-        char *flat = NULL;
-        if ((rc = ops_devlib_inline(rec->source, &flat, err)) < 0)
-            goto out;
-        free(rec->source);
-        rec->source = flat;
-        rec->source_len = strlen(flat);
-    }
-out:
-    for (int k = 0; k < n_em; k++) {
-        ops_emitted_free(&em[k]);
-        free(cubins[k]);
-    }
-    io_map_free(&m);
-    return rc;
-}
-
-/* The rank the cache holds a record of rec's family and schedule at, or -1. */
-static int cached_rank(tune *t, const cache_record *rec)
-{
-    for (int rank = 0; rank <= 32; rank++) {
-        cache_record x;
-        cache_record_init(&x);
-        int rc = cache_get(t->cache, &t->key, rank, &x, NULL);
-        bool same = rc == 0 && x.family && x.schedule && strcmp(x.family, rec->family) == 0 &&
-                    strcmp(x.schedule, rec->schedule) == 0;
-        cache_record_free(&x);
-        if (same)
-            return rank;
-        if (rc == -ENOENT)
-            break;
-    }
-    return -1;
-}
-
-/* ---- the record, evaluated as assembled ---- */
-
-/* Every record build_record can assemble fits one request. */
-_Static_assert(SRCH_REQ_MAX_KERNELS >= CACHE_MAX_KERNELS, "a record the worker cannot evaluate");
-
-/* Picks whose record record() tries before it gives up: each one that cannot be built or fails
- * its whole-graph evaluation sets its partition (or one-group candidate) aside, and the next
- * best is tried. Each try is one compile at most and one evaluation. */
-#define RECORD_TRIES 3
-
-/* The trial-log id of an assembled record: "record " and 32 hex digits of SHA-256 over what it
- * runs (family, schedule, cubin, launches with their argument maps, workspace), so a rerun of
- * the job finds the outcome of exactly this record and evaluates it again only if it changed. */
-static int record_id(const cache_record *rec, char out[CACHE_CAND_MAX], kt_err *err)
-{
-    uint8_t dig[32];
-    char hex[65];
-    kt_buf b = {0};
-    ops_sha256(rec->cubin ? (const void *)rec->cubin : "", rec->cubin_len, dig);
-    kt_hex(dig, sizeof(dig), hex);
-    kt_buf_printf(&b, "%s\n%s\ncubin %s %zu\nworkspace %llu\n", rec->family, rec->schedule, hex,
-                  rec->cubin_len, (unsigned long long)rec->workspace_bytes);
-    for (int k = 0; k < rec->n_kernels; k++) {
-        const cache_kernel *kk = &rec->kernels[k];
-        kt_buf_printf(&b, "%s %u,%u,%u %u,%u,%u %u zero %llu+%llu", kk->entry, kk->grid[0],
-                      kk->grid[1], kk->grid[2], kk->block[0], kk->block[1], kk->block[2],
-                      kk->smem_bytes, (unsigned long long)kk->zero_offset,
-                      (unsigned long long)kk->zero_bytes);
-        for (int j = 0; j < kk->n_args; j++) {
-            const cache_arg *a = &kk->args[j];
-            kt_buf_printf(&b, " %d:%d:%llu:%d:%lld:%.17g", (int)a->kind, (int)a->index,
-                          (unsigned long long)a->offset, (int)a->scalar, (long long)a->ival,
-                          a->fval);
-        }
-        kt_buf_printf(&b, "\n");
-    }
-    if (kt_buf_status(&b) < 0) {
-        kt_buf_free(&b);
-        return kt_err_set(err, -ENOMEM, "out of memory");
-    }
-    ops_sha256(b.data, b.len, dig);
-    kt_buf_free(&b);
-    kt_hex(dig, 16, hex);
-    snprintf(out, CACHE_CAND_MAX, "record %s", hex);
-    return 0;
-}
-
-/* The tensor of req->sub that a record's INPUT or OUTPUT argument a points to (canonical rank:
- * by_in[rank] is g's input tensor of that rank, by_out[rank] its output tensor). */
-static int record_tensor(const srch_eval_req *req, const ops_graph *g, const int *by_in, int n_in,
-                         const int *by_out, const cache_arg *a, int32_t *out, kt_err *err)
-{
-    int gt = -1;
-    if (a->kind == CACHE_ARG_INPUT && a->index >= 0 && a->index < n_in)
-        gt = by_in[a->index];
-    else if (a->kind == CACHE_ARG_OUTPUT && a->index >= 0 && a->index < g->n_outputs)
-        gt = by_out[a->index];
-    if (gt < 0)
-        return kt_err_set(err, -EINVAL,
-                          "argument (kind %d, index %d) is not a graph input or output",
-                          (int)a->kind, (int)a->index);
-    int st = ops_graph_find_tensor(req->sub, g->tensors[gt].name);
-    if (st < 0)
-        return kt_err_set(err, -EINVAL, "tensor %s missing from the request", g->tensors[gt].name);
-    *out = st;
-    return 0;
-}
-
-/* The worker's request for rec as it will be served (runtime: client/runtime.c): the whole
- * canonical bound graph is the subgraph, rec's launches in order with its argument map turned
- * back into that graph's tensors (canonical input and output ranks), its workspace and zero
- * ranges, verified against the graph's fp64 reference, not timed. A library record's call is
- * rebuilt from the graph and candidate ci's schedule, as the runtime rebuilds it, on the
- * pointers of rec's pseudo-launch. Returns 0, -ENOTSUP (a record the worker cannot run:
- * detail in err), -EINVAL or -ENOMEM. */
-static int record_request(tune *t, const cache_record *rec, int64_t ci, srch_eval_req *req,
-                          kt_err *err)
-{
-    const ops_graph *g = t->s->g;
-    ops_diag d = {0};
-    int n_in = 0;
-    while (n_in < g->n_tensors && g->tensors[n_in].producer < 0)
-        n_in++;
-    int *in_rank = calloc((size_t)n_in + 1, sizeof(int));
-    int *out_rank = calloc((size_t)g->n_outputs + 1, sizeof(int));
-    int *by_in = calloc((size_t)n_in + 1, sizeof(int));
-    int *by_out = calloc((size_t)g->n_outputs + 1, sizeof(int));
-    int rc = 0;
-    memset(req, 0, sizeof(*req));
-    if (!in_rank || !out_rank || !by_in || !by_out) {
-        rc = kt_err_set(err, -ENOMEM, "out of memory");
-        goto out;
-    }
-    if (ops_graph_canonical_io(g, in_rank, out_rank, &d) < 0) {
-        rc = kt_err_set(err, -EINVAL, "canonical io: %s", d.msg);
-        goto out;
-    }
-    for (int i = 0; i < n_in; i++)
-        by_in[i] = -1;
-    for (int j = 0; j < g->n_outputs; j++)
-        by_out[j] = -1;
-    for (int i = 0; i < n_in; i++)
-        if (in_rank[i] >= 0 && in_rank[i] < n_in)
-            by_in[in_rank[i]] = i;
-    for (int j = 0; j < g->n_outputs; j++)
-        if (out_rank[j] >= 0 && out_rank[j] < g->n_outputs)
-            by_out[out_rank[j]] = g->outputs[j];
-    if ((rc = srch_eval_req_for_graph(g, req, &d)) < 0) {
-        rc = kt_err_set(err, rc, "%s", d.msg);
-        goto out;
-    }
-    req->id = (uint64_t)t->n + ++t->record_evals; /* beyond every candidate's id */
-    req->precision = t->o->precision;
-    req->tolerance = t->o->tolerance;
-    req->seeds = defint(t->o->seeds, 3);
-    req->workspace_bytes = (int64_t)rec->workspace_bytes;
-    if (rec->family && strcmp(rec->family, "library") == 0) {
-        const srch_candidate *sc = &t->list[ci];
-        ops_lt_desc lt;
-        if (rec->n_kernels != 1 || sc->schedule.family != OPS_FAM_LIBRARY ||
-            ops_library_describe(&t->s->groups[sc->group].group, &sc->schedule, &lt, &d) < 0) {
-            rc = kt_err_set(err, -EINVAL, "library record: %s", d.msg[0] ? d.msg : "malformed");
-            goto out;
-        }
-        const cache_kernel *kk = &rec->kernels[0];
-        int32_t *ptr[4] = {&lt.a_tensor, &lt.b_tensor, &lt.c_tensor, &lt.bias_tensor};
-        if (kk->n_args != 3 + (lt.bias_tensor >= 0)) {
-            rc = kt_err_set(err, -EINVAL, "library record: %d arguments for its call", kk->n_args);
-            goto out;
-        }
-        for (int j = 0; j < kk->n_args && rc == 0; j++)
-            rc = record_tensor(req, g, by_in, n_in, by_out, &kk->args[j], ptr[j], err);
-        req->library = true;
-        req->lt = lt;
-        goto out;
-    }
-    if (!rec->cubin || !rec->cubin_len || rec->n_kernels < 1 ||
-        rec->n_kernels > SRCH_REQ_MAX_KERNELS) {
-        rc = kt_err_set(err, -ENOTSUP, "a record of %d kernels%s: the worker runs 1 to %d",
-                        rec->n_kernels, rec->cubin ? "" : " without a cubin", SRCH_REQ_MAX_KERNELS);
-        goto out;
-    }
-    if (!(req->cubin = malloc(rec->cubin_len))) {
-        rc = kt_err_set(err, -ENOMEM, "out of memory");
-        goto out;
-    }
-    memcpy(req->cubin, rec->cubin, rec->cubin_len);
-    req->cubin_len = rec->cubin_len;
-    req->n_kernels = rec->n_kernels;
-    for (int k = 0; k < rec->n_kernels && rc == 0; k++) {
-        const cache_kernel *kk = &rec->kernels[k];
-        ops_kernel_launch *l = &req->kernels[k];
-        if (!kk->entry || strlen(kk->entry) >= sizeof(l->entry) || kk->n_args > OPS_MAX_ARGS) {
-            rc = kt_err_set(err, -ENOTSUP,
-                            "kernel %d: an entry name over %zu bytes or over %d "
-                            "arguments",
-                            k, sizeof(l->entry) - 1, OPS_MAX_ARGS);
-            break;
-        }
-        snprintf(l->entry, sizeof(l->entry), "%s", kk->entry);
-        memcpy(l->grid, kk->grid, sizeof(l->grid));
-        memcpy(l->block, kk->block, sizeof(l->block));
-        l->smem_bytes = kk->smem_bytes;
-        l->zero_workspace = kk->zero_bytes > 0;
-        req->zero_offset[k] = (int64_t)kk->zero_offset;
-        req->zero_bytes[k] = (int64_t)kk->zero_bytes;
-        l->n_args = kk->n_args;
-        for (int j = 0; j < kk->n_args && rc == 0; j++) {
-            const cache_arg *a = &kk->args[j];
-            if (a->kind == CACHE_ARG_WORKSPACE) {
-                l->args[j] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = (int64_t)a->offset};
-            } else if (a->kind == CACHE_ARG_SCALAR) {
-                rc = kt_err_set(err, -ENOTSUP, "kernel %s: a by-value argument", kk->entry);
-            } else {
-                l->args[j].kind = OPS_ARG_TENSOR;
-                rc = record_tensor(req, g, by_in, n_in, by_out, a, &l->args[j].tensor, err);
-            }
-        }
-    }
-out:
-    if (rc < 0)
-        srch_eval_req_free(req);
-    free(in_rank);
-    free(out_rank);
-    free(by_in);
-    free(by_out);
-    return rc;
-}
-
-/* The outcome of evaluating rec as assembled: on the worker (record_request), or read back from
- * the trial log where an earlier run of the job evaluated exactly this record (record_id). The
- * outcome is logged like a candidate's: its status, its normwise error, and as detail
- * "assembled max=<err_max>" or "<srch_status>: <reason>"; a logged pass whose error is over
- * rec->tolerance (this job's) counts as wrong. A record the worker cannot run is a load_error, not
- * logged. res gets status, err_norm, err_max and msg. Returns 0, or a negative errno: the
- * worker cannot be restarted, the trial log cannot be written, -ECANCELED. */
-static int check_record(tune *t, const cache_record *rec, int64_t ci, srch_eval_result *res,
-                        kt_err *err)
-{
-    char id[CACHE_CAND_MAX];
-    cache_trial tr;
-    memset(res, 0, sizeof(*res));
-    int rc = record_id(rec, id, err);
-    if (rc < 0)
-        return rc;
-    if (cache_trial_get(t->cache, &t->key, id, &tr, NULL) == 0) {
-        t->r->assembled_resumed++;
-        res->err_norm = tr.error;
-        if (tr.status != CACHE_TRIAL_OK) {
-            failure_from_trial(&tr, &res->status, res->msg, sizeof(res->msg));
-        } else if (sscanf(tr.detail, "assembled max=%lg", &res->err_max) != 1) {
-            res->status = SRCH_WRONG;
-            snprintf(res->msg, sizeof(res->msg), "unreadable trial detail '%.200s'", tr.detail);
-        } else if (tr.error > rec->tolerance) {
-            res->status = SRCH_WRONG;
-            snprintf(res->msg, sizeof(res->msg), "error %.3g over this job's tolerance %.3g",
-                     tr.error, rec->tolerance);
-        }
-    } else {
-        srch_eval_req req;
-        kt_err rerr = {0};
-        bool restarted;
-        if ((rc = record_request(t, rec, ci, &req, &rerr)) < 0) {
-            if (rc == -ENOMEM)
-                return kt_err_set(err, rc, "%s", rerr.msg);
-            res->status = SRCH_LOAD_ERROR;
-            snprintf(res->msg, sizeof(res->msg), "cannot build the request: %.200s", rerr.msg);
-            t->r->assembled_failed++;
-            return 0;
-        }
-        if ((rc = worker_eval(t, &req, res, &restarted, err)) < 0)
-            return rc;
-        if (cancelled(t) && (res->status == SRCH_FAULT || res->status == SRCH_HANG))
-            return kt_err_set(err, -ECANCELED, "cancelled while evaluating the record");
-        t->r->assembled++;
-        memset(&tr, 0, sizeof(tr));
-        snprintf(tr.cand, sizeof(tr.cand), "%s", id);
-        tr.status = trial_status(res->status);
-        tr.error = isfinite(res->err_norm) ? res->err_norm : 1e300;
-        stamp(&tr);
-        if (res->status == SRCH_OK)
-            snprintf(tr.detail, sizeof(tr.detail), "assembled max=%.17g",
-                     isfinite(res->err_max) ? res->err_max : 1e300);
-        else
-            snprintf(tr.detail, sizeof(tr.detail), "%s: %.200s", srch_status_str(res->status),
-                     res->msg);
-        if ((rc = cache_trial_append(t->cache, &t->key, &tr, err)) < 0)
-            return rc;
-    }
-    if (res->status != SRCH_OK)
-        t->r->assembled_failed++;
-    return 0;
-}
-
-/* Builds, evaluates as assembled (check_record) and puts the records of partition p: for one
- * group its pick and the runner-ups, for several one record of the groups' picks. Only a record
- * that passed is put, as verified, with the error of that evaluation. *stored: the pick's record
- * was put (then *err_norm is its error). When the pick's record cannot be built or fails, the
- * partition (several groups) or the candidate (one group) is set aside, nothing of p is put,
- * and why says why. A runner-up that fails is left out. Returns 0 or a negative errno. */
-static int record_partition(tune *t, int p, bool *stored, double *err_norm, char *why,
-                            size_t why_len, kt_err *err)
-{
-    const srch_partition *part = &t->s->partitions[p];
-    srch_tune_result *r = t->r;
-    int nrec = 1;
-    int64_t ranked[33];
-    int64_t ci[OPS_GROUP_MAX_NODES];
-    *stored = false;
-    if (part->n_groups == 1) {
-        /* The winner first (group_best's rule), then the others in ranking order. */
-        int64_t all[2 * (1 + CACHE_RUNNER_UPS)], best = group_best(t, part->groups[0], -1);
-        int m = group_ranked(t, part->groups[0], all, 2 * (1 + CACHE_RUNNER_UPS));
-        nrec = 0;
-        ranked[nrec++] = best;
-        for (int j = 0; j < m && nrec < 1 + CACHE_RUNNER_UPS; j++)
-            /* Runner-ups: times comparable with the winner's, and none faster than it (a
-             * within-noise tie lost to the cost model's order), so the cache, which ranks by
-             * time alone, keeps the winner at rank 0. */
-            if (all[j] != best && (!t->c[best].retimed || t->c[all[j]].retimed) &&
-                tm(t, all[j])->median_ns >= tm(t, best)->median_ns)
-                ranked[nrec++] = all[j];
-    }
-    for (int k = 0; k < part->n_groups; k++)
-        ci[k] = group_best(t, part->groups[k], -1);
-    int rc = 0;
-    for (int q = 0; q < nrec; q++) {
-        if (part->n_groups == 1)
-            ci[0] = ranked[q];
-        cache_record rec;
-        cache_record_init(&rec);
-        rec.key = t->key;
-        rec.graph_name = kt_strdup(t->s->g->name ? t->s->g->name : "");
-        kt_err rerr = {0};
-        /* The slots come from the graph the argument map was built on; its problem digest
-         * must be the key's (computed from the bound graph before canonicalisation). */
-        rc = cache_record_set_problem(&rec, t->s->g, &rerr);
-        if (rc == 0 && memcmp(rec.key.problem, t->key.problem, OPS_SIG_BYTES) != 0)
-            rc = kt_err_set(&rerr, -EINVAL, "the canonical graph poses another problem");
-        if (rc == 0)
-            rc = build_record(t, part, ci, part->n_groups, &rec, &rerr);
-        if (rc < 0) {
-            cache_record_free(&rec);
-            kt_log_warn(TAG, "no cache record: %s", rerr.msg);
-            if (q == 0 && rc == -ENOTSUP && part->n_groups > 1) {
-                /* A cuBLASLt call beside generated kernels cannot share one module, so only a
-                 * partition of one group may use one: every cuBLASLt candidate (each heuristic
-                 * is one) of a group that is not the whole graph is set aside, and the next
-                 * pick takes the groups' best generated kernels (this partition may still win
-                 * with them) instead of losing the partition or mixing another library call. */
-                snprintf(why, why_len, "%.250s", rerr.msg);
-                for (int g = 0; g < t->s->n_groups; g++) {
-                    bool whole = false;
-                    for (int q2 = 0; q2 < t->s->n_partitions && !whole; q2++)
-                        whole = t->s->partitions[q2].n_groups == 1 &&
-                                t->s->partitions[q2].groups[0] == g;
-                    for (int64_t i = t->gstart[g]; i < t->gend[g] && !whole; i++)
-                        if (t->list[i].schedule.family == OPS_FAM_LIBRARY)
-                            t->c[i].set_aside = true;
-                }
-                return 0;
-            }
-            if (q == 0) {
-                snprintf(why, why_len, "%.250s", rerr.msg);
-                goto set_aside;
-            }
-            rc = 0;
-            continue;
-        }
-        double med = 0, p10 = 0, p90 = 0, base = 0;
-        uint32_t reps = UINT32_MAX;
-        bool cold = false;
-        for (int k = 0; k < part->n_groups; k++) {
-            const srch_time_stats *ts = tm(t, ci[k]);
-            med += ts->median_ns;
-            p10 += ts->p10_ns;
-            p90 += ts->p90_ns;
-            if ((uint32_t)ts->reps < reps)
-                reps = (uint32_t)ts->reps;
-            cold |= ts->cold;
-            int64_t lib = group_best(t, part->groups[k], 1);
-            base += lib >= 0 ? tm(t, lib)->median_ns : 0;
-        }
-        double gaps = GAP_NS * (part->n_groups - 1);
-        const srch_candidate *sc0 = &t->list[ci[0]];
-        char sched[512];
-        if (part->n_groups == 1) {
-            ops_schedule_format(&sc0->schedule, sched, sizeof(sched));
-            rec.family = kt_strdup(ops_family_get(sc0->schedule.family)->name);
-        } else {
-            size_t off = 0;
-            sched[0] = '\0';
-            for (int k = 0; k < part->n_groups && off < sizeof(sched); k++) {
-                char one[256];
-                ops_schedule_format(&t->list[ci[k]].schedule, one, sizeof(one));
-                off +=
-                    (size_t)snprintf(sched + off, sizeof(sched) - off, "%s%s", k ? " | " : "", one);
-            }
-            rec.family = kt_strdup("partition");
-        }
-        rec.schedule = kt_strdup(sched);
-        /* Time: the sum of the groups' measurements and the model's gaps (the assembled record
-         * is verified, not timed: see check_record). */
-        rec.time_ns = med + gaps;
-        rec.time_p10_ns = p10 + gaps;
-        rec.time_p90_ns = p90 + gaps;
-        rec.timing = cold ? CACHE_TIMING_COLD : CACHE_TIMING_HOT;
-        rec.reps = reps == UINT32_MAX ? 0 : reps;
-        rec.tolerance =
-            t->o->tolerance > 0 ? t->o->tolerance : ops_default_tolerance(t->s->g, t->o->precision);
-        rec.cublaslt_ns = base;
-        rec.naive_ns = 0;
-        rec.ktune_version = kt_strdup(KTUNE_VERSION);
-        rec.nvrtc_version = nvrtc_version();
-        rec.created = (int64_t)time(NULL);
-        if (!rec.family || !rec.schedule || !rec.ktune_version || !rec.graph_name) {
-            cache_record_free(&rec);
-            return kt_err_set(err, -ENOMEM, "out of memory");
-        }
-        /* What is stored is what was verified: exactly these bytes and launches, run as one
-         * whole-graph candidate against the graph's fp64 reference. */
-        srch_eval_result res;
-        if ((rc = check_record(t, &rec, ci[0], &res, err)) < 0) {
-            cache_record_free(&rec);
-            return rc;
-        }
-        if (res.status != SRCH_OK) {
-            kt_log_warn(TAG, "record %s failed its whole-graph evaluation: %s: %s", rec.schedule,
-                        srch_status_str(res.status), res.msg);
-            if (q == 0)
-                snprintf(why, why_len,
-                         "the record of %.80s failed its whole-graph evaluation (%s: %.100s)",
-                         rec.schedule, srch_status_str(res.status), res.msg);
-            cache_record_free(&rec);
-            if (q == 0)
-                goto set_aside;
-            continue;
-        }
-        rec.verified = true;
-        rec.err_norm = res.err_norm;
-        rec.err_max = res.err_max;
-        /* The floor's FLOP term needs the graph, which only tuning has (cache_put checks the
-         * traffic term): a time no GPU can reach is a timing fault, never a record. */
-        kt_err ferr = {0};
-        if (cache_record_check_floor(&rec, t->s->g, &ferr) < 0) {
-            kt_log_warn(TAG, "record %s refused: %s", rec.schedule, ferr.msg);
-            if (q == 0)
-                snprintf(why, why_len, "the record of %.80s was refused: %.100s", rec.schedule,
-                         ferr.msg);
-            cache_record_free(&rec);
-            if (q == 0)
-                goto set_aside;
-            continue;
-        }
-        int rank = -1;
-        rc = cache_put(t->cache, &rec, &rank, err);
-        if (rc == 0 && rank < 0)
-            rank = cached_rank(t, &rec); /* already there from an earlier run of the job */
-        cache_record_free(&rec);
-        if (rc < 0)
-            return rc;
-        r->records++;
-        if (q == 0) {
-            r->rank = rank;
-            *stored = true;
-            *err_norm = res.err_norm;
-        }
-    }
-    return 0;
-set_aside:
-    if (part->n_groups == 1)
-        t->c[ci[0]].set_aside = true;
-    else
-        t->part_set_aside[p] = true;
-    return 0;
-}
-
-/* Puts the best partition's records into the cache (record_partition), each only after it
- * passed as assembled. A pick whose record fails sets its partition or candidate aside and the
- * next best is tried, up to RECORD_TRIES picks; r->record_fallback then says why a faster pick
- * was not stored. When none passes, nothing is stored, r->record_note says why, and the set-aside
- * marks are lifted so the result describes the measured winner. *err_norm: the stored pick's
- * whole-graph error, or -1 when none was stored. */
-static int record(tune *t, double *err_norm, kt_err *err)
-{
-    srch_tune_result *r = t->r;
-    char why[256], first[256] = "";
-    int failed = 0, rc = 0;
-    bool stored = false;
-    *err_norm = -1;
-    report(t, "record");
-    for (int tries = 0; tries < RECORD_TRIES && !stored; tries++) {
-        int p;
-        if (best_partition(t, &p, false) <= 0)
-            break;
-        why[0] = '\0';
-        if ((rc = record_partition(t, p, &stored, err_norm, why, sizeof(why), err)) < 0)
-            return rc;
-        if (!stored) {
-            failed++;
-            if (!first[0])
-                snprintf(first, sizeof(first), "%s", why);
-        }
-    }
-    if (stored) {
-        if (failed)
-            snprintf(r->record_fallback, sizeof(r->record_fallback),
-                     "%d faster pick%s not stored; first: %.200s", failed, failed == 1 ? "" : "s",
-                     first);
-        return 0;
-    }
-    if (failed > 1)
-        snprintf(r->record_note, sizeof(r->record_note), "%.200s; %d more picks failed too", first,
-                 failed - 1);
-    else
-        snprintf(r->record_note, sizeof(r->record_note), "%.255s",
-                 first[0] ? first : "no partition left to record");
-    for (int64_t i = 0; i < t->n; i++)
-        t->c[i].set_aside = false;
-    memset(t->part_set_aside, 0, (size_t)t->s->n_partitions * sizeof(bool));
-    return 0;
-}
-
 /* ---- the job ---- */
 
 static void fill_result(tune *t)
 {
     srch_tune_result *r = t->r;
     int p;
-    double best = best_partition(t, &p, false);
-    r->baseline_ns = best_partition(t, &(int){0}, true);
+    double best = srch_tn_best_partition(t, &p, false);
+    r->baseline_ns = srch_tn_best_partition(t, &(int){0}, true);
     if (best <= 0)
         return;
     const srch_partition *part = &t->s->partitions[p];
     r->found = true;
     r->n_picks = part->n_groups;
-    double gaps = GAP_NS * (part->n_groups - 1);
+    double gaps = TN_GAP_NS * (part->n_groups - 1);
     r->time_ns = best;
     r->p10_ns = r->p90_ns = gaps;
     for (int k = 0; k < part->n_groups; k++) {
         srch_tune_pick *pk = &r->picks[k];
         int g = part->groups[k];
-        int64_t i = group_best(t, g, -1), lib = group_best(t, g, 1), own = group_best(t, g, 0);
+        int64_t i = srch_tn_group_best(t, g, -1), lib = srch_tn_group_best(t, g, 1),
+                own = srch_tn_group_best(t, g, 0);
         const cand *c = &t->c[i];
         pk->group = g;
-        group_text(&t->s->groups[g].group, pk->nodes, sizeof(pk->nodes));
+        srch_tn_group_text(&t->s->groups[g].group, pk->nodes, sizeof(pk->nodes));
         pk->family = t->list[i].schedule.family;
         ops_schedule_format(&t->list[i].schedule, pk->schedule, sizeof(pk->schedule));
         snprintf(pk->cand, sizeof(pk->cand), "%s", c->id);
-        pk->time = *tm(t, i);
+        pk->time = *srch_tn_tm(t, i);
         pk->err_norm = c->err_norm;
         pk->err_max = c->err_max;
         pk->retimed = c->retimed;
-        pk->baseline_ns = lib >= 0 ? tm(t, lib)->median_ns : 0;
-        pk->own_ns = own >= 0 ? tm(t, own)->median_ns : 0;
+        pk->baseline_ns = lib >= 0 ? srch_tn_tm(t, lib)->median_ns : 0;
+        pk->own_ns = own >= 0 ? srch_tn_tm(t, own)->median_ns : 0;
         if (own >= 0)
             ops_schedule_format(&t->list[own].schedule, pk->own_schedule, sizeof(pk->own_schedule));
         r->p10_ns += pk->time.p10_ns;
@@ -2098,18 +1212,18 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
     if ((rc = screen(&t, err)) < 0 || (rc = refine(&t, err)) < 0 || (rc = explore(&t, err)) < 0 ||
         (rc = retime(&t, err)) < 0)
         goto out;
-    if (cancelled(&t)) {
+    if (srch_tn_cancelled(&t)) {
         rc = kt_err_set(err, -ECANCELED, "cancelled after %d trials", out->trials);
         goto out;
     }
     t.final = true;
-    t.prog.best_ns = best_partition(&t, &(int){0}, false);
-    t.prog.baseline_ns = best_partition(&t, &(int){0}, true);
+    t.prog.best_ns = srch_tn_best_partition(&t, &(int){0}, false);
+    t.prog.baseline_ns = srch_tn_best_partition(&t, &(int){0}, true);
     /* The record first: a pick whose record fails as assembled is set aside, and the result
      * then describes what was stored. */
     double rec_err = -1;
-    if (best_partition(&t, &(int){0}, false) > 0)
-        rc = record(&t, &rec_err, err);
+    if (srch_tn_best_partition(&t, &(int){0}, false) > 0)
+        rc = srch_tn_record(&t, &rec_err, err);
     fill_result(&t);
     if (rec_err >= 0)
         out->err_norm = rec_err;
