@@ -44,7 +44,7 @@ typedef struct ops_group {
     int32_t out[OPS_GROUP_MAX_IO]; /* tensors produced here that a graph output is, or that a
                                       node outside the group reads; in node order */
     /* Appended to every kernel entry name the emitter writes, in the source and in
-     * ops_emitted.kernels[].entry alike: search/tune.c emits the k-th group of a partition
+     * ops_emitted.kernels[].entry alike: search/tune_record.c emits the k-th group of a partition
      * linked into one module with "_g<k>" so that its kernels cannot collide with another
      * group's; "" (ops_group_init) otherwise. Letters, digits and '_' only. */
     char entry_suffix[8];
@@ -119,7 +119,7 @@ typedef struct ops_kernel_launch {
 
 typedef struct ops_emitted {
     char *source; /* malloc'd CUDA C holding every kernel of the candidate */
-    /* Where source's pieces lie (ops_emit_shared_prelude records them), so that search/tune.c
+    /* Where source's pieces lie (ops_emit_shared_prelude records them), so that search/link.c
      * links the groups of a partition into one module without reading the code: [0, prelude_at)
      * the file-scope header (comment, #include lines), [prelude_at, code_at) the shared prelude
      * (the same text in every candidate), [code_at, end) the group's own code, which defines

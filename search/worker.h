@@ -60,8 +60,8 @@ uint8_t *srch_random_input(const ops_tensor *t, uint64_t seed0, int s, int i);
 
 #define SRCH_MAX_BINDINGS 16
 /* Kernels one request may launch: as many as a cache record holds (CACHE_MAX_KERNELS), so that
- * every record search/tune.c assembles can be evaluated as it will be served. A group candidate
- * has at most OPS_MAX_KERNELS. */
+ * every record search/tune_record.c assembles can be evaluated as it will be served. A group
+ * candidate has at most OPS_MAX_KERNELS. */
 #define SRCH_REQ_MAX_KERNELS 64
 
 typedef struct srch_binding {

@@ -158,7 +158,7 @@ void attn_emit_pack_p(kt_buf *b, const attn_geom *m, const char *dst, const char
 }
 
 /* Written between the header comment and the prelude: a partition's module keeps every group's
- * text before its prelude at file scope (search/tune.c), where the headers belong. */
+ * text before its prelude at file scope (search/link.c), where the headers belong. */
 static void emit_includes(kt_buf *b, const attn_geom *m)
 {
     kt_buf_line(b, "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */");

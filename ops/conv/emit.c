@@ -123,7 +123,7 @@ static void emit_constants(kt_buf *b, const conv_info *ci)
 
 /* The device library headers the candidate's kernel uses (ops/device/ktune/), written between
  * the header comment and the prelude: a partition's module keeps every group's text before its
- * prelude at file scope (search/tune.c), where the headers belong. */
+ * prelude at file scope (search/link.c), where the headers belong. */
 static void emit_includes(kt_buf *b, const ops_group *grp, const conv_info *ci,
                           const ops_schedule *s, const ops_device *dev)
 {

@@ -138,7 +138,7 @@ void gemm_emit_load_value(const gemm_emit *e, int k, const char *raw, kt_buf *ou
 /* ---- the device library headers the candidate uses ---- */
 
 /* Written between the header comment and the prelude: a partition's module keeps every group's
- * text before its prelude at file scope (search/tune.c), where the headers belong. */
+ * text before its prelude at file scope (search/link.c), where the headers belong. */
 static void emit_includes(const gemm_emit *e)
 {
     const gemm_cfg *c = e->c;

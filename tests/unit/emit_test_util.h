@@ -104,7 +104,7 @@ static inline bool emit_test_has(const char *src, const char *text)
 
 /* Fails when src has an #include after its prelude: device library headers belong before it,
  * at file scope, where a partition module keeps each group's text before the prelude (the rest
- * goes into a namespace, search/tune.c). */
+ * goes into a namespace, search/link.c). */
 static inline void emit_test_includes_first(const char *src)
 {
     const char *prelude = strstr(src, "/* ---- ktune prelude");

@@ -707,7 +707,7 @@ static void pack_full_spec(msgpack_packer *pk, const void *ctx)
     }
 }
 
-/* An assembled record over a whole graph (search/tune.c): the graph itself as the subgraph,
+/* An assembled record over a whole graph (search/tune_record.c): the graph itself as the subgraph,
  * more kernels than a group candidate may have, each clearing its own workspace slot. */
 static void test_record_request(void **state)
 {
