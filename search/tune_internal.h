@@ -1,9 +1,11 @@
-/* srch_tune's two halves and the state they share (search/tune.h is the interface). One job, one
+/* srch_tune's files and the state they share (search/tune.h is the interface). One job, one
  * thread: everything here runs inside one srch_tune call.
  *
- *   tune.c         the job: candidate ids, the trial log, bookkeeping (progress, cost, budget),
- *                  ranking, evaluation, the phases (screen, refine, explore, re-time) and
- *                  srch_tune itself, which ends by recording the pick (srch_tn_record)
+ *   tune.c         the job: bookkeeping (progress, cost, budget), ranking, evaluation, the
+ *                  phases (screen, refine, explore, re-time) and srch_tune itself, which ends
+ *                  by recording the pick (srch_tn_record)
+ *   tune_trials.c  candidate ids (srch_candidate_id) and the trial log: a candidate's outcome
+ *                  as a trial entry and back
  *   tune_record.c  the record: the pick's candidates materialised (emitted, compiled) and
  *                  assembled into a cache_record (linked partitions through search/link.h), then
  *                  that record evaluated as assembled over the whole graph before it is stored
@@ -68,16 +70,21 @@ typedef struct tune {
     uint64_t record_evals; /* records sent to the worker by this call (their request ids) */
 } tune;
 
+/* ---- tune_trials.c ---- */
+
+/* The trial log: a worker status as a trial's class, the trial's wall-clock time, a candidate's
+ * outcome as a trial entry, a failed trial's srch_status and reason read back from its class and
+ * detail, and a candidate's outcome read back (under this job's tolerance). */
+cache_trial_status srch_tn_trial_status(srch_status s);
+void srch_tn_stamp(cache_trial *t);
+void srch_tn_trial_from(const cand *c, cache_trial *t);
+void srch_tn_failure_from_trial(const cache_trial *t, srch_status *st, char *msg, size_t len);
+void srch_tn_cand_from_trial(cand *c, const cache_trial *t, double tolerance);
+
 /* ---- tune.c ---- */
 
 /* v, or def when v is not positive. */
 int srch_tn_defint(int v, int def);
-
-/* The trial log: a worker status as a trial's class, the trial's wall-clock time, and a failed
- * trial's srch_status and reason read back from its class and detail. */
-cache_trial_status srch_tn_trial_status(srch_status s);
-void srch_tn_stamp(cache_trial *t);
-void srch_tn_failure_from_trial(const cache_trial *t, srch_status *st, char *msg, size_t len);
 
 /* Bookkeeping: progress (phase NULL keeps the current one), a compile's cost, cancellation. */
 void srch_tn_report(tune *t, const char *phase);
