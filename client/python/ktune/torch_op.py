@@ -173,6 +173,12 @@ def _check_shape(torch, what, t, want, kernel):
             raise ValueError(msg)
 
 
+def _handles(kernel):
+    """(kernel handle, runtime handle or None) as ints: which loaded kernel a Kernel is."""
+    rt = kernel.runtime
+    return kernel._k.value, (None if rt is None or rt._handle is None else rt._handle.value)
+
+
 class _Entry:
     """One registered op: its library fragment, the OpOverload, the kernels (weak references,
     newest last) that can launch it, and the C++ launcher when it launches through that (bound
@@ -182,18 +188,19 @@ class _Entry:
         self.name, self.lib, self.overload, self.launcher = name, lib, overload, launcher
         self.kernels = []
         self.bound_runtime = None
+        self.bound = None  # (kernel handle, runtime handle) the C++ launcher launches
 
     def add(self, kernel):
         self.kernels = [r for r in self.kernels if r() is not None and r() is not kernel]
         self.kernels.append(weakref.ref(kernel))
         self.newest = self.kernels[-1]
-        if self.launcher is not None:
+        if self.launcher is not None and self.bound != _handles(kernel):
             self._bind(kernel)
 
     def _bind(self, kernel):
         self.launcher.bind(self.name, kernel, kernel.device)
-        rt = kernel.runtime
-        self.bound_runtime = None if rt is None or rt._handle is None else rt._handle.value
+        self.bound = _handles(kernel)
+        self.bound_runtime = self.bound[1]
 
     def runtime_closing(self, handle):
         """The runtime of handle (an int) is about to close: the C++ launcher moves to the
@@ -207,7 +214,13 @@ class _Entry:
                 self._bind(k)
                 return
         self.launcher.unbind(self.name)
-        self.bound_runtime = None
+        self.bound_runtime = self.bound = None
+
+    def destroy(self):
+        """Undoes the registration: the C++ kernel, then the schema and the Python kernels."""
+        if self.launcher is not None:
+            self.launcher.drop(self.name)
+        self.lib._destroy()
 
     def kernel(self):
         """The newest kernel whose runtime is open, else the newest alive (its launch says
@@ -248,7 +261,7 @@ def register(kernel):
             op = TorchOp(kernel, entry)  # binds the captured parameters
         except Exception:
             if fresh:
-                entry.lib._destroy()
+                entry.destroy()
             raise
         if fresh:
             _ops[name] = entry
@@ -272,7 +285,7 @@ def _define(torch, kernel, name):
         lib.define(f"{name}({args}) -> {ret}")
         entry = _Entry(name, lib, getattr(torch.ops.ktune, name).default, launcher)
         if launcher is not None:
-            entry.add(kernel)  # registers the C++ kernel for CUDA
+            entry._bind(kernel)  # registers the C++ kernel for CUDA
         else:
             lib.impl(name, real, "CUDA")
         lib.impl(name, real, "CPU")

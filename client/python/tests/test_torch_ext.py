@@ -150,6 +150,25 @@ def test_failed_registration_leaves_no_cuda_kernel(ext, monkeypatch):
     assert _has_cuda_kernel(op)
 
 
+def test_failed_binding_of_parameters_leaves_no_cuda_kernel(ext, monkeypatch):
+    # a failure after the op is defined (here: binding captured parameters) undoes the C++
+    # registration with the schema
+    k = _bound_kernel({"M": 88})
+    short = torch_op.op_name(k)
+
+    def broken(kernel):
+        raise RuntimeError("parameters failed")
+    monkeypatch.setattr(torch_op.TorchOp, "_bind_params", staticmethod(broken))
+    with pytest.raises(RuntimeError, match="parameters failed"):
+        k.as_torch_op()
+    assert not hasattr(torch.ops.ktune, short) and short not in torch_op._ops
+    with pytest.raises(RuntimeError, match="does not exist"):  # no kernel keeps the name
+        torch._C._dispatch_has_kernel_for_dispatch_key(f"ktune::{short}", "CUDA")
+    monkeypatch.undo()
+    monkeypatch.setattr(_torch_ext, "_state", ext)
+    assert _has_cuda_kernel(k.as_torch_op())
+
+
 def test_several_outputs(ext):
     op = _bound_kernel({"M": 4, "N": 6}, graph=TWO_RELUS).as_torch_op()
     assert _has_cuda_kernel(op) and len(op.outputs) == 2
