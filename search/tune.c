@@ -183,12 +183,13 @@ int64_t srch_tn_group_best(const tune *t, int g, int lib)
     return fast;
 }
 
-/* Up to max verified candidates of group g in winning order. Returns the count. */
-int srch_tn_group_ranked(const tune *t, int g, int64_t *out, int max)
+/* Up to max verified candidates of group g in winning order (only re-timed ones with
+ * retimed_only). Returns the count. */
+int srch_tn_group_ranked(const tune *t, int g, bool retimed_only, int64_t *out, int max)
 {
     int n = 0;
     for (int64_t i = t->gstart[g]; i < t->gend[g]; i++) {
-        if (!verified(&t->c[i]))
+        if (!verified(&t->c[i]) || (retimed_only && !t->c[i].retimed))
             continue;
         /* insertion into the sorted prefix */
         int pos = n < max ? n : max;
@@ -704,7 +705,7 @@ static int add_refinement(tune *t, batch *b, int g)
 {
     int nbest = srch_tn_defint(t->o->refine_best, 2), rc = 0;
     int64_t top[8];
-    int n = srch_tn_group_ranked(t, g, top, nbest < 8 ? nbest : 8);
+    int n = srch_tn_group_ranked(t, g, false, top, nbest < 8 ? nbest : 8);
     for (int j = 0; j < n && rc == 0; j++)
         if (t->list[top[j]].schedule.family != OPS_FAM_LIBRARY)
             rc = add_neighbours(t, b, top[j]);
@@ -733,12 +734,15 @@ static int refine(tune *t, kt_err *err)
 /* Exploration, once refinement has converged with budget left: per group of the leading
  * partition, the next EXPLORE_TOP untried candidates in the cost model's order and EXPLORE_SPREAD
  * more strided over the rest of its untried list, then refinement around whatever they beat.
- * It ends after EXPLORE_PATIENCE rounds in a row that find nothing clearly faster, or on the
- * budget. Its choices depend only on measured outcomes, so a rerun replays them from the trial
- * log and measures nothing new. */
+ * It ends after EXPLORE_PATIENCE rounds in a row that find nothing clearly faster, plus one more
+ * per EXPLORE_ROUND_S of the job's budget (a longer budget buys a wider look: with 3 rounds, a
+ * 15 s job stopped at 4 s in one of two basins 20% apart, which of them by timing noise), or on
+ * the budget. Its choices depend only on the budget and measured outcomes, so a rerun replays
+ * them from the trial log and measures nothing new. */
 #define EXPLORE_TOP      4
 #define EXPLORE_SPREAD   8
 #define EXPLORE_PATIENCE 3
+#define EXPLORE_ROUND_S  5.0
 
 static int add_unexplored(tune *t, batch *b, int g)
 {
@@ -763,7 +767,9 @@ static int explore(tune *t, kt_err *err)
 {
     int rc = 0;
     srch_tn_report(t, "explore");
-    for (int quiet = 0; quiet < EXPLORE_PATIENCE && rc == 0 && !over_budget(t);) {
+    double budget = t->o->budget_s > 0 ? t->o->budget_s : SRCH_DEFAULT_BUDGET_S;
+    int patience = EXPLORE_PATIENCE + (int)(budget / EXPLORE_ROUND_S);
+    for (int quiet = 0; quiet < patience && rc == 0 && !over_budget(t);) {
         int p;
         bool none;
         double before = srch_tn_best_partition(t, &p, false);
@@ -840,7 +846,7 @@ static int retime(tune *t, kt_err *err)
     for (int k = 0; k < part->n_groups && !over_budget(t); k++) {
         int64_t top[16], ids_i[16];
         uint64_t ids[16];
-        int n = srch_tn_group_ranked(t, part->groups[k], top, nfin), m = 0, reloaded = 0;
+        int n = srch_tn_group_ranked(t, part->groups[k], false, top, nfin), m = 0, reloaded = 0;
         for (int j = 0; j < n && !over_budget(t); j++) {
             bool ok = loaded(t, top[j]);
             if (!ok) {
@@ -999,7 +1005,7 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
     t.t0 = now_s();
     /* Screening and refinement stop early enough to leave the finalists' re-timing, which
      * decides the winner, its share: 10% of the budget, at most SRCH_RETIME_RESERVE_S. */
-    double budget = opts->budget_s > 0 ? opts->budget_s : 60;
+    double budget = opts->budget_s > 0 ? opts->budget_s : SRCH_DEFAULT_BUDGET_S;
     double reserve = budget * 0.1 < SRCH_RETIME_RESERVE_S ? budget * 0.1 : SRCH_RETIME_RESERVE_S;
     t.full_end = t.t0 + budget;
     t.end = t.full_end - reserve;

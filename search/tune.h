@@ -70,7 +70,8 @@
 #define SRCH_SCREEN_BUDGET_S   0.1
 #define SRCH_SCREEN_MIN_REPS   5
 #define SRCH_RETIME_BUDGET_S   0.3
-#define SRCH_RETIME_RESERVE_S  2.0 /* budget kept back for re-timing the finalists */
+#define SRCH_RETIME_RESERVE_S  2.0  /* budget kept back for re-timing the finalists */
+#define SRCH_DEFAULT_BUDGET_S  60.0 /* a job that names no budget */
 #define SRCH_RETIME_MIN_ROUNDS 10
 #define SRCH_RETIME_MAX_ROUNDS 2000
 
@@ -91,7 +92,8 @@ typedef struct srch_tune_progress {
 typedef struct srch_tune_opts {
     ops_precision precision;
     double tolerance; /* normwise; <= 0: docs/evaluation.md's default for the dtype and precision */
-    double budget_s;  /* wall clock for the job, space building included; <= 0: 60 s */
+    double
+        budget_s; /* wall clock for the job, space building included; <= 0: SRCH_DEFAULT_BUDGET_S */
     /* worker */
     const char *worker_exe; /* NULL: srch_worker_opts' lookup */
     int gpu;

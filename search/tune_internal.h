@@ -92,11 +92,12 @@ void srch_tn_add_compile(tune *t, const srch_compile_result *cr);
 bool srch_tn_cancelled(const tune *t);
 
 /* Ranking: the stats a comparison uses, a group's best verified candidate (lib: 1 only library
- * ones, 0 only non-library, -1 any) or -1, up to max of them in winning order, and the best
+ * ones, 0 only non-library, -1 any) or -1, up to max of them in winning order (only re-timed
+ * ones with retimed_only), and the best
  * partition's measured time (0 when none) with its index in *which. */
 const srch_time_stats *srch_tn_tm(const tune *t, int64_t i);
 int64_t srch_tn_group_best(const tune *t, int g, int lib);
-int srch_tn_group_ranked(const tune *t, int g, int64_t *out, int max);
+int srch_tn_group_ranked(const tune *t, int g, bool retimed_only, int64_t *out, int max);
 double srch_tn_best_partition(const tune *t, int *which, bool library_baseline);
 
 /* Evaluation: a compile log's first error line, and one request to the worker (req freed). */

@@ -643,14 +643,16 @@ static int record_partition(tune *t, int p, bool *stored, double *err_norm, char
     if (part->n_groups == 1) {
         /* The winner first (group_best's rule), then the others in ranking order. */
         int64_t all[2 * (1 + CACHE_RUNNER_UPS)], best = srch_tn_group_best(t, part->groups[0], -1);
-        int m = srch_tn_group_ranked(t, part->groups[0], all, 2 * (1 + CACHE_RUNNER_UPS));
+        /* Runner-ups: times comparable with the winner's (re-timed with it when it was: the
+         * filter comes before the cut, or faster screening times would crowd them out), and
+         * none faster than it (a within-noise tie lost to the cost model's order), so the
+         * cache, which ranks by time alone, keeps the winner at rank 0. */
+        int m = srch_tn_group_ranked(t, part->groups[0], t->c[best].retimed, all,
+                                     2 * (1 + CACHE_RUNNER_UPS));
         nrec = 0;
         ranked[nrec++] = best;
         for (int j = 0; j < m && nrec < 1 + CACHE_RUNNER_UPS; j++)
-            /* Runner-ups: times comparable with the winner's, and none faster than it (a
-             * within-noise tie lost to the cost model's order), so the cache, which ranks by
-             * time alone, keeps the winner at rank 0. */
-            if (all[j] != best && (!t->c[best].retimed || t->c[all[j]].retimed) &&
+            if (all[j] != best &&
                 srch_tn_tm(t, all[j])->median_ns >= srch_tn_tm(t, best)->median_ns)
                 ranked[nrec++] = all[j];
     }

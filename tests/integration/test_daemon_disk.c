@@ -1,5 +1,5 @@
 /* Drill (issue 7): a full disk. The test enters a private mount namespace (unshare(2): as root
- * CLONE_NEWNS; otherwise a user namespace too, as `unshare -rm` does), mounts a 4 MiB tmpfs and
+ * CLONE_NEWNS; otherwise a user namespace too, as `unshare -rm` does), mounts a 16 MiB tmpfs and
  * puts ktuned's cache on it (socket and logs stay outside). With a job running it fills the
  * disk, then:
  *   - the running job ends failed, its error naming the full disk (or, if every write it still
@@ -38,7 +38,8 @@
 
 #include <cmocka.h>
 
-#define DISK_BYTES "4m"
+/* room, once the filler goes, for the rest of a job whose 60 s budget buys a long exploration */
+#define DISK_BYTES "16m"
 #define BIG_NODES  64
 
 static dh_daemon daemon_;
