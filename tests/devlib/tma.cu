@@ -2,7 +2,8 @@
 #include "ktune/mbarrier.cuh"
 #include "ktune/tma.cuh"
 
-extern "C" __global__ void devlib_tma(const __grid_constant__ kt_tensor_map map, float *out)
+extern "C" __global__ void devlib_tma(const __grid_constant__ kt_tensor_map map,
+                                      const __grid_constant__ kt_tensor_map map3, float *out)
 {
 #if KT_SM90
     __shared__ __align__(128) float tile[64 * 32];
@@ -19,7 +20,15 @@ extern "C" __global__ void devlib_tma(const __grid_constant__ kt_tensor_map map,
     }
     kt_mbar_wait(&bar, 0);
     out[threadIdx.x] = tile[threadIdx.x];
+    __syncthreads();
+    /* a 3-D box (matrix blockIdx.y of a batch) into the same tile, the barrier's second phase */
+    if (threadIdx.x == 0) {
+        kt_mbar_arrive_expect_tx(&bar, sizeof(tile));
+        kt_tma_load_3d(tile, &map3, &bar, 0, (int)blockIdx.x * 64, (int)blockIdx.y);
+    }
+    kt_mbar_wait(&bar, 1);
+    out[threadIdx.x] += tile[threadIdx.x];
 #else
-    out[threadIdx.x] = (float)map.opaque[0];
+    out[threadIdx.x] = (float)(map.opaque[0] + map3.opaque[0]);
 #endif
 }

@@ -1,6 +1,7 @@
 /* ktune/wgmma.cuh with ktune/swizzle.cuh: a tf32 k8 step of each width the GEMM uses, and the
  * f16 / bf16 k16 steps attention uses (both operands in shared memory; A in registers with an
- * N-major B) at both widths (sm_90a; other builds compile the header to nothing). */
+ * N-major B) at both widths, and the GEMM's m64n256 steps with M-major and N-major operands
+ * (sm_90a; other builds compile the header to nothing). */
 #include "ktune/swizzle.cuh"
 #include "ktune/wgmma.cuh"
 
@@ -28,13 +29,23 @@ extern "C" __global__ void __launch_bounds__(128) devlib_wgmma(const float *g, f
     kt_wgmma_f16_rs<64, 1>(d64, a, dn, 1);
     kt_wgmma_bf16_rs<128, 1>(d128, a, dn, threadIdx.x & 1);
     kt_wgmma_commit();
+    /* m64n256: the GEMM's widest step, B N-major (64-column blocks 8192 bytes apart, the leading
+     * offset) and A K-major or M-major */
+    float d256[32][4] = {};
+    const unsigned long long dw = kt_wgmma_desc(b, 8192, 1024, KT_WGMMA_SW128);
+    kt_wgmma_fence();
+    kt_wgmma_f16_ss<256, 1>(d256, dk, dw, 0);
+    kt_wgmma_bf16_ss<256, 1, 1>(d256, dn, dw + 128, 1);
+    kt_wgmma_f16_ss<64, 1, 1>(d64, dn, dn, 1);
+    kt_wgmma_commit();
     kt_wgmma_wait<1>();
     kt_wgmma_wait<0>();
+    kt_reg_hold(d256);
     kt_reg_hold(d64);
     kt_reg_hold(d128);
     float s = 0.0f;
     for (int j = 0; j < 8; j++)
-        s += d64[j][0] + d128[2 * j][3];
+        s += d64[j][0] + d128[2 * j][3] + d256[4 * j][1];
     out[threadIdx.x] = s;
 #else
     out[threadIdx.x] = g[threadIdx.x];

@@ -24,6 +24,15 @@ __device__ __forceinline__ void kt_tma_load_2d(void *dst, const kt_tensor_map *m
                  "l"(map), "r"(kt_smem_u32(bar)), "r"(c0), "r"(c1)
                  : "memory");
 }
+/* The same for a 3-D box at (c0 innermost, c1, c2): a batch of matrices, c2 the batch index. */
+__device__ __forceinline__ void kt_tma_load_3d(void *dst, const kt_tensor_map *map,
+                                               unsigned long long *bar, int c0, int c1, int c2)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(kt_smem_u32(dst)),
+                 "l"(map), "r"(kt_smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
 /* Starts fetching the tensor map into the descriptor cache. */
 __device__ __forceinline__ void kt_tma_prefetch_map(const kt_tensor_map *map)
 {

@@ -100,43 +100,59 @@ __device__ __forceinline__ void kt_wgmma_tf32_rs<128>(float (&d)[16][4], const u
 /* clang-format on */
 
 /* f16 and bf16 products, k16 steps, fp32 sums: d = a x b + (scale_d ? d : 0), N columns (64 or
- * 128), d the thread's N / 2 sums as [N / 8][4] (m16n8 C layout per 8 columns, per warp). B is
- * read from shared memory through descriptor db, K-major (TRANS_B 0) or N-major (TRANS_B 1); A
- * either from shared memory too (_ss: descriptor da, K-major) or from registers (_rs: a is this
- * warp's 16 x 16 fragment of the warpgroup's 64 x 16 A, the m16n8k16 A layout).
- *   kt_wgmma_f16_ss<N, TRANS_B>(d, da, db, scale_d)   kt_wgmma_bf16_ss<N, TRANS_B>(...)
+ * 128; _ss also 256), d the thread's N / 2 sums as [N / 8][4] (m16n8 C layout per 8 columns, per
+ * warp). B is read from shared memory through descriptor db, K-major (TRANS_B 0) or N-major
+ * (TRANS_B 1); A either from shared memory too (_ss: descriptor da, K-major, or M-major with
+ * TRANS_A 1) or from registers (_rs: a is this warp's 16 x 16 fragment of the warpgroup's 64 x 16
+ * A, the m16n8k16 A layout).
+ *   kt_wgmma_f16_ss<N, TRANS_B[, TRANS_A]>(d, da, db, scale_d)   kt_wgmma_bf16_ss<...>(...)
  *   kt_wgmma_f16_rs<N, TRANS_B>(d, a, db, scale_d)    kt_wgmma_bf16_rs<N, TRANS_B>(...) */
 /* clang-format off: the register lists stay one group of 16 a line */
 #define KT_D32 KT_D4(0), KT_D4(1), KT_D4(2), KT_D4(3), KT_D4(4), KT_D4(5), KT_D4(6), KT_D4(7)
 #define KT_D64 KT_D32, KT_D4(8), KT_D4(9), KT_D4(10), KT_D4(11), KT_D4(12), KT_D4(13), \
                KT_D4(14), KT_D4(15)
+#define KT_D128 KT_D64, KT_D4(16), KT_D4(17), KT_D4(18), KT_D4(19), KT_D4(20), KT_D4(21), \
+                KT_D4(22), KT_D4(23), KT_D4(24), KT_D4(25), KT_D4(26), KT_D4(27), KT_D4(28), \
+                KT_D4(29), KT_D4(30), KT_D4(31)
 #define KT_R32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"\
                "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
 #define KT_R64 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"\
                "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"\
                "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"\
                "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+#define KT_R128 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"\
+                "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"\
+                "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"\
+                "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"\
+                "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"\
+                "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"\
+                "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"\
+                "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}"
 /* "p" = (scale_d != 0), scale_d being operand number SCALE_D */
 #define KT_WG_PRED(SCALE_D) "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"
-/* The instruction, m64nNk16.f32.T.T for N = 64 or 128 */
+/* The instruction, m64nNk16.f32.T.T for N = 64, 128 or 256 */
 #define KT_WG_K16(N, T) "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #T "." #T " "
 /* Both products for one 16-bit type T (f16, bf16): written once, instantiated below. */
 #define KT_WGMMA_K16(T)                                                                            \
-/* d = a x b (+ d when scale_d): A K-major and B K-major (TRANS_B 0) or N-major (1) in shared      \
- * memory. */                                                                                      \
-template <int N, int TRANS_B>                                                                      \
+/* d = a x b (+ d when scale_d): A K-major (TRANS_A 0) or M-major (1) and B K-major (TRANS_B 0)  \
+ * or N-major (1) in shared memory. */                                                             \
+template <int N, int TRANS_B, int TRANS_A = 0>                                                     \
 __device__ __forceinline__ void kt_wgmma_##T##_ss(float (&d)[N / 8][4], unsigned long long da,     \
                                                   unsigned long long db, int scale_d)              \
 {                                                                                                  \
-    static_assert(N == 64 || N == 128, "m64n64 or m64n128");                                       \
+    static_assert(N == 64 || N == 128 || N == 256, "m64n64, m64n128 or m64n256");                  \
     if constexpr (N == 64)                                                                         \
         asm volatile(KT_WG_PRED("%34") KT_WG_K16(64, T) KT_R32                                     \
-                     ", %32, %33, p, 1, 1, 0, %35;\n}\n"                                           \
-                     : KT_D32 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));                     \
-    else                                                                                           \
+                     ", %32, %33, p, 1, 1, %36, %35;\n}\n"                                         \
+                     : KT_D32 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B), "n"(TRANS_A));       \
+    else if constexpr (N == 128)                                                                   \
         asm volatile(KT_WG_PRED("%66") KT_WG_K16(128, T) KT_R64                                    \
-                     ", %64, %65, p, 1, 1, 0, %67;\n}\n"                                           \
-                     : KT_D64 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));                     \
+                     ", %64, %65, p, 1, 1, %68, %67;\n}\n"                                         \
+                     : KT_D64 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B), "n"(TRANS_A));       \
+    else                                                                                           \
+        asm volatile(KT_WG_PRED("%130") KT_WG_K16(256, T) KT_R128                                  \
+                     ", %128, %129, p, 1, 1, %132, %131;\n}\n"                                     \
+                     : KT_D128 : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B), "n"(TRANS_A));      \
 }                                                                                                  \
 /* d = a x b (+ d when scale_d): A from registers, B in shared memory. */                          \
 template <int N, int TRANS_B>                                                                      \
@@ -162,8 +178,10 @@ KT_WGMMA_K16(bf16)
 #undef KT_WGMMA_K16
 #undef KT_WG_K16
 #undef KT_WG_PRED
+#undef KT_R128
 #undef KT_R64
 #undef KT_R32
+#undef KT_D128
 #undef KT_D64
 #undef KT_D32
 #undef KT_D4
