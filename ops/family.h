@@ -98,14 +98,29 @@ void ops_device_h200(ops_device *dev);
 int ops_device_find(const char *name, ops_device *dev);
 
 typedef enum ops_arg_kind {
-    OPS_ARG_TENSOR,    /* a graph tensor's device pointer */
-    OPS_ARG_WORKSPACE, /* workspace base + offset */
+    OPS_ARG_TENSOR,     /* a graph tensor's device pointer */
+    OPS_ARG_WORKSPACE,  /* workspace base + offset */
+    OPS_ARG_TENSOR_MAP, /* a CUtensorMap over a graph tensor (tensor >= 0) or the workspace
+                           (tensor < 0: base + offset), encoded at launch, passed by value */
 } ops_arg_kind;
+
+typedef struct ops_tensor_map {
+    int rank;                 /* 1..5 */
+    int dtype;                /* ops dtype of the elements (f32, f16, bf16 ...) */
+    uint64_t dims[5];         /* elements per dimension, innermost (contiguous) first */
+    uint64_t strides[4];      /* bytes between consecutive indices of dims 1..rank-1 */
+    uint32_t box[5];          /* elements one copy moves per dimension, innermost first */
+    uint32_t elem_strides[5]; /* traversal strides, 1 for a plain tile */
+    int swizzle;              /* 0 none, 32, 64 or 128 (bytes): the shared-memory swizzle */
+    int l2_promotion;         /* 0 none, 64, 128 or 256 (bytes) */
+    bool oob_nan;             /* out-of-bounds elements read as NaN instead of zero */
+} ops_tensor_map;
 
 typedef struct ops_arg {
     ops_arg_kind kind;
-    int32_t tensor; /* OPS_ARG_TENSOR: index into g->tensors */
-    int64_t offset; /* OPS_ARG_WORKSPACE: byte offset */
+    int32_t tensor;      /* OPS_ARG_TENSOR / _TENSOR_MAP: index into g->tensors, or -1 */
+    int64_t offset;      /* OPS_ARG_WORKSPACE / _TENSOR_MAP on the workspace: byte offset */
+    ops_tensor_map tmap; /* OPS_ARG_TENSOR_MAP only */
 } ops_arg;
 
 typedef struct ops_kernel_launch {
