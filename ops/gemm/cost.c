@@ -11,7 +11,9 @@
  * efficiency)) + launch latency per kernel (+ the serial split-K hand-off chain). The efficiency
  * multiplies: wave quantisation (blocks over sm_count x resident blocks per SM), the warp tile's
  * shared-memory intensity, latency hiding from resident warps and pipeline depth, the k-loop's fill
- * and drain, and for mma.sync on sm_90 a 0.6 factor (the wgmma peak is out of its reach). */
+ * and drain, and for mma.sync on sm_90 a 0.6 factor (the wgmma peak is out of its reach). The
+ * device's f16 rate is what cuBLAS's wgmma kernels reach on the H100 (745 of about 990 TFLOP/s
+ * dense), so the 16-bit wgmma kernel is ranked against it without that factor. */
 
 void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                    ops_estimate *est)
@@ -86,6 +88,13 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
             peak *= 0.6;
         double intensity = (double)c.wtm * c.wtn / (c.wtm + c.wtn); /* flops per smem element */
         eff = fmin(1.0, sqrt(intensity / 32.0));
+        if (c.wg16) {
+            /* every consumer's wgmmas read the block's B tile: the block tile's intensity, and a
+             * single consumer warpgroup idles while it waits on its wgmmas (a guess until the
+             * H100 timings calibrate it) */
+            intensity = (double)c.bm * c.bn / (c.bm + c.bn);
+            eff = fmin(1.0, sqrt(intensity / 64.0)) * (c.consumers == 1 ? 0.9 : 1.0);
+        }
         if (c.op[0].scalar_frag || c.op[1].scalar_frag)
             eff *= 0.85;
         if (c.smem == SMEM_PAD)
@@ -94,12 +103,14 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
         double intensity = (double)c.tm * c.tn / (c.tm + c.tn);
         eff = fmin(1.0, sqrt(intensity / 4.0));
     }
-    if (c.wgmma) /* measured on the H100 at 2048^3: the tensor pipe 42% busy (a wait and a
-                    block barrier per k tile, two warps per scheduler); without the in-kernel
-                    small-halves pass (wgmma_split) the loop ran 19% faster there */
+    /* tf32x3 wgmma, measured on the H100 at 2048^3: the tensor pipe 42% busy (a wait and a block
+     * barrier per k tile, two warps per scheduler); without the in-kernel small-halves pass
+     * (wgmma_split) the loop ran 19% faster there */
+    if (c.wgmma && !c.wg16)
         eff *= c.presplit ? 0.7 : 0.6;
     int block_warps = c.threads / 32;
-    if (block_warps > 4) /* a barrier stalls more warps at once */
+    /* a barrier stalls more warps at once (the warp-specialised kernel has none in its k loop) */
+    if (block_warps > 4 && !c.wg16)
         eff /= 1.0 + 0.04 * (block_warps - 4);
     double warps = est->occupancy * dev->max_threads_per_sm / 32.0;
     eff *= 0.5 + 0.5 * fmin(1.0, warps / 8.0);

@@ -147,6 +147,14 @@ static void emit_includes(const gemm_emit *e)
     if (c->tc && !c->wgmma)
         ldsm = gemm_is_tf32(c->math) ? !c->op[0].scalar_frag || !c->op[1].scalar_frag : true;
     kt_buf_line(b, "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */");
+    if (c->wg16) {
+        kt_buf_line(b, "#include \"ktune/mbarrier.cuh\"");
+        if (c->consumers == 2)
+            kt_buf_line(b, "#include \"ktune/setmaxnreg.cuh\"");
+        kt_buf_line(b, "#include \"ktune/tma.cuh\"");
+        kt_buf_line(b, "#include \"ktune/wgmma.cuh\"");
+        return;
+    }
     kt_buf_line(b, "#include \"ktune/cp_async.cuh\"");
     if (ldsm)
         kt_buf_line(b, "#include \"ktune/ldmatrix.cuh\"");
@@ -362,7 +370,9 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     if (c.cluster)
         gemm_emit_cluster_helpers(&e);
     emit_raster(&e);
-    if (c.wgmma) {
+    if (c.wg16) {
+        gemm_emit_wgmma16_helpers(&e);
+    } else if (c.wgmma) {
         gemm_emit_wgmma_helpers(&e);
     } else {
         kt_buf_printf(&b, "\n/* ---- shared-memory layouts and tile loaders ---- */\n");
@@ -383,7 +393,9 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     }
     if (c.presplit)
         gemm_emit_split_kernel(&e);
-    if (c.wgmma)
+    if (c.wg16)
+        gemm_emit_wgmma16_kernel(&e, entry);
+    else if (c.wgmma)
         gemm_emit_wgmma_kernel(&e, entry);
     else
         gemm_emit_main_kernel(&e, entry);
@@ -415,7 +427,10 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     k->block[0] = (uint32_t)c.threads;
     k->block[1] = k->block[2] = 1;
     k->smem_bytes = (uint32_t)c.smem_bytes;
-    fill_args(&p, k, c.parallel || c.serial || c.presplit);
+    if (c.wg16)
+        gemm_wgmma16_fill_args(&p, &c, k); /* tensor maps of A and B, then pointers */
+    else
+        fill_args(&p, k, c.parallel || c.serial || c.presplit);
     if (c.serial) {
         k->zero_workspace = true; /* the semaphores start at 0 */
         out->workspace_bytes = gemm_serial_workspace_bytes(&p, &c);

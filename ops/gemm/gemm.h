@@ -25,6 +25,10 @@
  * Shared-memory rows are padded (16 bytes; 32 for tf32 operands read element-wise) or
  * XOR-swizzled in 16-byte chunks against bank conflicts.
  *
+ * On sm_90a two Hopper kernels replace the skeleton's main loop: tf32x3 on wgmma for fp32 data
+ * (wgmma.c), and for f16/bf16 data a warp-specialised kernel, TMA loads into a ring of stages on
+ * mbarriers, a producer warpgroup and one or two consumer warpgroups issuing wgmma (wgmma16.c).
+ *
  * The schedule knobs, the pruning rules and the cost model are documented next to each. */
 /* Internal to ops/gemm/: the types and functions its files share. Files:
  *   plan.c      knobs; the problem (gemm_analyse); the schedule resolved, pruned (gemm_configure)
@@ -34,6 +38,7 @@
  *   ffma.c      one pipeline stage on FFMA
  *   kernel.c    the mma.sync / FFMA kernel: pipeline, k loop, stores
  *   wgmma.c     the Hopper kernel: the wgmma (tf32x3) main loop
+ *   wgmma16.c   the Hopper 16-bit kernel: TMA loads, a producer and consumer warpgroups (wgmma)
  *   splitk.c    split-K: the serial and cluster hand-offs, the parallel reduction kernel
  *   epilogue.c  the fused epilogue and its stores
  *   cost.c      the cost model
@@ -133,6 +138,9 @@ typedef struct gemm_cfg {
     int64_t smem_bytes;
     bool wgmma;       /* Hopper warpgroup MMA (gemm_emit_wgmma_kernel) */
     bool presplit;    /* wgmma: A's small halves from a first kernel (mma=wgmma_split) */
+    bool wg16;        /* wgmma on f16/bf16 data (gemm_emit_wgmma16_kernel) */
+    int consumers;    /* wg16: consumer warpgroups (the wm knob) */
+    int mt;           /* wg16: m64 wgmma slabs per consumer warpgroup */
     int regs;         /* estimated registers per thread */
     int flush_ktiles; /* tf32x3: k tiles summed inside the mmas before an FADD carries them */
     bool idx64;
@@ -191,6 +199,7 @@ void gemm_configure(const gemm_problem *p, const ops_schedule *s, const ops_devi
 int64_t gemm_serial_acc_offset(const gemm_problem *p, const gemm_cfg *c);
 int64_t gemm_serial_workspace_bytes(const gemm_problem *p, const gemm_cfg *c);
 int gemm_ilog2(int v);
+bool gemm_raster_redundant(const gemm_cfg *c, const ops_device *dev);
 void gemm_main_entry(const gemm_cfg *c, const char *suffix, char *buf, size_t len);
 
 /* ---- emit.c: shared emission helpers, the candidate assembled (the family entry points) ---- */
@@ -236,6 +245,15 @@ void gemm_emit_main_kernel(const gemm_emit *e, const char *entry);
 void gemm_emit_wgmma_helpers(const gemm_emit *e);
 void gemm_emit_split_kernel(const gemm_emit *e);
 void gemm_emit_wgmma_kernel(const gemm_emit *e, const char *entry);
+
+/* ---- wgmma16.c: the Hopper 16-bit kernel (TMA, warp-specialised wgmma) ---- */
+const char *gemm_wgmma16_prefix_why(const gemm_problem *p, const gemm_cfg *c,
+                                    const ops_device *dev);
+void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const ops_device *dev,
+                            gemm_cfg *c);
+void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel_launch *k);
+void gemm_emit_wgmma16_helpers(const gemm_emit *e);
+void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry);
 
 /* ---- cost.c: the cost model ---- */
 void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,

@@ -33,8 +33,10 @@ const ops_knob gemm_knobs[KN_COUNT] = {
                         3,
                         {SPLITK_PARALLEL, SPLITK_CLUSTER, SPLITK_SERIAL},
                         splitk_mode_labels},
-    /* tensor-core instruction: warp-level mma.sync, or Hopper's warpgroup wgmma (tf32x3 on f32
-     * data only, see gemm_emit_wgmma_kernel: bm is the wgmma N, bn 64 rows per warpgroup) */
+    /* tensor-core instruction: warp-level mma.sync, or Hopper's warpgroup wgmma: tf32x3 on f32
+     * data (gemm_emit_wgmma_kernel: bm is the wgmma N, bn 64 rows per warpgroup), f16/bf16 on
+     * 16-bit data (gemm_emit_wgmma16_kernel: TMA loads, a producer warpgroup and wm consumer
+     * warpgroups, bk 64) */
     /* wgmma_split: A's small halves computed once by a first kernel into the workspace and
      * copied by cp.async like A, instead of a pass over each A tile in the kernel */
     [KN_MMA] = {"mma", 3, {MMA_SYNC, MMA_WGMMA, MMA_WGMMA_SPLIT}, mma_labels},
@@ -264,14 +266,15 @@ static int knob_prev(int knob, int v)
 
 /* A raster group that changes nothing: one wave, one tile column, or the same order as the
  * next smaller group. */
-static bool raster_redundant(const gemm_cfg *c, const ops_device *dev)
+bool gemm_raster_redundant(const gemm_cfg *c, const ops_device *dev)
 {
     return c->raster > 1 && (c->tiles_n == 1 || c->tiles_m * c->tiles_n <= dev->sm_count ||
                              knob_prev(KN_RASTER, c->raster) >= c->tiles_m);
 }
 
-/* The wgmma path (gemm_emit_wgmma_kernel) of a configured schedule: its shared memory and
- * registers, and its prune rules. It exists for fp32 data under tf32x3 only (where mma.sync
+/* The tf32x3 wgmma path (gemm_emit_wgmma_kernel) of a configured schedule: its shared memory
+ * and registers, and its prune rules (the 16-bit one is wgmma16.c's). It exists for fp32 data
+ * under tf32x3 only (where mma.sync
  * reaches half the tensor pipe at two warps per scheduler: 327 us for a 2048^3 matmul on the
  * H100), with A stored [M][K] and B [K][N] or [N][K] in 16-byte rows, one 128-byte swizzle atom of
  * k per tile (bk 32), and no split-K. */
@@ -304,6 +307,8 @@ const char *gemm_sync_prefix_why(const gemm_problem *p, const gemm_cfg *c, const
 
 const char *gemm_wgmma_prefix_why(const gemm_problem *p, const gemm_cfg *c, const ops_device *dev)
 {
+    if (c->math == MATH_F16 || c->math == MATH_BF16)
+        return gemm_wgmma16_prefix_why(p, c, dev);
     bool f32 = p->src_dt[0] == OPS_DT_F32 && p->src_dt[1] == OPS_DT_F32 &&
                gemm_cast_is_identity(p, 0) && gemm_cast_is_identity(p, 1);
     if (dev->sm_major < 9)
@@ -344,7 +349,7 @@ static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = "smem";
     else if (c->stages - 1 > c->ktiles)
         c->why = "redundant"; /* deeper than the k loop */
-    else if (raster_redundant(c, dev))
+    else if (gemm_raster_redundant(c, dev))
         c->why = "redundant";
     else if (p->batch > 65535 || c->tiles_m * c->tiles_n >= ((int64_t)1 << 31))
         c->why = "shape";
@@ -432,6 +437,10 @@ void gemm_configure(const gemm_problem *p, const ops_schedule *s, const ops_devi
                 c->idx64 = true;
     }
 
+    if (c->wgmma && (c->math == MATH_F16 || c->math == MATH_BF16)) {
+        gemm_wgmma16_configure(p, s, dev, c);
+        return;
+    }
     if (c->wgmma) {
         wgmma_configure(p, s, dev, c);
         return;
@@ -472,7 +481,7 @@ void gemm_configure(const gemm_problem *p, const ops_schedule *s, const ops_devi
                              (one block per SM always fits), see gemm_emit_serial_helpers */
     else if (c->stages > 2 && c->stages - 1 > c->kps)
         c->why = "redundant"; /* deeper than the k loop */
-    else if (raster_redundant(c, dev))
+    else if (gemm_raster_redundant(c, dev))
         c->why = "redundant";
 }
 

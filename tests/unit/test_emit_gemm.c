@@ -864,6 +864,257 @@ static void test_wgmma(void **state)
     free(ta);
 }
 
+/* ---- the Hopper 16-bit path: TMA loads, warp-specialised wgmma ---- */
+
+static ops_schedule wg16(int math, int bm, int bn, int wgs, int stages)
+{
+    ops_schedule s = sched(math, bm, bn, 64, wgs, 1, stages, 1, 1, XOR);
+    s.v[MMA] = WGMMA;
+    return s;
+}
+
+/* A 16-bit group with every epilogue kind: A (transposed when ta) batched [2], B (transposed
+ * when tb) with a broadcast batch dim, bias, gelu, residual add, scale, cast to f32. */
+static char *rich16(const char *dt, bool ta, bool tb)
+{
+    char *s = NULL;
+    int n =
+        asprintf(&s,
+                 "{\"name\": \"rich16\", \"inputs\": {"
+                 "\"A\": {\"dtype\": \"%s\", \"shape\": [2, %s]},"
+                 "\"B\": {\"dtype\": \"%s\", \"shape\": [1, %s]},"
+                 "\"bias\": {\"dtype\": \"%s\", \"shape\": [\"N\"]},"
+                 "\"R\": {\"dtype\": \"%s\", \"shape\": [2, \"M\", \"N\"]}},"
+                 "\"nodes\": [{\"out\": \"t0\", \"op\": \"matmul\", \"in\": [\"A\", \"B\"], "
+                 "\"transpose_a\": %s, \"transpose_b\": %s},"
+                 "{\"out\": \"t1\", \"op\": \"add\", \"in\": [\"t0\", \"bias\"]},"
+                 "{\"out\": \"t2\", \"op\": \"gelu\", \"in\": [\"t1\"]},"
+                 "{\"out\": \"t3\", \"op\": \"add\", \"in\": [\"t2\", \"R\"]},"
+                 "{\"out\": \"t4\", \"op\": \"mul\", \"in\": [\"t3\", 0.5]},"
+                 "{\"out\": \"Y\", \"op\": \"cast\", \"in\": [\"t4\"], \"dtype\": \"f32\"}],"
+                 "\"outputs\": [\"Y\"]}",
+                 dt, ta ? "\"K\", \"M\"" : "\"M\", \"K\"", dt, tb ? "\"N\", \"K\"" : "\"K\", \"N\"",
+                 dt, dt, ta ? "true" : "false", tb ? "true" : "false");
+    assert_true(n > 0);
+    return s;
+}
+
+static const char gemm_bf16_bias_relu[] =
+    "{\"name\": \"gemm_bias_relu\", \"inputs\": {"
+    "\"A\": {\"dtype\": \"bf16\", \"shape\": [\"M\", 512]},"
+    "\"W\": {\"dtype\": \"bf16\", \"shape\": [512, 256], \"const\": true},"
+    "\"bias\": {\"dtype\": \"bf16\", \"shape\": [256], \"const\": true}},"
+    "\"nodes\": [{\"out\": \"t0\", \"op\": \"matmul\", \"in\": [\"A\", \"W\"]},"
+    "{\"out\": \"t1\", \"op\": \"add\", \"in\": [\"t0\", \"bias\"]},"
+    "{\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"t1\"]}],"
+    "\"outputs\": [\"Y\"]}";
+
+static void test_wgmma16(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_emitted em;
+    ops_diag d = {0};
+    ops_graph *g = emit_test_graph(gemm_bf16_bias_relu, "M=1000");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_schedule s = wg16(BF16, 128, 256, 2, 4);
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.n_kernels, 1);
+    const ops_kernel_launch *k = &em.kernels[0];
+    assert_string_equal(k->entry, "ktune_gemm_bf16_wgmma_128x256x64");
+    assert_int_equal(k->block[0], 384); /* a producer and two consumer warpgroups */
+    assert_int_equal(k->grid[0], 8);    /* 1000 / 128 rounded up, one tile column */
+    assert_int_equal(k->smem_bytes, 4 * (128 + 256) * 128 + 1024 + 64);
+    /* A and B as tensor maps, then the bias and the output as pointers */
+    assert_int_equal(k->n_args, 4);
+    const ops_tensor_map *ma = &k->args[0].tmap, *mb = &k->args[1].tmap;
+    assert_int_equal(k->args[0].kind, OPS_ARG_TENSOR_MAP);
+    assert_int_equal(k->args[1].kind, OPS_ARG_TENSOR_MAP);
+    assert_int_equal(k->args[2].kind, OPS_ARG_TENSOR);
+    assert_int_equal(k->args[3].kind, OPS_ARG_TENSOR);
+    assert_int_equal(k->args[3].tensor, grp.out[0]);
+    /* A [M][K] is K-major: boxes of 64 k x BM rows; B [K][N] N-major: 64 n x 64 k */
+    assert_int_equal(ma->rank, 2);
+    assert_int_equal(ma->dtype, OPS_DT_BF16);
+    assert_true(ma->dims[0] == 512 && ma->dims[1] == 1000 && ma->strides[0] == 1024);
+    assert_true(ma->box[0] == 64 && ma->box[1] == 128 && ma->swizzle == 128);
+    assert_true(mb->dims[0] == 256 && mb->dims[1] == 512 && mb->strides[0] == 512);
+    assert_true(mb->box[0] == 64 && mb->box[1] == 64 && mb->swizzle == 128 && !mb->oob_nan);
+    assert_true(ma->elem_strides[0] == 1 && ma->elem_strides[1] == 1);
+    assert_non_null(strstr(em.source, "kt_wgmma_bf16_ss<BN, TRANS_B, TRANS_A>"));
+    assert_non_null(strstr(em.source, "kt_setmaxnreg_dec<40>()"));
+    assert_non_null(strstr(em.source, "enum : int { TRANS_A = 0, TRANS_B = 1 };"));
+    assert_true(emit_test_has(em.source, "wgmma.mma_async.sync.aligned.m64n\" #N \"k16"));
+    assert_true(emit_test_has(em.source, "cp.async.bulk.tensor.2d"));
+    emit_test_golden("gemm_bf16_wgmma.cu", em.source);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+
+    /* the kernel's fixed points: bk 64, wn 1, one or two consumers of 64 or 128 rows, 128 sums a
+     * thread, no split-K, the XOR/parallel knobs, Hopper, wgmma (not wgmma_split) */
+    ops_schedule bad[] = {
+        wg16(BF16, 128, 256, 2, 4), wg16(BF16, 128, 256, 4, 4), wg16(BF16, 256, 256, 2, 3),
+        wg16(BF16, 256, 128, 1, 3), wg16(BF16, 128, 128, 2, 3), wg16(BF16, 128, 128, 2, 3),
+        wg16(BF16, 128, 128, 2, 3), wg16(F16, 128, 128, 2, 3),  wg16(BF16, 128, 128, 2, 3)};
+    bad[0].v[BK] = 32;
+    bad[4].v[WN] = 2;
+    bad[5].v[SPLITK] = 2;
+    bad[6].v[SMEM] = PAD;
+    bad[8].v[MMA] = WGMMA_SPLIT;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (!ops_family_gemm.prune(&grp, &bad[i], &dev))
+            fail_msg("bad schedule %zu kept", i);
+    assert_string_equal(ops_family_gemm.prune(&grp, &bad[2], &dev), "regs");
+    assert_string_equal(ops_family_gemm.prune(&grp, &bad[4], &dev), "redundant");
+    s = wg16(BF16, 128, 128, 2, 3);
+    dev.sm_major = 8;
+    assert_non_null(ops_family_gemm.prune(&grp, &s, &dev));
+    ops_device_h100(&dev);
+    /* shared memory: 4 stages of 256 x 128 tiles fit (193 KB), the budget is checked */
+    s = wg16(BF16, 256, 128, 2, 4);
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    dev.smem_per_block_optin = 4 * (256 + 128) * 128;
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "smem");
+    ops_device_h100(&dev);
+    ops_graph_free(g);
+
+    /* rows of tensor maps are 16-byte multiples (K % 8), and TMA copies no prologue cast */
+    char *plain = plain_gemm("f16");
+    g = emit_test_graph(plain, "M=1024,N=1024,K=1020");
+    emit_test_whole_group(g, &grp);
+    s = wg16(F16, 128, 128, 2, 3);
+    assert_non_null(ops_family_gemm.prune(&grp, &s, &dev));
+    ops_graph_free(g);
+    free(plain);
+    char *cast = rich_gemm("bf16", false, false);
+    g = emit_test_graph(cast, "M=512,N=512,K=512");
+    emit_test_whole_group(g, &grp);
+    s = wg16(BF16, 128, 128, 2, 3);
+    assert_non_null(ops_family_gemm.prune(&grp, &s, &dev));
+    ops_graph_free(g);
+    free(cast);
+
+    /* transposed operands flip the descriptors, not the data; batched A gets a 3-D map */
+    for (int c = 0; c < 4; c++) {
+        bool ta = c & 1, tb = c >> 1;
+        char *json = rich16(c & 1 ? "f16" : "bf16", ta, tb);
+        g = emit_test_graph(json, "M=336,N=264,K=520");
+        emit_test_whole_group(g, &grp);
+        s = wg16(c & 1 ? F16 : BF16, 128, 128, 2, 3);
+        assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+        assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+        k = &em.kernels[0];
+        char want[64];
+        snprintf(want, sizeof(want), "enum : int { TRANS_A = %d, TRANS_B = %d };", ta, !tb);
+        assert_non_null(strstr(em.source, want));
+        assert_int_equal(k->args[0].tmap.rank, 3); /* A [2, ...] */
+        assert_int_equal(k->args[0].tmap.dims[2], 2);
+        assert_int_equal(k->args[1].tmap.rank, 2); /* B [1, ...], broadcast */
+        assert_int_equal(k->args[0].tmap.box[1], ta ? 64 : 128);
+        assert_int_equal(k->args[1].tmap.box[1], tb ? 128 : 64);
+        assert_int_equal(k->args[0].tmap.dims[0], ta ? 336 : 520);
+        assert_non_null(strstr(em.source, "kt_tma_load_3d(as"));
+        ops_emitted_free(&em);
+        ops_graph_free(g);
+        free(json);
+    }
+}
+
+/* A spread of the 16-bit wgmma schedules (tile shapes x stages x consumers x f16/bf16 x operand
+ * orientations x the epilogue kinds) compiled for sm_90a: no spills, and the dynamic shared
+ * memory plus what ptxas reports fits the opt-in budget. */
+static void test_compile_wgmma16(void **state)
+{
+    (void)state;
+    srch_pool *pool = NULL;
+    srch_pool_opts o = {.arch = "sm_90a", .jobs = 2, .timeout_s = 120};
+    kt_err err = {0};
+    assert_int_equal(srch_pool_new(&o, &pool, &err), 0);
+    ops_device dev;
+    ops_device_h100(&dev);
+    char **sources = calloc(MAX_SOURCES, sizeof(char *));
+    uint32_t *smem = calloc(MAX_SOURCES, sizeof(uint32_t));
+    int n = 0;
+    int shapes_seen[3][3][2] = {{{0}}};
+    for (int c = 0; c < 5; c++) {
+        char *json = c < 4 ? rich16(c & 1 ? "f16" : "bf16", c & 1, c >> 1) : plain_gemm("bf16");
+        ops_graph *g =
+            emit_test_graph(json, c < 4 ? "M=1000,N=1000,K=1000" : "M=4096,N=4096,K=4096");
+        free(json);
+        ops_group grp;
+        emit_test_whole_group(g, &grp);
+        emit_test_list l = {0};
+        assert_int_equal(
+            ops_family_enumerate(&ops_family_gemm, &grp, &dev, emit_test_collect, &l, NULL), 0);
+        int took = 0;
+        for (int i = 0; i < l.n && n < MAX_SOURCES; i++) {
+            const ops_schedule *s = &l.s[i];
+            if (s->v[MMA] != WGMMA || (s->v[MATH] != F16 && s->v[MATH] != BF16))
+                continue;
+            /* every (bm, bn, consumers) once per group, and a stage count that varies */
+            int bi = s->v[BM] == 64 ? 0 : s->v[BM] == 128 ? 1 : 2;
+            int ni = s->v[BN] == 64 ? 0 : s->v[BN] == 128 ? 1 : 2;
+            int *seen = &shapes_seen[bi][ni][s->v[WM] - 1];
+            if (*seen > c || s->v[STAGES] != 2 + (took + c) % 3)
+                continue;
+            *seen = c + 1;
+            took++;
+            ops_emitted em;
+            ops_diag d = {0};
+            if (ops_family_gemm.emit(&grp, s, &dev, &em, &d) < 0)
+                fail_msg("emit: %s", d.msg);
+            assert_true(em.kernels[0].smem_bytes <= (uint32_t)dev.smem_per_block_optin);
+            smem[n] = em.kernels[0].smem_bytes;
+            assert_int_equal(srch_pool_submit(pool, em.source, (uint64_t)n), 0);
+            sources[n++] = em.source;
+            em.source = NULL;
+            ops_emitted_free(&em);
+        }
+        assert_true(took >= 4);
+        free(l.s);
+        ops_graph_free(g);
+    }
+    print_message("compiling %d 16-bit wgmma candidates for sm_90a\n", n);
+    assert_true(n >= 25);
+    for (int i = 0; i < n; i++) {
+        srch_compile_result r = {0};
+        assert_int_equal(srch_pool_next(pool, &r, &err), 0);
+        if (r.status != SRCH_COMPILE_OK)
+            fail_msg("candidate %llu: %s\n%s\n---- source ----\n%s", (unsigned long long)r.tag,
+                     srch_status_name(r.status), r.log, sources[r.tag]);
+        for (int k = 0; k < r.n_kernels; k++) {
+            if (r.kernels[k].spill_store_bytes || r.kernels[k].spill_load_bytes ||
+                r.kernels[k].stack_bytes)
+                fail_msg("candidate %llu: %s spills %d/%d bytes (%d registers)\n%s",
+                         (unsigned long long)r.tag, r.kernels[k].name,
+                         r.kernels[k].spill_store_bytes, r.kernels[k].spill_load_bytes,
+                         r.kernels[k].registers, sources[r.tag]);
+            if ((int64_t)r.kernels[k].smem_bytes + smem[r.tag] > dev.smem_per_block_optin)
+                fail_msg("candidate %llu: shared memory %d + %u over the budget",
+                         (unsigned long long)r.tag, r.kernels[k].smem_bytes, smem[r.tag]);
+            /* ptxas serialises wgmmas it cannot keep asynchronous (accumulators moved between
+             * them): correct, and silently slow */
+            if (r.log && strstr(r.log, "serialized"))
+                fail_msg("candidate %llu: %s\n%s", (unsigned long long)r.tag, r.log,
+                         sources[r.tag]);
+            if (getenv("KTUNE_TEST_VERBOSE"))
+                print_message("%s: %d registers, %d/%d spill bytes, %u + %d smem\n",
+                              r.kernels[k].name, r.kernels[k].registers,
+                              r.kernels[k].spill_store_bytes, r.kernels[k].spill_load_bytes,
+                              smem[r.tag], r.kernels[k].smem_bytes);
+        }
+        srch_compile_result_release(&r);
+    }
+    srch_pool_free(pool);
+    for (int i = 0; i < n; i++)
+        free(sources[i]);
+    free(sources);
+    free(smem);
+}
+
 static void test_launch_and_golden(void **state)
 {
     (void)state;
@@ -1108,6 +1359,7 @@ int main(void)
         cmocka_unit_test(test_wgmma),          cmocka_unit_test(test_compile_ragged),
         cmocka_unit_test(test_compile_sm80),   cmocka_unit_test(test_serial_splitk),
         cmocka_unit_test(test_cluster_splitk), cmocka_unit_test(test_compile_spread_sm90),
+        cmocka_unit_test(test_wgmma16),        cmocka_unit_test(test_compile_wgmma16),
     };
     return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
 }

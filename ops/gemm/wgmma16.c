@@ -1,0 +1,364 @@
+/* gemm family: the Hopper 16-bit kernel, TMA loads and warp-specialised wgmma (ops/gemm/gemm.h
+ * lists the files). */
+#include "gemm.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- mma=wgmma on f16/bf16 data ----
+ *
+ * One block computes a BM x BN output tile with 1 + CONSUMERS warpgroups:
+ *   - warpgroup 0, the producer, gives its registers away (setmaxnreg.dec) and one of its threads
+ *     walks the k loop issuing TMA copies (cp.async.bulk.tensor) of the A and B tiles of k tile
+ *     kt into stage kt % STAGES of a ring in shared memory, 64 halves of k (128 bytes) a row, in
+ *     the hardware's 128-byte swizzle, completing on the stage's full barrier;
+ *   - CONSUMERS (wm: 1 or 2) warpgroups take the registers (setmaxnreg.inc) and split the tile's
+ *     rows (the cooperative schedule): consumer c owns rows c * BM / CONSUMERS .. + BM /
+ *     CONSUMERS, MT m64 slabs of them, each issuing m64nBNk16 wgmmas with both operands read from
+ *     shared memory through descriptors; once a tile's wgmmas have retired, every consumer warp
+ *     arrives on the stage's empty barrier, which hands the stage back to the producer;
+ *   - the epilogue (gemm_emit_epilogue's chain) runs on the consumers' fp32 sums in registers and
+ *     stores to global memory with edge masks.
+ * Ragged M, N and K need no special loads: TMA reads elements past the tensor's edges as zeros (and
+ * still counts their bytes on the barrier). Operand orientation costs nothing: an operand whose
+ * rows run along K (A [M][K], B [N][K]) is K-major, one whose rows run along M or N (A [K][M], B
+ * [K][N]) is MN-major, told to the wgmma by its transpose flag; neither is copied.
+ *
+ * Next steps, not here: ping-pong consumers (each warpgroup its own tile, epilogues overlapping
+ * the other's k loop) go where the consumers split the tile; 2-CTA clusters multicasting A or B
+ * go in the producer's copies; a persistent tile scheduler wraps the producer's and consumers'
+ * loops in a loop over tiles (blockIdx.x strided by gridDim.x through ktg_raster); a TMA store of
+ * the epilogue through shared memory replaces ktg_store2. */
+
+/* The 16-bit path's schedule: whether an operand (0 A, 1 B) is K-major in shared memory. */
+static bool kmajor(const gemm_problem *p, int k)
+{
+    return k == 0 ? !p->trans[0] : p->trans[1];
+}
+
+/* The operand's batch dims hold one matrix per output batch index (flat index bz), or one for
+ * all (a 2-D tensor map); anything else (a partial broadcast) is not addressed by bz. */
+static int batch_mode(const gemm_problem *p, int k)
+{
+    int64_t n = ops_shape_numel(&p->opb[k]);
+    return n == 1 ? 1 : n == p->batch ? 2 : 0; /* 1: one matrix, 2: one per bz, 0: neither */
+}
+
+/* The prune rules of the knobs up to wn (see gemm_prune_prefix). */
+const char *gemm_wgmma16_prefix_why(const gemm_problem *p, const gemm_cfg *c, const ops_device *dev)
+{
+    if (dev->sm_major < 9)
+        return "shape"; /* wgmma and setmaxnreg are sm_90a */
+    if (p->dt != OPS_DT_F16 && p->dt != OPS_DT_BF16)
+        return "shape"; /* 16-bit data: TMA copies it as stored */
+    if (c->math != (p->dt == OPS_DT_F16 ? MATH_F16 : MATH_BF16))
+        return "shape";
+    /* TMA copies the stored bytes: no prologue conversion */
+    for (int k = 0; k < 2; k++)
+        if (p->src_dt[k] != p->dt || !gemm_cast_is_identity(p, k) || !batch_mode(p, k))
+            return "shape";
+    /* tensor-map rows (the contiguous dimension) must be multiples of 16 bytes */
+    int64_t arow = p->trans[0] ? p->M : p->K, brow = p->trans[1] ? p->K : p->N;
+    if (arow % 8 || brow % 8)
+        return "shape";
+    if (c->bk != 64) /* one 128-byte swizzle row of k */
+        return "shape";
+    if (c->bm < 64 || c->bn < 64 || c->wm > 2 || c->bm / c->wm < 64 || c->bm / c->wm > 128)
+        return "shape"; /* m64 slabs, one or two per consumer warpgroup; n64..256 wgmmas */
+    if (c->wn != 1)
+        return "redundant"; /* a knob this kernel does not read */
+    if (c->bm / c->wm / 64 * c->bn > 256)
+        return "regs"; /* over 128 fp32 sums a consumer thread */
+    if ((c->bm > 64 && c->bm / 2 >= p->M) || (c->bn > 64 && c->bn / 2 >= p->N))
+        return "shape"; /* a tile at least twice the matrix: the smaller one covers it */
+    return NULL;
+}
+
+void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const ops_device *dev,
+                            gemm_cfg *c)
+{
+    c->wg16 = true;
+    c->consumers = c->wm;
+    c->mt = c->bm / c->wm / 64 > 0 ? c->bm / c->wm / 64 : 1;
+    c->threads = 128 * (1 + c->consumers);
+    c->wtm = c->bm / c->consumers;
+    c->wtn = c->bn;
+    c->op[0].vb = c->op[1].vb = 16; /* no register-path loads (the cost model reads vb) */
+    /* the ring's stages, 1024 bytes of alignment slack, a full and an empty barrier per stage */
+    c->smem_bytes = (int64_t)c->stages * (c->bm + c->bn) * 128 + 1024 + 16 * c->stages;
+    /* the consumer's fp32 sums and ~48 for addresses, descriptors and the epilogue; with two
+     * consumers the block starts at 65536 / 384 = 168 and setmaxnreg moves them (40 / 232) */
+    c->regs = c->consumers == 2 ? 168 : c->mt * c->bn / 2 + 48;
+    const char *prefix_why = gemm_wgmma16_prefix_why(p, c, dev);
+    if (prefix_why)
+        c->why = prefix_why;
+    else if (s->v[KN_MMA] != MMA_WGMMA)
+        c->why = "shape"; /* wgmma_split is tf32x3's */
+    else if (c->splitk != 1)
+        c->why = "shape";
+    else if (c->smem != SMEM_XOR || s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL)
+        c->why = "redundant"; /* knobs this kernel does not read */
+    else if (c->smem_bytes > dev->smem_per_block_optin)
+        c->why = "smem";
+    else if (c->stages > 2 && c->stages > c->ktiles)
+        c->why = "redundant"; /* a ring deeper than the k loop */
+    else if (gemm_raster_redundant(c, dev))
+        c->why = "redundant";
+    else if (p->batch > 65535 || c->tiles_m * c->tiles_n >= ((int64_t)1 << 31))
+        c->why = "shape";
+}
+
+/* The tensor map of operand k: its global matrix (batch of them) and the box one copy moves, 64
+ * halves of the contiguous dimension (128 bytes, the swizzle's row) by the tile's other extent
+ * (K-major: BM or BN rows of k) or by 64 k rows (MN-major: one 64-wide block a copy). */
+static void tensor_map(const gemm_problem *p, const gemm_cfg *c, int k, ops_tensor_map *m)
+{
+    memset(m, 0, sizeof(*m));
+    int64_t mn = k == 0 ? p->M : p->N;
+    bool km = kmajor(p, k);
+    uint64_t inner = (uint64_t)(km ? p->K : mn), outer = (uint64_t)(km ? mn : p->K);
+    m->rank = batch_mode(p, k) == 2 ? 3 : 2;
+    m->dtype = p->dt;
+    m->dims[0] = inner;
+    m->dims[1] = outer;
+    m->strides[0] = inner * 2;
+    m->box[0] = 64;
+    m->box[1] = km ? (uint32_t)(k == 0 ? c->bm : c->bn) : 64;
+    if (m->rank == 3) { /* one matrix per flat batch index bz */
+        m->dims[2] = (uint64_t)p->batch;
+        m->strides[1] = inner * outer * 2;
+        m->box[2] = 1;
+    }
+    for (int i = 0; i < m->rank; i++)
+        m->elem_strides[i] = 1;
+    m->swizzle = 128;
+    m->l2_promotion = 256;
+    m->oob_nan = false;
+}
+
+void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel_launch *k)
+{
+    k->n_args = 0;
+    for (int op = 0; op < 2; op++) {
+        ops_arg *a = &k->args[k->n_args++];
+        memset(a, 0, sizeof(*a));
+        a->kind = OPS_ARG_TENSOR_MAP;
+        a->tensor = p->src[op];
+        tensor_map(p, c, op, &a->tmap);
+    }
+    /* then the kernel's pointer parameters: what the epilogue reads, the output */
+    for (int i = 0; i < p->grp->n_in; i++)
+        if (gemm_epi_reads(p, p->grp->in[i]))
+            k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = p->grp->in[i]};
+    k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = p->out};
+}
+
+void gemm_emit_wgmma16_helpers(const gemm_emit *e)
+{
+    const gemm_problem *p = e->p;
+    const gemm_cfg *c = e->c;
+    kt_buf *b = e->b;
+    bool ka = kmajor(p, 0), kb = kmajor(p, 1);
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* ---- wgmma (16-bit): the stage ring and its descriptors ----");
+    kt_buf_line(b, " * A stage is A's tile then B's, 64 halves of k a 128-byte row, as TMA writes "
+                   "them in the 128-byte");
+    kt_buf_line(b, " * swizzle: 16-byte chunk q of row r at chunk q ^ (r %% 8), each tile "
+                   "1024-byte aligned (the");
+    kt_buf_line(b, " * swizzle repeats every 8 rows = 1024 bytes, and the hardware takes the row "
+                   "from address bits 7-9).");
+    kt_buf_line(b, " * K-major operand (A [M][K], B [N][K]): one row per m or n. Descriptor: "
+                   "8-row groups 1024 bytes");
+    kt_buf_line(b, " *   apart (stride offset), leading offset unused (a k16 step stays in its "
+                   "row); k16 step +32 bytes.");
+    kt_buf_line(b, " * MN-major operand (A [K][M], B [K][N], transpose flag 1): 64-wide blocks of "
+                   "64 k rows, one row");
+    kt_buf_line(b, " *   per k. Descriptor: leading offset 8192 bytes (the next 64-wide block "
+                   "along m or n), stride");
+    kt_buf_line(b, " *   offset 1024 (the next 8 k rows); k16 step +2048 bytes (16 rows).");
+    kt_buf_line(b, " * Either way an m64 slab is 8192 bytes on from the previous one. "
+                   "Descriptor offsets count 16 bytes. */");
+    kt_buf_line(b,
+                "enum : int { CONSUMERS = %d, MT = %d }; /* consumer warpgroups; m64 slabs "
+                "per consumer */",
+                c->consumers, c->mt);
+    kt_buf_line(b, "enum : int { A_STAGE = BM * 64, B_STAGE = BN * 64 }; /* halves per stage */");
+    kt_buf_line(b, "enum : unsigned { STAGE_BYTES = (BM + BN) * 128 }; /* a stage's TMA bytes, "
+                   "edges included */");
+    kt_buf_line(b,
+                "enum : int { TRANS_A = %d, TRANS_B = %d }; /* wgmma transpose flags: 1 = "
+                "MN-major */",
+                ka ? 0 : 1, kb ? 0 : 1);
+    kt_buf_line(b, "enum : int { A_KSTEP = %d, B_KSTEP = %d }; /* descriptor step of k16 */",
+                ka ? 2 : 128, kb ? 2 : 128);
+    kt_buf_line(b, "__device__ __forceinline__ unsigned long long ktw_desc_a(const void *p)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    return kt_wgmma_desc(p, %d, 1024, KT_WGMMA_SW128);", ka ? 16 : 8192);
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "__device__ __forceinline__ unsigned long long ktw_desc_b(const void *p)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    return kt_wgmma_desc(p, %d, 1024, KT_WGMMA_SW128);", kb ? 16 : 8192);
+    kt_buf_line(b, "}");
+}
+
+/* The producer's copies of operand k (0 A, 1 B) of k tile kt into stage st. */
+static void emit_copies(const gemm_emit *e, int k)
+{
+    const gemm_problem *p = e->p;
+    kt_buf *b = e->b;
+    const char *map = k == 0 ? "tmap_a" : "tmap_b", *dst = k == 0 ? "as" : "bs";
+    const char *stage = k == 0 ? "A_STAGE" : "B_STAGE", *mn0 = k == 0 ? "m0" : "n0";
+    const char *ext = k == 0 ? "BM" : "BN";
+    char z[16] = "";
+    if (batch_mode(p, k) == 2)
+        snprintf(z, sizeof(z), ", bz");
+    const char *fn = z[0] ? "kt_tma_load_3d" : "kt_tma_load_2d";
+    if (kmajor(p, k)) {
+        kt_buf_line(b, "%s(%s + st * %s, &%s, &full[st], k0, %s%s); /* %s rows of 64 k */", fn, dst,
+                    stage, map, mn0, z, ext);
+    } else {
+        kt_buf_line(b, "for (int j = 0; j < %s / 64; j++) /* 64-wide blocks of 64 k rows */", ext);
+        kt_buf_line(b, "    %s(%s + st * %s + j * 4096, &%s, &full[st], %s + 64 * j, k0%s);", fn,
+                    dst, stage, map, mn0, z);
+    }
+}
+
+void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
+{
+    const gemm_problem *p = e->p;
+    const gemm_cfg *c = e->c;
+    kt_buf *b = e->b;
+    const char *ty = ops_emit_ctype(p->dt);
+    const char *mma = p->dt == OPS_DT_F16 ? "kt_wgmma_f16_ss" : "kt_wgmma_bf16_ss";
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* Block: the BM x BN output tile of batch bz; warpgroup 0 produces (TMA), "
+                   "warpgroups 1..CONSUMERS");
+    kt_buf_line(b, " * consume (wgmma) and run the epilogue. */");
+    kt_buf_printf(b,
+                  "extern \"C\" __global__ void __launch_bounds__(THREADS, 1) %s(const "
+                  "__grid_constant__ kt_tensor_map tmap_a, const __grid_constant__ kt_tensor_map "
+                  "tmap_b, ",
+                  entry);
+    gemm_emit_epi_list(e, true);
+    kt_buf_printf(b, "%s *__restrict__ %s)\n", ops_emit_ctype(p->g->tensors[p->out].dtype),
+                  e->names[p->grp->n_in]);
+    kt_buf_line(b, "{");
+    b->indent = 4;
+    kt_buf_line(b, "extern __shared__ unsigned char kt_smem_raw[];");
+    kt_buf_line(b, "/* [STAGES] A tiles, [STAGES] B tiles (1024-byte aligned for the swizzle), "
+                   "[STAGES] full and [STAGES] empty barriers */");
+    kt_buf_line(b,
+                "%s *as = reinterpret_cast<%s *>((reinterpret_cast<unsigned long "
+                "long>(kt_smem_raw) + 1023) & ~1023ull);",
+                ty, ty);
+    kt_buf_line(b, "%s *bs = as + STAGES * A_STAGE;", ty);
+    kt_buf_line(b, "unsigned long long *full = reinterpret_cast<unsigned long long *>(bs + STAGES "
+                   "* B_STAGE), *empty = full + STAGES;");
+    kt_buf_line(b, "const int tid = threadIdx.x, wg = tid / 128;");
+    kt_buf_line(b, "int tile_m, tile_n;");
+    kt_buf_line(b, "ktg_raster(blockIdx.x, tile_m, tile_n);");
+    kt_buf_line(b, "const int m0 = tile_m * BM, n0 = tile_n * BN, bz = blockIdx.z;");
+    kt_buf_line(b, "if (tid == 0) {");
+    kt_buf_line(b, "    kt_tma_prefetch_map(&tmap_a);");
+    kt_buf_line(b, "    kt_tma_prefetch_map(&tmap_b);");
+    kt_buf_line(b, "    for (int s = 0; s < STAGES; s++) {");
+    kt_buf_line(b, "        kt_mbar_init(&full[s], 1); /* the producer's arrive_expect_tx; the "
+                   "copies' bytes complete the phase */");
+    kt_buf_line(b, "        kt_mbar_init(&empty[s], CONSUMERS * 4); /* lane 0 of every consumer "
+                   "warp */");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "    kt_mbar_fence_init();");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b,
+                "/* Barrier phases: stage st serves k tiles st, st + STAGES, ...; tile kt is the "
+                "(kt / STAGES)-th use of");
+    kt_buf_line(b, " * its stage, so its full phase has parity (kt / STAGES) & 1, and the release "
+                   "of the stage's previous");
+    kt_buf_line(b, " * tile (kt - STAGES) completes the empty phase of parity (kt / STAGES - 1) & "
+                   "1. */");
+    kt_buf_line(b, "if (wg == 0) {");
+    b->indent = 8;
+    if (c->consumers == 2)
+        kt_buf_line(b, "kt_setmaxnreg_dec<40>(); /* the producer needs few: 40 + 2 x 232 = 3 x 168 "
+                       "*/");
+    else
+        kt_buf_line(b, "/* one consumer: 65536 / 256 registers a thread cover it, nothing to "
+                       "move (setmaxnreg) */");
+    kt_buf_line(b, "if (tid == 0) {");
+    kt_buf_line(b, "    for (int kt = 0; kt < KTILES; kt++) {");
+    kt_buf_line(b, "        const int st = kt %% STAGES, k0 = kt * BK;");
+    kt_buf_line(b, "        if (kt >= STAGES) /* the consumers released tile kt - STAGES */");
+    kt_buf_line(b, "            kt_mbar_wait(&empty[st], (kt / STAGES + 1) & 1);");
+    kt_buf_line(b, "        kt_mbar_arrive_expect_tx(&full[st], STAGE_BYTES);");
+    b->indent = 16;
+    emit_copies(e, 0);
+    emit_copies(e, 1);
+    b->indent = 8;
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "return;");
+    b->indent = 4;
+    kt_buf_line(b, "}");
+    if (c->consumers == 2)
+        kt_buf_line(b, "kt_setmaxnreg_inc<232>();");
+    kt_buf_line(b, "/* consumer cw: rows m0 + cw * BM / CONSUMERS + 64 * mt .. + 63 of the tile, "
+                   "all BN columns */");
+    kt_buf_line(b, "const int cw = wg - 1, lane = tid & 31, warp = tid / 32 & 3, g = lane >> 2, t "
+                   "= lane & 3;");
+    kt_buf_line(b, "const unsigned long long da0 = ktw_desc_a(as) + cw * MT * 512, db0 = "
+                   "ktw_desc_b(bs);");
+    kt_buf_line(b, "float acc[MT][BN / 8][4];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++)");
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int r = 0; r < 4; r++)");
+    kt_buf_line(b, "            acc[mt][j][r] = 0.0f;");
+    kt_buf_line(b, "for (int kt = 0; kt < KTILES; kt++) {");
+    b->indent = 8;
+    kt_buf_line(b, "const int st = kt %% STAGES;");
+    kt_buf_line(b, "kt_mbar_wait(&full[st], (kt / STAGES) & 1); /* tile kt has landed */");
+    kt_buf_line(b, "const unsigned long long da = da0 + st * (A_STAGE / 8), db = db0 + st * "
+                   "(B_STAGE / 8);");
+    kt_buf_line(b, "kt_wgmma_fence();");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ks = 0; ks < BK / 16; ks++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int mt = 0; mt < MT; mt++)");
+    kt_buf_line(b,
+                "        %s<BN, TRANS_B, TRANS_A>(acc[mt], da + mt * 512 + ks * A_KSTEP, db + ks "
+                "* B_KSTEP, 1);",
+                mma);
+    kt_buf_line(b, "kt_wgmma_commit();");
+    kt_buf_line(b, "/* tile kt's wgmmas stay in flight; tile kt - 1's have retired, so its stage "
+                   "goes back to the producer */");
+    kt_buf_line(b, "kt_wgmma_wait<1>();");
+    kt_buf_line(b, "if (kt > 0 && lane == 0)");
+    kt_buf_line(b, "    kt_mbar_arrive(&empty[(kt - 1) %% STAGES]);");
+    b->indent = 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "kt_wgmma_wait<0>();");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
+    kt_buf_line(b, "    kt_reg_hold(acc[mt]); /* the sums are read after the wait, not before */");
+    kt_buf args = {0};
+    gemm_emit_store_args(e, &args);
+    kt_buf_line(b, "/* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's "
+                   "rows, column 8 j + 2 t + (r & 1) */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++) {");
+    kt_buf_line(b, "        const int m = m0 + cw * (BM / CONSUMERS) + 64 * mt + 16 * warp + g, n "
+                   "= n0 + 8 * j + 2 * t;");
+    kt_buf_line(b, "        ktg_store2(%s, bz, m, n, acc[mt][j][0], acc[mt][j][1]);",
+                args.data ? args.data : "");
+    kt_buf_line(b, "        ktg_store2(%s, bz, m + 8, n, acc[mt][j][2], acc[mt][j][3]);",
+                args.data ? args.data : "");
+    kt_buf_line(b, "    }");
+    kt_buf_free(&args);
+    b->indent = 0;
+    kt_buf_line(b, "}");
+}
