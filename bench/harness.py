@@ -226,21 +226,20 @@ def measure_copy(torch, timer, nbytes=COPY_BYTES):
     the run goes on, decode cases then have no fraction)."""
     rec = {"bytes": nbytes, "traffic_bytes": 2 * nbytes,
            "what": "torch: dst.copy_(src), two uint8 buffers on the device, read + written"}
-    src = dst = None
+    buf = {}  # 2 GiB, freed before the cases
     try:
-        src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda")
-        dst = torch.empty_like(src)
-        fn = lambda: dst.copy_(src)  # noqa: E731
+        buf["src"] = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda")
+        buf["dst"] = torch.empty_like(buf["src"])
+        fn = lambda: buf["dst"].copy_(buf["src"])  # noqa: E731
         fn()
         rec["time"] = timer.time(fn)
         rec["tb_s"] = 2 * nbytes / (rec["time"]["median_us"] * 1e-6) / 1e12
-        ok = bool(torch.equal(src[-4096:], dst[-4096:]))
-        if not ok:
+        if not torch.equal(buf["src"][-4096:], buf["dst"][-4096:]):
             rec["error"] = "the copy's destination differs from its source"
     except Exception as e:  # out of memory, say: recorded, the cases still run
         rec["error"] = exc_text(e)
     finally:
-        del src, dst
+        buf.clear()
         torch.cuda.empty_cache()
     return rec
 
