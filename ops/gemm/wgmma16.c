@@ -292,6 +292,7 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "            kt_mbar_wait(&empty[st], (kt / STAGES + 1) & 1);");
     kt_buf_line(b, "        kt_mbar_arrive_expect_tx(&full[st], STAGE_BYTES);");
     b->indent = 16;
+    /* next step: with a 2-CTA cluster one CTA's copy of A (or B) multicasts to both here */
     emit_copies(e, 0);
     emit_copies(e, 1);
     b->indent = 8;
@@ -300,6 +301,8 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "return;");
     b->indent = 4;
     kt_buf_line(b, "}");
+    /* next step: ping-pong gives each consumer its own tile here (and a persistent scheduler
+     * loops both roles over tiles from blockIdx.x by gridDim.x) */
     if (c->consumers == 2)
         kt_buf_line(b, "kt_setmaxnreg_inc<232>();");
     kt_buf_line(b, "/* consumer cw: rows m0 + cw * BM / CONSUMERS + 64 * mt .. + 63 of the tile, "
