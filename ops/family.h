@@ -11,6 +11,7 @@
 #pragma once
 
 #include "ops.h"
+#include "tmap.h"
 
 #define OPS_GROUP_MAX_NODES 64 /* node sets are uint64_t masks over the graph's nodes */
 #define OPS_GROUP_MAX_IO    16
@@ -98,14 +99,19 @@ void ops_device_h200(ops_device *dev);
 int ops_device_find(const char *name, ops_device *dev);
 
 typedef enum ops_arg_kind {
-    OPS_ARG_TENSOR,    /* a graph tensor's device pointer */
-    OPS_ARG_WORKSPACE, /* workspace base + offset */
+    OPS_ARG_TENSOR,     /* a graph tensor's device pointer */
+    OPS_ARG_WORKSPACE,  /* workspace base + offset */
+    OPS_ARG_TENSOR_MAP, /* a CUtensorMap over a graph tensor (tensor >= 0) or the workspace
+                           (tensor < 0: base + offset), encoded at launch, passed by value */
 } ops_arg_kind;
+
+/* ops_tensor_map (ops/tmap.h): what a TMA copy needs besides the base address. */
 
 typedef struct ops_arg {
     ops_arg_kind kind;
-    int32_t tensor; /* OPS_ARG_TENSOR: index into g->tensors */
-    int64_t offset; /* OPS_ARG_WORKSPACE: byte offset */
+    int32_t tensor;      /* OPS_ARG_TENSOR / _TENSOR_MAP: index into g->tensors, or -1 */
+    int64_t offset;      /* OPS_ARG_WORKSPACE / _TENSOR_MAP on the workspace: byte offset */
+    ops_tensor_map tmap; /* OPS_ARG_TENSOR_MAP only */
 } ops_arg;
 
 typedef struct ops_kernel_launch {
@@ -113,7 +119,8 @@ typedef struct ops_kernel_launch {
     uint32_t grid[3], block[3];
     uint32_t smem_bytes; /* dynamic shared memory; above device smem_per_block needs opt-in */
     int n_args;
-    ops_arg args[OPS_MAX_ARGS]; /* kernel parameters in order; all are pointers */
+    ops_arg args[OPS_MAX_ARGS]; /* kernel parameters in order: pointers, or 128-byte
+                                   tensor maps (OPS_ARG_TENSOR_MAP) by value */
     bool zero_workspace;        /* memset the workspace to 0 before this kernel */
 } ops_kernel_launch;
 
