@@ -154,7 +154,7 @@ static void pack_kernel(msgpack_packer *pk, const ops_kernel_launch *l, int64_t 
             msgpack_pack_array(pk, 4);
             msgpack_pack_int(pk, 2);
             msgpack_pack_int64(pk, arg->tensor < 0 ? -1 : arg->tensor);
-            msgpack_pack_int64(pk, arg->tensor < 0 ? arg->offset : 0);
+            msgpack_pack_int64(pk, arg->offset);
             ops_tensor_map_pack(pk, &arg->tmap);
             continue;
         }
