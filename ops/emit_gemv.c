@@ -5,6 +5,13 @@
  * bandwidth and the tile machinery of the gemm family (16-wide tiles, 15 of 16 columns wasted,
  * at most M / BM blocks) only gets in the way.
  *
+ * The decode form too: a few token rows against a weight stored as nn.Linear stores it,
+ * y[T, N] = X[T, K] W[N, K]^T (matmul with transpose_b, T <= GEMV_MAX_T). There the weight is the
+ * streamed matrix A (its N rows of K), the T rows of X are the vectors, and every element of A
+ * loaded is used T times from registers (converted to fp32 once), so the weight is still read
+ * once; past ~16 tokens FFMA, not DRAM, would bound it, and the gemm family's tensor cores take
+ * over.
+ *
  * Each row is owned by TPR consecutive lanes (TPR divides 32); a thread group of TPR lanes
  * walks its R rows together: per step every lane loads VEC consecutive elements of x and of
  * each of the R rows (16-byte loads at VEC = 8 for 16-bit data), accumulates in fp32, and at the
@@ -37,13 +44,18 @@ static const ops_knob gemv_knobs[N_KNOBS] = {
     [K_LOAD] = {"load", 3, {LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM}, load_labels}, /* of A */
 };
 
+/* Token rows of the decode form (y = X W^T) a kernel keeps in registers. */
+#define GEMV_MAX_T 16
+
 typedef struct gemv_info {
     const ops_graph *g;
     int mm;   /* the matmul node */
-    int a, x; /* its operands (group inputs) */
+    int a, x; /* the streamed matrix and the vector(s) (group inputs) */
     int y;    /* the group output */
     ops_dtype adt, xdt;
     int64_t M, K;
+    int64_t T;   /* vectors: 1, or X's rows in the decode form */
+    bool decode; /* y [T, M] = X [T, K] A [M, K]^T (A is the matmul's second operand) */
     int n_epi;
     int epi[OPS_GROUP_MAX_NODES];
 } gemv_info;
@@ -53,8 +65,9 @@ static bool in_group(const ops_group *grp, int node)
     return node >= 0 && (grp->mask >> node & 1);
 }
 
-/* True when grp is one un-batched matmul A [M, K] x B [K, 1] (neither transposed, operands read
- * from memory) followed by elementwise nodes of its output's shape. */
+/* True when grp is one un-batched matmul A [M, K] x B [K, 1] (neither transposed), or
+ * X [T, K] x W [N, K]^T with T <= GEMV_MAX_T (the decode form), operands read from memory,
+ * followed by elementwise nodes of its output's shape. */
 static bool gemv_analyse(const ops_group *grp, gemv_info *in)
 {
     const ops_graph *g = grp->g;
@@ -76,19 +89,23 @@ static bool gemv_analyse(const ops_group *grp, gemv_info *in)
     if (in->mm < 0)
         return false;
     const ops_node *mm = &g->nodes[in->mm];
-    if (mm->attrs.transpose_a || mm->attrs.transpose_b)
+    if (mm->attrs.transpose_a)
         return false;
-    in->a = mm->in[0].tensor;
-    in->x = mm->in[1].tensor;
+    in->decode = mm->attrs.transpose_b;
+    in->a = mm->in[in->decode ? 1 : 0].tensor;
+    in->x = mm->in[in->decode ? 0 : 1].tensor;
     if (in->a < 0 || in->x < 0 || in_group(grp, g->tensors[in->a].producer) ||
         in_group(grp, g->tensors[in->x].producer))
         return false;
     const ops_shape *as = &g->tensors[in->a].shape, *xs = &g->tensors[in->x].shape;
     const ops_shape *os = &g->tensors[mm->out].shape;
-    if (as->rank != 2 || xs->rank != 2 || os->rank != 2 || xs->d[1].size != 1)
+    if (as->rank != 2 || xs->rank != 2 || os->rank != 2)
         return false;
     in->M = as->d[0].size;
     in->K = as->d[1].size;
+    in->T = in->decode ? xs->d[0].size : 1;
+    if (in->decode ? xs->d[1].size != in->K || in->T > GEMV_MAX_T : xs->d[1].size != 1)
+        return false;
     in->adt = g->tensors[in->a].dtype;
     in->xdt = g->tensors[in->x].dtype;
     if (in->M < 1 || in->K < 1 || in->M * in->K >= ((int64_t)1 << 31))
@@ -164,7 +181,10 @@ static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, co
      * flight, so a grid under two waves of 132 SMs is left to the smaller row groups. */
     if (p->grid < 2 * dev->sm_count && (p->rows > 1 || p->threads > 64))
         return "redundant";
-    int regs = 24 + p->rows * (1 + p->vec) + p->vec;
+    /* sums, A's elements (the decode form also keeps them as fp32 for its T uses, and a row
+     * pointer), x's */
+    int regs = in->decode ? 24 + p->rows * ((int)in->T + p->vec + 2) + p->vec
+                          : 24 + p->rows * (1 + p->vec) + p->vec;
     if (regs > 128)
         return "regs";
     return NULL;
@@ -194,17 +214,26 @@ static void param_name(const ops_group *grp, const gemv_info *in, int t, char *o
                 snprintf(out, len, "in%d", i);
 }
 
-/* kt_gemv_store(acc, m, ...): the epilogue chain and the store of output element m. */
+/* kt_gemv_store(acc, m, ...): the epilogue chain and the store of output element m (of token
+ * row t in the decode form: kt_gemv_store(acc, m, t, ...)). */
 static int emit_store(kt_buf *b, const ops_group *grp, const gemv_info *in, const char *params)
 {
     const ops_graph *g = grp->g;
     const ops_shape *os = &g->tensors[g->nodes[in->mm].out].shape;
-    static const char *const idx[] = {"m", "0"};
+    static const char *const idx_vec[] = {"m", "0"}, *const idx_dec[] = {"t", "m"};
+    const char *const *idx = in->decode ? idx_dec : idx_vec;
     char var[OPS_GROUP_MAX_NODES][16];
     int var_tensor[OPS_GROUP_MAX_NODES];
     int n_vars = 0, rc = 0;
-    kt_buf_line(b, "/* Epilogue and store of output element m. */");
-    kt_buf_line(b, "__device__ __forceinline__ void kt_gemv_store(float acc, int m, %s)", params);
+    if (in->decode) {
+        kt_buf_line(b, "/* Epilogue and store of output element (t, m). */");
+        kt_buf_line(b, "__device__ __forceinline__ void kt_gemv_store(float acc, int m, int t, %s)",
+                    params);
+    } else {
+        kt_buf_line(b, "/* Epilogue and store of output element m. */");
+        kt_buf_line(b, "__device__ __forceinline__ void kt_gemv_store(float acc, int m, %s)",
+                    params);
+    }
     kt_buf_line(b, "{");
     snprintf(var[n_vars], sizeof(var[0]), "acc");
     var_tensor[n_vars++] = g->nodes[in->mm].out;
@@ -255,7 +284,8 @@ static int emit_store(kt_buf *b, const ops_group *grp, const gemv_info *in, cons
             yv = var[j];
     kt_buf val = {0};
     ops_emit_from_float(&val, g->tensors[in->y].dtype, yv);
-    kt_buf_line(b, "    y[m] = %s;", val.data ? val.data : yv);
+    kt_buf_line(b, in->decode ? "    y[(long long)t * M + m] = %s;" : "    y[m] = %s;",
+                val.data ? val.data : yv);
     if (kt_buf_status(&val) < 0)
         rc = -ENOMEM;
     kt_buf_free(&val);
@@ -300,6 +330,170 @@ static const char *load_type(int bytes)
                         : "unsigned short";
 }
 
+/* The vector form's kernel (y = A x). */
+static void emit_vector_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *p,
+                               const char *entry, const char *params, const char *call)
+{
+    int abytes = p->vec * (int)ops_dtype_size(in->adt),
+        xbytes = p->vec * (int)ops_dtype_size(in->xdt);
+    kt_buf_line(b, "/* Lane groups of TPR lanes own R rows each; each step loads VEC elements of "
+                   "x and of every row");
+    kt_buf_line(b,
+                " * per lane (%d-byte loads of A), accumulates in fp32; the row's lanes then "
+                "reduce by shuffles. */",
+                abytes);
+    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
+    kt_buf_line(b, "%s(%s)", entry, params);
+    kt_buf_line(b, "{");
+    b->indent = 4;
+    kt_buf_line(b, "const int lane = threadIdx.x %% TPR;");
+    kt_buf_line(b, "const int m0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * R;");
+    kt_buf_line(b, "float acc[R];");
+    kt_buf_line(b, "const %s *arow[R];", load_type(abytes));
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(b, "    acc[r] = 0.0f;");
+    kt_buf_line(b, "    /* rows past M read row M - 1 (in bounds) and are never stored */");
+    kt_buf_line(b, "    const int m = m0 + r < M ? m0 + r : M - 1;");
+    kt_buf_line(b, "    arow[r] = (const %s *)(a + (long long)m * K);", load_type(abytes));
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "const %s *xv = (const %s *)x;", load_type(xbytes), load_type(xbytes));
+    if (p->load == LOAD_STREAM) {
+        kt_buf_line(b, "/* A is read once: evict it first from L2 */");
+        kt_buf_line(b, "const unsigned long long policy = kt_policy_evict_first();");
+    }
+    /* Every load of a row in flight at once when a lane's share is short (DRAM wants ~4 MiB in
+     * flight across the GPU); deeper unrolling of long rows only costs registers. */
+    int64_t lane_steps = (in->K / p->vec + p->tpr - 1) / p->tpr;
+    kt_buf_line(b, "#pragma unroll %d", lane_steps <= 16 ? (int)lane_steps : 4);
+    kt_buf_line(b, "for (int c = lane; c < K / VEC; c += TPR) {");
+    b->indent = 8;
+    kt_buf_line(b, "const %s xw = __ldg(xv + c);", load_type(xbytes));
+    char ex[160], ea[160];
+    kt_buf_line(b, "float xf[VEC];");
+    for (int l = 0; l < p->vec; l++) {
+        lane_expr(ex, sizeof(ex), in->xdt, p->vec, "xw", l);
+        kt_buf_line(b, "xf[%d] = %s;", l, ex);
+    }
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    b->indent = 12;
+    /* prefetch: kt_ld_nc_pf (a 256-byte L2 prefetch); stream: kt_ld_nc_stream (no L1
+     * allocation, the evict-first policy, the prefetch) */
+    if (p->load == LOAD_CACHED)
+        kt_buf_line(b, "const %s aw = arow[r][c];", load_type(abytes));
+    else if (p->load == LOAD_PREFETCH)
+        kt_buf_line(b, "const %s aw = kt_ld_nc_pf(arow[r] + c);", load_type(abytes));
+    else
+        kt_buf_line(b, "const %s aw = kt_ld_nc_stream(arow[r] + c, policy);", load_type(abytes));
+    for (int l = 0; l < p->vec; l++) {
+        lane_expr(ea, sizeof(ea), in->adt, p->vec, "aw", l);
+        kt_buf_line(b, "acc[r] = fmaf(%s, xf[%d], acc[r]);", ea, l);
+    }
+    b->indent = 8;
+    kt_buf_line(b, "}");
+    b->indent = 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(b, "    acc[r] = kt_warp_sum<TPR>(acc[r]);");
+    kt_buf_line(b, "    if (lane == 0 && m0 + r < M)");
+    kt_buf_line(b, "        kt_gemv_store(acc[r], m0 + r, %s);", call);
+    kt_buf_line(b, "}");
+    b->indent = 0;
+    kt_buf_line(b, "}");
+}
+
+/* The decode form's kernel (y = X A^T): as the vector form's, but each step converts the R rows'
+ * VEC elements of A to fp32 once and uses them for the T token rows of X, whose loads hit L1/L2
+ * (X is T * K elements, read by every lane group); T x R sums per lane. */
+static void emit_decode_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *p,
+                               const char *entry, const char *params, const char *call)
+{
+    int abytes = p->vec * (int)ops_dtype_size(in->adt),
+        xbytes = p->vec * (int)ops_dtype_size(in->xdt);
+    kt_buf_line(b, "/* Lane groups of TPR lanes own R rows of A each; each step loads VEC elements "
+                   "of every row per");
+    kt_buf_line(b,
+                " * lane (%d-byte loads), converts them once, and uses them for the T token rows "
+                "of x; the row's",
+                abytes);
+    kt_buf_line(b, " * lanes then reduce each of the T x R sums by shuffles. */");
+    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
+    kt_buf_line(b, "%s(%s)", entry, params);
+    kt_buf_line(b, "{");
+    b->indent = 4;
+    kt_buf_line(b, "const int lane = threadIdx.x %% TPR;");
+    kt_buf_line(b, "const int m0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * R;");
+    kt_buf_line(b, "float acc[R][T];");
+    kt_buf_line(b, "const %s *arow[R];", load_type(abytes));
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int t = 0; t < T; t++)");
+    kt_buf_line(b, "        acc[r][t] = 0.0f;");
+    kt_buf_line(b, "    /* rows past M read row M - 1 (in bounds) and are never stored */");
+    kt_buf_line(b, "    const int m = m0 + r < M ? m0 + r : M - 1;");
+    kt_buf_line(b, "    arow[r] = (const %s *)(a + (long long)m * K);", load_type(abytes));
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "const %s *xv = (const %s *)x;", load_type(xbytes), load_type(xbytes));
+    if (p->load == LOAD_STREAM) {
+        kt_buf_line(b, "/* A is read once: evict it first from L2 */");
+        kt_buf_line(b, "const unsigned long long policy = kt_policy_evict_first();");
+    }
+    int64_t lane_steps = (in->K / p->vec + p->tpr - 1) / p->tpr;
+    kt_buf_line(b, "#pragma unroll %d", lane_steps <= 8 ? (int)lane_steps : 2);
+    kt_buf_line(b, "for (int c = lane; c < K / VEC; c += TPR) {");
+    b->indent = 8;
+    kt_buf_line(b, "float af[R][VEC];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    b->indent = 12;
+    if (p->load == LOAD_CACHED)
+        kt_buf_line(b, "const %s aw = arow[r][c];", load_type(abytes));
+    else if (p->load == LOAD_PREFETCH)
+        kt_buf_line(b, "const %s aw = kt_ld_nc_pf(arow[r] + c);", load_type(abytes));
+    else
+        kt_buf_line(b, "const %s aw = kt_ld_nc_stream(arow[r] + c, policy);", load_type(abytes));
+    char ex[160];
+    for (int l = 0; l < p->vec; l++) {
+        lane_expr(ex, sizeof(ex), in->adt, p->vec, "aw", l);
+        kt_buf_line(b, "af[r][%d] = %s;", l, ex);
+    }
+    b->indent = 8;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int t = 0; t < T; t++) {");
+    b->indent = 12;
+    kt_buf_line(b, "const %s xw = __ldg(xv + (long long)t * (K / VEC) + c);", load_type(xbytes));
+    for (int l = 0; l < p->vec; l++) {
+        lane_expr(ex, sizeof(ex), in->xdt, p->vec, "xw", l);
+        kt_buf_line(b, "const float x%d = %s;", l, ex);
+    }
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    for (int l = 0; l < p->vec; l++)
+        kt_buf_line(b, "    acc[r][t] = fmaf(af[r][%d], x%d, acc[r][t]);", l, l);
+    kt_buf_line(b, "}");
+    b->indent = 8;
+    kt_buf_line(b, "}");
+    b->indent = 4;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int t = 0; t < T; t++) {");
+    kt_buf_line(b, "        const float sum = kt_warp_sum<TPR>(acc[r][t]);");
+    kt_buf_line(b, "        if (lane == 0 && m0 + r < M)");
+    kt_buf_line(b, "            kt_gemv_store(sum, m0 + r, t, %s);", call);
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    b->indent = 0;
+    kt_buf_line(b, "}");
+}
+
 static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                      ops_emitted *out, ops_diag *d)
 {
@@ -308,8 +502,9 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     gemv_info in;
     if (!gemv_analyse(grp, &in))
         return ops_diag_set(d, g, OPS_RULE_SHAPE, -1, "",
-                            "gemv: the group is not A [M, K] x B [K, 1] with an elementwise "
-                            "epilogue");
+                            "gemv: the group is not A [M, K] x B [K, 1] or X [T, K] x W [N, "
+                            "K]^T (T <= %d) with an elementwise epilogue",
+                            GEMV_MAX_T);
     gemv_plan p;
     const char *why = gemv_plan_make(&in, s, dev, &p);
     if (why)
@@ -344,80 +539,20 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf_line(&b, "#include \"ktune/reduce.cuh\"");
     ops_emit_shared_prelude(&b, out);
     kt_buf_printf(&b, "\n");
-    kt_buf_line(&b, "constexpr int M = %lld, K = %lld;", (long long)in.M, (long long)in.K);
+    if (in.decode)
+        kt_buf_line(&b, "constexpr int M = %lld, K = %lld, T = %lld; /* rows of A, tokens */",
+                    (long long)in.M, (long long)in.K, (long long)in.T);
+    else
+        kt_buf_line(&b, "constexpr int M = %lld, K = %lld;", (long long)in.M, (long long)in.K);
     kt_buf_line(&b, "constexpr int THREADS = %d, TPR = %d, R = %d, VEC = %d;", p.threads, p.tpr,
                 p.rows, p.vec);
     kt_buf_line(&b, "constexpr int GROUPS = THREADS / TPR; /* lane groups per block */");
     kt_buf_printf(&b, "\n");
     int rc = emit_store(&b, grp, &in, params.data);
-    int abytes = p.vec * (int)ops_dtype_size(in.adt), xbytes = p.vec * (int)ops_dtype_size(in.xdt);
-    kt_buf_line(&b, "/* Lane groups of TPR lanes own R rows each; each step loads VEC elements of "
-                    "x and of every row");
-    kt_buf_line(&b,
-                " * per lane (%d-byte loads of A), accumulates in fp32; the row's lanes then "
-                "reduce by shuffles. */",
-                abytes);
-    kt_buf_line(&b, "extern \"C\" __global__ void __launch_bounds__(THREADS, 1)");
-    kt_buf_line(&b, "%s(%s)", k->entry, params.data);
-    kt_buf_line(&b, "{");
-    b.indent = 4;
-    kt_buf_line(&b, "const int lane = threadIdx.x %% TPR;");
-    kt_buf_line(&b, "const int m0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * R;");
-    kt_buf_line(&b, "float acc[R];");
-    kt_buf_line(&b, "const %s *arow[R];", load_type(abytes));
-    kt_buf_line(&b, "#pragma unroll");
-    kt_buf_line(&b, "for (int r = 0; r < R; r++) {");
-    kt_buf_line(&b, "    acc[r] = 0.0f;");
-    kt_buf_line(&b, "    /* rows past M read row M - 1 (in bounds) and are never stored */");
-    kt_buf_line(&b, "    const int m = m0 + r < M ? m0 + r : M - 1;");
-    kt_buf_line(&b, "    arow[r] = (const %s *)(a + (long long)m * K);", load_type(abytes));
-    kt_buf_line(&b, "}");
-    kt_buf_line(&b, "const %s *xv = (const %s *)x;", load_type(xbytes), load_type(xbytes));
-    if (p.load == LOAD_STREAM) {
-        kt_buf_line(&b, "/* A is read once: evict it first from L2 */");
-        kt_buf_line(&b, "const unsigned long long policy = kt_policy_evict_first();");
-    }
-    /* Every load of a row in flight at once when a lane's share is short (DRAM wants ~4 MiB in
-     * flight across the GPU); deeper unrolling of long rows only costs registers. */
-    int64_t lane_steps = (in.K / p.vec + p.tpr - 1) / p.tpr;
-    kt_buf_line(&b, "#pragma unroll %d", lane_steps <= 16 ? (int)lane_steps : 4);
-    kt_buf_line(&b, "for (int c = lane; c < K / VEC; c += TPR) {");
-    b.indent = 8;
-    kt_buf_line(&b, "const %s xw = __ldg(xv + c);", load_type(xbytes));
-    char ex[160], ea[160];
-    kt_buf_line(&b, "float xf[VEC];");
-    for (int l = 0; l < p.vec; l++) {
-        lane_expr(ex, sizeof(ex), in.xdt, p.vec, "xw", l);
-        kt_buf_line(&b, "xf[%d] = %s;", l, ex);
-    }
-    kt_buf_line(&b, "#pragma unroll");
-    kt_buf_line(&b, "for (int r = 0; r < R; r++) {");
-    b.indent = 12;
-    /* prefetch: kt_ld_nc_pf (a 256-byte L2 prefetch); stream: kt_ld_nc_stream (no L1
-     * allocation, the evict-first policy, the prefetch) */
-    if (p.load == LOAD_CACHED)
-        kt_buf_line(&b, "const %s aw = arow[r][c];", load_type(abytes));
-    else if (p.load == LOAD_PREFETCH)
-        kt_buf_line(&b, "const %s aw = kt_ld_nc_pf(arow[r] + c);", load_type(abytes));
+    if (in.decode)
+        emit_decode_kernel(&b, &in, &p, k->entry, params.data, call.data);
     else
-        kt_buf_line(&b, "const %s aw = kt_ld_nc_stream(arow[r] + c, policy);", load_type(abytes));
-    for (int l = 0; l < p.vec; l++) {
-        lane_expr(ea, sizeof(ea), in.adt, p.vec, "aw", l);
-        kt_buf_line(&b, "acc[r] = fmaf(%s, xf[%d], acc[r]);", ea, l);
-    }
-    b.indent = 8;
-    kt_buf_line(&b, "}");
-    b.indent = 4;
-    kt_buf_line(&b, "}");
-    kt_buf_line(&b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
-    kt_buf_line(&b, "#pragma unroll");
-    kt_buf_line(&b, "for (int r = 0; r < R; r++) {");
-    kt_buf_line(&b, "    acc[r] = kt_warp_sum<TPR>(acc[r]);");
-    kt_buf_line(&b, "    if (lane == 0 && m0 + r < M)");
-    kt_buf_line(&b, "        kt_gemv_store(acc[r], m0 + r, %s);", call.data);
-    kt_buf_line(&b, "}");
-    b.indent = 0;
-    kt_buf_line(&b, "}");
+        emit_vector_kernel(&b, &in, &p, k->entry, params.data, call.data);
     k->grid[0] = (uint32_t)p.grid;
     k->grid[1] = k->grid[2] = 1;
     k->block[0] = (uint32_t)p.threads;
@@ -436,7 +571,8 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
 }
 
 /* DRAM-bound: A once, x once per row group (L2 hits, charged at a tenth), y once; the
- * efficiency terms reward 16-byte loads, enough row groups in flight and few idle lanes. */
+ * efficiency terms reward 16-byte loads, enough row groups in flight and few idle lanes. The
+ * decode form's T FFMAs per element of A bound it too once T is large (at ~70% of FFMA peak). */
 static void gemv_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                           ops_estimate *e)
 {
@@ -448,10 +584,11 @@ static void gemv_estimate(const ops_group *grp, const ops_schedule *s, const ops
         return;
     }
     double abytes = (double)in.M * (double)in.K * (double)ops_dtype_size(in.adt);
-    double xbytes = (double)in.K * (double)ops_dtype_size(in.xdt);
+    double xbytes = (double)in.T * (double)in.K * (double)ops_dtype_size(in.xdt);
     double groups = (double)in.M / p.rows;
-    e->bytes = abytes + xbytes + (double)in.M * (double)ops_dtype_size(grp->g->tensors[in.y].dtype);
-    e->flops = 2.0 * (double)in.M * (double)in.K;
+    e->bytes = abytes + xbytes +
+               (double)in.T * (double)in.M * (double)ops_dtype_size(grp->g->tensors[in.y].dtype);
+    e->flops = 2.0 * (double)in.T * (double)in.M * (double)in.K;
     double load_bytes = p.vec * (double)ops_dtype_size(in.adt);
     double eff = load_bytes >= 16 ? 1.0 : load_bytes >= 8 ? 0.85 : load_bytes >= 4 ? 0.6 : 0.35;
     /* lanes left idle on the last step of a row */
@@ -471,7 +608,9 @@ static void gemv_estimate(const ops_group *grp, const ops_schedule *s, const ops
     if (p.load == LOAD_STREAM)
         eff *= 1.15;
     e->occupancy = 1.0;
-    e->seconds = (abytes + 0.1 * xbytes * groups) / (dev->dram_bytes_per_s * eff) + 2e-6;
+    double mem_s = (abytes + 0.1 * xbytes * groups) / (dev->dram_bytes_per_s * eff);
+    double ffma_s = e->flops / (0.7 * dev->fp32_flops_per_s);
+    e->seconds = fmax(mem_s, ffma_s) + 2e-6;
 }
 
 const ops_family ops_family_gemv = {

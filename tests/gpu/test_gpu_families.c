@@ -57,6 +57,10 @@ static const gpu_case cases[] = {
     {"tests/gpu/conv_tiled_ragged.json", "N=2", OPS_PREC_EXACT, "algo=tiled"},
     {"examples/conv2d.json", "N=3", OPS_PREC_EXACT, "algo=tiled"},
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "gemv "},
+    /* gemv's decode form (y = X W^T, the nn.Linear weight): a few token rows, a per-column
+     * bias and a residual; K of 1003 (scalar loads) and 1000 */
+    {"tests/gpu/linear_decode.json", "T=5,N=1000,K=1000", OPS_PREC_EXACT, "gemv "},
+    {"tests/gpu/linear_decode.json", "T=16,N=333,K=1003", OPS_PREC_EXACT, "gemv "},
     /* gemv's cache-hinted loads of A at every width: 16-bit rows of odd length (2-byte loads),
      * f32 rows with an epilogue (4 to 16 bytes) */
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2551", OPS_PREC_EXACT, "load=stream"},

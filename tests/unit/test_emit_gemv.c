@@ -1,4 +1,5 @@
-/* The gemv family: which groups it takes (A [M, K] x B [K, 1] with an elementwise epilogue),
+/* The gemv family: which groups it takes (A [M, K] x B [K, 1], or the decode form X [T, K] x
+ * W [N, K]^T with few token rows, with an elementwise epilogue),
  * its prune rules, and that its kept candidates compile with NVRTC for sm_90a without spills,
  * including ragged shapes and an epilogue with broadcast operands. Correctness on the GPU is in
  * tests/gpu/test_gpu_families.c. */
@@ -34,6 +35,20 @@ static const char gemv_f32_epi[] =
     "{\"out\":\"y\",\"op\":\"silu\",\"in\":[\"t2\"]}],"
     "\"outputs\":[\"y\"]}";
 
+/* The decode form as a PyTorch nn.Linear computes it (the weight [out, in]), with a per-column
+ * bias and a residual of the output's shape after an activation. */
+static const char decode_bf16[] =
+    "{\"name\":\"linear_decode\",\"inputs\":{"
+    "\"X\":{\"dtype\":\"bf16\",\"shape\":[\"T\",\"K\"]},"
+    "\"W\":{\"dtype\":\"bf16\",\"shape\":[\"N\",\"K\"],\"const\":true},"
+    "\"bias\":{\"dtype\":\"bf16\",\"shape\":[\"N\"],\"const\":true},"
+    "\"R\":{\"dtype\":\"bf16\",\"shape\":[\"T\",\"N\"]}},"
+    "\"nodes\":[{\"out\":\"t0\",\"op\":\"matmul\",\"in\":[\"X\",\"W\"],\"transpose_b\":true},"
+    "{\"out\":\"t1\",\"op\":\"add\",\"in\":[\"t0\",\"bias\"]},"
+    "{\"out\":\"t2\",\"op\":\"silu\",\"in\":[\"t1\"]},"
+    "{\"out\":\"Y\",\"op\":\"add\",\"in\":[\"t2\",\"R\"]}],"
+    "\"outputs\":[\"Y\"]}";
+
 static const ops_family *fam(void)
 {
     return ops_family_get(OPS_FAM_GEMV);
@@ -54,7 +69,11 @@ static void test_matches(void **state)
     assert_true(takes(gemv_f16, "M=7680,N=1,K=2560"));
     assert_true(takes(gemv_f32_epi, "M=100,K=33"));
     assert_false(takes(gemv_f16, "M=7680,N=2,K=2560")); /* two columns: the gemm family */
-    /* B transposed, or a batched matmul: not this family */
+    /* the decode form: 1 to 16 token rows against an [N, K] weight */
+    assert_true(takes(decode_bf16, "T=1,N=4096,K=4096"));
+    assert_true(takes(decode_bf16, "T=16,N=333,K=1003"));
+    assert_false(takes(decode_bf16, "T=17,N=4096,K=4096")); /* FFMA-bound: tensor cores */
+    /* 64 rows against a transposed [1, 32]: not the decode form (64 tokens), not a vector */
     assert_false(takes("{\"name\":\"t\",\"inputs\":{"
                        "\"A\":{\"dtype\":\"f32\",\"shape\":[64,32]},"
                        "\"B\":{\"dtype\":\"f32\",\"shape\":[1,32]}},"
@@ -103,6 +122,9 @@ static void test_prune(void **state)
     /* short rows: half the lanes cover one in a step, so fewer lanes per row */
     assert_string_equal(why(gemv_f16, "M=7680,N=1,K=64", sched(64, 32, 1, 8)), "redundant");
     assert_string_equal(why(gemv_f16, "M=7680,N=1,K=64", sched(64, 8, 1, 8)), "kept");
+    /* the decode form: T x R sums per lane count against the register budget */
+    assert_string_equal(why(decode_bf16, "T=16,N=14336,K=4096", sched(64, 32, 1, 8)), "kept");
+    assert_string_equal(why(decode_bf16, "T=16,N=14336,K=4096", sched(64, 32, 4, 8)), "regs");
 }
 
 static void emit_one(const ops_group *grp, const ops_schedule *s, ops_emitted *e)
@@ -174,9 +196,35 @@ static void test_load_hints(void **state)
     ops_graph_free(g);
 }
 
+/* The decode form's kernel: A's elements converted once per step and used for every token row,
+ * the output and the residual indexed by (t, m), the per-column bias by m. */
+static void test_decode(void **state)
+{
+    (void)state;
+    ops_group grp;
+    ops_graph *g = emit_test_make(decode_bf16, "T=5,N=1000,K=1000", &grp);
+    ops_schedule s = sched(64, 32, 1, 8);
+    s.v[LOAD] = LOAD_STREAM;
+    ops_emitted e = {0};
+    emit_one(&grp, &s, &e);
+    assert_non_null(strstr(e.source, "T = 5;"));
+    assert_non_null(strstr(e.source, "af[r][7] = "));
+    assert_non_null(strstr(e.source, "acc[r][t] = fmaf(af[r][7], x7, acc[r][t]);"));
+    assert_non_null(strstr(e.source, "xv + (long long)t * (K / VEC) + c"));
+    assert_non_null(strstr(e.source, "y[(long long)t * M + m] = "));
+    assert_non_null(strstr(e.source, "in2[(m)]"));   /* bias [N] */
+    assert_non_null(strstr(e.source, "in3[(m + t * 1000)]")); /* R [T, N] */
+    /* 1000 rows of W, two lane groups of 32 a block, a row each: 500 blocks */
+    assert_int_equal(e.kernels[0].grid[0], 500);
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
 static void test_compile(void **state)
 {
     (void)state;
+    assert_true(compile_all(decode_bf16, "T=16,N=4096,K=4096", 16) >= 8);
+    assert_true(compile_all(decode_bf16, "T=3,N=333,K=1003", 8) >= 1); /* ragged: vec 1 */
     assert_true(compile_all(gemv_f16, "M=7680,N=1,K=2560", 24) >= 12);
     assert_true(compile_all(gemv_f16, "M=1000,N=1,K=777", 8) >= 1); /* ragged: vec 1 */
     assert_true(compile_all(gemv_f32_epi, "M=333,K=1000", 12) >= 4);
@@ -188,6 +236,7 @@ int main(void)
         cmocka_unit_test(test_matches),
         cmocka_unit_test(test_prune),
         cmocka_unit_test(test_load_hints),
+        cmocka_unit_test(test_decode),
         cmocka_unit_test(test_compile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
