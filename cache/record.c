@@ -100,8 +100,8 @@ static int check_tmap(const cache_record *r, const cache_arg *a, int i, int j, i
         return kt_err_set(err, -EINVAL, "record: kernel %d argument %d: %s", i, j, d.msg);
     uint64_t have = a->bytes;
     if (a->kind != CACHE_ARG_WORKSPACE) {
-        const cache_slot *sl = &r->slots[a->kind == CACHE_ARG_INPUT ? a->index
-                                                                    : r->n_inputs + a->index];
+        const cache_slot *sl =
+            &r->slots[a->kind == CACHE_ARG_INPUT ? a->index : r->n_inputs + a->index];
         have = ops_dtype_size(sl->dtype);
         for (int k = 0; k < sl->rank; k++)
             have *= (uint64_t)sl->dims[k];
@@ -173,7 +173,8 @@ static int check_record(const cache_record *r, kt_err *err)
                 (a->kind == CACHE_ARG_OUTPUT && (a->index < 0 || a->index >= r->n_outputs)))
                 return kt_err_set(err, -EINVAL, "record: kernel %d argument %d: %s %d of %d", i, j,
                                   a->kind == CACHE_ARG_INPUT ? "input" : "output", a->index,
-                                  a->kind == CACHE_ARG_INPUT ? r->n_inputs : r->n_outputs);            if (a->has_tmap && (rc = check_tmap(r, a, i, j, &n_tmaps, err)) < 0)
+                                  a->kind == CACHE_ARG_INPUT ? r->n_inputs : r->n_outputs);
+            if (a->has_tmap && (rc = check_tmap(r, a, i, j, &n_tmaps, err)) < 0)
                 return rc;
         }
     }

@@ -20,6 +20,7 @@
  * pointer where the kernel takes a map. Both decode. */
 #define CACHE_RECORD_VERSION      4
 #define CACHE_RECORD_VERSION_BASE 3 /* what a record without tensor maps is written as */
+
 #define CACHE_TRIAL_VERSION  1  /* the "v" field of a stored trial entry */
 #define CACHE_CHECKSUM_BYTES 32 /* SHA-256 appended to every stored value */
 #define CACHE_GPU_ID_BYTES   16 /* leading bytes of SHA-256(canonical fingerprint) */

@@ -1774,8 +1774,8 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
             /* the map over the caller's buffer, encoded now: its address is known only here
              * (at most CACHE_MAX_TMAPS per kernel, checked when the record decoded) */
             kt_err te;
-            int trc = srch_cuda_encode_tmap(cu, &kk->args[j].tmap, val[j].ptr, &tm[n_tm],
-                                            kk->entry, j, &te);
+            int trc = srch_cuda_encode_tmap(cu, &kk->args[j].tmap, val[j].ptr, &tm[n_tm], kk->entry,
+                                            j, &te);
             if (trc < 0) {
                 rc = rt_fail(err, trc, "ktune_launch: %s", te.msg);
                 break;

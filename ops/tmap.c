@@ -122,8 +122,8 @@ int ops_tensor_map_encode_args(const ops_tensor_map *m, uint64_t base, ops_tmap_
 /* ---- msgpack form ---- */
 
 enum { TK_RANK, TK_DTYPE, TK_DIMS, TK_STRIDES, TK_BOX, TK_ELEM, TK_SWIZZLE, TK_L2, TK_OOB, TK_N };
-static const char *const tmap_keys[TK_N] = {"rank", "dtype",   "dims", "strides", "box",
-                                            "elem_strides", "swizzle", "l2", "oob_nan"};
+static const char *const tmap_keys[TK_N] = {"rank",         "dtype",   "dims", "strides", "box",
+                                            "elem_strides", "swizzle", "l2",   "oob_nan"};
 
 int ops_tensor_map_pack(msgpack_packer *pk, const ops_tensor_map *m)
 {

@@ -102,11 +102,10 @@ static int check_params(wk *w, CUfunction fn, const ops_kernel_launch *l, kt_err
             return rc;
         size_t want = l->args[a].kind == OPS_ARG_TENSOR_MAP ? OPS_TMAP_BYTES : sizeof(CUdeviceptr);
         if (size != want)
-            return kt_err_set(err, -EINVAL,
-                              "%s parameter %d is %zu bytes; the launch passes %s of %zu", l->entry,
-                              a, size,
-                              l->args[a].kind == OPS_ARG_TENSOR_MAP ? "a tensor map" : "a pointer",
-                              want);
+            return kt_err_set(
+                err, -EINVAL, "%s parameter %d is %zu bytes; the launch passes %s of %zu", l->entry,
+                a, size, l->args[a].kind == OPS_ARG_TENSOR_MAP ? "a tensor map" : "a pointer",
+                want);
     }
     return 0;
 }

@@ -580,12 +580,10 @@ static int unpack_arg(const msgpack_object *e, int a, ops_arg *arg, kt_err *err)
         if (e->via.array.size != 4)
             return BAD("'args'[%d]: expected [2, tensor, offset, tensor map]", a);
         if ((rc = get_i64(&e->via.array.ptr[1], -1, INT32_MAX, &v, "args tensor", err)) < 0 ||
-            (rc = get_i64(&e->via.array.ptr[2], 0, (int64_t)1 << 48, &off, "args offset", err)) <
-                0)
+            (rc = get_i64(&e->via.array.ptr[2], 0, (int64_t)1 << 48, &off, "args offset", err)) < 0)
             return rc;
         if (v >= 0 && off)
-            return BAD("'args'[%d]: a tensor map over tensor %lld with an offset", a,
-                       (long long)v);
+            return BAD("'args'[%d]: a tensor map over tensor %lld with an offset", a, (long long)v);
         if (ops_tensor_map_unpack(&e->via.array.ptr[3], &arg->tmap, &d) < 0)
             return BAD("'args'[%d]: %s", a, d.msg);
         arg->kind = OPS_ARG_TENSOR_MAP;

@@ -525,8 +525,12 @@ static void test_record_tensor_maps(void **state)
                                  .swizzle = 128,
                                  .l2_promotion = 256};
     ws->has_tmap = true; /* [4096, +4096): 2048 f16 */
-    ws->tmap = (ops_tensor_map){
-        .rank = 1, .dtype = OPS_DT_F16, .dims = {2048}, .box = {64}, .elem_strides = {1}, .oob_nan = true};
+    ws->tmap = (ops_tensor_map){.rank = 1,
+                                .dtype = OPS_DT_F16,
+                                .dims = {2048},
+                                .box = {64},
+                                .elem_strides = {1},
+                                .oob_nan = true};
     assert_int_equal(cache_record_encode(&r, &buf, &len, &err), 0);
     assert_int_equal(stored_version(buf, len), 4);
     cache_record_init(&d);

@@ -188,11 +188,26 @@ static void pack_map(msgpack_packer *pk, int n_box, uint32_t box0, const char *e
     if (extra)
         kt_mp_pack_ki64(pk, extra, 1);
 }
-static void pack_good(msgpack_packer *pk) { pack_map(pk, 2, 64, NULL); }
-static void pack_short_box(msgpack_packer *pk) { pack_map(pk, 1, 64, NULL); }
-static void pack_big_box(msgpack_packer *pk) { pack_map(pk, 2, 300, NULL); }
-static void pack_extra_key(msgpack_packer *pk) { pack_map(pk, 2, 64, "interleave"); }
-static void pack_not_map(msgpack_packer *pk) { msgpack_pack_int(pk, 7); }
+static void pack_good(msgpack_packer *pk)
+{
+    pack_map(pk, 2, 64, NULL);
+}
+static void pack_short_box(msgpack_packer *pk)
+{
+    pack_map(pk, 1, 64, NULL);
+}
+static void pack_big_box(msgpack_packer *pk)
+{
+    pack_map(pk, 2, 300, NULL);
+}
+static void pack_extra_key(msgpack_packer *pk)
+{
+    pack_map(pk, 2, 64, "interleave");
+}
+static void pack_not_map(msgpack_packer *pk)
+{
+    msgpack_pack_int(pk, 7);
+}
 
 static void test_msgpack(void **state)
 {

@@ -751,8 +751,8 @@ static void test_tmap_request(void **state)
     int a_t = ops_graph_find_tensor(g, "A");
     assert_true(a_t >= 0);
     ops_kernel_launch *k = &e.kernels[0];
-    k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR_MAP, .tensor = a_t,
-                                     .tmap = f16_map(1000, 512)};
+    k->args[k->n_args++] =
+        (ops_arg){.kind = OPS_ARG_TENSOR_MAP, .tensor = a_t, .tmap = f16_map(1000, 512)};
     ops_tensor_map ws_map = f16_map(32, 64);
     ws_map.oob_nan = true;
     ws_map.l2_promotion = 128;
