@@ -574,11 +574,12 @@ static void test_record_tensor_maps(void **state)
     sc->has_tmap = false;
     /* 17 maps on one kernel */
     cache_kernel *kk = &r.kernels[1];
+    cache_arg mapped = *in0; /* in0 points into the array realloc moves */
     cache_arg *more = realloc(kk->args, 24 * sizeof(*more));
     assert_non_null(more);
     kk->args = more;
     while (kk->n_args < 24)
-        kk->args[kk->n_args++] = *in0;
+        kk->args[kk->n_args++] = mapped;
     assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "more than 16 tensor maps"));
     cache_record_free(&r);
