@@ -9,10 +9,13 @@ Every line (blank lines and lines starting with # are skipped) must be a JSON ob
   shapes     an object of symbol -> positive integer binding every symbol of the graph
   precision  "exact", "tf32" or "reduced"
   source     where the case comes from (non-empty)
-  torch      optional notes: the case in PyTorch's words
+  group      the group `bench/run --group` picks it by: 1 to 63 bytes of [A-Za-z0-9_-]
+  notes      optional: the case in PyTorch's words
 and no other keys than those and `ktune batch`'s own (budget, tolerance, priority, gpu). Then:
   - `ktune check GRAPH --shape ... --json` passes and leaves no dimension unbound;
   - `ktune space GRAPH --shape ... --json` keeps at least one candidate;
+  - for a graph of matmuls only, the FLOP count the report rates GEMM cases by
+    (bench/work.py: 2 * M * N * K per matmul) is the one `ktune check` prints;
   - every op the graph uses is mapped by bench/torch_graph.py (read as text: the op's name in
     quotes), so the PyTorch side of the benchmark can run it;
   - the lines with only batch keys pass `ktune batch`'s line checks (it checks every line
@@ -31,10 +34,13 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from work import case_work  # noqa: E402
 BATCH_KEYS = ("graph", "shapes", "precision", "name", "budget", "tolerance", "priority", "gpu")
-CASE_KEYS = set(BATCH_KEYS) | {"source", "notes"}
+CASE_KEYS = set(BATCH_KEYS) | {"source", "notes", "group"}
 PRECISIONS = ("exact", "tf32", "reduced")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
+GROUP_RE = re.compile(r"^[A-Za-z0-9_-]{1,63}$")  # no comma: --group takes a list
 
 
 def run(cmd):
@@ -66,6 +72,9 @@ def check_fields(c, where, base, names, problems):
     for key in ("source",) + (("notes",) if "notes" in c else ()):
         if not isinstance(c.get(key), str) or not c[key].strip():
             problems.append(f"{where}: '{key}' must be a non-empty string")
+    if not isinstance(c.get("group"), str) or not GROUP_RE.match(c["group"]):
+        problems.append(f"{where}: 'group' must be 1 to 63 bytes of letters, digits, '_', '-' "
+                        "(core, gemm16, ...): bench/run --group picks cases by it")
     if c.get("precision") not in PRECISIONS:
         problems.append(f"{where}: 'precision' must be one of {', '.join(PRECISIONS)}")
     shapes = c.get("shapes")
@@ -101,6 +110,7 @@ def check_graph(c, path, where, ktune, torch_text, problems):
     if info.get("unbound"):
         problems.append(f"{where}: dimension {', '.join(info['unbound'])} is not in 'shapes'")
         return
+    check_flops(path, shapes, info.get("flops"), where, problems)
     rc, out, err = run([ktune, "space", path] + args + ["--json"])
     if rc != 0:
         problems.append(f"{where}: ktune space fails: {first_line(err or out)}")
@@ -120,6 +130,23 @@ def check_graph(c, path, where, ktune, torch_text, problems):
     for op in sorted({n.get("op") for n in nodes if isinstance(n, dict)}):
         if f'"{op}"' not in torch_text:
             problems.append(f"{where}: op '{op}' has no mapping in bench/torch_graph.py")
+
+
+def check_flops(path, shapes, ktune_flops, where, problems):
+    """bench/work.py's GEMM count against `ktune check`'s, for graphs where both count the same
+    thing (only matmuls: ktune also counts pointwise and reduction flops)."""
+    try:
+        with open(path) as f:
+            graph = json.load(f)
+        work = case_work(graph, shapes)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        problems.append(f"{where}: bench/work.py cannot count the case's work: {e!r}")
+        return
+    if any(n.get("op") != "matmul" for n in graph.get("nodes", [])):
+        return
+    if work["flops"] != ktune_flops:
+        problems.append(f"{where}: bench/work.py counts {work['flops']} GEMM flops, ktune check "
+                        f"{ktune_flops}: the report's TFLOP/s would be wrong")
 
 
 def check_batch(batch_lines, ktune, problems):

@@ -2,8 +2,8 @@
 """The benchmark harness of bench/run: times ktune's cached kernels against PyTorch on a GPU.
 
 For every case of a cases file (bench/cases/cases.jsonl: one JSON object a line, {"graph",
-"shapes", "precision", "name", "source"}), in one process and with one protocol for all, four
-contenders run the same graph on the same inputs (TorchGraph.random_inputs):
+"shapes", "precision", "name", "source", "group"}), in one process and with one protocol for all,
+four contenders run the same graph on the same inputs (TorchGraph.random_inputs):
   ktune         the kernel `ktune batch` cached, launched through the Python binding into
                 preallocated outputs (and workspace; const inputs pre-packed once when the
                 kernel asks for it), so no allocation is timed;
@@ -17,9 +17,19 @@ p10/p90 of up to --reps reps or --rep-seconds of them. Then every contender runs
 inputs and its outputs are compared with PyTorch in float64: normwise error, which for ktune must
 be within the record's tolerance. Tuning cost per case comes from `ktune batch --json`.
 
-    bench/harness.py --make-batch CASES [--only a,b] > batch.jsonl   (no GPU, no torch)
+Rates: each case records its work (bench/work.py: the GEMM flops, the const weights' bytes, and
+whether it is a decode case, every matmul with a const weight and at most 64 token rows), from
+which the report derives TFLOP/s, or for decode cases weight bytes per second. Once per run,
+before the cases, a device-to-device copy of COPY_BYTES (1 GiB) is timed like the contenders: the
+copy bandwidth (bytes read + written over the median time) a decode case's rate is a fraction of.
+
+    bench/harness.py --make-batch CASES [--only a,b] [--group g,h] > batch.jsonl  (no GPU, torch)
     bench/harness.py --cases CASES --batch-json BATCH.json --cache DIR --out RESULTS.json
-                     [--only a,b] [--batch-wall-s S] [--budget-total S] [--command TEXT]
+                     [--only a,b] [--group g,h] [--batch-wall-s S] [--budget-total S]
+                     [--command TEXT]
+
+--only keeps the cases named, --group those of the groups named (the case's "group"); given
+both, a case must pass both.
 
 A case whose kernel is missing or fails, or a peer that fails (torch.compile raising, say), is
 recorded with its exception; nothing is skipped silently. Exit status 1 when any ktune kernel is
@@ -40,15 +50,18 @@ import traceback
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from work import case_work  # noqa: E402  (bench/work.py: standard library only)
 PEERS = ("eager", "compile", "max_autotune")
 CONTENDERS = ("ktune",) + PEERS
-# Keys of a case: the batch's (BATCH_KEYS) and the harness's own (source, torch: what the case is
-# in PyTorch's words, recorded).
-CASE_KEYS = {"graph", "shapes", "precision", "name", "source", "notes", "budget", "tolerance",
-             "priority", "gpu"}
+# Keys of a case: the batch's (BATCH_KEYS) and the harness's own (source; notes: what the case is
+# in PyTorch's words, recorded; group: what --group picks it by).
+CASE_KEYS = {"graph", "shapes", "precision", "name", "source", "notes", "group", "budget",
+             "tolerance", "priority", "gpu"}
 BATCH_KEYS = ("graph", "shapes", "precision", "name", "budget", "tolerance", "priority", "gpu")
 SCRUB_BYTES = 256 << 20  # > 2x the H100's 50 MB L2
 SPIN_CYCLES = 2_000_000
+COPY_BYTES = 1 << 30  # the copy bandwidth's buffer: far past the L2, like a decode's weights
 
 
 class CasesError(Exception):
@@ -57,9 +70,10 @@ class CasesError(Exception):
 
 # ---- cases (no torch needed) ----
 
-def load_cases(path, only=None):
+def load_cases(path, only=None, groups=None):
     """The cases of a JSONL file, in file order: dicts with 'graph' made absolute. only: a set of
-    names to keep (each must exist). Raises CasesError naming the file and line."""
+    names to keep (each must exist); groups: a set of groups to keep (each must have a case).
+    Raises CasesError naming the file and line."""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
@@ -85,6 +99,8 @@ def load_cases(path, only=None):
         for key, kind in (("graph", str), ("name", str), ("source", str)):
             if not isinstance(c.get(key), kind) or not c[key]:
                 raise CasesError(f"{where}: '{key}' must be a non-empty string")
+        if "group" in c and (not isinstance(c["group"], str) or not c["group"]):
+            raise CasesError(f"{where}: 'group' must be a non-empty string")
         if not isinstance(c.get("shapes", {}), dict):
             raise CasesError(f"{where}: 'shapes' must be an object like {{\"M\": 1024}}")
         if c["name"] in names:
@@ -102,6 +118,14 @@ def load_cases(path, only=None):
         if missing:
             raise CasesError(f"{path}: no case named {', '.join(missing)} (--only)")
         cases = [c for c in cases if c["name"] in only]
+    if groups:
+        have = {c.get("group") for c in cases}
+        missing = sorted(groups - have)
+        if missing:
+            raise CasesError(f"{path}: no case{' named with --only' if only else ''} in group "
+                             f"{', '.join(missing)} (--group; groups: "
+                             f"{', '.join(sorted(g for g in have if g)) or 'none'})")
+        cases = [c for c in cases if c.get("group") in groups]
     if not cases:
         raise CasesError(f"{path}: no cases")
     return cases
@@ -193,6 +217,31 @@ class Timer:
                 "p90_us": percentile(times, 90), "min_us": min(times), "reps": len(times),
                 "warmup_calls": warm, "host_us": statistics.median(host),
                 "times_us": [round(t, 3) for t in times]}
+
+
+def measure_copy(torch, timer, nbytes=COPY_BYTES):
+    """The copy bandwidth of this run: dst.copy_(src) over nbytes, device to device, timed by
+    timer like a contender. Its rate counts the bytes read and written (2 * nbytes), as a
+    decode kernel's weight bytes are each read once. Returns the record (an error on failure:
+    the run goes on, decode cases then have no fraction)."""
+    rec = {"bytes": nbytes, "traffic_bytes": 2 * nbytes,
+           "what": "torch: dst.copy_(src), two uint8 buffers on the device, read + written"}
+    buf = {}  # 2 GiB, freed before the cases
+    try:
+        buf["src"] = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda")
+        buf["dst"] = torch.empty_like(buf["src"])
+        fn = lambda: buf["dst"].copy_(buf["src"])  # noqa: E731
+        fn()
+        rec["time"] = timer.time(fn)
+        rec["tb_s"] = 2 * nbytes / (rec["time"]["median_us"] * 1e-6) / 1e12
+        if not torch.equal(buf["src"][-4096:], buf["dst"][-4096:]):
+            rec["error"] = "the copy's destination differs from its source"
+    except Exception as e:  # out of memory, say: recorded, the cases still run
+        rec["error"] = exc_text(e)
+    finally:
+        buf.clear()
+        torch.cuda.empty_cache()
+    return rec
 
 
 def exc_text(e):
@@ -337,11 +386,25 @@ def case_status(rec):
     return "ok"
 
 
-def run_case(c, args, torch, ktune, tg_cls, rt, timer, jobs):
+def graph_work(c):
+    """bench/work.py's counts of a case, or {"error": ...} (then the report shows no rate)."""
+    try:
+        with open(c["graph"]) as f:
+            return case_work(json.load(f), c["shapes"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return {"error": exc_text(e)}
+
+
+def run_case(c, args, torch, ktune, tg_cls, rt, timer, jobs, copy=None):
     rec = {"name": c["name"], "source": c["source"], "graph": os.path.relpath(c["graph"]),
            "shapes": c["shapes"], "precision": c["precision"]}
+    if "group" in c:
+        rec["group"] = c["group"]
     if "notes" in c:
         rec["torch_expr"] = c["notes"]
+    rec["work"] = graph_work(c)
+    if copy and copy.get("tb_s"):
+        rec["copy_tb_s"] = copy["tb_s"]  # this run's copy bandwidth, kept when parts are merged
     rec["tuning"] = tuning_cost(jobs.get(c["index"] + 1))
     rec["torch_precision"] = set_precision(torch, c["precision"])
     try:
@@ -373,15 +436,30 @@ def run_case(c, args, torch, ktune, tg_cls, rt, timer, jobs):
     return rec
 
 
+def rate_text(rec, who):
+    """ktune's (or a peer's) rate: TFLOP/s of a GEMM case, TB/s of weights and the fraction of
+    the copy bandwidth of a decode case; "" for other cases."""
+    w, t = rec.get("work") or {}, ((rec.get(who) or {}).get("time") or {}).get("median_us")
+    if not t or not w.get("kind"):
+        return ""
+    if w["kind"] == "decode":
+        tb = w["weight_bytes"] / (t * 1e-6) / 1e12
+        copy = rec.get("copy_tb_s")
+        return f"{tb:.2f} TB/s" + (f" ({tb / copy:.0%} of copy)" if copy else "")
+    return f"{w['flops'] / (t * 1e-6) / 1e12:.0f} TFLOP/s"
+
+
 def show(rec):
     def t(who):
         x = rec.get(who, {})
         return f"{x['time']['median_us']:9.1f}" if "time" in x else f"{'-':>9}"
     sp = rec.get("speedup") or {}
     best = sp.get("over_best_peer")
+    rate = rate_text(rec, "ktune")
     print(f"{rec['name']:28} {rec['status']:14} ktune {t('ktune')} eager {t('eager')} "
           f"compile {t('compile')} max-autotune {t('max_autotune')} us  "
-          f"vs best {'%.2fx' % best if best else '-'}", flush=True)
+          f"vs best {'%.2fx' % best if best else '-'}" + (f"  ktune {rate}" if rate else ""),
+          flush=True)
     for who in CONTENDERS:
         if "error" in rec.get(who, {}):
             print(f"  {who}: {rec[who]['error']}", flush=True)
@@ -432,6 +510,7 @@ def main():
                     help="print the `ktune batch` file of CASES and exit (no GPU needed)")
     ap.add_argument("--cases", default=os.path.join(HERE, "cases", "cases.jsonl"))
     ap.add_argument("--only", help="comma-separated case names")
+    ap.add_argument("--group", help="comma-separated groups (a case's \"group\")")
     ap.add_argument("--batch-json", help="`ktune batch --json` output of the same cases")
     ap.add_argument("--batch-wall-s", type=float)
     ap.add_argument("--budget-total", type=float)
@@ -445,8 +524,9 @@ def main():
     ap.add_argument("--commit", help="the ktune commit (recorded)")
     args = ap.parse_args()
     only = set(filter(None, (args.only or "").split(","))) or None
+    groups = set(filter(None, (args.group or "").split(","))) or None
     try:
-        cases = load_cases(args.make_batch or args.cases, only)
+        cases = load_cases(args.make_batch or args.cases, only, groups)
     except CasesError as e:
         print(f"harness: {e}", file=sys.stderr)
         return 2
@@ -470,7 +550,6 @@ def main():
 
     try:
         import torch
-        sys.path.insert(0, HERE)
         from torch_graph import TorchGraph
         import ktune
     except ImportError as e:
@@ -487,9 +566,13 @@ def main():
     timer = Timer(torch, args.reps, args.rep_seconds, args.warmup_ms)
     rt = ktune.Runtime(args.cache)
     started = datetime.datetime.now(datetime.timezone.utc)
+    copy = measure_copy(torch, timer)
+    print(f"copy bandwidth: {copy['tb_s']:.2f} TB/s ({COPY_BYTES >> 20} MiB device to device, "
+          f"read + written, {copy['time']['median_us']:.0f} us)" if "tb_s" in copy else
+          f"copy bandwidth: not measured: {copy.get('error')}", flush=True)
     recs = []
     for c in cases:
-        rec = run_case(c, args, torch, ktune, TorchGraph, rt, timer, jobs)
+        rec = run_case(c, args, torch, ktune, TorchGraph, rt, timer, jobs, copy)
         recs.append(rec)
         show(rec)
     result = {
@@ -513,9 +596,14 @@ def main():
                     "through the Python binding into preallocated outputs and workspace, const "
                     "inputs pre-packed once when the kernel asks; peers in the case's precision "
                     "class (exact: no TF32 in matmul or cuDNN); errors: normwise, vs PyTorch "
-                    "float64, on fresh inputs; speed-up = peer median / ktune median",
+                    "float64, on fresh inputs; speed-up = peer median / ktune median; rates: "
+                    "GEMM cases 2*M*N*K per matmul / median (TFLOP/s), decode cases (every "
+                    "matmul with a const weight, at most 64 token rows) the weights' bytes / "
+                    "median, against the copy bandwidth: a device-to-device copy of 1 GiB timed "
+                    "like the contenders once per run, its bytes read + written / median",
             "reps": args.reps, "rep_seconds": args.rep_seconds, "warmup_ms": args.warmup_ms,
             "scrub_bytes": SCRUB_BYTES, "spin_cycles": timer.spin_cycles, "seed": args.seed},
+        "copy_bandwidth": copy,
         "batch": {"file_cases": os.path.relpath(args.cases), "wall_s": args.batch_wall_s,
                   "budget_total_s": args.budget_total, "cache": args.cache,
                   "counts": {k: batch.get(k) for k in ("total", "done", "failed", "cancelled",

@@ -13,6 +13,12 @@ merged results, which the report then names as its raw data.
 The notes file (optional) explains the cases below 0.95x the best peer, or with no kernel:
 {"case name": {"why": "...", "fix": "..."}}; a case without a note gets a TODO line. Needs only
 the standard library and matplotlib (no GPU, no torch).
+
+Rates (the "Throughput" section): a GEMM case's TFLOP/s, 2 * M * N * K per matmul over the
+median time; a decode case's weight bytes over the median time, and its fraction of the copy
+bandwidth the same run measured (each case carries its run's, so merged parts keep theirs). The
+counts come from the case's "work" (bench/harness.py records it); for a results file from before
+that, from the case's graph file when it is still there (bench/work.py), else no rate.
 """
 import argparse
 import re
@@ -21,6 +27,10 @@ import math
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from work import case_work  # noqa: E402  (bench/work.py: standard library only)
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 PEERS = (("eager", "eager"), ("compile", "compile"), ("max_autotune", "max-autotune"))
 PEER_NAMES = dict(PEERS)
 TARGET_GEOMEAN, TARGET_FLOOR = 1.2, 0.95
@@ -69,12 +79,16 @@ def merge(parts, paths):
     out["parts"] = [{"file": os.path.relpath(p), "date": r.get("date"),
                      "commit": (r.get("versions") or {}).get("commit"),
                      "command": r.get("command"),
+                     "copy_bandwidth": r.get("copy_bandwidth"),
                      # the cases this part's figures stand for; those a later part measured
                      # again are listed as superseded
                      "cases": [c["name"] for c in r["cases"] if owner[c["name"]] == k],
                      "superseded": [c["name"] for c in r["cases"] if owner[c["name"]] != k],
                      "batch": r.get("batch")} for k, (r, p) in enumerate(zip(parts, paths))]
     out["command"] = " ; ".join(str(r.get("command")) for r in parts)
+    copies = [(r.get("copy_bandwidth") or {}).get("tb_s") for r in parts]
+    out["copy_bandwidth"] = {"tb_s_by_part": copies,
+                             "note": "each part's own; a case's rate uses its part's"}
     out["batch"] = {"wall_s": sum(walls) if all(w is not None for w in walls) else None,
                     "budget_total_s": sum((r.get("batch") or {}).get("budget_total_s") or 0
                                           for r in parts) or None,
@@ -213,6 +227,105 @@ def reproduction(r, rerun, rerun_rel):
     return L
 
 
+DECODE_TARGET = 0.85  # issue 19: decode at >= 85% of the copy bandwidth measured in the same run
+
+
+def work_of(c):
+    """A case's work (bench/work.py's dict), from its record or, for a results file from before
+    the harness recorded it, from its graph file (None when neither has it)."""
+    w = c.get("work")
+    if isinstance(w, dict) and "kind" in w:
+        return w
+    g = c.get("graph")
+    for path in ([g, os.path.join(ROOT, g)] if isinstance(g, str) else []):
+        try:
+            with open(path) as f:
+                return case_work(json.load(f), c.get("shapes") or {})
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def rate(c, who):
+    """(value, text) of a contender's rate in a GEMM or decode case; (None, "") otherwise. The
+    value: TFLOP/s, or for a decode case the fraction of the copy bandwidth (or TB/s without
+    one)."""
+    w = work_of(c)
+    t = ((c.get(who) or {}).get("time") or {}).get("median_us")
+    if not w or not w.get("kind") or not t:
+        return None, ""
+    if w["kind"] == "decode":
+        tb = w["weight_bytes"] / (t * 1e-6) / 1e12
+        copy = c.get("copy_tb_s")
+        if copy:
+            return tb / copy, f"{tb:.2f} TB/s, {tb / copy:.0%} of copy"
+        return tb, f"{tb:.2f} TB/s"
+    tf = w["flops"] / (t * 1e-6) / 1e12
+    return tf, f"{tf:.0f} TFLOP/s" if tf >= 10 else f"{tf:.2f} TFLOP/s"
+
+
+def copy_text(r):
+    """The copy bandwidth of a run, or of each merged part; None when none was measured."""
+    parts = r.get("parts") or []
+    vals = ([(p.get("copy_bandwidth") or {}).get("tb_s") for p in parts] if parts else
+            [(r.get("copy_bandwidth") or {}).get("tb_s")])
+    vals = [v for v in vals if v]
+    if not vals:
+        return None
+    if len(vals) == 1:
+        return f"{vals[0]:.2f} TB/s"
+    return f"{min(vals):.2f}-{max(vals):.2f} TB/s over {len(vals)} runs"
+
+
+def throughput(cases, r):
+    """The "Throughput" section: every GEMM and decode case's time and rate per contender."""
+    rated = [c for c in cases if (work_of(c) or {}).get("kind")]
+    if not rated:
+        return []
+    copy = copy_text(r)
+    L = ["", "## Throughput", "",
+         "GEMM cases (the graph's matmuls, followed by bench/work.py): TFLOP/s = 2 * M * N * K "
+         "per matmul / the median time. Decode cases (every matmul with a const weight and at "
+         "most 64 token rows): the weights' bytes / the median time, TB/s, and its fraction of "
+         "the copy bandwidth measured in the same run (a device-to-device copy of 1 GiB timed "
+         "like the contenders, bytes read + written / its median time: "
+         + (copy + ")." if copy else "not measured in this run)."), ""]
+    rows = []
+    for c in rated:
+        w = work_of(c)
+        what = (f"{w['weight_bytes'] / 1e6:,.1f} MB of weights, {w['tokens']} token rows"
+                if w["kind"] == "decode" else f"{w['flops'] / 1e9:,.1f} GFLOP"
+                if w["flops"] >= 1e9 else f"{w['flops'] / 1e6:,.1f} MFLOP")
+
+        def cell(who):
+            t = ((c.get(who) or {}).get("time") or {}).get("median_us")
+            return f"{fmt_us(t)} us: {rate(c, who)[1]}" if t else fmt_time(c.get(who))
+        rows.append([c["name"], w["kind"], what, cell("ktune"),
+                     *[cell(p) for p, _ in PEERS]])
+    L += table(["case", "kind", "work", "ktune", "eager", "compile", "max-autotune"], rows)
+    return L
+
+
+def rate_summary(cases):
+    """Summary lines on the GEMM and decode cases (issue 19's targets)."""
+    rated = [c for c in cases if (work_of(c) or {}).get("kind")]
+    if not rated:
+        return []
+    own = [c for c in rated if (c.get("ktune") or {}).get("family")
+           and c["ktune"]["family"] != "library"]
+    L = [f"- GEMM and decode cases: {len(rated)}; ktune's kernel is its own (a family other "
+         f"than library, i.e. cuBLASLt) in {len(own)}"
+         + (": " + ", ".join(c["name"] for c in own) + "." if own else ".")]
+    dec = [c for c in rated if work_of(c)["kind"] == "decode" and c.get("copy_tb_s")]
+    if dec:
+        fr = {c["name"]: rate(c, "ktune")[0] for c in dec}
+        met = [n for n, v in fr.items() if v is not None and v >= DECODE_TARGET]
+        L.append(f"- Decode cases at {DECODE_TARGET:.0%} of the copy bandwidth or more: "
+                 f"{len(met)} of {len(dec)}"
+                 + (" (" + ", ".join(f"{n} {fr[n]:.0%}" for n in met) + ")." if met else "."))
+    return L
+
+
 def commits_text(r):
     """", commit X", or for parts measured at different commits each commit with its cases."""
     by = {}
@@ -264,6 +377,11 @@ def render_md(r, png_rel, notes, results_rel, rerun=None, rerun_rel=None):
     for c in conv:
         x = (c.get("speedup") or {}).get("eager")
         L.append(f"- {c['name']} ({c['precision']}): {fmt_x(x)} PyTorch eager.")
+    copy = copy_text(r)
+    if copy:
+        L.append(f"- Copy bandwidth (a device-to-device copy of 1 GiB, bytes read + written / "
+                 f"its median time), measured in the same run: {copy}.")
+    L += rate_summary(cases)
     if batch.get("wall_s") is not None or batch.get("budget_total_s") is not None:
         L.append(f"- Tuning: `ktune batch --budget-total {batch.get('budget_total_s')}` took "
                  f"{batch['wall_s']:.0f} s of wall time for the whole suite."
@@ -275,9 +393,9 @@ def render_md(r, png_rel, notes, results_rel, rerun=None, rerun_rel=None):
     L += ["", f"![ktune's speed-up over the best PyTorch peer per case]({png_rel})", ""]
 
     L += ["## Cases", ""]
-    L += table(["case", "shapes", "precision", "source"],
-               [[c["name"], shapes_text(c.get("shapes")), c.get("precision", "-"),
-                 c.get("source", "-")] for c in cases])
+    L += table(["case", "group", "shapes", "precision", "source"],
+               [[c["name"], c.get("group", "-"), shapes_text(c.get("shapes")),
+                 c.get("precision", "-"), c.get("source", "-")] for c in cases])
     L += ["", "## Times and speed-ups", "",
           "Times in microseconds: median [p10-p90]. Speed-up = the peer's median / ktune's "
           "median (above 1: ktune is faster); *x best* is over the fastest peer, named, with "
@@ -297,6 +415,7 @@ def render_md(r, png_rel, notes, results_rel, rerun=None, rerun_rel=None):
                      *[fmt_x(x.get(p)) for p, _ in PEERS], best, host_text(c), c["status"]])
     L += table(["case", "ktune", "eager", "compile", "max-autotune", "x eager", "x compile",
                 "x max-autotune", "x best", "host us", "status"], rows)
+    L += throughput(cases, r)
     L += ["", "## Correctness and tuning cost", "",
           "Errors: normwise, ||out - ref|| / ||ref||, against PyTorch in float64 on fresh inputs "
           "(the largest over a case's outputs); ktune's must be within the tolerance its record "
@@ -360,7 +479,9 @@ def render_md(r, png_rel, notes, results_rel, rerun=None, rerun_rel=None):
           "time the four contenders, write the results and this page:", "", "```",
           "bench/run --budget-total 1800 --out bench/results/h100-$(date -u +%F).json",
           "```", "",
-          "`--only a,b` runs some cases; `KTUNE_CACHE=DIR bench/run ...` reuses a cache, so a "
+          "`--only a,b` runs some cases, `--group g,h` the cases of some groups (core, gemm16, "
+          "llm_prefill, llm_decode: the case list's group column); `KTUNE_CACHE=DIR bench/run "
+          "...` reuses a cache, so a "
           "rerun tunes nothing (each job joins its finished twin) and only times; `--dry-run` "
           "prints the steps. `scripts/device-run bench` does the same with the device tool. "
           "To redo only this page from a results file (and, with `--rerun`, a second full run "

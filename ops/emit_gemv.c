@@ -23,7 +23,18 @@
  * how A is loaded (sm_80+): as cached (through L1, the default policy), with a 256-byte L2
  * prefetch hint (each DRAM request fetches the next sectors of the row with it), or streamed
  * (the prefetch, no L1 allocation, and an L2 evict-first policy so A's single use does not push
- * x out; Inductor's reductions load a GEMV's matrix with evict_first). */
+ * x out; Inductor's reductions load a GEMV's matrix with evict_first).
+ *
+ * math=mma (16-bit data, sm_80+): the same streaming on the tensor cores, for up to 64 token
+ * rows. A warp owns 16 rows of A and one k slice of ksplit; per 32 elements of k each lane loads
+ * 16 bytes of rows g and g + 8 (g = lane / 4) and of token g of every 8-token tile, at k offset
+ * 8 * (lane % 4), and feeds two m16n8k16 products. That puts memory k 8q .. 8q + 3 of lane q into
+ * the product's k slots 2q, 2q + 1, 2q + 8, 2q + 9 (and 8q + 4 .. 8q + 7 into the second's):
+ * a permutation of k, the same for A and x, so the dot products are unchanged while every load
+ * is a whole 16 bytes of a row. The ksplit warps of a row block add their sums through shared
+ * memory in a fixed order (deterministic), and the first applies the epilogue. A warp may own
+ * rows (1, 2, 4) blocks of 16 rows, each x load then feeding all of them: x is re-read from L2
+ * once per warp, which matters past 8 tokens. */
 #include "family.h"
 
 #include <math.h>
@@ -31,10 +42,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_THREADS, K_TPR, K_ROWS, K_VEC, K_LOAD, N_KNOBS };
+enum { K_THREADS, K_TPR, K_ROWS, K_VEC, K_LOAD, K_MATH, K_KSPLIT, N_KNOBS };
 enum { LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM };
+enum { MATH_FFMA, MATH_MMA };
 
 static const char *const load_labels[] = {"cached", "prefetch", "stream"};
+static const char *const math_labels[] = {"ffma", "mma"};
 
 static const ops_knob gemv_knobs[N_KNOBS] = {
     [K_THREADS] = {"threads", 4, {64, 128, 256, 512}, NULL},
@@ -42,10 +55,14 @@ static const ops_knob gemv_knobs[N_KNOBS] = {
     [K_ROWS] = {"rows", 3, {1, 2, 4}, NULL},    /* rows per lane group */
     [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL},   /* elements per load */
     [K_LOAD] = {"load", 3, {LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM}, load_labels}, /* of A */
+    [K_MATH] = {"math", 2, {MATH_FFMA, MATH_MMA}, math_labels},
+    [K_KSPLIT] = {"ksplit", 4, {1, 2, 4, 8}, NULL}, /* mma: warps sharing a row block's k */
 };
 
-/* Token rows of the decode form (y = X W^T) a kernel keeps in registers. */
-#define GEMV_MAX_T 16
+/* Token rows of the decode form (y = X W^T): the FFMA kernel's (its sums are registers, and past
+ * ~16 FFMA, not DRAM, bounds it) and the tensor-core kernel's (8-token tiles). */
+#define GEMV_MAX_T_FFMA 16
+#define GEMV_MAX_T      64
 
 typedef struct gemv_info {
     const ops_graph *g;
@@ -150,8 +167,12 @@ static bool gemv_matches(const ops_group *grp)
 
 typedef struct gemv_plan {
     int threads, tpr, rows, vec, load;
+    int math, ksplit;
+    int ntiles; /* mma: 8-token tiles */
     int64_t rows_per_block, grid;
 } gemv_plan;
+
+static const char *mma_plan_make(const gemv_info *in, gemv_plan *p, const ops_device *dev);
 
 static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, const ops_device *dev,
                                   gemv_plan *p)
@@ -161,6 +182,14 @@ static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, co
     p->rows = s->v[K_ROWS];
     p->vec = s->v[K_VEC];
     p->load = s->v[K_LOAD];
+    p->math = s->v[K_MATH];
+    p->ksplit = s->v[K_KSPLIT];
+    if (p->math == MATH_MMA)
+        return mma_plan_make(in, p, dev);
+    if (p->ksplit != 1)
+        return "redundant"; /* k is split across a row's lanes, not warps */
+    if (in->T > GEMV_MAX_T_FFMA)
+        return "shape";
     p->rows_per_block = (int64_t)p->threads / p->tpr * p->rows;
     p->grid = (in->M + p->rows_per_block - 1) / p->rows_per_block;
     size_t es = ops_dtype_size(in->adt) > ops_dtype_size(in->xdt) ? ops_dtype_size(in->adt)
@@ -186,6 +215,38 @@ static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, co
     int regs = in->decode ? 24 + p->rows * ((int)in->T + p->vec + 2) + p->vec
                           : 24 + p->rows * (1 + p->vec) + p->vec;
     if (regs > 128)
+        return "regs";
+    return NULL;
+}
+
+/* The tensor-core kernel's plan: warps of 16 rows x a k slice; the FFMA knobs it does not read
+ * (lanes per row, rows, vector width) at one value. */
+static const char *mma_plan_make(const gemv_info *in, gemv_plan *p, const ops_device *dev)
+{
+    if (p->tpr != 32 || p->vec != 8)
+        return "redundant";
+    if (dev->sm_major < 8)
+        return "shape";
+    if (in->adt != in->xdt || (in->adt != OPS_DT_F16 && in->adt != OPS_DT_BF16))
+        return "shape"; /* m16n8k16 takes two 16-bit operands of one type */
+    if (in->K % 8)
+        return "divisibility"; /* 16-byte loads need rows starting 16-byte aligned */
+    int warps = p->threads / 32;
+    if (p->ksplit > warps)
+        return "redundant";
+    int64_t chunks = (in->K + 31) / 32;
+    if (p->ksplit > 1 && chunks < 4 * p->ksplit)
+        return "redundant"; /* a slice of fewer than 4 steps: the reduction costs more */
+    p->ntiles = (int)((in->T + 7) / 8);
+    if (p->rows > 1 && p->ntiles < 2)
+        return "redundant"; /* more rows a warp only saves re-reads of a larger x */
+    p->rows_per_block = 16 * (int64_t)p->rows * (warps / p->ksplit);
+    p->grid = (in->M + p->rows_per_block - 1) / p->rows_per_block;
+    if (p->grid < 2 * dev->sm_count && p->threads > 128 && p->ksplit == 1)
+        return "redundant"; /* few row blocks: split k rather than grow the block */
+    /* sums, the row blocks' and the tiles' 16-byte loads (unrolled twice), pointers */
+    int regs = 32 + 4 * p->rows * p->ntiles + 2 * (8 * p->rows + 4 * p->ntiles);
+    if (regs > 168)
         return "regs";
     return NULL;
 }
@@ -494,6 +555,132 @@ static void emit_decode_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "}");
 }
 
+/* The tensor-core kernel (math=mma; see the top of the file), for both forms: the vector form is
+ * its one-token case (x [K, 1] is one contiguous row). */
+static void emit_mma_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *p, const char *entry,
+                            const char *params, const char *call)
+{
+    const char *mma = in->adt == OPS_DT_BF16 ? "kt_mma_m16n8k16_bf16" : "kt_mma_m16n8k16_f16";
+    kt_buf_line(b,
+                "constexpr int WARPS = THREADS / 32, KSPLIT = %d; /* warps sharing a row "
+                "block's k */",
+                p->ksplit);
+    kt_buf_line(b, "constexpr int NT = %d; /* 8-token tiles */", p->ntiles);
+    kt_buf_line(b, "constexpr int CHUNKS = (K + 31) / 32; /* steps of 32 elements of k */");
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* A warp owns R blocks of 16 rows of A and every KSPLIT-th step of k; lane "
+                   "(g, q) = (lane / 4,");
+    kt_buf_line(b, " * lane %% 4) loads 16 bytes at k 32 c + 8 q of rows g and g + 8 of each "
+                   "block and of token g of");
+    kt_buf_line(b, " * each tile, which feed two m16n8k16 products (k permuted alike for A and "
+                   "x). */");
+    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(THREADS)");
+    kt_buf_line(b, "%s(%s)", entry, params);
+    kt_buf_line(b, "{");
+    b->indent = 4;
+    kt_buf_line(b, "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;");
+    kt_buf_line(b, "const int g = lane >> 2, q = lane & 3, ks = warp %% KSPLIT;");
+    kt_buf_line(b, "const int m0 = (blockIdx.x * (WARPS / KSPLIT) + warp / KSPLIT) * 16 * R;");
+    kt_buf_line(b, "/* rows past M and tokens past T read the last one (in bounds), never "
+                   "stored */");
+    kt_buf_line(b, "const uint4 *ra[R], *rb[R], *xr[NT];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(b, "    const int ma = m0 + 16 * r + g, mb = ma + 8;");
+    kt_buf_line(b, "    ra[r] = (const uint4 *)(a + (long long)(ma < M ? ma : M - 1) * K) + q;");
+    kt_buf_line(b, "    rb[r] = (const uint4 *)(a + (long long)(mb < M ? mb : M - 1) * K) + q;");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < NT; j++) {");
+    kt_buf_line(b, "    const int t = 8 * j + g;");
+    kt_buf_line(b, "    xr[j] = (const uint4 *)(x + (long long)(t < T ? t : T - 1) * K) + q;");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "float acc[R][NT][4] = {};");
+    if (p->load == LOAD_STREAM) {
+        kt_buf_line(b, "/* A is read once: evict it first from L2 */");
+        kt_buf_line(b, "const unsigned long long policy = kt_policy_evict_first();");
+    }
+    char lda[96], ldb[96];
+    for (int w = 0; w < 2; w++) {
+        const char *rows = w ? "rb" : "ra";
+        char *out = w ? ldb : lda;
+        if (p->load == LOAD_CACHED)
+            snprintf(out, sizeof(lda), "%s[r][4 * c]", rows);
+        else if (p->load == LOAD_PREFETCH)
+            snprintf(out, sizeof(lda), "kt_ld_nc_pf(%s[r] + 4 * c)", rows);
+        else
+            snprintf(out, sizeof(lda), "kt_ld_nc_stream(%s[r] + 4 * c, policy)", rows);
+    }
+    kt_buf_line(b, "#pragma unroll 2");
+    kt_buf_line(b, "for (int c = ks; c < CHUNKS; c += KSPLIT) {");
+    b->indent = 8;
+    kt_buf_line(b, "/* K is a multiple of 8: a lane's 8 elements are all in k or all past it "
+                   "(zeros) */");
+    kt_buf_line(b, "const bool in_k = 32 * c + 8 * q < K;");
+    kt_buf_line(b, "uint4 wa[R], wb[R];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(b, "    wa[r] = in_k ? %s : make_uint4(0u, 0u, 0u, 0u);", lda);
+    kt_buf_line(b, "    wb[r] = in_k ? %s : make_uint4(0u, 0u, 0u, 0u);", ldb);
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < NT; j++) {");
+    kt_buf_line(b,
+                "    const uint4 xw = in_k ? __ldg(xr[j] + 4 * c) : make_uint4(0u, 0u, 0u, 0u);");
+    kt_buf_line(b, "    const unsigned b0[2] = {xw.x, xw.y}, b1[2] = {xw.z, xw.w};");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int r = 0; r < R; r++) {");
+    kt_buf_line(b,
+                "        /* k 8q .. 8q + 3 of rows g, g + 8 into slots 2q, 2q + 1, 2q + 8, 2q + 9; "
+                "then 8q + 4 .. */");
+    kt_buf_line(b, "        const unsigned a0[4] = {wa[r].x, wb[r].x, wa[r].y, wb[r].y};");
+    kt_buf_line(b, "        const unsigned a1[4] = {wa[r].z, wb[r].z, wa[r].w, wb[r].w};");
+    kt_buf_line(b, "        %s(acc[r][j], a0, b0);", mma);
+    kt_buf_line(b, "        %s(acc[r][j], a1, b1);", mma);
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    b->indent = 4;
+    kt_buf_line(b, "}");
+    if (p->ksplit > 1) {
+        kt_buf_line(b, "/* The row block's KSPLIT warps (consecutive) add up in warp order; the "
+                       "first goes on. */");
+        kt_buf_line(b, "__shared__ float part[WARPS][R * NT * 4][32];");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int e = 0; e < R * NT * 4; e++)");
+        kt_buf_line(b, "    part[warp][e][lane] = (&acc[0][0][0])[e];");
+        kt_buf_line(b, "__syncthreads();");
+        kt_buf_line(b, "if (ks != 0)");
+        kt_buf_line(b, "    return;");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int e = 0; e < R * NT * 4; e++) {");
+        kt_buf_line(b, "    float sum = part[warp][e][lane];");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int k = 1; k < KSPLIT; k++)");
+        kt_buf_line(b, "        sum += part[warp + k][e][lane];");
+        kt_buf_line(b, "    (&acc[0][0][0])[e] = sum;");
+        kt_buf_line(b, "}");
+    }
+    kt_buf_line(b, "/* lane (g, q) holds rows g (sums 0, 1) and g + 8 (2, 3), tokens 2q and 2q + 1 "
+                   "of each tile */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < NT; j++)");
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int e = 0; e < 4; e++) {");
+    kt_buf_line(
+        b,
+        "            const int m = m0 + 16 * r + g + (e >> 1) * 8, t = 8 * j + 2 * q + (e & 1);");
+    kt_buf_line(b, "            if (m < M && t < T)");
+    if (in->decode)
+        kt_buf_line(b, "                kt_gemv_store(acc[r][j][e], m, t, %s);", call);
+    else
+        kt_buf_line(b, "                kt_gemv_store(acc[r][j][e], m, %s);", call);
+    kt_buf_line(b, "        }");
+    b->indent = 0;
+    kt_buf_line(b, "}");
+}
+
 static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                      ops_emitted *out, ops_diag *d)
 {
@@ -512,8 +699,12 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
                             "gemv: schedule is pruned for this group (%s)", why);
     ops_kernel_launch *k = &out->kernels[0];
     static const char *const load_suffix[] = {"", "_lp", "_ls"};
-    snprintf(k->entry, sizeof(k->entry), "ktune_gemv_t%d_p%d_r%d_v%d%s%s", p.threads, p.tpr, p.rows,
-             p.vec, load_suffix[p.load], grp->entry_suffix);
+    if (p.math == MATH_MMA)
+        snprintf(k->entry, sizeof(k->entry), "ktune_gemv_mma_t%d_r%d_k%d%s%s", p.threads, p.rows,
+                 p.ksplit, load_suffix[p.load], grp->entry_suffix);
+    else
+        snprintf(k->entry, sizeof(k->entry), "ktune_gemv_t%d_p%d_r%d_v%d%s%s", p.threads, p.tpr,
+                 p.rows, p.vec, load_suffix[p.load], grp->entry_suffix);
     /* Parameters: the group inputs in order, then y. */
     kt_buf params = {0}, call = {0};
     for (int i = 0; i < grp->n_in; i++) {
@@ -536,20 +727,30 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
                 "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */");
     if (p.load != LOAD_CACHED)
         kt_buf_line(&b, "#include \"ktune/memory.cuh\"");
-    kt_buf_line(&b, "#include \"ktune/reduce.cuh\"");
+    if (p.math == MATH_MMA)
+        kt_buf_line(&b, "#include \"ktune/mma.cuh\"");
+    else
+        kt_buf_line(&b, "#include \"ktune/reduce.cuh\"");
     ops_emit_shared_prelude(&b, out);
     kt_buf_printf(&b, "\n");
-    if (in.decode)
+    if (in.decode || p.math == MATH_MMA)
         kt_buf_line(&b, "constexpr int M = %lld, K = %lld, T = %lld; /* rows of A, tokens */",
                     (long long)in.M, (long long)in.K, (long long)in.T);
     else
         kt_buf_line(&b, "constexpr int M = %lld, K = %lld;", (long long)in.M, (long long)in.K);
-    kt_buf_line(&b, "constexpr int THREADS = %d, TPR = %d, R = %d, VEC = %d;", p.threads, p.tpr,
-                p.rows, p.vec);
-    kt_buf_line(&b, "constexpr int GROUPS = THREADS / TPR; /* lane groups per block */");
+    if (p.math == MATH_MMA) {
+        kt_buf_line(&b, "constexpr int THREADS = %d, R = %d; /* R: blocks of 16 rows a warp */",
+                    p.threads, p.rows);
+    } else {
+        kt_buf_line(&b, "constexpr int THREADS = %d, TPR = %d, R = %d, VEC = %d;", p.threads, p.tpr,
+                    p.rows, p.vec);
+        kt_buf_line(&b, "constexpr int GROUPS = THREADS / TPR; /* lane groups per block */");
+    }
     kt_buf_printf(&b, "\n");
     int rc = emit_store(&b, grp, &in, params.data);
-    if (in.decode)
+    if (p.math == MATH_MMA)
+        emit_mma_kernel(&b, &in, &p, k->entry, params.data, call.data);
+    else if (in.decode)
         emit_decode_kernel(&b, &in, &p, k->entry, params.data, call.data);
     else
         emit_vector_kernel(&b, &in, &p, k->entry, params.data, call.data);
@@ -568,6 +769,31 @@ static int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     out->source = b.data;
     out->n_kernels = 1;
     return 0;
+}
+
+/* The tensor-core kernel: A once at the DRAM rate its loads in flight and the grid's waves
+ * allow; x once per warp's row blocks, from L2 (charged at three times the DRAM rate, the H100's
+ * ratio of L2 to HBM bandwidth, roughly). The tensor cores never bound it. */
+static void mma_estimate(const gemv_info *in, const gemv_plan *p, const ops_device *dev,
+                         double abytes, ops_estimate *e)
+{
+    double xl2 = (double)in->M / (16.0 * p->rows) * 8.0 * p->ntiles * (double)in->K *
+                 (double)ops_dtype_size(in->xdt);
+    /* Little's law: DRAM streams at full rate with ~4 MiB in flight (3 TB/s x ~1.3 us); a lane
+     * has its row blocks' 16-byte loads of two steps in flight */
+    double slots = (double)dev->sm_count * (dev->max_threads_per_sm / p->threads);
+    double resident = fmin((double)p->grid, slots);
+    double eff = fmin(1.0, resident * p->threads * 64.0 * p->rows / (4.0 * 1024 * 1024));
+    if (p->grid > slots) {
+        double waves = (double)p->grid / slots;
+        eff *= waves / ceil(waves);
+    }
+    if (p->load == LOAD_STREAM)
+        eff *= 1.15;
+    e->occupancy = 1.0;
+    double mem_s = abytes / (dev->dram_bytes_per_s * eff);
+    double l2_s = xl2 / (3.0 * dev->dram_bytes_per_s);
+    e->seconds = fmax(mem_s, l2_s) + 2e-6 + (p->ksplit > 1 ? 0.5e-6 : 0.0);
 }
 
 /* DRAM-bound: A once, x once per row group (L2 hits, charged at a tenth), y once; the
@@ -589,6 +815,10 @@ static void gemv_estimate(const ops_group *grp, const ops_schedule *s, const ops
     e->bytes = abytes + xbytes +
                (double)in.T * (double)in.M * (double)ops_dtype_size(grp->g->tensors[in.y].dtype);
     e->flops = 2.0 * (double)in.T * (double)in.M * (double)in.K;
+    if (p.math == MATH_MMA) {
+        mma_estimate(&in, &p, dev, abytes, e);
+        return;
+    }
     double load_bytes = p.vec * (double)ops_dtype_size(in.adt);
     double eff = load_bytes >= 16 ? 1.0 : load_bytes >= 8 ? 0.85 : load_bytes >= 4 ? 0.6 : 0.35;
     /* lanes left idle on the last step of a row */

@@ -48,4 +48,36 @@ again = report.merge([a, part("eeeeeee", names[1:2])], ["a.json", "e.json"])
 check(report.commits_text(again) == f", commits aaaaaaa (1 cases: {names[0]}); eeeeeee (1 cases: "
       f"{names[1]})", "a re-measured case under the later commit: " + report.commits_text(again))
 check(again["parts"][0]["superseded"] == [names[1]], "the earlier part lists it as superseded")
-print("ok: bench/report.py names the commits of merged parts")
+
+# ---- rates (issue 19): TFLOP/s of GEMM cases, decode cases against the run's copy bandwidth ----
+gemm = next(c for c in full["cases"] if c["name"] == "kb1_matmul_square_2048")
+old = report.render_md(part("fffffff", [gemm["name"]]), "b.png", {}, "old.json")
+kt = gemm["ktune"]["time"]["median_us"]
+tf = 2 * 2048 ** 3 / (kt * 1e-6) / 1e12
+check("## Throughput" in old and f"{report.fmt_us(kt)} us: {tf:.0f} TFLOP/s" in old,
+      "an old results file: the GEMM case's TFLOP/s from its graph file, next to its time")
+check("Copy bandwidth" not in old, "no copy bandwidth line when the run measured none")
+dec = copy.deepcopy(gemm)
+dec.update(name="decode_case", copy_tb_s=3.0,
+           work={"flops": 2 * 6144 * 4096, "weight_bytes": 50331648, "tokens": 1,
+                 "kind": "decode"})
+dec["ktune"]["time"]["median_us"] = 19.0
+dec["ktune"]["family"] = "gemm"
+for p in ("eager", "compile", "max_autotune"):
+    dec[p]["time"]["median_us"] = 25.0
+run1 = part("1111111", [])
+run1["cases"] = [dec]
+run1["copy_bandwidth"] = {"bytes": 1 << 30, "tb_s": 3.0}
+run2 = part("1111111", [gemm["name"]])
+run2["copy_bandwidth"] = {"bytes": 1 << 30, "tb_s": 2.9}
+m = report.merge([run1, run2], ["r1.json", "r2.json"])
+md = report.render_md(m, "b.png", {}, "m.json")
+check("19.0 us: 2.65 TB/s, 88% of copy" in md, "ktune's decode rate, a fraction of its run's copy")
+check("25.0 us: 2.01 TB/s, 67% of copy" in md, "a peer's decode rate")
+check("2.90-3.00 TB/s over 2 runs" in md, "the copy bandwidth of each merged part")
+check("at 85% of the copy bandwidth or more: 1 of 1 (decode_case 88%)" in md,
+      "the decode target's count")
+check("own (a family other than library, i.e. cuBLASLt) in 2" in md, "own kernels counted")
+check("| decode_case | decode | 50.3 MB of weights, 1 token rows |" in md, "the decode row")
+check("| decode_case | - |" in md, "the case list's group column")
+print("ok: bench/report.py names the commits of merged parts and rates GEMM and decode cases")

@@ -61,6 +61,12 @@ static const gpu_case cases[] = {
      * bias and a residual; K of 1003 (scalar loads) and 1000 */
     {"tests/gpu/linear_decode.json", "T=5,N=1000,K=1000", OPS_PREC_EXACT, "gemv "},
     {"tests/gpu/linear_decode.json", "T=16,N=333,K=1003", OPS_PREC_EXACT, "gemv "},
+    /* gemv on the tensor cores (math=mma): ragged rows, tokens (1-3 tiles, partial) and k
+     * steps; k split across warps; the vector form in f16 */
+    {"tests/gpu/linear_decode.json", "T=5,N=1000,K=1000", OPS_PREC_EXACT, "math=mma"},
+    {"tests/gpu/linear_decode.json", "T=19,N=333,K=2008", OPS_PREC_EXACT, "math=mma"},
+    {"tests/gpu/linear_decode.json", "T=64,N=200,K=4096", OPS_PREC_EXACT, "math=mma"},
+    {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "math=mma"},
     /* gemv's cache-hinted loads of A at every width: 16-bit rows of odd length (2-byte loads),
      * f32 rows with an epilogue (4 to 16 bytes) */
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2551", OPS_PREC_EXACT, "load=stream"},

@@ -13,8 +13,9 @@
 #include "ops/ops.h"
 #include "tests/unit/emit_test_util.h"
 
-enum { THREADS, TPR, ROWS, VEC, LOAD };
+enum { THREADS, TPR, ROWS, VEC, LOAD, MATH, KSPLIT };
 enum { LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM };
+enum { MATH_FFMA, MATH_MMA };
 
 static const char gemv_f16[] = "{\"name\":\"gemv\",\"inputs\":{"
                                "\"A\":{\"dtype\":\"f16\",\"shape\":[\"M\",\"K\"]},"
@@ -69,13 +70,14 @@ static void test_matches(void **state)
     assert_true(takes(gemv_f16, "M=7680,N=1,K=2560"));
     assert_true(takes(gemv_f32_epi, "M=100,K=33"));
     assert_false(takes(gemv_f16, "M=7680,N=2,K=2560")); /* two columns: the gemm family */
-    /* the decode form: 1 to 16 token rows against an [N, K] weight */
+    /* the decode form: 1 to 64 token rows against an [N, K] weight */
     assert_true(takes(decode_bf16, "T=1,N=4096,K=4096"));
     assert_true(takes(decode_bf16, "T=16,N=333,K=1003"));
-    assert_false(takes(decode_bf16, "T=17,N=4096,K=4096")); /* FFMA-bound: tensor cores */
-    /* 64 rows against a transposed [1, 32]: not the decode form (64 tokens), not a vector */
+    assert_true(takes(decode_bf16, "T=64,N=4096,K=4096"));
+    assert_false(takes(decode_bf16, "T=65,N=4096,K=4096")); /* the gemm family's tiles */
+    /* 65 rows against a transposed [1, 32]: past the decode form's 64 tokens, not a vector */
     assert_false(takes("{\"name\":\"t\",\"inputs\":{"
-                       "\"A\":{\"dtype\":\"f32\",\"shape\":[64,32]},"
+                       "\"A\":{\"dtype\":\"f32\",\"shape\":[65,32]},"
                        "\"B\":{\"dtype\":\"f32\",\"shape\":[1,32]}},"
                        "\"nodes\":[{\"out\":\"C\",\"op\":\"matmul\",\"in\":[\"A\",\"B\"],"
                        "\"transpose_b\":true}],\"outputs\":[\"C\"]}",
@@ -95,6 +97,8 @@ static ops_schedule sched(int threads, int tpr, int rows, int vec)
     s.v[TPR] = tpr;
     s.v[ROWS] = rows;
     s.v[VEC] = vec;
+    s.v[MATH] = MATH_FFMA;
+    s.v[KSPLIT] = 1;
     return s;
 }
 
@@ -125,6 +129,23 @@ static void test_prune(void **state)
     /* the decode form: T x R sums per lane count against the register budget */
     assert_string_equal(why(decode_bf16, "T=16,N=14336,K=4096", sched(64, 32, 1, 8)), "kept");
     assert_string_equal(why(decode_bf16, "T=16,N=14336,K=4096", sched(64, 32, 4, 8)), "regs");
+    /* past 16 tokens only the tensor cores */
+    assert_string_equal(why(decode_bf16, "T=17,N=14336,K=4096", sched(64, 32, 1, 8)), "shape");
+    ops_schedule m = sched(128, 32, 1, 8);
+    m.v[MATH] = MATH_MMA;
+    assert_string_equal(why(decode_bf16, "T=64,N=14336,K=4096", m), "kept");
+    assert_string_equal(why(gemv_f16, "M=7680,N=1,K=2560", m), "kept");
+    assert_string_equal(why(gemv_f32_epi, "M=7680,K=2560", m), "shape"); /* f32: FFMA only */
+    assert_string_equal(why(decode_bf16, "T=16,N=4096,K=4092", m), "divisibility");
+    m.v[TPR] = 16; /* FFMA's knobs at one value */
+    assert_string_equal(why(decode_bf16, "T=16,N=4096,K=4096", m), "redundant");
+    m.v[TPR] = 32;
+    m.v[ROWS] = 2; /* a warp's second row block shares the x loads of 2+ tiles only */
+    assert_string_equal(why(decode_bf16, "T=8,N=4096,K=4096", m), "redundant");
+    assert_string_equal(why(decode_bf16, "T=16,N=4096,K=4096", m), "kept");
+    m.v[ROWS] = 1;
+    m.v[KSPLIT] = 8; /* more warps than the block has */
+    assert_string_equal(why(decode_bf16, "T=16,N=4096,K=4096", m), "redundant");
 }
 
 static void emit_one(const ops_group *grp, const ops_schedule *s, ops_emitted *e)
@@ -220,6 +241,57 @@ static void test_decode(void **state)
     ops_graph_free(g);
 }
 
+/* The tensor-core kernels (math=mma) of a graph and shapes that compile for arch, no spills. */
+static int compile_mma(const char *json, const char *shapes, int max, const char *arch)
+{
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    ops_graph *g = emit_test_make(json, shapes, &grp);
+    emit_test_list l = {0}, mma = {0};
+    assert_int_equal(ops_family_enumerate(fam(), &grp, &dev, emit_test_collect, &l, NULL), 0);
+    for (int i = 0; i < l.n; i++)
+        if (l.s[i].v[MATH] == MATH_MMA)
+            emit_test_collect(&l.s[i], &mma);
+    assert_true(mma.n > 0);
+    int n = emit_test_compile_spread(&grp, &mma, max, arch, emit_one);
+    print_message("%s %s: %d mma kept, %d compiled for %s\n", g->name, shapes, mma.n, n, arch);
+    free(l.s);
+    free(mma.s);
+    ops_graph_free(g);
+    return n;
+}
+
+/* The tensor-core kernel: k split across warps with a fixed-order sum, two row blocks a warp,
+ * both 8-token tiles fed by one x load each; ragged rows, tokens and k compile too. */
+static void test_mma(void **state)
+{
+    (void)state;
+    ops_group grp;
+    ops_graph *g = emit_test_make(decode_bf16, "T=16,N=4096,K=4096", &grp);
+    ops_schedule s = sched(256, 32, 2, 8);
+    s.v[MATH] = MATH_MMA;
+    s.v[KSPLIT] = 2;
+    s.v[LOAD] = LOAD_STREAM;
+    ops_device dev;
+    ops_device_h100(&dev);
+    assert_null(fam()->prune(&grp, &s, &dev));
+    ops_emitted e = {0};
+    emit_one(&grp, &s, &e);
+    assert_non_null(strstr(e.source, "kt_mma_m16n8k16_bf16(acc[r][j], a1, b1);"));
+    assert_non_null(strstr(e.source, "sum += part[warp + k][e][lane];"));
+    assert_null(strstr(emit_test_body(e.source), "asm("));
+    /* 4096 rows, 32 a warp (two blocks of 16), 4 row groups of 2 warps a block: 32 blocks */
+    assert_int_equal(e.kernels[0].grid[0], 32);
+    emit_test_golden("gemv_bf16_decode_mma.cu", e.source);
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+    assert_true(compile_mma(decode_bf16, "T=16,N=4096,K=4096", 12, "sm_90a") >= 6);
+    assert_true(compile_mma(decode_bf16, "T=64,N=14336,K=4096", 8, "sm_90a") >= 4);
+    assert_true(compile_mma(decode_bf16, "T=5,N=1000,K=1000", 8, "sm_90a") >= 4);
+    assert_true(compile_mma(gemv_f16, "M=7680,N=1,K=2552", 6, "sm_80") >= 3);
+}
+
 static void test_compile(void **state)
 {
     (void)state;
@@ -237,6 +309,7 @@ int main(void)
         cmocka_unit_test(test_prune),
         cmocka_unit_test(test_load_hints),
         cmocka_unit_test(test_decode),
+        cmocka_unit_test(test_mma),
         cmocka_unit_test(test_compile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
