@@ -51,9 +51,9 @@ static const char *const math_labels[] = {"ffma", "mma"};
 
 static const ops_knob gemv_knobs[N_KNOBS] = {
     [K_THREADS] = {"threads", 4, {64, 128, 256, 512}, NULL},
-    [K_TPR] = {"tpr", 4, {4, 8, 16, 32}, NULL}, /* lanes per row */
-    [K_ROWS] = {"rows", 3, {1, 2, 4}, NULL},    /* rows per lane group */
-    [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL},   /* elements per load */
+    [K_TPR] = {"tpr", 7, {4, 8, 16, 32, 64, 128, 256}, NULL}, /* lanes per row */
+    [K_ROWS] = {"rows", 3, {1, 2, 4}, NULL},                  /* rows per lane group */
+    [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL},                 /* elements per load */
     [K_LOAD] = {"load", 3, {LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM}, load_labels}, /* of A */
     [K_MATH] = {"math", 2, {MATH_FFMA, MATH_MMA}, math_labels},
     [K_KSPLIT] = {"ksplit", 4, {1, 2, 4, 8}, NULL}, /* mma: warps sharing a row block's k */
@@ -190,6 +190,8 @@ static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, co
         return "redundant"; /* k is split across a row's lanes, not warps */
     if (in->T > GEMV_MAX_T_FFMA)
         return "shape";
+    if (p->tpr > p->threads)
+        return "redundant"; /* a row's lanes in one block */
     p->rows_per_block = (int64_t)p->threads / p->tpr * p->rows;
     p->grid = (in->M + p->rows_per_block - 1) / p->rows_per_block;
     size_t es = ops_dtype_size(in->adt) > ops_dtype_size(in->xdt) ? ops_dtype_size(in->adt)
@@ -204,6 +206,8 @@ static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, co
         return "divisibility"; /* rows start vector-aligned only when K is a multiple */
     if (p->tpr > 4 && (int64_t)(p->tpr / 2) * p->vec >= in->K)
         return "redundant"; /* half the lanes already cover the row in one step */
+    if (p->tpr > 32 && p->rows > 1)
+        return "redundant"; /* rows whose reads already span warps: more rows add nothing */
     if (p->rows > 1 && p->rows / 2 * p->threads / p->tpr >= in->M)
         return "redundant";
     /* Enough blocks to keep every SM streaming: a memory-bound kernel needs many loads in
@@ -391,6 +395,44 @@ static const char *load_type(int bytes)
                         : "unsigned short";
 }
 
+/* The FFMA kernels' end when a row's TPR lanes span several warps (TPR > 32): each warp's
+ * butterfly sum into shared memory, then the row's first lane adds its WPR warps' sums in warp
+ * order (deterministic) and applies the epilogue. With TPR > 32 rows is 1 (pruned otherwise). */
+static void emit_cross_warp_sums(kt_buf *b, const gemv_info *in, const char *call)
+{
+    const char *tt = in->decode ? "T" : "1";
+    kt_buf_line(b, "/* a row's lanes span TPR / 32 warps: each warp's butterfly sum, then the "
+                   "row's first lane adds");
+    kt_buf_line(b, " * them in warp order */");
+    kt_buf_line(b, "__shared__ float part[THREADS / 32][%s];", tt);
+    if (in->decode) {
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int t = 0; t < T; t++) {");
+        kt_buf_line(b, "    const float v = kt_warp_sum<32>(acc[0][t]);");
+        kt_buf_line(b, "    if ((threadIdx.x & 31) == 0)");
+        kt_buf_line(b, "        part[threadIdx.x >> 5][t] = v;");
+        kt_buf_line(b, "}");
+    } else {
+        kt_buf_line(b, "const float v = kt_warp_sum<32>(acc[0]);");
+        kt_buf_line(b, "if ((threadIdx.x & 31) == 0)");
+        kt_buf_line(b, "    part[threadIdx.x >> 5][0] = v;");
+    }
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "if (lane != 0 || m0 >= M)");
+    kt_buf_line(b, "    return;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int t = 0; t < %s; t++) {", tt);
+    kt_buf_line(b, "    float sum = 0.0f;");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int w = 0; w < TPR / 32; w++)");
+    kt_buf_line(b, "        sum += part[(threadIdx.x >> 5) + w][t];");
+    if (in->decode)
+        kt_buf_line(b, "    kt_gemv_store(sum, m0, t, %s);", call);
+    else
+        kt_buf_line(b, "    kt_gemv_store(sum, m0, %s);", call);
+    kt_buf_line(b, "}");
+}
+
 /* The vector form's kernel (y = A x). */
 static void emit_vector_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *p,
                                const char *entry, const char *params, const char *call)
@@ -455,13 +497,17 @@ static void emit_vector_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "}");
     b->indent = 4;
     kt_buf_line(b, "}");
-    kt_buf_line(b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
-    kt_buf_line(b, "    acc[r] = kt_warp_sum<TPR>(acc[r]);");
-    kt_buf_line(b, "    if (lane == 0 && m0 + r < M)");
-    kt_buf_line(b, "        kt_gemv_store(acc[r], m0 + r, %s);", call);
-    kt_buf_line(b, "}");
+    if (p->tpr > 32) {
+        emit_cross_warp_sums(b, in, call);
+    } else {
+        kt_buf_line(b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+        kt_buf_line(b, "    acc[r] = kt_warp_sum<TPR>(acc[r]);");
+        kt_buf_line(b, "    if (lane == 0 && m0 + r < M)");
+        kt_buf_line(b, "        kt_gemv_store(acc[r], m0 + r, %s);", call);
+        kt_buf_line(b, "}");
+    }
     b->indent = 0;
     kt_buf_line(b, "}");
 }
@@ -541,16 +587,20 @@ static void emit_decode_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "}");
     b->indent = 4;
     kt_buf_line(b, "}");
-    kt_buf_line(b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int t = 0; t < T; t++) {");
-    kt_buf_line(b, "        const float sum = kt_warp_sum<TPR>(acc[r][t]);");
-    kt_buf_line(b, "        if (lane == 0 && m0 + r < M)");
-    kt_buf_line(b, "            kt_gemv_store(sum, m0 + r, t, %s);", call);
-    kt_buf_line(b, "    }");
-    kt_buf_line(b, "}");
+    if (p->tpr > 32) {
+        emit_cross_warp_sums(b, in, call);
+    } else {
+        kt_buf_line(b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int t = 0; t < T; t++) {");
+        kt_buf_line(b, "        const float sum = kt_warp_sum<TPR>(acc[r][t]);");
+        kt_buf_line(b, "        if (lane == 0 && m0 + r < M)");
+        kt_buf_line(b, "            kt_gemv_store(sum, m0 + r, t, %s);", call);
+        kt_buf_line(b, "    }");
+        kt_buf_line(b, "}");
+    }
     b->indent = 0;
     kt_buf_line(b, "}");
 }
