@@ -395,6 +395,50 @@ static const char *load_type(int bytes)
                         : "unsigned short";
 }
 
+/* The FFMA kernels' start: the lane's rows (clamped), its sums at zero (R of them, or R x T in
+ * the decode form), x as vectors, the evict-first policy of a streamed A. */
+static void emit_ffma_setup(kt_buf *b, const gemv_info *in, const gemv_plan *p)
+{
+    const bool decode = in->decode;
+    const char *at = load_type(p->vec * (int)ops_dtype_size(in->adt));
+    const char *xt = load_type(p->vec * (int)ops_dtype_size(in->xdt));
+    kt_buf_line(b, "const int lane = threadIdx.x %% TPR;");
+    kt_buf_line(b, "const int m0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * R;");
+    kt_buf_line(b, decode ? "float acc[R][T];" : "float acc[R];");
+    kt_buf_line(b, "const %s *arow[R];", at);
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    if (decode) {
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int t = 0; t < T; t++)");
+        kt_buf_line(b, "        acc[r][t] = 0.0f;");
+    } else {
+        kt_buf_line(b, "    acc[r] = 0.0f;");
+    }
+    kt_buf_line(b, "    /* rows past M read row M - 1 (in bounds) and are never stored */");
+    kt_buf_line(b, "    const int m = m0 + r < M ? m0 + r : M - 1;");
+    kt_buf_line(b, "    arow[r] = (const %s *)(a + (long long)m * K);", at);
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "const %s *xv = (const %s *)x;", xt, xt);
+    if (p->load == LOAD_STREAM) {
+        kt_buf_line(b, "/* A is read once: evict it first from L2 */");
+        kt_buf_line(b, "const unsigned long long policy = kt_policy_evict_first();");
+    }
+}
+
+/* aw: row r's VEC elements at vector c. prefetch: kt_ld_nc_pf (a 256-byte L2 prefetch); stream:
+ * kt_ld_nc_stream (no L1 allocation, the evict-first policy, the prefetch). */
+static void emit_a_load(kt_buf *b, const gemv_info *in, const gemv_plan *p)
+{
+    const char *at = load_type(p->vec * (int)ops_dtype_size(in->adt));
+    if (p->load == LOAD_CACHED)
+        kt_buf_line(b, "const %s aw = arow[r][c];", at);
+    else if (p->load == LOAD_PREFETCH)
+        kt_buf_line(b, "const %s aw = kt_ld_nc_pf(arow[r] + c);", at);
+    else
+        kt_buf_line(b, "const %s aw = kt_ld_nc_stream(arow[r] + c, policy);", at);
+}
+
 /* The FFMA kernels' end when a row's TPR lanes span several warps (TPR > 32): each warp's
  * butterfly sum into shared memory, then the row's first lane adds its WPR warps' sums in warp
  * order (deterministic) and applies the epilogue. With TPR > 32 rows is 1 (pruned otherwise). */
@@ -449,22 +493,7 @@ static void emit_vector_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "%s(%s)", entry, params);
     kt_buf_line(b, "{");
     b->indent = 4;
-    kt_buf_line(b, "const int lane = threadIdx.x %% TPR;");
-    kt_buf_line(b, "const int m0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * R;");
-    kt_buf_line(b, "float acc[R];");
-    kt_buf_line(b, "const %s *arow[R];", load_type(abytes));
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
-    kt_buf_line(b, "    acc[r] = 0.0f;");
-    kt_buf_line(b, "    /* rows past M read row M - 1 (in bounds) and are never stored */");
-    kt_buf_line(b, "    const int m = m0 + r < M ? m0 + r : M - 1;");
-    kt_buf_line(b, "    arow[r] = (const %s *)(a + (long long)m * K);", load_type(abytes));
-    kt_buf_line(b, "}");
-    kt_buf_line(b, "const %s *xv = (const %s *)x;", load_type(xbytes), load_type(xbytes));
-    if (p->load == LOAD_STREAM) {
-        kt_buf_line(b, "/* A is read once: evict it first from L2 */");
-        kt_buf_line(b, "const unsigned long long policy = kt_policy_evict_first();");
-    }
+    emit_ffma_setup(b, in, p);
     /* Every load of a row in flight at once when a lane's share is short (DRAM wants ~4 MiB in
      * flight across the GPU); deeper unrolling of long rows only costs registers. */
     int64_t lane_steps = (in->K / p->vec + p->tpr - 1) / p->tpr;
@@ -481,14 +510,7 @@ static void emit_vector_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int r = 0; r < R; r++) {");
     b->indent = 12;
-    /* prefetch: kt_ld_nc_pf (a 256-byte L2 prefetch); stream: kt_ld_nc_stream (no L1
-     * allocation, the evict-first policy, the prefetch) */
-    if (p->load == LOAD_CACHED)
-        kt_buf_line(b, "const %s aw = arow[r][c];", load_type(abytes));
-    else if (p->load == LOAD_PREFETCH)
-        kt_buf_line(b, "const %s aw = kt_ld_nc_pf(arow[r] + c);", load_type(abytes));
-    else
-        kt_buf_line(b, "const %s aw = kt_ld_nc_stream(arow[r] + c, policy);", load_type(abytes));
+    emit_a_load(b, in, p);
     for (int l = 0; l < p->vec; l++) {
         lane_expr(ea, sizeof(ea), in->adt, p->vec, "aw", l);
         kt_buf_line(b, "acc[r] = fmaf(%s, xf[%d], acc[r]);", ea, l);
@@ -531,24 +553,7 @@ static void emit_decode_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "%s(%s)", entry, params);
     kt_buf_line(b, "{");
     b->indent = 4;
-    kt_buf_line(b, "const int lane = threadIdx.x %% TPR;");
-    kt_buf_line(b, "const int m0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * R;");
-    kt_buf_line(b, "float acc[R][T];");
-    kt_buf_line(b, "const %s *arow[R];", load_type(abytes));
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int t = 0; t < T; t++)");
-    kt_buf_line(b, "        acc[r][t] = 0.0f;");
-    kt_buf_line(b, "    /* rows past M read row M - 1 (in bounds) and are never stored */");
-    kt_buf_line(b, "    const int m = m0 + r < M ? m0 + r : M - 1;");
-    kt_buf_line(b, "    arow[r] = (const %s *)(a + (long long)m * K);", load_type(abytes));
-    kt_buf_line(b, "}");
-    kt_buf_line(b, "const %s *xv = (const %s *)x;", load_type(xbytes), load_type(xbytes));
-    if (p->load == LOAD_STREAM) {
-        kt_buf_line(b, "/* A is read once: evict it first from L2 */");
-        kt_buf_line(b, "const unsigned long long policy = kt_policy_evict_first();");
-    }
+    emit_ffma_setup(b, in, p);
     int64_t lane_steps = (in->K / p->vec + p->tpr - 1) / p->tpr;
     kt_buf_line(b, "#pragma unroll %d", lane_steps <= 8 ? (int)lane_steps : 2);
     kt_buf_line(b, "for (int c = lane; c < K / VEC; c += TPR) {");
@@ -557,12 +562,7 @@ static void emit_decode_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int r = 0; r < R; r++) {");
     b->indent = 12;
-    if (p->load == LOAD_CACHED)
-        kt_buf_line(b, "const %s aw = arow[r][c];", load_type(abytes));
-    else if (p->load == LOAD_PREFETCH)
-        kt_buf_line(b, "const %s aw = kt_ld_nc_pf(arow[r] + c);", load_type(abytes));
-    else
-        kt_buf_line(b, "const %s aw = kt_ld_nc_stream(arow[r] + c, policy);", load_type(abytes));
+    emit_a_load(b, in, p);
     char ex[160];
     for (int l = 0; l < p->vec; l++) {
         lane_expr(ex, sizeof(ex), in->adt, p->vec, "aw", l);
