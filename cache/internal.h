@@ -116,6 +116,7 @@ int cache_value_finish(msgpack_sbuffer *sb, uint8_t **out, size_t *len);
 typedef struct cache_dec {
     const char *doc; /* "record", "trial", "job" */
     kt_err *err;     /* may be NULL */
+    uint64_t v;      /* the "v" field, once read (decoders whose form depends on it) */
 } cache_dec;
 
 /* Checks buf's trailing checksum and unpacks the map before it into *res (the caller destroys

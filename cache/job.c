@@ -323,7 +323,7 @@ static int job_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
  * freed on failure too). 0, -EBADMSG or -ENOMEM. */
 static int decode_job(const void *buf, size_t len, cache_job *out, kt_err *err)
 {
-    cache_dec dec = {"job", err};
+    cache_dec dec = {.doc = "job", .err = err};
     memset(out, 0, sizeof(*out));
     msgpack_unpacked res;
     msgpack_unpacked_init(&res);

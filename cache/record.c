@@ -85,6 +85,36 @@ static bool bad_num(double v)
     return !isfinite(v) || v < 0;
 }
 
+/* A tensor-map argument: a valid map on a pointer argument, inside the buffer it lies over. */
+static int check_tmap(const cache_record *r, const cache_arg *a, int i, int j, int *n_tmaps,
+                      kt_err *err)
+{
+    ops_diag d = {0};
+    if (a->kind == CACHE_ARG_SCALAR)
+        return kt_err_set(err, -EINVAL, "record: kernel %d argument %d: a scalar with a tensor map",
+                          i, j);
+    if (++*n_tmaps > CACHE_MAX_TMAPS)
+        return kt_err_set(err, -EINVAL, "record: kernel %d: more than %d tensor maps", i,
+                          CACHE_MAX_TMAPS);
+    if (ops_tensor_map_check(&a->tmap, &d) < 0)
+        return kt_err_set(err, -EINVAL, "record: kernel %d argument %d: %s", i, j, d.msg);
+    uint64_t have = a->bytes;
+    if (a->kind != CACHE_ARG_WORKSPACE) {
+        const cache_slot *sl =
+            &r->slots[a->kind == CACHE_ARG_INPUT ? a->index : r->n_inputs + a->index];
+        have = ops_dtype_size(sl->dtype);
+        for (int k = 0; k < sl->rank; k++)
+            have *= (uint64_t)sl->dims[k];
+    }
+    uint64_t span = ops_tensor_map_span(&a->tmap);
+    if (span > have)
+        return kt_err_set(err, -EINVAL,
+                          "record: kernel %d argument %d: its tensor map spans %" PRIu64
+                          " bytes of a %" PRIu64 "-byte buffer",
+                          i, j, span, have);
+    return 0;
+}
+
 static int check_record(const cache_record *r, kt_err *err)
 {
     if (r->n_kernels < 1 || r->n_kernels > CACHE_MAX_KERNELS || !r->kernels)
@@ -121,6 +151,7 @@ static int check_record(const cache_record *r, kt_err *err)
         return kt_err_set(err, -EINVAL, "record: times and errors must be finite and >= 0");
     for (int i = 0; i < r->n_kernels; i++) {
         const cache_kernel *k = &r->kernels[i];
+        int n_tmaps = 0, rc;
         if (k->n_args < 0 || k->n_args > CACHE_MAX_ARGS || (k->n_args && !k->args))
             return kt_err_set(err, -EINVAL, "record: kernel %d: %d arguments (0..%d allowed)", i,
                               k->n_args, CACHE_MAX_ARGS);
@@ -143,6 +174,8 @@ static int check_record(const cache_record *r, kt_err *err)
                 return kt_err_set(err, -EINVAL, "record: kernel %d argument %d: %s %d of %d", i, j,
                                   a->kind == CACHE_ARG_INPUT ? "input" : "output", a->index,
                                   a->kind == CACHE_ARG_INPUT ? r->n_inputs : r->n_outputs);
+            if (a->has_tmap && (rc = check_tmap(r, a, i, j, &n_tmaps, err)) < 0)
+                return rc;
         }
     }
     /* Every output slot is written by some launch (the caller would get uninitialised memory). */
@@ -180,14 +213,18 @@ int cache_record_check_outputs(const cache_record *r, int n_out, kt_err *err)
 static int pk_arg(msgpack_packer *pk, const cache_arg *a)
 {
     bool three = a->kind == CACHE_ARG_SCALAR || a->kind == CACHE_ARG_WORKSPACE;
-    if (msgpack_pack_map(pk, three ? 3 : 2) || kt_mp_pack_kstr(pk, "kind", arg_kind_names[a->kind]))
+    bool tmap = a->has_tmap && a->kind != CACHE_ARG_SCALAR; /* "tmap" last, only when present */
+    if (msgpack_pack_map(pk, (three ? 3 : 2) + tmap) ||
+        kt_mp_pack_kstr(pk, "kind", arg_kind_names[a->kind]))
         return -1;
     switch (a->kind) {
     case CACHE_ARG_INPUT:
     case CACHE_ARG_OUTPUT:
-        return kt_mp_pack_ki64(pk, "index", a->index);
+        return kt_mp_pack_ki64(pk, "index", a->index) ||
+               (tmap && (kt_mp_pack_str(pk, "tmap") || ops_tensor_map_pack(pk, &a->tmap)));
     case CACHE_ARG_WORKSPACE:
-        return kt_mp_pack_ku64(pk, "offset", a->offset) || kt_mp_pack_ku64(pk, "bytes", a->bytes);
+        return kt_mp_pack_ku64(pk, "offset", a->offset) || kt_mp_pack_ku64(pk, "bytes", a->bytes) ||
+               (tmap && (kt_mp_pack_str(pk, "tmap") || ops_tensor_map_pack(pk, &a->tmap)));
     default:
         if (kt_mp_pack_kstr(pk, "type", scalar_names[a->scalar]))
             return -1;
@@ -219,7 +256,11 @@ int cache_record_encode(const cache_record *r, uint8_t **out, size_t *len, kt_er
     const cache_gpu *g = &r->key.gpu;
 
     PK(msgpack_pack_map(&pk, r->signer ? 23 : 22));
-    PK(kt_mp_pack_ku64(&pk, "v", CACHE_RECORD_VERSION));
+    bool any_tmap = false;
+    for (int i = 0; i < r->n_kernels; i++)
+        for (int j = 0; j < r->kernels[i].n_args; j++)
+            any_tmap = any_tmap || r->kernels[i].args[j].has_tmap;
+    PK(kt_mp_pack_ku64(&pk, "v", any_tmap ? CACHE_RECORD_VERSION : CACHE_RECORD_VERSION_BASE));
     PK(kt_mp_pack_str(&pk, "gpu"));
     PK(msgpack_pack_map(&pk, 7));
     PK(kt_mp_pack_kstr(&pk, "name", g->name));
@@ -394,8 +435,8 @@ static int gpu_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
     }
 }
 
-static const char *const arg_fields_io[] = {"kind", "index"};
-static const char *const arg_fields_ws[] = {"kind", "offset", "bytes"};
+static const char *const arg_fields_io[] = {"kind", "index", "tmap"};
+static const char *const arg_fields_ws[] = {"kind", "offset", "bytes", "tmap"};
 static const char *const arg_fields_scalar[] = {"kind", "type", "value"};
 
 static int arg_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
@@ -404,6 +445,17 @@ static int arg_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
     int e = 0, rc;
     if (f == 0)
         return 0; /* kind: read before the walk */
+    bool io = a->kind == CACHE_ARG_INPUT || a->kind == CACHE_ARG_OUTPUT;
+    if ((io && f == 2) || (a->kind == CACHE_ARG_WORKSPACE && f == 3)) { /* "tmap" */
+        ops_diag od = {0};
+        if (d->v < CACHE_RECORD_VERSION)
+            return BAD("record field 'arg.tmap' in a version %llu record",
+                       (unsigned long long)d->v);
+        if (ops_tensor_map_unpack(v, &a->tmap, &od) < 0)
+            return BAD("record field 'arg.tmap': %s", od.msg);
+        a->has_tmap = true;
+        return 0;
+    }
     switch (a->kind) {
     case CACHE_ARG_INPUT:
     case CACHE_ARG_OUTPUT:
@@ -445,9 +497,9 @@ static int decode_arg(const msgpack_object *o, cache_arg *a, cache_dec *d)
     switch (a->kind) {
     case CACHE_ARG_INPUT:
     case CACHE_ARG_OUTPUT:
-        return cache_decode_map(o, arg_fields_io, 2, arg_field, a, "arg", d);
+        return cache_decode_map_opt(o, arg_fields_io, 3, 1ull << 2, arg_field, a, "arg", d);
     case CACHE_ARG_WORKSPACE:
-        return cache_decode_map(o, arg_fields_ws, 3, arg_field, a, "arg", d);
+        return cache_decode_map_opt(o, arg_fields_ws, 4, 1ull << 3, arg_field, a, "arg", d);
     default:
         rc = cache_decode_map(o, arg_fields_scalar, 3, arg_field, a, "arg", d);
         if (rc < 0)
@@ -617,7 +669,13 @@ static int record_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
     int rc = 0;
     switch (f) {
     case 0:
-        return cache_get_version(v, CACHE_RECORD_VERSION, d);
+        /* 3 and 4 differ only by arg.tmap, which a version 3 record may not hold */
+        rc = cache_get_version(v, CACHE_RECORD_VERSION_BASE, d);
+        if (rc < 0)
+            rc = cache_get_version(v, CACHE_RECORD_VERSION, d);
+        if (rc == 0)
+            rc = cache_get_u64(v, UINT32_MAX, &d->v, "v", d);
+        return rc;
     case 1:
         return cache_decode_map(v, gpu_fields, KT_ARRAY_LEN(gpu_fields), gpu_field, &r->key.gpu,
                                 "gpu", d);
@@ -698,7 +756,7 @@ static int record_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
 
 int cache_record_decode(const void *buf, size_t len, cache_record *out, kt_err *err)
 {
-    cache_dec dec = {"record", err}, *d = &dec;
+    cache_dec dec = {.doc = "record", .err = err}, *d = &dec;
     cache_record_free(out);
     msgpack_unpacked res;
     msgpack_unpacked_init(&res);
@@ -751,7 +809,7 @@ static int trial_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
 
 int cache_trial_decode(const void *buf, size_t len, cache_trial *out, kt_err *err)
 {
-    cache_dec dec = {"trial", err};
+    cache_dec dec = {.doc = "trial", .err = err};
     memset(out, 0, sizeof(*out));
     msgpack_unpacked res;
     msgpack_unpacked_init(&res);

@@ -8,13 +8,19 @@
 #pragma once
 
 #include "ops/graph.h"
+#include "ops/tmap.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
 /* the "v" field of a stored kernel record (2: kernel.zero; 3: problem digest, key tolerance and
- * the bound shape of every input and output) */
-#define CACHE_RECORD_VERSION 3
+ * the bound shape of every input and output; 4: tensor-map arguments, arg.tmap). A record
+ * without a tensor map is still written as 3, byte for byte as before, so builds that predate
+ * tensor maps read it; one with a tensor map is 4, which they refuse instead of passing a
+ * pointer where the kernel takes a map. Both decode. */
+#define CACHE_RECORD_VERSION      4
+#define CACHE_RECORD_VERSION_BASE 3 /* what a record without tensor maps is written as */
+
 #define CACHE_TRIAL_VERSION  1  /* the "v" field of a stored trial entry */
 #define CACHE_CHECKSUM_BYTES 32 /* SHA-256 appended to every stored value */
 #define CACHE_GPU_ID_BYTES   16 /* leading bytes of SHA-256(canonical fingerprint) */
@@ -24,6 +30,7 @@
 #define CACHE_CAND_MAX       200 /* bytes of a trial's candidate id including the NUL */
 #define CACHE_MAX_KERNELS    64  /* kernels in one record (multi-kernel candidates) */
 #define CACHE_MAX_ARGS       256 /* arguments of one kernel */
+#define CACHE_MAX_TMAPS      16  /* tensor-map arguments of one kernel */
 
 /* The GPU fingerprint. Every field takes part in the key (see cache_gpu_id): a record tuned on one
  * GPU model, memory size, driver or CUDA version is not served to another. */
@@ -85,6 +92,11 @@ typedef struct cache_arg {
     cache_scalar scalar; /* SCALAR: the C type passed to the kernel */
     int64_t ival;        /* SCALAR I32/I64 */
     double fval;         /* SCALAR F32/F64 */
+    /* INPUT, OUTPUT, WORKSPACE: the kernel takes a TMA tensor map over that buffer (encoded at
+     * launch with the buffer's address as its base, passed by value: 128 bytes) instead of the
+     * pointer. The map may not reach past the buffer (ops_tensor_map_span). */
+    bool has_tmap;
+    ops_tensor_map tmap;
 } cache_arg;
 
 /* One kernel launch of a candidate; a multi-kernel candidate runs them in array order. */

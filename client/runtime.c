@@ -474,8 +474,12 @@ int ktune_rt_check_params(const cache_kernel *k, const size_t *sizes, int n_para
         size_t want = sizeof(uint64_t); /* a CUdeviceptr */
         if (a->kind == CACHE_ARG_SCALAR)
             want = a->scalar == CACHE_SCALAR_I32 || a->scalar == CACHE_SCALAR_F32 ? 4 : 8;
+        else if (a->has_tmap)
+            want = OPS_TMAP_BYTES; /* a CUtensorMap, by value */
         const char *kind =
             (unsigned)a->kind < CACHE_ARG_KIND_COUNT ? rt_arg_kinds[a->kind] : "an argument";
+        if (a->has_tmap && a->kind != CACHE_ARG_SCALAR)
+            kind = "a tensor map";
         if (sizes[j] != want)
             return kt_err_set(why, -EBADMSG,
                               "kernel %.100s parameter %d is %zu bytes; the record passes %s of "
@@ -600,6 +604,9 @@ static int check_record(const cache_record *r, int n_in, int n_out, kt_err *why)
             default:
                 ok = false;
             }
+            /* a tensor map only on a kernel's pointer (a cuBLASLt call takes none) */
+            if (a->has_tmap && (library || a->kind == CACHE_ARG_SCALAR))
+                ok = false;
             if (!ok)
                 return kt_err_set(why, -EBADMSG,
                                   "kernel %s argument %d does not fit the graph (%d inputs, %d "
@@ -1744,6 +1751,7 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
     }
     ktune_rt_param val[CACHE_MAX_ARGS];
     void *params[CACHE_MAX_ARGS];
+    CUtensorMap tm[CACHE_MAX_TMAPS];
     for (int i = 0; i < r->n_kernels && rc == 0; i++) {
         const cache_kernel *kk = &r->kernels[i];
         char what[160]; /* formatted only on failure: this is the per-call hot path */
@@ -1758,8 +1766,24 @@ KTUNE_EXPORT int ktune_launch(ktune_kernel *k, void *const *inputs, void *const 
             }
         }
         ktune_rt_launch_params(k, i, inputs, outputs, workspace, val);
-        for (int j = 0; j < kk->n_args; j++)
+        int n_tm = 0;
+        for (int j = 0; j < kk->n_args && rc == 0; j++) {
             params[j] = &val[j];
+            if (!kk->args[j].has_tmap)
+                continue;
+            /* the map over the caller's buffer, encoded now: its address is known only here
+             * (at most CACHE_MAX_TMAPS per kernel, checked when the record decoded) */
+            kt_err te;
+            int trc = srch_cuda_encode_tmap(cu, &kk->args[j].tmap, val[j].ptr, &tm[n_tm], kk->entry,
+                                            j, &te);
+            if (trc < 0) {
+                rc = rt_fail(err, trc, "ktune_launch: %s", te.msg);
+                break;
+            }
+            params[j] = &tm[n_tm++];
+        }
+        if (rc < 0)
+            break;
         CUresult cr = cu->p_cuLaunchKernel(k->fn[i], kk->grid[0], kk->grid[1], kk->grid[2],
                                            kk->block[0], kk->block[1], kk->block[2], kk->smem_bytes,
                                            s, kk->n_args ? params : NULL, NULL);

@@ -51,9 +51,9 @@ static const char *const math_labels[] = {"ffma", "mma"};
 
 static const ops_knob gemv_knobs[N_KNOBS] = {
     [K_THREADS] = {"threads", 4, {64, 128, 256, 512}, NULL},
-    [K_TPR] = {"tpr", 4, {4, 8, 16, 32}, NULL}, /* lanes per row */
-    [K_ROWS] = {"rows", 3, {1, 2, 4}, NULL},    /* rows per lane group */
-    [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL},   /* elements per load */
+    [K_TPR] = {"tpr", 7, {4, 8, 16, 32, 64, 128, 256}, NULL}, /* lanes per row */
+    [K_ROWS] = {"rows", 3, {1, 2, 4}, NULL},                  /* rows per lane group */
+    [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL},                 /* elements per load */
     [K_LOAD] = {"load", 3, {LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM}, load_labels}, /* of A */
     [K_MATH] = {"math", 2, {MATH_FFMA, MATH_MMA}, math_labels},
     [K_KSPLIT] = {"ksplit", 4, {1, 2, 4, 8}, NULL}, /* mma: warps sharing a row block's k */
@@ -190,6 +190,8 @@ static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, co
         return "redundant"; /* k is split across a row's lanes, not warps */
     if (in->T > GEMV_MAX_T_FFMA)
         return "shape";
+    if (p->tpr > p->threads)
+        return "redundant"; /* a row's lanes in one block */
     p->rows_per_block = (int64_t)p->threads / p->tpr * p->rows;
     p->grid = (in->M + p->rows_per_block - 1) / p->rows_per_block;
     size_t es = ops_dtype_size(in->adt) > ops_dtype_size(in->xdt) ? ops_dtype_size(in->adt)
@@ -204,6 +206,8 @@ static const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, co
         return "divisibility"; /* rows start vector-aligned only when K is a multiple */
     if (p->tpr > 4 && (int64_t)(p->tpr / 2) * p->vec >= in->K)
         return "redundant"; /* half the lanes already cover the row in one step */
+    if (p->tpr > 32 && p->rows > 1)
+        return "redundant"; /* rows whose reads already span warps: more rows add nothing */
     if (p->rows > 1 && p->rows / 2 * p->threads / p->tpr >= in->M)
         return "redundant";
     /* Enough blocks to keep every SM streaming: a memory-bound kernel needs many loads in
@@ -391,6 +395,88 @@ static const char *load_type(int bytes)
                         : "unsigned short";
 }
 
+/* The FFMA kernels' start: the lane's rows (clamped), its sums at zero (R of them, or R x T in
+ * the decode form), x as vectors, the evict-first policy of a streamed A. */
+static void emit_ffma_setup(kt_buf *b, const gemv_info *in, const gemv_plan *p)
+{
+    const bool decode = in->decode;
+    const char *at = load_type(p->vec * (int)ops_dtype_size(in->adt));
+    const char *xt = load_type(p->vec * (int)ops_dtype_size(in->xdt));
+    kt_buf_line(b, "const int lane = threadIdx.x %% TPR;");
+    kt_buf_line(b, "const int m0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * R;");
+    kt_buf_line(b, decode ? "float acc[R][T];" : "float acc[R];");
+    kt_buf_line(b, "const %s *arow[R];", at);
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    if (decode) {
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int t = 0; t < T; t++)");
+        kt_buf_line(b, "        acc[r][t] = 0.0f;");
+    } else {
+        kt_buf_line(b, "    acc[r] = 0.0f;");
+    }
+    kt_buf_line(b, "    /* rows past M read row M - 1 (in bounds) and are never stored */");
+    kt_buf_line(b, "    const int m = m0 + r < M ? m0 + r : M - 1;");
+    kt_buf_line(b, "    arow[r] = (const %s *)(a + (long long)m * K);", at);
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "const %s *xv = (const %s *)x;", xt, xt);
+    if (p->load == LOAD_STREAM) {
+        kt_buf_line(b, "/* A is read once: evict it first from L2 */");
+        kt_buf_line(b, "const unsigned long long policy = kt_policy_evict_first();");
+    }
+}
+
+/* aw: row r's VEC elements at vector c. prefetch: kt_ld_nc_pf (a 256-byte L2 prefetch); stream:
+ * kt_ld_nc_stream (no L1 allocation, the evict-first policy, the prefetch). */
+static void emit_a_load(kt_buf *b, const gemv_info *in, const gemv_plan *p)
+{
+    const char *at = load_type(p->vec * (int)ops_dtype_size(in->adt));
+    if (p->load == LOAD_CACHED)
+        kt_buf_line(b, "const %s aw = arow[r][c];", at);
+    else if (p->load == LOAD_PREFETCH)
+        kt_buf_line(b, "const %s aw = kt_ld_nc_pf(arow[r] + c);", at);
+    else
+        kt_buf_line(b, "const %s aw = kt_ld_nc_stream(arow[r] + c, policy);", at);
+}
+
+/* The FFMA kernels' end when a row's TPR lanes span several warps (TPR > 32): each warp's
+ * butterfly sum into shared memory, then the row's first lane adds its WPR warps' sums in warp
+ * order (deterministic) and applies the epilogue. With TPR > 32 rows is 1 (pruned otherwise). */
+static void emit_cross_warp_sums(kt_buf *b, const gemv_info *in, const char *call)
+{
+    const char *tt = in->decode ? "T" : "1";
+    kt_buf_line(b, "/* a row's lanes span TPR / 32 warps: each warp's butterfly sum, then the "
+                   "row's first lane adds");
+    kt_buf_line(b, " * them in warp order */");
+    kt_buf_line(b, "__shared__ float part[THREADS / 32][%s];", tt);
+    if (in->decode) {
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int t = 0; t < T; t++) {");
+        kt_buf_line(b, "    const float v = kt_warp_sum<32>(acc[0][t]);");
+        kt_buf_line(b, "    if ((threadIdx.x & 31) == 0)");
+        kt_buf_line(b, "        part[threadIdx.x >> 5][t] = v;");
+        kt_buf_line(b, "}");
+    } else {
+        kt_buf_line(b, "const float v = kt_warp_sum<32>(acc[0]);");
+        kt_buf_line(b, "if ((threadIdx.x & 31) == 0)");
+        kt_buf_line(b, "    part[threadIdx.x >> 5][0] = v;");
+    }
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "if (lane != 0 || m0 >= M)");
+    kt_buf_line(b, "    return;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int t = 0; t < %s; t++) {", tt);
+    kt_buf_line(b, "    float sum = 0.0f;");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int w = 0; w < TPR / 32; w++)");
+    kt_buf_line(b, "        sum += part[(threadIdx.x >> 5) + w][t];");
+    if (in->decode)
+        kt_buf_line(b, "    kt_gemv_store(sum, m0, t, %s);", call);
+    else
+        kt_buf_line(b, "    kt_gemv_store(sum, m0, %s);", call);
+    kt_buf_line(b, "}");
+}
+
 /* The vector form's kernel (y = A x). */
 static void emit_vector_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *p,
                                const char *entry, const char *params, const char *call)
@@ -407,22 +493,7 @@ static void emit_vector_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "%s(%s)", entry, params);
     kt_buf_line(b, "{");
     b->indent = 4;
-    kt_buf_line(b, "const int lane = threadIdx.x %% TPR;");
-    kt_buf_line(b, "const int m0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * R;");
-    kt_buf_line(b, "float acc[R];");
-    kt_buf_line(b, "const %s *arow[R];", load_type(abytes));
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
-    kt_buf_line(b, "    acc[r] = 0.0f;");
-    kt_buf_line(b, "    /* rows past M read row M - 1 (in bounds) and are never stored */");
-    kt_buf_line(b, "    const int m = m0 + r < M ? m0 + r : M - 1;");
-    kt_buf_line(b, "    arow[r] = (const %s *)(a + (long long)m * K);", load_type(abytes));
-    kt_buf_line(b, "}");
-    kt_buf_line(b, "const %s *xv = (const %s *)x;", load_type(xbytes), load_type(xbytes));
-    if (p->load == LOAD_STREAM) {
-        kt_buf_line(b, "/* A is read once: evict it first from L2 */");
-        kt_buf_line(b, "const unsigned long long policy = kt_policy_evict_first();");
-    }
+    emit_ffma_setup(b, in, p);
     /* Every load of a row in flight at once when a lane's share is short (DRAM wants ~4 MiB in
      * flight across the GPU); deeper unrolling of long rows only costs registers. */
     int64_t lane_steps = (in->K / p->vec + p->tpr - 1) / p->tpr;
@@ -439,14 +510,7 @@ static void emit_vector_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int r = 0; r < R; r++) {");
     b->indent = 12;
-    /* prefetch: kt_ld_nc_pf (a 256-byte L2 prefetch); stream: kt_ld_nc_stream (no L1
-     * allocation, the evict-first policy, the prefetch) */
-    if (p->load == LOAD_CACHED)
-        kt_buf_line(b, "const %s aw = arow[r][c];", load_type(abytes));
-    else if (p->load == LOAD_PREFETCH)
-        kt_buf_line(b, "const %s aw = kt_ld_nc_pf(arow[r] + c);", load_type(abytes));
-    else
-        kt_buf_line(b, "const %s aw = kt_ld_nc_stream(arow[r] + c, policy);", load_type(abytes));
+    emit_a_load(b, in, p);
     for (int l = 0; l < p->vec; l++) {
         lane_expr(ea, sizeof(ea), in->adt, p->vec, "aw", l);
         kt_buf_line(b, "acc[r] = fmaf(%s, xf[%d], acc[r]);", ea, l);
@@ -455,13 +519,17 @@ static void emit_vector_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "}");
     b->indent = 4;
     kt_buf_line(b, "}");
-    kt_buf_line(b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
-    kt_buf_line(b, "    acc[r] = kt_warp_sum<TPR>(acc[r]);");
-    kt_buf_line(b, "    if (lane == 0 && m0 + r < M)");
-    kt_buf_line(b, "        kt_gemv_store(acc[r], m0 + r, %s);", call);
-    kt_buf_line(b, "}");
+    if (p->tpr > 32) {
+        emit_cross_warp_sums(b, in, call);
+    } else {
+        kt_buf_line(b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+        kt_buf_line(b, "    acc[r] = kt_warp_sum<TPR>(acc[r]);");
+        kt_buf_line(b, "    if (lane == 0 && m0 + r < M)");
+        kt_buf_line(b, "        kt_gemv_store(acc[r], m0 + r, %s);", call);
+        kt_buf_line(b, "}");
+    }
     b->indent = 0;
     kt_buf_line(b, "}");
 }
@@ -485,24 +553,7 @@ static void emit_decode_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "%s(%s)", entry, params);
     kt_buf_line(b, "{");
     b->indent = 4;
-    kt_buf_line(b, "const int lane = threadIdx.x %% TPR;");
-    kt_buf_line(b, "const int m0 = (blockIdx.x * GROUPS + threadIdx.x / TPR) * R;");
-    kt_buf_line(b, "float acc[R][T];");
-    kt_buf_line(b, "const %s *arow[R];", load_type(abytes));
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int t = 0; t < T; t++)");
-    kt_buf_line(b, "        acc[r][t] = 0.0f;");
-    kt_buf_line(b, "    /* rows past M read row M - 1 (in bounds) and are never stored */");
-    kt_buf_line(b, "    const int m = m0 + r < M ? m0 + r : M - 1;");
-    kt_buf_line(b, "    arow[r] = (const %s *)(a + (long long)m * K);", load_type(abytes));
-    kt_buf_line(b, "}");
-    kt_buf_line(b, "const %s *xv = (const %s *)x;", load_type(xbytes), load_type(xbytes));
-    if (p->load == LOAD_STREAM) {
-        kt_buf_line(b, "/* A is read once: evict it first from L2 */");
-        kt_buf_line(b, "const unsigned long long policy = kt_policy_evict_first();");
-    }
+    emit_ffma_setup(b, in, p);
     int64_t lane_steps = (in->K / p->vec + p->tpr - 1) / p->tpr;
     kt_buf_line(b, "#pragma unroll %d", lane_steps <= 8 ? (int)lane_steps : 2);
     kt_buf_line(b, "for (int c = lane; c < K / VEC; c += TPR) {");
@@ -511,12 +562,7 @@ static void emit_decode_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int r = 0; r < R; r++) {");
     b->indent = 12;
-    if (p->load == LOAD_CACHED)
-        kt_buf_line(b, "const %s aw = arow[r][c];", load_type(abytes));
-    else if (p->load == LOAD_PREFETCH)
-        kt_buf_line(b, "const %s aw = kt_ld_nc_pf(arow[r] + c);", load_type(abytes));
-    else
-        kt_buf_line(b, "const %s aw = kt_ld_nc_stream(arow[r] + c, policy);", load_type(abytes));
+    emit_a_load(b, in, p);
     char ex[160];
     for (int l = 0; l < p->vec; l++) {
         lane_expr(ex, sizeof(ex), in->adt, p->vec, "aw", l);
@@ -541,16 +587,20 @@ static void emit_decode_kernel(kt_buf *b, const gemv_info *in, const gemv_plan *
     kt_buf_line(b, "}");
     b->indent = 4;
     kt_buf_line(b, "}");
-    kt_buf_line(b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
-    kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int t = 0; t < T; t++) {");
-    kt_buf_line(b, "        const float sum = kt_warp_sum<TPR>(acc[r][t]);");
-    kt_buf_line(b, "        if (lane == 0 && m0 + r < M)");
-    kt_buf_line(b, "            kt_gemv_store(sum, m0 + r, t, %s);", call);
-    kt_buf_line(b, "    }");
-    kt_buf_line(b, "}");
+    if (p->tpr > 32) {
+        emit_cross_warp_sums(b, in, call);
+    } else {
+        kt_buf_line(b, "/* the TPR lanes of a row add up in a fixed butterfly order */");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int t = 0; t < T; t++) {");
+        kt_buf_line(b, "        const float sum = kt_warp_sum<TPR>(acc[r][t]);");
+        kt_buf_line(b, "        if (lane == 0 && m0 + r < M)");
+        kt_buf_line(b, "            kt_gemv_store(sum, m0 + r, t, %s);", call);
+        kt_buf_line(b, "    }");
+        kt_buf_line(b, "}");
+    }
     b->indent = 0;
     kt_buf_line(b, "}");
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "ops.h"
+#include "tmap.h"
 
 #define OPS_GROUP_MAX_NODES 64 /* node sets are uint64_t masks over the graph's nodes */
 #define OPS_GROUP_MAX_IO    16
@@ -104,17 +105,7 @@ typedef enum ops_arg_kind {
                            (tensor < 0: base + offset), encoded at launch, passed by value */
 } ops_arg_kind;
 
-typedef struct ops_tensor_map {
-    int rank;                 /* 1..5 */
-    int dtype;                /* ops dtype of the elements (f32, f16, bf16 ...) */
-    uint64_t dims[5];         /* elements per dimension, innermost (contiguous) first */
-    uint64_t strides[4];      /* bytes between consecutive indices of dims 1..rank-1 */
-    uint32_t box[5];          /* elements one copy moves per dimension, innermost first */
-    uint32_t elem_strides[5]; /* traversal strides, 1 for a plain tile */
-    int swizzle;              /* 0 none, 32, 64 or 128 (bytes): the shared-memory swizzle */
-    int l2_promotion;         /* 0 none, 64, 128 or 256 (bytes) */
-    bool oob_nan;             /* out-of-bounds elements read as NaN instead of zero */
-} ops_tensor_map;
+/* ops_tensor_map (ops/tmap.h): what a TMA copy needs besides the base address. */
 
 typedef struct ops_arg {
     ops_arg_kind kind;
@@ -128,7 +119,8 @@ typedef struct ops_kernel_launch {
     uint32_t grid[3], block[3];
     uint32_t smem_bytes; /* dynamic shared memory; above device smem_per_block needs opt-in */
     int n_args;
-    ops_arg args[OPS_MAX_ARGS]; /* kernel parameters in order; all are pointers */
+    ops_arg args[OPS_MAX_ARGS]; /* kernel parameters in order: pointers, or 128-byte
+                                   tensor maps (OPS_ARG_TENSOR_MAP) by value */
     bool zero_workspace;        /* memset the workspace to 0 before this kernel */
 } ops_kernel_launch;
 

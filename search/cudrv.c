@@ -1,6 +1,7 @@
 #include "cudrv.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 
 #define SRCH_STR(x)  #x
@@ -126,4 +127,35 @@ void srch_cuda_close(srch_cuda *cu)
         cu->p_cuDevicePrimaryCtxRelease(cu->device);
     dlclose(cu->lib);
     memset(cu, 0, sizeof(*cu));
+}
+
+/* ops/tmap.h spells the driver's enums as integers (ops/ includes no CUDA header). */
+_Static_assert(OPS_TMAP_DT_FLOAT16 == CU_TENSOR_MAP_DATA_TYPE_FLOAT16, "tensor map dtype");
+_Static_assert(OPS_TMAP_DT_FLOAT32 == CU_TENSOR_MAP_DATA_TYPE_FLOAT32, "tensor map dtype");
+_Static_assert(OPS_TMAP_DT_FLOAT64 == CU_TENSOR_MAP_DATA_TYPE_FLOAT64, "tensor map dtype");
+_Static_assert(OPS_TMAP_DT_BFLOAT16 == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, "tensor map dtype");
+_Static_assert(CU_TENSOR_MAP_SWIZZLE_128B == 3 && CU_TENSOR_MAP_L2_PROMOTION_L2_256B == 3 &&
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA == 1 &&
+                   CU_TENSOR_MAP_INTERLEAVE_NONE == 0,
+               "tensor map enums");
+_Static_assert(sizeof(CUtensorMap) == OPS_TMAP_BYTES && _Alignof(CUtensorMap) >= OPS_TMAP_ALIGN,
+               "CUtensorMap size");
+
+int srch_cuda_encode_tmap(const srch_cuda *cu, const ops_tensor_map *m, uint64_t base,
+                          CUtensorMap *out, const char *entry, int param, kt_err *err)
+{
+    ops_tmap_encode e;
+    ops_diag d = {0};
+    if (ops_tensor_map_encode_args(m, base, &e, &d) < 0)
+        return kt_err_set(err, -EINVAL, "kernel %.64s parameter %d: %s", entry, param, d.msg);
+    CUresult r = cu->p_cuTensorMapEncodeTiled(
+        out, (CUtensorMapDataType)e.data_type, e.rank, (void *)(uintptr_t)e.global_address,
+        e.global_dim, e.global_strides, e.box_dim, e.element_strides,
+        (CUtensorMapInterleave)e.interleave, (CUtensorMapSwizzle)e.swizzle,
+        (CUtensorMapL2promotion)e.l2_promotion, (CUtensorMapFloatOOBfill)e.oob_fill);
+    if (r == CUDA_SUCCESS)
+        return 0;
+    char what[128];
+    snprintf(what, sizeof(what), "kernel %.64s parameter %d: cuTensorMapEncodeTiled", entry, param);
+    return srch_cuda_check(cu, r, what, err);
 }

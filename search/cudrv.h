@@ -7,6 +7,7 @@
  * thread may call through it. */
 #pragma once
 
+#include "ops/tmap.h"
 #include "ops/util.h"
 
 #include <cuda.h>
@@ -45,6 +46,7 @@
     X(cuFuncGetAttribute)                                                                          \
     X(cuFuncGetParamInfo)                                                                          \
     X(cuLaunchKernel)                                                                              \
+    X(cuTensorMapEncodeTiled)                                                                      \
     X(cuStreamCreate)                                                                              \
     X(cuStreamDestroy)                                                                             \
     X(cuStreamSynchronize)                                                                         \
@@ -81,3 +83,10 @@ void srch_cuda_close(srch_cuda *cu);
 int srch_cuda_check(const srch_cuda *cu, CUresult rc, const char *what, kt_err *err);
 /* True for errors after which the context is unusable. */
 bool srch_cuda_sticky(CUresult rc);
+
+/* Encodes the tensor map m over device address base into *out (ops_tensor_map_encode_args, then
+ * cuTensorMapEncodeTiled): what the worker and the deploy-time runtime pass, by value, for a
+ * tensor-map parameter. Host-only: no context or stream needed. 0, or a negative errno with one
+ * line in err naming the kernel `entry`, parameter `param` and the rule or driver message. */
+int srch_cuda_encode_tmap(const srch_cuda *cu, const ops_tensor_map *m, uint64_t base,
+                          CUtensorMap *out, const char *entry, int param, kt_err *err);

@@ -153,6 +153,19 @@ static void io_map_free(io_map *m)
 static int map_arg(const tune *t, const io_map *m, const ops_arg *a, uint64_t ws_base,
                    uint64_t own_ws, cache_arg *out, kt_err *err)
 {
+    if (a->kind == OPS_ARG_TENSOR_MAP) {
+        /* the map's base is mapped like a pointer argument; the map itself travels as is (its
+         * dims and strides describe the tensor, not where it lives) */
+        ops_arg base = {.kind = a->tensor < 0 ? OPS_ARG_WORKSPACE : OPS_ARG_TENSOR,
+                        .tensor = a->tensor,
+                        .offset = a->offset};
+        int rc = map_arg(t, m, &base, ws_base, own_ws, out, err);
+        if (rc < 0)
+            return rc;
+        out->has_tmap = true;
+        out->tmap = a->tmap;
+        return 0;
+    }
     const ops_graph *g = t->s->g;
     memset(out, 0, sizeof(*out));
     if (a->kind == OPS_ARG_WORKSPACE) {
@@ -404,6 +417,16 @@ static int record_id(const cache_record *rec, char out[CACHE_CAND_MAX], kt_err *
             kt_buf_printf(&b, " %d:%d:%llu:%d:%lld:%.17g", (int)a->kind, (int)a->index,
                           (unsigned long long)a->offset, (int)a->scalar, (long long)a->ival,
                           a->fval);
+            if (a->has_tmap) { /* the same pointers read through another map are another record */
+                const ops_tensor_map *tm = &a->tmap;
+                kt_buf_printf(&b, ":tmap%d,%d,%d,%d,%d", tm->rank, tm->dtype, tm->swizzle,
+                              tm->l2_promotion, (int)tm->oob_nan);
+                for (int i = 0; i < OPS_TMAP_MAX_RANK; i++)
+                    kt_buf_printf(&b, ",%llu/%llu/%u/%u", (unsigned long long)tm->dims[i],
+                                  i < OPS_TMAP_MAX_RANK - 1 ? (unsigned long long)tm->strides[i]
+                                                            : 0ull,
+                                  tm->box[i], tm->elem_strides[i]);
+            }
         }
         kt_buf_printf(&b, "\n");
     }
@@ -542,10 +565,17 @@ static int record_request(tune *t, const cache_record *rec, int64_t ci, srch_eva
             const cache_arg *a = &kk->args[j];
             if (a->kind == CACHE_ARG_WORKSPACE) {
                 l->args[j] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = (int64_t)a->offset};
+                if (a->has_tmap) /* over the workspace: tensor -1, base + offset */
+                    l->args[j] = (ops_arg){.kind = OPS_ARG_TENSOR_MAP,
+                                           .tensor = -1,
+                                           .offset = (int64_t)a->offset,
+                                           .tmap = a->tmap};
             } else if (a->kind == CACHE_ARG_SCALAR) {
                 rc = kt_err_set(err, -ENOTSUP, "kernel %s: a by-value argument", kk->entry);
             } else {
-                l->args[j].kind = OPS_ARG_TENSOR;
+                l->args[j].kind = a->has_tmap ? OPS_ARG_TENSOR_MAP : OPS_ARG_TENSOR;
+                if (a->has_tmap)
+                    l->args[j].tmap = a->tmap;
                 rc = record_tensor(req, g, by_in, n_in, by_out, a, &l->args[j].tensor, err);
             }
         }

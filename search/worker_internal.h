@@ -87,6 +87,10 @@ typedef struct wk_cand {
     int64_t zero_offset[SRCH_REQ_MAX_KERNELS], zero_bytes[SRCH_REQ_MAX_KERNELS]; /* 0: all of ws */
     CUdeviceptr ptrs[SRCH_REQ_MAX_KERNELS][OPS_MAX_ARGS];
     void *params[SRCH_REQ_MAX_KERNELS][OPS_MAX_ARGS];
+    /* The encoded tensor maps of OPS_ARG_TENSOR_MAP parameters, n_tmaps of them (aligned_alloc'd,
+     * 128 bytes each, freed with the slot): params[k][a] points at one of them. */
+    CUtensorMap *tmaps;
+    int n_tmaps;
     CUdeviceptr ws;
     int64_t ws_bytes;
     bool library;

@@ -5,6 +5,7 @@
 #include "worker_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- candidates ---- */
@@ -21,6 +22,7 @@ void srch_wk_cand_release(wk *w, wk_cand *c)
         w->cu.p_cuModuleUnload(c->mod);
     if (c->data)
         c->data->users--;
+    free(c->tmaps);
     memset(c, 0, sizeof(*c));
 }
 
@@ -79,6 +81,35 @@ srch_status srch_wk_fail_status(wk *w, srch_status otherwise)
     return wk_probe_dead(w) ? SRCH_FAULT : otherwise;
 }
 
+/* cuLaunchKernel reads as many parameters, of as many bytes, as the kernel declares, whatever the
+ * launch says: a pointer is 8 bytes, a tensor map 128. */
+static int check_params(wk *w, CUfunction fn, const ops_kernel_launch *l, kt_err *err)
+{
+    for (int a = 0; a <= l->n_args; a++) {
+        size_t off = 0, size = 0;
+        CUresult cr = w->cu.p_cuFuncGetParamInfo(fn, (size_t)a, &off, &size);
+        if (a == l->n_args) {
+            if (cr == CUDA_SUCCESS)
+                return kt_err_set(err, -EINVAL, "%s takes more than the launch's %d parameters",
+                                  l->entry, l->n_args);
+            break;
+        }
+        if (cr == CUDA_ERROR_INVALID_VALUE)
+            return kt_err_set(err, -EINVAL, "%s takes %d parameters; the launch passes %d",
+                              l->entry, a, l->n_args);
+        int rc = wk_cu(w, cr, "cuFuncGetParamInfo", err);
+        if (rc < 0)
+            return rc;
+        size_t want = l->args[a].kind == OPS_ARG_TENSOR_MAP ? OPS_TMAP_BYTES : sizeof(CUdeviceptr);
+        if (size != want)
+            return kt_err_set(
+                err, -EINVAL, "%s parameter %d is %zu bytes; the launch passes %s of %zu", l->entry,
+                a, size, l->args[a].kind == OPS_ARG_TENSOR_MAP ? "a tensor map" : "a pointer",
+                want);
+    }
+    return 0;
+}
+
 /* Loads the cubin (or plans the cuBLASLt call) and resolves every argument. On failure the
  * result says why and the slot stays with the caller to release. */
 int srch_wk_cand_load(wk *w, wk_cand *c, const srch_eval_req *req, srch_eval_result *res)
@@ -122,6 +153,8 @@ int srch_wk_cand_load(wk *w, wk_cand *c, const srch_eval_req *req, srch_eval_res
             if ((rc = wk_cu(w, w->cu.p_cuModuleGetFunction(&c->fn[k], c->mod, l->entry), l->entry,
                             &err)) < 0)
                 goto fail;
+            if ((rc = check_params(w, c->fn[k], l, &err)) < 0)
+                goto fail;
             int max_threads = 0, static_smem = 0;
             w->cu.p_cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
                                        c->fn[k]);
@@ -150,13 +183,32 @@ int srch_wk_cand_load(wk *w, wk_cand *c, const srch_eval_req *req, srch_eval_res
     if (c->ws_bytes > 0 && (rc = wk_cu(w, w->cu.p_cuMemAlloc(&c->ws, (size_t)c->ws_bytes),
                                        "allocate the workspace", &err)) < 0)
         goto fail;
+    int n_tmaps = 0;
+    for (int k = 0; k < c->n_kernels; k++)
+        for (int a = 0; a < c->launch[k].n_args; a++)
+            n_tmaps += c->launch[k].args[a].kind == OPS_ARG_TENSOR_MAP;
+    if (n_tmaps &&
+        !(c->tmaps = aligned_alloc(_Alignof(CUtensorMap), (size_t)n_tmaps * sizeof(CUtensorMap)))) {
+        rc = kt_err_set(&err, -ENOMEM, "out of memory for %d tensor maps", n_tmaps);
+        goto fail;
+    }
     for (int k = 0; k < c->n_kernels; k++) {
         const ops_kernel_launch *l = &c->launch[k];
         for (int a = 0; a < l->n_args; a++) {
-            c->ptrs[k][a] = l->args[a].kind == OPS_ARG_TENSOR
-                                ? srch_wk_data_ptr(D, l->args[a].tensor)
-                                : c->ws + (CUdeviceptr)l->args[a].offset;
+            const ops_arg *arg = &l->args[a];
+            /* a pointer argument's value; a tensor map's base address */
+            c->ptrs[k][a] = arg->kind == OPS_ARG_WORKSPACE ||
+                                    (arg->kind == OPS_ARG_TENSOR_MAP && arg->tensor < 0)
+                                ? c->ws + (CUdeviceptr)arg->offset
+                                : srch_wk_data_ptr(D, arg->tensor);
             c->params[k][a] = &c->ptrs[k][a];
+            if (arg->kind != OPS_ARG_TENSOR_MAP)
+                continue;
+            CUtensorMap *m = &c->tmaps[c->n_tmaps++];
+            if ((rc = srch_cuda_encode_tmap(&w->cu, &arg->tmap, (uint64_t)c->ptrs[k][a], m,
+                                            l->entry, a, &err)) < 0)
+                goto fail;
+            c->params[k][a] = m; /* the 128 bytes themselves are the parameter */
         }
     }
     return 0;

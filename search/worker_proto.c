@@ -16,7 +16,9 @@
  *   "library"    bool: a cuBLASLt call ("lt") instead of kernels of a cubin
  *   "cubin"      bin (kernel candidates only)
  *   "kernels"    [{"entry": str, "grid": [3 uint], "block": [3 uint], "smem": uint,
- *                  "zero_ws": bool, "args": [[0, TENSOR] | [1, OFFSET], ...], optional "zero":
+ *                  "zero_ws": bool, "args": [[0, TENSOR] | [1, OFFSET] | [2, TENSOR, OFFSET,
+ *                  TMAP], ...] (2: a tensor map over TENSOR, or over the workspace at OFFSET
+ *                  when TENSOR is -1; TMAP its ops_tensor_map_pack form), optional "zero":
  *                  [OFFSET, BYTES]: with zero_ws, the workspace range to clear (absent: all of
  *                  it; it must lie inside the workspace)}, ...], at most SRCH_REQ_MAX_KERNELS
  *   "workspace"  int: workspace bytes
@@ -147,10 +149,18 @@ static void pack_kernel(msgpack_packer *pk, const ops_kernel_launch *l, int64_t 
     kt_mp_pack_str(pk, "args");
     msgpack_pack_array(pk, (size_t)l->n_args);
     for (int a = 0; a < l->n_args; a++) {
+        const ops_arg *arg = &l->args[a];
+        if (arg->kind == OPS_ARG_TENSOR_MAP) {
+            msgpack_pack_array(pk, 4);
+            msgpack_pack_int(pk, 2);
+            msgpack_pack_int64(pk, arg->tensor < 0 ? -1 : arg->tensor);
+            msgpack_pack_int64(pk, arg->offset);
+            ops_tensor_map_pack(pk, &arg->tmap);
+            continue;
+        }
         msgpack_pack_array(pk, 2);
-        msgpack_pack_int(pk, l->args[a].kind == OPS_ARG_TENSOR ? 0 : 1);
-        msgpack_pack_int64(pk, l->args[a].kind == OPS_ARG_TENSOR ? l->args[a].tensor
-                                                                 : l->args[a].offset);
+        msgpack_pack_int(pk, arg->kind == OPS_ARG_TENSOR ? 0 : 1);
+        msgpack_pack_int64(pk, arg->kind == OPS_ARG_TENSOR ? arg->tensor : arg->offset);
     }
 }
 
@@ -555,6 +565,47 @@ static const char *const kernel_keys[KN_N_KEYS] = {"entry",   "grid", "block", "
                                                    "zero_ws", "args", "zero"};
 #define KN_REQUIRED ((1u << KN_ZERO) - 1) /* every key before "zero" */
 
+/* One of a launch's "args": [0, TENSOR], [1, OFFSET] or [2, TENSOR | -1, OFFSET, TMAP]. */
+static int unpack_arg(const msgpack_object *e, int a, ops_arg *arg, kt_err *err)
+{
+    int rc, kind = 0;
+    int64_t v = 0;
+    if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size < 2)
+        return BAD("'args'[%d]: expected [kind, value]", a);
+    if ((rc = get_int(&e->via.array.ptr[0], 0, 2, &kind, "args kind", err)) < 0)
+        return rc;
+    if (kind == 2) {
+        int64_t off = 0;
+        ops_diag d = {0};
+        if (e->via.array.size != 4)
+            return BAD("'args'[%d]: expected [2, tensor, offset, tensor map]", a);
+        if ((rc = get_i64(&e->via.array.ptr[1], -1, INT32_MAX, &v, "args tensor", err)) < 0 ||
+            (rc = get_i64(&e->via.array.ptr[2], 0, (int64_t)1 << 48, &off, "args offset", err)) < 0)
+            return rc;
+        if (v >= 0 && off)
+            return BAD("'args'[%d]: a tensor map over tensor %lld with an offset", a, (long long)v);
+        if (ops_tensor_map_unpack(&e->via.array.ptr[3], &arg->tmap, &d) < 0)
+            return BAD("'args'[%d]: %s", a, d.msg);
+        arg->kind = OPS_ARG_TENSOR_MAP;
+        arg->tensor = (int32_t)v;
+        arg->offset = off;
+        return 0;
+    }
+    if (e->via.array.size != 2)
+        return BAD("'args'[%d]: expected [kind, value]", a);
+    if ((rc = get_i64(&e->via.array.ptr[1], 0, (int64_t)1 << 48, &v, "args value", err)) < 0)
+        return rc;
+    arg->kind = kind == 0 ? OPS_ARG_TENSOR : OPS_ARG_WORKSPACE;
+    if (kind == 0) {
+        if (v > INT32_MAX)
+            return BAD("'args'[%d]: tensor index out of range", a);
+        arg->tensor = (int32_t)v;
+    } else {
+        arg->offset = v;
+    }
+    return 0;
+}
+
 static int unpack_kernel(const msgpack_object *o, ops_kernel_launch *l, int64_t *zero_offset,
                          int64_t *zero_bytes, kt_err *err)
 {
@@ -605,24 +656,9 @@ static int unpack_kernel(const msgpack_object *o, ops_kernel_launch *l, int64_t 
             if (kv->val.type != MSGPACK_OBJECT_ARRAY || kv->val.via.array.size > OPS_MAX_ARGS)
                 return BAD("'args': expected an array of at most %d arguments", OPS_MAX_ARGS);
             l->n_args = (int)kv->val.via.array.size;
-            for (int a = 0; a < l->n_args; a++) {
-                const msgpack_object *e = &kv->val.via.array.ptr[a];
-                int kind = 0;
-                if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2)
-                    return BAD("'args'[%d]: expected [kind, value]", a);
-                if ((rc = get_int(&e->via.array.ptr[0], 0, 1, &kind, "args kind", err)) < 0 ||
-                    (rc = get_i64(&e->via.array.ptr[1], 0, (int64_t)1 << 48, &v, "args value",
-                                  err)) < 0)
+            for (int a = 0; a < l->n_args; a++)
+                if ((rc = unpack_arg(&kv->val.via.array.ptr[a], a, &l->args[a], err)) < 0)
                     return rc;
-                l->args[a].kind = kind == 0 ? OPS_ARG_TENSOR : OPS_ARG_WORKSPACE;
-                if (kind == 0) {
-                    if (v > INT32_MAX)
-                        return BAD("'args'[%d]: tensor index out of range", a);
-                    l->args[a].tensor = (int32_t)v;
-                } else {
-                    l->args[a].offset = v;
-                }
-            }
             break;
         }
         if (rc < 0)
@@ -929,18 +965,39 @@ int srch_eval_req_unpack(const msgpack_object *o, srch_eval_req *r, kt_err *err)
             }
             for (int a = 0; a < r->kernels[k].n_args; a++) {
                 const ops_arg *arg = &r->kernels[k].args[a];
-                if (arg->kind == OPS_ARG_TENSOR && !is_io_tensor(r->sub, arg->tensor)) {
+                bool on_tensor = arg->kind == OPS_ARG_TENSOR ||
+                                 (arg->kind == OPS_ARG_TENSOR_MAP && arg->tensor >= 0);
+                bool on_ws = arg->kind == OPS_ARG_WORKSPACE ||
+                             (arg->kind == OPS_ARG_TENSOR_MAP && arg->tensor < 0);
+                if (on_tensor && !is_io_tensor(r->sub, arg->tensor)) {
                     rc = BAD("kernel %d ('%s') argument %d: tensor %d is not an input or output "
                              "of 'sub'",
                              k, r->kernels[k].entry, a, arg->tensor);
                     goto fail;
                 }
-                if (arg->kind == OPS_ARG_WORKSPACE && arg->offset >= r->workspace_bytes) {
+                if (on_ws && arg->offset >= r->workspace_bytes) {
                     rc = BAD("kernel %d ('%s') argument %d: workspace offset %lld beyond the "
                              "%lld-byte workspace",
                              k, r->kernels[k].entry, a, (long long)arg->offset,
                              (long long)r->workspace_bytes);
                     goto fail;
+                }
+                if (arg->kind == OPS_ARG_TENSOR_MAP) {
+                    /* The copies must stay inside the buffer the map lies over. */
+                    uint64_t span = ops_tensor_map_span(&arg->tmap), have;
+                    if (on_tensor) {
+                        const ops_tensor *x = &r->sub->tensors[arg->tensor];
+                        have = (uint64_t)ops_shape_numel(&x->shape) * ops_dtype_size(x->dtype);
+                    } else {
+                        have = (uint64_t)(r->workspace_bytes - arg->offset);
+                    }
+                    if (span > have) {
+                        rc = BAD("kernel %d ('%s') argument %d: the tensor map spans %llu bytes, "
+                                 "its buffer holds %llu",
+                                 k, r->kernels[k].entry, a, (unsigned long long)span,
+                                 (unsigned long long)have);
+                        goto fail;
+                    }
                 }
             }
         }

@@ -101,6 +101,9 @@ int srch_wk_ref_launch(wk *w, const wk_ref *r, const CUdeviceptr *buf, int n_ten
         void *params[OPS_MAX_ARGS];
         for (int a = 0; a < l->n_args; a++) {
             ptrs[a] = 0;
+            if (l->args[a].kind == OPS_ARG_TENSOR_MAP) /* the fp64 reference uses no TMA */
+                return kt_err_set(err, -EINVAL, "reference kernel %s: argument %d is a tensor map",
+                                  l->entry, a);
             if (l->args[a].kind == OPS_ARG_WORKSPACE)
                 ptrs[a] = r->ws + (CUdeviceptr)l->args[a].offset;
             else if (l->args[a].tensor >= 0 && l->args[a].tensor < n_tensors)

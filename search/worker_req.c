@@ -85,7 +85,9 @@ int srch_eval_req_for_group(const ops_group *grp, const ops_emitted *e, const vo
         out->kernels[k] = e->kernels[k];
         for (int a = 0; a < e->kernels[k].n_args; a++) {
             ops_arg *arg = &out->kernels[k].args[a];
-            if (arg->kind == OPS_ARG_TENSOR &&
+            bool on_tensor = arg->kind == OPS_ARG_TENSOR ||
+                             (arg->kind == OPS_ARG_TENSOR_MAP && arg->tensor >= 0);
+            if (on_tensor &&
                 (rc = map_tensor(grp, sub, e->kernels[k].args[a].tensor, &arg->tensor, d)) < 0)
                 goto fail;
         }

@@ -67,6 +67,10 @@ static const gpu_case cases[] = {
     {"tests/gpu/linear_decode.json", "T=19,N=333,K=2008", OPS_PREC_EXACT, "math=mma"},
     {"tests/gpu/linear_decode.json", "T=64,N=200,K=4096", OPS_PREC_EXACT, "math=mma"},
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "math=mma"},
+    /* gemv rows read by several warps (tpr 64-256), both forms, ragged */
+    {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "tpr=128"},
+    {"tests/gpu/linear_decode.json", "T=5,N=1000,K=1000", OPS_PREC_EXACT, "tpr=256"},
+    {"examples/gemv_bias_relu.json", "M=1000,K=1000", OPS_PREC_EXACT, "tpr=64"},
     /* gemv's cache-hinted loads of A at every width: 16-bit rows of odd length (2-byte loads),
      * f32 rows with an epilogue (4 to 16 bytes) */
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2551", OPS_PREC_EXACT, "load=stream"},

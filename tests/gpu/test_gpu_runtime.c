@@ -15,7 +15,10 @@
  *      overlaps an input or the workspace, refused by ktune_launch (-EINVAL), naming both;
  *   6. declared order (issue 17): out = sub(b, a) over two same-shaped inputs declared (a, b),
  *      whose canonical order is (b, a), tuned, then launched with buffers in declared order and
- *      compared with the reference (b - a). Every launch here passes buffers in declared order.
+ *      compared with the reference (b - a). Every launch here passes buffers in declared order;
+ *   7. on sm_90: a hand-made record whose kernel (tests/gpu/tmap_copy.cu) reads its ragged f16
+ *      input through a TMA tensor map the runtime encodes at each launch, compared with the
+ *      reference (y = 2x, and row sums over whole boxes: the box past x must read as zeros).
  * The worker is $KTUNE_WORKER (else the supervisor's lookup). Exit: 0 passed, 1 failed, 77 no
  * GPU (skipped). */
 #include "search/compile.h"
@@ -333,6 +336,109 @@ out:
     ops_emitted_free(&em);
     ops_graph_free(canon);
     ops_graph_free(bound);
+    return rc;
+}
+
+/* 7: a record whose kernel reads its input through a TMA tensor map (tests/gpu/tmap_copy.cu at
+ * M = 100: y = 2 x, s = row sums over whole boxes, so the box past x must read as zeros): the
+ * runtime encodes the map over the caller's buffer at each ktune_launch. */
+static int make_tmap_record(const char *dir, const cache_gpu *gpu)
+{
+    char path[1024];
+    ktune_graph *kg = NULL;
+    ktune_error kerr = {0};
+    ops_binding b = {"M", 100};
+    ops_graph *bound = NULL, *canon = NULL;
+    ops_diag d = {0};
+    int in_rank[8] = {0}, out_rank[8] = {0};
+    srch_compile_result cr = {0};
+    char *src = NULL;
+    kt_err err = {0};
+    cache_record r;
+    cache_record_init(&r);
+    int rc = -1;
+    snprintf(path, sizeof(path), "%s/tests/gpu/tmap_copy.cu",
+             getenv("KTUNE_SOURCE_ROOT") ? getenv("KTUNE_SOURCE_ROOT") : ".");
+    if (kt_read_file(path, 1 << 20, &src, NULL, &err) < 0 ||
+        srch_nvrtc_compile(src, "sm_90a", &cr) < 0 || cr.status != SRCH_COMPILE_OK) {
+        printf("  FAIL tmap_copy.cu: %s %.300s\n", err.msg, cr.log ? cr.log : "");
+        goto out;
+    }
+    if (ktune_graph_load(example("tests/gpu/tmap_copy.json", path, sizeof(path)), &kg, &kerr) < 0 ||
+        ops_graph_bind(kg->g, &b, 1, &bound, &d) < 0 ||
+        ops_graph_canonicalize(bound, &canon, &d) < 0 ||
+        ops_graph_canonical_io(canon, in_rank, out_rank, &d) < 0) {
+        printf("  FAIL tmap record: %s%s\n", kerr.msg, d.msg);
+        goto out;
+    }
+    int x = ops_graph_find_tensor(canon, "x"), y = ops_graph_find_tensor(canon, "y"),
+        s = ops_graph_find_tensor(canon, "s");
+    if (x < 0 || y < 0 || s < 0) {
+        printf("  FAIL tmap record: x, y or s not in the canonical graph\n");
+        goto out;
+    }
+    r.key.gpu = *gpu;
+    memcpy(r.key.sig, kg->sig, OPS_SIG_BYTES);
+    r.key.n_shapes = 1;
+    snprintf(r.key.shapes[0].name, sizeof(r.key.shapes[0].name), "M");
+    r.key.shapes[0].value = 100;
+    r.key.precision = OPS_PREC_EXACT;
+    if (cache_record_set_problem(&r, canon, &err) < 0) {
+        printf("  FAIL tmap record: %s\n", err.msg);
+        goto out;
+    }
+    r.graph_name = strdup("tmap_copy");
+    r.family = strdup("pointwise");
+    r.schedule = strdup("pointwise tmap_copy.cu");
+    r.source = src;
+    r.source_len = strlen(src);
+    src = NULL;
+    r.cubin = cr.cubin;
+    r.cubin_len = cr.cubin_len;
+    cr.cubin = NULL;
+    r.verified = true; /* checked against the reference by this test */
+    r.time_ns = r.time_p10_ns = r.time_p90_ns = 1000;
+    r.reps = 1;
+    r.tolerance = 1e-2;
+    r.created = 1700000000;
+    r.n_kernels = 1;
+    r.kernels = calloc(1, sizeof(*r.kernels));
+    cache_kernel *k = &r.kernels[0];
+    k->entry = strdup("tmap_copy");
+    k->grid[0] = (100 + 15) / 16;
+    k->grid[1] = k->grid[2] = 1;
+    k->block[0] = 128;
+    k->block[1] = k->block[2] = 1;
+    k->args = calloc(3, sizeof(cache_arg));
+    k->n_args = 3;
+    k->args[0] = map_tensor(canon, in_rank, out_rank, x);
+    k->args[0].has_tmap = true;
+    k->args[0].tmap = (ops_tensor_map){.rank = 2,
+                                       .dtype = OPS_DT_F16,
+                                       .dims = {200, 100},
+                                       .strides = {400},
+                                       .box = {64, 16},
+                                       .elem_strides = {1, 1}};
+    k->args[1] = map_tensor(canon, in_rank, out_rank, y);
+    k->args[2] = map_tensor(canon, in_rank, out_rank, s);
+    cache_env *env = NULL;
+    if (cache_open(dir, 0, NULL, &env, &err) < 0 || cache_put(env, &r, NULL, &err) < 0) {
+        printf("  FAIL storing the tmap record: %s\n", err.msg);
+        cache_close(env);
+        goto out;
+    }
+    cache_close(env);
+    printf("  record tmap_copy M=100 (a tensor-map argument)\n");
+    rc = 0;
+out:
+    if (rc < 0)
+        failures++;
+    cache_record_free(&r);
+    srch_compile_result_release(&cr);
+    free(src);
+    ops_graph_free(canon);
+    ops_graph_free(bound);
+    ktune_graph_free(kg);
     return rc;
 }
 
@@ -717,6 +823,8 @@ int main(void)
     }
     make_record(dir_a, kg, &dev, &gpu, 136, false, MANGLE_NONE);
     make_record(dir_a, kg, &dev, &gpu, 72, true, MANGLE_NONE);
+    if (dev.sm_major >= 9)
+        make_tmap_record(dir_a, &gpu);
     /* 5: the same split-K record damaged, each in a cache of its own */
     make_record(dir_arity, kg, &dev, &gpu, 136, false, MANGLE_EXTRA_ARG);
     make_record(dir_cut, kg, &dev, &gpu, 136, false, MANGLE_TRUNCATED);
@@ -773,6 +881,11 @@ int main(void)
         CHECK(strstr(info.schedule, "splitk_mode=serial") != NULL, "schedule %s", info.schedule);
     }
     run_one(rt, "gemm_bias_relu.json", "M=72", KTUNE_MATCH_EXACT, "library", 2);
+    if (dev.sm_major >= 9) { /* 7: TMA tensor maps (sm_90) */
+        ktune_kernel *tk =
+            run_one(rt, "tests/gpu/tmap_copy.json", "M=100", KTUNE_MATCH_EXACT, "pointwise", 2);
+        CHECK(tk != NULL, "the tensor-map record was not served");
+    }
     expect_declared_order(rt);
     expect_aliasing_refused(rt);
     ktune_runtime_close(rt);

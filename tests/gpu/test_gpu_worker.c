@@ -959,7 +959,126 @@ static void fault(void)
     ops_graph_free(g);
 }
 
-int main(void)
+/* ---- tensor maps ---- */
+
+/* tests/gpu/tmap_copy.cu's problem: X [100, 200] f16 -> Y = 2 X, S = sum of X over axis 1. */
+#define TMAP_M 100
+#define TMAP_N 200
+
+static ops_graph *tmap_graph(void)
+{
+    ops_graph *g = ops_graph_new("tmap_copy");
+    ops_shape sh = {.rank = 2, .d = {{TMAP_M, OPS_NO_SYM}, {TMAP_N, OPS_NO_SYM}}};
+    int x = ops_graph_add_input(g, "x", OPS_DT_F16, &sh, false);
+    int n0 = ops_graph_add_node(g, OPS_MUL, "y", NULL);
+    g->nodes[n0].n_in = 2;
+    g->nodes[n0].in[0] = (ops_operand){.tensor = x};
+    g->nodes[n0].in[1] = (ops_operand){.tensor = OPS_SCALAR, .scalar = 2};
+    ops_graph_mark_output(g, g->nodes[n0].out);
+    ops_attrs a;
+    ops_attrs_default(OPS_REDUCE_SUM, &a);
+    a.n_axes = 1;
+    a.axes[0] = 1;
+    a.keepdim = false;
+    int n1 = ops_graph_add_node(g, OPS_REDUCE_SUM, "s", &a);
+    g->nodes[n1].n_in = 1;
+    g->nodes[n1].in[0] = (ops_operand){.tensor = x};
+    ops_graph_mark_output(g, g->nodes[n1].out);
+    ops_diag d = {0};
+    if (ops_graph_validate(g, &d) < 0) {
+        printf("  FAIL tmap graph: %s\n", d.msg);
+        failures++;
+    }
+    return g;
+}
+
+/* Evaluates tmap_copy with x passed as a tensor map (or, with as_pointer, wrongly as a
+ * pointer) over X; oob_nan fills the box past X with NaN instead of zeros. */
+static srch_status eval_tmap(worker *w, ops_graph *g, const srch_compile_result *cr,
+                             const char *what, bool oob_nan, bool as_pointer, uint64_t id,
+                             srch_eval_result *res)
+{
+    srch_eval_req req = {0};
+    req.id = id;
+    req.sub = g;
+    req.seeds = 2;
+    req.seed0 = 19;
+    req.verify = req.time = true;
+    timing_fast(&req);
+    req.cubin = cr->cubin;
+    req.cubin_len = cr->cubin_len;
+    req.n_kernels = 1;
+    ops_kernel_launch *l = &req.kernels[0];
+    snprintf(l->entry, sizeof(l->entry), "tmap_copy");
+    l->grid[0] = (TMAP_M + 15) / 16; /* BR = 16 rows per CTA */
+    l->grid[1] = l->grid[2] = 1;
+    l->block[0] = 128;
+    l->block[1] = l->block[2] = 1;
+    l->n_args = 3;
+    l->args[0] = (ops_arg){.kind = OPS_ARG_TENSOR_MAP,
+                           .tensor = 0,
+                           .tmap = {.rank = 2,
+                                    .dtype = OPS_DT_F16,
+                                    .dims = {TMAP_N, TMAP_M},
+                                    .strides = {TMAP_N * 2},
+                                    .box = {64, 16},
+                                    .elem_strides = {1, 1},
+                                    .oob_nan = oob_nan}};
+    if (as_pointer)
+        l->args[0] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = 0};
+    l->args[1] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = g->outputs[0]};
+    l->args[2] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = g->outputs[1]};
+    srch_status st = SRCH_STATUS_COUNT;
+    if (eval(w, &req, res, 120) == 0) {
+        print_result(what, res);
+        st = res->status;
+    }
+    return st;
+}
+
+/* A hand-written sm_90a kernel (tests/gpu/tmap_copy.cu) reads a ragged f16 matrix through TMA
+ * 2-D tile copies of a tensor map the worker encodes: every element must arrive (Y = 2X, each
+ * element verified), and the box past the matrix must read as zeros (the row sums S add whole
+ * boxes). The same map with NaN fill must fail, and the kernel launched with a pointer for its
+ * tensor-map parameter must be refused at load (parameter sizes). */
+static void tensor_maps(worker *w)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/tests/gpu/tmap_copy.cu",
+             getenv("KTUNE_SOURCE_ROOT") ? getenv("KTUNE_SOURCE_ROOT") : ".");
+    char *src = NULL;
+    kt_err err = {0};
+    srch_compile_result cr = {0};
+    srch_eval_result res;
+    if (kt_read_file(path, 1 << 20, &src, NULL, &err) < 0) {
+        CHECK(0, "%s", err.msg);
+        return;
+    }
+    if (strncmp(arch, "sm_9", 4) != 0 && strncmp(arch, "sm_1", 4) != 0) {
+        printf("  skip: TMA needs sm_90 (this GPU is %s)\n", arch);
+        free(src);
+        return;
+    }
+    if (srch_nvrtc_compile(src, "sm_90a", &cr) < 0 || cr.status != SRCH_COMPILE_OK) {
+        CHECK(0, "tmap_copy.cu: compile: %.300s", cr.log ? cr.log : "");
+        goto out;
+    }
+    ops_graph *g = tmap_graph();
+    srch_status st = eval_tmap(w, g, &cr, "tmap 2-D copy, zero fill", false, false, 190, &res);
+    CHECK(st == SRCH_OK, "tensor-map copy: %s %s", srch_status_str(st), res.msg);
+    CHECK(st != SRCH_OK || res.err_max <= 1, "tensor-map copy: elementwise %.3g", res.err_max);
+    st = eval_tmap(w, g, &cr, "tmap 2-D copy, NaN fill (must fail)", true, false, 191, &res);
+    CHECK(st == SRCH_WRONG, "NaN-filled box: %s %s, want wrong", srch_status_str(st), res.msg);
+    st = eval_tmap(w, g, &cr, "tmap kernel given a pointer (refused)", false, true, 192, &res);
+    CHECK(st == SRCH_LOAD_ERROR && strstr(res.msg, "parameter 0 is 128 bytes"),
+          "pointer for a tensor map: %s %s", srch_status_str(st), res.msg);
+    ops_graph_free(g);
+out:
+    srch_compile_result_release(&cr);
+    free(src);
+}
+
+int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGPIPE, SIG_IGN);
@@ -972,6 +1091,16 @@ int main(void)
     if (rc != 0) {
         worker_stop(&w);
         return 1;
+    }
+    /* `test_gpu_worker tmap` (the meson test gpu_tmap): the tensor-map part alone */
+    bool only_tmap = argc > 1 && strcmp(argv[1], "tmap") == 0;
+    if (only_tmap) {
+        printf("== tensor maps\n");
+        tensor_maps(&w);
+        CHECK(simple_op(&w, "quit") == 0, "quit");
+        CHECK(worker_stop(&w) == 0, "worker exit status after quit");
+        printf("\n%s (%d failures)\n", failures ? "FAILED" : "passed", failures);
+        return failures ? 1 : 0;
     }
 
     printf("== fp64 GPU reference vs CPU reference (small, ragged shapes)\n");
@@ -1000,6 +1129,9 @@ int main(void)
 
     printf("== planted kernels\n");
     planted(&w);
+
+    printf("== tensor maps\n");
+    tensor_maps(&w);
 
     printf("== NaN and Inf\n");
     nan_inf(&w);

@@ -306,7 +306,7 @@ static void rewrite_job_to(fixture *f, uint64_t id, const char *const *drop, int
     assert_int_equal(mdb_get(t, d, &mk, &mv), 0);
     msgpack_unpacked res;
     msgpack_unpacked_init(&res);
-    cache_dec dec = {"job", NULL};
+    cache_dec dec = {.doc = "job", .err = NULL};
     assert_int_equal(cache_value_unpack(mv.mv_data, mv.mv_size, &res, NULL, &dec), 0);
     const msgpack_object_map *m = &res.data.via.map;
     msgpack_sbuffer sb;

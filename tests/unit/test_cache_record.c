@@ -487,6 +487,104 @@ static void test_record_signer_optional(void **state)
     cache_record_free(&back);
 }
 
+/* The "v" of a stored record (the first key: a map16 header, "v", a fixint). */
+static int stored_version(const uint8_t *buf, size_t len)
+{
+    assert_true(len > 6 && buf[0] == 0xde && buf[3] == 0xa1 && buf[4] == 'v');
+    return buf[5];
+}
+
+/* Tensor-map arguments (issue 19): a map over input 0 ([M, 256] f16 in 64 x 16 boxes) and one
+ * over the workspace argument round trip, in a record written as version 4; a record without one
+ * is still written as version 3, and a version 3 record holding a map is refused (a build that
+ * predates maps would have launched it with pointers). The encoder refuses a malformed map, a
+ * map on a scalar, one reaching past its slot or workspace range, and too many maps. */
+static void test_record_tensor_maps(void **state)
+{
+    (void)state;
+    cache_key k;
+    test_key(&k, "gpu", 0x19, 100);
+    cache_record r, d;
+    test_record(&r, &k, "s", 100, 64, 1);
+    uint8_t *buf = NULL, *buf2 = NULL;
+    size_t len = 0, len2 = 0;
+    kt_err err = {0};
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), 0);
+    assert_int_equal(stored_version(buf, len), 3);
+    free(buf);
+
+    uint64_t m = (uint64_t)r.slots[0].dims[0];
+    cache_arg *in0 = &r.kernels[1].args[0], *ws = &r.kernels[1].args[3];
+    in0->has_tmap = true;
+    in0->tmap = (ops_tensor_map){.rank = 2,
+                                 .dtype = OPS_DT_F16,
+                                 .dims = {256, m},
+                                 .strides = {512},
+                                 .box = {64, 16},
+                                 .elem_strides = {1, 1},
+                                 .swizzle = 128,
+                                 .l2_promotion = 256};
+    ws->has_tmap = true; /* [4096, +4096): 2048 f16 */
+    ws->tmap = (ops_tensor_map){.rank = 1,
+                                .dtype = OPS_DT_F16,
+                                .dims = {2048},
+                                .box = {64},
+                                .elem_strides = {1},
+                                .oob_nan = true};
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), 0);
+    assert_int_equal(stored_version(buf, len), 4);
+    cache_record_init(&d);
+    if (cache_record_decode(buf, len, &d, &err) < 0)
+        fail_msg("decode: %s", err.msg);
+    assert_record_equal(&r, &d);
+    assert_true(d.kernels[1].args[0].has_tmap && d.kernels[1].args[3].has_tmap);
+    assert_false(d.kernels[1].args[1].has_tmap);
+    assert_int_equal(cache_record_encode(&d, &buf2, &len2, NULL), 0);
+    assert_int_equal(len, len2);
+    assert_memory_equal(buf, buf2, len);
+    free(buf2);
+    cache_record_free(&d);
+
+    /* the same bytes labelled version 3, checksum redone */
+    buf[5] = 3;
+    ops_sha256(buf, len - CACHE_CHECKSUM_BYTES, buf + len - CACHE_CHECKSUM_BYTES);
+    cache_record_init(&d);
+    assert_int_equal(cache_record_decode(buf, len, &d, &err), -EBADMSG);
+    assert_non_null(strstr(err.msg, "'arg.tmap' in a version 3 record"));
+    cache_record_free(&d);
+    free(buf);
+
+    in0->tmap.box[1] = 300;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "box[1] = 300"));
+    in0->tmap.box[1] = 16;
+    in0->tmap.dims[1] = m + 1; /* one row past the slot */
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "spans"));
+    in0->tmap.dims[1] = m;
+    ws->tmap.dims[0] = 2056; /* 16 bytes past the argument's workspace range */
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "4112 bytes of a 4096-byte buffer"));
+    ws->tmap.dims[0] = 2048;
+    cache_arg *sc = &r.kernels[1].args[4];
+    sc->has_tmap = true;
+    sc->tmap = in0->tmap;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "a scalar with a tensor map"));
+    sc->has_tmap = false;
+    /* 17 maps on one kernel */
+    cache_kernel *kk = &r.kernels[1];
+    cache_arg mapped = *in0; /* in0 points into the array realloc moves */
+    cache_arg *more = realloc(kk->args, 24 * sizeof(*more));
+    assert_non_null(more);
+    kk->args = more;
+    while (kk->n_args < 24)
+        kk->args[kk->n_args++] = mapped;
+    assert_int_equal(cache_record_encode(&r, &buf, &len, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "more than 16 tensor maps"));
+    cache_record_free(&r);
+}
+
 /* The physical floor: traffic beyond twice the L2 at the table's bandwidth, FLOPs (when the
  * graph is given) at the fastest unit, halved; a GPU not in the table gets the fastest entry. */
 static void test_record_floor(void **state)
@@ -546,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_trial_roundtrip),
         cmocka_unit_test(test_record_signer_optional),
         cmocka_unit_test(test_record_floor),
+        cmocka_unit_test(test_record_tensor_maps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

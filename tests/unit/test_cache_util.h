@@ -209,6 +209,9 @@ static KT_UNUSED void assert_record_equal(const cache_record *a, const cache_rec
             assert_int_equal(x->args[j].scalar, y->args[j].scalar);
             assert_true(x->args[j].ival == y->args[j].ival);
             assert_true(x->args[j].fval == y->args[j].fval);
+            assert_int_equal(x->args[j].has_tmap, y->args[j].has_tmap);
+            if (x->args[j].has_tmap)
+                assert_true(ops_tensor_map_equal(&x->args[j].tmap, &y->args[j].tmap));
         }
     }
     assert_true(a->workspace_bytes == b->workspace_bytes);

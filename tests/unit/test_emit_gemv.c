@@ -292,6 +292,38 @@ static void test_mma(void **state)
     assert_true(compile_mma(gemv_f16, "M=7680,N=1,K=2552", 6, "sm_80") >= 3);
 }
 
+/* A row read by several warps (TPR > 32, as a reduction kernel reads one: a block's loads in one
+ * stretch of the row): each warp's sum, then the row's first lane adds them in warp order. */
+static void test_cross_warp_rows(void **state)
+{
+    (void)state;
+    assert_string_equal(why(gemv_f16, "M=6144,N=1,K=4096", sched(256, 128, 1, 8)), "kept");
+    assert_string_equal(why(gemv_f16, "M=6144,N=1,K=4096", sched(128, 256, 1, 8)), "redundant");
+    assert_string_equal(why(gemv_f16, "M=6144,N=1,K=4096", sched(256, 128, 2, 8)), "redundant");
+    const char *const json[] = {gemv_f16, decode_bf16};
+    const char *const shapes[] = {"M=6144,N=1,K=4096", "T=3,N=6144,K=4096"};
+    for (int f = 0; f < 2; f++) {
+        ops_group grp;
+        ops_graph *g = emit_test_make(json[f], shapes[f], &grp);
+        ops_schedule s = sched(256, 128, 1, 8);
+        s.v[LOAD] = LOAD_STREAM;
+        ops_emitted e = {0};
+        emit_one(&grp, &s, &e);
+        assert_non_null(strstr(e.source, "sum += part[(threadIdx.x >> 5) + w][t];"));
+        assert_non_null(strstr(e.source, "for (int c = lane; c < K / VEC; c += TPR)"));
+        /* 6144 rows, 2 a block */
+        assert_int_equal(e.kernels[0].grid[0], 3072);
+        emit_test_list one = {0};
+        emit_test_collect(&s, &one);
+        s.v[TPR] = 256;
+        emit_test_collect(&s, &one);
+        assert_int_equal(emit_test_compile_spread(&grp, &one, one.n, "sm_90a", emit_one), 2);
+        free(one.s);
+        ops_emitted_free(&e);
+        ops_graph_free(g);
+    }
+}
+
 static void test_compile(void **state)
 {
     (void)state;
@@ -310,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_load_hints),
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_mma),
+        cmocka_unit_test(test_cross_warp_rows),
         cmocka_unit_test(test_compile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1081,6 +1081,16 @@ static void test_check_params(void **state)
     assert_int_equal(ktune_rt_check_params(&k, sizes, 5, &why), -EBADMSG);
     assert_non_null(
         strstr(why.msg, "parameter 1 is 4 bytes; the record passes an output pointer of 8"));
+    sizes[1] = 8;
+    /* a tensor map over input 0 is a 128-byte parameter, not a pointer */
+    args[0].has_tmap = true;
+    args[0].tmap = (ops_tensor_map){
+        .rank = 1, .dtype = OPS_DT_F32, .dims = {64}, .box = {64}, .elem_strides = {1}};
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 5, &why), -EBADMSG);
+    assert_non_null(
+        strstr(why.msg, "parameter 0 is 8 bytes; the record passes a tensor map of 128"));
+    sizes[0] = 128;
+    assert_int_equal(ktune_rt_check_params(&k, sizes, 5, &why), 0);
     k.n_args = 0;
     assert_int_equal(ktune_rt_check_params(&k, sizes, 0, &why), 0);
 }

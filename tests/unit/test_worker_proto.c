@@ -114,8 +114,13 @@ static void assert_same_launch(const ops_kernel_launch *a, const ops_kernel_laun
         assert_int_equal(a->args[k].kind, b->args[k].kind);
         if (a->args[k].kind == OPS_ARG_TENSOR)
             assert_int_equal(a->args[k].tensor, b->args[k].tensor);
-        else
+        else if (a->args[k].kind == OPS_ARG_WORKSPACE)
             assert_int_equal(a->args[k].offset, b->args[k].offset);
+        else {
+            assert_int_equal(a->args[k].tensor, b->args[k].tensor);
+            assert_int_equal(a->args[k].offset, b->args[k].offset);
+            assert_true(ops_tensor_map_equal(&a->args[k].tmap, &b->args[k].tmap));
+        }
     }
 }
 
@@ -709,6 +714,86 @@ static void pack_full_spec(msgpack_packer *pk, const void *ctx)
 
 /* An assembled record over a whole graph (search/tune_record.c): the graph itself as the subgraph,
  * more kernels than a group candidate may have, each clearing its own workspace slot. */
+/* A 64 x 16 box map over [rows, cols] f16 (cols * 2 a multiple of 16). */
+static ops_tensor_map f16_map(uint64_t rows, uint64_t cols)
+{
+    return (ops_tensor_map){.rank = 2,
+                            .dtype = OPS_DT_F16,
+                            .dims = {cols, rows},
+                            .strides = {cols * 2},
+                            .box = {64, 16},
+                            .elem_strides = {1, 1},
+                            .swizzle = 128};
+}
+
+/* Packs r, unpacks it, and expects -EPROTO with want in the message. */
+static void expect_refused(const srch_eval_req *r, const char *want)
+{
+    srch_eval_req back;
+    kt_err err = {0};
+    int rc = round_trip_req(r, &back, &err);
+    if (rc != -EPROTO || !strstr(err.msg, want))
+        fail_msg("want -EPROTO with '%s', got %d '%s'", want, rc, err.msg);
+    assert_null(back.sub);
+}
+
+/* Tensor-map arguments: one over a graph input (A [1000, 512] f16), renumbered onto the
+ * subgraph like a pointer, and one over the workspace; both round trip. A malformed map (box
+ * over 256), one over a tensor with an offset, and one reaching past its buffer are refused. */
+static void test_tmap_request(void **state)
+{
+    (void)state;
+    ops_graph *g = example("gemm_bias_relu.json", "M", 1000);
+    ops_group grp;
+    whole_group(g, &grp);
+    ops_emitted e = {0};
+    fake_candidate(&grp, &e);
+    int a_t = ops_graph_find_tensor(g, "A");
+    assert_true(a_t >= 0);
+    ops_kernel_launch *k = &e.kernels[0];
+    k->args[k->n_args++] =
+        (ops_arg){.kind = OPS_ARG_TENSOR_MAP, .tensor = a_t, .tmap = f16_map(1000, 512)};
+    ops_tensor_map ws_map = f16_map(32, 64);
+    ws_map.oob_nan = true;
+    ws_map.l2_promotion = 128;
+    k->args[k->n_args++] =
+        (ops_arg){.kind = OPS_ARG_TENSOR_MAP, .tensor = -1, .offset = 256, .tmap = ws_map};
+    e.workspace_bytes = 256 + 32 * 64 * 2;
+    static const uint8_t cubin[] = {0x7f, 'E', 'L', 'F', 2};
+    srch_eval_req r, back;
+    ops_diag d = {0};
+    kt_err err = {0};
+    if (srch_eval_req_for_group(&grp, &e, cubin, sizeof(cubin), &r, &d) < 0)
+        fail_msg("for_group: %s", d.msg);
+    const ops_arg *ra = &r.kernels[0].args[k->n_args - 2];
+    assert_int_equal(ra->kind, OPS_ARG_TENSOR_MAP);
+    assert_string_equal(r.sub->tensors[ra->tensor].name, "A");
+    assert_true(ops_tensor_map_equal(&ra->tmap, &k->args[k->n_args - 2].tmap));
+    if (round_trip_req(&r, &back, &err) < 0)
+        fail_msg("unpack: %s", err.msg);
+    assert_same_req(&r, &back);
+    srch_eval_req_free(&back);
+
+    ops_arg *ta = &r.kernels[0].args[k->n_args - 2], *wa = &r.kernels[0].args[k->n_args - 1];
+    ta->tmap.box[1] = 300;
+    expect_refused(&r, "box[1] = 300");
+    ta->tmap.box[1] = 16;
+    ta->offset = 64;
+    expect_refused(&r, "with an offset");
+    ta->offset = 0;
+    ta->tmap.dims[1] = 1001; /* one row more than A holds */
+    expect_refused(&r, "spans 1025024 bytes, its buffer holds 1024000");
+    ta->tmap.dims[1] = 1000;
+    wa->offset = 512; /* the map now ends 256 bytes past the workspace */
+    expect_refused(&r, "its buffer holds 3840");
+    wa->offset = 256;
+    if (round_trip_req(&r, &back, &err) < 0)
+        fail_msg("unpack after the repairs: %s", err.msg);
+    srch_eval_req_free(&back);
+    srch_eval_req_free(&r);
+    ops_graph_free(g);
+}
+
 static void test_record_request(void **state)
 {
     (void)state;
@@ -887,7 +972,7 @@ int main(void)
         cmocka_unit_test(test_gemm_request),       cmocka_unit_test(test_splitk_request),
         cmocka_unit_test(test_library_request),    cmocka_unit_test(test_result_round_trip),
         cmocka_unit_test(test_malformed_requests), cmocka_unit_test(test_full_request),
-        cmocka_unit_test(test_record_request),
+        cmocka_unit_test(test_record_request),     cmocka_unit_test(test_tmap_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
