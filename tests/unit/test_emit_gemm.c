@@ -909,6 +909,25 @@ static const char gemm_bf16_bias_relu[] =
     "{\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"t1\"]}],"
     "\"outputs\": [\"Y\"]}";
 
+/* Every tensor-map argument of a launch passes the driver's encoding rules (ops_tensor_map_check)
+ * and lies within its tensor. */
+static void check_tmaps(const ops_group *grp, const ops_kernel_launch *k)
+{
+    for (int i = 0; i < k->n_args; i++) {
+        const ops_arg *a = &k->args[i];
+        if (a->kind != OPS_ARG_TENSOR_MAP)
+            continue;
+        ops_diag d = {0};
+        if (ops_tensor_map_check(&a->tmap, &d) < 0)
+            fail_msg("%s argument %d: %s", k->entry, i, d.msg);
+        const ops_tensor *t = &grp->g->tensors[a->tensor];
+        uint64_t bytes = (uint64_t)ops_shape_numel(&t->shape) * ops_dtype_size(t->dtype);
+        if (ops_tensor_map_span(&a->tmap) > bytes)
+            fail_msg("%s argument %d: the map spans %llu bytes of a %llu-byte tensor", k->entry, i,
+                     (unsigned long long)ops_tensor_map_span(&a->tmap), (unsigned long long)bytes);
+    }
+}
+
 static void test_wgmma16(void **state)
 {
     (void)state;
@@ -944,6 +963,7 @@ static void test_wgmma16(void **state)
     assert_true(mb->dims[0] == 256 && mb->dims[1] == 512 && mb->strides[0] == 512);
     assert_true(mb->box[0] == 64 && mb->box[1] == 64 && mb->swizzle == 128 && !mb->oob_nan);
     assert_true(ma->elem_strides[0] == 1 && ma->elem_strides[1] == 1);
+    check_tmaps(&grp, k);
     assert_non_null(strstr(em.source, "kt_wgmma_bf16_ss<BN, TRANS_B, TRANS_A>"));
     assert_non_null(strstr(em.source, "kt_setmaxnreg_dec<40>()"));
     assert_non_null(strstr(em.source, "enum : int { TRANS_A = 0, TRANS_B = 1 };"));
@@ -1017,6 +1037,7 @@ static void test_wgmma16(void **state)
         assert_int_equal(k->args[1].tmap.box[1], tb ? 128 : 64);
         assert_int_equal(k->args[0].tmap.dims[0], ta ? 336 : 520);
         assert_non_null(strstr(em.source, "kt_tma_load_3d(as"));
+        check_tmaps(&grp, k);
         ops_emitted_free(&em);
         ops_graph_free(g);
         free(json);
@@ -1067,6 +1088,7 @@ static void test_compile_wgmma16(void **state)
             if (ops_family_gemm.emit(&grp, s, &dev, &em, &d) < 0)
                 fail_msg("emit: %s", d.msg);
             assert_true(em.kernels[0].smem_bytes <= (uint32_t)dev.smem_per_block_optin);
+            check_tmaps(&grp, &em.kernels[0]);
             smem[n] = em.kernels[0].smem_bytes;
             assert_int_equal(srch_pool_submit(pool, em.source, (uint64_t)n), 0);
             sources[n++] = em.source;
