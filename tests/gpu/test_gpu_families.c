@@ -93,6 +93,12 @@ static const gpu_case cases[] = {
     /* Hopper's warpgroup MMA, ragged, causal and not */
     {"examples/attention.json", "B=1,H=2,S=200", OPS_PREC_EXACT, "mma=wgmma"},
     {"bench/cases/attention_f16_full.json", "B=1,H=3,S=333", OPS_PREC_EXACT, "mma=wgmma"},
+    /* the 16-bit GEMM on TMA and wgmma: ragged M, N, K (not multiples of any tile), B N-major
+     * and K-major, A M-major, the epilogues (bias + relu in f16; bias, gelu and a residual) */
+    {"bench/cases/gemm_bf16.json", "M=1000,N=776,K=1000", OPS_PREC_EXACT, "mma=wgmma"},
+    {"bench/cases/linear_bf16.json", "M=333,N=1000,K=1016", OPS_PREC_EXACT, "mma=wgmma"},
+    {"examples/gemm_bias_relu.json", "M=1000", OPS_PREC_EXACT, "mma=wgmma"},
+    {"tests/gpu/gemm_bf16_epilogue.json", "M=200,N=264,K=520", OPS_PREC_EXACT, "whole:mma=wgmma"},
     /* NaN from log of the negative inputs: clamp keeps it; amax and softmax make their row NaN
      * (rows of 4: a few rows without NaN; rows of 3000: every row NaN, in every strategy) */
     {"tests/gpu/clamp_log.json", "M=333,N=777", OPS_PREC_EXACT, NULL},
