@@ -247,6 +247,8 @@ void gemm_emit_split_kernel(const gemm_emit *e);
 void gemm_emit_wgmma_kernel(const gemm_emit *e, const char *entry);
 
 /* ---- wgmma16.c: the Hopper 16-bit kernel (TMA, warp-specialised wgmma) ---- */
+/* Whether the 16-bit wgmma kernel is in the search (KTUNE_WGMMA16=1; wgmma16.c says why). */
+bool gemm_wgmma16_enabled(void);
 const char *gemm_wgmma16_prefix_why(const gemm_problem *p, const gemm_cfg *c,
                                     const ops_device *dev);
 void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const ops_device *dev,

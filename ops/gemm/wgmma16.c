@@ -3,6 +3,7 @@
 #include "gemm.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- mma=wgmma on f16/bf16 data ----
@@ -45,8 +46,21 @@ static int batch_mode(const gemm_problem *p, int k)
 }
 
 /* The prune rules of the knobs up to wn (see gemm_prune_prefix). */
+/* The kernel compiles cleanly for sm_90a but has not passed on a GPU yet: on the H100 of
+ * 2026-11-27 every schedule stopped with CUDA_ERROR_ILLEGAL_INSTRUCTION
+ * (bench/results/h100-2026-11-27-i19-wgmma16/). Until it passes it stays out of the search,
+ * where each of its candidates would cost a worker restart; KTUNE_WGMMA16=1 puts it back in,
+ * for the work on it (docs/search.md). */
+bool gemm_wgmma16_enabled(void)
+{
+    const char *v = getenv("KTUNE_WGMMA16");
+    return v && strcmp(v, "1") == 0;
+}
+
 const char *gemm_wgmma16_prefix_why(const gemm_problem *p, const gemm_cfg *c, const ops_device *dev)
 {
+    if (!gemm_wgmma16_enabled())
+        return "unverified";
     if (dev->sm_major < 9)
         return "shape"; /* wgmma and setmaxnreg are sm_90a */
     if (p->dt != OPS_DT_F16 && p->dt != OPS_DT_BF16)
