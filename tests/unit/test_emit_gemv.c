@@ -159,18 +159,25 @@ static void emit_one(const ops_group *grp, const ops_schedule *s, ops_emitted *e
     assert_int_equal(e->kernels[0].block[0], (uint32_t)s->v[THREADS]);
 }
 
-static int compile_all(const char *json, const char *shapes, int max)
+/* The kept candidates of a graph and shapes (only those of math `math`, or all with -1): a spread
+ * of at most max compiled for arch, no spills. Returns how many compiled. */
+static int compile_kept(const char *json, const char *shapes, int math, int max, const char *arch)
 {
     ops_device dev;
     ops_device_h100(&dev);
     ops_group grp;
     ops_graph *g = emit_test_make(json, shapes, &grp);
-    emit_test_list l = {0};
+    emit_test_list l = {0}, pick = {0};
     assert_int_equal(ops_family_enumerate(fam(), &grp, &dev, emit_test_collect, &l, NULL), 0);
-    assert_true(l.n > 0);
-    int n = emit_test_compile_spread(&grp, &l, max, "sm_90a", emit_one);
-    print_message("%s %s: %d kept, %d compiled\n", grp.g->name, shapes, l.n, n);
+    for (int i = 0; i < l.n; i++)
+        if (math < 0 || l.s[i].v[MATH] == math)
+            emit_test_collect(&l.s[i], &pick);
+    assert_true(pick.n > 0);
+    int n = emit_test_compile_spread(&grp, &pick, max, arch, emit_one);
+    print_message("%s %s: %d kept%s, %d compiled for %s\n", g->name, shapes, pick.n,
+                  math == MATH_MMA ? " (mma)" : "", n, arch);
     free(l.s);
+    free(pick.s);
     ops_graph_free(g);
     return n;
 }
@@ -233,33 +240,12 @@ static void test_decode(void **state)
     assert_non_null(strstr(e.source, "acc[r][t] = fmaf(af[r][7], x7, acc[r][t]);"));
     assert_non_null(strstr(e.source, "xv + (long long)t * (K / VEC) + c"));
     assert_non_null(strstr(e.source, "y[(long long)t * M + m] = "));
-    assert_non_null(strstr(e.source, "in2[(m)]"));   /* bias [N] */
+    assert_non_null(strstr(e.source, "in2[(m)]"));            /* bias [N] */
     assert_non_null(strstr(e.source, "in3[(m + t * 1000)]")); /* R [T, N] */
     /* 1000 rows of W, two lane groups of 32 a block, a row each: 500 blocks */
     assert_int_equal(e.kernels[0].grid[0], 500);
     ops_emitted_free(&e);
     ops_graph_free(g);
-}
-
-/* The tensor-core kernels (math=mma) of a graph and shapes that compile for arch, no spills. */
-static int compile_mma(const char *json, const char *shapes, int max, const char *arch)
-{
-    ops_device dev;
-    ops_device_h100(&dev);
-    ops_group grp;
-    ops_graph *g = emit_test_make(json, shapes, &grp);
-    emit_test_list l = {0}, mma = {0};
-    assert_int_equal(ops_family_enumerate(fam(), &grp, &dev, emit_test_collect, &l, NULL), 0);
-    for (int i = 0; i < l.n; i++)
-        if (l.s[i].v[MATH] == MATH_MMA)
-            emit_test_collect(&l.s[i], &mma);
-    assert_true(mma.n > 0);
-    int n = emit_test_compile_spread(&grp, &mma, max, arch, emit_one);
-    print_message("%s %s: %d mma kept, %d compiled for %s\n", g->name, shapes, mma.n, n, arch);
-    free(l.s);
-    free(mma.s);
-    ops_graph_free(g);
-    return n;
 }
 
 /* The tensor-core kernel: k split across warps with a fixed-order sum, two row blocks a warp,
@@ -286,10 +272,10 @@ static void test_mma(void **state)
     emit_test_golden("gemv_bf16_decode_mma.cu", e.source);
     ops_emitted_free(&e);
     ops_graph_free(g);
-    assert_true(compile_mma(decode_bf16, "T=16,N=4096,K=4096", 12, "sm_90a") >= 6);
-    assert_true(compile_mma(decode_bf16, "T=64,N=14336,K=4096", 8, "sm_90a") >= 4);
-    assert_true(compile_mma(decode_bf16, "T=5,N=1000,K=1000", 8, "sm_90a") >= 4);
-    assert_true(compile_mma(gemv_f16, "M=7680,N=1,K=2552", 6, "sm_80") >= 3);
+    assert_true(compile_kept(decode_bf16, "T=16,N=4096,K=4096", MATH_MMA, 12, "sm_90a") >= 6);
+    assert_true(compile_kept(decode_bf16, "T=64,N=14336,K=4096", MATH_MMA, 8, "sm_90a") >= 4);
+    assert_true(compile_kept(decode_bf16, "T=5,N=1000,K=1000", MATH_MMA, 8, "sm_90a") >= 4);
+    assert_true(compile_kept(gemv_f16, "M=7680,N=1,K=2552", MATH_MMA, 6, "sm_80") >= 3);
 }
 
 /* A row read by several warps (TPR > 32, as a reduction kernel reads one: a block's loads in one
@@ -327,22 +313,21 @@ static void test_cross_warp_rows(void **state)
 static void test_compile(void **state)
 {
     (void)state;
-    assert_true(compile_all(decode_bf16, "T=16,N=4096,K=4096", 16) >= 8);
-    assert_true(compile_all(decode_bf16, "T=3,N=333,K=1003", 8) >= 1); /* ragged: vec 1 */
-    assert_true(compile_all(gemv_f16, "M=7680,N=1,K=2560", 24) >= 12);
-    assert_true(compile_all(gemv_f16, "M=1000,N=1,K=777", 8) >= 1); /* ragged: vec 1 */
-    assert_true(compile_all(gemv_f32_epi, "M=333,K=1000", 12) >= 4);
+    assert_true(compile_kept(decode_bf16, "T=16,N=4096,K=4096", -1, 16, "sm_90a") >= 8);
+    assert_true(compile_kept(decode_bf16, "T=3,N=333,K=1003", -1, 8, "sm_90a") >=
+                1); /* ragged: vec 1 */
+    assert_true(compile_kept(gemv_f16, "M=7680,N=1,K=2560", -1, 24, "sm_90a") >= 12);
+    assert_true(compile_kept(gemv_f16, "M=1000,N=1,K=777", -1, 8, "sm_90a") >=
+                1); /* ragged: vec 1 */
+    assert_true(compile_kept(gemv_f32_epi, "M=333,K=1000", -1, 12, "sm_90a") >= 4);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),
-        cmocka_unit_test(test_prune),
-        cmocka_unit_test(test_load_hints),
-        cmocka_unit_test(test_decode),
-        cmocka_unit_test(test_mma),
-        cmocka_unit_test(test_cross_warp_rows),
+        cmocka_unit_test(test_matches),    cmocka_unit_test(test_prune),
+        cmocka_unit_test(test_load_hints), cmocka_unit_test(test_decode),
+        cmocka_unit_test(test_mma),        cmocka_unit_test(test_cross_warp_rows),
         cmocka_unit_test(test_compile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
