@@ -223,13 +223,23 @@ static int launch_all(srch_cuda *cu, CUfunction *fn, const ops_emitted *e, const
     for (int k = 0; k < e->n_kernels; k++) {
         const ops_kernel_launch *l = &e->kernels[k];
         CUdeviceptr ptrs[OPS_MAX_ARGS];
+        CUtensorMap maps[OPS_MAX_ARGS];
         void *params[OPS_MAX_ARGS];
-        for (int a = 0; a < l->n_args; a++) {
-            ptrs[a] = l->args[a].kind == OPS_ARG_TENSOR ? tensor_ptr(grp, gd, l->args[a].tensor)
-                                                        : ws + (CUdeviceptr)l->args[a].offset;
-            params[a] = &ptrs[a];
-        }
         int rc;
+        for (int a = 0; a < l->n_args; a++) {
+            const ops_arg *arg = &l->args[a];
+            bool in_ws = arg->kind == OPS_ARG_WORKSPACE ||
+                         (arg->kind == OPS_ARG_TENSOR_MAP && arg->tensor < 0);
+            ptrs[a] = in_ws ? ws + (CUdeviceptr)arg->offset : tensor_ptr(grp, gd, arg->tensor);
+            params[a] = &ptrs[a];
+            /* a tensor map parameter is the 128-byte map itself, encoded over that address */
+            if (arg->kind == OPS_ARG_TENSOR_MAP) {
+                if ((rc = srch_cuda_encode_tmap(cu, &arg->tmap, (uint64_t)ptrs[a], &maps[a],
+                                                l->entry, a, err)) < 0)
+                    return rc;
+                params[a] = &maps[a];
+            }
+        }
         if (l->zero_workspace && ws &&
             (rc = srch_cuda_check(cu, cu->p_cuMemsetD8(ws, 0, (size_t)e->workspace_bytes),
                                   "zero workspace", err)) < 0)
