@@ -212,6 +212,7 @@ static json_t *result_json(const cli_graph_args *ga, const srch_tune_result *r)
             if (gj && p->own_ns > 0) {
                 json_object_set_new(gj, "own_ns", json_real(p->own_ns));
                 json_object_set_new(gj, "own_schedule", json_string(p->own_schedule));
+                json_object_set_new(gj, "own_retimed", json_boolean(p->own_retimed));
             }
             json_array_append_new(groups, gj);
         }

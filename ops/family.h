@@ -15,7 +15,7 @@
 
 #define OPS_GROUP_MAX_NODES 64 /* node sets are uint64_t masks over the graph's nodes */
 #define OPS_GROUP_MAX_IO    16
-#define OPS_MAX_KNOBS       12
+#define OPS_MAX_KNOBS       16
 #define OPS_KNOB_MAX_VALUES 16
 #define OPS_MAX_KERNELS     4 /* kernels in one candidate (e.g. split-K partials + reduction) */
 #define OPS_MAX_ARGS        (2 * OPS_GROUP_MAX_IO + 2)

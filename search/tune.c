@@ -828,6 +828,32 @@ static int reload(tune *t, int64_t i, bool *ok, kt_err *err)
     return 0;
 }
 
+/* The finalists top[0..n) (of at most max) with the group's fastest generated kernel and its
+ * fastest library call among them, each taking the place of the slowest other finalist: whether
+ * ktune's own kernel or cuBLASLt serves the group is decided on interleaved times, never by
+ * screening ties, which go to the earlier candidate (library calls come first). */
+static int with_own_and_library(const tune *t, int g, int64_t *top, int n, int max)
+{
+    int64_t must[2] = {srch_tn_group_best(t, g, 1), srch_tn_group_best(t, g, 0)};
+    for (int q = 0; q < 2 && max >= 2; q++) {
+        bool in = must[q] < 0;
+        for (int j = 0; j < n && !in; j++)
+            in = top[j] == must[q];
+        if (in)
+            continue;
+        if (n < max) {
+            top[n++] = must[q];
+            continue;
+        }
+        for (int j = n - 1; j >= 0; j--)
+            if (top[j] != must[1 - q]) {
+                top[j] = must[q];
+                break;
+            }
+    }
+    return n;
+}
+
 /* Re-times the finalists of each group of the leading partition against each other, reloading
  * those the worker no longer holds. A finalist that cannot be reloaded keeps its screening
  * time, and the pick is among the re-timed ones. */
@@ -847,6 +873,7 @@ static int retime(tune *t, kt_err *err)
         int64_t top[16], ids_i[16];
         uint64_t ids[16];
         int n = srch_tn_group_ranked(t, part->groups[k], false, top, nfin), m = 0, reloaded = 0;
+        n = with_own_and_library(t, part->groups[k], top, n, nfin);
         for (int j = 0; j < n && !over_budget(t); j++) {
             bool ok = loaded(t, top[j]);
             if (!ok) {
@@ -948,6 +975,7 @@ static void fill_result(tune *t)
         pk->retimed = c->retimed;
         pk->baseline_ns = lib >= 0 ? srch_tn_tm(t, lib)->median_ns : 0;
         pk->own_ns = own >= 0 ? srch_tn_tm(t, own)->median_ns : 0;
+        pk->own_retimed = own >= 0 && t->c[own].retimed;
         if (own >= 0)
             ops_schedule_format(&t->list[own].schedule, pk->own_schedule, sizeof(pk->own_schedule));
         r->p10_ns += pk->time.p10_ns;

@@ -137,6 +137,7 @@ typedef struct srch_tune_pick {
     bool retimed;
     double baseline_ns; /* the group's best library candidate, 0 when it has none */
     double own_ns;      /* the group's best generated (non-library) candidate, 0 when none */
+    bool own_retimed;   /* own_ns is a re-timed finalist's, comparable with baseline_ns */
     char own_schedule[256];
 } srch_tune_pick;
 

@@ -43,9 +43,11 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
     bytes += obytes;
     double ab =
         B * K * (M * (double)ops_dtype_size(p.src_dt[0]) + N * (double)ops_dtype_size(p.src_dt[1]));
+    /* (a B tile multicast to a 2-block cluster is read from L2 once for both) */
     double l2_traffic = B * (double)(c.tiles_m * c.tiles_n) * (double)(c.ktiles * c.bk) *
                         ((double)c.bm * (double)ops_dtype_size(p.src_dt[0]) +
-                         (double)c.bn * (double)ops_dtype_size(p.src_dt[1]));
+                         (double)c.bn * (double)ops_dtype_size(p.src_dt[1]) /
+                             (c.mcast == 2 ? 2.0 : 1.0));
     if (ab > (double)dev->l2_bytes / 2)
         bytes += l2_traffic * (c.raster > 1 ? 0.05 : 0.15);
     double ws = c.parallel ? (double)c.splitk * B * M * N * 4.0 : 0;

@@ -148,6 +148,10 @@ static void emit_includes(const gemm_emit *e)
         ldsm = gemm_is_tf32(c->math) ? !c->op[0].scalar_frag || !c->op[1].scalar_frag : true;
     kt_buf_line(b, "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */");
     if (c->wg16) {
+        if (c->pingpong)
+            kt_buf_line(b, "#include \"ktune/barrier.cuh\"");
+        if (c->mcast == 2)
+            kt_buf_line(b, "#include \"ktune/cluster.cuh\"");
         kt_buf_line(b, "#include \"ktune/mbarrier.cuh\"");
         if (c->consumers == 2)
             kt_buf_line(b, "#include \"ktune/setmaxnreg.cuh\"");
@@ -424,6 +428,12 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     k->grid[0] = (uint32_t)(c.tiles_m * c.tiles_n * (slices_in_x ? c.splitk : 1));
     k->grid[1] = 1;
     k->grid[2] = (uint32_t)(p.batch * (slices_in_x ? 1 : c.splitk));
+    if (c.wg16) { /* persistent: a block per SM walks the tiles (pairs of them) of every batch */
+        int64_t units = (c.tiles_m + c.mcast - 1) / c.mcast * c.tiles_n * p.batch;
+        int64_t slots = dev->sm_count / c.mcast;
+        k->grid[0] = (uint32_t)(c.mcast * (units < slots ? units : slots));
+        k->grid[2] = 1;
+    }
     k->block[0] = (uint32_t)c.threads;
     k->block[1] = k->block[2] = 1;
     k->smem_bytes = (uint32_t)c.smem_bytes;

@@ -74,6 +74,7 @@ enum {
     KN_SMEM,
     KN_SPLITK_MODE, /* appended, so the other knobs keep their positions */
     KN_MMA,         /* appended */
+    KN_MCAST,       /* appended */
     KN_COUNT
 };
 enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3 };
@@ -84,7 +85,7 @@ enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3 };
 #define TF32X3_FLUSH_K 64
 enum { SMEM_PAD, SMEM_XOR };
 enum { SPLITK_PARALLEL, SPLITK_SERIAL, SPLITK_CLUSTER };
-enum { MMA_SYNC, MMA_WGMMA, MMA_WGMMA_SPLIT };
+enum { MMA_SYNC, MMA_WGMMA, MMA_WGMMA_SPLIT, MMA_WGMMA_PINGPONG };
 
 /* ---- the group: what matmul, which prologue and epilogue ---- */
 
@@ -139,7 +140,9 @@ typedef struct gemm_cfg {
     bool wgmma;       /* Hopper warpgroup MMA (gemm_emit_wgmma_kernel) */
     bool presplit;    /* wgmma: A's small halves from a first kernel (mma=wgmma_split) */
     bool wg16;        /* wgmma on f16/bf16 data (gemm_emit_wgmma16_kernel) */
-    int consumers;    /* wg16: consumer warpgroups (the wm knob) */
+    bool pingpong;    /* wg16: each consumer warpgroup its own tile (mma=wgmma_pingpong) */
+    int mcast;        /* wg16: blocks of a cluster along m sharing B by TMA multicast (1 or 2) */
+    int consumers;    /* wg16: consumer warpgroups (the wm knob; 2 in ping-pong) */
     int mt;           /* wg16: m64 wgmma slabs per consumer warpgroup */
     int regs;         /* estimated registers per thread */
     int flush_ktiles; /* tf32x3: k tiles summed inside the mmas before an FADD carries them */
@@ -247,8 +250,6 @@ void gemm_emit_split_kernel(const gemm_emit *e);
 void gemm_emit_wgmma_kernel(const gemm_emit *e, const char *entry);
 
 /* ---- wgmma16.c: the Hopper 16-bit kernel (TMA, warp-specialised wgmma) ---- */
-/* Whether the 16-bit wgmma kernel is in the search (KTUNE_WGMMA16=1; wgmma16.c says why). */
-bool gemm_wgmma16_enabled(void);
 const char *gemm_wgmma16_prefix_why(const gemm_problem *p, const gemm_cfg *c,
                                     const ops_device *dev);
 void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const ops_device *dev,

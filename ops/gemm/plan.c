@@ -12,7 +12,7 @@ static const char *const smem_labels[] = {"pad", "xor"};
 /* by position in the knob's value list (cluster between the other two: refinement moves one
  * step, so from cluster it tries both) */
 static const char *const splitk_mode_labels[] = {"parallel", "cluster", "serial"};
-static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_split"};
+static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_split", "wgmma_pingpong"};
 
 const ops_knob gemm_knobs[KN_COUNT] = {
     [KN_MATH] = {"math", 5, {MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3}, math_labels},
@@ -38,8 +38,13 @@ const ops_knob gemm_knobs[KN_COUNT] = {
      * 16-bit data (gemm_emit_wgmma16_kernel: TMA loads, a producer warpgroup and wm consumer
      * warpgroups, bk 64) */
     /* wgmma_split: A's small halves computed once by a first kernel into the workspace and
-     * copied by cp.async like A, instead of a pass over each A tile in the kernel */
-    [KN_MMA] = {"mma", 3, {MMA_SYNC, MMA_WGMMA, MMA_WGMMA_SPLIT}, mma_labels},
+     * copied by cp.async like A, instead of a pass over each A tile in the kernel;
+     * wgmma_pingpong (16-bit data): two consumer warpgroups, each its own bm x bn tile, taking
+     * turns on the tensor cores so one's epilogue overlaps the other's k loop */
+    [KN_MMA] = {"mma", 4, {MMA_SYNC, MMA_WGMMA, MMA_WGMMA_SPLIT, MMA_WGMMA_PINGPONG}, mma_labels},
+    /* 16-bit wgmma: 2 = a cluster of two blocks on vertically adjacent tiles, each loading half
+     * of their common B tile for both (TMA multicast): B's L2 reads halved */
+    [KN_MCAST] = {"mcast", 2, {1, 2}, NULL},
 };
 
 bool gemm_in_group(const ops_group *grp, int node)
@@ -339,8 +344,10 @@ static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const 
     const char *prefix_why = gemm_wgmma_prefix_why(p, c, dev);
     if (prefix_why)
         c->why = prefix_why;
-    else if (c->splitk != 1)
-        c->why = "shape";
+    else if (c->splitk != 1 || s->v[KN_MMA] == MMA_WGMMA_PINGPONG)
+        c->why = "shape"; /* ping-pong is the 16-bit kernel's */
+    else if (s->v[KN_MCAST] != 1)
+        c->why = "redundant"; /* a knob the tf32x3 kernel does not read */
     else if (c->smem != SMEM_XOR || s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL)
         c->why = "redundant"; /* knobs the wgmma kernel does not read */
     else if ((c->bm > 64 && c->bm / 2 >= p->M) || (c->bn > 64 && c->bn / 2 >= p->N))
@@ -456,6 +463,8 @@ void gemm_configure(const gemm_problem *p, const ops_schedule *s, const ops_devi
                                  registers and compile time); its strided element reads are
                                  conflict-free padded, and the XOR costs integer work per read
                                  (measured 1.5x slower on the H100) */
+    else if (s->v[KN_MCAST] != 1)
+        c->why = "redundant"; /* the 16-bit wgmma kernel's knob */
     else if (c->regs > reg_cap)
         c->why = "regs";
     else if (c->math == MATH_TF32X3 && c->wtm == 16 && c->bk == 64 && c->raster > 1)
@@ -541,9 +550,10 @@ void ops_gemm_ldsm_lane(int kind, int lane, int *row, int *col)
 void gemm_main_entry(const gemm_cfg *c, const char *suffix, char *buf, size_t len)
 {
     snprintf(buf, len, "ktune_gemm_%s%s_%dx%dx%d%s%s", math_labels[c->math],
-             c->presplit ? "_wgmma_split"
-             : c->wgmma  ? "_wgmma"
-                         : "",
+             c->presplit   ? "_wgmma_split"
+             : c->pingpong ? "_wgmma_pingpong"
+             : c->wgmma    ? "_wgmma"
+                           : "",
              c->bm, c->bn, c->bk,
              c->parallel  ? "_partial"
              : c->serial  ? "_serial"

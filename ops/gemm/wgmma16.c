@@ -6,30 +6,46 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- mma=wgmma on f16/bf16 data ----
+/* ---- mma=wgmma and mma=wgmma_pingpong on f16/bf16 data ----
  *
- * One block computes a BM x BN output tile with 1 + CONSUMERS warpgroups:
+ * A persistent kernel: one block per SM (at most) walks the output tiles blockIdx.x, + gridDim.x,
+ * ... (each tile BM x BN of one batch, ordered by ktg_raster), with 1 + CONSUMERS warpgroups:
  *   - warpgroup 0, the producer, gives its registers away (setmaxnreg.dec) and one of its threads
- *     walks the k loop issuing TMA copies (cp.async.bulk.tensor) of the A and B tiles of k tile
- *     kt into stage kt % STAGES of a ring in shared memory, 64 halves of k (128 bytes) a row, in
- *     the hardware's 128-byte swizzle, completing on the stage's full barrier;
- *   - CONSUMERS (wm: 1 or 2) warpgroups take the registers (setmaxnreg.inc) and split the tile's
- *     rows (the cooperative schedule): consumer c owns rows c * BM / CONSUMERS .. + BM /
- *     CONSUMERS, MT m64 slabs of them, each issuing m64nBNk16 wgmmas with both operands read from
- *     shared memory through descriptors; once a tile's wgmmas have retired, every consumer warp
- *     arrives on the stage's empty barrier, which hands the stage back to the producer;
- *   - the epilogue (gemm_emit_epilogue's chain) runs on the consumers' fp32 sums in registers and
+ *     walks the block's tiles and their k loops issuing TMA copies (cp.async.bulk.tensor) of the
+ *     A and B tiles of each k tile into the next stage of a ring in shared memory, 64 halves of
+ *     k (128 bytes) a row, in the hardware's 128-byte swizzle, completing on the stage's full
+ *     barrier; the ring runs on across tiles, so the next tile's first stages load while the
+ *     consumers finish the last one;
+ *   - the consumer warpgroups take the registers (setmaxnreg.inc) and issue m64nBNk16 wgmmas with
+ *     both operands read from shared memory through descriptors. Cooperative (mma=wgmma): the wm
+ *     consumers split every tile's rows, consumer c owning rows c * BM / CONSUMERS .. + BM /
+ *     CONSUMERS as MT m64 slabs. Ping-pong (mma=wgmma_pingpong): two consumers, each a whole
+ *     tile (MT = BM / 64 slabs), taking the block's tiles in turn; a named barrier hands the
+ *     tensor cores from one to the other when its k loop ends, so one runs its epilogue while
+ *     the other computes. Once a stage's wgmmas have retired, its consumer warps arrive on the
+ *     stage's empty barrier, which hands the stage back to the producer;
+ *   - the epilogue (gemm_emit_epilogue's chain) runs on the consumer's fp32 sums in registers and
  *     stores to global memory with edge masks.
  * Ragged M, N and K need no special loads: TMA reads elements past the tensor's edges as zeros (and
  * still counts their bytes on the barrier). Operand orientation costs nothing: an operand whose
  * rows run along K (A [M][K], B [N][K]) is K-major, one whose rows run along M or N (A [K][M], B
  * [K][N]) is MN-major, told to the wgmma by its transpose flag; neither is copied.
  *
- * Next steps, not here: ping-pong consumers (each warpgroup its own tile, epilogues overlapping
- * the other's k loop) go where the consumers split the tile; 2-CTA clusters multicasting A or B
- * go in the producer's copies; a persistent tile scheduler wraps the producer's and consumers'
- * loops in a loop over tiles (blockIdx.x strided by gridDim.x through ktg_raster); a TMA store of
- * the epilogue through shared memory replaces ktg_store2. */
+ * Barrier phases: the ring's k tiles are numbered across the block's tiles (it); k tile it uses
+ * stage it % STAGES for the (it / STAGES)-th time, so its full phase has parity (it / STAGES) & 1
+ * and the release of the stage's previous use completes the empty phase of parity
+ * (it / STAGES - 1) & 1. A parity names the current phase or the one before, so every waiter
+ * must have seen the stage's previous use complete: true of the producer and of cooperative
+ * consumers (each walks every k tile), and of ping-pong consumers because each starts its k loop
+ * only after the other's has ended (the named barrier).
+ *
+ * mcast = 2: clusters of two blocks walk pairs of vertically adjacent tiles, which share their B
+ * tile; each block loads its own A and half of B, multicast to both (B's L2 reads halved). A
+ * stage is then refilled only once both blocks' consumers released it (each releases it in
+ * both: the empty barriers count both), and a producer stays until every release aimed at its
+ * block has arrived.
+ *
+ * Next step, not here: a TMA store of the epilogue through shared memory replaces ktg_store2. */
 
 /* The 16-bit path's schedule: whether an operand (0 A, 1 B) is K-major in shared memory. */
 static bool kmajor(const gemm_problem *p, int k)
@@ -45,22 +61,10 @@ static int batch_mode(const gemm_problem *p, int k)
     return n == 1 ? 1 : n == p->batch ? 2 : 0; /* 1: one matrix, 2: one per bz, 0: neither */
 }
 
-/* The prune rules of the knobs up to wn (see gemm_prune_prefix). */
-/* The kernel compiles cleanly for sm_90a but has not passed on a GPU yet: on the H100 of
- * 2026-11-27 every schedule stopped with CUDA_ERROR_ILLEGAL_INSTRUCTION
- * (bench/results/h100-2026-11-27-i19-wgmma16/). Until it passes it stays out of the search,
- * where each of its candidates would cost a worker restart; KTUNE_WGMMA16=1 puts it back in,
- * for the work on it (docs/search.md). */
-bool gemm_wgmma16_enabled(void)
-{
-    const char *v = getenv("KTUNE_WGMMA16");
-    return v && strcmp(v, "1") == 0;
-}
-
+/* The prune rules of the knobs up to wn (see gemm_prune_prefix): they hold for both schedules
+ * (ping-pong reads wm = 1 only). */
 const char *gemm_wgmma16_prefix_why(const gemm_problem *p, const gemm_cfg *c, const ops_device *dev)
 {
-    if (!gemm_wgmma16_enabled())
-        return "unverified";
     if (dev->sm_major < 9)
         return "shape"; /* wgmma and setmaxnreg are sm_90a */
     if (p->dt != OPS_DT_F16 && p->dt != OPS_DT_BF16)
@@ -92,10 +96,13 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
                             gemm_cfg *c)
 {
     c->wg16 = true;
-    c->consumers = c->wm;
-    c->mt = c->bm / c->wm / 64 > 0 ? c->bm / c->wm / 64 : 1;
+    c->pingpong = s->v[KN_MMA] == MMA_WGMMA_PINGPONG;
+    c->mcast = s->v[KN_MCAST];
+    c->consumers = c->pingpong ? 2 : c->wm;
+    int rows = c->pingpong ? c->bm : c->bm / c->wm; /* a consumer's rows of a tile */
+    c->mt = rows / 64 > 0 ? rows / 64 : 1;
     c->threads = 128 * (1 + c->consumers);
-    c->wtm = c->bm / c->consumers;
+    c->wtm = rows;
     c->wtn = c->bn;
     c->op[0].vb = c->op[1].vb = 16; /* no register-path loads (the cost model reads vb) */
     /* the ring's stages, 1024 bytes of alignment slack, a full and an empty barrier per stage */
@@ -103,22 +110,28 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
     /* the consumer's fp32 sums and ~48 for addresses, descriptors and the epilogue; with two
      * consumers the block starts at 65536 / 384 = 168 and setmaxnreg moves them (40 / 232) */
     c->regs = c->consumers == 2 ? 168 : c->mt * c->bn / 2 + 48;
+    int64_t tiles = c->tiles_m * c->tiles_n * p->batch;
     const char *prefix_why = gemm_wgmma16_prefix_why(p, c, dev);
     if (prefix_why)
         c->why = prefix_why;
-    else if (s->v[KN_MMA] != MMA_WGMMA)
+    else if (s->v[KN_MMA] == MMA_WGMMA_SPLIT)
         c->why = "shape"; /* wgmma_split is tf32x3's */
     else if (c->splitk != 1)
         c->why = "shape";
-    else if (c->smem != SMEM_XOR || s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL)
+    else if (c->smem != SMEM_XOR || s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL ||
+             (c->pingpong && c->wm != 1))
         c->why = "redundant"; /* knobs this kernel does not read */
+    else if (c->pingpong && tiles <= dev->sm_count)
+        c->why = "redundant"; /* a tile per block: the second consumer would idle */
+    else if (c->mcast == 2 && (c->tiles_m < 2 || dev->sm_count % 2))
+        c->why = "redundant"; /* one tile row: no block to share B with */
     else if (c->smem_bytes > dev->smem_per_block_optin)
         c->why = "smem";
     else if (c->stages > 2 && c->stages > c->ktiles)
         c->why = "redundant"; /* a ring deeper than the k loop */
     else if (gemm_raster_redundant(c, dev))
         c->why = "redundant";
-    else if (p->batch > 65535 || c->tiles_m * c->tiles_n >= ((int64_t)1 << 31))
+    else if (tiles >= ((int64_t)1 << 31))
         c->why = "shape";
 }
 
@@ -137,7 +150,8 @@ static void tensor_map(const gemm_problem *p, const gemm_cfg *c, int k, ops_tens
     m->dims[1] = outer;
     m->strides[0] = inner * 2;
     m->box[0] = 64;
-    m->box[1] = km ? (uint32_t)(k == 0 ? c->bm : c->bn) : 64;
+    /* a multicast B is loaded half by each block of the cluster: half the K-major rows */
+    m->box[1] = km ? (uint32_t)(k == 0 ? c->bm : c->bn / c->mcast) : 64;
     if (m->rank == 3) { /* one matrix per flat batch index bz */
         m->dims[2] = (uint64_t)p->batch;
         m->strides[1] = inner * outer * 2;
@@ -193,9 +207,43 @@ void gemm_emit_wgmma16_helpers(const gemm_emit *e)
     kt_buf_line(b, " * Either way an m64 slab is 8192 bytes on from the previous one. "
                    "Descriptor offsets count 16 bytes. */");
     kt_buf_line(b,
-                "enum : int { CONSUMERS = %d, MT = %d }; /* consumer warpgroups; m64 slabs "
-                "per consumer */",
-                c->consumers, c->mt);
+                "enum : int { CONSUMERS = %d, MT = %d, PINGPONG = %d }; /* consumer warpgroups; "
+                "m64 slabs per consumer; each its own tile */",
+                c->consumers, c->mt, c->pingpong ? 1 : 0);
+    if (c->mcast == 1) {
+        kt_buf_line(b, "enum : int { MCAST = 1, UNITS = TILES_M * TILES_N * BATCH }; /* the blocks "
+                       "walk the tiles */");
+        kt_buf_line(b, "/* Tile u (of every batch) -> its first row and column and its batch. */");
+        kt_buf_line(b, "__device__ __forceinline__ void ktw_tile(int u, int &m0, int &n0, int &bz)");
+        kt_buf_line(b, "{");
+        kt_buf_line(b, "    int tile_m, tile_n;");
+        kt_buf_line(b, "    bz = u / (TILES_M * TILES_N);");
+        kt_buf_line(b, "    ktg_raster(u - bz * (TILES_M * TILES_N), tile_m, tile_n);");
+        kt_buf_line(b, "    m0 = tile_m * BM;");
+        kt_buf_line(b, "    n0 = tile_n * BN;");
+        kt_buf_line(b, "}");
+    } else {
+        kt_buf_line(b, "/* 2-block clusters walk pairs of vertically adjacent tiles (the last pair "
+                       "of a ragged column");
+        kt_buf_line(b, " * reads zeros past M and stores nothing there), sharing their B tile */");
+        kt_buf_line(b, "enum : int { MCAST = 2, PAIRS_M = (TILES_M + 1) / 2, UNITS = PAIRS_M * "
+                       "TILES_N * BATCH };");
+        kt_buf_line(b, "/* Pair u (of every batch) -> the first row and column of block rank's "
+                       "tile of it and its batch;");
+        kt_buf_line(b, " * pairs are rastered like tiles (groups of RASTER pair rows, column by "
+                       "column). */");
+        kt_buf_line(b, "__device__ __forceinline__ void ktw_tile(int u, int &m0, int &n0, int &bz, "
+                       "int rank)");
+        kt_buf_line(b, "{");
+        kt_buf_line(b, "    bz = u / (PAIRS_M * TILES_N);");
+        kt_buf_line(b, "    const int pid = u - bz * (PAIRS_M * TILES_N), per_group = RASTER * "
+                       "TILES_N;");
+        kt_buf_line(b, "    const int first = pid / per_group * RASTER;");
+        kt_buf_line(b, "    const int rows = PAIRS_M - first < RASTER ? PAIRS_M - first : RASTER;");
+        kt_buf_line(b, "    m0 = (2 * (first + pid %% per_group %% rows) + rank) * BM;");
+        kt_buf_line(b, "    n0 = pid %% per_group / rows * BN;");
+        kt_buf_line(b, "}");
+    }
     kt_buf_line(b, "enum : int { A_STAGE = BM * 64, B_STAGE = BN * 64 }; /* halves per stage */");
     kt_buf_line(b, "enum : unsigned { STAGE_BYTES = (BM + BN) * 128 }; /* a stage's TMA bytes, "
                    "edges included */");
@@ -215,7 +263,9 @@ void gemm_emit_wgmma16_helpers(const gemm_emit *e)
     kt_buf_line(b, "}");
 }
 
-/* The producer's copies of operand k (0 A, 1 B) of k tile kt into stage st. */
+/* The producer's copies of operand k (0 A, 1 B) of k tile kt into stage st. With a 2-block
+ * cluster, B is common to both blocks: each loads half of it (K-major: half the n rows; MN-major:
+ * every other 64-wide block) and multicasts it to both. */
 static void emit_copies(const gemm_emit *e, int k)
 {
     const gemm_problem *p = e->p;
@@ -223,17 +273,24 @@ static void emit_copies(const gemm_emit *e, int k)
     const char *map = k == 0 ? "tmap_a" : "tmap_b", *dst = k == 0 ? "as" : "bs";
     const char *stage = k == 0 ? "A_STAGE" : "B_STAGE", *mn0 = k == 0 ? "m0" : "n0";
     const char *ext = k == 0 ? "BM" : "BN";
+    bool mc = k == 1 && e->c->mcast == 2;
     char z[16] = "";
     if (batch_mode(p, k) == 2)
         snprintf(z, sizeof(z), ", bz");
-    const char *fn = z[0] ? "kt_tma_load_3d" : "kt_tma_load_2d";
-    if (kmajor(p, k)) {
+    const char *fn = z[0] ? (mc ? "kt_tma_load_3d_mc" : "kt_tma_load_3d")
+                          : (mc ? "kt_tma_load_2d_mc" : "kt_tma_load_2d");
+    const char *mask = mc ? ", 3" : "";
+    if (kmajor(p, k) && mc) {
+        kt_buf_line(b, "%s(%s + st * %s + rank * (%s / 2) * 64, &%s, &full[st], k0, %s + rank * (%s / 2)%s%s); /* half the %s rows, to both blocks */",
+                    fn, dst, stage, ext, map, mn0, ext, z, mask, ext);
+    } else if (kmajor(p, k)) {
         kt_buf_line(b, "%s(%s + st * %s, &%s, &full[st], k0, %s%s); /* %s rows of 64 k */", fn, dst,
                     stage, map, mn0, z, ext);
     } else {
-        kt_buf_line(b, "for (int j = 0; j < %s / 64; j++) /* 64-wide blocks of 64 k rows */", ext);
-        kt_buf_line(b, "    %s(%s + st * %s + j * 4096, &%s, &full[st], %s + 64 * j, k0%s);", fn,
-                    dst, stage, map, mn0, z);
+        kt_buf_line(b, "for (int j = %s; j < %s / 64; j += %s) /* 64-wide blocks of 64 k rows%s */",
+                    mc ? "rank" : "0", ext, mc ? "2" : "1", mc ? ", every other one, to both blocks" : "");
+        kt_buf_line(b, "    %s(%s + st * %s + j * 4096, &%s, &full[st], %s + 64 * j, k0%s%s);", fn,
+                    dst, stage, map, mn0, z, mask);
     }
 }
 
@@ -244,15 +301,21 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf *b = e->b;
     const char *ty = ops_emit_ctype(p->dt);
     const char *mma = p->dt == OPS_DT_F16 ? "kt_wgmma_f16_ss" : "kt_wgmma_bf16_ss";
+    const char *rank_arg = c->mcast == 2 ? ", rank" : "";
+    /* a stage's release: with a cluster, to both blocks (each loaded half of its B for both) */
+    const char *release =
+        c->mcast == 2 ? "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 0), "
+                        "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 1)"
+                      : "kt_mbar_arrive(&empty[(it - 1) % STAGES])";
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "/* Block: the BM x BN output tile of batch bz; warpgroup 0 produces (TMA), "
                    "warpgroups 1..CONSUMERS");
     kt_buf_line(b, " * consume (wgmma) and run the epilogue. */");
     kt_buf_printf(b,
-                  "extern \"C\" __global__ void __launch_bounds__(THREADS, 1) %s(const "
+                  "extern \"C\" __global__ void __launch_bounds__(THREADS, 1) %s%s(const "
                   "__grid_constant__ kt_tensor_map tmap_a, const __grid_constant__ kt_tensor_map "
                   "tmap_b, ",
-                  entry);
+                  c->mcast == 2 ? "__cluster_dims__(2, 1, 1) " : "", entry);
     gemm_emit_epi_list(e, true);
     kt_buf_printf(b, "%s *__restrict__ %s)\n", ops_emit_ctype(p->g->tensors[p->out].dtype),
                   e->names[p->grp->n_in]);
@@ -269,28 +332,25 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "unsigned long long *full = reinterpret_cast<unsigned long long *>(bs + STAGES "
                    "* B_STAGE), *empty = full + STAGES;");
     kt_buf_line(b, "const int tid = threadIdx.x, wg = tid / 128;");
-    kt_buf_line(b, "int tile_m, tile_n;");
-    kt_buf_line(b, "ktg_raster(blockIdx.x, tile_m, tile_n);");
-    kt_buf_line(b, "const int m0 = tile_m * BM, n0 = tile_n * BN, bz = blockIdx.z;");
     kt_buf_line(b, "if (tid == 0) {");
     kt_buf_line(b, "    kt_tma_prefetch_map(&tmap_a);");
     kt_buf_line(b, "    kt_tma_prefetch_map(&tmap_b);");
     kt_buf_line(b, "    for (int s = 0; s < STAGES; s++) {");
     kt_buf_line(b, "        kt_mbar_init(&full[s], 1); /* the producer's arrive_expect_tx; the "
                    "copies' bytes complete the phase */");
-    kt_buf_line(b, "        kt_mbar_init(&empty[s], CONSUMERS * 4); /* lane 0 of every consumer "
-                   "warp */");
+    kt_buf_line(b, "        kt_mbar_init(&empty[s], MCAST * (PINGPONG ? 1 : CONSUMERS) * 4); /* lane "
+                   "0 of every warp of the stage's consumers, in every block it is loaded for */");
     kt_buf_line(b, "    }");
     kt_buf_line(b, "    kt_mbar_fence_init();");
     kt_buf_line(b, "}");
-    kt_buf_line(b, "__syncthreads();");
-    kt_buf_line(b,
-                "/* Barrier phases: stage st serves k tiles st, st + STAGES, ...; tile kt is the "
-                "(kt / STAGES)-th use of");
-    kt_buf_line(b, " * its stage, so its full phase has parity (kt / STAGES) & 1, and the release "
-                   "of the stage's previous");
-    kt_buf_line(b, " * tile (kt - STAGES) completes the empty phase of parity (kt / STAGES - 1) & "
-                   "1. */");
+    if (c->mcast == 2) {
+        kt_buf_line(b, "kt_cluster_sync(); /* both blocks' barriers are initialised before either "
+                       "block's copies or releases reach them */");
+        kt_buf_line(b, "const int rank = (int)kt_cluster_rank();");
+    } else {
+        kt_buf_line(b, "__syncthreads();");
+    }
+    kt_buf_line(b, "int m0, n0, bz;");
     kt_buf_line(b, "if (wg == 0) {");
     b->indent = 8;
     if (c->consumers == 2)
@@ -300,31 +360,54 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "/* one consumer: 65536 / 256 registers a thread cover it, nothing to "
                        "move (setmaxnreg) */");
     kt_buf_line(b, "if (tid == 0) {");
-    kt_buf_line(b, "    for (int kt = 0; kt < KTILES; kt++) {");
-    kt_buf_line(b, "        const int st = kt %% STAGES, k0 = kt * BK;");
-    kt_buf_line(b, "        if (kt >= STAGES) /* the consumers released tile kt - STAGES */");
-    kt_buf_line(b, "            kt_mbar_wait(&empty[st], (kt / STAGES + 1) & 1);");
-    kt_buf_line(b, "        kt_mbar_arrive_expect_tx(&full[st], STAGE_BYTES);");
-    b->indent = 16;
-    /* next step: with a 2-CTA cluster one CTA's copy of A (or B) multicasts to both here */
+    kt_buf_line(b, "    int it = 0; /* the ring's k tile count, across the block's tiles */");
+    kt_buf_line(b, "    for (int u = blockIdx.x / MCAST; u < UNITS; u += gridDim.x / MCAST) {");
+    kt_buf_line(b, "        ktw_tile(u, m0, n0, bz%s);", rank_arg);
+    kt_buf_line(b, "        for (int kt = 0; kt < KTILES; kt++, it++) {");
+    kt_buf_line(b, "            const int st = it %% STAGES, k0 = kt * BK;");
+    kt_buf_line(b, "            if (it >= STAGES) /* the stage's previous use was released */");
+    kt_buf_line(b, "                kt_mbar_wait(&empty[st], (it / STAGES + 1) & 1);");
+    kt_buf_line(b, "            kt_mbar_arrive_expect_tx(&full[st], STAGE_BYTES);");
+    b->indent = 20;
     emit_copies(e, 0);
     emit_copies(e, 1);
     b->indent = 8;
+    kt_buf_line(b, "        }");
     kt_buf_line(b, "    }");
+    if (c->mcast == 2) {
+        kt_buf_line(b, "    /* stay until both blocks' consumers released every stage: their "
+                       "arrivals target this block */");
+        kt_buf_line(b, "    for (int s = 0; s < STAGES; s++, it++)");
+        kt_buf_line(b, "        if (it >= STAGES)");
+        kt_buf_line(b, "            kt_mbar_wait(&empty[it %% STAGES], (it / STAGES + 1) & 1);");
+    }
     kt_buf_line(b, "}");
     kt_buf_line(b, "return;");
     b->indent = 4;
     kt_buf_line(b, "}");
-    /* next step: ping-pong gives each consumer its own tile here (and a persistent scheduler
-     * loops both roles over tiles from blockIdx.x by gridDim.x) */
     if (c->consumers == 2)
         kt_buf_line(b, "kt_setmaxnreg_inc<232>();");
-    kt_buf_line(b, "/* consumer cw: rows m0 + cw * BM / CONSUMERS + 64 * mt .. + 63 of the tile, "
-                   "all BN columns */");
+    kt_buf_line(b, "/* consumer cw: cooperative, rows cw * BM / CONSUMERS + 64 * mt .. + 63 of every "
+                   "tile; ping-pong, all rows of");
+    kt_buf_line(b, " * the block's tiles cw, cw + 2, ... (its k tiles start cw * KTILES into the "
+                   "ring and skip the other's) */");
     kt_buf_line(b, "const int cw = wg - 1, lane = tid & 31, warp = tid / 32 & 3, g = lane >> 2, t "
                    "= lane & 3;");
-    kt_buf_line(b, "const unsigned long long da0 = ktw_desc_a(as) + cw * MT * 512, db0 = "
-                   "ktw_desc_b(bs);");
+    kt_buf_line(b, "const int row0 = PINGPONG ? 0 : cw * (BM / CONSUMERS);");
+    kt_buf_line(b, "const unsigned long long da0 = ktw_desc_a(as) + row0 * 8, db0 = "
+                   "ktw_desc_b(bs); /* row0 / 64 slabs of 512 */");
+    kt_buf_line(b, "const int step = PINGPONG ? 2 : 1;");
+    kt_buf_line(b, "int it = PINGPONG ? cw * KTILES : 0;");
+    kt_buf_line(b, "const int units = gridDim.x / MCAST; /* units walked at once */");
+    kt_buf_line(b, "for (int i = PINGPONG ? cw : 0, u = blockIdx.x / MCAST + i * units; u < "
+                   "UNITS; i += step, u += step * units) {");
+    b->indent = 8;
+    kt_buf_line(b, "ktw_tile(u, m0, n0, bz%s);", rank_arg);
+    if (c->pingpong) {
+        kt_buf_line(b, "if (i > 0) /* the other consumer's k loop over the previous tile has "
+                       "ended */");
+        kt_buf_line(b, "    kt_bar_sync(1 + cw, 256);");
+    }
     kt_buf_line(b, "float acc[MT][BN / 8][4];");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
@@ -333,10 +416,10 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "        #pragma unroll");
     kt_buf_line(b, "        for (int r = 0; r < 4; r++)");
     kt_buf_line(b, "            acc[mt][j][r] = 0.0f;");
-    kt_buf_line(b, "for (int kt = 0; kt < KTILES; kt++) {");
-    b->indent = 8;
-    kt_buf_line(b, "const int st = kt %% STAGES;");
-    kt_buf_line(b, "kt_mbar_wait(&full[st], (kt / STAGES) & 1); /* tile kt has landed */");
+    kt_buf_line(b, "for (int kt = 0; kt < KTILES; kt++, it++) {");
+    b->indent = 12;
+    kt_buf_line(b, "const int st = it %% STAGES;");
+    kt_buf_line(b, "kt_mbar_wait(&full[st], (it / STAGES) & 1); /* k tile it has landed */");
     kt_buf_line(b, "const unsigned long long da = da0 + st * (A_STAGE / 8), db = db0 + st * "
                    "(B_STAGE / 8);");
     kt_buf_line(b, "kt_wgmma_fence();");
@@ -349,14 +432,22 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                 "* B_KSTEP, 1);",
                 mma);
     kt_buf_line(b, "kt_wgmma_commit();");
-    kt_buf_line(b, "/* tile kt's wgmmas stay in flight; tile kt - 1's have retired, so its stage "
-                   "goes back to the producer */");
+    kt_buf_line(b, "/* k tile it's wgmmas stay in flight; it - 1's have retired, so its stage goes "
+                   "back to the producer */");
     kt_buf_line(b, "kt_wgmma_wait<1>();");
     kt_buf_line(b, "if (kt > 0 && lane == 0)");
-    kt_buf_line(b, "    kt_mbar_arrive(&empty[(kt - 1) %% STAGES]);");
-    b->indent = 4;
+    kt_buf_line(b, "    %s;", release);
+    b->indent = 8;
     kt_buf_line(b, "}");
     kt_buf_line(b, "kt_wgmma_wait<0>();");
+    kt_buf_line(b, "if (lane == 0) /* the tile's last stage */");
+    kt_buf_line(b, "    %s;", release);
+    if (c->pingpong) {
+        kt_buf_line(b, "if (u + units < UNITS) /* the other consumer's next tile: its k loop may "
+                       "start */");
+        kt_buf_line(b, "    kt_bar_arrive(2 - cw, 256);");
+        kt_buf_line(b, "it += KTILES; /* the other consumer's tile */");
+    }
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
     kt_buf_line(b, "    kt_reg_hold(acc[mt]); /* the sums are read after the wait, not before */");
@@ -368,14 +459,16 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
     kt_buf_line(b, "    #pragma unroll");
     kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++) {");
-    kt_buf_line(b, "        const int m = m0 + cw * (BM / CONSUMERS) + 64 * mt + 16 * warp + g, n "
-                   "= n0 + 8 * j + 2 * t;");
+    kt_buf_line(b, "        const int m = m0 + row0 + 64 * mt + 16 * warp + g, n = n0 + 8 * j + 2 "
+                   "* t;");
     kt_buf_line(b, "        ktg_store2(%s, bz, m, n, acc[mt][j][0], acc[mt][j][1]);",
                 args.data ? args.data : "");
     kt_buf_line(b, "        ktg_store2(%s, bz, m + 8, n, acc[mt][j][2], acc[mt][j][3]);",
                 args.data ? args.data : "");
     kt_buf_line(b, "    }");
     kt_buf_free(&args);
+    b->indent = 4;
+    kt_buf_line(b, "}");
     b->indent = 0;
     kt_buf_line(b, "}");
 }

@@ -16,6 +16,10 @@ extern "C" __global__ void devlib_mbarrier(float *out)
     if (threadIdx.x == 0)
         kt_mbar_arrive_expect_tx(&bar[1], 0);
     out[threadIdx.x] = kt_mbar_test(&bar[1], 0) ? 1.0f : 0.0f;
+    /* the cluster form, to this block's own barrier (rank 0 of a one-block cluster) */
+    __syncthreads();
+    if (threadIdx.x == 0)
+        kt_mbar_arrive_cluster(&bar[1], 0);
 #else
     out[threadIdx.x] = 0.0f;
 #endif

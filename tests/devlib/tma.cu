@@ -28,6 +28,21 @@ extern "C" __global__ void devlib_tma(const __grid_constant__ kt_tensor_map map,
     }
     kt_mbar_wait(&bar, 1);
     out[threadIdx.x] += tile[threadIdx.x];
+    __syncthreads();
+    /* the multicast forms, to this block alone (mask 1: rank 0 of a one-block cluster) */
+    if (threadIdx.x == 0) {
+        kt_mbar_arrive_expect_tx(&bar, sizeof(tile));
+        kt_tma_load_2d_mc(tile, &map, &bar, 0, (int)blockIdx.x * 64, 1);
+    }
+    kt_mbar_wait(&bar, 0);
+    out[threadIdx.x] += tile[threadIdx.x];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        kt_mbar_arrive_expect_tx(&bar, sizeof(tile));
+        kt_tma_load_3d_mc(tile, &map3, &bar, 0, (int)blockIdx.x * 64, (int)blockIdx.y, 1);
+    }
+    kt_mbar_wait(&bar, 1);
+    out[threadIdx.x] += tile[threadIdx.x];
 #else
     out[threadIdx.x] = (float)(map.opaque[0] + map3.opaque[0]);
 #endif

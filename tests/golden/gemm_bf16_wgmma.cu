@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family gemm
- * schedule: gemm math=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 splitk=1 raster=1 smem=xor splitk_mode=parallel mma=wgmma
+ * schedule: gemm math=bf16 bm=128 bn=256 bk=64 wm=2 wn=1 stages=4 splitk=1 raster=1 smem=xor splitk_mode=parallel mma=wgmma mcast=1
  * graph: gemm_bias_relu
  *   t0 = matmul(A, W)  bf16 [M=1000, 256]
  *   t1 = add(t0, bias)  bf16 [M=1000, 256]
@@ -104,7 +104,17 @@ __device__ __forceinline__ void ktg_raster(int pid, int &tm, int &tn)
  *   per k. Descriptor: leading offset 8192 bytes (the next 64-wide block along m or n), stride
  *   offset 1024 (the next 8 k rows); k16 step +2048 bytes (16 rows).
  * Either way an m64 slab is 8192 bytes on from the previous one. Descriptor offsets count 16 bytes. */
-enum : int { CONSUMERS = 2, MT = 1 }; /* consumer warpgroups; m64 slabs per consumer */
+enum : int { CONSUMERS = 2, MT = 1, PINGPONG = 0 }; /* consumer warpgroups; m64 slabs per consumer; each its own tile */
+enum : int { MCAST = 1, UNITS = TILES_M * TILES_N * BATCH }; /* the blocks walk the tiles */
+/* Tile u (of every batch) -> its first row and column and its batch. */
+__device__ __forceinline__ void ktw_tile(int u, int &m0, int &n0, int &bz)
+{
+    int tile_m, tile_n;
+    bz = u / (TILES_M * TILES_N);
+    ktg_raster(u - bz * (TILES_M * TILES_N), tile_m, tile_n);
+    m0 = tile_m * BM;
+    n0 = tile_n * BN;
+}
 enum : int { A_STAGE = BM * 64, B_STAGE = BN * 64 }; /* halves per stage */
 enum : unsigned { STAGE_BYTES = (BM + BN) * 128 }; /* a stage's TMA bytes, edges included */
 enum : int { TRANS_A = 0, TRANS_B = 1 }; /* wgmma transpose flags: 1 = MN-major */
@@ -152,76 +162,85 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_bf16_wgmma_1
     kt_bf16 *bs = as + STAGES * A_STAGE;
     unsigned long long *full = reinterpret_cast<unsigned long long *>(bs + STAGES * B_STAGE), *empty = full + STAGES;
     const int tid = threadIdx.x, wg = tid / 128;
-    int tile_m, tile_n;
-    ktg_raster(blockIdx.x, tile_m, tile_n);
-    const int m0 = tile_m * BM, n0 = tile_n * BN, bz = blockIdx.z;
     if (tid == 0) {
         kt_tma_prefetch_map(&tmap_a);
         kt_tma_prefetch_map(&tmap_b);
         for (int s = 0; s < STAGES; s++) {
             kt_mbar_init(&full[s], 1); /* the producer's arrive_expect_tx; the copies' bytes complete the phase */
-            kt_mbar_init(&empty[s], CONSUMERS * 4); /* lane 0 of every consumer warp */
+            kt_mbar_init(&empty[s], MCAST * (PINGPONG ? 1 : CONSUMERS) * 4); /* lane 0 of every warp of the stage's consumers, in every block it is loaded for */
         }
         kt_mbar_fence_init();
     }
     __syncthreads();
-    /* Barrier phases: stage st serves k tiles st, st + STAGES, ...; tile kt is the (kt / STAGES)-th use of
-     * its stage, so its full phase has parity (kt / STAGES) & 1, and the release of the stage's previous
-     * tile (kt - STAGES) completes the empty phase of parity (kt / STAGES - 1) & 1. */
+    int m0, n0, bz;
     if (wg == 0) {
         kt_setmaxnreg_dec<40>(); /* the producer needs few: 40 + 2 x 232 = 3 x 168 */
         if (tid == 0) {
-            for (int kt = 0; kt < KTILES; kt++) {
-                const int st = kt % STAGES, k0 = kt * BK;
-                if (kt >= STAGES) /* the consumers released tile kt - STAGES */
-                    kt_mbar_wait(&empty[st], (kt / STAGES + 1) & 1);
-                kt_mbar_arrive_expect_tx(&full[st], STAGE_BYTES);
-                kt_tma_load_2d(as + st * A_STAGE, &tmap_a, &full[st], k0, m0); /* BM rows of 64 k */
-                for (int j = 0; j < BN / 64; j++) /* 64-wide blocks of 64 k rows */
-                    kt_tma_load_2d(bs + st * B_STAGE + j * 4096, &tmap_b, &full[st], n0 + 64 * j, k0);
+            int it = 0; /* the ring's k tile count, across the block's tiles */
+            for (int u = blockIdx.x / MCAST; u < UNITS; u += gridDim.x / MCAST) {
+                ktw_tile(u, m0, n0, bz);
+                for (int kt = 0; kt < KTILES; kt++, it++) {
+                    const int st = it % STAGES, k0 = kt * BK;
+                    if (it >= STAGES) /* the stage's previous use was released */
+                        kt_mbar_wait(&empty[st], (it / STAGES + 1) & 1);
+                    kt_mbar_arrive_expect_tx(&full[st], STAGE_BYTES);
+                    kt_tma_load_2d(as + st * A_STAGE, &tmap_a, &full[st], k0, m0); /* BM rows of 64 k */
+                    for (int j = 0; j < BN / 64; j += 1) /* 64-wide blocks of 64 k rows */
+                        kt_tma_load_2d(bs + st * B_STAGE + j * 4096, &tmap_b, &full[st], n0 + 64 * j, k0);
+                }
             }
         }
         return;
     }
     kt_setmaxnreg_inc<232>();
-    /* consumer cw: rows m0 + cw * BM / CONSUMERS + 64 * mt .. + 63 of the tile, all BN columns */
+    /* consumer cw: cooperative, rows cw * BM / CONSUMERS + 64 * mt .. + 63 of every tile; ping-pong, all rows of
+     * the block's tiles cw, cw + 2, ... (its k tiles start cw * KTILES into the ring and skip the other's) */
     const int cw = wg - 1, lane = tid & 31, warp = tid / 32 & 3, g = lane >> 2, t = lane & 3;
-    const unsigned long long da0 = ktw_desc_a(as) + cw * MT * 512, db0 = ktw_desc_b(bs);
-    float acc[MT][BN / 8][4];
-    #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+    const int row0 = PINGPONG ? 0 : cw * (BM / CONSUMERS);
+    const unsigned long long da0 = ktw_desc_a(as) + row0 * 8, db0 = ktw_desc_b(bs); /* row0 / 64 slabs of 512 */
+    const int step = PINGPONG ? 2 : 1;
+    int it = PINGPONG ? cw * KTILES : 0;
+    const int units = gridDim.x / MCAST; /* units walked at once */
+    for (int i = PINGPONG ? cw : 0, u = blockIdx.x / MCAST + i * units; u < UNITS; i += step, u += step * units) {
+        ktw_tile(u, m0, n0, bz);
+        float acc[MT][BN / 8][4];
         #pragma unroll
-        for (int j = 0; j < BN / 8; j++)
+        for (int mt = 0; mt < MT; mt++)
             #pragma unroll
-            for (int r = 0; r < 4; r++)
-                acc[mt][j][r] = 0.0f;
-    for (int kt = 0; kt < KTILES; kt++) {
-        const int st = kt % STAGES;
-        kt_mbar_wait(&full[st], (kt / STAGES) & 1); /* tile kt has landed */
-        const unsigned long long da = da0 + st * (A_STAGE / 8), db = db0 + st * (B_STAGE / 8);
-        kt_wgmma_fence();
-        #pragma unroll
-        for (int ks = 0; ks < BK / 16; ks++)
+            for (int j = 0; j < BN / 8; j++)
+                #pragma unroll
+                for (int r = 0; r < 4; r++)
+                    acc[mt][j][r] = 0.0f;
+        for (int kt = 0; kt < KTILES; kt++, it++) {
+            const int st = it % STAGES;
+            kt_mbar_wait(&full[st], (it / STAGES) & 1); /* k tile it has landed */
+            const unsigned long long da = da0 + st * (A_STAGE / 8), db = db0 + st * (B_STAGE / 8);
+            kt_wgmma_fence();
             #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-                kt_wgmma_bf16_ss<BN, TRANS_B, TRANS_A>(acc[mt], da + mt * 512 + ks * A_KSTEP, db + ks * B_KSTEP, 1);
-        kt_wgmma_commit();
-        /* tile kt's wgmmas stay in flight; tile kt - 1's have retired, so its stage goes back to the producer */
-        kt_wgmma_wait<1>();
-        if (kt > 0 && lane == 0)
-            kt_mbar_arrive(&empty[(kt - 1) % STAGES]);
-    }
-    kt_wgmma_wait<0>();
-    #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-        kt_reg_hold(acc[mt]); /* the sums are read after the wait, not before */
-    /* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's rows, column 8 j + 2 t + (r & 1) */
-    #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-        #pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-            const int m = m0 + cw * (BM / CONSUMERS) + 64 * mt + 16 * warp + g, n = n0 + 8 * j + 2 * t;
-            ktg_store2(t2_bias, t5_Y, bz, m, n, acc[mt][j][0], acc[mt][j][1]);
-            ktg_store2(t2_bias, t5_Y, bz, m + 8, n, acc[mt][j][2], acc[mt][j][3]);
+            for (int ks = 0; ks < BK / 16; ks++)
+                #pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    kt_wgmma_bf16_ss<BN, TRANS_B, TRANS_A>(acc[mt], da + mt * 512 + ks * A_KSTEP, db + ks * B_KSTEP, 1);
+            kt_wgmma_commit();
+            /* k tile it's wgmmas stay in flight; it - 1's have retired, so its stage goes back to the producer */
+            kt_wgmma_wait<1>();
+            if (kt > 0 && lane == 0)
+                kt_mbar_arrive(&empty[(it - 1) % STAGES]);
         }
+        kt_wgmma_wait<0>();
+        if (lane == 0) /* the tile's last stage */
+            kt_mbar_arrive(&empty[(it - 1) % STAGES]);
+        #pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            kt_reg_hold(acc[mt]); /* the sums are read after the wait, not before */
+        /* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's rows, column 8 j + 2 t + (r & 1) */
+        #pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            #pragma unroll
+            for (int j = 0; j < BN / 8; j++) {
+                const int m = m0 + row0 + 64 * mt + 16 * warp + g, n = n0 + 8 * j + 2 * t;
+                ktg_store2(t2_bias, t5_Y, bz, m, n, acc[mt][j][0], acc[mt][j][1]);
+                ktg_store2(t2_bias, t5_Y, bz, m + 8, n, acc[mt][j][2], acc[mt][j][3]);
+            }
+    }
 }

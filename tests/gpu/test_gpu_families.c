@@ -102,15 +102,25 @@ static const gpu_case cases[] = {
     {"tests/gpu/softmax_log.json", "M=37,N=3000", OPS_PREC_EXACT, NULL},
 };
 
-/* The 16-bit GEMM on TMA and wgmma, run with KTUNE_WGMMA16=1 (the kernel stays out of the
- * search until it passes on a GPU: ops/gemm/wgmma16.c): ragged M, N, K (not multiples of any
- * tile), B N-major and K-major, A M-major, the epilogues (bias + relu in f16; bias, gelu and a
- * residual in bf16). */
+/* The 16-bit GEMM on TMA and wgmma, cooperative and ping-pong: ragged M, N, K (not multiples of
+ * any tile), B N-major and K-major, A M-major, the epilogues (bias + relu in f16; bias, gelu and a
+ * residual in bf16), and shapes of more tiles than SMs, where the persistent blocks walk several
+ * tiles (ping-pong needs them). */
 static const gpu_case wgmma16_cases[] = {
     {"bench/cases/gemm_bf16.json", "M=1000,N=776,K=1000", OPS_PREC_EXACT, "mma=wgmma"},
     {"bench/cases/linear_bf16.json", "M=333,N=1000,K=1016", OPS_PREC_EXACT, "mma=wgmma"},
     {"examples/gemm_bias_relu.json", "M=1000", OPS_PREC_EXACT, "mma=wgmma"},
     {"tests/gpu/gemm_bf16_epilogue.json", "M=200,N=264,K=520", OPS_PREC_EXACT, "whole:mma=wgmma"},
+    {"bench/cases/gemm_bf16.json", "M=2050,N=2056,K=520", OPS_PREC_EXACT, "mma=wgmma"},
+    {"bench/cases/linear_bf16.json", "M=1999,N=2048,K=264", OPS_PREC_EXACT, "mma=wgmma_pingpong"},
+    {"examples/gemm_bias_relu.json", "M=9000", OPS_PREC_EXACT, "mma=wgmma_pingpong"},
+    {"tests/gpu/gemm_bf16_epilogue.json", "M=2000,N=1032,K=200", OPS_PREC_EXACT,
+     "whole:mma=wgmma_pingpong"},
+    /* 2-block clusters sharing B by multicast: an odd count of tile rows (the last pair half
+     * past M), B N-major and K-major, every epilogue kind */
+    {"bench/cases/gemm_bf16.json", "M=2050,N=2056,K=520", OPS_PREC_EXACT, "mcast=2"},
+    {"bench/cases/linear_bf16.json", "M=1999,N=2048,K=264", OPS_PREC_EXACT, "mcast=2"},
+    {"tests/gpu/gemm_bf16_epilogue.json", "M=2000,N=1032,K=200", OPS_PREC_EXACT, "whole:mcast=2"},
 };
 
 static int per_family = 6;
@@ -510,10 +520,8 @@ int main(int argc, char **argv)
         per_family = atoi(argv[1]);
     gpu_case only = {argc > 3 ? argv[2] : NULL, argc > 3 ? argv[3] : NULL, OPS_PREC_EXACT,
                      argc > 4 ? argv[4] : NULL};
-    const char *wg16 = getenv("KTUNE_WGMMA16");
-    bool with_wgmma16 = wg16 && strcmp(wg16, "1") == 0;
     size_t n_main = only.file ? 1 : KT_ARRAY_LEN(cases);
-    size_t n_cases = n_main + (only.file || !with_wgmma16 ? 0 : KT_ARRAY_LEN(wgmma16_cases));
+    size_t n_cases = n_main + (only.file ? 0 : KT_ARRAY_LEN(wgmma16_cases));
     gpu_case *list = calloc(n_cases, sizeof(*list));
     if (!list)
         return 1;

@@ -22,7 +22,7 @@ static const char *family;
 
 static const char *const families[] = {"arch",       "cp_async", "ldmatrix", "mma",      "memory",
                                        "swizzle",    "reduce",   "cluster",  "mbarrier", "tma",
-                                       "setmaxnreg", "wgmma",    "math"};
+                                       "setmaxnreg", "wgmma",    "math",     "barrier"};
 
 static char *read_kernel(const char *fam)
 {

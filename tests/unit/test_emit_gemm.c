@@ -19,11 +19,11 @@
 extern const ops_family ops_family_gemm;
 
 /* Knob order of the family (values, not indices). */
-enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM, SPLITK_MODE, MMA };
+enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM, SPLITK_MODE, MMA, MCAST };
 enum { FFMA = 0, TF32 = 1, F16 = 2, BF16 = 3, TF32X3 = 4 };
 enum { PAD = 0, XOR = 1 };
 enum { PARALLEL = 0, SERIAL = 1, CLUSTER = 2 };
-enum { SYNC = 0, WGMMA = 1, WGMMA_SPLIT = 2 };
+enum { SYNC = 0, WGMMA = 1, WGMMA_SPLIT = 2, PINGPONG = 3 };
 
 static const char gemm_bias_relu[] =
     "{\"name\": \"gemm_bias_relu\", \"inputs\": {"
@@ -88,7 +88,7 @@ static ops_schedule sched(int math, int bm, int bn, int bk, int wm, int wn, int 
                           int raster, int smem)
 {
     ops_schedule s = {.family = OPS_FAM_GEMM};
-    int v[] = {math, bm, bn, bk, wm, wn, stages, splitk, raster, smem};
+    int v[] = {math, bm, bn, bk, wm, wn, stages, splitk, raster, smem, PARALLEL, SYNC, 1};
     memcpy(s.v, v, sizeof(v));
     return s;
 }
@@ -751,7 +751,7 @@ static void test_cluster_splitk(void **state)
     /* FFMA and f16 compile too, without spills */
     emit_compile(g, OPS_PREC_EXACT,
                  (ops_schedule){.family = OPS_FAM_GEMM,
-                                .v = {FFMA, 32, 32, 16, 2, 4, 4, 4, 1, PAD, CLUSTER, SYNC}},
+                                .v = {FFMA, 32, 32, 16, 2, 4, 4, 4, 1, PAD, CLUSTER, SYNC, 1}},
                  "sm_90a");
     ops_graph_free(g);
     free(json);
@@ -759,7 +759,7 @@ static void test_cluster_splitk(void **state)
     g = emit_test_graph(json, "M=1760,N=128,K=1760");
     emit_compile(g, OPS_PREC_EXACT,
                  (ops_schedule){.family = OPS_FAM_GEMM,
-                                .v = {F16, 32, 128, 64, 1, 4, 4, 4, 1, XOR, CLUSTER, SYNC}},
+                                .v = {F16, 32, 128, 64, 1, 4, 4, 4, 1, XOR, CLUSTER, SYNC, 1}},
                  "sm_90a");
     ops_graph_free(g);
     free(json);
@@ -989,6 +989,10 @@ static void test_wgmma16(void **state)
             fail_msg("bad schedule %zu kept", i);
     assert_string_equal(ops_family_gemm.prune(&grp, &bad[2], &dev), "regs");
     assert_string_equal(ops_family_gemm.prune(&grp, &bad[4], &dev), "redundant");
+    /* ping-pong at M = 1000: 16 tiles, a block each, the second consumer would idle */
+    s = wg16(BF16, 128, 128, 1, 4);
+    s.v[MMA] = PINGPONG;
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "redundant");
     s = wg16(BF16, 128, 128, 2, 3);
     dev.sm_major = 8;
     assert_non_null(ops_family_gemm.prune(&grp, &s, &dev));
@@ -999,6 +1003,70 @@ static void test_wgmma16(void **state)
     dev.smem_per_block_optin = 4 * (256 + 128) * 128;
     assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "smem");
     ops_device_h100(&dev);
+    ops_graph_free(g);
+
+    /* ping-pong: with more tiles than SMs each persistent block takes several, its two
+     * consumers a tile each in turn (142 tiles of 128 x 128 at M = 9000) */
+    g = emit_test_graph(gemm_bf16_bias_relu, "M=9000");
+    emit_test_whole_group(g, &grp);
+    s = wg16(BF16, 128, 128, 1, 4);
+    s.v[MMA] = PINGPONG;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    k = &em.kernels[0];
+    assert_string_equal(k->entry, "ktune_gemm_bf16_wgmma_pingpong_128x128x64");
+    assert_int_equal(k->block[0], 384);         /* a producer, two consumers */
+    assert_int_equal(k->grid[0], dev.sm_count); /* persistent: a block per SM */
+    assert_int_equal(k->grid[2], 1);
+    assert_non_null(strstr(em.source, "PINGPONG = 1 };"));
+    assert_non_null(strstr(em.source, "enum : int { CONSUMERS = 2, MT = 2,"));
+    assert_non_null(strstr(em.source, "kt_bar_sync(1 + cw, 256);"));
+    assert_non_null(strstr(em.source, "kt_bar_arrive(2 - cw, 256);"));
+    assert_true(emit_test_has(em.source, "bar.arrive"));
+    check_tmaps(&grp, k);
+    emit_test_golden("gemm_bf16_wgmma_pingpong.cu", em.source);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+    s.v[WM] = 2; /* the consumers split no tile: wm is not read */
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "redundant");
+    s = wg16(BF16, 128, 128, 2, 4);
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.kernels[0].grid[0], dev.sm_count); /* cooperative: persistent too */
+    assert_null(strstr(em.source, "__cluster_dims__"));
+    assert_non_null(strstr(em.source, "PINGPONG = 0 };"));
+    assert_null(strstr(em.source, "kt_bar_sync"));
+    ops_emitted_free(&em);
+    /* mcast 2: 2-block clusters on pairs of tiles (36 pairs of tile rows x 2 columns = 72 pairs
+     * for 66 clusters), B [K][N] split by 64-wide blocks between the two, multicast */
+    s.v[MCAST] = 2;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    k = &em.kernels[0];
+    assert_int_equal(k->grid[0], dev.sm_count);
+    assert_non_null(strstr(em.source, "__cluster_dims__(2, 1, 1) ktune_gemm_bf16_wgmma_128x128x64("));
+    assert_non_null(strstr(em.source, "enum : int { MCAST = 2, PAIRS_M = (TILES_M + 1) / 2,"));
+    assert_non_null(strstr(em.source, "for (int j = rank; j < BN / 64; j += 2)"));
+    assert_non_null(strstr(em.source, "kt_tma_load_2d_mc(bs + st * B_STAGE + j * 4096"));
+    assert_non_null(strstr(em.source, "kt_tma_load_2d(as + st * A_STAGE"));
+    assert_non_null(strstr(em.source, "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 1)"));
+    assert_true(emit_test_has(em.source, ".multicast::cluster"));
+    assert_int_equal(k->args[1].tmap.box[1], 64); /* N-major B: whole 64 x 64 blocks */
+    check_tmaps(&grp, k);
+    emit_test_golden("gemm_bf16_wgmma_mcast.cu", em.source);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+    s = sched(BF16, 128, 128, 32, 2, 2, 3, 1, 1, XOR); /* mma.sync: the knob is not its */
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    s.v[MCAST] = 2;
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "redundant");
+    ops_graph_free(g);
+    /* a single tile row leaves no block to share B with */
+    g = emit_test_graph(gemm_bf16_bias_relu, "M=100");
+    emit_test_whole_group(g, &grp);
+    s = wg16(BF16, 128, 128, 2, 4);
+    s.v[MCAST] = 2;
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "redundant");
     ops_graph_free(g);
 
     /* rows of tensor maps are 16-byte multiples (K % 8), and TMA copies no prologue cast */
@@ -1030,6 +1098,17 @@ static void test_wgmma16(void **state)
         char want[64];
         snprintf(want, sizeof(want), "enum : int { TRANS_A = %d, TRANS_B = %d };", ta, !tb);
         assert_non_null(strstr(em.source, want));
+        if (tb) { /* multicast: each block of the pair loads half of K-major B's n rows */
+            ops_emitted mc;
+            ops_schedule sm = s;
+            sm.v[MCAST] = 2;
+            assert_null(ops_family_gemm.prune(&grp, &sm, &dev));
+            assert_int_equal(ops_family_gemm.emit(&grp, &sm, &dev, &mc, &d), 0);
+            assert_int_equal(mc.kernels[0].args[1].tmap.box[1], 64);
+            assert_non_null(strstr(mc.source, "bs + st * B_STAGE + rank * (BN / 2) * 64"));
+            check_tmaps(&grp, &mc.kernels[0]);
+            ops_emitted_free(&mc);
+        }
         assert_int_equal(k->args[0].tmap.rank, 3); /* A [2, ...] */
         assert_int_equal(k->args[0].tmap.dims[2], 2);
         assert_int_equal(k->args[1].tmap.rank, 2); /* B [1, ...], broadcast */
@@ -1059,7 +1138,8 @@ static void test_compile_wgmma16(void **state)
     char **sources = calloc(MAX_SOURCES, sizeof(char *));
     uint32_t *smem = calloc(MAX_SOURCES, sizeof(uint32_t));
     int n = 0;
-    int shapes_seen[3][3][2] = {{{0}}};
+    /* bm, bn, consumers (1, 2 cooperative; ping-pong), mcast */
+    int shapes_seen[3][3][3][2] = {{{{0}}}};
     for (int c = 0; c < 5; c++) {
         char *json = c < 4 ? rich16(c & 1 ? "f16" : "bf16", c & 1, c >> 1) : plain_gemm("bf16");
         ops_graph *g =
@@ -1073,12 +1153,14 @@ static void test_compile_wgmma16(void **state)
         int took = 0;
         for (int i = 0; i < l.n && n < MAX_SOURCES; i++) {
             const ops_schedule *s = &l.s[i];
-            if (s->v[MMA] != WGMMA || (s->v[MATH] != F16 && s->v[MATH] != BF16))
+            if ((s->v[MMA] != WGMMA && s->v[MMA] != PINGPONG) ||
+                (s->v[MATH] != F16 && s->v[MATH] != BF16))
                 continue;
             /* every (bm, bn, consumers) once per group, and a stage count that varies */
             int bi = s->v[BM] == 64 ? 0 : s->v[BM] == 128 ? 1 : 2;
             int ni = s->v[BN] == 64 ? 0 : s->v[BN] == 128 ? 1 : 2;
-            int *seen = &shapes_seen[bi][ni][s->v[WM] - 1];
+            int *seen =
+                &shapes_seen[bi][ni][s->v[MMA] == PINGPONG ? 2 : s->v[WM] - 1][s->v[MCAST] - 1];
             if (*seen > c || s->v[STAGES] != 2 + (took + c) % 3)
                 continue;
             *seen = c + 1;
@@ -1371,29 +1453,9 @@ static void test_fragment_maps(void **state)
     }
 }
 
-/* Off by default until it passes on a GPU: pruned "unverified" without KTUNE_WGMMA16=1. */
-static void test_wgmma16_gate(void **state)
-{
-    (void)state;
-    ops_device dev;
-    ops_device_h100(&dev);
-    ops_graph *g = emit_test_graph(gemm_bf16_bias_relu, "M=1000");
-    ops_group grp;
-    emit_test_whole_group(g, &grp);
-    ops_schedule s = wg16(BF16, 128, 256, 2, 4);
-    unsetenv("KTUNE_WGMMA16");
-    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "unverified");
-    setenv("KTUNE_WGMMA16", "1", 1);
-    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
-    ops_graph_free(g);
-}
-
 int main(void)
 {
-    /* the 16-bit wgmma kernel's tests and the space counts below include it */
-    setenv("KTUNE_WGMMA16", "1", 1);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_wgmma16_gate),
         cmocka_unit_test(test_matches),
         cmocka_unit_test(test_counts),
         cmocka_unit_test(test_prefix_skip),

@@ -655,6 +655,42 @@ static void test_library_record_evaluated(void **state)
     ops_graph_free(g);
 }
 
+/* cuBLASLt's calls all faster than any generated kernel (FAKE_FAST) and two finalists: the
+ * fastest generated kernel is re-timed beside the fastest library call anyway, so the choice
+ * between them is made on interleaved times (before, library calls filled every finalist place
+ * whenever screening ties went their way, and ktune's own kernel was never compared). */
+static void test_finalists_own_and_library(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/examples/gemm_bias_relu.json", getenv("KTUNE_SOURCE_ROOT"));
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    assert_int_equal(ops_graph_from_json_file(path, &g, &d), 0);
+    assert_int_equal(ops_graph_validate(g, &d), 0);
+    ops_binding m16 = {"M", 16};
+    setenv("FAKE_FAST", "cublasLt", 1);
+    cache_env *cache = open_cache("cache-finalists");
+    srch_tune_opts o = base_opts();
+    o.budget_s = 8;
+    o.finalists = 2;
+    srch_tune_result r;
+    kt_err err = {0};
+    int rc = srch_tune(g, &m16, 1, cache, &o, &r, &err);
+    unsetenv("FAKE_FAST");
+    if (rc < 0)
+        print_error("srch_tune: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_true(r.found);
+    assert_int_equal(r.n_picks, 1);
+    assert_int_equal(r.picks[0].family, OPS_FAM_LIBRARY);
+    assert_true(r.picks[0].retimed);
+    assert_true(r.picks[0].own_ns > r.picks[0].time.median_ns);
+    assert_true(r.picks[0].own_retimed);
+    cache_close(cache);
+    ops_graph_free(g);
+}
+
 /* An MLP block (two matmuls, GELU, residual add, layernorm) whose first matmul cuBLASLt wins
  * (FAKE_FAST: the library's candidates, and pointwise kernels so that a lone matmul group pays
  * off, take a hundredth of their time; FAKE_WRONG: generated GEMMs fused with bias and GELU, the
@@ -890,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_record_failure_not_stored),
         cmocka_unit_test(test_record_fallback),
         cmocka_unit_test(test_library_record_evaluated),
+        cmocka_unit_test(test_finalists_own_and_library),
         cmocka_unit_test(test_mixed_library_pick_falls_back),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -33,6 +33,28 @@ __device__ __forceinline__ void kt_tma_load_3d(void *dst, const kt_tensor_map *m
                  "l"(map), "r"(kt_smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
                  : "memory");
 }
+/* kt_tma_load_2d / _3d multicast: the box lands at dst's offset in the shared memory of every
+ * block of the cluster whose rank is set in cta_mask, each completing on its own barrier at
+ * bar's offset. Every receiving block's barrier must expect the bytes (its own arrive_expect_tx
+ * may come before or after them: the phase waits for both). */
+__device__ __forceinline__ void kt_tma_load_2d_mc(void *dst, const kt_tensor_map *map,
+                                                  unsigned long long *bar, int c0, int c1,
+                                                  unsigned short cta_mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(kt_smem_u32(dst)),
+                 "l"(map), "r"(kt_smem_u32(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+                 : "memory");
+}
+__device__ __forceinline__ void kt_tma_load_3d_mc(void *dst, const kt_tensor_map *map,
+                                                  unsigned long long *bar, int c0, int c1, int c2,
+                                                  unsigned short cta_mask)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(kt_smem_u32(dst)),
+                 "l"(map), "r"(kt_smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
+                 : "memory");
+}
 /* Starts fetching the tensor map into the descriptor cache. */
 __device__ __forceinline__ void kt_tma_prefetch_map(const kt_tensor_map *map)
 {
