@@ -76,7 +76,10 @@ int main(int argc, char **argv)
     CD(cuMemAlloc(&db, N * 2)); CD(cuMemAlloc(&dY, (size_t)M * N * 2));
     CD(cuMemcpyHtoD(dA, A, (size_t)M * K * 2)); CD(cuMemcpyHtoD(dB, B, (size_t)K * N * 2));
     CD(cuMemcpyHtoD(db, bias, N * 2)); CD(cuMemsetD8(dY, 0xff, (size_t)M * N * 2));
-    CUtensorMap ma = mk(dA, K, M, 64, BM, sw, l2), mb = mk(dB, N, K, 64, 64, sw, l2);
+    /* PROBE_BT=rows: B stored [N][K] (K-major), box {64, rows}; else [K][N], box {64, 64} */
+    const char *bt = getenv("PROBE_BT");
+    CUtensorMap ma = mk(dA, K, M, 64, BM, sw, l2),
+                mb = bt ? mk(dB, K, N, 64, atoi(bt), sw, l2) : mk(dB, N, K, 64, 64, sw, l2);
     CD(cuModuleLoad(&mod, cubin)); CD(cuModuleGetFunction(&f, mod, entry));
     int smem = STAGES * (BM + BN) * 128 + 1024 + 16 * STAGES;
     CD(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
