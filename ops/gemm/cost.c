@@ -91,11 +91,15 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
         double intensity = (double)c.wtm * c.wtn / (c.wtm + c.wtn); /* flops per smem element */
         eff = fmin(1.0, sqrt(intensity / 32.0));
         if (c.wg16) {
-            /* every consumer's wgmmas read the block's B tile: the block tile's intensity, and a
-             * single consumer warpgroup idles while it waits on its wgmmas (a guess until the
-             * H100 timings calibrate it) */
+            /* every consumer's wgmmas read the block's B tile: the block tile's intensity, full
+             * at 128 x 256; n128 wgmmas re-read A twice as often as n256; one consumer
+             * warpgroup idles a little while it waits on its wgmmas. Calibrated on the H100's
+             * trial logs (bf16 4096^3, 8192^3, 4096 x 6144 x 4096, docs/search.md): against
+             * 128 x 256, 128 x 128 ran 1.17-1.19x, 64 x 256 1.22-1.26x, 64 x 128 1.55-1.77x,
+             * ping-pong as fast as cooperative on the same tile, mcast's gain from the L2 term. */
             intensity = (double)c.bm * c.bn / (c.bm + c.bn);
-            eff = fmin(1.0, sqrt(intensity / 64.0)) * (c.consumers == 1 ? 0.9 : 1.0);
+            eff = fmin(1.0, sqrt(intensity / 85.0)) * (c.bn >= 256 ? 1.0 : 0.97) *
+                  (c.consumers == 1 ? 0.97 : 1.0);
         }
         if (c.op[0].scalar_frag || c.op[1].scalar_frag)
             eff *= 0.85;
