@@ -28,12 +28,14 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
     gemm_configure(&p, s, dev, &c);
     const ops_graph *g = grp->g;
     double B = (double)p.batch, M = (double)p.M, N = (double)p.N, K = (double)p.K;
-    est->flops = 2.0 * B * M * N * K;
-    double exec = 2.0 * B * (double)(c.tiles_m * c.bm) * (double)(c.tiles_n * c.bn) *
+    /* a dual group is one GEMM over [B | B2]: nb times the columns, the output once */
+    double nb = (double)p.nb;
+    est->flops = 2.0 * B * M * N * nb * K;
+    double exec = 2.0 * B * (double)(c.tiles_m * c.bm) * (double)(c.tiles_n * c.bn) * nb *
                   (double)(c.ktiles * c.bk);
 
     /* DRAM: every input and the output once, the split-K workspace written and read back, and
-     * re-reads of A and B when they do not stay in L2 (grouped rasterisation cuts those). */
+     * re-reads of A and B when they do not stay in L2 (below, once the residency is known). */
     double bytes = 0;
     for (int i = 0; i < grp->n_in; i++) {
         const ops_tensor *t = &g->tensors[grp->in[i]];
@@ -42,14 +44,12 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
     double obytes = B * M * N * (double)ops_dtype_size(g->tensors[p.out].dtype);
     bytes += obytes;
     double ab =
-        B * K * (M * (double)ops_dtype_size(p.src_dt[0]) + N * (double)ops_dtype_size(p.src_dt[1]));
+        B * K * (M * (double)ops_dtype_size(p.src_dt[0]) + N * nb * (double)ops_dtype_size(p.src_dt[1]));
     /* (a B tile multicast to a 2-block cluster is read from L2 once for both) */
     double l2_traffic = B * (double)(c.tiles_m * c.tiles_n) * (double)(c.ktiles * c.bk) *
                         ((double)c.bm * (double)ops_dtype_size(p.src_dt[0]) +
-                         (double)c.bn * (double)ops_dtype_size(p.src_dt[1]) /
+                         (double)c.bn * nb * (double)ops_dtype_size(p.src_dt[1]) /
                              (c.mcast == 2 ? 2.0 : 1.0));
-    if (ab > (double)dev->l2_bytes / 2)
-        bytes += l2_traffic * (c.raster > 1 ? 0.05 : 0.15);
     double ws = c.parallel ? (double)c.splitk * B * M * N * 4.0 : 0;
     est->bytes = bytes + 2 * ws;
     /* Serial split-K: the workspace zeroed, and the running sums of every tile written and read
@@ -81,6 +81,33 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
     double wave_eff = waves / ceil(waves);
     double sm_used = blocks < dev->sm_count ? blocks / dev->sm_count : 1.0;
 
+    /* DRAM re-reads. The blocks in flight at once (slots of them, consecutive in the raster
+     * order) cover rows_w tile rows: the raster group (RASTER rows, or pairs of rows with mcast)
+     * or, when a group row is shorter than the wave, as many rows as the wave spans. A B larger
+     * than half of L2 is streamed again for every band of rows_w tile rows; A likewise for every
+     * band of columns when its rows_w-row band does not fit. The re-reads overlap the math only
+     * in part: a quarter of their time is added past the roofline's max. Fitted on the H100's
+     * trials (bf16 4096 x 14336 x 4096, docs/search.md): raster 1 against raster 8 cost 1.19-1.25
+     * against 0.71-0.79 ms on 128 x 128 tiles (DRAM-bound), +63 to +283 us on 128 x 256 and
+     * 256 x 128 (0.5 ms of re-reads), and a dual group at raster 1 2.25 ms. */
+    double t_rereads = 0;
+    {
+        double tm = (double)c.tiles_m, tn = (double)c.tiles_n;
+        double rows_w = fmin(tm, fmax((double)c.raster * c.mcast, slots / tn));
+        double cols_w = fmin(tn, fmax(1.0, slots / rows_w));
+        double a_bytes = B * M * K * (double)ops_dtype_size(p.src_dt[0]);
+        double b_bytes = B * K * N * nb * (double)ops_dtype_size(p.src_dt[1]);
+        double half_l2 = (double)dev->l2_bytes / 2;
+        double rereads = 0;
+        if (b_bytes > half_l2)
+            rereads += b_bytes * (ceil(tm / rows_w) - 1);
+        if (a_bytes / tm * rows_w > half_l2)
+            rereads += a_bytes * (ceil(tn / cols_w) - 1);
+        bytes += rereads;
+        est->bytes += rereads;
+        t_rereads = rereads / (dev->dram_bytes_per_s * fmin(1.0, 2.0 * sm_used));
+    }
+
     double peak = dev->fp32_flops_per_s, eff;
     if (c.tc) {
         peak = c.math == MATH_TF32     ? dev->tf32_flops_per_s
@@ -97,8 +124,9 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
              * trial logs (bf16 4096^3, 8192^3, 4096 x 6144 x 4096, docs/search.md): against
              * 128 x 256, 128 x 128 ran 1.17-1.19x, 64 x 256 1.22-1.26x, 64 x 128 1.55-1.77x,
              * ping-pong as fast as cooperative on the same tile, mcast's gain from the L2 term. */
-            intensity = (double)c.bm * c.bn / (c.bm + c.bn);
-            eff = fmin(1.0, sqrt(intensity / 85.0)) * (c.bn >= 256 ? 1.0 : 0.97) *
+            double wn = c.bn * nb; /* the wgmma's n */
+            intensity = (double)c.bm * wn / (c.bm + wn);
+            eff = fmin(1.0, sqrt(intensity / 85.0)) * (wn >= 256 ? 1.0 : 0.97) *
                   (c.consumers == 1 ? 0.97 : 1.0);
         }
         if (c.op[0].scalar_frag || c.op[1].scalar_frag)
@@ -131,7 +159,7 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
     double t_math = exec / (peak * eff);
     double t_dram = bytes / (dev->dram_bytes_per_s * fmin(1.0, 2.0 * sm_used));
     double t_l2 = l2_traffic / (3.0 * dev->dram_bytes_per_s * fmin(1.0, 2.0 * sm_used));
-    double t = fmax(t_math, fmax(t_dram, t_l2)) + 2e-6;
+    double t = fmax(t_math, fmax(t_dram, t_l2)) + 0.25 * fmin(t_math, t_rereads) + 2e-6;
     if (c.parallel) /* the reduction kernel reads the partials and applies the epilogue */
         t += (ws + bytes - ab) / dev->dram_bytes_per_s + 2e-6;
     if (c.presplit) /* the split kernel reads A and writes its small halves, then a launch */

@@ -10,8 +10,8 @@
 
 static void value_name(const gemm_problem *p, int node, char *buf, size_t len)
 {
-    if (node == p->mm) {
-        snprintf(buf, len, "acc");
+    if (node == p->mm || node == p->mm2) {
+        snprintf(buf, len, node == p->mm ? "acc" : "acc2");
         return;
     }
     for (int i = 0; i < p->n_epi; i++)
@@ -39,11 +39,15 @@ int gemm_emit_epilogue(const gemm_emit *e)
     char cm[OPS_EMIT_COMMENT_MAX];
     kt_buf_printf(
         b,
-        "\n/* The fused epilogue of output element (bz, m, n) in fp32; acc is %s[bz, m, n]. */\n"
-        "__device__ __forceinline__ float ktg_epilogue(",
+        "\n/* The fused epilogue of output element (bz, m, n) in fp32; acc is %s[bz, m, n]",
         ops_emit_comment_text(mo->name, cm, sizeof(cm)));
+    bool dual = p->nb == 2;
+    if (dual)
+        kt_buf_printf(b, ", acc2 %s[bz, m, n]",
+                      ops_emit_comment_text(g->tensors[g->nodes[p->mm2].out].name, cm, sizeof(cm)));
+    kt_buf_printf(b, ". */\n__device__ __forceinline__ float ktg_epilogue(");
     gemm_emit_epi_list(e, true);
-    kt_buf_line(b, "int bz, int m, int n, float acc)");
+    kt_buf_line(b, "int bz, int m, int n, float acc%s)", dual ? ", float acc2" : "");
     kt_buf_line(b, "{");
     b->indent = 4;
     bool need_b = false;
@@ -109,7 +113,8 @@ int gemm_emit_epilogue(const gemm_emit *e)
     bool mchk = p->M % c->bm != 0, nchk = p->N % c->bn != 0;
     kt_buf_printf(b, "__device__ __forceinline__ void ktg_store(");
     gemm_emit_epi_list(e, true);
-    kt_buf_line(b, "%s *__restrict__ out, int bz, int m, int n, float acc)", oty);
+    kt_buf_line(b, "%s *__restrict__ out, int bz, int m, int n, float acc%s)", oty,
+                dual ? ", float acc2" : "");
     kt_buf_line(b, "{");
     emit_edge_return(b, mchk, nchk);
     kt_buf_printf(b, "    out[((idx_t)bz * M + m) * N + n] = ");
@@ -120,7 +125,7 @@ int gemm_emit_epilogue(const gemm_emit *e)
         tmp.b = &call;
         kt_buf_printf(&call, "ktg_epilogue(");
         gemm_emit_epi_list(&tmp, false);
-        kt_buf_printf(&call, "bz, m, n, acc)");
+        kt_buf_printf(&call, "bz, m, n, acc%s)", dual ? ", acc2" : "");
         ops_emit_from_float(save, odt, call.data ? call.data : "");
         kt_buf_free(&call);
     }
@@ -129,15 +134,17 @@ int gemm_emit_epilogue(const gemm_emit *e)
     kt_buf_printf(b, "/* Elements (m, n) and (m, n + 1); n is even. */\n"
                      "__device__ __forceinline__ void ktg_store2(");
     gemm_emit_epi_list(e, true);
-    kt_buf_line(b, "%s *__restrict__ out, int bz, int m, int n, float acc0, float acc1)", oty);
+    kt_buf_line(b, "%s *__restrict__ out, int bz, int m, int n, float acc0, float acc1%s)", oty,
+                dual ? ", float acc2_0, float acc2_1" : "");
     kt_buf_line(b, "{");
     if (p->N % 2 == 0) {
         emit_edge_return(b, mchk, nchk);
         kt_buf_printf(b, "    const float y0 = ktg_epilogue(");
         gemm_emit_epi_list(e, false);
-        kt_buf_printf(b, "bz, m, n, acc0);\n    const float y1 = ktg_epilogue(");
+        kt_buf_printf(b, "bz, m, n, acc0%s);\n    const float y1 = ktg_epilogue(",
+                      dual ? ", acc2_0" : "");
         gemm_emit_epi_list(e, false);
-        kt_buf_line(b, "bz, m, n + 1, acc1);");
+        kt_buf_line(b, "bz, m, n + 1, acc1%s);", dual ? ", acc2_1" : "");
         kt_buf_line(b, "    /* N is even: the pair is contiguous and %d-byte aligned */",
                     2 * (int)ops_dtype_size(odt));
         if (odt == OPS_DT_F32) {
@@ -157,9 +164,10 @@ int gemm_emit_epilogue(const gemm_emit *e)
     } else {
         kt_buf_printf(b, "    /* N is odd: two masked scalar stores */\n    ktg_store(");
         gemm_emit_epi_list(e, false);
-        kt_buf_printf(b, "out, bz, m, n, acc0);\n    if (n + 1 < N)\n        ktg_store(");
+        kt_buf_printf(b, "out, bz, m, n, acc0%s);\n    if (n + 1 < N)\n        ktg_store(",
+                      dual ? ", acc2_0" : "");
         gemm_emit_epi_list(e, false);
-        kt_buf_line(b, "out, bz, m, n + 1, acc1);");
+        kt_buf_line(b, "out, bz, m, n + 1, acc1%s);", dual ? ", acc2_1" : "");
     }
     kt_buf_line(b, "}");
     if (c->parallel) {

@@ -93,13 +93,18 @@ typedef struct gemm_problem {
     const ops_group *grp;
     const ops_graph *g;
     int mm;              /* the matmul node */
-    int src[2];          /* tensor read for A and B (a group input) */
+    int src[3];          /* tensor read for A, B (and B2) (group inputs) */
     int cast[2];         /* prologue cast node of A and B, or -1 */
-    ops_dtype src_dt[2]; /* A and B in global memory */
+    ops_dtype src_dt[3]; /* A, B (and B2) in global memory */
     bool trans[2];
+    /* A dual group: a second matmul mm2 = A x B2 of the same A, transposes and shapes, whose
+     * result the epilogue chain combines with the first's (SwiGLU: silu(x Wg) * (x Wu)). Only the
+     * 16-bit wgmma kernel runs it, as one GEMM over [B | B2] packed by its loads (wgmma16.c). */
+    int mm2; /* the second matmul node, or -1 */
+    int nb;  /* B operands: 1, or 2 in a dual group */
     ops_dtype dt; /* matmul operand and result dtype */
     int64_t M, N, K, batch;
-    ops_shape obatch, opb[2]; /* batch dims of the output, A and B */
+    ops_shape obatch, opb[3]; /* batch dims of the output, A, B (and B2) */
     ops_shape oshape;         /* the matmul output (and group output) shape */
     int out;                  /* the group's output tensor */
     int n_epi;

@@ -58,28 +58,58 @@ static void batch_of(const ops_shape *s, ops_shape *out)
     out->rank = s->rank - 2;
 }
 
+/* The second matmul of a dual group pairs with the first: the same A (no prologue), the same
+ * transposes, B2 with B's shape and dtype, the same result shape and dtype. */
+static bool dual_pairs(const ops_group *grp, const ops_node *mm, const ops_node *mm2)
+{
+    const ops_graph *g = grp->g;
+    const ops_tensor *b = &g->tensors[mm->in[1].tensor], *b2 = &g->tensors[mm2->in[1].tensor];
+    const ops_tensor *o = &g->tensors[mm->out], *o2 = &g->tensors[mm2->out];
+    for (int k = 0; k < 2; k++)
+        if (gemm_in_group(grp, g->tensors[mm->in[k].tensor].producer) ||
+            gemm_in_group(grp, g->tensors[mm2->in[k].tensor].producer))
+            return false;
+    return mm->in[0].tensor == mm2->in[0].tensor &&
+           mm->attrs.transpose_a == mm2->attrs.transpose_a &&
+           mm->attrs.transpose_b == mm2->attrs.transpose_b && b->dtype == b2->dtype &&
+           ops_shape_same_sizes(&b->shape, &b2->shape) && o->dtype == o2->dtype &&
+           ops_shape_same_sizes(&o->shape, &o2->shape);
+}
+
 /* 0 when grp is a matmul with a cast prologue on its operands and an elementwise epilogue whose
- * every node has the matmul's output shape; -EINVAL otherwise. */
+ * every node has the matmul's output shape, or a dual group (two matmuls of one A whose results
+ * the epilogue combines, see gemm_problem); -EINVAL otherwise. */
 int gemm_analyse(const ops_group *grp, gemm_problem *p)
 {
     const ops_graph *g = grp->g;
     memset(p, 0, sizeof(*p));
     p->grp = grp;
     p->g = g;
-    p->mm = p->cast[0] = p->cast[1] = -1;
+    p->mm = p->mm2 = p->cast[0] = p->cast[1] = -1;
+    p->nb = 1;
     if (grp->n_out != 1)
         return -EINVAL;
     for (int i = 0; i < grp->n_nodes; i++) {
         if (g->nodes[grp->nodes[i]].op != OPS_MATMUL)
             continue;
-        if (p->mm >= 0)
+        if (p->mm2 >= 0)
             return -EINVAL;
-        p->mm = grp->nodes[i];
+        if (p->mm >= 0)
+            p->mm2 = grp->nodes[i];
+        else
+            p->mm = grp->nodes[i];
     }
     if (p->mm < 0)
         return -EINVAL;
     const ops_node *mm = &g->nodes[p->mm];
     const ops_tensor *mo = &g->tensors[mm->out];
+    if (p->mm2 >= 0) {
+        if (!dual_pairs(grp, mm, &g->nodes[p->mm2]))
+            return -EINVAL;
+        p->nb = 2;
+        p->src[2] = g->nodes[p->mm2].in[1].tensor;
+        p->src_dt[2] = g->tensors[p->src[2]].dtype;
+    }
     for (int k = 0; k < 2; k++) {
         int t = mm->in[k].tensor;
         if (t < 0)
@@ -96,12 +126,19 @@ int gemm_analyse(const ops_group *grp, gemm_problem *p)
         p->src[k] = t;
         p->src_dt[k] = g->tensors[t].dtype;
     }
-    /* Every other node extends the chain of values derived from the matmul; it may also read
-     * group inputs (broadcast into the output shape) and scalars, never a prologue cast. */
+    /* Every other node extends the chain of values derived from the matmul(s); it may also read
+     * group inputs (broadcast into the output shape) and scalars, never a prologue cast. In a
+     * dual group the output derives from both matmuls (from[] marks which each value does). */
     uint64_t chain = 1ull << p->mm;
+    unsigned char from[OPS_GROUP_MAX_NODES] = {0}; /* node indices are below 64 (masks) */
+    from[p->mm] = 1;
+    if (p->mm2 >= 0) {
+        chain |= 1ull << p->mm2;
+        from[p->mm2] = 2;
+    }
     for (int i = 0; i < grp->n_nodes; i++) {
         int ni = grp->nodes[i];
-        if (ni == p->mm || ni == p->cast[0] || ni == p->cast[1])
+        if (ni == p->mm || ni == p->mm2 || ni == p->cast[0] || ni == p->cast[1])
             continue;
         const ops_node *n = &g->nodes[ni];
         if (!ops_is_elementwise(n->op) ||
@@ -114,6 +151,7 @@ int gemm_analyse(const ops_group *grp, gemm_problem *p)
                 continue;
             if (!(chain >> g->tensors[t].producer & 1))
                 return -EINVAL;
+            from[ni] |= from[g->tensors[t].producer];
             from_chain = true;
         }
         if (!from_chain)
@@ -122,7 +160,8 @@ int gemm_analyse(const ops_group *grp, gemm_problem *p)
         p->epi[p->n_epi++] = ni;
     }
     p->out = grp->out[0];
-    if (!(chain >> g->tensors[p->out].producer & 1))
+    int oprod = g->tensors[p->out].producer;
+    if (!(chain >> oprod & 1) || (p->mm2 >= 0 && from[oprod] != 3))
         return -EINVAL;
 
     const ops_shape *as = &g->tensors[mm->in[0].tensor].shape;
@@ -138,6 +177,7 @@ int gemm_analyse(const ops_group *grp, gemm_problem *p)
     batch_of(&mo->shape, &p->obatch);
     batch_of(as, &p->opb[0]);
     batch_of(bs, &p->opb[1]);
+    p->opb[2] = p->opb[1];
     p->batch = 1;
     for (int i = 0; i < p->obatch.rank; i++)
         p->batch *= p->obatch.d[i].size;
@@ -288,6 +328,8 @@ bool gemm_raster_redundant(const gemm_cfg *c, const ops_device *dev)
 const char *gemm_sync_prefix_why(const gemm_problem *p, const gemm_cfg *c, const ops_device *dev)
 {
     int kmin = c->tc ? c->kstep : 8;
+    if (p->nb == 2)
+        return "shape"; /* a dual group is the 16-bit wgmma kernel's */
     if (dev->sm_major < 8)
         return "shape"; /* cp.async and mma.sync need sm_80 */
     if (math_excluded(p, c->math))
@@ -316,8 +358,8 @@ const char *gemm_wgmma_prefix_why(const gemm_problem *p, const gemm_cfg *c, cons
         return gemm_wgmma16_prefix_why(p, c, dev);
     bool f32 = p->src_dt[0] == OPS_DT_F32 && p->src_dt[1] == OPS_DT_F32 &&
                gemm_cast_is_identity(p, 0) && gemm_cast_is_identity(p, 1);
-    if (dev->sm_major < 9)
-        return "shape"; /* wgmma is sm_90a */
+    if (dev->sm_major < 9 || p->nb == 2)
+        return "shape"; /* wgmma is sm_90a; a dual group is the 16-bit kernel's */
     if (c->math != MATH_TF32X3 || !f32 || p->trans[0])
         return "shape";
     if (c->bk != 32 || (c->bm != 64 && c->bm != 128) || (c->bn != 64 && c->bn != 128) || p->K % 4 ||

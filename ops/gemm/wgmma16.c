@@ -85,8 +85,8 @@ const char *gemm_wgmma16_prefix_why(const gemm_problem *p, const gemm_cfg *c, co
         return "shape"; /* m64 slabs, one or two per consumer warpgroup; n64..256 wgmmas */
     if (c->wn != 1)
         return "redundant"; /* a knob this kernel does not read */
-    if (c->bm / c->wm / 64 * c->bn > 256)
-        return "regs"; /* over 128 fp32 sums a consumer thread */
+    if (c->bm / c->wm / 64 * c->bn * p->nb > 256)
+        return "regs"; /* over 128 fp32 sums a consumer thread (a dual group's wgmma is 2 BN wide) */
     if ((c->bm > 64 && c->bm / 2 >= p->M) || (c->bn > 64 && c->bn / 2 >= p->N))
         return "shape"; /* a tile at least twice the matrix: the smaller one covers it */
     return NULL;
@@ -106,10 +106,10 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
     c->wtn = c->bn;
     c->op[0].vb = c->op[1].vb = 16; /* no register-path loads (the cost model reads vb) */
     /* the ring's stages, 1024 bytes of alignment slack, a full and an empty barrier per stage */
-    c->smem_bytes = (int64_t)c->stages * (c->bm + c->bn) * 128 + 1024 + 16 * c->stages;
+    c->smem_bytes = (int64_t)c->stages * (c->bm + p->nb * c->bn) * 128 + 1024 + 16 * c->stages;
     /* the consumer's fp32 sums and ~48 for addresses, descriptors and the epilogue; with two
      * consumers the block starts at 65536 / 384 = 168 and setmaxnreg moves them (40 / 232) */
-    c->regs = c->consumers == 2 ? 168 : c->mt * c->bn / 2 + 48;
+    c->regs = c->consumers == 2 ? 168 : c->mt * c->bn * p->nb / 2 + 48;
     int64_t tiles = c->tiles_m * c->tiles_n * p->batch;
     const char *prefix_why = gemm_wgmma16_prefix_why(p, c, dev);
     if (prefix_why)
@@ -167,7 +167,7 @@ static void tensor_map(const gemm_problem *p, const gemm_cfg *c, int k, ops_tens
 void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel_launch *k)
 {
     k->n_args = 0;
-    for (int op = 0; op < 2; op++) {
+    for (int op = 0; op < 1 + p->nb; op++) { /* A, B (and B2) */
         ops_arg *a = &k->args[k->n_args++];
         memset(a, 0, sizeof(*a));
         a->kind = OPS_ARG_TENSOR_MAP;
@@ -244,9 +244,19 @@ void gemm_emit_wgmma16_helpers(const gemm_emit *e)
         kt_buf_line(b, "    n0 = pid %% per_group / rows * BN;");
         kt_buf_line(b, "}");
     }
-    kt_buf_line(b, "enum : int { A_STAGE = BM * 64, B_STAGE = BN * 64 }; /* halves per stage */");
-    kt_buf_line(b, "enum : unsigned { STAGE_BYTES = (BM + BN) * 128 }; /* a stage's TMA bytes, "
-                   "edges included */");
+    if (p->nb == 2) {
+        kt_buf_line(b, "/* Dual: B2's tile follows B's in a stage, so one wgmma 2 BN wide reads "
+                       "both (rows, or 64-wide");
+        kt_buf_line(b, " * blocks, BN.. of the B operand): the GEMM over [B | B2], packed by the "
+                       "loads; sums j < BN / 8 are");
+        kt_buf_line(b, " * the first matmul's, BN / 8 + j the second's of the same element. */");
+    }
+    kt_buf_line(b, "enum : int { NB = %d, MMA_N = NB * BN }; /* B operands; the wgmma's n */",
+                p->nb);
+    kt_buf_line(b, "enum : int { A_STAGE = BM * 64, B_STAGE = NB * BN * 64 }; /* halves per "
+                   "stage */");
+    kt_buf_line(b, "enum : unsigned { STAGE_BYTES = (BM + NB * BN) * 128 }; /* a stage's TMA "
+                   "bytes, edges included */");
     kt_buf_line(b,
                 "enum : int { TRANS_A = %d, TRANS_B = %d }; /* wgmma transpose flags: 1 = "
                 "MN-major */",
@@ -263,17 +273,18 @@ void gemm_emit_wgmma16_helpers(const gemm_emit *e)
     kt_buf_line(b, "}");
 }
 
-/* The producer's copies of operand k (0 A, 1 B) of k tile kt into stage st. With a 2-block
- * cluster, B is common to both blocks: each loads half of it (K-major: half the n rows; MN-major:
- * every other 64-wide block) and multicasts it to both. */
+/* The producer's copies of operand k (0 A, 1 B, 2 B2) of k tile kt into stage st. With a 2-block
+ * cluster, B (and B2) is common to both blocks: each loads half of it (K-major: half the n rows;
+ * MN-major: every other 64-wide block) and multicasts it to both. */
 static void emit_copies(const gemm_emit *e, int k)
 {
     const gemm_problem *p = e->p;
     kt_buf *b = e->b;
-    const char *map = k == 0 ? "tmap_a" : "tmap_b", *dst = k == 0 ? "as" : "bs";
+    static const char *const maps[] = {"tmap_a", "tmap_b", "tmap_b2"}, *const dsts[] = {"as", "bs", "bs2"};
+    const char *map = maps[k], *dst = dsts[k];
     const char *stage = k == 0 ? "A_STAGE" : "B_STAGE", *mn0 = k == 0 ? "m0" : "n0";
     const char *ext = k == 0 ? "BM" : "BN";
-    bool mc = k == 1 && e->c->mcast == 2;
+    bool mc = k >= 1 && e->c->mcast == 2;
     char z[16] = "";
     if (batch_mode(p, k) == 2)
         snprintf(z, sizeof(z), ", bz");
@@ -314,8 +325,9 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_printf(b,
                   "extern \"C\" __global__ void __launch_bounds__(THREADS, 1) %s%s(const "
                   "__grid_constant__ kt_tensor_map tmap_a, const __grid_constant__ kt_tensor_map "
-                  "tmap_b, ",
-                  c->mcast == 2 ? "__cluster_dims__(2, 1, 1) " : "", entry);
+                  "tmap_b, %s",
+                  c->mcast == 2 ? "__cluster_dims__(2, 1, 1) " : "", entry,
+                  p->nb == 2 ? "const __grid_constant__ kt_tensor_map tmap_b2, " : "");
     gemm_emit_epi_list(e, true);
     kt_buf_printf(b, "%s *__restrict__ %s)\n", ops_emit_ctype(p->g->tensors[p->out].dtype),
                   e->names[p->grp->n_in]);
@@ -329,12 +341,16 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                 "long>(kt_smem_raw) + 1023) & ~1023ull);",
                 ty, ty);
     kt_buf_line(b, "%s *bs = as + STAGES * A_STAGE;", ty);
+    if (p->nb == 2)
+        kt_buf_line(b, "%s *bs2 = bs + BN * 64; /* B2's tile, after B's in every stage */", ty);
     kt_buf_line(b, "unsigned long long *full = reinterpret_cast<unsigned long long *>(bs + STAGES "
                    "* B_STAGE), *empty = full + STAGES;");
     kt_buf_line(b, "const int tid = threadIdx.x, wg = tid / 128;");
     kt_buf_line(b, "if (tid == 0) {");
     kt_buf_line(b, "    kt_tma_prefetch_map(&tmap_a);");
     kt_buf_line(b, "    kt_tma_prefetch_map(&tmap_b);");
+    if (p->nb == 2)
+        kt_buf_line(b, "    kt_tma_prefetch_map(&tmap_b2);");
     kt_buf_line(b, "    for (int s = 0; s < STAGES; s++) {");
     kt_buf_line(b, "        kt_mbar_init(&full[s], 1); /* the producer's arrive_expect_tx; the "
                    "copies' bytes complete the phase */");
@@ -369,8 +385,8 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "                kt_mbar_wait(&empty[st], (it / STAGES + 1) & 1);");
     kt_buf_line(b, "            kt_mbar_arrive_expect_tx(&full[st], STAGE_BYTES);");
     b->indent = 20;
-    emit_copies(e, 0);
-    emit_copies(e, 1);
+    for (int k = 0; k < 1 + p->nb; k++)
+        emit_copies(e, k);
     b->indent = 8;
     kt_buf_line(b, "        }");
     kt_buf_line(b, "    }");
@@ -408,11 +424,11 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                        "ended */");
         kt_buf_line(b, "    kt_bar_sync(1 + cw, 256);");
     }
-    kt_buf_line(b, "float acc[MT][BN / 8][4];");
+    kt_buf_line(b, "float acc[MT][MMA_N / 8][4];");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
     kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++)");
+    kt_buf_line(b, "    for (int j = 0; j < MMA_N / 8; j++)");
     kt_buf_line(b, "        #pragma unroll");
     kt_buf_line(b, "        for (int r = 0; r < 4; r++)");
     kt_buf_line(b, "            acc[mt][j][r] = 0.0f;");
@@ -428,7 +444,7 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "    #pragma unroll");
     kt_buf_line(b, "    for (int mt = 0; mt < MT; mt++)");
     kt_buf_line(b,
-                "        %s<BN, TRANS_B, TRANS_A>(acc[mt], da + mt * 512 + ks * A_KSTEP, db + ks "
+                "        %s<MMA_N, TRANS_B, TRANS_A>(acc[mt], da + mt * 512 + ks * A_KSTEP, db + ks "
                 "* B_KSTEP, 1);",
                 mma);
     kt_buf_line(b, "kt_wgmma_commit();");
@@ -461,10 +477,19 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++) {");
     kt_buf_line(b, "        const int m = m0 + row0 + 64 * mt + 16 * warp + g, n = n0 + 8 * j + 2 "
                    "* t;");
-    kt_buf_line(b, "        ktg_store2(%s, bz, m, n, acc[mt][j][0], acc[mt][j][1]);",
-                args.data ? args.data : "");
-    kt_buf_line(b, "        ktg_store2(%s, bz, m + 8, n, acc[mt][j][2], acc[mt][j][3]);",
-                args.data ? args.data : "");
+    if (p->nb == 2) {
+        kt_buf_line(b, "        ktg_store2(%s, bz, m, n, acc[mt][j][0], acc[mt][j][1], acc[mt][BN "
+                       "/ 8 + j][0], acc[mt][BN / 8 + j][1]);",
+                    args.data ? args.data : "");
+        kt_buf_line(b, "        ktg_store2(%s, bz, m + 8, n, acc[mt][j][2], acc[mt][j][3], "
+                       "acc[mt][BN / 8 + j][2], acc[mt][BN / 8 + j][3]);",
+                    args.data ? args.data : "");
+    } else {
+        kt_buf_line(b, "        ktg_store2(%s, bz, m, n, acc[mt][j][0], acc[mt][j][1]);",
+                    args.data ? args.data : "");
+        kt_buf_line(b, "        ktg_store2(%s, bz, m + 8, n, acc[mt][j][2], acc[mt][j][3]);",
+                    args.data ? args.data : "");
+    }
     kt_buf_line(b, "    }");
     kt_buf_free(&args);
     b->indent = 4;

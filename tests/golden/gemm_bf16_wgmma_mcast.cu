@@ -120,8 +120,9 @@ __device__ __forceinline__ void ktw_tile(int u, int &m0, int &n0, int &bz, int r
     m0 = (2 * (first + pid % per_group % rows) + rank) * BM;
     n0 = pid % per_group / rows * BN;
 }
-enum : int { A_STAGE = BM * 64, B_STAGE = BN * 64 }; /* halves per stage */
-enum : unsigned { STAGE_BYTES = (BM + BN) * 128 }; /* a stage's TMA bytes, edges included */
+enum : int { NB = 1, MMA_N = NB * BN }; /* B operands; the wgmma's n */
+enum : int { A_STAGE = BM * 64, B_STAGE = NB * BN * 64 }; /* halves per stage */
+enum : unsigned { STAGE_BYTES = (BM + NB * BN) * 128 }; /* a stage's TMA bytes, edges included */
 enum : int { TRANS_A = 0, TRANS_B = 1 }; /* wgmma transpose flags: 1 = MN-major */
 enum : int { A_KSTEP = 2, B_KSTEP = 128 }; /* descriptor step of k16 */
 __device__ __forceinline__ unsigned long long ktw_desc_a(const void *p)
@@ -213,11 +214,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(2, 1, 
     const int units = gridDim.x / MCAST; /* units walked at once */
     for (int i = PINGPONG ? cw : 0, u = blockIdx.x / MCAST + i * units; u < UNITS; i += step, u += step * units) {
         ktw_tile(u, m0, n0, bz, rank);
-        float acc[MT][BN / 8][4];
+        float acc[MT][MMA_N / 8][4];
         #pragma unroll
         for (int mt = 0; mt < MT; mt++)
             #pragma unroll
-            for (int j = 0; j < BN / 8; j++)
+            for (int j = 0; j < MMA_N / 8; j++)
                 #pragma unroll
                 for (int r = 0; r < 4; r++)
                     acc[mt][j][r] = 0.0f;
@@ -230,7 +231,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(2, 1, 
             for (int ks = 0; ks < BK / 16; ks++)
                 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
-                    kt_wgmma_bf16_ss<BN, TRANS_B, TRANS_A>(acc[mt], da + mt * 512 + ks * A_KSTEP, db + ks * B_KSTEP, 1);
+                    kt_wgmma_bf16_ss<MMA_N, TRANS_B, TRANS_A>(acc[mt], da + mt * 512 + ks * A_KSTEP, db + ks * B_KSTEP, 1);
             kt_wgmma_commit();
             /* k tile it's wgmmas stay in flight; it - 1's have retired, so its stage goes back to the producer */
             kt_wgmma_wait<1>();

@@ -121,6 +121,17 @@ static const gpu_case wgmma16_cases[] = {
     {"bench/cases/gemm_bf16.json", "M=2050,N=2056,K=520", OPS_PREC_EXACT, "mcast=2"},
     {"bench/cases/linear_bf16.json", "M=1999,N=2048,K=264", OPS_PREC_EXACT, "mcast=2"},
     {"tests/gpu/gemm_bf16_epilogue.json", "M=2000,N=1032,K=200", OPS_PREC_EXACT, "whole:mcast=2"},
+    /* dual groups (SwiGLU's silu(x Wg) * (x Wu) as one GEMM over [Wg | Wu]): weights [N][K] and
+     * [K][N], batched x, a bias in the chain, cooperative, ping-pong and multicast, ragged; the
+     * f16 case stores f32 (a cast): silu(g) * u of K = 520 mixed-magnitude products passes f16's
+     * 65504 where the fp64 reference stays finite */
+    {"bench/cases/llm_swiglu_mlp_bf16.json", "M=1000,N=1000,K=1000", OPS_PREC_EXACT,
+     "whole:mma=wgmma "},
+    {"bench/cases/llm_swiglu_mlp_bf16.json", "M=2050,N=1032,K=520", OPS_PREC_EXACT,
+     "whole:mcast=2"},
+    {"tests/gpu/swiglu_f16_bias.json", "B=2,M=333,N=264,K=520", OPS_PREC_EXACT, "whole:mma=wgmma "},
+    {"tests/gpu/swiglu_f16_bias.json", "B=2,M=2000,N=264,K=520", OPS_PREC_EXACT,
+     "whole:mma=wgmma_pingpong"},
 };
 
 static int per_family = 6;

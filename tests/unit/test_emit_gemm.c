@@ -50,6 +50,33 @@ static char *plain_gemm(const char *dt)
     return s;
 }
 
+/* A dual group, SwiGLU's up-projection: silu(x Wg) * (x Wu) (+ bias on the first when bias),
+ * the weights [N][K] (transpose_b, as nn.Linear stores them) when tb, else [K][N]; x is batched
+ * [2] when batched. */
+static char *swiglu16(const char *dt, bool tb, bool bias, bool batched)
+{
+    char *s = NULL;
+    const char *w = tb ? "\"N\", \"K\"" : "\"K\", \"N\"";
+    int n = asprintf(
+        &s,
+        "{\"name\": \"swiglu\", \"inputs\": {"
+        "\"x\": {\"dtype\": \"%s\", \"shape\": [%s\"M\", \"K\"]},"
+        "\"Wg\": {\"dtype\": \"%s\", \"shape\": [%s], \"const\": true},"
+        "\"Wu\": {\"dtype\": \"%s\", \"shape\": [%s], \"const\": true}%s%s%s},"
+        "\"nodes\": [{\"out\": \"g\", \"op\": \"matmul\", \"in\": [\"x\", \"Wg\"], \"transpose_b\": %s},"
+        "{\"out\": \"u\", \"op\": \"matmul\", \"in\": [\"x\", \"Wu\"], \"transpose_b\": %s},"
+        "{\"out\": \"gb\", \"op\": \"%s\", \"in\": [\"g\", %s]},"
+        "{\"out\": \"s\", \"op\": \"silu\", \"in\": [\"gb\"]},"
+        "{\"out\": \"Y\", \"op\": \"mul\", \"in\": [\"s\", \"u\"]}],"
+        "\"outputs\": [\"Y\"]}",
+        dt, batched ? "2, " : "", dt, w, dt, w, bias ? ", \"bg\": {\"dtype\": \"" : "",
+        bias ? dt : "", bias ? "\", \"shape\": [\"N\"], \"const\": true}" : "",
+        tb ? "true" : "false", tb ? "true" : "false",
+        bias ? "add" : "mul", bias ? "\"bg\"" : "1.0");
+    assert_true(n > 0);
+    return s;
+}
+
 /* A rich group: f32 A cast to DT (prologue), B (transposed when tb), batched with a broadcast
  * batch dim on B, bias, gelu, residual add, scale, cast to f32. */
 static char *rich_gemm(const char *dt, bool ta, bool tb)
@@ -160,6 +187,35 @@ static void test_matches(void **state)
         "\"outputs\": [\"Y\"]}";
     assert_false(matches_json(two_mm, "", 0));
     assert_true(matches_json(two_mm, "", 0x1));
+    /* Two matmuls of one A whose results meet (a dual group, SwiGLU): nodes 0 g, 1 u, 2 gb,
+     * 3 s, 4 Y. */
+    char *sw = swiglu16("bf16", true, true, false);
+    assert_true(matches_json(sw, "M=64,N=48,K=32", 0x1f));
+    assert_true(matches_json(sw, "M=64,N=48,K=32", 0x0d));  /* g, gb, s: one matmul's chain */
+    assert_false(matches_json(sw, "M=64,N=48,K=32", 0x03)); /* the pair alone: two outputs */
+    assert_false(matches_json(sw, "M=64,N=48,K=32", 0x1b)); /* Y without s's silu */
+    free(sw);
+    /* different A, or B2 not of B's shape: no dual */
+    static const char two_a[] =
+        "{\"name\": \"x\", \"inputs\": {"
+        "\"A\": {\"dtype\": \"f16\", \"shape\": [16, 16]},"
+        "\"A2\": {\"dtype\": \"f16\", \"shape\": [16, 16]},"
+        "\"B\": {\"dtype\": \"f16\", \"shape\": [16, 16]}},"
+        "\"nodes\": [{\"out\": \"t\", \"op\": \"matmul\", \"in\": [\"A\", \"B\"]},"
+        "{\"out\": \"u\", \"op\": \"matmul\", \"in\": [\"A2\", \"B\"]},"
+        "{\"out\": \"Y\", \"op\": \"mul\", \"in\": [\"t\", \"u\"]}],"
+        "\"outputs\": [\"Y\"]}";
+    assert_false(matches_json(two_a, "", 0));
+    static const char two_b[] =
+        "{\"name\": \"x\", \"inputs\": {"
+        "\"A\": {\"dtype\": \"f16\", \"shape\": [16, 16]},"
+        "\"B\": {\"dtype\": \"f16\", \"shape\": [16, 16]},"
+        "\"B2\": {\"dtype\": \"f16\", \"shape\": [16, 1]}},"
+        "\"nodes\": [{\"out\": \"t\", \"op\": \"matmul\", \"in\": [\"A\", \"B\"]},"
+        "{\"out\": \"u\", \"op\": \"matmul\", \"in\": [\"A\", \"B2\"]},"
+        "{\"out\": \"Y\", \"op\": \"mul\", \"in\": [\"t\", \"u\"]}],"
+        "\"outputs\": [\"Y\"]}";
+    assert_false(matches_json(two_b, "", 0));
     static const char bcast_up[] =
         "{\"name\": \"x\", \"inputs\": {"
         "\"A\": {\"dtype\": \"f16\", \"shape\": [16, 16]},"
@@ -964,7 +1020,8 @@ static void test_wgmma16(void **state)
     assert_true(mb->box[0] == 64 && mb->box[1] == 64 && mb->swizzle == 128 && !mb->oob_nan);
     assert_true(ma->elem_strides[0] == 1 && ma->elem_strides[1] == 1);
     check_tmaps(&grp, k);
-    assert_non_null(strstr(em.source, "kt_wgmma_bf16_ss<BN, TRANS_B, TRANS_A>"));
+    assert_non_null(strstr(em.source, "kt_wgmma_bf16_ss<MMA_N, TRANS_B, TRANS_A>"));
+    assert_non_null(strstr(em.source, "enum : int { NB = 1, MMA_N = NB * BN };"));
     assert_non_null(strstr(em.source, "kt_setmaxnreg_dec<40>()"));
     assert_non_null(strstr(em.source, "enum : int { TRANS_A = 0, TRANS_B = 1 };"));
     assert_true(emit_test_has(em.source, "wgmma.mma_async.sync.aligned.m64n\" #N \"k16"));
@@ -1123,6 +1180,101 @@ static void test_wgmma16(void **state)
     }
 }
 
+/* A dual group (SwiGLU) on the 16-bit wgmma kernel: A, B and B2 as tensor maps, B2's tile after
+ * B's in each stage, one wgmma 2 BN wide, both sums handed to the epilogue; no other kernel takes
+ * it, and the accumulators count double against the register rule. */
+static void test_wgmma16_dual(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_emitted em;
+    ops_diag d = {0};
+    char *json = swiglu16("bf16", true, true, false);
+    ops_graph *g = emit_test_graph(json, "M=1000,N=1000,K=1000");
+    free(json);
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_schedule s = wg16(BF16, 128, 128, 2, 4);
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.n_kernels, 1);
+    const ops_kernel_launch *k = &em.kernels[0];
+    assert_string_equal(k->entry, "ktune_gemm_bf16_wgmma_128x128x64");
+    assert_int_equal(k->smem_bytes, 4 * (128 + 2 * 128) * 128 + 1024 + 64);
+    /* x, Wg, Wu as tensor maps (K-major, BN rows of 64 k), then the bias and the output */
+    assert_int_equal(k->n_args, 5);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(k->args[i].kind, OPS_ARG_TENSOR_MAP);
+    const ops_graph *gg = grp.g;
+    assert_string_equal(gg->tensors[k->args[1].tensor].name, "Wg");
+    assert_string_equal(gg->tensors[k->args[2].tensor].name, "Wu");
+    assert_int_equal(k->args[2].tmap.box[1], 128);
+    assert_true(k->args[2].tmap.dims[0] == 1000 && k->args[2].tmap.dims[1] == 1000);
+    assert_string_equal(gg->tensors[k->args[3].tensor].name, "bg");
+    assert_int_equal(k->args[4].tensor, grp.out[0]);
+    check_tmaps(&grp, k);
+    assert_non_null(strstr(em.source, "enum : int { NB = 2, MMA_N = NB * BN };"));
+    assert_non_null(strstr(em.source, "const __grid_constant__ kt_tensor_map tmap_b2, "));
+    assert_non_null(strstr(em.source, "kt_tma_load_2d(bs2 + st * B_STAGE, &tmap_b2"));
+    assert_non_null(strstr(em.source, "kt_wgmma_bf16_ss<MMA_N, TRANS_B, TRANS_A>"));
+    assert_non_null(strstr(em.source, "float acc[MT][MMA_N / 8][4];"));
+    assert_non_null(strstr(em.source, "int bz, int m, int n, float acc, float acc2)"));
+    assert_non_null(strstr(em.source, "acc[mt][BN / 8 + j][0]"));
+    assert_true(emit_test_has(em.source, "silu"));
+    emit_test_golden("gemm_bf16_wgmma_swiglu.cu", em.source);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+
+    /* 2 x 128 sums a thread at bn 256 (one consumer of 128 rows at bn 128 too): registers */
+    s = wg16(BF16, 128, 256, 2, 3);
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "regs");
+    s = wg16(BF16, 128, 128, 1, 3);
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "regs");
+    /* the other kernels do not take a dual group */
+    s = sched(BF16, 128, 128, 32, 2, 2, 3, 1, 1, XOR);
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "shape");
+    s = sched(FFMA, 64, 64, 16, 2, 2, 3, 1, 1, PAD);
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "shape");
+    s = wg16(BF16, 128, 128, 2, 3);
+    dev.sm_major = 8;
+    assert_non_null(ops_family_gemm.prune(&grp, &s, &dev));
+    ops_device_h100(&dev);
+    /* the cost model counts both GEMMs' flops */
+    ops_estimate est;
+    ops_family_gemm.estimate(&grp, &s, &dev, &est);
+    assert_true(est.flops == 2.0 * 2 * 1000.0 * 1000 * 1000);
+    /* mcast 2: each block loads half of B's and half of B2's rows for both */
+    s.v[MCAST] = 2;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_non_null(strstr(em.source, "bs2 + st * B_STAGE + rank * (BN / 2) * 64, &tmap_b2"));
+    assert_int_equal(em.kernels[0].args[2].tmap.box[1], 64);
+    check_tmaps(&grp, &em.kernels[0]);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+    ops_graph_free(g);
+
+    /* weights [K][N] (MN-major): B2's 64-wide blocks follow B's; batched x, ping-pong (64-row
+     * tiles: each consumer a 64 x 2 BN wgmma) */
+    json = swiglu16("f16", false, false, true);
+    g = emit_test_graph(json, "M=3000,N=264,K=520");
+    free(json);
+    emit_test_whole_group(g, &grp);
+    s = wg16(F16, 64, 128, 1, 4);
+    s.v[MMA] = PINGPONG;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_non_null(strstr(em.source, "enum : int { TRANS_A = 0, TRANS_B = 1 };"));
+    assert_non_null(strstr(em.source, "kt_tma_load_2d(bs2 + st * B_STAGE + j * 4096, &tmap_b2"));
+    assert_int_equal(em.kernels[0].args[0].tmap.rank, 3); /* x [2, M, K] */
+    assert_int_equal(em.kernels[0].n_args, 4);            /* no bias read */
+    check_tmaps(&grp, &em.kernels[0]);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+    ops_graph_free(g);
+}
+
 /* A spread of the 16-bit wgmma schedules (tile shapes x stages x consumers x f16/bf16 x operand
  * orientations x the epilogue kinds) compiled for sm_90a: no spills, and the dynamic shared
  * memory plus what ptxas reports fits the opt-in budget. */
@@ -1140,10 +1292,12 @@ static void test_compile_wgmma16(void **state)
     int n = 0;
     /* bm, bn, consumers (1, 2 cooperative; ping-pong), mcast */
     int shapes_seen[3][3][3][2] = {{{{0}}}};
-    for (int c = 0; c < 5; c++) {
-        char *json = c < 4 ? rich16(c & 1 ? "f16" : "bf16", c & 1, c >> 1) : plain_gemm("bf16");
+    for (int c = 0; c < 7; c++) {
+        char *json = c < 4    ? rich16(c & 1 ? "f16" : "bf16", c & 1, c >> 1)
+                     : c == 4 ? plain_gemm("bf16")
+                              : swiglu16(c == 5 ? "bf16" : "f16", c == 5, c == 5, false);
         ops_graph *g =
-            emit_test_graph(json, c < 4 ? "M=1000,N=1000,K=1000" : "M=4096,N=4096,K=4096");
+            emit_test_graph(json, c == 4 ? "M=4096,N=4096,K=4096" : "M=1000,N=1000,K=1000");
         free(json);
         ops_group grp;
         emit_test_whole_group(g, &grp);
@@ -1471,6 +1625,7 @@ int main(void)
         cmocka_unit_test(test_cluster_splitk),
         cmocka_unit_test(test_compile_spread_sm90),
         cmocka_unit_test(test_wgmma16),
+        cmocka_unit_test(test_wgmma16_dual),
         cmocka_unit_test(test_compile_wgmma16),
     };
     return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
