@@ -148,11 +148,13 @@ static void emit_includes(const gemm_emit *e)
         ldsm = gemm_is_tf32(c->math) ? !c->op[0].scalar_frag || !c->op[1].scalar_frag : true;
     kt_buf_line(b, "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */");
     if (c->wg16) {
-        if (c->pingpong)
+        if (c->pingpong || c->tma_store) /* named barriers */
             kt_buf_line(b, "#include \"ktune/barrier.cuh\"");
         if (c->mcast == 2)
             kt_buf_line(b, "#include \"ktune/cluster.cuh\"");
         kt_buf_line(b, "#include \"ktune/mbarrier.cuh\"");
+        if (c->tma_store)
+            kt_buf_line(b, "#include \"ktune/memory.cuh\"");
         if (c->consumers == 2)
             kt_buf_line(b, "#include \"ktune/setmaxnreg.cuh\"");
         kt_buf_line(b, "#include \"ktune/tma.cuh\"");

@@ -75,6 +75,7 @@ enum {
     KN_SPLITK_MODE, /* appended, so the other knobs keep their positions */
     KN_MMA,         /* appended */
     KN_MCAST,       /* appended */
+    KN_STORE,       /* appended */
     KN_COUNT
 };
 enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3 };
@@ -86,6 +87,7 @@ enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3 };
 enum { SMEM_PAD, SMEM_XOR };
 enum { SPLITK_PARALLEL, SPLITK_SERIAL, SPLITK_CLUSTER };
 enum { MMA_SYNC, MMA_WGMMA, MMA_WGMMA_SPLIT, MMA_WGMMA_PINGPONG };
+enum { STORE_DIRECT, STORE_TMA };
 
 /* ---- the group: what matmul, which prologue and epilogue ---- */
 
@@ -147,6 +149,7 @@ typedef struct gemm_cfg {
     bool wg16;        /* wgmma on f16/bf16 data (gemm_emit_wgmma16_kernel) */
     bool pingpong;    /* wg16: each consumer warpgroup its own tile (mma=wgmma_pingpong) */
     int mcast;        /* wg16: blocks of a cluster along m sharing B by TMA multicast (1 or 2) */
+    bool tma_store;   /* wg16: the epilogue stages its tile in shared memory for a TMA store */
     int consumers;    /* wg16: consumer warpgroups (the wm knob; 2 in ping-pong) */
     int mt;           /* wg16: m64 wgmma slabs per consumer warpgroup */
     int regs;         /* estimated registers per thread */

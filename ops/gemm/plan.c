@@ -13,6 +13,7 @@ static const char *const smem_labels[] = {"pad", "xor"};
  * step, so from cluster it tries both) */
 static const char *const splitk_mode_labels[] = {"parallel", "cluster", "serial"};
 static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_split", "wgmma_pingpong"};
+static const char *const store_labels[] = {"direct", "tma"};
 
 const ops_knob gemm_knobs[KN_COUNT] = {
     [KN_MATH] = {"math", 5, {MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3}, math_labels},
@@ -45,6 +46,10 @@ const ops_knob gemm_knobs[KN_COUNT] = {
     /* 16-bit wgmma: 2 = a cluster of two blocks on vertically adjacent tiles, each loading half
      * of their common B tile for both (TMA multicast): B's L2 reads halved */
     [KN_MCAST] = {"mcast", 2, {1, 2}, NULL},
+    /* 16-bit wgmma: direct = each thread stores its sums' results to global memory; tma = they
+     * go to a tile in shared memory (the 128-byte swizzle) that one thread stores by TMA
+     * (coalesced, clipped at the edges), at the cost of shared memory the ring cannot use */
+    [KN_STORE] = {"store", 2, {STORE_DIRECT, STORE_TMA}, store_labels},
 };
 
 bool gemm_in_group(const ops_group *grp, int node)
@@ -388,8 +393,8 @@ static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = prefix_why;
     else if (c->splitk != 1 || s->v[KN_MMA] == MMA_WGMMA_PINGPONG)
         c->why = "shape"; /* ping-pong is the 16-bit kernel's */
-    else if (s->v[KN_MCAST] != 1)
-        c->why = "redundant"; /* a knob the tf32x3 kernel does not read */
+    else if (s->v[KN_MCAST] != 1 || s->v[KN_STORE] != STORE_DIRECT)
+        c->why = "redundant"; /* knobs the tf32x3 kernel does not read */
     else if (c->smem != SMEM_XOR || s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL)
         c->why = "redundant"; /* knobs the wgmma kernel does not read */
     else if ((c->bm > 64 && c->bm / 2 >= p->M) || (c->bn > 64 && c->bn / 2 >= p->N))
@@ -505,8 +510,8 @@ void gemm_configure(const gemm_problem *p, const ops_schedule *s, const ops_devi
                                  registers and compile time); its strided element reads are
                                  conflict-free padded, and the XOR costs integer work per read
                                  (measured 1.5x slower on the H100) */
-    else if (s->v[KN_MCAST] != 1)
-        c->why = "redundant"; /* the 16-bit wgmma kernel's knob */
+    else if (s->v[KN_MCAST] != 1 || s->v[KN_STORE] != STORE_DIRECT)
+        c->why = "redundant"; /* the 16-bit wgmma kernel's knobs */
     else if (c->regs > reg_cap)
         c->why = "regs";
     else if (c->math == MATH_TF32X3 && c->wtm == 16 && c->bk == 64 && c->raster > 1)

@@ -99,14 +99,18 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
     c->pingpong = s->v[KN_MMA] == MMA_WGMMA_PINGPONG;
     c->mcast = s->v[KN_MCAST];
     c->consumers = c->pingpong ? 2 : c->wm;
+    c->tma_store = s->v[KN_STORE] == STORE_TMA;
     int rows = c->pingpong ? c->bm : c->bm / c->wm; /* a consumer's rows of a tile */
+    int64_t osize = (int64_t)ops_dtype_size(p->g->tensors[p->out].dtype);
     c->mt = rows / 64 > 0 ? rows / 64 : 1;
     c->threads = 128 * (1 + c->consumers);
     c->wtm = rows;
     c->wtn = c->bn;
     c->op[0].vb = c->op[1].vb = 16; /* no register-path loads (the cost model reads vb) */
-    /* the ring's stages, 1024 bytes of alignment slack, a full and an empty barrier per stage */
-    c->smem_bytes = (int64_t)c->stages * (c->bm + p->nb * c->bn) * 128 + 1024 + 16 * c->stages;
+    /* the ring's stages, each consumer's output tile (store=tma), 1024 bytes of alignment slack,
+     * a full and an empty barrier per stage */
+    c->smem_bytes = (int64_t)c->stages * (c->bm + p->nb * c->bn) * 128 +
+                    (c->tma_store ? c->consumers * rows * c->bn * osize : 0) + 1024 + 16 * c->stages;
     /* the consumer's fp32 sums and ~48 for addresses, descriptors and the epilogue; with two
      * consumers the block starts at 65536 / 384 = 168 and setmaxnreg moves them (40 / 232) */
     c->regs = c->consumers == 2 ? 168 : c->mt * c->bn * p->nb / 2 + 48;
@@ -118,6 +122,8 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = "shape"; /* wgmma_split is tf32x3's */
     else if (c->splitk != 1)
         c->why = "shape";
+    else if (c->tma_store && (p->N * osize) % 16)
+        c->why = "shape"; /* the output's rows are not 16-byte multiples: no tensor map */
     else if (c->smem != SMEM_XOR || s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL ||
              (c->pingpong && c->wm != 1))
         c->why = "redundant"; /* knobs this kernel does not read */
@@ -178,7 +184,35 @@ void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel
     for (int i = 0; i < p->grp->n_in; i++)
         if (gemm_epi_reads(p, p->grp->in[i]))
             k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = p->grp->in[i]};
-    k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = p->out};
+    if (!c->tma_store) {
+        k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = p->out};
+        return;
+    }
+    /* store=tma: the output [batch][M][N] as boxes of 128 bytes of n by a consumer's rows, in
+     * the 128-byte swizzle its tile in shared memory is written in */
+    ops_arg *a = &k->args[k->n_args++];
+    memset(a, 0, sizeof(*a));
+    a->kind = OPS_ARG_TENSOR_MAP;
+    a->tensor = p->out;
+    ops_tensor_map *m = &a->tmap;
+    uint64_t osize = ops_dtype_size(p->g->tensors[p->out].dtype);
+    m->rank = p->batch > 1 ? 3 : 2;
+    m->dtype = p->g->tensors[p->out].dtype;
+    m->dims[0] = (uint64_t)p->N;
+    m->dims[1] = (uint64_t)p->M;
+    m->strides[0] = (uint64_t)p->N * osize;
+    m->box[0] = (uint32_t)(128 / osize);
+    m->box[1] = (uint32_t)(c->pingpong ? c->bm : c->bm / c->wm);
+    if (m->rank == 3) {
+        m->dims[2] = (uint64_t)p->batch;
+        m->strides[1] = (uint64_t)p->N * (uint64_t)p->M * osize;
+        m->box[2] = 1;
+    }
+    for (int i = 0; i < m->rank; i++)
+        m->elem_strides[i] = 1;
+    m->swizzle = 128;
+    m->l2_promotion = 256;
+    m->oob_nan = false;
 }
 
 void gemm_emit_wgmma16_helpers(const gemm_emit *e)
@@ -257,6 +291,17 @@ void gemm_emit_wgmma16_helpers(const gemm_emit *e)
                    "stage */");
     kt_buf_line(b, "enum : unsigned { STAGE_BYTES = (BM + NB * BN) * 128 }; /* a stage's TMA "
                    "bytes, edges included */");
+    if (c->tma_store) {
+        int osize = (int)ops_dtype_size(p->g->tensors[p->out].dtype);
+        kt_buf_line(b, "/* store=tma: each consumer's output tile, C_ROWS x BN, in shared memory "
+                       "as BN / C_BOX boxes of C_ROWS");
+        kt_buf_line(b, " * rows of 128 bytes (C_BOX columns) in the 128-byte swizzle, stored by "
+                       "TMA */");
+        kt_buf_line(b,
+                    "enum : int { C_ROWS = %d, C_BOX = %d, C_BOX_BYTES = C_ROWS * 128, C_BYTES = "
+                    "BN / C_BOX * C_BOX_BYTES };",
+                    c->pingpong ? c->bm : c->bm / c->wm, 128 / osize);
+    }
     kt_buf_line(b,
                 "enum : int { TRANS_A = %d, TRANS_B = %d }; /* wgmma transpose flags: 1 = "
                 "MN-major */",
@@ -318,6 +363,53 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
         c->mcast == 2 ? "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 0), "
                         "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 1)"
                       : "kt_mbar_arrive(&empty[(it - 1) % STAGES])";
+    bool dual = p->nb == 2;
+    if (c->tma_store) {
+        ops_dtype odt = p->g->tensors[p->out].dtype;
+        kt_buf epi = {0};
+        gemm_emit tmp = *e;
+        tmp.b = &epi;
+        gemm_emit_epi_list(&tmp, false);
+        const char *el = epi.data ? epi.data : "";
+        kt_buf_printf(b, "\n");
+        kt_buf_line(b, "/* store=tma: the epilogue of elements (m, n) and (m, n + 1), row r and "
+                       "column cn of the consumer's tile,");
+        kt_buf_line(b, " * into its shared copy at address cs: box cn / C_BOX, 16-byte chunk q of "
+                       "row r at chunk q ^ (r %% 8);");
+        kt_buf_line(b, " * sw is r %% 8, the same for every row a thread holds (g). 32-bit shared "
+                       "addresses, and sw passed");
+        kt_buf_line(b, " * rather than computed from r: otherwise ptxas spilled (200 bytes at 128 x "
+                       "256). Elements past M or N");
+        kt_buf_line(b, " * are not computed (the TMA store clips them). */");
+        kt_buf_printf(b, "__device__ __forceinline__ void ktw_stage2(");
+        gemm_emit_epi_list(e, true);
+        kt_buf_line(b, "unsigned cs, int bz, int m, int n, int r, int sw, int cn, float acc0, "
+                       "float acc1%s)",
+                    dual ? ", float acc2_0, float acc2_1" : "");
+        kt_buf_line(b, "{");
+        kt_buf_line(b, "    const float y0 = m < M && n < N ? ktg_epilogue(%sbz, m, n, acc0%s) : "
+                       "0.0f;",
+                    el, dual ? ", acc2_0" : "");
+        kt_buf_line(b, "    const float y1 = m < M && n + 1 < N ? ktg_epilogue(%sbz, m, n + 1, "
+                       "acc1%s) : 0.0f;",
+                    el, dual ? ", acc2_1" : "");
+        kt_buf_line(b, "    const int byte = cn %% C_BOX * %d;", (int)ops_dtype_size(odt));
+        kt_buf_line(b, "    const unsigned at = cs + cn / C_BOX * C_BOX_BYTES + r * 128 + (((byte "
+                       ">> 4) ^ sw) << 4) + (byte & 15);");
+        if (odt == OPS_DT_F32) {
+            kt_buf_line(b, "    kt_st_shared_f32x2(at, y0, y1);");
+        } else {
+            kt_buf lo = {0}, hi = {0};
+            ops_emit_from_float(&lo, odt, "y0");
+            ops_emit_from_float(&hi, odt, "y1");
+            kt_buf_line(b, "    kt_st_shared_u32(at, %s | (unsigned)%s << 16);",
+                        lo.data ? lo.data : "", hi.data ? hi.data : "");
+            kt_buf_free(&lo);
+            kt_buf_free(&hi);
+        }
+        kt_buf_line(b, "}");
+        kt_buf_free(&epi);
+    }
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "/* Block: the BM x BN output tile of batch bz; warpgroup 0 produces (TMA), "
                    "warpgroups 1..CONSUMERS");
@@ -329,8 +421,11 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                   c->mcast == 2 ? "__cluster_dims__(2, 1, 1) " : "", entry,
                   p->nb == 2 ? "const __grid_constant__ kt_tensor_map tmap_b2, " : "");
     gemm_emit_epi_list(e, true);
-    kt_buf_printf(b, "%s *__restrict__ %s)\n", ops_emit_ctype(p->g->tensors[p->out].dtype),
-                  e->names[p->grp->n_in]);
+    if (c->tma_store)
+        kt_buf_printf(b, "const __grid_constant__ kt_tensor_map tmap_c)\n");
+    else
+        kt_buf_printf(b, "%s *__restrict__ %s)\n", ops_emit_ctype(p->g->tensors[p->out].dtype),
+                      e->names[p->grp->n_in]);
     kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "extern __shared__ unsigned char kt_smem_raw[];");
@@ -343,8 +438,15 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "%s *bs = as + STAGES * A_STAGE;", ty);
     if (p->nb == 2)
         kt_buf_line(b, "%s *bs2 = bs + BN * 64; /* B2's tile, after B's in every stage */", ty);
-    kt_buf_line(b, "unsigned long long *full = reinterpret_cast<unsigned long long *>(bs + STAGES "
-                   "* B_STAGE), *empty = full + STAGES;");
+    if (c->tma_store) {
+        kt_buf_line(b, "unsigned char *cs0 = reinterpret_cast<unsigned char *>(bs + STAGES * "
+                       "B_STAGE); /* [CONSUMERS] output tiles */");
+        kt_buf_line(b, "unsigned long long *full = reinterpret_cast<unsigned long long *>(cs0 + "
+                       "CONSUMERS * C_BYTES), *empty = full + STAGES;");
+    } else {
+        kt_buf_line(b, "unsigned long long *full = reinterpret_cast<unsigned long long *>(bs + "
+                       "STAGES * B_STAGE), *empty = full + STAGES;");
+    }
     kt_buf_line(b, "const int tid = threadIdx.x, wg = tid / 128;");
     kt_buf_line(b, "if (tid == 0) {");
     kt_buf_line(b, "    kt_tma_prefetch_map(&tmap_a);");
@@ -413,6 +515,10 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "const unsigned long long da0 = ktw_desc_a(as) + row0 * 8, db0 = "
                    "ktw_desc_b(bs); /* row0 / 64 slabs of 512 */");
     kt_buf_line(b, "const int step = PINGPONG ? 2 : 1;");
+    if (c->tma_store)
+        kt_buf_line(b, "unsigned char *cs = cs0 + cw * C_BYTES; /* this consumer's output tile */");
+    if (c->tma_store)
+        kt_buf_line(b, "const unsigned cs_at = kt_smem_u32(cs); /* its shared address */");
     kt_buf_line(b, "int it = PINGPONG ? cw * KTILES : 0;");
     kt_buf_line(b, "const int units = gridDim.x / MCAST; /* units walked at once */");
     kt_buf_line(b, "for (int i = PINGPONG ? cw : 0, u = blockIdx.x / MCAST + i * units; u < "
@@ -468,6 +574,59 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
     kt_buf_line(b, "    kt_reg_hold(acc[mt]); /* the sums are read after the wait, not before */");
     kt_buf args = {0};
+    if (c->tma_store) {
+        gemm_emit tmp = *e;
+        tmp.b = &args;
+        gemm_emit_epi_list(&tmp, false);
+        const char *el = args.data ? args.data : "";
+        kt_buf_line(b, "if ((tid & 127) == 0) /* the previous tile's store has read cs */");
+        kt_buf_line(b, "    kt_tma_store_wait_read<0>();");
+        kt_buf_line(b, "kt_bar_sync(3 + cw, 128);");
+        kt_buf_line(b, "/* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's "
+                       "rows, column 8 j + 2 t + (r & 1) */");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++) {");
+        kt_buf_line(b, "        const int r = 64 * mt + 16 * warp + g, cn = 8 * j + 2 * t, m = m0 + "
+                       "row0 + r, n = n0 + cn;");
+        if (dual) {
+            kt_buf_line(b, "        ktw_stage2(%scs_at, bz, m, n, r, g, cn, acc[mt][j][0], acc[mt][j][1], "
+                           "acc[mt][BN / 8 + j][0], acc[mt][BN / 8 + j][1]);",
+                        el);
+            kt_buf_line(b, "        ktw_stage2(%scs_at, bz, m + 8, n, r + 8, g, cn, acc[mt][j][2], "
+                           "acc[mt][j][3], acc[mt][BN / 8 + j][2], acc[mt][BN / 8 + j][3]);",
+                        el);
+        } else {
+            kt_buf_line(b, "        ktw_stage2(%scs_at, bz, m, n, r, g, cn, acc[mt][j][0], "
+                           "acc[mt][j][1]);",
+                        el);
+            kt_buf_line(b, "        ktw_stage2(%scs_at, bz, m + 8, n, r + 8, g, cn, acc[mt][j][2], "
+                           "acc[mt][j][3]);",
+                        el);
+        }
+        kt_buf_line(b, "    }");
+        kt_buf_line(b, "kt_fence_proxy_async(); /* the tile's writes, visible to the TMA's reads */");
+        kt_buf_line(b, "kt_bar_sync(3 + cw, 128);");
+        kt_buf_line(b, "if ((tid & 127) == 0) {");
+        kt_buf_line(b, "    for (int bx = 0; bx < BN / C_BOX; bx++)");
+        if (p->batch > 1)
+            kt_buf_line(b, "        kt_tma_store_3d(&tmap_c, cs + bx * C_BOX_BYTES, n0 + bx * "
+                           "C_BOX, m0 + row0, bz);");
+        else
+            kt_buf_line(b, "        kt_tma_store_2d(&tmap_c, cs + bx * C_BOX_BYTES, n0 + bx * "
+                           "C_BOX, m0 + row0);");
+        kt_buf_line(b, "    kt_tma_store_commit();");
+        kt_buf_line(b, "}");
+        kt_buf_free(&args);
+        b->indent = 4;
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "if ((tid & 127) == 0) /* the last store done before the block exits */");
+        kt_buf_line(b, "    kt_tma_store_wait<0>();");
+        b->indent = 0;
+        kt_buf_line(b, "}");
+        return;
+    }
     gemm_emit_store_args(e, &args);
     kt_buf_line(b, "/* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's "
                    "rows, column 8 j + 2 t + (r & 1) */");

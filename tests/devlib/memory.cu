@@ -1,5 +1,6 @@
 /* ktune/memory.cuh on its own: .cg loads and stores, read-only loads with prefetch and cache
- * policy (every width), acquire / release, the turn semaphore. */
+ * policy (every width), acquire / release, the turn semaphore, shared stores by address. */
+#include "ktune/arch.cuh"
 #include "ktune/memory.cuh"
 
 extern "C" __global__ void devlib_memory(float *ws, int *sem, float *out, const uint4 *ro)
@@ -20,6 +21,11 @@ extern "C" __global__ void devlib_memory(float *ws, int *sem, float *out, const 
     const unsigned short f = kt_ld_nc_pf((const unsigned short *)ro + threadIdx.x) +
                              kt_ld_nc_stream((const unsigned short *)ro + threadIdx.x, policy);
     s += (float)(a.x + b.w + c.y + d.x + e + f);
+    __shared__ __align__(8) float staged[2 * 256];
+    kt_st_shared_f32x2(kt_smem_u32(staged + 2 * (threadIdx.x & 255)), s, s);
+    kt_st_shared_u32(kt_smem_u32(staged + 2 * (threadIdx.x & 255)), __float_as_uint(s));
+    __syncthreads();
+    s += staged[(threadIdx.x + 1) & 511];
     out[threadIdx.x] = s + (float)kt_ld_acquire_gpu(sem);
     kt_sem_pass(sem, slice + 1);
     if (threadIdx.x == 1)

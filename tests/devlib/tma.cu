@@ -1,6 +1,7 @@
 /* ktune/tma.cuh with ktune/mbarrier.cuh (sm_90; an sm_80 build compiles the headers to nothing). */
 #include "ktune/mbarrier.cuh"
 #include "ktune/tma.cuh"
+#include "ktune/wgmma.cuh" /* kt_fence_proxy_async (sm_90a) */
 
 extern "C" __global__ void devlib_tma(const __grid_constant__ kt_tensor_map map,
                                       const __grid_constant__ kt_tensor_map map3, float *out)
@@ -43,6 +44,20 @@ extern "C" __global__ void devlib_tma(const __grid_constant__ kt_tensor_map map,
     }
     kt_mbar_wait(&bar, 1);
     out[threadIdx.x] += tile[threadIdx.x];
+    /* the stores: the tile back through both maps, waited for before the block exits */
+    tile[threadIdx.x] = out[threadIdx.x];
+#if KT_SM90A
+    kt_fence_proxy_async();
+#endif
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        kt_tma_store_2d(&map, tile, 0, (int)blockIdx.x * 64);
+        kt_tma_store_commit();
+        kt_tma_store_wait_read<0>();
+        kt_tma_store_3d(&map3, tile, 0, (int)blockIdx.x * 64, (int)blockIdx.y);
+        kt_tma_store_commit();
+        kt_tma_store_wait<0>();
+    }
 #else
     out[threadIdx.x] = (float)(map.opaque[0] + map3.opaque[0]);
 #endif

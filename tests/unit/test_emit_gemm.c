@@ -19,7 +19,8 @@
 extern const ops_family ops_family_gemm;
 
 /* Knob order of the family (values, not indices). */
-enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM, SPLITK_MODE, MMA, MCAST };
+enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM, SPLITK_MODE, MMA, MCAST, STORE };
+enum { DIRECT = 0, TMA = 1 };
 enum { FFMA = 0, TF32 = 1, F16 = 2, BF16 = 3, TF32X3 = 4 };
 enum { PAD = 0, XOR = 1 };
 enum { PARALLEL = 0, SERIAL = 1, CLUSTER = 2 };
@@ -434,7 +435,7 @@ static void drain(srch_pool *pool, int n, char **sources)
     }
 }
 
-#define MAX_SOURCES 256
+#define MAX_SOURCES 512
 
 static void test_compile_spread_sm90(void **state)
 {
@@ -1113,10 +1114,39 @@ static void test_wgmma16(void **state)
     emit_test_golden("gemm_bf16_wgmma_mcast.cu", em.source);
     emit_test_compile(em.source, "sm_90a");
     ops_emitted_free(&em);
-    s = sched(BF16, 128, 128, 32, 2, 2, 3, 1, 1, XOR); /* mma.sync: the knob is not its */
+    s = sched(BF16, 128, 128, 32, 2, 2, 3, 1, 1, XOR); /* mma.sync: the knobs are not its */
     assert_null(ops_family_gemm.prune(&grp, &s, &dev));
     s.v[MCAST] = 2;
     assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "redundant");
+    s.v[MCAST] = 1;
+    s.v[STORE] = TMA;
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "redundant");
+    /* store=tma: each consumer's 64 x 256 tile staged in shared memory (64 KB for two), the
+     * output a tensor map of 64-column (128-byte) boxes of 64 rows; four stages no longer fit */
+    s = wg16(BF16, 128, 256, 2, 3);
+    s.v[STORE] = TMA;
+    s.v[MCAST] = 2;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    k = &em.kernels[0];
+    assert_int_equal(k->smem_bytes, 3 * (128 + 256) * 128 + 2 * 64 * 256 * 2 + 1024 + 48);
+    assert_int_equal(k->args[k->n_args - 1].kind, OPS_ARG_TENSOR_MAP);
+    assert_int_equal(k->args[k->n_args - 1].tensor, grp.out[0]);
+    const ops_tensor_map *cmap = &k->args[k->n_args - 1].tmap;
+    assert_true(cmap->dims[0] == 256 && cmap->dims[1] == 9000 && cmap->strides[0] == 512);
+    assert_true(cmap->box[0] == 64 && cmap->box[1] == 64 && cmap->swizzle == 128 && cmap->rank == 2);
+    check_tmaps(&grp, k);
+    assert_non_null(strstr(em.source, "enum : int { C_ROWS = 64, C_BOX = 64,"));
+    assert_non_null(strstr(em.source, "const __grid_constant__ kt_tensor_map tmap_c)"));
+    assert_non_null(strstr(em.source, "kt_tma_store_2d(&tmap_c, cs + bx * C_BOX_BYTES"));
+    assert_non_null(strstr(em.source, "kt_tma_store_wait_read<0>();"));
+    assert_non_null(strstr(em.source, "kt_fence_proxy_async();"));
+    assert_true(emit_test_has(em.source, "cp.async.bulk.tensor.2d.global.shared::cta"));
+    emit_test_golden("gemm_bf16_wgmma_tma_store.cu", em.source);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+    s.v[STAGES] = 4;
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "smem");
     ops_graph_free(g);
     /* a single tile row leaves no block to share B with */
     g = emit_test_graph(gemm_bf16_bias_relu, "M=100");
@@ -1165,6 +1195,20 @@ static void test_wgmma16(void **state)
             assert_non_null(strstr(mc.source, "bs + st * B_STAGE + rank * (BN / 2) * 64"));
             check_tmaps(&grp, &mc.kernels[0]);
             ops_emitted_free(&mc);
+        }
+        { /* store=tma on the batched f32 output (a cast): boxes of 32 columns, a 3-D map */
+            ops_emitted ts;
+            ops_schedule st = s;
+            st.v[STORE] = TMA;
+            assert_null(ops_family_gemm.prune(&grp, &st, &dev));
+            assert_int_equal(ops_family_gemm.emit(&grp, &st, &dev, &ts, &d), 0);
+            const ops_kernel_launch *kt = &ts.kernels[0];
+            assert_int_equal(kt->args[kt->n_args - 1].tmap.rank, 3);
+            assert_int_equal(kt->args[kt->n_args - 1].tmap.box[0], 32);
+            assert_non_null(strstr(ts.source, "kt_tma_store_3d(&tmap_c"));
+            assert_non_null(strstr(ts.source, "kt_st_shared_f32x2(at, y0, y1);"));
+            check_tmaps(&grp, kt);
+            ops_emitted_free(&ts);
         }
         assert_int_equal(k->args[0].tmap.rank, 3); /* A [2, ...] */
         assert_int_equal(k->args[0].tmap.dims[2], 2);
@@ -1290,8 +1334,8 @@ static void test_compile_wgmma16(void **state)
     char **sources = calloc(MAX_SOURCES, sizeof(char *));
     uint32_t *smem = calloc(MAX_SOURCES, sizeof(uint32_t));
     int n = 0;
-    /* bm, bn, consumers (1, 2 cooperative; ping-pong), mcast */
-    int shapes_seen[3][3][3][2] = {{{{0}}}};
+    /* bm, bn, consumers (1, 2 cooperative; ping-pong), mcast, store */
+    int shapes_seen[3][3][3][2][2] = {{{{{0}}}}};
     for (int c = 0; c < 7; c++) {
         char *json = c < 4    ? rich16(c & 1 ? "f16" : "bf16", c & 1, c >> 1)
                      : c == 4 ? plain_gemm("bf16")
@@ -1314,7 +1358,8 @@ static void test_compile_wgmma16(void **state)
             int bi = s->v[BM] == 64 ? 0 : s->v[BM] == 128 ? 1 : 2;
             int ni = s->v[BN] == 64 ? 0 : s->v[BN] == 128 ? 1 : 2;
             int *seen =
-                &shapes_seen[bi][ni][s->v[MMA] == PINGPONG ? 2 : s->v[WM] - 1][s->v[MCAST] - 1];
+                &shapes_seen[bi][ni][s->v[MMA] == PINGPONG ? 2 : s->v[WM] - 1][s->v[MCAST] - 1]
+                            [s->v[STORE]];
             if (*seen > c || s->v[STAGES] != 2 + (took + c) % 3)
                 continue;
             *seen = c + 1;

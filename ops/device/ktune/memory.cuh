@@ -1,6 +1,7 @@
 /* Global-memory accesses with explicit cache and ordering semantics: L1-bypassing (.cg) loads
  * and stores for data another SM wrote, read-only loads with L2 prefetch and cache-policy
- * hints, acquire/release flags, and a spin-wait turn semaphore built on them. */
+ * hints, acquire/release flags, and a spin-wait turn semaphore built on them; and shared-memory
+ * stores by 32-bit address. */
 #pragma once
 
 __device__ __forceinline__ float kt_ld_cg(const float *p)
@@ -137,4 +138,17 @@ __device__ __forceinline__ void kt_sem_pass(int *sem, int turn)
     __syncthreads();
     if (threadIdx.x == 0)
         kt_st_release_gpu(sem, turn);
+}
+
+/* Stores to shared memory at a 32-bit shared address (kt_smem_u32): one register per address
+ * instead of a 64-bit generic pointer's two (with 128 fp32 sums live, generic pointers tipped
+ * ptxas into spills in the 16-bit GEMM's staged epilogue). No memory clobber: other memory
+ * accesses may move around them; a later fence or barrier (asm with a clobber) orders them. */
+__device__ __forceinline__ void kt_st_shared_u32(unsigned addr, unsigned v)
+{
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v));
+}
+__device__ __forceinline__ void kt_st_shared_f32x2(unsigned addr, float x, float y)
+{
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(x), "f"(y));
 }

@@ -1,7 +1,8 @@
-/* TMA (sm_90): bulk tensor copies global -> shared described by a tensor map (CUtensorMap, 128
- * bytes, built on the host with cuTensorMapEncodeTiled and passed as a __grid_constant__ kernel
- * parameter). One thread issues a copy; it signals an mbarrier with its byte count
- * (kt_mbar_arrive_expect_tx before, kt_mbar_wait after). Compiled only where KT_SM90. */
+/* TMA (sm_90): bulk tensor copies global -> shared (loads) and shared -> global (stores)
+ * described by a tensor map (CUtensorMap, 128 bytes, built on the host with
+ * cuTensorMapEncodeTiled and passed as a __grid_constant__ kernel parameter). One thread issues a
+ * copy; a load signals an mbarrier with its byte count (kt_mbar_arrive_expect_tx before,
+ * kt_mbar_wait after), stores complete in bulk groups. Compiled only where KT_SM90. */
 #pragma once
 
 #include "ktune/arch.cuh"
@@ -54,6 +55,43 @@ __device__ __forceinline__ void kt_tma_load_3d_mc(void *dst, const kt_tensor_map
                  ".multicast::cluster [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(kt_smem_u32(dst)),
                  "l"(map), "r"(kt_smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
                  : "memory");
+}
+/* Stores: the box at coordinates (c0 innermost, c1[, c2]) of `map`'s tensor from shared src
+ * (laid out as the map's swizzle says), clipped at the tensor's edges. The writes to src must be
+ * made visible to the async proxy first (kt_fence_proxy_async, then a barrier of the writing
+ * threads); the issuing thread then commits the group (kt_tma_store_commit) and, before src is
+ * written again or the block exits, waits for it (kt_tma_store_wait_read / kt_tma_store_wait). */
+__device__ __forceinline__ void kt_tma_store_2d(const kt_tensor_map *map, const void *src, int c0,
+                                                int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                     map),
+                 "r"(kt_smem_u32(src)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+__device__ __forceinline__ void kt_tma_store_3d(const kt_tensor_map *map, const void *src, int c0,
+                                                int c1, int c2)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map),
+        "r"(kt_smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+/* Closes the group of the bulk stores this thread issued since the last commit. */
+__device__ __forceinline__ void kt_tma_store_commit()
+{
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+/* Waits until at most N of this thread's committed store groups still read shared memory. */
+template <int N> __device__ __forceinline__ void kt_tma_store_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+/* Waits until at most N of this thread's committed store groups are still incomplete (their
+ * writes to global memory done). */
+template <int N> __device__ __forceinline__ void kt_tma_store_wait()
+{
+    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
 }
 /* Starts fetching the tensor map into the descriptor cache. */
 __device__ __forceinline__ void kt_tma_prefetch_map(const kt_tensor_map *map)
