@@ -44,12 +44,13 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
     double obytes = B * M * N * (double)ops_dtype_size(g->tensors[p.out].dtype);
     bytes += obytes;
     double ab =
-        B * K * (M * (double)ops_dtype_size(p.src_dt[0]) + N * nb * (double)ops_dtype_size(p.src_dt[1]));
+        B * K *
+        (M * (double)ops_dtype_size(p.src_dt[0]) + N * nb * (double)ops_dtype_size(p.src_dt[1]));
     /* (a B tile multicast to a 2-block cluster is read from L2 once for both) */
-    double l2_traffic = B * (double)(c.tiles_m * c.tiles_n) * (double)(c.ktiles * c.bk) *
-                        ((double)c.bm * (double)ops_dtype_size(p.src_dt[0]) +
-                         (double)c.bn * nb * (double)ops_dtype_size(p.src_dt[1]) /
-                             (c.mcast == 2 ? 2.0 : 1.0));
+    double l2_traffic =
+        B * (double)(c.tiles_m * c.tiles_n) * (double)(c.ktiles * c.bk) *
+        ((double)c.bm * (double)ops_dtype_size(p.src_dt[0]) +
+         (double)c.bn * nb * (double)ops_dtype_size(p.src_dt[1]) / (c.mcast == 2 ? 2.0 : 1.0));
     double ws = c.parallel ? (double)c.splitk * B * M * N * 4.0 : 0;
     est->bytes = bytes + 2 * ws;
     /* Serial split-K: the workspace zeroed, and the running sums of every tile written and read

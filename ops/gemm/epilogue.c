@@ -38,8 +38,7 @@ int gemm_emit_epilogue(const gemm_emit *e)
     const ops_tensor *mo = &g->tensors[g->nodes[p->mm].out];
     char cm[OPS_EMIT_COMMENT_MAX];
     kt_buf_printf(
-        b,
-        "\n/* The fused epilogue of output element (bz, m, n) in fp32; acc is %s[bz, m, n]",
+        b, "\n/* The fused epilogue of output element (bz, m, n) in fp32; acc is %s[bz, m, n]",
         ops_emit_comment_text(mo->name, cm, sizeof(cm)));
     bool dual = p->nb == 2;
     if (dual)

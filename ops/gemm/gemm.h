@@ -102,8 +102,8 @@ typedef struct gemm_problem {
     /* A dual group: a second matmul mm2 = A x B2 of the same A, transposes and shapes, whose
      * result the epilogue chain combines with the first's (SwiGLU: silu(x Wg) * (x Wu)). Only the
      * 16-bit wgmma kernel runs it, as one GEMM over [B | B2] packed by its loads (wgmma16.c). */
-    int mm2; /* the second matmul node, or -1 */
-    int nb;  /* B operands: 1, or 2 in a dual group */
+    int mm2;      /* the second matmul node, or -1 */
+    int nb;       /* B operands: 1, or 2 in a dual group */
     ops_dtype dt; /* matmul operand and result dtype */
     int64_t M, N, K, batch;
     ops_shape obatch, opb[3]; /* batch dims of the output, A, B (and B2) */

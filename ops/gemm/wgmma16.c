@@ -86,7 +86,8 @@ const char *gemm_wgmma16_prefix_why(const gemm_problem *p, const gemm_cfg *c, co
     if (c->wn != 1)
         return "redundant"; /* a knob this kernel does not read */
     if (c->bm / c->wm / 64 * c->bn * p->nb > 256)
-        return "regs"; /* over 128 fp32 sums a consumer thread (a dual group's wgmma is 2 BN wide) */
+        return "regs"; /* over 128 fp32 sums a consumer thread (a dual group's wgmma is 2 BN wide)
+                        */
     if ((c->bm > 64 && c->bm / 2 >= p->M) || (c->bn > 64 && c->bn / 2 >= p->N))
         return "shape"; /* a tile at least twice the matrix: the smaller one covers it */
     return NULL;
@@ -110,7 +111,8 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
     /* the ring's stages, each consumer's output tile (store=tma), 1024 bytes of alignment slack,
      * a full and an empty barrier per stage */
     c->smem_bytes = (int64_t)c->stages * (c->bm + p->nb * c->bn) * 128 +
-                    (c->tma_store ? c->consumers * rows * c->bn * osize : 0) + 1024 + 16 * c->stages;
+                    (c->tma_store ? c->consumers * rows * c->bn * osize : 0) + 1024 +
+                    16 * c->stages;
     /* the consumer's fp32 sums and ~48 for addresses, descriptors and the epilogue; with two
      * consumers the block starts at 65536 / 384 = 168 and setmaxnreg moves them (40 / 232) */
     c->regs = c->consumers == 2 ? 168 : c->mt * c->bn * p->nb / 2 + 48;
@@ -243,7 +245,8 @@ void gemm_emit_wgmma16_helpers(const gemm_emit *e)
         kt_buf_line(b, "enum : int { MCAST = 1, UNITS = TILES_M * TILES_N * BATCH }; /* the blocks "
                        "walk the tiles */");
         kt_buf_line(b, "/* Tile u (of every batch) -> its first row and column and its batch. */");
-        kt_buf_line(b, "__device__ __forceinline__ void ktw_tile(int u, int &m0, int &n0, int &bz)");
+        kt_buf_line(b,
+                    "__device__ __forceinline__ void ktw_tile(int u, int &m0, int &n0, int &bz)");
         kt_buf_line(b, "{");
         kt_buf_line(b, "    int tile_m, tile_n;");
         kt_buf_line(b, "    bz = u / (TILES_M * TILES_N);");
@@ -320,7 +323,8 @@ static void emit_copies(const gemm_emit *e, int k)
 {
     const gemm_problem *p = e->p;
     kt_buf *b = e->b;
-    static const char *const maps[] = {"tmap_a", "tmap_b", "tmap_b2"}, *const dsts[] = {"as", "bs", "bs2"};
+    static const char *const maps[] = {"tmap_a", "tmap_b", "tmap_b2"}, *const dsts[] = {"as", "bs",
+                                                                                        "bs2"};
     const char *map = maps[k], *dst = dsts[k];
     const char *stage = k == 0 ? "A_STAGE" : "B_STAGE", *mn0 = k == 0 ? "m0" : "n0";
     const char *ext = k == 0 ? "BM" : "BN";
@@ -332,14 +336,17 @@ static void emit_copies(const gemm_emit *e, int k)
                           : (mc ? "kt_tma_load_2d_mc" : "kt_tma_load_2d");
     const char *mask = mc ? ", 3" : "";
     if (kmajor(p, k) && mc) {
-        kt_buf_line(b, "%s(%s + st * %s + rank * (%s / 2) * 64, &%s, &full[st], k0, %s + rank * (%s / 2)%s%s); /* half the %s rows, to both blocks */",
+        kt_buf_line(b,
+                    "%s(%s + st * %s + rank * (%s / 2) * 64, &%s, &full[st], k0, %s + rank * (%s / "
+                    "2)%s%s); /* half the %s rows, to both blocks */",
                     fn, dst, stage, ext, map, mn0, ext, z, mask, ext);
     } else if (kmajor(p, k)) {
         kt_buf_line(b, "%s(%s + st * %s, &%s, &full[st], k0, %s%s); /* %s rows of 64 k */", fn, dst,
                     stage, map, mn0, z, ext);
     } else {
         kt_buf_line(b, "for (int j = %s; j < %s / 64; j += %s) /* 64-wide blocks of 64 k rows%s */",
-                    mc ? "rank" : "0", ext, mc ? "2" : "1", mc ? ", every other one, to both blocks" : "");
+                    mc ? "rank" : "0", ext, mc ? "2" : "1",
+                    mc ? ", every other one, to both blocks" : "");
         kt_buf_line(b, "    %s(%s + st * %s + j * 4096, &%s, &full[st], %s + 64 * j, k0%s%s);", fn,
                     dst, stage, map, mn0, z, mask);
     }
@@ -354,10 +361,9 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     const char *mma = p->dt == OPS_DT_F16 ? "kt_wgmma_f16_ss" : "kt_wgmma_bf16_ss";
     const char *rank_arg = c->mcast == 2 ? ", rank" : "";
     /* a stage's release: with a cluster, to both blocks (each loaded half of its B for both) */
-    const char *release =
-        c->mcast == 2 ? "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 0), "
-                        "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 1)"
-                      : "kt_mbar_arrive(&empty[(it - 1) % STAGES])";
+    const char *release = c->mcast == 2 ? "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 0), "
+                                          "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 1)"
+                                        : "kt_mbar_arrive(&empty[(it - 1) % STAGES])";
     bool dual = p->nb == 2;
     if (c->tma_store) {
         ops_dtype odt = p->g->tensors[p->out].dtype;
@@ -373,20 +379,24 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                        "row r at chunk q ^ (r %% 8);");
         kt_buf_line(b, " * sw is r %% 8, the same for every row a thread holds (g). 32-bit shared "
                        "addresses, and sw passed");
-        kt_buf_line(b, " * rather than computed from r: otherwise ptxas spilled (200 bytes at 128 x "
-                       "256). Elements past M or N");
+        kt_buf_line(b,
+                    " * rather than computed from r: otherwise ptxas spilled (200 bytes at 128 x "
+                    "256). Elements past M or N");
         kt_buf_line(b, " * are not computed (the TMA store clips them). */");
         kt_buf_printf(b, "__device__ __forceinline__ void ktw_stage2(");
         gemm_emit_epi_list(e, true);
-        kt_buf_line(b, "unsigned cs, int bz, int m, int n, int r, int sw, int cn, float acc0, "
-                       "float acc1%s)",
+        kt_buf_line(b,
+                    "unsigned cs, int bz, int m, int n, int r, int sw, int cn, float acc0, "
+                    "float acc1%s)",
                     dual ? ", float acc2_0, float acc2_1" : "");
         kt_buf_line(b, "{");
-        kt_buf_line(b, "    const float y0 = m < M && n < N ? ktg_epilogue(%sbz, m, n, acc0%s) : "
-                       "0.0f;",
+        kt_buf_line(b,
+                    "    const float y0 = m < M && n < N ? ktg_epilogue(%sbz, m, n, acc0%s) : "
+                    "0.0f;",
                     el, dual ? ", acc2_0" : "");
-        kt_buf_line(b, "    const float y1 = m < M && n + 1 < N ? ktg_epilogue(%sbz, m, n + 1, "
-                       "acc1%s) : 0.0f;",
+        kt_buf_line(b,
+                    "    const float y1 = m < M && n + 1 < N ? ktg_epilogue(%sbz, m, n + 1, "
+                    "acc1%s) : 0.0f;",
                     el, dual ? ", acc2_1" : "");
         kt_buf_line(b, "    const int byte = cn %% C_BOX * %d;", (int)ops_dtype_size(odt));
         kt_buf_line(b, "    const unsigned at = cs + cn / C_BOX * C_BOX_BYTES + r * 128 + (((byte "
@@ -451,8 +461,9 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "    for (int s = 0; s < STAGES; s++) {");
     kt_buf_line(b, "        kt_mbar_init(&full[s], 1); /* the producer's arrive_expect_tx; the "
                    "copies' bytes complete the phase */");
-    kt_buf_line(b, "        kt_mbar_init(&empty[s], MCAST * (PINGPONG ? 1 : CONSUMERS) * 4); /* lane "
-                   "0 of every warp of the stage's consumers, in every block it is loaded for */");
+    kt_buf_line(b,
+                "        kt_mbar_init(&empty[s], MCAST * (PINGPONG ? 1 : CONSUMERS) * 4); /* lane "
+                "0 of every warp of the stage's consumers, in every block it is loaded for */");
     kt_buf_line(b, "    }");
     kt_buf_line(b, "    kt_mbar_fence_init();");
     kt_buf_line(b, "}");
@@ -500,8 +511,9 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "}");
     if (c->consumers == 2)
         kt_buf_line(b, "kt_setmaxnreg_inc<232>();");
-    kt_buf_line(b, "/* consumer cw: cooperative, rows cw * BM / CONSUMERS + 64 * mt .. + 63 of every "
-                   "tile; ping-pong, all rows of");
+    kt_buf_line(b,
+                "/* consumer cw: cooperative, rows cw * BM / CONSUMERS + 64 * mt .. + 63 of every "
+                "tile; ping-pong, all rows of");
     kt_buf_line(b, " * the block's tiles cw, cw + 2, ... (its k tiles start cw * KTILES into the "
                    "ring and skip the other's) */");
     kt_buf_line(b, "const int cw = wg - 1, lane = tid & 31, warp = tid / 32 & 3, g = lane >> 2, t "
@@ -544,10 +556,11 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "for (int ks = 0; ks < BK / 16; ks++)");
     kt_buf_line(b, "    #pragma unroll");
     kt_buf_line(b, "    for (int mt = 0; mt < MT; mt++)");
-    kt_buf_line(b,
-                "        %s<MMA_N, TRANS_B, TRANS_A>(acc[mt], da + mt * 512 + ks * A_KSTEP, db + ks "
-                "* B_KSTEP, 1);",
-                mma);
+    kt_buf_line(
+        b,
+        "        %s<MMA_N, TRANS_B, TRANS_A>(acc[mt], da + mt * 512 + ks * A_KSTEP, db + ks "
+        "* B_KSTEP, 1);",
+        mma);
     kt_buf_line(b, "kt_wgmma_commit();");
     kt_buf_line(b, "/* k tile it's wgmmas stay in flight; it - 1's have retired, so its stage goes "
                    "back to the producer */");
@@ -583,25 +596,32 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
         kt_buf_line(b, "    #pragma unroll");
         kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++) {");
-        kt_buf_line(b, "        const int r = 64 * mt + 16 * warp + g, cn = 8 * j + 2 * t, m = m0 + "
-                       "row0 + r, n = n0 + cn;");
+        kt_buf_line(b,
+                    "        const int r = 64 * mt + 16 * warp + g, cn = 8 * j + 2 * t, m = m0 + "
+                    "row0 + r, n = n0 + cn;");
         if (dual) {
-            kt_buf_line(b, "        ktw_stage2(%scs_at, bz, m, n, r, g, cn, acc[mt][j][0], acc[mt][j][1], "
-                           "acc[mt][BN / 8 + j][0], acc[mt][BN / 8 + j][1]);",
-                        el);
-            kt_buf_line(b, "        ktw_stage2(%scs_at, bz, m + 8, n, r + 8, g, cn, acc[mt][j][2], "
-                           "acc[mt][j][3], acc[mt][BN / 8 + j][2], acc[mt][BN / 8 + j][3]);",
+            kt_buf_line(
+                b,
+                "        ktw_stage2(%scs_at, bz, m, n, r, g, cn, acc[mt][j][0], acc[mt][j][1], "
+                "acc[mt][BN / 8 + j][0], acc[mt][BN / 8 + j][1]);",
+                el);
+            kt_buf_line(b,
+                        "        ktw_stage2(%scs_at, bz, m + 8, n, r + 8, g, cn, acc[mt][j][2], "
+                        "acc[mt][j][3], acc[mt][BN / 8 + j][2], acc[mt][BN / 8 + j][3]);",
                         el);
         } else {
-            kt_buf_line(b, "        ktw_stage2(%scs_at, bz, m, n, r, g, cn, acc[mt][j][0], "
-                           "acc[mt][j][1]);",
+            kt_buf_line(b,
+                        "        ktw_stage2(%scs_at, bz, m, n, r, g, cn, acc[mt][j][0], "
+                        "acc[mt][j][1]);",
                         el);
-            kt_buf_line(b, "        ktw_stage2(%scs_at, bz, m + 8, n, r + 8, g, cn, acc[mt][j][2], "
-                           "acc[mt][j][3]);",
+            kt_buf_line(b,
+                        "        ktw_stage2(%scs_at, bz, m + 8, n, r + 8, g, cn, acc[mt][j][2], "
+                        "acc[mt][j][3]);",
                         el);
         }
         kt_buf_line(b, "    }");
-        kt_buf_line(b, "kt_fence_proxy_async(); /* the tile's writes, visible to the TMA's reads */");
+        kt_buf_line(b,
+                    "kt_fence_proxy_async(); /* the tile's writes, visible to the TMA's reads */");
         kt_buf_line(b, "kt_bar_sync(3 + cw, 128);");
         kt_buf_line(b, "if ((tid & 127) == 0) {");
         kt_buf_line(b, "    for (int bx = 0; bx < BN / C_BOX; bx++)");
@@ -632,11 +652,13 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "        const int m = m0 + row0 + 64 * mt + 16 * warp + g, n = n0 + 8 * j + 2 "
                    "* t;");
     if (p->nb == 2) {
-        kt_buf_line(b, "        ktg_store2(%s, bz, m, n, acc[mt][j][0], acc[mt][j][1], acc[mt][BN "
-                       "/ 8 + j][0], acc[mt][BN / 8 + j][1]);",
+        kt_buf_line(b,
+                    "        ktg_store2(%s, bz, m, n, acc[mt][j][0], acc[mt][j][1], acc[mt][BN "
+                    "/ 8 + j][0], acc[mt][BN / 8 + j][1]);",
                     args.data ? args.data : "");
-        kt_buf_line(b, "        ktg_store2(%s, bz, m + 8, n, acc[mt][j][2], acc[mt][j][3], "
-                       "acc[mt][BN / 8 + j][2], acc[mt][BN / 8 + j][3]);",
+        kt_buf_line(b,
+                    "        ktg_store2(%s, bz, m + 8, n, acc[mt][j][2], acc[mt][j][3], "
+                    "acc[mt][BN / 8 + j][2], acc[mt][BN / 8 + j][3]);",
                     args.data ? args.data : "");
     } else {
         kt_buf_line(b, "        ktg_store2(%s, bz, m, n, acc[mt][j][0], acc[mt][j][1]);",

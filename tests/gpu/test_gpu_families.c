@@ -136,10 +136,8 @@ static const gpu_case wgmma16_cases[] = {
      * store clips), 16-bit and f32 outputs, a batch (3-D map), a dual group */
     {"bench/cases/gemm_bf16.json", "M=2050,N=2056,K=520", OPS_PREC_EXACT, "store=tma"},
     {"bench/cases/linear_bf16.json", "M=1999,N=2048,K=264", OPS_PREC_EXACT, "store=tma"},
-    {"tests/gpu/gemm_bf16_epilogue.json", "M=2000,N=1032,K=200", OPS_PREC_EXACT,
-     "whole:store=tma"},
-    {"tests/gpu/swiglu_f16_bias.json", "B=2,M=2000,N=264,K=520", OPS_PREC_EXACT,
-     "whole:store=tma"},
+    {"tests/gpu/gemm_bf16_epilogue.json", "M=2000,N=1032,K=200", OPS_PREC_EXACT, "whole:store=tma"},
+    {"tests/gpu/swiglu_f16_bias.json", "B=2,M=2000,N=264,K=520", OPS_PREC_EXACT, "whole:store=tma"},
 };
 
 static int per_family = 6;

@@ -64,7 +64,8 @@ static char *swiglu16(const char *dt, bool tb, bool bias, bool batched)
         "\"x\": {\"dtype\": \"%s\", \"shape\": [%s\"M\", \"K\"]},"
         "\"Wg\": {\"dtype\": \"%s\", \"shape\": [%s], \"const\": true},"
         "\"Wu\": {\"dtype\": \"%s\", \"shape\": [%s], \"const\": true}%s%s%s},"
-        "\"nodes\": [{\"out\": \"g\", \"op\": \"matmul\", \"in\": [\"x\", \"Wg\"], \"transpose_b\": %s},"
+        "\"nodes\": [{\"out\": \"g\", \"op\": \"matmul\", \"in\": [\"x\", \"Wg\"], "
+        "\"transpose_b\": %s},"
         "{\"out\": \"u\", \"op\": \"matmul\", \"in\": [\"x\", \"Wu\"], \"transpose_b\": %s},"
         "{\"out\": \"gb\", \"op\": \"%s\", \"in\": [\"g\", %s]},"
         "{\"out\": \"s\", \"op\": \"silu\", \"in\": [\"gb\"]},"
@@ -72,8 +73,8 @@ static char *swiglu16(const char *dt, bool tb, bool bias, bool batched)
         "\"outputs\": [\"Y\"]}",
         dt, batched ? "2, " : "", dt, w, dt, w, bias ? ", \"bg\": {\"dtype\": \"" : "",
         bias ? dt : "", bias ? "\", \"shape\": [\"N\"], \"const\": true}" : "",
-        tb ? "true" : "false", tb ? "true" : "false",
-        bias ? "add" : "mul", bias ? "\"bg\"" : "1.0");
+        tb ? "true" : "false", tb ? "true" : "false", bias ? "add" : "mul",
+        bias ? "\"bg\"" : "1.0");
     assert_true(n > 0);
     return s;
 }
@@ -1102,7 +1103,8 @@ static void test_wgmma16(void **state)
     assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
     k = &em.kernels[0];
     assert_int_equal(k->grid[0], dev.sm_count);
-    assert_non_null(strstr(em.source, "__cluster_dims__(2, 1, 1) ktune_gemm_bf16_wgmma_128x128x64("));
+    assert_non_null(
+        strstr(em.source, "__cluster_dims__(2, 1, 1) ktune_gemm_bf16_wgmma_128x128x64("));
     assert_non_null(strstr(em.source, "enum : int { MCAST = 2, PAIRS_M = (TILES_M + 1) / 2,"));
     assert_non_null(strstr(em.source, "for (int j = rank; j < BN / 64; j += 2)"));
     assert_non_null(strstr(em.source, "kt_tma_load_2d_mc(bs + st * B_STAGE + j * 4096"));
@@ -1134,7 +1136,8 @@ static void test_wgmma16(void **state)
     assert_int_equal(k->args[k->n_args - 1].tensor, grp.out[0]);
     const ops_tensor_map *cmap = &k->args[k->n_args - 1].tmap;
     assert_true(cmap->dims[0] == 256 && cmap->dims[1] == 9000 && cmap->strides[0] == 512);
-    assert_true(cmap->box[0] == 64 && cmap->box[1] == 64 && cmap->swizzle == 128 && cmap->rank == 2);
+    assert_true(cmap->box[0] == 64 && cmap->box[1] == 64 && cmap->swizzle == 128 &&
+                cmap->rank == 2);
     check_tmaps(&grp, k);
     assert_non_null(strstr(em.source, "enum : int { C_ROWS = 64, C_BOX = 64,"));
     assert_non_null(strstr(em.source, "const __grid_constant__ kt_tensor_map tmap_c)"));
@@ -1357,9 +1360,8 @@ static void test_compile_wgmma16(void **state)
             /* every (bm, bn, consumers) once per group, and a stage count that varies */
             int bi = s->v[BM] == 64 ? 0 : s->v[BM] == 128 ? 1 : 2;
             int ni = s->v[BN] == 64 ? 0 : s->v[BN] == 128 ? 1 : 2;
-            int *seen =
-                &shapes_seen[bi][ni][s->v[MMA] == PINGPONG ? 2 : s->v[WM] - 1][s->v[MCAST] - 1]
-                            [s->v[STORE]];
+            int *seen = &shapes_seen[bi][ni][s->v[MMA] == PINGPONG ? 2 : s->v[WM] - 1]
+                                    [s->v[MCAST] - 1][s->v[STORE]];
             if (*seen > c || s->v[STAGES] != 2 + (took + c) % 3)
                 continue;
             *seen = c + 1;
@@ -1655,22 +1657,14 @@ static void test_fragment_maps(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),
-        cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_prefix_skip),
-        cmocka_unit_test(test_raster_bijection),
-        cmocka_unit_test(test_smem_swizzle),
-        cmocka_unit_test(test_fragment_maps),
-        cmocka_unit_test(test_estimate),
-        cmocka_unit_test(test_launch_and_golden),
-        cmocka_unit_test(test_wgmma),
-        cmocka_unit_test(test_compile_ragged),
-        cmocka_unit_test(test_compile_sm80),
-        cmocka_unit_test(test_serial_splitk),
-        cmocka_unit_test(test_cluster_splitk),
-        cmocka_unit_test(test_compile_spread_sm90),
-        cmocka_unit_test(test_wgmma16),
-        cmocka_unit_test(test_wgmma16_dual),
+        cmocka_unit_test(test_matches),         cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_prefix_skip),     cmocka_unit_test(test_raster_bijection),
+        cmocka_unit_test(test_smem_swizzle),    cmocka_unit_test(test_fragment_maps),
+        cmocka_unit_test(test_estimate),        cmocka_unit_test(test_launch_and_golden),
+        cmocka_unit_test(test_wgmma),           cmocka_unit_test(test_compile_ragged),
+        cmocka_unit_test(test_compile_sm80),    cmocka_unit_test(test_serial_splitk),
+        cmocka_unit_test(test_cluster_splitk),  cmocka_unit_test(test_compile_spread_sm90),
+        cmocka_unit_test(test_wgmma16),         cmocka_unit_test(test_wgmma16_dual),
         cmocka_unit_test(test_compile_wgmma16),
     };
     return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
