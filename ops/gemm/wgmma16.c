@@ -522,10 +522,10 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "const unsigned long long da0 = ktw_desc_a(as) + row0 * 8, db0 = "
                    "ktw_desc_b(bs); /* row0 / 64 slabs of 512 */");
     kt_buf_line(b, "const int step = PINGPONG ? 2 : 1;");
-    if (c->tma_store)
+    if (c->tma_store) {
         kt_buf_line(b, "unsigned char *cs = cs0 + cw * C_BYTES; /* this consumer's output tile */");
-    if (c->tma_store)
         kt_buf_line(b, "const unsigned cs_at = kt_smem_u32(cs); /* its shared address */");
+    }
     kt_buf_line(b, "int it = PINGPONG ? cw * KTILES : 0;");
     kt_buf_line(b, "const int units = gridDim.x / MCAST; /* units walked at once */");
     kt_buf_line(b, "for (int i = PINGPONG ? cw : 0, u = blockIdx.x / MCAST + i * units; u < "
@@ -581,6 +581,13 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
     kt_buf_line(b, "    kt_reg_hold(acc[mt]); /* the sums are read after the wait, not before */");
+    /* the sums of an element pair handed to the epilogue, rows g and g + 8 (a dual group's second
+     * matmul's BN / 8 columns on) */
+    const char *const sums[2] = {
+        dual ? "acc[mt][j][0], acc[mt][j][1], acc[mt][BN / 8 + j][0], acc[mt][BN / 8 + j][1]"
+             : "acc[mt][j][0], acc[mt][j][1]",
+        dual ? "acc[mt][j][2], acc[mt][j][3], acc[mt][BN / 8 + j][2], acc[mt][BN / 8 + j][3]"
+             : "acc[mt][j][2], acc[mt][j][3]"};
     kt_buf args = {0};
     if (c->tma_store) {
         gemm_emit tmp = *e;
@@ -599,26 +606,8 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b,
                     "        const int r = 64 * mt + 16 * warp + g, cn = 8 * j + 2 * t, m = m0 + "
                     "row0 + r, n = n0 + cn;");
-        if (dual) {
-            kt_buf_line(
-                b,
-                "        ktw_stage2(%scs_at, bz, m, n, r, g, cn, acc[mt][j][0], acc[mt][j][1], "
-                "acc[mt][BN / 8 + j][0], acc[mt][BN / 8 + j][1]);",
-                el);
-            kt_buf_line(b,
-                        "        ktw_stage2(%scs_at, bz, m + 8, n, r + 8, g, cn, acc[mt][j][2], "
-                        "acc[mt][j][3], acc[mt][BN / 8 + j][2], acc[mt][BN / 8 + j][3]);",
-                        el);
-        } else {
-            kt_buf_line(b,
-                        "        ktw_stage2(%scs_at, bz, m, n, r, g, cn, acc[mt][j][0], "
-                        "acc[mt][j][1]);",
-                        el);
-            kt_buf_line(b,
-                        "        ktw_stage2(%scs_at, bz, m + 8, n, r + 8, g, cn, acc[mt][j][2], "
-                        "acc[mt][j][3]);",
-                        el);
-        }
+        kt_buf_line(b, "        ktw_stage2(%scs_at, bz, m, n, r, g, cn, %s);", el, sums[0]);
+        kt_buf_line(b, "        ktw_stage2(%scs_at, bz, m + 8, n, r + 8, g, cn, %s);", el, sums[1]);
         kt_buf_line(b, "    }");
         kt_buf_line(b,
                     "kt_fence_proxy_async(); /* the tile's writes, visible to the TMA's reads */");
@@ -651,21 +640,9 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++) {");
     kt_buf_line(b, "        const int m = m0 + row0 + 64 * mt + 16 * warp + g, n = n0 + 8 * j + 2 "
                    "* t;");
-    if (p->nb == 2) {
-        kt_buf_line(b,
-                    "        ktg_store2(%s, bz, m, n, acc[mt][j][0], acc[mt][j][1], acc[mt][BN "
-                    "/ 8 + j][0], acc[mt][BN / 8 + j][1]);",
-                    args.data ? args.data : "");
-        kt_buf_line(b,
-                    "        ktg_store2(%s, bz, m + 8, n, acc[mt][j][2], acc[mt][j][3], "
-                    "acc[mt][BN / 8 + j][2], acc[mt][BN / 8 + j][3]);",
-                    args.data ? args.data : "");
-    } else {
-        kt_buf_line(b, "        ktg_store2(%s, bz, m, n, acc[mt][j][0], acc[mt][j][1]);",
-                    args.data ? args.data : "");
-        kt_buf_line(b, "        ktg_store2(%s, bz, m + 8, n, acc[mt][j][2], acc[mt][j][3]);",
-                    args.data ? args.data : "");
-    }
+    kt_buf_line(b, "        ktg_store2(%s, bz, m, n, %s);", args.data ? args.data : "", sums[0]);
+    kt_buf_line(b, "        ktg_store2(%s, bz, m + 8, n, %s);", args.data ? args.data : "",
+                sums[1]);
     kt_buf_line(b, "    }");
     kt_buf_free(&args);
     b->indent = 4;
