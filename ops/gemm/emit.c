@@ -431,7 +431,7 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     k->grid[1] = 1;
     k->grid[2] = (uint32_t)(p.batch * (slices_in_x ? 1 : c.splitk));
     if (c.wg16) { /* persistent: a block per SM walks the tiles (pairs of them) of every batch */
-        int64_t units = (c.tiles_m + c.mcast - 1) / c.mcast * c.tiles_n * p.batch;
+        int64_t units = (c.tiles_m + c.mcast - 1) / c.mcast * c.tiles_n * p.batch * c.splitk;
         int64_t slots = dev->sm_count / c.mcast;
         k->grid[0] = (uint32_t)(c.mcast * (units < slots ? units : slots));
         k->grid[2] = 1;

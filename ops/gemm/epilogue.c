@@ -109,7 +109,10 @@ int gemm_emit_epilogue(const gemm_emit *e)
     /* Stores of one element and of an (n, n + 1) pair, masked at the matrix edges. */
     ops_dtype odt = g->tensors[p->out].dtype;
     const char *oty = ops_emit_ctype(odt);
-    bool mchk = p->M % c->bm != 0, nchk = p->N % c->bn != 0;
+    /* (a 2-block cluster of the 16-bit wgmma kernel over an odd count of tile rows has a last
+     * tile wholly past M, whatever M % BM) */
+    bool mchk = p->M % c->bm != 0 || (c->wg16 && c->mcast == 2 && c->tiles_m % 2),
+         nchk = p->N % c->bn != 0;
     kt_buf_printf(b, "__device__ __forceinline__ void ktg_store(");
     gemm_emit_epi_list(e, true);
     kt_buf_line(b, "%s *__restrict__ out, int bz, int m, int n, float acc%s)", oty,

@@ -45,7 +45,13 @@
  * both: the empty barriers count both), and a producer stays until every release aimed at its
  * block has arrived.
  *
- * Next step, not here: a TMA store of the epilogue through shared memory replaces ktg_store2. */
+ * store=tma: each consumer stages its epilogue's tile in shared memory (128-byte swizzle) and one
+ * thread stores it by TMA, which overlaps the next tile's k loop.
+ *
+ * Split-K (parallel mode, for shapes with fewer tiles than SMs): every tile is SPLITK units, each
+ * an equal k slice; a unit's consumers store their fp32 sums into the slice's plane of the
+ * workspace, and the reduction kernel (splitk.c) adds the planes in slice order and applies the
+ * epilogue, so results stay deterministic. */
 
 /* The 16-bit path's schedule: whether an operand (0 A, 1 B) is K-major in shared memory. */
 static bool kmajor(const gemm_problem *p, int k)
@@ -122,20 +128,27 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = prefix_why;
     else if (s->v[KN_MMA] == MMA_WGMMA_SPLIT)
         c->why = "shape"; /* wgmma_split is tf32x3's */
-    else if (c->splitk != 1)
-        c->why = "shape";
+    else if (c->splitk != 1 && (p->nb == 2 || !c->parallel))
+        c->why = "shape"; /* split-K here is the parallel mode; a dual group's two sums have no
+                             reduction kernel */
+    else if (c->splitk != 1 && (c->ktiles % c->splitk || c->kps < 2))
+        c->why = "divisibility"; /* every slice the same k loop, of two k tiles at least */
+    else if (c->splitk != 1 && tiles * (c->splitk / 2) >= dev->sm_count)
+        c->why = "redundant"; /* half as many slices already fill the GPU */
+    else if (c->splitk != 1 && c->tma_store)
+        c->why = "redundant"; /* the partial sums are stored directly */
     else if (c->tma_store && (p->N * osize) % 16)
         c->why = "shape"; /* the output's rows are not 16-byte multiples: no tensor map */
     else if (c->smem != SMEM_XOR || s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL ||
              (c->pingpong && c->wm != 1))
         c->why = "redundant"; /* knobs this kernel does not read */
-    else if (c->pingpong && tiles <= dev->sm_count)
+    else if (c->pingpong && tiles * c->splitk <= dev->sm_count)
         c->why = "redundant"; /* a tile per block: the second consumer would idle */
     else if (c->mcast == 2 && (c->tiles_m < 2 || dev->sm_count % 2))
         c->why = "redundant"; /* one tile row: no block to share B with */
     else if (c->smem_bytes > dev->smem_per_block_optin)
         c->why = "smem";
-    else if (c->stages > 2 && c->stages > c->ktiles)
+    else if (c->stages > 2 && c->stages > c->kps)
         c->why = "redundant"; /* a ring deeper than the k loop */
     else if (gemm_raster_redundant(c, dev))
         c->why = "redundant";
@@ -198,6 +211,8 @@ void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel
             k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = p->grp->in[i]};
     if (!c->tma_store) {
         k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = p->out};
+        if (c->parallel) /* the slices' partial sums */
+            k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = 0};
         return;
     }
     /* store=tma: the output [batch][M][N] as boxes of 128 bytes of n by a consumer's rows, in
@@ -241,9 +256,15 @@ void gemm_emit_wgmma16_helpers(const gemm_emit *e)
                 "enum : int { CONSUMERS = %d, MT = %d, PINGPONG = %d }; /* consumer warpgroups; "
                 "m64 slabs per consumer; each its own tile */",
                 c->consumers, c->mt, c->pingpong ? 1 : 0);
+    /* split-K: every tile (pair) is SPLITK units, unit u its k slice u % SPLITK */
+    const char *split = c->splitk > 1 ? " * SPLITK" : "";
+    if (c->splitk > 1)
+        kt_buf_line(b, "/* split-K: the blocks walk (tile, k slice) units, unit u slice u %% SPLITK "
+                       "of tile u / SPLITK */");
     if (c->mcast == 1) {
-        kt_buf_line(b, "enum : int { MCAST = 1, UNITS = TILES_M * TILES_N * BATCH }; /* the blocks "
-                       "walk the tiles */");
+        kt_buf_line(b, "enum : int { MCAST = 1, UNITS = TILES_M * TILES_N * BATCH%s }; /* the "
+                       "blocks walk the tiles */",
+                    split);
         kt_buf_line(b, "/* Tile u (of every batch) -> its first row and column and its batch. */");
         kt_buf_line(b,
                     "__device__ __forceinline__ void ktw_tile(int u, int &m0, int &n0, int &bz)");
@@ -258,8 +279,10 @@ void gemm_emit_wgmma16_helpers(const gemm_emit *e)
         kt_buf_line(b, "/* 2-block clusters walk pairs of vertically adjacent tiles (the last pair "
                        "of a ragged column");
         kt_buf_line(b, " * reads zeros past M and stores nothing there), sharing their B tile */");
-        kt_buf_line(b, "enum : int { MCAST = 2, PAIRS_M = (TILES_M + 1) / 2, UNITS = PAIRS_M * "
-                       "TILES_N * BATCH };");
+        kt_buf_line(b,
+                    "enum : int { MCAST = 2, PAIRS_M = (TILES_M + 1) / 2, UNITS = PAIRS_M * "
+                    "TILES_N * BATCH%s };",
+                    split);
         kt_buf_line(b, "/* Pair u (of every batch) -> the first row and column of block rank's "
                        "tile of it and its batch;");
         kt_buf_line(b, " * pairs are rastered like tiles (groups of RASTER pair rows, column by "
@@ -360,6 +383,9 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     const char *ty = ops_emit_ctype(p->dt);
     const char *mma = p->dt == OPS_DT_F16 ? "kt_wgmma_f16_ss" : "kt_wgmma_bf16_ss";
     const char *rank_arg = c->mcast == 2 ? ", rank" : "";
+    /* split-K: a unit is a tile's k slice, KTILES_PER_SLICE long */
+    const char *tile_of = c->splitk > 1 ? "u / SPLITK" : "u";
+    const char *kloop = c->splitk > 1 ? "KTILES_PER_SLICE" : "KTILES";
     /* a stage's release: with a cluster, to both blocks (each loaded half of its B for both) */
     const char *release = c->mcast == 2 ? "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 0), "
                                           "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 1)"
@@ -429,8 +455,8 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     if (c->tma_store)
         kt_buf_printf(b, "const __grid_constant__ kt_tensor_map tmap_c)\n");
     else
-        kt_buf_printf(b, "%s *__restrict__ %s)\n", ops_emit_ctype(p->g->tensors[p->out].dtype),
-                      e->names[p->grp->n_in]);
+        kt_buf_printf(b, "%s *__restrict__ %s%s)\n", ops_emit_ctype(p->g->tensors[p->out].dtype),
+                      e->names[p->grp->n_in], c->parallel ? ", float *__restrict__ workspace" : "");
     kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "extern __shared__ unsigned char kt_smem_raw[];");
@@ -486,9 +512,12 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "if (tid == 0) {");
     kt_buf_line(b, "    int it = 0; /* the ring's k tile count, across the block's tiles */");
     kt_buf_line(b, "    for (int u = blockIdx.x / MCAST; u < UNITS; u += gridDim.x / MCAST) {");
-    kt_buf_line(b, "        ktw_tile(u, m0, n0, bz%s);", rank_arg);
-    kt_buf_line(b, "        for (int kt = 0; kt < KTILES; kt++, it++) {");
-    kt_buf_line(b, "            const int st = it %% STAGES, k0 = kt * BK;");
+    if (c->splitk > 1)
+        kt_buf_line(b, "        const int slice = u %% SPLITK;");
+    kt_buf_line(b, "        ktw_tile(%s, m0, n0, bz%s);", tile_of, rank_arg);
+    kt_buf_line(b, "        for (int kt = 0; kt < %s; kt++, it++) {", kloop);
+    kt_buf_line(b, "            const int st = it %% STAGES, k0 = %s * BK;",
+                c->splitk > 1 ? "(slice * KTILES_PER_SLICE + kt)" : "kt");
     kt_buf_line(b, "            if (it >= STAGES) /* the stage's previous use was released */");
     kt_buf_line(b, "                kt_mbar_wait(&empty[st], (it / STAGES + 1) & 1);");
     kt_buf_line(b, "            kt_mbar_arrive_expect_tx(&full[st], STAGE_BYTES);");
@@ -526,12 +555,12 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "unsigned char *cs = cs0 + cw * C_BYTES; /* this consumer's output tile */");
         kt_buf_line(b, "const unsigned cs_at = kt_smem_u32(cs); /* its shared address */");
     }
-    kt_buf_line(b, "int it = PINGPONG ? cw * KTILES : 0;");
+    kt_buf_line(b, "int it = PINGPONG ? cw * %s : 0;", kloop);
     kt_buf_line(b, "const int units = gridDim.x / MCAST; /* units walked at once */");
     kt_buf_line(b, "for (int i = PINGPONG ? cw : 0, u = blockIdx.x / MCAST + i * units; u < "
                    "UNITS; i += step, u += step * units) {");
     b->indent = 8;
-    kt_buf_line(b, "ktw_tile(u, m0, n0, bz%s);", rank_arg);
+    kt_buf_line(b, "ktw_tile(%s, m0, n0, bz%s);", tile_of, rank_arg);
     if (c->pingpong) {
         kt_buf_line(b, "if (i > 0) /* the other consumer's k loop over the previous tile has "
                        "ended */");
@@ -545,7 +574,7 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "        #pragma unroll");
     kt_buf_line(b, "        for (int r = 0; r < 4; r++)");
     kt_buf_line(b, "            acc[mt][j][r] = 0.0f;");
-    kt_buf_line(b, "for (int kt = 0; kt < KTILES; kt++, it++) {");
+    kt_buf_line(b, "for (int kt = 0; kt < %s; kt++, it++) {", kloop);
     b->indent = 12;
     kt_buf_line(b, "const int st = it %% STAGES;");
     kt_buf_line(b, "kt_mbar_wait(&full[st], (it / STAGES) & 1); /* k tile it has landed */");
@@ -576,7 +605,7 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "if (u + units < UNITS) /* the other consumer's next tile: its k loop may "
                        "start */");
         kt_buf_line(b, "    kt_bar_arrive(2 - cw, 256);");
-        kt_buf_line(b, "it += KTILES; /* the other consumer's tile */");
+        kt_buf_line(b, "it += %s; /* the other consumer's tile */", kloop);
     }
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
@@ -627,6 +656,27 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "}");
         kt_buf_line(b, "if ((tid & 127) == 0) /* the last store done before the block exits */");
         kt_buf_line(b, "    kt_tma_store_wait<0>();");
+        b->indent = 0;
+        kt_buf_line(b, "}");
+        return;
+    }
+    if (c->parallel) {
+        kt_buf_line(b, "/* the slice's fp32 sums into its plane of the workspace; the reduction "
+                       "kernel applies the epilogue */");
+        kt_buf_line(b, "const int slice = u %% SPLITK;");
+        kt_buf_line(b, "/* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's "
+                       "rows, column 8 j + 2 t + (r & 1) */");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++) {");
+        kt_buf_line(b, "        const int m = m0 + row0 + 64 * mt + 16 * warp + g, n = n0 + 8 * j "
+                       "+ 2 * t;");
+        kt_buf_line(b, "        ktg_partial2(workspace, slice, bz, m, n, %s);", sums[0]);
+        kt_buf_line(b, "        ktg_partial2(workspace, slice, bz, m + 8, n, %s);", sums[1]);
+        kt_buf_line(b, "    }");
+        b->indent = 4;
+        kt_buf_line(b, "}");
         b->indent = 0;
         kt_buf_line(b, "}");
         return;

@@ -138,9 +138,39 @@ static const gpu_case wgmma16_cases[] = {
     {"bench/cases/linear_bf16.json", "M=1999,N=2048,K=264", OPS_PREC_EXACT, "store=tma"},
     {"tests/gpu/gemm_bf16_epilogue.json", "M=2000,N=1032,K=200", OPS_PREC_EXACT, "whole:store=tma"},
     {"tests/gpu/swiglu_f16_bias.json", "B=2,M=2000,N=264,K=520", OPS_PREC_EXACT, "whole:store=tma"},
+    /* M = 384 under 2-block clusters: the last pair's second tile lies wholly past M although
+     * M % BM == 0 (its stores masked) */
+    {"bench/cases/gemm_bf16.json", "M=384,N=1032,K=520", OPS_PREC_EXACT, "bm=128 &mcast=2"},
+    /* split-K (parallel): (tile, k slice) units, fp32 partials, the reduction's epilogue; ragged
+     * M and N, an odd N (scalar partials), B N-major and K-major, every epilogue kind, decode
+     * rows, ping-pong and multicast */
+    {"bench/cases/gemm_bf16.json", "M=1000,N=776,K=1000", OPS_PREC_EXACT, "splitk=2&mma=wgmma "},
+    {"bench/cases/linear_bf16.json", "M=64,N=1001,K=2048", OPS_PREC_EXACT, "splitk=4&mma=wgmma "},
+    {"tests/gpu/gemm_bf16_epilogue.json", "M=200,N=264,K=1024", OPS_PREC_EXACT,
+     "whole:splitk=4&mma=wgmma"},
+    {"examples/gemm_bias_relu.json", "M=4000", OPS_PREC_EXACT, "splitk=4&mma=wgmma_pingpong"},
+    {"bench/cases/gemm_bf16.json", "M=1000,N=776,K=1000", OPS_PREC_EXACT, "splitk=2&mcast=2"},
 };
 
 static int per_family = 6;
+
+/* Whether text contains every '&'-separated part of pattern ("splitk=4&mma=wgmma "). */
+static bool matches_all(const char *text, const char *pattern)
+{
+    char part[128];
+    for (const char *p = pattern;;) {
+        size_t len = strcspn(p, "&");
+        if (len >= sizeof(part))
+            return false;
+        memcpy(part, p, len);
+        part[len] = 0;
+        if (!strstr(text, part))
+            return false;
+        if (!p[len])
+            return true;
+        p += len + 1;
+    }
+}
 
 static uint64_t rng_state;
 static double rng_uniform(void)
@@ -462,7 +492,7 @@ static int run_case(const gpu_case *gc)
             strcat(text, " ");
             if (whole && s->groups[cand[i].group].group.n_nodes != s->g->n_nodes)
                 continue;
-            if (strstr(text, pattern))
+            if (matches_all(text, pattern))
                 cand[kept++] = cand[i];
         }
         n = kept;

@@ -1033,7 +1033,7 @@ static void test_wgmma16(void **state)
     ops_emitted_free(&em);
 
     /* the kernel's fixed points: bk 64, wn 1, one or two consumers of 64 or 128 rows, 128 sums a
-     * thread, no split-K, the XOR/parallel knobs, Hopper, wgmma (not wgmma_split) */
+     * thread, parallel split-K only, the XOR knob, Hopper, wgmma (not wgmma_split) */
     ops_schedule bad[] = {
         wg16(BF16, 128, 256, 2, 4), wg16(BF16, 128, 256, 4, 4), wg16(BF16, 256, 256, 2, 3),
         wg16(BF16, 256, 128, 1, 3), wg16(BF16, 128, 128, 2, 3), wg16(BF16, 128, 128, 2, 3),
@@ -1041,6 +1041,7 @@ static void test_wgmma16(void **state)
     bad[0].v[BK] = 32;
     bad[4].v[WN] = 2;
     bad[5].v[SPLITK] = 2;
+    bad[5].v[SPLITK_MODE] = SERIAL;
     bad[6].v[SMEM] = PAD;
     bad[8].v[MMA] = WGMMA_SPLIT;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
@@ -1151,6 +1152,21 @@ static void test_wgmma16(void **state)
     s.v[STAGES] = 4;
     assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "smem");
     ops_graph_free(g);
+    /* M = 384: three tile rows, so the last pair's second tile lies wholly past M although
+     * M % BM == 0; its stores are masked on m */
+    g = emit_test_graph(gemm_bf16_bias_relu, "M=384");
+    emit_test_whole_group(g, &grp);
+    s = wg16(BF16, 128, 128, 2, 4);
+    s.v[MCAST] = 2;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_non_null(strstr(em.source, "float acc1)\n{\n    if (m >= M)\n        return;"));
+    ops_emitted_free(&em);
+    s.v[MCAST] = 1; /* two tile rows a column: no tile past M */
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_null(strstr(em.source, "if (m >= M)"));
+    ops_emitted_free(&em);
+    ops_graph_free(g);
     /* a single tile row leaves no block to share B with */
     g = emit_test_graph(gemm_bf16_bias_relu, "M=100");
     emit_test_whole_group(g, &grp);
@@ -1225,6 +1241,101 @@ static void test_wgmma16(void **state)
         ops_graph_free(g);
         free(json);
     }
+}
+
+/* Split-K on the 16-bit wgmma kernel (parallel mode): (tile, k slice) units walked by the
+ * persistent blocks, each slice's fp32 sums into its plane of the workspace, the reduction kernel
+ * applying the epilogue; the prune rules around it. */
+static void test_wgmma16_splitk(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_emitted em;
+    ops_diag d = {0};
+    /* M = 1000, N = 256, K = 512: 8 x 2 tiles of 128 x 128 and 8 k tiles, split 4 ways */
+    ops_graph *g = emit_test_graph(gemm_bf16_bias_relu, "M=1000");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_schedule s = wg16(BF16, 128, 128, 2, 2);
+    s.v[SPLITK] = 4;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.n_kernels, 2);
+    const ops_kernel_launch *k = &em.kernels[0];
+    assert_string_equal(k->entry, "ktune_gemm_bf16_wgmma_128x128x64_partial");
+    assert_int_equal(k->grid[0], 64); /* 16 tiles x 4 slices, a block each */
+    assert_int_equal(k->args[k->n_args - 1].kind, OPS_ARG_WORKSPACE);
+    assert_int_equal(k->args[k->n_args - 2].tensor, grp.out[0]);
+    check_tmaps(&grp, k);
+    assert_string_equal(em.kernels[1].entry, "ktune_gemm_splitk_reduce");
+    assert_int_equal(em.workspace_bytes, 4 * 1000 * 256 * 4);
+    assert_non_null(strstr(em.source, "UNITS = TILES_M * TILES_N * BATCH * SPLITK };"));
+    assert_non_null(strstr(em.source, "ktw_tile(u / SPLITK, m0, n0, bz);"));
+    assert_non_null(strstr(em.source, "k0 = (slice * KTILES_PER_SLICE + kt) * BK;"));
+    assert_non_null(strstr(em.source, "for (int kt = 0; kt < KTILES_PER_SLICE; kt++, it++)"));
+    assert_non_null(strstr(em.source, "ktg_partial2(workspace, slice, bz, m + 8, n, acc[mt][j][2]"));
+    assert_null(strstr(em.source, "ktg_store2(Y, bz, m, n, acc")); /* the reduction stores */
+    emit_test_golden("gemm_bf16_wgmma_splitk.cu", em.source);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+
+    ops_schedule bad = s;
+    bad.v[SPLITK] = 8; /* slices of one k tile */
+    assert_string_equal(ops_family_gemm.prune(&grp, &bad, &dev), "divisibility");
+    bad = s;
+    bad.v[SPLITK_MODE] = CLUSTER; /* not this kernel's */
+    assert_string_equal(ops_family_gemm.prune(&grp, &bad, &dev), "shape");
+    bad = s;
+    bad.v[STORE] = TMA; /* the partials are stored directly */
+    assert_string_equal(ops_family_gemm.prune(&grp, &bad, &dev), "redundant");
+    ops_graph_free(g);
+    /* ragged K of 9 k tiles splits no way; 142 tiles need no split */
+    char *plain = plain_gemm("bf16");
+    g = emit_test_graph(plain, "M=1000,N=1000,K=520");
+    emit_test_whole_group(g, &grp);
+    s = wg16(BF16, 128, 128, 2, 2);
+    s.v[SPLITK] = 2;
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "divisibility");
+    ops_graph_free(g);
+    g = emit_test_graph(gemm_bf16_bias_relu, "M=9000");
+    emit_test_whole_group(g, &grp);
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "redundant");
+    ops_graph_free(g);
+
+    /* batched, B [N][K] of an odd N (scalar partial stores), every epilogue kind in the
+     * reduction, ping-pong consumers and 2-block clusters walking slices of tile pairs */
+    char *rich = rich16("bf16", false, true);
+    g = emit_test_graph(rich, "M=256,N=1001,K=4096");
+    free(rich);
+    emit_test_whole_group(g, &grp);
+    s = wg16(BF16, 64, 128, 1, 4);
+    s.v[MMA] = PINGPONG;
+    s.v[SPLITK] = 4;
+    s.v[MCAST] = 2;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.kernels[0].grid[0], dev.sm_count);
+    assert_non_null(strstr(em.source, "UNITS = PAIRS_M * TILES_N * BATCH * SPLITK };"));
+    assert_non_null(strstr(em.source, "ktw_tile(u / SPLITK, m0, n0, bz, rank);"));
+    assert_non_null(strstr(em.source, "int it = PINGPONG ? cw * KTILES_PER_SLICE : 0;"));
+    assert_non_null(strstr(em.source, "        ktg_partial(ws, slice, bz, m, n + 1, acc1);"));
+    check_tmaps(&grp, &em.kernels[0]);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+    ops_graph_free(g);
+    free(plain);
+
+    /* a dual group's two sums have no reduction kernel */
+    char *json = swiglu16("bf16", true, true, false);
+    g = emit_test_graph(json, "M=1000,N=1000,K=1024");
+    free(json);
+    emit_test_whole_group(g, &grp);
+    s = wg16(BF16, 128, 128, 2, 3);
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    s.v[SPLITK] = 2;
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "shape");
+    ops_graph_free(g);
 }
 
 /* A dual group (SwiGLU) on the 16-bit wgmma kernel: A, B and B2 as tensor maps, B2's tile after
@@ -1665,7 +1776,7 @@ int main(void)
         cmocka_unit_test(test_compile_sm80),    cmocka_unit_test(test_serial_splitk),
         cmocka_unit_test(test_cluster_splitk),  cmocka_unit_test(test_compile_spread_sm90),
         cmocka_unit_test(test_wgmma16),         cmocka_unit_test(test_wgmma16_dual),
-        cmocka_unit_test(test_compile_wgmma16),
+        cmocka_unit_test(test_wgmma16_splitk),  cmocka_unit_test(test_compile_wgmma16),
     };
     return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
 }
