@@ -11,7 +11,7 @@ if [ "${SKIP_GPU:-0}" != 1 ]; then
   grep -E "^FAIL|cases failed|exit" "$OUT/gpu-suite.txt" | tail -20
 fi
 export KTUNE_CACHE=$PWD/build-bench/cache
-KTUNE_BENCH_ONLY=${ONLY:-deepbench_gemm_f16_1760x128x1760,writeup_gemm_bias_relu_f16_1024x256x512} \
+KTUNE_BENCH_ONLY=${ONLY-deepbench_gemm_f16_1760x128x1760,writeup_gemm_bias_relu_f16_1024x256x512} \
   KTUNE_BENCH_GROUP=${GROUP:-} KTUNE_BENCH_TOTAL=${TOTAL:-120} scripts/device-run bench \
   > "$OUT/bench.txt" 2>&1
 echo "bench rc=$?"; grep -E "vs best|cases ok|took" "$OUT/bench.txt"
