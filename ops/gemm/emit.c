@@ -148,9 +148,9 @@ static void emit_includes(const gemm_emit *e)
         ldsm = gemm_is_tf32(c->math) ? !c->op[0].scalar_frag || !c->op[1].scalar_frag : true;
     kt_buf_line(b, "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */");
     if (c->wg16) {
-        if (c->pingpong || c->tma_store) /* named barriers */
+        if (c->pingpong || c->tma_store || c->cluster) /* named barriers */
             kt_buf_line(b, "#include \"ktune/barrier.cuh\"");
-        if (c->mcast == 2)
+        if (c->mcast == 2 || c->cluster)
             kt_buf_line(b, "#include \"ktune/cluster.cuh\"");
         kt_buf_line(b, "#include \"ktune/mbarrier.cuh\"");
         if (c->tma_store)
@@ -373,7 +373,7 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     emit_constants(&e);
     if (c.serial)
         gemm_emit_serial_helpers(&e);
-    if (c.cluster)
+    if (c.cluster && !c.wg16) /* (the 16-bit wgmma kernel documents its own) */
         gemm_emit_cluster_helpers(&e);
     emit_raster(&e);
     if (c.wg16) {
@@ -431,9 +431,11 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     k->grid[1] = 1;
     k->grid[2] = (uint32_t)(p.batch * (slices_in_x ? 1 : c.splitk));
     if (c.wg16) { /* persistent: a block per SM walks the tiles (pairs of them) of every batch */
-        int64_t units = (c.tiles_m + c.mcast - 1) / c.mcast * c.tiles_n * p.batch * c.splitk;
-        int64_t slots = dev->sm_count / c.mcast;
-        k->grid[0] = (uint32_t)(c.mcast * (units < slots ? units : slots));
+        int per = c.cluster ? c.splitk : c.mcast; /* blocks a unit: its cluster */
+        int64_t units = (c.tiles_m + c.mcast - 1) / c.mcast * c.tiles_n * p.batch *
+                        (c.parallel ? c.splitk : 1);
+        int64_t slots = dev->sm_count / per;
+        k->grid[0] = (uint32_t)(per * (units < slots ? units : slots));
         k->grid[2] = 1;
     }
     k->block[0] = (uint32_t)c.threads;

@@ -119,6 +119,8 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
     c->smem_bytes = (int64_t)c->stages * (c->bm + p->nb * c->bn) * 128 +
                     (c->tma_store ? c->consumers * rows * c->bn * osize : 0) + 1024 +
                     16 * c->stages;
+    if (c->cluster) /* the fp32 partial tile the cluster's slices sum, two more barriers */
+        c->smem_bytes += (int64_t)c->bm * c->bn * 4 + 16;
     /* the consumer's fp32 sums and ~48 for addresses, descriptors and the epilogue; with two
      * consumers the block starts at 65536 / 384 = 168 and setmaxnreg moves them (40 / 232) */
     c->regs = c->consumers == 2 ? 168 : c->mt * c->bn * p->nb / 2 + 48;
@@ -128,9 +130,11 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = prefix_why;
     else if (s->v[KN_MMA] == MMA_WGMMA_SPLIT)
         c->why = "shape"; /* wgmma_split is tf32x3's */
-    else if (c->splitk != 1 && (p->nb == 2 || !c->parallel))
-        c->why = "shape"; /* split-K here is the parallel mode; a dual group's two sums have no
-                             reduction kernel */
+    else if (c->splitk != 1 && (p->nb == 2 || c->serial))
+        c->why = "shape"; /* split-K here is the parallel or the cluster mode; a dual group's two
+                             sums have no reduction */
+    else if (c->cluster && (c->pingpong || c->mcast != 1))
+        c->why = "shape"; /* cluster split-K: cooperative consumers, the cluster its slices */
     else if (c->splitk != 1 && (c->ktiles % c->splitk || c->kps < 2))
         c->why = "divisibility"; /* every slice the same k loop, of two k tiles at least */
     else if (c->splitk != 1 && tiles * (c->splitk / 2) >= dev->sm_count)
@@ -139,7 +143,8 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = "redundant"; /* the partial sums are stored directly */
     else if (c->tma_store && (p->N * osize) % 16)
         c->why = "shape"; /* the output's rows are not 16-byte multiples: no tensor map */
-    else if (c->smem != SMEM_XOR || s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL ||
+    else if (c->smem != SMEM_XOR ||
+             (c->splitk == 1 && s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL) ||
              (c->pingpong && c->wm != 1))
         c->why = "redundant"; /* knobs this kernel does not read */
     else if (c->pingpong && tiles * c->splitk <= dev->sm_count)
@@ -257,10 +262,13 @@ void gemm_emit_wgmma16_helpers(const gemm_emit *e)
                 "m64 slabs per consumer; each its own tile */",
                 c->consumers, c->mt, c->pingpong ? 1 : 0);
     /* split-K: every tile (pair) is SPLITK units, unit u its k slice u % SPLITK */
-    const char *split = c->splitk > 1 ? " * SPLITK" : "";
-    if (c->splitk > 1)
+    const char *split = c->parallel ? " * SPLITK" : "";
+    if (c->parallel)
         kt_buf_line(b, "/* split-K: the blocks walk (tile, k slice) units, unit u slice u %% SPLITK "
                        "of tile u / SPLITK */");
+    if (c->cluster)
+        kt_buf_line(b, "/* cluster split-K: clusters of SPLITK blocks walk the tiles, block rank r "
+                       "summing k slice r */");
     if (c->mcast == 1) {
         kt_buf_line(b, "enum : int { MCAST = 1, UNITS = TILES_M * TILES_N * BATCH%s }; /* the "
                        "blocks walk the tiles */",
@@ -384,7 +392,10 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     const char *mma = p->dt == OPS_DT_F16 ? "kt_wgmma_f16_ss" : "kt_wgmma_bf16_ss";
     const char *rank_arg = c->mcast == 2 ? ", rank" : "";
     /* split-K: a unit is a tile's k slice, KTILES_PER_SLICE long */
-    const char *tile_of = c->splitk > 1 ? "u / SPLITK" : "u";
+    const char *tile_of = c->parallel ? "u / SPLITK" : "u";
+    /* blocks a unit: a multicast pair, or a cluster's k slices */
+    const char *per = c->cluster ? "SPLITK" : "MCAST";
+    bool in_cluster = c->mcast == 2 || c->cluster;
     const char *kloop = c->splitk > 1 ? "KTILES_PER_SLICE" : "KTILES";
     /* a stage's release: with a cluster, to both blocks (each loaded half of its B for both) */
     const char *release = c->mcast == 2 ? "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 0), "
@@ -449,7 +460,10 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                   "extern \"C\" __global__ void __launch_bounds__(THREADS, 1) %s%s(const "
                   "__grid_constant__ kt_tensor_map tmap_a, const __grid_constant__ kt_tensor_map "
                   "tmap_b, %s",
-                  c->mcast == 2 ? "__cluster_dims__(2, 1, 1) " : "", entry,
+                  c->mcast == 2 ? "__cluster_dims__(2, 1, 1) "
+                  : c->cluster  ? "__cluster_dims__(SPLITK, 1, 1) "
+                                : "",
+                  entry,
                   p->nb == 2 ? "const __grid_constant__ kt_tensor_map tmap_b2, " : "");
     gemm_emit_epi_list(e, true);
     if (c->tma_store)
@@ -474,6 +488,13 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                        "B_STAGE); /* [CONSUMERS] output tiles */");
         kt_buf_line(b, "unsigned long long *full = reinterpret_cast<unsigned long long *>(cs0 + "
                        "CONSUMERS * C_BYTES), *empty = full + STAGES;");
+    } else if (c->cluster) {
+        kt_buf_line(b, "float4 *red = reinterpret_cast<float4 *>(bs + STAGES * B_STAGE); /* the "
+                       "block's fp32 partial tile, BM x BN */");
+        kt_buf_line(b, "unsigned long long *full = reinterpret_cast<unsigned long long *>(red + BM "
+                       "* BN / 4), *empty = full + STAGES;");
+        kt_buf_line(b, "unsigned long long *ready = empty + STAGES, *freed = ready + 1; /* the "
+                       "cluster's partials written; read */");
     } else {
         kt_buf_line(b, "unsigned long long *full = reinterpret_cast<unsigned long long *>(bs + "
                        "STAGES * B_STAGE), *empty = full + STAGES;");
@@ -491,11 +512,17 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                 "        kt_mbar_init(&empty[s], MCAST * (PINGPONG ? 1 : CONSUMERS) * 4); /* lane "
                 "0 of every warp of the stage's consumers, in every block it is loaded for */");
     kt_buf_line(b, "    }");
+    if (c->cluster) {
+        kt_buf_line(b, "    kt_mbar_init(ready, SPLITK * CONSUMERS); /* a warpgroup of every "
+                       "slice, once its partial is written */");
+        kt_buf_line(b, "    kt_mbar_init(freed, SPLITK * CONSUMERS); /* the same, once it has "
+                       "read every slice's */");
+    }
     kt_buf_line(b, "    kt_mbar_fence_init();");
     kt_buf_line(b, "}");
-    if (c->mcast == 2) {
-        kt_buf_line(b, "kt_cluster_sync(); /* both blocks' barriers are initialised before either "
-                       "block's copies or releases reach them */");
+    if (in_cluster) {
+        kt_buf_line(b, "kt_cluster_sync(); /* the cluster's barriers are initialised before any "
+                       "block's copies or arrivals reach them */");
         kt_buf_line(b, "const int rank = (int)kt_cluster_rank();");
     } else {
         kt_buf_line(b, "__syncthreads();");
@@ -511,9 +538,9 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                        "move (setmaxnreg) */");
     kt_buf_line(b, "if (tid == 0) {");
     kt_buf_line(b, "    int it = 0; /* the ring's k tile count, across the block's tiles */");
-    kt_buf_line(b, "    for (int u = blockIdx.x / MCAST; u < UNITS; u += gridDim.x / MCAST) {");
+    kt_buf_line(b, "    for (int u = blockIdx.x / %s; u < UNITS; u += gridDim.x / %s) {", per, per);
     if (c->splitk > 1)
-        kt_buf_line(b, "        const int slice = u %% SPLITK;");
+        kt_buf_line(b, "        const int slice = %s;", c->cluster ? "rank" : "u % SPLITK");
     kt_buf_line(b, "        ktw_tile(%s, m0, n0, bz%s);", tile_of, rank_arg);
     kt_buf_line(b, "        for (int kt = 0; kt < %s; kt++, it++) {", kloop);
     kt_buf_line(b, "            const int st = it %% STAGES, k0 = %s * BK;",
@@ -556,9 +583,13 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "const unsigned cs_at = kt_smem_u32(cs); /* its shared address */");
     }
     kt_buf_line(b, "int it = PINGPONG ? cw * %s : 0;", kloop);
-    kt_buf_line(b, "const int units = gridDim.x / MCAST; /* units walked at once */");
-    kt_buf_line(b, "for (int i = PINGPONG ? cw : 0, u = blockIdx.x / MCAST + i * units; u < "
-                   "UNITS; i += step, u += step * units) {");
+    kt_buf_line(b, "const int units = gridDim.x / %s; /* units walked at once */", per);
+    if (c->cluster)
+        kt_buf_line(b, "int done = 0; /* tiles whose partials this block has handed over */");
+    kt_buf_line(b,
+                "for (int i = PINGPONG ? cw : 0, u = blockIdx.x / %s + i * units; u < "
+                "UNITS; i += step, u += step * units) {",
+                per);
     b->indent = 8;
     kt_buf_line(b, "ktw_tile(%s, m0, n0, bz%s);", tile_of, rank_arg);
     if (c->pingpong) {
@@ -682,6 +713,74 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
         return;
     }
     gemm_emit_store_args(e, &args);
+    if (c->cluster) {
+        const char *a = args.data ? args.data : "";
+        kt_buf_line(b, "/* Cluster split-K: each slice's partial tile into its shared memory "
+                       "(register order, a float4 per");
+        kt_buf_line(b, " * (mt, j) and thread), handed to the cluster on the ready barriers; "
+                       "slice r then sums the pieces");
+        kt_buf_line(b, " * (mt, j) with (mt * BN / 8 + j) %% SPLITK == r over slices 0, 1, ... "
+                       "in order (deterministic),");
+        kt_buf_line(b, " * reading the others' shared memory, and runs the epilogue on them; the "
+                       "freed barriers tell a slice");
+        kt_buf_line(b, " * that every slice has read its partial, so the next tile's may "
+                       "overwrite it. */");
+        kt_buf_line(b, "float4 *const mine = red + cw * (MT * BN / 8 * 128) + (tid & 127);");
+        kt_buf_line(b, "if (done > 0)");
+        kt_buf_line(b, "    kt_mbar_wait_cluster(freed, (done - 1) & 1);");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++)");
+        kt_buf_line(b, "        mine[(mt * (BN / 8) + j) * 128] = make_float4(acc[mt][j][0], "
+                       "acc[mt][j][1], acc[mt][j][2], acc[mt][j][3]);");
+        kt_buf_line(b, "kt_fence_cluster();");
+        kt_buf_line(b, "kt_bar_sync(3 + cw, 128);");
+        kt_buf_line(b, "if ((tid & 127) == 0)");
+        kt_buf_line(b, "    for (int r = 0; r < SPLITK; r++)");
+        kt_buf_line(b, "        kt_mbar_arrive_cluster_release(ready, r);");
+        kt_buf_line(b, "kt_mbar_wait_cluster(ready, done & 1);");
+        kt_buf_line(b, "/* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's "
+                       "rows, column 8 j + 2 t + (r & 1) */");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++) {");
+        b->indent = 16;
+        kt_buf_line(b, "if ((mt * (BN / 8) + j) %% SPLITK != rank)");
+        kt_buf_line(b, "    continue; /* another slice's share */");
+        kt_buf_line(b, "const float4 *const at = mine + (mt * (BN / 8) + j) * 128;");
+        kt_buf_line(b, "float4 sum = kt_ld_cluster4(kt_cluster_addr(at, 0));");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int r = 1; r < SPLITK; r++) {");
+        kt_buf_line(b, "    const float4 v = kt_ld_cluster4(kt_cluster_addr(at, r));");
+        kt_buf_line(b, "    sum.x += v.x;");
+        kt_buf_line(b, "    sum.y += v.y;");
+        kt_buf_line(b, "    sum.z += v.z;");
+        kt_buf_line(b, "    sum.w += v.w;");
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "const int m = m0 + row0 + 64 * mt + 16 * warp + g, n = n0 + 8 * j + 2 * "
+                       "t;");
+        kt_buf_line(b, "ktg_store2(%s, bz, m, n, sum.x, sum.y);", a);
+        kt_buf_line(b, "ktg_store2(%s, bz, m + 8, n, sum.z, sum.w);", a);
+        b->indent = 8;
+        kt_buf_line(b, "    }");
+        kt_buf_line(b, "kt_fence_cluster();");
+        kt_buf_line(b, "kt_bar_sync(3 + cw, 128);");
+        kt_buf_line(b, "if ((tid & 127) == 0)");
+        kt_buf_line(b, "    for (int r = 0; r < SPLITK; r++)");
+        kt_buf_line(b, "        kt_mbar_arrive_cluster_release(freed, r);");
+        kt_buf_line(b, "done++;");
+        kt_buf_free(&args);
+        b->indent = 4;
+        kt_buf_line(b, "}");
+        kt_buf_line(b, "if (done > 0) /* the others have read this block's last partial before "
+                       "it exits */");
+        kt_buf_line(b, "    kt_mbar_wait_cluster(freed, (done - 1) & 1);");
+        b->indent = 0;
+        kt_buf_line(b, "}");
+        return;
+    }
     kt_buf_line(b, "/* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's "
                    "rows, column 8 j + 2 t + (r & 1) */");
     kt_buf_line(b, "#pragma unroll");

@@ -11,6 +11,7 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) devlib_cluster(float *out)
     const unsigned other = kt_cluster_rank() ^ 1u;
     const float4 v = kt_ld_cluster4(kt_cluster_addr(part + 4 * threadIdx.x, other));
     const float w = kt_ld_cluster(kt_cluster_addr(part + threadIdx.x, other));
+    kt_fence_cluster();
     kt_cluster_sync();
     out[blockIdx.x * 128 + threadIdx.x] = v.x + v.y + v.z + v.w + w;
 }

@@ -20,6 +20,10 @@ extern "C" __global__ void devlib_mbarrier(float *out)
     __syncthreads();
     if (threadIdx.x == 0)
         kt_mbar_arrive_cluster(&bar[1], 0);
+    /* the releasing form and the acquiring wait (phase 1 of bar[0]) */
+    __syncthreads();
+    kt_mbar_arrive_cluster_release(&bar[0], 0);
+    kt_mbar_wait_cluster(&bar[0], 1);
 #else
     out[threadIdx.x] = 0.0f;
 #endif

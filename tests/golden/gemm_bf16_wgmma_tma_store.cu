@@ -197,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(2, 1, 
         }
         kt_mbar_fence_init();
     }
-    kt_cluster_sync(); /* both blocks' barriers are initialised before either block's copies or releases reach them */
+    kt_cluster_sync(); /* the cluster's barriers are initialised before any block's copies or arrivals reach them */
     const int rank = (int)kt_cluster_rank();
     int m0, n0, bz;
     if (wg == 0) {

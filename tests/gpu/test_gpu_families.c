@@ -150,6 +150,14 @@ static const gpu_case wgmma16_cases[] = {
      "whole:splitk=4&mma=wgmma"},
     {"examples/gemm_bias_relu.json", "M=4000", OPS_PREC_EXACT, "splitk=4&mma=wgmma_pingpong"},
     {"bench/cases/gemm_bf16.json", "M=1000,N=776,K=1000", OPS_PREC_EXACT, "splitk=2&mcast=2"},
+    /* cluster split-K: a tile's k slices a thread-block cluster summing through distributed
+     * shared memory (2, 4 and 8 blocks), ragged, odd N, transposed A, every epilogue kind */
+    {"bench/cases/gemm_bf16.json", "M=1000,N=776,K=1000", OPS_PREC_EXACT,
+     "splitk_mode=cluster mma=wgmma "},
+    {"bench/cases/linear_bf16.json", "M=64,N=1001,K=2048", OPS_PREC_EXACT,
+     "splitk=8&splitk_mode=cluster mma=wgmma "},
+    {"tests/gpu/gemm_bf16_epilogue.json", "M=200,N=264,K=1024", OPS_PREC_EXACT,
+     "whole:splitk_mode=cluster mma=wgmma "},
 };
 
 static int per_family = 6;

@@ -1284,7 +1284,39 @@ static void test_wgmma16_splitk(void **state)
     bad.v[SPLITK] = 8; /* slices of one k tile */
     assert_string_equal(ops_family_gemm.prune(&grp, &bad, &dev), "divisibility");
     bad = s;
-    bad.v[SPLITK_MODE] = CLUSTER; /* not this kernel's */
+    bad.v[SPLITK_MODE] = SERIAL; /* not this kernel's */
+    assert_string_equal(ops_family_gemm.prune(&grp, &bad, &dev), "shape");
+
+    /* cluster split-K: clusters of 4 blocks walk the tiles, block rank r summing k slice r; the
+     * partial tiles meet in shared memory, each slice reducing a share and storing it through
+     * the epilogue; one kernel, no workspace */
+    s.v[SPLITK_MODE] = CLUSTER;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.n_kernels, 1);
+    k = &em.kernels[0];
+    assert_string_equal(k->entry, "ktune_gemm_bf16_wgmma_128x128x64_cluster");
+    assert_int_equal(k->grid[0], 64); /* 16 tiles, a 4-block cluster each */
+    assert_int_equal(k->smem_bytes, 2 * (128 + 128) * 128 + 1024 + 32 + 128 * 128 * 4 + 16);
+    assert_int_equal(em.workspace_bytes, 0);
+    assert_non_null(strstr(em.source, "__cluster_dims__(SPLITK, 1, 1) ktune_gemm_bf16_wgmma_"));
+    assert_non_null(strstr(em.source, "UNITS = TILES_M * TILES_N * BATCH };"));
+    assert_non_null(strstr(em.source, "u < UNITS; u += gridDim.x / SPLITK) {"));
+    assert_non_null(strstr(em.source, "const int slice = rank;"));
+    assert_non_null(strstr(em.source, "kt_mbar_arrive_cluster_release(ready, r);"));
+    assert_non_null(strstr(em.source, "kt_mbar_wait_cluster(freed, (done - 1) & 1);"));
+    assert_non_null(strstr(em.source, "ktg_store2(t2_bias, t5_Y, bz, m + 8, n, sum.z, sum.w);"));
+    assert_true(emit_test_has(em.source, "fence.acq_rel.cluster"));
+    emit_test_golden("gemm_bf16_wgmma_cluster_splitk.cu", em.source);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+    bad = s;
+    bad.v[MCAST] = 2; /* the cluster is the slices' */
+    assert_string_equal(ops_family_gemm.prune(&grp, &bad, &dev), "shape");
+    bad = wg16(BF16, 64, 128, 1, 2);
+    bad.v[MMA] = PINGPONG;
+    bad.v[SPLITK] = 4;
+    bad.v[SPLITK_MODE] = CLUSTER; /* cooperative consumers only */
     assert_string_equal(ops_family_gemm.prune(&grp, &bad, &dev), "shape");
     bad = s;
     bad.v[STORE] = TMA; /* the partials are stored directly */

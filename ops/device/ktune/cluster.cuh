@@ -15,6 +15,12 @@ __device__ __forceinline__ void kt_cluster_sync()
                  "barrier.cluster.wait.acquire.aligned;\n" ::
                      : "memory");
 }
+/* Orders this thread's prior memory accesses before its later ones at cluster scope (shared
+ * memory another block of the cluster will read, or has read). */
+__device__ __forceinline__ void kt_fence_cluster()
+{
+    asm volatile("fence.acq_rel.cluster;" ::: "memory");
+}
 /* This block's rank in its cluster. */
 __device__ __forceinline__ unsigned kt_cluster_rank()
 {

@@ -40,6 +40,19 @@ __device__ __forceinline__ void kt_mbar_arrive_cluster(unsigned long long *bar, 
                  : "r"(kt_smem_u32(bar)), "r"(rank));
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
+/* kt_mbar_arrive_cluster with .release.cluster semantics: hands shared memory this block wrote
+ * (fenced by its writers with kt_fence_cluster and gathered by a block barrier) to the blocks
+ * that wait on the barrier with kt_mbar_wait_cluster and then read it. */
+__device__ __forceinline__ void kt_mbar_arrive_cluster_release(unsigned long long *bar,
+                                                               unsigned rank)
+{
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote)
+                 : "r"(kt_smem_u32(bar)), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
+                 : "memory");
+}
 /* Arrives once and expects `bytes` more transaction bytes in this phase (a TMA copy's size). */
 __device__ __forceinline__ void kt_mbar_arrive_expect_tx(unsigned long long *bar, unsigned bytes)
 {
@@ -64,6 +77,20 @@ __device__ __forceinline__ void kt_mbar_wait(unsigned long long *bar, unsigned p
 {
     while (!kt_mbar_test(bar, parity))
         ;
+}
+
+/* kt_mbar_wait with .acquire.cluster semantics: what other blocks of the cluster wrote before
+ * their releasing arrivals (kt_mbar_arrive_cluster_release) is visible after it. */
+__device__ __forceinline__ void kt_mbar_wait_cluster(unsigned long long *bar, unsigned parity)
+{
+    unsigned done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, "
+                     "[%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(kt_smem_u32(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
 }
 
 #endif /* KT_SM90 */
