@@ -135,8 +135,10 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
                              sums have no reduction */
     else if (c->cluster && (c->pingpong || c->mcast != 1))
         c->why = "shape"; /* cluster split-K: cooperative consumers, the cluster its slices */
-    else if (c->splitk != 1 && (c->ktiles % c->splitk || c->kps < 2))
-        c->why = "divisibility"; /* every slice the same k loop, of two k tiles at least */
+    else if (c->splitk != 1 && (c->ktiles % c->splitk || c->kps < 2 ||
+                                (c->cluster && c->mt * c->bn / 8 % c->splitk)))
+        c->why = "divisibility"; /* every slice the same k loop, of two k tiles at least (and
+                                    with a cluster the same share of the tile) */
     else if (c->splitk != 1 && tiles * (c->splitk / 2) >= dev->sm_count)
         c->why = "redundant"; /* half as many slices already fill the GPU */
     else if (c->splitk != 1 && c->tma_store)
@@ -740,31 +742,39 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "    for (int r = 0; r < SPLITK; r++)");
         kt_buf_line(b, "        kt_mbar_arrive_cluster_release(ready, r);");
         kt_buf_line(b, "kt_mbar_wait_cluster(ready, done & 1);");
-        kt_buf_line(b, "/* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's "
-                       "rows, column 8 j + 2 t + (r & 1) */");
+        kt_buf_line(b, "/* this slice's pieces p = q * SPLITK + rank, every slice's copy of each "
+                       "loaded before any is");
+        kt_buf_line(b, " * summed, so the remote reads are in flight together (their latency once, "
+                       "not per read) */");
+        kt_buf_line(b, "enum : int { SHARE = MT * (BN / 8) / SPLITK };");
+        kt_buf_line(b, "float4 part[SHARE][SPLITK];");
         kt_buf_line(b, "#pragma unroll");
-        kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
+        kt_buf_line(b, "for (int q = 0; q < SHARE; q++)");
         kt_buf_line(b, "    #pragma unroll");
-        kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++) {");
-        b->indent = 16;
-        kt_buf_line(b, "if ((mt * (BN / 8) + j) %% SPLITK != rank)");
-        kt_buf_line(b, "    continue; /* another slice's share */");
-        kt_buf_line(b, "const float4 *const at = mine + (mt * (BN / 8) + j) * 128;");
-        kt_buf_line(b, "float4 sum = kt_ld_cluster4(kt_cluster_addr(at, 0));");
+        kt_buf_line(b, "    for (int r = 0; r < SPLITK; r++)");
+        kt_buf_line(b, "        part[q][r] = kt_ld_cluster4(kt_cluster_addr(mine + (q * SPLITK + "
+                       "rank) * 128, r));");
+        kt_buf_line(b, "/* piece p: acc[mt][j] with mt = p / (BN / 8), j = p %% (BN / 8); its [r] "
+                       "rows 64 mt + 16 warp + g + 8 (r >> 1),");
+        kt_buf_line(b, " * column 8 j + 2 t + (r & 1) of the consumer's rows */");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int q = 0; q < SHARE; q++) {");
+        b->indent = 12;
+        kt_buf_line(b, "float4 sum = part[q][0];");
         kt_buf_line(b, "#pragma unroll");
         kt_buf_line(b, "for (int r = 1; r < SPLITK; r++) {");
-        kt_buf_line(b, "    const float4 v = kt_ld_cluster4(kt_cluster_addr(at, r));");
-        kt_buf_line(b, "    sum.x += v.x;");
-        kt_buf_line(b, "    sum.y += v.y;");
-        kt_buf_line(b, "    sum.z += v.z;");
-        kt_buf_line(b, "    sum.w += v.w;");
+        kt_buf_line(b, "    sum.x += part[q][r].x;");
+        kt_buf_line(b, "    sum.y += part[q][r].y;");
+        kt_buf_line(b, "    sum.z += part[q][r].z;");
+        kt_buf_line(b, "    sum.w += part[q][r].w;");
         kt_buf_line(b, "}");
+        kt_buf_line(b, "const int p = q * SPLITK + rank, mt = p / (BN / 8), j = p %% (BN / 8);");
         kt_buf_line(b, "const int m = m0 + row0 + 64 * mt + 16 * warp + g, n = n0 + 8 * j + 2 * "
                        "t;");
         kt_buf_line(b, "ktg_store2(%s, bz, m, n, sum.x, sum.y);", a);
         kt_buf_line(b, "ktg_store2(%s, bz, m + 8, n, sum.z, sum.w);", a);
         b->indent = 8;
-        kt_buf_line(b, "    }");
+        kt_buf_line(b, "}");
         kt_buf_line(b, "kt_fence_cluster();");
         kt_buf_line(b, "kt_bar_sync(3 + cw, 128);");
         kt_buf_line(b, "if ((tid & 127) == 0)");

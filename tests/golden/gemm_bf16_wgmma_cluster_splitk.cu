@@ -263,27 +263,32 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(SPLITK
             for (int r = 0; r < SPLITK; r++)
                 kt_mbar_arrive_cluster_release(ready, r);
         kt_mbar_wait_cluster(ready, done & 1);
-        /* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's rows, column 8 j + 2 t + (r & 1) */
+        /* this slice's pieces p = q * SPLITK + rank, every slice's copy of each loaded before any is
+         * summed, so the remote reads are in flight together (their latency once, not per read) */
+        enum : int { SHARE = MT * (BN / 8) / SPLITK };
+        float4 part[SHARE][SPLITK];
         #pragma unroll
-        for (int mt = 0; mt < MT; mt++)
+        for (int q = 0; q < SHARE; q++)
             #pragma unroll
-            for (int j = 0; j < BN / 8; j++) {
-                if ((mt * (BN / 8) + j) % SPLITK != rank)
-                    continue; /* another slice's share */
-                const float4 *const at = mine + (mt * (BN / 8) + j) * 128;
-                float4 sum = kt_ld_cluster4(kt_cluster_addr(at, 0));
-                #pragma unroll
-                for (int r = 1; r < SPLITK; r++) {
-                    const float4 v = kt_ld_cluster4(kt_cluster_addr(at, r));
-                    sum.x += v.x;
-                    sum.y += v.y;
-                    sum.z += v.z;
-                    sum.w += v.w;
-                }
-                const int m = m0 + row0 + 64 * mt + 16 * warp + g, n = n0 + 8 * j + 2 * t;
-                ktg_store2(t2_bias, t5_Y, bz, m, n, sum.x, sum.y);
-                ktg_store2(t2_bias, t5_Y, bz, m + 8, n, sum.z, sum.w);
+            for (int r = 0; r < SPLITK; r++)
+                part[q][r] = kt_ld_cluster4(kt_cluster_addr(mine + (q * SPLITK + rank) * 128, r));
+        /* piece p: acc[mt][j] with mt = p / (BN / 8), j = p % (BN / 8); its [r] rows 64 mt + 16 warp + g + 8 (r >> 1),
+         * column 8 j + 2 t + (r & 1) of the consumer's rows */
+        #pragma unroll
+        for (int q = 0; q < SHARE; q++) {
+            float4 sum = part[q][0];
+            #pragma unroll
+            for (int r = 1; r < SPLITK; r++) {
+                sum.x += part[q][r].x;
+                sum.y += part[q][r].y;
+                sum.z += part[q][r].z;
+                sum.w += part[q][r].w;
             }
+            const int p = q * SPLITK + rank, mt = p / (BN / 8), j = p % (BN / 8);
+            const int m = m0 + row0 + 64 * mt + 16 * warp + g, n = n0 + 8 * j + 2 * t;
+            ktg_store2(t2_bias, t5_Y, bz, m, n, sum.x, sum.y);
+            ktg_store2(t2_bias, t5_Y, bz, m + 8, n, sum.z, sum.w);
+        }
         kt_fence_cluster();
         kt_bar_sync(3 + cw, 128);
         if ((tid & 127) == 0)

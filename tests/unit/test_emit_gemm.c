@@ -1310,6 +1310,30 @@ static void test_wgmma16_splitk(void **state)
     emit_test_golden("gemm_bf16_wgmma_cluster_splitk.cu", em.source);
     emit_test_compile(em.source, "sm_90a");
     ops_emitted_free(&em);
+    /* a spread of cluster shapes compiles without spills: 2, 4 and 8 slices, one and two
+     * consumers, the widest share (128 x 256: 16 pieces of 4 sums a thread, loaded at once) */
+    {
+        char *pl = plain_gemm("bf16");
+        ops_graph *g2 = emit_test_graph(pl, "M=200,N=1024,K=4096");
+        free(pl);
+        ops_group grp2;
+        emit_test_whole_group(g2, &grp2);
+        /* bm, bn, consumers, slices, stages (128 x 256: the 128 KB partial tile leaves two) */
+        const int spread[][5] = {
+            {128, 256, 2, 2, 2}, {64, 256, 1, 8, 3}, {256, 128, 2, 4, 2}, {64, 64, 1, 2, 4}};
+        for (size_t i = 0; i < sizeof(spread) / sizeof(spread[0]); i++) {
+            ops_schedule sc = wg16(BF16, spread[i][0], spread[i][1], spread[i][2], spread[i][4]);
+            sc.v[SPLITK] = spread[i][3];
+            sc.v[SPLITK_MODE] = CLUSTER;
+            const char *why = ops_family_gemm.prune(&grp2, &sc, &dev);
+            if (why)
+                fail_msg("cluster spread %zu pruned: %s", i, why);
+            assert_int_equal(ops_family_gemm.emit(&grp2, &sc, &dev, &em, &d), 0);
+            emit_test_compile(em.source, "sm_90a");
+            ops_emitted_free(&em);
+        }
+        ops_graph_free(g2);
+    }
     bad = s;
     bad.v[MCAST] = 2; /* the cluster is the slices' */
     assert_string_equal(ops_family_gemm.prune(&grp, &bad, &dev), "shape");
