@@ -13,4 +13,4 @@ N=${PER_CASE:-4}
   $T 2 bench/cases/gemm_bf16.json M=384,N=1032,K=520 "bm=128 &mcast=2"
 } > "$OUT/gpu-cluster.txt" 2>&1
 echo "gpu cluster cases rc=$?"; grep -E "^(FAIL|ok|PASS)|failed|err" "$OUT/gpu-cluster.txt" | tail -30
-bash bench/results/h100-2026-11-27-i19-bench-ncu/tune-splitk.sh
+[ "${SKIP_TUNE:-0}" = 1 ] || bash bench/results/h100-2026-11-27-i19-bench-ncu/tune-splitk.sh
