@@ -181,17 +181,14 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
         t += (c.splitk - 1) * (0.5e-6 + 2.0 * tile_bytes / sm_l2);
         t += 0.5e-6 + sws / dev->dram_bytes_per_s;
     }
-    if (c.cluster && c.wg16) {
-        /* The 16-bit wgmma kernel's slices hand their partial tiles over on mbarriers once per
-         * tile, each block reading the others' share of it from distributed shared memory
-         * while the next tile's loads are already under way. */
-        double sm_l2 = 3.0 * dev->dram_bytes_per_s / dev->sm_count;
-        t += 1e-6 + tile_bytes / sm_l2;
-    } else if (c.cluster) {
+    if (c.cluster) {
         /* Two cluster barriers, each block reading a tile's worth of partials from the
          * cluster's shared memory, and a cluster's blocks placed together in one GPC: on the
          * H100 (KernelBench's 128 x 1024 x 512, split-K 8) the best cluster schedule ran 5%
-         * slower than the best parallel one, whose reduction kernel is estimated at ~3.5 us. */
+         * slower than the best parallel one, whose reduction kernel is estimated at ~3.5 us.
+         * The 16-bit wgmma kernel's cluster mode measured alike: at DeepBench's 1760 x 128 x
+         * 1760 its best 8.1 us against 7.3 for parallel split-K and 7.5 unsplit (screening,
+         * bench/results/h100-2026-11-27-i19-bench-ncu/splitk/). */
         double sm_l2 = 3.0 * dev->dram_bytes_per_s / dev->sm_count;
         t += 3.5e-6 + tile_bytes / sm_l2;
     }
