@@ -432,8 +432,8 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     k->grid[2] = (uint32_t)(p.batch * (slices_in_x ? 1 : c.splitk));
     if (c.wg16) { /* persistent: a block per SM walks the tiles (pairs of them) of every batch */
         int per = c.cluster ? c.splitk : c.mcast; /* blocks a unit: its cluster */
-        int64_t units = (c.tiles_m + c.mcast - 1) / c.mcast * c.tiles_n * p.batch *
-                        (c.parallel ? c.splitk : 1);
+        int64_t units =
+            (c.tiles_m + c.mcast - 1) / c.mcast * c.tiles_n * p.batch * (c.parallel ? c.splitk : 1);
         int64_t slots = dev->sm_count / per;
         k->grid[0] = (uint32_t)(per * (units < slots ? units : slots));
         k->grid[2] = 1;

@@ -135,8 +135,8 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
                              sums have no reduction */
     else if (c->cluster && (c->pingpong || c->mcast != 1))
         c->why = "shape"; /* cluster split-K: cooperative consumers, the cluster its slices */
-    else if (c->splitk != 1 && (c->ktiles % c->splitk || c->kps < 2 ||
-                                (c->cluster && c->mt * c->bn / 8 % c->splitk)))
+    else if (c->splitk != 1 &&
+             (c->ktiles % c->splitk || c->kps < 2 || (c->cluster && c->mt * c->bn / 8 % c->splitk)))
         c->why = "divisibility"; /* every slice the same k loop, of two k tiles at least (and
                                     with a cluster the same share of the tile) */
     else if (c->splitk != 1 && tiles * (c->splitk / 2) >= dev->sm_count)
@@ -145,8 +145,7 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = "redundant"; /* the partial sums are stored directly */
     else if (c->tma_store && (p->N * osize) % 16)
         c->why = "shape"; /* the output's rows are not 16-byte multiples: no tensor map */
-    else if (c->smem != SMEM_XOR ||
-             (c->splitk == 1 && s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL) ||
+    else if (c->smem != SMEM_XOR || (c->splitk == 1 && s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL) ||
              (c->pingpong && c->wm != 1))
         c->why = "redundant"; /* knobs this kernel does not read */
     else if (c->pingpong && tiles * c->splitk <= dev->sm_count)
@@ -266,14 +265,16 @@ void gemm_emit_wgmma16_helpers(const gemm_emit *e)
     /* split-K: every tile (pair) is SPLITK units, unit u its k slice u % SPLITK */
     const char *split = c->parallel ? " * SPLITK" : "";
     if (c->parallel)
-        kt_buf_line(b, "/* split-K: the blocks walk (tile, k slice) units, unit u slice u %% SPLITK "
-                       "of tile u / SPLITK */");
+        kt_buf_line(b,
+                    "/* split-K: the blocks walk (tile, k slice) units, unit u slice u %% SPLITK "
+                    "of tile u / SPLITK */");
     if (c->cluster)
         kt_buf_line(b, "/* cluster split-K: clusters of SPLITK blocks walk the tiles, block rank r "
                        "summing k slice r */");
     if (c->mcast == 1) {
-        kt_buf_line(b, "enum : int { MCAST = 1, UNITS = TILES_M * TILES_N * BATCH%s }; /* the "
-                       "blocks walk the tiles */",
+        kt_buf_line(b,
+                    "enum : int { MCAST = 1, UNITS = TILES_M * TILES_N * BATCH%s }; /* the "
+                    "blocks walk the tiles */",
                     split);
         kt_buf_line(b, "/* Tile u (of every batch) -> its first row and column and its batch. */");
         kt_buf_line(b,
@@ -465,8 +466,7 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                   c->mcast == 2 ? "__cluster_dims__(2, 1, 1) "
                   : c->cluster  ? "__cluster_dims__(SPLITK, 1, 1) "
                                 : "",
-                  entry,
-                  p->nb == 2 ? "const __grid_constant__ kt_tensor_map tmap_b2, " : "");
+                  entry, p->nb == 2 ? "const __grid_constant__ kt_tensor_map tmap_b2, " : "");
     gemm_emit_epi_list(e, true);
     if (c->tma_store)
         kt_buf_printf(b, "const __grid_constant__ kt_tensor_map tmap_c)\n");
@@ -693,27 +693,6 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "}");
         return;
     }
-    if (c->parallel) {
-        kt_buf_line(b, "/* the slice's fp32 sums into its plane of the workspace; the reduction "
-                       "kernel applies the epilogue */");
-        kt_buf_line(b, "const int slice = u %% SPLITK;");
-        kt_buf_line(b, "/* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's "
-                       "rows, column 8 j + 2 t + (r & 1) */");
-        kt_buf_line(b, "#pragma unroll");
-        kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
-        kt_buf_line(b, "    #pragma unroll");
-        kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++) {");
-        kt_buf_line(b, "        const int m = m0 + row0 + 64 * mt + 16 * warp + g, n = n0 + 8 * j "
-                       "+ 2 * t;");
-        kt_buf_line(b, "        ktg_partial2(workspace, slice, bz, m, n, %s);", sums[0]);
-        kt_buf_line(b, "        ktg_partial2(workspace, slice, bz, m + 8, n, %s);", sums[1]);
-        kt_buf_line(b, "    }");
-        b->indent = 4;
-        kt_buf_line(b, "}");
-        b->indent = 0;
-        kt_buf_line(b, "}");
-        return;
-    }
     gemm_emit_store_args(e, &args);
     if (c->cluster) {
         const char *a = args.data ? args.data : "";
@@ -791,6 +770,16 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
         kt_buf_line(b, "}");
         return;
     }
+    /* store=direct: the element pairs through the epilogue; parallel split-K: their fp32 sums
+     * into the slice's plane of the workspace instead (the reduction kernel applies the
+     * epilogue) */
+    char store[512];
+    if (c->parallel) {
+        kt_buf_line(b, "const int slice = u %% SPLITK;");
+        snprintf(store, sizeof(store), "ktg_partial2(workspace, slice, bz");
+    } else {
+        snprintf(store, sizeof(store), "ktg_store2(%s, bz", args.data ? args.data : "");
+    }
     kt_buf_line(b, "/* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's "
                    "rows, column 8 j + 2 t + (r & 1) */");
     kt_buf_line(b, "#pragma unroll");
@@ -799,9 +788,8 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "    for (int j = 0; j < BN / 8; j++) {");
     kt_buf_line(b, "        const int m = m0 + row0 + 64 * mt + 16 * warp + g, n = n0 + 8 * j + 2 "
                    "* t;");
-    kt_buf_line(b, "        ktg_store2(%s, bz, m, n, %s);", args.data ? args.data : "", sums[0]);
-    kt_buf_line(b, "        ktg_store2(%s, bz, m + 8, n, %s);", args.data ? args.data : "",
-                sums[1]);
+    kt_buf_line(b, "        %s, m, n, %s);", store, sums[0]);
+    kt_buf_line(b, "        %s, m + 8, n, %s);", store, sums[1]);
     kt_buf_line(b, "    }");
     kt_buf_free(&args);
     b->indent = 4;

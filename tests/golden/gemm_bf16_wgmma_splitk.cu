@@ -249,7 +249,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_bf16_wgmma_1
         #pragma unroll
         for (int mt = 0; mt < MT; mt++)
             kt_reg_hold(acc[mt]); /* the sums are read after the wait, not before */
-        /* the slice's fp32 sums into its plane of the workspace; the reduction kernel applies the epilogue */
         const int slice = u % SPLITK;
         /* acc[mt][j][r]: row 64 mt + 16 warp + g + 8 (r >> 1) of the consumer's rows, column 8 j + 2 t + (r & 1) */
         #pragma unroll

@@ -1274,7 +1274,8 @@ static void test_wgmma16_splitk(void **state)
     assert_non_null(strstr(em.source, "ktw_tile(u / SPLITK, m0, n0, bz);"));
     assert_non_null(strstr(em.source, "k0 = (slice * KTILES_PER_SLICE + kt) * BK;"));
     assert_non_null(strstr(em.source, "for (int kt = 0; kt < KTILES_PER_SLICE; kt++, it++)"));
-    assert_non_null(strstr(em.source, "ktg_partial2(workspace, slice, bz, m + 8, n, acc[mt][j][2]"));
+    assert_non_null(
+        strstr(em.source, "ktg_partial2(workspace, slice, bz, m + 8, n, acc[mt][j][2]"));
     assert_null(strstr(em.source, "ktg_store2(Y, bz, m, n, acc")); /* the reduction stores */
     emit_test_golden("gemm_bf16_wgmma_splitk.cu", em.source);
     emit_test_compile(em.source, "sm_90a");
@@ -1824,15 +1825,15 @@ static void test_fragment_maps(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),         cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_prefix_skip),     cmocka_unit_test(test_raster_bijection),
-        cmocka_unit_test(test_smem_swizzle),    cmocka_unit_test(test_fragment_maps),
-        cmocka_unit_test(test_estimate),        cmocka_unit_test(test_launch_and_golden),
-        cmocka_unit_test(test_wgmma),           cmocka_unit_test(test_compile_ragged),
-        cmocka_unit_test(test_compile_sm80),    cmocka_unit_test(test_serial_splitk),
-        cmocka_unit_test(test_cluster_splitk),  cmocka_unit_test(test_compile_spread_sm90),
-        cmocka_unit_test(test_wgmma16),         cmocka_unit_test(test_wgmma16_dual),
-        cmocka_unit_test(test_wgmma16_splitk),  cmocka_unit_test(test_compile_wgmma16),
+        cmocka_unit_test(test_matches),        cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_prefix_skip),    cmocka_unit_test(test_raster_bijection),
+        cmocka_unit_test(test_smem_swizzle),   cmocka_unit_test(test_fragment_maps),
+        cmocka_unit_test(test_estimate),       cmocka_unit_test(test_launch_and_golden),
+        cmocka_unit_test(test_wgmma),          cmocka_unit_test(test_compile_ragged),
+        cmocka_unit_test(test_compile_sm80),   cmocka_unit_test(test_serial_splitk),
+        cmocka_unit_test(test_cluster_splitk), cmocka_unit_test(test_compile_spread_sm90),
+        cmocka_unit_test(test_wgmma16),        cmocka_unit_test(test_wgmma16_dual),
+        cmocka_unit_test(test_wgmma16_splitk), cmocka_unit_test(test_compile_wgmma16),
     };
     return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
 }
