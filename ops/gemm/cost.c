@@ -167,7 +167,16 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
     double t_math = exec / (peak * eff);
     double t_dram = bytes / (dev->dram_bytes_per_s * fmin(1.0, 2.0 * sm_used));
     double t_l2 = l2_traffic / (3.0 * dev->dram_bytes_per_s * fmin(1.0, 2.0 * sm_used));
-    double t = fmax(t_math, fmax(t_dram, t_l2)) + 0.25 * fmin(t_math, t_rereads) + 2e-6;
+    /* The 16-bit TMA kernel's ring: a block has at most `stages` k tiles in flight, each about a
+     * microsecond from the copy's issue to its landing (cold, from DRAM), so a block streaming
+     * kps k tiles a unit takes kps / stages of those per unit, whatever the bandwidth left over:
+     * what bounds shapes of few tiles (DeepBench's 1760 x 128 x 1760 on 28 blocks of 128 x 64:
+     * 7.5 us at 4 stages, bench/results/h100-2026-11-27-i19-bench-ncu/). */
+    double t_ring = 0;
+    if (c.wg16)
+        t_ring = ceil(blocks / slots) * (double)c.kps * 1e-6 / c.stages;
+    double t = fmax(fmax(t_math, t_ring), fmax(t_dram, t_l2)) + 0.25 * fmin(t_math, t_rereads) +
+               2e-6;
     if (c.parallel) /* the reduction kernel reads the partials and applies the epilogue */
         t += (ws + bytes - ab) / dev->dram_bytes_per_s + 2e-6;
     if (c.presplit) /* the split kernel reads A and writes its small halves, then a launch */

@@ -22,7 +22,9 @@ const ops_knob gemm_knobs[KN_COUNT] = {
     [KN_BK] = {"bk", 4, {8, 16, 32, 64}, NULL},
     [KN_WM] = {"wm", 3, {1, 2, 4}, NULL}, /* warps along m (16-bit wgmma: consumer warpgroups) */
     [KN_WN] = {"wn", 3, {1, 2, 4}, NULL}, /* warps along n */
-    [KN_STAGES] = {"stages", 3, {2, 3, 4}, NULL},
+    /* pipeline stages: cp.async kernels 2-4; the 16-bit TMA kernel also 6 and 8, which keep more
+     * bytes in flight where few blocks stream long k loops (small tiles, few tiles) */
+    [KN_STAGES] = {"stages", 5, {2, 3, 4, 6, 8}, NULL},
     [KN_SPLITK] = {"splitk", 4, {1, 2, 4, 8}, NULL}, /* split-K slices */
     [KN_RASTER] = {"raster", 3, {1, 4, 8}, NULL},    /* tile-rows per raster group */
     [KN_SMEM] = {"smem", 2, {SMEM_PAD, SMEM_XOR}, smem_labels},
@@ -395,6 +397,8 @@ static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = "shape"; /* ping-pong is the 16-bit kernel's */
     else if (s->v[KN_MCAST] != 1 || s->v[KN_STORE] != STORE_DIRECT)
         c->why = "redundant"; /* knobs the tf32x3 kernel does not read */
+    else if (c->stages > 4)
+        c->why = "redundant"; /* rings past 4 stages are the 16-bit TMA kernel's */
     else if (c->smem != SMEM_XOR || s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL)
         c->why = "redundant"; /* knobs the wgmma kernel does not read */
     else if ((c->bm > 64 && c->bm / 2 >= p->M) || (c->bn > 64 && c->bn / 2 >= p->N))
@@ -510,8 +514,9 @@ void gemm_configure(const gemm_problem *p, const ops_schedule *s, const ops_devi
                                  registers and compile time); its strided element reads are
                                  conflict-free padded, and the XOR costs integer work per read
                                  (measured 1.5x slower on the H100) */
-    else if (s->v[KN_MCAST] != 1 || s->v[KN_STORE] != STORE_DIRECT)
-        c->why = "redundant"; /* the 16-bit wgmma kernel's knobs */
+    else if (s->v[KN_MCAST] != 1 || s->v[KN_STORE] != STORE_DIRECT || c->stages > 4)
+        c->why = "redundant"; /* the 16-bit wgmma kernel's knobs (and rings past 4 stages: each
+                                 cp.async stage costs every thread copies and registers) */
     else if (c->regs > reg_cap)
         c->why = "regs";
     else if (c->math == MATH_TF32X3 && c->wtm == 16 && c->bk == 64 && c->raster > 1)

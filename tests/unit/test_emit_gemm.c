@@ -1057,6 +1057,17 @@ static void test_wgmma16(void **state)
     dev.sm_major = 8;
     assert_non_null(ops_family_gemm.prune(&grp, &s, &dev));
     ops_device_h100(&dev);
+    /* deeper rings for small tiles: 8 stages of 64 x 64 (16 KB each), 6 of 64 x 128 ping-pong
+     * with store=tma; the cp.async kernels stay at 2-4 */
+    s = wg16(BF16, 64, 64, 1, 8);
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.kernels[0].smem_bytes, 8 * (64 + 64) * 128 + 1024 + 16 * 8);
+    assert_non_null(strstr(em.source, "STAGES = 8,"));
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+    s = sched(BF16, 128, 128, 32, 2, 2, 6, 1, 1, XOR);
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "redundant");
     /* shared memory: 4 stages of 256 x 128 tiles fit (193 KB), the budget is checked */
     s = wg16(BF16, 256, 128, 2, 4);
     assert_null(ops_family_gemm.prune(&grp, &s, &dev));
@@ -1069,6 +1080,13 @@ static void test_wgmma16(void **state)
      * consumers a tile each in turn (142 tiles of 128 x 128 at M = 9000) */
     g = emit_test_graph(gemm_bf16_bias_relu, "M=9000");
     emit_test_whole_group(g, &grp);
+    s = wg16(BF16, 64, 128, 1, 6);
+    s.v[MMA] = PINGPONG;
+    s.v[STORE] = TMA;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
     s = wg16(BF16, 128, 128, 1, 4);
     s.v[MMA] = PINGPONG;
     assert_null(ops_family_gemm.prune(&grp, &s, &dev));
