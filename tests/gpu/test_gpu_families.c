@@ -158,6 +158,11 @@ static const gpu_case wgmma16_cases[] = {
      "splitk=8&splitk_mode=cluster mma=wgmma "},
     {"tests/gpu/gemm_bf16_epilogue.json", "M=200,N=264,K=1024", OPS_PREC_EXACT,
      "whole:splitk_mode=cluster mma=wgmma "},
+    /* rings of 6 and 8 stages (small tiles), cooperative and ping-pong */
+    {"bench/cases/gemm_bf16.json", "M=1000,N=776,K=1000", OPS_PREC_EXACT, "stages=8"},
+    {"tests/gpu/gemm_bf16_epilogue.json", "M=200,N=264,K=1024", OPS_PREC_EXACT, "whole:stages=8"},
+    {"bench/cases/linear_bf16.json", "M=1999,N=2048,K=1024", OPS_PREC_EXACT,
+     "stages=6&mma=wgmma_pingpong"},
 };
 
 static int per_family = 6;
