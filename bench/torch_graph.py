@@ -171,8 +171,11 @@ class TorchGraph:
             # PyTorch's own attention (flash / memory-efficient kernels in f16 and bf16, the math
             # path in float64): what a user writes, and no B*H*Sq*Skv score tensor in memory.
             # is_causal masks key j > query i (top-left aligned), as docs/formats.md does.
+            # fewer k/v heads than query heads: grouped-query attention (docs/formats.md)
+            gqa = q.dim() >= 3 and k.shape[-3] != q.shape[-3]
             return torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, is_causal=bool(n.get("causal", False)), scale=scale)
+                q, k, v, is_causal=bool(n.get("causal", False)), scale=scale,
+                **({"enable_gqa": True} if gqa else {}))
         if op == "transpose":
             perm = n.get("perm")
             return x.permute(*perm) if perm else x.transpose(-1, -2)

@@ -525,12 +525,30 @@ static void emit_attention_body(kt_buf *b, const ops_graph *g, const ops_node *n
     kt_buf_printf(b, "%*sconst double *pq = in%d + (", b->indent, "", p->of[0]);
     ops_emit_bcast_offset(b, &qb, &ob, idx);
     kt_buf_printf(b, " * %lldLL + qi) * %lldLL;\n", SQ, D);
-    kt_buf_printf(b, "%*sconst double *pk = in%d + ", b->indent, "", p->of[1]);
-    ops_emit_bcast_offset(b, &kb, &ob, idx);
-    kt_buf_printf(b, " * %lldLL;\n", SKV * D);
-    kt_buf_printf(b, "%*sconst double *pv = in%d + ", b->indent, "", p->of[2]);
-    ops_emit_bcast_offset(b, &vb, &ob, idx);
-    kt_buf_printf(b, " * %lldLL;\n", SKV * DV);
+    /* grouped-query attention: k and v have hq / group heads on the last batch axis and query
+     * head h reads head h / group: their offsets over hq heads, mapped back */
+    long long hq = 1, group = 1;
+    if (kb.rank > 0 && kb.rank == ob.rank && kb.d[kb.rank - 1].size != ob.d[ob.rank - 1].size &&
+        kb.d[kb.rank - 1].size > 0) {
+        hq = ob.d[ob.rank - 1].size;
+        group = hq / kb.d[kb.rank - 1].size;
+        kb.d[kb.rank - 1] = vb.d[vb.rank - 1] = ob.d[ob.rank - 1];
+    }
+    for (int t = 1; t <= 2; t++) {
+        kt_buf_printf(b, "%*sconst double *p%c = in%d + (", b->indent, "", t == 1 ? 'k' : 'v',
+                      p->of[t]);
+        if (group > 1) {
+            kt_buf_printf(b, "(");
+            ops_emit_bcast_offset(b, t == 1 ? &kb : &vb, &ob, idx);
+            kt_buf_printf(b, ") / %lldLL * %lldLL + (", hq, hq / group);
+            ops_emit_bcast_offset(b, t == 1 ? &kb : &vb, &ob, idx);
+            kt_buf_printf(b, ") %% %lldLL / %lldLL", hq, group);
+        } else {
+            ops_emit_bcast_offset(b, t == 1 ? &kb : &vb, &ob, idx);
+        }
+        kt_buf_printf(b, ") * %lldLL;%s\n", SKV * (t == 1 ? D : DV),
+                      group > 1 ? " /* grouped-query: head h / group */" : "");
+    }
     kt_buf_line(b, "double *po = out0 + i * %lldLL;", DV);
     kt_buf_printf(b, "%*sconst double scale = ", b->indent, "");
     double_lit(b, scale);

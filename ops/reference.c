@@ -597,6 +597,16 @@ static int run_attention(const ops_graph *g, int ni, const ops_attrs *at, const 
     memcpy(bq.d, q->dims.d, sizeof(int64_t) * (size_t)bq.rank);
     memcpy(bk.d, k->dims.d, sizeof(int64_t) * (size_t)bk.rank);
     memcpy(bv.d, v->dims.d, sizeof(int64_t) * (size_t)bv.rank);
+    /* grouped-query attention: k and v have hq / group heads on the last batch axis; query head
+     * h reads head h / group. Counted as the output's heads for broadcasting, mapped below. */
+    int64_t hq = 1, group = 1;
+    if (bk.rank > 0 && bk.rank == bo.rank && bk.d[bk.rank - 1] != bo.d[bo.rank - 1] &&
+        bk.d[bk.rank - 1] > 0 && bo.d[bo.rank - 1] % bk.d[bk.rank - 1] == 0 && bv.rank == bk.rank &&
+        bv.d[bv.rank - 1] == bk.d[bk.rank - 1]) {
+        hq = bo.d[bo.rank - 1];
+        group = hq / bk.d[bk.rank - 1];
+        bk.d[bk.rank - 1] = bv.d[bv.rank - 1] = hq;
+    }
     if (!bcast_ok(&bq, &bo) || !bcast_ok(&bk, &bo) || !bcast_ok(&bv, &bo))
         return ops_diag_set(d, g, OPS_RULE_BROADCAST, ni, NULL,
                             "reference: attention batch dims do not broadcast");
@@ -611,8 +621,14 @@ static int run_attention(const ops_graph *g, int ni, const ops_attrs *at, const 
     int64_t nb = dims_numel(&bo);
     for (int64_t b = 0; b < nb; b++) {
         const double *pq = q->p + offset_of(b, &bo, sq) * Sq * D;
-        const double *pk = k->p + offset_of(b, &bo, sk) * Skv * D;
-        const double *pv = v->p + offset_of(b, &bo, sv) * Skv * Dv;
+        /* (with groups, k's and v's offsets count hq heads: back to their own) */
+        int64_t ok = offset_of(b, &bo, sk), ov = offset_of(b, &bo, sv);
+        if (group > 1) {
+            ok = ok / hq * (hq / group) + ok % hq / group;
+            ov = ov / hq * (hq / group) + ov % hq / group;
+        }
+        const double *pk = k->p + ok * Skv * D;
+        const double *pv = v->p + ov * Skv * Dv;
         double *po = out + b * Sq * Dv;
         for (int64_t i = 0; i < Sq; i++) {
             int64_t n_keys = at->causal ? (i + 1 < Skv ? i + 1 : Skv) : Skv;

@@ -747,12 +747,18 @@ static int infer_attention(vctx *c, const ops_node *n, ops_tensor *out)
                     bad->name, bad->shape.rank);
     }
     for (int i = 0; i < r - 2; i++) {
-        if (!dim_eq(q->shape.d[i], k->shape.d[i]))
-            return conflict(c, k->name, "batch dimensions of q and k differ", q->shape.d[i],
-                            k->shape.d[i]);
-        if (!dim_eq(q->shape.d[i], v->shape.d[i]))
-            return conflict(c, v->name, "batch dimensions of q and v differ", q->shape.d[i],
-                            v->shape.d[i]);
+        /* grouped-query attention: along the head axis (the last batch axis) k and v may have
+         * fewer heads than q, a whole divisor of them (query head h reads k/v head h / group) */
+        ops_dim qd = q->shape.d[i], kd = k->shape.d[i];
+        bool grouped = i == r - 3 && qd.sym < 0 && kd.sym < 0 && kd.size > 0 && kd.size < qd.size &&
+                       qd.size % kd.size == 0;
+        if (!dim_eq(qd, kd) && !grouped)
+            return conflict(c, k->name,
+                            i == r - 3 ? "head count of k neither equals q's nor divides it"
+                                       : "batch dimensions of q and k differ",
+                            qd, kd);
+        if (!dim_eq(kd, v->shape.d[i]))
+            return conflict(c, v->name, "batch dimensions of k and v differ", kd, v->shape.d[i]);
     }
     if (!dim_eq(q->shape.d[r - 1], k->shape.d[r - 1]))
         return conflict(c, k->name, "head dimension of k differs from q", k->shape.d[r - 1],

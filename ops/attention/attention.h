@@ -83,6 +83,9 @@ typedef struct attn_info {
     ops_dtype dt, out_dt;
     int rank;      /* of q, k, v and out */
     int64_t batch; /* product of the batch dims */
+    /* grouped-query attention: k and v have hq / group heads on the last batch axis, query head
+     * h reading head h / group (group 1: as many as q) */
+    int64_t hq, group;
     int64_t sq, skv, d, dv;
     double scale;
     bool causal;

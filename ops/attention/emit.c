@@ -81,8 +81,16 @@ void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, 
     int iq = attn_input_index(grp, a->q), ik = attn_input_index(grp, a->k),
         iv = attn_input_index(grp, a->v);
     kt_buf_line(b, "const %s *gQ = in%d + (size_t)bidx * SQ * D;", ty, iq);
-    kt_buf_line(b, "const %s *gK = in%d + (size_t)bidx * SKV * D;", ty, ik);
-    kt_buf_line(b, "const %s *gV = in%d + (size_t)bidx * SKV * DV;", ty, iv);
+    if (a->group > 1) {
+        kt_buf_line(b, "/* grouped-query: query head h (bidx %% %lld) reads k/v head h / %lld */",
+                    (long long)a->hq, (long long)a->group);
+        kt_buf_line(b, "const int kvidx = bidx / %lld * %lld + bidx %% %lld / %lld;",
+                    (long long)a->hq, (long long)(a->hq / a->group), (long long)a->hq,
+                    (long long)a->group);
+    }
+    const char *kvi = a->group > 1 ? "kvidx" : "bidx";
+    kt_buf_line(b, "const %s *gK = in%d + (size_t)%s * SKV * D;", ty, ik, kvi);
+    kt_buf_line(b, "const %s *gV = in%d + (size_t)%s * SKV * DV;", ty, iv, kvi);
     kt_buf_line(b, "%s *gO = out0 + (size_t)bidx * SQ * DV;", ops_emit_ctype(a->out_dt));
     if (a->causal) {
         kt_buf_line(b, "/* causal: keys past the block's last query are never needed */");

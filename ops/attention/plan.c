@@ -73,10 +73,17 @@ bool attn_analyse(const ops_group *grp, attn_info *a)
     if (k->shape.rank != a->rank || v->shape.rank != a->rank || ot->shape.rank != a->rank)
         return false;
     a->batch = 1;
+    a->hq = a->rank > 2 ? q->shape.d[a->rank - 3].size : 1;
+    a->group = 1;
     for (int i = 0; i < a->rank - 2; i++) {
-        if (k->shape.d[i].size != q->shape.d[i].size || v->shape.d[i].size != q->shape.d[i].size)
+        int64_t qs = q->shape.d[i].size, ks = k->shape.d[i].size;
+        if (v->shape.d[i].size != ks)
             return false;
-        a->batch *= q->shape.d[i].size;
+        if (ks != qs && !(i == a->rank - 3 && ks > 0 && qs % ks == 0))
+            return false;
+        if (ks != qs) /* grouped-query (validated: ks divides qs) */
+            a->group = qs / ks;
+        a->batch *= qs;
     }
     a->sq = q->shape.d[a->rank - 2].size;
     a->d = q->shape.d[a->rank - 1].size;

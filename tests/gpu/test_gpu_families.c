@@ -93,6 +93,10 @@ static const gpu_case cases[] = {
     /* Hopper's warpgroup MMA, ragged, causal and not */
     {"examples/attention.json", "B=1,H=2,S=200", OPS_PREC_EXACT, "mma=wgmma"},
     {"bench/cases/attention_f16_full.json", "B=1,H=3,S=333", OPS_PREC_EXACT, "mma=wgmma"},
+    /* grouped-query: 8 query heads over 2 k/v heads, ragged Sq != Skv, causal; every kernel
+     * (mma.sync and wgmma) finds its k/v head from its query head */
+    {"tests/gpu/attention_gqa.json", "B=2,S=333,T=517", OPS_PREC_EXACT, NULL},
+    {"tests/gpu/attention_gqa.json", "B=2,S=333,T=517", OPS_PREC_EXACT, "mma=wgmma"},
     /* NaN from log of the negative inputs: clamp keeps it; amax and softmax make their row NaN
      * (rows of 4: a few rows without NaN; rows of 3000: every row NaN, in every strategy) */
     {"tests/gpu/clamp_log.json", "M=333,N=777", OPS_PREC_EXACT, NULL},

@@ -393,6 +393,56 @@ static void test_wgmma(void **state)
     ops_graph_free(g);
 }
 
+/* Grouped-query attention (Llama-3's 32 query heads over 8 k/v heads, D 64 here for the wgmma
+ * kernel; ragged, causal): each block finds its k/v head from its query head, on the wgmma and
+ * the mma.sync kernels alike; the others unchanged. */
+static void test_gqa(void **state)
+{
+    (void)state;
+    ops_graph *g = emit_test_graph(
+        "{\"name\":\"gqa\",\"inputs\":{\"q\":{\"dtype\":\"bf16\",\"shape\":[2,32,333,64]},"
+        "\"k\":{\"dtype\":\"bf16\",\"shape\":[2,8,333,64]},"
+        "\"v\":{\"dtype\":\"bf16\",\"shape\":[2,8,333,64]}},"
+        "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"],"
+        "\"causal\":true}],\"outputs\":[\"o\"]}",
+        "");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    assert_true(ops_family_get(OPS_FAM_ATTENTION)->matches(&grp));
+    ops_device dev;
+    ops_device_h100(&dev);
+    const ops_family *f = ops_family_get(OPS_FAM_ATTENTION);
+    /* wgmma (bq 128, bkv 128, 8 warps, 2 stages, bf16); mma.sync (bq 64, bkv 64, 4 warps) */
+    ops_schedule ws = {.family = OPS_FAM_ATTENTION, .v = {128, 128, 8, 2, 2, 1, 0, 1, 1}};
+    ops_schedule ms = {.family = OPS_FAM_ATTENTION, .v = {64, 64, 4, 2, 2, 1, 0, 1, 0}};
+    const ops_schedule *both[] = {&ws, &ms};
+    for (int i = 0; i < 2; i++) {
+        const char *why = f->prune(&grp, both[i], &dev);
+        if (why)
+            fail_msg("gqa schedule %d pruned: %s", i, why);
+        ops_emitted e;
+        ops_diag d = {0};
+        assert_int_equal(f->emit(&grp, both[i], &dev, &e, &d), 0);
+        assert_int_equal(e.kernels[0].grid[1], 2 * 32); /* a block row per query head */
+        assert_non_null(strstr(e.source, "const int kvidx = bidx / 32 * 8 + bidx % 32 / 4;"));
+        assert_non_null(strstr(e.source, "gK = in1 + (size_t)kvidx * SKV * D;"));
+        emit_test_compile(e.source, "sm_90a");
+        ops_emitted_free(&e);
+    }
+    ops_graph_free(g);
+    /* the others read their own batch entry */
+    g = example_graph(false);
+    emit_test_whole_group(g, &grp);
+    ops_emitted e;
+    ops_diag d = {0};
+    ms.v[4] = 1; /* f16 */
+    assert_null(f->prune(&grp, &ms, &dev));
+    assert_int_equal(f->emit(&grp, &ms, &dev, &e, &d), 0);
+    assert_null(strstr(e.source, "kvidx"));
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+}
+
 static double estimate(const ops_graph *g, const int *v)
 {
     ops_group grp;
@@ -436,9 +486,13 @@ static void test_estimate(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),           cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_golden_and_launch), cmocka_unit_test(test_estimate),
-        cmocka_unit_test(test_compile_spread),    cmocka_unit_test(test_wgmma),
+        cmocka_unit_test(test_matches),
+        cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_golden_and_launch),
+        cmocka_unit_test(test_estimate),
+        cmocka_unit_test(test_compile_spread),
+        cmocka_unit_test(test_wgmma),
+        cmocka_unit_test(test_gqa),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -221,6 +221,14 @@ static void test_contractions_and_layout(void **state)
              "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"],"
              "\"scale\":0.25}],\"outputs\":[\"o\"]}",
              "", "attention");
+    /* grouped-query: 6 query heads over 2 k/v heads */
+    emit_one(&bt,
+             "{\"name\":\"a\",\"inputs\":{\"q\":{\"dtype\":\"bf16\",\"shape\":[2,6,5,8]},"
+             "\"k\":{\"dtype\":\"bf16\",\"shape\":[2,2,7,8]},"
+             "\"v\":{\"dtype\":\"bf16\",\"shape\":[2,2,7,4]}},"
+             "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"],"
+             "\"causal\":true}],\"outputs\":[\"o\"]}",
+             "", "attention");
     /* layout: transpose (canonicalised to permute), permute, reshape */
     emit_one(&bt,
              "{\"name\":\"p\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[2,3,5]}},"

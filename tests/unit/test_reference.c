@@ -758,6 +758,45 @@ static void test_attention_batched(void **state)
     ops_graph_free(g);
 }
 
+/* Grouped-query attention: 4 query heads over 2 k/v heads equal the same attention with each
+ * k/v head repeated for its 2 query heads (PyTorch's enable_gqa, repeat_interleave). */
+static void test_attention_gqa(void **state)
+{
+    (void)state;
+    enum { HQ = 4, HKV = 2, S = 3, D = 2 };
+    double q[HQ * S * D], k[HKV * S * D], v[HKV * S * D], kr[HQ * S * D], vr[HQ * S * D];
+    for (int i = 0; i < HQ * S * D; i++)
+        q[i] = sin(0.7 * i + 0.3);
+    for (int i = 0; i < HKV * S * D; i++) {
+        k[i] = cos(0.9 * i);
+        v[i] = 0.5 * i - 1.0;
+    }
+    for (int h = 0; h < HQ; h++)
+        for (int i = 0; i < S * D; i++) {
+            kr[h * S * D + i] = k[h / (HQ / HKV) * S * D + i];
+            vr[h * S * D + i] = v[h / (HQ / HKV) * S * D + i];
+        }
+    double got[HQ * S * D], want[HQ * S * D];
+    for (int causal = 0; causal < 2; causal++) {
+        ops_attrs a = attrs(OPS_ATTENTION);
+        a.causal = causal;
+        ops_graph *g = ops_graph_new("gqa");
+        int Q = input(g, "Q", SHAPE(1, HQ, S, D)), K = input(g, "K", SHAPE(1, HKV, S, D)),
+            V = input(g, "V", SHAPE(1, HKV, S, D));
+        run1(g, NODE(g, OPS_ATTENTION, "O", &a, SHAPE(1, HQ, S, D), T(Q), T(K), T(V)),
+             (const double *[]){q, k, v}, got);
+        ops_graph_free(g);
+        g = ops_graph_new("repeated");
+        Q = input(g, "Q", SHAPE(1, HQ, S, D));
+        K = input(g, "K", SHAPE(1, HQ, S, D));
+        V = input(g, "V", SHAPE(1, HQ, S, D));
+        run1(g, NODE(g, OPS_ATTENTION, "O", &a, SHAPE(1, HQ, S, D), T(Q), T(K), T(V)),
+             (const double *[]){q, kr, vr}, want);
+        ops_graph_free(g);
+        assert_close(got, want, HQ * S * D, 0);
+    }
+}
+
 /* ---- layout ---- */
 
 static void test_permute_transpose_reshape(void **state)
@@ -1045,6 +1084,7 @@ int main(void)
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_causal),
         cmocka_unit_test(test_attention_batched),
+        cmocka_unit_test(test_attention_gqa),
         cmocka_unit_test(test_permute_transpose_reshape),
         cmocka_unit_test(test_graph_order_and_outputs),
         cmocka_unit_test(test_rejects_unvalidated_and_unbound),

@@ -241,6 +241,16 @@ static const bad_case bad_cases[] = {
            "'S', 64]}, 'v': {'dtype': 'f16', 'shape': ['B', 'S', 64]}",
            "{'out': 'o', 'op': 'attention', 'in': ['q', 'k', 'v']}", "'o'"),
      OPS_RULE_CONFLICT_DIM, 0, "k", "cannot prove B and C equal"},
+    {"attention_gqa_heads",
+     GRAPH("'q': {'dtype': 'f16', 'shape': ['B', 32, 'S', 64]}, 'k': {'dtype': 'f16', 'shape': "
+           "['B', 12, 'S', 64]}, 'v': {'dtype': 'f16', 'shape': ['B', 12, 'S', 64]}",
+           "{'out': 'o', 'op': 'attention', 'in': ['q', 'k', 'v']}", "'o'"),
+     OPS_RULE_CONFLICT_DIM, 0, "k", "head count of k neither equals q's nor divides it"},
+    {"attention_gqa_kv",
+     GRAPH("'q': {'dtype': 'f16', 'shape': ['B', 32, 'S', 64]}, 'k': {'dtype': 'f16', 'shape': "
+           "['B', 8, 'S', 64]}, 'v': {'dtype': 'f16', 'shape': ['B', 4, 'S', 64]}",
+           "{'out': 'o', 'op': 'attention', 'in': ['q', 'k', 'v']}", "'o'"),
+     OPS_RULE_CONFLICT_DIM, 0, "v", "batch dimensions of k and v differ"},
     {"reshape_count",
      GRAPH(XMK, "{'out': 'y', 'op': 'reshape', 'in': ['x'], 'shape': ['M', 32]}", "'y'"),
      OPS_RULE_SHAPE, 0, "x", "element counts differ"},
@@ -504,6 +514,14 @@ static void test_attention(void **state)
                                  "'o'"));
     assert_shape(g, "o", "[B, 8, S, 32]");
     assert_int_equal(tensor(g, "o")->dtype, OPS_DT_BF16);
+    ops_graph_free(g);
+    /* grouped-query: 32 query heads over 8 k/v heads */
+    g = load_ok(GRAPH("'q': {'dtype': 'bf16', 'shape': ['B', 32, 'S', 128]},"
+                      "'k': {'dtype': 'bf16', 'shape': ['B', 8, 'T', 128]},"
+                      "'v': {'dtype': 'bf16', 'shape': ['B', 8, 'T', 128]}",
+                      "{'out': 'o', 'op': 'attention', 'in': ['q', 'k', 'v'], 'causal': true}",
+                      "'o'"));
+    assert_shape(g, "o", "[B, 32, S, 128]");
     ops_graph_free(g);
 }
 

@@ -633,9 +633,9 @@ def _h_sdpa(b, a):
         b.unsupported("attn_mask")
     if a.get("dropout_p", 0.0):
         b.unsupported("dropout_p > 0")
+    # grouped-query attention (enable_gqa): k and v with fewer heads, a divisor of q's; the
+    # graph's attention reads them as PyTorch does (query head h, k/v head h / group)
     q, k, v = (b.tensor(a[n]) for n in ("query", "key", "value"))
-    if a.get("enable_gqa") and q.shape[:-2] != k.shape[:-2]:
-        b.unsupported("grouped-query attention (enable_gqa)")
     attrs = {"causal": bool(a.get("is_causal", False))}
     if a.get("scale") is not None:
         attrs["scale"] = _scalar(b, a["scale"], "scale")

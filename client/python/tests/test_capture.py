@@ -161,6 +161,14 @@ def test_sdpa_causal_scale():
     assert att["causal"] is True and att["scale"] == 0.3
 
 
+def test_sdpa_grouped_query():
+    # 6 query heads over 2 k/v heads (enable_gqa), causal
+    g = check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                             enable_gqa=True),
+              randn(2, 6, 5, 8), randn(2, 2, 7, 8), randn(2, 2, 7, 4))
+    assert "attention" in ops_of(g)
+
+
 def test_reductions_any_axes():
     check(lambda x: (x.sum((0, 2), keepdim=True), x.mean(), x.amax(-1), x.amin((1, 2)),
                      x.sum(), x.mean(1)), randn(3, 4, 5))
