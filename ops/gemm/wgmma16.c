@@ -48,10 +48,13 @@
  * store=tma: each consumer stages its epilogue's tile in shared memory (128-byte swizzle) and one
  * thread stores it by TMA, which overlaps the next tile's k loop.
  *
- * Split-K (parallel mode, for shapes with fewer tiles than SMs): every tile is SPLITK units, each
- * an equal k slice; a unit's consumers store their fp32 sums into the slice's plane of the
- * workspace, and the reduction kernel (splitk.c) adds the planes in slice order and applies the
- * epilogue, so results stay deterministic. */
+ * Split-K (for shapes with fewer tiles than SMs), each slice an equal run of k tiles, results
+ * deterministic either way. Parallel mode: every tile is SPLITK units; a unit's consumers store
+ * their fp32 sums into the slice's plane of the workspace, and the reduction kernel (splitk.c)
+ * adds the planes in slice order and applies the epilogue. Cluster mode: a tile's slices are a
+ * cluster of SPLITK blocks (rank = slice) that hand their partial tiles over in shared memory on
+ * release/acquire mbarriers (ready, freed); each block sums its share of the pieces over the
+ * ranks in order and runs the epilogue on it. */
 
 /* The 16-bit path's schedule: whether an operand (0 A, 1 B) is K-major in shared memory. */
 static bool kmajor(const gemm_problem *p, int k)
