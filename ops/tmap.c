@@ -227,3 +227,27 @@ bool ops_tensor_map_equal(const ops_tensor_map *a, const ops_tensor_map *b)
            !memcmp(a->box, b->box, sizeof(a->box)) &&
            !memcmp(a->elem_strides, b->elem_strides, sizeof(a->elem_strides));
 }
+
+void ops_tensor_map_swizzled(ops_tensor_map *m, int dtype, uint64_t inner, uint64_t outer,
+                             int64_t batch, uint32_t box0, uint32_t box1)
+{
+    uint64_t esize = elem_size(dtype);
+    memset(m, 0, sizeof(*m));
+    m->rank = batch > 1 ? 3 : 2;
+    m->dtype = dtype;
+    m->dims[0] = inner;
+    m->dims[1] = outer;
+    m->strides[0] = inner * esize;
+    m->box[0] = box0;
+    m->box[1] = box1;
+    if (m->rank == 3) { /* one matrix per batch index */
+        m->dims[2] = (uint64_t)batch;
+        m->strides[1] = inner * outer * esize;
+        m->box[2] = 1;
+    }
+    for (int i = 0; i < m->rank; i++)
+        m->elem_strides[i] = 1;
+    m->swizzle = 128;
+    m->l2_promotion = 256;
+    m->oob_nan = false;
+}

@@ -74,5 +74,11 @@ int ops_tensor_map_encode_args(const ops_tensor_map *m, uint64_t base, ops_tmap_
 int ops_tensor_map_pack(msgpack_packer *pk, const ops_tensor_map *m);
 int ops_tensor_map_unpack(const msgpack_object *o, ops_tensor_map *m, ops_diag *d);
 
+/* The map the 16-bit wgmma kernels use: batch contiguous matrices of outer rows by inner elements
+ * of dtype (rank 3, the batch index outermost; rank 2 when batch is 1), boxes of box0 x box1
+ * elements landing in the 128-byte swizzle, L2 promotion 256 bytes, zeros out of bounds. */
+void ops_tensor_map_swizzled(ops_tensor_map *m, int dtype, uint64_t inner, uint64_t outer,
+                             int64_t batch, uint32_t box0, uint32_t box1);
+
 /* Whether two maps describe the same thing (field by field, unused entries included). */
 bool ops_tensor_map_equal(const ops_tensor_map *a, const ops_tensor_map *b);

@@ -35,6 +35,15 @@
  *          (knob "stages": three save one block barrier per tile). Each warpgroup pipelines
  *          itself (attn_emit_wgmma_kernel says how); the softmax update and the store are
  *          the mma.sync path's. Head dims: D a multiple of 64, DV 64.
+ *   wgmma_ws  FlashAttention-3's structure (sm_90a): a producer warpgroup, its registers given to
+ *          the consumers (setmaxnreg), whose one thread loads Q once and K and V tiles into rings
+ *          of NST buffers by TMA (one bulk-tensor copy per 64-column block, the hardware writing
+ *          the 128-byte swizzle), each buffer with a full mbarrier (the copies' bytes complete
+ *          it) and an empty one (a lane of every consumer warp arrives when its wgmmas have read
+ *          it). The consumer warpgroups (64 query rows each) pipeline themselves as wgmma does,
+ *          with no block barrier in the key loop; under causal masking each stops at its own
+ *          diagonal (per-warpgroup trip counts) and releases the block's later tiles unread.
+ *          Head dims: D a multiple of 64, DV 64, 128 or 256.
  *
  * Internal to ops/attention/: the types and functions its files share. Files:
  *   plan.c      knobs; the problem (attn_analyse); the schedule's geometry and pruning
@@ -64,7 +73,7 @@ enum { MATH_FFMA = 0, MATH_F16 = 1, MATH_BF16 = 2 };
 enum { LAYOUT_PAD = 0, LAYOUT_SWIZZLE = 1 };
 enum { QFRAG_SMEM = 0, QFRAG_REGS = 1 };
 enum { EXP_E = 0, EXP_2 = 1 };
-enum { MMA_SYNC = 0, MMA_WGMMA = 1 };
+enum { MMA_SYNC = 0, MMA_WGMMA = 1, MMA_WGMMA_WS = 2 };
 
 /* Registers a thread may plan for; ptxas needs headroom for addresses and temporaries. */
 #define MMA_REG_BUDGET  192
@@ -95,15 +104,19 @@ typedef struct attn_info {
 /* ---- schedule geometry, shared by prune, emit and estimate ---- */
 
 typedef struct attn_geom {
-    int bq, bkv, warps, threads, stages, math, layout, qfrag, exp2, wgmma;
-    int mt;           /* mma: 16-row m tiles per warp (wgmma: 1, a warp's share of 64 rows) */
-    int tx, ty;       /* ffma: thread grid (columns x rows) */
-    int rq, rk, rd;   /* ffma: micro-tile rows, S columns, O columns per thread */
-    int qs, ks, vs;   /* shared row strides in elements (ffma: ks is K^T's stride) */
-    int64_t smem;     /* dynamic shared memory bytes */
-    int regs;         /* planned registers per thread */
-    int64_t q_tiles;  /* grid.x */
-    int64_t kv_tiles; /* key tiles visited, summed over the q tiles of one batch entry */
+    int bq, bkv, warps, threads, stages, math, layout, qfrag, exp2;
+    int wgmma;         /* mma=wgmma or wgmma_ws: the Hopper path */
+    int ws;            /* mma=wgmma_ws: a TMA producer warpgroup besides the warps */
+    int consumers;     /* wgmma paths: warpgroups computing, 64 query rows each */
+    int consumer_regs; /* wgmma_ws: registers a consumer thread gets (setmaxnreg), 0: no move */
+    int mt;            /* mma: 16-row m tiles per warp (wgmma: 1, a warp's share of 64 rows) */
+    int tx, ty;        /* ffma: thread grid (columns x rows) */
+    int rq, rk, rd;    /* ffma: micro-tile rows, S columns, O columns per thread */
+    int qs, ks, vs;    /* shared row strides in elements (ffma: ks is K^T's stride) */
+    int64_t smem;      /* dynamic shared memory bytes */
+    int regs;          /* planned registers per thread */
+    int64_t q_tiles;   /* grid.x */
+    int64_t kv_tiles;  /* key tiles visited, summed over the q tiles of one batch entry */
 } attn_geom;
 
 /* ---- plan.c ---- */
@@ -118,7 +131,8 @@ bool attn_in_group(const ops_group *grp, int32_t t);
 const char *attn_emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_info *a,
                                   const attn_geom *m, const char *entry, char *scale,
                                   size_t scale_len);
-void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, const char *wq0);
+void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, const char *wq0,
+                           bool pointers);
 void attn_emit_acc_init(kt_buf *b);
 void attn_emit_close(kt_buf *b, int n);
 void attn_emit_for_open(kt_buf *b, const char *var, const char *bound);
@@ -151,6 +165,10 @@ void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, c
                           const char *entry);
 void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, const attn_geom *m,
                             const char *entry);
+void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
+                               const attn_geom *m, const char *entry);
+void attn_fill_tma_args(const ops_group *grp, const attn_info *a, const attn_geom *m,
+                        ops_kernel_launch *k);
 void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, const attn_geom *m,
                            const char *entry);
 

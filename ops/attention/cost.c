@@ -34,8 +34,9 @@ void attention_estimate(const ops_group *grp, const ops_schedule *s, const ops_d
     e->bytes = bytes;
 
     double peak = m.math == MATH_FFMA ? dev->fp32_flops_per_s : dev->f16_flops_per_s;
-    /* flash attention on sm_90: ffma, mma.sync, wgmma (Hopper's tensor-core rate needs wgmma) */
-    double base = m.math == MATH_FFMA ? 0.45 : m.wgmma ? 0.62 : 0.40;
+    /* flash attention on sm_90: ffma, mma.sync, wgmma (Hopper's tensor-core rate needs wgmma),
+     * wgmma fed by a TMA producer (no block barrier, no copy arithmetic on the consumers) */
+    double base = m.math == MATH_FFMA ? 0.45 : m.ws ? 0.70 : m.wgmma ? 0.62 : 0.40;
     /* Resident blocks per SM. */
     int regs = m.regs < 32 ? 32 : m.regs;
     int by_threads = dev->max_threads_per_sm / m.threads;
@@ -61,7 +62,7 @@ void attention_estimate(const ops_group *grp, const ops_schedule *s, const ops_d
     double wave_eff = blocks / (waves * slots);
     /* Pipeline: a second buffer hides the loads; short tiles pay the per-tile overhead. */
     double pipe = m.stages == 1 ? 0.88 : 1.0;
-    if (m.wgmma && m.stages == 2)
+    if (m.wgmma && !m.ws && m.stages == 2)
         pipe = 0.95; /* a second block barrier per tile */
     double tile = m.bkv == 32 ? 0.85 : m.bkv == 64 ? 1.0 : 0.97;
     double knobs = 1.0;

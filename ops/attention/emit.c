@@ -23,10 +23,13 @@ bool attn_in_group(const ops_group *grp, int32_t t)
     return p >= 0 && (grp->mask >> p & 1);
 }
 
-static void emit_params(kt_buf *b, const ops_group *grp)
+static void emit_params(kt_buf *b, const ops_group *grp, bool tma)
 {
     const ops_graph *g = grp->g;
     char c[OPS_EMIT_COMMENT_MAX];
+    if (tma) /* q, k and v again, as TMA sees them (attn_fill_tma_args) */
+        kt_buf_line(b, "const __grid_constant__ kt_tensor_map tmap_q, const __grid_constant__ "
+                       "kt_tensor_map tmap_k, const __grid_constant__ kt_tensor_map tmap_v,");
     for (int i = 0; i < grp->n_in; i++) {
         const ops_tensor *t = &g->tensors[grp->in[i]];
         kt_buf_line(b, "const %s *__restrict__ in%d, /* %s */", ops_emit_ctype(t->dtype), i,
@@ -57,7 +60,7 @@ const char *attn_emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_in
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 1)", m->threads);
     kt_buf_line(b, "%s(", entry);
     b->indent += 4;
-    emit_params(b, grp);
+    emit_params(b, grp, m->ws);
     b->indent -= 4;
     kt_buf_line(b, "{");
     b->indent += 4;
@@ -69,9 +72,11 @@ const char *attn_emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_in
 }
 
 /* The block's first query q0 (the q tiles longest first) and, when wq0 is given, the warp's
- * (wq0); the block's batch entry, its tensors' bases, and the key tiles it visits (causal: none
- * past its last query). */
-void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, const char *wq0)
+ * (wq0); the block's batch entry (and its k/v head's), its tensors' bases (only the output's
+ * unless pointers: TMA kernels address q, k and v through their maps), and the key tiles it
+ * visits (causal: none past its last query). */
+void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, const char *wq0,
+                           bool pointers)
 {
     const char *ty = ops_emit_ctype(a->dt);
     kt_buf_line(b, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
@@ -80,7 +85,8 @@ void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, 
     kt_buf_line(b, "const int bidx = blockIdx.y;");
     int iq = attn_input_index(grp, a->q), ik = attn_input_index(grp, a->k),
         iv = attn_input_index(grp, a->v);
-    kt_buf_line(b, "const %s *gQ = in%d + (size_t)bidx * SQ * D;", ty, iq);
+    if (pointers)
+        kt_buf_line(b, "const %s *gQ = in%d + (size_t)bidx * SQ * D;", ty, iq);
     if (a->group > 1) {
         kt_buf_line(b, "/* grouped-query: query head h (bidx %% %lld) reads k/v head h / %lld */",
                     (long long)a->hq, (long long)a->group);
@@ -89,8 +95,12 @@ void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, 
                     (long long)a->group);
     }
     const char *kvi = a->group > 1 ? "kvidx" : "bidx";
-    kt_buf_line(b, "const %s *gK = in%d + (size_t)%s * SKV * D;", ty, ik, kvi);
-    kt_buf_line(b, "const %s *gV = in%d + (size_t)%s * SKV * DV;", ty, iv, kvi);
+    if (pointers) {
+        kt_buf_line(b, "const %s *gK = in%d + (size_t)%s * SKV * D;", ty, ik, kvi);
+        kt_buf_line(b, "const %s *gV = in%d + (size_t)%s * SKV * DV;", ty, iv, kvi);
+    } else if (a->group == 1) {
+        kt_buf_line(b, "const int kvidx = bidx; /* k and v have q's heads */");
+    }
     kt_buf_line(b, "%s *gO = out0 + (size_t)bidx * SQ * DV;", ops_emit_ctype(a->out_dt));
     if (a->causal) {
         kt_buf_line(b, "/* causal: keys past the block's last query are never needed */");
@@ -183,6 +193,11 @@ static void emit_includes(kt_buf *b, const attn_geom *m)
         kt_buf_line(b, "#include \"ktune/swizzle.cuh\"");
     if (m->wgmma)
         kt_buf_line(b, "#include \"ktune/wgmma.cuh\"");
+    if (m->ws) {
+        kt_buf_line(b, "#include \"ktune/mbarrier.cuh\"");
+        kt_buf_line(b, "#include \"ktune/setmaxnreg.cuh\"");
+        kt_buf_line(b, "#include \"ktune/tma.cuh\"");
+    }
 }
 
 static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
@@ -202,8 +217,11 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     attn_geometry(&a, s, &m);
     char entry[64];
     snprintf(entry, sizeof(entry), "ktune_attention_%s%s_q%d_kv%d_w%d_s%d%s",
-             attn_math_labels[m.math], m.wgmma ? "_wgmma" : "", m.bq, m.bkv, m.warps, m.stages,
-             grp->entry_suffix);
+             attn_math_labels[m.math],
+             m.ws      ? "_ws"
+             : m.wgmma ? "_wgmma"
+                       : "",
+             m.bq, m.bkv, m.warps, m.stages, grp->entry_suffix);
 
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
@@ -226,6 +244,8 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     }
     if (m.math == MATH_FFMA)
         attn_emit_ffma_kernel(&b, grp, &a, &m, entry);
+    else if (m.ws)
+        attn_emit_wgmma_ws_kernel(&b, grp, &a, &m, entry);
     else if (m.wgmma)
         attn_emit_wgmma_kernel(&b, grp, &a, &m, entry);
     else
@@ -244,6 +264,8 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     k->block[0] = (uint32_t)m.threads;
     k->block[1] = k->block[2] = 1;
     k->smem_bytes = (uint32_t)m.smem;
+    if (m.ws)
+        attn_fill_tma_args(grp, &a, &m, k);
     for (int i = 0; i < grp->n_in; i++)
         k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = grp->in[i]};
     k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = grp->out[0]};

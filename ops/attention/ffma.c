@@ -57,7 +57,7 @@ void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, 
                    "rescale */");
     kt_buf_line(b, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;");
     kt_buf_line(b, "const int tx = tid %% TX, ty = tid / TX;");
-    attn_emit_block_setup(b, grp, a, NULL);
+    attn_emit_block_setup(b, grp, a, NULL, true);
     kt_buf_line(b, "for (int r = tid; r < BQ; r += NT) {");
     kt_buf_line(b, "    sM[r] = KT_NEG_INF;");
     kt_buf_line(b, "    sL[r] = 0.0f;");

@@ -79,7 +79,7 @@ void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, c
                    "pair */");
     kt_buf_line(b, "const int lm = lane >> 3, lr = lane & 7; /* ldmatrix: matrix and row this "
                    "lane addresses */");
-    attn_emit_block_setup(b, grp, a, "q0 + warp * MT * 16");
+    attn_emit_block_setup(b, grp, a, "q0 + warp * MT * 16", true);
     kt_buf_printf(b, "\n");
     attn_emit_mma_load(b, a, m, ATTN_Q, "Q tile", "sQ", "q0");
     attn_emit_mma_load(b, a, m, ATTN_K, "K tile 0", "sK", "0");

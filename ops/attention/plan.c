@@ -10,7 +10,7 @@ const char *const attn_math_labels[] = {"ffma", "f16", "bf16"};
 static const char *const layout_labels[] = {"pad", "swizzle"};
 static const char *const qfrag_labels[] = {"smem", "regs"};
 static const char *const exp_labels[] = {"exp", "exp2"};
-static const char *const mma_labels[] = {"sync", "wgmma"};
+static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_ws"};
 
 const ops_knob attn_knobs[N_KNOBS] = {
     [K_BQ] = {"bq", 3, {64, 128, 192}, NULL},
@@ -24,8 +24,8 @@ const ops_knob attn_knobs[N_KNOBS] = {
     [K_QFRAG] = {"q", 2, {QFRAG_SMEM, QFRAG_REGS}, qfrag_labels},
     /* natural exp, or exp2 with log2(e) folded into the scale */
     [K_EXP] = {"exp", 2, {EXP_E, EXP_2}, exp_labels},
-    /* 16-bit path only: mma.sync, or Hopper's warpgroup wgmma */
-    [K_MMA] = {"mma", 2, {MMA_SYNC, MMA_WGMMA}, mma_labels},
+    /* 16-bit path only: mma.sync, Hopper's warpgroup wgmma, or wgmma fed by a TMA producer */
+    [K_MMA] = {"mma", 3, {MMA_SYNC, MMA_WGMMA, MMA_WGMMA_WS}, mma_labels},
 };
 
 bool attn_analyse(const ops_group *grp, attn_info *a)
@@ -112,7 +112,8 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
     m->layout = s->v[K_LAYOUT];
     m->qfrag = s->v[K_QFRAG];
     m->exp2 = s->v[K_EXP] == EXP_2;
-    m->wgmma = s->v[K_MMA] == MMA_WGMMA;
+    m->wgmma = s->v[K_MMA] != MMA_SYNC;
+    m->ws = s->v[K_MMA] == MMA_WGMMA_WS;
     int d = (int)a->d, dv = (int)a->dv;
     if (m->math == MATH_FFMA) {
         m->tx = 16;
@@ -133,10 +134,18 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
         m->mt = 1;
         m->qs = m->ks = d;
         m->vs = dv;
+        m->consumers = m->warps / 4;
         /* unpadded swizzled tiles, plus 1 KiB to align the first to 1024 bytes */
         m->smem = 2 * ((int64_t)m->bq * d + (int64_t)m->stages * m->bkv * (d + dv)) + 1024;
         /* S and O accumulators, P repacked (alive while the P V wgmmas run), statistics. */
         m->regs = m->bkv / 2 + dv / 2 + m->bkv / 4 + 40; /* ptxas 13.0: 110-203 */
+        if (m->ws) {
+            m->threads += 128;                           /* the producer warpgroup */
+            m->smem += 8 * (1 + 4 * (int64_t)m->stages); /* Q's barrier, K's and V's rings' */
+            /* 65536 registers: the producer keeps 24 a thread, the consumers share the rest
+             * (a multiple of 8; one consumer needs no move: 256 threads get 255 each) */
+            m->consumer_regs = m->consumers == 1 ? 0 : (65536 / 128 - 24) / m->consumers / 8 * 8;
+        }
     } else {
         m->mt = m->bq / (m->warps * 16);
         int pad = m->layout == LAYOUT_PAD ? 8 : 0;
@@ -198,11 +207,11 @@ const char *attention_prune(const ops_group *grp, const ops_schedule *s, const o
         if (dev->sm_major < 8)
             return "shape";
         if (m.wgmma) {
-            /* Hopper only; the descriptors name 128-byte rows of 64-column blocks, and V's
-             * single 64-column block along N */
+            /* Hopper only; the descriptors name 128-byte rows of 64-column blocks, and (wgmma)
+             * V's single 64-column block along N or (wgmma_ws) DV / 64 of them */
             if (dev->sm_major != 9 || strcmp(dev->arch, "sm_90a") != 0)
                 return "shape";
-            if (a.d % 64 != 0 || a.dv != 64)
+            if (a.d % 64 != 0 || (m.ws ? a.dv % 64 != 0 || a.dv > 256 : a.dv != 64))
                 return "shape";
             if (m.layout != LAYOUT_SWIZZLE || m.qfrag != QFRAG_SMEM || m.stages < 2)
                 return "redundant"; /* the layout is the hardware's; Q is read by descriptor */
@@ -213,7 +222,9 @@ const char *attention_prune(const ops_group *grp, const ops_schedule *s, const o
         } else if (m.warps > 8 || m.bq > 128 || m.stages > 2) {
             return "redundant"; /* 192-row tiles and 3-buffer rings are the wgmma path's */
         }
-        if (m.regs > MMA_REG_BUDGET || m.regs > dev->regs_per_sm / m.threads)
+        /* wgmma_ws: a consumer's registers are what setmaxnreg gives it */
+        int cap = m.ws ? (m.consumer_regs ? m.consumer_regs : 240) : MMA_REG_BUDGET;
+        if (m.regs > cap || (!m.ws && m.regs > dev->regs_per_sm / m.threads))
             return "regs";
     }
     if (m.threads > dev->max_threads_per_block)

@@ -165,32 +165,6 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = "shape";
 }
 
-/* A tensor map over [batch][outer][inner] elements of dt, contiguous (2-D when batch is 1), boxes
- * of box0 x box1 elements in the 128-byte swizzle. */
-static void swizzled_map(ops_tensor_map *m, ops_dtype dt, uint64_t inner, uint64_t outer,
-                         int64_t batch, uint32_t box0, uint32_t box1)
-{
-    uint64_t esize = ops_dtype_size(dt);
-    memset(m, 0, sizeof(*m));
-    m->rank = batch > 1 ? 3 : 2;
-    m->dtype = dt;
-    m->dims[0] = inner;
-    m->dims[1] = outer;
-    m->strides[0] = inner * esize;
-    m->box[0] = box0;
-    m->box[1] = box1;
-    if (m->rank == 3) { /* one matrix per flat batch index bz */
-        m->dims[2] = (uint64_t)batch;
-        m->strides[1] = inner * outer * esize;
-        m->box[2] = 1;
-    }
-    for (int i = 0; i < m->rank; i++)
-        m->elem_strides[i] = 1;
-    m->swizzle = 128;
-    m->l2_promotion = 256;
-    m->oob_nan = false;
-}
-
 /* The tensor map of operand k: its global matrix (batch of them) and the box one copy moves, 64
  * halves of the contiguous dimension (128 bytes, the swizzle's row) by the tile's other extent
  * (K-major: BM or BN rows of k) or by 64 k rows (MN-major: one 64-wide block a copy). */
@@ -200,8 +174,8 @@ static void tensor_map(const gemm_problem *p, const gemm_cfg *c, int k, ops_tens
     bool km = kmajor(p, k);
     /* a multicast B is loaded half by each block of the cluster: half the K-major rows */
     uint32_t rows = km ? (uint32_t)(k == 0 ? c->bm : c->bn / c->mcast) : 64;
-    swizzled_map(m, p->dt, (uint64_t)(km ? p->K : mn), (uint64_t)(km ? mn : p->K),
-                 batch_mode(p, k) == 2 ? p->batch : 1, 64, rows);
+    ops_tensor_map_swizzled(m, p->dt, (uint64_t)(km ? p->K : mn), (uint64_t)(km ? mn : p->K),
+                            batch_mode(p, k) == 2 ? p->batch : 1, 64, rows);
 }
 
 void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel_launch *k)
@@ -231,9 +205,9 @@ void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel
     a->kind = OPS_ARG_TENSOR_MAP;
     a->tensor = p->out;
     ops_dtype odt = p->g->tensors[p->out].dtype;
-    swizzled_map(&a->tmap, odt, (uint64_t)p->N, (uint64_t)p->M, p->batch,
-                 (uint32_t)(128 / ops_dtype_size(odt)),
-                 (uint32_t)(c->pingpong ? c->bm : c->bm / c->wm));
+    ops_tensor_map_swizzled(&a->tmap, odt, (uint64_t)p->N, (uint64_t)p->M, p->batch,
+                            (uint32_t)(128 / ops_dtype_size(odt)),
+                            (uint32_t)(c->pingpong ? c->bm : c->bm / c->wm));
 }
 
 void gemm_emit_wgmma16_helpers(const gemm_emit *e)

@@ -99,8 +99,8 @@ __device__ __forceinline__ void kt_wgmma_tf32_rs<128>(float (&d)[16][4], const u
 }
 /* clang-format on */
 
-/* f16 and bf16 products, k16 steps, fp32 sums: d = a x b + (scale_d ? d : 0), N columns (64 or
- * 128; _ss also 256), d the thread's N / 2 sums as [N / 8][4] (m16n8 C layout per 8 columns, per
+/* f16 and bf16 products, k16 steps, fp32 sums: d = a x b + (scale_d ? d : 0), N columns (64,
+ * 128 or 256), d the thread's N / 2 sums as [N / 8][4] (m16n8 C layout per 8 columns, per
  * warp). B is read from shared memory through descriptor db, K-major (TRANS_B 0) or N-major
  * (TRANS_B 1); A either from shared memory too (_ss: descriptor da, K-major, or M-major with
  * TRANS_A 1) or from registers (_rs: a is this warp's 16 x 16 fragment of the warpgroup's 64 x 16
@@ -159,17 +159,23 @@ template <int N, int TRANS_B>                                                   
 __device__ __forceinline__ void kt_wgmma_##T##_rs(float (&d)[N / 8][4], const unsigned (&a)[4],    \
                                                   unsigned long long db, int scale_d)              \
 {                                                                                                  \
-    static_assert(N == 64 || N == 128, "m64n64 or m64n128");                                       \
+    static_assert(N == 64 || N == 128 || N == 256, "m64n64, m64n128 or m64n256");                  \
     if constexpr (N == 64)                                                                         \
         asm volatile(KT_WG_PRED("%37") KT_WG_K16(64, T) KT_R32                                     \
                      ", {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"                                \
                      : KT_D32                                                                      \
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d),          \
                        "n"(TRANS_B));                                                              \
-    else                                                                                           \
+    else if constexpr (N == 128)                                                                   \
         asm volatile(KT_WG_PRED("%69") KT_WG_K16(128, T) KT_R64                                    \
                      ", {%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"                                \
                      : KT_D64                                                                      \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d),          \
+                       "n"(TRANS_B));                                                              \
+    else                                                                                           \
+        asm volatile(KT_WG_PRED("%133") KT_WG_K16(256, T) KT_R128                                  \
+                     ", {%128,%129,%130,%131}, %132, p, 1, 1, %134;\n}\n"                          \
+                     : KT_D128                                                                     \
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d),          \
                        "n"(TRANS_B));                                                              \
 }
