@@ -98,6 +98,18 @@ __device__ __forceinline__ double kt_ref_min(double x, double y)
 {
     return isnan(y) ? y : kt_ref_nan_min(x, y);
 }
+/* sum over c < n of a[c] b[c], by a whole warp: lane adds columns lane, lane + 32, ..., the
+ * butterfly then leaves the same total in every lane */
+__device__ __forceinline__ double kt_ref_row_dot(const double *a, const double *b, long long n,
+                                                 int lane)
+{
+    double acc = 0.0;
+    for (long long c = lane; c < n; c += 32)
+        acc += a[c] * b[c];
+    for (int w = 16; w > 0; w >>= 1)
+        acc += __shfl_xor_sync(0xffffffffu, acc, w);
+    return acc;
+}
 /* ---- end of reference helpers ---- */
 
 /* t0 = matmul(A, W)  [M=100, 256], fp64, one thread per output element */

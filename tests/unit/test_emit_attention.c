@@ -193,8 +193,9 @@ static int submit_spread(srch_pool *pool, const ops_group *grp, const sched_list
             fail_msg("emit: %s", d.msg);
         assert_int_equal(e.n_kernels, 1);
         const ops_kernel_launch *k = &e.kernels[0];
-        assert_int_equal(k->n_args, grp->n_in + 1);
-        assert_int_equal(k->block[0], (uint32_t)l->s[i].v[2] * 32);
+        bool ws = l->s[i].v[8] == 2; /* mma=wgmma_ws: 3 tensor maps, a producer warpgroup */
+        assert_int_equal(k->n_args, grp->n_in + 1 + (ws ? 3 : 0));
+        assert_int_equal(k->block[0], (uint32_t)l->s[i].v[2] * 32 + (ws ? 128 : 0));
         assert_true(k->smem_bytes <= (uint32_t)dev.smem_per_block_optin);
         assert_true(k->grid[0] >= 1 && k->grid[1] >= 1);
         assert_non_null(strstr(e.source, "__launch_bounds__"));
@@ -379,7 +380,8 @@ static void test_wgmma(void **state)
     ops_emitted_free(&e);
     ops_graph_free(g);
 
-    /* a head dim of 128 for V has no wgmma kernel (one 64-column swizzle atom along N) */
+    /* a head dim of 128 for V has no wgmma kernel (one 64-column swizzle atom along N); the
+     * TMA-fed kernel has (test_wgmma_ws) */
     g = emit_test_graph(
         "{\"name\":\"x\",\"inputs\":{\"q\":{\"dtype\":\"bf16\",\"shape\":[256,128]},"
         "\"k\":{\"dtype\":\"bf16\",\"shape\":[256,128]},\"v\":{\"dtype\":\"bf16\",\"shape\":[256,"
@@ -390,6 +392,66 @@ static void test_wgmma(void **state)
     emit_test_whole_group(g, &grp);
     s.v[4] = 2; /* bf16 */
     assert_string_equal(f->prune(&grp, &s, &dev), "shape");
+    ops_graph_free(g);
+}
+
+/* mma=wgmma_ws, FlashAttention-3's structure, at head dim 128 (causal, f16, 4 x 333 rows: ragged):
+ * the tensor maps come first among the arguments, the producer warpgroup and the barriers are
+ * counted, the registers move by setmaxnreg, and no block barrier is left in the key loop. */
+static void test_wgmma_ws(void **state)
+{
+    (void)state;
+    ops_graph *g = emit_test_graph(
+        "{\"name\":\"d128\",\"inputs\":{\"q\":{\"dtype\":\"f16\",\"shape\":[4,333,128]},"
+        "\"k\":{\"dtype\":\"f16\",\"shape\":[4,333,128]},"
+        "\"v\":{\"dtype\":\"f16\",\"shape\":[4,333,128]}},"
+        "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"],"
+        "\"causal\":true}],\"outputs\":[\"o\"]}",
+        "");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_device dev;
+    ops_device_h100(&dev);
+    const ops_family *f = ops_family_get(OPS_FAM_ATTENTION);
+    /* bq=128 bkv=128 warps=8 stages=2 math=f16 smem=swizzle q=smem exp=exp2 mma=wgmma_ws */
+    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {128, 128, 8, 2, 1, 1, 0, 1, 2}};
+    assert_null(f->prune(&grp, &s, &dev));
+    s.v[8] = 1; /* the plain wgmma kernel takes V in one 64-column block */
+    assert_string_equal(f->prune(&grp, &s, &dev), "shape");
+    s.v[8] = 2;
+    ops_emitted e;
+    ops_diag d = {0};
+    assert_int_equal(f->emit(&grp, &s, &dev, &e, &d), 0);
+    const ops_kernel_launch *k = &e.kernels[0];
+    assert_int_equal(k->grid[0], 3);
+    assert_int_equal(k->grid[1], 4);
+    assert_int_equal(k->block[0], 256 + 128);
+    /* Q, two stages of K and V, the 1 KiB alignment slack, 1 + 4 x 2 mbarriers */
+    assert_int_equal(k->smem_bytes, 2 * (128 * 128 + 2 * 128 * (128 + 128)) + 1024 + 8 * 9);
+    assert_int_equal(k->n_args, 3 + 4);
+    for (int i = 0; i < 3; i++) {
+        const ops_arg *a = &k->args[i];
+        assert_int_equal(a->kind, OPS_ARG_TENSOR_MAP);
+        assert_int_equal(a->tensor, grp.in[i]);
+        assert_int_equal(a->tmap.rank, 3);
+        assert_int_equal(a->tmap.dims[0], 128);
+        assert_int_equal(a->tmap.dims[1], 333);
+        assert_int_equal(a->tmap.dims[2], 4);
+        assert_int_equal(a->tmap.box[0], 64);
+        assert_int_equal(a->tmap.box[1], 128);
+        assert_int_equal(a->tmap.swizzle, 128);
+        assert_int_equal(ops_tensor_map_check(&a->tmap, &d), 0);
+    }
+    assert_non_null(strstr(e.source, "kt_setmaxnreg_dec<24>();"));
+    assert_non_null(strstr(e.source, "kt_setmaxnreg_inc<240>();"));
+    assert_non_null(strstr(e.source, "kt_wgmma_f16_rs<DV, 1>(o[0], pa[ks], "));
+    /* one block barrier, after the mbarriers' initialisation */
+    const char *bar = strstr(e.source, "__syncthreads();");
+    assert_non_null(bar);
+    assert_null(strstr(bar + 1, "__syncthreads();"));
+    emit_test_golden("attention_f16_causal_d128_wgmma_ws.cu", e.source);
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
     ops_graph_free(g);
 }
 
@@ -486,13 +548,10 @@ static void test_estimate(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),
-        cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_golden_and_launch),
-        cmocka_unit_test(test_estimate),
-        cmocka_unit_test(test_compile_spread),
-        cmocka_unit_test(test_wgmma),
-        cmocka_unit_test(test_gqa),
+        cmocka_unit_test(test_matches),           cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_golden_and_launch), cmocka_unit_test(test_estimate),
+        cmocka_unit_test(test_compile_spread),    cmocka_unit_test(test_wgmma),
+        cmocka_unit_test(test_wgmma_ws),          cmocka_unit_test(test_gqa),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
