@@ -9,6 +9,8 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/dist-device/lib:${LD_LIBRARY_P
 export KTUNE_WORKER=$PWD/dist-device/bin/ktune-worker KTUNE_NVRTC=$PWD/dist-device/bin/ktune-nvrtc
 T=dist-device/tests/test_gpu_families
 if [ "${SKIP_CASES:-0}" != 1 ]; then
+  echo "== test_gpu_worker (the fp64 references against the CPU's)"
+  dist-device/tests/test_gpu_worker 2>&1 | tail -5
   while read -r graph shapes pat; do
     [ -z "$graph" ] && continue
     echo "== $graph $shapes $pat"
