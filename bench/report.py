@@ -56,8 +56,27 @@ def load(path):
     return r
 
 
+def expand(r, path):
+    """An already-merged results file stands for its parts, each with the cases it still owns
+    (so merging it again keeps every part's commit, date and copy bandwidth)."""
+    if not r.get("parts"):
+        return [(r, path)]
+    by_name = {c["name"]: c for c in r["cases"]}
+    out = []
+    for p in r["parts"]:
+        pr = {k: v for k, v in r.items() if k != "parts"}
+        pr.update(date=p.get("date"), command=p.get("command"),
+                  copy_bandwidth=p.get("copy_bandwidth"), batch=p.get("batch"))
+        pr["versions"] = dict(r.get("versions") or {}, commit=p.get("commit"))
+        pr["cases"] = [by_name[n] for n in p.get("cases") or [] if n in by_name]
+        out.append((pr, p.get("file") or path))
+    return out
+
+
 def merge(parts, paths):
     """One results dict from several (see the module docstring)."""
+    flat = [x for r, p in zip(parts, paths) for x in expand(r, p)]
+    parts, paths = [r for r, _ in flat], [p for _, p in flat]
     if len(parts) == 1:
         return parts[0]
     first = parts[0]

@@ -48,6 +48,12 @@ again = report.merge([a, part("eeeeeee", names[1:2])], ["a.json", "e.json"])
 check(report.commits_text(again) == f", commits aaaaaaa (1 cases: {names[0]}); eeeeeee (1 cases: "
       f"{names[1]})", "a re-measured case under the later commit: " + report.commits_text(again))
 check(again["parts"][0]["superseded"] == [names[1]], "the earlier part lists it as superseded")
+# a merged file merged again stands for its parts: their commits survive
+twice = report.merge([merged, part("ggggggg", names[3:4])], ["m.json", "g.json"])
+check([p["commit"] for p in twice["parts"]] == ["aaaaaaa", "bbbbbbb", "ggggggg"],
+      "a merged input is expanded into its parts: " + str([p["commit"] for p in twice["parts"]]))
+check(len(twice["cases"]) == 4 and twice["parts"][0]["cases"] == names[:2],
+      "each expanded part keeps its cases")
 
 # ---- rates (issue 19): TFLOP/s of GEMM cases, decode cases against the run's copy bandwidth ----
 gemm = next(c for c in full["cases"] if c["name"] == "kb1_matmul_square_2048")
