@@ -132,7 +132,7 @@ const char *attn_emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_in
                                   const attn_geom *m, const char *entry, char *scale,
                                   size_t scale_len);
 void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, const char *wq0,
-                           bool pointers);
+                           const char *item);
 void attn_emit_acc_init(kt_buf *b);
 void attn_emit_close(kt_buf *b, int n);
 void attn_emit_for_open(kt_buf *b, const char *var, const char *bound);

@@ -71,23 +71,37 @@ const char *attn_emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_in
     return m->exp2 ? (m->math == MATH_FFMA ? "exp2f" : "kt_exp2") : "__expf";
 }
 
-/* The block's first query q0 (the q tiles longest first) and, when wq0 is given, the warp's
- * (wq0); the block's batch entry (and its k/v head's), its tensors' bases (only the output's
- * unless pointers: TMA kernels address q, k and v through their maps), and the key tiles it
- * visits (causal: none past its last query). */
+/* The tile's first query q0 and, when wq0 is given, the warp's (wq0); its batch entry (and its
+ * k/v head's), its tensors' bases, and the key tiles it visits (causal: none past its last
+ * query). A block runs one tile (grid: q tiles x batch, the q tiles longest first), or, when
+ * item names a work item of a persistent kernel (ITEMS = Q_TILES x BATCH of them), that item's:
+ * causal, the longest q tiles of every batch entry first; otherwise a batch entry's q tiles one
+ * after the other (its K and V stay in L2). Persistent kernels read q, k and v through TMA: their
+ * producer (no wq0) gets the k/v head kvidx, their consumers (wq0) the output's base gO. */
 void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, const char *wq0,
-                           bool pointers)
+                           const char *item)
 {
     const char *ty = ops_emit_ctype(a->dt);
-    kt_buf_line(b, "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
+    bool pointers = !item;
+    if (!item) {
+        kt_buf_line(b,
+                    "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
+        kt_buf_line(b, "const int bidx = blockIdx.y;");
+    } else if (a->causal) {
+        kt_buf_line(b,
+                    "const int q0 = (Q_TILES - 1 - %s / BATCH) * BQ, bidx = %s %% BATCH; /* "
+                    "longest first */",
+                    item, item);
+    } else {
+        kt_buf_line(b, "const int q0 = %s %% Q_TILES * BQ, bidx = %s / Q_TILES;", item, item);
+    }
     if (wq0)
         kt_buf_line(b, "const int wq0 = %s; /* this warp's first query */", wq0);
-    kt_buf_line(b, "const int bidx = blockIdx.y;");
     int iq = attn_input_index(grp, a->q), ik = attn_input_index(grp, a->k),
         iv = attn_input_index(grp, a->v);
     if (pointers)
         kt_buf_line(b, "const %s *gQ = in%d + (size_t)bidx * SQ * D;", ty, iq);
-    if (a->group > 1) {
+    if (a->group > 1 && (pointers || !wq0)) {
         kt_buf_line(b, "/* grouped-query: query head h (bidx %% %lld) reads k/v head h / %lld */",
                     (long long)a->hq, (long long)a->group);
         kt_buf_line(b, "const int kvidx = bidx / %lld * %lld + bidx %% %lld / %lld;",
@@ -98,10 +112,11 @@ void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, 
     if (pointers) {
         kt_buf_line(b, "const %s *gK = in%d + (size_t)%s * SKV * D;", ty, ik, kvi);
         kt_buf_line(b, "const %s *gV = in%d + (size_t)%s * SKV * DV;", ty, iv, kvi);
-    } else if (a->group == 1) {
+    } else if (a->group == 1 && !wq0) {
         kt_buf_line(b, "const int kvidx = bidx; /* k and v have q's heads */");
     }
-    kt_buf_line(b, "%s *gO = out0 + (size_t)bidx * SQ * DV;", ops_emit_ctype(a->out_dt));
+    if (pointers || wq0)
+        kt_buf_line(b, "%s *gO = out0 + (size_t)bidx * SQ * DV;", ops_emit_ctype(a->out_dt));
     if (a->causal) {
         kt_buf_line(b, "/* causal: keys past the block's last query are never needed */");
         kt_buf_line(b, "const int kv_end = min(SKV, min(q0 + BQ, SQ));");
@@ -260,6 +275,11 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     snprintf(k->entry, sizeof(k->entry), "%s", entry);
     k->grid[0] = (uint32_t)m.q_tiles;
     k->grid[1] = (uint32_t)a.batch;
+    if (m.ws) { /* persistent: a block per SM walks the q tiles x batch entries */
+        int64_t items = m.q_tiles * a.batch;
+        k->grid[0] = (uint32_t)(items < dev->sm_count ? items : dev->sm_count);
+        k->grid[1] = 1;
+    }
     k->grid[2] = 1;
     k->block[0] = (uint32_t)m.threads;
     k->block[1] = k->block[2] = 1;

@@ -57,7 +57,7 @@ void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, 
                    "rescale */");
     kt_buf_line(b, "const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;");
     kt_buf_line(b, "const int tx = tid %% TX, ty = tid / TX;");
-    attn_emit_block_setup(b, grp, a, NULL, true);
+    attn_emit_block_setup(b, grp, a, NULL, NULL);
     kt_buf_line(b, "for (int r = tid; r < BQ; r += NT) {");
     kt_buf_line(b, "    sM[r] = KT_NEG_INF;");
     kt_buf_line(b, "    sL[r] = 0.0f;");
@@ -87,7 +87,7 @@ void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, 
     attn_emit_loop2(b, "RQ", "RK", "acc[i][j] = 0.0f;");
     emit_product(b, "D", "qa", "kb", "RK", "sQ[(ty + TY * i) * QS + k]", "cK[k * KS + tx + TX * j]",
                  "acc");
-    attn_emit_for2(b, "RQ", "RK", true);
+    attn_emit_for2(b, "RQ", "RK", NULL);
     kt_buf_line(b, "const int key = kv0 + tx + TX * j;");
     if (a->causal)
         kt_buf_line(b, "const bool masked = key >= SKV || key > q0 + ty + TY * i;");

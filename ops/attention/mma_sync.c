@@ -79,7 +79,7 @@ void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, c
                    "pair */");
     kt_buf_line(b, "const int lm = lane >> 3, lr = lane & 7; /* ldmatrix: matrix and row this "
                    "lane addresses */");
-    attn_emit_block_setup(b, grp, a, "q0 + warp * MT * 16", true);
+    attn_emit_block_setup(b, grp, a, "q0 + warp * MT * 16", NULL);
     kt_buf_printf(b, "\n");
     attn_emit_mma_load(b, a, m, ATTN_Q, "Q tile", "sQ", "q0");
     attn_emit_mma_load(b, a, m, ATTN_K, "K tile 0", "sK", "0");
@@ -96,7 +96,7 @@ void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, c
     b->indent += 4;
     kt_buf_line(b, "const int kv0 = tile * BKV;");
     if (m->stages == 2) {
-        attn_emit_two_buffers(b, a, m, attn_emit_mma_load, ty, "sK", "BKV * KS", "BKV * VS", true);
+        attn_emit_two_buffers(b, a, m, attn_emit_mma_load, ty, "sK", "BKV * KS", "BKV * VS", NULL);
     } else {
         kt_buf_line(b, "const %s *cK = sK;", ty);
         kt_buf_line(b, "const %s *cV = sV;", ty);

@@ -141,7 +141,7 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
         m->regs = m->bkv / 2 + dv / 2 + m->bkv / 4 + 40; /* ptxas 13.0: 110-203 */
         if (m->ws) {
             m->threads += 128;                           /* the producer warpgroup */
-            m->smem += 8 * (1 + 4 * (int64_t)m->stages); /* Q's barrier, K's and V's rings' */
+            m->smem += 8 * (2 + 4 * (int64_t)m->stages); /* Q's barriers, K's and V's rings' */
             /* 65536 registers: the producer keeps 24 a thread, the consumers share the rest
              * (a multiple of 8; one consumer needs no move: 256 threads get 255 each) */
             m->consumer_regs = m->consumers == 1 ? 0 : (65536 / 128 - 24) / m->consumers / 8 * 8;

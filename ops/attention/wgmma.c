@@ -90,7 +90,7 @@ void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
                    "KT_WGMMA_SW128),");
     kt_buf_line(b, "                         dk0 = kt_wgmma_desc(sK, 16, 1024, KT_WGMMA_SW128),");
     kt_buf_line(b, "                         dv0 = kt_wgmma_desc(sV, 1024, 1024, KT_WGMMA_SW128);");
-    attn_emit_block_setup(b, grp, a, "q0 + warp * 16", true);
+    attn_emit_block_setup(b, grp, a, "q0 + warp * 16", NULL);
     kt_buf_printf(b, "\n");
     attn_emit_wgmma_load(b, a, m, ATTN_Q, "Q tile", "sQ", "q0");
     attn_emit_wgmma_load(b, a, m, ATTN_K, "K tile 0", "sK", "0");
@@ -212,12 +212,15 @@ static void emit_tma_tile(kt_buf *b, const char *map, bool rank3, const char *ds
                     bar, row0);
 }
 
-/* The warp-specialised Hopper kernel (attention.h: mma=wgmma_ws). Warpgroup 0 produces: its
- * thread 0 loads Q once and then K_t and V_t into buffer t % NST of their rings, each after the
- * buffer's previous tile was released. Warpgroups 1..CONSUMERS consume, each pipelined as the
- * plain wgmma kernel is (S_t+1 = Q K_t+1^T issued, then O += P_t V_t, the softmax of S_t+1 under
- * the P V), releasing K_t+1 once S_t+1 is read and V_t once P_t V_t is: no block barrier in the
- * key loop, each warpgroup at its own pace. */
+/* The persistent, warp-specialised Hopper kernel (attention.h: mma=wgmma_ws). A block per SM
+ * walks work items (a q tile of a batch entry) w = blockIdx.x, + gridDim.x, .... Warpgroup 0
+ * produces: its thread 0 loads an item's Q once the consumers released the last one's, then its
+ * K and V tiles into the rings (position it counts tiles across items), each after the buffer's
+ * previous tile was released, so the next item's Q and first tiles load while the consumers
+ * finish and store this one. Warpgroups 1..CONSUMERS consume, each pipelined as the plain wgmma
+ * kernel is (S_t+1 = Q K_t+1^T issued, then O += P_t V_t, the softmax of S_t+1 under the P V),
+ * releasing K_t+1 once S_t+1 is read and V_t once P_t V_t is: no block barrier in the key loop,
+ * each warpgroup at its own pace. */
 void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
                                const attn_geom *m, const char *entry)
 {
@@ -228,6 +231,10 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "constexpr int MT = 1; /* a warp owns 16 of its warpgroup's 64 rows */");
     kt_buf_line(b, "constexpr int CONSUMERS = %d; /* warpgroups computing, after the producer */",
                 m->consumers);
+    kt_buf_line(b,
+                "constexpr int Q_TILES = %lld, BATCH = %lld, ITEMS = Q_TILES * BATCH; /* work "
+                "items: a q tile of a batch entry */",
+                (long long)m->q_tiles, (long long)a->batch);
     kt_buf_line(b, "/* scores are scaled by %s%s */", scale,
                 m->exp2 ? " (scale * log2(e): softmax in base 2)" : "");
     kt_buf_line(b, "constexpr float SCALE = %s;", scale);
@@ -242,22 +249,22 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "%s *sK = sQ + BQ * D; /* NST buffers of BKV x D */", ty);
     kt_buf_line(b, "%s *sV = sK + NST * BKV * D; /* NST buffers of BKV x DV */", ty);
     kt_buf_line(b, "unsigned long long *q_full = reinterpret_cast<unsigned long long *>(sV + NST * "
-                   "BKV * DV);");
-    kt_buf_line(b, "unsigned long long *k_full = q_full + 1, *k_empty = k_full + NST, *v_full = "
+                   "BKV * DV), *q_empty = q_full + 1;");
+    kt_buf_line(b, "unsigned long long *k_full = q_empty + 1, *k_empty = k_full + NST, *v_full = "
                    "k_empty + NST, *v_empty = v_full + NST;");
     kt_buf_line(b, "const int tid = threadIdx.x, wg = tid >> 7;");
-    attn_emit_block_setup(b, grp, a, NULL, false);
     kt_buf_line(b, "if (tid == 0) {");
     kt_buf_line(b, "    kt_tma_prefetch_map(&tmap_q);");
     kt_buf_line(b, "    kt_tma_prefetch_map(&tmap_k);");
     kt_buf_line(b, "    kt_tma_prefetch_map(&tmap_v);");
-    kt_buf_line(b, "    kt_mbar_init(q_full, 1); /* the producer's arrive_expect_tx; the copies' "
-                   "bytes complete a phase */");
+    kt_buf_line(b, "    /* full: the producer's arrive_expect_tx, the copies' bytes complete a "
+                   "phase; empty: lane 0 of every consumer warp */");
+    kt_buf_line(b, "    kt_mbar_init(q_full, 1);");
+    kt_buf_line(b, "    kt_mbar_init(q_empty, CONSUMERS * 4);");
     kt_buf_line(b, "    for (int s = 0; s < NST; s++) {");
     kt_buf_line(b, "        kt_mbar_init(&k_full[s], 1);");
     kt_buf_line(b, "        kt_mbar_init(&v_full[s], 1);");
-    kt_buf_line(b, "        kt_mbar_init(&k_empty[s], CONSUMERS * 4); /* lane 0 of every consumer "
-                   "warp */");
+    kt_buf_line(b, "        kt_mbar_init(&k_empty[s], CONSUMERS * 4);");
     kt_buf_line(b, "        kt_mbar_init(&v_empty[s], CONSUMERS * 4);");
     kt_buf_line(b, "    }");
     kt_buf_line(b, "    kt_mbar_fence_init();");
@@ -274,22 +281,29 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
                        "(setmaxnreg) */");
     kt_buf_line(b, "if (tid == 0) {");
     b->indent += 4;
+    kt_buf_line(b, "int it = 0; /* ring position: tiles loaded so far */");
+    kt_buf_line(b, "for (int item = 0, w = blockIdx.x; w < ITEMS; item++, w += gridDim.x) {");
+    b->indent += 4;
+    attn_emit_block_setup(b, grp, a, NULL, "w");
+    kt_buf_line(b, "if (item > 0) /* the consumers are done with the last item's Q */");
+    kt_buf_line(b, "    kt_mbar_wait(q_empty, (item - 1) & 1);");
     kt_buf_line(b, "kt_mbar_arrive_expect_tx(q_full, BQ * D * 2);");
     emit_tma_tile(b, "tmap_q", q3, "sQ", "BQ", "D", "q_full", "q0", "bidx");
-    kt_buf_line(b, "for (int t = 0; t < n_tiles; t++) {");
+    kt_buf_line(b, "for (int t = 0; t < n_tiles; t++, it++) {");
     b->indent += 4;
-    kt_buf_line(b, "const int st = t %% NST, kv0 = t * BKV;");
-    kt_buf_line(b, "if (t >= NST) /* K_t-NST released by every consumer warp */");
-    kt_buf_line(b, "    kt_mbar_wait(&k_empty[st], (t / NST + 1) & 1);");
+    kt_buf_line(b, "const int st = it %% NST, kv0 = t * BKV;");
+    kt_buf_line(b, "if (it >= NST) /* the tile NST back in the ring released by every consumer "
+                   "warp */");
+    kt_buf_line(b, "    kt_mbar_wait(&k_empty[st], (it / NST + 1) & 1);");
     kt_buf_line(b, "kt_mbar_arrive_expect_tx(&k_full[st], BKV * D * 2);");
     emit_tma_tile(b, "tmap_k", kv3, "(sK + st * BKV * D)", "BKV", "D", "&k_full[st]", "kv0",
                   "kvidx");
-    kt_buf_line(b, "if (t >= NST)");
-    kt_buf_line(b, "    kt_mbar_wait(&v_empty[st], (t / NST + 1) & 1);");
+    kt_buf_line(b, "if (it >= NST)");
+    kt_buf_line(b, "    kt_mbar_wait(&v_empty[st], (it / NST + 1) & 1);");
     kt_buf_line(b, "kt_mbar_arrive_expect_tx(&v_full[st], BKV * DV * 2);");
     emit_tma_tile(b, "tmap_v", kv3, "(sV + st * BKV * DV)", "BKV", "DV", "&v_full[st]", "kv0",
                   "kvidx");
-    attn_emit_close(b, 2);
+    attn_emit_close(b, 3);
     kt_buf_line(b, "return;");
     attn_emit_close(b, 1);
     if (m->consumer_regs)
@@ -298,13 +312,6 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
                    "warp */");
     kt_buf_line(b, "const int g = lane >> 2, t4 = lane & 3; /* accumulator row group, column "
                    "pair */");
-    kt_buf_line(b, "const int wq0 = q0 + cw * 64 + warp * 16; /* this warp's first query */");
-    if (a->causal) {
-        kt_buf_line(b, "/* causal: this warpgroup's key tiles end at its own last query */");
-        kt_buf_line(b, "const int n_own = (min(SKV, min(q0 + cw * 64 + 64, SQ)) + BKV - 1) / BKV;");
-    } else {
-        kt_buf_line(b, "const int n_own = n_tiles;");
-    }
     kt_buf_line(b, "/* base descriptors: this warpgroup's Q rows, the first K and V buffers (V: "
                    "N-major, its 64-column blocks BKV x 128 bytes apart) */");
     kt_buf_line(b, "const unsigned long long dq0 = kt_wgmma_desc(sQ + cw * 64 * 64, 16, 1024, "
@@ -312,35 +319,46 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "                         dk0 = kt_wgmma_desc(sK, 16, 1024, KT_WGMMA_SW128),");
     kt_buf_line(b, "                         dv0 = kt_wgmma_desc(sV, BKV * 128, 1024, "
                    "KT_WGMMA_SW128);");
+    kt_buf_line(b, "int it0 = 0; /* ring position of the item's first tile */");
+    kt_buf_line(b, "for (int item = 0, w = blockIdx.x; w < ITEMS; item++, w += gridDim.x) {");
+    b->indent += 4;
+    attn_emit_block_setup(b, grp, a, "q0 + cw * 64 + warp * 16", "w");
+    if (a->causal) {
+        kt_buf_line(b, "/* causal: this warpgroup's key tiles end at its own last query */");
+        kt_buf_line(b, "const int n_own = (min(SKV, min(q0 + cw * 64 + 64, SQ)) + BKV - 1) / BKV;");
+    } else {
+        kt_buf_line(b, "const int n_own = n_tiles;");
+    }
     attn_emit_acc_init(b);
     kt_buf_line(b, "float alpha_o[MT][2]; /* O's rescale, applied once P V has landed */");
     kt_buf_line(b, "float s[MT][BKV / 8][4]; /* scores: wgmma m64nBKV accumulators */");
     kt_buf_line(b, "unsigned pa[BKV / 16][4]; /* P of the tile whose P V is next */");
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "/* S_0 and its softmax */");
-    kt_buf_line(b, "kt_mbar_wait(q_full, 0);");
-    kt_buf_line(b, "kt_mbar_wait(&k_full[0], 0);");
+    kt_buf_line(b, "kt_mbar_wait(q_full, item & 1);");
+    kt_buf_line(b, "kt_mbar_wait(&k_full[it0 %% NST], it0 / NST & 1);");
     kt_buf_line(b, "{");
     b->indent += 4;
-    emit_wgmma_qk_issue(b, m, "0", "", "0");
+    emit_wgmma_qk_issue(b, m, "0", "", "it0 % NST * BKV * D");
     kt_buf_line(b, "kt_wgmma_wait<0>();");
     kt_buf_line(b, "kt_reg_hold(s[0]);");
     kt_buf_line(b, "if (lane == 0)");
-    kt_buf_line(b, "    kt_mbar_arrive(&k_empty[0]);");
+    kt_buf_line(b, "    kt_mbar_arrive(&k_empty[it0 %% NST]);");
     attn_emit_mma_softmax(b, a, m, ex, true);
     emit_wgmma_pack(b, m);
     attn_emit_close(b, 1);
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "for (int tile = 0; tile < n_own; tile++) {");
     b->indent += 4;
-    kt_buf_line(b, "const int st = tile %% NST, voff = st * BKV * DV; /* V_tile's buffer */");
+    kt_buf_line(b, "const int st = (it0 + tile) %% NST, voff = st * BKV * DV; /* V_tile's buffer "
+                   "*/");
     kt_buf_line(b, "if (tile + 1 < n_own) {");
     b->indent += 4;
-    kt_buf_line(b, "const int st1 = (tile + 1) %% NST;");
-    kt_buf_line(b, "kt_mbar_wait(&k_full[st1], (tile + 1) / NST & 1);");
+    kt_buf_line(b, "const int st1 = (it0 + tile + 1) %% NST;");
+    kt_buf_line(b, "kt_mbar_wait(&k_full[st1], (it0 + tile + 1) / NST & 1);");
     emit_wgmma_qk_issue(b, m, "(tile + 1) * BKV", " /* the keys of S_tile+1 */", "st1 * BKV * D");
     kt_buf_line(b, "/* O += P_tile V_tile, in flight during the softmax of S_tile+1 */");
-    kt_buf_line(b, "kt_mbar_wait(&v_full[st], tile / NST & 1);");
+    kt_buf_line(b, "kt_mbar_wait(&v_full[st], (it0 + tile) / NST & 1);");
     emit_wgmma_pv_issue(b, m);
     kt_buf_line(b, "kt_wgmma_wait<1>(); /* S_tile+1 done; P V may still run */");
     kt_buf_line(b, "kt_reg_hold(s[0]);");
@@ -363,8 +381,11 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
     b->indent -= 4;
     kt_buf_line(b, "} else {");
     b->indent += 4;
-    kt_buf_line(b, "/* the last tile: O += P V alone */");
-    kt_buf_line(b, "kt_mbar_wait(&v_full[st], tile / NST & 1);");
+    kt_buf_line(b, "/* the last tile: O += P V alone; Q is no longer read, the next item's may "
+                   "load */");
+    kt_buf_line(b, "if (lane == 0)");
+    kt_buf_line(b, "    kt_mbar_arrive(q_empty);");
+    kt_buf_line(b, "kt_mbar_wait(&v_full[st], (it0 + tile) / NST & 1);");
     kt_buf_line(b, "kt_wgmma_fence();");
     emit_wgmma_pv_issue(b, m);
     kt_buf_line(b, "kt_wgmma_wait<0>();");
@@ -373,21 +394,22 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "    kt_mbar_arrive(&v_empty[st]);");
     attn_emit_close(b, 2);
     if (a->causal) {
-        kt_buf_line(b, "/* the block's tiles past this warpgroup's diagonal: released unread, each "
+        kt_buf_line(b, "/* the item's tiles past this warpgroup's diagonal: released unread, each "
                        "after it landed (an");
         kt_buf_line(b, " * arrival belongs to the buffer's current phase, so none may run ahead of "
                        "the producer) */");
         kt_buf_line(b, "for (int tile = n_own; tile < n_tiles; tile++) {");
-        kt_buf_line(b, "    const int st = tile %% NST;");
-        kt_buf_line(b, "    kt_mbar_wait(&k_full[st], tile / NST & 1);");
-        kt_buf_line(b, "    kt_mbar_wait(&v_full[st], tile / NST & 1);");
+        kt_buf_line(b, "    const int st = (it0 + tile) %% NST, ph = (it0 + tile) / NST & 1;");
+        kt_buf_line(b, "    kt_mbar_wait(&k_full[st], ph);");
+        kt_buf_line(b, "    kt_mbar_wait(&v_full[st], ph);");
         kt_buf_line(b, "    if (lane == 0) {");
         kt_buf_line(b, "        kt_mbar_arrive(&k_empty[st]);");
         kt_buf_line(b, "        kt_mbar_arrive(&v_empty[st]);");
         kt_buf_line(b, "    }");
         kt_buf_line(b, "}");
     }
+    kt_buf_line(b, "it0 += n_tiles;");
     kt_buf_printf(b, "\n");
     attn_emit_mma_store(b, grp, a);
-    attn_emit_close(b, 1);
+    attn_emit_close(b, 2);
 }

@@ -105,8 +105,8 @@ ktune_attention_f16_q128_kv64_w8_s2(
     const int g = lane >> 2, t4 = lane & 3; /* mma fragment row group, column pair */
     const int lm = lane >> 3, lr = lane & 7; /* ldmatrix: matrix and row this lane addresses */
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */
-    const int wq0 = q0 + warp * MT * 16; /* this warp's first query */
     const int bidx = blockIdx.y;
+    const int wq0 = q0 + warp * MT * 16; /* this warp's first query */
     const kt_f16 *gQ = in0 + (size_t)bidx * SQ * D;
     const kt_f16 *gK = in1 + (size_t)bidx * SKV * D;
     const kt_f16 *gV = in2 + (size_t)bidx * SKV * DV;
@@ -167,7 +167,6 @@ ktune_attention_f16_q128_kv64_w8_s2(
         const kt_f16 *cK = sK + (tile & 1) * BKV * KS;
         const kt_f16 *cV = sV + (tile & 1) * BKV * VS;
         if (tile + 1 < n_tiles) {
-            /* prefetch the next tile into the other buffer */
             const int nkv0 = kv0 + BKV;
             kt_f16 *nK = sK + ((tile + 1) & 1) * BKV * KS;
             kt_f16 *nV = sV + ((tile + 1) & 1) * BKV * VS;
@@ -194,7 +193,7 @@ ktune_attention_f16_q128_kv64_w8_s2(
                 }
             }
             kt_cp_async_commit();
-            kt_cp_async_wait<1>(); /* this tile landed, the next is in flight */
+            kt_cp_async_wait<1>();
         } else {
             kt_cp_async_wait<0>();
         }

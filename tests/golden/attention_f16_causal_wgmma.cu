@@ -103,8 +103,8 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
                              dk0 = kt_wgmma_desc(sK, 16, 1024, KT_WGMMA_SW128),
                              dv0 = kt_wgmma_desc(sV, 1024, 1024, KT_WGMMA_SW128);
     const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */
-    const int wq0 = q0 + warp * 16; /* this warp's first query */
     const int bidx = blockIdx.y;
+    const int wq0 = q0 + warp * 16; /* this warp's first query */
     const kt_f16 *gQ = in0 + (size_t)bidx * SQ * D;
     const kt_f16 *gK = in1 + (size_t)bidx * SKV * D;
     const kt_f16 *gV = in2 + (size_t)bidx * SKV * DV;

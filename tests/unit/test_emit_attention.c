@@ -198,6 +198,8 @@ static int submit_spread(srch_pool *pool, const ops_group *grp, const sched_list
         assert_int_equal(k->block[0], (uint32_t)l->s[i].v[2] * 32 + (ws ? 128 : 0));
         assert_true(k->smem_bytes <= (uint32_t)dev.smem_per_block_optin);
         assert_true(k->grid[0] >= 1 && k->grid[1] >= 1);
+        if (ws) /* persistent */
+            assert_true(k->grid[0] <= (uint32_t)dev.sm_count && k->grid[1] == 1);
         assert_non_null(strstr(e.source, "__launch_bounds__"));
         assert_int_equal(srch_pool_submit(pool, e.source, (uint64_t)(tag0 + sent)), 0);
         ops_emitted_free(&e);
@@ -396,8 +398,9 @@ static void test_wgmma(void **state)
 }
 
 /* mma=wgmma_ws, FlashAttention-3's structure, at head dim 128 (causal, f16, 4 x 333 rows: ragged):
- * the tensor maps come first among the arguments, the producer warpgroup and the barriers are
- * counted, the registers move by setmaxnreg, and no block barrier is left in the key loop. */
+ * the tensor maps come first among the arguments, the grid is persistent, the producer warpgroup
+ * and the barriers are counted, the registers move by setmaxnreg, and no block barrier is left
+ * in the key loop. */
 static void test_wgmma_ws(void **state)
 {
     (void)state;
@@ -423,11 +426,12 @@ static void test_wgmma_ws(void **state)
     ops_diag d = {0};
     assert_int_equal(f->emit(&grp, &s, &dev, &e, &d), 0);
     const ops_kernel_launch *k = &e.kernels[0];
-    assert_int_equal(k->grid[0], 3);
-    assert_int_equal(k->grid[1], 4);
+    /* persistent: a block per work item (3 q tiles x 4 batch entries) up to one per SM */
+    assert_int_equal(k->grid[0], 12);
+    assert_int_equal(k->grid[1], 1);
     assert_int_equal(k->block[0], 256 + 128);
-    /* Q, two stages of K and V, the 1 KiB alignment slack, 1 + 4 x 2 mbarriers */
-    assert_int_equal(k->smem_bytes, 2 * (128 * 128 + 2 * 128 * (128 + 128)) + 1024 + 8 * 9);
+    /* Q, two stages of K and V, the 1 KiB alignment slack, 2 + 4 x 2 mbarriers */
+    assert_int_equal(k->smem_bytes, 2 * (128 * 128 + 2 * 128 * (128 + 128)) + 1024 + 8 * 10);
     assert_int_equal(k->n_args, 3 + 4);
     for (int i = 0; i < 3; i++) {
         const ops_arg *a = &k->args[i];
