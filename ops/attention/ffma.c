@@ -87,7 +87,7 @@ void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, 
     attn_emit_loop2(b, "RQ", "RK", "acc[i][j] = 0.0f;");
     emit_product(b, "D", "qa", "kb", "RK", "sQ[(ty + TY * i) * QS + k]", "cK[k * KS + tx + TX * j]",
                  "acc");
-    attn_emit_for2(b, "RQ", "RK", NULL);
+    attn_emit_for2(b, "RQ", "RK", true);
     kt_buf_line(b, "const int key = kv0 + tx + TX * j;");
     if (a->causal)
         kt_buf_line(b, "const bool masked = key >= SKV || key > q0 + ty + TY * i;");

@@ -96,7 +96,7 @@ void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, c
     b->indent += 4;
     kt_buf_line(b, "const int kv0 = tile * BKV;");
     if (m->stages == 2) {
-        attn_emit_two_buffers(b, a, m, attn_emit_mma_load, ty, "sK", "BKV * KS", "BKV * VS", NULL);
+        attn_emit_two_buffers(b, a, m, attn_emit_mma_load, ty, "sK", "BKV * KS", "BKV * VS", true);
     } else {
         kt_buf_line(b, "const %s *cK = sK;", ty);
         kt_buf_line(b, "const %s *cV = sV;", ty);

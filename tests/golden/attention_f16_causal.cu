@@ -167,6 +167,7 @@ ktune_attention_f16_q128_kv64_w8_s2(
         const kt_f16 *cK = sK + (tile & 1) * BKV * KS;
         const kt_f16 *cV = sV + (tile & 1) * BKV * VS;
         if (tile + 1 < n_tiles) {
+            /* prefetch the next tile into the other buffer */
             const int nkv0 = kv0 + BKV;
             kt_f16 *nK = sK + ((tile + 1) & 1) * BKV * KS;
             kt_f16 *nV = sV + ((tile + 1) & 1) * BKV * VS;
@@ -193,7 +194,7 @@ ktune_attention_f16_q128_kv64_w8_s2(
                 }
             }
             kt_cp_async_commit();
-            kt_cp_async_wait<1>();
+            kt_cp_async_wait<1>(); /* this tile landed, the next is in flight */
         } else {
             kt_cp_async_wait<0>();
         }
