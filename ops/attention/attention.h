@@ -43,7 +43,12 @@
  *          it). The consumer warpgroups (64 query rows each) pipeline themselves as wgmma does,
  *          with no block barrier in the key loop; under causal masking each stops at its own
  *          diagonal (per-warpgroup trip counts) and releases the block's later tiles unread.
- *          Head dims: D a multiple of 64, DV 64, 128 or 256.
+ *          Head dims: D a multiple of 64, DV 64, 128 or 256. Work items (a q tile of a batch
+ *          entry) are ordered in chunks of batch entries whose K and V fit in L2 together (as
+ *          many as fill the SMs; whole grouped-query groups), causal ones longest first within
+ *          a chunk. Knob "grid": tiles (a block per item, started in that order by the hardware
+ *          as SMs free up) or persistent (a block per SM walking items blockIdx.x + k gridDim.x,
+ *          the next item's Q and first K/V tiles loading while the consumers finish the last).
  *
  * Internal to ops/attention/: the types and functions its files share. Files:
  *   plan.c      knobs; the problem (attn_analyse); the schedule's geometry and pruning
@@ -68,12 +73,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { K_BQ, K_BKV, K_WARPS, K_STAGES, K_MATH, K_LAYOUT, K_QFRAG, K_EXP, K_MMA, N_KNOBS };
+enum { K_BQ, K_BKV, K_WARPS, K_STAGES, K_MATH, K_LAYOUT, K_QFRAG, K_EXP, K_MMA, K_GRID, N_KNOBS };
 enum { MATH_FFMA = 0, MATH_F16 = 1, MATH_BF16 = 2 };
 enum { LAYOUT_PAD = 0, LAYOUT_SWIZZLE = 1 };
 enum { QFRAG_SMEM = 0, QFRAG_REGS = 1 };
 enum { EXP_E = 0, EXP_2 = 1 };
 enum { MMA_SYNC = 0, MMA_WGMMA = 1, MMA_WGMMA_WS = 2 };
+enum { GRID_TILES = 0, GRID_PERSISTENT = 1 };
 
 /* Registers a thread may plan for; ptxas needs headroom for addresses and temporaries. */
 #define MMA_REG_BUDGET  192
@@ -109,6 +115,7 @@ typedef struct attn_geom {
     int ws;            /* mma=wgmma_ws: a TMA producer warpgroup besides the warps */
     int consumers;     /* wgmma paths: warpgroups computing, 64 query rows each */
     int consumer_regs; /* wgmma_ws: registers a consumer thread gets (setmaxnreg), 0: no move */
+    int persistent;    /* wgmma_ws: a block per SM walking the work items (grid=persistent) */
     int mt;            /* mma: 16-row m tiles per warp (wgmma: 1, a warp's share of 64 rows) */
     int tx, ty;        /* ffma: thread grid (columns x rows) */
     int rq, rk, rd;    /* ffma: micro-tile rows, S columns, O columns per thread */
@@ -166,7 +173,7 @@ void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, c
 void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, const attn_geom *m,
                             const char *entry);
 void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
-                               const attn_geom *m, const char *entry);
+                               const attn_geom *m, const ops_device *dev, const char *entry);
 void attn_fill_tma_args(const ops_group *grp, const attn_info *a, const attn_geom *m,
                         ops_kernel_launch *k);
 void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, const attn_geom *m,

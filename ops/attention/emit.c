@@ -74,10 +74,10 @@ const char *attn_emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_in
 /* The tile's first query q0 and, when wq0 is given, the warp's (wq0); its batch entry (and its
  * k/v head's), its tensors' bases, and the key tiles it visits (causal: none past its last
  * query). A block runs one tile (grid: q tiles x batch, the q tiles longest first), or, when
- * item names a work item of a persistent kernel (ITEMS = Q_TILES x BATCH of them), that item's:
- * causal, the longest q tiles of every batch entry first; otherwise a batch entry's q tiles one
- * after the other (its K and V stay in L2). Persistent kernels read q, k and v through TMA: their
- * producer (no wq0) gets the k/v head kvidx, their consumers (wq0) the output's base gO. */
+ * item names a work item of the TMA kernel (ITEMS = Q_TILES x BATCH of them), that item's: items
+ * go in chunks of CHUNK batch entries (their K and V stay in L2 while the chunk runs), the
+ * longest q tiles of a chunk first. The TMA kernel reads q, k and v through its maps: its
+ * producer (no wq0) gets the k/v head kvidx, its consumers (wq0) the output's base gO. */
 void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, const char *wq0,
                            const char *item)
 {
@@ -87,13 +87,14 @@ void attn_emit_block_setup(kt_buf *b, const ops_group *grp, const attn_info *a, 
         kt_buf_line(b,
                     "const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ; /* longest tiles first */");
         kt_buf_line(b, "const int bidx = blockIdx.y;");
-    } else if (a->causal) {
-        kt_buf_line(b,
-                    "const int q0 = (Q_TILES - 1 - %s / BATCH) * BQ, bidx = %s %% BATCH; /* "
-                    "longest first */",
-                    item, item);
     } else {
-        kt_buf_line(b, "const int q0 = %s %% Q_TILES * BQ, bidx = %s / Q_TILES;", item, item);
+        kt_buf_line(b,
+                    "const int c0 = %s / (CHUNK * Q_TILES) * CHUNK, nc = min(CHUNK, BATCH - c0); "
+                    "/* the item's chunk: its first batch entry, their count */",
+                    item);
+        kt_buf_line(b, "const int r = %s - c0 * Q_TILES; /* the item's rank in the chunk */", item);
+        kt_buf_line(b, "const int q0 = (Q_TILES - 1 - r / nc) * BQ, bidx = c0 + r %% nc;%s",
+                    a->causal ? " /* longest first */" : "");
     }
     if (wq0)
         kt_buf_line(b, "const int wq0 = %s; /* this warp's first query */", wq0);
@@ -260,7 +261,7 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     if (m.math == MATH_FFMA)
         attn_emit_ffma_kernel(&b, grp, &a, &m, entry);
     else if (m.ws)
-        attn_emit_wgmma_ws_kernel(&b, grp, &a, &m, entry);
+        attn_emit_wgmma_ws_kernel(&b, grp, &a, &m, dev, entry);
     else if (m.wgmma)
         attn_emit_wgmma_kernel(&b, grp, &a, &m, entry);
     else
@@ -275,9 +276,9 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     snprintf(k->entry, sizeof(k->entry), "%s", entry);
     k->grid[0] = (uint32_t)m.q_tiles;
     k->grid[1] = (uint32_t)a.batch;
-    if (m.ws) { /* persistent: a block per SM walks the q tiles x batch entries */
+    if (m.ws) { /* a block per work item (a q tile of a batch entry), or per SM walking them */
         int64_t items = m.q_tiles * a.batch;
-        k->grid[0] = (uint32_t)(items < dev->sm_count ? items : dev->sm_count);
+        k->grid[0] = (uint32_t)(m.persistent && items > dev->sm_count ? dev->sm_count : items);
         k->grid[1] = 1;
     }
     k->grid[2] = 1;

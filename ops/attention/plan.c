@@ -11,6 +11,7 @@ static const char *const layout_labels[] = {"pad", "swizzle"};
 static const char *const qfrag_labels[] = {"smem", "regs"};
 static const char *const exp_labels[] = {"exp", "exp2"};
 static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_ws"};
+static const char *const grid_labels[] = {"tiles", "persistent"};
 
 const ops_knob attn_knobs[N_KNOBS] = {
     [K_BQ] = {"bq", 3, {64, 128, 192}, NULL},
@@ -26,6 +27,8 @@ const ops_knob attn_knobs[N_KNOBS] = {
     [K_EXP] = {"exp", 2, {EXP_E, EXP_2}, exp_labels},
     /* 16-bit path only: mma.sync, Hopper's warpgroup wgmma, or wgmma fed by a TMA producer */
     [K_MMA] = {"mma", 3, {MMA_SYNC, MMA_WGMMA, MMA_WGMMA_WS}, mma_labels},
+    /* wgmma_ws only: a block per work item, or a block per SM walking them */
+    [K_GRID] = {"grid", 2, {GRID_TILES, GRID_PERSISTENT}, grid_labels},
 };
 
 bool attn_analyse(const ops_group *grp, attn_info *a)
@@ -114,6 +117,7 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
     m->exp2 = s->v[K_EXP] == EXP_2;
     m->wgmma = s->v[K_MMA] != MMA_SYNC;
     m->ws = s->v[K_MMA] == MMA_WGMMA_WS;
+    m->persistent = s->v[K_GRID] == GRID_PERSISTENT;
     int d = (int)a->d, dv = (int)a->dv;
     if (m->math == MATH_FFMA) {
         m->tx = 16;
@@ -227,6 +231,8 @@ const char *attention_prune(const ops_group *grp, const ops_schedule *s, const o
         if (m.regs > cap || (!m.ws && m.regs > dev->regs_per_sm / m.threads))
             return "regs";
     }
+    if (m.persistent && !m.ws)
+        return "redundant"; /* the knob of the TMA kernel */
     if (m.threads > dev->max_threads_per_block)
         return "threads";
     if (m.smem > dev->smem_per_block_optin)

@@ -212,8 +212,8 @@ static void emit_tma_tile(kt_buf *b, const char *map, bool rank3, const char *ds
                     bar, row0);
 }
 
-/* The persistent, warp-specialised Hopper kernel (attention.h: mma=wgmma_ws). A block per SM
- * walks work items (a q tile of a batch entry) w = blockIdx.x, + gridDim.x, .... Warpgroup 0
+/* The warp-specialised Hopper kernel (attention.h: mma=wgmma_ws). A block walks work items (a q
+ * tile of a batch entry) w = blockIdx.x, + gridDim.x, ... (grid=tiles: one). Warpgroup 0
  * produces: its thread 0 loads an item's Q once the consumers released the last one's, then its
  * K and V tiles into the rings (position it counts tiles across items), each after the buffer's
  * previous tile was released, so the next item's Q and first tiles load while the consumers
@@ -222,8 +222,13 @@ static void emit_tma_tile(kt_buf *b, const char *map, bool rank3, const char *ds
  * releasing K_t+1 once S_t+1 is read and V_t once P_t V_t is: no block barrier in the key loop,
  * each warpgroup at its own pace. */
 void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
-                               const attn_geom *m, const char *entry)
+                               const attn_geom *m, const ops_device *dev, const char *entry)
 {
+    /* a chunk: enough batch entries for a block on every SM, whole grouped-query groups */
+    int64_t chunk = (dev->sm_count + m->q_tiles - 1) / m->q_tiles;
+    chunk = (chunk + a->group - 1) / a->group * a->group;
+    if (chunk > a->batch)
+        chunk = a->batch;
     const char *ty = ops_emit_ctype(a->dt);
     bool q3 = a->batch > 1, kv3 = a->batch / a->group > 1;
     char scale[64];
@@ -235,6 +240,10 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
                 "constexpr int Q_TILES = %lld, BATCH = %lld, ITEMS = Q_TILES * BATCH; /* work "
                 "items: a q tile of a batch entry */",
                 (long long)m->q_tiles, (long long)a->batch);
+    kt_buf_line(b,
+                "constexpr int CHUNK = %lld; /* batch entries ordered together: their K and V "
+                "stay in L2 */",
+                (long long)chunk);
     kt_buf_line(b, "/* scores are scaled by %s%s */", scale,
                 m->exp2 ? " (scale * log2(e): softmax in base 2)" : "");
     kt_buf_line(b, "constexpr float SCALE = %s;", scale);

@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family attention
- * schedule: attention bq=128 bkv=128 warps=8 stages=2 math=f16 smem=swizzle q=smem exp=exp2 mma=wgmma_ws
+ * schedule: attention bq=128 bkv=128 warps=8 stages=2 math=f16 smem=swizzle q=smem exp=exp2 mma=wgmma_ws grid=tiles
  * graph: d128
  *   o = attention(q, k, v)  f16 [4, 333, 128]
  */
@@ -94,6 +94,7 @@ ktune_attention_f16_ws_q128_kv128_w8_s2(
     constexpr int MT = 1; /* a warp owns 16 of its warpgroup's 64 rows */
     constexpr int CONSUMERS = 2; /* warpgroups computing, after the producer */
     constexpr int Q_TILES = 3, BATCH = 4, ITEMS = Q_TILES * BATCH; /* work items: a q tile of a batch entry */
+    constexpr int CHUNK = 4; /* batch entries ordered together: their K and V stay in L2 */
     /* scores are scaled by 0.127517432f (scale * log2(e): softmax in base 2) */
     constexpr float SCALE = 0.127517432f;
     constexpr int NST = 2; /* ring buffers of K and of V */
@@ -127,7 +128,9 @@ ktune_attention_f16_ws_q128_kv128_w8_s2(
         if (tid == 0) {
             int it = 0; /* ring position: tiles loaded so far */
             for (int item = 0, w = blockIdx.x; w < ITEMS; item++, w += gridDim.x) {
-                const int q0 = (Q_TILES - 1 - w / BATCH) * BQ, bidx = w % BATCH; /* longest first */
+                const int c0 = w / (CHUNK * Q_TILES) * CHUNK, nc = min(CHUNK, BATCH - c0); /* the item's chunk: its first batch entry, their count */
+                const int r = w - c0 * Q_TILES; /* the item's rank in the chunk */
+                const int q0 = (Q_TILES - 1 - r / nc) * BQ, bidx = c0 + r % nc; /* longest first */
                 const int kvidx = bidx; /* k and v have q's heads */
                 /* causal: keys past the block's last query are never needed */
                 const int kv_end = min(SKV, min(q0 + BQ, SQ));
@@ -163,7 +166,9 @@ ktune_attention_f16_ws_q128_kv128_w8_s2(
                              dv0 = kt_wgmma_desc(sV, BKV * 128, 1024, KT_WGMMA_SW128);
     int it0 = 0; /* ring position of the item's first tile */
     for (int item = 0, w = blockIdx.x; w < ITEMS; item++, w += gridDim.x) {
-        const int q0 = (Q_TILES - 1 - w / BATCH) * BQ, bidx = w % BATCH; /* longest first */
+        const int c0 = w / (CHUNK * Q_TILES) * CHUNK, nc = min(CHUNK, BATCH - c0); /* the item's chunk: its first batch entry, their count */
+        const int r = w - c0 * Q_TILES; /* the item's rank in the chunk */
+        const int q0 = (Q_TILES - 1 - r / nc) * BQ, bidx = c0 + r % nc; /* longest first */
         const int wq0 = q0 + cw * 64 + warp * 16; /* this warp's first query */
         kt_f16 *gO = out0 + (size_t)bidx * SQ * DV;
         /* causal: keys past the block's last query are never needed */

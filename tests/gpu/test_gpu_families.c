@@ -100,6 +100,10 @@ static const gpu_case cases[] = {
      "mma=wgmma_ws"},
     {"bench/cases/attention_f16_d128_full.json", "B=2,H=2,S=333", OPS_PREC_EXACT, "mma=wgmma_ws"},
     {"tests/gpu/attention_d256.json", "B=2,S=200,T=333", OPS_PREC_EXACT, "mma=wgmma_ws"},
+    /* persistent: more work items than SMs, so blocks walk several (rings across items) */
+    {"bench/cases/attention_f16_d128_causal.json", "B=4,H=12,S=333", OPS_PREC_EXACT,
+     "grid=persistent"},
+    {"tests/gpu/attention_gqa.json", "B=9,S=333,T=517", OPS_PREC_EXACT, "grid=persistent"},
     /* grouped-query: 8 query heads over 2 k/v heads, ragged Sq != Skv, causal; every kernel
      * (mma.sync and wgmma) finds its k/v head from its query head */
     {"tests/gpu/attention_gqa.json", "B=2,S=333,T=517", OPS_PREC_EXACT, NULL},

@@ -198,8 +198,9 @@ static int submit_spread(srch_pool *pool, const ops_group *grp, const sched_list
         assert_int_equal(k->block[0], (uint32_t)l->s[i].v[2] * 32 + (ws ? 128 : 0));
         assert_true(k->smem_bytes <= (uint32_t)dev.smem_per_block_optin);
         assert_true(k->grid[0] >= 1 && k->grid[1] >= 1);
-        if (ws) /* persistent */
-            assert_true(k->grid[0] <= (uint32_t)dev.sm_count && k->grid[1] == 1);
+        if (ws) /* one dimension of work items; grid=persistent: at most a block per SM */
+            assert_true(k->grid[1] == 1 &&
+                        (l->s[i].v[9] == 0 || k->grid[0] <= (uint32_t)dev.sm_count));
         assert_non_null(strstr(e.source, "__launch_bounds__"));
         assert_int_equal(srch_pool_submit(pool, e.source, (uint64_t)(tag0 + sent)), 0);
         ops_emitted_free(&e);
@@ -426,8 +427,9 @@ static void test_wgmma_ws(void **state)
     ops_diag d = {0};
     assert_int_equal(f->emit(&grp, &s, &dev, &e, &d), 0);
     const ops_kernel_launch *k = &e.kernels[0];
-    /* persistent: a block per work item (3 q tiles x 4 batch entries) up to one per SM */
+    /* a block per work item (3 q tiles x 4 batch entries); grid=persistent: at most one per SM */
     assert_int_equal(k->grid[0], 12);
+    assert_non_null(strstr(e.source, "constexpr int CHUNK = 4;"));
     assert_int_equal(k->grid[1], 1);
     assert_int_equal(k->block[0], 256 + 128);
     /* Q, two stages of K and V, the 1 KiB alignment slack, 2 + 4 x 2 mbarriers */
