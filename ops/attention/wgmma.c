@@ -212,6 +212,19 @@ static void emit_tma_tile(kt_buf *b, const char *map, bool rank3, const char *ds
                     bar, row0);
 }
 
+/* The loop over a block's work items (grid=persistent), or its one item (grid=tiles: straight
+ * code, no loop for ptxas to keep its state across). */
+static void emit_items_open(kt_buf *b, const attn_geom *m)
+{
+    if (m->persistent)
+        kt_buf_line(b, "for (int item = 0, w = blockIdx.x; w < ITEMS; item++, w += gridDim.x) {");
+    else
+        kt_buf_line(b, "{ /* grid=tiles: the block's one item */");
+    b->indent += 4;
+    if (!m->persistent)
+        kt_buf_line(b, "const int item = 0, w = blockIdx.x;");
+}
+
 /* The warp-specialised Hopper kernel (attention.h: mma=wgmma_ws). A block walks work items (a q
  * tile of a batch entry) w = blockIdx.x, + gridDim.x, ... (grid=tiles: one). Warpgroup 0
  * produces: its thread 0 loads an item's Q once the consumers released the last one's, then its
@@ -291,8 +304,7 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "if (tid == 0) {");
     b->indent += 4;
     kt_buf_line(b, "int it = 0; /* ring position: tiles loaded so far */");
-    kt_buf_line(b, "for (int item = 0, w = blockIdx.x; w < ITEMS; item++, w += gridDim.x) {");
-    b->indent += 4;
+    emit_items_open(b, m);
     attn_emit_block_setup(b, grp, a, NULL, "w");
     kt_buf_line(b, "if (item > 0) /* the consumers are done with the last item's Q */");
     kt_buf_line(b, "    kt_mbar_wait(q_empty, (item - 1) & 1);");
@@ -328,9 +340,9 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "                         dk0 = kt_wgmma_desc(sK, 16, 1024, KT_WGMMA_SW128),");
     kt_buf_line(b, "                         dv0 = kt_wgmma_desc(sV, BKV * 128, 1024, "
                    "KT_WGMMA_SW128);");
-    kt_buf_line(b, "int it0 = 0; /* ring position of the item's first tile */");
-    kt_buf_line(b, "for (int item = 0, w = blockIdx.x; w < ITEMS; item++, w += gridDim.x) {");
-    b->indent += 4;
+    kt_buf_line(b, "%sint it0 = 0; /* ring position of the item's first tile */",
+                m->persistent ? "" : "const ");
+    emit_items_open(b, m);
     attn_emit_block_setup(b, grp, a, "q0 + cw * 64 + warp * 16", "w");
     if (a->causal) {
         kt_buf_line(b, "/* causal: this warpgroup's key tiles end at its own last query */");
@@ -364,10 +376,12 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "if (tile + 1 < n_own) {");
     b->indent += 4;
     kt_buf_line(b, "const int st1 = (it0 + tile + 1) %% NST;");
+    kt_buf_line(b, "/* both waits before the wgmmas: a wait loop between them made ptxas fence "
+                   "the P V (C7519) */");
     kt_buf_line(b, "kt_mbar_wait(&k_full[st1], (it0 + tile + 1) / NST & 1);");
+    kt_buf_line(b, "kt_mbar_wait(&v_full[st], (it0 + tile) / NST & 1);");
     emit_wgmma_qk_issue(b, m, "(tile + 1) * BKV", " /* the keys of S_tile+1 */", "st1 * BKV * D");
     kt_buf_line(b, "/* O += P_tile V_tile, in flight during the softmax of S_tile+1 */");
-    kt_buf_line(b, "kt_mbar_wait(&v_full[st], (it0 + tile) / NST & 1);");
     emit_wgmma_pv_issue(b, m);
     kt_buf_line(b, "kt_wgmma_wait<1>(); /* S_tile+1 done; P V may still run */");
     kt_buf_line(b, "kt_reg_hold(s[0]);");
@@ -417,7 +431,8 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
         kt_buf_line(b, "    }");
         kt_buf_line(b, "}");
     }
-    kt_buf_line(b, "it0 += n_tiles;");
+    if (m->persistent)
+        kt_buf_line(b, "it0 += n_tiles;");
     kt_buf_printf(b, "\n");
     attn_emit_mma_store(b, grp, a);
     attn_emit_close(b, 2);

@@ -127,7 +127,8 @@ ktune_attention_f16_ws_q128_kv128_w8_s2(
         kt_setmaxnreg_dec<24>(); /* 24 + 2 x 240 a thread of the 65536 */
         if (tid == 0) {
             int it = 0; /* ring position: tiles loaded so far */
-            for (int item = 0, w = blockIdx.x; w < ITEMS; item++, w += gridDim.x) {
+            { /* grid=tiles: the block's one item */
+                const int item = 0, w = blockIdx.x;
                 const int c0 = w / (CHUNK * Q_TILES) * CHUNK, nc = min(CHUNK, BATCH - c0); /* the item's chunk: its first batch entry, their count */
                 const int r = w - c0 * Q_TILES; /* the item's rank in the chunk */
                 const int q0 = (Q_TILES - 1 - r / nc) * BQ, bidx = c0 + r % nc; /* longest first */
@@ -164,8 +165,9 @@ ktune_attention_f16_ws_q128_kv128_w8_s2(
     const unsigned long long dq0 = kt_wgmma_desc(sQ + cw * 64 * 64, 16, 1024, KT_WGMMA_SW128),
                              dk0 = kt_wgmma_desc(sK, 16, 1024, KT_WGMMA_SW128),
                              dv0 = kt_wgmma_desc(sV, BKV * 128, 1024, KT_WGMMA_SW128);
-    int it0 = 0; /* ring position of the item's first tile */
-    for (int item = 0, w = blockIdx.x; w < ITEMS; item++, w += gridDim.x) {
+    const int it0 = 0; /* ring position of the item's first tile */
+    { /* grid=tiles: the block's one item */
+        const int item = 0, w = blockIdx.x;
         const int c0 = w / (CHUNK * Q_TILES) * CHUNK, nc = min(CHUNK, BATCH - c0); /* the item's chunk: its first batch entry, their count */
         const int r = w - c0 * Q_TILES; /* the item's rank in the chunk */
         const int q0 = (Q_TILES - 1 - r / nc) * BQ, bidx = c0 + r % nc; /* longest first */
@@ -268,7 +270,9 @@ ktune_attention_f16_ws_q128_kv128_w8_s2(
             const int st = (it0 + tile) % NST, voff = st * BKV * DV; /* V_tile's buffer */
             if (tile + 1 < n_own) {
                 const int st1 = (it0 + tile + 1) % NST;
+                /* both waits before the wgmmas: a wait loop between them made ptxas fence the P V (C7519) */
                 kt_mbar_wait(&k_full[st1], (it0 + tile + 1) / NST & 1);
+                kt_mbar_wait(&v_full[st], (it0 + tile) / NST & 1);
                 const int kv0 = (tile + 1) * BKV; /* the keys of S_tile+1 */
                 kt_wgmma_fence();
                 #pragma unroll
@@ -278,7 +282,6 @@ ktune_attention_f16_ws_q128_kv128_w8_s2(
                                           ks > 0);
                 kt_wgmma_commit();
                 /* O += P_tile V_tile, in flight during the softmax of S_tile+1 */
-                kt_mbar_wait(&v_full[st], (it0 + tile) / NST & 1);
                 #pragma unroll
                 for (int ks = 0; ks < BKV / 16; ks++)
                     kt_wgmma_f16_rs<DV, 1>(o[0], pa[ks], dv0 + ((voff + ks * 16 * 64) >> 3), 1);
@@ -382,7 +385,6 @@ ktune_attention_f16_ws_q128_kv128_w8_s2(
                 kt_mbar_arrive(&v_empty[st]);
             }
         }
-        it0 += n_tiles;
 
 
         /* O / l, the epilogue, and the store (rows past SQ are not written) */
