@@ -49,6 +49,10 @@
  *          a chunk. Knob "grid": tiles (a block per item, started in that order by the hardware
  *          as SMs free up) or persistent (a block per SM walking items blockIdx.x + k gridDim.x,
  *          the next item's Q and first K/V tiles loading while the consumers finish the last).
+ *   splitkv  decode (few query rows, many keys; no epilogue): no tensor cores; a block per k/v
+ *          head and key slice (knob "splits"), the query rows of the head's grouped-query heads
+ *          packed (group x Sq <= 16), K and V streamed once; a second kernel combines the
+ *          slices' partial (O, max, sum) in a fixed order. decode.c says how.
  *
  * Internal to ops/attention/: the types and functions its files share. Files:
  *   plan.c      knobs; the problem (attn_analyse); the schedule's geometry and pruning
@@ -57,7 +61,8 @@
  *   loaders.c   shared-memory tile layout and the cp.async tile loaders (16-byte, 4-byte)
  *   softmax.c   the online softmax: masking, row max and sum, rescaling (tensor-core and FFMA)
  *   mma_sync.c  the mma.sync kernel: its main loop over key/value tiles
- *   wgmma.c     the Hopper kernel: the warpgroup-pipelined wgmma main loop
+ *   wgmma.c     the Hopper kernels: the warpgroup-pipelined wgmma main loop, and wgmma_ws
+ *   decode.c    the split-KV decode kernels (mma=splitkv) and their combine
  *   ffma.c      the FFMA kernel: its three-phase main loop
  *   epilogue.c  the fused epilogue function, O / l and the stores
  *   cost.c      the cost model
@@ -73,12 +78,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { K_BQ, K_BKV, K_WARPS, K_STAGES, K_MATH, K_LAYOUT, K_QFRAG, K_EXP, K_MMA, K_GRID, N_KNOBS };
+enum {
+    K_BQ,
+    K_BKV,
+    K_WARPS,
+    K_STAGES,
+    K_MATH,
+    K_LAYOUT,
+    K_QFRAG,
+    K_EXP,
+    K_MMA,
+    K_GRID,
+    K_SPLITS,
+    N_KNOBS
+};
 enum { MATH_FFMA = 0, MATH_F16 = 1, MATH_BF16 = 2 };
 enum { LAYOUT_PAD = 0, LAYOUT_SWIZZLE = 1 };
 enum { QFRAG_SMEM = 0, QFRAG_REGS = 1 };
 enum { EXP_E = 0, EXP_2 = 1 };
-enum { MMA_SYNC = 0, MMA_WGMMA = 1, MMA_WGMMA_WS = 2 };
+enum { MMA_SYNC = 0, MMA_WGMMA = 1, MMA_WGMMA_WS = 2, MMA_SPLITKV = 3 };
 enum { GRID_TILES = 0, GRID_PERSISTENT = 1 };
 
 /* Registers a thread may plan for; ptxas needs headroom for addresses and temporaries. */
@@ -116,6 +134,8 @@ typedef struct attn_geom {
     int consumers;     /* wgmma paths: warpgroups computing, 64 query rows each */
     int consumer_regs; /* wgmma_ws: registers a consumer thread gets (setmaxnreg), 0: no move */
     int persistent;    /* wgmma_ws: a block per SM walking the work items (grid=persistent) */
+    int splitkv;       /* mma=splitkv: the decode kernels (decode.c) */
+    int splits;        /* splitkv: key slices a k/v head */
     int mt;            /* mma: 16-row m tiles per warp (wgmma: 1, a warp's share of 64 rows) */
     int tx, ty;        /* ffma: thread grid (columns x rows) */
     int rq, rk, rd;    /* ffma: micro-tile rows, S columns, O columns per thread */
@@ -178,6 +198,13 @@ void attn_fill_tma_args(const ops_group *grp, const attn_info *a, const attn_geo
                         ops_kernel_launch *k);
 void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, const attn_geom *m,
                            const char *entry);
+
+/* ---- decode.c ---- */
+void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info *a,
+                               const attn_geom *m, const char *entry);
+void attn_splitkv_launches(const ops_group *grp, const attn_info *a, const attn_geom *m,
+                           const char *entry, ops_emitted *out);
+int64_t attn_splitkv_workspace(const attn_info *a, const attn_geom *m);
 
 /* ---- epilogue.c ---- */
 int attn_emit_epilogue_fn(kt_buf *b, const ops_group *grp, const attn_info *a);

@@ -16,6 +16,19 @@ void attention_estimate(const ops_group *grp, const ops_schedule *s, const ops_d
     attn_geom m;
     attn_geometry(&a, s, &m);
     const ops_graph *g = grp->g;
+    if (m.splitkv) { /* decode: K and V streamed once, the partials written and read back */
+        double kv = (double)(a.batch / a.group) * (double)a.skv * (double)(a.d + a.dv) *
+                    (double)ops_dtype_size(a.dt);
+        double ws = 2.0 * (double)attn_splitkv_workspace(&a, &m);
+        e->flops = 4.0 * (double)a.batch * (double)a.sq * (double)a.skv * (double)a.d;
+        e->bytes = kv + ws;
+        /* few blocks resident (a block per slice and k/v head) leave HBM partly idle */
+        double blocks = (double)m.splits * (double)(a.batch / a.group);
+        double fill = blocks >= 4.0 * dev->sm_count ? 1.0 : blocks / (4.0 * dev->sm_count);
+        e->occupancy = fill;
+        e->seconds = e->bytes / (dev->dram_bytes_per_s * 0.8 * (fill > 0.3 ? fill : 0.3)) + 6e-6;
+        return;
+    }
     /* Work of the visited tiles: QK^T and PV on whole Bq x Bkv tiles. */
     double tile_work = (double)m.bq * m.bkv * 2.0 * (double)(a.d + a.dv);
     e->flops = tile_work * (double)m.kv_tiles * (double)a.batch;

@@ -202,6 +202,8 @@ static void emit_includes(kt_buf *b, const attn_geom *m)
         kt_buf_line(b, "#include \"ktune/reduce.cuh\"");
         return;
     }
+    if (m->splitkv)
+        return; /* CUDA cores: math.cuh's exponential and max */
     if (!m->wgmma)
         kt_buf_line(b, "#include \"ktune/ldmatrix.cuh\"");
     kt_buf_line(b, "#include \"ktune/mma.cuh\"");
@@ -232,12 +234,16 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     attn_geom m;
     attn_geometry(&a, s, &m);
     char entry[64];
-    snprintf(entry, sizeof(entry), "ktune_attention_%s%s_q%d_kv%d_w%d_s%d%s",
-             attn_math_labels[m.math],
-             m.ws      ? "_ws"
-             : m.wgmma ? "_wgmma"
-                       : "",
-             m.bq, m.bkv, m.warps, m.stages, grp->entry_suffix);
+    if (m.splitkv)
+        snprintf(entry, sizeof(entry), "ktune_attention_%s_splitkv_w%d_x%d%s",
+                 attn_math_labels[m.math], m.warps, m.splits, grp->entry_suffix);
+    else
+        snprintf(entry, sizeof(entry), "ktune_attention_%s%s_q%d_kv%d_w%d_s%d%s",
+                 attn_math_labels[m.math],
+                 m.ws      ? "_ws"
+                 : m.wgmma ? "_wgmma"
+                           : "",
+                 m.bq, m.bkv, m.warps, m.stages, grp->entry_suffix);
 
     kt_buf b = {0};
     ops_emit_header(&b, grp, s);
@@ -258,7 +264,9 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
         }
         kt_buf_printf(&b, "\n");
     }
-    if (m.math == MATH_FFMA)
+    if (m.splitkv)
+        attn_emit_splitkv_kernels(&b, grp, &a, &m, entry);
+    else if (m.math == MATH_FFMA)
         attn_emit_ffma_kernel(&b, grp, &a, &m, entry);
     else if (m.ws)
         attn_emit_wgmma_ws_kernel(&b, grp, &a, &m, dev, entry);
@@ -271,6 +279,10 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
         return -ENOMEM;
     }
     out->source = kt_buf_take(&b);
+    if (m.splitkv) {
+        attn_splitkv_launches(grp, &a, &m, entry, out);
+        return 0;
+    }
     out->n_kernels = 1;
     ops_kernel_launch *k = &out->kernels[0];
     snprintf(k->entry, sizeof(k->entry), "%s", entry);

@@ -10,7 +10,7 @@ const char *const attn_math_labels[] = {"ffma", "f16", "bf16"};
 static const char *const layout_labels[] = {"pad", "swizzle"};
 static const char *const qfrag_labels[] = {"smem", "regs"};
 static const char *const exp_labels[] = {"exp", "exp2"};
-static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_ws"};
+static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_ws", "splitkv"};
 static const char *const grid_labels[] = {"tiles", "persistent"};
 
 const ops_knob attn_knobs[N_KNOBS] = {
@@ -26,9 +26,11 @@ const ops_knob attn_knobs[N_KNOBS] = {
     /* natural exp, or exp2 with log2(e) folded into the scale */
     [K_EXP] = {"exp", 2, {EXP_E, EXP_2}, exp_labels},
     /* 16-bit path only: mma.sync, Hopper's warpgroup wgmma, or wgmma fed by a TMA producer */
-    [K_MMA] = {"mma", 3, {MMA_SYNC, MMA_WGMMA, MMA_WGMMA_WS}, mma_labels},
+    [K_MMA] = {"mma", 4, {MMA_SYNC, MMA_WGMMA, MMA_WGMMA_WS, MMA_SPLITKV}, mma_labels},
     /* wgmma_ws only: a block per work item, or a block per SM walking them */
     [K_GRID] = {"grid", 2, {GRID_TILES, GRID_PERSISTENT}, grid_labels},
+    /* splitkv only: key slices a k/v head (1: every other kernel) */
+    [K_SPLITS] = {"splits", 4, {1, 8, 32, 128}, NULL},
 };
 
 bool attn_analyse(const ops_group *grp, attn_info *a)
@@ -115,11 +117,17 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
     m->layout = s->v[K_LAYOUT];
     m->qfrag = s->v[K_QFRAG];
     m->exp2 = s->v[K_EXP] == EXP_2;
-    m->wgmma = s->v[K_MMA] != MMA_SYNC;
+    m->splitkv = s->v[K_MMA] == MMA_SPLITKV;
+    m->splits = s->v[K_SPLITS];
+    m->wgmma = s->v[K_MMA] == MMA_WGMMA || s->v[K_MMA] == MMA_WGMMA_WS;
     m->ws = s->v[K_MMA] == MMA_WGMMA_WS;
     m->persistent = s->v[K_GRID] == GRID_PERSISTENT;
     int d = (int)a->d, dv = (int)a->dv;
-    if (m->math == MATH_FFMA) {
+    if (m->splitkv) {
+        /* Q's rows in a static array; per lane a K row, the rows' scores and O columns */
+        m->smem = 0;
+        m->regs = (int)(a->d / 2 + 2 * a->group * a->sq + a->group * a->sq * a->dv / 32 + 40);
+    } else if (m->math == MATH_FFMA) {
         m->tx = 16;
         m->ty = m->threads / m->tx;
         m->rq = m->bq / m->ty;
@@ -174,6 +182,26 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
     }
 }
 
+/* mma=splitkv (decode.c): 16-bit data, few query rows a k/v head, no epilogue; the knobs it
+ * does not read at one value. */
+static const char *splitkv_prune(const attn_info *a, const attn_geom *m)
+{
+    if ((m->math == MATH_F16 && a->dt != OPS_DT_F16) ||
+        (m->math == MATH_BF16 && a->dt != OPS_DT_BF16) || m->math == MATH_FFMA)
+        return "shape";
+    if (m->bq != 64 || m->bkv != 32 || m->stages != 1 || m->layout != LAYOUT_PAD ||
+        m->qfrag != QFRAG_SMEM || !m->exp2 || m->persistent || m->splits <= 1 ||
+        (m->warps != 4 && m->warps != 8))
+        return "redundant";
+    if (a->has_epilogue || a->d % 8 != 0 || (a->dv != 64 && a->dv != 128 && a->dv != 256))
+        return "shape";
+    if (a->group * a->sq > 16)
+        return "shape"; /* the packed rows' scores and O live in registers */
+    if ((a->skv + m->splits - 1) / m->splits < 32 || a->batch / a->group > 65535)
+        return "shape"; /* slices of whole 32-key chunks; grid.y */
+    return NULL;
+}
+
 const char *attention_prune(const ops_group *grp, const ops_schedule *s, const ops_device *dev)
 {
     attn_info a;
@@ -184,6 +212,10 @@ const char *attention_prune(const ops_group *grp, const ops_schedule *s, const o
     if (a.sq < 1 || a.skv < 1 || a.batch < 1 || a.batch > 65535 || a.d > MAX_HEAD_DIM ||
         a.dv > MAX_HEAD_DIM)
         return "shape";
+    if (m.splits > 1 && !m.splitkv)
+        return "redundant"; /* the decode kernel's knob */
+    if (m.splitkv)
+        return splitkv_prune(&a, &m);
     if (m.math == MATH_FFMA) {
         /* f16/bf16 data always has its tensor-core path. */
         if (a.dt != OPS_DT_F32)

@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family attention
- * schedule: attention bq=128 bkv=128 warps=8 stages=2 math=f16 smem=swizzle q=smem exp=exp2 mma=wgmma_ws grid=tiles
+ * schedule: attention bq=128 bkv=128 warps=8 stages=2 math=f16 smem=swizzle q=smem exp=exp2 mma=wgmma_ws grid=tiles splits=1
  * graph: d128
  *   o = attention(q, k, v)  f16 [4, 333, 128]
  */

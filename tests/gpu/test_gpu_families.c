@@ -96,10 +96,14 @@ static const gpu_case cases[] = {
     /* ... fed by TMA from a producer warpgroup: head dims 64, 128 and 256, ragged Sq and Skv,
      * causal (per-warpgroup trip counts) and not, grouped-query */
     {"examples/attention.json", "B=1,H=2,S=200", OPS_PREC_EXACT, "mma=wgmma_ws"},
-    {"bench/cases/attention_f16_d128_causal.json", "B=1,H=3,S=333", OPS_PREC_EXACT,
-     "mma=wgmma_ws"},
+    {"bench/cases/attention_f16_d128_causal.json", "B=1,H=3,S=333", OPS_PREC_EXACT, "mma=wgmma_ws"},
     {"bench/cases/attention_f16_d128_full.json", "B=2,H=2,S=333", OPS_PREC_EXACT, "mma=wgmma_ws"},
     {"tests/gpu/attention_d256.json", "B=2,S=200,T=333", OPS_PREC_EXACT, "mma=wgmma_ws"},
+    /* split-KV decode: grouped-query rows packed (4 heads x 1 and x 4 queries: 16 rows),
+     * causal (top-left: query i sees keys 0..i) across slices; head dim 256, two queries */
+    {"tests/gpu/attention_gqa.json", "B=2,S=1,T=517", OPS_PREC_EXACT, "mma=splitkv"},
+    {"tests/gpu/attention_gqa.json", "B=3,S=4,T=1000", OPS_PREC_EXACT, "mma=splitkv"},
+    {"tests/gpu/attention_d256.json", "B=2,S=2,T=1000", OPS_PREC_EXACT, "mma=splitkv"},
     /* persistent: more work items than SMs, so blocks walk several (rings across items) */
     {"bench/cases/attention_f16_d128_causal.json", "B=4,H=12,S=333", OPS_PREC_EXACT,
      "grid=persistent"},

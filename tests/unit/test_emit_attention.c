@@ -168,7 +168,7 @@ static void test_counts(void **state)
         "\"outputs\":[\"o\"]}",
         "");
     assert_int_equal(enumerate(g, &grp, &l), 0);
-    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {64, 64, 4, 2, 1, 0, 0, 1}};
+    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {64, 64, 4, 2, 1, 0, 0, 1, 0, 0, 1}};
     ops_device dev;
     ops_device_h100(&dev);
     assert_string_equal(ops_family_get(OPS_FAM_ATTENTION)->prune(&grp, &s, &dev), "shape");
@@ -281,7 +281,7 @@ static void test_golden_and_launch(void **state)
     ops_device dev;
     ops_device_h100(&dev);
     /* bq=128 bkv=64 warps=8 stages=2 math=f16 smem=swizzle q=regs exp=exp2 */
-    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {128, 64, 8, 2, 1, 1, 1, 1}};
+    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {128, 64, 8, 2, 1, 1, 1, 1, 0, 0, 1}};
     const ops_family *f = ops_family_get(OPS_FAM_ATTENTION);
     assert_null(f->prune(&grp, &s, &dev));
     ops_emitted e;
@@ -326,7 +326,7 @@ static void test_wgmma(void **state)
     ops_device_h100(&dev);
     const ops_family *f = ops_family_get(OPS_FAM_ATTENTION);
     /* bq=128 bkv=128 warps=8 stages=2 math=f16 smem=swizzle q=smem exp=exp2 mma=wgmma */
-    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {128, 128, 8, 2, 1, 1, 0, 1, 1}};
+    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {128, 128, 8, 2, 1, 1, 0, 1, 1, 0, 1}};
     assert_null(f->prune(&grp, &s, &dev));
     /* a warpgroup per 64 rows */
     s.v[2] = 4;
@@ -418,7 +418,7 @@ static void test_wgmma_ws(void **state)
     ops_device_h100(&dev);
     const ops_family *f = ops_family_get(OPS_FAM_ATTENTION);
     /* bq=128 bkv=128 warps=8 stages=2 math=f16 smem=swizzle q=smem exp=exp2 mma=wgmma_ws */
-    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {128, 128, 8, 2, 1, 1, 0, 1, 2}};
+    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {128, 128, 8, 2, 1, 1, 0, 1, 2, 0, 1}};
     assert_null(f->prune(&grp, &s, &dev));
     s.v[8] = 1; /* the plain wgmma kernel takes V in one 64-column block */
     assert_string_equal(f->prune(&grp, &s, &dev), "shape");
@@ -461,6 +461,63 @@ static void test_wgmma_ws(void **state)
     ops_graph_free(g);
 }
 
+/* mma=splitkv, decode: Llama-3's grouped-query heads (32 over 8) at one query against 1000 cached
+ * keys (ragged: not whole slices): two kernels (slices, then their combine) over a workspace of
+ * one partial per warp; the tiled kernels stay in the space; more rows than the registers hold
+ * are pruned. */
+static void test_splitkv(void **state)
+{
+    (void)state;
+#define DECODE_JSON                                                                                \
+    "{\"name\":\"dec\",\"inputs\":{\"q\":{\"dtype\":\"bf16\",\"shape\":[2,32,%d,128]},"            \
+    "\"k\":{\"dtype\":\"bf16\",\"shape\":[2,8,1000,128]},"                                         \
+    "\"v\":{\"dtype\":\"bf16\",\"shape\":[2,8,1000,128]}},"                                        \
+    "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"]}],"                 \
+    "\"outputs\":[\"o\"]}"
+    char buf[1024];
+    snprintf(buf, sizeof(buf), DECODE_JSON, 1);
+    ops_graph *g = emit_test_graph(buf, "");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_device dev;
+    ops_device_h100(&dev);
+    const ops_family *f = ops_family_get(OPS_FAM_ATTENTION);
+    /* bq=64 bkv=32 warps=4 stages=1 math=bf16 smem=pad q=smem exp=exp2 mma=splitkv grid=tiles
+     * splits=8 */
+    ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {64, 32, 4, 1, 2, 0, 0, 1, 3, 0, 8}};
+    assert_null(f->prune(&grp, &s, &dev));
+    s.v[10] = 1; /* a split count is the decode kernel's */
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s.v[10] = 8;
+    s.v[1] = 64; /* the knobs it does not read at one value */
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s.v[1] = 32;
+    ops_emitted e;
+    ops_diag d = {0};
+    assert_int_equal(f->emit(&grp, &s, &dev, &e, &d), 0);
+    assert_int_equal(e.n_kernels, 2);
+    assert_int_equal(e.kernels[0].grid[0], 8);  /* slices */
+    assert_int_equal(e.kernels[0].grid[1], 16); /* 2 x 8 k/v heads */
+    assert_int_equal(e.kernels[0].block[0], 128);
+    assert_int_equal(e.kernels[0].args[3].kind, OPS_ARG_WORKSPACE);
+    assert_int_equal(e.kernels[1].args[0].kind, OPS_ARG_WORKSPACE);
+    assert_int_equal(e.kernels[1].grid[0], (2 * 32 * 128 + 255) / 256);
+    /* a partial per warp: 4 rows (the group) x (128 + 2) floats */
+    assert_int_equal(e.workspace_bytes, 16 * 8 * 4 * 4 * (128 + 2) * 4);
+    assert_non_null(strstr(e.source, "constexpr int R = GROUP * SQ;"));
+    assert_non_null(strstr(e.source, "constexpr int SLICE = 128;"));
+    emit_test_golden("attention_bf16_gqa_decode_splitkv.cu", e.source);
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+    /* 5 queries x 4 heads: 20 rows, more than the kernel keeps in registers */
+    snprintf(buf, sizeof(buf), DECODE_JSON, 5);
+    g = emit_test_graph(buf, "");
+    emit_test_whole_group(g, &grp);
+    assert_string_equal(f->prune(&grp, &s, &dev), "shape");
+    ops_graph_free(g);
+}
+
 /* Grouped-query attention (Llama-3's 32 query heads over 8 k/v heads, D 64 here for the wgmma
  * kernel; ragged, causal): each block finds its k/v head from its query head, on the wgmma and
  * the mma.sync kernels alike; the others unchanged. */
@@ -481,8 +538,8 @@ static void test_gqa(void **state)
     ops_device_h100(&dev);
     const ops_family *f = ops_family_get(OPS_FAM_ATTENTION);
     /* wgmma (bq 128, bkv 128, 8 warps, 2 stages, bf16); mma.sync (bq 64, bkv 64, 4 warps) */
-    ops_schedule ws = {.family = OPS_FAM_ATTENTION, .v = {128, 128, 8, 2, 2, 1, 0, 1, 1}};
-    ops_schedule ms = {.family = OPS_FAM_ATTENTION, .v = {64, 64, 4, 2, 2, 1, 0, 1, 0}};
+    ops_schedule ws = {.family = OPS_FAM_ATTENTION, .v = {128, 128, 8, 2, 2, 1, 0, 1, 1, 0, 1}};
+    ops_schedule ms = {.family = OPS_FAM_ATTENTION, .v = {64, 64, 4, 2, 2, 1, 0, 1, 0, 0, 1}};
     const ops_schedule *both[] = {&ws, &ms};
     for (int i = 0; i < 2; i++) {
         const char *why = f->prune(&grp, both[i], &dev);
@@ -554,10 +611,15 @@ static void test_estimate(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),           cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_golden_and_launch), cmocka_unit_test(test_estimate),
-        cmocka_unit_test(test_compile_spread),    cmocka_unit_test(test_wgmma),
-        cmocka_unit_test(test_wgmma_ws),          cmocka_unit_test(test_gqa),
+        cmocka_unit_test(test_matches),
+        cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_golden_and_launch),
+        cmocka_unit_test(test_estimate),
+        cmocka_unit_test(test_compile_spread),
+        cmocka_unit_test(test_wgmma),
+        cmocka_unit_test(test_wgmma_ws),
+        cmocka_unit_test(test_splitkv),
+        cmocka_unit_test(test_gqa),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

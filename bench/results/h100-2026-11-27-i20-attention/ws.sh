@@ -24,6 +24,9 @@ tests/gpu/attention_d256.json B=2,S=200,T=333 mma=wgmma_ws
 tests/gpu/attention_gqa.json B=2,S=333,T=517 mma=wgmma_ws
 bench/cases/attention_f16_d128_causal.json B=4,H=12,S=333 grid=persistent
 tests/gpu/attention_gqa.json B=9,S=333,T=517 grid=persistent
+tests/gpu/attention_gqa.json B=2,S=1,T=517 mma=splitkv
+tests/gpu/attention_gqa.json B=3,S=4,T=1000 mma=splitkv
+tests/gpu/attention_d256.json B=2,S=2,T=1000 mma=splitkv
 CASES
 fi
 if [ -n "${GROUP:-}${ONLY:-}" ]; then

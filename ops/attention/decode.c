@@ -1,0 +1,297 @@
+/* attention family: the split-KV decode kernels (ops/attention/attention.h lists the files).
+ *
+ * For a few query rows against many keys (decode: Sq of 1 to a few, Skv in the thousands) the
+ * tiled kernels waste their tile's rows and run one block per query head. Here a block owns
+ * one k/v head of one batch entry and one of SPLITS slices of its keys, and every query row that
+ * reads that head: R = group x Sq rows (the grouped-query heads packed together, so K and V are
+ * read once for all of them). Each warp walks 32-key chunks of the slice (chunk c of the slice
+ * to warp c % W): lane j loads key j's row of K, scores it against the R query rows (Q in shared
+ * memory, fp32), the rows' running max and sum are updated (max across the warp by shuffles, sums
+ * kept per lane), and O += P V reads V's rows of the chunk with each lane owning DV / 32 output
+ * columns. Every warp writes its unnormalised partial (O, max, sum) to the workspace; a second
+ * kernel, one thread per output element, combines the SPLITS x W partials in a fixed order
+ * (deterministic) and normalises. Scores are in base 2 (log2(e) folded into the scale). */
+#include "attention.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Workspace floats of one warp's partial: O (R x DV), then the rows' max and sum. */
+static int64_t part_floats(const attn_info *a)
+{
+    int64_t r = a->group * a->sq;
+    return r * (a->dv + 2);
+}
+
+int64_t attn_splitkv_workspace(const attn_info *a, const attn_geom *m)
+{
+    return a->batch / a->group * m->splits * m->warps * part_floats(a) * 4;
+}
+
+/* keys per slice: SKV / SPLITS rounded up to whole 32-key chunks */
+static int64_t slice_keys(const attn_info *a, const attn_geom *m)
+{
+    int64_t k = (a->skv + m->splits - 1) / m->splits;
+    return (k + 31) / 32 * 32;
+}
+
+/* The element of a packed pair of 16-bit values as float: low half or high half of u. */
+static void emit_unpack_fns(kt_buf *b, const attn_info *a)
+{
+    const char *t = ops_emit_ctype(a->dt);
+    kt_buf lo = {0}, hi = {0};
+    char elo[64], ehi[64];
+    snprintf(elo, sizeof(elo), "(%s)(u & 0xffffu)", t);
+    snprintf(ehi, sizeof(ehi), "(%s)(u >> 16)", t);
+    ops_emit_to_float(&lo, a->dt, elo);
+    ops_emit_to_float(&hi, a->dt, ehi);
+    kt_buf_line(b, "/* the low and the high 16-bit element of a packed pair, as float */");
+    kt_buf_line(b, "__device__ __forceinline__ float ktd_lo(unsigned u)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    return %s;", lo.data);
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "__device__ __forceinline__ float ktd_hi(unsigned u)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    return %s;", hi.data);
+    kt_buf_line(b, "}");
+    kt_buf_free(&lo);
+    kt_buf_free(&hi);
+}
+
+/* The problem's constants both kernels read (the first kernel also D and SKV, the combine
+ * PARTS). */
+static void emit_constants(kt_buf *b, const attn_info *a, const attn_geom *m, bool combine)
+{
+    if (combine)
+        kt_buf_line(b, "constexpr int DV = %lld, SQ = %lld;", (long long)a->dv, (long long)a->sq);
+    else
+        kt_buf_line(b, "constexpr int D = %lld, DV = %lld, SQ = %lld, SKV = %lld;", (long long)a->d,
+                    (long long)a->dv, (long long)a->sq, (long long)a->skv);
+    kt_buf_line(b,
+                "constexpr int HQ = %lld, GROUP = %lld, HKV = HQ / GROUP; /* query heads, per "
+                "k/v head, k/v heads */",
+                (long long)a->hq, (long long)a->group);
+    kt_buf_line(b, "constexpr int R = GROUP * SQ; /* query rows of a k/v head */");
+    kt_buf_line(b, "constexpr int W = %d, SPLITS = %d; /* warps a block, key slices */", m->warps,
+                m->splits);
+    if (combine)
+        kt_buf_line(b, "constexpr int PARTS = SPLITS * W; /* partials a k/v head */");
+    kt_buf_line(b,
+                "constexpr int PART = R * (DV + 2); /* floats of a partial: O, then max, sum */");
+}
+
+void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info *a,
+                               const attn_geom *m, const char *entry)
+{
+    const char *ty = ops_emit_ctype(a->dt), *oty = ops_emit_ctype(a->out_dt);
+    int iq = attn_input_index(grp, a->q), ik = attn_input_index(grp, a->k),
+        iv = attn_input_index(grp, a->v);
+    int cv = (int)a->dv / 32;
+    const char *vword = cv == 2 ? "unsigned" : cv == 4 ? "uint2" : "uint4";
+    char scale[64];
+    emit_unpack_fns(b, a);
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* Block: k/v batch entry blockIdx.y (batch x k/v head), key slice blockIdx.x; "
+                   "each warp's partial to the workspace */");
+    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", m->threads);
+    kt_buf_line(b, "%s(", entry);
+    for (int i = 0; i < grp->n_in; i++)
+        kt_buf_line(b, "    const %s *__restrict__ in%d,", ty, i);
+    kt_buf_line(b, "    float *__restrict__ workspace)");
+    kt_buf_line(b, "{");
+    b->indent += 4;
+    emit_constants(b, a, m, false);
+    double s2 = a->scale * 1.4426950408889634;
+    snprintf(scale, sizeof(scale), "%.9g", (double)(float)s2);
+    kt_buf_line(b, "constexpr float SCALE = %s%sf; /* scale * log2(e): softmax in base 2 */", scale,
+                strpbrk(scale, ".e") ? "" : ".0");
+    kt_buf_line(b, "constexpr int SLICE = %lld; /* keys a slice: whole 32-key chunks */",
+                (long long)slice_keys(a, m));
+    kt_buf_line(b, "constexpr int DW = D / 8, CV = DV / 32; /* 16-byte words of a K row; columns "
+                   "a lane owns */");
+    kt_buf_line(b, "__shared__ float sq[R][D];");
+    kt_buf_line(b, "const int split = blockIdx.x, kvb = blockIdx.y, warp = threadIdx.x >> 5, lane "
+                   "= threadIdx.x & 31;");
+    kt_buf_line(b, "/* row r: query r %% SQ of query head (kvb %% HKV) * GROUP + r / SQ of batch "
+                   "entry kvb / HKV */");
+    kt_buf_line(b, "for (int i = threadIdx.x; i < R * D; i += blockDim.x) {");
+    kt_buf_line(b, "    const int r = i / D, d = i %% D;");
+    kt_buf_line(b, "    const size_t qb = (size_t)(kvb / HKV) * HQ + kvb %% HKV * GROUP + r / SQ;");
+    kt_buf lq = {0};
+    char qexpr[96];
+    snprintf(qexpr, sizeof(qexpr), "in%d[(qb * SQ + r %% SQ) * D + d]", iq);
+    ops_emit_to_float(&lq, a->dt, qexpr);
+    kt_buf_line(b, "    sq[r][d] = %s;", lq.data);
+    kt_buf_free(&lq);
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "const %s *gK = in%d + (size_t)kvb * SKV * D;", ty, ik);
+    kt_buf_line(b, "const %s *gV = in%d + (size_t)kvb * SKV * DV;", ty, iv);
+    kt_buf_line(b, "float m[R], l[R], o[R][CV]; /* running max (base 2), this lane's share of the "
+                   "sum, its O columns */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(b, "    m[r] = KT_NEG_INF;");
+    kt_buf_line(b, "    l[r] = 0.0f;");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int c = 0; c < CV; c++)");
+    kt_buf_line(b, "        o[r][c] = 0.0f;");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "const int k_end = min(SKV, (split + 1) * SLICE);");
+    kt_buf_line(b, "for (int kv0 = split * SLICE + warp * 32; kv0 < k_end; kv0 += W * 32) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int key = kv0 + lane; /* this lane's key */");
+    kt_buf_line(b, "const bool live = key < k_end;");
+    kt_buf_line(b, "uint4 kr[DW];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int w = 0; w < DW; w++)");
+    kt_buf_line(b, "    kr[w] = live ? reinterpret_cast<const uint4 *>(gK + (size_t)key * D)[w] : "
+                   "make_uint4(0u, 0u, 0u, 0u);");
+    kt_buf_line(b, "float s[R];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(b, "    float acc = 0.0f, acc1 = 0.0f; /* two chains */");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int w = 0; w < DW; w++) {");
+    kt_buf_line(b, "        const float *q = &sq[r][w * 8];");
+    kt_buf_line(b, "        acc = fmaf(q[0], ktd_lo(kr[w].x), fmaf(q[1], ktd_hi(kr[w].x), acc));");
+    kt_buf_line(b,
+                "        acc1 = fmaf(q[2], ktd_lo(kr[w].y), fmaf(q[3], ktd_hi(kr[w].y), acc1));");
+    kt_buf_line(b, "        acc = fmaf(q[4], ktd_lo(kr[w].z), fmaf(q[5], ktd_hi(kr[w].z), acc));");
+    kt_buf_line(b,
+                "        acc1 = fmaf(q[6], ktd_lo(kr[w].w), fmaf(q[7], ktd_hi(kr[w].w), acc1));");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "    s[r] = (acc + acc1) * SCALE;");
+    kt_buf_line(b, "    if (!live%s)", a->causal ? " || key > r % SQ" : "");
+    kt_buf_line(b, "        s[r] = KT_NEG_INF;%s",
+                a->causal ? " /* causal: keys after the query */" : "");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "/* online softmax over the chunk: the rows' max across the warp; p = 2^(s - "
+                   "max) */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(b, "    float mx = s[r];");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int x = 16; x > 0; x >>= 1)");
+    kt_buf_line(b, "        mx = kt_max(mx, __shfl_xor_sync(0xffffffffu, mx, x));");
+    kt_buf_line(b, "    mx = kt_max(mx, m[r]);");
+    kt_buf_line(b, "    const float base = mx == KT_NEG_INF ? 0.0f : mx; /* nothing live yet: p = "
+                   "0, no NaN */");
+    kt_buf_line(b, "    const float alpha = kt_exp2(m[r] - base);");
+    kt_buf_line(b, "    s[r] = kt_exp2(s[r] - base);");
+    kt_buf_line(b, "    l[r] = l[r] * alpha + s[r];");
+    kt_buf_line(b, "    m[r] = mx;");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int c = 0; c < CV; c++)");
+    kt_buf_line(b, "        o[r][c] *= alpha;");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "/* O += P V: V's rows of the chunk, this lane's columns; key j's p from lane j "
+                   "*/");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < 32; j++) {");
+    b->indent += 4;
+    kt_buf_line(b,
+                "const %s vw = kv0 + j < k_end ? reinterpret_cast<const %s *>(gV + (size_t)(kv0 "
+                "+ j) * DV)[lane] : %s;",
+                vword, vword,
+                cv == 2   ? "0u"
+                : cv == 4 ? "make_uint2(0u, 0u)"
+                          : "make_uint4(0u, 0u, 0u, 0u)");
+    if (cv == 2)
+        kt_buf_line(b, "const float v[CV] = {ktd_lo(vw), ktd_hi(vw)};");
+    else if (cv == 4)
+        kt_buf_line(b, "const float v[CV] = {ktd_lo(vw.x), ktd_hi(vw.x), ktd_lo(vw.y), "
+                       "ktd_hi(vw.y)};");
+    else
+        kt_buf_line(b, "const float v[CV] = {ktd_lo(vw.x), ktd_hi(vw.x), ktd_lo(vw.y), "
+                       "ktd_hi(vw.y), ktd_lo(vw.z), ktd_hi(vw.z), ktd_lo(vw.w), ktd_hi(vw.w)};");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(b, "    const float p = __shfl_sync(0xffffffffu, s[r], j);");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int c = 0; c < CV; c++)");
+    kt_buf_line(b, "        o[r][c] = fmaf(p, v[c], o[r][c]);");
+    kt_buf_line(b, "}");
+    attn_emit_close(b, 2);
+    kt_buf_line(b, "/* the warp's partial: O unnormalised, the max, the sum over its lanes */");
+    kt_buf_line(b, "float *part = workspace + (((size_t)kvb * SPLITS + split) * W + warp) * PART;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(b, "    float sum = l[r];");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int x = 16; x > 0; x >>= 1)");
+    kt_buf_line(b, "        sum += __shfl_xor_sync(0xffffffffu, sum, x);");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int c = 0; c < CV; c++)");
+    kt_buf_line(b, "        part[r * DV + lane * CV + c] = o[r][c];");
+    kt_buf_line(b, "    if (lane == 0) {");
+    kt_buf_line(b, "        part[R * DV + r] = m[r];");
+    kt_buf_line(b, "        part[R * DV + R + r] = sum;");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
+    kt_buf_printf(b, "\n");
+
+    kt_buf_line(b, "/* One thread per output element: the PARTS partials of its k/v head combined "
+                   "in order, normalised */");
+    kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(256)");
+    kt_buf_line(b, "%s_combine(const float *__restrict__ workspace, %s *__restrict__ out0)", entry,
+                oty);
+    kt_buf_line(b, "{");
+    b->indent += 4;
+    emit_constants(b, a, m, true);
+    kt_buf_line(b, "constexpr long long TOTAL = %lldLL; /* output elements */",
+                (long long)(a->batch * a->sq * a->dv));
+    kt_buf_line(b, "const long long i = (long long)blockIdx.x * 256 + threadIdx.x;");
+    kt_buf_line(b, "if (i >= TOTAL)");
+    kt_buf_line(b, "    return;");
+    kt_buf_line(b, "const int c = (int)(i %% DV);");
+    kt_buf_line(b, "const long long row = i / DV, bidx = row / SQ; /* the query row, its batch "
+                   "entry (query head) */");
+    kt_buf_line(b, "const long long kvb = bidx / HQ * HKV + bidx %% HQ / GROUP;");
+    kt_buf_line(b, "const int r = (int)(bidx %% HQ %% GROUP) * SQ + (int)(row %% SQ);");
+    kt_buf_line(b, "const float *p0 = workspace + (size_t)kvb * PARTS * PART;");
+    kt_buf_line(b, "float mx = KT_NEG_INF;");
+    kt_buf_line(b, "for (int p = 0; p < PARTS; p++)");
+    kt_buf_line(b, "    mx = kt_max(mx, p0[(size_t)p * PART + R * DV + r]);");
+    kt_buf_line(b, "const float base = mx == KT_NEG_INF ? 0.0f : mx;");
+    kt_buf_line(b, "float sum = 0.0f, acc = 0.0f;");
+    kt_buf_line(b, "for (int p = 0; p < PARTS; p++) {");
+    kt_buf_line(b, "    const float *w = p0 + (size_t)p * PART;");
+    kt_buf_line(b, "    const float f = kt_exp2(w[R * DV + r] - base);");
+    kt_buf_line(b, "    sum = fmaf(w[R * DV + R + r], f, sum);");
+    kt_buf_line(b, "    acc = fmaf(w[r * DV + c], f, acc);");
+    kt_buf_line(b, "}");
+    kt_buf y = {0};
+    ops_emit_from_float(&y, a->out_dt, "acc / sum");
+    kt_buf_line(b, "out0[i] = %s;", y.data);
+    kt_buf_free(&y);
+    attn_emit_close(b, 1);
+}
+
+void attn_splitkv_launches(const ops_group *grp, const attn_info *a, const attn_geom *m,
+                           const char *entry, ops_emitted *out)
+{
+    out->n_kernels = 2;
+    out->workspace_bytes = attn_splitkv_workspace(a, m);
+    ops_kernel_launch *k = &out->kernels[0];
+    snprintf(k->entry, sizeof(k->entry), "%s", entry);
+    k->grid[0] = (uint32_t)m->splits;
+    k->grid[1] = (uint32_t)(a->batch / a->group);
+    k->grid[2] = 1;
+    k->block[0] = (uint32_t)m->threads;
+    k->block[1] = k->block[2] = 1;
+    k->smem_bytes = 0; /* Q's rows are a static array */
+    for (int i = 0; i < grp->n_in; i++)
+        k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = grp->in[i]};
+    k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = 0};
+    k = &out->kernels[1];
+    snprintf(k->entry, sizeof(k->entry), "%s_combine", entry);
+    int64_t total = a->batch * a->sq * a->dv;
+    k->grid[0] = (uint32_t)((total + 255) / 256);
+    k->grid[1] = k->grid[2] = 1;
+    k->block[0] = 256;
+    k->block[1] = k->block[2] = 1;
+    k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = 0};
+    k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = grp->out[0]};
+}
