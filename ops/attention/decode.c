@@ -5,10 +5,10 @@
  * one k/v head of one batch entry and one of SPLITS slices of its keys, and every query row that
  * reads that head: R = group x Sq rows (the grouped-query heads packed together, so K and V are
  * read once for all of them). Each warp walks 32-key chunks of the slice (chunk c of the slice
- * to warp c % W): lane j loads key j's row of K, scores it against the R query rows (Q in shared
- * memory, fp32), the rows' running max and sum are updated (max across the warp by shuffles, sums
- * kept per lane), and O += P V reads V's rows of the chunk with each lane owning DV / 32 output
- * columns. Every warp writes its unnormalised partial (O, max, sum) to the workspace; a second
+ * to warp c % W): in 8 rounds, each 8-lane group reads one key's row of K (coalesced) and scores
+ * it against the R query rows (Q in shared memory, fp32), the sum going to lane j for key j; the
+ * rows' running max and sum are updated (max across the warp by shuffles, sums kept per lane),
+ * and O += P V reads V's rows of the chunk with each lane owning DV / 32 output columns. Every warp writes its unnormalised partial (O, max, sum) to the workspace; a second
  * kernel, one thread per output element, combines the SPLITS x W partials in a fixed order
  * (deterministic) and normalises. Scores are in base 2 (log2(e) folded into the scale). */
 #include "attention.h"
@@ -107,8 +107,8 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
                 strpbrk(scale, ".e") ? "" : ".0");
     kt_buf_line(b, "constexpr int SLICE = %lld; /* keys a slice: whole 32-key chunks */",
                 (long long)slice_keys(a, m));
-    kt_buf_line(b, "constexpr int DW = D / 8, CV = DV / 32; /* 16-byte words of a K row; columns "
-                   "a lane owns */");
+    kt_buf_line(b, "constexpr int DP = D / 64, CV = DV / 32; /* 16-byte pieces of a K row a lane "
+                   "reads; O columns a lane owns */");
     kt_buf_line(b, "__shared__ float sq[R][D];");
     kt_buf_line(b, "const int split = blockIdx.x, kvb = blockIdx.y, warp = threadIdx.x >> 5, lane "
                    "= threadIdx.x & 31;");
@@ -140,28 +140,51 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "const int k_end = min(SKV, (split + 1) * SLICE);");
     kt_buf_line(b, "for (int kv0 = split * SLICE + warp * 32; kv0 < k_end; kv0 += W * 32) {");
     b->indent += 4;
-    kt_buf_line(b, "const int key = kv0 + lane; /* this lane's key */");
+    kt_buf_line(b, "const int key = kv0 + lane; /* the key whose scores this lane keeps */");
     kt_buf_line(b, "const bool live = key < k_end;");
-    kt_buf_line(b, "uint4 kr[DW];");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int w = 0; w < DW; w++)");
-    kt_buf_line(b, "    kr[w] = live ? reinterpret_cast<const uint4 *>(gK + (size_t)key * D)[w] : "
-                   "make_uint4(0u, 0u, 0u, 0u);");
     kt_buf_line(b, "float s[R];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++)");
+    kt_buf_line(b, "    s[r] = 0.0f;");
+    kt_buf_line(b, "/* Q K^T in 8 rounds of 4 keys, a key to each 8-lane group (its row read "
+                   "coalesced: lane i of the group");
+    kt_buf_line(b, " * takes 16-byte pieces i, i + 8, ...), the group's sums added by shuffles, "
+                   "then handed to the key's lane */");
+    kt_buf_line(b, "#pragma unroll 2 /* the loads of two rounds in flight: more spilled */");
+    kt_buf_line(b, "for (int t = 0; t < 8; t++) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int kt = kv0 + t * 4 + (lane >> 3);");
+    kt_buf_line(b, "uint4 kr[DP];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int p = 0; p < DP; p++)");
+    kt_buf_line(b, "    kr[p] = kt < k_end ? reinterpret_cast<const uint4 *>(gK + (size_t)kt * "
+                   "D)[p * 8 + (lane & 7)] : make_uint4(0u, 0u, 0u, 0u);");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int r = 0; r < R; r++) {");
     kt_buf_line(b, "    float acc = 0.0f, acc1 = 0.0f; /* two chains */");
     kt_buf_line(b, "    #pragma unroll");
-    kt_buf_line(b, "    for (int w = 0; w < DW; w++) {");
-    kt_buf_line(b, "        const float *q = &sq[r][w * 8];");
-    kt_buf_line(b, "        acc = fmaf(q[0], ktd_lo(kr[w].x), fmaf(q[1], ktd_hi(kr[w].x), acc));");
+    kt_buf_line(b, "    for (int p = 0; p < DP; p++) {");
+    kt_buf_line(b, "        const float *q = &sq[r][(p * 8 + (lane & 7)) * 8];");
+    kt_buf_line(b, "        acc = fmaf(q[0], ktd_lo(kr[p].x), fmaf(q[1], ktd_hi(kr[p].x), acc));");
     kt_buf_line(b,
-                "        acc1 = fmaf(q[2], ktd_lo(kr[w].y), fmaf(q[3], ktd_hi(kr[w].y), acc1));");
-    kt_buf_line(b, "        acc = fmaf(q[4], ktd_lo(kr[w].z), fmaf(q[5], ktd_hi(kr[w].z), acc));");
+                "        acc1 = fmaf(q[2], ktd_lo(kr[p].y), fmaf(q[3], ktd_hi(kr[p].y), acc1));");
+    kt_buf_line(b, "        acc = fmaf(q[4], ktd_lo(kr[p].z), fmaf(q[5], ktd_hi(kr[p].z), acc));");
     kt_buf_line(b,
-                "        acc1 = fmaf(q[6], ktd_lo(kr[w].w), fmaf(q[7], ktd_hi(kr[w].w), acc1));");
+                "        acc1 = fmaf(q[6], ktd_lo(kr[p].w), fmaf(q[7], ktd_hi(kr[p].w), acc1));");
     kt_buf_line(b, "    }");
-    kt_buf_line(b, "    s[r] = (acc + acc1) * SCALE;");
+    kt_buf_line(b, "    acc += acc1;");
+    kt_buf_line(b, "    acc += __shfl_xor_sync(0xffffffffu, acc, 1);");
+    kt_buf_line(b, "    acc += __shfl_xor_sync(0xffffffffu, acc, 2);");
+    kt_buf_line(b, "    acc += __shfl_xor_sync(0xffffffffu, acc, 4);");
+    kt_buf_line(b, "    /* key kv0 + 4 t + g's sum is in group g: lane 4 t + g takes it */");
+    kt_buf_line(b, "    const float mine = __shfl_sync(0xffffffffu, acc, (lane & 3) * 8);");
+    kt_buf_line(b, "    if (lane >> 2 == t)");
+    kt_buf_line(b, "        s[r] = mine;");
+    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int r = 0; r < R; r++) {");
+    kt_buf_line(b, "    s[r] *= SCALE;");
     kt_buf_line(b, "    if (!live%s)", a->causal ? " || key > r % SQ" : "");
     kt_buf_line(b, "        s[r] = KT_NEG_INF;%s",
                 a->causal ? " /* causal: keys after the query */" : "");

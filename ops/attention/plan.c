@@ -193,7 +193,7 @@ static const char *splitkv_prune(const attn_info *a, const attn_geom *m)
         m->qfrag != QFRAG_SMEM || !m->exp2 || m->persistent || m->splits <= 1 ||
         (m->warps != 4 && m->warps != 8))
         return "redundant";
-    if (a->has_epilogue || a->d % 8 != 0 || (a->dv != 64 && a->dv != 128 && a->dv != 256))
+    if (a->has_epilogue || a->d % 64 != 0 || (a->dv != 64 && a->dv != 128 && a->dv != 256))
         return "shape";
     if (a->group * a->sq > 16)
         return "shape"; /* the packed rows' scores and O live in registers */

@@ -106,7 +106,7 @@ ktune_attention_bf16_splitkv_w4_x8(
     constexpr int PART = R * (DV + 2); /* floats of a partial: O, then max, sum */
     constexpr float SCALE = 0.127517432f; /* scale * log2(e): softmax in base 2 */
     constexpr int SLICE = 128; /* keys a slice: whole 32-key chunks */
-    constexpr int DW = D / 8, CV = DV / 32; /* 16-byte words of a K row; columns a lane owns */
+    constexpr int DP = D / 64, CV = DV / 32; /* 16-byte pieces of a K row a lane reads; O columns a lane owns */
     __shared__ float sq[R][D];
     const int split = blockIdx.x, kvb = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* row r: query r % SQ of query head (kvb % HKV) * GROUP + r / SQ of batch entry kvb / HKV */
@@ -129,25 +129,45 @@ ktune_attention_bf16_splitkv_w4_x8(
     }
     const int k_end = min(SKV, (split + 1) * SLICE);
     for (int kv0 = split * SLICE + warp * 32; kv0 < k_end; kv0 += W * 32) {
-        const int key = kv0 + lane; /* this lane's key */
+        const int key = kv0 + lane; /* the key whose scores this lane keeps */
         const bool live = key < k_end;
-        uint4 kr[DW];
-        #pragma unroll
-        for (int w = 0; w < DW; w++)
-            kr[w] = live ? reinterpret_cast<const uint4 *>(gK + (size_t)key * D)[w] : make_uint4(0u, 0u, 0u, 0u);
         float s[R];
         #pragma unroll
-        for (int r = 0; r < R; r++) {
-            float acc = 0.0f, acc1 = 0.0f; /* two chains */
+        for (int r = 0; r < R; r++)
+            s[r] = 0.0f;
+        /* Q K^T in 8 rounds of 4 keys, a key to each 8-lane group (its row read coalesced: lane i of the group
+         * takes 16-byte pieces i, i + 8, ...), the group's sums added by shuffles, then handed to the key's lane */
+        #pragma unroll 2 /* the loads of two rounds in flight: more spilled */
+        for (int t = 0; t < 8; t++) {
+            const int kt = kv0 + t * 4 + (lane >> 3);
+            uint4 kr[DP];
             #pragma unroll
-            for (int w = 0; w < DW; w++) {
-                const float *q = &sq[r][w * 8];
-                acc = fmaf(q[0], ktd_lo(kr[w].x), fmaf(q[1], ktd_hi(kr[w].x), acc));
-                acc1 = fmaf(q[2], ktd_lo(kr[w].y), fmaf(q[3], ktd_hi(kr[w].y), acc1));
-                acc = fmaf(q[4], ktd_lo(kr[w].z), fmaf(q[5], ktd_hi(kr[w].z), acc));
-                acc1 = fmaf(q[6], ktd_lo(kr[w].w), fmaf(q[7], ktd_hi(kr[w].w), acc1));
+            for (int p = 0; p < DP; p++)
+                kr[p] = kt < k_end ? reinterpret_cast<const uint4 *>(gK + (size_t)kt * D)[p * 8 + (lane & 7)] : make_uint4(0u, 0u, 0u, 0u);
+            #pragma unroll
+            for (int r = 0; r < R; r++) {
+                float acc = 0.0f, acc1 = 0.0f; /* two chains */
+                #pragma unroll
+                for (int p = 0; p < DP; p++) {
+                    const float *q = &sq[r][(p * 8 + (lane & 7)) * 8];
+                    acc = fmaf(q[0], ktd_lo(kr[p].x), fmaf(q[1], ktd_hi(kr[p].x), acc));
+                    acc1 = fmaf(q[2], ktd_lo(kr[p].y), fmaf(q[3], ktd_hi(kr[p].y), acc1));
+                    acc = fmaf(q[4], ktd_lo(kr[p].z), fmaf(q[5], ktd_hi(kr[p].z), acc));
+                    acc1 = fmaf(q[6], ktd_lo(kr[p].w), fmaf(q[7], ktd_hi(kr[p].w), acc1));
+                }
+                acc += acc1;
+                acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+                acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+                acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+                /* key kv0 + 4 t + g's sum is in group g: lane 4 t + g takes it */
+                const float mine = __shfl_sync(0xffffffffu, acc, (lane & 3) * 8);
+                if (lane >> 2 == t)
+                    s[r] = mine;
             }
-            s[r] = (acc + acc1) * SCALE;
+        }
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            s[r] *= SCALE;
             if (!live)
                 s[r] = KT_NEG_INF;
         }
