@@ -349,8 +349,8 @@ def commits_text(r):
     """", commit X", or for parts measured at different commits each commit with its cases."""
     by = {}
     for part in r.get("parts") or []:
-        if part.get("commit"):
-            by.setdefault(part["commit"], []).extend(part.get("cases") or [])
+        if part.get("commit") and part.get("cases"):  # a part wholly measured again: none
+            by.setdefault(part["commit"], []).extend(part["cases"])
     if len(by) > 1:
         return ", commits " + "; ".join(f"{k} ({len(v)} cases: {', '.join(v)})"
                                         for k, v in by.items())
