@@ -49,6 +49,10 @@
  *          a chunk. Knob "grid": tiles (a block per item, started in that order by the hardware
  *          as SMs free up) or persistent (a block per SM walking items blockIdx.x + k gridDim.x,
  *          the next item's Q and first K/V tiles loading while the consumers finish the last).
+ *          Knob "pingpong" (two or three consumers): they take turns issuing their wgmmas, each
+ *          waiting on its named barrier for the one before and releasing the next, so one's
+ *          softmax runs under another's GEMMs (FlashAttention-3's inter-warpgroup overlap);
+ *          every consumer then walks the block's key tiles (equal turn counts).
  *   splitkv  decode (few query rows, many keys; no epilogue): no tensor cores; a block per k/v
  *          head and key slice (knob "splits"), the query rows of the head's grouped-query heads
  *          packed (group x Sq <= 16), K and V streamed once; a second kernel combines the
@@ -90,6 +94,7 @@ enum {
     K_MMA,
     K_GRID,
     K_SPLITS,
+    K_PINGPONG,
     N_KNOBS
 };
 enum { MATH_FFMA = 0, MATH_F16 = 1, MATH_BF16 = 2 };
@@ -134,6 +139,7 @@ typedef struct attn_geom {
     int consumers;     /* wgmma paths: warpgroups computing, 64 query rows each */
     int consumer_regs; /* wgmma_ws: registers a consumer thread gets (setmaxnreg), 0: no move */
     int persistent;    /* wgmma_ws: a block per SM walking the work items (grid=persistent) */
+    int pingpong;      /* wgmma_ws: consumers take turns at the tensor cores (named barriers) */
     int splitkv;       /* mma=splitkv: the decode kernels (decode.c) */
     int splits;        /* splitkv: key slices a k/v head */
     int mt;            /* mma: 16-row m tiles per warp (wgmma: 1, a warp's share of 64 rows) */

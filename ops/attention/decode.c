@@ -8,9 +8,10 @@
  * to warp c % W): in 8 rounds, each 8-lane group reads one key's row of K (coalesced) and scores
  * it against the R query rows (Q in shared memory, fp32), the sum going to lane j for key j; the
  * rows' running max and sum are updated (max across the warp by shuffles, sums kept per lane),
- * and O += P V reads V's rows of the chunk with each lane owning DV / 32 output columns. Every warp writes its unnormalised partial (O, max, sum) to the workspace; a second
- * kernel, one thread per output element, combines the SPLITS x W partials in a fixed order
- * (deterministic) and normalises. Scores are in base 2 (log2(e) folded into the scale). */
+ * and O += P V reads V's rows of the chunk with each lane owning DV / 32 output columns. Every warp
+ * writes its unnormalised partial (O, max, sum) to the workspace; a second kernel, one thread per
+ * output element, combines the SPLITS x W partials in a fixed order (deterministic) and normalises.
+ * Scores are in base 2 (log2(e) folded into the scale). */
 #include "attention.h"
 
 #include <stdio.h>

@@ -212,6 +212,7 @@ static void emit_includes(kt_buf *b, const attn_geom *m)
     if (m->wgmma)
         kt_buf_line(b, "#include \"ktune/wgmma.cuh\"");
     if (m->ws) {
+        kt_buf_line(b, "#include \"ktune/barrier.cuh\"");
         kt_buf_line(b, "#include \"ktune/mbarrier.cuh\"");
         kt_buf_line(b, "#include \"ktune/setmaxnreg.cuh\"");
         kt_buf_line(b, "#include \"ktune/tma.cuh\"");

@@ -31,6 +31,8 @@ const ops_knob attn_knobs[N_KNOBS] = {
     [K_GRID] = {"grid", 2, {GRID_TILES, GRID_PERSISTENT}, grid_labels},
     /* splitkv only: key slices a k/v head (1: every other kernel) */
     [K_SPLITS] = {"splits", 4, {1, 8, 32, 128}, NULL},
+    /* wgmma_ws with two or three consumers only: turns at the tensor cores */
+    [K_PINGPONG] = {"pingpong", 2, {0, 1}, NULL},
 };
 
 bool attn_analyse(const ops_group *grp, attn_info *a)
@@ -122,6 +124,7 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
     m->wgmma = s->v[K_MMA] == MMA_WGMMA || s->v[K_MMA] == MMA_WGMMA_WS;
     m->ws = s->v[K_MMA] == MMA_WGMMA_WS;
     m->persistent = s->v[K_GRID] == GRID_PERSISTENT;
+    m->pingpong = s->v[K_PINGPONG] == 1;
     int d = (int)a->d, dv = (int)a->dv;
     if (m->splitkv) {
         /* Q's rows in a static array; per lane a K row, the rows' scores and O columns */
@@ -190,7 +193,7 @@ static const char *splitkv_prune(const attn_info *a, const attn_geom *m)
         (m->math == MATH_BF16 && a->dt != OPS_DT_BF16) || m->math == MATH_FFMA)
         return "shape";
     if (m->bq != 64 || m->bkv != 32 || m->stages != 1 || m->layout != LAYOUT_PAD ||
-        m->qfrag != QFRAG_SMEM || !m->exp2 || m->persistent || m->splits <= 1 ||
+        m->qfrag != QFRAG_SMEM || !m->exp2 || m->persistent || m->pingpong || m->splits <= 1 ||
         (m->warps != 4 && m->warps != 8))
         return "redundant";
     if (a->has_epilogue || a->d % 64 != 0 || (a->dv != 64 && a->dv != 128 && a->dv != 256))
@@ -263,8 +266,10 @@ const char *attention_prune(const ops_group *grp, const ops_schedule *s, const o
         if (m.regs > cap || (!m.ws && m.regs > dev->regs_per_sm / m.threads))
             return "regs";
     }
-    if (m.persistent && !m.ws)
-        return "redundant"; /* the knob of the TMA kernel */
+    if ((m.persistent || m.pingpong) && !m.ws)
+        return "redundant"; /* the knobs of the TMA kernel */
+    if (m.pingpong && m.consumers < 2)
+        return "redundant"; /* one consumer has no one to take turns with */
     if (m.threads > dev->max_threads_per_block)
         return "threads";
     if (m.smem > dev->smem_per_block_optin)

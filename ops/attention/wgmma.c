@@ -212,6 +212,21 @@ static void emit_tma_tile(kt_buf *b, const char *map, bool rank3, const char *ds
                     bar, row0);
 }
 
+/* pingpong: a consumer's turn at the tensor cores begins when the one before it ended its turn
+ * (named barrier 1 + cw: its own 128 threads and the arrivals of the previous consumer's), and
+ * ends by opening the next one's. */
+static void emit_turn_begin(kt_buf *b, const attn_geom *m)
+{
+    if (m->pingpong)
+        kt_buf_line(b, "kt_bar_sync(1 + cw, 256); /* our turn: the previous consumer issued */");
+}
+static void emit_turn_end(kt_buf *b, const attn_geom *m)
+{
+    if (m->pingpong)
+        kt_buf_line(b, "kt_bar_arrive(1 + (cw + 1) %% CONSUMERS, 256); /* the next consumer's turn "
+                       "*/");
+}
+
 /* The loop over a block's work items (grid=persistent), or its one item (grid=tiles: straight
  * code, no loop for ptxas to keep its state across). */
 static void emit_items_open(kt_buf *b, const attn_geom *m)
@@ -340,13 +355,20 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "                         dk0 = kt_wgmma_desc(sK, 16, 1024, KT_WGMMA_SW128),");
     kt_buf_line(b, "                         dv0 = kt_wgmma_desc(sV, BKV * 128, 1024, "
                    "KT_WGMMA_SW128);");
+    if (m->pingpong) {
+        kt_buf_line(b, "if (cw == CONSUMERS - 1) /* consumer 0 takes the first turn */");
+        kt_buf_line(b, "    kt_bar_arrive(1, 256);");
+    }
     kt_buf_line(b, "%sint it0 = 0; /* ring position of the item's first tile */",
                 m->persistent ? "" : "const ");
     emit_items_open(b, m);
     attn_emit_block_setup(b, grp, a, "q0 + cw * 64 + warp * 16", "w");
-    if (a->causal) {
+    if (a->causal && !m->pingpong) {
         kt_buf_line(b, "/* causal: this warpgroup's key tiles end at its own last query */");
         kt_buf_line(b, "const int n_own = (min(SKV, min(q0 + cw * 64 + 64, SQ)) + BKV - 1) / BKV;");
+    } else if (a->causal) {
+        kt_buf_line(b, "const int n_own = n_tiles; /* pingpong: as many turns as the other "
+                       "consumers (masked past our diagonal) */");
     } else {
         kt_buf_line(b, "const int n_own = n_tiles;");
     }
@@ -360,7 +382,9 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "kt_mbar_wait(&k_full[it0 %% NST], it0 / NST & 1);");
     kt_buf_line(b, "{");
     b->indent += 4;
+    emit_turn_begin(b, m);
     emit_wgmma_qk_issue(b, m, "0", "", "it0 % NST * BKV * D");
+    emit_turn_end(b, m);
     kt_buf_line(b, "kt_wgmma_wait<0>();");
     kt_buf_line(b, "kt_reg_hold(s[0]);");
     kt_buf_line(b, "if (lane == 0)");
@@ -378,11 +402,13 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "const int st1 = (it0 + tile + 1) %% NST;");
     kt_buf_line(b, "/* both waits before the wgmmas: a wait loop between them made ptxas fence "
                    "the P V (C7519) */");
+    emit_turn_begin(b, m);
     kt_buf_line(b, "kt_mbar_wait(&k_full[st1], (it0 + tile + 1) / NST & 1);");
     kt_buf_line(b, "kt_mbar_wait(&v_full[st], (it0 + tile) / NST & 1);");
     emit_wgmma_qk_issue(b, m, "(tile + 1) * BKV", " /* the keys of S_tile+1 */", "st1 * BKV * D");
     kt_buf_line(b, "/* O += P_tile V_tile, in flight during the softmax of S_tile+1 */");
     emit_wgmma_pv_issue(b, m);
+    emit_turn_end(b, m);
     kt_buf_line(b, "kt_wgmma_wait<1>(); /* S_tile+1 done; P V may still run */");
     kt_buf_line(b, "kt_reg_hold(s[0]);");
     kt_buf_line(b, "if (lane == 0)");
@@ -408,15 +434,17 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
                    "load */");
     kt_buf_line(b, "if (lane == 0)");
     kt_buf_line(b, "    kt_mbar_arrive(q_empty);");
+    emit_turn_begin(b, m);
     kt_buf_line(b, "kt_mbar_wait(&v_full[st], (it0 + tile) / NST & 1);");
     kt_buf_line(b, "kt_wgmma_fence();");
     emit_wgmma_pv_issue(b, m);
+    emit_turn_end(b, m);
     kt_buf_line(b, "kt_wgmma_wait<0>();");
     kt_buf_line(b, "kt_reg_hold(o[0]);");
     kt_buf_line(b, "if (lane == 0)");
     kt_buf_line(b, "    kt_mbar_arrive(&v_empty[st]);");
     attn_emit_close(b, 2);
-    if (a->causal) {
+    if (a->causal && !m->pingpong) {
         kt_buf_line(b, "/* the item's tiles past this warpgroup's diagonal: released unread, each "
                        "after it landed (an");
         kt_buf_line(b, " * arrival belongs to the buffer's current phase, so none may run ahead of "

@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family attention
- * schedule: attention bq=64 bkv=32 warps=4 stages=1 math=bf16 smem=pad q=smem exp=exp2 mma=splitkv grid=tiles splits=8
+ * schedule: attention bq=64 bkv=32 warps=4 stages=1 math=bf16 smem=pad q=smem exp=exp2 mma=splitkv grid=tiles splits=8 pingpong=0
  * graph: dec
  *   o = attention(q, k, v)  bf16 [2, 32, 1, 128]
  */

@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family attention
- * schedule: attention bq=128 bkv=128 warps=8 stages=2 math=f16 smem=swizzle q=smem exp=exp2 mma=wgmma_ws grid=tiles splits=1
+ * schedule: attention bq=128 bkv=128 warps=8 stages=2 math=f16 smem=swizzle q=smem exp=exp2 mma=wgmma_ws grid=tiles splits=1 pingpong=0
  * graph: d128
  *   o = attention(q, k, v)  f16 [4, 333, 128]
  */
@@ -10,6 +10,7 @@
 #include "ktune/mma.cuh"
 #include "ktune/swizzle.cuh"
 #include "ktune/wgmma.cuh"
+#include "ktune/barrier.cuh"
 #include "ktune/mbarrier.cuh"
 #include "ktune/setmaxnreg.cuh"
 #include "ktune/tma.cuh"

@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family attention
- * schedule: attention bq=128 bkv=128 warps=8 stages=2 math=f16 smem=swizzle q=smem exp=exp2 mma=wgmma grid=tiles splits=1
+ * schedule: attention bq=128 bkv=128 warps=8 stages=2 math=f16 smem=swizzle q=smem exp=exp2 mma=wgmma grid=tiles splits=1 pingpong=0
  * graph: causal_attention
  *   O = attention(Q, K, V)  f16 [B=4, H=48, S=2048, 64]
  */

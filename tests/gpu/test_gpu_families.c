@@ -104,6 +104,11 @@ static const gpu_case cases[] = {
     {"tests/gpu/attention_gqa.json", "B=2,S=1,T=517", OPS_PREC_EXACT, "mma=splitkv"},
     {"tests/gpu/attention_gqa.json", "B=3,S=4,T=1000", OPS_PREC_EXACT, "mma=splitkv"},
     {"tests/gpu/attention_d256.json", "B=2,S=2,T=1000", OPS_PREC_EXACT, "mma=splitkv"},
+    /* pingpong: consumers taking turns on named barriers, causal (every consumer walks the
+     * block's tiles), across items when persistent */
+    {"bench/cases/attention_f16_d128_causal.json", "B=1,H=3,S=333", OPS_PREC_EXACT, "pingpong=1"},
+    {"tests/gpu/attention_gqa.json", "B=9,S=333,T=517", OPS_PREC_EXACT,
+     "pingpong=1&grid=persistent"},
     /* persistent: more work items than SMs, so blocks walk several (rings across items) */
     {"bench/cases/attention_f16_d128_causal.json", "B=4,H=12,S=333", OPS_PREC_EXACT,
      "grid=persistent"},

@@ -25,6 +25,8 @@ tests/gpu/attention_gqa.json B=2,S=333,T=517 mma=wgmma_ws
 bench/cases/attention_f16_d128_causal.json B=4,H=12,S=333 grid=persistent
 tests/gpu/attention_gqa.json B=9,S=333,T=517 grid=persistent
 tests/gpu/attention_gqa.json B=2,S=1,T=517 mma=splitkv
+bench/cases/attention_f16_d128_causal.json B=1,H=3,S=333 pingpong=1
+tests/gpu/attention_gqa.json B=9,S=333,T=517 pingpong=1&grid=persistent
 tests/gpu/attention_gqa.json B=3,S=4,T=1000 mma=splitkv
 tests/gpu/attention_d256.json B=2,S=2,T=1000 mma=splitkv
 CASES
