@@ -37,6 +37,20 @@ static void emit_wgmma_pack(kt_buf *b, const attn_geom *m)
     attn_emit_close(b, 1);
 }
 
+/* Once P_tile V_tile has landed: O joins S_tile+1's max (the deferred rescale), P_tile+1 packed. */
+static void emit_rescale_and_pack(kt_buf *b, const attn_geom *m)
+{
+    kt_buf_line(b, "/* O joins S_tile+1's max; P_tile+1 is next */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < DV / 8; j++) {");
+    kt_buf_line(b, "    o[0][j][0] *= alpha_o[0][0];");
+    kt_buf_line(b, "    o[0][j][1] *= alpha_o[0][0];");
+    kt_buf_line(b, "    o[0][j][2] *= alpha_o[0][1];");
+    kt_buf_line(b, "    o[0][j][3] *= alpha_o[0][1];");
+    kt_buf_line(b, "}");
+    emit_wgmma_pack(b, m);
+}
+
 /* Waits for all but the youngest cp.async group (what landed: the comment), makes the copies
  * visible to wgmma's async proxy and to every warpgroup. */
 static void emit_landed(kt_buf *b, const char *what)
@@ -153,15 +167,7 @@ void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     attn_emit_mma_softmax(b, a, m, ex, true);
     kt_buf_line(b, "kt_wgmma_wait<0>();");
     kt_buf_line(b, "kt_reg_hold(o[0]);");
-    kt_buf_line(b, "/* O joins S_tile+1's max; P_tile+1 is next */");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int j = 0; j < DV / 8; j++) {");
-    kt_buf_line(b, "    o[0][j][0] *= alpha_o[0][0];");
-    kt_buf_line(b, "    o[0][j][1] *= alpha_o[0][0];");
-    kt_buf_line(b, "    o[0][j][2] *= alpha_o[0][1];");
-    kt_buf_line(b, "    o[0][j][3] *= alpha_o[0][1];");
-    kt_buf_line(b, "}");
-    emit_wgmma_pack(b, m);
+    emit_rescale_and_pack(b, m);
     b->indent -= 4;
     kt_buf_line(b, "} else {");
     b->indent += 4;
@@ -418,15 +424,7 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "kt_reg_hold(o[0]);");
     kt_buf_line(b, "if (lane == 0)");
     kt_buf_line(b, "    kt_mbar_arrive(&v_empty[st]);");
-    kt_buf_line(b, "/* O joins S_tile+1's max; P_tile+1 is next */");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int j = 0; j < DV / 8; j++) {");
-    kt_buf_line(b, "    o[0][j][0] *= alpha_o[0][0];");
-    kt_buf_line(b, "    o[0][j][1] *= alpha_o[0][0];");
-    kt_buf_line(b, "    o[0][j][2] *= alpha_o[0][1];");
-    kt_buf_line(b, "    o[0][j][3] *= alpha_o[0][1];");
-    kt_buf_line(b, "}");
-    emit_wgmma_pack(b, m);
+    emit_rescale_and_pack(b, m);
     b->indent -= 4;
     kt_buf_line(b, "} else {");
     b->indent += 4;
