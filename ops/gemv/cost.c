@@ -15,10 +15,14 @@ static void mma_estimate(const gemv_info *in, const gemv_plan *p, const ops_devi
     double xl2 = (double)in->M / (16.0 * p->rows) * 8.0 * p->ntiles * (double)in->K *
                  (double)ops_dtype_size(in->xdt);
     /* Little's law: DRAM streams at full rate with ~4 MiB in flight (3 TB/s x ~1.3 us); a lane
-     * has its row blocks' 16-byte loads of two steps in flight */
-    double slots = (double)dev->sm_count * (dev->max_threads_per_sm / p->threads);
+     * has its row blocks' 16-byte loads of `depth` steps in flight, and the blocks an SM holds
+     * are bounded by threads and by registers */
+    double by_regs = floor(65536.0 / ((double)p->regs * p->threads));
+    double per_sm = fmin((double)(dev->max_threads_per_sm / p->threads), fmax(by_regs, 1.0));
+    double slots = (double)dev->sm_count * per_sm;
     double resident = fmin((double)p->grid, slots);
-    double eff = fmin(1.0, resident * p->threads * 64.0 * p->rows / (4.0 * 1024 * 1024));
+    double eff =
+        fmin(1.0, resident * p->threads * 32.0 * p->rows * p->depth / (4.0 * 1024 * 1024));
     if (p->grid > slots) {
         double waves = (double)p->grid / slots;
         eff *= waves / ceil(waves);

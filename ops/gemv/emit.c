@@ -121,8 +121,8 @@ int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev
     ops_kernel_launch *k = &out->kernels[0];
     static const char *const load_suffix[] = {"", "_lp", "_ls"};
     if (p.math == MATH_MMA)
-        snprintf(k->entry, sizeof(k->entry), "ktune_gemv_mma_t%d_r%d_k%d%s%s", p.threads, p.rows,
-                 p.ksplit, load_suffix[p.load], grp->entry_suffix);
+        snprintf(k->entry, sizeof(k->entry), "ktune_gemv_mma_t%d_r%d_k%d_d%d%s%s", p.threads,
+                 p.rows, p.ksplit, p.depth, load_suffix[p.load], grp->entry_suffix);
     else
         snprintf(k->entry, sizeof(k->entry), "ktune_gemv_t%d_p%d_r%d_v%d%s%s", p.threads, p.tpr,
                  p.rows, p.vec, load_suffix[p.load], grp->entry_suffix);

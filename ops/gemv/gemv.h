@@ -36,7 +36,10 @@
  * is a whole 16 bytes of a row. The ksplit warps of a row block add their sums through shared
  * memory in a fixed order (deterministic), and the first applies the epilogue. A warp may own
  * rows (1, 2, 4) blocks of 16 rows, each x load then feeding all of them: x is re-read from L2
- * once per warp, which matters past 8 tokens.
+ * once per warp, which matters past 8 tokens. A lane keeps its next depth (2, 4, 8) steps'
+ * loads in flight in a ring of registers: a warp owns a short stretch of k (split by ksplit), so
+ * without the ring it waits out a DRAM round trip every two steps, and the H100's HBM needs
+ * about 4 MiB in flight to stream at full rate.
  *
  *   plan.c   the groups it takes (gemv_analyse), the knobs, the plans and their prune rules
  *   emit.c   a candidate: its parameters, the epilogue and store (kt_gemv_store), the launch
@@ -47,7 +50,7 @@
 
 #include "../family.h"
 
-enum { K_THREADS, K_TPR, K_ROWS, K_VEC, K_LOAD, K_MATH, K_KSPLIT, N_KNOBS };
+enum { K_THREADS, K_TPR, K_ROWS, K_VEC, K_LOAD, K_MATH, K_KSPLIT, K_DEPTH, N_KNOBS };
 enum { LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM };
 enum { MATH_FFMA, MATH_MMA };
 
@@ -72,6 +75,8 @@ typedef struct gemv_info {
 typedef struct gemv_plan {
     int threads, tpr, rows, vec, load;
     int math, ksplit;
+    int depth;  /* mma: k steps a lane keeps in flight */
+    int regs;   /* mma: registers a thread needs (estimated) */
     int ntiles; /* mma: 8-token tiles */
     int64_t rows_per_block, grid;
 } gemv_plan;

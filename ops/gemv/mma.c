@@ -62,33 +62,55 @@ void gemv_emit_mma(kt_buf *b, const gemv_info *in, const gemv_plan *p, const cha
         else
             snprintf(out, sizeof(lda), "kt_ld_nc_stream(%s[r] + 4 * c, policy)", rows);
     }
-    kt_buf_line(b, "#pragma unroll 2");
-    kt_buf_line(b, "for (int c = ks; c < CHUNKS; c += KSPLIT) {");
+    kt_buf_line(b, "/* A ring of DEPTH steps in registers: a lane keeps the loads of its next DEPTH "
+                   "steps in flight");
+    kt_buf_line(b, " * (DRAM wants megabytes in flight; a warp's few steps would otherwise wait "
+                   "out a round trip");
+    kt_buf_line(b, " * each). K is a multiple of 8: a lane's 8 elements are all in k or all past "
+                   "it (zeros, which");
+    kt_buf_line(b, " * add nothing, so the last pass needs no guard). */");
+    kt_buf_line(b, "constexpr int DEPTH = %d;", p->depth);
+    kt_buf_line(b, "uint4 wa[DEPTH][R], wb[DEPTH][R], xw[DEPTH][NT];");
+    kt_buf_line(b, "auto load = [&](int d, int c) {");
     b->indent = 8;
-    kt_buf_line(b, "/* K is a multiple of 8: a lane's 8 elements are all in k or all past it "
-                   "(zeros) */");
-    kt_buf_line(b, "const bool in_k = 32 * c + 8 * q < K;");
-    kt_buf_line(b, "uint4 wa[R], wb[R];");
+    kt_buf_line(b, "const bool in_k = 32 * c + 8 * q < K; /* false past the last step too */");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int r = 0; r < R; r++) {");
-    kt_buf_line(b, "    wa[r] = in_k ? %s : make_uint4(0u, 0u, 0u, 0u);", lda);
-    kt_buf_line(b, "    wb[r] = in_k ? %s : make_uint4(0u, 0u, 0u, 0u);", ldb);
+    kt_buf_line(b, "    wa[d][r] = in_k ? %s : make_uint4(0u, 0u, 0u, 0u);", lda);
+    kt_buf_line(b, "    wb[d][r] = in_k ? %s : make_uint4(0u, 0u, 0u, 0u);", ldb);
     kt_buf_line(b, "}");
     kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < NT; j++)");
+    kt_buf_line(b, "    xw[d][j] = in_k ? __ldg(xr[j] + 4 * c) : make_uint4(0u, 0u, 0u, 0u);");
+    b->indent = 4;
+    kt_buf_line(b, "};");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int d = 0; d < DEPTH; d++)");
+    kt_buf_line(b, "    load(d, ks + d * KSPLIT);");
+    kt_buf_line(b, "for (int c0 = ks; c0 < CHUNKS; c0 += DEPTH * KSPLIT) {");
+    b->indent = 8;
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int d = 0; d < DEPTH; d++) {");
+    b->indent = 12;
+    kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int j = 0; j < NT; j++) {");
-    kt_buf_line(b,
-                "    const uint4 xw = in_k ? __ldg(xr[j] + 4 * c) : make_uint4(0u, 0u, 0u, 0u);");
-    kt_buf_line(b, "    const unsigned b0[2] = {xw.x, xw.y}, b1[2] = {xw.z, xw.w};");
+    kt_buf_line(b, "    const unsigned b0[2] = {xw[d][j].x, xw[d][j].y}, "
+                   "b1[2] = {xw[d][j].z, xw[d][j].w};");
     kt_buf_line(b, "    #pragma unroll");
     kt_buf_line(b, "    for (int r = 0; r < R; r++) {");
     kt_buf_line(b,
                 "        /* k 8q .. 8q + 3 of rows g, g + 8 into slots 2q, 2q + 1, 2q + 8, 2q + 9; "
                 "then 8q + 4 .. */");
-    kt_buf_line(b, "        const unsigned a0[4] = {wa[r].x, wb[r].x, wa[r].y, wb[r].y};");
-    kt_buf_line(b, "        const unsigned a1[4] = {wa[r].z, wb[r].z, wa[r].w, wb[r].w};");
+    kt_buf_line(b, "        const unsigned a0[4] = {wa[d][r].x, wb[d][r].x, wa[d][r].y, "
+                   "wb[d][r].y};");
+    kt_buf_line(b, "        const unsigned a1[4] = {wa[d][r].z, wb[d][r].z, wa[d][r].w, "
+                   "wb[d][r].w};");
     kt_buf_line(b, "        %s(acc[r][j], a0, b0);", mma);
     kt_buf_line(b, "        %s(acc[r][j], a1, b1);", mma);
     kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "load(d, c0 + (d + DEPTH) * KSPLIT); /* the slot's step DEPTH ahead */");
+    b->indent = 8;
     kt_buf_line(b, "}");
     b->indent = 4;
     kt_buf_line(b, "}");

@@ -17,6 +17,7 @@ const ops_knob gemv_knobs[N_KNOBS] = {
     [K_LOAD] = {"load", 3, {LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM}, load_labels}, /* of A */
     [K_MATH] = {"math", 2, {MATH_FFMA, MATH_MMA}, math_labels},
     [K_KSPLIT] = {"ksplit", 4, {1, 2, 4, 8}, NULL}, /* mma: warps sharing a row block's k */
+    [K_DEPTH] = {"depth", 3, {2, 4, 8}, NULL},      /* mma: k steps a lane has in flight */
 };
 
 static bool in_group(const ops_group *grp, int node)
@@ -119,10 +120,11 @@ const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, const ops
     p->load = s->v[K_LOAD];
     p->math = s->v[K_MATH];
     p->ksplit = s->v[K_KSPLIT];
+    p->depth = s->v[K_DEPTH];
     if (p->math == MATH_MMA)
         return mma_plan_make(in, p, dev);
-    if (p->ksplit != 1)
-        return "redundant"; /* k is split across a row's lanes, not warps */
+    if (p->ksplit != 1 || p->depth != 2)
+        return "redundant"; /* k is split across a row's lanes, not warps; unrolled, no ring */
     if (in->T > GEMV_MAX_T_FFMA)
         return "shape";
     if (p->tpr > p->threads)
@@ -176,6 +178,8 @@ static const char *mma_plan_make(const gemv_info *in, gemv_plan *p, const ops_de
     int64_t chunks = (in->K + 31) / 32;
     if (p->ksplit > 1 && chunks < 4 * p->ksplit)
         return "redundant"; /* a slice of fewer than 4 steps: the reduction costs more */
+    if (p->depth > 2 && (chunks + p->ksplit - 1) / p->ksplit < p->depth)
+        return "redundant"; /* a ring deeper than a warp's steps */
     p->ntiles = (int)((in->T + 7) / 8);
     if (p->rows > 1 && p->ntiles < 2)
         return "redundant"; /* more rows a warp only saves re-reads of a larger x */
@@ -183,9 +187,11 @@ static const char *mma_plan_make(const gemv_info *in, gemv_plan *p, const ops_de
     p->grid = (in->M + p->rows_per_block - 1) / p->rows_per_block;
     if (p->grid < 2 * dev->sm_count && p->threads > 128 && p->ksplit == 1)
         return "redundant"; /* few row blocks: split k rather than grow the block */
-    /* sums, the row blocks' and the tiles' 16-byte loads (unrolled twice), pointers */
-    int regs = 32 + 4 * p->rows * p->ntiles + 2 * (8 * p->rows + 4 * p->ntiles);
-    if (regs > 168)
+    /* sums, the ring of the row blocks' and the tiles' 16-byte loads, pointers */
+    p->regs = 32 + 4 * p->rows * p->ntiles + p->depth * (8 * p->rows + 4 * p->ntiles) +
+              2 * (2 * p->rows + p->ntiles);
+    /* __launch_bounds__(THREADS) caps a thread at 64 Ki registers / THREADS (128 at 512) */
+    if (p->regs > 200 || p->regs > 65536 / p->threads)
         return "regs";
     return NULL;
 }

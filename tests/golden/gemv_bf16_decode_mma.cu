@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family gemv
- * schedule: gemv threads=256 tpr=32 rows=2 vec=8 load=stream math=mma ksplit=2
+ * schedule: gemv threads=256 tpr=32 rows=2 vec=8 load=stream math=mma ksplit=2 depth=2
  * graph: linear_decode
  *   t0 = matmul(X, W)  bf16 [T=16, N=4096]
  *   t1 = add(t0, bias)  bf16 [T=16, N=4096]
@@ -97,7 +97,7 @@ constexpr int CHUNKS = (K + 31) / 32; /* steps of 32 elements of k */
  * lane % 4) loads 16 bytes at k 32 c + 8 q of rows g and g + 8 of each block and of token g of
  * each tile, which feed two m16n8k16 products (k permuted alike for A and x). */
 extern "C" __global__ void __launch_bounds__(THREADS)
-ktune_gemv_mma_t256_r2_k2_ls(const kt_bf16 *__restrict__ x, const kt_bf16 *__restrict__ a, const kt_bf16 *__restrict__ in2, const kt_bf16 *__restrict__ in3, kt_bf16 *__restrict__ y)
+ktune_gemv_mma_t256_r2_k2_d2_ls(const kt_bf16 *__restrict__ x, const kt_bf16 *__restrict__ a, const kt_bf16 *__restrict__ in2, const kt_bf16 *__restrict__ in3, kt_bf16 *__restrict__ y)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, q = lane & 3, ks = warp % KSPLIT;
@@ -118,28 +118,42 @@ ktune_gemv_mma_t256_r2_k2_ls(const kt_bf16 *__restrict__ x, const kt_bf16 *__res
     float acc[R][NT][4] = {};
     /* A is read once: evict it first from L2 */
     const unsigned long long policy = kt_policy_evict_first();
-    #pragma unroll 2
-    for (int c = ks; c < CHUNKS; c += KSPLIT) {
-        /* K is a multiple of 8: a lane's 8 elements are all in k or all past it (zeros) */
-        const bool in_k = 32 * c + 8 * q < K;
-        uint4 wa[R], wb[R];
+    /* A ring of DEPTH steps in registers: a lane keeps the loads of its next DEPTH steps in flight
+     * (DRAM wants megabytes in flight; a warp's few steps would otherwise wait out a round trip
+     * each). K is a multiple of 8: a lane's 8 elements are all in k or all past it (zeros, which
+     * add nothing, so the last pass needs no guard). */
+    constexpr int DEPTH = 2;
+    uint4 wa[DEPTH][R], wb[DEPTH][R], xw[DEPTH][NT];
+    auto load = [&](int d, int c) {
+        const bool in_k = 32 * c + 8 * q < K; /* false past the last step too */
         #pragma unroll
         for (int r = 0; r < R; r++) {
-            wa[r] = in_k ? kt_ld_nc_stream(ra[r] + 4 * c, policy) : make_uint4(0u, 0u, 0u, 0u);
-            wb[r] = in_k ? kt_ld_nc_stream(rb[r] + 4 * c, policy) : make_uint4(0u, 0u, 0u, 0u);
+            wa[d][r] = in_k ? kt_ld_nc_stream(ra[r] + 4 * c, policy) : make_uint4(0u, 0u, 0u, 0u);
+            wb[d][r] = in_k ? kt_ld_nc_stream(rb[r] + 4 * c, policy) : make_uint4(0u, 0u, 0u, 0u);
         }
         #pragma unroll
-        for (int j = 0; j < NT; j++) {
-            const uint4 xw = in_k ? __ldg(xr[j] + 4 * c) : make_uint4(0u, 0u, 0u, 0u);
-            const unsigned b0[2] = {xw.x, xw.y}, b1[2] = {xw.z, xw.w};
+        for (int j = 0; j < NT; j++)
+            xw[d][j] = in_k ? __ldg(xr[j] + 4 * c) : make_uint4(0u, 0u, 0u, 0u);
+    };
+    #pragma unroll
+    for (int d = 0; d < DEPTH; d++)
+        load(d, ks + d * KSPLIT);
+    for (int c0 = ks; c0 < CHUNKS; c0 += DEPTH * KSPLIT) {
+        #pragma unroll
+        for (int d = 0; d < DEPTH; d++) {
             #pragma unroll
-            for (int r = 0; r < R; r++) {
-                /* k 8q .. 8q + 3 of rows g, g + 8 into slots 2q, 2q + 1, 2q + 8, 2q + 9; then 8q + 4 .. */
-                const unsigned a0[4] = {wa[r].x, wb[r].x, wa[r].y, wb[r].y};
-                const unsigned a1[4] = {wa[r].z, wb[r].z, wa[r].w, wb[r].w};
-                kt_mma_m16n8k16_bf16(acc[r][j], a0, b0);
-                kt_mma_m16n8k16_bf16(acc[r][j], a1, b1);
+            for (int j = 0; j < NT; j++) {
+                const unsigned b0[2] = {xw[d][j].x, xw[d][j].y}, b1[2] = {xw[d][j].z, xw[d][j].w};
+                #pragma unroll
+                for (int r = 0; r < R; r++) {
+                    /* k 8q .. 8q + 3 of rows g, g + 8 into slots 2q, 2q + 1, 2q + 8, 2q + 9; then 8q + 4 .. */
+                    const unsigned a0[4] = {wa[d][r].x, wb[d][r].x, wa[d][r].y, wb[d][r].y};
+                    const unsigned a1[4] = {wa[d][r].z, wb[d][r].z, wa[d][r].w, wb[d][r].w};
+                    kt_mma_m16n8k16_bf16(acc[r][j], a0, b0);
+                    kt_mma_m16n8k16_bf16(acc[r][j], a1, b1);
+                }
             }
+            load(d, c0 + (d + DEPTH) * KSPLIT); /* the slot's step DEPTH ahead */
         }
     }
     /* The row block's KSPLIT warps (consecutive) add up in warp order; the first goes on. */

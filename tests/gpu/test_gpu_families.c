@@ -66,6 +66,10 @@ static const gpu_case cases[] = {
     {"tests/gpu/linear_decode.json", "T=5,N=1000,K=1000", OPS_PREC_EXACT, "math=mma"},
     {"tests/gpu/linear_decode.json", "T=19,N=333,K=2008", OPS_PREC_EXACT, "math=mma"},
     {"tests/gpu/linear_decode.json", "T=64,N=200,K=4096", OPS_PREC_EXACT, "math=mma"},
+    /* its ring of 4 and 8 steps in flight: a warp's steps not a multiple of the depth, the
+     * last step partial (K = 2008: 63 steps of 32, split 1, 2, 4 or 8 ways) */
+    {"tests/gpu/linear_decode.json", "T=13,N=333,K=2008", OPS_PREC_EXACT, "math=mma&depth=8"},
+    {"tests/gpu/linear_decode.json", "T=13,N=333,K=2008", OPS_PREC_EXACT, "math=mma&depth=4"},
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "math=mma"},
     /* gemv rows read by several warps (tpr 64-256), both forms, ragged */
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "tpr=128"},

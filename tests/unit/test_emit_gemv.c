@@ -13,7 +13,7 @@
 #include "ops/ops.h"
 #include "tests/unit/emit_test_util.h"
 
-enum { THREADS, TPR, ROWS, VEC, LOAD, MATH, KSPLIT };
+enum { THREADS, TPR, ROWS, VEC, LOAD, MATH, KSPLIT, DEPTH };
 enum { LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM };
 enum { MATH_FFMA, MATH_MMA };
 
@@ -99,6 +99,7 @@ static ops_schedule sched(int threads, int tpr, int rows, int vec)
     s.v[VEC] = vec;
     s.v[MATH] = MATH_FFMA;
     s.v[KSPLIT] = 1;
+    s.v[DEPTH] = 2;
     return s;
 }
 
@@ -146,6 +147,18 @@ static void test_prune(void **state)
     m.v[ROWS] = 1;
     m.v[KSPLIT] = 8; /* more warps than the block has */
     assert_string_equal(why(decode_bf16, "T=16,N=4096,K=4096", m), "redundant");
+    /* the ring: deeper than a warp's steps is redundant, eight steps of 8 tiles too many
+     * registers; FFMA has no ring */
+    m.v[KSPLIT] = 4;
+    m.v[DEPTH] = 8;
+    assert_string_equal(why(decode_bf16, "T=16,N=4096,K=4096", m), "kept");
+    assert_string_equal(why(decode_bf16, "T=16,N=4096,K=768", m), "redundant"); /* 6 steps */
+    assert_string_equal(why(decode_bf16, "T=64,N=4096,K=4096", m), "regs");
+    m.v[DEPTH] = 2;
+    assert_string_equal(why(decode_bf16, "T=64,N=4096,K=4096", m), "kept");
+    ops_schedule f = sched(64, 32, 1, 8);
+    f.v[DEPTH] = 4;
+    assert_string_equal(why(decode_bf16, "T=16,N=14336,K=4096", f), "redundant");
 }
 
 static void emit_one(const ops_group *grp, const ops_schedule *s, ops_emitted *e)
@@ -270,6 +283,22 @@ static void test_mma(void **state)
     /* 4096 rows, 32 a warp (two blocks of 16), 4 row groups of 2 warps a block: 32 blocks */
     assert_int_equal(e.kernels[0].grid[0], 32);
     emit_test_golden("gemv_bf16_decode_mma.cu", e.source);
+    ops_emitted_free(&e);
+    /* the ring: DEPTH steps loaded ahead, each slot refilled right after its products */
+    s.v[DEPTH] = 8;
+    s.v[ROWS] = 1;
+    assert_null(fam()->prune(&grp, &s, &dev));
+    emit_one(&grp, &s, &e);
+    assert_non_null(strstr(e.source, "constexpr int DEPTH = 8;"));
+    assert_non_null(strstr(e.source, "load(d, c0 + (d + DEPTH) * KSPLIT);"));
+    assert_non_null(strstr(e.kernels[0].entry, "_d8_"));
+    emit_test_list deep = {0};
+    emit_test_collect(&s, &deep);
+    s.v[KSPLIT] = 8;
+    s.v[DEPTH] = 4;
+    emit_test_collect(&s, &deep);
+    assert_int_equal(emit_test_compile_spread(&grp, &deep, deep.n, "sm_90a", emit_one), 2);
+    free(deep.s);
     ops_emitted_free(&e);
     ops_graph_free(g);
     assert_true(compile_kept(decode_bf16, "T=16,N=4096,K=4096", MATH_MMA, 12, "sm_90a") >= 6);
