@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 19, decode GEMMs: ktune tune --local on the Llama decode shapes, one fresh cache, its
-# data.mdb brought back for ../h100-2026-11-27-i19-dual-swiglu/trials.py (every trial's
+# data.mdb brought back for trials.py (every trial's
 # schedule and time); the bench cache's data.mdb too when the machine still holds it.
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/dist-device/lib KTUNE_SOURCE_ROOT=$PWD
