@@ -89,6 +89,7 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
         iv = attn_input_index(grp, a->v);
     int cv = (int)a->dv / 32;
     const char *vword = cv == 2 ? "unsigned" : cv == 4 ? "uint2" : "uint4";
+    const bool ring = m->stages > 1;
     char scale[64];
     emit_unpack_fns(b, a);
     kt_buf_printf(b, "\n");
@@ -139,8 +140,53 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "        o[r][c] = 0.0f;");
     kt_buf_line(b, "}");
     kt_buf_line(b, "const int k_end = min(SKV, (split + 1) * SLICE);");
+    if (ring) {
+        kt_buf_line(b, "/* Each warp's ring of STAGES 32-key chunks (K's rows, then V's) in shared "
+                       "memory, filled by cp.async");
+        kt_buf_line(b, " * STAGES - 1 chunks ahead of the one it scores: a warp's own loads "
+                       "would leave one chunk in");
+        kt_buf_line(b, " * flight, too few bytes to stream HBM. Keys past the slice read as "
+                       "zeros (zero-size copies). */");
+        kt_buf_line(b, "constexpr int STAGES = %d, CHUNK = 32 * (D + DV); /* elements of a "
+                       "stage */",
+                    m->stages);
+        kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kv_ring[];");
+        kt_buf_line(b, "%s *ring = reinterpret_cast<%s *>(kv_ring) + (size_t)warp * STAGES * "
+                       "CHUNK;",
+                    ty, ty);
+        kt_buf_line(b, "auto fetch = [&](int st, int c0) {");
+        kt_buf_line(b, "    %s *sk = ring + st * CHUNK, *sv = sk + 32 * D;", ty);
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int i = lane; i < 32 * D / 8; i += 32) {");
+        kt_buf_line(b, "        const int key = c0 + i / (D / 8);");
+        kt_buf_line(b, "        const bool in = key < k_end;");
+        kt_buf_line(b, "        kt_cp_async16(sk + i * 8, gK + (size_t)(in ? key : 0) * D + i %% "
+                       "(D / 8) * 8, in ? 16 : 0);");
+        kt_buf_line(b, "    }");
+        kt_buf_line(b, "    #pragma unroll");
+        kt_buf_line(b, "    for (int i = lane; i < 32 * DV / 8; i += 32) {");
+        kt_buf_line(b, "        const int key = c0 + i / (DV / 8);");
+        kt_buf_line(b, "        const bool in = key < k_end;");
+        kt_buf_line(b, "        kt_cp_async16(sv + i * 8, gV + (size_t)(in ? key : 0) * DV + i %% "
+                       "(DV / 8) * 8, in ? 16 : 0);");
+        kt_buf_line(b, "    }");
+        kt_buf_line(b, "    kt_cp_async_commit(); /* a group per chunk, empty past the slice */");
+        kt_buf_line(b, "};");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int st = 0; st < STAGES - 1; st++)");
+        kt_buf_line(b, "    fetch(st, split * SLICE + warp * 32 + st * W * 32);");
+        kt_buf_line(b, "int stage = 0;");
+    }
     kt_buf_line(b, "for (int kv0 = split * SLICE + warp * 32; kv0 < k_end; kv0 += W * 32) {");
     b->indent += 4;
+    if (ring) {
+        kt_buf_line(b, "/* the slot scored last time gets the chunk STAGES - 1 ahead; this one's "
+                       "copies land */");
+        kt_buf_line(b, "fetch(stage == 0 ? STAGES - 1 : stage - 1, kv0 + (STAGES - 1) * W * 32);");
+        kt_buf_line(b, "kt_cp_async_wait<STAGES - 1>();");
+        kt_buf_line(b, "__syncwarp();");
+        kt_buf_line(b, "const %s *sK = ring + stage * CHUNK, *sV = sK + 32 * D;", ty);
+    }
     kt_buf_line(b, "const int key = kv0 + lane; /* the key whose scores this lane keeps */");
     kt_buf_line(b, "const bool live = key < k_end;");
     kt_buf_line(b, "float s[R];");
@@ -151,15 +197,26 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
                    "coalesced: lane i of the group");
     kt_buf_line(b, " * takes 16-byte pieces i, i + 8, ...), the group's sums added by shuffles, "
                    "then handed to the key's lane */");
-    kt_buf_line(b, "#pragma unroll 2 /* the loads of two rounds in flight: more spilled */");
+    if (ring)
+        kt_buf_line(b, "#pragma unroll 2");
+    else
+        kt_buf_line(b, "#pragma unroll 2 /* the loads of two rounds in flight: more spilled */");
     kt_buf_line(b, "for (int t = 0; t < 8; t++) {");
     b->indent += 4;
-    kt_buf_line(b, "const int kt = kv0 + t * 4 + (lane >> 3);");
     kt_buf_line(b, "uint4 kr[DP];");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int p = 0; p < DP; p++)");
-    kt_buf_line(b, "    kr[p] = kt < k_end ? reinterpret_cast<const uint4 *>(gK + (size_t)kt * "
-                   "D)[p * 8 + (lane & 7)] : make_uint4(0u, 0u, 0u, 0u);");
+    if (ring) {
+        kt_buf_line(b, "const uint4 *row = reinterpret_cast<const uint4 *>(sK + (t * 4 + (lane >> "
+                       "3)) * D);");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int p = 0; p < DP; p++)");
+        kt_buf_line(b, "    kr[p] = row[p * 8 + (lane & 7)];");
+    } else {
+        kt_buf_line(b, "const int kt = kv0 + t * 4 + (lane >> 3);");
+        kt_buf_line(b, "#pragma unroll");
+        kt_buf_line(b, "for (int p = 0; p < DP; p++)");
+        kt_buf_line(b, "    kr[p] = kt < k_end ? reinterpret_cast<const uint4 *>(gK + (size_t)kt * "
+                       "D)[p * 8 + (lane & 7)] : make_uint4(0u, 0u, 0u, 0u);");
+    }
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int r = 0; r < R; r++) {");
     kt_buf_line(b, "    float acc = 0.0f, acc1 = 0.0f; /* two chains */");
@@ -214,13 +271,17 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int j = 0; j < 32; j++) {");
     b->indent += 4;
-    kt_buf_line(b,
-                "const %s vw = kv0 + j < k_end ? reinterpret_cast<const %s *>(gV + (size_t)(kv0 "
-                "+ j) * DV)[lane] : %s;",
-                vword, vword,
-                cv == 2   ? "0u"
-                : cv == 4 ? "make_uint2(0u, 0u)"
-                          : "make_uint4(0u, 0u, 0u, 0u)");
+    if (ring)
+        kt_buf_line(b, "const %s vw = reinterpret_cast<const %s *>(sV + j * DV)[lane];", vword,
+                    vword);
+    else
+        kt_buf_line(b,
+                    "const %s vw = kv0 + j < k_end ? reinterpret_cast<const %s *>(gV + "
+                    "(size_t)(kv0 + j) * DV)[lane] : %s;",
+                    vword, vword,
+                    cv == 2   ? "0u"
+                    : cv == 4 ? "make_uint2(0u, 0u)"
+                              : "make_uint4(0u, 0u, 0u, 0u)");
     if (cv == 2)
         kt_buf_line(b, "const float v[CV] = {ktd_lo(vw), ktd_hi(vw)};");
     else if (cv == 4)
@@ -236,7 +297,12 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "    for (int c = 0; c < CV; c++)");
     kt_buf_line(b, "        o[r][c] = fmaf(p, v[c], o[r][c]);");
     kt_buf_line(b, "}");
-    attn_emit_close(b, 2);
+    attn_emit_close(b, 1);
+    if (ring) {
+        kt_buf_line(b, "__syncwarp(); /* every lane done with the slot before it is refilled */");
+        kt_buf_line(b, "stage = stage + 1 == STAGES ? 0 : stage + 1;");
+    }
+    attn_emit_close(b, 1);
     kt_buf_line(b, "/* the warp's partial: O unnormalised, the max, the sum over its lanes */");
     kt_buf_line(b, "float *part = workspace + (((size_t)kvb * SPLITS + split) * W + warp) * PART;");
     kt_buf_line(b, "#pragma unroll");
@@ -305,7 +371,7 @@ void attn_splitkv_launches(const ops_group *grp, const attn_info *a, const attn_
     k->grid[2] = 1;
     k->block[0] = (uint32_t)m->threads;
     k->block[1] = k->block[2] = 1;
-    k->smem_bytes = 0; /* Q's rows are a static array */
+    k->smem_bytes = (uint32_t)m->smem; /* the warps' rings (Q's rows are a static array) */
     for (int i = 0; i < grp->n_in; i++)
         k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = grp->in[i]};
     k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = 0};

@@ -127,8 +127,11 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
     m->pingpong = s->v[K_PINGPONG] == 1;
     int d = (int)a->d, dv = (int)a->dv;
     if (m->splitkv) {
-        /* Q's rows in a static array; per lane a K row, the rows' scores and O columns */
-        m->smem = 0;
+        /* Q's rows in a static array; with stages > 1, each warp's ring of 32-key chunks of K
+         * and V in dynamic shared memory; per lane a K row, the rows' scores and O columns */
+        m->smem = m->stages > 1 ? m->warps * m->stages * 32 * (d + dv) *
+                                      (int)ops_dtype_size(a->dt)
+                                : 0;
         m->regs = (int)(a->d / 2 + 2 * a->group * a->sq + a->group * a->sq * a->dv / 32 + 40);
     } else if (m->math == MATH_FFMA) {
         m->tx = 16;
@@ -187,12 +190,12 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
 
 /* mma=splitkv (decode.c): 16-bit data, few query rows a k/v head, no epilogue; the knobs it
  * does not read at one value. */
-static const char *splitkv_prune(const attn_info *a, const attn_geom *m)
+static const char *splitkv_prune(const attn_info *a, const attn_geom *m, const ops_device *dev)
 {
     if ((m->math == MATH_F16 && a->dt != OPS_DT_F16) ||
         (m->math == MATH_BF16 && a->dt != OPS_DT_BF16) || m->math == MATH_FFMA)
         return "shape";
-    if (m->bq != 64 || m->bkv != 32 || m->stages != 1 || m->layout != LAYOUT_PAD ||
+    if (m->bq != 64 || m->bkv != 32 || m->layout != LAYOUT_PAD ||
         m->qfrag != QFRAG_SMEM || !m->exp2 || m->persistent || m->pingpong || m->splits <= 1 ||
         (m->warps != 4 && m->warps != 8))
         return "redundant";
@@ -202,6 +205,12 @@ static const char *splitkv_prune(const attn_info *a, const attn_geom *m)
         return "shape"; /* the packed rows' scores and O live in registers */
     if ((a->skv + m->splits - 1) / m->splits < 32 || a->batch / a->group > 65535)
         return "shape"; /* slices of whole 32-key chunks; grid.y */
+    /* a warp's chunks: the slice's keys over its warps */
+    int64_t chunks = ((a->skv + m->splits - 1) / m->splits + 32 * m->warps - 1) / (32 * m->warps);
+    if (m->stages > 1 && chunks < m->stages)
+        return "redundant"; /* a ring longer than a warp's walk */
+    if (m->smem + a->group * a->sq * a->d * 4 > dev->smem_per_block_optin)
+        return "smem"; /* the ring and Q's rows (fp32) */
     return NULL;
 }
 
@@ -218,7 +227,7 @@ const char *attention_prune(const ops_group *grp, const ops_schedule *s, const o
     if (m.splits > 1 && !m.splitkv)
         return "redundant"; /* the decode kernel's knob */
     if (m.splitkv)
-        return splitkv_prune(&a, &m);
+        return splitkv_prune(&a, &m, dev);
     if (m.math == MATH_FFMA) {
         /* f16/bf16 data always has its tensor-core path. */
         if (a.dt != OPS_DT_F32)

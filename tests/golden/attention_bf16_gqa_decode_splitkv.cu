@@ -93,7 +93,7 @@ __device__ __forceinline__ float ktd_hi(unsigned u)
 
 /* Block: k/v batch entry blockIdx.y (batch x k/v head), key slice blockIdx.x; each warp's partial to the workspace */
 extern "C" __global__ void __launch_bounds__(128)
-ktune_attention_bf16_splitkv_w4_x8(
+ktune_attention_bf16_splitkv_w4_x8_s1(
     const kt_bf16 *__restrict__ in0,
     const kt_bf16 *__restrict__ in1,
     const kt_bf16 *__restrict__ in2,
@@ -139,8 +139,8 @@ ktune_attention_bf16_splitkv_w4_x8(
          * takes 16-byte pieces i, i + 8, ...), the group's sums added by shuffles, then handed to the key's lane */
         #pragma unroll 2 /* the loads of two rounds in flight: more spilled */
         for (int t = 0; t < 8; t++) {
-            const int kt = kv0 + t * 4 + (lane >> 3);
             uint4 kr[DP];
+            const int kt = kv0 + t * 4 + (lane >> 3);
             #pragma unroll
             for (int p = 0; p < DP; p++)
                 kr[p] = kt < k_end ? reinterpret_cast<const uint4 *>(gK + (size_t)kt * D)[p * 8 + (lane & 7)] : make_uint4(0u, 0u, 0u, 0u);
@@ -222,7 +222,7 @@ ktune_attention_bf16_splitkv_w4_x8(
 
 /* One thread per output element: the PARTS partials of its k/v head combined in order, normalised */
 extern "C" __global__ void __launch_bounds__(256)
-ktune_attention_bf16_splitkv_w4_x8_combine(const float *__restrict__ workspace, kt_bf16 *__restrict__ out0)
+ktune_attention_bf16_splitkv_w4_x8_s1_combine(const float *__restrict__ workspace, kt_bf16 *__restrict__ out0)
 {
     constexpr int DV = 128, SQ = 1;
     constexpr int HQ = 32, GROUP = 4, HKV = HQ / GROUP; /* query heads, per k/v head, k/v heads */

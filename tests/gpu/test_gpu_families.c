@@ -108,6 +108,13 @@ static const gpu_case cases[] = {
     {"tests/gpu/attention_gqa.json", "B=2,S=1,T=517", OPS_PREC_EXACT, "mma=splitkv"},
     {"tests/gpu/attention_gqa.json", "B=3,S=4,T=1000", OPS_PREC_EXACT, "mma=splitkv"},
     {"tests/gpu/attention_d256.json", "B=2,S=2,T=1000", OPS_PREC_EXACT, "mma=splitkv"},
+    /* its cp.async ring of K and V chunks: ragged slices (the last chunks of a slice and of
+     * the keys zero-filled), warps with fewer chunks than others, D 64 and 128 (at D 256 a
+     * ring of two chunks a warp is past the shared memory) */
+    {"tests/gpu/attention_gqa.json", "B=3,S=4,T=5003", OPS_PREC_EXACT, "mma=splitkv&stages=3"},
+    {"tests/gpu/attention_gqa.json", "B=2,S=1,T=4100", OPS_PREC_EXACT, "mma=splitkv&stages=2"},
+    {"bench/cases/llama3_gqa_decode_bf16.json", "B=2,T=3001", OPS_PREC_EXACT,
+     "mma=splitkv&stages=2"},
     /* pingpong: consumers taking turns on named barriers, causal (every consumer walks the
      * block's tiles), across items when persistent */
     {"bench/cases/attention_f16_d128_causal.json", "B=1,H=3,S=333", OPS_PREC_EXACT, "pingpong=1"},

@@ -470,12 +470,12 @@ static void test_splitkv(void **state)
     (void)state;
 #define DECODE_JSON                                                                                \
     "{\"name\":\"dec\",\"inputs\":{\"q\":{\"dtype\":\"bf16\",\"shape\":[2,32,%d,128]},"            \
-    "\"k\":{\"dtype\":\"bf16\",\"shape\":[2,8,1000,128]},"                                         \
-    "\"v\":{\"dtype\":\"bf16\",\"shape\":[2,8,1000,128]}},"                                        \
+    "\"k\":{\"dtype\":\"bf16\",\"shape\":[2,8,%d,128]},"                                           \
+    "\"v\":{\"dtype\":\"bf16\",\"shape\":[2,8,%d,128]}},"                                          \
     "\"nodes\":[{\"out\":\"o\",\"op\":\"attention\",\"in\":[\"q\",\"k\",\"v\"]}],"                 \
     "\"outputs\":[\"o\"]}"
     char buf[1024];
-    snprintf(buf, sizeof(buf), DECODE_JSON, 1);
+    snprintf(buf, sizeof(buf), DECODE_JSON, 1, 1000, 1000);
     ops_graph *g = emit_test_graph(buf, "");
     ops_group grp;
     emit_test_whole_group(g, &grp);
@@ -509,9 +509,37 @@ static void test_splitkv(void **state)
     emit_test_golden("attention_bf16_gqa_decode_splitkv.cu", e.source);
     emit_test_compile(e.source, "sm_90a");
     ops_emitted_free(&e);
+    /* stages 2 and 3: each warp's ring of 32-key chunks of K and V in dynamic shared memory,
+     * filled by cp.async. At 1000 keys over 8 slices a warp has one chunk: no ring. At 4000
+     * keys (ragged: 500 a slice, rounded to 512) four; 8 warps x 2 stages x 32 x 256 elements
+     * (bf16) is past the opt-in limit. */
+    s.v[3] = 3;
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    ops_graph_free(g);
+    snprintf(buf, sizeof(buf), DECODE_JSON, 1, 4000, 4000);
+    g = emit_test_graph(buf, "");
+    emit_test_whole_group(g, &grp);
+    assert_null(f->prune(&grp, &s, &dev));
+    assert_int_equal(f->emit(&grp, &s, &dev, &e, &d), 0);
+    assert_int_equal(e.kernels[0].smem_bytes, 4 * 3 * 32 * 256 * 2);
+    assert_non_null(strstr(e.source, "kt_cp_async_wait<STAGES - 1>();"));
+    assert_non_null(strstr(e.source, "reinterpret_cast<const uint2 *>(sV + j * DV)[lane]"));
+    assert_null(strstr(e.source, "gV + (size_t)(kv0 + j) * DV"));
+    emit_test_golden("attention_bf16_gqa_decode_splitkv_ring.cu", e.source);
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    s.v[2] = 8;
+    s.v[3] = 2;
+    assert_string_equal(f->prune(&grp, &s, &dev), "smem");
+    s.v[3] = 3;
+    s.v[2] = 4;
+    s.v[10] = 32; /* 4000 keys over 32 slices: 128 keys, one chunk a warp */
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s.v[3] = 1;
+    s.v[10] = 8;
     ops_graph_free(g);
     /* 5 queries x 4 heads: 20 rows, more than the kernel keeps in registers */
-    snprintf(buf, sizeof(buf), DECODE_JSON, 5);
+    snprintf(buf, sizeof(buf), DECODE_JSON, 5, 1000, 1000);
     g = emit_test_graph(buf, "");
     emit_test_whole_group(g, &grp);
     assert_string_equal(f->prune(&grp, &s, &dev), "shape");
