@@ -27,7 +27,7 @@ for g in full causal; do
     $NCU --metrics "$M" --clock-control none --kernel-name "$filt" --launch-skip 3 --launch-count 1 \
       python3 bench/results/h100-2026-11-27-i20-attention/ncu_attn.py $who "$KTUNE_CACHE" $G 2 32 4096 \
       > "$N/ncu-$g-$who.log" 2>&1
-    { echo "==== $g $who (rc $?)"; grep -E "schedule|==PROF==|Kernel|ktune_|flash|fmha|sm90|pipe_tensor|sm__throughput|gpu__time|issue_active|dram__" "$N/ncu-$g-$who.log" | head -20; } >> "$OUT/ncu-d128-tensor.txt"
+    { echo "==== $g $who (rc $?)"; grep -E "==PROF==|^  [a-z_]+.*\(|pipe_tensor|sm__throughput|gpu__time|issue_active|dram__" "$N/ncu-$g-$who.log" | head -20; } >> "$OUT/ncu-d128-tensor.txt"
   done
 done
 cat "$OUT/ncu-d128-tensor.txt"
