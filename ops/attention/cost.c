@@ -25,6 +25,12 @@ void attention_estimate(const ops_group *grp, const ops_schedule *s, const ops_d
         /* few blocks resident (a block per slice and k/v head) leave HBM partly idle */
         double blocks = (double)m.splits * (double)(a.batch / a.group);
         double fill = blocks >= 4.0 * dev->sm_count ? 1.0 : blocks / (4.0 * dev->sm_count);
+        /* past one wave of resident blocks, the last wave's idle SMs (blocks are equal work) */
+        double per_sm = fmin((double)(dev->max_threads_per_sm / m.threads),
+                             m.smem > 0 ? floor((double)dev->smem_per_sm / m.smem) : 32.0);
+        double waves = blocks / ((double)dev->sm_count * fmax(per_sm, 1.0));
+        if (waves > 1.0)
+            fill *= waves / ceil(waves);
         e->occupancy = fill;
         /* a warp's own loads keep about one chunk in flight; the cp.async ring keeps
          * stages - 1 ahead (the H100 streamed K and V at ~80% of the copy rate without it) */

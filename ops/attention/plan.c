@@ -30,7 +30,7 @@ const ops_knob attn_knobs[N_KNOBS] = {
     /* wgmma_ws only: a block per work item, or a block per SM walking them */
     [K_GRID] = {"grid", 2, {GRID_TILES, GRID_PERSISTENT}, grid_labels},
     /* splitkv only: key slices a k/v head (1: every other kernel) */
-    [K_SPLITS] = {"splits", 4, {1, 8, 32, 128}, NULL},
+    [K_SPLITS] = {"splits", 6, {1, 4, 8, 16, 32, 128}, NULL},
     /* wgmma_ws with two or three consumers only: turns at the tensor cores */
     [K_PINGPONG] = {"pingpong", 2, {0, 1}, NULL},
 };
