@@ -55,8 +55,9 @@
  *          every consumer then walks the block's key tiles (equal turn counts).
  *   splitkv  decode (few query rows, many keys; no epilogue): no tensor cores; a block per k/v
  *          head and key slice (knob "splits"), the query rows of the head's grouped-query heads
- *          packed (group x Sq <= 16), K and V streamed once; a second kernel combines the
- *          slices' partial (O, max, sum) in a fixed order. decode.c says how.
+ *          packed (group x Sq <= 16), K and V streamed once (knob "stages" 2 or 3: through a
+ *          cp.async ring of 32-key chunks per warp in shared memory); a second kernel combines
+ *          the slices' partial (O, max, sum) in a fixed order. decode.c says how.
  *
  * Internal to ops/attention/: the types and functions its files share. Files:
  *   plan.c      knobs; the problem (attn_analyse); the schedule's geometry and pruning

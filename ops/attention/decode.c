@@ -11,7 +11,9 @@
  * and O += P V reads V's rows of the chunk with each lane owning DV / 32 output columns. Every warp
  * writes its unnormalised partial (O, max, sum) to the workspace; a second kernel, one thread per
  * output element, combines the SPLITS x W partials in a fixed order (deterministic) and normalises.
- * Scores are in base 2 (log2(e) folded into the scale). */
+ * Scores are in base 2 (log2(e) folded into the scale). With stages 2 or 3 a warp reads its chunks
+ * from a ring of that many chunks in dynamic shared memory, filled by cp.async stages - 1 chunks
+ * ahead (keys past the slice zero-filled), instead of loading each chunk when it scores it. */
 #include "attention.h"
 
 #include <stdio.h>
@@ -147,12 +149,14 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
                        "would leave one chunk in");
         kt_buf_line(b, " * flight, too few bytes to stream HBM. Keys past the slice read as "
                        "zeros (zero-size copies). */");
-        kt_buf_line(b, "constexpr int STAGES = %d, CHUNK = 32 * (D + DV); /* elements of a "
-                       "stage */",
+        kt_buf_line(b,
+                    "constexpr int STAGES = %d, CHUNK = 32 * (D + DV); /* elements of a "
+                    "stage */",
                     m->stages);
         kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kv_ring[];");
-        kt_buf_line(b, "%s *ring = reinterpret_cast<%s *>(kv_ring) + (size_t)warp * STAGES * "
-                       "CHUNK;",
+        kt_buf_line(b,
+                    "%s *ring = reinterpret_cast<%s *>(kv_ring) + (size_t)warp * STAGES * "
+                    "CHUNK;",
                     ty, ty);
         kt_buf_line(b, "auto fetch = [&](int st, int c0) {");
         kt_buf_line(b, "    %s *sk = ring + st * CHUNK, *sv = sk + 32 * D;", ty);

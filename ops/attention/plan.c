@@ -129,9 +129,8 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
     if (m->splitkv) {
         /* Q's rows in a static array; with stages > 1, each warp's ring of 32-key chunks of K
          * and V in dynamic shared memory; per lane a K row, the rows' scores and O columns */
-        m->smem = m->stages > 1 ? m->warps * m->stages * 32 * (d + dv) *
-                                      (int)ops_dtype_size(a->dt)
-                                : 0;
+        m->smem =
+            m->stages > 1 ? m->warps * m->stages * 32 * (d + dv) * (int)ops_dtype_size(a->dt) : 0;
         m->regs = (int)(a->d / 2 + 2 * a->group * a->sq + a->group * a->sq * a->dv / 32 + 40);
     } else if (m->math == MATH_FFMA) {
         m->tx = 16;
@@ -195,8 +194,8 @@ static const char *splitkv_prune(const attn_info *a, const attn_geom *m, const o
     if ((m->math == MATH_F16 && a->dt != OPS_DT_F16) ||
         (m->math == MATH_BF16 && a->dt != OPS_DT_BF16) || m->math == MATH_FFMA)
         return "shape";
-    if (m->bq != 64 || m->bkv != 32 || m->layout != LAYOUT_PAD ||
-        m->qfrag != QFRAG_SMEM || !m->exp2 || m->persistent || m->pingpong || m->splits <= 1 ||
+    if (m->bq != 64 || m->bkv != 32 || m->layout != LAYOUT_PAD || m->qfrag != QFRAG_SMEM ||
+        !m->exp2 || m->persistent || m->pingpong || m->splits <= 1 ||
         (m->warps != 4 && m->warps != 8))
         return "redundant";
     if (a->has_epilogue || a->d % 64 != 0 || (a->dv != 64 && a->dv != 128 && a->dv != 256))

@@ -21,8 +21,7 @@ static void mma_estimate(const gemv_info *in, const gemv_plan *p, const ops_devi
     double per_sm = fmin((double)(dev->max_threads_per_sm / p->threads), fmax(by_regs, 1.0));
     double slots = (double)dev->sm_count * per_sm;
     double resident = fmin((double)p->grid, slots);
-    double eff =
-        fmin(1.0, resident * p->threads * 32.0 * p->rows * p->depth / (4.0 * 1024 * 1024));
+    double eff = fmin(1.0, resident * p->threads * 32.0 * p->rows * p->depth / (4.0 * 1024 * 1024));
     if (p->grid > slots) {
         double waves = (double)p->grid / slots;
         eff *= waves / ceil(waves);

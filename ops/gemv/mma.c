@@ -62,8 +62,9 @@ void gemv_emit_mma(kt_buf *b, const gemv_info *in, const gemv_plan *p, const cha
         else
             snprintf(out, sizeof(lda), "kt_ld_nc_stream(%s[r] + 4 * c, policy)", rows);
     }
-    kt_buf_line(b, "/* A ring of DEPTH steps in registers: a lane keeps the loads of its next DEPTH "
-                   "steps in flight");
+    kt_buf_line(b,
+                "/* A ring of DEPTH steps in registers: a lane keeps the loads of its next DEPTH "
+                "steps in flight");
     kt_buf_line(b, " * (DRAM wants megabytes in flight; a warp's few steps would otherwise wait "
                    "out a round trip");
     kt_buf_line(b, " * each). K is a multiple of 8: a lane's 8 elements are all in k or all past "
