@@ -12,7 +12,7 @@ K="bq=64 bkv=32 warps=4 stages=%s math=bf16 smem=pad q=smem exp=exp2 mma=splitkv
 N=$(mktemp -d)
 for st in 2 1; do
   pat=$(printf "$K" $st)
-  $NCU $S --clock-control none --kernel-name regex:splitkv_w4_x4_s$st'$' --launch-count 1 \
+  $NCU $S --clock-control none --kernel-name regex:splitkv_w4_x4_s$st --launch-count 1 \
     dist-device/tests/test_gpu_families 1 bench/cases/llama3_gqa_decode_bf16.json B=16,T=32768 "$pat" \
     > "$N/own-$st.log" 2>&1
   echo "==== ktune stages=$st (rc $?)"; grep -E " ok | FAIL" "$N/own-$st.log" | head -3
