@@ -58,6 +58,9 @@
  *          packed (group x Sq <= 16), K and V streamed once (knob "stages" 2 or 3: through a
  *          cp.async ring of 32-key chunks per warp in shared memory); a second kernel combines
  *          the slices' partial (O, max, sum) in a fixed order. decode.c says how.
+ *   splitkv_tc  the same on the tensor cores (sm_80+): the packed rows padded to one m16 tile,
+ *          S = Q K^T and O += P V by m16n8k16 mma.sync on fragments ldmatrix reads from the
+ *          ring (stages 2 or 3 only), the softmax on the accumulators.
  *
  * Internal to ops/attention/: the types and functions its files share. Files:
  *   plan.c      knobs; the problem (attn_analyse); the schedule's geometry and pruning
@@ -102,7 +105,7 @@ enum { MATH_FFMA = 0, MATH_F16 = 1, MATH_BF16 = 2 };
 enum { LAYOUT_PAD = 0, LAYOUT_SWIZZLE = 1 };
 enum { QFRAG_SMEM = 0, QFRAG_REGS = 1 };
 enum { EXP_E = 0, EXP_2 = 1 };
-enum { MMA_SYNC = 0, MMA_WGMMA = 1, MMA_WGMMA_WS = 2, MMA_SPLITKV = 3 };
+enum { MMA_SYNC = 0, MMA_WGMMA = 1, MMA_WGMMA_WS = 2, MMA_SPLITKV = 3, MMA_SPLITKV_TC = 4 };
 enum { GRID_TILES = 0, GRID_PERSISTENT = 1 };
 
 /* Registers a thread may plan for; ptxas needs headroom for addresses and temporaries. */
@@ -141,7 +144,8 @@ typedef struct attn_geom {
     int consumer_regs; /* wgmma_ws: registers a consumer thread gets (setmaxnreg), 0: no move */
     int persistent;    /* wgmma_ws: a block per SM walking the work items (grid=persistent) */
     int pingpong;      /* wgmma_ws: consumers take turns at the tensor cores (named barriers) */
-    int splitkv;       /* mma=splitkv: the decode kernels (decode.c) */
+    int splitkv;       /* mma=splitkv or splitkv_tc: the decode kernels (decode.c) */
+    int tc;            /* splitkv_tc: its scores and P V on the tensor cores */
     int splits;        /* splitkv: key slices a k/v head */
     int mt;            /* mma: 16-row m tiles per warp (wgmma: 1, a warp's share of 64 rows) */
     int tx, ty;        /* ffma: thread grid (columns x rows) */

@@ -83,18 +83,77 @@ static void emit_constants(kt_buf *b, const attn_info *a, const attn_geom *m, bo
                 "constexpr int PART = R * (DV + 2); /* floats of a partial: O, then max, sum */");
 }
 
-void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info *a,
-                               const attn_geom *m, const char *entry)
+/* The ring of stages > 1 (both kernels): each warp's STAGES 32-key chunks of K's rows, then V's,
+ * in dynamic shared memory at row strides KSTR and VSTR, the fetch lambda, and the first
+ * STAGES - 1 chunks in flight. */
+static void emit_ring_setup(kt_buf *b, const attn_geom *m, const char *ty)
 {
-    const char *ty = ops_emit_ctype(a->dt), *oty = ops_emit_ctype(a->out_dt);
-    int iq = attn_input_index(grp, a->q), ik = attn_input_index(grp, a->k),
-        iv = attn_input_index(grp, a->v);
-    int cv = (int)a->dv / 32;
-    const char *vword = cv == 2 ? "unsigned" : cv == 4 ? "uint2" : "uint4";
-    const bool ring = m->stages > 1;
+    kt_buf_line(b, "/* Each warp's ring of STAGES 32-key chunks (K's rows, then V's) in shared "
+                   "memory, filled by cp.async");
+    kt_buf_line(b, " * STAGES - 1 chunks ahead of the one it scores: a warp's own loads "
+                   "would leave one chunk in");
+    kt_buf_line(b, " * flight, too few bytes to stream HBM. Keys past the slice read as "
+                   "zeros (zero-size copies). */");
+    if (m->tc)
+        kt_buf_line(b, "constexpr int KSTR = D + 8, VSTR = DV + 8; /* rows padded by 16 bytes: "
+                       "ldmatrix's 8 rows hit distinct banks */");
+    else
+        kt_buf_line(b, "constexpr int KSTR = D, VSTR = DV; /* row strides */");
+    kt_buf_line(b,
+                "constexpr int STAGES = %d, CHUNK = 32 * (KSTR + VSTR); /* elements of a stage */",
+                m->stages);
+    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kv_ring[];");
+    kt_buf_line(b, "%s *ring = reinterpret_cast<%s *>(kv_ring) + (size_t)warp * STAGES * CHUNK;",
+                ty, ty);
+    kt_buf_line(b, "auto fetch = [&](int st, int c0) {");
+    kt_buf_line(b, "    %s *sk = ring + st * CHUNK, *sv = sk + 32 * KSTR;", ty);
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int i = lane; i < 32 * D / 8; i += 32) {");
+    kt_buf_line(b, "        const int row = i / (D / 8), key = c0 + row;");
+    kt_buf_line(b, "        const bool in = key < k_end;");
+    kt_buf_line(b, "        kt_cp_async16(sk + row * KSTR + i %% (D / 8) * 8, gK + (size_t)(in ? "
+                   "key : 0) * D + i %% (D / 8) * 8, in ? 16 : 0);");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int i = lane; i < 32 * DV / 8; i += 32) {");
+    kt_buf_line(b, "        const int row = i / (DV / 8), key = c0 + row;");
+    kt_buf_line(b, "        const bool in = key < k_end;");
+    kt_buf_line(b, "        kt_cp_async16(sv + row * VSTR + i %% (DV / 8) * 8, gV + (size_t)(in ? "
+                   "key : 0) * DV + i %% (DV / 8) * 8, in ? 16 : 0);");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "    kt_cp_async_commit(); /* a group per chunk, empty past the slice */");
+    kt_buf_line(b, "};");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int st = 0; st < STAGES - 1; st++)");
+    kt_buf_line(b, "    fetch(st, split * SLICE + warp * 32 + st * W * 32);");
+    kt_buf_line(b, "int stage = 0;");
+}
+
+/* The top of a chunk's iteration with the ring: refill, wait, the chunk's K and V (sK, sV). */
+static void emit_ring_step(kt_buf *b, const char *ty)
+{
+    kt_buf_line(b, "/* the slot scored last time gets the chunk STAGES - 1 ahead; this one's "
+                   "copies land */");
+    kt_buf_line(b, "fetch(stage == 0 ? STAGES - 1 : stage - 1, kv0 + (STAGES - 1) * W * 32);");
+    kt_buf_line(b, "kt_cp_async_wait<STAGES - 1>();");
+    kt_buf_line(b, "__syncwarp();");
+    kt_buf_line(b, "const %s *sK = ring + stage * CHUNK, *sV = sK + 32 * KSTR;", ty);
+}
+
+/* The end of a chunk's iteration with the ring. */
+static void emit_ring_advance(kt_buf *b)
+{
+    kt_buf_line(b, "__syncwarp(); /* every lane done with the slot before it is refilled */");
+    kt_buf_line(b, "stage = stage + 1 == STAGES ? 0 : stage + 1;");
+}
+
+/* The first kernel's signature and the constants both forms read: a block per k/v batch entry
+ * (blockIdx.y) and key slice (blockIdx.x), each warp's partial to the workspace. */
+static void emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_info *a,
+                             const attn_geom *m, const char *entry)
+{
+    const char *ty = ops_emit_ctype(a->dt);
     char scale[64];
-    emit_unpack_fns(b, a);
-    kt_buf_printf(b, "\n");
     kt_buf_line(b, "/* Block: k/v batch entry blockIdx.y (batch x k/v head), key slice blockIdx.x; "
                    "each warp's partial to the workspace */");
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", m->threads);
@@ -111,11 +170,26 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
                 strpbrk(scale, ".e") ? "" : ".0");
     kt_buf_line(b, "constexpr int SLICE = %lld; /* keys a slice: whole 32-key chunks */",
                 (long long)slice_keys(a, m));
+    kt_buf_line(b, "const int split = blockIdx.x, kvb = blockIdx.y, warp = threadIdx.x >> 5, lane "
+                   "= threadIdx.x & 31;");
+}
+
+/* The first kernel, FFMA (mma=splitkv). */
+static void emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
+                             const attn_geom *m, const char *entry)
+{
+    const char *ty = ops_emit_ctype(a->dt);
+    int iq = attn_input_index(grp, a->q), ik = attn_input_index(grp, a->k),
+        iv = attn_input_index(grp, a->v);
+    int cv = (int)a->dv / 32;
+    const char *vword = cv == 2 ? "unsigned" : cv == 4 ? "uint2" : "uint4";
+    const bool ring = m->stages > 1;
+    emit_unpack_fns(b, a);
+    kt_buf_printf(b, "\n");
+    emit_kernel_open(b, grp, a, m, entry);
     kt_buf_line(b, "constexpr int DP = D / 64, CV = DV / 32; /* 16-byte pieces of a K row a lane "
                    "reads; O columns a lane owns */");
     kt_buf_line(b, "__shared__ float sq[R][D];");
-    kt_buf_line(b, "const int split = blockIdx.x, kvb = blockIdx.y, warp = threadIdx.x >> 5, lane "
-                   "= threadIdx.x & 31;");
     kt_buf_line(b, "/* row r: query r %% SQ of query head (kvb %% HKV) * GROUP + r / SQ of batch "
                    "entry kvb / HKV */");
     kt_buf_line(b, "for (int i = threadIdx.x; i < R * D; i += blockDim.x) {");
@@ -142,55 +216,12 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "        o[r][c] = 0.0f;");
     kt_buf_line(b, "}");
     kt_buf_line(b, "const int k_end = min(SKV, (split + 1) * SLICE);");
-    if (ring) {
-        kt_buf_line(b, "/* Each warp's ring of STAGES 32-key chunks (K's rows, then V's) in shared "
-                       "memory, filled by cp.async");
-        kt_buf_line(b, " * STAGES - 1 chunks ahead of the one it scores: a warp's own loads "
-                       "would leave one chunk in");
-        kt_buf_line(b, " * flight, too few bytes to stream HBM. Keys past the slice read as "
-                       "zeros (zero-size copies). */");
-        kt_buf_line(b,
-                    "constexpr int STAGES = %d, CHUNK = 32 * (D + DV); /* elements of a "
-                    "stage */",
-                    m->stages);
-        kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kv_ring[];");
-        kt_buf_line(b,
-                    "%s *ring = reinterpret_cast<%s *>(kv_ring) + (size_t)warp * STAGES * "
-                    "CHUNK;",
-                    ty, ty);
-        kt_buf_line(b, "auto fetch = [&](int st, int c0) {");
-        kt_buf_line(b, "    %s *sk = ring + st * CHUNK, *sv = sk + 32 * D;", ty);
-        kt_buf_line(b, "    #pragma unroll");
-        kt_buf_line(b, "    for (int i = lane; i < 32 * D / 8; i += 32) {");
-        kt_buf_line(b, "        const int key = c0 + i / (D / 8);");
-        kt_buf_line(b, "        const bool in = key < k_end;");
-        kt_buf_line(b, "        kt_cp_async16(sk + i * 8, gK + (size_t)(in ? key : 0) * D + i %% "
-                       "(D / 8) * 8, in ? 16 : 0);");
-        kt_buf_line(b, "    }");
-        kt_buf_line(b, "    #pragma unroll");
-        kt_buf_line(b, "    for (int i = lane; i < 32 * DV / 8; i += 32) {");
-        kt_buf_line(b, "        const int key = c0 + i / (DV / 8);");
-        kt_buf_line(b, "        const bool in = key < k_end;");
-        kt_buf_line(b, "        kt_cp_async16(sv + i * 8, gV + (size_t)(in ? key : 0) * DV + i %% "
-                       "(DV / 8) * 8, in ? 16 : 0);");
-        kt_buf_line(b, "    }");
-        kt_buf_line(b, "    kt_cp_async_commit(); /* a group per chunk, empty past the slice */");
-        kt_buf_line(b, "};");
-        kt_buf_line(b, "#pragma unroll");
-        kt_buf_line(b, "for (int st = 0; st < STAGES - 1; st++)");
-        kt_buf_line(b, "    fetch(st, split * SLICE + warp * 32 + st * W * 32);");
-        kt_buf_line(b, "int stage = 0;");
-    }
+    if (ring)
+        emit_ring_setup(b, m, ty);
     kt_buf_line(b, "for (int kv0 = split * SLICE + warp * 32; kv0 < k_end; kv0 += W * 32) {");
     b->indent += 4;
-    if (ring) {
-        kt_buf_line(b, "/* the slot scored last time gets the chunk STAGES - 1 ahead; this one's "
-                       "copies land */");
-        kt_buf_line(b, "fetch(stage == 0 ? STAGES - 1 : stage - 1, kv0 + (STAGES - 1) * W * 32);");
-        kt_buf_line(b, "kt_cp_async_wait<STAGES - 1>();");
-        kt_buf_line(b, "__syncwarp();");
-        kt_buf_line(b, "const %s *sK = ring + stage * CHUNK, *sV = sK + 32 * D;", ty);
-    }
+    if (ring)
+        emit_ring_step(b, ty);
     kt_buf_line(b, "const int key = kv0 + lane; /* the key whose scores this lane keeps */");
     kt_buf_line(b, "const bool live = key < k_end;");
     kt_buf_line(b, "float s[R];");
@@ -210,7 +241,7 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "uint4 kr[DP];");
     if (ring) {
         kt_buf_line(b, "const uint4 *row = reinterpret_cast<const uint4 *>(sK + (t * 4 + (lane >> "
-                       "3)) * D);");
+                       "3)) * KSTR);");
         kt_buf_line(b, "#pragma unroll");
         kt_buf_line(b, "for (int p = 0; p < DP; p++)");
         kt_buf_line(b, "    kr[p] = row[p * 8 + (lane & 7)];");
@@ -276,7 +307,7 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "for (int j = 0; j < 32; j++) {");
     b->indent += 4;
     if (ring)
-        kt_buf_line(b, "const %s vw = reinterpret_cast<const %s *>(sV + j * DV)[lane];", vword,
+        kt_buf_line(b, "const %s vw = reinterpret_cast<const %s *>(sV + j * VSTR)[lane];", vword,
                     vword);
     else
         kt_buf_line(b,
@@ -302,10 +333,8 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "        o[r][c] = fmaf(p, v[c], o[r][c]);");
     kt_buf_line(b, "}");
     attn_emit_close(b, 1);
-    if (ring) {
-        kt_buf_line(b, "__syncwarp(); /* every lane done with the slot before it is refilled */");
-        kt_buf_line(b, "stage = stage + 1 == STAGES ? 0 : stage + 1;");
-    }
+    if (ring)
+        emit_ring_advance(b);
     attn_emit_close(b, 1);
     kt_buf_line(b, "/* the warp's partial: O unnormalised, the max, the sum over its lanes */");
     kt_buf_line(b, "float *part = workspace + (((size_t)kvb * SPLITS + split) * W + warp) * PART;");
@@ -325,7 +354,169 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "}");
     attn_emit_close(b, 1);
     kt_buf_printf(b, "\n");
+}
 
+/* The first kernel on the tensor cores (mma=splitkv_tc): the R packed rows are one m16 tile (rows
+ * past R zero, never stored), Q's A fragments in registers for the whole slice. Per 32-key chunk
+ * of the ring: S = Q K^T over D / 16 k steps and four 8-key n tiles (K's B fragments by
+ * ldmatrix from the padded rows), the online softmax on the accumulators (lane (g, t4) holds
+ * rows g and g + 8, keys 8 j + 2 t4 and + 1), P repacked as A fragments, O += P V with V's B
+ * fragments by ldmatrix.trans. The partial is stored as the FFMA kernel stores it. */
+static void emit_tc_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, const attn_geom *m,
+                           const char *entry)
+{
+    const char *ty = ops_emit_ctype(a->dt), *t = attn_math_labels[m->math];
+    int iq = attn_input_index(grp, a->q), ik = attn_input_index(grp, a->k),
+        iv = attn_input_index(grp, a->v);
+    emit_kernel_open(b, grp, a, m, entry);
+    kt_buf_line(b, "const int g = lane >> 2, t4 = lane & 3; /* mma fragment row group, column "
+                   "pair */");
+    kt_buf_line(b, "const int lm = lane >> 3, lr = lane & 7; /* ldmatrix: matrix and row this "
+                   "lane addresses */");
+    kt_buf_line(b, "const %s *gK = in%d + (size_t)kvb * SKV * D;", ty, ik);
+    kt_buf_line(b, "const %s *gV = in%d + (size_t)kvb * SKV * DV;", ty, iv);
+    kt_buf_line(b, "/* Q's A fragments: rows g and g + 8 (row r: query r %% SQ of query head "
+                   "(kvb %% HKV) * GROUP + r / SQ");
+    kt_buf_line(b, " * of batch entry kvb / HKV), k 2 t4 (+ 8) of each k16 step */");
+    kt_buf_line(b, "unsigned qf[D / 16][4];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int h = 0; h < 2; h++) {");
+    kt_buf_line(b, "    const int r = g + 8 * h;");
+    kt_buf_line(b, "    const size_t qb = (size_t)(kvb / HKV) * HQ + kvb %% HKV * GROUP + r / SQ;");
+    kt_buf_line(b,
+                "    const unsigned *qrow = reinterpret_cast<const unsigned *>(in%d + (qb * SQ + "
+                "r %% SQ) * D);",
+                iq);
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int ks = 0; ks < D / 16; ks++) {");
+    kt_buf_line(b, "        qf[ks][h] = r < R ? qrow[ks * 8 + t4] : 0u;");
+    kt_buf_line(b, "        qf[ks][2 + h] = r < R ? qrow[ks * 8 + 4 + t4] : 0u;");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "float o[DV / 8][4]; /* O, C layout: rows g (0, 1) and g + 8 (2, 3) */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int n = 0; n < DV / 8; n++)");
+    kt_buf_line(b, "    o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;");
+    kt_buf_line(b, "float mrow[2] = {KT_NEG_INF, KT_NEG_INF}, lrow[2] = {0.0f, 0.0f}; /* rows g, "
+                   "g + 8: max (base 2), this lane's share of the sum */");
+    kt_buf_line(b, "const int k_end = min(SKV, (split + 1) * SLICE);");
+    emit_ring_setup(b, m, ty);
+    kt_buf_line(b, "for (int kv0 = split * SLICE + warp * 32; kv0 < k_end; kv0 += W * 32) {");
+    b->indent += 4;
+    emit_ring_step(b, ty);
+    kt_buf_line(b, "float s[4][4]; /* S, C layout, n tile j: keys kv0 + 8 j + 2 t4 (+ 1) */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < 4; j++)");
+    kt_buf_line(b, "    s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int ks = 0; ks < D / 16; ks++) {");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int n16 = 0; n16 < 2; n16++) {");
+    kt_buf_line(b,
+                "        unsigned kb[2][2]; /* B fragments of key n tiles 2 n16 and 2 n16 + 1 */");
+    kt_buf_line(b, "        kt_ldmatrix_x4(kb[0][0], kb[0][1], kb[1][0], kb[1][1],");
+    kt_buf_line(b, "                       sK + (n16 * 16 + (lm >> 1) * 8 + lr) * KSTR + ks * 16 + "
+                   "(lm & 1) * 8);");
+    kt_buf_line(b, "        kt_mma_m16n8k16_%s(s[2 * n16], qf[ks], kb[0]);", t);
+    kt_buf_line(b, "        kt_mma_m16n8k16_%s(s[2 * n16 + 1], qf[ks], kb[1]);", t);
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "/* scale (base 2); keys past the slice%s score -inf */",
+                a->causal ? " or after their query" : "");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < 4; j++)");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int e = 0; e < 4; e++) {");
+    kt_buf_line(b, "        const int key = kv0 + 8 * j + 2 * t4 + (e & 1);");
+    if (a->causal)
+        kt_buf_line(b, "        const int r = g + 8 * (e >> 1);");
+    kt_buf_line(b, "        s[j][e] = key < k_end%s ? s[j][e] * SCALE : KT_NEG_INF;",
+                a->causal ? " && key <= r % SQ" : "");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "/* online softmax per row: the max over the row's 4 lanes; p = 2^(s - max) */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int h = 0; h < 2; h++) {");
+    kt_buf_line(b, "    float mx = mrow[h];");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < 4; j++)");
+    kt_buf_line(b, "        mx = kt_max(mx, kt_max(s[j][2 * h], s[j][2 * h + 1]));");
+    kt_buf_line(b, "    mx = kt_max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));");
+    kt_buf_line(b, "    mx = kt_max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));");
+    kt_buf_line(b, "    const float base = mx == KT_NEG_INF ? 0.0f : mx; /* nothing live yet: p = "
+                   "0, no NaN */");
+    kt_buf_line(b, "    const float alpha = kt_exp2(mrow[h] - base);");
+    kt_buf_line(b, "    mrow[h] = mx;");
+    kt_buf_line(b, "    float sum = 0.0f;");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int j = 0; j < 4; j++) {");
+    kt_buf_line(b, "        s[j][2 * h] = kt_exp2(s[j][2 * h] - base);");
+    kt_buf_line(b, "        s[j][2 * h + 1] = kt_exp2(s[j][2 * h + 1] - base);");
+    kt_buf_line(b, "        sum += s[j][2 * h] + s[j][2 * h + 1];");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "    lrow[h] = lrow[h] * alpha + sum;");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int n = 0; n < DV / 8; n++) {");
+    kt_buf_line(b, "        o[n][2 * h] *= alpha;");
+    kt_buf_line(b, "        o[n][2 * h + 1] *= alpha;");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    kt_buf_line(b,
+                "/* O += P V: P's A fragments from S (keys 16 kk .. 16 kk + 15), V's B fragments "
+                "by ldmatrix.trans */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int kk = 0; kk < 2; kk++) {");
+    kt_buf_line(b,
+                "    const unsigned pa[4] = {kt_pack_%sx2(s[2 * kk][0], s[2 * kk][1]), "
+                "kt_pack_%sx2(s[2 * kk][2], s[2 * kk][3]),",
+                t, t);
+    kt_buf_line(b,
+                "                            kt_pack_%sx2(s[2 * kk + 1][0], s[2 * kk + 1][1]), "
+                "kt_pack_%sx2(s[2 * kk + 1][2], s[2 * kk + 1][3])};",
+                t, t);
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int n16 = 0; n16 < DV / 16; n16++) {");
+    kt_buf_line(b,
+                "        unsigned vb[2][2]; /* B fragments of output n tiles 2 n16 and 2 n16 + 1 "
+                "*/");
+    kt_buf_line(b, "        kt_ldmatrix_x4_trans(vb[0][0], vb[0][1], vb[1][0], vb[1][1],");
+    kt_buf_line(b, "                             sV + (kk * 16 + (lm & 1) * 8 + lr) * VSTR + n16 * "
+                   "16 + (lm >> 1) * 8);");
+    kt_buf_line(b, "        kt_mma_m16n8k16_%s(o[2 * n16], pa, vb[0]);", t);
+    kt_buf_line(b, "        kt_mma_m16n8k16_%s(o[2 * n16 + 1], pa, vb[1]);", t);
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    emit_ring_advance(b);
+    attn_emit_close(b, 1);
+    kt_buf_line(b,
+                "/* the warp's partial (rows below R): O unnormalised, the max, the sum over the "
+                "row's 4 lanes */");
+    kt_buf_line(b, "float *part = workspace + (((size_t)kvb * SPLITS + split) * W + warp) * PART;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int h = 0; h < 2; h++) {");
+    kt_buf_line(b, "    const int r = g + 8 * h;");
+    kt_buf_line(b, "    float sum = lrow[h];");
+    kt_buf_line(b, "    sum += __shfl_xor_sync(0xffffffffu, sum, 1);");
+    kt_buf_line(b, "    sum += __shfl_xor_sync(0xffffffffu, sum, 2);");
+    kt_buf_line(b, "    if (r < R) {");
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int n = 0; n < DV / 8; n++) {");
+    kt_buf_line(b, "            part[r * DV + 8 * n + 2 * t4] = o[n][2 * h];");
+    kt_buf_line(b, "            part[r * DV + 8 * n + 2 * t4 + 1] = o[n][2 * h + 1];");
+    kt_buf_line(b, "        }");
+    kt_buf_line(b, "        if (t4 == 0) {");
+    kt_buf_line(b, "            part[R * DV + r] = mrow[h];");
+    kt_buf_line(b, "            part[R * DV + R + r] = sum;");
+    kt_buf_line(b, "        }");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    attn_emit_close(b, 1);
+    kt_buf_printf(b, "\n");
+}
+
+/* The second kernel: the partials combined. */
+static void emit_combine(kt_buf *b, const attn_info *a, const attn_geom *m, const char *entry)
+{
+    const char *oty = ops_emit_ctype(a->out_dt);
     kt_buf_line(b, "/* One thread per output element: the PARTS partials of its k/v head combined "
                    "in order, normalised */");
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(256)");
@@ -361,6 +552,16 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
     kt_buf_line(b, "out0[i] = %s;", y.data);
     kt_buf_free(&y);
     attn_emit_close(b, 1);
+}
+
+void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info *a,
+                               const attn_geom *m, const char *entry)
+{
+    if (m->tc)
+        emit_tc_kernel(b, grp, a, m, entry);
+    else
+        emit_ffma_kernel(b, grp, a, m, entry);
+    emit_combine(b, a, m, entry);
 }
 
 void attn_splitkv_launches(const ops_group *grp, const attn_info *a, const attn_geom *m,

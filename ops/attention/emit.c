@@ -202,7 +202,7 @@ static void emit_includes(kt_buf *b, const attn_geom *m)
         kt_buf_line(b, "#include \"ktune/reduce.cuh\"");
         return;
     }
-    if (m->splitkv)
+    if (m->splitkv && !m->tc)
         return; /* CUDA cores: math.cuh's exponential and max */
     if (!m->wgmma)
         kt_buf_line(b, "#include \"ktune/ldmatrix.cuh\"");
@@ -236,8 +236,9 @@ static int attention_emit(const ops_group *grp, const ops_schedule *s, const ops
     attn_geometry(&a, s, &m);
     char entry[64];
     if (m.splitkv)
-        snprintf(entry, sizeof(entry), "ktune_attention_%s_splitkv_w%d_x%d_s%d%s",
-                 attn_math_labels[m.math], m.warps, m.splits, m.stages, grp->entry_suffix);
+        snprintf(entry, sizeof(entry), "ktune_attention_%s_splitkv%s_w%d_x%d_s%d%s",
+                 attn_math_labels[m.math], m.tc ? "_tc" : "", m.warps, m.splits, m.stages,
+                 grp->entry_suffix);
     else
         snprintf(entry, sizeof(entry), "ktune_attention_%s%s_q%d_kv%d_w%d_s%d%s",
                  attn_math_labels[m.math],

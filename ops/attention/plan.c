@@ -10,7 +10,7 @@ const char *const attn_math_labels[] = {"ffma", "f16", "bf16"};
 static const char *const layout_labels[] = {"pad", "swizzle"};
 static const char *const qfrag_labels[] = {"smem", "regs"};
 static const char *const exp_labels[] = {"exp", "exp2"};
-static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_ws", "splitkv"};
+static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_ws", "splitkv", "splitkv_tc"};
 static const char *const grid_labels[] = {"tiles", "persistent"};
 
 const ops_knob attn_knobs[N_KNOBS] = {
@@ -26,7 +26,10 @@ const ops_knob attn_knobs[N_KNOBS] = {
     /* natural exp, or exp2 with log2(e) folded into the scale */
     [K_EXP] = {"exp", 2, {EXP_E, EXP_2}, exp_labels},
     /* 16-bit path only: mma.sync, Hopper's warpgroup wgmma, or wgmma fed by a TMA producer */
-    [K_MMA] = {"mma", 4, {MMA_SYNC, MMA_WGMMA, MMA_WGMMA_WS, MMA_SPLITKV}, mma_labels},
+    [K_MMA] = {"mma",
+               5,
+               {MMA_SYNC, MMA_WGMMA, MMA_WGMMA_WS, MMA_SPLITKV, MMA_SPLITKV_TC},
+               mma_labels},
     /* wgmma_ws only: a block per work item, or a block per SM walking them */
     [K_GRID] = {"grid", 2, {GRID_TILES, GRID_PERSISTENT}, grid_labels},
     /* splitkv only: key slices a k/v head (1: every other kernel) */
@@ -119,7 +122,8 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
     m->layout = s->v[K_LAYOUT];
     m->qfrag = s->v[K_QFRAG];
     m->exp2 = s->v[K_EXP] == EXP_2;
-    m->splitkv = s->v[K_MMA] == MMA_SPLITKV;
+    m->splitkv = s->v[K_MMA] == MMA_SPLITKV || s->v[K_MMA] == MMA_SPLITKV_TC;
+    m->tc = s->v[K_MMA] == MMA_SPLITKV_TC;
     m->splits = s->v[K_SPLITS];
     m->wgmma = s->v[K_MMA] == MMA_WGMMA || s->v[K_MMA] == MMA_WGMMA_WS;
     m->ws = s->v[K_MMA] == MMA_WGMMA_WS;
@@ -129,9 +133,14 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
     if (m->splitkv) {
         /* Q's rows in a static array; with stages > 1, each warp's ring of 32-key chunks of K
          * and V in dynamic shared memory; per lane a K row, the rows' scores and O columns */
-        m->smem =
-            m->stages > 1 ? m->warps * m->stages * 32 * (d + dv) * (int)ops_dtype_size(a->dt) : 0;
-        m->regs = (int)(a->d / 2 + 2 * a->group * a->sq + a->group * a->sq * a->dv / 32 + 40);
+        int pad = m->tc ? 16 : 0; /* splitkv_tc pads K's and V's rows by 8 elements each */
+        m->smem = m->stages > 1
+                      ? m->warps * m->stages * 32 * (d + dv + pad) * (int)ops_dtype_size(a->dt)
+                      : 0;
+        /* tc: Q's A fragments, O, S and P; else a K row, the rows' scores and O columns */
+        m->regs = m->tc
+                      ? d / 4 + dv / 2 + 64
+                      : (int)(a->d / 2 + 2 * a->group * a->sq + a->group * a->sq * a->dv / 32 + 40);
     } else if (m->math == MATH_FFMA) {
         m->tx = 16;
         m->ty = m->threads / m->tx;
@@ -201,7 +210,13 @@ static const char *splitkv_prune(const attn_info *a, const attn_geom *m, const o
     if (a->has_epilogue || a->d % 64 != 0 || (a->dv != 64 && a->dv != 128 && a->dv != 256))
         return "shape";
     if (a->group * a->sq > 16)
-        return "shape"; /* the packed rows' scores and O live in registers */
+        return "shape"; /* the packed rows' scores and O live in registers (tc: one m16 tile) */
+    if (m->tc && m->stages < 2)
+        return "redundant"; /* the tensor-core form reads its fragments from the ring */
+    if (m->tc && dev->sm_major < 8)
+        return "shape";
+    if (m->tc && m->regs > 200)
+        return "regs";
     if ((a->skv + m->splits - 1) / m->splits < 32 || a->batch / a->group > 65535)
         return "shape"; /* slices of whole 32-key chunks; grid.y */
     /* a warp's chunks: the slice's keys over its warps */

@@ -106,9 +106,9 @@ ktune_attention_bf16_splitkv_w4_x8_s1(
     constexpr int PART = R * (DV + 2); /* floats of a partial: O, then max, sum */
     constexpr float SCALE = 0.127517432f; /* scale * log2(e): softmax in base 2 */
     constexpr int SLICE = 128; /* keys a slice: whole 32-key chunks */
+    const int split = blockIdx.x, kvb = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     constexpr int DP = D / 64, CV = DV / 32; /* 16-byte pieces of a K row a lane reads; O columns a lane owns */
     __shared__ float sq[R][D];
-    const int split = blockIdx.x, kvb = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* row r: query r % SQ of query head (kvb % HKV) * GROUP + r / SQ of batch entry kvb / HKV */
     for (int i = threadIdx.x; i < R * D; i += blockDim.x) {
         const int r = i / D, d = i % D;

@@ -106,9 +106,9 @@ ktune_attention_bf16_splitkv_w4_x8_s3(
     constexpr int PART = R * (DV + 2); /* floats of a partial: O, then max, sum */
     constexpr float SCALE = 0.127517432f; /* scale * log2(e): softmax in base 2 */
     constexpr int SLICE = 512; /* keys a slice: whole 32-key chunks */
+    const int split = blockIdx.x, kvb = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     constexpr int DP = D / 64, CV = DV / 32; /* 16-byte pieces of a K row a lane reads; O columns a lane owns */
     __shared__ float sq[R][D];
-    const int split = blockIdx.x, kvb = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* row r: query r % SQ of query head (kvb % HKV) * GROUP + r / SQ of batch entry kvb / HKV */
     for (int i = threadIdx.x; i < R * D; i += blockDim.x) {
         const int r = i / D, d = i % D;
@@ -131,22 +131,23 @@ ktune_attention_bf16_splitkv_w4_x8_s3(
     /* Each warp's ring of STAGES 32-key chunks (K's rows, then V's) in shared memory, filled by cp.async
      * STAGES - 1 chunks ahead of the one it scores: a warp's own loads would leave one chunk in
      * flight, too few bytes to stream HBM. Keys past the slice read as zeros (zero-size copies). */
-    constexpr int STAGES = 3, CHUNK = 32 * (D + DV); /* elements of a stage */
+    constexpr int KSTR = D, VSTR = DV; /* row strides */
+    constexpr int STAGES = 3, CHUNK = 32 * (KSTR + VSTR); /* elements of a stage */
     extern __shared__ __align__(16) unsigned char kv_ring[];
     kt_bf16 *ring = reinterpret_cast<kt_bf16 *>(kv_ring) + (size_t)warp * STAGES * CHUNK;
     auto fetch = [&](int st, int c0) {
-        kt_bf16 *sk = ring + st * CHUNK, *sv = sk + 32 * D;
+        kt_bf16 *sk = ring + st * CHUNK, *sv = sk + 32 * KSTR;
         #pragma unroll
         for (int i = lane; i < 32 * D / 8; i += 32) {
-            const int key = c0 + i / (D / 8);
+            const int row = i / (D / 8), key = c0 + row;
             const bool in = key < k_end;
-            kt_cp_async16(sk + i * 8, gK + (size_t)(in ? key : 0) * D + i % (D / 8) * 8, in ? 16 : 0);
+            kt_cp_async16(sk + row * KSTR + i % (D / 8) * 8, gK + (size_t)(in ? key : 0) * D + i % (D / 8) * 8, in ? 16 : 0);
         }
         #pragma unroll
         for (int i = lane; i < 32 * DV / 8; i += 32) {
-            const int key = c0 + i / (DV / 8);
+            const int row = i / (DV / 8), key = c0 + row;
             const bool in = key < k_end;
-            kt_cp_async16(sv + i * 8, gV + (size_t)(in ? key : 0) * DV + i % (DV / 8) * 8, in ? 16 : 0);
+            kt_cp_async16(sv + row * VSTR + i % (DV / 8) * 8, gV + (size_t)(in ? key : 0) * DV + i % (DV / 8) * 8, in ? 16 : 0);
         }
         kt_cp_async_commit(); /* a group per chunk, empty past the slice */
     };
@@ -159,7 +160,7 @@ ktune_attention_bf16_splitkv_w4_x8_s3(
         fetch(stage == 0 ? STAGES - 1 : stage - 1, kv0 + (STAGES - 1) * W * 32);
         kt_cp_async_wait<STAGES - 1>();
         __syncwarp();
-        const kt_bf16 *sK = ring + stage * CHUNK, *sV = sK + 32 * D;
+        const kt_bf16 *sK = ring + stage * CHUNK, *sV = sK + 32 * KSTR;
         const int key = kv0 + lane; /* the key whose scores this lane keeps */
         const bool live = key < k_end;
         float s[R];
@@ -171,7 +172,7 @@ ktune_attention_bf16_splitkv_w4_x8_s3(
         #pragma unroll 2
         for (int t = 0; t < 8; t++) {
             uint4 kr[DP];
-            const uint4 *row = reinterpret_cast<const uint4 *>(sK + (t * 4 + (lane >> 3)) * D);
+            const uint4 *row = reinterpret_cast<const uint4 *>(sK + (t * 4 + (lane >> 3)) * KSTR);
             #pragma unroll
             for (int p = 0; p < DP; p++)
                 kr[p] = row[p * 8 + (lane & 7)];
@@ -222,7 +223,7 @@ ktune_attention_bf16_splitkv_w4_x8_s3(
         /* O += P V: V's rows of the chunk, this lane's columns; key j's p from lane j */
         #pragma unroll
         for (int j = 0; j < 32; j++) {
-            const uint2 vw = reinterpret_cast<const uint2 *>(sV + j * DV)[lane];
+            const uint2 vw = reinterpret_cast<const uint2 *>(sV + j * VSTR)[lane];
             const float v[CV] = {ktd_lo(vw.x), ktd_hi(vw.x), ktd_lo(vw.y), ktd_hi(vw.y)};
             #pragma unroll
             for (int r = 0; r < R; r++) {

@@ -115,6 +115,11 @@ static const gpu_case cases[] = {
     {"tests/gpu/attention_gqa.json", "B=2,S=1,T=4100", OPS_PREC_EXACT, "mma=splitkv&stages=2"},
     {"bench/cases/llama3_gqa_decode_bf16.json", "B=2,T=3001", OPS_PREC_EXACT,
      "mma=splitkv&stages=2"},
+    /* splitkv_tc: the packed rows on the tensor cores (16 of 16 rows at group 4 x Sq 4, causal;
+     * one row; D 64 and 128), ragged slices */
+    {"tests/gpu/attention_gqa.json", "B=3,S=4,T=5003", OPS_PREC_EXACT, "mma=splitkv_tc"},
+    {"tests/gpu/attention_gqa.json", "B=2,S=1,T=4100", OPS_PREC_EXACT, "mma=splitkv_tc"},
+    {"bench/cases/llama3_gqa_decode_bf16.json", "B=2,T=3001", OPS_PREC_EXACT, "mma=splitkv_tc"},
     /* pingpong: consumers taking turns on named barriers, causal (every consumer walks the
      * block's tiles), across items when persistent */
     {"bench/cases/attention_f16_d128_causal.json", "B=1,H=3,S=333", OPS_PREC_EXACT, "pingpong=1"},

@@ -523,11 +523,31 @@ static void test_splitkv(void **state)
     assert_int_equal(f->emit(&grp, &s, &dev, &e, &d), 0);
     assert_int_equal(e.kernels[0].smem_bytes, 4 * 3 * 32 * 256 * 2);
     assert_non_null(strstr(e.source, "kt_cp_async_wait<STAGES - 1>();"));
-    assert_non_null(strstr(e.source, "reinterpret_cast<const uint2 *>(sV + j * DV)[lane]"));
+    assert_non_null(strstr(e.source, "reinterpret_cast<const uint2 *>(sV + j * VSTR)[lane]"));
     assert_null(strstr(e.source, "gV + (size_t)(kv0 + j) * DV"));
     emit_test_golden("attention_bf16_gqa_decode_splitkv_ring.cu", e.source);
     emit_test_compile(e.source, "sm_90a");
     ops_emitted_free(&e);
+    /* mma=splitkv_tc: the same ring feeding m16n8k16 mma.sync (rows padded to one m16 tile):
+     * ldmatrix from rows padded by 8 elements, P repacked from the accumulators; no ring, no
+     * tensor-core form */
+    s.v[8] = 4;
+    assert_null(f->prune(&grp, &s, &dev));
+    assert_int_equal(f->emit(&grp, &s, &dev, &e, &d), 0);
+    assert_int_equal(e.n_kernels, 2);
+    assert_int_equal(e.kernels[0].smem_bytes, 4 * 3 * 32 * (256 + 16) * 2);
+    assert_non_null(strstr(e.kernels[0].entry, "splitkv_tc_w4_x8_s3"));
+    assert_non_null(strstr(e.source, "kt_mma_m16n8k16_bf16(s[2 * n16], qf[ks], kb[0]);"));
+    assert_non_null(
+        strstr(e.source, "kt_ldmatrix_x4_trans(vb[0][0], vb[0][1], vb[1][0], vb[1][1],"));
+    assert_non_null(strstr(e.source, "constexpr int KSTR = D + 8, VSTR = DV + 8;"));
+    emit_test_golden("attention_bf16_gqa_decode_splitkv_tc.cu", e.source);
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    s.v[3] = 1;
+    assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s.v[3] = 3;
+    s.v[8] = 3;
     s.v[2] = 8;
     s.v[3] = 2;
     assert_string_equal(f->prune(&grp, &s, &dev), "smem");

@@ -1,0 +1,278 @@
+/*
+ * ktune kernel — family attention
+ * schedule: attention bq=64 bkv=32 warps=4 stages=3 math=bf16 smem=pad q=smem exp=exp2 mma=splitkv_tc grid=tiles splits=8 pingpong=0
+ * graph: dec
+ *   o = attention(q, k, v)  bf16 [2, 32, 1, 128]
+ */
+/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */
+#include "ktune/cp_async.cuh"
+#include "ktune/math.cuh"
+#include "ktune/ldmatrix.cuh"
+#include "ktune/mma.cuh"
+/* ---- ktune prelude: 16-bit storage types and math helpers ---- */
+typedef unsigned short kt_f16;
+typedef unsigned short kt_bf16;
+__device__ __forceinline__ float kt_f16_to_f32(kt_f16 h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ kt_f16 kt_f32_to_f16(float f)
+{
+    kt_f16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float kt_bf16_to_f32(kt_bf16 h)
+{
+    return __uint_as_float(((unsigned)h) << 16);
+}
+__device__ __forceinline__ kt_bf16 kt_f32_to_bf16(float f)
+{
+    kt_bf16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float kt_gelu(float x)
+{
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+__device__ __forceinline__ float kt_gelu_tanh(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float kt_sigmoid(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float kt_softplus(float x)
+{
+    /* log1p(exp(x)) without overflow: for large x the result is x. */
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+/* max and min that return NaN when either operand is NaN, as PyTorch's maximum, minimum,
+ * relu, clamp and amax do (fmaxf and fminf return the other operand). One instruction on
+ * sm_80 and later, like fmaxf. */
+__device__ __forceinline__ float kt_max(float a, float b)
+{
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return a != a || b != b ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+__device__ __forceinline__ float kt_min(float a, float b)
+{
+#if __CUDA_ARCH__ >= 800
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return a != a || b != b ? __int_as_float(0x7fffffff) : fminf(a, b);
+#endif
+}
+/* ---- end of prelude ---- */
+/* ---- attention helpers: the shared tile layout ---- */
+/* Element offset of (row, col) in a shared tile of STRIDE-element rows (padded by 16 bytes, so the 8 rows an ldmatrix reads land in distinct banks). */
+template <int STRIDE> __device__ __forceinline__ int kt_off(int row, int col)
+{
+    return row * STRIDE + col;
+}
+/* ---- end of attention helpers ---- */
+
+/* Block: k/v batch entry blockIdx.y (batch x k/v head), key slice blockIdx.x; each warp's partial to the workspace */
+extern "C" __global__ void __launch_bounds__(128)
+ktune_attention_bf16_splitkv_tc_w4_x8_s3(
+    const kt_bf16 *__restrict__ in0,
+    const kt_bf16 *__restrict__ in1,
+    const kt_bf16 *__restrict__ in2,
+    float *__restrict__ workspace)
+{
+    constexpr int D = 128, DV = 128, SQ = 1, SKV = 4000;
+    constexpr int HQ = 32, GROUP = 4, HKV = HQ / GROUP; /* query heads, per k/v head, k/v heads */
+    constexpr int R = GROUP * SQ; /* query rows of a k/v head */
+    constexpr int W = 4, SPLITS = 8; /* warps a block, key slices */
+    constexpr int PART = R * (DV + 2); /* floats of a partial: O, then max, sum */
+    constexpr float SCALE = 0.127517432f; /* scale * log2(e): softmax in base 2 */
+    constexpr int SLICE = 512; /* keys a slice: whole 32-key chunks */
+    const int split = blockIdx.x, kvb = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3; /* mma fragment row group, column pair */
+    const int lm = lane >> 3, lr = lane & 7; /* ldmatrix: matrix and row this lane addresses */
+    const kt_bf16 *gK = in1 + (size_t)kvb * SKV * D;
+    const kt_bf16 *gV = in2 + (size_t)kvb * SKV * DV;
+    /* Q's A fragments: rows g and g + 8 (row r: query r % SQ of query head (kvb % HKV) * GROUP + r / SQ
+     * of batch entry kvb / HKV), k 2 t4 (+ 8) of each k16 step */
+    unsigned qf[D / 16][4];
+    #pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = g + 8 * h;
+        const size_t qb = (size_t)(kvb / HKV) * HQ + kvb % HKV * GROUP + r / SQ;
+        const unsigned *qrow = reinterpret_cast<const unsigned *>(in0 + (qb * SQ + r % SQ) * D);
+        #pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            qf[ks][h] = r < R ? qrow[ks * 8 + t4] : 0u;
+            qf[ks][2 + h] = r < R ? qrow[ks * 8 + 4 + t4] : 0u;
+        }
+    }
+    float o[DV / 8][4]; /* O, C layout: rows g (0, 1) and g + 8 (2, 3) */
+    #pragma unroll
+    for (int n = 0; n < DV / 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float mrow[2] = {KT_NEG_INF, KT_NEG_INF}, lrow[2] = {0.0f, 0.0f}; /* rows g, g + 8: max (base 2), this lane's share of the sum */
+    const int k_end = min(SKV, (split + 1) * SLICE);
+    /* Each warp's ring of STAGES 32-key chunks (K's rows, then V's) in shared memory, filled by cp.async
+     * STAGES - 1 chunks ahead of the one it scores: a warp's own loads would leave one chunk in
+     * flight, too few bytes to stream HBM. Keys past the slice read as zeros (zero-size copies). */
+    constexpr int KSTR = D + 8, VSTR = DV + 8; /* rows padded by 16 bytes: ldmatrix's 8 rows hit distinct banks */
+    constexpr int STAGES = 3, CHUNK = 32 * (KSTR + VSTR); /* elements of a stage */
+    extern __shared__ __align__(16) unsigned char kv_ring[];
+    kt_bf16 *ring = reinterpret_cast<kt_bf16 *>(kv_ring) + (size_t)warp * STAGES * CHUNK;
+    auto fetch = [&](int st, int c0) {
+        kt_bf16 *sk = ring + st * CHUNK, *sv = sk + 32 * KSTR;
+        #pragma unroll
+        for (int i = lane; i < 32 * D / 8; i += 32) {
+            const int row = i / (D / 8), key = c0 + row;
+            const bool in = key < k_end;
+            kt_cp_async16(sk + row * KSTR + i % (D / 8) * 8, gK + (size_t)(in ? key : 0) * D + i % (D / 8) * 8, in ? 16 : 0);
+        }
+        #pragma unroll
+        for (int i = lane; i < 32 * DV / 8; i += 32) {
+            const int row = i / (DV / 8), key = c0 + row;
+            const bool in = key < k_end;
+            kt_cp_async16(sv + row * VSTR + i % (DV / 8) * 8, gV + (size_t)(in ? key : 0) * DV + i % (DV / 8) * 8, in ? 16 : 0);
+        }
+        kt_cp_async_commit(); /* a group per chunk, empty past the slice */
+    };
+    #pragma unroll
+    for (int st = 0; st < STAGES - 1; st++)
+        fetch(st, split * SLICE + warp * 32 + st * W * 32);
+    int stage = 0;
+    for (int kv0 = split * SLICE + warp * 32; kv0 < k_end; kv0 += W * 32) {
+        /* the slot scored last time gets the chunk STAGES - 1 ahead; this one's copies land */
+        fetch(stage == 0 ? STAGES - 1 : stage - 1, kv0 + (STAGES - 1) * W * 32);
+        kt_cp_async_wait<STAGES - 1>();
+        __syncwarp();
+        const kt_bf16 *sK = ring + stage * CHUNK, *sV = sK + 32 * KSTR;
+        float s[4][4]; /* S, C layout, n tile j: keys kv0 + 8 j + 2 t4 (+ 1) */
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        #pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            #pragma unroll
+            for (int n16 = 0; n16 < 2; n16++) {
+                unsigned kb[2][2]; /* B fragments of key n tiles 2 n16 and 2 n16 + 1 */
+                kt_ldmatrix_x4(kb[0][0], kb[0][1], kb[1][0], kb[1][1],
+                               sK + (n16 * 16 + (lm >> 1) * 8 + lr) * KSTR + ks * 16 + (lm & 1) * 8);
+                kt_mma_m16n8k16_bf16(s[2 * n16], qf[ks], kb[0]);
+                kt_mma_m16n8k16_bf16(s[2 * n16 + 1], qf[ks], kb[1]);
+            }
+        }
+        /* scale (base 2); keys past the slice score -inf */
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = kv0 + 8 * j + 2 * t4 + (e & 1);
+                s[j][e] = key < k_end ? s[j][e] * SCALE : KT_NEG_INF;
+            }
+        /* online softmax per row: the max over the row's 4 lanes; p = 2^(s - max) */
+        #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float mx = mrow[h];
+            #pragma unroll
+            for (int j = 0; j < 4; j++)
+                mx = kt_max(mx, kt_max(s[j][2 * h], s[j][2 * h + 1]));
+            mx = kt_max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = kt_max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float base = mx == KT_NEG_INF ? 0.0f : mx; /* nothing live yet: p = 0, no NaN */
+            const float alpha = kt_exp2(mrow[h] - base);
+            mrow[h] = mx;
+            float sum = 0.0f;
+            #pragma unroll
+            for (int j = 0; j < 4; j++) {
+                s[j][2 * h] = kt_exp2(s[j][2 * h] - base);
+                s[j][2 * h + 1] = kt_exp2(s[j][2 * h + 1] - base);
+                sum += s[j][2 * h] + s[j][2 * h + 1];
+            }
+            lrow[h] = lrow[h] * alpha + sum;
+            #pragma unroll
+            for (int n = 0; n < DV / 8; n++) {
+                o[n][2 * h] *= alpha;
+                o[n][2 * h + 1] *= alpha;
+            }
+        }
+        /* O += P V: P's A fragments from S (keys 16 kk .. 16 kk + 15), V's B fragments by ldmatrix.trans */
+        #pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            const unsigned pa[4] = {kt_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), kt_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                                    kt_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]), kt_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            #pragma unroll
+            for (int n16 = 0; n16 < DV / 16; n16++) {
+                unsigned vb[2][2]; /* B fragments of output n tiles 2 n16 and 2 n16 + 1 */
+                kt_ldmatrix_x4_trans(vb[0][0], vb[0][1], vb[1][0], vb[1][1],
+                                     sV + (kk * 16 + (lm & 1) * 8 + lr) * VSTR + n16 * 16 + (lm >> 1) * 8);
+                kt_mma_m16n8k16_bf16(o[2 * n16], pa, vb[0]);
+                kt_mma_m16n8k16_bf16(o[2 * n16 + 1], pa, vb[1]);
+            }
+        }
+        __syncwarp(); /* every lane done with the slot before it is refilled */
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+    }
+    /* the warp's partial (rows below R): O unnormalised, the max, the sum over the row's 4 lanes */
+    float *part = workspace + (((size_t)kvb * SPLITS + split) * W + warp) * PART;
+    #pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = g + 8 * h;
+        float sum = lrow[h];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (r < R) {
+            #pragma unroll
+            for (int n = 0; n < DV / 8; n++) {
+                part[r * DV + 8 * n + 2 * t4] = o[n][2 * h];
+                part[r * DV + 8 * n + 2 * t4 + 1] = o[n][2 * h + 1];
+            }
+            if (t4 == 0) {
+                part[R * DV + r] = mrow[h];
+                part[R * DV + R + r] = sum;
+            }
+        }
+    }
+}
+
+/* One thread per output element: the PARTS partials of its k/v head combined in order, normalised */
+extern "C" __global__ void __launch_bounds__(256)
+ktune_attention_bf16_splitkv_tc_w4_x8_s3_combine(const float *__restrict__ workspace, kt_bf16 *__restrict__ out0)
+{
+    constexpr int DV = 128, SQ = 1;
+    constexpr int HQ = 32, GROUP = 4, HKV = HQ / GROUP; /* query heads, per k/v head, k/v heads */
+    constexpr int R = GROUP * SQ; /* query rows of a k/v head */
+    constexpr int W = 4, SPLITS = 8; /* warps a block, key slices */
+    constexpr int PARTS = SPLITS * W; /* partials a k/v head */
+    constexpr int PART = R * (DV + 2); /* floats of a partial: O, then max, sum */
+    constexpr long long TOTAL = 8192LL; /* output elements */
+    const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+    if (i >= TOTAL)
+        return;
+    const int c = (int)(i % DV);
+    const long long row = i / DV, bidx = row / SQ; /* the query row, its batch entry (query head) */
+    const long long kvb = bidx / HQ * HKV + bidx % HQ / GROUP;
+    const int r = (int)(bidx % HQ % GROUP) * SQ + (int)(row % SQ);
+    const float *p0 = workspace + (size_t)kvb * PARTS * PART;
+    float mx = KT_NEG_INF;
+    for (int p = 0; p < PARTS; p++)
+        mx = kt_max(mx, p0[(size_t)p * PART + R * DV + r]);
+    const float base = mx == KT_NEG_INF ? 0.0f : mx;
+    float sum = 0.0f, acc = 0.0f;
+    for (int p = 0; p < PARTS; p++) {
+        const float *w = p0 + (size_t)p * PART;
+        const float f = kt_exp2(w[R * DV + r] - base);
+        sum = fmaf(w[R * DV + R + r], f, sum);
+        acc = fmaf(w[r * DV + c], f, acc);
+    }
+    out0[i] = kt_f32_to_bf16(acc / sum);
+}
