@@ -56,8 +56,10 @@
  *   splitkv  decode (few query rows, many keys; no epilogue): no tensor cores; a block per k/v
  *          head and key slice (knob "splits"), the query rows of the head's grouped-query heads
  *          packed (group x Sq <= 16), K and V streamed once (knob "stages" 2 or 3: through a
- *          cp.async ring of 32-key chunks per warp in shared memory); a second kernel combines
- *          the slices' partial (O, max, sum) in a fixed order. decode.c says how.
+ *          cp.async ring of 32-key chunks per warp in shared memory); the block merges its warps'
+ *          partials (O, max, sum) in shared memory, then stores the output (splits 1: one
+ *          launch) or its slice's partial, which a second kernel combines in a fixed order.
+ *          decode.c says how.
  *   splitkv_tc  the same on the tensor cores (sm_80+): the packed rows padded to one m16 tile,
  *          S = Q K^T and O += P V by m16n8k16 mma.sync on fragments ldmatrix reads from the
  *          ring (stages 2 or 3 only), the softmax on the accumulators.
@@ -216,6 +218,7 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
 void attn_splitkv_launches(const ops_group *grp, const attn_info *a, const attn_geom *m,
                            const char *entry, ops_emitted *out);
 int64_t attn_splitkv_workspace(const attn_info *a, const attn_geom *m);
+int64_t attn_splitkv_part_floats(const attn_info *a);
 
 /* ---- epilogue.c ---- */
 int attn_emit_epilogue_fn(kt_buf *b, const ops_group *grp, const attn_info *a);

@@ -22,22 +22,30 @@ void attention_estimate(const ops_group *grp, const ops_schedule *s, const ops_d
         double ws = 2.0 * (double)attn_splitkv_workspace(&a, &m);
         e->flops = 4.0 * (double)a.batch * (double)a.sq * (double)a.skv * (double)a.d;
         e->bytes = kv + ws;
-        /* few blocks resident (a block per slice and k/v head) leave HBM partly idle */
+        /* Streaming HBM needs every SM busy with enough bytes in flight (Little's law: its
+         * share of the bandwidth times ~2 us of loaded latency). A warp's ring keeps stages - 1
+         * 32-key chunks ahead; its own loads (stages 1) about a quarter chunk. */
         double blocks = (double)m.splits * (double)(a.batch / a.group);
-        double fill = blocks >= 4.0 * dev->sm_count ? 1.0 : blocks / (4.0 * dev->sm_count);
-        /* past one wave of resident blocks, the last wave's idle SMs (blocks are equal work) */
         double per_sm = fmin((double)(dev->max_threads_per_sm / m.threads),
                              m.smem > 0 ? floor((double)dev->smem_per_sm / m.smem) : 32.0);
-        double waves = blocks / ((double)dev->sm_count * fmax(per_sm, 1.0));
+        per_sm = fmax(per_sm, 1.0);
+        double busy = fmin(1.0, blocks / dev->sm_count);
+        double chunk = 32.0 * (double)(a.d + a.dv) * (double)ops_dtype_size(a.dt);
+        double inflight = fmin(per_sm, ceil(blocks / dev->sm_count)) * m.warps * chunk *
+                          (m.stages > 1 ? m.stages - 1 : 0.25);
+        double need = dev->dram_bytes_per_s / dev->sm_count * 2e-6;
+        double fill = busy * fmin(1.0, inflight / need);
+        /* past one wave of resident blocks, the last wave's idle SMs (blocks are equal work),
+         * and each wave's start: Q's rows and the first chunks a round trip away */
+        double waves = blocks / ((double)dev->sm_count * per_sm);
         if (waves > 1.0)
             fill *= waves / ceil(waves);
         e->occupancy = fill;
-        /* a warp's own loads keep about one chunk in flight; the cp.async ring keeps
-         * stages - 1 ahead (the H100 streamed K and V at ~80% of the copy rate without it);
-         * then the FFMA form's products bound it (38% of the SMs' issue, where cuDNN's tensor
+        /* then the FFMA form's products bound it (38% of the SMs' issue, where cuDNN's tensor
          * cores took 11% at 93% of DRAM's peak), which the tensor-core form frees */
         double eff = m.tc ? 0.95 : m.stages > 1 ? 0.9 : 0.8;
-        e->seconds = e->bytes / (dev->dram_bytes_per_s * eff * (fill > 0.3 ? fill : 0.3)) + 6e-6;
+        e->seconds = e->bytes / (dev->dram_bytes_per_s * eff * fmax(fill, 0.05)) +
+                     ceil(waves) * 1e-6 + (m.splits > 1 ? 6e-6 : 3e-6); /* launches */
         return;
     }
     /* Work of the visited tiles: QK^T and PV on whole Bq x Bkv tiles. */

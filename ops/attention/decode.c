@@ -8,9 +8,12 @@
  * to warp c % W): in 8 rounds, each 8-lane group reads one key's row of K (coalesced) and scores
  * it against the R query rows (Q in shared memory, fp32), the sum going to lane j for key j; the
  * rows' running max and sum are updated (max across the warp by shuffles, sums kept per lane),
- * and O += P V reads V's rows of the chunk with each lane owning DV / 32 output columns. Every warp
- * writes its unnormalised partial (O, max, sum) to the workspace; a second kernel, one thread per
- * output element, combines the SPLITS x W partials in a fixed order (deterministic) and normalises.
+ * and O += P V reads V's rows of the chunk with each lane owning DV / 32 output columns. The
+ * warps' unnormalised partials (O, max, sum) meet in shared memory and the block merges them in
+ * warp order. With one slice (SPLITS 1: as many blocks as k/v heads, enough when they fill the
+ * SMs) the block normalises and stores the output: one launch, no workspace. Otherwise it writes
+ * the slice's partial to the workspace and a second kernel, one thread per output element,
+ * combines the SPLITS partials in slice order (deterministic) and normalises.
  * Scores are in base 2 (log2(e) folded into the scale). With stages 2 or 3 a warp reads its chunks
  * from a ring of that many chunks in dynamic shared memory, filled by cp.async stages - 1 chunks
  * ahead (keys past the slice zero-filled), instead of loading each chunk when it scores it. */
@@ -19,8 +22,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Workspace floats of one warp's partial: O (R x DV), then the rows' max and sum. */
-static int64_t part_floats(const attn_info *a)
+/* Floats of one partial (a warp's in shared memory, a slice's in the workspace): O (R x DV),
+ * then the rows' max and sum. */
+int64_t attn_splitkv_part_floats(const attn_info *a)
 {
     int64_t r = a->group * a->sq;
     return r * (a->dv + 2);
@@ -28,7 +32,9 @@ static int64_t part_floats(const attn_info *a)
 
 int64_t attn_splitkv_workspace(const attn_info *a, const attn_geom *m)
 {
-    return a->batch / a->group * m->splits * m->warps * part_floats(a) * 4;
+    if (m->splits == 1)
+        return 0; /* the block stores the output */
+    return a->batch / a->group * m->splits * attn_splitkv_part_floats(a) * 4;
 }
 
 /* keys per slice: SKV / SPLITS rounded up to whole 32-key chunks */
@@ -78,7 +84,7 @@ static void emit_constants(kt_buf *b, const attn_info *a, const attn_geom *m, bo
     kt_buf_line(b, "constexpr int W = %d, SPLITS = %d; /* warps a block, key slices */", m->warps,
                 m->splits);
     if (combine)
-        kt_buf_line(b, "constexpr int PARTS = SPLITS * W; /* partials a k/v head */");
+        kt_buf_line(b, "constexpr int PARTS = SPLITS; /* partials a k/v head: a slice's each */");
     kt_buf_line(b,
                 "constexpr int PART = R * (DV + 2); /* floats of a partial: O, then max, sum */");
 }
@@ -102,8 +108,7 @@ static void emit_ring_setup(kt_buf *b, const attn_geom *m, const char *ty)
     kt_buf_line(b,
                 "constexpr int STAGES = %d, CHUNK = 32 * (KSTR + VSTR); /* elements of a stage */",
                 m->stages);
-    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kv_ring[];");
-    kt_buf_line(b, "%s *ring = reinterpret_cast<%s *>(kv_ring) + (size_t)warp * STAGES * CHUNK;",
+    kt_buf_line(b, "%s *ring = reinterpret_cast<%s *>(kv_smem) + (size_t)warp * STAGES * CHUNK;",
                 ty, ty);
     kt_buf_line(b, "auto fetch = [&](int st, int c0) {");
     kt_buf_line(b, "    %s *sk = ring + st * CHUNK, *sv = sk + 32 * KSTR;", ty);
@@ -147,22 +152,85 @@ static void emit_ring_advance(kt_buf *b)
     kt_buf_line(b, "stage = stage + 1 == STAGES ? 0 : stage + 1;");
 }
 
+/* After the key loop: every warp's partial gets a slot in shared memory (over the rings, once
+ * their copies, zero-fills included, have landed and every warp is done reading them). */
+static void emit_partial_slot(kt_buf *b, const attn_geom *m)
+{
+    if (m->stages > 1)
+        kt_buf_line(b, "kt_cp_async_wait<0>(); /* the rings' last copies (zero-fills) land before "
+                       "their space is reused */");
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "float *part = reinterpret_cast<float *>(kv_smem) + warp * PART; /* this warp's "
+                   "slot */");
+}
+
+/* The block's W partials merged in warp order: the output normalised (one slice) or the
+ * slice's partial to the workspace. */
+static void emit_block_merge(kt_buf *b, const attn_info *a, const attn_geom *m)
+{
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "/* the W partials merged in warp order, a thread an element of O: rescaled to "
+                   "their common max */");
+    kt_buf_line(b, "const float *parts = reinterpret_cast<const float *>(kv_smem);");
+    if (m->splits > 1)
+        kt_buf_line(b, "float *slice = workspace + ((size_t)kvb * SPLITS + split) * PART;");
+    kt_buf_line(b, "for (int i = threadIdx.x; i < R * DV; i += W * 32) {");
+    b->indent += 4;
+    kt_buf_line(b, "const int r = i / DV, c = i %% DV;");
+    kt_buf_line(b, "float mx = KT_NEG_INF;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int w = 0; w < W; w++)");
+    kt_buf_line(b, "    mx = kt_max(mx, parts[w * PART + R * DV + r]);");
+    kt_buf_line(b, "const float base = mx == KT_NEG_INF ? 0.0f : mx;");
+    kt_buf_line(b, "float sum = 0.0f, acc = 0.0f;");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int w = 0; w < W; w++) {");
+    kt_buf_line(b, "    const float f = kt_exp2(parts[w * PART + R * DV + r] - base);");
+    kt_buf_line(b, "    sum = fmaf(parts[w * PART + R * DV + R + r], f, sum);");
+    kt_buf_line(b, "    acc = fmaf(parts[w * PART + r * DV + c], f, acc);");
+    kt_buf_line(b, "}");
+    if (m->splits == 1) {
+        kt_buf y = {0};
+        ops_emit_from_float(&y, a->out_dt, "acc / sum");
+        kt_buf_line(b, "/* row r: query r %% SQ of query head (kvb %% HKV) * GROUP + r / SQ of "
+                       "batch entry kvb / HKV */");
+        kt_buf_line(b, "const size_t qb = (size_t)(kvb / HKV) * HQ + kvb %% HKV * GROUP + r / SQ;");
+        kt_buf_line(b, "out0[(qb * SQ + r %% SQ) * DV + c] = %s;", y.data);
+        kt_buf_free(&y);
+    } else {
+        kt_buf_line(b, "slice[r * DV + c] = acc;");
+        kt_buf_line(b, "if (c == 0) {");
+        kt_buf_line(b, "    slice[R * DV + r] = mx;");
+        kt_buf_line(b, "    slice[R * DV + R + r] = sum;");
+        kt_buf_line(b, "}");
+    }
+    attn_emit_close(b, 1);
+}
+
 /* The first kernel's signature and the constants both forms read: a block per k/v batch entry
- * (blockIdx.y) and key slice (blockIdx.x), each warp's partial to the workspace. */
+ * (blockIdx.y) and key slice (blockIdx.x); the output (one slice) or the slice's partial to the
+ * workspace; the dynamic shared memory (the rings, then the warps' partials). */
 static void emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_info *a,
                              const attn_geom *m, const char *entry)
 {
     const char *ty = ops_emit_ctype(a->dt);
     char scale[64];
-    kt_buf_line(b, "/* Block: k/v batch entry blockIdx.y (batch x k/v head), key slice blockIdx.x; "
-                   "each warp's partial to the workspace */");
+    kt_buf_line(b,
+                "/* Block: k/v batch entry blockIdx.y (batch x k/v head), key slice blockIdx.x; "
+                "%s */",
+                m->splits == 1 ? "the output" : "the slice's partial to the workspace");
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", m->threads);
     kt_buf_line(b, "%s(", entry);
     for (int i = 0; i < grp->n_in; i++)
         kt_buf_line(b, "    const %s *__restrict__ in%d,", ty, i);
-    kt_buf_line(b, "    float *__restrict__ workspace)");
+    if (m->splits == 1)
+        kt_buf_line(b, "    %s *__restrict__ out0)", ops_emit_ctype(a->out_dt));
+    else
+        kt_buf_line(b, "    float *__restrict__ workspace)");
     kt_buf_line(b, "{");
     b->indent += 4;
+    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kv_smem[]; /* %s */",
+                m->stages > 1 ? "the warps' rings, then their partials" : "the warps' partials");
     emit_constants(b, a, m, false);
     double s2 = a->scale * 1.4426950408889634;
     snprintf(scale, sizeof(scale), "%.9g", (double)(float)s2);
@@ -336,8 +404,9 @@ static void emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a
     if (ring)
         emit_ring_advance(b);
     attn_emit_close(b, 1);
-    kt_buf_line(b, "/* the warp's partial: O unnormalised, the max, the sum over its lanes */");
-    kt_buf_line(b, "float *part = workspace + (((size_t)kvb * SPLITS + split) * W + warp) * PART;");
+    kt_buf_line(b, "/* the warp's partial to shared memory: O unnormalised, the max, the sum over "
+                   "its lanes */");
+    emit_partial_slot(b, m);
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int r = 0; r < R; r++) {");
     kt_buf_line(b, "    float sum = l[r];");
@@ -352,6 +421,7 @@ static void emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a
     kt_buf_line(b, "        part[R * DV + R + r] = sum;");
     kt_buf_line(b, "    }");
     kt_buf_line(b, "}");
+    emit_block_merge(b, a, m);
     attn_emit_close(b, 1);
     kt_buf_printf(b, "\n");
 }
@@ -488,9 +558,9 @@ static void emit_tc_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, 
     emit_ring_advance(b);
     attn_emit_close(b, 1);
     kt_buf_line(b,
-                "/* the warp's partial (rows below R): O unnormalised, the max, the sum over the "
-                "row's 4 lanes */");
-    kt_buf_line(b, "float *part = workspace + (((size_t)kvb * SPLITS + split) * W + warp) * PART;");
+                "/* the warp's partial (rows below R) to shared memory: O unnormalised, the max, "
+                "the sum over the row's 4 lanes */");
+    emit_partial_slot(b, m);
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int h = 0; h < 2; h++) {");
     kt_buf_line(b, "    const int r = g + 8 * h;");
@@ -509,6 +579,7 @@ static void emit_tc_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, 
     kt_buf_line(b, "        }");
     kt_buf_line(b, "    }");
     kt_buf_line(b, "}");
+    emit_block_merge(b, a, m);
     attn_emit_close(b, 1);
     kt_buf_printf(b, "\n");
 }
@@ -561,13 +632,14 @@ void attn_emit_splitkv_kernels(kt_buf *b, const ops_group *grp, const attn_info 
         emit_tc_kernel(b, grp, a, m, entry);
     else
         emit_ffma_kernel(b, grp, a, m, entry);
-    emit_combine(b, a, m, entry);
+    if (m->splits > 1)
+        emit_combine(b, a, m, entry);
 }
 
 void attn_splitkv_launches(const ops_group *grp, const attn_info *a, const attn_geom *m,
                            const char *entry, ops_emitted *out)
 {
-    out->n_kernels = 2;
+    out->n_kernels = m->splits > 1 ? 2 : 1;
     out->workspace_bytes = attn_splitkv_workspace(a, m);
     ops_kernel_launch *k = &out->kernels[0];
     snprintf(k->entry, sizeof(k->entry), "%s", entry);
@@ -576,9 +648,13 @@ void attn_splitkv_launches(const ops_group *grp, const attn_info *a, const attn_
     k->grid[2] = 1;
     k->block[0] = (uint32_t)m->threads;
     k->block[1] = k->block[2] = 1;
-    k->smem_bytes = (uint32_t)m->smem; /* the warps' rings (Q's rows are a static array) */
+    k->smem_bytes = (uint32_t)m->smem; /* rings, partials (FFMA: Q's rows are a static array) */
     for (int i = 0; i < grp->n_in; i++)
         k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = grp->in[i]};
+    if (m->splits == 1) {
+        k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = grp->out[0]};
+        return;
+    }
     k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = 0};
     k = &out->kernels[1];
     snprintf(k->entry, sizeof(k->entry), "%s_combine", entry);

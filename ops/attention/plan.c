@@ -137,6 +137,10 @@ void attn_geometry(const attn_info *a, const ops_schedule *s, attn_geom *m)
         m->smem = m->stages > 1
                       ? m->warps * m->stages * 32 * (d + dv + pad) * (int)ops_dtype_size(a->dt)
                       : 0;
+        /* after the key loop the same space holds the warps' partials for the block's merge */
+        int parts = m->warps * (int)attn_splitkv_part_floats(a) * 4;
+        if (parts > m->smem)
+            m->smem = parts;
         /* tc: Q's A fragments, O, S and P; else a K row, the rows' scores and O columns */
         m->regs = m->tc
                       ? d / 4 + dv / 2 + 64
@@ -204,8 +208,7 @@ static const char *splitkv_prune(const attn_info *a, const attn_geom *m, const o
         (m->math == MATH_BF16 && a->dt != OPS_DT_BF16) || m->math == MATH_FFMA)
         return "shape";
     if (m->bq != 64 || m->bkv != 32 || m->layout != LAYOUT_PAD || m->qfrag != QFRAG_SMEM ||
-        !m->exp2 || m->persistent || m->pingpong || m->splits <= 1 ||
-        (m->warps != 4 && m->warps != 8))
+        !m->exp2 || m->persistent || m->pingpong || (m->warps != 4 && m->warps != 8))
         return "redundant";
     if (a->has_epilogue || a->d % 64 != 0 || (a->dv != 64 && a->dv != 128 && a->dv != 256))
         return "shape";
@@ -239,7 +242,7 @@ const char *attention_prune(const ops_group *grp, const ops_schedule *s, const o
         a.dv > MAX_HEAD_DIM)
         return "shape";
     if (m.splits > 1 && !m.splitkv)
-        return "redundant"; /* the decode kernel's knob */
+        return "redundant"; /* the decode kernel's knob (splits 1: one launch, no combine) */
     if (m.splitkv)
         return splitkv_prune(&a, &m, dev);
     if (m.math == MATH_FFMA) {

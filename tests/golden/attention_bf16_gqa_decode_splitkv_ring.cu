@@ -91,7 +91,7 @@ __device__ __forceinline__ float ktd_hi(unsigned u)
     return kt_bf16_to_f32((kt_bf16)(u >> 16));
 }
 
-/* Block: k/v batch entry blockIdx.y (batch x k/v head), key slice blockIdx.x; each warp's partial to the workspace */
+/* Block: k/v batch entry blockIdx.y (batch x k/v head), key slice blockIdx.x; the slice's partial to the workspace */
 extern "C" __global__ void __launch_bounds__(128)
 ktune_attention_bf16_splitkv_w4_x8_s3(
     const kt_bf16 *__restrict__ in0,
@@ -99,6 +99,7 @@ ktune_attention_bf16_splitkv_w4_x8_s3(
     const kt_bf16 *__restrict__ in2,
     float *__restrict__ workspace)
 {
+    extern __shared__ __align__(16) unsigned char kv_smem[]; /* the warps' rings, then their partials */
     constexpr int D = 128, DV = 128, SQ = 1, SKV = 4000;
     constexpr int HQ = 32, GROUP = 4, HKV = HQ / GROUP; /* query heads, per k/v head, k/v heads */
     constexpr int R = GROUP * SQ; /* query rows of a k/v head */
@@ -133,8 +134,7 @@ ktune_attention_bf16_splitkv_w4_x8_s3(
      * flight, too few bytes to stream HBM. Keys past the slice read as zeros (zero-size copies). */
     constexpr int KSTR = D, VSTR = DV; /* row strides */
     constexpr int STAGES = 3, CHUNK = 32 * (KSTR + VSTR); /* elements of a stage */
-    extern __shared__ __align__(16) unsigned char kv_ring[];
-    kt_bf16 *ring = reinterpret_cast<kt_bf16 *>(kv_ring) + (size_t)warp * STAGES * CHUNK;
+    kt_bf16 *ring = reinterpret_cast<kt_bf16 *>(kv_smem) + (size_t)warp * STAGES * CHUNK;
     auto fetch = [&](int st, int c0) {
         kt_bf16 *sk = ring + st * CHUNK, *sv = sk + 32 * KSTR;
         #pragma unroll
@@ -236,8 +236,10 @@ ktune_attention_bf16_splitkv_w4_x8_s3(
         __syncwarp(); /* every lane done with the slot before it is refilled */
         stage = stage + 1 == STAGES ? 0 : stage + 1;
     }
-    /* the warp's partial: O unnormalised, the max, the sum over its lanes */
-    float *part = workspace + (((size_t)kvb * SPLITS + split) * W + warp) * PART;
+    /* the warp's partial to shared memory: O unnormalised, the max, the sum over its lanes */
+    kt_cp_async_wait<0>(); /* the rings' last copies (zero-fills) land before their space is reused */
+    __syncthreads();
+    float *part = reinterpret_cast<float *>(kv_smem) + warp * PART; /* this warp's slot */
     #pragma unroll
     for (int r = 0; r < R; r++) {
         float sum = l[r];
@@ -252,6 +254,30 @@ ktune_attention_bf16_splitkv_w4_x8_s3(
             part[R * DV + R + r] = sum;
         }
     }
+    __syncthreads();
+    /* the W partials merged in warp order, a thread an element of O: rescaled to their common max */
+    const float *parts = reinterpret_cast<const float *>(kv_smem);
+    float *slice = workspace + ((size_t)kvb * SPLITS + split) * PART;
+    for (int i = threadIdx.x; i < R * DV; i += W * 32) {
+        const int r = i / DV, c = i % DV;
+        float mx = KT_NEG_INF;
+        #pragma unroll
+        for (int w = 0; w < W; w++)
+            mx = kt_max(mx, parts[w * PART + R * DV + r]);
+        const float base = mx == KT_NEG_INF ? 0.0f : mx;
+        float sum = 0.0f, acc = 0.0f;
+        #pragma unroll
+        for (int w = 0; w < W; w++) {
+            const float f = kt_exp2(parts[w * PART + R * DV + r] - base);
+            sum = fmaf(parts[w * PART + R * DV + R + r], f, sum);
+            acc = fmaf(parts[w * PART + r * DV + c], f, acc);
+        }
+        slice[r * DV + c] = acc;
+        if (c == 0) {
+            slice[R * DV + r] = mx;
+            slice[R * DV + R + r] = sum;
+        }
+    }
 }
 
 /* One thread per output element: the PARTS partials of its k/v head combined in order, normalised */
@@ -262,7 +288,7 @@ ktune_attention_bf16_splitkv_w4_x8_s3_combine(const float *__restrict__ workspac
     constexpr int HQ = 32, GROUP = 4, HKV = HQ / GROUP; /* query heads, per k/v head, k/v heads */
     constexpr int R = GROUP * SQ; /* query rows of a k/v head */
     constexpr int W = 4, SPLITS = 8; /* warps a block, key slices */
-    constexpr int PARTS = SPLITS * W; /* partials a k/v head */
+    constexpr int PARTS = SPLITS; /* partials a k/v head: a slice's each */
     constexpr int PART = R * (DV + 2); /* floats of a partial: O, then max, sum */
     constexpr long long TOTAL = 8192LL; /* output elements */
     const long long i = (long long)blockIdx.x * 256 + threadIdx.x;

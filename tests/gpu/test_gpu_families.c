@@ -120,6 +120,12 @@ static const gpu_case cases[] = {
     {"tests/gpu/attention_gqa.json", "B=3,S=4,T=5003", OPS_PREC_EXACT, "mma=splitkv_tc"},
     {"tests/gpu/attention_gqa.json", "B=2,S=1,T=4100", OPS_PREC_EXACT, "mma=splitkv_tc"},
     {"bench/cases/llama3_gqa_decode_bf16.json", "B=2,T=3001", OPS_PREC_EXACT, "mma=splitkv_tc"},
+    /* one slice: the block merges its warps and stores the output (no combine kernel); causal
+     * 16 rows, ragged keys, both forms */
+    {"tests/gpu/attention_gqa.json", "B=3,S=4,T=5003", OPS_PREC_EXACT, "mma=splitkv_tc&splits=1 "},
+    {"tests/gpu/attention_gqa.json", "B=2,S=1,T=517", OPS_PREC_EXACT, "mma=splitkv &splits=1 "},
+    {"bench/cases/llama3_gqa_decode_bf16.json", "B=2,T=3001", OPS_PREC_EXACT,
+     "mma=splitkv_tc&splits=1 "},
     /* pingpong: consumers taking turns on named barriers, causal (every consumer walks the
      * block's tiles), across items when persistent */
     {"bench/cases/attention_f16_d128_causal.json", "B=1,H=3,S=333", OPS_PREC_EXACT, "pingpong=1"},

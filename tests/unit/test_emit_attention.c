@@ -463,7 +463,8 @@ static void test_wgmma_ws(void **state)
 
 /* mma=splitkv, decode: Llama-3's grouped-query heads (32 over 8) at one query against 1000 cached
  * keys (ragged: not whole slices): two kernels (slices, then their combine) over a workspace of
- * one partial per warp; the tiled kernels stay in the space; more rows than the registers hold
+ * one partial per slice (the block merges its warps' in shared memory); one slice: one kernel
+ * storing the output; the tiled kernels stay in the space; more rows than the registers hold
  * are pruned. */
 static void test_splitkv(void **state)
 {
@@ -486,8 +487,9 @@ static void test_splitkv(void **state)
      * splits=8 */
     ops_schedule s = {.family = OPS_FAM_ATTENTION, .v = {64, 32, 4, 1, 2, 0, 0, 1, 3, 0, 8}};
     assert_null(f->prune(&grp, &s, &dev));
-    s.v[10] = 1; /* a split count is the decode kernel's */
+    s.v[8] = 1; /* a split count is the decode kernel's */
     assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
+    s.v[8] = 3;
     s.v[10] = 8;
     s.v[1] = 64; /* the knobs it does not read at one value */
     assert_string_equal(f->prune(&grp, &s, &dev), "redundant");
@@ -502,13 +504,31 @@ static void test_splitkv(void **state)
     assert_int_equal(e.kernels[0].args[3].kind, OPS_ARG_WORKSPACE);
     assert_int_equal(e.kernels[1].args[0].kind, OPS_ARG_WORKSPACE);
     assert_int_equal(e.kernels[1].grid[0], (2 * 32 * 128 + 255) / 256);
-    /* a partial per warp: 4 rows (the group) x (128 + 2) floats */
-    assert_int_equal(e.workspace_bytes, 16 * 8 * 4 * 4 * (128 + 2) * 4);
+    /* a partial per slice: 4 rows (the group) x (128 + 2) floats; the warps' meet in shared
+     * memory */
+    assert_int_equal(e.workspace_bytes, 16 * 8 * 4 * (128 + 2) * 4);
+    assert_int_equal(e.kernels[0].smem_bytes, 4 * 4 * (128 + 2) * 4);
+    assert_non_null(
+        strstr(e.source, "float *slice = workspace + ((size_t)kvb * SPLITS + split) * PART;"));
     assert_non_null(strstr(e.source, "constexpr int R = GROUP * SQ;"));
     assert_non_null(strstr(e.source, "constexpr int SLICE = 128;"));
     emit_test_golden("attention_bf16_gqa_decode_splitkv.cu", e.source);
     emit_test_compile(e.source, "sm_90a");
     ops_emitted_free(&e);
+    /* one slice: the block normalises and stores the output, no workspace, no second kernel */
+    s.v[10] = 1;
+    assert_null(f->prune(&grp, &s, &dev));
+    assert_int_equal(f->emit(&grp, &s, &dev, &e, &d), 0);
+    assert_int_equal(e.n_kernels, 1);
+    assert_int_equal(e.workspace_bytes, 0);
+    assert_int_equal(e.kernels[0].grid[0], 1);
+    assert_int_equal(e.kernels[0].args[3].kind, OPS_ARG_TENSOR);
+    assert_null(strstr(e.source, "_combine("));
+    assert_non_null(
+        strstr(e.source, "out0[(qb * SQ + r % SQ) * DV + c] = kt_f32_to_bf16(acc / sum);"));
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    s.v[10] = 8;
     /* stages 2 and 3: each warp's ring of 32-key chunks of K and V in dynamic shared memory,
      * filled by cp.async. At 1000 keys over 8 slices a warp has one chunk: no ring. At 4000
      * keys (ragged: 500 a slice, rounded to 512) four; 8 warps x 2 stages x 32 x 256 elements
