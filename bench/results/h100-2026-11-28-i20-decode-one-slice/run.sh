@@ -25,7 +25,6 @@ bench/cases/llama3_gqa_decode_bf16.json B=2,T=3001 mma=splitkv_tc&splits=1
 tests/gpu/attention_gqa.json B=3,S=4,T=5003 mma=splitkv_tc
 tests/gpu/attention_gqa.json B=2,S=1,T=4100 mma=splitkv_tc
 tests/gpu/attention_gqa.json B=3,S=4,T=5003 mma=splitkv&stages=3
-bench/cases/llama3_gqa_decode_bf16.json B=16,T=32768 mma=splitkv_tc&stages=2
 CASES
 fi
 if [ -n "${GROUP:-}${ONLY:-}" ]; then
