@@ -116,15 +116,17 @@ static void emit_ring_setup(kt_buf *b, const attn_geom *m, const char *ty)
     kt_buf_line(b, "    for (int i = lane; i < 32 * D / 8; i += 32) {");
     kt_buf_line(b, "        const int row = i / (D / 8), key = c0 + row;");
     kt_buf_line(b, "        const bool in = key < k_end;");
-    kt_buf_line(b, "        kt_cp_async16(sk + row * KSTR + i %% (D / 8) * 8, gK + (size_t)(in ? "
-                   "key : 0) * D + i %% (D / 8) * 8, in ? 16 : 0);");
+    kt_buf_line(b,
+                "        kt_cp_async16_pf(sk + row * KSTR + i %% (D / 8) * 8, gK + (size_t)(in ? "
+                "key : 0) * D + i %% (D / 8) * 8, in ? 16 : 0);");
     kt_buf_line(b, "    }");
     kt_buf_line(b, "    #pragma unroll");
     kt_buf_line(b, "    for (int i = lane; i < 32 * DV / 8; i += 32) {");
     kt_buf_line(b, "        const int row = i / (DV / 8), key = c0 + row;");
     kt_buf_line(b, "        const bool in = key < k_end;");
-    kt_buf_line(b, "        kt_cp_async16(sv + row * VSTR + i %% (DV / 8) * 8, gV + (size_t)(in ? "
-                   "key : 0) * DV + i %% (DV / 8) * 8, in ? 16 : 0);");
+    kt_buf_line(b,
+                "        kt_cp_async16_pf(sv + row * VSTR + i %% (DV / 8) * 8, gV + (size_t)(in ? "
+                "key : 0) * DV + i %% (DV / 8) * 8, in ? 16 : 0);");
     kt_buf_line(b, "    }");
     kt_buf_line(b, "    kt_cp_async_commit(); /* a group per chunk, empty past the slice */");
     kt_buf_line(b, "};");

@@ -141,13 +141,13 @@ ktune_attention_bf16_splitkv_w4_x8_s3(
         for (int i = lane; i < 32 * D / 8; i += 32) {
             const int row = i / (D / 8), key = c0 + row;
             const bool in = key < k_end;
-            kt_cp_async16(sk + row * KSTR + i % (D / 8) * 8, gK + (size_t)(in ? key : 0) * D + i % (D / 8) * 8, in ? 16 : 0);
+            kt_cp_async16_pf(sk + row * KSTR + i % (D / 8) * 8, gK + (size_t)(in ? key : 0) * D + i % (D / 8) * 8, in ? 16 : 0);
         }
         #pragma unroll
         for (int i = lane; i < 32 * DV / 8; i += 32) {
             const int row = i / (DV / 8), key = c0 + row;
             const bool in = key < k_end;
-            kt_cp_async16(sv + row * VSTR + i % (DV / 8) * 8, gV + (size_t)(in ? key : 0) * DV + i % (DV / 8) * 8, in ? 16 : 0);
+            kt_cp_async16_pf(sv + row * VSTR + i % (DV / 8) * 8, gV + (size_t)(in ? key : 0) * DV + i % (DV / 8) * 8, in ? 16 : 0);
         }
         kt_cp_async_commit(); /* a group per chunk, empty past the slice */
     };

@@ -38,6 +38,16 @@ __device__ __forceinline__ void kt_cp_async16(void *dst, const void *src, int sr
                  : "memory");
 }
 
+/* kt_cp_async16 for data read in long runs (a stream of K and V rows): the L2 fetches 256-byte
+ * blocks from DRAM for it instead of the 32-byte sectors asked for (as memory.cuh's
+ * kt_ld_nc_pf). */
+__device__ __forceinline__ void kt_cp_async16_pf(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(kt_smem_u32(dst)),
+                 "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+
 /* Closes the copies issued since the last commit into one group. */
 __device__ __forceinline__ void kt_cp_async_commit()
 {
