@@ -3,7 +3,7 @@
 # ask the L2 for 256-byte blocks (dist-b); each a fresh cache, data.mdb back.
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/dist-device/lib
-for v in dist-device dist-b; do
+for v in dist-device dist-b; do  # dist-b: the candidate variant
   C=$(mktemp -d)
   for shp in B=16,T=8192 B=16,T=32768; do
     $v/bin/ktune tune bench/cases/llama3_gqa_decode_bf16.json --shape $shp --local --budget 60s \
