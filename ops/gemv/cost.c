@@ -7,15 +7,13 @@
 #include <string.h>
 
 /* The tensor-core kernel: A once at the DRAM rate its loads in flight and the grid's waves
- * allow; x once per warp's row blocks (x=regs) or per block (x=smem), from L2 (charged at three
- * times the DRAM rate, the H100's ratio of L2 to HBM bandwidth, roughly). The tensor cores never
- * bound it. */
+ * allow; x once per warp's row blocks, from L2 (charged at three times the DRAM rate, the H100's
+ * ratio of L2 to HBM bandwidth, roughly). The tensor cores never bound it. */
 static void mma_estimate(const gemv_info *in, const gemv_plan *p, const ops_device *dev,
                          double abytes, ops_estimate *e)
 {
-    /* x=regs: every warp's row blocks read x; x=smem: every block reads it once */
-    double readers = p->x == X_SMEM ? (double)p->grid : (double)in->M / (16.0 * p->rows);
-    double xl2 = readers * 8.0 * p->ntiles * (double)in->K * (double)ops_dtype_size(in->xdt);
+    double xl2 = (double)in->M / (16.0 * p->rows) * 8.0 * p->ntiles * (double)in->K *
+                 (double)ops_dtype_size(in->xdt);
     /* Little's law: DRAM streams at full rate with ~4 MiB in flight (3 TB/s x ~1.3 us); a lane
      * has its row blocks' 16-byte loads of `depth` steps in flight, and the blocks an SM holds
      * are bounded by threads and by registers */
@@ -30,8 +28,6 @@ static void mma_estimate(const gemv_info *in, const gemv_plan *p, const ops_devi
     }
     if (p->load == LOAD_STREAM)
         eff *= 1.15;
-    if (p->x == X_SMEM)
-        eff *= 0.95; /* a block barrier a window keeps the warps in step */
     e->occupancy = 1.0;
     double mem_s = abytes / (dev->dram_bytes_per_s * eff);
     double l2_s = xl2 / (3.0 * dev->dram_bytes_per_s);

@@ -121,9 +121,8 @@ int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev
     ops_kernel_launch *k = &out->kernels[0];
     static const char *const load_suffix[] = {"", "_lp", "_ls"};
     if (p.math == MATH_MMA)
-        snprintf(k->entry, sizeof(k->entry), "ktune_gemv_mma_t%d_r%d_k%d_d%d%s%s%s", p.threads,
-                 p.rows, p.ksplit, p.depth, load_suffix[p.load], p.x == X_SMEM ? "_xs" : "",
-                 grp->entry_suffix);
+        snprintf(k->entry, sizeof(k->entry), "ktune_gemv_mma_t%d_r%d_k%d_d%d%s%s", p.threads,
+                 p.rows, p.ksplit, p.depth, load_suffix[p.load], grp->entry_suffix);
     else
         snprintf(k->entry, sizeof(k->entry), "ktune_gemv_t%d_p%d_r%d_v%d%s%s", p.threads, p.tpr,
                  p.rows, p.vec, load_suffix[p.load], grp->entry_suffix);
@@ -149,8 +148,6 @@ int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev
                 "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */");
     if (p.load != LOAD_CACHED)
         kt_buf_line(&b, "#include \"ktune/memory.cuh\"");
-    if (p.math == MATH_MMA && p.x == X_SMEM)
-        kt_buf_line(&b, "#include \"ktune/cp_async.cuh\"");
     if (p.math == MATH_MMA)
         kt_buf_line(&b, "#include \"ktune/mma.cuh\"");
     else
@@ -182,7 +179,6 @@ int gemv_emit(const ops_group *grp, const ops_schedule *s, const ops_device *dev
     k->grid[1] = k->grid[2] = 1;
     k->block[0] = (uint32_t)p.threads;
     k->block[1] = k->block[2] = 1;
-    k->smem_bytes = p.math == MATH_MMA && p.x == X_SMEM ? (uint32_t)p.smem : 0; /* x's windows */
     if (rc == 0 && kt_buf_status(&b) < 0)
         rc = -ENOMEM;
     kt_buf_free(&params);

@@ -50,10 +50,9 @@
 
 #include "../family.h"
 
-enum { K_THREADS, K_TPR, K_ROWS, K_VEC, K_LOAD, K_MATH, K_KSPLIT, K_DEPTH, K_X, N_KNOBS };
+enum { K_THREADS, K_TPR, K_ROWS, K_VEC, K_LOAD, K_MATH, K_KSPLIT, K_DEPTH, N_KNOBS };
 enum { LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM };
 enum { MATH_FFMA, MATH_MMA };
-enum { X_REGS, X_SMEM }; /* mma: where a lane's x fragments come from */
 
 /* Token rows of the decode form (y = X W^T): the FFMA kernel's (its sums are registers, and past
  * ~16 FFMA, not DRAM, bounds it) and the tensor-core kernel's (8-token tiles). */
@@ -79,8 +78,6 @@ typedef struct gemv_plan {
     int depth;  /* mma: k steps a lane keeps in flight */
     int regs;   /* mma: registers a thread needs (estimated) */
     int ntiles; /* mma: 8-token tiles */
-    int x;      /* mma: X_REGS (each warp loads x, through L2) or X_SMEM (a block's window) */
-    int smem;   /* mma, x=smem: dynamic shared memory bytes (the two x windows) */
     int64_t rows_per_block, grid;
 } gemv_plan;
 

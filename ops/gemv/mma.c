@@ -6,35 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* x=smem: the block's x in windows of WS = DEPTH x KSPLIT steps (every step its warps take in
- * one pass of the ring), each token row padded by 32 elements; two buffers, the next window's
- * cp.async copies in flight while the warps multiply this one's. Tokens past T and k past K
- * read as zeros. */
-static void emit_x_window_setup(kt_buf *b, const gemv_info *in)
-{
-    const char *ty = ops_emit_ctype(in->xdt);
-    kt_buf_line(b, "/* x in shared memory: the block reads each window once from L2 for all its "
-                   "warps */");
-    kt_buf_line(b, "constexpr int WS = DEPTH * KSPLIT, XROW = WS * 32 + 32, TP = NT * 8;");
-    kt_buf_line(b, "constexpr int WINDOWS = (CHUNKS + WS - 1) / WS;");
-    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char gemv_smem[];");
-    kt_buf_line(b, "%s *xs = reinterpret_cast<%s *>(gemv_smem); /* [2][TP][XROW] */", ty, ty);
-    kt_buf_line(b, "auto stage = [&](int buf, int w) {");
-    kt_buf_line(b, "    if (w < WINDOWS) {");
-    kt_buf_line(b, "        %s *dst = xs + buf * TP * XROW;", ty);
-    kt_buf_line(b, "        for (int i = threadIdx.x; i < TP * WS * 4; i += THREADS) {");
-    kt_buf_line(b, "            const int t = i / (WS * 4), piece = i %% (WS * 4);");
-    kt_buf_line(b, "            const long long k = (long long)w * WS * 32 + piece * 8;");
-    kt_buf_line(b, "            const bool in = t < T && k < K;");
-    kt_buf_line(b, "            kt_cp_async16(dst + t * XROW + piece * 8, x + (in ? (long long)t "
-                   "* K + k : 0), in ? 16 : 0);");
-    kt_buf_line(b, "        }");
-    kt_buf_line(b, "    }");
-    kt_buf_line(b, "    kt_cp_async_commit();");
-    kt_buf_line(b, "};");
-    kt_buf_line(b, "stage(0, 0);");
-}
-
 /* The tensor-core kernel (math=mma; see the top of the file), for both forms: the vector form is
  * its one-token case (x [K, 1] is one contiguous row). */
 void gemv_emit_mma(kt_buf *b, const gemv_info *in, const gemv_plan *p, const char *entry,
@@ -63,20 +34,18 @@ void gemv_emit_mma(kt_buf *b, const gemv_info *in, const gemv_plan *p, const cha
     kt_buf_line(b, "const int m0 = (blockIdx.x * (WARPS / KSPLIT) + warp / KSPLIT) * 16 * R;");
     kt_buf_line(b, "/* rows past M and tokens past T read the last one (in bounds), never "
                    "stored */");
-    kt_buf_line(b, "const uint4 *ra[R], *rb[R]%s;", p->x == X_REGS ? ", *xr[NT]" : "");
+    kt_buf_line(b, "const uint4 *ra[R], *rb[R], *xr[NT];");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int r = 0; r < R; r++) {");
     kt_buf_line(b, "    const int ma = m0 + 16 * r + g, mb = ma + 8;");
     kt_buf_line(b, "    ra[r] = (const uint4 *)(a + (long long)(ma < M ? ma : M - 1) * K) + q;");
     kt_buf_line(b, "    rb[r] = (const uint4 *)(a + (long long)(mb < M ? mb : M - 1) * K) + q;");
     kt_buf_line(b, "}");
-    if (p->x == X_REGS) {
-        kt_buf_line(b, "#pragma unroll");
-        kt_buf_line(b, "for (int j = 0; j < NT; j++) {");
-        kt_buf_line(b, "    const int t = 8 * j + g;");
-        kt_buf_line(b, "    xr[j] = (const uint4 *)(x + (long long)(t < T ? t : T - 1) * K) + q;");
-        kt_buf_line(b, "}");
-    }
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < NT; j++) {");
+    kt_buf_line(b, "    const int t = 8 * j + g;");
+    kt_buf_line(b, "    xr[j] = (const uint4 *)(x + (long long)(t < T ? t : T - 1) * K) + q;");
+    kt_buf_line(b, "}");
     kt_buf_line(b, "float acc[R][NT][4] = {};");
     if (p->load == LOAD_STREAM) {
         kt_buf_line(b, "/* A is read once: evict it first from L2 */");
@@ -102,7 +71,7 @@ void gemv_emit_mma(kt_buf *b, const gemv_info *in, const gemv_plan *p, const cha
                    "it (zeros, which");
     kt_buf_line(b, " * add nothing, so the last pass needs no guard). */");
     kt_buf_line(b, "constexpr int DEPTH = %d;", p->depth);
-    kt_buf_line(b, "uint4 wa[DEPTH][R], wb[DEPTH][R]%s;", p->x == X_REGS ? ", xw[DEPTH][NT]" : "");
+    kt_buf_line(b, "uint4 wa[DEPTH][R], wb[DEPTH][R], xw[DEPTH][NT];");
     kt_buf_line(b, "auto load = [&](int d, int c) {");
     b->indent = 8;
     kt_buf_line(b, "const bool in_k = 32 * c + 8 * q < K; /* false past the last step too */");
@@ -111,42 +80,23 @@ void gemv_emit_mma(kt_buf *b, const gemv_info *in, const gemv_plan *p, const cha
     kt_buf_line(b, "    wa[d][r] = in_k ? %s : make_uint4(0u, 0u, 0u, 0u);", lda);
     kt_buf_line(b, "    wb[d][r] = in_k ? %s : make_uint4(0u, 0u, 0u, 0u);", ldb);
     kt_buf_line(b, "}");
-    if (p->x == X_REGS) {
-        kt_buf_line(b, "#pragma unroll");
-        kt_buf_line(b, "for (int j = 0; j < NT; j++)");
-        kt_buf_line(b, "    xw[d][j] = in_k ? __ldg(xr[j] + 4 * c) : make_uint4(0u, 0u, 0u, 0u);");
-    }
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int j = 0; j < NT; j++)");
+    kt_buf_line(b, "    xw[d][j] = in_k ? __ldg(xr[j] + 4 * c) : make_uint4(0u, 0u, 0u, 0u);");
     b->indent = 4;
     kt_buf_line(b, "};");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int d = 0; d < DEPTH; d++)");
     kt_buf_line(b, "    load(d, ks + d * KSPLIT);");
-    if (p->x == X_SMEM)
-        emit_x_window_setup(b, in);
-    if (p->x == X_REGS) {
-        kt_buf_line(b, "for (int c0 = ks; c0 < CHUNKS; c0 += DEPTH * KSPLIT) {");
-    } else {
-        kt_buf_line(b, "for (int w = 0; w < WINDOWS; w++) {");
-        b->indent = 8;
-        kt_buf_line(b, "kt_cp_async_wait<0>();");
-        kt_buf_line(b, "__syncthreads(); /* window w landed for all; all are past window w - 1, "
-                       "whose buffer w + 1 takes */");
-        kt_buf_line(b, "stage((w + 1) & 1, w + 1);");
-        kt_buf_line(b, "const %s *xwin = xs + (w & 1) * TP * XROW;", ops_emit_ctype(in->xdt));
-        kt_buf_line(b, "const int c0 = w * WS + ks;");
-    }
+    kt_buf_line(b, "for (int c0 = ks; c0 < CHUNKS; c0 += DEPTH * KSPLIT) {");
     b->indent = 8;
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int d = 0; d < DEPTH; d++) {");
     b->indent = 12;
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int j = 0; j < NT; j++) {");
-    if (p->x == X_REGS)
-        kt_buf_line(b, "    const uint4 xv = xw[d][j];");
-    else
-        kt_buf_line(b, "    const uint4 xv = *reinterpret_cast<const uint4 *>(xwin + (8 * j + g) * "
-                       "XROW + (ks + d * KSPLIT) * 32 + 8 * q);");
-    kt_buf_line(b, "    const unsigned b0[2] = {xv.x, xv.y}, b1[2] = {xv.z, xv.w};");
+    kt_buf_line(b, "    const unsigned b0[2] = {xw[d][j].x, xw[d][j].y}, "
+                   "b1[2] = {xw[d][j].z, xw[d][j].w};");
     kt_buf_line(b, "    #pragma unroll");
     kt_buf_line(b, "    for (int r = 0; r < R; r++) {");
     kt_buf_line(b,

@@ -8,7 +8,6 @@
 
 static const char *const load_labels[] = {"cached", "prefetch", "stream"};
 static const char *const math_labels[] = {"ffma", "mma"};
-static const char *const x_labels[] = {"regs", "smem"};
 
 const ops_knob gemv_knobs[N_KNOBS] = {
     [K_THREADS] = {"threads", 4, {64, 128, 256, 512}, NULL},
@@ -19,7 +18,6 @@ const ops_knob gemv_knobs[N_KNOBS] = {
     [K_MATH] = {"math", 2, {MATH_FFMA, MATH_MMA}, math_labels},
     [K_KSPLIT] = {"ksplit", 4, {1, 2, 4, 8}, NULL}, /* mma: warps sharing a row block's k */
     [K_DEPTH] = {"depth", 3, {2, 4, 8}, NULL},      /* mma: k steps a lane has in flight */
-    [K_X] = {"x", 2, {X_REGS, X_SMEM}, x_labels},   /* mma: x fragments from */
 };
 
 static bool in_group(const ops_group *grp, int node)
@@ -123,10 +121,9 @@ const char *gemv_plan_make(const gemv_info *in, const ops_schedule *s, const ops
     p->math = s->v[K_MATH];
     p->ksplit = s->v[K_KSPLIT];
     p->depth = s->v[K_DEPTH];
-    p->x = s->v[K_X];
     if (p->math == MATH_MMA)
         return mma_plan_make(in, p, dev);
-    if (p->ksplit != 1 || p->depth != 2 || p->x != X_REGS)
+    if (p->ksplit != 1 || p->depth != 2)
         return "redundant"; /* k is split across a row's lanes, not warps; unrolled, no ring */
     if (in->T > GEMV_MAX_T_FFMA)
         return "shape";
@@ -190,28 +187,9 @@ static const char *mma_plan_make(const gemv_info *in, gemv_plan *p, const ops_de
     p->grid = (in->M + p->rows_per_block - 1) / p->rows_per_block;
     if (p->grid < 2 * dev->sm_count && p->threads > 128 && p->ksplit == 1)
         return "redundant"; /* few row blocks: split k rather than grow the block */
-    /* sums, the ring of the row blocks' and (x=regs) the tiles' 16-byte loads, pointers; x=smem
-     * reads a step's x fragments from shared memory when it multiplies them */
-    if (p->x == X_REGS)
-        p->regs = 32 + 4 * p->rows * p->ntiles + p->depth * (8 * p->rows + 4 * p->ntiles) +
-                  2 * (2 * p->rows + p->ntiles);
-    else
-        p->regs =
-            32 + 4 * p->rows * p->ntiles + p->depth * 8 * p->rows + 4 * p->ntiles + 4 * p->rows + 8;
-    if (p->x == X_SMEM) {
-        if (p->ntiles < 2)
-            return "redundant"; /* one tile's x is a sixteenth of a row block's bytes a step */
-        if (p->threads > 256)
-            return "regs"; /* 512-thread forms spilled under NVRTC (T = 16, sm_90a) */
-        /* two windows of the block's depth x ksplit steps for every token row, each row padded
-         * by 64 bytes (a quarter warp's two rows then fall in distinct banks), beside the
-         * ksplit reduction's static array */
-        int64_t row = (int64_t)p->depth * p->ksplit * 32 + 32;
-        p->smem = (int)(2 * 8 * p->ntiles * row * 2);
-        int64_t part = p->ksplit > 1 ? (int64_t)warps * p->rows * p->ntiles * 4 * 32 * 4 : 0;
-        if (p->smem + part > dev->smem_per_block_optin)
-            return "smem";
-    }
+    /* sums, the ring of the row blocks' and the tiles' 16-byte loads, pointers */
+    p->regs = 32 + 4 * p->rows * p->ntiles + p->depth * (8 * p->rows + 4 * p->ntiles) +
+              2 * (2 * p->rows + p->ntiles);
     /* __launch_bounds__(THREADS) caps a thread at 64 Ki registers / THREADS (128 at 512) */
     if (p->regs > 200 || p->regs > 65536 / p->threads)
         return "regs";

@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family gemv
- * schedule: gemv threads=256 tpr=32 rows=2 vec=8 load=stream math=mma ksplit=2 depth=2 x=regs
+ * schedule: gemv threads=256 tpr=32 rows=2 vec=8 load=stream math=mma ksplit=2 depth=2
  * graph: linear_decode
  *   t0 = matmul(X, W)  bf16 [T=16, N=4096]
  *   t1 = add(t0, bias)  bf16 [T=16, N=4096]
@@ -143,8 +143,7 @@ ktune_gemv_mma_t256_r2_k2_d2_ls(const kt_bf16 *__restrict__ x, const kt_bf16 *__
         for (int d = 0; d < DEPTH; d++) {
             #pragma unroll
             for (int j = 0; j < NT; j++) {
-                const uint4 xv = xw[d][j];
-                const unsigned b0[2] = {xv.x, xv.y}, b1[2] = {xv.z, xv.w};
+                const unsigned b0[2] = {xw[d][j].x, xw[d][j].y}, b1[2] = {xw[d][j].z, xw[d][j].w};
                 #pragma unroll
                 for (int r = 0; r < R; r++) {
                     /* k 8q .. 8q + 3 of rows g, g + 8 into slots 2q, 2q + 1, 2q + 8, 2q + 9; then 8q + 4 .. */

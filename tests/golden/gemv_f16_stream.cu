@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family gemv
- * schedule: gemv threads=64 tpr=32 rows=1 vec=8 load=stream math=ffma ksplit=1 depth=2 x=regs
+ * schedule: gemv threads=64 tpr=32 rows=1 vec=8 load=stream math=ffma ksplit=1 depth=2
  * graph: gemv
  *   C = matmul(A, B)  f16 [M=7680, N=1]
  */

@@ -71,11 +71,6 @@ static const gpu_case cases[] = {
     {"tests/gpu/linear_decode.json", "T=13,N=333,K=2008", OPS_PREC_EXACT, "math=mma&depth=8"},
     {"tests/gpu/linear_decode.json", "T=13,N=333,K=2008", OPS_PREC_EXACT, "math=mma&depth=4"},
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "math=mma"},
-    /* x staged in shared memory by the block (x=smem): tokens past T and k past K zero-filled
-     * (partial tiles, K = 2008 not whole windows), 2 to 8 tiles */
-    {"tests/gpu/linear_decode.json", "T=13,N=333,K=2008", OPS_PREC_EXACT, "math=mma&x=smem"},
-    {"tests/gpu/linear_decode.json", "T=64,N=200,K=4096", OPS_PREC_EXACT, "math=mma&x=smem"},
-    {"tests/gpu/linear_decode.json", "T=61,N=1000,K=1000", OPS_PREC_EXACT, "math=mma&x=smem"},
     /* gemv rows read by several warps (tpr 64-256), both forms, ragged */
     {"bench/cases/deepbench_gemm_f16.json", "M=1000,N=1,K=2552", OPS_PREC_EXACT, "tpr=128"},
     {"tests/gpu/linear_decode.json", "T=5,N=1000,K=1000", OPS_PREC_EXACT, "tpr=256"},

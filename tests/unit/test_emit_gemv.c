@@ -13,10 +13,9 @@
 #include "ops/ops.h"
 #include "tests/unit/emit_test_util.h"
 
-enum { THREADS, TPR, ROWS, VEC, LOAD, MATH, KSPLIT, DEPTH, XFROM };
+enum { THREADS, TPR, ROWS, VEC, LOAD, MATH, KSPLIT, DEPTH };
 enum { LOAD_CACHED, LOAD_PREFETCH, LOAD_STREAM };
 enum { MATH_FFMA, MATH_MMA };
-enum { X_REGS, X_SMEM };
 
 static const char gemv_f16[] = "{\"name\":\"gemv\",\"inputs\":{"
                                "\"A\":{\"dtype\":\"f16\",\"shape\":[\"M\",\"K\"]},"
@@ -301,33 +300,6 @@ static void test_mma(void **state)
     assert_int_equal(emit_test_compile_spread(&grp, &deep, deep.n, "sm_90a", emit_one), 2);
     free(deep.s);
     ops_emitted_free(&e);
-    /* x=smem: the block stages x in two windows of DEPTH x KSPLIT steps (every token row padded
-     * by 32 elements) by cp.async; the warps read their fragments from it, no x in the ring */
-    s.v[KSPLIT] = 2;
-    s.v[XFROM] = X_SMEM;
-    assert_null(fam()->prune(&grp, &s, &dev));
-    emit_one(&grp, &s, &e);
-    assert_non_null(strstr(e.source, "stage((w + 1) & 1, w + 1);"));
-    assert_non_null(strstr(e.source, "uint4 wa[DEPTH][R], wb[DEPTH][R];"));
-    assert_null(strstr(e.source, "__ldg(xr[j]"));
-    assert_non_null(strstr(e.kernels[0].entry, "_xs"));
-    /* 2 windows x 16 token rows x (4 x 2 x 32 + 32) elements x 2 bytes */
-    assert_int_equal(e.kernels[0].smem_bytes, 2 * 16 * (4 * 2 * 32 + 32) * 2);
-    emit_test_golden("gemv_bf16_decode_mma_xsmem.cu", e.source);
-    emit_test_compile(e.source, "sm_90a");
-    ops_emitted_free(&e);
-    s.v[THREADS] = 512; /* spilled under NVRTC */
-    assert_string_equal(fam()->prune(&grp, &s, &dev), "regs");
-    s.v[THREADS] = 256;
-    s.v[MATH] = MATH_FFMA; /* the FFMA kernels read x themselves */
-    assert_string_equal(fam()->prune(&grp, &s, &dev), "redundant");
-    s.v[MATH] = MATH_MMA;
-    s.v[XFROM] = X_REGS;
-    ops_graph_free(g);
-    /* one token tile: nothing to share */
-    g = emit_test_make(decode_bf16, "T=5,N=1000,K=1000", &grp);
-    s.v[XFROM] = X_SMEM;
-    assert_string_equal(fam()->prune(&grp, &s, &dev), "redundant");
     ops_graph_free(g);
     assert_true(compile_kept(decode_bf16, "T=16,N=4096,K=4096", MATH_MMA, 12, "sm_90a") >= 6);
     assert_true(compile_kept(decode_bf16, "T=64,N=14336,K=4096", MATH_MMA, 8, "sm_90a") >= 4);
