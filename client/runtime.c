@@ -1256,7 +1256,8 @@ static int kernel_load(ktune_runtime *rt, ktune_kernel *k, CUcontext ctx, CUdevi
                          kk->entry, static_smem, kk->smem_bytes, dv->fp.name, dv->smem_optin);
             goto pop;
         }
-        if (kk->smem_bytes > RT_SMEM_DEFAULT &&
+        /* the default cap on dynamic shared memory is the 48 KiB less the static */
+        if ((int64_t)static_smem + kk->smem_bytes > RT_SMEM_DEFAULT &&
             (rc = cu_fail(rt,
                           cu->p_cuFuncSetAttribute(k->fn[i],
                                                    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

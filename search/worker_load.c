@@ -171,7 +171,8 @@ int srch_wk_cand_load(wk *w, wk_cand *c, const srch_eval_req *req, srch_eval_res
                                 l->entry, static_smem, l->smem_bytes, w->smem_optin);
                 goto fail;
             }
-            if (l->smem_bytes > (uint32_t)w->smem_block &&
+            /* the default cap on dynamic shared memory is the 48 KiB less the static */
+            if ((int64_t)static_smem + l->smem_bytes > (int64_t)w->smem_block &&
                 (rc = wk_cu(w,
                             w->cu.p_cuFuncSetAttribute(
                                 c->fn[k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

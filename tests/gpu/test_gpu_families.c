@@ -408,7 +408,9 @@ static int run_candidate(srch_cuda *cu, const ops_device *dev, const srch_space 
         if ((rc = srch_cuda_check(cu, cu->p_cuModuleGetFunction(&fn[k], mod, e.kernels[k].entry),
                                   e.kernels[k].entry, &err)) < 0)
             goto cuda_fail;
-        if (e.kernels[k].smem_bytes > (uint32_t)dev->smem_per_block &&
+        int static_smem = 0; /* the default dynamic cap is the 48 KiB less the static */
+        cu->p_cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn[k]);
+        if ((int64_t)static_smem + e.kernels[k].smem_bytes > (int64_t)dev->smem_per_block &&
             (rc = srch_cuda_check(
                  cu,
                  cu->p_cuFuncSetAttribute(fn[k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
