@@ -81,10 +81,12 @@ static void emit_constants(kt_buf *b, const attn_info *a, const attn_geom *m, bo
                 "k/v head, k/v heads */",
                 (long long)a->hq, (long long)a->group);
     kt_buf_line(b, "constexpr int R = GROUP * SQ; /* query rows of a k/v head */");
-    kt_buf_line(b, "constexpr int W = %d, SPLITS = %d; /* warps a block, key slices */", m->warps,
-                m->splits);
-    if (combine)
-        kt_buf_line(b, "constexpr int PARTS = SPLITS; /* partials a k/v head: a slice's each */");
+    if (combine) /* one partial a slice: the warps merged theirs in the first kernel */
+        kt_buf_line(b, "constexpr int PARTS = %d; /* partials a k/v head: a slice's each */",
+                    m->splits);
+    else
+        kt_buf_line(b, "constexpr int W = %d, SPLITS = %d; /* warps a block, key slices */",
+                    m->warps, m->splits);
     kt_buf_line(b,
                 "constexpr int PART = R * (DV + 2); /* floats of a partial: O, then max, sum */");
 }

@@ -287,8 +287,7 @@ ktune_attention_bf16_splitkv_w4_x8_s3_combine(const float *__restrict__ workspac
     constexpr int DV = 128, SQ = 1;
     constexpr int HQ = 32, GROUP = 4, HKV = HQ / GROUP; /* query heads, per k/v head, k/v heads */
     constexpr int R = GROUP * SQ; /* query rows of a k/v head */
-    constexpr int W = 4, SPLITS = 8; /* warps a block, key slices */
-    constexpr int PARTS = SPLITS; /* partials a k/v head: a slice's each */
+    constexpr int PARTS = 8; /* partials a k/v head: a slice's each */
     constexpr int PART = R * (DV + 2); /* floats of a partial: O, then max, sum */
     constexpr long long TOTAL = 8192LL; /* output elements */
     const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
