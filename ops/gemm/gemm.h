@@ -76,7 +76,6 @@ enum {
     KN_MMA,         /* appended */
     KN_MCAST,       /* appended */
     KN_STORE,       /* appended */
-    KN_L2PF,        /* appended */
     KN_COUNT
 };
 enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3 };
@@ -151,7 +150,6 @@ typedef struct gemm_cfg {
     bool pingpong;    /* wg16: each consumer warpgroup its own tile (mma=wgmma_pingpong) */
     int mcast;        /* wg16: blocks of a cluster along m sharing B by TMA multicast (1 or 2) */
     bool tma_store;   /* wg16: the epilogue stages its tile in shared memory for a TMA store */
-    bool l2pf;        /* wg16: the producer prefetches the streamed operand's k tiles into L2 */
     int consumers;    /* wg16: consumer warpgroups (the wm knob; 2 in ping-pong) */
     int mt;           /* wg16: m64 wgmma slabs per consumer warpgroup */
     int regs;         /* estimated registers per thread */

@@ -52,10 +52,6 @@ const ops_knob gemm_knobs[KN_COUNT] = {
      * go to a tile in shared memory (the 128-byte swizzle) that one thread stores by TMA
      * (coalesced, clipped at the edges), at the cost of shared memory the ring cannot use */
     [KN_STORE] = {"store", 2, {STORE_DIRECT, STORE_TMA}, store_labels},
-    /* 16-bit wgmma, one tile row or column (decode, skinny shapes): 1 = the producer also
-     * prefetches into L2 the k tiles just past its ring of the operand no other tile reads, four
-     * at a time, so the weight streams from DRAM in runs of 512 bytes a row rather than 128 */
-    [KN_L2PF] = {"l2pf", 2, {0, 1}, NULL},
 };
 
 bool gemm_in_group(const ops_group *grp, int node)
@@ -399,7 +395,7 @@ static void wgmma_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = prefix_why;
     else if (c->splitk != 1 || s->v[KN_MMA] == MMA_WGMMA_PINGPONG)
         c->why = "shape"; /* ping-pong is the 16-bit kernel's */
-    else if (s->v[KN_MCAST] != 1 || s->v[KN_STORE] != STORE_DIRECT || s->v[KN_L2PF])
+    else if (s->v[KN_MCAST] != 1 || s->v[KN_STORE] != STORE_DIRECT)
         c->why = "redundant"; /* knobs the tf32x3 kernel does not read */
     else if (c->stages > 4)
         c->why = "redundant"; /* rings past 4 stages are the 16-bit TMA kernel's */
@@ -518,8 +514,7 @@ void gemm_configure(const gemm_problem *p, const ops_schedule *s, const ops_devi
                                  registers and compile time); its strided element reads are
                                  conflict-free padded, and the XOR costs integer work per read
                                  (measured 1.5x slower on the H100) */
-    else if (s->v[KN_MCAST] != 1 || s->v[KN_STORE] != STORE_DIRECT || s->v[KN_L2PF] ||
-             c->stages > 4)
+    else if (s->v[KN_MCAST] != 1 || s->v[KN_STORE] != STORE_DIRECT || c->stages > 4)
         c->why = "redundant"; /* the 16-bit wgmma kernel's knobs (and rings past 4 stages: each
                                  cp.async stage costs every thread copies and registers) */
     else if (c->regs > reg_cap)

@@ -45,11 +45,6 @@
  * both: the empty barriers count both), and a producer stays until every release aimed at its
  * block has arrived.
  *
- * l2pf = 1 (one tile row or column: decode, skinny shapes): every fourth k tile the producer
- * also prefetches into L2 (cp.async.bulk.prefetch.tensor) the next four k tiles past its ring of
- * the operand no other tile reads, so DRAM serves that stream in runs of 512 bytes a row, two
- * rings ahead of the consumers, without shared memory.
- *
  * store=tma: each consumer stages its epilogue's tile in shared memory (128-byte swizzle) and one
  * thread stores it by TMA, which overlaps the next tile's k loop.
  *
@@ -115,7 +110,6 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
     c->mcast = s->v[KN_MCAST];
     c->consumers = c->pingpong ? 2 : c->wm;
     c->tma_store = s->v[KN_STORE] == STORE_TMA;
-    c->l2pf = s->v[KN_L2PF];
     int rows = c->pingpong ? c->bm : c->bm / c->wm; /* a consumer's rows of a tile */
     int64_t osize = (int64_t)ops_dtype_size(p->g->tensors[p->out].dtype);
     c->mt = rows / 64 > 0 ? rows / 64 : 1;
@@ -161,8 +155,6 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = "redundant"; /* a tile per block: the second consumer would idle */
     else if (c->mcast == 2 && (c->tiles_m < 2 || dev->sm_count % 2))
         c->why = "redundant"; /* one tile row: no block to share B with */
-    else if (c->l2pf && c->tiles_m > 1 && c->tiles_n > 1)
-        c->why = "redundant"; /* every operand tile is read by several tiles: L2 has it anyway */
     else if (c->smem_bytes > dev->smem_per_block_optin)
         c->why = "smem";
     else if (c->stages > 2 && c->stages > c->kps)
@@ -371,30 +363,6 @@ static void emit_copies(const gemm_emit *e, int k)
     }
 }
 
-/* l2pf: operand k is streamed, no other tile reading its tiles (one tile row for B, one tile
- * column for A). */
-static bool streamed(const gemm_cfg *c, int k)
-{
-    return k == 0 ? c->tiles_n == 1 : c->tiles_m == 1;
-}
-
-/* l2pf: the producer's L2 prefetch of operand k's k tile at element k0 = kq: the boxes its copies
- * (emit_copies) will load, with no shared memory or barrier. */
-static void emit_prefetch(const gemm_emit *e, int k)
-{
-    const gemm_problem *p = e->p;
-    kt_buf *b = e->b;
-    static const char *const maps[] = {"tmap_a", "tmap_b", "tmap_b2"};
-    const char *mn0 = k == 0 ? "m0" : "n0", *ext = k == 0 ? "BM" : "BN";
-    bool z = batch_mode(p, k) == 2;
-    const char *fn = z ? "kt_tma_prefetch_3d" : "kt_tma_prefetch_2d";
-    if (kmajor(p, k))
-        kt_buf_line(b, "%s(&%s, kq, %s%s);", fn, maps[k], mn0, z ? ", bz" : "");
-    else
-        kt_buf_line(b, "for (int j = 0; j < %s / 64; j++) %s(&%s, %s + 64 * j, kq%s);", ext, fn,
-                    maps[k], mn0, z ? ", bz" : "");
-}
-
 void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
 {
     const gemm_problem *p = e->p;
@@ -556,22 +524,6 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "        for (int kt = 0; kt < %s; kt++, it++) {", kloop);
     kt_buf_line(b, "            const int st = it %% STAGES, k0 = %s * BK;",
                 c->splitk > 1 ? "(slice * KTILES_PER_SLICE + kt)" : "kt");
-    if (c->l2pf) {
-        kt_buf_line(b, "            if (kt %% 4 == 0) /* l2pf: the streamed operand's k tiles kt + "
-                       "STAGES .. + 3 into L2 */");
-        kt_buf_line(b,
-                    "                for (int kp = kt + STAGES; kp < kt + STAGES + 4 && kp < "
-                    "%s; kp++) {",
-                    kloop);
-        kt_buf_line(b, "                    const int kq = %s * BK;",
-                    c->splitk > 1 ? "(slice * KTILES_PER_SLICE + kp)" : "kp");
-        b->indent = 28;
-        for (int k = 0; k < 1 + p->nb; k++)
-            if (streamed(c, k))
-                emit_prefetch(e, k);
-        b->indent = 8;
-        kt_buf_line(b, "                }");
-    }
     kt_buf_line(b, "            if (it >= STAGES) /* the stage's previous use was released */");
     kt_buf_line(b, "                kt_mbar_wait(&empty[st], (it / STAGES + 1) & 1);");
     kt_buf_line(b, "            kt_mbar_arrive_expect_tx(&full[st], STAGE_BYTES);");

@@ -16,8 +16,6 @@ extern "C" __global__ void devlib_tma(const __grid_constant__ kt_tensor_map map,
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        kt_tma_prefetch_2d(&map, 0, (int)blockIdx.x * 64); /* L2 only: the load below reads it */
-        kt_tma_prefetch_3d(&map3, 0, (int)blockIdx.x * 64, (int)blockIdx.y);
         kt_mbar_arrive_expect_tx(&bar, sizeof(tile));
         kt_tma_load_2d(tile, &map, &bar, 0, (int)blockIdx.x * 64);
     }

@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family gemm
- * schedule: gemm math=bf16 bm=128 bn=128 bk=64 wm=2 wn=1 stages=2 splitk=4 raster=1 smem=xor splitk_mode=parallel mma=wgmma mcast=1 store=direct l2pf=0
+ * schedule: gemm math=bf16 bm=128 bn=128 bk=64 wm=2 wn=1 stages=2 splitk=4 raster=1 smem=xor splitk_mode=parallel mma=wgmma mcast=1 store=direct
  * graph: gemm_bias_relu
  *   t0 = matmul(A, W)  bf16 [M=1000, 256]
  *   t1 = add(t0, bias)  bf16 [M=1000, 256]

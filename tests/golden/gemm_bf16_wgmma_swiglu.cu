@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family gemm
- * schedule: gemm math=bf16 bm=128 bn=128 bk=64 wm=2 wn=1 stages=4 splitk=1 raster=1 smem=xor splitk_mode=parallel mma=wgmma mcast=1 store=direct l2pf=0
+ * schedule: gemm math=bf16 bm=128 bn=128 bk=64 wm=2 wn=1 stages=4 splitk=1 raster=1 smem=xor splitk_mode=parallel mma=wgmma mcast=1 store=direct
  * graph: swiglu
  *   g = matmul(x, Wg)  bf16 [M=1000, N=1000]
  *   u = matmul(x, Wu)  bf16 [M=1000, N=1000]

@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family gemm
- * schedule: gemm math=f16 bm=64 bn=64 bk=32 wm=2 wn=2 stages=3 splitk=1 raster=1 smem=xor splitk_mode=parallel mma=sync mcast=1 store=direct l2pf=0
+ * schedule: gemm math=f16 bm=64 bn=64 bk=32 wm=2 wn=2 stages=3 splitk=1 raster=1 smem=xor splitk_mode=parallel mma=sync mcast=1 store=direct
  * graph: gemm_bias_relu
  *   t0 = matmul(A, W)  f16 [M=1024, 256]
  *   t1 = add(t0, bias)  f16 [M=1024, 256]

@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family gemm
- * schedule: gemm math=tf32x3 bm=32 bn=64 bk=64 wm=2 wn=2 stages=3 splitk=8 raster=1 smem=pad splitk_mode=cluster mma=sync mcast=1 store=direct l2pf=0
+ * schedule: gemm math=tf32x3 bm=32 bn=64 bk=64 wm=2 wn=2 stages=3 splitk=8 raster=1 smem=pad splitk_mode=cluster mma=sync mcast=1 store=direct
  * graph: gemm
  *   Y = matmul(A, B)  f32 [M=128, N=512]
  */

@@ -1,6 +1,6 @@
 /*
  * ktune kernel — family gemm
- * schedule: gemm math=tf32x3 bm=128 bn=128 bk=32 wm=1 wn=1 stages=3 splitk=1 raster=1 smem=xor splitk_mode=parallel mma=wgmma mcast=1 store=direct l2pf=0
+ * schedule: gemm math=tf32x3 bm=128 bn=128 bk=32 wm=1 wn=1 stages=3 splitk=1 raster=1 smem=xor splitk_mode=parallel mma=wgmma mcast=1 store=direct
  * graph: gemm
  *   Y = matmul(A, B)  f32 [M=1000, N=1000]
  */

@@ -19,23 +19,7 @@
 extern const ops_family ops_family_gemm;
 
 /* Knob order of the family (values, not indices). */
-enum {
-    MATH,
-    BM,
-    BN,
-    BK,
-    WM,
-    WN,
-    STAGES,
-    SPLITK,
-    RASTER,
-    SMEM,
-    SPLITK_MODE,
-    MMA,
-    MCAST,
-    STORE,
-    L2PF
-};
+enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM, SPLITK_MODE, MMA, MCAST, STORE };
 enum { DIRECT = 0, TMA = 1 };
 enum { FFMA = 0, TF32 = 1, F16 = 2, BF16 = 3, TF32X3 = 4 };
 enum { PAD = 0, XOR = 1 };
@@ -1429,69 +1413,6 @@ static void test_wgmma16_splitk(void **state)
     ops_graph_free(g);
 }
 
-/* l2pf: one tile row (decode) prefetches B's k tiles past the ring into L2, one tile column A's;
- * neither where every operand tile is read by several tiles, nor on the other kernels. */
-static void test_wgmma16_l2pf(void **state)
-{
-    (void)state;
-    ops_device dev;
-    ops_device_h100(&dev);
-    ops_emitted em;
-    ops_diag d = {0};
-    /* 61 token rows (one m tile), B [N][K] (K-major), ragged K, cluster split-K */
-    char *rich = rich16("bf16", false, true);
-    ops_graph *g = emit_test_graph(rich, "M=61,N=1000,K=2008");
-    free(rich);
-    ops_group grp;
-    emit_test_whole_group(g, &grp);
-    ops_schedule s = wg16(BF16, 64, 128, 1, 6);
-    s.v[SPLITK] = 4;
-    s.v[SPLITK_MODE] = CLUSTER;
-    s.v[L2PF] = 1;
-    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
-    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
-    assert_non_null(strstr(em.source, "for (int kp = kt + STAGES; kp < kt + STAGES + 4 && kp < "
-                                      "KTILES_PER_SLICE; kp++) {"));
-    assert_non_null(strstr(em.source, "const int kq = (slice * KTILES_PER_SLICE + kp) * BK;"));
-    assert_non_null(strstr(em.source, "kt_tma_prefetch_2d(&tmap_b, kq, n0);"));
-    assert_null(strstr(em.source, "prefetch_3d(&tmap_a")); /* A is read by every tile */
-    check_tmaps(&grp, &em.kernels[0]);
-    emit_test_golden("gemm_bf16_wgmma_l2pf.cu", em.source);
-    emit_test_compile(em.source, "sm_90a");
-    ops_emitted_free(&em);
-    ops_graph_free(g);
-
-    /* one tile column, A [K][M] (MN-major, one matrix a batch): A's 64-wide blocks */
-    rich = rich16("f16", true, false);
-    g = emit_test_graph(rich, "M=1000,N=64,K=1000");
-    free(rich);
-    emit_test_whole_group(g, &grp);
-    s = wg16(F16, 128, 64, 2, 4);
-    s.v[L2PF] = 1;
-    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
-    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
-    assert_non_null(strstr(em.source, "const int kq = kp * BK;"));
-    assert_non_null(strstr(
-        em.source,
-        "for (int j = 0; j < BM / 64; j++) kt_tma_prefetch_3d(&tmap_a, m0 + 64 * j, kq, bz);"));
-    assert_null(strstr(em.source, "prefetch_2d(&tmap_b"));
-    emit_test_compile(em.source, "sm_90a");
-    ops_emitted_free(&em);
-    /* 8 x 1 tiles of 128 x 64 still stream A; 8 x 8 of 128 x 128 share both operands */
-    ops_graph_free(g);
-    char *plain = plain_gemm("bf16");
-    g = emit_test_graph(plain, "M=1000,N=1000,K=1024");
-    free(plain);
-    emit_test_whole_group(g, &grp);
-    s = wg16(BF16, 128, 128, 2, 4);
-    s.v[L2PF] = 1;
-    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "redundant");
-    s = sched(BF16, 64, 64, 64, 2, 2, 3, 1, 1, XOR); /* mma.sync */
-    s.v[L2PF] = 1;
-    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "redundant");
-    ops_graph_free(g);
-}
-
 /* A dual group (SwiGLU) on the 16-bit wgmma kernel: A, B and B2 as tensor maps, B2's tile after
  * B's in each stage, one wgmma 2 BN wide, both sums handed to the epilogue; no other kernel takes
  * it, and the accumulators count double against the register rule. */
@@ -1922,16 +1843,15 @@ static void test_fragment_maps(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),         cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_prefix_skip),     cmocka_unit_test(test_raster_bijection),
-        cmocka_unit_test(test_smem_swizzle),    cmocka_unit_test(test_fragment_maps),
-        cmocka_unit_test(test_estimate),        cmocka_unit_test(test_launch_and_golden),
-        cmocka_unit_test(test_wgmma),           cmocka_unit_test(test_compile_ragged),
-        cmocka_unit_test(test_compile_sm80),    cmocka_unit_test(test_serial_splitk),
-        cmocka_unit_test(test_cluster_splitk),  cmocka_unit_test(test_compile_spread_sm90),
-        cmocka_unit_test(test_wgmma16),         cmocka_unit_test(test_wgmma16_dual),
-        cmocka_unit_test(test_wgmma16_splitk),  cmocka_unit_test(test_wgmma16_l2pf),
-        cmocka_unit_test(test_compile_wgmma16),
+        cmocka_unit_test(test_matches),        cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_prefix_skip),    cmocka_unit_test(test_raster_bijection),
+        cmocka_unit_test(test_smem_swizzle),   cmocka_unit_test(test_fragment_maps),
+        cmocka_unit_test(test_estimate),       cmocka_unit_test(test_launch_and_golden),
+        cmocka_unit_test(test_wgmma),          cmocka_unit_test(test_compile_ragged),
+        cmocka_unit_test(test_compile_sm80),   cmocka_unit_test(test_serial_splitk),
+        cmocka_unit_test(test_cluster_splitk), cmocka_unit_test(test_compile_spread_sm90),
+        cmocka_unit_test(test_wgmma16),        cmocka_unit_test(test_wgmma16_dual),
+        cmocka_unit_test(test_wgmma16_splitk), cmocka_unit_test(test_compile_wgmma16),
     };
     return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
 }

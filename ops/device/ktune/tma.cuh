@@ -64,17 +64,16 @@ __device__ __forceinline__ void kt_tma_load_3d_mc(void *dst, const kt_tensor_map
 __device__ __forceinline__ void kt_tma_store_2d(const kt_tensor_map *map, const void *src, int c0,
                                                 int c1)
 {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map),
-        "r"(kt_smem_u32(src)), "r"(c0), "r"(c1)
-        : "memory");
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                     map),
+                 "r"(kt_smem_u32(src)), "r"(c0), "r"(c1)
+                 : "memory");
 }
 __device__ __forceinline__ void kt_tma_store_3d(const kt_tensor_map *map, const void *src, int c0,
                                                 int c1, int c2)
 {
     asm volatile(
-        "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
-            map),
+        "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map),
         "r"(kt_smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
         : "memory");
 }
@@ -93,21 +92,6 @@ template <int N> __device__ __forceinline__ void kt_tma_store_wait_read()
 template <int N> __device__ __forceinline__ void kt_tma_store_wait()
 {
     asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
-}
-/* Fetches the 2-D box at (c0 innermost, c1) of the tensor `map` describes into L2, no shared
- * memory and no barrier: a later load of the box then reads L2 instead of DRAM. */
-__device__ __forceinline__ void kt_tma_prefetch_2d(const kt_tensor_map *map, int c0, int c1)
-{
-    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(map),
-                 "r"(c0), "r"(c1)
-                 : "memory");
-}
-/* The same for a 3-D box at (c0 innermost, c1, c2). */
-__device__ __forceinline__ void kt_tma_prefetch_3d(const kt_tensor_map *map, int c0, int c1, int c2)
-{
-    asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];" ::"l"(map),
-                 "r"(c0), "r"(c1), "r"(c2)
-                 : "memory");
 }
 /* Starts fetching the tensor map into the descriptor cache. */
 __device__ __forceinline__ void kt_tma_prefetch_map(const kt_tensor_map *map)
