@@ -10,8 +10,10 @@ four contenders run the same graph on the same inputs (TorchGraph.random_inputs)
   eager         PyTorch eager in the graph's own dtypes (TorchGraph.run(xs, dtype=None));
   compile       torch.compile of that same eager function;
   max_autotune  torch.compile(mode="max-autotune-no-cudagraphs") of it.
-Each is timed with CUDA events around one call, the L2 scrubbed (a 256 MiB write) before every
-rep and the GPU kept busy (a spin of about 1 ms) until the call is enqueued, so the events time
+Each is timed with CUDA events around one call, the L2 scrubbed before every rep (a 256 MiB write,
+then a read of the same buffer: the read writes the write's dirty lines back before the call, so
+the call's own reads do not pay for them; measured on the H100, a write alone added ~10 us to
+every decode GEMM of 50-235 MB of weights) and the GPU kept busy (a spin of about 1 ms) until the call is enqueued, so the events time
 the GPU's work; the host's time to enqueue a call is recorded apart (host_us). After a warm-up (the first call, which compiles, then at least 25 ms of calls); median and
 p10/p90 of up to --reps reps or --rep-seconds of them. Then every contender runs once on fresh
 inputs and its outputs are compared with PyTorch in float64: normwise error, which for ktune must
@@ -60,6 +62,9 @@ CASE_KEYS = {"graph", "shapes", "precision", "name", "source", "notes", "group",
              "tolerance", "priority", "gpu"}
 BATCH_KEYS = ("graph", "shapes", "precision", "name", "budget", "tolerance", "priority", "gpu")
 SCRUB_BYTES = 256 << 20  # > 2x the H100's 50 MB L2
+# how Timer scrubs: written then read (see the module docstring); results before 2026-11-28 have
+# no "scrub" in their protocol: a write alone
+SCRUB_KIND = "write+read"
 SPIN_CYCLES = 2_000_000
 COPY_BYTES = 1 << 30  # the copy bandwidth's buffer: far past the L2, like a decode's weights
 
@@ -181,6 +186,7 @@ class Timer:
         self.torch = torch
         self.reps, self.rep_seconds, self.warmup_ms = reps, rep_seconds, warmup_ms
         self.scrub = torch.empty(SCRUB_BYTES // 4, dtype=torch.float32, device="cuda")
+        self.sink = torch.empty((), dtype=torch.float32, device="cuda")
         # GPU cycles of spin after the scrub (about 1 ms at the H100's clocks); 0 where torch
         # has no torch.cuda._sleep (then a call's host overhead beyond the scrub's ~0.1 ms
         # shows in its time)
@@ -202,6 +208,8 @@ class Timer:
             a = torch.cuda.Event(enable_timing=True)
             b = torch.cuda.Event(enable_timing=True)
             self.scrub.zero_()  # evicts fn's data from L2; runs before a on the same stream
+            # ... and leaves L2 dirty: reading the buffer back writes those lines out now
+            torch.sum(self.scrub, dim=0, out=self.sink)
             if self.spin_cycles:
                 # keeps the GPU busy until the host has enqueued fn: the events then time the
                 # GPU's work, not the host's launch overhead (measured apart, host_us)
@@ -587,8 +595,9 @@ def main():
         "versions": versions(torch, ktune, args),
         "protocol": {
             "text": "one process; inputs from TorchGraph.random_inputs; each contender timed "
-                    "with CUDA events around one call, the L2 scrubbed by a 256 MiB write before "
-                    "every rep, then a GPU spin of spin_cycles (so the host has enqueued the "
+                    "with CUDA events around one call, the L2 scrubbed before every rep by a 256 MiB "
+                    "write then a read of it (L2 cold and clean: no write-back of the scrub's "
+                    "dirty lines in the timed call), then a GPU spin of spin_cycles (so the host has enqueued the "
                     "call before the start event runs: the events time GPU work; the host's "
                     "time to enqueue one call is host_us), after the first call (compile) and "
                     ">= warmup_ms of calls; "
@@ -602,7 +611,7 @@ def main():
                     "median, against the copy bandwidth: a device-to-device copy of 1 GiB timed "
                     "like the contenders once per run, its bytes read + written / median",
             "reps": args.reps, "rep_seconds": args.rep_seconds, "warmup_ms": args.warmup_ms,
-            "scrub_bytes": SCRUB_BYTES, "spin_cycles": timer.spin_cycles, "seed": args.seed},
+            "scrub_bytes": SCRUB_BYTES, "scrub": SCRUB_KIND, "spin_cycles": timer.spin_cycles, "seed": args.seed},
         "copy_bandwidth": copy,
         "batch": {"file_cases": os.path.relpath(args.cases), "wall_s": args.batch_wall_s,
                   "budget_total_s": args.budget_total, "cache": args.cache,

@@ -85,7 +85,8 @@ def merge(parts, paths):
         if (r.get("device") or {}).get("name") != dev:
             raise ReportError(f"{p}: measured on {(r.get('device') or {}).get('name')}, "
                               f"{paths[0]} on {dev}: not one benchmark")
-        if (r.get("protocol") or {}).get("reps") != (first.get("protocol") or {}).get("reps"):
+        if any((r.get("protocol") or {}).get(k) != (first.get("protocol") or {}).get(k)
+               for k in ("reps", "scrub")):
             raise ReportError(f"{p}: another protocol than {paths[0]}")
     cases, owner = {}, {}
     for k, r in enumerate(parts):

@@ -86,4 +86,13 @@ check("at 85% of the copy bandwidth or more: 1 of 1 (decode_case 88%)" in md,
 check("own (a family other than library, i.e. cuBLASLt) in 2" in md, "own kernels counted")
 check("| decode_case | decode | 50.3 MB of weights, 1 token rows |" in md, "the decode row")
 check("| decode_case | - |" in md, "the case list's group column")
+# parts scrubbed another way (results before the scrub's kind was recorded: a write alone) are
+# not one benchmark
+clean = part("2222222", names[3:4])
+clean["protocol"]["scrub"] = "write+read"
+try:
+    report.merge([a, clean], ["a.json", "clean.json"])
+    check(False, "parts of another scrub merged")
+except report.ReportError as e:
+    check("another protocol" in str(e), "the scrub's kind is part of the protocol: " + str(e))
 print("ok: bench/report.py names the commits of merged parts and rates GEMM and decode cases")
