@@ -9,8 +9,11 @@
  * Matching records to reps is by order and count: the caller runs single-threaded on one
  * stream, so after a synchronise and a forced flush the kernel records of a batch, sorted by
  * start time, are the batch's launches in order, kernels_per_rep to a rep. Any other count is an
- * error (-EIO), never a guess. The L2 scrub is a cuMemsetD8, which CUPTI reports as a MEMSET
- * activity (not enabled here), so it never shows up among the kernel records.
+ * error (-EIO), never a guess. The L2 scrub (cold reps) writes its buffer (cuMemsetD8, a MEMSET
+ * activity, not enabled here) and then reads it back (SCRUB_READ_KERNEL, whose records the
+ * buffer callback drops by name), so the candidate starts with L2 cold and clean: after a write
+ * alone L2 holds the scrub's dirty lines, and writing them back inside the timed kernel cost the
+ * H100 ~10 us on every decode GEMM (docs/evaluation.md).
  *
  * SM clock: NVML (the only interface for the current clock) is loaded at run time when the
  * driver has it (libnvidia-ml.so.1 ships with the driver); without it sm_clock_khz_* stay 0.
@@ -29,6 +32,53 @@
 #define SRCH_CUPTI_BUF_ALIGN 8                 /* CUPTI requires 8-byte aligned buffers */
 #define SRCH_SCRUB_MIN_BYTES ((size_t)128 << 20)
 #define SRCH_MAX_INTERLEAVED 64
+
+/* The scrub's read: every thread XORs 16-byte words of the buffer, grid-stride, and stores the
+ * result only if it is a value the memset never leaves (so nothing is written, and the loads
+ * cannot be dropped). PTX, compiled by the driver for whatever GPU the worker has. */
+#define SCRUB_READ_KERNEL "ktune_l2_scrub_read"
+#define SCRUB_READ_BLOCK  256
+static const char scrub_read_ptx[] =
+    ".version 7.0\n"
+    ".target sm_70\n"
+    ".address_size 64\n"
+    ".visible .entry " SCRUB_READ_KERNEL "(.param .u64 buf, .param .u64 words, .param .u64 sink)\n"
+    "{\n"
+    "  .reg .pred %p<3>;\n"
+    "  .reg .b32 %r<12>;\n"
+    "  .reg .b64 %rd<10>;\n"
+    "  ld.param.u64 %rd1, [buf];\n"
+    "  ld.param.u64 %rd2, [words];\n"
+    "  ld.param.u64 %rd3, [sink];\n"
+    "  mov.u32 %r1, %ctaid.x;\n"
+    "  mov.u32 %r2, %ntid.x;\n"
+    "  mov.u32 %r3, %tid.x;\n"
+    "  mov.u32 %r4, %nctaid.x;\n"
+    "  mul.wide.u32 %rd4, %r1, %r2;\n"
+    "  cvt.u64.u32 %rd5, %r3;\n"
+    "  add.u64 %rd4, %rd4, %rd5;\n"
+    "  mul.wide.u32 %rd6, %r4, %r2;\n"
+    "  mov.b32 %r5, 0;\n"
+    "  setp.ge.u64 %p1, %rd4, %rd2;\n"
+    "  @%p1 bra DONE;\n"
+    "LOOP:\n"
+    "  shl.b64 %rd7, %rd4, 4;\n"
+    "  add.u64 %rd8, %rd1, %rd7;\n"
+    "  ld.global.v4.u32 {%r6, %r7, %r8, %r9}, [%rd8];\n"
+    "  xor.b32 %r5, %r5, %r6;\n"
+    "  xor.b32 %r5, %r5, %r7;\n"
+    "  xor.b32 %r5, %r5, %r8;\n"
+    "  xor.b32 %r5, %r5, %r9;\n"
+    "  add.u64 %rd4, %rd4, %rd6;\n"
+    "  setp.lt.u64 %p1, %rd4, %rd2;\n"
+    "  @%p1 bra LOOP;\n"
+    "DONE:\n"
+    "  setp.ne.b32 %p2, %r5, 0x9e3779b9;\n"
+    "  @%p2 bra END;\n"
+    "  st.global.u32 [%rd3], %r5;\n"
+    "END:\n"
+    "  ret;\n"
+    "}\n";
 
 /* One kernel execution as CUPTI recorded it (GPU timestamps in ns). */
 typedef struct srch_krec {
@@ -55,6 +105,9 @@ struct srch_timer {
     srch_cuda *scrub_cu; /* the context the scrub buffer lives in */
     CUdeviceptr scrub;
     size_t scrub_bytes;
+    CUmodule scrub_mod; /* SCRUB_READ_KERNEL, loaded in scrub_cu */
+    CUfunction scrub_read;
+    unsigned scrub_blocks;
 
     void *nvml_lib;
     void *nvml_dev; /* NULL: clock not readable */
@@ -128,6 +181,10 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         /* The header's current kernel record; kind, start, end and correlationId sit at the
          * same offsets in every version of it, so an older CUPTI's records read right too. */
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
+        /* the scrub's read is not the candidate's (name follows correlationId and gridId in
+         * every version too) */
+        if (k->name && strcmp(k->name, SCRUB_READ_KERNEL) == 0)
+            continue;
         if (t->n_recs == t->cap) {
             size_t cap = t->cap ? t->cap * 2 : 4096;
             srch_krec *grown = realloc(t->recs, cap * sizeof(*grown));
@@ -234,8 +291,11 @@ void srch_timer_close(srch_timer *t)
         return;
     cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    if (t->scrub && t->scrub_cu && t->scrub_cu->lib)
+    if (t->scrub && t->scrub_cu && t->scrub_cu->lib) {
         t->scrub_cu->p_cuMemFree(t->scrub);
+        if (t->scrub_mod)
+            t->scrub_cu->p_cuModuleUnload(t->scrub_mod);
+    }
     if (t->nvml_lib)
         dlclose(t->nvml_lib); /* nvmlShutdown is optional; the library refcounts its init */
     g_timer = NULL;
@@ -329,21 +389,49 @@ static int ensure_scrub(srch_timer *t, srch_cuda *cu, kt_err *err)
     size_t bytes = (size_t)l2 * 2;
     if (bytes < SRCH_SCRUB_MIN_BYTES)
         bytes = SRCH_SCRUB_MIN_BYTES;
-    CUdeviceptr p = 0;
-    if ((rc = srch_cuda_check(cu, cu->p_cuMemAlloc(&p, bytes), "scrub buffer", err)) < 0)
+    int sms = 0;
+    if ((rc = srch_cuda_check(
+             cu,
+             cu->p_cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu->device),
+             "SM count", err)) < 0)
         return rc;
+    CUdeviceptr p = 0;
+    CUmodule mod = NULL;
+    CUfunction fn = NULL;
+    if ((rc = srch_cuda_check(cu, cu->p_cuModuleLoadData(&mod, scrub_read_ptx),
+                              "loading the L2 scrub's read kernel", err)) < 0)
+        return rc;
+    if ((rc = srch_cuda_check(cu, cu->p_cuModuleGetFunction(&fn, mod, SCRUB_READ_KERNEL),
+                              "the L2 scrub's read kernel", err)) < 0 ||
+        (rc = srch_cuda_check(cu, cu->p_cuMemAlloc(&p, bytes), "scrub buffer", err)) < 0) {
+        cu->p_cuModuleUnload(mod);
+        return rc;
+    }
     t->scrub = p;
     t->scrub_bytes = bytes;
     t->scrub_cu = cu;
+    t->scrub_mod = mod;
+    t->scrub_read = fn;
+    t->scrub_blocks = (unsigned)(sms > 0 ? sms : 1) * 8; /* 2048 threads an SM: loads in flight */
     return 0;
 }
 
-/* Evicts the candidate's data from L2: a write over more than twice its size. The value changes
- * each time so no layer can skip the write as redundant. */
+/* Evicts the candidate's data from L2: a write over more than twice its size (the value changes
+ * each time so no layer can skip the write as redundant), then a read of the whole buffer, which
+ * writes the write's dirty lines back now and leaves L2 holding clean ones. */
 static int scrub_l2(srch_timer *t, srch_cuda *cu, kt_err *err)
 {
     static unsigned char v;
-    return srch_cuda_check(cu, cu->p_cuMemsetD8(t->scrub, ++v, t->scrub_bytes), "L2 scrub", err);
+    int rc = srch_cuda_check(cu, cu->p_cuMemsetD8(t->scrub, ++v, t->scrub_bytes), "L2 scrub", err);
+    if (rc < 0)
+        return rc;
+    unsigned long long words = t->scrub_bytes / 16;
+    CUdeviceptr sink = t->scrub; /* never written (see scrub_read_ptx) */
+    void *args[] = {&t->scrub, &words, &sink};
+    return srch_cuda_check(cu,
+                           cu->p_cuLaunchKernel(t->scrub_read, t->scrub_blocks, 1, 1,
+                                                SCRUB_READ_BLOCK, 1, 1, 0, NULL, args, NULL),
+                           "L2 scrub (read)", err);
 }
 
 static int sync_ctx(srch_cuda *cu, kt_err *err)

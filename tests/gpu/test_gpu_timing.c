@@ -3,6 +3,8 @@
  *   cupti_vs_events  CUPTI and CUDA-event medians of a ~100 us memory-bound copy agree within 5%
  *   stats            p10 <= median <= p90, reps within bounds, kernels_per_rep as launched
  *   cold_vs_hot      a copy whose data fits L2 is no faster cold (L2 scrubbed) than hot
+ *   cold_clean       the scrub leaves L2 clean: that copy cold is faster than after a 256 MiB
+ *                    write alone (whose dirty lines it would write back while timed)
  *   multi_kernel     a two-kernel candidate: records grouped in pairs, the count found by probing
  *   interleaved      re-timing three candidates A B C A B C ... returns every one, in order
  *   cublaslt         gemm f16 1024x256x512 + bias + relu through every heuristic algorithm,
@@ -66,6 +68,8 @@ typedef struct copy_cand {
     CUdeviceptr a, b;
     long long n;
     int kernels;
+    CUdeviceptr dirty; /* cold_clean: written (memset) before each copy when set */
+    size_t dirty_bytes;
 } copy_cand;
 
 static int launch_one(srch_cuda *cu, CUfunction f, CUdeviceptr in, CUdeviceptr out, long long n,
@@ -80,7 +84,12 @@ static int launch_one(srch_cuda *cu, CUfunction f, CUdeviceptr in, CUdeviceptr o
 static int launch_copy(void *ctx, kt_err *err)
 {
     copy_cand *c = ctx;
-    int rc = launch_one(c->cu, c->copy, c->a, c->b, c->n, err);
+    static unsigned char v;
+    int rc = c->dirty ? srch_cuda_check(c->cu, c->cu->p_cuMemsetD8(c->dirty, ++v, c->dirty_bytes),
+                                        "dirty L2", err)
+                      : 0;
+    if (rc == 0)
+        rc = launch_one(c->cu, c->copy, c->a, c->b, c->n, err);
     if (rc == 0 && c->kernels == 2)
         rc = launch_one(c->cu, c->twice, c->b, c->a, c->n, err);
     return rc;
@@ -182,6 +191,25 @@ static int timing_checks(srch_timer *t, srch_cuda *cu, CUmodule mod)
           "cold_vs_hot", "4 MiB: cold %.2f us / hot %.2f us = %.2fx; 160 MiB: cold/hot %.3fx",
           s_small_cold.median_ns / 1e3, s_small_hot.median_ns / 1e3,
           s_small_cold.median_ns / s_small_hot.median_ns, s_big_cold.median_ns / s_big.median_ns);
+
+    /* cold_clean: the same copy after a 256 MiB write alone (hot: no scrub of the timer's; the
+     * memset is no kernel, so the copy's record is all CUPTI times) */
+    copy_cand dirty = small;
+    dirty.dirty_bytes = (size_t)256 << 20;
+    srch_time_stats s_dirty = {0};
+    if ((rc = srch_cuda_check(cu, cu->p_cuMemAlloc(&dirty.dirty, dirty.dirty_bytes), "alloc",
+                              &err)) < 0 ||
+        (rc = srch_time(t, cu, launch_copy, &dirty, 1, &hot, &s_dirty, &err)) < 0) {
+        if (dirty.dirty)
+            cu->p_cuMemFree(dirty.dirty);
+        check(false, "cold_clean", "%s", err.msg);
+        goto out;
+    }
+    cu->p_cuMemFree(dirty.dirty);
+    print_stats("copy 4 MiB after a write", &s_dirty);
+    check(s_small_cold.median_ns < 0.97 * s_dirty.median_ns, "cold_clean",
+          "4 MiB: cold (write + read scrub) %.2f us, after a write alone %.2f us",
+          s_small_cold.median_ns / 1e3, s_dirty.median_ns / 1e3);
 
     /* multi_kernel: declared and probed kernel counts */
     srch_time_stats s_pair = {0}, s_probe = {0};
