@@ -40,7 +40,7 @@
 #define SCRUB_READ_BLOCK  256
 static const char scrub_read_ptx[] =
     ".version 7.0\n"
-    ".target sm_70\n"
+    ".target sm_50\n"
     ".address_size 64\n"
     ".visible .entry " SCRUB_READ_KERNEL "(.param .u64 buf, .param .u64 words, .param .u64 sink)\n"
     "{\n"
