@@ -1,0 +1,187 @@
+"""bench/kernelbench --dry-run on a small KernelBench-shaped folder written here (no download):
+every problem is listed with its status, captured ones as graphs the library loads and as
+`ktune batch` lines, one that uses an op ktune lacks with that op, one whose file fails to load
+with its error; bad arguments exit 2 with one line."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+pytest.importorskip("torch", reason="PyTorch is not installed (scripts/install-deps installs it)")
+
+import ktune  # noqa: E402
+
+RUNNER = os.path.join(ROOT, "bench", "kernelbench")
+
+# Problems in KernelBench's form (Model, get_inputs, get_init_inputs, module-level sizes), written
+# for this test. The sizes are large on purpose: the runner builds them on the meta device.
+PROBLEMS = {
+    "level1/1_Square_matrix_multiplication_.py": '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+N = 8192
+
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+
+def get_init_inputs():
+    return []
+''',
+    "level1/7_Softmax_rows.py": '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+def get_inputs():
+    return [torch.randn(16, 16384)]
+
+def get_init_inputs():
+    return []
+''',
+    "level1/12_cumulative_sum.py": '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.cumsum(x, dim=self.dim)
+
+def get_inputs():
+    return [torch.randn(128, 4000)]
+
+def get_init_inputs():
+    return [1]
+''',
+    "level1/13_broken.py": '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x
+
+def get_inputs():
+    return [torch.randn(4, 4)]
+
+def get_init_inputs():
+    raise RuntimeError("this problem's init inputs fail")
+''',
+    "level2/3_Gemm_ReLU_Scale.py": '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, scale):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.relu(self.linear(x)) * self.scale
+
+batch_size, in_features, out_features = 128, 1024, 512
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features, 0.5]
+''',
+    "level2/README.md": "not a problem file: ignored\n",
+}
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    root = tmp_path / "KernelBench-checkout"
+    for rel, text in PROBLEMS.items():
+        p = root / "KernelBench" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text.lstrip())
+    return root
+
+
+def run(*args):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
+    return subprocess.run([sys.executable, RUNNER, *args], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def test_dry_run_lists_every_problem(checkout, tmp_path):
+    out = tmp_path / "out"
+    r = run("--kernelbench", str(checkout), "--out", str(out), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "kernelbench.json").read_text())
+    assert doc["mode"] == "dry-run" and doc["levels"] == [1, 2]
+    assert doc["kernelbench_commit"] is None  # not a git checkout
+    got = {(p["level"], p["number"]): p for p in doc["problems"]}
+    assert [(p["level"], p["number"]) for p in doc["problems"]] == [(1, 1), (1, 7), (1, 12),
+                                                                   (1, 13), (2, 3)]
+    for key in [(1, 1), (1, 7), (2, 3)]:
+        p = got[key]
+        assert p["status"] == "captured" and p["reason"] is None, p
+        g = ktune.Graph(str(out / p["graph"]))  # the library validates what was written
+        assert g.inputs and g.outputs
+    assert got[(1, 12)]["status"] == "capture_failed"
+    assert "cumsum" in got[(1, 12)]["reason"]
+    assert got[(1, 13)]["status"] == "load_failed"
+    assert "RuntimeError: this problem's init inputs fail" == got[(1, 13)]["reason"]
+    # the 8192^2 matmul was captured at its shape, never allocated
+    mm = json.loads((out / got[(1, 1)]["graph"]).read_text())
+    assert [t["shape"] for t in mm["inputs"].values()] == [[8192, 8192], [8192, 8192]]
+    # the linear layer's weight and bias are const inputs of the level-2 graph
+    gemm = json.loads((out / got[(2, 3)]["graph"]).read_text())
+    assert sum(bool(t.get("const")) for t in gemm["inputs"].values()) == 2
+    lines = [json.loads(x) for x in (out / "batch.jsonl").read_text().splitlines()]
+    assert [x["name"] for x in lines] == ["kb1_1_square_matrix_multiplication",
+                                          "kb1_7_softmax_rows", "kb2_3_gemm_relu_scale"]
+    assert all(x["precision"] == "exact" and os.path.isabs(x["graph"]) for x in lines)
+    assert "level 1: 2 of 4 problems captured" in r.stdout
+    assert "level 2: 1 of 1 problems captured" in r.stdout
+
+
+def test_only_and_levels(checkout, tmp_path):
+    out = tmp_path / "out"
+    r = run("--kernelbench", str(checkout), "--out", str(out), "--dry-run", "--levels", "2",
+            "--precision", "reduced", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout[r.stdout.index("{"):])
+    assert [p["name"] for p in doc["problems"]] == ["3_Gemm_ReLU_Scale"]
+    r = run("--kernelbench", str(checkout), "--out", str(out), "--dry-run", "--only",
+            "7_Softmax_rows")
+    assert r.returncode == 0 and "level 1: 1 of 1 problems captured" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--levels", "x"], "--levels 'x'"),
+    (["--levels", "3"], "level3: no such directory"),
+    (["--only", "99_nothing"], "no such problem in levels 1,2: 99_nothing"),
+    ([], "not built yet"),
+])
+def test_bad_arguments(checkout, tmp_path, args, says):
+    dry = [] if not args else ["--dry-run"]
+    r = run("--kernelbench", str(checkout), "--out", str(tmp_path / "o"), *dry, *args)
+    assert r.returncode == 2
+    assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = run("--kernelbench", str(tmp_path / "missing"), "--out", str(tmp_path / "o"), "--dry-run")
+    assert r.returncode == 2 and "no such directory" in r.stderr
