@@ -306,7 +306,7 @@ def _args(node):
 _UNARY = {"neg": "neg", "exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid",
           "relu": "relu", "silu": "silu", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs",
           "square": "square", "reciprocal": "recip", "mish": "mish"}
-_IDENTITY = {"clone", "contiguous", "alias", "detach", "lift_fresh_copy", "dropout",
+_IDENTITY = {"clone", "contiguous", "alias", "detach", "detach_", "lift_fresh_copy", "dropout",
              "feature_dropout", "alpha_dropout"}
 
 
@@ -680,9 +680,61 @@ def _h_var(std):
     return h
 
 
+def _h_min_max(op):
+    """max / min: of two tensors (.other), over one dim with the indices (.dim: a (values,
+    indices) pair whose indices ktune does not compute), or over everything."""
+    def h(b, a):
+        if "other" in a:
+            return b.binary(op, a["self"], a["other"], b.val_shape())
+        if "dim" in a:
+            return b.reduce(op, a["self"], [a["dim"]], a.get("keepdim", False)), None
+        return b.reduce(op, a["self"], [], False)
+    return h
+
+
+def _elu(b, x, alpha, scale, input_scale):
+    """scale * (x > 0 ? x : alpha * (exp(input_scale * x) - 1)), as
+    scale * (max(x, 0) + min(alpha * (exp(input_scale * x) - 1), 0)) for alpha >= 0."""
+    x = b.tensor(x)
+    alpha, scale, input_scale = (_scalar(b, v, n) for v, n in ((alpha, "alpha"), (scale, "scale"),
+                                                                (input_scale, "input_scale")))
+    if alpha < 0:
+        b.unsupported("elu with a negative alpha")
+    e = b.unary("exp", x if input_scale == 1 else b.binary("mul", x, input_scale, x.shape))
+    neg = b.binary("min", b.binary("mul", b.binary("sub", e, 1.0, x.shape), alpha, x.shape),
+                   0.0, x.shape)
+    y = b.binary("add", b.unary("relu", x), neg, x.shape)
+    return y if scale == 1 else b.binary("mul", y, scale, x.shape)
+
+
+def _h_elu(b, a):
+    return _elu(b, a["self"], a.get("alpha", 1.0), a.get("scale", 1.0), a.get("input_scale", 1.0))
+
+
+# SELU's constants (Klambauer et al. 2017, as torch.nn.SELU defines them)
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def _h_vector_norm(b, a):
+    """linalg.vector_norm for ord 1, 2 and inf: sum |x|, sqrt(sum x^2), max |x| over dim."""
+    if a.get("dtype") is not None:
+        b.unsupported("vector_norm with dtype=")
+    order, x = a.get("ord", 2), b.tensor(a["self"])
+    dims, keep = _dims(a), a.get("keepdim", False)
+    if order == 2:
+        return b.unary("sqrt", b.reduce("sum", b.unary("square", x), dims, keep))
+    if order == 1:
+        return b.reduce("sum", b.unary("abs", x), dims, keep)
+    if order == float("inf"):
+        return b.reduce("max", b.unary("abs", x), dims, keep)
+    b.unsupported(f"vector_norm of ord {order}")
+
+
 def _h_getitem(b, node, env):
     src, i = node.args
     v = env[src]
+    if isinstance(v, tuple) and v[i] is None and not node.users:
+        return None  # torch.export keeps a getitem of every result, used or not
     if not isinstance(v, tuple) or v[i] is None:
         b.unsupported("it uses a result ktune does not compute")
     return v[i]
@@ -714,6 +766,11 @@ _OPS = {
     "unsqueeze": _h_reshape, "squeeze": _h_reshape, "flatten": _h_reshape,
     "unflatten": _h_reshape, "expand": _h_expand, "permute": _h_permute,
     "transpose": _h_transpose, "t": _h_t,
+    "numpy_T": lambda b, a: b.permute(b.tensor(a["self"]),
+                                      list(range(b.tensor(a["self"]).rank))[::-1]),
+    "max": _h_min_max("max"), "min": _h_min_max("min"), "multiply": _h_binary("mul"),
+    "elu": _h_elu, "selu": lambda b, a: _elu(b, a["self"], _SELU_ALPHA, _SELU_SCALE, 1.0),
+    "linalg_vector_norm": _h_vector_norm,
 }
 _OPS.update({k: _h_unary(v) for k, v in _UNARY.items()})
 _OPS.update({k: _h_identity for k in _IDENTITY})

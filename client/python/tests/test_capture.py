@@ -218,6 +218,27 @@ def test_decomposed_activations():
           randn(6, 7))
 
 
+def test_kernelbench_aliases_min_max_norms():
+    # ops KernelBench's modules use (bench/kernelbench): x.T, torch.multiply, torch.max / min
+    # with and without a dim (the values of the (values, indices) pair), ELU, SELU and vector
+    # norms of ord 1, 2 and inf
+    g = check(lambda x, y: (x.T * 2, torch.multiply(x, y), torch.max(x, dim=1)[0],
+                            torch.min(x, dim=0, keepdim=True).values, torch.max(x),
+                            torch.min(x, y), F.elu(x), F.elu(x, alpha=0.5), F.selu(x),
+                            torch.linalg.vector_norm(x), torch.norm(x, p=1, dim=1),
+                            torch.linalg.vector_norm(x, ord=float("inf"), dim=0, keepdim=True)),
+              randn(6, 7), randn(6, 7))
+    assert {"permute", "max", "min", "exp", "sqrt", "abs"} <= set(ops_of(g))
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.elu \(elu with a "
+                                                 r"negative alpha\)"):
+        ktune.capture(lambda x: F.elu(x, alpha=-1.0), randn(3, 3))
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.linalg_vector_norm "
+                                                 r"\(vector_norm of ord 3"):
+        ktune.capture(lambda x: torch.linalg.vector_norm(x, ord=3), randn(3, 3))
+    with pytest.raises(ktune.CaptureError, match=r"a result ktune does not compute"):
+        ktune.capture(lambda x: torch.max(x, dim=1)[1].float(), randn(3, 3))
+
+
 def test_var_std_logsumexp():
     check(lambda x: (x.var(-1), x.std(), x.var(0, correction=0, keepdim=True),
                      torch.logsumexp(x, -1)), randn(5, 8))
