@@ -593,6 +593,47 @@ def _h_native_layer_norm(b, a):
     return (_h_layer_norm(b, a), None, None)
 
 
+def _group_norm(b, x, groups, w, bias, eps):
+    """Group norm of x [N, C, *spatial]: layernorm over the last axis of x viewed as
+    [N, groups, C / groups * spatial], then the per-channel weight and bias."""
+    x = b.tensor(x)
+    if x.rank < 2 or not all(isinstance(d, int) for d in x.shape[1:]):
+        b.unsupported("group norm of a tensor without static channel and spatial sizes")
+    c = x.shape[1]
+    if not isinstance(groups, int) or groups < 1 or c % groups:
+        b.unsupported(f"{groups} groups of {c} channels")
+    per_group = c // groups
+    for d in x.shape[2:]:
+        per_group *= d
+    y = b.emit("layernorm", [b.reshape(x, (x.shape[0], groups, per_group))],
+               (x.shape[0], groups, per_group), axis=2, eps=_scalar(b, eps, "eps"))
+    y = b.reshape(y, x.shape)
+    per_channel = (c,) + (1,) * (x.rank - 2)  # [C] broadcast over [N, C, ...]
+    if w is not None:
+        y = b.binary("mul", y, b.reshape(b.tensor(w), per_channel), x.shape)
+    if bias is not None:
+        y = b.binary("add", y, b.reshape(b.tensor(bias), per_channel), x.shape)
+    return y
+
+
+def _h_group_norm(b, a):
+    return _group_norm(b, a["input"], a["num_groups"], a.get("weight"), a.get("bias"),
+                       a.get("eps", 1e-5))
+
+
+def _h_instance_norm(b, a):
+    """Instance norm: with the input's statistics (use_input_stats, the module's default) a group
+    norm of one channel a group; with running statistics, batch norm's inference form."""
+    if not a.get("use_input_stats", True):
+        return _h_batch_norm(b, {"input": a["input"], "weight": a.get("weight"),
+                                 "bias": a.get("bias"), "running_mean": a.get("running_mean"),
+                                 "running_var": a.get("running_var"), "eps": a.get("eps", 1e-5),
+                                 "training": False})
+    x = b.tensor(a["input"])
+    return _group_norm(b, x, x.shape[1] if x.rank >= 2 else 0, a.get("weight"), a.get("bias"),
+                       a.get("eps", 1e-5))
+
+
 def _h_batch_norm(b, a):  # inference: (x - mean) * rsqrt(var + eps) * weight + bias
     if a.get("training"):
         b.unsupported("batch norm in training mode (call module.eval() before capturing)")
@@ -747,7 +788,8 @@ _OPS = {
     "log_softmax": _h_softmax("log_softmax"), "_log_softmax": _h_softmax("log_softmax"),
     "logsumexp": _h_logsumexp,
     "layer_norm": _h_layer_norm, "native_layer_norm": _h_native_layer_norm,
-    "rms_norm": _h_rms_norm, "batch_norm": _h_batch_norm,
+    "rms_norm": _h_rms_norm, "batch_norm": _h_batch_norm, "group_norm": _h_group_norm,
+    "instance_norm": _h_instance_norm,
     "scaled_dot_product_attention": _h_sdpa,
     "sum": _h_reduce("sum"), "mean": _h_reduce("mean"), "amax": _h_reduce("max"),
     "amin": _h_reduce("min"), "var": _h_var(False), "std": _h_var(True),

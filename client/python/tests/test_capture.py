@@ -239,6 +239,28 @@ def test_kernelbench_aliases_min_max_norms():
         ktune.capture(lambda x: torch.max(x, dim=1)[1].float(), randn(3, 3))
 
 
+def test_group_and_instance_norm():
+    # as layernorm over each (sample, group) viewed as a row, then the per-channel affine
+    gn = nn.GroupNorm(4, 8)
+    with torch.no_grad():
+        gn.weight.copy_(randn(8))
+        gn.bias.copy_(randn(8))
+    g = check(gn, randn(2, 8, 5, 3))
+    assert ops_of(g).count("layernorm") == 1
+    check(nn.GroupNorm(2, 6, affine=False, eps=1e-3), randn(3, 6, 7))
+    inorm = nn.InstanceNorm2d(5, affine=True)
+    with torch.no_grad():
+        inorm.weight.copy_(randn(5))
+    check(inorm, randn(2, 5, 4, 6))
+    check(nn.InstanceNorm1d(3), randn(4, 3, 9))
+    # with running statistics (track_running_stats, eval mode): batch norm's inference form
+    tracked = nn.InstanceNorm2d(3, track_running_stats=True)
+    with torch.no_grad():
+        tracked.running_mean.copy_(randn(3))
+        tracked.running_var.copy_(randn(3, positive=True))
+    check(tracked.eval(), randn(2, 3, 4, 4))
+
+
 def test_var_std_logsumexp():
     check(lambda x: (x.var(-1), x.std(), x.var(0, correction=0, keepdim=True),
                      torch.logsumexp(x, -1)), randn(5, 8))
