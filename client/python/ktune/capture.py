@@ -634,21 +634,33 @@ def _h_instance_norm(b, a):
                        a.get("eps", 1e-5))
 
 
-def _h_batch_norm(b, a):  # inference: (x - mean) * rsqrt(var + eps) * weight + bias
-    if a.get("training"):
-        b.unsupported("batch norm in training mode (call module.eval() before capturing)")
+def _h_batch_norm(b, a):
+    """(x - mean) * rsqrt(var + eps) * weight + bias per channel: in eval mode with the running
+    statistics; in training mode (a module's default) with the batch's, mean and biased variance
+    over every axis but the channel's. The running statistics' update in training mode is a side
+    effect on buffers, not an output: the graph leaves it out."""
     x = b.tensor(a["input"])
-    mean, var = a.get("running_mean"), a.get("running_var")
-    if not isinstance(mean, _T) or not isinstance(var, _T) or x.rank < 2:
-        b.unsupported("batch norm without running statistics")
+    if x.rank < 2:
+        b.unsupported("batch norm of a tensor without a channel axis")
     c = x.shape[1]
     per_channel = (c,) + (1,) * (x.rank - 2)  # [C] broadcast over [N, C, ...]
 
     def chan(t):
         return b.reshape(b.tensor(t), per_channel)
-    rstd = b.unary("rsqrt", b.binary("add", chan(var), _scalar(b, a["eps"], "eps"),
-                                      per_channel))
-    y = b.binary("mul", b.binary("sub", x, chan(mean), x.shape), rstd, x.shape)
+    if a.get("training"):
+        axes = [0] + list(range(2, x.rank))
+        mean = b.reduce("mean", x, axes, True)
+        d = b.binary("sub", x, mean, x.shape)
+        var = b.reduce("mean", b.unary("square", d), axes, True)
+    else:
+        mean, var = a.get("running_mean"), a.get("running_var")
+        if not isinstance(mean, _T) or not isinstance(var, _T):
+            b.unsupported("batch norm in eval mode without running statistics")
+        mean, var = chan(mean), chan(var)
+        d = b.binary("sub", x, mean, x.shape)
+    stat_shape = var.shape
+    rstd = b.unary("rsqrt", b.binary("add", var, _scalar(b, a["eps"], "eps"), stat_shape))
+    y = b.binary("mul", d, rstd, x.shape)
     if a.get("weight") is not None:
         y = b.binary("mul", y, chan(a["weight"]), x.shape)
     if a.get("bias") is not None:
@@ -769,6 +781,17 @@ def _h_vector_norm(b, a):
     if order == float("inf"):
         return b.reduce("max", b.unary("abs", x), dims, keep)
     b.unsupported(f"vector_norm of ord {order}")
+
+
+def _is_state_update(b, node, env):
+    """An in-place add to a module's buffer that nothing reads after (batch norm's
+    num_batches_tracked += 1 in training mode): a side effect on the module's state, not part
+    of what the graph computes."""
+    if _op_name(node) != "aten.add_" or node.users or not node.args:
+        return False
+    x = env.get(node.args[0])
+    return isinstance(x, _Bad) or (isinstance(x, _T) and
+                                   bool(b.inputs.get(x.name, {}).get("const")))
 
 
 def _h_getitem(b, node, env):
@@ -1011,6 +1034,8 @@ def capture(fn_or_module, *example_inputs, **options):
             continue
         if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
             env[node] = _Sym()  # a size computation: shapes are read from results instead
+            continue
+        if _is_state_update(b, node, env):
             continue
         handler = _OPS.get(packet) if name.startswith("aten.") else None
         if handler is None:

@@ -261,6 +261,19 @@ def test_group_and_instance_norm():
     check(tracked.eval(), randn(2, 3, 4, 4))
 
 
+def test_batch_norm_training_mode():
+    # a module's default mode: the batch's statistics (biased variance), the running statistics'
+    # update left out (a side effect on buffers)
+    bn = nn.BatchNorm2d(5)
+    with torch.no_grad():
+        bn.weight.copy_(randn(5))
+        bn.bias.copy_(randn(5))
+    g = check(bn, randn(4, 5, 3, 2))
+    assert "running_mean" not in g.document["inputs"]
+    check(nn.BatchNorm1d(6, affine=False), randn(8, 6))
+    check(nn.BatchNorm1d(3), randn(4, 3, 7))
+
+
 def test_var_std_logsumexp():
     check(lambda x: (x.var(-1), x.std(), x.var(0, correction=0, keepdim=True),
                      torch.logsumexp(x, -1)), randn(5, 8))
