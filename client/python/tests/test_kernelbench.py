@@ -107,6 +107,20 @@ def get_inputs():
 def get_init_inputs():
     return [in_features, out_features, 0.5]
 ''',
+    "level1/5_Matrix_scalar_multiplication.py": '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, A, s):
+        return A * s
+
+def get_inputs():
+    return [torch.randn(64, 32), 3.5]
+
+def get_init_inputs():
+    return []
+''',
     "level2/README.md": "not a problem file: ignored\n",
 }
 
@@ -135,9 +149,9 @@ def test_dry_run_lists_every_problem(checkout, tmp_path):
     assert doc["mode"] == "dry-run" and doc["levels"] == [1, 2]
     assert doc["kernelbench_commit"] is None  # not a git checkout
     got = {(p["level"], p["number"]): p for p in doc["problems"]}
-    assert [(p["level"], p["number"]) for p in doc["problems"]] == [(1, 1), (1, 7), (1, 12),
-                                                                   (1, 13), (2, 3)]
-    for key in [(1, 1), (1, 7), (2, 3)]:
+    assert [(p["level"], p["number"]) for p in doc["problems"]] == [(1, 1), (1, 5), (1, 7),
+                                                                   (1, 12), (1, 13), (2, 3)]
+    for key in [(1, 1), (1, 5), (1, 7), (2, 3)]:
         p = got[key]
         assert p["status"] == "captured" and p["reason"] is None, p
         g = ktune.Graph(str(out / p["graph"]))  # the library validates what was written
@@ -154,9 +168,15 @@ def test_dry_run_lists_every_problem(checkout, tmp_path):
     assert sum(bool(t.get("const")) for t in gemm["inputs"].values()) == 2
     lines = [json.loads(x) for x in (out / "batch.jsonl").read_text().splitlines()]
     assert [x["name"] for x in lines] == ["kb1_1_square_matrix_multiplication",
+                                          "kb1_5_matrix_scalar_multiplication",
                                           "kb1_7_softmax_rows", "kb2_3_gemm_relu_scale"]
+    # the number get_inputs() fixes is a constant of the graph, which takes the tensor alone
+    assert got[(1, 5)]["fixed_inputs"] == {"1": "3.5"}
+    scaled = ktune.Graph(str(out / got[(1, 5)]["graph"]))
+    assert len(scaled.inputs) == 1
+    assert 3.5 in json.loads((out / got[(1, 5)]["graph"]).read_text())["nodes"][0]["in"]
     assert all(x["precision"] == "exact" and os.path.isabs(x["graph"]) for x in lines)
-    assert "level 1: 2 of 4 problems captured" in r.stdout
+    assert "level 1: 3 of 5 problems captured" in r.stdout
     assert "level 2: 1 of 1 problems captured" in r.stdout
 
 
