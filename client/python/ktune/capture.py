@@ -520,7 +520,8 @@ def _pair(v):
     return v * 2 if len(v) == 1 else v
 
 
-def _conv(b, x, w, bias, stride, padding, dilation, groups):
+def _conv(b, x, w, bias, stride, padding, dilation, groups, shape=None):
+    """conv2d of x [N, C, H, W] (shape: its result's, default the fx node's)."""
     x, w = b.tensor(x), b.tensor(w)
     if x.rank != 4 or w.rank != 4:
         b.unsupported("only 2-d convolutions of batched [N, C, H, W] inputs")
@@ -536,8 +537,33 @@ def _conv(b, x, w, bias, stride, padding, dilation, groups):
         else:
             b.unsupported(f"padding={padding!r}")
     ins = [x, w] + ([bias] if bias is not None else [])
-    return b.emit("conv2d", ins, b.val_shape(), stride=_pair(stride), padding=_pair(padding),
+    return b.emit("conv2d", ins, shape or b.val_shape(), stride=_pair(stride),
+                  padding=_pair(padding),
                   dilation=dil, groups=int(groups), layout="NCHW")
+
+
+def _conv1d(b, x, w, bias, stride, padding, dilation, groups):
+    """A 1-d convolution of x [N, C, L] as a 2-d one over [N, C, 1, L] (w [O, C/g, K] as
+    [O, C/g, 1, K]), its result viewed back as [N, O, L']."""
+    x, w = b.tensor(x), b.tensor(w)
+    if x.rank != 3 or w.rank != 3:
+        b.unsupported("only 1-d convolutions of batched [N, C, L] inputs")
+
+    def one(v):
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        return v[0]
+    if not isinstance(padding, str):  # "valid" and "same" _conv resolves over [1, K]
+        padding = [0, one(padding)]
+    out = b.val_shape()
+    y = _conv(b, b.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2])),
+              b.reshape(w, (w.shape[0], w.shape[1], 1, w.shape[2])), bias, [1, one(stride)],
+              padding, [1, one(dilation)], groups, shape=(out[0], out[1], 1, out[2]))
+    return b.reshape(y, out)
+
+
+def _h_conv1d(b, a):
+    return _conv1d(b, a["input"], a["weight"], a.get("bias"), a["stride"], a["padding"],
+                   a["dilation"], a["groups"])
 
 
 def _h_conv2d(b, a):
@@ -548,6 +574,9 @@ def _h_conv2d(b, a):
 def _h_convolution(b, a):
     if a.get("transposed"):
         b.unsupported("transposed convolution")
+    if b.tensor(a["input"]).rank == 3:
+        return _conv1d(b, a["input"], a["weight"], a.get("bias"), a["stride"], a["padding"],
+                       a["dilation"], a["groups"])
     return _conv(b, a["input"], a["weight"], a.get("bias"), a["stride"], a["padding"],
                  a["dilation"], a["groups"])
 
@@ -806,7 +835,7 @@ def _h_getitem(b, node, env):
 
 _OPS = {
     "linear": _h_linear, "mm": _h_mm, "bmm": _h_mm, "matmul": _h_mm, "addmm": _h_addmm,
-    "conv2d": _h_conv2d, "convolution": _h_convolution,
+    "conv1d": _h_conv1d, "conv2d": _h_conv2d, "convolution": _h_convolution,
     "softmax": _h_softmax("softmax"), "_softmax": _h_softmax("softmax"),
     "log_softmax": _h_softmax("log_softmax"), "_log_softmax": _h_softmax("log_softmax"),
     "logsumexp": _h_logsumexp,

@@ -129,6 +129,15 @@ def test_conv2d_padding_same():
     check(nn.Conv2d(2, 3, 5, padding="same").eval(), randn(1, 2, 7, 7))
 
 
+def test_conv1d_as_conv2d():
+    # a 1-d convolution is a 2-d one over a height of 1
+    conv = nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=2)
+    g = check(conv, randn(2, 4, 17))
+    assert ops_of(g).count("conv2d") == 1
+    check(nn.Conv1d(6, 6, 5, groups=3, bias=False, padding="same"), randn(3, 6, 11))
+    check(lambda x, w: F.conv1d(x, w, padding="valid"), randn(2, 3, 9), randn(5, 3, 4))
+
+
 def test_softmax_log_softmax():
     check(lambda x: (torch.softmax(x, 1), F.log_softmax(x, dim=-1)), randn(3, 5, 7))
 
