@@ -1,7 +1,8 @@
 """bench/kernelbench --dry-run on a small KernelBench-shaped folder written here (no download):
-every problem is listed with its status, captured ones as graphs the library loads and as
-`ktune batch` lines, one that uses an op ktune lacks with that op, one whose file fails to load
-with its error; bad arguments exit 2 with one line."""
+every problem is listed with its status, captured ones as graphs the library loads and as bench
+cases, one that uses an op ktune lacks with that op, one whose file fails to load with its error;
+bad arguments exit 2 with one line; without --dry-run it hands the cases to bench/run (which,
+without the GPU machine's build, says so)."""
 
 import json
 import os
@@ -166,7 +167,7 @@ def test_dry_run_lists_every_problem(checkout, tmp_path):
     # the linear layer's weight and bias are const inputs of the level-2 graph
     gemm = json.loads((out / got[(2, 3)]["graph"]).read_text())
     assert sum(bool(t.get("const")) for t in gemm["inputs"].values()) == 2
-    lines = [json.loads(x) for x in (out / "batch.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (out / "graphs" / "cases.jsonl").read_text().splitlines()]
     assert [x["name"] for x in lines] == ["kb1_1_square_matrix_multiplication",
                                           "kb1_5_matrix_scalar_multiplication",
                                           "kb1_7_softmax_rows", "kb2_3_gemm_relu_scale"]
@@ -175,7 +176,15 @@ def test_dry_run_lists_every_problem(checkout, tmp_path):
     scaled = ktune.Graph(str(out / got[(1, 5)]["graph"]))
     assert len(scaled.inputs) == 1
     assert 3.5 in json.loads((out / got[(1, 5)]["graph"]).read_text())["nodes"][0]["in"]
-    assert all(x["precision"] == "exact" and os.path.isabs(x["graph"]) for x in lines)
+    assert all(x["precision"] == "exact" and (out / "graphs" / x["graph"]).is_file() and
+               x["source"].startswith("KernelBench (commit unknown) KernelBench/level")
+               for x in lines)
+    assert [x["group"] for x in lines] == ["kernelbench_level1"] * 3 + ["kernelbench_level2"]
+    # bench/run takes them as they are (its dry run checks and lists the steps)
+    dry = subprocess.run([os.path.join(ROOT, "bench", "run"), "--dry-run", "--cases",
+                          str(out / "graphs" / "cases.jsonl")], capture_output=True, text=True,
+                         timeout=300)
+    assert dry.returncode == 0 and "bench/run: 4 cases" in dry.stderr, dry.stderr
     assert "level 1: 3 of 5 problems captured" in r.stdout
     assert "level 2: 1 of 1 problems captured" in r.stdout
 
@@ -192,15 +201,26 @@ def test_only_and_levels(checkout, tmp_path):
     assert r.returncode == 0 and "level 1: 1 of 1 problems captured" in r.stdout, r.stderr
 
 
+def test_run_hands_the_cases_to_bench_run(checkout, tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ, KTUNE_DIST=str(tmp_path / "no-dist"))
+    r = subprocess.run([sys.executable, RUNNER, "--kernelbench", str(checkout), "--out", str(out),
+                        "--only", "7_Softmax_rows", "--budget-total", "30"], capture_output=True,
+                       text=True, env=dict(env, PYTHONPATH=os.path.join(ROOT, "client", "python")),
+                       timeout=600)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"--cases {out}/graphs/cases.jsonl --budget-total 30 --out {out}/results.json" in r.stdout
+    assert "run scripts/device-build first" in r.stderr
+
+
 @pytest.mark.parametrize("args, says", [
     (["--levels", "x"], "--levels 'x'"),
     (["--levels", "3"], "level3: no such directory"),
     (["--only", "99_nothing"], "no such problem in levels 1,2: 99_nothing"),
-    ([], "not built yet"),
+    (["--budget-total", "0"], "--budget-total 0.0: expected a positive number"),
 ])
 def test_bad_arguments(checkout, tmp_path, args, says):
-    dry = [] if not args else ["--dry-run"]
-    r = run("--kernelbench", str(checkout), "--out", str(tmp_path / "o"), *dry, *args)
+    r = run("--kernelbench", str(checkout), "--out", str(tmp_path / "o"), "--dry-run", *args)
     assert r.returncode == 2
     assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     r = run("--kernelbench", str(tmp_path / "missing"), "--out", str(tmp_path / "o"), "--dry-run")
