@@ -87,6 +87,7 @@ class _Builder:
         self.symbols = symbols  # str(sympy symbol) -> ktune symbol name
         self.node = None  # the fx node being translated, for messages
         self.origin = {}  # ktune node output -> the fx node it comes from
+        self.made = {}  # const inputs capture made (a pooling's weights): name -> tensor
 
     # ---- names, shapes, errors ----
 
@@ -144,6 +145,15 @@ class _Builder:
             spec["const"] = True
         self.inputs[name] = spec
         return _T(name, shape, dtype)
+
+    def constant(self, base, tensor):
+        """A const input holding tensor, which capture made (the graph remembers it with the
+        module's parameters)."""
+        dt = _DTYPES[str(tensor.dtype).replace("torch.", "")]
+        name = self.fresh(base)
+        x = self.add_input(name, tuple(tensor.shape), dt, True)
+        self.made[name] = tensor
+        return x
 
     def emit(self, op, ins, shape=None, dtype=None, /, **attrs):
         """One ktune node (attrs: its JSON attributes); shape and dtype of its output default to
@@ -544,10 +554,12 @@ def _conv(b, x, w, bias, stride, padding, dilation, groups, shape=None):
 
 def _conv1d(b, x, w, bias, stride, padding, dilation, groups):
     """A 1-d convolution of x [N, C, L] as a 2-d one over [N, C, 1, L] (w [O, C/g, K] as
-    [O, C/g, 1, K]), its result viewed back as [N, O, L']."""
+    [O, C/g, 1, K], or given so), its result viewed back as [N, O, L']."""
     x, w = b.tensor(x), b.tensor(w)
-    if x.rank != 3 or w.rank != 3:
+    if x.rank != 3 or w.rank not in (3, 4):
         b.unsupported("only 1-d convolutions of batched [N, C, L] inputs")
+    if w.rank == 3:
+        w = b.reshape(w, (w.shape[0], w.shape[1], 1, w.shape[2]))
 
     def one(v):
         v = list(v) if isinstance(v, (list, tuple)) else [v]
@@ -555,8 +567,7 @@ def _conv1d(b, x, w, bias, stride, padding, dilation, groups):
     if not isinstance(padding, str):  # "valid" and "same" _conv resolves over [1, K]
         padding = [0, one(padding)]
     out = b.val_shape()
-    y = _conv(b, b.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2])),
-              b.reshape(w, (w.shape[0], w.shape[1], 1, w.shape[2])), bias, [1, one(stride)],
+    y = _conv(b, b.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2])), w, bias, [1, one(stride)],
               padding, [1, one(dilation)], groups, shape=(out[0], out[1], 1, out[2]))
     return b.reshape(y, out)
 
@@ -564,6 +575,62 @@ def _conv1d(b, x, w, bias, stride, padding, dilation, groups):
 def _h_conv1d(b, a):
     return _conv1d(b, a["input"], a["weight"], a.get("bias"), a["stride"], a["padding"],
                    a["dilation"], a["groups"])
+
+
+def _h_avg_pool(nd):
+    """avg_pool1d/2d as a depthwise convolution whose weights are all 1 / (window size), a const
+    input capture makes: the same sums over the same zero-padded windows, as long as padding
+    counts (count_include_pad, the default) and ceil_mode adds no window past the edge."""
+    def h(b, a):
+        import torch
+        x = b.tensor(a["self"])
+        if x.rank != nd + 2 or not isinstance(x.shape[1], int):
+            b.unsupported(f"a {nd}-d pooling of a tensor other than [N, C, ...] with a fixed C")
+
+        def n(v, default):
+            v = list(v) if isinstance(v, (list, tuple)) else [v]
+            v = v or default
+            return v * nd if len(v) == 1 else v
+        k = n(a["kernel_size"], None)
+        stride, pad = n(a.get("stride") or [], k), n(a.get("padding", 0), None)
+        if not a.get("count_include_pad", True) and any(pad):
+            b.unsupported("count_include_pad=False with padding (edge windows average fewer)")
+        window = 1
+        for v in k:
+            window *= v
+        div = a.get("divisor_override") or window
+        out = b.val_shape()
+        for i in range(nd):
+            size = x.shape[2 + i]
+            if not isinstance(size, int) or (size + 2 * pad[i] - k[i]) // stride[i] + 1 != \
+                    out[2 + i]:
+                b.unsupported("ceil_mode adds a window past the edge")
+        val = b.node.meta.get("val")
+        torch_dtype = getattr(torch, next(t for t, d in _DTYPES.items() if d == x.dtype))
+        # [C, 1, KH, KW]; a 1-d pooling's as [C, 1, 1, K], the 2-d convolution it becomes
+        w = b.constant("avg_pool_weight", torch.full((x.shape[1], 1) + (1,) * (2 - nd) + tuple(k),
+                                                     1.0 / div, dtype=torch_dtype,
+                                                     device=getattr(val, "device", "cpu")))
+        if nd == 1:
+            return _conv1d(b, x, w, None, stride, pad, 1, x.shape[1])
+        return _conv(b, x, w, None, stride, pad, [1, 1], x.shape[1])
+    return h
+
+
+def _h_adaptive_avg_pool2d(b, a):
+    """Adaptive average pooling to a size that divides the input's: a mean over H and W (output
+    1 x 1) or an average pooling with window = stride = input / output."""
+    x = b.tensor(a["self"])
+    oh, ow = _pair(a["output_size"])
+    if x.rank != 4 or not all(isinstance(d, int) for d in x.shape[2:]):
+        b.unsupported("adaptive pooling of a tensor other than [N, C, H, W] with fixed H, W")
+    h, w = x.shape[2:]
+    if (oh, ow) == (1, 1):
+        return b.reduce("mean", x, [2, 3], True)
+    if h % oh or w % ow:
+        b.unsupported(f"adaptive pooling from {h} x {w} to {oh} x {ow} (windows of several sizes)")
+    return _h_avg_pool(2)(b, {"self": x, "kernel_size": [h // oh, w // ow],
+                              "stride": [h // oh, w // ow], "padding": 0})
 
 
 def _h_conv2d(b, a):
@@ -836,6 +903,8 @@ def _h_getitem(b, node, env):
 _OPS = {
     "linear": _h_linear, "mm": _h_mm, "bmm": _h_mm, "matmul": _h_mm, "addmm": _h_addmm,
     "conv1d": _h_conv1d, "conv2d": _h_conv2d, "convolution": _h_convolution,
+    "avg_pool1d": _h_avg_pool(1), "avg_pool2d": _h_avg_pool(2),
+    "adaptive_avg_pool2d": _h_adaptive_avg_pool2d,
     "softmax": _h_softmax("softmax"), "_softmax": _h_softmax("softmax"),
     "log_softmax": _h_softmax("log_softmax"), "_log_softmax": _h_softmax("log_softmax"),
     "logsumexp": _h_logsumexp,
@@ -1096,6 +1165,7 @@ def capture(fn_or_module, *example_inputs, **options):
         raise CaptureError(f"ktune.capture: {e.strerror}{' at ' + where if where else ''}") \
             from None
     g.user_inputs = tuple(user_inputs)
+    params.update(b.made)
     g.params = {k: v for k, v in params.items() if k in inputs}
     g.document = doc
     return g

@@ -38,9 +38,10 @@ def randn(*shape, positive=False, seed=[0]):
     return x.abs() + 0.5 if positive else x
 
 
-def check(module, *inputs, want=None, **options):
+def check(module, *inputs, want=None, tol=TOL, **options):
     """Captures module on float32 inputs, runs Graph.reference on them and compares it with the
-    module run in float64 on the CPU (or with want(*inputs_f64)). Returns the graph."""
+    module run in float64 on the CPU (or with want(*inputs_f64)), normwise within tol. Returns the
+    graph."""
     g = ktune.capture(module, *inputs, **options)
     got = g.reference(*inputs)
     got = got if isinstance(got, tuple) else (got,)
@@ -56,7 +57,7 @@ def check(module, *inputs, want=None, **options):
     for i, (a, b) in enumerate(zip(got, want)):
         assert a.dtype == torch.float64
         e = rel_err(a, b)
-        assert e <= TOL, f"output {i}: normwise error {e:.3g} > {TOL}"
+        assert e <= tol, f"output {i}: normwise error {e:.3g} > {tol}"
     return g
 
 
@@ -136,6 +137,26 @@ def test_conv1d_as_conv2d():
     assert ops_of(g).count("conv2d") == 1
     check(nn.Conv1d(6, 6, 5, groups=3, bias=False, padding="same"), randn(3, 6, 11))
     check(lambda x, w: F.conv1d(x, w, padding="valid"), randn(2, 3, 9), randn(5, 3, 4))
+
+
+def test_average_pooling_as_depthwise_conv():
+    # the same sums over the same zero-padded windows: a depthwise conv of weights 1 / window,
+    # a const input capture makes and the graph remembers
+    g = check(nn.AvgPool2d(2, stride=2, padding=1), randn(2, 4, 9, 8))
+    assert ops_of(g) == ["conv2d"] and len(g.params) == 1
+    check(nn.AvgPool2d((2, 4)), randn(1, 3, 6, 9))
+    check(lambda x: F.avg_pool2d(x, 2, divisor_override=8), randn(2, 2, 4, 4))
+    check(nn.AvgPool1d(4, stride=1, padding=2), randn(3, 5, 11))
+    check(nn.AdaptiveAvgPool2d(1), randn(2, 6, 5, 7))
+    check(nn.AdaptiveAvgPool2d((2, 4)), randn(2, 3, 8, 8))
+    # 1 / 9 rounds in the float32 weights (3e-8 relatively)
+    check(nn.AvgPool2d(3, stride=2, padding=1), randn(2, 4, 9, 8), tol=1e-7)
+    with pytest.raises(ktune.CaptureError, match=r"count_include_pad=False"):
+        ktune.capture(nn.AvgPool2d(3, padding=1, count_include_pad=False), randn(1, 2, 6, 6))
+    with pytest.raises(ktune.CaptureError, match=r"ceil_mode adds a window"):
+        ktune.capture(nn.AvgPool2d(2, ceil_mode=True), randn(1, 2, 5, 5))
+    with pytest.raises(ktune.CaptureError, match=r"windows of several sizes"):
+        ktune.capture(nn.AdaptiveAvgPool2d(3), randn(1, 2, 7, 7))
 
 
 def test_softmax_log_softmax():
