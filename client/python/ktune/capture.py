@@ -88,6 +88,7 @@ class _Builder:
         self.node = None  # the fx node being translated, for messages
         self.origin = {}  # ktune node output -> the fx node it comes from
         self.made = {}  # const inputs capture made (a pooling's weights): name -> tensor
+        self.params = {}  # the module's tensors by const input name (capture fills it)
 
     # ---- names, shapes, errors ----
 
@@ -145,6 +146,13 @@ class _Builder:
             spec["const"] = True
         self.inputs[name] = spec
         return _T(name, shape, dtype)
+
+    def value(self, x, what):
+        """The tensor behind const input x (a module's parameter), for a rewrite of its values."""
+        t = self.params.get(x.name) if isinstance(x, _T) else None
+        if t is None:
+            self.unsupported(f"its {what} is not a parameter of the module")
+        return t
 
     def constant(self, base, tensor):
         """A const input holding tensor, which capture made (the graph remembers it with the
@@ -633,6 +641,39 @@ def _h_adaptive_avg_pool2d(b, a):
                               "stride": [h // oh, w // ow], "padding": 0})
 
 
+def _h_conv_transpose(nd):
+    """A transposed convolution of stride 1 as a convolution: the weight [Cin, Cout/g, K...]
+    becomes [Cout, Cin/g, K...] flipped along its kernel axes (a const input capture makes from
+    the module's weight, so later changes to the weight do not reach it), padding d (k - 1) - p.
+    A stride > 1 would need zeros between the input's elements, which ktune has no op for."""
+    def h(b, a):
+        x = b.tensor(a["input"])
+        w = b.value(b.tensor(a["weight"]), "weight")
+
+        def n(v):
+            v = list(v) if isinstance(v, (list, tuple)) else [v]
+            return v * nd if len(v) == 1 else v
+        stride, outpad = n(a.get("stride", 1)), n(a.get("output_padding", 0))
+        pad, dil, groups = n(a.get("padding", 0)), n(a.get("dilation", 1)), int(a["groups"])
+        if any(s != 1 for s in stride) or any(outpad):
+            b.unsupported("a transposed convolution with a stride (zeros between input elements)")
+        k = list(w.shape[2:])
+        padding = [d * (kk - 1) - p for d, kk, p in zip(dil, k, pad)]
+        if any(p < 0 for p in padding):
+            b.unsupported("a transposed convolution with more padding than its kernel's extent")
+        cin, cout_g = w.shape[0], w.shape[1]
+        flipped = (w.reshape(groups, cin // groups, cout_g, *k).transpose(1, 2)
+                   .reshape(groups * cout_g, cin // groups, *k)
+                   .flip(dims=list(range(2, 2 + nd))))
+        if nd == 1:
+            flipped = flipped.unsqueeze(2)  # [O, C/g, 1, K]: the conv2d it becomes
+        wc = b.constant(b.tensor(a["weight"]).name + "_flipped", flipped.contiguous())
+        if nd == 1:
+            return _conv1d(b, x, wc, a.get("bias"), 1, padding[0], dil[0], groups)
+        return _conv(b, x, wc, a.get("bias"), 1, padding, dil, groups)
+    return h
+
+
 def _h_conv2d(b, a):
     return _conv(b, a["input"], a["weight"], a.get("bias"), a["stride"], a["padding"],
                  a["dilation"], a["groups"])
@@ -640,7 +681,10 @@ def _h_conv2d(b, a):
 
 def _h_convolution(b, a):
     if a.get("transposed"):
-        b.unsupported("transposed convolution")
+        rank = b.tensor(a["input"]).rank
+        if rank not in (3, 4):
+            b.unsupported("a transposed convolution other than 1-d or 2-d")
+        return _h_conv_transpose(rank - 2)(b, a)
     if b.tensor(a["input"]).rank == 3:
         return _conv1d(b, a["input"], a["weight"], a.get("bias"), a["stride"], a["padding"],
                        a["dilation"], a["groups"])
@@ -903,6 +947,7 @@ def _h_getitem(b, node, env):
 _OPS = {
     "linear": _h_linear, "mm": _h_mm, "bmm": _h_mm, "matmul": _h_mm, "addmm": _h_addmm,
     "conv1d": _h_conv1d, "conv2d": _h_conv2d, "convolution": _h_convolution,
+    "conv_transpose1d": _h_conv_transpose(1), "conv_transpose2d": _h_conv_transpose(2),
     "avg_pool1d": _h_avg_pool(1), "avg_pool2d": _h_avg_pool(2),
     "adaptive_avg_pool2d": _h_adaptive_avg_pool2d,
     "softmax": _h_softmax("softmax"), "_softmax": _h_softmax("softmax"),
@@ -1076,7 +1121,7 @@ def capture(fn_or_module, *example_inputs, **options):
                 symbols[str(expr)] = sym_name(str(expr))
 
     b = _Builder(symbols)
-    env, params, user_inputs = {}, {}, []
+    env, params, user_inputs = {}, b.params, []
     ui = 0
     # The user's arguments first (declared order is what a call takes), then the weights.
     order = sorted(zip(placeholders, sig.input_specs),

@@ -139,6 +139,19 @@ def test_conv1d_as_conv2d():
     check(lambda x, w: F.conv1d(x, w, padding="valid"), randn(2, 3, 9), randn(5, 3, 4))
 
 
+def test_transposed_conv_of_stride_1_as_conv():
+    # the weight flipped and its in/out axes swapped (a const input capture makes), padding
+    # d (k - 1) - p
+    ct = nn.ConvTranspose2d(4, 6, 3, padding=1)
+    g = check(ct, randn(2, 4, 7, 5))
+    assert ops_of(g) == ["conv2d"] and "weight" not in g.document["inputs"]
+    check(nn.ConvTranspose2d(4, 6, (3, 2), groups=2, dilation=2, bias=False), randn(1, 4, 6, 6))
+    check(nn.ConvTranspose1d(3, 5, 4, padding=2), randn(2, 3, 9))
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.conv_transpose2d \(a "
+                                                 r"transposed convolution with a stride"):
+        ktune.capture(nn.ConvTranspose2d(2, 2, 3, stride=2), randn(1, 2, 5, 5))
+
+
 def test_average_pooling_as_depthwise_conv():
     # the same sums over the same zero-padded windows: a depthwise conv of weights 1 / window,
     # a const input capture makes and the graph remembers
