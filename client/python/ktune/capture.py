@@ -533,9 +533,14 @@ def _h_addmm(b, a):  # beta * self + alpha * (mat1 @ mat2)
     return b.binary("add", p, s, shape)
 
 
-def _pair(v):
+def _nd(v, nd):
+    """An int or a list of them as nd values (one repeated)."""
     v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return v * 2 if len(v) == 1 else v
+    return v * nd if len(v) == 1 else v
+
+
+def _pair(v):
+    return _nd(v, 2)
 
 
 def _conv(b, x, w, bias, stride, padding, dilation, groups, shape=None):
@@ -568,15 +573,12 @@ def _conv1d(b, x, w, bias, stride, padding, dilation, groups):
         b.unsupported("only 1-d convolutions of batched [N, C, L] inputs")
     if w.rank == 3:
         w = b.reshape(w, (w.shape[0], w.shape[1], 1, w.shape[2]))
-
-    def one(v):
-        v = list(v) if isinstance(v, (list, tuple)) else [v]
-        return v[0]
     if not isinstance(padding, str):  # "valid" and "same" _conv resolves over [1, K]
-        padding = [0, one(padding)]
+        padding = [0, _nd(padding, 1)[0]]
     out = b.val_shape()
-    y = _conv(b, b.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2])), w, bias, [1, one(stride)],
-              padding, [1, one(dilation)], groups, shape=(out[0], out[1], 1, out[2]))
+    y = _conv(b, b.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2])), w, bias,
+              [1, _nd(stride, 1)[0]], padding, [1, _nd(dilation, 1)[0]], groups,
+              shape=(out[0], out[1], 1, out[2]))
     return b.reshape(y, out)
 
 
@@ -594,13 +596,9 @@ def _h_avg_pool(nd):
         x = b.tensor(a["self"])
         if x.rank != nd + 2 or not isinstance(x.shape[1], int):
             b.unsupported(f"a {nd}-d pooling of a tensor other than [N, C, ...] with a fixed C")
-
-        def n(v, default):
-            v = list(v) if isinstance(v, (list, tuple)) else [v]
-            v = v or default
-            return v * nd if len(v) == 1 else v
-        k = n(a["kernel_size"], None)
-        stride, pad = n(a.get("stride") or [], k), n(a.get("padding", 0), None)
+        k = _nd(a["kernel_size"], nd)
+        stride = _nd(a.get("stride") or k, nd)  # PyTorch's default stride: the window
+        pad = _nd(a.get("padding", 0), nd)
         if not a.get("count_include_pad", True) and any(pad):
             b.unsupported("count_include_pad=False with padding (edge windows average fewer)")
         window = 1
@@ -649,12 +647,9 @@ def _h_conv_transpose(nd):
     def h(b, a):
         x = b.tensor(a["input"])
         w = b.value(b.tensor(a["weight"]), "weight")
-
-        def n(v):
-            v = list(v) if isinstance(v, (list, tuple)) else [v]
-            return v * nd if len(v) == 1 else v
-        stride, outpad = n(a.get("stride", 1)), n(a.get("output_padding", 0))
-        pad, dil, groups = n(a.get("padding", 0)), n(a.get("dilation", 1)), int(a["groups"])
+        stride, outpad = _nd(a.get("stride", 1), nd), _nd(a.get("output_padding", 0), nd)
+        pad, dil, groups = _nd(a.get("padding", 0), nd), _nd(a.get("dilation", 1), nd), \
+            int(a["groups"])
         if any(s != 1 for s in stride) or any(outpad):
             b.unsupported("a transposed convolution with a stride (zeros between input elements)")
         k = list(w.shape[2:])
