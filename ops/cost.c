@@ -5,7 +5,8 @@
  *   sum / max / min        n - 1 per output element, n = elements reduced into it
  *   mean                   n per output element (n - 1 adds and one divide)
  *   matmul                 2 * batch * M * N * K
- *   conv2d                 2 * N * K * P * Q * (C / groups) * R * S, plus N * K * P * Q with bias
+ *   conv2d, conv3d         2 * N * K * P * Q * (C / groups) * R * S (taps on input zeros not
+ *                          counted), plus N * K * P * Q with bias
  *   attention              2 * batch * pairs * (D + Dv), pairs = Sq * Skv, or for causal the
  *                          unmasked (query, key) pairs only; the softmax is not counted
  *   permute, reshape       0
@@ -49,9 +50,13 @@ static double node_flops(const ops_graph *g, const ops_node *n)
         return 2.0 * out * (double)k;
     }
     case OPS_KIND_CONV: {
-        /* Weight OIHW or OHWI: everything but O is reduced into each output element. */
+        /* Weight OI[D]HW or O[D]HWI: everything but O is reduced into each output element,
+         * but for the taps that land on the zeros between input elements (input dilation, a
+         * transposed convolution's stride): 1 / input_dilation of them in each dimension. */
         int32_t w = n->in[1].tensor;
         double per_out = numel(g, w) / (double)dim(g, w, 0);
+        for (int i = 0; i < ops_conv_spatial(n->op); i++)
+            per_out /= n->attrs.input_dilation[i] > 0 ? n->attrs.input_dilation[i] : 1;
         return 2.0 * out * per_out + (n->n_in > 2 ? out : 0.0);
     }
     case OPS_KIND_ATTENTION: {

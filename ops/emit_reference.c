@@ -31,6 +31,7 @@ static bool reference_op_ok(ops_op op)
     case OPS_REDUCE_MIN:
     case OPS_MATMUL:
     case OPS_CONV2D:
+    case OPS_CONV3D:
     case OPS_ATTENTION:
     case OPS_TRANSPOSE:
     case OPS_PERMUTE:
@@ -445,75 +446,75 @@ static void emit_matmul_body(kt_buf *b, const ops_graph *g, const ops_node *n, c
     kt_buf_line(b, "out0[i] = acc;");
 }
 
+/* A conv as a 3-d one (a conv2d of depth 1): one thread per output element, taps landing on
+ * padding or on the zeros between input elements (input dilation) skipped. */
 static void emit_conv_body(kt_buf *b, const ops_graph *g, const ops_node *n, const ref_params *p)
 {
-    const ops_attrs *at = &n->attrs;
-    const ops_shape *xs = &g->tensors[n->in[0].tensor].shape;
-    const ops_shape *ws = &g->tensors[n->in[1].tensor].shape;
-    const ops_shape *os = &g->tensors[n->out].shape;
-    bool nhwc = at->layout == OPS_LAYOUT_NHWC;
-    long long C = xs->d[nhwc ? 3 : 1].size, H = xs->d[nhwc ? 1 : 2].size;
-    long long W = xs->d[nhwc ? 2 : 3].size, K = ws->d[0].size, Cg = ws->d[nhwc ? 3 : 1].size;
-    long long R = ws->d[nhwc ? 1 : 2].size, S = ws->d[nhwc ? 2 : 3].size;
-    long long P = os->d[nhwc ? 1 : 2].size, Q = os->d[nhwc ? 2 : 3].size;
-    long long G = at->groups > 0 ? at->groups : 1, Kg = K / G;
-    kt_buf_line(b, "/* %s: x %s, weight %s, %lld groups */", nhwc ? "NHWC" : "NCHW",
-                nhwc ? "[N,H,W,C]" : "[N,C,H,W]", nhwc ? "OHWI" : "OIHW", G);
+    ops_conv_geom cg;
+    ops_conv_geom_of(g, n, &cg);
+    const int64_t *I = cg.in, *F = cg.ker, *O = cg.out;
+    long long in_sp = (long long)(I[0] * I[1] * I[2]), f_sp = (long long)(F[0] * F[1] * F[2]);
+    long long o_sp = (long long)(O[0] * O[1] * O[2]);
+    kt_buf_line(b, "/* %s: x %s, weight %s, %lld groups */", cg.nhwc ? "NHWC" : "NCHW",
+                cg.nhwc ? "[N,D,H,W,C]" : "[N,C,D,H,W]", cg.nhwc ? "ODHWI" : "OIDHW",
+                (long long)cg.groups);
     kt_buf_line(b, "long long rem = i;");
-    if (nhwc) {
-        kt_buf_line(b, "const long long k = rem %% %lldLL;", K);
-        kt_buf_line(b, "rem /= %lldLL;", K);
-        kt_buf_line(b, "const long long q = rem %% %lldLL;", Q);
-        kt_buf_line(b, "rem /= %lldLL;", Q);
-        kt_buf_line(b, "const long long p = rem %% %lldLL;", P);
-        kt_buf_line(b, "const long long n = rem / %lldLL;", P);
+    if (cg.nhwc) {
+        kt_buf_line(b, "const long long k = rem %% %lldLL;", (long long)cg.k);
+        kt_buf_line(b, "rem /= %lldLL;", (long long)cg.k);
+        kt_buf_line(b, "const long long osp = rem %% %lldLL, n = rem / %lldLL;", o_sp, o_sp);
     } else {
-        kt_buf_line(b, "const long long q = rem %% %lldLL;", Q);
-        kt_buf_line(b, "rem /= %lldLL;", Q);
-        kt_buf_line(b, "const long long p = rem %% %lldLL;", P);
-        kt_buf_line(b, "rem /= %lldLL;", P);
-        kt_buf_line(b, "const long long k = rem %% %lldLL;", K);
-        kt_buf_line(b, "const long long n = rem / %lldLL;", K);
+        kt_buf_line(b, "const long long osp = rem %% %lldLL;", o_sp);
+        kt_buf_line(b, "rem /= %lldLL;", o_sp);
+        kt_buf_line(b, "const long long k = rem %% %lldLL, n = rem / %lldLL;", (long long)cg.k,
+                    (long long)cg.k);
     }
-    kt_buf_line(b, "const long long grp = k / %lldLL;", Kg);
+    kt_buf_line(b,
+                "const long long o2 = osp %% %lldLL, o1 = (osp / %lldLL) %% %lldLL, "
+                "o0 = osp / %lldLL;",
+                (long long)O[2], (long long)O[2], (long long)O[1], (long long)(O[1] * O[2]));
+    kt_buf_line(b, "const long long grp = k / %lldLL;", (long long)cg.kg);
     if (n->n_in > 2)
         kt_buf_line(b, "double acc = in%d[k];", p->of[2]);
     else
         kt_buf_line(b, "double acc = 0.0;");
-    kt_buf_line(b, "for (long long c = 0; c < %lldLL; c++)", Cg);
-    kt_buf_line(b, "    for (long long r = 0; r < %lldLL; r++) {", R);
-    kt_buf_line(b, "        const long long h = p * %d - %d + r * %d;", at->stride[0],
-                at->padding[0], at->dilation[0]);
-    kt_buf_line(b, "        if (h < 0 || h >= %lldLL)", H);
-    kt_buf_line(b, "            continue;");
-    kt_buf_line(b, "        for (long long s = 0; s < %lldLL; s++) {", S);
-    kt_buf_line(b, "            const long long w = q * %d - %d + s * %d;", at->stride[1],
-                at->padding[1], at->dilation[1]);
-    kt_buf_line(b, "            if (w < 0 || w >= %lldLL)", W);
-    kt_buf_line(b, "                continue;");
-    kt_buf_line(b, "            const long long ci = grp * %lldLL + c;", Cg);
-    if (nhwc) {
-        kt_buf_line(b,
-                    "            const long long xo = ((n * %lldLL + h) * %lldLL + w) * %lldLL + "
-                    "ci;",
-                    H, W, C);
-        kt_buf_line(b,
-                    "            const long long wo = ((k * %lldLL + r) * %lldLL + s) * %lldLL + "
-                    "c;",
-                    R, S, Cg);
-    } else {
-        kt_buf_line(b,
-                    "            const long long xo = ((n * %lldLL + ci) * %lldLL + h) * %lldLL + "
-                    "w;",
-                    C, H, W);
-        kt_buf_line(b,
-                    "            const long long wo = ((k * %lldLL + c) * %lldLL + r) * %lldLL + "
-                    "s;",
-                    Cg, R, S);
+    kt_buf_line(b, "for (long long c = 0; c < %lldLL; c++)", (long long)cg.cg);
+    b->indent += 4;
+    static const char *const ax[3] = {"0", "1", "2"};
+    for (int i = 0; i < 3; i++) {
+        kt_buf_line(b, "for (long long t%s = 0; t%s < %lldLL; t%s++) {", ax[i], ax[i],
+                    (long long)F[i], ax[i]);
+        b->indent += 4;
+        /* the coordinate in the input with its zeros between elements */
+        kt_buf_line(b, "const long long v%s = o%s * %d - %d + t%s * %d;", ax[i], ax[i],
+                    cg.stride[i], cg.pad[i], ax[i], cg.dil[i]);
+        kt_buf_line(b, "if (v%s < 0 || v%s %% %d != 0 || v%s / %d >= %lldLL)", ax[i], ax[i],
+                    cg.idil[i], ax[i], cg.idil[i], (long long)I[i]);
+        kt_buf_line(b, "    continue;");
+        kt_buf_line(b, "const long long i%s = v%s / %d;", ax[i], ax[i], cg.idil[i]);
     }
-    kt_buf_line(b, "            acc += in%d[xo] * in%d[wo];", p->of[0], p->of[1]);
-    kt_buf_line(b, "        }");
-    kt_buf_line(b, "    }");
+    kt_buf_line(b, "const long long ci = grp * %lldLL + c;", (long long)cg.cg);
+    kt_buf_line(b, "const long long sp = (i0 * %lldLL + i1) * %lldLL + i2;", (long long)I[1],
+                (long long)I[2]);
+    kt_buf_line(b, "const long long tap = (t0 * %lldLL + t1) * %lldLL + t2;", (long long)F[1],
+                (long long)F[2]);
+    if (cg.nhwc) {
+        kt_buf_line(b, "const long long xo = (n * %lldLL + sp) * %lldLL + ci;", in_sp,
+                    (long long)cg.c);
+        kt_buf_line(b, "const long long wo = (k * %lldLL + tap) * %lldLL + c;", f_sp,
+                    (long long)cg.cg);
+    } else {
+        kt_buf_line(b, "const long long xo = (n * %lldLL + ci) * %lldLL + sp;", (long long)cg.c,
+                    in_sp);
+        kt_buf_line(b, "const long long wo = (k * %lldLL + c) * %lldLL + tap;", (long long)cg.cg,
+                    f_sp);
+    }
+    kt_buf_line(b, "acc += in%d[xo] * in%d[wo];", p->of[0], p->of[1]);
+    for (int i = 2; i >= 0; i--) {
+        b->indent -= 4;
+        kt_buf_line(b, "}");
+    }
+    b->indent -= 4;
     kt_buf_line(b, "out0[i] = acc;");
 }
 
@@ -763,7 +764,7 @@ static void reference_estimate(const ops_group *grp, const ops_schedule *s, cons
     if (n->op == OPS_MATMUL) {
         double a = (double)shape_numel(&g->tensors[n->in[0].tensor].shape);
         e->flops = 2.0 * a * (double)os->d[os->rank - 1].size;
-    } else if (n->op == OPS_CONV2D || n->op == OPS_ATTENTION ||
+    } else if (ops_op_info_get(n->op)->kind == OPS_KIND_CONV || n->op == OPS_ATTENTION ||
                ops_op_info_get(n->op)->kind == OPS_KIND_REDUCE) {
         e->flops = 2.0 * (double)shape_numel(&g->tensors[n->in[0].tensor].shape);
     }

@@ -48,6 +48,7 @@ static const ops_op_info op_table[OPS_OP_COUNT] = {
     [OPS_TRANSPOSE] = {"transpose", OPS_KIND_LAYOUT, 1, 1},
     [OPS_PERMUTE] = {"permute", OPS_KIND_LAYOUT, 1, 1},
     [OPS_RESHAPE] = {"reshape", OPS_KIND_LAYOUT, 1, 1},
+    [OPS_CONV3D] = {"conv3d", OPS_KIND_CONV, 2, 3},
 };
 
 static const char *rule_names[OPS_RULE_COUNT] = {
@@ -219,13 +220,56 @@ void ops_attrs_default(ops_op op, ops_attrs *a)
         a->eps = 1e-6;
         break;
     case OPS_CONV2D:
-        a->stride[0] = a->stride[1] = 1;
-        a->dilation[0] = a->dilation[1] = 1;
+    case OPS_CONV3D:
+        for (int i = 0; i < 3; i++)
+            a->stride[i] = a->dilation[i] = a->input_dilation[i] = 1;
         a->groups = 1;
         break;
     default:
         break;
     }
+}
+
+int ops_conv_spatial(ops_op op)
+{
+    return op == OPS_CONV3D ? 3 : 2;
+}
+
+void ops_conv_geom_make(ops_op op, const ops_attrs *a, const int64_t *x, const int64_t *w,
+                        const int64_t *o, ops_conv_geom *cg)
+{
+    int nd = ops_conv_spatial(op), lead = 3 - nd;
+    memset(cg, 0, sizeof(*cg));
+    cg->nhwc = a->layout == OPS_LAYOUT_NHWC;
+    int sp0 = cg->nhwc ? 1 : 2; /* the first spatial axis */
+    cg->n = x[0];
+    cg->c = x[cg->nhwc ? nd + 1 : 1];
+    cg->k = w[0];
+    cg->cg = w[cg->nhwc ? nd + 1 : 1];
+    cg->groups = a->groups > 0 ? a->groups : 1;
+    cg->kg = cg->k / cg->groups;
+    for (int i = 0; i < 3; i++) {
+        bool real = i >= lead;
+        int j = i - lead;
+        cg->in[i] = real ? x[sp0 + j] : 1;
+        cg->ker[i] = real ? w[sp0 + j] : 1;
+        cg->out[i] = real ? o[sp0 + j] : 1;
+        cg->stride[i] = real ? a->stride[j] : 1;
+        cg->pad[i] = real ? a->padding[j] : 0;
+        cg->dil[i] = real ? a->dilation[j] : 1;
+        cg->idil[i] = real ? a->input_dilation[j] : 1;
+    }
+}
+
+void ops_conv_geom_of(const ops_graph *g, const ops_node *n, ops_conv_geom *cg)
+{
+    int64_t d[3][OPS_MAX_RANK] = {{0}};
+    const ops_shape *s[3] = {&g->tensors[n->in[0].tensor].shape, &g->tensors[n->in[1].tensor].shape,
+                             &g->tensors[n->out].shape};
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < s[t]->rank; i++)
+            d[t][i] = s[t]->d[i].size;
+    ops_conv_geom_make(n->op, &n->attrs, d[0], d[1], d[2], cg);
 }
 
 ops_graph *ops_graph_new(const char *name)

@@ -79,6 +79,8 @@ typedef enum ops_op {
     OPS_TRANSPOSE,
     OPS_PERMUTE,
     OPS_RESHAPE,
+    /* appended: a signature holds the op's number, so existing ops keep theirs */
+    OPS_CONV3D,
     OPS_OP_COUNT
 } ops_op;
 
@@ -124,10 +126,15 @@ typedef struct ops_attrs {
     int axis;     /* softmax, log_softmax, logsumexp, layernorm, rmsnorm (default -1);
                      layernorm/rmsnorm normalise over axes [axis, rank) */
     double eps;   /* layernorm (default 1e-5), rmsnorm (default 1e-6) */
-    bool transpose_a, transpose_b;                  /* matmul */
-    int stride[2], padding[2], dilation[2], groups; /* conv2d (defaults 1, 0, 1, 1) */
-    ops_layout layout; /* conv2d: NCHW (weight OIHW) or NHWC (weight OHWI) */
-    bool has_scale;    /* attention: scale given; otherwise 1/sqrt(head dim) */
+    bool transpose_a, transpose_b; /* matmul */
+    /* conv2d, conv3d: per spatial dimension in the tensor's order ([H, W]; [D, H, W]) */
+    int stride[3], padding[3], dilation[3], groups; /* defaults 1, 0, 1; groups 1 */
+    int input_dilation[3]; /* input elements this far apart, zeros between (default 1): the
+                              stride of a transposed convolution */
+    int end_padding[3];    /* zeros after each spatial end on top of padding (default 0): a
+                              transposed convolution's output_padding */
+    ops_layout layout;     /* conv: NCHW (weight OIHW) or NHWC (weight OHWI); 3-d: NCDHW or NDHWC */
+    bool has_scale;        /* attention: scale given; otherwise 1/sqrt(head dim) */
     double scale;
     bool causal; /* attention */
     int n_perm;  /* transpose/permute */
@@ -232,6 +239,25 @@ int ops_dtype_from_name(const char *name, ops_dtype *out); /* 0 or -EINVAL */
 size_t ops_dtype_size(ops_dtype dt);
 /* Sets the documented defaults for op in *a (zeroing everything else). */
 void ops_attrs_default(ops_op op, ops_attrs *a);
+
+/* A convolution as a 3-d one: a conv2d is one of depth 1 (index 0 of each array is the depth,
+ * 1 the height, 2 the width), so every consumer handles both ops with one set of loops. */
+typedef struct ops_conv_geom {
+    bool nhwc;                     /* channels last (NHWC, NDHWC); weight OHWI, ODHWI */
+    int64_t n, c, k, groups;       /* batch, input and output channels, groups */
+    int64_t cg, kg;                /* channels per group: in, out */
+    int64_t in[3], ker[3], out[3]; /* input, filter and output extents */
+    int stride[3], pad[3], dil[3], idil[3];
+} ops_conv_geom;
+
+/* Spatial dimensions of a conv op: 2 or 3. */
+int ops_conv_spatial(ops_op op);
+/* The geometry of conv node `op` with attributes a from the sizes of its input x, weight w and
+ * output o (each of rank ops_conv_spatial(op) + 2). */
+void ops_conv_geom_make(ops_op op, const ops_attrs *a, const int64_t *x, const int64_t *w,
+                        const int64_t *o, ops_conv_geom *cg);
+/* The same from a validated graph's shapes. */
+void ops_conv_geom_of(const ops_graph *g, const ops_node *n, ops_conv_geom *cg);
 
 /* Building. Every function returns an index >= 0 or a negative errno (-ENOMEM, -EEXIST for a
  * duplicate tensor name). */

@@ -259,17 +259,20 @@ static int attr_int_list(dec *c, const char *key, const json_t *v, int *vals, in
 }
 
 /* conv2d stride/padding/dilation: one integer for both axes, or [h, w]. */
-static int attr_pair(dec *c, const char *key, const json_t *v, int out[2])
+/* An integer (the same for every spatial dimension) or a list of n of them. */
+static int attr_ints(dec *c, const char *key, const json_t *v, int *out, int n)
 {
     if (json_is_integer(v)) {
         int rc = attr_int(c, key, v, &out[0]);
-        out[1] = out[0];
+        for (int i = 1; i < n; i++)
+            out[i] = out[0];
         return rc;
     }
-    if (!json_is_array(v) || json_array_size(v) != 2)
-        return fail(c, OPS_RULE_ATTR, c->out, "attribute '%s' must be an integer or [h, w]", key);
-    for (size_t i = 0; i < 2; i++) {
-        int rc = attr_int(c, key, json_array_get(v, i), &out[i]);
+    if (!json_is_array(v) || json_array_size(v) != (size_t)n)
+        return fail(c, OPS_RULE_ATTR, c->out, "attribute '%s' must be an integer or %s", key,
+                    n == 3 ? "[d, h, w]" : "[h, w]");
+    for (int i = 0; i < n; i++) {
+        int rc = attr_int(c, key, json_array_get(v, (size_t)i), &out[i]);
         if (rc < 0)
             return rc;
     }
@@ -353,12 +356,17 @@ static int decode_attr(dec *c, ops_op op, const char *key, const json_t *v, ops_
             return attr_bool(c, key, v, &a->transpose_b);
         break;
     case OPS_CONV2D:
+    case OPS_CONV3D:
         if (IS("stride"))
-            return attr_pair(c, key, v, a->stride);
+            return attr_ints(c, key, v, a->stride, ops_conv_spatial(op));
         if (IS("padding"))
-            return attr_pair(c, key, v, a->padding);
+            return attr_ints(c, key, v, a->padding, ops_conv_spatial(op));
         if (IS("dilation"))
-            return attr_pair(c, key, v, a->dilation);
+            return attr_ints(c, key, v, a->dilation, ops_conv_spatial(op));
+        if (IS("input_dilation"))
+            return attr_ints(c, key, v, a->input_dilation, ops_conv_spatial(op));
+        if (IS("end_padding"))
+            return attr_ints(c, key, v, a->end_padding, ops_conv_spatial(op));
         if (IS("groups"))
             return attr_int(c, key, v, &a->groups);
         if (IS("layout")) {
@@ -736,12 +744,25 @@ static void encode_attrs(enc *e, const ops_graph *g, const ops_node *n, json_t *
         put(e, o, "transpose_b", json_boolean(a->transpose_b));
         break;
     case OPS_CONV2D:
-        put(e, o, "stride", int_list(e, a->stride, 2));
-        put(e, o, "padding", int_list(e, a->padding, 2));
-        put(e, o, "dilation", int_list(e, a->dilation, 2));
+    case OPS_CONV3D: {
+        int nd = ops_conv_spatial(n->op);
+        bool idil = false, endpad = false;
+        for (int i = 0; i < nd; i++) {
+            idil |= a->input_dilation[i] != 1;
+            endpad |= a->end_padding[i] != 0;
+        }
+        put(e, o, "stride", int_list(e, a->stride, nd));
+        put(e, o, "padding", int_list(e, a->padding, nd));
+        put(e, o, "dilation", int_list(e, a->dilation, nd));
+        /* only when set: a graph without them reads as before */
+        if (idil)
+            put(e, o, "input_dilation", int_list(e, a->input_dilation, nd));
+        if (endpad)
+            put(e, o, "end_padding", int_list(e, a->end_padding, nd));
         put(e, o, "groups", json_integer(a->groups));
         put(e, o, "layout", json_string(a->layout == OPS_LAYOUT_NHWC ? "NHWC" : "NCHW"));
         break;
+    }
     case OPS_ATTENTION:
         if (a->has_scale)
             put(e, o, "scale", real(e, a->scale));

@@ -521,58 +521,66 @@ static int run_matmul(const ops_graph *g, int ni, const ops_attrs *at, const ref
     return 0;
 }
 
-/* conv2d: NCHW input with OIHW weight, or NHWC input with OHWI weight; bias [K]. */
-static int run_conv(const ops_graph *g, int ni, const ops_attrs *at, const ref_arg *in, int n_in,
+/* One spatial coordinate of the input an output position o and filter tap t read, or -1 where
+ * that is padding or a zero between input elements (input dilation). */
+static int64_t conv_src(const ops_conv_geom *cg, int i, int64_t o, int64_t t)
+{
+    int64_t v = o * cg->stride[i] - cg->pad[i] + t * cg->dil[i];
+    if (v < 0 || v % cg->idil[i] != 0 || v / cg->idil[i] >= cg->in[i])
+        return -1;
+    return v / cg->idil[i];
+}
+
+/* conv2d, conv3d (as 3-d ones, a conv2d of depth 1): NC[D]HW input with OI[D]HW weight, or
+ * N[D]HWC with O[D]HWI; bias [K]. */
+static int run_conv(const ops_graph *g, int ni, const ops_node *nd, const ref_arg *in, int n_in,
                     double *out, const ref_dims *od, ops_diag *d)
 {
     const ref_arg *x = &in[0], *w = &in[1];
-    if (x->dims.rank != 4 || w->dims.rank != 4 || od->rank != 4)
-        return ops_diag_set(d, g, OPS_RULE_SHAPE, ni, NULL, "reference: conv2d needs rank 4");
-    bool nhwc = at->layout == OPS_LAYOUT_NHWC;
-    int64_t N = x->dims.d[0];
-    int64_t C = nhwc ? x->dims.d[3] : x->dims.d[1];
-    int64_t H = nhwc ? x->dims.d[1] : x->dims.d[2];
-    int64_t W = nhwc ? x->dims.d[2] : x->dims.d[3];
-    int64_t K = w->dims.d[0];
-    int64_t Cg = nhwc ? w->dims.d[3] : w->dims.d[1];
-    int64_t R = nhwc ? w->dims.d[1] : w->dims.d[2];
-    int64_t S = nhwc ? w->dims.d[2] : w->dims.d[3];
-    int64_t P = nhwc ? od->d[1] : od->d[2], Q = nhwc ? od->d[2] : od->d[3];
-    int64_t G = at->groups > 0 ? at->groups : 1;
-    if (C != Cg * G || K % G != 0)
+    int rank = ops_conv_spatial(nd->op) + 2;
+    if (x->dims.rank != rank || w->dims.rank != rank || od->rank != rank)
+        return ops_diag_set(d, g, OPS_RULE_SHAPE, ni, NULL, "reference: %s needs rank %d",
+                            ops_op_info_get(nd->op)->name, rank);
+    ops_conv_geom cg;
+    ops_conv_geom_make(nd->op, &nd->attrs, x->dims.d, w->dims.d, od->d, &cg);
+    if (cg.c != cg.cg * cg.groups || cg.k % cg.groups != 0)
         return ops_diag_set(d, g, OPS_RULE_SHAPE, ni, NULL,
-                            "reference: conv2d channels %lld, weight %lld per group, %lld groups",
-                            (long long)C, (long long)Cg, (long long)G);
-    int64_t Kg = K / G;
+                            "reference: conv channels %lld, weight %lld per group, %lld groups",
+                            (long long)cg.c, (long long)cg.cg, (long long)cg.groups);
+    const int64_t *I = cg.in, *F = cg.ker, *O = cg.out;
     const double *bias = n_in > 2 ? in[2].p : NULL;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t k = 0; k < K; k++)
-            for (int64_t p = 0; p < P; p++)
-                for (int64_t q = 0; q < Q; q++) {
-                    int64_t grp = k / Kg;
-                    double acc = bias ? bias[k] : 0.0;
-                    for (int64_t c = 0; c < Cg; c++)
-                        for (int64_t r = 0; r < R; r++) {
-                            int64_t h = p * at->stride[0] - at->padding[0] + r * at->dilation[0];
-                            if (h < 0 || h >= H)
-                                continue;
-                            for (int64_t s = 0; s < S; s++) {
-                                int64_t ww =
-                                    q * at->stride[1] - at->padding[1] + s * at->dilation[1];
-                                if (ww < 0 || ww >= W)
-                                    continue;
-                                int64_t ci = grp * Cg + c;
-                                int64_t xo = nhwc ? ((n * H + h) * W + ww) * C + ci
-                                                  : ((n * C + ci) * H + h) * W + ww;
-                                int64_t wo = nhwc ? ((k * R + r) * S + s) * Cg + c
-                                                  : ((k * Cg + c) * R + r) * S + s;
-                                acc += x->p[xo] * w->p[wo];
+    for (int64_t n = 0; n < cg.n; n++)
+        for (int64_t k = 0; k < cg.k; k++)
+            for (int64_t o0 = 0; o0 < O[0]; o0++)
+                for (int64_t o1 = 0; o1 < O[1]; o1++)
+                    for (int64_t o2 = 0; o2 < O[2]; o2++) {
+                        int64_t grp = k / cg.kg;
+                        double acc = bias ? bias[k] : 0.0;
+                        for (int64_t c = 0; c < cg.cg; c++)
+                            for (int64_t t0 = 0; t0 < F[0]; t0++) {
+                                int64_t i0 = conv_src(&cg, 0, o0, t0);
+                                for (int64_t t1 = 0; i0 >= 0 && t1 < F[1]; t1++) {
+                                    int64_t i1 = conv_src(&cg, 1, o1, t1);
+                                    for (int64_t t2 = 0; i1 >= 0 && t2 < F[2]; t2++) {
+                                        int64_t i2 = conv_src(&cg, 2, o2, t2);
+                                        if (i2 < 0)
+                                            continue;
+                                        int64_t ci = grp * cg.cg + c;
+                                        int64_t sp = (i0 * I[1] + i1) * I[2] + i2;
+                                        int64_t tap = (t0 * F[1] + t1) * F[2] + t2;
+                                        int64_t xo =
+                                            cg.nhwc ? (n * I[0] * I[1] * I[2] + sp) * cg.c + ci
+                                                    : (n * cg.c + ci) * I[0] * I[1] * I[2] + sp;
+                                        int64_t wo =
+                                            cg.nhwc ? (k * F[0] * F[1] * F[2] + tap) * cg.cg + c
+                                                    : (k * cg.cg + c) * F[0] * F[1] * F[2] + tap;
+                                        acc += x->p[xo] * w->p[wo];
+                                    }
+                                }
                             }
-                        }
-                    int64_t oo =
-                        nhwc ? ((n * P + p) * Q + q) * K + k : ((n * K + k) * P + p) * Q + q;
-                    out[oo] = acc;
-                }
+                        int64_t osp = (o0 * O[1] + o1) * O[2] + o2, on = O[0] * O[1] * O[2];
+                        out[cg.nhwc ? (n * on + osp) * cg.k + k : (n * cg.k + k) * on + osp] = acc;
+                    }
     return 0;
 }
 
@@ -760,7 +768,7 @@ static int run_node(const ops_graph *g, int ni, const ref_arg *in, double *out, 
     case OPS_KIND_MATMUL:
         return run_matmul(g, ni, a, &in[0], &in[1], out, od, d);
     case OPS_KIND_CONV:
-        return run_conv(g, ni, a, in, n->n_in, out, od, d);
+        return run_conv(g, ni, n, in, n->n_in, out, od, d);
     case OPS_KIND_ATTENTION:
         return run_attention(g, ni, a, in, out, od, d);
     case OPS_KIND_LAYOUT:
@@ -781,7 +789,8 @@ double ops_default_tolerance(const ops_graph *g, ops_precision p)
     bool contraction = false;
     for (int n = 0; n < g->n_nodes; n++) {
         ops_op op = g->nodes[n].op;
-        contraction |= op == OPS_MATMUL || op == OPS_CONV2D || op == OPS_ATTENTION;
+        contraction |=
+            op == OPS_MATMUL || ops_op_info_get(op)->kind == OPS_KIND_CONV || op == OPS_ATTENTION;
     }
     double tol = 1e-5;
     if (p == OPS_PREC_TF32 && contraction)

@@ -217,15 +217,29 @@ static void put_attrs(sig_buf *b, const ops_graph *g, const ops_node *n, const i
         put_u8(b, a->transpose_b);
         break;
     case OPS_CONV2D:
+    case OPS_CONV3D: {
+        int nd = ops_conv_spatial(n->op);
         put_u8(b, 'c');
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < nd; i++) {
             put_i64(b, a->stride[i]);
             put_i64(b, a->padding[i]);
             put_i64(b, a->dilation[i]);
         }
         put_i64(b, a->groups);
         put_i64(b, a->layout);
+        /* Appended only when set, so a conv without them keeps the signature it had. */
+        bool extra = false;
+        for (int i = 0; i < nd; i++)
+            extra |= a->input_dilation[i] != 1 || a->end_padding[i] != 0;
+        if (extra) {
+            put_u8(b, 'z');
+            for (int i = 0; i < nd; i++) {
+                put_i64(b, a->input_dilation[i]);
+                put_i64(b, a->end_padding[i]);
+            }
+        }
         break;
+    }
     case OPS_ATTENTION:
         put_u8(b, 's');
         put_u8(b, a->has_scale);

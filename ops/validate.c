@@ -640,11 +640,17 @@ static int infer_conv(vctx *c, const ops_node *n, ops_tensor *out)
 {
     const ops_tensor *x = operand(c->g, n, 0), *w = operand(c->g, n, 1);
     const ops_attrs *a = &n->attrs;
+    const char *opname = ops_op_info_get(n->op)->name;
+    int nd = ops_conv_spatial(n->op), rank = nd + 2;
+    char what[64];
     int rc;
-    if ((rc = check_rank(c, x, 4, 4, "conv2d input")) < 0 ||
-        (rc = check_rank(c, w, 4, 4, "conv2d weight")) < 0 || (rc = same_dtype(c, x, w)) < 0)
+    snprintf(what, sizeof(what), "%s input", opname);
+    if ((rc = check_rank(c, x, rank, rank, what)) < 0)
         return rc;
-    for (int i = 0; i < 2; i++) {
+    snprintf(what, sizeof(what), "%s weight", opname);
+    if ((rc = check_rank(c, w, rank, rank, what)) < 0 || (rc = same_dtype(c, x, w)) < 0)
+        return rc;
+    for (int i = 0; i < nd; i++) {
         if (a->stride[i] < 1)
             return fail(c, OPS_RULE_ATTR, out->name, "stride must be >= 1, got %d", a->stride[i]);
         if (a->padding[i] < 0)
@@ -652,26 +658,32 @@ static int infer_conv(vctx *c, const ops_node *n, ops_tensor *out)
         if (a->dilation[i] < 1)
             return fail(c, OPS_RULE_ATTR, out->name, "dilation must be >= 1, got %d",
                         a->dilation[i]);
+        if (a->input_dilation[i] < 1)
+            return fail(c, OPS_RULE_ATTR, out->name, "input_dilation must be >= 1, got %d",
+                        a->input_dilation[i]);
+        if (a->end_padding[i] < 0)
+            return fail(c, OPS_RULE_ATTR, out->name, "end_padding must be >= 0, got %d",
+                        a->end_padding[i]);
     }
     if (a->groups < 1)
         return fail(c, OPS_RULE_ATTR, out->name, "groups must be >= 1, got %d", a->groups);
     if (a->layout != OPS_LAYOUT_NCHW && a->layout != OPS_LAYOUT_NHWC)
         return fail(c, OPS_RULE_ATTR, out->name, "layout must be NCHW or NHWC");
     bool nhwc = a->layout == OPS_LAYOUT_NHWC;
+    int sp0 = nhwc ? 1 : 2, chax = nhwc ? rank - 1 : 1; /* first spatial axis; channel axis */
     ops_dim bn = x->shape.d[0];
-    ops_dim ch = x->shape.d[nhwc ? 3 : 1];
-    ops_dim sp[2] = {x->shape.d[nhwc ? 1 : 2], x->shape.d[nhwc ? 2 : 3]};
+    ops_dim ch = x->shape.d[chax];
     ops_dim o = w->shape.d[0];
-    ops_dim wi = w->shape.d[nhwc ? 3 : 1];
-    ops_dim k[2] = {w->shape.d[nhwc ? 1 : 2], w->shape.d[nhwc ? 2 : 3]};
-    static const char *sp_names[] = {"height", "width"};
-    for (int i = 0; i < 2; i++) {
-        char what[64];
+    ops_dim wi = w->shape.d[chax];
+    static const char *const names2[] = {"height", "width"}, *const names3[] = {"depth", "height",
+                                                                                "width"};
+    const char *const *sp_names = nd == 3 ? names3 : names2;
+    for (int i = 0; i < nd; i++) {
         snprintf(what, sizeof(what), "spatial %s", sp_names[i]);
-        if ((rc = need_known(c, x, sp[i], what)) < 0)
+        if ((rc = need_known(c, x, x->shape.d[sp0 + i], what)) < 0)
             return rc;
         snprintf(what, sizeof(what), "kernel %s", sp_names[i]);
-        if ((rc = need_known(c, w, k[i], what)) < 0)
+        if ((rc = need_known(c, w, w->shape.d[sp0 + i], what)) < 0)
             return rc;
     }
     if (a->groups == 1) {
@@ -705,28 +717,29 @@ static int infer_conv(vctx *c, const ops_node *n, ops_tensor *out)
     }
     if (n->n_in == 3) {
         const ops_tensor *b = operand(c->g, n, 2);
-        if ((rc = same_dtype(c, x, b)) < 0 || (rc = check_rank(c, b, 1, 1, "conv2d bias")) < 0)
+        snprintf(what, sizeof(what), "%s bias", opname);
+        if ((rc = same_dtype(c, x, b)) < 0 || (rc = check_rank(c, b, 1, 1, what)) < 0)
             return rc;
         if (!dim_eq(b->shape.d[0], o))
             return conflict(c, b->name, "bias length differs from the output channels",
                             b->shape.d[0], o);
     }
-    ops_dim osp[2];
-    for (int i = 0; i < 2; i++) {
-        int64_t span = (int64_t)a->dilation[i] * (k[i].size - 1) + 1;
-        int64_t room = sp[i].size + 2 * (int64_t)a->padding[i];
+    out->dtype = x->dtype;
+    out->shape.rank = rank;
+    out->shape.d[0] = bn;
+    out->shape.d[chax] = o;
+    for (int i = 0; i < nd; i++) {
+        /* the input with its zeros between elements (input_dilation) and around it */
+        int64_t span = (int64_t)a->dilation[i] * (w->shape.d[sp0 + i].size - 1) + 1;
+        int64_t room = (x->shape.d[sp0 + i].size - 1) * a->input_dilation[i] + 1 +
+                       2 * (int64_t)a->padding[i] + a->end_padding[i];
         if (span > room)
             return fail(c, OPS_RULE_SHAPE, x->name,
                         "kernel %s spans %" PRId64 " but the padded input is only %" PRId64,
                         sp_names[i], span, room);
-        osp[i] = (ops_dim){.size = (room - span) / a->stride[i] + 1, .sym = OPS_NO_SYM};
+        out->shape.d[sp0 + i] =
+            (ops_dim){.size = (room - span) / a->stride[i] + 1, .sym = OPS_NO_SYM};
     }
-    out->dtype = x->dtype;
-    out->shape.rank = 4;
-    out->shape.d[0] = bn;
-    out->shape.d[nhwc ? 3 : 1] = o;
-    out->shape.d[nhwc ? 1 : 2] = osp[0];
-    out->shape.d[nhwc ? 2 : 3] = osp[1];
     return 0;
 }
 

@@ -60,7 +60,7 @@
 
 static bool is_contraction(ops_op op)
 {
-    return op == OPS_MATMUL || op == OPS_CONV2D || op == OPS_ATTENTION;
+    return op == OPS_MATMUL || ops_op_info_get(op)->kind == OPS_KIND_CONV || op == OPS_ATTENTION;
 }
 
 static int64_t node_reduction(const ops_graph *g, const ops_node *n)
@@ -78,7 +78,8 @@ static int64_t node_reduction(const ops_graph *g, const ops_node *n)
         int64_t a = ops_shape_numel(in0), b = ops_shape_numel(&g->tensors[n->out].shape);
         return b > 0 ? a / b : a;
     }
-    case OPS_CONV2D: {
+    case OPS_CONV2D:
+    case OPS_CONV3D: {
         const ops_shape *w = &g->tensors[n->in[1].tensor].shape;
         int64_t l = 1;
         for (int k = 1; k < w->rank; k++)

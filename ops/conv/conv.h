@@ -48,6 +48,10 @@
  *                  precision policy accepts it. The tile's outputs go back through shared memory
  *                  so that consecutive threads store consecutive columns.
  *
+ * conv3d and input-dilated convolutions (transposed ones with a stride) take the implicit GEMM
+ * with the plain predicated gather ("general"), which walks the depth and skips the zeros between
+ * input elements; the kk table, cp.async and the other algorithms are for plain 2-d convs.
+ *
  * Knobs that do not apply to the chosen algorithm must sit at their first value; the other
  * combinations are pruned as "redundant", so every kept schedule is a distinct kernel. */
 
@@ -102,10 +106,17 @@ typedef struct conv_info {
     int64_t k, r, s;     /* filter: output channels, height, width */
     int64_t p, q;        /* output height, width */
     int sh, sw, ph, pw, dh, dw, groups;
-    int64_t cg, kg;     /* channels per group (in, out) */
-    int64_t gm, gk;     /* GEMM view: rows (output pixels), reduction length */
-    bool wide;          /* some offset needs 64 bits */
-    int epilogue_nodes; /* elementwise nodes in the group */
+    /* conv3d: the output depth is folded into the rows, p = OD * OH (depth-major), so stores
+     * and epilogues index a 2-d output; conv2d: depth 1 */
+    int nd;                 /* spatial dimensions: 2 or 3 */
+    int64_t dep, t, od, oh; /* input depth, filter depth, output depth, output height */
+    int sd, pd, dd;         /* depth stride, padding, dilation */
+    int idd, idh, idw;      /* input dilation: zeros between input elements */
+    bool general;           /* 3-d or input-dilated: the implicit GEMM's plain gather only */
+    int64_t cg, kg;         /* channels per group (in, out) */
+    int64_t gm, gk;         /* GEMM view: rows (output pixels), reduction length */
+    bool wide;              /* some offset needs 64 bits */
+    int epilogue_nodes;     /* elementwise nodes in the group */
 } conv_info;
 
 typedef struct ig_plan {

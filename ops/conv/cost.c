@@ -70,7 +70,7 @@ static double tf32_core_time(const ig_plan *pl, const conv_info *ci, const ops_d
     /* The plain gather of a large filter (more than 16 taps) costs about four times the usual
      * 16 instructions an element (fitted to AlexNet's 11x11 stride-4 layer only: estimated 441
      * us against at least 711 measured; smaller filters keep 16 for want of measurements). */
-    double gather = !pl->cp_async && ci->r * ci->s > 16 ? 64.0 : 16.0;
+    double gather = !pl->cp_async && ci->t * ci->r * ci->s > 16 ? 64.0 : 16.0;
     double per_tile = ((double)pl->bm * gather + (double)pl->bn * 8) * pl->bk / 32.0;
     if (pl->cp_async)
         per_tile /= 8.0;

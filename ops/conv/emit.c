@@ -102,6 +102,10 @@ const char *conv_param_of(const ops_group *grp, const conv_names *nm, int tensor
 static void emit_constants(kt_buf *b, const conv_info *ci)
 {
     const char *lx = ci->nhwc ? "NHWC" : "NCHW", *lw = ci->nhwc ? "OHWI" : "OIHW";
+    if (ci->nd == 3) {
+        lx = ci->nhwc ? "NDHWC" : "NCDHW";
+        lw = ci->nhwc ? "ODHWI" : "OIDHW";
+    }
     kt_buf_line(b, "typedef %s idx_t; /* element offsets */", ci->wide ? "long long" : "int");
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "/* Problem shape: input %s, filter %s, output %s. */", lx, lw, lx);
@@ -115,9 +119,22 @@ static void emit_constants(kt_buf *b, const conv_info *ci)
     kt_buf_line(b, "constexpr int DIL_H = %d, DIL_W = %d;", ci->dh, ci->dw);
     kt_buf_line(b, "constexpr int GROUPS = %d, CG = %lld, KG = %lld; /* channels per group */",
                 ci->groups, (long long)ci->cg, (long long)ci->kg);
+    if (ci->general) {
+        kt_buf_line(b,
+                    "/* %s: input depth, filter depth; output rows P = OD * OH (depth-major). */",
+                    ci->nd == 3 ? "3-d" : "2-d as 3-d of depth 1");
+        kt_buf_line(b, "constexpr int DEPTH = %lld, T = %lld, OD = %lld, OH = %lld;",
+                    (long long)ci->dep, (long long)ci->t, (long long)ci->od, (long long)ci->oh);
+        kt_buf_line(b, "constexpr int STR_D = %d, PAD_D = %d, DIL_D = %d;", ci->sd, ci->pd, ci->dd);
+        kt_buf_line(b, "/* Input dilation: input elements this far apart, zeros between. */");
+        kt_buf_line(b, "constexpr int IDIL_D = %d, IDIL_H = %d, IDIL_W = %d;", ci->idd, ci->idh,
+                    ci->idw);
+    }
     kt_buf_line(b, "/* GEMM view: rows are output pixels, columns output channels of a group,");
-    kt_buf_line(b, " * the reduction runs over (c, r, s) in the filter's memory order. */");
-    kt_buf_line(b, "constexpr int GEMM_M = BATCH * P * Q, GEMM_N = KG, GEMM_K = CG * R * S;");
+    kt_buf_line(b, " * the reduction runs over (c, %s) in the filter's memory order. */",
+                ci->general ? "tz, r, s" : "r, s");
+    kt_buf_line(b, "constexpr int GEMM_M = BATCH * P * Q, GEMM_N = KG, GEMM_K = CG * %s;",
+                ci->general ? "T * R * S" : "R * S");
     kt_buf_printf(b, "\n");
 }
 
@@ -155,7 +172,7 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     memset(out, 0, sizeof(*out));
     if (!conv_analyse(grp, &ci))
         return ops_diag_set(d, grp->g, OPS_RULE_SHAPE, -1, "",
-                            "conv: the group is not one conv2d with an elementwise epilogue");
+                            "conv: the group is not one conv with an elementwise epilogue");
     const char *why = conv_prune(grp, s, dev);
     if (why) {
         char sched[256];

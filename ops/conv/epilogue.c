@@ -13,9 +13,14 @@ static void operand_expr(kt_buf *e, const ops_group *grp, const conv_info *ci, c
 {
     const ops_graph *g = grp->g;
     static const char *const nchw[] = {"n", "k", "p", "q"}, *const nhwc[] = {"n", "p", "q", "k"};
+    /* 3-d: p folds the output depth and height (p = od * OH + oh) */
+    static const char *const ncdhw[] = {"n", "k", "(p / OH)", "(p % OH)", "q"}, *const ndhwc[] = {
+                                                                                    "n", "(p / OH)",
+                                                                                    "(p % OH)", "q",
+                                                                                    "k"};
+    const char *const *names = ci->nd == 3 ? (ci->nhwc ? ndhwc : ncdhw) : (ci->nhwc ? nhwc : nchw);
     kt_buf off = {0};
-    ops_emit_bcast_offset(&off, &g->tensors[t].shape, &g->tensors[ci->conv_out].shape,
-                          ci->nhwc ? nhwc : nchw);
+    ops_emit_bcast_offset(&off, &g->tensors[t].shape, &g->tensors[ci->conv_out].shape, names);
     char ref[600];
     snprintf(ref, sizeof(ref), "%s[%s]", conv_param_of(grp, nm, t), off.data ? off.data : "0");
     kt_buf_free(&off);
@@ -39,7 +44,7 @@ int conv_emit_store_fn(kt_buf *b, const ops_group *grp, const conv_info *ci, con
         const ops_node *n = &g->nodes[grp->nodes[i]];
         const ops_tensor *t = &g->tensors[n->out];
         kt_buf e = {0};
-        if (n->op == OPS_CONV2D) {
+        if (n == ci->node) {
             kt_buf_printf(&e, "acc");
             if (ci->bias >= 0) {
                 /* The conv's bias is per output channel (not NumPy-aligned to the last axis). */

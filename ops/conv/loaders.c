@@ -7,10 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The (c, r, s) of reduction index kk, in the filter's memory order. */
+/* The (c, r, s) of reduction index kk, in the filter's memory order; the general gather's
+ * (c, tz, r, s), tz the depth tap. */
 static void emit_kk_split(kt_buf *b, const conv_info *ci, const char *kk)
 {
-    if (ci->nhwc)
+    if (ci->general && ci->nhwc)
+        kt_buf_line(b,
+                    "const int c = %s %% CG, s = (%s / CG) %% S, r = (%s / (S * CG)) %% R, "
+                    "tz = %s / (R * S * CG);",
+                    kk, kk, kk, kk);
+    else if (ci->general)
+        kt_buf_line(b,
+                    "const int c = %s / (T * R * S), tz = (%s / (R * S)) %% T, r = (%s / S) %% R, "
+                    "s = %s %% S;",
+                    kk, kk, kk, kk);
+    else if (ci->nhwc)
         kt_buf_line(b, "const int c = %s %% CG, r = %s / (S * CG), s = (%s / CG) %% S;", kk, kk,
                     kk);
     else
@@ -22,8 +33,8 @@ static void emit_kk_split(kt_buf *b, const conv_info *ci, const char *kk)
  * packed (r, s) offsets 15 bits. */
 bool conv_kk_table_ok(const conv_info *ci)
 {
-    return ci->gk <= 6144 && (ci->r - 1) * ci->dh < 16384 && (ci->s - 1) * ci->dw < 32768 &&
-           ci->h < 16384;
+    return !ci->general && ci->gk <= 6144 && (ci->r - 1) * ci->dh < 16384 &&
+           (ci->s - 1) * ci->dw < 32768 && ci->h < 16384;
 }
 
 /* kt_kk[kk] for every reduction index kk (padded to a whole number of BK tiles): .x the offset of
@@ -62,8 +73,36 @@ void conv_emit_kk_table(kt_buf *b, const conv_info *ci, int bk)
 
 /* Per gathered row (output pixel): where its receptive field starts. Rows past the end get an
  * out-of-range height so each of their loads is masked. */
+/* The general gather's rows: the output depth is folded into p (p = od * OH + oh); a row
+ * past GEMM_M gets the out-of-range depth. */
+static void emit_row_setup_general(kt_buf *b, const conv_info *ci, const char *count,
+                                   const char *mexpr)
+{
+    kt_buf_line(b, "/* Gathered rows (output pixels): receptive-field origin in the input with "
+                   "its zeros");
+    kt_buf_line(b, " * between elements; rows past GEMM_M get a depth no load accepts. */");
+    kt_buf_line(b, "idx_t a_base[%s];", count);
+    kt_buf_line(b, "int a_d[%s], a_h[%s], a_w[%s];", count, count, count);
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int i = 0; i < %s; i++) {", count);
+    kt_buf_line(b, "    const int m = m0 + %s;", mexpr);
+    kt_buf_line(b, "    const int q = m %% Q, p = (m / Q) %% P, n = m / (Q * P);");
+    if (ci->nhwc)
+        kt_buf_line(b, "    a_base[i] = (idx_t)n * DEPTH * H * W * C + grp * CG;");
+    else
+        kt_buf_line(b, "    a_base[i] = ((idx_t)n * C + grp * CG) * DEPTH * H * W;");
+    kt_buf_line(b, "    a_d[i] = m < GEMM_M ? p / OH * STR_D - PAD_D : -(1 << 24);");
+    kt_buf_line(b, "    a_h[i] = p %% OH * STR_H - PAD_H;");
+    kt_buf_line(b, "    a_w[i] = q * STR_W - PAD_W;");
+    kt_buf_line(b, "}");
+}
+
 void conv_emit_row_setup(kt_buf *b, const conv_info *ci, const char *count, const char *mexpr)
 {
+    if (ci->general) {
+        emit_row_setup_general(b, ci, count, mexpr);
+        return;
+    }
     kt_buf_line(b, "/* Gathered rows (output pixels): receptive-field origin; rows past GEMM_M "
                    "get a height");
     kt_buf_line(b, " * no load accepts. */");
@@ -124,7 +163,21 @@ void conv_emit_plain_loader(kt_buf *b, const conv_info *ci, const ig_plan *pl)
     kt_buf_line(b, "for (int e = 0; e < A_PER; e++) {");
     b->indent += 4;
     kt_buf_line(b, "const int kk = kt * BK + (tid + e * THREADS) / BM;");
-    if (conv_kk_table_ok(ci)) {
+    if (ci->general) {
+        emit_kk_split(b, ci, "kk");
+        /* coordinates in the input with its zeros between elements (input dilation) */
+        kt_buf_line(b, "const int vz = a_d[e %% A_ROWS] + tz * DIL_D, vh = a_h[e %% A_ROWS] + r * "
+                       "DIL_H,");
+        kt_buf_line(b, "          vw = a_w[e %% A_ROWS] + s * DIL_W;");
+        kt_buf_line(b, "const int z = vz / IDIL_D, h = vh / IDIL_H, ww = vw / IDIL_W;");
+        kt_buf_line(b, "const bool ok = kk < GEMM_K && vz >= 0 && vh >= 0 && vw >= 0 && vz %% "
+                       "IDIL_D == 0 &&");
+        kt_buf_line(b, "                vh %% IDIL_H == 0 && vw %% IDIL_W == 0 && z < DEPTH && h < "
+                       "H && ww < W;");
+        snprintf(off, sizeof(off),
+                 ci->nhwc ? "a_base[e %% A_ROWS] + (((idx_t)z * H + h) * W + ww) * C + c"
+                          : "a_base[e %% A_ROWS] + (((idx_t)c * DEPTH + z) * H + h) * W + ww");
+    } else if (conv_kk_table_ok(ci)) {
         kt_buf_line(b, "const int2 t = kt_kk[kk]; /* warp-uniform: a constant-cache broadcast */");
         kt_buf_line(b, "const int h = a_h[e %% A_ROWS] + (t.y >> 16), ww = a_w[e %% A_ROWS] + "
                        "(t.y & 0xffff);");

@@ -39,7 +39,8 @@ static bool broadcasts_to(const ops_shape *sub, const ops_shape *full)
     return true;
 }
 
-/* Fills ci when the group is one conv2d plus an elementwise epilogue; false otherwise. */
+/* Fills ci when the group is one conv (2-d or 3-d) plus an elementwise epilogue; false
+ * otherwise. */
 bool conv_analyse(const ops_group *grp, conv_info *ci)
 {
     const ops_graph *g = grp->g;
@@ -51,7 +52,7 @@ bool conv_analyse(const ops_group *grp, conv_info *ci)
     int conv = -1;
     for (int i = 0; i < grp->n_nodes; i++) {
         const ops_node *n = &g->nodes[grp->nodes[i]];
-        if (n->op == OPS_CONV2D) {
+        if (ops_op_info_get(n->op)->kind == OPS_KIND_CONV) {
             if (conv >= 0)
                 return false; /* two convs */
             conv = grp->nodes[i];
@@ -83,7 +84,8 @@ bool conv_analyse(const ops_group *grp, conv_info *ci)
     ci->y = grp->out[0];
     const ops_tensor *xt = &g->tensors[ci->x], *wt = &g->tensors[ci->w];
     const ops_shape *os = &g->tensors[ci->conv_out].shape;
-    if (xt->shape.rank != 4 || wt->shape.rank != 4 || os->rank != 4)
+    int rank = ops_conv_spatial(cn->op) + 2;
+    if (xt->shape.rank != rank || wt->shape.rank != rank || os->rank != rank)
         return false;
     if (!ops_shape_same_sizes(&g->tensors[ci->y].shape, os))
         return false;
@@ -92,13 +94,13 @@ bool conv_analyse(const ops_group *grp, conv_info *ci)
         return false;
     if (wt->dtype != ci->dt || (ci->bias >= 0 && g->tensors[ci->bias].dtype != ci->dt))
         return false;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < rank; i++)
         if (xt->shape.d[i].size < 1 || wt->shape.d[i].size < 1 || os->d[i].size < 1)
             return false;
     /* Every epilogue value is computed per output element: its shape must broadcast there. */
     for (int i = 0; i < grp->n_nodes; i++) {
         const ops_node *n = &g->nodes[grp->nodes[i]];
-        if (n->op == OPS_CONV2D)
+        if (n == cn)
             continue;
         if (!broadcasts_to(&g->tensors[n->out].shape, os))
             return false;
@@ -110,30 +112,43 @@ bool conv_analyse(const ops_group *grp, conv_info *ci)
                 return false;
         }
     }
-    const ops_attrs *a = &cn->attrs;
-    ci->nhwc = a->layout == OPS_LAYOUT_NHWC;
-    ci->n = xt->shape.d[0].size;
-    ci->c = xt->shape.d[ci->nhwc ? 3 : 1].size;
-    ci->h = xt->shape.d[ci->nhwc ? 1 : 2].size;
-    ci->wd = xt->shape.d[ci->nhwc ? 2 : 3].size;
-    ci->k = wt->shape.d[0].size;
-    ci->cg = wt->shape.d[ci->nhwc ? 3 : 1].size;
-    ci->r = wt->shape.d[ci->nhwc ? 1 : 2].size;
-    ci->s = wt->shape.d[ci->nhwc ? 2 : 3].size;
-    ci->p = os->d[ci->nhwc ? 1 : 2].size;
-    ci->q = os->d[ci->nhwc ? 2 : 3].size;
-    ci->sh = a->stride[0];
-    ci->sw = a->stride[1];
-    ci->ph = a->padding[0];
-    ci->pw = a->padding[1];
-    ci->dh = a->dilation[0];
-    ci->dw = a->dilation[1];
-    ci->groups = a->groups > 0 ? a->groups : 1;
+    ops_conv_geom cg;
+    ops_conv_geom_of(g, cn, &cg);
+    ci->nd = rank - 2;
+    ci->nhwc = cg.nhwc;
+    ci->n = cg.n;
+    ci->c = cg.c;
+    ci->dep = cg.in[0];
+    ci->h = cg.in[1];
+    ci->wd = cg.in[2];
+    ci->k = cg.k;
+    ci->cg = cg.cg;
+    ci->t = cg.ker[0];
+    ci->r = cg.ker[1];
+    ci->s = cg.ker[2];
+    ci->od = cg.out[0];
+    ci->oh = cg.out[1];
+    ci->p = cg.out[0] * cg.out[1];
+    ci->q = cg.out[2];
+    ci->sd = cg.stride[0];
+    ci->sh = cg.stride[1];
+    ci->sw = cg.stride[2];
+    ci->pd = cg.pad[0];
+    ci->ph = cg.pad[1];
+    ci->pw = cg.pad[2];
+    ci->dd = cg.dil[0];
+    ci->dh = cg.dil[1];
+    ci->dw = cg.dil[2];
+    ci->idd = cg.idil[0];
+    ci->idh = cg.idil[1];
+    ci->idw = cg.idil[2];
+    ci->general = ci->nd == 3 || ci->idd > 1 || ci->idh > 1 || ci->idw > 1;
+    ci->groups = (int)cg.groups;
     if (ci->c != ci->cg * ci->groups || ci->k % ci->groups != 0)
         return false;
     ci->kg = ci->k / ci->groups;
     ci->gm = ci->n * ci->p * ci->q;
-    ci->gk = ci->cg * ci->r * ci->s;
+    ci->gk = ci->cg * ci->t * ci->r * ci->s;
     /* 32-bit offsets unless some tensor the kernel indexes is too large for them. */
     int64_t big = ci->gm * ci->k;
     for (int i = 0; i < grp->n_in; i++) {
@@ -186,7 +201,7 @@ static const char *tf32_excluded(const ops_group *grp, const conv_info *ci, int 
  * the ffma path never uses cp.async). */
 static bool cp_async_ok(const conv_info *ci, int math)
 {
-    if (!ci->nhwc)
+    if (!ci->nhwc || ci->general)
         return false;
     if (math == MATH_MMA)
         return (ci->dt == OPS_DT_F16 || ci->dt == OPS_DT_BF16) && ci->cg % 8 == 0;
@@ -530,6 +545,8 @@ const char *conv_prune(const ops_group *grp, const ops_schedule *s, const ops_de
     int algo = s->v[K_ALGO];
     if (!other_knobs_default(s, algo))
         return "redundant";
+    if (ci.general && algo != ALGO_IGEMM)
+        return "shape"; /* the direct and tiled kernels are 2-d without input dilation */
     if (algo == ALGO_DIRECT) {
         direct_plan pl;
         return conv_direct_plan_make(&ci, s, dev, &pl);

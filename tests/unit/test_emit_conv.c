@@ -252,6 +252,42 @@ static bool group_of(const ops_graph *g, uint64_t mask, ops_group *grp)
     return FAM.matches(grp);
 }
 
+/* conv3d with bias, stride, padding, dilation and groups, and a per-channel epilogue operand
+ * [K, 1, 1, 1] (the general gather: depth folded into the output rows). */
+static const char g_conv3d[] =
+    "{\"name\": \"conv3d\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f32\", \"shape\": [2, 6, 9, 11, 10]},"
+    "  \"W\": {\"dtype\": \"f32\", \"shape\": [12, 3, 3, 2, 3], \"const\": true},"
+    "  \"b\": {\"dtype\": \"f32\", \"shape\": [12], \"const\": true},"
+    "  \"s\": {\"dtype\": \"f32\", \"shape\": [12, 1, 1, 1], \"const\": true}},"
+    " \"nodes\": ["
+    "  {\"out\": \"c\", \"op\": \"conv3d\", \"in\": [\"X\", \"W\", \"b\"],"
+    "   \"stride\": [1, 2, 1], \"padding\": [1, 0, 1], \"dilation\": [2, 1, 1], \"groups\": 2},"
+    "  {\"out\": \"Y\", \"op\": \"mul\", \"in\": [\"c\", \"s\"]}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* conv3d f16 channels last (NDHWC, weight ODHWI). */
+static const char g_conv3d_f16_ndhwc[] =
+    "{\"name\": \"conv3d_ndhwc\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f16\", \"shape\": [2, 5, 8, 8, 16]},"
+    "  \"W\": {\"dtype\": \"f16\", \"shape\": [32, 3, 3, 3, 16], \"const\": true}},"
+    " \"nodes\": ["
+    "  {\"out\": \"c\", \"op\": \"conv3d\", \"in\": [\"X\", \"W\"], \"padding\": 1,"
+    "   \"layout\": \"NHWC\"},"
+    "  {\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"c\"]}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* A transposed convolution of stride 2 as a convolution of the input spaced by 2 (input
+ * dilation), with its output_padding (end padding), bf16, 2 groups. */
+static const char g_transposed_bf16[] =
+    "{\"name\": \"conv_transposed\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"bf16\", \"shape\": [4, 32, 13, 15]},"
+    "  \"W\": {\"dtype\": \"bf16\", \"shape\": [64, 16, 3, 3], \"const\": true}},"
+    " \"nodes\": ["
+    "  {\"out\": \"Y\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"], \"padding\": 1,"
+    "   \"input_dilation\": 2, \"end_padding\": [1, 1], \"groups\": 2}],"
+    " \"outputs\": [\"Y\"]}";
+
 /* ---- matches ---- */
 
 static void test_matches(void **state)
@@ -264,8 +300,9 @@ static void test_matches(void **state)
     assert_false(group_of(g, 2, &grp)); /* relu alone */
     ops_graph_free(g);
 
-    const char *yes[] = {g_f32_56,    g_alexnet,      g_f16_nhwc, g_ragged,
-                         g_depthwise, g_grouped_bf16, g_bf16_odd, g_f32_nhwc};
+    const char *yes[] = {g_f32_56,    g_alexnet,          g_f16_nhwc,       g_ragged,
+                         g_depthwise, g_grouped_bf16,     g_bf16_odd,       g_f32_nhwc,
+                         g_conv3d,    g_conv3d_f16_ndhwc, g_transposed_bf16};
     for (size_t i = 0; i < KT_ARRAY_LEN(yes); i++) {
         g = emit_test_graph(yes[i], "");
         emit_test_whole_group(g, &grp);
@@ -748,6 +785,12 @@ static void test_compile_sm90a(void **state)
         {"alexnet conv1 tiled", g_alexnet, "", OPS_PREC_EXACT, 12, -1, "algo=tiled"},
         {"tiled ragged", g_tiled_ragged, "", OPS_PREC_EXACT, 6, -1, "algo=tiled"},
         {"conv2d.json tiled", "example:conv2d.json", "N=128", OPS_PREC_EXACT, 4, -1, "algo=tiled"},
+        /* The general gather: 3-d (f32 on FFMA and tf32x3, f16 NDHWC on mma) and a transposed
+         * convolution's input dilation (bf16 on mma). */
+        {"conv3d", g_conv3d, "", OPS_PREC_EXACT, 6, -1, NULL},
+        {"conv3d tf32x3", g_conv3d, "", OPS_PREC_EXACT, 4, MATH_TF32X3, NULL},
+        {"conv3d f16 ndhwc", g_conv3d_f16_ndhwc, "", OPS_PREC_EXACT, 6, -1, NULL},
+        {"transposed bf16", g_transposed_bf16, "", OPS_PREC_EXACT, 6, -1, NULL},
     };
     compile_spread(cases, KT_ARRAY_LEN(cases), "sm_90a", 100, true);
 }
@@ -949,7 +992,40 @@ static void test_golden(void **state)
     golden(g_alexnet, "", "math=tf32x3 bm=128 bn=96 bk=16 warps=8 stages=2",
            "conv_implicit_gemm_tf32x3.cu", "ktune_conv_igemm_tf32x3",
            "#include \"ktune/mma.cuh\"\n");
+    golden(g_conv3d, "", "bm=64 bn=16 bk=16 warps=2 stages=2", "conv3d_implicit_gemm_ffma.cu",
+           "ktune_conv_igemm_ffma", "");
     golden_tiled();
+}
+
+/* 3-d and input-dilated convs keep only implicit-GEMM schedules, every math path, and gather
+ * through the plain loader: the depth walked, the zeros between input elements skipped. */
+static void test_general_gather(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    const char *graphs[] = {g_conv3d, g_conv3d_f16_ndhwc, g_transposed_bf16};
+    const char *want[] = {"constexpr int DEPTH = 9, T = 3, OD = 7, OH = 5;",
+                          "constexpr int DEPTH = 5, T = 3, OD = 5, OH = 8;",
+                          "constexpr int IDIL_D = 1, IDIL_H = 2, IDIL_W = 2;"};
+    for (size_t i = 0; i < KT_ARRAY_LEN(graphs); i++) {
+        ops_graph *g = emit_test_graph(graphs[i], "");
+        ops_group grp;
+        emit_test_whole_group(g, &grp);
+        sched_list l = kept(&grp, &dev, NULL);
+        assert_true(l.n >= 20);
+        assert_int_equal(count_algo(&l, 0), l.n);
+        ops_emitted e = {0};
+        ops_diag d = {0};
+        assert_int_equal(FAM.emit(&grp, &l.s[l.n - 1], &dev, &e, &d), 0);
+        assert_non_null(strstr(e.source, want[i]));
+        assert_non_null(strstr(e.source, "vz % IDIL_D == 0"));
+        assert_null(strstr(e.source, "kt_cp_async16("));
+        assert_null(strstr(e.source, "kt_kk["));
+        ops_emitted_free(&e);
+        free(l.s);
+        ops_graph_free(g);
+    }
 }
 
 /* The launch description mirrors the kernel's parameters and covers the output. */
@@ -1230,19 +1306,13 @@ static void test_estimate(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),
-        cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_prune_reasons),
-        cmocka_unit_test(test_prune_tf32),
-        cmocka_unit_test(test_prune_tiled),
-        cmocka_unit_test(test_launch_tiled),
-        cmocka_unit_test(test_launch),
-        cmocka_unit_test(test_estimate),
-        cmocka_unit_test(test_golden),
-        cmocka_unit_test(test_compile_extremes),
-        cmocka_unit_test(test_compile_sm90a),
-        cmocka_unit_test(test_compile_sm80),
-        cmocka_unit_test(test_compile_tiled_best),
+        cmocka_unit_test(test_matches),          cmocka_unit_test(test_general_gather),
+        cmocka_unit_test(test_counts),           cmocka_unit_test(test_prune_reasons),
+        cmocka_unit_test(test_prune_tf32),       cmocka_unit_test(test_prune_tiled),
+        cmocka_unit_test(test_launch_tiled),     cmocka_unit_test(test_launch),
+        cmocka_unit_test(test_estimate),         cmocka_unit_test(test_golden),
+        cmocka_unit_test(test_compile_extremes), cmocka_unit_test(test_compile_sm90a),
+        cmocka_unit_test(test_compile_sm80),     cmocka_unit_test(test_compile_tiled_best),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -109,6 +109,8 @@ static const char *all_ops =
     "  'img': {'dtype': 'f16', 'shape': ['N', 3, 16, 16]},"
     "  'k': {'dtype': 'f16', 'shape': [8, 3, 3, 3], 'const': true},"
     "  'kb': {'dtype': 'f16', 'shape': [8], 'const': true},"
+    "  'vol': {'dtype': 'f32', 'shape': ['N', 4, 5, 6, 7]},"
+    "  'vk': {'dtype': 'f32', 'shape': [6, 2, 3, 2, 3], 'const': true},"
     "  'q': {'dtype': 'bf16', 'shape': ['B', 4, 'S', 16]},"
     "  'kk': {'dtype': 'bf16', 'shape': ['B', 4, 'T', 16]},"
     "  'v': {'dtype': 'bf16', 'shape': ['B', 4, 'T', 8]}},"
@@ -155,11 +157,13 @@ static const char *all_ops =
     "   'transpose_b': true},"
     "  {'out': 'cv', 'op': 'conv2d', 'in': ['img', 'k', 'kb'], 'stride': 2, 'padding': [1, 0],"
     "   'groups': 1, 'layout': 'NCHW'},"
+    "  {'out': 'c3d', 'op': 'conv3d', 'in': ['vol', 'vk'], 'stride': [1, 2, 1], 'padding': 1,"
+    "   'input_dilation': [2, 1, 3], 'end_padding': [1, 0, 0], 'groups': 2},"
     "  {'out': 'at', 'op': 'attention', 'in': ['q', 'kk', 'v'], 'scale': 0.25, 'causal': true},"
     "  {'out': 't0', 'op': 'transpose', 'in': ['m0']},"
     "  {'out': 't1', 'op': 'permute', 'in': ['at'], 'perm': [0, 2, 1, 3]},"
     "  {'out': 'rs', 'op': 'reshape', 'in': ['t1'], 'shape': ['B', 'S', -1]}],"
-    " 'outputs': ['r0', 'r1', 'r2', 'r3', 'c2', 'm1', 'cv', 't0', 'rs']}";
+    " 'outputs': ['r0', 'r1', 'r2', 'r3', 'c2', 'm1', 'cv', 'c3d', 't0', 'rs']}";
 
 /* ---- parsing ---- */
 
@@ -201,7 +205,7 @@ static void test_every_op_with_attributes(void **state)
 {
     (void)state;
     ops_graph *g = parse_ok(all_ops);
-    assert_int_equal(g->n_nodes, 44);
+    assert_int_equal(g->n_nodes, 45);
     /* each op kind appears, with max/min resolved by operand count */
     bool seen[OPS_OP_COUNT] = {false};
     for (int i = 0; i < g->n_nodes; i++)
@@ -238,6 +242,25 @@ static void test_every_op_with_attributes(void **state)
     assert_int_equal(cv->dilation[0], 1);
     assert_int_equal(cv->groups, 1);
     assert_int_equal(cv->layout, OPS_LAYOUT_NCHW);
+    assert_int_equal(cv->input_dilation[1], 1); /* defaults */
+    assert_int_equal(cv->end_padding[0], 0);
+    const ops_attrs *c3 = attrs_of(g, "c3d");
+    assert_int_equal(c3->stride[1], 2);
+    assert_int_equal(c3->padding[2], 1);
+    assert_int_equal(c3->input_dilation[2], 3);
+    assert_int_equal(c3->end_padding[0], 1);
+    assert_int_equal(c3->groups, 2);
+    /* output extent: ((I - 1) * idil + 1 + 2 * pad + end_pad - dil * (k - 1) - 1) / stride + 1 */
+    ops_graph *vg = ops_graph_clone(g);
+    assert_non_null(vg);
+    assert_int_equal(ops_graph_validate(vg, NULL), 0);
+    const ops_shape *c3s = &vg->tensors[ops_graph_find_tensor(vg, "c3d")].shape;
+    assert_int_equal(c3s->rank, 5);
+    assert_int_equal(c3s->d[1].size, 6);
+    assert_int_equal(c3s->d[2].size, 10); /* (4 * 2 + 1 + 2 + 1 - 3) / 1 + 1 */
+    assert_int_equal(c3s->d[3].size, 4);  /* (5 * 1 + 1 + 2 + 0 - 2) / 2 + 1 */
+    assert_int_equal(c3s->d[4].size, 19); /* (6 * 3 + 1 + 2 + 0 - 3) / 1 + 1 */
+    ops_graph_free(vg);
     assert_true(attrs_of(g, "at")->has_scale && attrs_of(g, "at")->scale == 0.25);
     assert_true(attrs_of(g, "at")->causal);
     assert_int_equal(attrs_of(g, "t0")->n_perm, 0);
@@ -790,6 +813,9 @@ static void test_schema_errors(void **state)
     parse_fails(GRAPH("'x': {'dtype': 'f32', 'shape': [4]}",
                       "{'out': 'y', 'op': 'conv2d', 'in': ['x', 'x'], 'stride': [1, 2, 3]}", "'y'"),
                 OPS_RULE_ATTR, 0, "y", "'stride' must be an integer or [h, w]");
+    parse_fails(GRAPH("'x': {'dtype': 'f32', 'shape': [4]}",
+                      "{'out': 'y', 'op': 'conv3d', 'in': ['x', 'x'], 'padding': [1, 2]}", "'y'"),
+                OPS_RULE_ATTR, 0, "y", "'padding' must be an integer or [d, h, w]");
     parse_fails(GRAPH("'x': {'dtype': 'f32', 'shape': [4]}",
                       "{'out': 'y', 'op': 'reshape', 'in': ['x'], 'shape': [2, 'two words']}",
                       "'y'"),

@@ -682,6 +682,77 @@ static void test_conv_nhwc(void **state)
     ops_graph_free(g);
 }
 
+/* conv3d over a depth of 1 with a filter depth of 1 is the conv2d of its one slice; a filter
+ * depth of 2 sums the conv2ds of the two depth slices. */
+static void test_conv3d_against_conv2d(void **state)
+{
+    (void)state;
+    double x[72], w[32], y2a[8], y2b[8], y3[8];
+    for (int i = 0; i < 72; i++)
+        x[i] = (double)((i * 7) % 11) - 5.0;
+    for (int i = 0; i < 32; i++)
+        w[i] = (double)((i * 5) % 7) - 3.0;
+    /* x [1, 4, 2, 3, 3] NCDHW (depth slices d = 0, 1 of each channel), w [2, 2, 2, 2, 2] */
+    double xs[2][36], ws[2][16];
+    for (int c = 0; c < 4; c++)
+        for (int d = 0; d < 2; d++)
+            for (int k = 0; k < 9; k++)
+                xs[d][c * 9 + k] = x[(c * 2 + d) * 9 + k];
+    for (int o = 0; o < 4; o++) /* (k, c) pairs: w[k][c][t][r][s] */
+        for (int t = 0; t < 2; t++)
+            for (int k = 0; k < 4; k++)
+                ws[t][o * 4 + k] = w[(o * 2 + t) * 4 + k];
+    ops_attrs a2 = attrs(OPS_CONV2D), a3 = attrs(OPS_CONV3D);
+    a2.groups = a3.groups = 2;
+    for (int d = 0; d < 2; d++) {
+        ops_graph *g = ops_graph_new("c2");
+        int X = input(g, "X", SHAPE(1, 4, 3, 3)), W = input(g, "W", SHAPE(2, 2, 2, 2));
+        run1(g, NODE(g, OPS_CONV2D, "Y", &a2, SHAPE(1, 2, 2, 2), T(X), T(W)),
+             (const double *[]){xs[d], ws[d]}, d ? y2b : y2a);
+        ops_graph_free(g);
+    }
+    ops_graph *g = ops_graph_new("c3");
+    int X = input(g, "X", SHAPE(1, 4, 2, 3, 3)), W = input(g, "W", SHAPE(2, 2, 2, 2, 2));
+    run1(g, NODE(g, OPS_CONV3D, "Y", &a3, SHAPE(1, 2, 1, 2, 2), T(X), T(W)),
+         (const double *[]){x, w}, y3);
+    for (int i = 0; i < 8; i++)
+        y2a[i] += y2b[i];
+    assert_close(y3, y2a, 8, 1e-12);
+    ops_graph_free(g);
+}
+
+/* input_dilation 2 is the plain convolution of the input with zeros written between its
+ * elements; end_padding adds zeros after the end only. */
+static void test_conv_input_dilation_end_padding(void **state)
+{
+    (void)state;
+    /* x [3, 4] spaced by 2 is xz [5, 7]; padding [0, 1] and end_padding [1, 0] pad it to
+     * [6, 9] (a zero row below, a zero column each side); a [2, 3] filter gives [5, 7]. */
+    double x[12], xz[6 * 9] = {0}, w[6] = {1, -2, 0.5, 3, -1, 2}, got[35], want[35];
+    for (int i = 0; i < 12; i++)
+        x[i] = i - 4.5;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++)
+            xz[(2 * i) * 9 + 2 * j + 1] = x[i * 4 + j];
+    for (int p = 0; p < 5; p++)
+        for (int q = 0; q < 7; q++) {
+            want[p * 7 + q] = 0;
+            for (int r = 0; r < 2; r++)
+                for (int k = 0; k < 3; k++)
+                    want[p * 7 + q] += xz[(p + r) * 9 + q + k] * w[r * 3 + k];
+        }
+    ops_attrs a = attrs(OPS_CONV2D);
+    a.input_dilation[0] = a.input_dilation[1] = 2;
+    a.padding[1] = 1;
+    a.end_padding[0] = 1;
+    ops_graph *g = ops_graph_new("idil");
+    int X = input(g, "X", SHAPE(1, 1, 3, 4)), W = input(g, "W", SHAPE(1, 1, 2, 3));
+    run1(g, NODE(g, OPS_CONV2D, "Y", &a, SHAPE(1, 1, 5, 7), T(X), T(W)), (const double *[]){x, w},
+         got);
+    assert_close(got, want, 35, 0);
+    ops_graph_free(g);
+}
+
 /* ---- attention ---- */
 
 static const double at_q[6] = {1, 0, 0, 1, 1, 1}, at_k[6] = {1, 2, 0, -1, 0.5, 0.5},
@@ -1081,6 +1152,8 @@ int main(void)
         cmocka_unit_test(test_conv_stride_padding_dilation),
         cmocka_unit_test(test_conv_groups_bias),
         cmocka_unit_test(test_conv_nhwc),
+        cmocka_unit_test(test_conv3d_against_conv2d),
+        cmocka_unit_test(test_conv_input_dilation_end_padding),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_causal),
         cmocka_unit_test(test_attention_batched),

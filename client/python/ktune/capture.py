@@ -543,15 +543,20 @@ def _pair(v):
     return _nd(v, 2)
 
 
-def _conv(b, x, w, bias, stride, padding, dilation, groups, shape=None):
-    """conv2d of x [N, C, H, W] (shape: its result's, default the fx node's)."""
+def _conv(b, x, w, bias, stride, padding, dilation, groups, shape=None, input_dilation=1,
+          end_padding=0):
+    """conv2d of x [N, C, H, W] or conv3d of x [N, C, D, H, W] (shape: its result's, default the
+    fx node's). input_dilation and end_padding (a transposed convolution's stride and
+    output_padding) are written only where they differ from their defaults, so a graph without
+    them reads as before."""
     x, w = b.tensor(x), b.tensor(w)
-    if x.rank != 4 or w.rank != 4:
-        b.unsupported("only 2-d convolutions of batched [N, C, H, W] inputs")
-    dil = _pair(dilation)
+    if x.rank not in (4, 5) or w.rank != x.rank:
+        b.unsupported("only 2-d and 3-d convolutions of batched [N, C, ...] inputs")
+    nd = x.rank - 2
+    dil = _nd(dilation, nd)
     if isinstance(padding, str):
         if padding == "valid":
-            padding = [0, 0]
+            padding = [0] * nd
         elif padding == "same":
             total = [d * (k - 1) for d, k in zip(dil, w.shape[2:])]
             if any(t % 2 for t in total):
@@ -559,13 +564,23 @@ def _conv(b, x, w, bias, stride, padding, dilation, groups, shape=None):
             padding = [t // 2 for t in total]
         else:
             b.unsupported(f"padding={padding!r}")
+    extra = {}
+    if any(v != 1 for v in _nd(input_dilation, nd)):
+        extra["input_dilation"] = _nd(input_dilation, nd)
+    if any(_nd(end_padding, nd)):
+        extra["end_padding"] = _nd(end_padding, nd)
     ins = [x, w] + ([bias] if bias is not None else [])
-    return b.emit("conv2d", ins, shape or b.val_shape(), stride=_pair(stride),
-                  padding=_pair(padding),
-                  dilation=dil, groups=int(groups), layout="NCHW")
+    return b.emit(f"conv{nd}d", ins, shape or b.val_shape(), stride=_nd(stride, nd),
+                  padding=_nd(padding, nd), dilation=dil, groups=int(groups), layout="NCHW",
+                  **extra)
 
 
-def _conv1d(b, x, w, bias, stride, padding, dilation, groups):
+def _over_width(v, height):
+    """A 1-d convolution's knob as the [h, w] of the 2-d one over a height of 1 it becomes."""
+    return [height, _nd(v, 1)[0]]
+
+
+def _conv1d(b, x, w, bias, stride, padding, dilation, groups, input_dilation=1, end_padding=0):
     """A 1-d convolution of x [N, C, L] as a 2-d one over [N, C, 1, L] (w [O, C/g, K] as
     [O, C/g, 1, K], or given so), its result viewed back as [N, O, L']."""
     x, w = b.tensor(x), b.tensor(w)
@@ -574,84 +589,41 @@ def _conv1d(b, x, w, bias, stride, padding, dilation, groups):
     if w.rank == 3:
         w = b.reshape(w, (w.shape[0], w.shape[1], 1, w.shape[2]))
     if not isinstance(padding, str):  # "valid" and "same" _conv resolves over [1, K]
-        padding = [0, _nd(padding, 1)[0]]
+        padding = _over_width(padding, 0)
     out = b.val_shape()
     y = _conv(b, b.reshape(x, (x.shape[0], x.shape[1], 1, x.shape[2])), w, bias,
-              [1, _nd(stride, 1)[0]], padding, [1, _nd(dilation, 1)[0]], groups,
-              shape=(out[0], out[1], 1, out[2]))
+              _over_width(stride, 1), padding, _over_width(dilation, 1), groups,
+              shape=(out[0], out[1], 1, out[2]), input_dilation=_over_width(input_dilation, 1),
+              end_padding=_over_width(end_padding, 0))
     return b.reshape(y, out)
 
 
-def _h_conv1d(b, a):
-    return _conv1d(b, a["input"], a["weight"], a.get("bias"), a["stride"], a["padding"],
-                   a["dilation"], a["groups"])
-
-
-def _h_avg_pool(nd):
-    """avg_pool1d/2d as a depthwise convolution whose weights are all 1 / (window size), a const
-    input capture makes: the same sums over the same zero-padded windows, as long as padding
-    counts (count_include_pad, the default) and ceil_mode adds no window past the edge."""
+def _h_conv(nd=None):
+    """conv1d/2d/3d, and aten.convolution (nd None: from the input's rank; transposed or not)."""
     def h(b, a):
-        import torch
-        x = b.tensor(a["self"])
-        if x.rank != nd + 2 or not isinstance(x.shape[1], int):
-            b.unsupported(f"a {nd}-d pooling of a tensor other than [N, C, ...] with a fixed C")
-        k = _nd(a["kernel_size"], nd)
-        stride = _nd(a.get("stride") or k, nd)  # PyTorch's default stride: the window
-        pad = _nd(a.get("padding", 0), nd)
-        if not a.get("count_include_pad", True) and any(pad):
-            b.unsupported("count_include_pad=False with padding (edge windows average fewer)")
-        window = 1
-        for v in k:
-            window *= v
-        div = a.get("divisor_override") or window
-        out = b.val_shape()
-        for i in range(nd):
-            size = x.shape[2 + i]
-            if not isinstance(size, int) or (size + 2 * pad[i] - k[i]) // stride[i] + 1 != \
-                    out[2 + i]:
-                b.unsupported("ceil_mode adds a window past the edge")
-        val = b.node.meta.get("val")
-        torch_dtype = getattr(torch, next(t for t, d in _DTYPES.items() if d == x.dtype))
-        # [C, 1, KH, KW]; a 1-d pooling's as [C, 1, 1, K], the 2-d convolution it becomes
-        w = b.constant("avg_pool_weight", torch.full((x.shape[1], 1) + (1,) * (2 - nd) + tuple(k),
-                                                     1.0 / div, dtype=torch_dtype,
-                                                     device=getattr(val, "device", "cpu")))
-        if nd == 1:
-            return _conv1d(b, x, w, None, stride, pad, 1, x.shape[1])
-        return _conv(b, x, w, None, stride, pad, [1, 1], x.shape[1])
+        n = nd or b.tensor(a["input"]).rank - 2
+        if a.get("transposed"):
+            if n not in (1, 2, 3):
+                b.unsupported("a transposed convolution other than 1-d, 2-d or 3-d")
+            return _h_conv_transpose(n)(b, a)
+        return (_conv1d if n == 1 else _conv)(b, a["input"], a["weight"], a.get("bias"),
+                                              a["stride"], a["padding"], a["dilation"],
+                                              a["groups"])
     return h
 
 
-def _h_adaptive_avg_pool2d(b, a):
-    """Adaptive average pooling to a size that divides the input's: a mean over H and W (output
-    1 x 1) or an average pooling with window = stride = input / output."""
-    x = b.tensor(a["self"])
-    oh, ow = _pair(a["output_size"])
-    if x.rank != 4 or not all(isinstance(d, int) for d in x.shape[2:]):
-        b.unsupported("adaptive pooling of a tensor other than [N, C, H, W] with fixed H, W")
-    h, w = x.shape[2:]
-    if (oh, ow) == (1, 1):
-        return b.reduce("mean", x, [2, 3], True)
-    if h % oh or w % ow:
-        b.unsupported(f"adaptive pooling from {h} x {w} to {oh} x {ow} (windows of several sizes)")
-    return _h_avg_pool(2)(b, {"self": x, "kernel_size": [h // oh, w // ow],
-                              "stride": [h // oh, w // ow], "padding": 0})
-
-
 def _h_conv_transpose(nd):
-    """A transposed convolution of stride 1 as a convolution: the weight [Cin, Cout/g, K...]
-    becomes [Cout, Cin/g, K...] flipped along its kernel axes (a const input capture makes from
-    the module's weight, so later changes to the weight do not reach it), padding d (k - 1) - p.
-    A stride > 1 would need zeros between the input's elements, which ktune has no op for."""
+    """A transposed convolution as a convolution: the weight [Cin, Cout/g, K...] becomes
+    [Cout, Cin/g, K...] flipped along its kernel axes (a const input capture makes from the
+    module's weight, so later changes to the weight do not reach it); its stride s spaces the
+    input's elements s apart (input_dilation), padding d (k - 1) - p on both sides and
+    output_padding more at the end (end_padding); stride 1."""
     def h(b, a):
         x = b.tensor(a["input"])
         w = b.value(b.tensor(a["weight"]), "weight")
         stride, outpad = _nd(a.get("stride", 1), nd), _nd(a.get("output_padding", 0), nd)
         pad, dil, groups = _nd(a.get("padding", 0), nd), _nd(a.get("dilation", 1), nd), \
             int(a["groups"])
-        if any(s != 1 for s in stride) or any(outpad):
-            b.unsupported("a transposed convolution with a stride (zeros between input elements)")
         k = list(w.shape[2:])
         padding = [d * (kk - 1) - p for d, kk, p in zip(dil, k, pad)]
         if any(p < 0 for p in padding):
@@ -663,28 +635,136 @@ def _h_conv_transpose(nd):
         if nd == 1:
             flipped = flipped.unsqueeze(2)  # [O, C/g, 1, K]: the conv2d it becomes
         wc = b.constant(b.tensor(a["weight"]).name + "_flipped", flipped.contiguous())
-        if nd == 1:
-            return _conv1d(b, x, wc, a.get("bias"), 1, padding[0], dil[0], groups)
-        return _conv(b, x, wc, a.get("bias"), 1, padding, dil, groups)
+        return (_conv1d if nd == 1 else _conv)(b, x, wc, a.get("bias"), 1, padding, dil, groups,
+                                               input_dilation=stride, end_padding=outpad)
     return h
 
 
-def _h_conv2d(b, a):
-    return _conv(b, a["input"], a["weight"], a.get("bias"), a["stride"], a["padding"],
-                 a["dilation"], a["groups"])
+# ---- pooling ----
+
+def _pool_args(b, a, nd):
+    """x, kernel, stride, padding and dilation of an nd-d pooling (aten's defaults: stride the
+    kernel, no padding or dilation). Refuses an x other than [N, C, *fixed sizes] and a
+    ceil_mode that adds a window past the edge (a result larger than floor mode's)."""
+    x = b.tensor(a["self"])
+    if x.rank != nd + 2 or not all(isinstance(d, int) for d in x.shape[1:]):
+        b.unsupported(f"a {nd}-d pooling of a tensor other than [N, C, ...] with fixed C and "
+                      f"sizes")
+    k = _nd(a["kernel_size"], nd)
+    stride = _nd(a.get("stride") or k, nd)  # PyTorch's default stride: the window
+    pad, dil = _nd(a.get("padding", 0), nd), _nd(a.get("dilation", 1), nd)
+    val = b.node.meta.get("val")
+    out = tuple(b.dim(d) for d in val[0].shape) if isinstance(val, (tuple, list)) else \
+        b.val_shape()  # a _with_indices form's: its values'
+    for i, size in enumerate(x.shape[2:]):
+        if (size + 2 * pad[i] - dil[i] * (k[i] - 1) - 1) // stride[i] + 1 != out[2 + i]:
+            b.unsupported("ceil_mode adds a window past the edge")
+    return x, k, stride, pad, dil
 
 
-def _h_convolution(b, a):
-    if a.get("transposed"):
-        rank = b.tensor(a["input"]).rank
-        if rank not in (3, 4):
-            b.unsupported("a transposed convolution other than 1-d or 2-d")
-        return _h_conv_transpose(rank - 2)(b, a)
-    if b.tensor(a["input"]).rank == 3:
-        return _conv1d(b, a["input"], a["weight"], a.get("bias"), a["stride"], a["padding"],
-                       a["dilation"], a["groups"])
-    return _conv(b, a["input"], a["weight"], a.get("bias"), a["stride"], a["padding"],
-                 a["dilation"], a["groups"])
+def _untiled(x, k, stride, pad, dil):
+    """Why the windows do not tile x [N, C, *sizes], or None where they do: side by side
+    (stride = kernel, no dilation), no padding, each size a multiple of its kernel."""
+    if any(pad):
+        return "with padding"
+    if any(d != 1 and kk != 1 for d, kk in zip(dil, k)):
+        return "with dilation"
+    if any(s < kk for s, kk in zip(stride, k)):
+        return "with overlapping windows (stride < kernel)"
+    if any(s > kk for s, kk in zip(stride, k)):
+        return "with gaps between windows (stride > kernel)"
+    for s, kk in zip(x.shape[2:], k):
+        if s % kk:
+            return f"whose windows of {kk} leave the end of a size {s} out (ktune has no slice op)"
+    return None
+
+
+def _pool_tiles(b, op, x, k):
+    """op ("max", "mean") over each window of x [N, C, *sizes] where the windows tile it: x viewed
+    as [N, C, S1/k1, k1, S2/k2, k2, ...] with the window axes moved last and reduced away (ktune's
+    row kernels reduce trailing axes; no family reduces [3, 5] in place). One window: a reduction
+    over all of each channel's."""
+    sizes = x.shape[2:]
+    if list(sizes) == list(k):
+        return b.reduce(op, x, list(range(2, x.rank)), True)
+    shape, outer, inner = list(x.shape[:2]), [0, 1], []
+    for s, kk in zip(sizes, k):
+        outer.append(len(shape))
+        shape.append(s // kk)
+        if kk > 1:  # a window of extent 1 adds no axis
+            inner.append(len(shape))
+            shape.append(kk)
+    if not inner:
+        return x
+    y = b.permute(b.reshape(x, shape), outer + inner)
+    return b.reduce(op, y, list(range(len(outer), len(shape))), False)
+
+
+def _indices_unused(b):
+    """Refuses a pooling whose indices (result 1 of a _with_indices form) something reads."""
+    for u in b.node.users:
+        if u.target is operator.getitem and u.args[1] == 1 and u.users:
+            b.unsupported("return_indices: ktune computes the maxima, not where they are")
+
+
+def _h_max_pool(nd, with_indices=False):
+    """Max pooling where the windows tile the input (_untiled): a max over each (_pool_tiles).
+    Overlapping, padded or dilated windows would need a windowed-max kernel ktune lacks (a
+    convolution sums), and a size the windows do not cover a slice. with_indices: the
+    (values, indices) form, its indices unused."""
+    def h(b, a):
+        if with_indices:
+            _indices_unused(b)
+        x, k, stride, pad, dil = _pool_args(b, a, nd)
+        why = _untiled(x, k, stride, pad, dil)
+        if why:
+            b.unsupported(f"max pooling {why}")
+        y = _pool_tiles(b, "max", x, k)
+        return (y, None) if with_indices else y
+    return h
+
+
+def _h_avg_pool(nd):
+    """Average pooling: where the windows tile the input (_untiled), a mean over each
+    (_pool_tiles); else a depthwise convolution whose weights are all 1 / (window size), a const
+    input capture makes: the same sums over the same zero-padded windows, as long as padding
+    counts (count_include_pad, the default)."""
+    def h(b, a):
+        import torch
+        x, k, stride, pad, dil = _pool_args(b, a, nd)
+        if not a.get("count_include_pad", True) and any(pad):
+            b.unsupported("count_include_pad=False with padding (edge windows average fewer)")
+        window = 1
+        for v in k:
+            window *= v
+        div = a.get("divisor_override") or window
+        if div == window and _untiled(x, k, stride, pad, dil) is None:
+            return _pool_tiles(b, "mean", x, k)
+        val = b.node.meta.get("val")
+        torch_dtype = getattr(torch, next(t for t, d in _DTYPES.items() if d == x.dtype))
+        # [C, 1, *K]; a 1-d pooling's as [C, 1, 1, K], the 2-d convolution it becomes
+        w = b.constant("avg_pool_weight", torch.full((x.shape[1], 1) + (1,) * (nd == 1) +
+                                                     tuple(k), 1.0 / div, dtype=torch_dtype,
+                                                     device=getattr(val, "device", "cpu")))
+        return (_conv1d if nd == 1 else _conv)(b, x, w, None, stride, pad, 1, x.shape[1])
+    return h
+
+
+def _h_adaptive_avg_pool(nd):
+    """Adaptive average pooling to sizes that divide the input's: windows of input / output,
+    which tile it (_pool_tiles)."""
+    def h(b, a):
+        x = b.tensor(a["self"])
+        if x.rank != nd + 2 or not all(isinstance(d, int) for d in x.shape[2:]):
+            b.unsupported(f"adaptive pooling of a tensor other than [N, C, ...] with {nd} "
+                          f"fixed sizes")
+        sizes = x.shape[2:]
+        out = [s if o is None else o for s, o in zip(sizes, _nd(a["output_size"], nd))]
+        if any(s % o for s, o in zip(sizes, out)):
+            b.unsupported(f"adaptive pooling from {' x '.join(map(str, sizes))} to "
+                          f"{' x '.join(map(str, out))} (windows of several sizes)")
+        return _pool_tiles(b, "mean", x, [s // o for s, o in zip(sizes, out)])
+    return h
 
 
 def _h_softmax(op):
@@ -941,10 +1021,17 @@ def _h_getitem(b, node, env):
 
 _OPS = {
     "linear": _h_linear, "mm": _h_mm, "bmm": _h_mm, "matmul": _h_mm, "addmm": _h_addmm,
-    "conv1d": _h_conv1d, "conv2d": _h_conv2d, "convolution": _h_convolution,
+    "conv1d": _h_conv(1), "conv2d": _h_conv(2), "conv3d": _h_conv(3),
+    "convolution": _h_conv(),
     "conv_transpose1d": _h_conv_transpose(1), "conv_transpose2d": _h_conv_transpose(2),
-    "avg_pool1d": _h_avg_pool(1), "avg_pool2d": _h_avg_pool(2),
-    "adaptive_avg_pool2d": _h_adaptive_avg_pool2d,
+    "conv_transpose3d": _h_conv_transpose(3),
+    "avg_pool1d": _h_avg_pool(1), "avg_pool2d": _h_avg_pool(2), "avg_pool3d": _h_avg_pool(3),
+    "max_pool1d": _h_max_pool(1), "max_pool2d": _h_max_pool(2), "max_pool3d": _h_max_pool(3),
+    "max_pool2d_with_indices": _h_max_pool(2, True),
+    "max_pool3d_with_indices": _h_max_pool(3, True),
+    "adaptive_avg_pool1d": _h_adaptive_avg_pool(1),
+    "adaptive_avg_pool2d": _h_adaptive_avg_pool(2),
+    "adaptive_avg_pool3d": _h_adaptive_avg_pool(3),
     "softmax": _h_softmax("softmax"), "_softmax": _h_softmax("softmax"),
     "log_softmax": _h_softmax("log_softmax"), "_log_softmax": _h_softmax("log_softmax"),
     "logsumexp": _h_logsumexp,

@@ -118,7 +118,11 @@ def test_matmul_vector_and_broadcast_batch():
 
 
 def test_conv2d_stride_padding_dilation():
-    check(nn.Conv2d(3, 8, 3, stride=2, padding=2, dilation=2).eval(), randn(2, 3, 11, 9))
+    g = check(nn.Conv2d(3, 8, 3, stride=2, padding=2, dilation=2).eval(), randn(2, 3, 11, 9))
+    # input_dilation and end_padding only where a transposed convolution needs them: the JSON
+    # of a plain convolution stays as it was
+    assert list(g.document["nodes"][0]) == ["out", "op", "in", "stride", "padding", "dilation",
+                                            "groups", "layout"]
 
 
 def test_conv2d_groups_no_bias():
@@ -139,17 +143,75 @@ def test_conv1d_as_conv2d():
     check(lambda x, w: F.conv1d(x, w, padding="valid"), randn(2, 3, 9), randn(5, 3, 4))
 
 
+def test_conv3d():
+    g = check(nn.Conv3d(3, 4, 3, stride=2, padding=1, dilation=(1, 2, 1)).eval(),
+              randn(2, 3, 7, 9, 8))
+    conv = g.document["nodes"][0]
+    assert ops_of(g) == ["conv3d"] and conv["stride"] == [2, 2, 2] and \
+        conv["dilation"] == [1, 2, 1] and "input_dilation" not in conv
+    # an asymmetric kernel, groups, no bias
+    check(nn.Conv3d(4, 6, (3, 1, 2), stride=(1, 2, 1), padding=(1, 0, 1), groups=2,
+                    bias=False).eval(), randn(1, 4, 5, 6, 7))
+    check(nn.Conv3d(2, 3, (3, 5, 1), padding="same").eval(), randn(2, 2, 4, 6, 3))
+    check(lambda x, w, bias: F.conv3d(x, w, bias, stride=(3, 1, 2), dilation=(1, 1, 2)),
+          randn(2, 3, 8, 5, 9), randn(6, 3, 2, 3, 3), randn(6))
+    check(nn.Sequential(nn.Conv3d(2, 4, 3, padding=1), nn.ReLU(), nn.Conv3d(4, 4, 1, groups=4),
+                        nn.AdaptiveAvgPool3d(1)).eval(), randn(2, 2, 4, 5, 6))
+
+
 def test_transposed_conv_of_stride_1_as_conv():
     # the weight flipped and its in/out axes swapped (a const input capture makes), padding
     # d (k - 1) - p
     ct = nn.ConvTranspose2d(4, 6, 3, padding=1)
     g = check(ct, randn(2, 4, 7, 5))
     assert ops_of(g) == ["conv2d"] and "weight" not in g.document["inputs"]
+    assert "input_dilation" not in g.document["nodes"][0]
     check(nn.ConvTranspose2d(4, 6, (3, 2), groups=2, dilation=2, bias=False), randn(1, 4, 6, 6))
     check(nn.ConvTranspose1d(3, 5, 4, padding=2), randn(2, 3, 9))
     with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.conv_transpose2d \(a "
-                                                 r"transposed convolution with a stride"):
-        ktune.capture(nn.ConvTranspose2d(2, 2, 3, stride=2), randn(1, 2, 5, 5))
+                                                 r"transposed convolution with more padding "
+                                                 r"than its kernel's extent\)"):
+        ktune.capture(nn.ConvTranspose2d(2, 2, 3, stride=2, padding=3), randn(1, 2, 5, 5))
+
+
+class _TransposedByConvolution(nn.Module):
+    """aten.convolution with transposed=True, as a decomposition may leave it."""
+
+    def __init__(self, weight, stride, padding, output_padding, dilation, groups):
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+        self.args = stride, padding, dilation, True, output_padding, groups
+
+    def forward(self, x):
+        s, p, d, t, op, g = self.args
+        return torch.ops.aten.convolution(x, self.weight, None, s, p, d, t, op, g)
+
+
+def test_strided_transposed_conv():
+    # a stride s spaces the input's elements s apart (input_dilation), output_padding is more
+    # zeros at the end (end_padding); the convolution itself has stride 1
+    g = check(nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1),
+              randn(2, 4, 5, 6))
+    conv = g.document["nodes"][0]
+    assert ops_of(g) == ["conv2d"] and conv["stride"] == [1, 1] and conv["padding"] == [1, 1]
+    assert conv["input_dilation"] == [2, 2] and conv["end_padding"] == [1, 1]
+    check(nn.ConvTranspose2d(6, 4, (3, 4), stride=(2, 3), padding=(0, 2), output_padding=(1, 0),
+                             dilation=(2, 1), groups=2), randn(2, 6, 4, 5))
+    g = check(nn.ConvTranspose1d(4, 6, 5, stride=3, padding=1, output_padding=2, groups=2),
+              randn(2, 4, 7))
+    conv = [n for n in g.document["nodes"] if n["op"] == "conv2d"][0]
+    assert conv["input_dilation"] == [1, 3] and conv["end_padding"] == [0, 2]
+    check(nn.ConvTranspose1d(3, 2, 2, stride=2, dilation=3, bias=False), randn(1, 3, 6))
+    g = check(nn.ConvTranspose3d(4, 4, 3, stride=2, padding=1, output_padding=1, groups=2),
+              randn(1, 4, 3, 4, 5))
+    assert ops_of(g) == ["conv3d"] and g.document["nodes"][0]["input_dilation"] == [2, 2, 2]
+    check(nn.ConvTranspose3d(2, 3, (2, 3, 3), stride=(1, 2, 3), padding=(1, 0, 1),
+                             output_padding=(1, 1, 0), dilation=(2, 1, 1)), randn(2, 2, 3, 4, 3))
+    for w, x in ((randn(3, 4, 3), randn(2, 3, 6)), (randn(4, 2, 3, 2), randn(1, 4, 5, 4)),
+                 (randn(4, 1, 2, 3, 2), randn(1, 4, 3, 3, 4))):
+        nd = x.dim() - 2
+        groups = 2 if nd > 1 else 1
+        check(_TransposedByConvolution(w, [2] * nd, [1] * nd, [1] * nd, [1] * nd, groups), x)
 
 
 def test_average_pooling_as_depthwise_conv():
@@ -170,6 +232,69 @@ def test_average_pooling_as_depthwise_conv():
         ktune.capture(nn.AvgPool2d(2, ceil_mode=True), randn(1, 2, 5, 5))
     with pytest.raises(ktune.CaptureError, match=r"windows of several sizes"):
         ktune.capture(nn.AdaptiveAvgPool2d(3), randn(1, 2, 7, 7))
+
+
+def test_average_pooling_3d_both_ways():
+    # windows that tile the input: a mean over each, x viewed with the window axes last; else a
+    # depthwise conv3d
+    g = check(nn.AvgPool3d(2), randn(2, 3, 4, 6, 8))
+    assert ops_of(g) == ["reshape", "permute", "mean"] and not g.params
+    assert ops_of(check(nn.AvgPool2d(2), randn(1, 2, 4, 6))) == ["reshape", "permute", "mean"]
+    assert ops_of(check(nn.AvgPool1d(3), randn(2, 2, 9))) == ["reshape", "mean"]
+    # 1 / 27 and 1 / 12 round in the float32 weights
+    g = check(nn.AvgPool3d(3, stride=2, padding=1), randn(1, 2, 5, 6, 7), tol=1e-7)
+    assert ops_of(g) == ["conv3d"] and len(g.params) == 1
+    check(nn.AvgPool3d((2, 2, 3)), randn(1, 2, 5, 4, 7), tol=1e-7)
+    check(lambda x: F.avg_pool3d(x, 2, divisor_override=4), randn(1, 2, 4, 4, 4))
+    with pytest.raises(ktune.CaptureError, match=r"aten.avg_pool3d \(ceil_mode adds a window"):
+        ktune.capture(nn.AvgPool3d(2, ceil_mode=True), randn(1, 2, 4, 5, 4))
+
+
+def test_adaptive_average_pooling_1d_3d():
+    g = check(nn.AdaptiveAvgPool3d(1), randn(2, 3, 4, 5, 6))
+    assert ops_of(g) == ["mean"]
+    assert ops_of(check(nn.AdaptiveAvgPool1d(1), randn(2, 3, 7))) == ["mean"]
+    check(nn.AdaptiveAvgPool1d(4), randn(2, 3, 8))
+    g = check(nn.AdaptiveAvgPool3d((2, None, 3)), randn(2, 3, 4, 5, 6))
+    assert set(ops_of(g)) == {"reshape", "permute", "mean"}
+    with pytest.raises(ktune.CaptureError, match=r"adaptive pooling from 5 x 5 x 5 to 2 x 2 x 2 "
+                                                 r"\(windows of several sizes\)"):
+        ktune.capture(nn.AdaptiveAvgPool3d(2), randn(1, 2, 5, 5, 5))
+
+
+def test_max_pooling_of_windows_that_tile():
+    # stride = kernel, no padding, sizes multiples of it: x viewed as [N, C, H/k, k, W/k, k],
+    # the window axes moved last, a max over them
+    g = check(nn.MaxPool2d(2), randn(2, 3, 8, 6))
+    assert ops_of(g) == ["reshape", "permute", "max"]
+    assert g.document["nodes"][0]["shape"] == [2, 3, 4, 2, 3, 2]
+    assert ops_of(check(nn.MaxPool1d(3), randn(2, 4, 12))) == ["reshape", "max"]
+    g = check(nn.MaxPool3d((1, 2, 3)), randn(1, 2, 3, 4, 9))
+    assert ops_of(g) == ["reshape", "permute", "max"]
+    check(nn.MaxPool3d(2), randn(2, 2, 4, 6, 4))
+    assert ops_of(check(nn.MaxPool2d(4), randn(2, 3, 4, 4))) == ["max"]  # one window
+    check(nn.MaxPool2d(2, ceil_mode=True), randn(1, 2, 4, 6))  # ceil_mode adds no window here
+    # the (values, indices) forms, the indices unused
+    check(lambda x: F.max_pool2d(x, 2, return_indices=True)[0], randn(1, 2, 4, 4))
+    check(lambda x: F.max_pool3d(x, 2, return_indices=True)[0], randn(1, 2, 4, 4, 6))
+
+
+@pytest.mark.parametrize("pool,shape,why", [
+    (nn.MaxPool2d(3, stride=2), (1, 2, 9, 9), r"max pooling with overlapping windows "
+                                               r"\(stride < kernel\)"),
+    (nn.MaxPool3d(2, stride=1), (1, 2, 4, 4, 4), r"overlapping windows"),
+    (nn.MaxPool2d(2, padding=1), (1, 2, 8, 8), r"max pooling with padding"),
+    (nn.MaxPool2d(2, dilation=2), (1, 2, 8, 8), r"max pooling with dilation"),
+    (nn.MaxPool1d(2, stride=3), (1, 2, 9), r"gaps between windows \(stride > kernel\)"),
+    (nn.MaxPool2d(2), (1, 2, 5, 4), r"windows of 2 leave the end of a size 5 out \(ktune has "
+                                    r"no slice op\)"),
+    (nn.MaxPool2d(2, ceil_mode=True), (1, 2, 5, 4), r"ceil_mode adds a window past the edge"),
+    (nn.MaxPool2d(2, return_indices=True), (1, 2, 4, 4), r"_with_indices \(return_indices"),
+], ids=["overlap", "overlap3d", "padding", "dilation", "gaps", "uncovered", "ceil_mode",
+        "indices"])
+def test_max_pooling_refusals(pool, shape, why):
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.max_pool.*" + why):
+        ktune.capture(pool, randn(*shape))
 
 
 def test_softmax_log_softmax():
