@@ -1,6 +1,6 @@
-/* The conv family (ops/conv/, one file per part): one conv2d node (NCHW/OIHW or NHWC/OHWI; stride,
- * padding, dilation, groups, optional bias) plus an elementwise epilogue chain on its output, as
- * one kernel.
+/* The conv family (ops/conv/, one file per part): one conv2d or conv3d node (NCHW/OIHW or
+ * NHWC/OHWI, with a depth for 3-d; stride, padding, dilation, input dilation, groups, optional
+ * bias) plus an elementwise epilogue chain on its output, as one kernel.
  *
  * Three algorithms (knob "algo"):
  *   implicit_gemm  GEMM view M = N*P*Q output pixels, N = K/groups output channels,
