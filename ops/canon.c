@@ -7,11 +7,19 @@
  *   logsumexp   log(sum(exp(x - max(x)))) + max(x)
  *   layernorm   xc = x - mean(x); xc * rsqrt(mean(xc^2) + eps) [* weight] [+ bias]
  *   rmsnorm     x * rsqrt(mean(x^2) + eps) [* weight]
+ *   reduction over axes in several runs (batch norm's [0, 2, 3]): one reduction per run of
+ *               adjacent axes, innermost first ([2, 3], then [0]), each keeping its dimensions,
+ *               then a reshape when the original drops them; a mean of equal-sized means is the
+ *               mean, and the kernel families reduce one run of axes
+ *   attention   with a head wider than OPS_ATTENTION_FUSED_MAX_HEAD, not causal, k and v with
+ *               q's heads: softmax(matmul(q, k, transpose_b) * scale) then matmul with v (the
+ *               fused kernels keep a head on chip; this materialises the scores)
  *
  * Reductions keep their dimension so the results broadcast back against x. Intermediate tensors
  * are named after the composite's output ("y.max", "y.sum"), made unique if taken. */
 #include "ops.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +159,94 @@ static int expand_norm(canon *c, const ops_node *n, const ops_operand *in, const
     return emit(c, OPS_ADD, out, &none, 2, (ops_operand[]){T(scaled), in[2]});
 }
 
+/* The sorted non-negative reduced axes of reduction n over x as a bit mask. */
+static unsigned reduce_mask(const ops_node *n, int rank)
+{
+    unsigned mask = 0;
+    for (int i = 0; i < n->attrs.n_axes; i++)
+        mask |= 1u << (n->attrs.axes[i] < 0 ? n->attrs.axes[i] + rank : n->attrs.axes[i]);
+    return mask;
+}
+
+/* Runs of adjacent set bits in mask. */
+static int axis_runs(unsigned mask)
+{
+    int runs = 0;
+    for (int i = 0; i < 32; i++)
+        runs += (mask >> i & 1) && !(i > 0 && (mask >> (i - 1) & 1));
+    return runs;
+}
+
+/* A reduction over several runs of axes: one per run, innermost first, keeping dimensions;
+ * then the reshape that drops them when the original does. */
+static int split_reduction(canon *c, const ops_node *n, const ops_operand *in, const char *out,
+                           unsigned mask)
+{
+    int rc, cur = -1, runs = axis_runs(mask), done = 0;
+    ops_operand src = in[0];
+    for (int hi = 31; hi >= 0; hi--) {
+        if (!(mask >> hi & 1))
+            continue;
+        int lo = hi;
+        while (lo > 0 && (mask >> (lo - 1) & 1))
+            lo--;
+        ops_attrs a;
+        reduce_attrs(n->op, lo, hi, true, &a);
+        bool last = ++done == runs;
+        if (last && n->attrs.keepdim)
+            return emit(c, n->op, out, &a, 1, &src);
+        TRY(cur = step(c, out, last ? ".keep" : ".part", n->op, &a, 1, &src));
+        src = T(cur);
+        hi = lo;
+    }
+    ops_attrs rs;
+    ops_attrs_default(OPS_RESHAPE, &rs);
+    rs.shape = c->src->tensors[n->out].shape;
+    return emit(c, OPS_RESHAPE, out, &rs, 1, &src);
+}
+
+/* Whether attention node n is expanded: a head wider than the fused kernels take, without the
+ * causal mask or grouped heads the expansion has no op for. */
+static bool attention_expands(const ops_graph *g, const ops_node *n)
+{
+    if (n->op != OPS_ATTENTION || n->attrs.causal)
+        return false;
+    const ops_shape *q = &g->tensors[n->in[0].tensor].shape,
+                    *k = &g->tensors[n->in[1].tensor].shape,
+                    *v = &g->tensors[n->in[2].tensor].shape;
+    if (q->d[q->rank - 1].size <= OPS_ATTENTION_FUSED_MAX_HEAD &&
+        v->d[v->rank - 1].size <= OPS_ATTENTION_FUSED_MAX_HEAD)
+        return false;
+    for (int i = 0; i < q->rank - 2; i++)
+        if (q->d[i].size != k->d[i].size)
+            return false; /* grouped heads: matmul does not broadcast them */
+    return true;
+}
+
+/* softmax(q k^T * scale) v as matmul, mul, the softmax expansion, matmul. */
+static int expand_attention(canon *c, const ops_node *n, const ops_operand *in, const char *out)
+{
+    const ops_shape *q = &c->src->tensors[n->in[0].tensor].shape;
+    double scale = n->attrs.has_scale ? n->attrs.scale : 1.0 / sqrt((double)q->d[q->rank - 1].size);
+    ops_attrs mm, none, red;
+    ops_attrs_default(OPS_MATMUL, &mm);
+    ops_attrs_default(OPS_ADD, &none);
+    mm.transpose_b = true;
+    int rc, qk, sc, mx, sub, ex, sum, p;
+    int ax = q->rank - 1;
+    TRY(qk = step(c, out, ".qk", OPS_MATMUL, &mm, 2, (ops_operand[]){in[0], in[1]}));
+    TRY(sc = step(c, out, ".scores", OPS_MUL, &none, 2, (ops_operand[]){T(qk), S(scale)}));
+    reduce_attrs(OPS_REDUCE_MAX, ax, ax, true, &red);
+    TRY(mx = step(c, out, ".max", OPS_REDUCE_MAX, &red, 1, (ops_operand[]){T(sc)}));
+    TRY(sub = step(c, out, ".sub", OPS_SUB, &none, 2, (ops_operand[]){T(sc), T(mx)}));
+    TRY(ex = step(c, out, ".exp", OPS_EXP, &none, 1, (ops_operand[]){T(sub)}));
+    reduce_attrs(OPS_REDUCE_SUM, ax, ax, true, &red);
+    TRY(sum = step(c, out, ".sum", OPS_REDUCE_SUM, &red, 1, (ops_operand[]){T(ex)}));
+    TRY(p = step(c, out, ".p", OPS_DIV, &none, 2, (ops_operand[]){T(ex), T(sum)}));
+    ops_attrs_default(OPS_MATMUL, &mm);
+    return emit(c, OPS_MATMUL, out, &mm, 2, (ops_operand[]){T(p), in[2]});
+}
+
 static int copy_node(canon *c, const ops_node *n, const ops_operand *in, const char *out)
 {
     ops_attrs a = n->attrs;
@@ -162,9 +258,9 @@ static int copy_node(canon *c, const ops_node *n, const ops_operand *in, const c
     case OPS_REDUCE_MAX:
     case OPS_REDUCE_MIN: {
         KT_REQUIRE(x); /* validated: the operand is a tensor */
-        unsigned mask = 0;
-        for (int i = 0; i < a.n_axes; i++)
-            mask |= 1u << (a.axes[i] < 0 ? a.axes[i] + x->shape.rank : a.axes[i]);
+        unsigned mask = reduce_mask(n, x->shape.rank);
+        if (axis_runs(mask) > 1)
+            return split_reduction(c, n, in, out, mask);
         a.n_axes = 0;
         for (int i = 0; i < x->shape.rank; i++)
             if (mask & (1u << i))
@@ -207,6 +303,10 @@ static int canon_node(canon *c, const ops_node *n)
     case OPS_LAYERNORM:
     case OPS_RMSNORM:
         return expand_norm(c, n, in, out);
+    case OPS_ATTENTION:
+        if (attention_expands(c->src, n))
+            return expand_attention(c, n, in, out);
+        return copy_node(c, n, in, out);
     default:
         return copy_node(c, n, in, out);
     }
@@ -214,9 +314,18 @@ static int canon_node(canon *c, const ops_node *n)
 
 /* Nodes the expansions above emit for n; keep in step with them (test_validate checks every
  * composite against ops_graph_canonicalize). */
-static int expanded_nodes(const ops_node *n)
+static int expanded_nodes(const ops_graph *g, const ops_node *n)
 {
     switch (n->op) {
+    case OPS_REDUCE_SUM:
+    case OPS_REDUCE_MEAN:
+    case OPS_REDUCE_MAX:
+    case OPS_REDUCE_MIN: {
+        int runs = axis_runs(reduce_mask(n, g->tensors[n->in[0].tensor].shape.rank));
+        return runs > 1 ? runs + !n->attrs.keepdim : 1; /* [reshape] */
+    }
+    case OPS_ATTENTION:
+        return attention_expands(g, n) ? 8 : 1; /* matmul, mul, max, sub, exp, sum, div, matmul */
     case OPS_SOFTMAX:
         return 5; /* max, sub, exp, sum, div */
     case OPS_LOG_SOFTMAX:
@@ -236,7 +345,7 @@ int ops_graph_canonical_nodes(const ops_graph *g)
 {
     int total = 0;
     for (int i = 0; i < g->n_nodes; i++)
-        total += expanded_nodes(&g->nodes[i]);
+        total += expanded_nodes(g, &g->nodes[i]);
     return total;
 }
 

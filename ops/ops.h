@@ -57,9 +57,14 @@ int ops_binding_parse(char *arg, ops_binding *b, kt_err *err);
 const char *ops_graph_first_unbound(const ops_graph *g);
 
 /* Returns in *out a validated copy of g (which need not be validated itself) in which every
- * composite (softmax, log_softmax, logsumexp, layernorm, rmsnorm) is replaced by primitives and
- * transpose by permute. Graph inputs and outputs keep their names and order. */
+ * composite (softmax, log_softmax, logsumexp, layernorm, rmsnorm) is replaced by primitives,
+ * transpose by permute, a reduction over axes that are not one run of adjacent ones by a chain
+ * of reductions over runs, and an attention whose head is wider than the fused kernels take
+ * (OPS_ATTENTION_FUSED_MAX_HEAD) by matmul, softmax, matmul. Graph inputs and outputs keep their
+ * names and order. */
 int ops_graph_canonicalize(const ops_graph *g, ops_graph **out, ops_diag *d);
+/* The widest head (D and Dv) the attention family's fused kernels hold on chip. */
+#define OPS_ATTENTION_FUSED_MAX_HEAD 256
 /* The number of nodes ops_graph_canonicalize gives g, counted without building it (O(nodes)):
  * each composite as many primitives as it expands into. g must be validated. */
 int ops_graph_canonical_nodes(const ops_graph *g);

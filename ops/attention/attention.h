@@ -113,7 +113,7 @@ enum { GRID_TILES = 0, GRID_PERSISTENT = 1 };
 /* Registers a thread may plan for; ptxas needs headroom for addresses and temporaries. */
 #define MMA_REG_BUDGET  192
 #define FFMA_REG_BUDGET 168
-#define MAX_HEAD_DIM    256
+#define MAX_HEAD_DIM    OPS_ATTENTION_FUSED_MAX_HEAD
 
 extern const ops_knob attn_knobs[N_KNOBS];
 extern const char *const attn_math_labels[];

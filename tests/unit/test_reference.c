@@ -1033,6 +1033,51 @@ static void test_composites_match_canonical(void **state)
         "{\"out\":\"R\",\"op\":\"rmsnorm\",\"in\":[\"X\",\"W\"]},"
         "{\"out\":\"T\",\"op\":\"transpose\",\"in\":[\"X\"],\"perm\":[2,0,1]}],"
         "\"outputs\":[\"Y\",\"R\",\"T\"]}");
+    /* reductions over several runs of axes (batch norm's [0, 2, 3]) become one per run */
+    check_composite_vs_canonical(
+        "{\"name\":\"runs\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":[3,4,2,5]}},"
+        "\"nodes\":[{\"out\":\"M\",\"op\":\"mean\",\"in\":[\"X\"],\"axes\":[0,-1,2],"
+        "\"keepdim\":true},"
+        "{\"out\":\"S\",\"op\":\"sum\",\"in\":[\"X\"],\"axes\":[0,2]},"
+        "{\"out\":\"A\",\"op\":\"max\",\"in\":[\"X\"],\"axes\":[1,3]},"
+        "{\"out\":\"I\",\"op\":\"min\",\"in\":[\"X\"],\"axes\":[0,1,3],\"keepdim\":true}],"
+        "\"outputs\":[\"M\",\"S\",\"A\",\"I\"]}");
+    /* attention with heads wider than the fused kernels take: matmul, softmax, matmul */
+    check_composite_vs_canonical(
+        "{\"name\":\"wide\",\"inputs\":{\"Q\":{\"dtype\":\"f32\",\"shape\":[2,3,300]},"
+        "\"K\":{\"dtype\":\"f32\",\"shape\":[2,5,300]},"
+        "\"V\":{\"dtype\":\"f32\",\"shape\":[2,5,4]}},"
+        "\"nodes\":[{\"out\":\"O\",\"op\":\"attention\",\"in\":[\"Q\",\"K\",\"V\"]},"
+        "{\"out\":\"P\",\"op\":\"attention\",\"in\":[\"Q\",\"K\",\"V\"],\"scale\":0.01}],"
+        "\"outputs\":[\"O\",\"P\"]}");
+}
+
+/* The expansions are counted as they are built, and only where they apply. */
+static void test_canonical_node_counts(void **state)
+{
+    (void)state;
+    const char *json =
+        "{\"name\":\"n\",\"inputs\":{\"X\":{\"dtype\":\"f32\",\"shape\":[3,4,2,5]},"
+        "\"Q\":{\"dtype\":\"f32\",\"shape\":[2,3,300]},\"C\":{\"dtype\":\"f32\",\"shape\":[2,3,64]}"
+        "},"
+        "\"nodes\":[{\"out\":\"M\",\"op\":\"mean\",\"in\":[\"X\"],\"axes\":[0,2,3],\"keepdim\":"
+        "true},"
+        "{\"out\":\"S\",\"op\":\"sum\",\"in\":[\"X\"],\"axes\":[0,2]},"
+        "{\"out\":\"R\",\"op\":\"sum\",\"in\":[\"X\"],\"axes\":[1,2]},"
+        "{\"out\":\"O\",\"op\":\"attention\",\"in\":[\"Q\",\"Q\",\"Q\"]},"
+        "{\"out\":\"K\",\"op\":\"attention\",\"in\":[\"Q\",\"Q\",\"Q\"],\"causal\":true},"
+        "{\"out\":\"F\",\"op\":\"attention\",\"in\":[\"C\",\"C\",\"C\"]}],"
+        "\"outputs\":[\"M\",\"S\",\"R\",\"O\",\"K\",\"F\"]}";
+    ops_graph *g = parse_bound(json, NULL, 0), *c = NULL;
+    ops_diag d = {0};
+    if (ops_graph_canonicalize(g, &c, &d) != 0)
+        fail_msg("canonicalize: %s", d.msg);
+    /* mean: 2 runs; sum [0, 2]: 2 runs and a reshape; sum [1, 2]: 1; attention: 8; causal and
+     * narrow attention: 1 each (a causal mask has no op in the expansion) */
+    assert_int_equal(ops_graph_canonical_nodes(g), 2 + 3 + 1 + 8 + 1 + 1);
+    assert_int_equal(c->n_nodes, ops_graph_canonical_nodes(g));
+    ops_graph_free(c);
+    ops_graph_free(g);
 }
 
 /* ---- cost ---- */
@@ -1162,6 +1207,7 @@ int main(void)
         cmocka_unit_test(test_graph_order_and_outputs),
         cmocka_unit_test(test_rejects_unvalidated_and_unbound),
         cmocka_unit_test(test_composites_match_canonical),
+        cmocka_unit_test(test_canonical_node_counts),
         cmocka_unit_test(test_cost_gemm_bias_relu),
         cmocka_unit_test(test_cost_softmax),
         cmocka_unit_test(test_cost_conv_attention),

@@ -875,17 +875,24 @@ static void test_canonicalize_layout_and_reductions(void **state)
                                  "{'out': 'y', 'op': 'relu', 'in': ['s']}",
                                  "'y'"));
     ops_graph *c = canon_ok(g);
-    assert_int_equal(c->n_nodes, 4);
+    /* the sum over axes [0, 2] of two runs: [2], then [0], keeping dims, then a reshape */
+    assert_int_equal(c->n_nodes, 6);
     assert_int_equal(count_op(c, OPS_PERMUTE), 2);
+    assert_int_equal(count_op(c, OPS_REDUCE_SUM), 2);
     const ops_node *t = &c->nodes[tensor(c, "t")->producer];
     assert_int_equal(t->attrs.n_perm, 3);
     assert_int_equal(t->attrs.perm[0], 0);
     assert_int_equal(t->attrs.perm[1], 2);
     assert_int_equal(t->attrs.perm[2], 1);
-    const ops_node *s = &c->nodes[tensor(c, "s")->producer];
-    assert_int_equal(s->attrs.n_axes, 2);
-    assert_int_equal(s->attrs.axes[0], 0);
-    assert_int_equal(s->attrs.axes[1], 2);
+    const ops_node *inner = &c->nodes[tensor(c, "s.part")->producer];
+    assert_int_equal(inner->attrs.n_axes, 1);
+    assert_int_equal(inner->attrs.axes[0], 2);
+    assert_true(inner->attrs.keepdim);
+    const ops_node *outer = &c->nodes[tensor(c, "s.keep")->producer];
+    assert_int_equal(outer->attrs.n_axes, 1);
+    assert_int_equal(outer->attrs.axes[0], 0);
+    assert_shape(c, "s.keep", "[1, B, 1]");
+    assert_int_equal(c->nodes[tensor(c, "s")->producer].op, OPS_RESHAPE);
     assert_shape(c, "y", "[B]");
     /* canonical forms are fixed points */
     ops_graph *cc = canon_ok(c);
