@@ -21,6 +21,25 @@ def _pair(v):
     return tuple(v) if isinstance(v, (list, tuple)) else (v, v)
 
 
+def _nd(v, nd):
+    return tuple(v) if isinstance(v, (list, tuple)) else (v,) * nd
+
+
+# prepare()'s name for a weight in the layout of the transposed convolution it came from
+TRANSPOSED = ".transposed"
+
+
+def _spread(x, idil, pad, end):
+    """x [N, C, *sizes] with idil - 1 zeros between its elements, pad zeros before and pad + end
+    after each spatial dimension: what a convolution with input_dilation reads (docs/formats.md)."""
+    nd = len(idil)
+    sizes = [(s - 1) * d + 1 + 2 * p + e for s, d, p, e in zip(x.shape[2:], idil, pad, end)]
+    y = x.new_zeros(tuple(x.shape[:2]) + tuple(sizes))
+    y[(slice(None), slice(None)) + tuple(slice(p, p + (s - 1) * d + 1, d)
+                                         for s, d, p in zip(x.shape[2:], idil, pad))] = x
+    return y
+
+
 class TorchGraph:
     def __init__(self, graph, shapes):
         self.graph = graph
@@ -57,6 +76,45 @@ class TorchGraph:
             xs[name] = t.to(DTYPES[spec["dtype"]])
         return xs
 
+    def _transposable(self, n):
+        """For a conv node with input_dilation: (nd, the PyTorch transposed convolution's stride,
+        padding, output_padding) when it is one (what ktune.capture lowers them to: stride 1,
+        padding d (k - 1) - p >= 0, output_padding below the stride or the dilation), else
+        None."""
+        if n["op"] not in ("conv2d", "conv3d") or n.get("layout", "NCHW") != "NCHW":
+            return None
+        nd = 3 if n["op"] == "conv3d" else 2
+        idil = _nd(n.get("input_dilation", 1), nd)
+        w = n["in"][1]
+        spec = self.graph["inputs"].get(w) if isinstance(w, str) else None
+        if all(i == 1 for i in idil) or not spec or not spec.get("const"):
+            return None
+        k = [self.dim(d) for d in spec["shape"][2:]]
+        stride, pad = _nd(n.get("stride", 1), nd), _nd(n.get("padding", 0), nd)
+        dil, end = _nd(n.get("dilation", 1), nd), _nd(n.get("end_padding", 0), nd)
+        tpad = tuple(d * (kk - 1) - p for d, kk, p in zip(dil, k, pad))
+        if any(s != 1 for s in stride) or any(p < 0 for p in tpad) or \
+                any(e >= max(i, d) for e, i, d in zip(end, idil, dil)):
+            return None
+        return nd, idil, tpad, end
+
+    def prepare(self, inputs):
+        """inputs plus, for each convolution that is a PyTorch transposed convolution lowered
+        (_transposable), its weight back in PyTorch's layout [Cin, Cout/g, *k] unflipped, under
+        the weight's name + TRANSPOSED: load-time work, as ktune's prepacking of const inputs,
+        so PyTorch runs its own conv_transpose op on its own layout."""
+        out = dict(inputs)
+        for n in self.graph["nodes"]:
+            t = self._transposable(n)
+            if t is None:
+                continue
+            nd, w, g = t[0], inputs[n["in"][1]], n.get("groups", 1)
+            cout, cin_g, k = w.shape[0], w.shape[1], tuple(w.shape[2:])
+            wt = (w.flip(dims=list(range(2, 2 + nd))).reshape(g, cout // g, cin_g, *k)
+                  .transpose(1, 2).reshape(g * cin_g, cout // g, *k).contiguous())
+            out[n["in"][1] + TRANSPOSED] = wt
+        return out
+
     def run(self, inputs, dtype=torch.float64):
         """Evaluates every node; returns the graph outputs by name. With dtype set, inputs are
         cast to it first (a reference); with None, ops run in the inputs' own dtypes (PyTorch
@@ -69,14 +127,14 @@ class TorchGraph:
                 ins = node["in"]
                 if all(not isinstance(i, str) or i in env for i in ins):
                     args = [env[i] if isinstance(i, str) else i for i in ins]
-                    env[node["out"]] = self._op(node, args, dtype)
+                    env[node["out"]] = self._op(node, args, dtype, env)
                     pending.remove(node)
                     progressed = True
             if not progressed:
                 raise ValueError(f"{self.name}: nodes with undefined operands: {pending}")
         return {name: env[name] for name in self.graph["outputs"]}
 
-    def _op(self, n, a, dtype):
+    def _op(self, n, a, dtype, env):
         op = n["op"]
         x = a[0]
         unary = {
@@ -152,17 +210,29 @@ class TorchGraph:
             if n.get("transpose_b"):
                 r = r.transpose(-1, -2)
             return torch.matmul(l, r)
-        if op == "conv2d":
+        if op in ("conv2d", "conv3d"):
+            nd = 3 if op == "conv3d" else 2
+            F = torch.nn.functional
             w = a[1]
             b = a[2] if len(a) > 2 else None
+            groups, dil = n.get("groups", 1), _nd(n.get("dilation", 1), nd)
+            t = self._transposable(n)
+            wt = env.get(n["in"][1] + TRANSPOSED) if t else None
+            if wt is not None:  # a PyTorch transposed convolution, lowered: run it as one
+                _, idil, tpad, end = t
+                conv_t = F.conv_transpose3d if nd == 3 else F.conv_transpose2d
+                return conv_t(x, wt, b, idil, tpad, end, groups, dil)
             nhwc = n.get("layout", "NCHW") == "NHWC"
-            if nhwc:
-                x = x.permute(0, 3, 1, 2)
-                w = w.permute(0, 3, 1, 2)
-            y = torch.nn.functional.conv2d(x, w, b, _pair(n.get("stride", 1)),
-                                           _pair(n.get("padding", 0)),
-                                           _pair(n.get("dilation", 1)), n.get("groups", 1))
-            return y.permute(0, 2, 3, 1).contiguous() if nhwc else y
+            if nhwc:  # channels last to first, and back at the end
+                x = x.permute(0, nd + 1, *range(1, nd + 1))
+                w = w.permute(0, nd + 1, *range(1, nd + 1))
+            pad = _nd(n.get("padding", 0), nd)
+            idil, end = _nd(n.get("input_dilation", 1), nd), _nd(n.get("end_padding", 0), nd)
+            if any(i != 1 for i in idil) or any(end):
+                x, pad = _spread(x, idil, pad, end), (0,) * nd
+            conv = F.conv3d if nd == 3 else F.conv2d
+            y = conv(x, w, b, _nd(n.get("stride", 1), nd), pad, dil, groups)
+            return y.permute(0, *range(2, nd + 2), 1).contiguous() if nhwc else y
         if op == "attention":
             q, k, v = a
             scale = n.get("scale")

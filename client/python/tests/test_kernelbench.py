@@ -122,6 +122,21 @@ def get_inputs():
 def get_init_inputs():
     return []
 ''',
+    "level1/97_Wide_causal_attention.py": '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+def get_inputs():
+    return [torch.randn(2, 4, 64, 512) for _ in range(3)]
+
+def get_init_inputs():
+    return []
+''',
     "level2/README.md": "not a problem file: ignored\n",
 }
 
@@ -151,7 +166,8 @@ def test_dry_run_lists_every_problem(checkout, tmp_path):
     assert doc["kernelbench_commit"] is None  # not a git checkout
     got = {(p["level"], p["number"]): p for p in doc["problems"]}
     assert [(p["level"], p["number"]) for p in doc["problems"]] == [(1, 1), (1, 5), (1, 7),
-                                                                   (1, 12), (1, 13), (2, 3)]
+                                                                   (1, 12), (1, 13), (1, 97),
+                                                                   (2, 3)]
     for key in [(1, 1), (1, 5), (1, 7), (2, 3)]:
         p = got[key]
         assert p["status"] == "captured" and p["reason"] is None, p
@@ -159,6 +175,11 @@ def test_dry_run_lists_every_problem(checkout, tmp_path):
         assert g.inputs and g.outputs
     assert got[(1, 12)]["status"] == "capture_failed"
     assert "cumsum" in got[(1, 12)]["reason"]
+    # captured, but no kernel family takes a causal attention with heads of 512: checked
+    # (bench/check_cases.py), listed with why and left out of the cases
+    assert got[(1, 97)]["status"] == "check_failed"
+    assert "keeps no candidate" in got[(1, 97)]["reason"] or \
+        "no kernel family" in got[(1, 97)]["reason"], got[(1, 97)]["reason"]
     assert got[(1, 13)]["status"] == "load_failed"
     assert "RuntimeError: this problem's init inputs fail" == got[(1, 13)]["reason"]
     # the 8192^2 matmul was captured at its shape, never allocated
@@ -185,8 +206,8 @@ def test_dry_run_lists_every_problem(checkout, tmp_path):
                           str(out / "graphs" / "cases.jsonl")], capture_output=True, text=True,
                          timeout=300)
     assert dry.returncode == 0 and "bench/run: 4 cases" in dry.stderr, dry.stderr
-    assert "level 1: 3 of 5 problems captured" in r.stdout
-    assert "level 2: 1 of 1 problems captured" in r.stdout
+    assert "level 1: 3 of 6 problems captured and checked" in r.stdout
+    assert "level 2: 1 of 1 problems captured and checked" in r.stdout
 
 
 def test_only_and_levels(checkout, tmp_path):
@@ -198,7 +219,8 @@ def test_only_and_levels(checkout, tmp_path):
     assert [p["name"] for p in doc["problems"]] == ["3_Gemm_ReLU_Scale"]
     r = run("--kernelbench", str(checkout), "--out", str(out), "--dry-run", "--only",
             "7_Softmax_rows")
-    assert r.returncode == 0 and "level 1: 1 of 1 problems captured" in r.stdout, r.stderr
+    assert r.returncode == 0 and "level 1: 1 of 1 problems captured and checked" in r.stdout, \
+        r.stderr
 
 
 def test_run_hands_the_cases_to_bench_run(checkout, tmp_path):
