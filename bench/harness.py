@@ -434,6 +434,9 @@ def run_case(c, args, torch, ktune, tg_cls, rt, timer, jobs, copy=None):
         rec["ktune"] = {"error": exc_text(e)}
         traceback.print_exc()
     for p in PEERS:
+        if p not in args.peers:
+            rec[p] = {"error": "not run (--peers)", "not_run": True}
+            continue
         try:
             rec[p] = case.run_peer(p)
         except Exception as e:  # torch.compile failures among them: recorded, the case goes on
@@ -530,9 +533,18 @@ def main():
     ap.add_argument("--rep-seconds", type=float, default=2.0)
     ap.add_argument("--warmup-ms", type=float, default=25.0)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--peers", default=",".join(PEERS),
+                    help="the PyTorch peers timed, comma-separated (default: all of "
+                         f"{', '.join(PEERS)}; max-autotune compiles for minutes a graph)")
     ap.add_argument("--command", help="the command line that produced the run (recorded)")
     ap.add_argument("--commit", help="the ktune commit (recorded)")
     args = ap.parse_args()
+    args.peers = [p for p in args.peers.split(",") if p]
+    bad = [p for p in args.peers if p not in PEERS]
+    if bad or not args.peers:
+        print(f"harness: --peers '{','.join(bad) or args.peers}': expected some of "
+              f"{', '.join(PEERS)}", file=sys.stderr)
+        return 2
     only = set(filter(None, (args.only or "").split(","))) or None
     groups = set(filter(None, (args.group or "").split(","))) or None
     try:
@@ -613,7 +625,8 @@ def main():
                     "median, against the copy bandwidth: a device-to-device copy of 1 GiB timed "
                     "like the contenders once per run, its bytes read + written / median",
             "reps": args.reps, "rep_seconds": args.rep_seconds, "warmup_ms": args.warmup_ms,
-            "scrub_bytes": SCRUB_BYTES, "scrub": SCRUB_KIND, "spin_cycles": timer.spin_cycles, "seed": args.seed},
+            "scrub_bytes": SCRUB_BYTES, "scrub": SCRUB_KIND, "spin_cycles": timer.spin_cycles, "seed": args.seed,
+            "peers": args.peers},
         "copy_bandwidth": copy,
         "batch": {"file_cases": os.path.relpath(args.cases), "wall_s": args.batch_wall_s,
                   "budget_total_s": args.budget_total, "cache": args.cache,
