@@ -147,6 +147,19 @@ static const gpu_case cases[] = {
     {"tests/gpu/amax_log.json", "M=37,N=3000", OPS_PREC_EXACT, NULL},
     {"tests/gpu/softmax_log.json", "M=333,N=4", OPS_PREC_EXACT, NULL},
     {"tests/gpu/softmax_log.json", "M=37,N=3000", OPS_PREC_EXACT, NULL},
+    /* the conv family's general gather: conv3d (the output depth folded into the GEMM rows,
+     * ragged, groups, a [K, 1, 1, 1] epilogue operand) on FFMA, tf32x3 and 16-bit mma (NDHWC),
+     * and input dilation (transposed convolutions lowered: zeros between input elements,
+     * end padding) in bf16 and 3-d */
+    {"tests/gpu/conv3d_ragged.json", "N=2", OPS_PREC_EXACT, "math=ffma"},
+    {"tests/gpu/conv3d_ragged.json", "N=2", OPS_PREC_EXACT, "math=tf32x3"},
+    {"tests/gpu/conv3d_ndhwc_f16.json", "N=2", OPS_PREC_EXACT, "math=mma"},
+    {"tests/gpu/conv_transposed.json", "N=3", OPS_PREC_EXACT, NULL},
+    {"tests/gpu/conv3d_transposed.json", "N=2", OPS_PREC_EXACT, NULL},
+    /* canonicalisation's splits: batch norm's mean over [0, 2, 3] as two reductions, and an
+     * attention with heads of 300 (past the fused kernels) as matmul, softmax, matmul */
+    {"tests/gpu/batchnorm_train.json", "N=5", OPS_PREC_EXACT, NULL},
+    {"tests/gpu/attention_wide.json", "B=2,S=77,T=133", OPS_PREC_EXACT, NULL},
 };
 
 /* The 16-bit GEMM on TMA and wgmma, cooperative and ping-pong: ragged M, N, K (not multiples of
