@@ -476,12 +476,29 @@ def _h_identity(b, a):
     return x
 
 
-def _h_expand(b, a):
-    x = b.tensor(a["self"])
-    if b.val_shape() != x.shape:
-        b.unsupported("an expand that changes the shape; let the operation that uses it "
-                      "broadcast instead")
+def _expand(b, x, shape, why="an expand that changes the shape; let the operation that uses "
+                              "it broadcast instead"):
+    """x expanded to shape: x itself where the shape stays (ktune has no op that copies a
+    tensor along new or size-1 axes); why refuses any other."""
+    x = b.tensor(x)
+    if tuple(shape) != x.shape:
+        b.unsupported(why)
     return x
+
+
+def _h_expand(b, a):
+    return _expand(b, a["self"], b.val_shape())
+
+
+def _h_broadcast_tensors(b, a):
+    """Each operand expanded to the common shape (_expand: operands of that shape already, as a
+    loss's input and target are)."""
+    xs = [b.tensor(x) for x in a["tensors"]]
+    shapes = ", ".join(str(list(x.shape)) for x in xs)
+    return tuple(_expand(b, x, tuple(b.dim(d) for d in v.shape),
+                         f"broadcast_tensors of shapes {shapes}; ktune has no op that copies a "
+                         f"tensor along new or size-1 axes")
+                 for x, v in zip(xs, b.node.meta.get("val") or ()))
 
 
 def _h_reshape(b, a):
@@ -741,7 +758,7 @@ def _h_avg_pool(nd):
         if div == window and _untiled(x, k, stride, pad, dil) is None:
             return _pool_tiles(b, "mean", x, k)
         val = b.node.meta.get("val")
-        torch_dtype = getattr(torch, next(t for t, d in _DTYPES.items() if d == x.dtype))
+        torch_dtype = _torch_dtype(x.dtype)
         # [C, 1, *K]; a 1-d pooling's as [C, 1, 1, K], the 2-d convolution it becomes
         w = b.constant("avg_pool_weight", torch.full((x.shape[1], 1) + (1,) * (nd == 1) +
                                                      tuple(k), 1.0 / div, dtype=torch_dtype,
@@ -983,19 +1000,213 @@ def _h_elu(b, a):
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 
-def _h_vector_norm(b, a):
-    """linalg.vector_norm for ord 1, 2 and inf: sum |x|, sqrt(sum x^2), max |x| over dim."""
-    if a.get("dtype") is not None:
-        b.unsupported("vector_norm with dtype=")
-    order, x = a.get("ord", 2), b.tensor(a["self"])
-    dims, keep = _dims(a), a.get("keepdim", False)
+def _vector_norm(b, x, order, dims, keep, what):
+    """The norm of ord 1, 2 or inf of x over dims: sum |x|, sqrt(sum x^2), max |x|; what (the
+    op and its knob) names another ord in the refusal."""
+    x = b.tensor(x)
     if order == 2:
         return b.unary("sqrt", b.reduce("sum", b.unary("square", x), dims, keep))
     if order == 1:
         return b.reduce("sum", b.unary("abs", x), dims, keep)
     if order == float("inf"):
         return b.reduce("max", b.unary("abs", x), dims, keep)
-    b.unsupported(f"vector_norm of ord {order}")
+    shown = f"{order:g}" if isinstance(order, (int, float)) else repr(order)
+    b.unsupported(f"{what}{shown}; ktune takes 1, 2 and inf")
+
+
+def _h_vector_norm(b, a):
+    """linalg.vector_norm for ord 1, 2 and inf: sum |x|, sqrt(sum x^2), max |x| over dim."""
+    if a.get("dtype") is not None:
+        b.unsupported("vector_norm with dtype=")
+    return _vector_norm(b, a["self"], a.get("ord", 2), _dims(a), a.get("keepdim", False),
+                        "vector_norm of ord ")
+
+
+# ---- losses: their definitions from pointwise ops and a reduction ----
+
+def _loss_reduction(b, loss, reduction):
+    """aten's reduction enum: 0 none, 1 mean, 2 sum (over every element)."""
+    if reduction == 0:
+        return loss
+    if reduction in (1, 2):
+        return b.reduce("mean" if reduction == 1 else "sum", loss, [], False)
+    b.unsupported(f"reduction {reduction!r}")
+
+
+def _h_smooth_l1(huber):
+    """smooth_l1_loss (beta) and huber_loss (delta) of d = x - y, without a select: with
+    a = |d| and m = min(a, beta), smooth L1 is m^2 / (2 beta) + (a - m) (a^2 / (2 beta) below
+    beta, a - beta / 2 above) and Huber m^2 / 2 + delta (a - m), which is delta times it. Smooth
+    L1 with beta 0 is |d|."""
+    def h(b, a):
+        knob = "delta" if huber else "beta"
+        beta = _scalar(b, a.get(knob, 1.0), knob)
+        if beta < 0:  # torch checks huber_loss's delta itself
+            b.unsupported(f"a negative {knob} ({beta:g})")
+        x, y = a["self"], a["target"]
+        ad = b.unary("abs", b.binary("sub", x, y))
+        if beta == 0:
+            return _loss_reduction(b, ad, a.get("reduction", 1))
+        m = b.binary("min", ad, beta, ad.shape)
+        quad = b.binary("mul", b.unary("square", m), 0.5 if huber else 0.5 / beta, ad.shape)
+        lin = b.binary("sub", ad, m, ad.shape)
+        if huber and beta != 1:
+            lin = b.binary("mul", lin, beta, ad.shape)
+        return _loss_reduction(b, b.binary("add", quad, lin, ad.shape), a.get("reduction", 1))
+    return h
+
+
+def _h_l1_loss(b, a):  # |x - y|, reduced (smooth_l1_loss with beta 0 becomes this)
+    return _loss_reduction(b, b.unary("abs", b.binary("sub", a["self"], a["target"])),
+                           a.get("reduction", 1))
+
+
+# log(max(t, this)): xlogy(t, t) = 0 at t = 0, where t log t would be 0 * -inf; a t in
+# (0, this) moves by at most this / e (float32's smallest normal number)
+_TINY = 2.0 ** -126
+
+
+def _h_kl_div(b, a):
+    """kl_div(input, target) as PyTorch defines it pointwise: with log_target, exp(t) (t - x);
+    else xlogy(t, t) - t x, xlogy(t, t) as t log(max(t, 2^-126)), which is 0 at t = 0 (and
+    finite for a negative t, where PyTorch's is NaN). reduction 'batchmean' is a sum that
+    torch.export divides by the batch size itself."""
+    x, t = b.tensor(a["self"]), b.tensor(a["target"])
+    if a.get("log_target"):
+        loss = b.binary("mul", b.unary("exp", t), b.binary("sub", t, x))
+    else:
+        tlogt = b.binary("mul", t, b.unary("log", b.binary("max", t, _TINY, t.shape)))
+        loss = b.binary("sub", tlogt, b.binary("mul", t, x))
+    return _loss_reduction(b, loss, a.get("reduction", 1))
+
+
+def _pairwise_distance(b, x1, x2, p, eps, keepdim, what):
+    """The p-norm of x1 - x2 + eps over the last axis (PyTorch's pairwise_distance)."""
+    x1, x2 = b.tensor(x1), b.tensor(x2)
+    rank = max(x1.rank, x2.rank)
+    if rank == 0:
+        b.unsupported("a distance between scalars")
+    d = b.binary("add", b.binary("sub", x1, x2), _scalar(b, eps, "eps"))
+    return _vector_norm(b, d, p, [rank - 1], keepdim, what)
+
+
+def _h_pairwise_distance(b, a):
+    return _pairwise_distance(b, a["x1"], a["x2"], a.get("p", 2.0), a.get("eps", 1e-6),
+                              a.get("keepdim", False), "pairwise_distance with p=")
+
+
+def _h_triplet_margin_loss(b, a):
+    """max(d(anchor, positive) - d(anchor, negative) + margin, 0), d pairwise_distance (p 1, 2
+    or inf, eps), reduced; no swap (the distance of positive to negative would need a
+    select)."""
+    if a.get("swap"):
+        b.unsupported("swap=True; ktune has no select for the smaller of two distances")
+    p, eps = a.get("p", 2.0), a.get("eps", 1e-6)
+    what = "triplet_margin_loss with p="
+    dp = _pairwise_distance(b, a["anchor"], a["positive"], p, eps, False, what)
+    dn = _pairwise_distance(b, a["anchor"], a["negative"], p, eps, False, what)
+    gap = b.binary("add", b.binary("sub", dp, dn), _scalar(b, a.get("margin", 1.0), "margin"))
+    return _loss_reduction(b, b.unary("clamp", gap, min=0.0), a.get("reduction", 1))
+
+
+# ---- triangles and einsum ----
+
+def _torch_dtype(dt):
+    import torch
+    return getattr(torch, next(t for t, d in _DTYPES.items() if d == dt))
+
+
+def _h_triangle(op):
+    """triu / tril (diagonal k): x times a 0/1 mask of x's last two sizes, torch.triu/tril of
+    ones made at capture time (a const input; broadcast over the leading axes). An inf or NaN
+    outside the triangle becomes NaN, not 0."""
+    def h(b, a):
+        import torch
+        x = b.tensor(a["self"])
+        if x.rank < 2 or not all(isinstance(d, int) for d in x.shape[-2:]):
+            b.unsupported(f"{op} of a tensor whose last two sizes are not fixed integers (its "
+                          f"mask is a constant)")
+        k = a.get("diagonal", 0)
+        if isinstance(k, bool) or not isinstance(k, int):
+            b.unsupported("a diagonal that is not a fixed integer")
+        val = b.node.meta.get("val")
+        ones = torch.ones(x.shape[-2:], dtype=_torch_dtype(x.dtype),
+                          device=getattr(val, "device", "cpu"))
+        mask = b.constant(f"{op}_mask", getattr(torch, op)(ones, k))
+        return b.binary("mul", x, mask, x.shape)
+    return h
+
+
+def _h_einsum(b, a):
+    """einsum of one operand (a permute) or two (a matmul): each index is batch (both operands
+    and the output), contracted (both operands only) or free (one operand and the output). Each
+    operand is permuted to [batch, free, contracted] (the second to [batch, contracted, free]),
+    viewed as [B, M, K] / [B, K, N] ([M, K] / [K, N] without batch indices; an operand already
+    laid out the other way round becomes a transpose flag), one matmul, and its result viewed as
+    [batch, free of the first, free of the second] and permuted to the output's order (the
+    operands swapped where that saves the permute)."""
+    eq = a["equation"].replace(" ", "")
+    xs = list(a["tensors"])
+    if "." in eq:
+        b.unsupported(f"einsum '{eq}' with an ellipsis")
+    if len(xs) > 2:
+        b.unsupported(f"einsum of {len(xs)} operands; ktune takes one or two (a matmul)")
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if not arrow:  # implicit output: the indices used once, in alphabetical order
+        out = "".join(sorted(c for c in set(lhs) if c != "," and lhs.count(c) == 1))
+    xs = [b.tensor(x) for x in xs]
+    if len(terms) != len(xs) or any(len(t) != x.rank for t, x in zip(terms, xs)):
+        b.unsupported(f"einsum '{eq}' does not match its operands' ranks")
+    size = {}
+    for i, (t, x) in enumerate(zip(terms, xs)):
+        rep = next((c for c in t if t.count(c) > 1), None)
+        if rep is not None:
+            b.unsupported(f"einsum '{eq}' repeats index {rep} in operand {i} (a trace or "
+                          f"diagonal)")
+        if not all(isinstance(d, int) for d in x.shape):
+            b.unsupported(f"einsum '{eq}' of an operand whose sizes are not fixed integers")
+        for c, d in zip(t, x.shape):
+            if size.setdefault(c, d) != d:
+                b.unsupported(f"einsum '{eq}' with index {c} of sizes {size[c]} and {d} "
+                              f"(broadcast)")
+        alone = next((c for c in t if c not in out and
+                      not any(c in u for j, u in enumerate(terms) if j != i)), None)
+        if alone is not None:
+            b.unsupported(f"einsum '{eq}' sums index {alone} over operand {i} alone")
+    if len(set(out)) != len(out) or any(c not in size for c in out):
+        b.unsupported(f"einsum '{eq}' has an output index twice or in no operand")
+    if len(xs) == 1:
+        return b.permute(xs[0], [terms[0].index(c) for c in out])
+
+    def prod(idx):
+        n = 1
+        for c in idx:
+            n *= size[c]
+        return n
+    (x, tx), (y, ty) = zip(xs, terms)
+    batch = [c for c in out if c in tx and c in ty]
+    fx, fy = [c for c in tx if c not in ty], [c for c in ty if c not in tx]
+    rest = [c for c in out if c not in batch]
+    if rest != fx + fy and rest == fy + fx:  # out = y^T x^T: swap the operands
+        (x, tx, fx), (y, ty, fy) = (y, ty, fy), (x, tx, fx)
+    con = [c for c in tx if c in ty and c not in out]
+    lead = [prod(batch)] if batch else []
+
+    def side(v, t, rows, cols):  # v as [B, rows, cols], its last two swapped where t says so
+        flipped = batch + cols + rows
+        if list(t) == flipped and flipped != batch + rows + cols:
+            v = b.reshape(b.permute(v, [t.index(c) for c in flipped]),
+                          lead + [prod(cols), prod(rows)])
+            return b.permute(v, list(range(len(lead))) + [len(lead) + 1, len(lead)])
+        order = batch + rows + cols
+        return b.reshape(b.permute(v, [t.index(c) for c in order]),
+                         lead + [prod(rows), prod(cols)])
+    mm = b.matmul(side(x, tx, fx, con), side(y, ty, con, fy),
+                  tuple(lead + [prod(fx), prod(fy)]))
+    have = batch + fx + fy
+    mm = b.reshape(mm, [size[c] for c in have])
+    return b.permute(mm, [have.index(c) for c in out])
 
 
 def _is_state_update(b, node, env):
@@ -1061,6 +1272,10 @@ _OPS = {
     "max": _h_min_max("max"), "min": _h_min_max("min"), "multiply": _h_binary("mul"),
     "elu": _h_elu, "selu": lambda b, a: _elu(b, a["self"], _SELU_ALPHA, _SELU_SCALE, 1.0),
     "linalg_vector_norm": _h_vector_norm,
+    "broadcast_tensors": _h_broadcast_tensors, "smooth_l1_loss": _h_smooth_l1(False),
+    "huber_loss": _h_smooth_l1(True), "l1_loss": _h_l1_loss, "kl_div": _h_kl_div,
+    "pairwise_distance": _h_pairwise_distance, "triplet_margin_loss": _h_triplet_margin_loss,
+    "triu": _h_triangle("triu"), "tril": _h_triangle("tril"), "einsum": _h_einsum,
 }
 _OPS.update({k: _h_unary(v) for k, v in _UNARY.items()})
 _OPS.update({k: _h_identity for k in _IDENTITY})

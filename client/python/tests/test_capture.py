@@ -9,6 +9,7 @@ import json
 import math
 import os
 import sys
+import warnings
 
 import pytest
 
@@ -445,6 +446,129 @@ def test_batch_norm_training_mode():
 def test_var_std_logsumexp():
     check(lambda x: (x.var(-1), x.std(), x.var(0, correction=0, keepdim=True),
                      torch.logsumexp(x, -1)), randn(5, 8))
+
+
+# ---- KernelBench's losses, triangles and einsum (bench/kernelbench: level 1, 11-15, 96-99) ----
+
+def test_smooth_l1_and_huber_loss():
+    # torch.export keeps the loss composite after a broadcast_tensors of input and target:
+    # both are the same shape, so it passes them through; the loss is its definition without a
+    # select (min(|d|, beta) splits the quadratic and the linear part). |d| of randn straddles
+    # beta both sides; smooth_l1 with beta 0 is exported as l1_loss
+    x, y = randn(6, 9), randn(6, 9)
+    g = check(lambda p, t: (F.smooth_l1_loss(p, t), F.smooth_l1_loss(p, t, beta=0.5,
+                                                                      reduction="sum"),
+                            F.huber_loss(p, t, delta=0.3, reduction="none"), F.huber_loss(p, t),
+                            F.smooth_l1_loss(p, t, beta=0.0), F.l1_loss(p, t, reduction="sum")),
+              x, y)
+    assert "broadcast_tensors" not in str(g.document) and {"min", "abs", "mean", "sum"} <= \
+        set(ops_of(g))
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.broadcast_tensors "
+                                                 r"\(broadcast_tensors of shapes \[4, 8\], \[8\]; "
+                                                 r"ktune has no op that copies"), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PyTorch's: a target of another size than the input
+        ktune.capture(lambda p, t: F.smooth_l1_loss(p, t), randn(4, 8), randn(8))
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.smooth_l1_loss \(a "
+                                                 r"negative beta \(-1\)\)"):
+        ktune.capture(lambda p, t: F.smooth_l1_loss(p, t, beta=-1.0), x, y)
+
+
+def test_kl_div_batchmean_and_log_target():
+    # KernelBench's kl_div(log(p), q, reduction="batchmean"): a sum torch.export divides by the
+    # batch; xlogy(t, t) is t log(max(t, 2^-126)): 0 where the target is 0, as PyTorch's
+    p, q = randn(4, 10).softmax(-1), randn(4, 10).softmax(-1)
+    q0 = q.clone()
+    q0[1, 3] = 0.0
+    g = check(lambda p, q, q0: (F.kl_div(torch.log(p), q0, reduction="batchmean"),
+                                F.kl_div(torch.log(p), q0, reduction="none"),
+                                F.kl_div(torch.log(p), q.log(), reduction="sum",
+                                         log_target=True)),
+              p, q, q0)
+    assert {"log", "max", "exp", "sum", "div"} <= set(ops_of(g))
+
+
+def test_triplet_margin_loss_and_pairwise_distance():
+    # pairwise_distance is the p-norm of a - b + eps over the last axis; the loss
+    # max(d(a, p) - d(a, n) + margin, 0), reduced
+    a, p, n = randn(6, 16), randn(6, 16), randn(6, 16)
+    check(nn.TripletMarginLoss(margin=1.0), a, p, n)
+    check(lambda a, p, n: (F.triplet_margin_loss(a, p, n, margin=0.5, p=1, eps=1e-3,
+                                                 reduction="none"),
+                           F.triplet_margin_loss(a, p, n, margin=2.0, reduction="sum"),
+                           F.triplet_margin_loss(a, p, n, p=float("inf")),
+                           F.pairwise_distance(a, p), F.pairwise_distance(a, n, keepdim=True)),
+          a, p, n)
+    check(lambda a, p, n: F.triplet_margin_loss(a, p, n), randn(16), randn(16), randn(16))
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.triplet_margin_loss "
+                                                 r"\(triplet_margin_loss with p=3; ktune takes 1, "
+                                                 r"2 and inf\)"):
+        ktune.capture(lambda a, p, n: F.triplet_margin_loss(a, p, n, p=3), a, p, n)
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.triplet_margin_loss "
+                                                 r"\(swap=True; ktune has no select"):
+        ktune.capture(lambda a, p, n: F.triplet_margin_loss(a, p, n, swap=True), a, p, n)
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.pairwise_distance "
+                                                 r"\(pairwise_distance with p=0.5; "):
+        ktune.capture(lambda a, p: F.pairwise_distance(a, p, p=0.5), a, p)
+
+
+def test_triu_tril_as_a_constant_mask():
+    # x times torch.triu/tril(ones) of x's last two sizes, a const input capture makes
+    # (graph.params holds it), broadcast over the leading axes; KernelBench's triu(A @ B)
+    g = check(lambda x: (torch.triu(x), torch.tril(x, -1), torch.triu(x, 2)), randn(2, 5, 7))
+    masks = [k for k in g.document["inputs"] if "_mask" in k]
+    assert masks == ["triu_mask", "tril_mask", "triu_mask_1"]
+    assert g.document["inputs"]["triu_mask"] == {"dtype": "f32", "shape": [5, 7], "const": True}
+    assert torch.equal(g.params["tril_mask"], torch.tril(torch.ones(5, 7), -1))
+    assert ops_of(g) == ["mul"] * 3
+    g = check(lambda a, b: torch.tril(a @ b), randn(6, 6), randn(6, 6))
+    assert ops_of(g) == ["matmul", "mul"]
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.triu \(triu of a tensor "
+                                                 r"whose last two sizes are not fixed integers"):
+        ktune.capture(lambda x: torch.triu(x), randn(4, 6),
+                      dynamic_shapes=({1: torch.export.Dim("C")},))
+
+
+@pytest.mark.parametrize("eq,sa,sb,flags", [
+    ("ij,jk->ik", (3, 4), (4, 5), (False, False)),
+    ("bij,bjk->bik", (2, 3, 4), (2, 4, 5), (False, False)),
+    ("bijl,lk->bijk", (2, 3, 4, 5), (5, 6), (False, False)),  # KernelBench's 11
+    ("ik,jk->ij", (3, 4), (5, 4), (False, True)),
+    ("bhqd,bhkd->bhqk", (2, 3, 4, 5), (2, 3, 6, 5), (False, True)),
+    ("abc,cd->abd", (2, 3, 4), (4, 5), (False, False)),
+    ("ij,jk->ki", (3, 4), (4, 5), (True, True)),  # (a b)^T = b^T a^T: the operands swapped
+    ("kibj,kjc->bic", (3, 4, 2, 5), (3, 5, 6), (False, False)),  # permutes either side
+    ("i,j->ij", (4,), (5,), (False, False)),  # an outer product: K = 1
+    ("ij,ij->i", (4, 5), (4, 5), (False, False)),  # a batch of dot products
+    ("ij,jk", (3, 4), (4, 5), (False, False)),  # implicit output: ik
+])
+def test_einsum_as_one_matmul(eq, sa, sb, flags):
+    g = check(lambda a, b: torch.einsum(eq, a, b), randn(*sa), randn(*sb))
+    mm = [n for n in g.document["nodes"] if n["op"] == "matmul"]
+    assert len(mm) == 1 and (mm[0]["transpose_a"], mm[0]["transpose_b"]) == flags
+    assert set(ops_of(g)) <= {"matmul", "reshape", "permute"}
+
+
+def test_einsum_one_operand_and_refusals():
+    g = check(lambda x: torch.einsum("ijk->kij", x), randn(2, 3, 4))
+    assert ops_of(g) == ["permute"]
+    x, y = randn(4, 4), randn(4, 3)
+    for eq, xs, why in [
+            ("ii,ij->j", (x, y), r"einsum 'ii,ij->j' repeats index i in operand 0 \(a trace or "
+                                 r"diagonal\)"),
+            ("ij,jk->i", (x, y), r"einsum 'ij,jk->i' sums index k over operand 1 alone"),
+            ("ij->i", (x,), r"einsum 'ij->i' sums index j over operand 0 alone"),
+            ("...ij,jk->...ik", (x, y), r"einsum '...ij,jk->...ik' with an ellipsis"),
+            ("ij,jk,kl->il", (x, y, randn(3, 2)), r"einsum of 3 operands; ktune takes one or two"),
+            ("bij,bjk->bik", (randn(1, 4, 4), randn(3, 4, 2)),
+             r"einsum 'bij,bjk->bik' with index b of sizes 1 and 3 \(broadcast\)")]:
+        with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.einsum \(" + why):
+            ktune.capture(lambda *xs: torch.einsum(eq, *xs), *xs)
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.einsum \(einsum "
+                                                 r"'ij,jk->ik' of an operand whose sizes are not "
+                                                 r"fixed integers\)"):
+        ktune.capture(lambda a, b: torch.einsum("ij,jk->ik", a, b), x, y,
+                      dynamic_shapes=({0: torch.export.Dim("M")}, None))
 
 
 # ---- realistic chains ----
