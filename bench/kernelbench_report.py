@@ -27,7 +27,6 @@ standard library and matplotlib (for the figure; without it the page is still wr
 import argparse
 import importlib.machinery
 import importlib.util
-import json
 import os
 import re
 import sys
@@ -57,13 +56,7 @@ TARGET_FAST1_EAGER, TARGET_FAST1_BEST, TARGET_GEOMEAN_EAGER = 0.85, 0.60, 2.0
 
 
 def load_kernelbench(path):
-    try:
-        with open(path) as f:
-            kb = json.load(f)
-    except OSError as e:
-        raise ReportError(f"{path}: {e.strerror}") from None
-    except ValueError as e:
-        raise ReportError(f"{path}: not JSON: {e}") from None
+    kb = report.read_json(path)
     if not isinstance(kb, dict) or not isinstance(kb.get("problems"), list):
         raise ReportError(f"{path}: not a bench/kernelbench file (no 'problems' list)")
     for i, p in enumerate(kb["problems"]):
@@ -79,11 +72,7 @@ def load_kernelbench(path):
 def load_notes(path):
     if not path or not os.path.exists(path):
         return {}
-    try:
-        with open(path) as f:
-            notes = json.load(f)
-    except ValueError as e:
-        raise ReportError(f"{path}: not JSON: {e}") from None
+    notes = report.read_json(path)
     if not isinstance(notes, dict):
         raise ReportError(f"{path}: expected {{\"case\": {{\"why\", \"fix\"}}}}")
     return notes

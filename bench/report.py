@@ -40,14 +40,19 @@ class ReportError(Exception):
     pass
 
 
-def load(path):
+def read_json(path):
+    """The JSON document at path; ReportError naming the file when it cannot be read."""
     try:
         with open(path) as f:
-            r = json.load(f)
+            return json.load(f)
     except OSError as e:
         raise ReportError(f"{path}: {e.strerror}") from None
     except ValueError as e:
         raise ReportError(f"{path}: not JSON: {e}") from None
+
+
+def load(path):
+    r = read_json(path)
     if not isinstance(r, dict) or not isinstance(r.get("cases"), list):
         raise ReportError(f"{path}: not a bench/harness.py results file (no 'cases' list)")
     for i, c in enumerate(r["cases"]):
