@@ -32,7 +32,6 @@ TRANSPOSED = ".transposed"
 def _spread(x, idil, pad, end):
     """x [N, C, *sizes] with idil - 1 zeros between its elements, pad zeros before and pad + end
     after each spatial dimension: what a convolution with input_dilation reads (docs/formats.md)."""
-    nd = len(idil)
     sizes = [(s - 1) * d + 1 + 2 * p + e for s, d, p, e in zip(x.shape[2:], idil, pad, end)]
     y = x.new_zeros(tuple(x.shape[:2]) + tuple(sizes))
     y[(slice(None), slice(None)) + tuple(slice(p, p + (s - 1) * d + 1, d)
