@@ -318,6 +318,7 @@ const char *conv_ig_plan_make(const ops_group *grp, const conv_info *ci, const o
         return "smem";
     /* Registers: accumulators + fragments + gather bookkeeping + staged tile + addressing. */
     int rows = pl->cp_async ? pl->a_chunks : pl->a_rows;
+    int per_row = ci->general ? 4 : 3; /* origin offset, (depth,) height, width */
     /* Plain loads: ptxas issues every gathered load of a tile before the first shared store
      * (and, double-buffered, keeps them in flight across the multiply), holding value and
      * 64-bit address: count three registers per element. */
@@ -333,9 +334,9 @@ const char *conv_ig_plan_make(const ops_group *grp, const conv_info *ci, const o
         /* tf32 cp.async: each filter-row chunk keeps its 64-bit source and predicate live too
          * (fitted to ptxas 13.0: without this term 32x128x32 and 64x64x32 tiles spilled). */
         int b_rows = pl->tf32 && pl->cp_async ? 4 * pl->b_chunks : 0;
-        pl->regs = pl->mi * pl->ni * 4 + frags + 3 * rows + b_rows + staged + 40;
+        pl->regs = pl->mi * pl->ni * 4 + frags + per_row * rows + b_rows + staged + 40;
     } else {
-        pl->regs = pl->tm * pl->tn + pl->tm + pl->tn + 3 * rows + staged + 32;
+        pl->regs = pl->tm * pl->tn + pl->tm + pl->tn + per_row * rows + staged + 32;
     }
     int cap = dev->regs_per_sm / pl->threads;
     if (cap > dev->max_regs_per_thread)
