@@ -570,9 +570,10 @@ static bool attrs_equal(const ops_attrs *a, const ops_attrs *b)
         a->scale != b->scale || a->causal != b->causal || a->n_perm != b->n_perm ||
         !shape_equal(&a->shape, &b->shape))
         return false;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (a->stride[i] != b->stride[i] || a->padding[i] != b->padding[i] ||
-            a->dilation[i] != b->dilation[i])
+            a->dilation[i] != b->dilation[i] || a->input_dilation[i] != b->input_dilation[i] ||
+            a->end_padding[i] != b->end_padding[i])
             return false;
     for (int i = 0; i < a->n_axes; i++)
         if (a->axes[i] != b->axes[i])

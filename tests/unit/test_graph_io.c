@@ -260,6 +260,16 @@ static void test_every_op_with_attributes(void **state)
     assert_int_equal(c3s->d[2].size, 10); /* (4 * 2 + 1 + 2 + 1 - 3) / 1 + 1 */
     assert_int_equal(c3s->d[3].size, 4);  /* (5 * 1 + 1 + 2 + 0 - 2) / 2 + 1 */
     assert_int_equal(c3s->d[4].size, 19); /* (6 * 3 + 1 + 2 + 0 - 3) / 1 + 1 */
+    /* equality sees every spatial entry of the conv attributes */
+    ops_graph *other = ops_graph_clone(vg);
+    assert_non_null(other);
+    assert_true(ops_graph_equal(vg, other));
+    other->nodes[node_of(other, "c3d")].attrs.end_padding[2] = 1;
+    assert_false(ops_graph_equal(vg, other));
+    other->nodes[node_of(other, "c3d")].attrs.end_padding[2] = 0;
+    other->nodes[node_of(other, "c3d")].attrs.stride[2] = 2;
+    assert_false(ops_graph_equal(vg, other));
+    ops_graph_free(other);
     ops_graph_free(vg);
     assert_true(attrs_of(g, "at")->has_scale && attrs_of(g, "at")->scale == 0.25);
     assert_true(attrs_of(g, "at")->causal);
