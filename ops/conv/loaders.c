@@ -72,51 +72,40 @@ void conv_emit_kk_table(kt_buf *b, const conv_info *ci, int bk)
 }
 
 /* Per gathered row (output pixel): where its receptive field starts. Rows past the end get an
- * out-of-range height so each of their loads is masked. */
-/* The general gather's rows: the output depth is folded into p (p = od * OH + oh); a row
- * past GEMM_M gets the out-of-range depth. */
-static void emit_row_setup_general(kt_buf *b, const conv_info *ci, const char *count,
-                                   const char *mexpr)
-{
-    kt_buf_line(b, "/* Gathered rows (output pixels): receptive-field origin in the input with "
-                   "its zeros");
-    kt_buf_line(b, " * between elements; rows past GEMM_M get a depth no load accepts. */");
-    kt_buf_line(b, "idx_t a_base[%s];", count);
-    kt_buf_line(b, "int a_d[%s], a_h[%s], a_w[%s];", count, count, count);
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int i = 0; i < %s; i++) {", count);
-    kt_buf_line(b, "    const int m = m0 + %s;", mexpr);
-    kt_buf_line(b, "    const int q = m %% Q, p = (m / Q) %% P, n = m / (Q * P);");
-    if (ci->nhwc)
-        kt_buf_line(b, "    a_base[i] = (idx_t)n * DEPTH * H * W * C + grp * CG;");
-    else
-        kt_buf_line(b, "    a_base[i] = ((idx_t)n * C + grp * CG) * DEPTH * H * W;");
-    kt_buf_line(b, "    a_d[i] = m < GEMM_M ? p / OH * STR_D - PAD_D : -(1 << 24);");
-    kt_buf_line(b, "    a_h[i] = p %% OH * STR_H - PAD_H;");
-    kt_buf_line(b, "    a_w[i] = q * STR_W - PAD_W;");
-    kt_buf_line(b, "}");
-}
-
+ * out-of-range height (the general gather: depth, its output depth folded into p = od * OH + oh)
+ * so each of their loads is masked. */
 void conv_emit_row_setup(kt_buf *b, const conv_info *ci, const char *count, const char *mexpr)
 {
-    if (ci->general) {
-        emit_row_setup_general(b, ci, count, mexpr);
-        return;
+    const bool gen = ci->general;
+    if (gen) {
+        kt_buf_line(b, "/* Gathered rows (output pixels): receptive-field origin in the input with "
+                       "its zeros");
+        kt_buf_line(b, " * between elements; rows past GEMM_M get a depth no load accepts. */");
+    } else {
+        kt_buf_line(b, "/* Gathered rows (output pixels): receptive-field origin; rows past GEMM_M "
+                       "get a height");
+        kt_buf_line(b, " * no load accepts. */");
     }
-    kt_buf_line(b, "/* Gathered rows (output pixels): receptive-field origin; rows past GEMM_M "
-                   "get a height");
-    kt_buf_line(b, " * no load accepts. */");
     kt_buf_line(b, "idx_t a_base[%s];", count);
-    kt_buf_line(b, "int a_h[%s], a_w[%s];", count, count);
+    if (gen)
+        kt_buf_line(b, "int a_d[%s], a_h[%s], a_w[%s];", count, count, count);
+    else
+        kt_buf_line(b, "int a_h[%s], a_w[%s];", count, count);
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int i = 0; i < %s; i++) {", count);
     kt_buf_line(b, "    const int m = m0 + %s;", mexpr);
     kt_buf_line(b, "    const int q = m %% Q, p = (m / Q) %% P, n = m / (Q * P);");
+    const char *sp = gen ? "DEPTH * H * W" : "H * W"; /* input elements a channel */
     if (ci->nhwc)
-        kt_buf_line(b, "    a_base[i] = (idx_t)n * H * W * C + grp * CG;");
+        kt_buf_line(b, "    a_base[i] = (idx_t)n * %s * C + grp * CG;", sp);
     else
-        kt_buf_line(b, "    a_base[i] = ((idx_t)n * C + grp * CG) * H * W;");
-    kt_buf_line(b, "    a_h[i] = m < GEMM_M ? p * STR_H - PAD_H : -(1 << 24);");
+        kt_buf_line(b, "    a_base[i] = ((idx_t)n * C + grp * CG) * %s;", sp);
+    if (gen) {
+        kt_buf_line(b, "    a_d[i] = m < GEMM_M ? p / OH * STR_D - PAD_D : -(1 << 24);");
+        kt_buf_line(b, "    a_h[i] = p %% OH * STR_H - PAD_H;");
+    } else {
+        kt_buf_line(b, "    a_h[i] = m < GEMM_M ? p * STR_H - PAD_H : -(1 << 24);");
+    }
     kt_buf_line(b, "    a_w[i] = q * STR_W - PAD_W;");
     kt_buf_line(b, "}");
 }
