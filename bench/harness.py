@@ -476,6 +476,14 @@ def show(rec):
     for who in CONTENDERS:
         if "error" in rec.get(who, {}):
             print(f"  {who}: {rec[who]['error']}", flush=True)
+    tu = rec.get("tuning") or {}
+    if rec["status"] != "ok" and tu.get("reported"):
+        # why the tuning job kept no kernel: its state, its error, its failures by kind
+        fails = ", ".join(f"{k} {v}" for k, v in sorted((tu.get("failures") or {}).items()))
+        print(f"  tuning: {tu.get('state')} after {tu.get('elapsed_s') or 0:.1f} s, "
+              f"{tu.get('trials', 0)} trials, {tu.get('measured', 0)} measured"
+              + (f"; {tu['error']}" if tu.get("error") else "")
+              + (f"; failures: {fails}" if fails else ""), flush=True)
 
 
 def versions(torch, ktune, args):

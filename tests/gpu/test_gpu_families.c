@@ -273,45 +273,109 @@ typedef struct group_data {
     CUdeviceptr d_in[OPS_GROUP_MAX_IO], d_out[OPS_GROUP_MAX_IO];
 } group_data;
 
-static int make_group_data(srch_cuda *cu, const ops_group *grp, uint64_t seed, group_data *gd,
-                           kt_err *err)
+/* A group's inputs come from the whole graph, as the worker's do (search/worker_data.c): random
+ * values for the graph's inputs, and an intermediate (a group input another group computes) the
+ * fp64 reference of the graph run on them, rounded to its dtype. So a group such as [sum, div] of
+ * a softmax sees exp's outputs, not random values whose row sums cancel to near zero. */
+static int make_group_data(srch_cuda *cu, const ops_graph *full, const ops_group *grp,
+                           uint64_t seed, group_data *gd, kt_err *err)
 {
     ops_diag d = {0};
     memset(gd, 0, sizeof(*gd));
     if (ops_group_subgraph(grp, &gd->sub, &d) < 0)
         return kt_err_set(err, -EINVAL, "subgraph: %s", d.msg);
-    rng_state = seed * 0x9E3779B97F4A7C15ull + 1;
+    ops_graph *F = ops_graph_clone(full);
+    if (!F)
+        return kt_err_set(err, -ENOMEM, "out of memory");
+    int32_t src[OPS_GROUP_MAX_IO];
+    bool need_ref = false; /* the graph's reference runs only for an intermediate */
     gd->n_in = grp->n_in;
     gd->n_out = grp->n_out;
     for (int i = 0; i < gd->n_in; i++) {
-        const ops_tensor *t = &gd->sub->tensors[i]; /* inputs come first */
+        /* inputs come first; one the graph lacks (a prepacked layout) draws its own values */
+        src[i] = ops_graph_find_tensor(F, gd->sub->tensors[i].name);
+        if (src[i] >= 0 && F->tensors[src[i]].producer >= 0) {
+            need_ref = true;
+            if (!F->tensors[src[i]].is_output)
+                ops_graph_mark_output(F, src[i]);
+        }
+    }
+    /* the graph's inputs: mixed magnitudes, most values in [-1, 1], some scaled up to 8,
+     * rounded to the dtype (what the GPU sees) */
+    rng_state = seed * 0x9E3779B97F4A7C15ull + 1;
+    int n_fin = 0;
+    while (n_fin < F->n_tensors && F->tensors[n_fin].producer < 0)
+        n_fin++;
+    double **fin = calloc((size_t)n_fin + 1, sizeof(double *));
+    double **fout = calloc((size_t)F->n_outputs + 1, sizeof(double *));
+    int rc = fin && fout ? 0 : kt_err_set(err, -ENOMEM, "out of memory");
+    for (int t = 0; t < n_fin && rc == 0; t++) {
+        const ops_tensor *ft = &F->tensors[t];
+        int64_t n = ops_shape_numel(&ft->shape);
+        uint8_t one[8];
+        if (!(fin[t] = malloc((size_t)(n > 0 ? n : 1) * sizeof(double)))) {
+            rc = kt_err_set(err, -ENOMEM, "out of memory");
+            break;
+        }
+        for (int64_t k = 0; k < n; k++) {
+            ops_dtype_store(ft->dtype, rng_uniform() * ((k % 7) == 3 ? 8.0 : 1.0), one);
+            fin[t][k] = ops_dtype_load(ft->dtype, one);
+        }
+    }
+    for (int j = 0; j < F->n_outputs && rc == 0; j++) {
+        int64_t n = ops_shape_numel(&F->tensors[F->outputs[j]].shape);
+        if (!(fout[j] = malloc((size_t)(n > 0 ? n : 1) * sizeof(double))))
+            rc = kt_err_set(err, -ENOMEM, "out of memory");
+    }
+    if (rc == 0 && need_ref &&
+        (ops_graph_validate(F, &d) < 0 || ops_ref_run(F, (const double *const *)fin, fout, &d) < 0))
+        rc = kt_err_set(err, -EINVAL, "graph reference: %s", d.msg);
+    for (int i = 0; i < gd->n_in && rc == 0; i++) {
+        const ops_tensor *t = &gd->sub->tensors[i];
         int64_t n = ops_shape_numel(&t->shape);
         size_t es = ops_dtype_size(t->dtype);
+        const double *from = NULL;
+        if (src[i] >= 0 && F->tensors[src[i]].producer < 0)
+            from = fin[src[i]];
+        for (int j = 0; j < F->n_outputs && !from && src[i] >= 0; j++)
+            if (F->outputs[j] == src[i])
+                from = fout[j];
         gd->numel_in[i] = n;
         gd->in[i] = malloc((size_t)n * sizeof(double));
         uint8_t *host = malloc((size_t)n * es);
-        for (int64_t k = 0; k < n; k++) {
-            /* mixed magnitudes: most values in [-1, 1], some scaled up to 8 */
-            double v = rng_uniform() * ((k % 7) == 3 ? 8.0 : 1.0);
-            ops_dtype_store(t->dtype, v, host + k * es);
-            gd->in[i][k] = ops_dtype_load(t->dtype, host + k * es); /* what the GPU sees */
+        if (!gd->in[i] || !host) {
+            free(host);
+            rc = kt_err_set(err, -ENOMEM, "out of memory");
+            break;
         }
-        int rc = srch_cuda_check(cu, cu->p_cuMemAlloc(&gd->d_in[i], (size_t)n * es), "alloc", err);
+        for (int64_t k = 0; k < n; k++) {
+            double v = from ? from[k] : rng_uniform() * ((k % 7) == 3 ? 8.0 : 1.0);
+            ops_dtype_store(t->dtype, v, host + k * es);
+            gd->in[i][k] = ops_dtype_load(t->dtype, host + k * es);
+        }
+        rc = srch_cuda_check(cu, cu->p_cuMemAlloc(&gd->d_in[i], (size_t)n * es), "alloc", err);
         if (rc == 0)
             rc = srch_cuda_check(cu, cu->p_cuMemcpyHtoD(gd->d_in[i], host, (size_t)n * es),
                                  "upload", err);
         free(host);
-        if (rc < 0)
-            return rc;
     }
+    for (int t = 0; t < n_fin && fin; t++)
+        free(fin[t]);
+    for (int j = 0; j < F->n_outputs && fout; j++)
+        free(fout[j]);
+    free(fin);
+    free(fout);
+    ops_graph_free(F);
+    if (rc < 0)
+        return rc;
     for (int j = 0; j < gd->n_out; j++) {
         const ops_tensor *t = &gd->sub->tensors[gd->sub->outputs[j]];
         int64_t n = ops_shape_numel(&t->shape);
         gd->numel_out[j] = n;
         gd->ref[j] = malloc((size_t)n * sizeof(double));
-        int rc = srch_cuda_check(
-            cu, cu->p_cuMemAlloc(&gd->d_out[j], (size_t)n * ops_dtype_size(t->dtype)), "alloc",
-            err);
+        rc = srch_cuda_check(cu,
+                             cu->p_cuMemAlloc(&gd->d_out[j], (size_t)n * ops_dtype_size(t->dtype)),
+                             "alloc", err);
         if (rc < 0)
             return rc;
     }
@@ -596,7 +660,7 @@ static int run_case(const gpu_case *gc)
         char sched[256], line[1024];
         ops_schedule_format(&c->schedule, sched, sizeof(sched));
         if (!have[c->group]) {
-            if (make_group_data(&cu, &s->groups[c->group].group, (uint64_t)c->group + 1,
+            if (make_group_data(&cu, s->g, &s->groups[c->group].group, (uint64_t)c->group + 1,
                                 &gdata[c->group], &err) < 0) {
                 printf("  FAIL group %d: %s\n", c->group, err.msg);
                 failures++;
