@@ -543,8 +543,14 @@ static void take_result(kd_job *kj, const srch_tune_result *r)
     if (!r->found) {
         char f[200];
         describe_failures(r->failures, f, sizeof(f));
-        snprintf(j->error, sizeof(j->error), "no candidate verified in %d trials%s%s%s", r->trials,
-                 f[0] ? " (" : "", f, f[0] ? ")" : "");
+        /* and one reason, of the most frequent failure: what an operator acts on */
+        int top = 0;
+        for (int s = 1; s < SRCH_STATUS_COUNT; s++)
+            if (r->failures[s] > (top ? r->failures[top] : 0))
+                top = s;
+        const char *why = top ? r->failure_example[top] : "";
+        snprintf(j->error, sizeof(j->error), "no candidate verified in %d trials%s%s%s%s%s",
+                 r->trials, f[0] ? " (" : "", f, f[0] ? ")" : "", why[0] ? "; e.g. " : "", why);
         return;
     }
     j->best_ns = r->time_ns;

@@ -375,8 +375,12 @@ static void emit_reduce_body(kt_buf *b, const ops_graph *g, const ops_node *n)
     const char *init = n->op == OPS_REDUCE_MAX   ? "-__longlong_as_double(0x7ff0000000000000LL)"
                        : n->op == OPS_REDUCE_MIN ? "__longlong_as_double(0x7ff0000000000000LL)"
                                                  : "0.0";
+    /* A block per output: thread t takes j = t, t + REF_THREADS, ..., then a fixed tree over
+     * the block's partials (a thread per output would walk a long reduction alone: a KL
+     * divergence's one output over 2^28 elements took seconds). */
     kt_buf_line(b, "double acc = %s;", init);
-    kt_buf_line(b, "for (long long j = 0; j < %lldLL; j++) {", (long long)count);
+    kt_buf_line(b, "for (long long j = threadIdx.x; j < %lldLL; j += %d) {", (long long)count,
+                REF_THREADS);
     b->indent += 4;
     kt_buf_line(b, "long long jr = j;");
     for (int i = r - 1; i >= 0; i--) {
@@ -404,9 +408,23 @@ static void emit_reduce_body(kt_buf *b, const ops_graph *g, const ops_node *n)
     }
     b->indent -= 4;
     kt_buf_line(b, "}");
+    const char *merge =
+        n->op == OPS_REDUCE_MAX   ? "kt_ref_max(part[threadIdx.x], part[threadIdx.x + s])"
+        : n->op == OPS_REDUCE_MIN ? "kt_ref_min(part[threadIdx.x], part[threadIdx.x + s])"
+                                  : "part[threadIdx.x] + part[threadIdx.x + s]";
+    kt_buf_line(b, "__shared__ double part[%d];", REF_THREADS);
+    kt_buf_line(b, "part[threadIdx.x] = acc;");
+    kt_buf_line(b, "__syncthreads();");
+    kt_buf_line(b, "for (int s = %d; s > 0; s >>= 1) {", REF_THREADS / 2);
+    kt_buf_line(b, "    if (threadIdx.x < s)");
+    kt_buf_line(b, "        part[threadIdx.x] = %s;", merge);
+    kt_buf_line(b, "    __syncthreads();");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "if (threadIdx.x == 0)");
     if (n->op == OPS_REDUCE_MEAN)
-        kt_buf_line(b, "acc /= (double)%lldLL;", (long long)count);
-    kt_buf_line(b, "out0[i] = acc;");
+        kt_buf_line(b, "    out0[i] = part[0] / (double)%lldLL;", (long long)count);
+    else
+        kt_buf_line(b, "    out0[i] = part[0];");
 }
 
 /* The batch dims of a shape (all but the last two). */
@@ -633,9 +651,12 @@ static int emit_node_kernel(kt_buf *b, const ops_graph *g, int ni, const char *e
     ref_params p;
     ref_params_of(n, &p);
     int64_t threads = shape_numel(&ot->shape), items = threads;
+    bool reduce = ops_op_info_get(n->op)->kind == OPS_KIND_REDUCE;
     if (n->op == OPS_ATTENTION) { /* a warp per query row */
         items /= ot->shape.d[ot->shape.rank - 1].size ? ot->shape.d[ot->shape.rank - 1].size : 1;
         threads = items * 32;
+    } else if (reduce) { /* a block per output element */
+        threads = items * REF_THREADS;
     }
     char shape[256], c[OPS_EMIT_COMMENT_MAX], cs[3 * sizeof(shape)];
     ops_shape_format(g, &ot->shape, shape, sizeof(shape)); /* holds symbol names */
@@ -649,7 +670,9 @@ static int emit_node_kernel(kt_buf *b, const ops_graph *g, int ni, const char *e
                           ops_emit_comment_text(g->tensors[n->in[k].tensor].name, c, sizeof(c)));
     }
     kt_buf_printf(b, ")  %s, fp64, one %s */\n", ops_emit_comment_text(shape, cs, sizeof(cs)),
-                  n->op == OPS_ATTENTION ? "warp per query row" : "thread per output element");
+                  n->op == OPS_ATTENTION ? "warp per query row"
+                  : reduce               ? "block per output element"
+                                         : "thread per output element");
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", REF_THREADS);
     kt_buf_line(b, "%s(", entry);
     for (int j = 0; j < p.n; j++)
@@ -664,6 +687,9 @@ static int emit_node_kernel(kt_buf *b, const ops_graph *g, int ni, const char *e
         kt_buf_line(b, "const long long i = ((long long)blockIdx.x * %d + threadIdx.x) / 32;",
                     REF_THREADS);
         kt_buf_line(b, "const int lane = threadIdx.x & 31;");
+    } else if (reduce) {
+        kt_buf_line(b, "/* the block's threads share i: the return is the whole block's */");
+        kt_buf_line(b, "const long long i = blockIdx.x;");
     } else {
         kt_buf_line(b, "const long long i = (long long)blockIdx.x * %d + threadIdx.x;",
                     REF_THREADS);

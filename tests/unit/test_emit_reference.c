@@ -81,6 +81,15 @@ static void emit_one(batch *bt, const char *json, const char *shapes, const char
         assert_int_equal(e.kernels[0].args[i].tensor, grp.in[i]);
     assert_int_equal(e.kernels[0].args[grp.n_in].tensor, grp.out[0]);
     assert_non_null(strstr(e.source, "double"));
+    /* a reduction runs a block per output element (the block's threads split the reduced
+     * elements), every other op a thread (attention a warp) per output */
+    int64_t outputs = ops_shape_numel(&g->tensors[grp.out[0]].shape);
+    if (ops_op_info_get(g->nodes[0].op)->kind == OPS_KIND_REDUCE) {
+        assert_int_equal(e.kernels[0].grid[0], outputs);
+        assert_non_null(strstr(e.source, "one block per output element"));
+    } else if (g->nodes[0].op != OPS_ATTENTION) {
+        assert_int_equal(e.kernels[0].grid[0], (outputs + 255) / 256);
+    }
     ops_estimate est;
     f->estimate(&grp, &s, &dev, &est);
     assert_true(est.seconds > 0);
