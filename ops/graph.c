@@ -457,6 +457,18 @@ int ops_graph_mark_output(ops_graph *g, int tensor)
     return 0;
 }
 
+bool ops_graph_needs_positive(const ops_graph *g, int t)
+{
+    for (int i = 0; i < g->n_nodes; i++) {
+        const ops_node *n = &g->nodes[i];
+        if (n->op == OPS_LOG || n->op == OPS_SQRT || n->op == OPS_RSQRT)
+            for (int k = 0; k < n->n_in; k++)
+                if (n->in[k].tensor == t)
+                    return true;
+    }
+    return false;
+}
+
 int64_t ops_shape_numel(const ops_shape *s)
 {
     int64_t n = 1;

@@ -270,6 +270,10 @@ int ops_graph_add_input(ops_graph *g, const char *name, ops_dtype dt, const ops_
 int ops_graph_add_node(ops_graph *g, ops_op op, const char *out_name, const ops_attrs *attrs);
 int ops_graph_mark_output(ops_graph *g, int tensor);
 int ops_graph_find_tensor(const ops_graph *g, const char *name); /* index or -1 */
+/* True when a node of g reads tensor t as the operand of an op defined only for positive
+ * values (log, sqrt, rsqrt): verification draws such an input positive, or every reference
+ * value downstream would be NaN and nothing would be checked. */
+bool ops_graph_needs_positive(const ops_graph *g, int t);
 int64_t ops_shape_numel(const ops_shape *s); /* -1 when a dimension is unbound */
 /* Same rank and the same size in every dimension (symbols not compared). */
 bool ops_shape_same_sizes(const ops_shape *a, const ops_shape *b);

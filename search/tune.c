@@ -363,7 +363,9 @@ int srch_tn_worker_eval(tune *t, srch_eval_req *req, srch_eval_result *res, bool
 {
     int before = srch_worker_restarts(t->w);
     double m0 = now_s();
-    int rc = srch_worker_eval(t->w, req, t->o->deadline_s > 0 ? t->o->deadline_s : 30, res, err);
+    double deadline =
+        (t->o->deadline_s > 0 ? t->o->deadline_s : 30) + srch_eval_req_data_seconds(req);
+    int rc = srch_worker_eval(t->w, req, deadline, res, err);
     add_measure(t, m0);
     srch_eval_req_free(req);
     *restarted = srch_worker_restarts(t->w) != before;

@@ -97,8 +97,8 @@ typedef struct srch_tune_opts {
     /* worker */
     const char *worker_exe; /* NULL: srch_worker_opts' lookup */
     int gpu;
-    double deadline_s;     /* per candidate evaluation; <= 0: 30 s */
-    int seeds;             /* verification input sets; <= 0: 3 */
+    double deadline_s; /* per candidate evaluation (<= 0: 30 s), plus srch_eval_req_data_seconds */
+    int seeds;         /* verification input sets; <= 0: 3 */
     srch_time_opts timing; /* screening; fields <= 0: SRCH_SCREEN_* (see above) */
     /* compile pool (arch comes from the worker's device) */
     int compile_jobs;      /* <= 0: one per CPU */

@@ -53,10 +53,11 @@ typedef enum srch_status {
 const char *srch_status_str(srch_status s); /* "ok", "wrong", "race", "fault", "hang", ... */
 
 /* The verification inputs: random values of graph input i of some graph for seed s (seed0 + s),
- * rounded to t's dtype (even seeds uniform in [-1, 1), odd seeds mixed magnitudes); a malloc'd
+ * rounded to t's dtype (even seeds uniform in [-1, 1), odd seeds mixed magnitudes; with
+ * positive, their magnitudes: an input of log or sqrt, ops_graph_needs_positive); a malloc'd
  * array of t's numel elements, or NULL. The same arguments give the same bytes, however many
  * threads the machine has. */
-uint8_t *srch_random_input(const ops_tensor *t, uint64_t seed0, int s, int i);
+uint8_t *srch_random_input(const ops_tensor *t, uint64_t seed0, int s, int i, bool positive);
 
 #define SRCH_MAX_BINDINGS 16
 /* Kernels one request may launch: as many as a cache record holds (CACHE_MAX_KERNELS), so that
@@ -149,6 +150,11 @@ int srch_eval_req_for_graph(const ops_graph *g, srch_eval_req *out, ops_diag *d)
 /* True when an input of grp is produced by a node of grp->g (an intermediate of the graph):
  * random inputs could lie outside the domain its producers give it. */
 bool srch_group_reads_intermediates(const ops_group *grp);
+/* Seconds a worker may spend making r's data set before it runs the candidate, on top of the
+ * candidate's own deadline: drawing the inputs (full's graph inputs when r has full), fetching
+ * the intermediates r reads and computing r's fp64 reference, for every seed. Generous (10 ns an
+ * element), so that a job over gigabytes (KernelBench's) is not taken for a hanging kernel. */
+double srch_eval_req_data_seconds(const srch_eval_req *r);
 /* Attaches full (a copy) and its bindings to r, and derives r->seed0 from full instead of the
  * subgraph, so every group of one graph draws the same graph inputs. full must be validated,
  * canonical and fully bound, and hold every input of r->sub by name (ops_group_subgraph keeps

@@ -127,7 +127,7 @@ typedef struct random_job {
     const ops_tensor *t;
     uint8_t *h;
     uint64_t st0; /* the tensor's stream */
-    bool mixed;
+    bool mixed, positive;
     int64_t n, n_chunks;
     int first, step; /* this thread's chunks: first, first + step, ... */
 } random_job;
@@ -147,6 +147,8 @@ static void random_chunks(const random_job *j)
             double v = unit_uniform(&st);
             if (j->mixed)
                 v = ldexp(v, (int)(splitmix64(&st) % 10) - 6);
+            if (j->positive)
+                v = fabs(v);
             ops_dtype_store(j->t->dtype, v, j->h + (size_t)k * es);
         }
     }
@@ -158,7 +160,7 @@ static void *random_thread(void *arg)
     return NULL;
 }
 
-uint8_t *srch_random_input(const ops_tensor *t, uint64_t seed0, int s, int i)
+uint8_t *srch_random_input(const ops_tensor *t, uint64_t seed0, int s, int i, bool positive)
 {
     size_t es = ops_dtype_size(t->dtype);
     int64_t n = ops_shape_numel(&t->shape);
@@ -169,6 +171,7 @@ uint8_t *srch_random_input(const ops_tensor *t, uint64_t seed0, int s, int i)
                        .h = h,
                        .st0 = (seed0 + (uint64_t)s) * 0xD1B54A32D192ED03ull + (uint64_t)i,
                        .mixed = s % 2 == 1,
+                       .positive = positive,
                        .n = n,
                        .n_chunks = n > 0 ? (n + RANDOM_CHUNK - 1) / RANDOM_CHUNK : 0,
                        .first = 0,
@@ -208,7 +211,8 @@ static int data_make_inputs(wk_data *D, kt_err *err)
 {
     for (int s = 0; s < D->seeds; s++) {
         for (int i = 0; i < D->n_in; i++) {
-            uint8_t *h = srch_random_input(&D->g->tensors[i], D->seed0, s, i);
+            uint8_t *h = srch_random_input(&D->g->tensors[i], D->seed0, s, i,
+                                           ops_graph_needs_positive(D->g, i));
             if (!h)
                 return kt_err_set(err, -ENOMEM, "out of memory for inputs (%zu bytes)",
                                   D->in_bytes[i]);
@@ -301,7 +305,8 @@ static int data_inputs_from_full(wk *w, wk_data *D, const srch_eval_req *req, kt
     for (int s = 0; s < D->seeds; s++) {
         for (int k = 0; k < n_fin; k++) {
             free(fh[k]);
-            if (!(fh[k] = srch_random_input(&F->tensors[k], D->seed0, s, k))) {
+            if (!(fh[k] = srch_random_input(&F->tensors[k], D->seed0, s, k,
+                                            ops_graph_needs_positive(F, k)))) {
                 rc = kt_err_set(err, -ENOMEM, "out of memory for inputs");
                 goto out;
             }

@@ -151,6 +151,21 @@ bool srch_group_reads_intermediates(const ops_group *grp)
     return false;
 }
 
+double srch_eval_req_data_seconds(const srch_eval_req *r)
+{
+    double elems = 0;
+    const ops_graph *sub = r->sub;
+    if (!sub)
+        return 0;
+    for (int i = 0; i < sub->n_tensors; i++) /* inputs and outputs: drawn or fetched, checked */
+        if (sub->tensors[i].producer < 0 || sub->tensors[i].is_output)
+            elems += (double)ops_shape_numel(&sub->tensors[i].shape);
+    for (int i = 0; r->full && i < r->full->n_tensors; i++) /* full's inputs, drawn */
+        if (r->full->tensors[i].producer < 0)
+            elems += (double)ops_shape_numel(&r->full->tensors[i].shape);
+    return elems * (r->seeds > 0 ? r->seeds : 3) * 10e-9;
+}
+
 /* The first seed of a request whose inputs are g's graph inputs drawn at random: from g's bytes,
  * so every group verified through "full" and the assembled record draw the same graph inputs. */
 static int graph_seed(const ops_graph *g, uint64_t *seed0, ops_diag *d)

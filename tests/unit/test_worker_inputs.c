@@ -38,9 +38,9 @@ static void test_deterministic_and_chunked(void **state)
     /* 3.5 chunks of 2^20 elements: several threads, a ragged last chunk. */
     ops_tensor t = tensor(OPS_DT_F32, 7, (1 << 19) + 3);
     int64_t n = 7 * ((1 << 19) + 3);
-    float *a = (float *)srch_random_input(&t, 42, 0, 1);
-    float *b = (float *)srch_random_input(&t, 42, 0, 1);
-    float *c = (float *)srch_random_input(&t, 43, 0, 1);
+    float *a = (float *)srch_random_input(&t, 42, 0, 1, false);
+    float *b = (float *)srch_random_input(&t, 42, 0, 1, false);
+    float *c = (float *)srch_random_input(&t, 43, 0, 1, false);
     assert_non_null(a);
     assert_non_null(b);
     assert_non_null(c);
@@ -68,7 +68,7 @@ static void test_mixed_magnitudes_in_dtype(void **state)
     (void)state;
     ops_tensor t = tensor(OPS_DT_BF16, 3, (1 << 20) + 5);
     int64_t n = 3 * ((1 << 20) + 5);
-    uint16_t *h = (uint16_t *)srch_random_input(&t, 7, 1, 0); /* odd seed: mixed */
+    uint16_t *h = (uint16_t *)srch_random_input(&t, 7, 1, 0, false); /* odd seed: mixed */
     assert_non_null(h);
     double lo = INFINITY, hi = 0;
     int64_t zeros = 0;
@@ -81,9 +81,42 @@ static void test_mixed_magnitudes_in_dtype(void **state)
             hi = v;
     }
     assert_true(zeros < n / 1000);
-    assert_true(hi <= 8.0 && hi > 4.0);   /* up to 2^3 */
-    assert_true(lo < 1.0 / 64);            /* down to 2^-6 and below */
+    assert_true(hi <= 8.0 && hi > 4.0); /* up to 2^3 */
+    assert_true(lo < 1.0 / 64);         /* down to 2^-6 and below */
     free(h);
+}
+
+/* An input of log or sqrt draws the magnitudes of the same values; other inputs stay signed. */
+static void test_positive_domain(void **state)
+{
+    (void)state;
+    ops_tensor t = tensor(OPS_DT_F32, 5, 1001);
+    for (int s = 0; s < 2; s++) { /* uniform and mixed seeds */
+        float *v = (float *)srch_random_input(&t, 9, s, 0, false);
+        float *p = (float *)srch_random_input(&t, 9, s, 0, true);
+        assert_non_null(v);
+        assert_non_null(p);
+        int64_t negative = 0;
+        for (int64_t k = 0; k < 5 * 1001; k++) {
+            assert_true(p[k] > 0.0f);
+            assert_true(p[k] == fabsf(v[k]));
+            negative += v[k] < 0;
+        }
+        assert_true(negative > 2000);
+        free(v);
+        free(p);
+    }
+    const char *json = "{\"name\":\"kl\",\"inputs\":{\"p\":{\"dtype\":\"f32\",\"shape\":[4]},"
+                       "\"q\":{\"dtype\":\"f32\",\"shape\":[4]}},\"nodes\":["
+                       "{\"out\":\"l\",\"op\":\"log\",\"in\":[\"p\"]},"
+                       "{\"out\":\"y\",\"op\":\"mul\",\"in\":[\"l\",\"q\"]}],\"outputs\":[\"y\"]}";
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    assert_int_equal(ops_graph_from_json(json, strlen(json), &g, &d), 0);
+    assert_true(ops_graph_needs_positive(g, ops_graph_find_tensor(g, "p")));
+    assert_false(ops_graph_needs_positive(g, ops_graph_find_tensor(g, "q")));
+    assert_false(ops_graph_needs_positive(g, ops_graph_find_tensor(g, "l")));
+    ops_graph_free(g);
 }
 
 int main(void)
@@ -91,6 +124,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deterministic_and_chunked),
         cmocka_unit_test(test_mixed_magnitudes_in_dtype),
+        cmocka_unit_test(test_positive_domain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
