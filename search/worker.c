@@ -76,7 +76,12 @@ static int eval_core(wk *w, const srch_eval_req *req, srch_eval_result *res, kt_
         srch_wk_cand_release(w, old);
     wk_data *D = NULL;
     double t0 = wk_now_s();
-    int rc = srch_wk_data_get(w, req, &D, err);
+    int rc;
+    /* Device memory filled by the data sets of loaded candidates (groups over gigabytes) is
+     * given back, oldest first, until this one fits. */
+    while ((rc = srch_wk_data_get(w, req, &D, err)) == -ENOMEM && !w->dead &&
+           srch_wk_make_room(w, NULL))
+        ;
     double t1 = wk_now_s(), t2 = t1;
     if (rc < 0) {
         if (wk_probe_dead(w)) {
@@ -95,7 +100,10 @@ static int eval_core(wk *w, const srch_eval_req *req, srch_eval_result *res, kt_
     D->users++;
     if (srch_wk_cand_load(w, c, req, res) < 0)
         goto done;
-    if (req->verify && (rc = srch_wk_verify(c, req, res)) < 0) {
+    while (req->verify && (rc = srch_wk_verify(c, req, res)) == -ENOMEM && !w->dead &&
+           srch_wk_make_room(w, c)) /* the reference's buffers did not fit */
+        res->status = SRCH_OK;
+    if (req->verify && rc < 0) {
         srch_wk_cand_release(w, c);
         return kt_err_set(err, rc, "%s", res->msg);
     }

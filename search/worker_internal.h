@@ -241,6 +241,11 @@ wk_cand *srch_wk_cand_find(wk *w, uint64_t id);
 /* A free slot; the oldest candidate goes when all WK_MAX_CANDS are taken. */
 wk_cand *srch_wk_cand_slot(wk *w);
 void srch_wk_cand_release(wk *w, wk_cand *c);
+/* Device memory for a data set or a reference that did not fit: releases every unused data set
+ * and, when there was none, the least recently loaded candidate other than keep (its data set
+ * goes at the next call once unused). False when nothing could be released. The candidates the
+ * search holds for re-timing are a cache: one released here is re-timed from its screening. */
+bool srch_wk_make_room(wk *w, const wk_cand *keep);
 /* One run of the candidate: every kernel in order (or the cuBLASLt call) on the default
  * stream. The srch_launch_fn of the timer (ctx: the wk_cand). */
 int srch_wk_cand_launch(void *ctx, kt_err *err);

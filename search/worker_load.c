@@ -34,6 +34,24 @@ wk_cand *srch_wk_cand_find(wk *w, uint64_t id)
     return NULL;
 }
 
+bool srch_wk_make_room(wk *w, const wk_cand *keep)
+{
+    int before = w->n_data;
+    srch_wk_data_trim(w, 0);
+    if (w->n_data < before)
+        return true;
+    wk_cand *oldest = NULL;
+    for (int i = 0; i < WK_MAX_CANDS; i++)
+        if (w->cands[i].used && &w->cands[i] != keep && (!oldest || w->cands[i].seq < oldest->seq))
+            oldest = &w->cands[i];
+    if (!oldest)
+        return false;
+    kt_log_info(WK_TAG, "device memory is full: releasing candidate %llu for a new data set",
+                (unsigned long long)oldest->id);
+    srch_wk_cand_release(w, oldest);
+    return true;
+}
+
 /* A free slot; the oldest candidate goes when all 64 are taken. */
 wk_cand *srch_wk_cand_slot(wk *w)
 {
