@@ -64,14 +64,20 @@ class TorchGraph:
         return DTYPES[self.graph["inputs"][name]["dtype"]]
 
     def random_inputs(self, seed=0, device="cuda"):
-        """Normal inputs in each input's dtype (weights scaled like an initialiser)."""
+        """Normal inputs in each input's dtype (weights scaled like an initialiser); an input
+        that log, sqrt or rsqrt reads takes the magnitudes (as ktune's verification draws it:
+        docs/evaluation.md), else the output would be NaN and compare as nothing."""
         gen = torch.Generator(device=device).manual_seed(seed)
+        positive = {i for n in self.graph["nodes"] if n["op"] in ("log", "sqrt", "rsqrt")
+                    for i in n["in"] if isinstance(i, str)}
         xs = {}
         for name, spec in self.graph["inputs"].items():
             shape = self.input_shape(name)
             t = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
             if spec.get("const") and len(shape) >= 2:
                 t = t / math.sqrt(max(1, shape[-2] if len(shape) == 2 else math.prod(shape[1:])))
+            if name in positive:
+                t = t.abs()
             xs[name] = t.to(DTYPES[spec["dtype"]])
         return xs
 

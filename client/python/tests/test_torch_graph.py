@@ -73,3 +73,16 @@ def test_input_dilation_not_a_transposed_conv(tmp_path):
                      stride=2)
     xs = agree(doc, tmp_path, True)
     assert ("w" + TRANSPOSED) not in xs
+
+
+def test_inputs_of_log_are_positive():
+    # kl_div(log(p), q): a p drawn signed makes the output NaN and the check compare nothing
+    doc = {"name": "kl", "inputs": {"p": {"dtype": "f32", "shape": [64]},
+                                    "q": {"dtype": "f32", "shape": [64]}},
+           "nodes": [{"out": "l", "op": "log", "in": ["p"]},
+                     {"out": "y", "op": "mul", "in": ["l", "q"]}],
+           "outputs": ["y"]}
+    xs = TorchGraph(doc, {}).random_inputs(seed=5, device="cpu")
+    assert (xs["p"] > 0).all()
+    assert (xs["q"] < 0).any()
+    assert torch.isfinite(TorchGraph(doc, {}).run(xs)["y"]).all()
