@@ -856,6 +856,77 @@ static int with_own_and_library(const tune *t, int g, int64_t *top, int n, int m
     return n;
 }
 
+/* Past its budget with no partition verified whole, a job would end with nothing to serve: on
+ * groups over gigabytes each new group's data set and fp64 reference take seconds, and round
+ * A's first batch spans several partitions. The job then goes on, one budget more at most (or
+ * one evaluation's deadline, if longer), with the partition nearest to whole (fewest groups
+ * without a verified candidate, then the cost model's order): each such group tries its next
+ * untried candidate until one verifies. */
+static int complete(tune *t, kt_err *err)
+{
+    int p;
+    if (!t->r->budget_hit || srch_tn_best_partition(t, &p, false) > 0)
+        return 0;
+    double budget = t->o->budget_s > 0 ? t->o->budget_s : SRCH_DEFAULT_BUDGET_S;
+    double more = fmax(budget, t->o->deadline_s > 0 ? t->o->deadline_s : 30);
+    double end = t->end;
+    t->end = now_s() + more;
+    t->out_of_budget = false;
+    srch_tn_report(t, "complete");
+    kt_log_info(TAG,
+                "no partition verified whole within the budget: completing one (%.0f s more "
+                "at most)",
+                more);
+    batch b = {0};
+    int rc = 0;
+    while (rc == 0 && !over_budget(t)) {
+        int pick = -1, pick_missing = 0;
+        for (int q = 0; q < t->s->n_partitions; q++) {
+            const srch_partition *part = &t->s->partitions[q];
+            int missing = 0;
+            bool open = !(t->part_set_aside && t->part_set_aside[q]);
+            for (int k = 0; k < part->n_groups && open; k++) {
+                int g = part->groups[k];
+                if (srch_tn_group_best(t, g, -1) >= 0)
+                    continue;
+                missing++;
+                open = false; /* until an untried candidate is found */
+                for (int64_t i = t->gstart[g]; i < t->gend[g] && !open; i++)
+                    open = !t->c[i].done;
+            }
+            if (open && (pick < 0 || missing < pick_missing)) {
+                pick = q;
+                pick_missing = missing;
+            }
+        }
+        if (pick < 0 || pick_missing == 0)
+            break;
+        b.n = 0;
+        const srch_partition *part = &t->s->partitions[pick];
+        for (int k = 0; k < part->n_groups && rc == 0; k++) {
+            int g = part->groups[k];
+            if (srch_tn_group_best(t, g, -1) >= 0)
+                continue;
+            for (int64_t i = t->gstart[g]; i < t->gend[g]; i++)
+                if (!t->c[i].done) {
+                    rc = batch_add(&b, i);
+                    break;
+                }
+        }
+        if (rc == 0)
+            rc = run_batch(t, b.idx, b.n, err);
+        int64_t settled = 0;
+        for (int64_t k = 0; k < b.n; k++)
+            settled += t->c[b.idx[k]].done;
+        if (settled == 0)
+            break; /* nothing came of it (the budget, a compile lost): no progress to wait for */
+    }
+    free(b.idx);
+    t->end = end; /* passed: over_budget() says so again */
+    t->out_of_budget = false;
+    return rc;
+}
+
 /* Re-times the finalists of each group of the leading partition against each other, reloading
  * those the worker no longer holds. A finalist that cannot be reloaded keeps its screening
  * time, and the pick is among the re-timed ones. */
@@ -1117,7 +1188,7 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
         goto out;
     }
     if ((rc = screen(&t, err)) < 0 || (rc = refine(&t, err)) < 0 || (rc = explore(&t, err)) < 0 ||
-        (rc = retime(&t, err)) < 0)
+        (rc = complete(&t, err)) < 0 || (rc = retime(&t, err)) < 0)
         goto out;
     if (srch_tn_cancelled(&t)) {
         rc = kt_err_set(err, -ECANCELED, "cancelled after %d trials", out->trials);

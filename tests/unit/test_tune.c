@@ -806,6 +806,29 @@ static void test_budget(void **state)
     cache_close(cache);
 }
 
+/* A budget spent before anything was measured (screening compiles first): the job goes on
+ * past it, one evaluation deadline at most, until a partition is verified whole, and ends with
+ * a kernel rather than nothing. */
+static void test_budget_completes_a_partition(void **state)
+{
+    (void)state;
+    cache_env *cache = open_cache("cache_complete");
+    srch_tune_opts o = base_opts();
+    o.budget_s = 0.01;
+    o.deadline_s = 20;
+    srch_tune_result r;
+    kt_err err = {0};
+    int rc = srch_tune(graph, bindings, 2, cache, &o, &r, &err);
+    if (rc < 0)
+        print_error("srch_tune: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_true(r.budget_hit);
+    assert_true(r.found);
+    assert_true(r.measured >= 1);
+    assert_true(r.seconds < o.deadline_s + 5.0);
+    cache_close(cache);
+}
+
 /* A machine without a GPU: the worker says ENODEV and so does the job. */
 static void test_no_gpu(void **state)
 {
@@ -922,6 +945,7 @@ int main(void)
         cmocka_unit_test(test_no_gpu),
         cmocka_unit_test(test_survives_and_resumes),
         cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_budget_completes_a_partition),
         cmocka_unit_test(test_record_evaluated_whole),
         cmocka_unit_test(test_record_failure_not_stored),
         cmocka_unit_test(test_record_fallback),
