@@ -499,10 +499,10 @@ def render_md(r, png_rel, notes, results_rel, rerun=None, rerun_rel=None):
     L += ["## How to rerun", "",
           "On a machine with the build tools (scripts/install-deps), build what runs on the GPU "
           "machine into dist-device/:", "", "```", "scripts/device-build", "```", "",
-          "On the GPU machine (an H100; PyTorch with CUDA, Triton and python3 installed), from "
+          "On the GPU machine (a Hopper GPU; PyTorch with CUDA, Triton and python3 installed), from "
           "the repository root with dist-device/ copied there: tune every case through ktuned, "
           "time the four contenders, write the results and this page:", "", "```",
-          "bench/run --budget-total 1800 --out bench/results/h100-$(date -u +%F).json",
+          "bench/run --budget-total 1800  # writes bench/results/<gpu>-DATE.json",
           "```", "",
           "`--only a,b` runs some cases, `--group g,h` the cases of some groups (core, gemm16, "
           "llm_prefill, llm_decode: the case list's group column); `KTUNE_CACHE=DIR bench/run "
