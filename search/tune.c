@@ -606,6 +606,17 @@ static int add_neighbours(tune *t, batch *b, int64_t i)
     return 0;
 }
 
+/* Queues group g's next untried candidate, unless one of g's is verified already. */
+static int add_next_untried(tune *t, batch *b, int g)
+{
+    if (srch_tn_group_best(t, g, -1) >= 0)
+        return 0;
+    for (int64_t i = t->gstart[g]; i < t->gend[g]; i++)
+        if (!t->c[i].done)
+            return batch_add(b, i);
+    return 0;
+}
+
 static int screen(tune *t, kt_err *err)
 {
     batch b = {0};
@@ -629,16 +640,8 @@ static int screen(tune *t, kt_err *err)
     for (int retry = 0; retry < ROUND_A_RETRIES && rc == 0 && !over_budget(t); retry++) {
         b.n = 0;
         for (int p = 0; p < parts && rc == 0; p++)
-            for (int k = 0; k < t->s->partitions[p].n_groups && rc == 0; k++) {
-                int g = t->s->partitions[p].groups[k];
-                if (srch_tn_group_best(t, g, -1) >= 0)
-                    continue;
-                for (int64_t i = t->gstart[g]; i < t->gend[g]; i++)
-                    if (!t->c[i].done) {
-                        rc = batch_add(&b, i);
-                        break;
-                    }
-            }
+            for (int k = 0; k < t->s->partitions[p].n_groups && rc == 0; k++)
+                rc = add_next_untried(t, &b, t->s->partitions[p].groups[k]);
         if (b.n == 0)
             break;
         if (rc == 0)
@@ -903,16 +906,8 @@ static int complete(tune *t, kt_err *err)
             break;
         b.n = 0;
         const srch_partition *part = &t->s->partitions[pick];
-        for (int k = 0; k < part->n_groups && rc == 0; k++) {
-            int g = part->groups[k];
-            if (srch_tn_group_best(t, g, -1) >= 0)
-                continue;
-            for (int64_t i = t->gstart[g]; i < t->gend[g]; i++)
-                if (!t->c[i].done) {
-                    rc = batch_add(&b, i);
-                    break;
-                }
-        }
+        for (int k = 0; k < part->n_groups && rc == 0; k++)
+            rc = add_next_untried(t, &b, part->groups[k]);
         if (rc == 0)
             rc = run_batch(t, b.idx, b.n, err);
         int64_t settled = 0;
