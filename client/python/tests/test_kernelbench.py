@@ -221,6 +221,15 @@ def test_only_and_levels(checkout, tmp_path):
             "7_Softmax_rows")
     assert r.returncode == 0 and "level 1: 1 of 1 problems captured and checked" in r.stdout, \
         r.stderr
+    # --part I/N: the I-th of N equal runs of the 7 problems in order; the parts cover them all
+    seen = []
+    for i in (1, 2, 3):
+        r = run("--kernelbench", str(checkout), "--out", str(out), "--dry-run", "--part", f"{i}/3",
+                "--json")
+        assert r.returncode == 0, r.stderr
+        seen += [(p["level"], p["number"])
+                 for p in json.loads(r.stdout[r.stdout.index("{"):])["problems"]]
+    assert seen == [(1, 1), (1, 5), (1, 7), (1, 12), (1, 13), (1, 97), (2, 3)]
 
 
 def test_run_hands_the_cases_to_bench_run(checkout, tmp_path):
@@ -240,6 +249,7 @@ def test_run_hands_the_cases_to_bench_run(checkout, tmp_path):
     (["--levels", "3"], "level3: no such directory"),
     (["--only", "99_nothing"], "no such problem in levels 1,2: 99_nothing"),
     (["--budget-total", "0"], "--budget-total 0.0: expected a positive number"),
+    (["--part", "4/3"], "--part '4/3': expected I/N with 1 <= I <= N"),
 ])
 def test_bad_arguments(checkout, tmp_path, args, says):
     r = run("--kernelbench", str(checkout), "--out", str(tmp_path / "o"), "--dry-run", *args)
