@@ -30,15 +30,27 @@ int kt_err_set(kt_err *err, int code, const char *fmt, ...)
 
 void kt_require_failed(const char *expr, const char *file, int line)
 {
-    fprintf(stderr, "<2>ktune: internal invariant broken: %s (%s:%d)\n", expr, file, line);
+    kt_log(KT_LOG_CRIT, "ktune", "internal invariant broken: %s (%s:%d)", expr, file, line);
     abort();
+}
+
+/* Whether stderr is the journal: systemd names the stream it gives a service in JOURNAL_STREAM
+ * ("device:inode"), and a child that inherits both writes there too. */
+static bool stderr_is_journal(void)
+{
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev = 0, ino = 0;
+    struct stat st;
+    return js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(STDERR_FILENO, &st) == 0 &&
+           (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
 }
 
 void kt_log(int level, const char *tag, const char *fmt, ...)
 {
     if (level > kt_log_threshold)
         return;
-    static const char *names[] = {[KT_LOG_ERR] = "error",
+    static const char *names[] = {[KT_LOG_CRIT] = "critical",
+                                  [KT_LOG_ERR] = "error",
                                   [KT_LOG_WARN] = "warning",
                                   [KT_LOG_INFO] = "info",
                                   [KT_LOG_DEBUG] = "debug"};
@@ -54,8 +66,21 @@ void kt_log(int level, const char *tag, const char *fmt, ...)
     const char *text = line;
     if (!kt_text_clean(line, strlen(line)))
         text = kt_escape(safe, sizeof(safe), line, strlen(line), KT_ESC_KEEP_BACKSLASH);
-    /* One fprintf per line so concurrent processes sharing stderr do not interleave mid-line. */
-    fprintf(stderr, "<%d>%s [%s] %s\n", level, names[level] ? names[level] : "log", tag, text);
+    /* One fprintf per line so concurrent processes sharing stderr do not interleave mid-line.
+     * journald reads the "<N>" prefix as the priority and stamps the time itself; anywhere
+     * else (a terminal, a file, a pipe) the line starts with its UTC time instead. */
+    const char *name = names[level] ? names[level] : "log";
+    if (stderr_is_journal()) {
+        fprintf(stderr, "<%d>%s [%s] %s\n", level, name, tag, text);
+        return;
+    }
+    struct timespec ts;
+    struct tm tm;
+    char when[32] = "";
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (gmtime_r(&ts.tv_sec, &tm))
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+    fprintf(stderr, "%s.%03ldZ %s [%s] %s\n", when, ts.tv_nsec / 1000000, name, tag, text);
 }
 
 /* The length of the well-formed UTF-8 sequence at s (n > 0 bytes available) and its code point,

@@ -42,8 +42,17 @@ _Noreturn void kt_require_failed(const char *expr, const char *file, int line);
 
 /* Logging: one line per call, "<level> [tag] message", to stderr. Under systemd, stderr goes to
  * the journal, which adds its own timestamp; the <N> prefix is the sd-daemon priority. */
-enum kt_log_level { KT_LOG_ERR = 3, KT_LOG_WARN = 4, KT_LOG_INFO = 6, KT_LOG_DEBUG = 7 };
+enum kt_log_level {
+    KT_LOG_CRIT = 2,
+    KT_LOG_ERR = 3,
+    KT_LOG_WARN = 4,
+    KT_LOG_INFO = 6,
+    KT_LOG_DEBUG = 7
+};
 extern int kt_log_threshold; /* messages above this level are dropped; default KT_LOG_INFO */
+/* One line on stderr, "LEVEL [tag] text": prefixed "<N>" (the syslog priority journald reads)
+ * when stderr is the journal (JOURNAL_STREAM names it), else by its UTC time,
+ * "2026-11-28T11:20:01.123Z info [tag] text". Control bytes in text are escaped. */
 void kt_log(int level, const char *tag, const char *fmt, ...) KT_PRINTF(3, 4);
 #define kt_log_err(tag, ...)   kt_log(KT_LOG_ERR, tag, __VA_ARGS__)
 #define kt_log_warn(tag, ...)  kt_log(KT_LOG_WARN, tag, __VA_ARGS__)

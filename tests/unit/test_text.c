@@ -1,6 +1,7 @@
 /* The checks for untrusted text (ops/util.h): kt_name_check's UTF-8 and control-character rules
  * at their edges (overlong forms, surrogates, the last code point, C1 controls, cut sequences),
- * and kt_escape's one-line output (every unsafe byte as \xNN, bounded, cut between characters). */
+ * kt_escape's one-line output (every unsafe byte as \xNN, bounded, cut between characters), and
+ * kt_log's line: "<N>" for the journal, a UTC time anywhere else. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,7 +10,10 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ops/util.h"
 
@@ -166,13 +170,58 @@ static void test_escape_bounded(void **state)
     assert_non_null(strstr(e, "..."));
 }
 
+/* What kt_log wrote to stderr while it pointed at a temporary file. */
+static void log_line(bool journal, char *out, size_t len)
+{
+    char path[] = "/tmp/ktune-test-log-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    assert_true(dup2(fd, STDERR_FILENO) >= 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    char js[64];
+    snprintf(js, sizeof(js), "%llu:%llu", (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino);
+    if (journal)
+        setenv("JOURNAL_STREAM", js, 1);
+    else
+        unsetenv("JOURNAL_STREAM");
+    kt_log_warn("t", "hello %d\n<0>x", 7);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    unsetenv("JOURNAL_STREAM");
+    ssize_t n = pread(fd, out, len - 1, 0);
+    close(fd);
+    assert_true(n > 0);
+    out[n] = '\0';
+}
+
+static void test_log_line(void **state)
+{
+    (void)state;
+    char line[256];
+    log_line(true, line, sizeof(line));
+    assert_string_equal(line, "<4>warning [t] hello 7\\x0a<0>x\n");
+    log_line(false, line, sizeof(line));
+    /* 2026-11-28T11:20:01.123Z warning [t] ... */
+    int y, mo, d, h, mi, s, ms;
+    char z;
+    assert_int_equal(
+        sscanf(line, "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &y, &mo, &d, &h, &mi, &s, &ms, &z), 8);
+    assert_true(y >= 2025 && z == 'Z');
+    assert_string_equal(line + 24, " warning [t] hello 7\\x0a<0>x\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_name_utf8),
-        cmocka_unit_test(test_name_controls_and_length),
-        cmocka_unit_test(test_escape),
-        cmocka_unit_test(test_escape_bounded),
+        cmocka_unit_test(test_name_utf8), cmocka_unit_test(test_name_controls_and_length),
+        cmocka_unit_test(test_escape),    cmocka_unit_test(test_escape_bounded),
+        cmocka_unit_test(test_log_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
