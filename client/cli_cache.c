@@ -259,6 +259,7 @@ static int open_cache(const cache_args *a, unsigned flags, cache_env **env)
 
 typedef struct ls_row {
     char gpu[CACHE_GPU_NAME_MAX];
+    char graph[KT_ESC_MAX]; /* the graph's name, escaped (a bundle's records are untrusted) */
     char sig[13];
     char shapes[256];
     const char *prec;
@@ -363,6 +364,7 @@ static int ls_cb(const cache_record *r, int rank, void *ctx)
         return -ENOMEM;
     ls_row *row = &s->rows[s->n++];
     snprintf(row->gpu, sizeof(row->gpu), "%s", r->key.gpu.name);
+    kt_escape_str(row->graph, sizeof(row->graph), r->graph_name ? r->graph_name : "-");
     char sig[2 * OPS_SIG_BYTES + 1];
     kt_hex(r->key.sig, OPS_SIG_BYTES, sig);
     snprintf(row->sig, sizeof(row->sig), "%.12s", sig);
@@ -388,19 +390,20 @@ static int width(const ls_row *rows, size_t n, size_t off, int min)
 static void print_table(const ls_state *s, bool all)
 {
     int wg = width(s->rows, s->n, offsetof(ls_row, gpu), 3);
+    int wn = width(s->rows, s->n, offsetof(ls_row, graph), 5);
     int ws = width(s->rows, s->n, offsetof(ls_row, shapes), 6);
     int wf = width(s->rows, s->n, offsetof(ls_row, family), 6);
     int wt = width(s->rows, s->n, offsetof(ls_row, time), 4);
     if (all)
         printf("%-4s ", "RANK");
-    printf("%-*s  %-12s  %-*s  %-9s  %-*s  %*s  %s\n", wg, "GPU", "SIGNATURE", ws, "SHAPES",
-           "PRECISION", wf, "FAMILY", wt, "TIME", "ERROR");
+    printf("%-*s  %-*s  %-12s  %-*s  %-9s  %-*s  %*s  %s\n", wg, "GPU", wn, "GRAPH", "SIGNATURE",
+           ws, "SHAPES", "PRECISION", wf, "FAMILY", wt, "TIME", "ERROR");
     for (size_t i = 0; i < s->n; i++) {
         const ls_row *r = &s->rows[i];
         if (all)
             printf("%-4d ", r->rank);
-        printf("%-*s  %-12s  %-*s  %-9s  %-*s  %*s  %s\n", wg, r->gpu, r->sig, ws, r->shapes,
-               r->prec, wf, r->family, wt, r->time, r->error);
+        printf("%-*s  %-*s  %-12s  %-*s  %-9s  %-*s  %*s  %s\n", wg, r->gpu, wn, r->graph, r->sig,
+               ws, r->shapes, r->prec, wf, r->family, wt, r->time, r->error);
     }
 }
 

@@ -344,6 +344,22 @@ static void raw_put(const char *dir, const cache_record *r)
     free(val);
 }
 
+/* The plain listing names each record's graph, which the signature alone does not tell. */
+static void test_ls_names_the_graph(void **state)
+{
+    fx *f = *state;
+    put_records(f->src, "NVIDIA H100 80GB HBM3", 64, 200e3);
+    run_result *r = ktune("cache", "ls", "--cache", f->src, NULL);
+    if (r->status != 0)
+        fail_msg("cache ls: %s", r->err);
+    const char *nl = strchr(r->out, '\n');
+    assert_non_null(nl);
+    assert_non_null(strstr(r->out, "GRAPH"));
+    assert_true(strstr(r->out, "GRAPH") < nl);     /* a column of the header */
+    assert_non_null(strstr(nl, "gemm_bias_relu")); /* and of the record's row */
+    free(r);
+}
+
 static void test_implausible_time_floor(void **state)
 {
     fx *f = *state;
@@ -426,6 +442,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_signed_bundles, setup, teardown),
         cmocka_unit_test_setup_teardown(test_implausible_time_floor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ls_names_the_graph, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
