@@ -3,6 +3,8 @@
 #include "cli.h"
 
 #include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -234,11 +236,33 @@ static int follow_cb(const ktune_job *j, void *ctx)
     return 0;
 }
 
+/* Ctrl-C while following a job stops the following, not the job: the handler says so and how
+ * to go on (a message made before, written with write(2): all a handler may do), then exits. */
+static char interrupt_msg[256];
+static size_t interrupt_len;
+
+static void on_interrupt(int sig)
+{
+    (void)sig;
+    ssize_t w = write(STDERR_FILENO, interrupt_msg, interrupt_len);
+    (void)w;
+    _exit(130);
+}
+
 int cli_follow_job(ktune_client *c, uint64_t id, bool show, ktune_job *final)
 {
     follow_ctx f = {.show = show, .tty = show && isatty(2), .last_state = -1};
+    int n = snprintf(interrupt_msg, sizeof(interrupt_msg),
+                     "%sktune: job %" PRIu64 " goes on in ktuned: `ktune watch %" PRIu64
+                     "` follows it, `ktune cancel %" PRIu64 "` stops it\n",
+                     f.tty ? "\n" : "", id, id, id);
+    interrupt_len = n > 0 && (size_t)n < sizeof(interrupt_msg) ? (size_t)n : 0;
+    struct sigaction sa = {.sa_handler = on_interrupt}, old_int;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
     ktune_error err;
     int rc = ktune_watch(c, id, follow_cb, &f, final, &err);
+    sigaction(SIGINT, &old_int, NULL);
     if (f.drawn)
         fputc('\n', stderr);
     if (rc < 0)

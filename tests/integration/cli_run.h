@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct run_result {
@@ -25,7 +27,15 @@ typedef struct run_result {
 typedef struct run_limits {
     rlim_t address_space; /* RLIMIT_AS, bytes */
     unsigned alarm_s;     /* SIGALRM after this many seconds */
+    int interrupt_ms;     /* SIGINT (a user's Ctrl-C) after this many milliseconds */
 } run_limits;
+
+static inline long long run_now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
 
 /* Runs ktune with args (NULL-terminated), reading stdout and stderr together so neither pipe
  * can fill and stall the child; output beyond the buffers is cut (the assertions will show it).
@@ -63,8 +73,20 @@ static inline run_result *run_argv_limited(const char *const *args, run_limits l
     assert_non_null(r);
     size_t no = 0, ne = 0;
     struct pollfd p[2] = {{.fd = op[0], .events = POLLIN}, {.fd = ep[0], .events = POLLIN}};
+    long long interrupt_at = lim.interrupt_ms ? run_now_ms() + lim.interrupt_ms : -1;
     while (p[0].fd >= 0 || p[1].fd >= 0) {
-        if (poll(p, 2, -1) < 0 && errno == EINTR)
+        int wait_ms = -1;
+        if (interrupt_at >= 0) {
+            long long left = interrupt_at - run_now_ms();
+            if (left <= 0) {
+                kill(pid, SIGINT);
+                interrupt_at = -1;
+            } else {
+                wait_ms = (int)left;
+            }
+        }
+        int ready = poll(p, 2, wait_ms);
+        if ((ready < 0 && errno == EINTR) || ready == 0)
             continue;
         for (int k = 0; k < 2; k++) {
             if (p[k].fd < 0 || !p[k].revents)

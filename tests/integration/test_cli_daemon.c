@@ -516,6 +516,31 @@ static void test_end_to_end(void **state)
     daemon_stop(d);
 }
 
+/* Ctrl-C on `tune --wait` stops the following, not the job: one message says so and how to go
+ * on, the exit status is 130, and the job is still there to cancel. */
+static void test_interrupt_wait(void **state)
+{
+    (void)state;
+    daemon_proc *d = daemon_start("interrupt", "FAKE_DELAY_MS=400");
+    run_result *r = run_argv_limited(
+        (const char *const[]){"tune", example("softmax.json"), "--shape", "M=64,N=128", "--budget",
+                              "60", "--wait", "--socket", d->sock, NULL},
+        (run_limits){.interrupt_ms = 1500});
+    if (r->status != 130)
+        fail_msg("tune --wait, interrupted: status %d\nstderr: %s", r->status, r->err);
+    expect_in(r->err, "goes on in ktuned");
+    const char *cancel = strstr(r->err, "`ktune cancel ");
+    assert_non_null(cancel);
+    char id[32];
+    snprintf(id, sizeof(id), "%llu", strtoull(cancel + 14, NULL, 10));
+    assert_non_null(strstr(r->err, "`ktune watch "));
+    free(r);
+    r = RUN("cancel", id, "--socket", d->sock);
+    if (r->status != 0)
+        fail_msg("cancel %s after the interrupt: %s", id, r->err);
+    free(r);
+}
+
 static void test_no_gpu(void **state)
 {
     daemon_proc *d = daemon_start("nogpu", "FAKE_NODEV=1");
@@ -743,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_tune_usage),
         cmocka_unit_test(test_batch_bad_lines),
         cmocka_unit_test_teardown(test_end_to_end, stop_daemon),
+        cmocka_unit_test_teardown(test_interrupt_wait, stop_daemon),
         cmocka_unit_test_teardown(test_no_gpu, stop_daemon),
         cmocka_unit_test_teardown(test_record_fails_as_assembled, stop_daemon),
         cmocka_unit_test_teardown(test_keys_are_problems, stop_daemon),
