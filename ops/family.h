@@ -122,6 +122,8 @@ typedef struct ops_kernel_launch {
     ops_arg args[OPS_MAX_ARGS]; /* kernel parameters in order: pointers, or 128-byte
                                    tensor maps (OPS_ARG_TENSOR_MAP) by value */
     bool zero_workspace;        /* memset the workspace to 0 before this kernel */
+    int64_t zero_prefix;        /* with zero_workspace: only the workspace's first zero_prefix
+                                   bytes (0: all of it), e.g. flags before big scratch */
 } ops_kernel_launch;
 
 typedef struct ops_emitted {

@@ -242,7 +242,7 @@ static int add_kernels(const tune *t, const io_map *m, const ops_emitted *em, ui
         k[i].smem_bytes = l->smem_bytes;
         if (l->zero_workspace) { /* this group's slot only: other slots hold live intermediates */
             k[i].zero_offset = ws_base;
-            k[i].zero_bytes = (uint64_t)em->workspace_bytes;
+            k[i].zero_bytes = (uint64_t)(l->zero_prefix ? l->zero_prefix : em->workspace_bytes);
         }
         for (int j = 0; j < l->n_args; j++) {
             int rc = map_arg(t, m, &l->args[j], ws_base, (uint64_t)em->workspace_bytes,

@@ -83,6 +83,7 @@ int srch_eval_req_for_group(const ops_group *grp, const ops_emitted *e, const vo
     out->n_kernels = e->n_kernels;
     for (int k = 0; k < e->n_kernels; k++) {
         out->kernels[k] = e->kernels[k];
+        out->zero_bytes[k] = e->kernels[k].zero_prefix; /* 0: all of the workspace */
         for (int a = 0; a < e->kernels[k].n_args; a++) {
             ops_arg *arg = &out->kernels[k].args[a];
             bool on_tensor = arg->kind == OPS_ARG_TENSOR ||

@@ -79,7 +79,8 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
     double blocks = B * (double)(c.tiles_m * c.tiles_n) * c.splitk;
     double slots = (double)dev->sm_count * (double)per_sm;
     double waves = blocks / slots;
-    double wave_eff = waves / ceil(waves);
+    /* (stream-K shares the last waves' k tiles out evenly: no partial wave) */
+    double wave_eff = c.stream ? 1.0 : waves / ceil(waves);
     double sm_used = blocks < dev->sm_count ? blocks / dev->sm_count : 1.0;
 
     /* DRAM re-reads. The blocks in flight at once (slots of them, consecutive in the raster
@@ -173,10 +174,16 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
      * what bounds shapes of few tiles (DeepBench's 1760 x 128 x 1760 on 28 blocks of 128 x 64:
      * 7.5 us at 4 stages, bench/results/h100-2026-11-27-i19-bench-ncu/). */
     double t_ring = 0;
-    if (c.wg16)
-        t_ring = ceil(blocks / slots) * (double)c.kps * 1e-6 / c.stages;
-    double t = fmax(fmax(t_math, t_ring), fmax(t_dram, t_l2)) + 0.25 * fmin(t_math, t_rereads) +
-               2e-6;
+    if (c.wg16) {
+        /* k tiles a block streams: stream-K's even share of all units' */
+        double clusters = (double)(c.sk_blocks / c.mcast);
+        double units = ceil((double)c.tiles_m / c.mcast) * (double)c.tiles_n * B;
+        double per_block =
+            c.stream ? ceil(units * (double)c.ktiles / clusters) : ceil(blocks / slots) * c.kps;
+        t_ring = per_block * 1e-6 / c.stages;
+    }
+    double t =
+        fmax(fmax(t_math, t_ring), fmax(t_dram, t_l2)) + 0.25 * fmin(t_math, t_rereads) + 2e-6;
     if (c.parallel) /* the reduction kernel reads the partials and applies the epilogue */
         t += (ws + bytes - ab) / dev->dram_bytes_per_s + 2e-6;
     if (c.presplit) /* the split kernel reads A and writes its small halves, then a launch */
@@ -189,6 +196,17 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
         double sm_l2 = 3.0 * dev->dram_bytes_per_s / dev->sm_count;
         t += (c.splitk - 1) * (0.5e-6 + 2.0 * tile_bytes / sm_l2);
         t += 0.5e-6 + sws / dev->dram_bytes_per_s;
+    }
+    if (c.stream) {
+        /* Stream-K: a block hands over one fp32 partial tile at most, and the block starting a
+         * unit reads the others' (one when the shared units outnumber the clusters, about
+         * clusters / units when fewer), each after a flag's round trip through L2 (~0.5 us), at
+         * its SM's share of L2 bandwidth; plus the flags' memset before the launch. */
+        double sm_l2 = 3.0 * dev->dram_bytes_per_s / dev->sm_count;
+        double clusters = (double)(c.sk_blocks / c.mcast);
+        double reads = (double)c.sk_units >= clusters ? 1.0 : ceil(clusters / (double)c.sk_units);
+        double part = tile_bytes * nb / sm_l2;
+        t += 0.5e-6 + part + reads * (0.5e-6 + part);
     }
     if (c.cluster) {
         /* Two cluster barriers, each block reading a tile's worth of partials from the

@@ -148,12 +148,12 @@ static void emit_includes(const gemm_emit *e)
         ldsm = gemm_is_tf32(c->math) ? !c->op[0].scalar_frag || !c->op[1].scalar_frag : true;
     kt_buf_line(b, "/* ---- ktune device library (ops/device/ktune/ in the ktune sources) ---- */");
     if (c->wg16) {
-        if (c->pingpong || c->tma_store || c->cluster) /* named barriers */
+        if (c->pingpong || c->tma_store || c->cluster || c->stream) /* named barriers */
             kt_buf_line(b, "#include \"ktune/barrier.cuh\"");
         if (c->mcast == 2 || c->cluster)
             kt_buf_line(b, "#include \"ktune/cluster.cuh\"");
         kt_buf_line(b, "#include \"ktune/mbarrier.cuh\"");
-        if (c->tma_store)
+        if (c->tma_store || c->stream) /* shared stores; stream-K's partials and flags */
             kt_buf_line(b, "#include \"ktune/memory.cuh\"");
         if (c->consumers == 2)
             kt_buf_line(b, "#include \"ktune/setmaxnreg.cuh\"");
@@ -435,7 +435,7 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
         int64_t units =
             (c.tiles_m + c.mcast - 1) / c.mcast * c.tiles_n * p.batch * (c.parallel ? c.splitk : 1);
         int64_t slots = dev->sm_count / per;
-        k->grid[0] = (uint32_t)(per * (units < slots ? units : slots));
+        k->grid[0] = (uint32_t)(c.stream ? c.sk_blocks : per * (units < slots ? units : slots));
         k->grid[2] = 1;
     }
     k->block[0] = (uint32_t)c.threads;
@@ -448,6 +448,11 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     if (c.serial) {
         k->zero_workspace = true; /* the semaphores start at 0 */
         out->workspace_bytes = gemm_serial_workspace_bytes(&p, &c);
+    }
+    if (c.stream) {
+        k->zero_workspace = true; /* the flags start at 0; the partial slots need no clearing */
+        k->zero_prefix = gemm_stream_flag_bytes(&c);
+        out->workspace_bytes = gemm_stream_workspace_bytes(&p, &c);
     }
     if (c.parallel) {
         out->workspace_bytes = (int64_t)c.splitk * p.batch * p.M * p.N * 4;

@@ -85,7 +85,7 @@ enum { MATH_FFMA, MATH_TF32, MATH_F16, MATH_BF16, MATH_TF32X3 };
  * H100 for a 2048^3 f32 matmul, 64 x 128 tiles). */
 #define TF32X3_FLUSH_K 64
 enum { SMEM_PAD, SMEM_XOR };
-enum { SPLITK_PARALLEL, SPLITK_SERIAL, SPLITK_CLUSTER };
+enum { SPLITK_PARALLEL, SPLITK_SERIAL, SPLITK_CLUSTER, SPLITK_STREAM };
 enum { MMA_SYNC, MMA_WGMMA, MMA_WGMMA_SPLIT, MMA_WGMMA_PINGPONG };
 enum { STORE_DIRECT, STORE_TMA };
 
@@ -131,9 +131,12 @@ typedef struct gemm_operand {
 
 typedef struct gemm_cfg {
     int math, bm, bn, bk, wm, wn, stages, splitk, raster, smem;
-    bool serial;   /* split-K slices accumulate in turn in one kernel (splitk > 1) */
-    bool cluster;  /* split-K slices of a tile are a cluster, summing in shared memory */
-    bool parallel; /* split-K partials plus a reduction kernel (splitk > 1) */
+    bool serial;       /* split-K slices accumulate in turn in one kernel (splitk > 1) */
+    bool cluster;      /* split-K slices of a tile are a cluster, summing in shared memory */
+    bool parallel;     /* split-K partials plus a reduction kernel (splitk > 1) */
+    bool stream;       /* wg16 stream-K: the last units' k tiles shared out evenly over the grid */
+    int64_t sk_units;  /* stream-K: the units shared out by k tile (the rest whole, before) */
+    int64_t sk_blocks; /* stream-K: the grid, a block (a cluster with mcast) per SM */
     int threads, wtm, wtn;
     bool tc;
     bool lanes_ok;      /* FFMA: the warp tile splits over the 32 lanes (ffma_lanes) */
@@ -258,6 +261,9 @@ void gemm_emit_split_kernel(const gemm_emit *e);
 void gemm_emit_wgmma_kernel(const gemm_emit *e, const char *entry);
 
 /* ---- wgmma16.c: the Hopper 16-bit kernel (TMA, warp-specialised wgmma) ---- */
+/* stream-K's workspace: its flags (cleared before each launch), then the partial slots */
+int64_t gemm_stream_flag_bytes(const gemm_cfg *c);
+int64_t gemm_stream_workspace_bytes(const gemm_problem *p, const gemm_cfg *c);
 const char *gemm_wgmma16_prefix_why(const gemm_problem *p, const gemm_cfg *c,
                                     const ops_device *dev);
 void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const ops_device *dev,

@@ -10,8 +10,9 @@
 static const char *const math_labels[] = {"ffma", "tf32", "f16", "bf16", "tf32x3"};
 static const char *const smem_labels[] = {"pad", "xor"};
 /* by position in the knob's value list (cluster between the other two: refinement moves one
- * step, so from cluster it tries both) */
-static const char *const splitk_mode_labels[] = {"parallel", "cluster", "serial"};
+ * step, so from cluster it tries both; stream, splitk=1's alternative, last: the cost model
+ * ranks it beside its data-parallel twin) */
+static const char *const splitk_mode_labels[] = {"parallel", "cluster", "serial", "stream"};
 static const char *const mma_labels[] = {"sync", "wgmma", "wgmma_split", "wgmma_pingpong"};
 static const char *const store_labels[] = {"direct", "tma"};
 
@@ -31,10 +32,12 @@ const ops_knob gemm_knobs[KN_COUNT] = {
     /* parallel: fp32 partials per slice + a reduction kernel; serial: one kernel, the slices of
      * a tile accumulate in turn (see gemm_emit_serial_epilogue); cluster: one kernel, the slices of
      * a tile are a cluster summing through distributed shared memory (gemm_emit_cluster_epilogue).
-     * Meaningless with splitk=1. */
+     * Meaningless with splitk=1, except stream (splitk=1, the 16-bit wgmma kernel): stream-K, the
+     * k tiles of the last units shared out evenly over the persistent grid, whatever the split
+     * of each unit (wgmma16.c). */
     [KN_SPLITK_MODE] = {"splitk_mode",
-                        3,
-                        {SPLITK_PARALLEL, SPLITK_CLUSTER, SPLITK_SERIAL},
+                        4,
+                        {SPLITK_PARALLEL, SPLITK_CLUSTER, SPLITK_SERIAL, SPLITK_STREAM},
                         splitk_mode_labels},
     /* tensor-core instruction: warp-level mma.sync, or Hopper's warpgroup wgmma: tf32x3 on f32
      * data (gemm_emit_wgmma_kernel: bm is the wgmma N, bn 64 rows per warpgroup), f16/bf16 on
@@ -434,7 +437,8 @@ void gemm_configure(const gemm_problem *p, const ops_schedule *s, const ops_devi
     c->smem = s->v[KN_SMEM];
     c->serial = c->splitk > 1 && s->v[KN_SPLITK_MODE] == SPLITK_SERIAL;
     c->cluster = c->splitk > 1 && s->v[KN_SPLITK_MODE] == SPLITK_CLUSTER;
-    c->parallel = c->splitk > 1 && !c->serial && !c->cluster;
+    c->parallel = c->splitk > 1 && s->v[KN_SPLITK_MODE] == SPLITK_PARALLEL;
+    c->stream = s->v[KN_SPLITK_MODE] == SPLITK_STREAM;
     c->wgmma = s->v[KN_MMA] != MMA_SYNC;
     c->presplit = s->v[KN_MMA] == MMA_WGMMA_SPLIT;
     c->threads = c->wgmma ? 128 * (c->bn / 64 > 0 ? c->bn / 64 : 1) : 32 * c->wm * c->wn;
@@ -527,6 +531,8 @@ void gemm_configure(const gemm_problem *p, const ops_schedule *s, const ops_devi
         c->why = "smem";
     else if (c->op[0].iters > 8 || c->op[1].iters > 8)
         c->why = "threads"; /* too few threads for the tile: each pass's address stays live */
+    else if (c->stream)
+        c->why = "shape"; /* stream-K is the 16-bit wgmma kernel's */
     else if (c->splitk > 1 && (c->kps < 2 || c->kps * (c->splitk - 1) >= c->ktiles))
         c->why = "shape"; /* slices of under two k tiles, or an empty slice */
     else if (c->splitk > 1 && c->tiles_m * c->tiles_n * p->batch * (c->splitk / 2) >= dev->sm_count)
@@ -610,6 +616,7 @@ void gemm_main_entry(const gemm_cfg *c, const char *suffix, char *buf, size_t le
              c->parallel  ? "_partial"
              : c->serial  ? "_serial"
              : c->cluster ? "_cluster"
+             : c->stream  ? "_streamk"
                           : "",
              suffix);
 }

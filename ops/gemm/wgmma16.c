@@ -128,6 +128,16 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
      * consumers the block starts at 65536 / 384 = 168 and setmaxnreg moves them (40 / 232) */
     c->regs = c->consumers == 2 ? 168 : c->mt * c->bn * p->nb / 2 + 48;
     int64_t tiles = c->tiles_m * c->tiles_n * p->batch;
+    /* stream-K: units (tiles, or multicast pairs) and the clusters walking them; with at least
+     * two waves, the last whole wave and the remainder are shared out (every block then sums
+     * more than one unit's k tiles, so a unit is split between two blocks at most), otherwise
+     * all units are */
+    int64_t units = gemm_cdiv(c->tiles_m, c->mcast) * c->tiles_n * p->batch;
+    int64_t slots = dev->sm_count / c->mcast;
+    if (c->stream) {
+        c->sk_units = units < 2 * slots ? units : units % slots + slots;
+        c->sk_blocks = slots * c->mcast;
+    }
     const char *prefix_why = gemm_wgmma16_prefix_why(p, c, dev);
     if (prefix_why)
         c->why = prefix_why;
@@ -136,6 +146,14 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
     else if (c->splitk != 1 && (p->nb == 2 || c->serial))
         c->why = "shape"; /* split-K here is the parallel or the cluster mode; a dual group's two
                              sums have no reduction */
+    else if (c->stream && (c->splitk != 1 || c->pingpong))
+        c->why = c->pingpong ? "shape" : "redundant"; /* stream-K sets each unit's split; its
+                                                          consumers share every unit */
+    else if (c->stream && units % slots == 0)
+        c->why = "redundant"; /* whole waves: nothing to even out */
+    else if (c->stream &&
+             (c->sk_units * c->ktiles < 2 * slots || c->sk_units * c->ktiles >= ((int64_t)1 << 31)))
+        c->why = "shape"; /* under two k tiles a block */
     else if (c->cluster && (c->pingpong || c->mcast != 1))
         c->why = "shape"; /* cluster split-K: cooperative consumers, the cluster its slices */
     else if (c->splitk != 1 &&
@@ -148,7 +166,8 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = "redundant"; /* the partial sums are stored directly */
     else if (c->tma_store && (p->N * osize) % 16)
         c->why = "shape"; /* the output's rows are not 16-byte multiples: no tensor map */
-    else if (c->smem != SMEM_XOR || (c->splitk == 1 && s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL) ||
+    else if (c->smem != SMEM_XOR ||
+             (c->splitk == 1 && !c->stream && s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL) ||
              (c->pingpong && c->wm != 1))
         c->why = "redundant"; /* knobs this kernel does not read */
     else if (c->pingpong && tiles * c->splitk <= dev->sm_count)
@@ -194,7 +213,7 @@ void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel
             k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = p->grp->in[i]};
     if (!c->tma_store) {
         k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = p->out};
-        if (c->parallel) /* the slices' partial sums */
+        if (c->parallel || c->stream) /* the slices' partial sums (stream-K: and flags) */
             k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = 0};
         return;
     }
@@ -208,6 +227,71 @@ void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel
     ops_tensor_map_swizzled(&a->tmap, odt, (uint64_t)p->N, (uint64_t)p->M, p->batch,
                             (uint32_t)(128 / ops_dtype_size(odt)),
                             (uint32_t)(c->pingpong ? c->bm : c->bm / c->wm));
+    if (c->stream)
+        k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = 0};
+}
+
+/* Stream-K's workspace: an int flag per block and consumer, padded to 256 bytes (the part cleared
+ * before each launch), then a consumer's fp32 partial tile per block and consumer. */
+int64_t gemm_stream_flag_bytes(const gemm_cfg *c)
+{
+    return gemm_cdiv(c->sk_blocks * c->consumers * 4, 256) * 256;
+}
+
+int64_t gemm_stream_workspace_bytes(const gemm_problem *p, const gemm_cfg *c)
+{
+    return gemm_stream_flag_bytes(c) + c->sk_blocks * c->bm * c->bn * p->nb * 4;
+}
+
+/* Stream-K's walk: the k tiles of the first SK_UNITS units, in unit order, shared out evenly over
+ * the SK_CLUSTERS clusters (blocks, without multicast); then the whole units after them, a
+ * cluster each in turn. A cluster's share of the shared k tiles is a run of segments, each one
+ * unit's k tiles [kb, ke): only its first can start inside a unit and only its last can end inside
+ * one. */
+static void emit_stream_walk(const gemm_emit *e)
+{
+    kt_buf *b = e->b;
+    const gemm_cfg *c = e->c;
+    kt_buf_line(b, "/* stream-K: the first SK_UNITS units' k tiles shared out evenly, cluster ci "
+                   "(of SK_CLUSTERS) taking");
+    kt_buf_line(b, " * [ktw_sk_start(ci), ktw_sk_start(ci + 1)) as segments of units, then units "
+                   "SK_UNITS + ci, + SK_CLUSTERS, ...");
+    kt_buf_line(b, " * whole. A segment that starts inside its unit hands its partial sums to the "
+                   "cluster whose segment");
+    kt_buf_line(b, " * starts the unit (kb = 0), which adds them and runs the epilogue. */");
+    kt_buf_line(b,
+                "enum : int { SK_UNITS = %lld, SK_CLUSTERS = %lld, SK_ITERS = SK_UNITS * KTILES };",
+                (long long)c->sk_units, (long long)(c->sk_blocks / c->mcast));
+    kt_buf_line(b, "__device__ __forceinline__ int ktw_sk_start(int ci)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    return (int)((long long)SK_ITERS * ci / SK_CLUSTERS);");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "struct ktw_walk {");
+    kt_buf_line(b, "    int s, e, u; /* the shared k tiles left [s, e); the next whole unit */");
+    kt_buf_line(b, "};");
+    kt_buf_line(b, "__device__ __forceinline__ ktw_walk ktw_walk_start(int ci)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    return ktw_walk{ktw_sk_start(ci), ktw_sk_start(ci + 1), SK_UNITS + ci};");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "/* The walk's next segment: unit u, its k tiles [kb, ke); false once done. */");
+    kt_buf_line(b,
+                "__device__ __forceinline__ bool ktw_next(ktw_walk &w, int &u, int &kb, int &ke)");
+    kt_buf_line(b, "{");
+    kt_buf_line(b, "    if (w.s < w.e) {");
+    kt_buf_line(b, "        u = w.s / KTILES;");
+    kt_buf_line(b, "        kb = w.s - u * KTILES;");
+    kt_buf_line(b, "        ke = w.e - w.s < KTILES - kb ? kb + (w.e - w.s) : KTILES;");
+    kt_buf_line(b, "        w.s += ke - kb;");
+    kt_buf_line(b, "        return true;");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "    if (w.u >= UNITS)");
+    kt_buf_line(b, "        return false;");
+    kt_buf_line(b, "    u = w.u;");
+    kt_buf_line(b, "    kb = 0;");
+    kt_buf_line(b, "    ke = KTILES;");
+    kt_buf_line(b, "    w.u += SK_CLUSTERS;");
+    kt_buf_line(b, "    return true;");
+    kt_buf_line(b, "}");
 }
 
 void gemm_emit_wgmma16_helpers(const gemm_emit *e)
@@ -287,6 +371,8 @@ void gemm_emit_wgmma16_helpers(const gemm_emit *e)
         kt_buf_line(b, "    n0 = pid %% per_group / rows * BN;");
         kt_buf_line(b, "}");
     }
+    if (c->stream)
+        emit_stream_walk(e);
     if (p->nb == 2) {
         kt_buf_line(b, "/* Dual: B2's tile follows B's in a stage, so one wgmma 2 BN wide reads "
                        "both (rows, or 64-wide");
@@ -296,6 +382,12 @@ void gemm_emit_wgmma16_helpers(const gemm_emit *e)
     }
     kt_buf_line(b, "enum : int { NB = %d, MMA_N = NB * BN }; /* B operands; the wgmma's n */",
                 p->nb);
+    if (c->stream)
+        kt_buf_line(
+            b,
+            "enum : int { SK_FLAG_FLOATS = %lld, SK_PART = MT * 64 * MMA_N }; /* workspace: "
+            "a flag per block and consumer, then a partial slot each */",
+            (long long)(gemm_stream_flag_bytes(c) / 4));
     kt_buf_line(b, "enum : int { A_STAGE = BM * 64, B_STAGE = NB * BN * 64 }; /* halves per "
                    "stage */");
     kt_buf_line(b, "enum : unsigned { STAGE_BYTES = (BM + NB * BN) * 128 }; /* a stage's TMA "
@@ -363,6 +455,63 @@ static void emit_copies(const gemm_emit *e, int k)
     }
 }
 
+/* Stream-K, after a segment's k loop (in the consumer's loop over segments): a segment that
+ * starts inside its unit stores its sums to this block's slot and sets its flag, and goes on to
+ * its next segment; one that starts its unit but ends inside it adds the partials of the later
+ * clusters whose share starts inside the unit, in cluster order (deterministic), then runs the
+ * epilogue. A block hands over one partial at most (only its first segment can start inside a
+ * unit), so a slot per block and consumer; the flags are cleared before every launch. The waits
+ * go to higher clusters only, which post their partial first thing: no cycle, and the grid (a
+ * block per SM) is resident at once. */
+static void emit_stream_fixup(const gemm_emit *e)
+{
+    kt_buf *b = e->b;
+    const char *rank = e->c->mcast == 2 ? " + rank" : "";
+    kt_buf_line(b, "/* stream-K: hand the partial over, or add the later clusters' (see "
+                   "SK_UNITS); partial slot s: SK_PART");
+    kt_buf_line(b, " * floats, a float4 per (mt, j) and thread; flag s set once it is written */");
+    kt_buf_line(b, "if (kb > 0 || ke < KTILES) {");
+    b->indent = 12;
+    kt_buf_line(b, "int *const flags = reinterpret_cast<int *>(workspace);");
+    kt_buf_line(b, "float *const parts = workspace + SK_FLAG_FLOATS + (tid & 127) * 4;");
+    kt_buf_line(b, "if (kb > 0) {");
+    kt_buf_line(b, "    const int slot = blockIdx.x * CONSUMERS + cw;");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int mt = 0; mt < MT; mt++)");
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int j = 0; j < MMA_N / 8; j++)");
+    kt_buf_line(b, "            kt_st_cg4(parts + slot * SK_PART + (mt * (MMA_N / 8) + j) * 512, "
+                   "acc[mt][j][0], acc[mt][j][1],");
+    kt_buf_line(b, "                      acc[mt][j][2], acc[mt][j][3]);");
+    kt_buf_line(b, "    __threadfence();");
+    kt_buf_line(b, "    kt_bar_sync(3 + cw, 128); /* the consumer's 128 threads have stored */");
+    kt_buf_line(b, "    if ((tid & 127) == 0)");
+    kt_buf_line(b, "        kt_st_release_gpu(&flags[slot], 1);");
+    kt_buf_line(b, "    continue;");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "for (int ci = blockIdx.x / MCAST + 1; ci < SK_CLUSTERS && ktw_sk_start(ci) < "
+                   "(u + 1) * KTILES; ci++) {");
+    kt_buf_line(b, "    const int slot = (ci * MCAST%s) * CONSUMERS + cw;", rank);
+    kt_buf_line(b, "    if ((tid & 127) == 0)");
+    kt_buf_line(b, "        kt_spin_until(&flags[slot], 1);");
+    kt_buf_line(b, "    kt_bar_sync(3 + cw, 128); /* the acquire, handed to the consumer's "
+                   "threads */");
+    kt_buf_line(b, "    #pragma unroll");
+    kt_buf_line(b, "    for (int mt = 0; mt < MT; mt++)");
+    kt_buf_line(b, "        #pragma unroll");
+    kt_buf_line(b, "        for (int j = 0; j < MMA_N / 8; j++) {");
+    kt_buf_line(b, "            const float4 v = kt_ld_cg4(parts + slot * SK_PART + (mt * (MMA_N "
+                   "/ 8) + j) * 512);");
+    kt_buf_line(b, "            acc[mt][j][0] += v.x;");
+    kt_buf_line(b, "            acc[mt][j][1] += v.y;");
+    kt_buf_line(b, "            acc[mt][j][2] += v.z;");
+    kt_buf_line(b, "            acc[mt][j][3] += v.w;");
+    kt_buf_line(b, "        }");
+    kt_buf_line(b, "}");
+    b->indent = 8;
+    kt_buf_line(b, "}");
+}
+
 void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
 {
     const gemm_problem *p = e->p;
@@ -376,7 +525,9 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     /* blocks a unit: a multicast pair, or a cluster's k slices */
     const char *per = c->cluster ? "SPLITK" : "MCAST";
     bool in_cluster = c->mcast == 2 || c->cluster;
-    const char *kloop = c->splitk > 1 ? "KTILES_PER_SLICE" : "KTILES";
+    /* the k loop of a unit: a slice's with split-K, stream-K's segment [kb, ke) */
+    const char *kloop = c->splitk > 1 ? "KTILES_PER_SLICE" : c->stream ? "ke" : "KTILES";
+    const char *kfirst = c->stream ? "kb" : "0";
     /* a stage's release: with a cluster, to both blocks (each loaded half of its B for both) */
     const char *release = c->mcast == 2 ? "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 0), "
                                           "kt_mbar_arrive_cluster(&empty[(it - 1) % STAGES], 1)"
@@ -445,11 +596,12 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                                 : "",
                   entry, p->nb == 2 ? "const __grid_constant__ kt_tensor_map tmap_b2, " : "");
     gemm_emit_epi_list(e, true);
+    const char *ws = c->parallel || c->stream ? ", float *__restrict__ workspace" : "";
     if (c->tma_store)
-        kt_buf_printf(b, "const __grid_constant__ kt_tensor_map tmap_c)\n");
+        kt_buf_printf(b, "const __grid_constant__ kt_tensor_map tmap_c%s)\n", ws);
     else
         kt_buf_printf(b, "%s *__restrict__ %s%s)\n", ops_emit_ctype(p->g->tensors[p->out].dtype),
-                      e->names[p->grp->n_in], c->parallel ? ", float *__restrict__ workspace" : "");
+                      e->names[p->grp->n_in], ws);
     kt_buf_line(b, "{");
     b->indent = 4;
     kt_buf_line(b, "extern __shared__ unsigned char kt_smem_raw[];");
@@ -517,11 +669,17 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                        "move (setmaxnreg) */");
     kt_buf_line(b, "if (tid == 0) {");
     kt_buf_line(b, "    int it = 0; /* the ring's k tile count, across the block's tiles */");
-    kt_buf_line(b, "    for (int u = blockIdx.x / %s; u < UNITS; u += gridDim.x / %s) {", per, per);
+    if (c->stream) {
+        kt_buf_line(b, "    ktw_walk w = ktw_walk_start(blockIdx.x / MCAST);");
+        kt_buf_line(b, "    for (int u, kb, ke; ktw_next(w, u, kb, ke);) {");
+    } else {
+        kt_buf_line(b, "    for (int u = blockIdx.x / %s; u < UNITS; u += gridDim.x / %s) {", per,
+                    per);
+    }
     if (c->splitk > 1)
         kt_buf_line(b, "        const int slice = %s;", c->cluster ? "rank" : "u % SPLITK");
     kt_buf_line(b, "        ktw_tile(%s, m0, n0, bz%s);", tile_of, rank_arg);
-    kt_buf_line(b, "        for (int kt = 0; kt < %s; kt++, it++) {", kloop);
+    kt_buf_line(b, "        for (int kt = %s; kt < %s; kt++, it++) {", kfirst, kloop);
     kt_buf_line(b, "            const int st = it %% STAGES, k0 = %s * BK;",
                 c->splitk > 1 ? "(slice * KTILES_PER_SLICE + kt)" : "kt");
     kt_buf_line(b, "            if (it >= STAGES) /* the stage's previous use was released */");
@@ -556,19 +714,26 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "const int row0 = PINGPONG ? 0 : cw * (BM / CONSUMERS);");
     kt_buf_line(b, "const unsigned long long da0 = ktw_desc_a(as) + row0 * 8, db0 = "
                    "ktw_desc_b(bs); /* row0 / 64 slabs of 512 */");
-    kt_buf_line(b, "const int step = PINGPONG ? 2 : 1;");
+    if (!c->stream)
+        kt_buf_line(b, "const int step = PINGPONG ? 2 : 1;");
     if (c->tma_store) {
         kt_buf_line(b, "unsigned char *cs = cs0 + cw * C_BYTES; /* this consumer's output tile */");
         kt_buf_line(b, "const unsigned cs_at = kt_smem_u32(cs); /* its shared address */");
     }
-    kt_buf_line(b, "int it = PINGPONG ? cw * %s : 0;", kloop);
-    kt_buf_line(b, "const int units = gridDim.x / %s; /* units walked at once */", per);
-    if (c->cluster)
-        kt_buf_line(b, "int done = 0; /* tiles whose partials this block has handed over */");
-    kt_buf_line(b,
-                "for (int i = PINGPONG ? cw : 0, u = blockIdx.x / %s + i * units; u < "
-                "UNITS; i += step, u += step * units) {",
-                per);
+    if (c->stream) {
+        kt_buf_line(b, "int it = 0;");
+        kt_buf_line(b, "ktw_walk w = ktw_walk_start(blockIdx.x / MCAST);");
+        kt_buf_line(b, "for (int u, kb, ke; ktw_next(w, u, kb, ke);) {");
+    } else {
+        kt_buf_line(b, "int it = PINGPONG ? cw * %s : 0;", kloop);
+        kt_buf_line(b, "const int units = gridDim.x / %s; /* units walked at once */", per);
+        if (c->cluster)
+            kt_buf_line(b, "int done = 0; /* tiles whose partials this block has handed over */");
+        kt_buf_line(b,
+                    "for (int i = PINGPONG ? cw : 0, u = blockIdx.x / %s + i * units; u < "
+                    "UNITS; i += step, u += step * units) {",
+                    per);
+    }
     b->indent = 8;
     kt_buf_line(b, "ktw_tile(%s, m0, n0, bz%s);", tile_of, rank_arg);
     if (c->pingpong) {
@@ -584,7 +749,7 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "        #pragma unroll");
     kt_buf_line(b, "        for (int r = 0; r < 4; r++)");
     kt_buf_line(b, "            acc[mt][j][r] = 0.0f;");
-    kt_buf_line(b, "for (int kt = 0; kt < %s; kt++, it++) {", kloop);
+    kt_buf_line(b, "for (int kt = %s; kt < %s; kt++, it++) {", kfirst, kloop);
     b->indent = 12;
     kt_buf_line(b, "const int st = it %% STAGES;");
     kt_buf_line(b, "kt_mbar_wait(&full[st], (it / STAGES) & 1); /* k tile it has landed */");
@@ -604,7 +769,7 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "/* k tile it's wgmmas stay in flight; it - 1's have retired, so its stage goes "
                    "back to the producer */");
     kt_buf_line(b, "kt_wgmma_wait<1>();");
-    kt_buf_line(b, "if (kt > 0 && lane == 0)");
+    kt_buf_line(b, "if (kt > %s && lane == 0)", kfirst);
     kt_buf_line(b, "    %s;", release);
     b->indent = 8;
     kt_buf_line(b, "}");
@@ -620,6 +785,8 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int mt = 0; mt < MT; mt++)");
     kt_buf_line(b, "    kt_reg_hold(acc[mt]); /* the sums are read after the wait, not before */");
+    if (c->stream)
+        emit_stream_fixup(e);
     /* the sums of an element pair handed to the epilogue, rows g and g + 8 (a dual group's second
      * matmul's BN / 8 columns on) */
     const char *const sums[2] = {

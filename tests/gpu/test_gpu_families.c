@@ -218,6 +218,19 @@ static const gpu_case wgmma16_cases[] = {
      "splitk=8&splitk_mode=cluster mma=wgmma "},
     {"tests/gpu/gemm_bf16_epilogue.json", "M=200,N=264,K=1024", OPS_PREC_EXACT,
      "whole:splitk_mode=cluster mma=wgmma "},
+    /* stream-K: the last waves' k tiles shared out over a block per SM, partials handed to the
+     * block starting each unit; ragged M and N, B N-major and K-major, multicast pairs, every
+     * epilogue kind through the TMA store, a dual group, few tiles split many ways (DeepBench's
+     * shape), an odd N */
+    {"bench/cases/gemm_bf16.json", "M=2050,N=2056,K=520", OPS_PREC_EXACT, "splitk_mode=stream"},
+    {"bench/cases/linear_bf16.json", "M=1999,N=2048,K=1024", OPS_PREC_EXACT,
+     "splitk_mode=stream&mcast=2"},
+    {"tests/gpu/gemm_bf16_epilogue.json", "M=2000,N=1032,K=200", OPS_PREC_EXACT,
+     "whole:splitk_mode=stream&store=tma"},
+    {"tests/gpu/swiglu_f16_bias.json", "B=2,M=2000,N=264,K=520", OPS_PREC_EXACT,
+     "whole:splitk_mode=stream"},
+    {"bench/cases/gemm_bf16.json", "M=1760,N=128,K=1760", OPS_PREC_EXACT, "splitk_mode=stream"},
+    {"bench/cases/linear_bf16.json", "M=64,N=1001,K=4096", OPS_PREC_EXACT, "splitk_mode=stream"},
     /* rings of 6 and 8 stages (small tiles), cooperative and ping-pong */
     {"bench/cases/gemm_bf16.json", "M=1000,N=776,K=1000", OPS_PREC_EXACT, "stages=8"},
     {"tests/gpu/gemm_bf16_epilogue.json", "M=200,N=264,K=1024", OPS_PREC_EXACT, "whole:stages=8"},
@@ -435,8 +448,11 @@ static int launch_all(srch_cuda *cu, CUfunction *fn, const ops_emitted *e, const
             }
         }
         if (l->zero_workspace && ws &&
-            (rc = srch_cuda_check(cu, cu->p_cuMemsetD8(ws, 0, (size_t)e->workspace_bytes),
-                                  "zero workspace", err)) < 0)
+            (rc = srch_cuda_check(
+                 cu,
+                 cu->p_cuMemsetD8(ws, 0,
+                                  (size_t)(l->zero_prefix ? l->zero_prefix : e->workspace_bytes)),
+                 "zero workspace", err)) < 0)
             return rc;
         rc = srch_cuda_check(cu,
                              cu->p_cuLaunchKernel(fn[k], l->grid[0], l->grid[1], l->grid[2],

@@ -23,7 +23,7 @@ enum { MATH, BM, BN, BK, WM, WN, STAGES, SPLITK, RASTER, SMEM, SPLITK_MODE, MMA,
 enum { DIRECT = 0, TMA = 1 };
 enum { FFMA = 0, TF32 = 1, F16 = 2, BF16 = 3, TF32X3 = 4 };
 enum { PAD = 0, XOR = 1 };
-enum { PARALLEL = 0, SERIAL = 1, CLUSTER = 2 };
+enum { PARALLEL = 0, SERIAL = 1, CLUSTER = 2, STREAM = 3 };
 enum { SYNC = 0, WGMMA = 1, WGMMA_SPLIT = 2, PINGPONG = 3 };
 
 static const char gemm_bias_relu[] =
@@ -1413,6 +1413,114 @@ static void test_wgmma16_splitk(void **state)
     ops_graph_free(g);
 }
 
+/* Stream-K on the 16-bit wgmma kernel: the last whole wave and the remainder of the units shared
+ * out by k tile over a block per SM, partial sums handed to the block that starts each unit
+ * through flags (cleared before the launch) and a slot per block in the workspace. */
+static void test_wgmma16_streamk(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_emitted em;
+    ops_diag d = {0};
+    /* 4096^3 on 128 x 256 tiles: 512 units on 132 SMs, 3.9 waves; the last whole wave and the
+     * 116 left (248 units of 64 k tiles) are shared out */
+    char *plain = plain_gemm("bf16");
+    ops_graph *g = emit_test_graph(plain, "M=4096,N=4096,K=4096");
+    ops_group grp;
+    emit_test_whole_group(g, &grp);
+    ops_schedule s = wg16(BF16, 128, 256, 2, 4);
+    s.v[SPLITK_MODE] = STREAM;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.n_kernels, 1);
+    const ops_kernel_launch *k = &em.kernels[0];
+    assert_string_equal(k->entry, "ktune_gemm_bf16_wgmma_128x256x64_streamk");
+    assert_int_equal(k->grid[0], dev.sm_count);
+    assert_true(k->zero_workspace);
+    assert_int_equal(k->zero_prefix, 1280); /* 132 blocks x 2 consumers, padded to 256 bytes */
+    assert_int_equal(em.workspace_bytes, 1280 + 132 * 128 * 256 * 4);
+    assert_int_equal(k->args[k->n_args - 1].kind, OPS_ARG_WORKSPACE);
+    assert_non_null(strstr(em.source, "SK_UNITS = 248, SK_CLUSTERS = 132,"));
+    assert_non_null(strstr(em.source, "for (int u, kb, ke; ktw_next(w, u, kb, ke);) {"));
+    assert_non_null(strstr(em.source, "for (int kt = kb; kt < ke; kt++, it++) {"));
+    assert_non_null(strstr(em.source, "kt_spin_until(&flags[slot], 1);"));
+    emit_test_golden("gemm_bf16_wgmma_streamk.cu", em.source);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+
+    ops_schedule bad = s;
+    bad.v[MMA] = PINGPONG; /* ping-pong consumers take whole units in turn */
+    bad.v[WM] = 1;
+    bad.v[BM] = 64;
+    assert_string_equal(ops_family_gemm.prune(&grp, &bad, &dev), "shape");
+    bad = s;
+    bad.v[SPLITK] = 2; /* stream-K sets each unit's split itself */
+    assert_string_equal(ops_family_gemm.prune(&grp, &bad, &dev), "redundant");
+    bad = sched(BF16, 64, 64, 32, 2, 2, 3, 1, 1, XOR);
+    bad.v[SPLITK_MODE] = STREAM; /* the mma.sync kernel has none */
+    assert_string_equal(ops_family_gemm.prune(&grp, &bad, &dev), "shape");
+    ops_graph_free(g);
+    /* whole waves (132 units) leave nothing to even out; a 128^3 GEMM has one k tile to share */
+    g = emit_test_graph(plain, "M=16896,N=256,K=4096");
+    emit_test_whole_group(g, &grp);
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "redundant");
+    ops_graph_free(g);
+    g = emit_test_graph(plain, "M=128,N=128,K=64");
+    emit_test_whole_group(g, &grp);
+    s = wg16(BF16, 128, 128, 2, 2);
+    s.v[SPLITK_MODE] = STREAM;
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "shape");
+    ops_graph_free(g);
+    free(plain);
+
+    /* few units (DeepBench's 1760 x 128 x 1760: 14 tiles of 28 k tiles): all shared out, each
+     * unit split about ten ways */
+    char *f16 = plain_gemm("f16");
+    g = emit_test_graph(f16, "M=1760,N=128,K=1760");
+    free(f16);
+    emit_test_whole_group(g, &grp);
+    s = wg16(F16, 128, 128, 2, 4);
+    s.v[SPLITK_MODE] = STREAM;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_non_null(strstr(em.source, "SK_UNITS = 14, SK_CLUSTERS = 132,"));
+    ops_emitted_free(&em);
+    ops_graph_free(g);
+
+    /* batched, transposed A, every epilogue kind, 2-block clusters (units are tile pairs, slots
+     * per cluster rank) and the TMA store; and a dual group (SwiGLU: both sums handed over) */
+    char *rich = rich16("f16", true, false);
+    g = emit_test_graph(rich, "M=1000,N=1000,K=1000");
+    free(rich);
+    emit_test_whole_group(g, &grp);
+    s = wg16(F16, 128, 128, 2, 4);
+    s.v[SPLITK_MODE] = STREAM;
+    s.v[MCAST] = 2;
+    s.v[STORE] = TMA;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.kernels[0].grid[0], dev.sm_count);
+    assert_non_null(strstr(em.source, "SK_UNITS = 64, SK_CLUSTERS = 66,"));
+    assert_non_null(strstr(em.source, "const int slot = (ci * MCAST + rank) * CONSUMERS + cw;"));
+    check_tmaps(&grp, &em.kernels[0]);
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+    ops_graph_free(g);
+    char *json = swiglu16("bf16", true, true, false);
+    g = emit_test_graph(json, "M=1000,N=1000,K=1024");
+    free(json);
+    emit_test_whole_group(g, &grp);
+    s = wg16(BF16, 128, 128, 2, 3);
+    s.v[SPLITK_MODE] = STREAM;
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.workspace_bytes, 1280 + 132 * 128 * 256 * 4); /* both sums a slot */
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+    ops_graph_free(g);
+}
+
 /* A dual group (SwiGLU) on the 16-bit wgmma kernel: A, B and B2 as tensor maps, B2's tile after
  * B's in each stage, one wgmma 2 BN wide, both sums handed to the epilogue; no other kernel takes
  * it, and the accumulators count double against the register rule. */
@@ -1843,15 +1951,16 @@ static void test_fragment_maps(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches),        cmocka_unit_test(test_counts),
-        cmocka_unit_test(test_prefix_skip),    cmocka_unit_test(test_raster_bijection),
-        cmocka_unit_test(test_smem_swizzle),   cmocka_unit_test(test_fragment_maps),
-        cmocka_unit_test(test_estimate),       cmocka_unit_test(test_launch_and_golden),
-        cmocka_unit_test(test_wgmma),          cmocka_unit_test(test_compile_ragged),
-        cmocka_unit_test(test_compile_sm80),   cmocka_unit_test(test_serial_splitk),
-        cmocka_unit_test(test_cluster_splitk), cmocka_unit_test(test_compile_spread_sm90),
-        cmocka_unit_test(test_wgmma16),        cmocka_unit_test(test_wgmma16_dual),
-        cmocka_unit_test(test_wgmma16_splitk), cmocka_unit_test(test_compile_wgmma16),
+        cmocka_unit_test(test_matches),         cmocka_unit_test(test_counts),
+        cmocka_unit_test(test_prefix_skip),     cmocka_unit_test(test_raster_bijection),
+        cmocka_unit_test(test_smem_swizzle),    cmocka_unit_test(test_fragment_maps),
+        cmocka_unit_test(test_estimate),        cmocka_unit_test(test_launch_and_golden),
+        cmocka_unit_test(test_wgmma),           cmocka_unit_test(test_compile_ragged),
+        cmocka_unit_test(test_compile_sm80),    cmocka_unit_test(test_serial_splitk),
+        cmocka_unit_test(test_cluster_splitk),  cmocka_unit_test(test_compile_spread_sm90),
+        cmocka_unit_test(test_wgmma16),         cmocka_unit_test(test_wgmma16_dual),
+        cmocka_unit_test(test_wgmma16_splitk),  cmocka_unit_test(test_wgmma16_streamk),
+        cmocka_unit_test(test_compile_wgmma16),
     };
     return cmocka_run_group_tests_name("emit gemm", tests, NULL, NULL);
 }

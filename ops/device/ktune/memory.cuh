@@ -116,17 +116,23 @@ __device__ __forceinline__ void kt_st_release_gpu(int *p, int v)
     asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-/* Blocks until the semaphore reads `turn`: thread 0 polls with acquire loads (64 ns apart),
- * the barrier holds the block's other threads. Every thread of the block calls it. */
+/* Returns once the flag reads v, polling with acquire loads 64 ns apart: one thread calls it,
+ * and a barrier after it hands the acquire on to the others. */
+__device__ __forceinline__ void kt_spin_until(const int *flag, int v)
+{
+    for (;;) {
+        if (kt_ld_acquire_gpu(flag) == v)
+            break;
+        asm volatile("nanosleep.u32 64;" ::: "memory");
+    }
+}
+
+/* Blocks until the semaphore reads `turn`: thread 0 polls (kt_spin_until), the barrier holds
+ * the block's other threads. Every thread of the block calls it. */
 __device__ __forceinline__ void kt_sem_wait(const int *sem, int turn)
 {
-    if (threadIdx.x == 0) {
-        for (;;) {
-            if (kt_ld_acquire_gpu(sem) == turn)
-                break;
-            asm volatile("nanosleep.u32 64;" ::: "memory");
-        }
-    }
+    if (threadIdx.x == 0)
+        kt_spin_until(sem, turn);
     __syncthreads();
 }
 
