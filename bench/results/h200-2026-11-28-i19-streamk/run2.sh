@@ -8,13 +8,17 @@
 set -u
 date -u +%FT%TZ > "$OUT/times.txt"
 export KTUNE_CACHE=$PWD/build-bench/cache
+# what scripts/device-run sets, for the direct calls below
+export KTUNE_SOURCE_ROOT=$PWD KTUNE_WORKER=$PWD/dist-device/bin/ktune-worker \
+  KTUNE_NVRTC=$PWD/dist-device/bin/ktune-nvrtc
+export LD_LIBRARY_PATH=$PWD/dist-device/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 KTUNE_BENCH_ONLY=gemm_bf16_4096x4096x4096,gemm_f16_4096x4096x4096,llama3_8b_o_bf16_4096x4096x4096,llama3_8b_down_bf16_4096x4096x14336 \
   KTUNE_BENCH_TOTAL=${TOTAL:-280} KTUNE_BENCH_PEERS=eager,compile scripts/device-run bench > "$OUT/bench.txt" 2>&1
 echo "bench rc=$?"; tail -8 "$OUT/bench.txt"
 date -u +%FT%TZ >> "$OUT/times.txt"
 rm -f "$OUT/BENCHMARKS.md" "$OUT/benchmarks.png" # bench/report.py makes them again from the JSON
 X=$(mktemp -d)/extra; mkdir -p "$X"
-LD_LIBRARY_PATH=$PWD/dist-device/lib:${LD_LIBRARY_PATH:-} dist-device/bin/ktune cache ls --all --json \
+dist-device/bin/ktune cache ls --all --json \
   > "$X/cache-ls.json" 2> "$X/cache-ls.err"
 cp build-bench/work-*/ktuned.log "$X/" 2>/dev/null
 if [ "${SKIP_CASES:-0}" != 1 ]; then
@@ -22,8 +26,7 @@ if [ "${SKIP_CASES:-0}" != 1 ]; then
               "tests/gpu/gemm_bf16_epilogue.json M=2000,N=1032,K=200 whole:splitk_mode=stream&store=tma"; do
     set -- $spec
     echo "-- $spec" >> "$X/gpu-cases.txt"
-    LD_LIBRARY_PATH=$PWD/dist-device/lib:${LD_LIBRARY_PATH:-} timeout 150 \
-      dist-device/tests/test_gpu_families 3 "$1" "$2" "$3" >> "$X/gpu-cases.txt" 2>&1
+    timeout 150 dist-device/tests/test_gpu_families 3 "$1" "$2" "$3" >> "$X/gpu-cases.txt" 2>&1
     echo "-- exit $?" >> "$X/gpu-cases.txt"
   done
   grep -E "^-- |cases failed" "$X/gpu-cases.txt"
