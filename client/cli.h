@@ -23,6 +23,7 @@ bool cli_is_help(const char *s);
 int cli_check(int argc, char **argv);
 int cli_cache(int argc, char **argv);
 int cli_lookup(int argc, char **argv); /* cli_lookup.c: the runtime's lookup, no daemon */
+int cli_trials(int argc, char **argv); /* cli_lookup.c: a graph's trial log, no daemon */
 
 #include "ops/ops.h"
 

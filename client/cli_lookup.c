@@ -1,7 +1,8 @@
 /* ktune lookup: the cached kernel a deployed program would get for a graph and shapes, read from
- * the cache directly (no daemon). With a GPU it resolves exactly as ktune_lookup does (this GPU's
- * fingerprint, then a compatible GPU's record) without loading anything; with none it lists the
- * records of every GPU for that graph, shapes and precision. */
+ * the cache directly (no daemon); and ktune trials, the trial log under the same key. With a GPU it
+ * resolves exactly as ktune_lookup does (this GPU's fingerprint, then a compatible GPU's record)
+ * without loading anything; with none it lists the records of every GPU for that graph, shapes and
+ * precision. */
 #include "cli.h"
 
 #include "cache/cache.h"
@@ -406,6 +407,178 @@ int cli_lookup(int argc, char **argv)
     status = CLI_OK;
 out:
     ktune_rt_kernel_free(k);
+    ktune_runtime_close(rt);
+    ktune_graph_free(kg);
+    ops_graph_free(bound);
+    ops_graph_free(g);
+    return status;
+}
+
+/* ---- ktune trials: the trial log of a graph at some shapes, every GPU in the cache ---- */
+
+static const char trials_help[] =
+    "usage: ktune trials GRAPH.json --shape NAME=VALUE[,...] [--precision P] [--tolerance X]\n"
+    "                    [--cache DIR] [--json]\n"
+    "\n"
+    "Prints the trial log of GRAPH at these shapes: every candidate a tuning job measured or\n"
+    "rejected, on every GPU with records in the cache, the verified ones fastest first (median "
+    "time,\n"
+    "normwise error, the timing detail), then the rejected ones with their reason. A rerun of\n"
+    "the job resumes from this log. Reads the cache directly; no daemon or GPU is needed.\n"
+    "\n"
+    "options:\n"
+    "  --shape NAME=VALUE  bind a symbolic dimension (repeat or separate with commas)\n"
+    "  --precision P       exact (default), tf32 or reduced\n"
+    "  --tolerance X       the job's --tolerance, if it had one (default: none)\n"
+    "  --cache DIR         the cache directory (default: $KTUNE_CACHE, else /var/lib/ktune/cache)\n"
+    "  --json              machine-readable output\n"
+    "  -h, --help          show this help\n"
+    "\n"
+    "Exit status: 0 trials were found, 1 none for that graph and shapes (or an error), 2 usage.\n";
+
+typedef struct trial_row {
+    cache_gpu gpu;
+    cache_trial t;
+} trial_row;
+
+typedef struct trial_list {
+    const cache_gpu *gpu;
+    trial_row *rows;
+    size_t n, cap;
+} trial_list;
+
+static int trial_cb(const cache_trial *t, void *ctx)
+{
+    trial_list *l = ctx;
+    if (kt_grow(&l->rows, &l->cap, l->n + 1, sizeof(*l->rows)) < 0)
+        return -ENOMEM;
+    l->rows[l->n++] = (trial_row){.gpu = *l->gpu, .t = *t};
+    return 0;
+}
+
+/* Verified (ok) first, fastest first (an assembled record's check, ok with no time, after the
+ * timed ones); then the rest by status, then candidate. */
+static int trial_cmp(const void *pa, const void *pb)
+{
+    const trial_row *a = pa, *b = pb;
+    if (a->t.status != b->t.status)
+        return (int)a->t.status - (int)b->t.status;
+    double ta = a->t.time_ns > 0 ? a->t.time_ns : INFINITY;
+    double tb = b->t.time_ns > 0 ? b->t.time_ns : INFINITY;
+    if (ta != tb)
+        return (ta > tb) - (ta < tb);
+    return strcmp(a->t.cand, b->t.cand);
+}
+
+int cli_trials(int argc, char **argv)
+{
+    cli_graph_args a = {.sub = "trials", .help = trials_help};
+    lookup_opts o = {0};
+    int status = cli_parse_graph_args(argc, argv, &a, lookup_extra, &o);
+    if (status != CLI_OK)
+        return status;
+    if (o.source)
+        return cli_usage_error("trials", "unknown option --source");
+    ops_graph *g = NULL, *bound = NULL;
+    if ((status = cli_load_graph(&a, &g, &bound)) != CLI_OK)
+        return status;
+    ktune_runtime *rt = NULL;
+    ktune_graph *kg = NULL;
+    cache_gpu *gpus = NULL;
+    size_t n_gpus = 0;
+    trial_list l = {0};
+    ktune_error err = {0};
+    if (a.n_bindings > CACHE_MAX_SHAPES) {
+        status = cli_usage_error("trials", "more than %d --shape bindings", CACHE_MAX_SHAPES);
+        goto out;
+    }
+    const char *unbound = ops_graph_first_unbound(bound);
+    if (unbound) {
+        status = cli_usage_error("trials", "dimension %s is not bound: pass --shape %s=VALUE",
+                                 unbound, unbound);
+        goto out;
+    }
+    if (ktune_graph_wrap(g, a.path, &kg, &err) < 0) { /* takes g over */
+        g = NULL;
+        status = cli_error("%s", err.msg);
+        goto out;
+    }
+    g = NULL;
+    if (ktune_runtime_open(o.cache, &rt, &err) < 0) {
+        status = cli_error("%s", err.msg);
+        goto out;
+    }
+    /* the job's key on each GPU the cache knows: trials are logged under it */
+    cache_key want;
+    memset(&want, 0, sizeof(want));
+    memcpy(want.sig, kg->sig, sizeof(want.sig));
+    want.precision = a.precision;
+    want.tolerance = o.tolerance;
+    if (ktune_rt_complete_key(&want, bound, &err) < 0) {
+        status = cli_error("%s: %s", a.path, err.msg);
+        goto out;
+    }
+    cache_env *cache = ktune_rt_cache(rt);
+    kt_err kerr = {0};
+    int rc = cache_gpus(cache, &gpus, &n_gpus, &kerr);
+    for (size_t i = 0; rc == 0 && i < n_gpus; i++) {
+        want.gpu = gpus[i];
+        l.gpu = &gpus[i];
+        rc = cache_trial_foreach(cache, &want, trial_cb, &l, &kerr);
+    }
+    if (rc < 0) {
+        status = rc == -ENOMEM ? cli_error("out of memory reading %s", cache_path(cache))
+                               : cli_error("%s", kerr.msg);
+        goto out;
+    }
+    if (l.n == 0) {
+        status = cli_error("no trials in %s for %s (signature %.12s) at these shapes, precision %s",
+                           cache_path(cache), a.path, ktune_graph_signature(kg),
+                           ops_precision_name(a.precision));
+        goto out;
+    }
+    qsort(l.rows, l.n, sizeof(*l.rows), trial_cmp);
+    if (a.json) {
+        json_t *q = query_json(&a, kg, cache_path(cache));
+        json_t *arr = json_array();
+        for (size_t i = 0; arr && i < l.n; i++) {
+            const cache_trial *t = &l.rows[i].t;
+            json_array_append_new(arr, json_pack("{s:o*, s:s, s:s, s:f, s:f, s:s, s:I}", "gpu",
+                                                 gpu_json(&l.rows[i].gpu), "candidate", t->cand,
+                                                 "status", cache_trial_status_name(t->status),
+                                                 "time_ns", t->time_ns, "error", t->error, "detail",
+                                                 t->detail, "ts", (json_int_t)t->ts));
+        }
+        if (q)
+            json_object_set_new(q, "trials", arr ? arr : json_null());
+        status = cli_print_json(q);
+        goto out;
+    }
+    size_t counts[CACHE_TRIAL_STATUS_COUNT] = {0};
+    int wg = 3;
+    for (size_t i = 0; i < l.n; i++) {
+        counts[l.rows[i].t.status]++;
+        wg = (int)strlen(l.rows[i].gpu.name) > wg ? (int)strlen(l.rows[i].gpu.name) : wg;
+    }
+    printf("graph   %s (signature %.12s), %s, %zu trials:", a.path, ktune_graph_signature(kg),
+           ops_precision_name(a.precision), l.n);
+    for (int s = 0; s < CACHE_TRIAL_STATUS_COUNT; s++)
+        if (counts[s])
+            printf(" %zu %s", counts[s], cache_trial_status_name((cache_trial_status)s));
+    printf("\n%-*s  %-13s  %10s  %-8s  %s\n", wg, "GPU", "STATUS", "TIME", "ERROR", "CANDIDATE");
+    for (size_t i = 0; i < l.n; i++) {
+        const cache_trial *t = &l.rows[i].t;
+        char tm[32];
+        fmt_time(t->time_ns, tm, sizeof(tm));
+        printf("%-*s  %-13s  %10s  %.2e  %s\n", wg, l.rows[i].gpu.name,
+               cache_trial_status_name(t->status), tm, t->error, t->cand);
+        if (t->detail[0] && (t->status != CACHE_TRIAL_OK || t->time_ns <= 0))
+            printf("%-*s  %s\n", wg + 2 + 13 + 2 + 10 + 2 + 8, "", t->detail);
+    }
+    status = CLI_OK;
+out:
+    free(l.rows);
+    free(gpus);
     ktune_runtime_close(rt);
     ktune_graph_free(kg);
     ops_graph_free(bound);

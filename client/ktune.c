@@ -27,6 +27,7 @@ static const struct {
     {"stats", cli_stats, "show ktuned's state and its cache"},
     {"cache", cli_cache, "inspect, export, import and merge a kernel cache (no daemon needed)"},
     {"lookup", cli_lookup, "show the cached kernel a deployed program would get (no daemon)"},
+    {"trials", cli_trials, "list the candidates a tuning job measured or rejected (no daemon)"},
 };
 
 static void print_help(FILE *f)

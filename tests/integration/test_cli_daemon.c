@@ -391,7 +391,49 @@ static void test_end_to_end(void **state)
     assert_true(json_is_true(json_object_get(v, "joined")));
     assert_string_equal(json_string_value(json_object_get(v, "state")), "done");
     json_int_t tune_id = json_integer_value(json_object_get(v, "job"));
+    json_int_t tune_trials = json_integer_value(json_object_get(v, "trials"));
     json_decref(v);
+    free(r);
+    /* trials: the job's trial log from the cache, no daemon: as many entries as the job's
+     * trials, the verified ones fastest first */
+    r = RUN("trials", example("softmax.json"), "--shape", "M=64,N=128", "--cache", d->cache,
+            "--json");
+    if (r->status != 0)
+        fail_msg("trials: status %d\nstderr: %s", r->status, r->err);
+    v = parse_json(r);
+    json_t *trials = json_object_get(v, "trials");
+    assert_true(tune_trials > 0);
+    json_int_t candidates = 0; /* the entries besides the assembled records' checks */
+    double last = 0;
+    bool timed = true;
+    for (size_t i = 0; i < json_array_size(trials); i++) {
+        json_t *t = json_array_get(trials, i);
+        bool assembled =
+            strncmp(json_string_value(json_object_get(t, "detail")), "assembled", 9) == 0;
+        candidates += !assembled;
+        double ns = json_real_value(json_object_get(t, "time_ns"));
+        if (strcmp(json_string_value(json_object_get(t, "status")), "ok") != 0 || ns <= 0) {
+            timed = false;
+            continue;
+        }
+        assert_true(timed && ns >= last); /* the timed ones first, fastest first */
+        last = ns;
+    }
+    assert_int_equal(candidates, tune_trials);
+    assert_true(last > 0); /* at least one verified */
+    expect_in(json_string_value(
+                  json_object_get(json_object_get(json_array_get(trials, 0), "gpu"), "name")),
+              "H100");
+    json_decref(v);
+    free(r);
+    r = RUN("trials", example("softmax.json"), "--shape", "M=64,N=128", "--cache", d->cache);
+    assert_int_equal(r->status, 0);
+    expect_in(r->out, "STATUS");
+    expect_in(r->out, " ok ");
+    free(r);
+    r = RUN("trials", example("softmax.json"), "--shape", "M=65,N=128", "--cache", d->cache);
+    assert_int_equal(r->status, 1); /* never tuned at these shapes */
+    expect_in(r->err, "no trials in");
     free(r);
 
     /* batch of two lines, twice: the second run joins both and measures nothing. */
