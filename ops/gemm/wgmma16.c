@@ -128,14 +128,15 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
      * consumers the block starts at 65536 / 384 = 168 and setmaxnreg moves them (40 / 232) */
     c->regs = c->consumers == 2 ? 168 : c->mt * c->bn * p->nb / 2 + 48;
     int64_t tiles = c->tiles_m * c->tiles_n * p->batch;
-    /* stream-K: units (tiles, or multicast pairs) and the clusters walking them; with at least
-     * two waves, the last whole wave and the remainder are shared out (every block then sums
-     * more than one unit's k tiles, so a unit is split between two blocks at most), otherwise
-     * all units are */
+    /* stream-K: units (tiles, or multicast pairs) and the clusters walking them; the units past
+     * the whole waves are shared out (all of them when there are fewer than clusters). Only
+     * those: sharing out a whole wave more (CUTLASS's hybrid) spreads the clusters' concurrent
+     * k positions over twice the units, a working set past L2 at bf16 4096^3 (measured on the
+     * H200 there: 11% slower than data-parallel, bench/results/h200-2026-11-28-i19-streamk/) */
     int64_t units = gemm_cdiv(c->tiles_m, c->mcast) * c->tiles_n * p->batch;
     int64_t slots = dev->sm_count / c->mcast;
     if (c->stream) {
-        c->sk_units = units < 2 * slots ? units : units % slots + slots;
+        c->sk_units = units < slots ? units : units % slots;
         c->sk_blocks = slots * c->mcast;
     }
     const char *prefix_why = gemm_wgmma16_prefix_why(p, c, dev);

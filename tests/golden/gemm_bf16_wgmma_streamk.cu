@@ -119,7 +119,7 @@ __device__ __forceinline__ void ktw_tile(int u, int &m0, int &n0, int &bz)
  * [ktw_sk_start(ci), ktw_sk_start(ci + 1)) as segments of units, then units SK_UNITS + ci, + SK_CLUSTERS, ...
  * whole. A segment that starts inside its unit hands its partial sums to the cluster whose segment
  * starts the unit (kb = 0), which adds them and runs the epilogue. */
-enum : int { SK_UNITS = 248, SK_CLUSTERS = 132, SK_ITERS = SK_UNITS * KTILES };
+enum : int { SK_UNITS = 116, SK_CLUSTERS = 132, SK_ITERS = SK_UNITS * KTILES };
 __device__ __forceinline__ int ktw_sk_start(int ci)
 {
     return (int)((long long)SK_ITERS * ci / SK_CLUSTERS);
