@@ -22,7 +22,7 @@ static const char tune_help[] =
     "                  [--socket PATH] [--json]\n"
     "       ktune tune GRAPH.json --shape NAME=VALUE ... --local [--budget 60s]\n"
     "                  [--precision P] [--tolerance X] [--cache DIR] [--gpu N] [--worker PATH]\n"
-    "                  [--jobs N] [--json]\n"
+    "                  [--jobs N] [--only PATTERN] [--json]\n"
     "\n"
     "Tunes the graph at the given shapes on one GPU: enumerates candidate kernels, compiles them\n"
     "with NVRTC, verifies each against the fp64 reference and times the survivors in a\n"
@@ -57,6 +57,9 @@ static const char tune_help[] =
     "  --worker PATH    the ktune-worker executable (default: $KTUNE_WORKER, else next to\n"
     "                   ktune, ../search/ (build tree) or ../libexec/ (installed))\n"
     "  --jobs N         compile processes (default: one per CPU)\n"
+    "  --only PATTERN   an ablation: try only the schedules holding every '&'-separated part\n"
+    "                   (\"splitk_mode=stream&bm=128 \"; `ktune space --list` prints them); the\n"
+    "                   record written is the best of those\n"
     "\n"
     "Exits 1 when no candidate verified (with --local or --wait), or on any failure (the reason\n"
     "on stderr); 2 on a usage error.\n";
@@ -65,14 +68,14 @@ typedef struct tune_args {
     bool local, wait;
     double budget_s, tolerance;
     long gpu, jobs, priority;
-    const char *cache_dir, *worker, *socket, *name;
+    const char *cache_dir, *worker, *socket, *name, *only;
     const char *local_only, *daemon_only; /* an option given that needs --local / ktuned */
 } tune_args;
 
 /* The options of tune that take a value. */
-static const char *const tune_valued[] = {"--budget",   "--tolerance", "--cache",
-                                          "--gpu",      "--worker",    "--jobs",
-                                          "--priority", "--socket",    "--name"};
+static const char *const tune_valued[] = {"--budget", "--tolerance", "--cache",    "--gpu",
+                                          "--worker", "--jobs",      "--priority", "--socket",
+                                          "--name",   "--only"};
 
 static int tune_extra(void *ctx, const char *arg, const char *value)
 {
@@ -112,7 +115,8 @@ static int tune_extra(void *ctx, const char *arg, const char *value)
         cli_usage_error("tune", "%s needs a value", opt);
         return -CLI_USAGE;
     }
-    if (strcmp(opt, "--cache") == 0 || strcmp(opt, "--worker") == 0 || strcmp(opt, "--jobs") == 0)
+    if (strcmp(opt, "--cache") == 0 || strcmp(opt, "--worker") == 0 || strcmp(opt, "--jobs") == 0 ||
+        strcmp(opt, "--only") == 0)
         a->local_only = opt;
     if (strcmp(opt, "--priority") == 0 || strcmp(opt, "--name") == 0)
         a->daemon_only = opt; /* --socket is harmless with --local: ignored */
@@ -132,6 +136,12 @@ static int tune_extra(void *ctx, const char *arg, const char *value)
         a->cache_dir = value;
     } else if (strcmp(opt, "--worker") == 0) {
         a->worker = value;
+    } else if (strcmp(opt, "--only") == 0) {
+        if (!value[0]) {
+            cli_usage_error("tune", "--only takes a pattern like 'splitk_mode=stream&bm=128 '");
+            return -CLI_USAGE;
+        }
+        a->only = value;
     } else if (strcmp(opt, "--socket") == 0) {
         a->socket = value;
     } else if (strcmp(opt, "--name") == 0) {
@@ -346,6 +356,7 @@ static int tune_local(cli_graph_args *pa, tune_args *pta)
         .gpu = ta.gpu < 0 ? 0 : (int)ta.gpu,
         .compile_jobs = (int)ta.jobs,
         .store_dir = store,
+        .only = ta.only,
         .progress = on_progress,
         .progress_ctx = &pc,
     };

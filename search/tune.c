@@ -581,6 +581,39 @@ static int64_t find_schedule(const tune *t, int g, const ops_schedule *s)
     return -1;
 }
 
+/* Whether the schedule's text holds every '&'-separated part of pattern. */
+static bool schedule_matches(const ops_schedule *s, const char *pattern)
+{
+    char text[512], part[128];
+    ops_schedule_format(s, text, sizeof(text));
+    for (const char *p = pattern;; p++) {
+        size_t len = strcspn(p, "&");
+        if (len >= sizeof(part))
+            return false;
+        memcpy(part, p, len);
+        part[len] = 0;
+        if (!strstr(text, part))
+            return false;
+        p += len;
+        if (!*p)
+            return true;
+    }
+}
+
+/* Drops the candidates whose schedule does not match `only` (srch_tune_opts.only). */
+static int keep_only(tune *t, const char *only, kt_err *err)
+{
+    int64_t kept = 0;
+    for (int64_t i = 0; i < t->n; i++)
+        if (schedule_matches(&t->list[i].schedule, only))
+            t->list[kept++] = t->list[i];
+    if (kept == 0)
+        return kt_err_set(err, -ENOENT, "no candidate's schedule matches '%s' (of %lld)", only,
+                          (long long)t->n);
+    t->n = kept;
+    return 0;
+}
+
 /* Neighbours of candidate i: one knob moved one step along its value list. */
 static int add_neighbours(tune *t, batch *b, int64_t i)
 {
@@ -1155,6 +1188,8 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
         rc = kt_err_set(err, rc, "out of memory listing candidates");
         goto out;
     }
+    if (opts->only && (rc = keep_only(&t, opts->only, err)) < 0)
+        goto out;
     t.c = calloc((size_t)t.n + 1, sizeof(cand));
     t.gstart = calloc((size_t)t.s->n_groups + 1, sizeof(int64_t));
     t.gend = calloc((size_t)t.s->n_groups + 1, sizeof(int64_t));

@@ -103,6 +103,10 @@ typedef struct srch_tune_opts {
     /* compile pool (arch comes from the worker's device) */
     int compile_jobs;      /* <= 0: one per CPU */
     const char *store_dir; /* cubin store, or NULL */
+    /* An ablation: only the candidates whose schedule text ("gemm math=bf16 bm=128 ...") holds
+     * every '&'-separated part of this pattern are tried; NULL: all. The record written is the
+     * best of those (a faster one cached before stays first). */
+    const char *only;
     /* strategy sizes; <= 0 takes the default in brackets */
     int screen_top;    /* per group, the cost model's first N [4] */
     int screen_spread; /* per group, plus a spread of N over its families [6] */

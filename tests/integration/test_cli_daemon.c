@@ -603,6 +603,55 @@ static void test_no_gpu(void **state)
     daemon_stop(d);
 }
 
+/* `tune --local --only PATTERN`, an ablation: every trial and the winner hold the pattern's
+ * parts; a pattern no schedule holds is one line and exit 1; through ktuned it is a usage error. */
+static void test_tune_only(void **state)
+{
+    const char *worker = getenv("KTUNE_FAKE_WORKER");
+    if (!worker)
+        skip();
+    const char *pattern = "row strategy=warp_per_row&vec=2";
+    run_result *r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--local",
+                        "--json", "--budget", "3", "--only", pattern, "--worker", worker, "--cache",
+                        tmp_path("only-cache"));
+    if (r->status != 0)
+        fail_msg("tune --local --only: status %d\nstdout: %s\nstderr: %s", r->status, r->out,
+                 r->err);
+    json_t *v = parse_json(r);
+    const char *won = json_string_value(json_object_get(json_object_get(v, "winner"), "schedule"));
+    assert_non_null(won);
+    expect_in(won, "row strategy=warp_per_row");
+    expect_in(won, "vec=2");
+    json_decref(v);
+    free(r);
+    r = RUN("trials", example("softmax.json"), "--shape", "M=64,N=128", "--cache",
+            tmp_path("only-cache"), "--json");
+    assert_int_equal(r->status, 0);
+    v = parse_json(r);
+    json_t *trials = json_object_get(v, "trials");
+    assert_true(json_array_size(trials) > 0);
+    for (size_t i = 0; i < json_array_size(trials); i++) {
+        json_t *t = json_array_get(trials, i);
+        if (strncmp(json_string_value(json_object_get(t, "detail")), "assembled", 9) == 0)
+            continue;
+        const char *cand = json_string_value(json_object_get(t, "candidate"));
+        expect_in(cand, "row strategy=warp_per_row");
+        expect_in(cand, "vec=2");
+    }
+    json_decref(v);
+    free(r);
+    r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--local", "--only",
+            "nothing=1", "--worker", worker, "--cache", tmp_path("only-cache"));
+    assert_int_equal(r->status, 1);
+    expect_in(r->err, "no candidate's schedule matches 'nothing=1'");
+    assert_int_equal(count_lines(r->err), 1);
+    free(r);
+    r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--only", "vec=2");
+    assert_int_equal(r->status, 2);
+    expect_in(r->err, "--only only applies with --local");
+    free(r);
+}
+
 /* Every record fails its whole-graph evaluation (FAKE_WRONG "record:", tests/fake_worker):
  * nothing is cached, and the reason reaches `ktune tune --local --json` and, through ktuned, the
  * job (record false, its error). */
@@ -813,6 +862,7 @@ int main(void)
         cmocka_unit_test_teardown(test_interrupt_wait, stop_daemon),
         cmocka_unit_test_teardown(test_no_gpu, stop_daemon),
         cmocka_unit_test_teardown(test_record_fails_as_assembled, stop_daemon),
+        cmocka_unit_test(test_tune_only),
         cmocka_unit_test_teardown(test_keys_are_problems, stop_daemon),
         cmocka_unit_test(test_lookup_names_declared_order),
     };
