@@ -581,18 +581,14 @@ static int64_t find_schedule(const tune *t, int g, const ops_schedule *s)
     return -1;
 }
 
-/* Whether the schedule's text holds every '&'-separated part of pattern. */
+/* Whether the schedule's text holds every '&'-separated part of pattern (of any length). */
 static bool schedule_matches(const ops_schedule *s, const char *pattern)
 {
-    char text[512], part[128];
+    char text[512];
     ops_schedule_format(s, text, sizeof(text));
     for (const char *p = pattern;; p++) {
         size_t len = strcspn(p, "&");
-        if (len >= sizeof(part))
-            return false;
-        memcpy(part, p, len);
-        part[len] = 0;
-        if (!strstr(text, part))
+        if (!memmem(text, strlen(text), p, len))
             return false;
         p += len;
         if (!*p)

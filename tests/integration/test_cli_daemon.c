@@ -640,6 +640,29 @@ static void test_tune_only(void **state)
     }
     json_decref(v);
     free(r);
+    /* a whole gemm schedule (over 128 bytes) as the pattern: that schedule (in each group holding
+     * the matmul), the winner */
+    r = RUN("tune", example("gemm_bias_relu.json"), "--shape", "M=16", "--local", "--json",
+            "--budget", "3", "--only", "gemm ", "--worker", worker, "--cache",
+            tmp_path("only-cache"));
+    assert_int_equal(r->status, 0);
+    v = parse_json(r);
+    char whole[512];
+    snprintf(whole, sizeof(whole), "%s",
+             json_string_value(json_object_get(json_object_get(v, "winner"), "schedule")));
+    json_decref(v);
+    free(r);
+    assert_true(strlen(whole) > 128);
+    r = RUN("tune", example("gemm_bias_relu.json"), "--shape", "M=16", "--local", "--json",
+            "--budget", "3", "--only", whole, "--worker", worker, "--cache",
+            tmp_path("only-cache-2"));
+    assert_int_equal(r->status, 0);
+    v = parse_json(r);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(v, "winner"), "schedule")), whole);
+    assert_true(json_integer_value(json_object_get(v, "trials")) <= 3); /* a group each */
+    json_decref(v);
+    free(r);
     r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--local", "--only",
             "nothing=1", "--worker", worker, "--cache", tmp_path("only-cache"));
     assert_int_equal(r->status, 1);
