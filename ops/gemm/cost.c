@@ -198,15 +198,17 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
         t += 0.5e-6 + sws / dev->dram_bytes_per_s;
     }
     if (c.stream) {
-        /* Stream-K: a block hands over one fp32 partial tile at most, and the block starting a
-         * unit reads the others' (one when the shared units outnumber the clusters, about
-         * clusters / units when fewer), each after a flag's round trip through L2 (~0.5 us), at
-         * its SM's share of L2 bandwidth; plus the flags' memset before the launch. */
-        double sm_l2 = 3.0 * dev->dram_bytes_per_s / dev->sm_count;
+        /* Stream-K costs about 0.45 of a unit's k loop a block over what its even share saves,
+         * measured on the H200 against the data-parallel twin (the same knobs, re-timed
+         * interleaved: bench/results/h200-2026-11-28-i19-streamk/): bf16 3072 x 3072 x 4096 on
+         * 128 x 128 pairs (4.4 waves) 112 against 120 us, where the waves alone would give 105;
+         * 4096^3 on 128 x 256 pairs (3.9 waves) 198 against 180, alone 175; DeepBench's 1760 x
+         * 128 x 1760 on 64 x 64 tiles (56 tiles on 132 SMs) 8.0 against 6.4 us, alone ~4. More
+         * than the partials' traffic, the flags' round trips and the memset explain (Nsight
+         * Compute at 4096^3: the SMs active 14% longer, the tensor pipe 80% busy against 90%). */
         double clusters = (double)(c.sk_blocks / c.mcast);
-        double reads = (double)c.sk_units >= clusters ? 1.0 : ceil(clusters / (double)c.sk_units);
-        double part = tile_bytes * nb / sm_l2;
-        t += 0.5e-6 + part + reads * (0.5e-6 + part);
+        double units = ceil((double)c.tiles_m / c.mcast) * (double)c.tiles_n * B;
+        t += 0.45 * t * clusters / units;
     }
     if (c.cluster) {
         /* Two cluster barriers, each block reading a tile's worth of partials from the

@@ -244,55 +244,53 @@ int64_t gemm_stream_workspace_bytes(const gemm_problem *p, const gemm_cfg *c)
     return gemm_stream_flag_bytes(c) + c->sk_blocks * c->bm * c->bn * p->nb * 4;
 }
 
-/* Stream-K's walk: the whole waves first, unit ci, ci + SK_CLUSTERS, ... of the first DP_UNITS
- * for cluster ci of SK_CLUSTERS (blocks, without multicast); then the k tiles of the last
- * SK_UNITS units, in unit order, shared out evenly over the clusters. A cluster's share of the
- * shared k tiles is a run of segments, each one unit's k tiles [kb, ke): only its first can start
- * inside a unit and only its last can end inside one. */
+/* Stream-K's walk: the k tiles of the first SK_UNITS units, in unit order, shared out evenly over
+ * the SK_CLUSTERS clusters (blocks, without multicast); then the whole units after them, a
+ * cluster each in turn. A cluster's share of the shared k tiles is a run of segments, each one
+ * unit's k tiles [kb, ke): only its first can start inside a unit and only its last can end inside
+ * one. */
 static void emit_stream_walk(const gemm_emit *e)
 {
     kt_buf *b = e->b;
     const gemm_cfg *c = e->c;
-    kt_buf_line(b, "/* stream-K: cluster ci (of SK_CLUSTERS) takes units ci, ci + SK_CLUSTERS, ... "
-                   "of the first DP_UNITS whole,");
-    kt_buf_line(b, " * then of the last SK_UNITS units' k tiles [ktw_sk_start(ci), "
-                   "ktw_sk_start(ci + 1)) as segments of units.");
-    kt_buf_line(b, " * A segment that starts inside its unit hands its partial sums to the "
-                   "cluster whose segment starts");
-    kt_buf_line(b, " * the unit (kb = 0), which adds them and runs the epilogue. */");
+    kt_buf_line(b, "/* stream-K: the first SK_UNITS units' k tiles shared out evenly, cluster ci "
+                   "(of SK_CLUSTERS) taking");
+    kt_buf_line(b, " * [ktw_sk_start(ci), ktw_sk_start(ci + 1)) as segments of units, then units "
+                   "SK_UNITS + ci, + SK_CLUSTERS, ...");
+    kt_buf_line(b, " * whole. A segment that starts inside its unit hands its partial sums to the "
+                   "cluster whose segment");
+    kt_buf_line(b, " * starts the unit (kb = 0), which adds them and runs the epilogue. */");
     kt_buf_line(b,
-                "enum : int { SK_UNITS = %lld, SK_CLUSTERS = %lld, SK_ITERS = SK_UNITS * KTILES, "
-                "DP_UNITS = UNITS - SK_UNITS };",
+                "enum : int { SK_UNITS = %lld, SK_CLUSTERS = %lld, SK_ITERS = SK_UNITS * KTILES };",
                 (long long)c->sk_units, (long long)(c->sk_blocks / c->mcast));
     kt_buf_line(b, "__device__ __forceinline__ int ktw_sk_start(int ci)");
     kt_buf_line(b, "{");
     kt_buf_line(b, "    return (int)((long long)SK_ITERS * ci / SK_CLUSTERS);");
     kt_buf_line(b, "}");
     kt_buf_line(b, "struct ktw_walk {");
-    kt_buf_line(b, "    int u, s, e; /* the next whole unit; the shared k tiles left [s, e) */");
+    kt_buf_line(b, "    int s, e, u; /* the shared k tiles left [s, e); the next whole unit */");
     kt_buf_line(b, "};");
     kt_buf_line(b, "__device__ __forceinline__ ktw_walk ktw_walk_start(int ci)");
     kt_buf_line(b, "{");
-    kt_buf_line(b, "    return ktw_walk{ci, ktw_sk_start(ci), ktw_sk_start(ci + 1)};");
+    kt_buf_line(b, "    return ktw_walk{ktw_sk_start(ci), ktw_sk_start(ci + 1), SK_UNITS + ci};");
     kt_buf_line(b, "}");
     kt_buf_line(b, "/* The walk's next segment: unit u, its k tiles [kb, ke); false once done. */");
     kt_buf_line(b,
                 "__device__ __forceinline__ bool ktw_next(ktw_walk &w, int &u, int &kb, int &ke)");
     kt_buf_line(b, "{");
-    kt_buf_line(b, "    if (w.u < DP_UNITS) {");
-    kt_buf_line(b, "        u = w.u;");
-    kt_buf_line(b, "        kb = 0;");
-    kt_buf_line(b, "        ke = KTILES;");
-    kt_buf_line(b, "        w.u += SK_CLUSTERS;");
+    kt_buf_line(b, "    if (w.s < w.e) {");
+    kt_buf_line(b, "        u = w.s / KTILES;");
+    kt_buf_line(b, "        kb = w.s - u * KTILES;");
+    kt_buf_line(b, "        ke = w.e - w.s < KTILES - kb ? kb + (w.e - w.s) : KTILES;");
+    kt_buf_line(b, "        w.s += ke - kb;");
     kt_buf_line(b, "        return true;");
     kt_buf_line(b, "    }");
-    kt_buf_line(b, "    if (w.s >= w.e)");
+    kt_buf_line(b, "    if (w.u >= UNITS)");
     kt_buf_line(b, "        return false;");
-    kt_buf_line(b, "    const int x = w.s / KTILES; /* of the shared units */");
-    kt_buf_line(b, "    u = DP_UNITS + x;");
-    kt_buf_line(b, "    kb = w.s - x * KTILES;");
-    kt_buf_line(b, "    ke = w.e - w.s < KTILES - kb ? kb + (w.e - w.s) : KTILES;");
-    kt_buf_line(b, "    w.s += ke - kb;");
+    kt_buf_line(b, "    u = w.u;");
+    kt_buf_line(b, "    kb = 0;");
+    kt_buf_line(b, "    ke = KTILES;");
+    kt_buf_line(b, "    w.u += SK_CLUSTERS;");
     kt_buf_line(b, "    return true;");
     kt_buf_line(b, "}");
 }
@@ -493,7 +491,7 @@ static void emit_stream_fixup(const gemm_emit *e)
     kt_buf_line(b, "    continue;");
     kt_buf_line(b, "}");
     kt_buf_line(b, "for (int ci = blockIdx.x / MCAST + 1; ci < SK_CLUSTERS && ktw_sk_start(ci) < "
-                   "(u - DP_UNITS + 1) * KTILES; ci++) {");
+                   "(u + 1) * KTILES; ci++) {");
     kt_buf_line(b, "    const int slot = (ci * MCAST%s) * CONSUMERS + cw;", rank);
     kt_buf_line(b, "    if ((tid & 127) == 0)");
     kt_buf_line(b, "        kt_spin_until(&flags[slot], 1);");

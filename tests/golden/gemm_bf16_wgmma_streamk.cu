@@ -115,39 +115,38 @@ __device__ __forceinline__ void ktw_tile(int u, int &m0, int &n0, int &bz)
     m0 = tile_m * BM;
     n0 = tile_n * BN;
 }
-/* stream-K: cluster ci (of SK_CLUSTERS) takes units ci, ci + SK_CLUSTERS, ... of the first DP_UNITS whole,
- * then of the last SK_UNITS units' k tiles [ktw_sk_start(ci), ktw_sk_start(ci + 1)) as segments of units.
- * A segment that starts inside its unit hands its partial sums to the cluster whose segment starts
- * the unit (kb = 0), which adds them and runs the epilogue. */
-enum : int { SK_UNITS = 116, SK_CLUSTERS = 132, SK_ITERS = SK_UNITS * KTILES, DP_UNITS = UNITS - SK_UNITS };
+/* stream-K: the first SK_UNITS units' k tiles shared out evenly, cluster ci (of SK_CLUSTERS) taking
+ * [ktw_sk_start(ci), ktw_sk_start(ci + 1)) as segments of units, then units SK_UNITS + ci, + SK_CLUSTERS, ...
+ * whole. A segment that starts inside its unit hands its partial sums to the cluster whose segment
+ * starts the unit (kb = 0), which adds them and runs the epilogue. */
+enum : int { SK_UNITS = 116, SK_CLUSTERS = 132, SK_ITERS = SK_UNITS * KTILES };
 __device__ __forceinline__ int ktw_sk_start(int ci)
 {
     return (int)((long long)SK_ITERS * ci / SK_CLUSTERS);
 }
 struct ktw_walk {
-    int u, s, e; /* the next whole unit; the shared k tiles left [s, e) */
+    int s, e, u; /* the shared k tiles left [s, e); the next whole unit */
 };
 __device__ __forceinline__ ktw_walk ktw_walk_start(int ci)
 {
-    return ktw_walk{ci, ktw_sk_start(ci), ktw_sk_start(ci + 1)};
+    return ktw_walk{ktw_sk_start(ci), ktw_sk_start(ci + 1), SK_UNITS + ci};
 }
 /* The walk's next segment: unit u, its k tiles [kb, ke); false once done. */
 __device__ __forceinline__ bool ktw_next(ktw_walk &w, int &u, int &kb, int &ke)
 {
-    if (w.u < DP_UNITS) {
-        u = w.u;
-        kb = 0;
-        ke = KTILES;
-        w.u += SK_CLUSTERS;
+    if (w.s < w.e) {
+        u = w.s / KTILES;
+        kb = w.s - u * KTILES;
+        ke = w.e - w.s < KTILES - kb ? kb + (w.e - w.s) : KTILES;
+        w.s += ke - kb;
         return true;
     }
-    if (w.s >= w.e)
+    if (w.u >= UNITS)
         return false;
-    const int x = w.s / KTILES; /* of the shared units */
-    u = DP_UNITS + x;
-    kb = w.s - x * KTILES;
-    ke = w.e - w.s < KTILES - kb ? kb + (w.e - w.s) : KTILES;
-    w.s += ke - kb;
+    u = w.u;
+    kb = 0;
+    ke = KTILES;
+    w.u += SK_CLUSTERS;
     return true;
 }
 enum : int { NB = 1, MMA_N = NB * BN }; /* B operands; the wgmma's n */
@@ -283,7 +282,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_bf16_wgmma_1
                     kt_st_release_gpu(&flags[slot], 1);
                 continue;
             }
-            for (int ci = blockIdx.x / MCAST + 1; ci < SK_CLUSTERS && ktw_sk_start(ci) < (u - DP_UNITS + 1) * KTILES; ci++) {
+            for (int ci = blockIdx.x / MCAST + 1; ci < SK_CLUSTERS && ktw_sk_start(ci) < (u + 1) * KTILES; ci++) {
                 const int slot = (ci * MCAST) * CONSUMERS + cw;
                 if ((tid & 127) == 0)
                     kt_spin_until(&flags[slot], 1);

@@ -1449,6 +1449,32 @@ static void test_wgmma16_streamk(void **state)
     emit_test_compile(em.source, "sm_90a");
     ops_emitted_free(&em);
 
+    /* the cost model against the data-parallel twin, as measured (docs/search.md): behind it at
+     * 4096^3 (3.9 waves: its overhead outweighs the last wave's idle SMs), ahead at 3072 x 3072
+     * x 4096 on 128 x 128 pairs (4.4 waves) */
+    {
+        ops_schedule sk = wg16(BF16, 128, 256, 2, 3), dp;
+        sk.v[RASTER] = 8;
+        sk.v[MCAST] = 2;
+        sk.v[STORE] = TMA;
+        sk.v[SPLITK_MODE] = STREAM;
+        dp = sk;
+        dp.v[SPLITK_MODE] = PARALLEL;
+        ops_estimate e_sk, e_dp;
+        ops_family_gemm.estimate(&grp, &sk, &dev, &e_sk);
+        ops_family_gemm.estimate(&grp, &dp, &dev, &e_dp);
+        assert_true(e_sk.seconds > e_dp.seconds);
+        ops_graph *g3 = emit_test_graph(plain, "M=3072,N=3072,K=4096");
+        ops_group grp3;
+        emit_test_whole_group(g3, &grp3);
+        sk.v[BN] = dp.v[BN] = 128;
+        sk.v[STAGES] = dp.v[STAGES] = 4;
+        ops_family_gemm.estimate(&grp3, &sk, &dev, &e_sk);
+        ops_family_gemm.estimate(&grp3, &dp, &dev, &e_dp);
+        assert_true(e_sk.seconds < e_dp.seconds);
+        ops_graph_free(g3);
+    }
+
     ops_schedule bad = s;
     bad.v[MMA] = PINGPONG; /* ping-pong consumers take whole units in turn */
     bad.v[WM] = 1;
