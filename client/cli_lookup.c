@@ -311,6 +311,35 @@ out:
     return status;
 }
 
+/* Loads and binds the graph for a read under its cache key (every dimension bound, at most
+ * CACHE_MAX_SHAPES bindings) and wraps it as the runtime sees it (signature, declaration digest).
+ * On CLI_OK the caller frees *bound and *kg; otherwise nothing is left to free. */
+static int load_keyed_graph(const cli_graph_args *a, ops_graph **bound, ktune_graph **kg)
+{
+    *bound = NULL;
+    *kg = NULL;
+    if (a->n_bindings > CACHE_MAX_SHAPES)
+        return cli_usage_error(a->sub, "more than %d --shape bindings", CACHE_MAX_SHAPES);
+    ops_graph *g = NULL;
+    int status = cli_load_graph(a, &g, bound);
+    if (status != CLI_OK)
+        return status;
+    const char *unbound = ops_graph_first_unbound(*bound);
+    ktune_error err = {0};
+    if (unbound) {
+        status = cli_usage_error(a->sub, "dimension %s is not bound: pass --shape %s=VALUE",
+                                 unbound, unbound);
+        ops_graph_free(g);
+    } else if (ktune_graph_wrap(g, a->path, kg, &err) < 0) { /* takes g over */
+        status = cli_error("%s", err.msg);
+    } else {
+        return CLI_OK;
+    }
+    ops_graph_free(*bound);
+    *bound = NULL;
+    return status;
+}
+
 int cli_lookup(int argc, char **argv)
 {
     cli_graph_args a = {.sub = "lookup", .help = lookup_help};
@@ -318,33 +347,16 @@ int cli_lookup(int argc, char **argv)
     int status = cli_parse_graph_args(argc, argv, &a, lookup_extra, &o);
     if (status != CLI_OK)
         return status;
-    ops_graph *g = NULL, *bound = NULL;
-    if ((status = cli_load_graph(&a, &g, &bound)) != CLI_OK)
+    ops_graph *bound = NULL;
+    ktune_graph *kg = NULL;
+    if ((status = load_keyed_graph(&a, &bound, &kg)) != CLI_OK)
         return status;
     ktune_runtime *rt = NULL;
     ktune_kernel *k = NULL;
-    ktune_graph *kg = NULL;
     ktune_shape shapes[CLI_MAX_BINDINGS];
     for (int i = 0; i < a.n_bindings; i++)
         shapes[i] = (ktune_shape){a.bindings[i].name, a.bindings[i].value};
-    if (a.n_bindings > CACHE_MAX_SHAPES) {
-        status = cli_usage_error("lookup", "more than %d --shape bindings", CACHE_MAX_SHAPES);
-        goto out;
-    }
-    const char *unbound = ops_graph_first_unbound(bound);
-    if (unbound) {
-        status = cli_usage_error("lookup", "dimension %s is not bound: pass --shape %s=VALUE",
-                                 unbound, unbound);
-        goto out;
-    }
     ktune_error err = {0};
-    /* The runtime's view of the graph (signature, declaration digest); it takes g over. */
-    if (ktune_graph_wrap(g, a.path, &kg, &err) < 0) {
-        g = NULL;
-        status = cli_error("%s", err.msg);
-        goto out;
-    }
-    g = NULL;
     const char *sig_hex = ktune_graph_signature(kg);
     if (ktune_runtime_open(o.cache, &rt, &err) < 0) {
         status = cli_error("%s", err.msg);
@@ -410,7 +422,6 @@ out:
     ktune_runtime_close(rt);
     ktune_graph_free(kg);
     ops_graph_free(bound);
-    ops_graph_free(g);
     return status;
 }
 
@@ -479,31 +490,15 @@ int cli_trials(int argc, char **argv)
         return status;
     if (o.source)
         return cli_usage_error("trials", "unknown option --source");
-    ops_graph *g = NULL, *bound = NULL;
-    if ((status = cli_load_graph(&a, &g, &bound)) != CLI_OK)
+    ops_graph *bound = NULL;
+    ktune_graph *kg = NULL;
+    if ((status = load_keyed_graph(&a, &bound, &kg)) != CLI_OK)
         return status;
     ktune_runtime *rt = NULL;
-    ktune_graph *kg = NULL;
     cache_gpu *gpus = NULL;
     size_t n_gpus = 0;
     trial_list l = {0};
     ktune_error err = {0};
-    if (a.n_bindings > CACHE_MAX_SHAPES) {
-        status = cli_usage_error("trials", "more than %d --shape bindings", CACHE_MAX_SHAPES);
-        goto out;
-    }
-    const char *unbound = ops_graph_first_unbound(bound);
-    if (unbound) {
-        status = cli_usage_error("trials", "dimension %s is not bound: pass --shape %s=VALUE",
-                                 unbound, unbound);
-        goto out;
-    }
-    if (ktune_graph_wrap(g, a.path, &kg, &err) < 0) { /* takes g over */
-        g = NULL;
-        status = cli_error("%s", err.msg);
-        goto out;
-    }
-    g = NULL;
     if (ktune_runtime_open(o.cache, &rt, &err) < 0) {
         status = cli_error("%s", err.msg);
         goto out;
@@ -582,6 +577,5 @@ out:
     ktune_runtime_close(rt);
     ktune_graph_free(kg);
     ops_graph_free(bound);
-    ops_graph_free(g);
     return status;
 }
