@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char lookup_help[] =
     "usage: ktune lookup GRAPH.json --shape NAME=VALUE[,...] [--precision P] [--tolerance X]\n"
@@ -430,12 +431,14 @@ out:
 static const char trials_help[] =
     "usage: ktune trials GRAPH.json --shape NAME=VALUE[,...] [--precision P] [--tolerance X]\n"
     "                    [--cache DIR] [--json]\n"
+    "       ktune trials JOB [--cache DIR] [--json]\n"
     "\n"
-    "Prints the trial log of GRAPH at these shapes: every candidate a tuning job measured or\n"
-    "rejected, on every GPU with records in the cache, the verified ones fastest first (median "
-    "time,\n"
-    "normwise error, the timing detail), then the rejected ones with their reason. A rerun of\n"
-    "the job resumes from this log. Reads the cache directly; no daemon or GPU is needed.\n"
+    "Prints the trial log of GRAPH at these shapes, or of job JOB of the cache's journal (where\n"
+    "ktuned keeps each job's graph, shapes, precision and tolerance): every candidate the search\n"
+    "measured or rejected, on every GPU with records in the cache; the verified ones fastest\n"
+    "first (median time, normwise error), then the checks of assembled records (\"assembled\"),\n"
+    "then the rejected ones with their reason. A rerun of the job resumes from this log. Reads\n"
+    "the cache directly; no daemon or GPU is needed.\n"
     "\n"
     "options:\n"
     "  --shape NAME=VALUE  bind a symbolic dimension (repeat or separate with commas)\n"
@@ -445,7 +448,7 @@ static const char trials_help[] =
     "  --json              machine-readable output\n"
     "  -h, --help          show this help\n"
     "\n"
-    "Exit status: 0 trials were found, 1 none for that graph and shapes (or an error), 2 usage.\n";
+    "Exit status: 0 trials were found, 1 none (or an error), 2 usage.\n";
 
 typedef struct trial_row {
     cache_gpu gpu;
@@ -481,6 +484,42 @@ static int trial_cmp(const void *pa, const void *pb)
     return strcmp(a->t.cand, b->t.cand);
 }
 
+/* trials JOB: the job's graph bound to its shapes, its precision and tolerance, from the cache's
+ * journal; a->path names the job and a->bindings point into *job, which the caller frees. */
+static int load_job_graph(cache_env *cache, uint64_t id, cache_job *job, char *name, size_t cap,
+                          cli_graph_args *a, double *tolerance, ops_graph **bound, ktune_graph **kg)
+{
+    kt_err kerr = {0};
+    int rc = cache_job_get(cache, id, job, &kerr);
+    if (rc == -ENOENT)
+        return cli_error("no job %llu in the journal of %s", (unsigned long long)id,
+                         cache_path(cache));
+    if (rc < 0)
+        return cli_error("%s", kerr.msg);
+    snprintf(name, cap, "job %llu (%s)", (unsigned long long)id, job->name);
+    a->path = name;
+    a->precision = job->precision;
+    *tolerance = job->tolerance;
+    a->n_bindings = job->n_shapes;
+    for (int i = 0; i < job->n_shapes; i++)
+        a->bindings[i] = (ops_binding){job->shapes[i].name, job->shapes[i].value};
+    ops_graph *g = NULL;
+    ops_diag d = {0};
+    ktune_error err = {0};
+    if (ops_graph_from_msgpack(job->graph, job->graph_len, &g, &d) < 0 ||
+        ops_graph_validate(g, &d) < 0 ||
+        ops_graph_bind(g, a->bindings, a->n_bindings, bound, &d) < 0) {
+        ops_graph_free(g);
+        return cli_error("%s: the journal's graph: %s", name, d.msg);
+    }
+    if (ktune_graph_wrap(g, name, kg, &err) < 0) { /* takes g over */
+        ops_graph_free(*bound);
+        *bound = NULL;
+        return cli_error("%s: %s", name, err.msg);
+    }
+    return CLI_OK;
+}
+
 int cli_trials(int argc, char **argv)
 {
     cli_graph_args a = {.sub = "trials", .help = trials_help};
@@ -490,19 +529,29 @@ int cli_trials(int argc, char **argv)
         return status;
     if (o.source)
         return cli_usage_error("trials", "unknown option --source");
+    /* JOB: digits that name no file */
+    bool is_job = a.path[strspn(a.path, "0123456789")] == 0 && access(a.path, F_OK) != 0;
+    if (is_job && a.n_bindings > 0)
+        return cli_usage_error("trials", "job %s has its own shapes: drop --shape", a.path);
     ops_graph *bound = NULL;
     ktune_graph *kg = NULL;
-    if ((status = load_keyed_graph(&a, &bound, &kg)) != CLI_OK)
-        return status;
     ktune_runtime *rt = NULL;
     cache_gpu *gpus = NULL;
     size_t n_gpus = 0;
     trial_list l = {0};
+    cache_job job = {0};
+    char job_name[128];
     ktune_error err = {0};
+    if (!is_job && (status = load_keyed_graph(&a, &bound, &kg)) != CLI_OK)
+        return status;
     if (ktune_runtime_open(o.cache, &rt, &err) < 0) {
         status = cli_error("%s", err.msg);
         goto out;
     }
+    if (is_job &&
+        (status = load_job_graph(ktune_rt_cache(rt), strtoull(a.path, NULL, 10), &job, job_name,
+                                 sizeof(job_name), &a, &o.tolerance, &bound, &kg)) != CLI_OK)
+        goto out;
     /* the job's key on each GPU the cache knows: trials are logged under it */
     cache_key want;
     memset(&want, 0, sizeof(want));
@@ -577,5 +626,6 @@ out:
     ktune_runtime_close(rt);
     ktune_graph_free(kg);
     ops_graph_free(bound);
+    cache_job_free(&job);
     return status;
 }

@@ -430,6 +430,22 @@ static void test_end_to_end(void **state)
     assert_int_equal(r->status, 0);
     expect_in(r->out, "STATUS");
     expect_in(r->out, " ok ");
+    /* the same log by job id, from the journal in the cache */
+    char id_text[32];
+    snprintf(id_text, sizeof(id_text), "%lld", (long long)tune_id);
+    run_result *rj = RUN("trials", id_text, "--cache", d->cache);
+    if (rj->status != 0)
+        fail_msg("trials JOB: status %d\nstderr: %s", rj->status, rj->err);
+    const char *by_graph = strchr(r->out, '\n'), *by_job = strchr(rj->out, '\n');
+    assert_non_null(by_graph);
+    assert_non_null(by_job);
+    assert_string_equal(by_job, by_graph); /* every row alike; the first line names the job */
+    expect_in(rj->out, "job ");
+    free(rj);
+    free(r);
+    r = RUN("trials", "999", "--cache", d->cache);
+    assert_int_equal(r->status, 1);
+    expect_in(r->err, "no job 999 in the journal");
     free(r);
     r = RUN("trials", example("softmax.json"), "--shape", "M=65,N=128", "--cache", d->cache);
     assert_int_equal(r->status, 1); /* never tuned at these shapes */
