@@ -1,7 +1,10 @@
 #include "cli.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* An error line's parts may come from a graph file, an argument or the daemon: whatever is not
  * clean text is escaped, keeping backslashes (the daemon's messages are escaped already), so
@@ -48,6 +51,55 @@ int cli_print_json(json_t *v)
 bool cli_is_help(const char *s)
 {
     return strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0;
+}
+
+double cli_mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void cli_progress_init(cli_progress *p, bool show)
+{
+    *p = (cli_progress){.show = show, .tty = show && isatty(2)};
+}
+
+#define CLI_PROGRESS_PERIOD_S 5.0 /* a line through a pipe at least this far apart */
+
+void cli_progress_show(cli_progress *p, bool changed, double elapsed_s, double total_s,
+                       const char *fmt, ...)
+{
+    if (!p->show || (!p->tty && !changed && cli_mono_s() - p->last_s < CLI_PROGRESS_PERIOD_S))
+        return;
+    char when[64];
+    if (total_s > 0 && elapsed_s < total_s)
+        snprintf(when, sizeof(when), "[%6.1fs of %.1fs, %.1fs left]", elapsed_s, total_s,
+                 total_s - elapsed_s);
+    else if (total_s > 0)
+        snprintf(when, sizeof(when), "[%6.1fs of %.1fs, ending]", elapsed_s, total_s);
+    else
+        snprintf(when, sizeof(when), "[%6.1fs]", elapsed_s);
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (p->tty) {
+        fprintf(stderr, "\r\033[K%s %s", when, text);
+        p->drawn = true;
+    } else {
+        fprintf(stderr, "%s %s\n", when, text);
+        p->last_s = cli_mono_s();
+    }
+    fflush(stderr);
+}
+
+void cli_progress_end(cli_progress *p)
+{
+    if (p->drawn)
+        fputc('\n', stderr);
+    p->drawn = false;
 }
 
 static int add_bindings(cli_graph_args *a, char *list)

@@ -20,6 +20,23 @@ int cli_print_json(json_t *v);
 /* True when s is "--help" or "-h". */
 bool cli_is_help(const char *s);
 
+/* The progress line of compile, tune, batch and watch, on stderr: on a terminal one line redrawn
+ * in place, through a pipe a line when something changed or every few seconds, nothing when not
+ * shown (--quiet, --json). Each line starts with the elapsed time, and with an expected total
+ * the time left: "[  12.3s of 60s, 47.7s left] ...". */
+typedef struct cli_progress {
+    bool show, tty;
+    bool drawn;    /* a redrawn line is up: cli_progress_end ends it */
+    double last_s; /* monotonic seconds of the last line through a pipe */
+} cli_progress;
+void cli_progress_init(cli_progress *p, bool show);
+/* total_s: the expected whole (a budget, an estimate), <= 0 when unknown; changed: a line
+ * through a pipe now, not at the next period. */
+void cli_progress_show(cli_progress *p, bool changed, double elapsed_s, double total_s,
+                       const char *fmt, ...) KT_PRINTF(5, 6);
+void cli_progress_end(cli_progress *p);
+double cli_mono_s(void);
+
 int cli_check(int argc, char **argv);
 int cli_cache(int argc, char **argv);
 int cli_lookup(int argc, char **argv); /* cli_lookup.c: the runtime's lookup, no daemon */

@@ -13,10 +13,11 @@
 
 static const char batch_help[] =
     "usage: ktune batch FILE.jsonl [--budget-total T] [--wait | --no-wait] [--shard I/N]\n"
-    "                   [--socket PATH] [--json]\n"
+    "                   [--socket PATH] [--quiet] [--json]\n"
     "\n"
-    "Submits one tuning job per line of FILE.jsonl to ktuned, waits for all of them (showing\n"
-    "\"k/n done\") and prints a summary: name, shapes, state, best time, cuBLASLt baseline,\n"
+    "Submits one tuning job per line of FILE.jsonl to ktuned, waits for all of them (a progress\n"
+    "line: elapsed time, with --budget-total the time left, k/n done) and prints a summary: name, "
+    "shapes, state, best time, cuBLASLt baseline,\n"
     "speed-up, trials, kernel family. Each line is a JSON object:\n"
     "  {\"graph\": \"gemm.json\" (relative to FILE's directory) or an inline graph object,\n"
     "   \"shapes\": {\"M\": 1024}, \"precision\": \"exact\", \"budget\": 120 (seconds),\n"
@@ -38,6 +39,7 @@ static const char batch_help[] =
     "  --shard I/N       only the jobs whose index (0-based, counting job lines) modulo N is I,\n"
     "                    e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT\n"
     "  --socket PATH     ktuned's socket (default: $KTUNE_SOCKET, else /run/ktune/ktuned.sock)\n"
+    "  --quiet           no progress line on stderr\n"
     "  --json            the summary as one JSON object\n"
     "  -h, --help        show this help\n"
     "\n"
@@ -68,7 +70,7 @@ typedef struct bjob {
 typedef struct batch_args {
     const char *path, *socket;
     double budget_total;
-    bool no_wait, json;
+    bool no_wait, json, quiet;
     long shard_i, shard_n;
 } batch_args;
 
@@ -96,6 +98,8 @@ static int parse_args(int argc, char **argv, batch_args *a)
             exit(CLI_OK);
         } else if (!inline_value && strcmp(opt, "--json") == 0) {
             a->json = true;
+        } else if (!inline_value && strcmp(opt, "--quiet") == 0) {
+            a->quiet = true;
         } else if (!inline_value && strcmp(opt, "--wait") == 0) {
             a->no_wait = false;
         } else if (!inline_value && strcmp(opt, "--no-wait") == 0) {
@@ -473,16 +477,16 @@ static void count(const bjob *jobs, int n, int *done, int *running, int *queued,
     }
 }
 
-static int wait_all(ktune_client *c, bjob *jobs, int n, bool show)
+static int wait_all(ktune_client *c, bjob *jobs, int n, bool show, double budget_total)
 {
-    bool tty = show && isatty(2);
+    cli_progress line;
+    cli_progress_init(&line, show);
     int last_done = -1;
-    time_t last_line = 0, t0 = time(NULL);
+    double t0 = cli_mono_s();
     ktune_error err;
     for (;;) {
         if (refresh(c, jobs, n, &err) < 0) {
-            if (tty)
-                fputc('\n', stderr);
+            cli_progress_end(&line);
             return cli_client_error(NULL, &err);
         }
         int done, running, queued, bad;
@@ -490,26 +494,20 @@ static int wait_all(ktune_client *c, bjob *jobs, int n, bool show)
         int submitted = 0;
         for (int i = 0; i < n; i++)
             submitted += jobs[i].submitted;
-        time_t now = time(NULL);
-        if (show && (tty || done != last_done || now - last_line >= 30)) {
-            char notok[32] = "";
-            if (bad)
-                snprintf(notok, sizeof(notok), ", %d not ok", bad);
-            fprintf(stderr, "%s[%5lds] %d/%d done, %d running, %d queued%s%s",
-                    tty ? "\r\033[K" : "", (long)(now - t0), done, submitted, running, queued,
-                    notok, tty ? "" : "\n");
-            fflush(stderr);
-            last_done = done;
-            last_line = now;
-        }
+        char notok[32] = "";
+        if (bad)
+            snprintf(notok, sizeof(notok), ", %d not ok", bad);
+        cli_progress_show(&line, done != last_done, cli_mono_s() - t0, budget_total,
+                          "%d/%d done, %d running, %d queued%s", done, submitted, running, queued,
+                          notok);
+        last_done = done;
         if (done == submitted)
             break;
         struct timespec ts = {.tv_sec = 1};
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
             ;
     }
-    if (tty)
-        fputc('\n', stderr);
+    cli_progress_end(&line);
     return CLI_OK;
 }
 
@@ -687,7 +685,7 @@ int cli_batch(int argc, char **argv)
                 failed_submits ? ", some failed" : "");
     }
     if (!a.no_wait && failed_submits < n &&
-        (rc = wait_all(c, all, n, !a.json || isatty(2))) != CLI_OK)
+        (rc = wait_all(c, all, n, !a.quiet && (!a.json || isatty(2)), a.budget_total)) != CLI_OK)
         goto out;
     if (a.json)
         rc = cli_print_json(summary_json(&a, all, n));

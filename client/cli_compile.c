@@ -13,7 +13,7 @@
 static const char compile_help[] =
     "usage: ktune compile GRAPH.json --shape NAME=VALUE ... [--limit N] [--jobs N]\n"
     "                     [--emit DIR] [--store DIR] [--arch ARCH] [--timeout S]\n"
-    "                     [--precision P] [--json]\n"
+    "                     [--precision P] [--quiet] [--json]\n"
     "\n"
     "Emits the candidates of the graph's space (all of them, or with --limit a deterministic\n"
     "spread of N over every family) and compiles them with NVRTC in a pool of processes.\n"
@@ -28,6 +28,7 @@ static const char compile_help[] =
     "  --arch ARCH    NVRTC target (default sm_90a)\n"
     "  --timeout S    per-compile timeout in seconds (default 60)\n"
     "  --precision P  exact (default), tf32 or reduced\n"
+    "  --quiet        no progress line on stderr (compiled so far, time left estimated)\n"
     "  --json         one JSON object: compiled, failed, spilled, described, seconds, ...\n"
     "  -h, --help     show this help\n"
     "\n"
@@ -37,11 +38,16 @@ typedef struct compile_opts {
     long limit, jobs;
     double timeout_s;
     const char *emit_dir, *store_dir, *arch;
+    bool quiet;
 } compile_opts;
 
 static int compile_extra(void *ctx, const char *opt, const char *value)
 {
     compile_opts *o = ctx;
+    if (strcmp(opt, "--quiet") == 0) {
+        o->quiet = true;
+        return 1;
+    }
     if (strcmp(opt, "--limit") == 0 || strcmp(opt, "--jobs") == 0 ||
         strcmp(opt, "--timeout") == 0) {
         long n = cli_parse_count("compile", opt, value);
@@ -179,7 +185,8 @@ int cli_compile(int argc, char **argv)
         }
         ops_emitted_free(&e);
     }
-    bool tty = isatty(2);
+    cli_progress bar;
+    cli_progress_init(&bar, !a.json && !o.quiet);
     int64_t total = srch_pool_pending(pool), done = 0;
     for (;;) {
         srch_compile_result r = {0};
@@ -219,12 +226,13 @@ int cli_compile(int argc, char **argv)
         }
         t.compile_seconds += r.seconds;
         srch_compile_result_release(&r);
-        if (tty && !a.json)
-            fprintf(stderr, "\rcompiled %lld/%lld  failed %lld  spilled %lld", (long long)done,
-                    (long long)total, (long long)t.failed, (long long)t.spilled);
+        /* the time left estimated from the rate so far */
+        double el = now_s() - t_compile;
+        cli_progress_show(&bar, done == total, el, done ? el * (double)total / (double)done : 0,
+                          "compiled %lld/%lld  failed %lld  spilled %lld", (long long)done,
+                          (long long)total, (long long)t.failed, (long long)t.spilled);
     }
-    if (tty && !a.json && total)
-        fprintf(stderr, "\n");
+    cli_progress_end(&bar);
     double seconds = now_s() - t0, compile_wall = now_s() - t_compile;
 
     if (a.json) {

@@ -186,30 +186,18 @@ int cli_job_exit(const ktune_job *j)
 }
 
 typedef struct follow_ctx {
-    bool show, tty, drawn;
-    double last_line; /* monotonic seconds of the last plain line */
+    cli_progress line;
     int last_state;
 } follow_ctx;
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int follow_cb(const ktune_job *j, void *ctx)
 {
     follow_ctx *f = ctx;
-    if (!f->show)
-        return 0;
-    bool changed = (int)j->state != f->last_state;
+    bool changed = (int)j->state != f->last_state || job_ended(j);
     f->last_state = (int)j->state;
-    if (!f->tty && !changed && !job_ended(j) && mono_s() - f->last_line < 5)
-        return 0;
     char line[512], best[32], base[32];
-    int n = snprintf(line, sizeof(line), "[%6.1fs] job %" PRIu64 " %s", job_elapsed(j), j->id,
-                     ktune_job_state_name(j->state));
+    int n =
+        snprintf(line, sizeof(line), "job %" PRIu64 " %s", j->id, ktune_job_state_name(j->state));
     if (j->state == KTUNE_JOB_RUNNING || j->trials > 0) {
         cli_fmt_ns(j->best_ns, best, sizeof(best));
         n += snprintf(line + n, sizeof(line) - (size_t)n,
@@ -225,14 +213,9 @@ static int follow_cb(const ktune_job *j, void *ctx)
     } else if (j->state == KTUNE_JOB_QUEUED) {
         snprintf(line + n, sizeof(line) - (size_t)n, " (priority %d)", j->priority);
     }
-    if (f->tty) {
-        fprintf(stderr, "\r\033[K%s", line);
-        f->drawn = true;
-    } else {
-        fprintf(stderr, "%s\n", line);
-        f->last_line = mono_s();
-    }
-    fflush(stderr);
+    /* the time left is the budget's while it runs */
+    cli_progress_show(&f->line, changed, job_elapsed(j),
+                      j->state == KTUNE_JOB_RUNNING ? j->budget_s : 0, "%s", line);
     return 0;
 }
 
@@ -251,11 +234,12 @@ static void on_interrupt(int sig)
 
 int cli_follow_job(ktune_client *c, uint64_t id, bool show, ktune_job *final)
 {
-    follow_ctx f = {.show = show, .tty = show && isatty(2), .last_state = -1};
+    follow_ctx f = {.last_state = -1};
+    cli_progress_init(&f.line, show);
     int n = snprintf(interrupt_msg, sizeof(interrupt_msg),
                      "%sktune: job %" PRIu64 " goes on in ktuned: `ktune watch %" PRIu64
                      "` follows it, `ktune cancel %" PRIu64 "` stops it\n",
-                     f.tty ? "\n" : "", id, id, id);
+                     f.line.tty ? "\n" : "", id, id, id);
     interrupt_len = n > 0 && (size_t)n < sizeof(interrupt_msg) ? (size_t)n : 0;
     struct sigaction sa = {.sa_handler = on_interrupt}, old_int;
     sigemptyset(&sa.sa_mask);
@@ -263,8 +247,7 @@ int cli_follow_job(ktune_client *c, uint64_t id, bool show, ktune_job *final)
     ktune_error err;
     int rc = ktune_watch(c, id, follow_cb, &f, final, &err);
     sigaction(SIGINT, &old_int, NULL);
-    if (f.drawn)
-        fputc('\n', stderr);
+    cli_progress_end(&f.line);
     if (rc < 0)
         return cli_client_error(NULL, &err);
     return CLI_OK;
@@ -275,7 +258,7 @@ int cli_follow_job(ktune_client *c, uint64_t id, bool show, ktune_job *final)
 typedef struct cmd_args {
     const char *sub, *help;
     const char *socket;
-    bool json;
+    bool json, quiet;
     bool want_job; /* takes one JOB argument */
     uint64_t job;
     bool have_job;
@@ -306,6 +289,8 @@ static int parse_cmd(int argc, char **argv, cmd_args *a)
             exit(CLI_OK);
         } else if (strcmp(arg, "--json") == 0) {
             a->json = true;
+        } else if (strcmp(a->sub, "watch") == 0 && strcmp(arg, "--quiet") == 0) {
+            a->quiet = true;
         } else if (strncmp(arg, "--socket=", 9) == 0) {
             a->socket = arg + 9;
         } else if (strcmp(arg, "--socket") == 0) {
@@ -442,13 +427,15 @@ static const char status_help[] =
     "  -h, --help       show this help\n";
 
 static const char watch_help[] =
-    "usage: ktune watch JOB [--socket PATH] [--json]\n"
+    "usage: ktune watch JOB [--socket PATH] [--quiet] [--json]\n"
     "\n"
     "Follows a job until it ends, with a progress line on stderr (redrawn on a terminal, a plain\n"
-    "line every few seconds otherwise), then prints its result. Interrupting the watch does not\n"
+    "line every few seconds otherwise: elapsed time, the budget's time left, phase, trials,\n"
+    "best so far against cuBLASLt), then prints its result. Interrupting the watch does not\n"
     "stop the job.\n"
     "\n"
-    "options:\n" SOCKET_HELP "  --json           no progress; the final job as a JSON object\n"
+    "options:\n" SOCKET_HELP "  --quiet          no progress line\n"
+    "  --json           no progress; the final job as a JSON object\n"
     "  -h, --help       show this help\n"
     "\n"
     "Exits 0 when the job is done with a verified kernel cached, 1 otherwise.\n";
@@ -478,7 +465,7 @@ static int job_command(int argc, char **argv, job_cmd cmd)
     ktune_job j;
     ktune_error err;
     if (cmd == JOB_WATCH) {
-        if ((rc = cli_follow_job(c, a.job, !a.json, &j)) != CLI_OK)
+        if ((rc = cli_follow_job(c, a.job, !a.json && !a.quiet, &j)) != CLI_OK)
             goto out;
         if (a.json)
             rc = cli_print_json(cli_job_json(&j));

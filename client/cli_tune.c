@@ -19,10 +19,10 @@
 static const char tune_help[] =
     "usage: ktune tune GRAPH.json --shape NAME=VALUE ... [--budget 60s] [--precision P]\n"
     "                  [--tolerance X] [--priority N] [--gpu I] [--name NAME] [--wait]\n"
-    "                  [--socket PATH] [--json]\n"
+    "                  [--socket PATH] [--quiet] [--json]\n"
     "       ktune tune GRAPH.json --shape NAME=VALUE ... --local [--budget 60s]\n"
     "                  [--precision P] [--tolerance X] [--cache DIR] [--gpu N] [--worker PATH]\n"
-    "                  [--jobs N] [--only PATTERN] [--json]\n"
+    "                  [--jobs N] [--only PATTERN] [--quiet] [--json]\n"
     "\n"
     "Tunes the graph at the given shapes on one GPU: enumerates candidate kernels, compiles them\n"
     "with NVRTC, verifies each against the fp64 reference and times the survivors in a\n"
@@ -41,6 +41,8 @@ static const char tune_help[] =
     "docs/evaluation.md)\n"
     "  --gpu N          the GPU to use (through ktuned: its GPU index, default any; with\n"
     "                   --local: CUDA_VISIBLE_DEVICES of the worker, default 0)\n"
+    "  --quiet          no progress line on stderr (it shows elapsed time, the budget's time\n"
+    "                   left, phase, trials, best so far against cuBLASLt)\n"
     "  --json           one JSON object (through ktuned: the job; with --local: winner,\n"
     "                   baseline_ns, speedup, trials, failures, ...)\n"
     "  -h, --help       show this help\n"
@@ -65,7 +67,7 @@ static const char tune_help[] =
     "on stderr); 2 on a usage error.\n";
 
 typedef struct tune_args {
-    bool local, wait;
+    bool local, wait, quiet;
     double budget_s, tolerance;
     long gpu, jobs, priority;
     const char *cache_dir, *worker, *socket, *name, *only;
@@ -101,6 +103,10 @@ static int tune_extra(void *ctx, const char *arg, const char *value)
     }
     if (strcmp(opt, "--wait") == 0) {
         a->wait = true;
+        return 1;
+    }
+    if (strcmp(opt, "--quiet") == 0) {
+        a->quiet = true;
         return 1;
     }
     bool known = false;
@@ -173,17 +179,16 @@ static int tune_extra(void *ctx, const char *arg, const char *value)
 
 #if KTUNE_HAVE_NVRTC
 typedef struct progress_ctx {
-    bool tty;
-    bool drawn;
+    cli_progress line;
+    double budget_s;
+    const char *phase; /* the last one shown */
 } progress_ctx;
 
-/* One status line, redrawn in place: phase, trials, failures by class, best, speed-up. */
+/* The progress line: phase, trials, failures by class, best, speed-up. */
 static void on_progress(const srch_tune_progress *p, void *ctx)
 {
     progress_ctx *pc = ctx;
-    if (!pc->tty)
-        return;
-    char best[32], base[32], fails[160] = "";
+    char best[32], base[32], fails[160] = "", speedup[64] = "";
     cli_fmt_ns(p->best_ns, best, sizeof(best));
     cli_fmt_ns(p->baseline_ns, base, sizeof(base));
     size_t off = 0;
@@ -191,13 +196,15 @@ static void on_progress(const srch_tune_progress *p, void *ctx)
         if (p->failures[s])
             off += (size_t)snprintf(fails + off, sizeof(fails) - off, " %s %d",
                                     srch_status_str((srch_status)s), p->failures[s]);
-    fprintf(stderr, "\r\033[K[%5.1fs] %-6s trials %d (%d measured, %d from log)%s%s  best %s",
-            p->elapsed_s, p->phase ? p->phase : "", p->trials, p->measured, p->resumed,
-            fails[0] ? "  failed:" : "", fails, best);
     if (p->baseline_ns > 0 && p->best_ns > 0)
-        fprintf(stderr, "  cuBLASLt %s (%.2fx)", base, p->baseline_ns / p->best_ns);
-    fflush(stderr);
-    pc->drawn = true;
+        snprintf(speedup, sizeof(speedup), "  cuBLASLt %s (%.2fx)", base,
+                 p->baseline_ns / p->best_ns);
+    bool changed = p->phase != pc->phase;
+    pc->phase = p->phase;
+    cli_progress_show(&pc->line, changed, p->elapsed_s, pc->budget_s,
+                      "%-6s trials %d (%d measured, %d from log)%s%s  best %s%s",
+                      p->phase ? p->phase : "", p->trials, p->measured, p->resumed,
+                      fails[0] ? "  failed:" : "", fails, best, speedup);
 }
 
 static json_t *result_json(const cli_graph_args *ga, const srch_tune_result *r)
@@ -347,7 +354,8 @@ static int tune_local(cli_graph_args *pa, tune_args *pta)
         rc = cli_error("%s", err.msg); /* cache_open names the directory */
         goto out;
     }
-    progress_ctx pc = {.tty = !a.json && isatty(2)};
+    progress_ctx pc = {.budget_s = ta.budget_s > 0 ? ta.budget_s : SRCH_DEFAULT_BUDGET_S};
+    cli_progress_init(&pc.line, !a.json && !ta.quiet);
     srch_tune_opts o = {
         .precision = a.precision,
         .tolerance = ta.tolerance,
@@ -362,8 +370,7 @@ static int tune_local(cli_graph_args *pa, tune_args *pta)
     };
     srch_tune_result r;
     int trc = srch_tune(g, a.bindings, a.n_bindings, cache, &o, &r, &err);
-    if (pc.drawn)
-        fputc('\n', stderr);
+    cli_progress_end(&pc.line);
     if (trc < 0) {
         rc = trc == -ENODEV ? cli_error("no GPU: %s", err.msg) : cli_error("%s", err.msg);
         goto out;
@@ -450,7 +457,7 @@ static int tune_daemon(const cli_graph_args *a, const tune_args *ta)
     }
     if (!a->json)
         fprintf(stderr, "%s %" PRIu64 "\n", joined ? "joined job" : "job", j.id);
-    if ((rc = cli_follow_job(c, j.id, !a->json, &j)) != CLI_OK)
+    if ((rc = cli_follow_job(c, j.id, !a->json && !ta->quiet, &j)) != CLI_OK)
         goto out;
     if (a->json) {
         json_t *v = cli_job_json(&j);
