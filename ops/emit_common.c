@@ -131,7 +131,7 @@ void ops_emit_from_float(kt_buf *b, ops_dtype dt, const char *expr)
 
 /* A float literal that CUDA C parses back to the same float value (infinities and NaN spelled
  * through their bit patterns). */
-static void emit_float_literal(kt_buf *b, double v)
+void ops_emit_float_literal(kt_buf *b, double v)
 {
     float f = (float)v;
     if (isnan(f))
@@ -245,7 +245,7 @@ bool ops_is_elementwise(ops_op op)
 static void emit_operand(kt_buf *b, const ops_node *n, int k, const char *const *operands)
 {
     if (n->in[k].tensor == OPS_SCALAR)
-        emit_float_literal(b, n->in[k].scalar);
+        ops_emit_float_literal(b, n->in[k].scalar);
     else
         kt_buf_printf(b, "(%s)", operands[k]);
 }
@@ -341,7 +341,7 @@ int ops_emit_elementwise(kt_buf *b, const ops_node *n, const char *const *operan
         break;
     case OPS_LEAKY_RELU:
         kt_buf_printf(b, "((%s) > 0.0f ? (%s) : ", x, x);
-        emit_float_literal(b, a->alpha);
+        ops_emit_float_literal(b, a->alpha);
         kt_buf_printf(b, " * (%s))", x);
         break;
     case OPS_HARDTANH:
@@ -352,12 +352,12 @@ int ops_emit_elementwise(kt_buf *b, const ops_node *n, const char *const *operan
         kt_buf_printf(b, "%s%s(%s)", hi ? "kt_min(" : "", lo ? "kt_max(" : "", x);
         if (lo) {
             kt_buf_printf(b, ", ");
-            emit_float_literal(b, a->lo);
+            ops_emit_float_literal(b, a->lo);
             kt_buf_printf(b, ")");
         }
         if (hi) {
             kt_buf_printf(b, ", ");
-            emit_float_literal(b, a->hi);
+            ops_emit_float_literal(b, a->hi);
             kt_buf_printf(b, ")");
         }
         break;

@@ -1,6 +1,6 @@
 /* The pointwise family: any DAG of elementwise (unary/binary, NumPy-broadcasting) nodes, plus
- * permute and reshape nodes handled as index remaps, whose outputs all share one shape: the
- * iteration space. Every thread evaluates the whole DAG for its elements.
+ * permute, reshape and slice nodes handled as index remaps (a slice past its operand's edge:
+ * guarded reads and its fill), whose outputs all share one shape: the iteration space. Every thread evaluates the whole DAG for its elements.
  *
  * Work split: an exact grid, no grid-stride loop. The iteration space is cut into chunks of
  * `vec` consecutive elements along its innermost dimension (vec divides that dimension, so a
@@ -34,19 +34,31 @@ static const ops_knob pw_knobs[N_KNOBS] = {
 #define PW_MAX_VALUES 256
 #define PW_MAX_GRID   2147483647LL
 
-/* A coordinate: ((sum_k c[k] * i_k) / div) % mod over the iteration coordinates; div 1 and
- * mod 0 make it affine. */
+/* A coordinate: ((c0 + sum_k c[k] * i_k) / div) % mod over the iteration coordinates; div 1
+ * and mod 0 make it affine. */
 typedef struct pw_coord {
     int64_t c[OPS_MAX_RANK];
+    int64_t c0;
     int64_t div, mod;
 } pw_coord;
 
-/* Where a tensor is read: its coordinates, and under a reshape its flat offset directly. */
+#define PW_MAX_GUARDS 8
+
+/* A bound on a coordinate, 0 <= x < size: a slice with a fill reads its operand only there. */
+typedef struct pw_guard {
+    pw_coord x;
+    int64_t size;
+} pw_guard;
+
+/* Where a tensor is read: its coordinates, and under a reshape its flat offset directly;
+ * under a slice with a fill, the guards that must hold for the read to happen. */
 typedef struct pw_ctx {
     int rank;
     pw_coord x[OPS_MAX_RANK];
     bool has_flat;
     pw_coord flat; /* affine */
+    int n_guard;
+    pw_guard guard[PW_MAX_GUARDS];
 } pw_ctx;
 
 typedef struct pw_value {
@@ -93,7 +105,7 @@ static void param_name(const ops_group *grp, int32_t t, char *out, size_t len)
 
 static bool is_layout(ops_op op)
 {
-    return op == OPS_PERMUTE || op == OPS_RESHAPE;
+    return op == OPS_PERMUTE || op == OPS_RESHAPE || op == OPS_SLICE;
 }
 
 /* ---- contexts ---- */
@@ -116,6 +128,9 @@ static bool ctx_uses_inner(const pw_ctx *x, int rank)
     for (int k = 0; k < x->rank; k++)
         if (x->x[k].c[rank - 1])
             return true;
+    for (int k = 0; k < x->n_guard; k++)
+        if (x->guard[k].x.c[rank - 1])
+            return true;
     return x->has_flat && x->flat.c[rank - 1];
 }
 
@@ -135,6 +150,8 @@ static void ctx_broadcast(const pw_ctx *ctx, const ops_shape *in, const ops_shap
 {
     memset(res, 0, sizeof(*res));
     res->rank = in->rank;
+    res->n_guard = ctx->n_guard;
+    memcpy(res->guard, ctx->guard, sizeof(res->guard));
     int shift = out->rank - in->rank;
     for (int k = 0; k < in->rank; k++)
         res->x[k] = in->d[k].size == 1 ? coord_zero() : ctx->x[k + shift];
@@ -159,6 +176,7 @@ static bool ctx_flat(const pw_ctx *ctx, const ops_shape *sh, pw_coord *flat)
                 return false;
             for (int m = 0; m < OPS_MAX_RANK; m++)
                 flat->c[m] += ctx->x[k].c[m] * stride;
+            flat->c0 += ctx->x[k].c0 * stride;
         }
         stride *= sh->d[k].size;
     }
@@ -167,9 +185,10 @@ static bool ctx_flat(const pw_ctx *ctx, const ops_shape *sh, pw_coord *flat)
 
 /* ---- rendering ---- */
 
-/* The affine part sum c[k] * i_k; lane: the innermost coordinate reads "(iR + l)". */
-static void render_affine(pw_gen *s, kt_buf *b, const int64_t *c, bool lane)
+/* The affine part c0 + sum c[k] * i_k; lane: the innermost coordinate reads "(iR + l)". */
+static void render_affine(pw_gen *s, kt_buf *b, const pw_coord *x, bool lane)
 {
+    const int64_t *c = x->c;
     bool any = false;
     for (int k = 0; k < s->rank; k++) {
         if (!c[k])
@@ -184,18 +203,19 @@ static void render_affine(pw_gen *s, kt_buf *b, const int64_t *c, bool lane)
             kt_buf_printf(b, " * %lld", (long long)c[k]);
         any = true;
     }
-    if (!any)
-        kt_buf_printf(b, "0");
+    if (x->c0 || !any)
+        kt_buf_printf(b, "%s%lld", !any ? "" : x->c0 < 0 ? " - " : " + ",
+                      (long long)(any && x->c0 < 0 ? -x->c0 : x->c0));
 }
 
 static void render_coord(pw_gen *s, kt_buf *b, const pw_coord *c, bool lane)
 {
     if (coord_affine(c)) {
-        render_affine(s, b, c->c, lane);
+        render_affine(s, b, c, lane);
         return;
     }
     kt_buf_printf(b, "((");
-    render_affine(s, b, c->c, lane);
+    render_affine(s, b, c, lane);
     kt_buf_printf(b, ")");
     if (c->div != 1)
         kt_buf_printf(b, " / %lld", (long long)c->div);
@@ -210,7 +230,7 @@ static void render_offset(pw_gen *s, kt_buf *b, int32_t t, const pw_ctx *ctx, bo
     const ops_shape *sh = &s->g->tensors[t].shape;
     pw_coord flat;
     if (ctx_flat(ctx, sh, &flat)) {
-        render_affine(s, b, flat.c, lane);
+        render_affine(s, b, &flat, lane);
         return;
     }
     int64_t stride = 1;
@@ -233,7 +253,8 @@ static void render_offset(pw_gen *s, kt_buf *b, int32_t t, const pw_ctx *ctx, bo
 
 static bool coord_equal(const pw_coord *a, const pw_coord *b)
 {
-    return a->div == b->div && a->mod == b->mod && memcmp(a->c, b->c, sizeof(a->c)) == 0;
+    return a->div == b->div && a->mod == b->mod && a->c0 == b->c0 &&
+           memcmp(a->c, b->c, sizeof(a->c)) == 0;
 }
 
 static bool ctx_equal(const pw_ctx *a, const pw_ctx *b)
@@ -245,7 +266,22 @@ static bool ctx_equal(const pw_ctx *a, const pw_ctx *b)
     for (int k = 0; k < a->rank; k++)
         if (!coord_equal(&a->x[k], &b->x[k]))
             return false;
+    if (a->n_guard != b->n_guard)
+        return false;
+    for (int k = 0; k < a->n_guard; k++)
+        if (a->guard[k].size != b->guard[k].size || !coord_equal(&a->guard[k].x, &b->guard[k].x))
+            return false;
     return true;
+}
+
+/* The guards [from, n_guard) of ctx as a C condition, "g0 && g1 ...": each 0 <= x < size. */
+static void render_guards(pw_gen *s, kt_buf *b, const pw_ctx *ctx, int from, bool lane)
+{
+    for (int k = from; k < ctx->n_guard; k++) {
+        kt_buf_printf(b, "%s(unsigned long long)(", k > from ? " && " : "");
+        render_coord(s, b, &ctx->guard[k].x, lane);
+        kt_buf_printf(b, ") < %lldull", (long long)ctx->guard[k].size);
+    }
 }
 
 static int value_find(const pw_gen *s, int32_t t, const pw_ctx *ctx)
@@ -283,7 +319,9 @@ static int emit_load(pw_gen *s, int32_t t, const pw_ctx *ctx)
     param_name(s->grp, t, p, sizeof(p));
     pw_coord flat;
     bool affine = ctx_flat(ctx, &x->shape, &flat);
-    bool vector = lane && affine && flat.c[s->rank - 1] == 1;
+    /* a guarded read (under a slice with a fill) is gathered, each element checked */
+    bool vector = lane && affine && ctx->n_guard == 0 && flat.c[s->rank - 1] == 1 &&
+                  flat.c0 % s->vec == 0;
     for (int k = 0; vector && k < s->rank - 1; k++)
         vector = flat.c[k] % s->vec == 0;
     if (vector) {
@@ -310,11 +348,69 @@ static int emit_load(pw_gen *s, int32_t t, const pw_ctx *ctx)
     render_offset(s, &elem, t, ctx, lane);
     kt_buf_printf(&elem, "]");
     kt_buf_printf(b, "%*sconst float v%d = ", b->indent, "", id);
+    if (ctx->n_guard) {
+        kt_buf_printf(b, "(");
+        render_guards(s, b, ctx, 0, lane);
+        kt_buf_printf(b, ") ? ");
+    }
     ops_emit_to_float(b, x->dtype, elem.data ? elem.data : "");
-    kt_buf_printf(b, ";\n");
+    kt_buf_printf(b, "%s;\n", ctx->n_guard ? " : 0.0f" : "");
     if (kt_buf_status(&elem) < 0)
         b->oom = true;
     kt_buf_free(&elem);
+    return id;
+}
+
+/* The context of a slice's operand `in` read by the slice n at ctx: each coordinate start +
+ * step * the output's; a guard for each axis that, with a fill, reads past the operand. */
+static bool slice_ctx(pw_gen *s, const ops_node *n, const pw_ctx *ctx, const ops_shape *in,
+                      const ops_shape *out, pw_ctx *sub)
+{
+    const ops_attrs *a = &n->attrs;
+    memset(sub, 0, sizeof(*sub));
+    sub->rank = in->rank;
+    sub->n_guard = ctx->n_guard;
+    memcpy(sub->guard, ctx->guard, sizeof(sub->guard));
+    for (int j = 0; j < in->rank; j++) {
+        if (!coord_affine(&ctx->x[j])) {
+            s->fail = "a slice of a non-affine index";
+            return false;
+        }
+        pw_coord x = ctx->x[j];
+        for (int m = 0; m < OPS_MAX_RANK; m++)
+            x.c[m] *= a->step[j];
+        x.c0 = x.c0 * a->step[j] + a->start[j];
+        sub->x[j] = x;
+        int64_t first = a->start[j], last = first + (out->d[j].size - 1) * a->step[j];
+        if (!a->has_fill || (first >= 0 && first < in->d[j].size && last >= 0 &&
+                             last < in->d[j].size))
+            continue;
+        if (sub->n_guard == PW_MAX_GUARDS) {
+            s->fail = "too many slices past an operand's edge";
+            return false;
+        }
+        sub->guard[sub->n_guard++] = (pw_guard){.x = x, .size = in->d[j].size};
+    }
+    return true;
+}
+
+/* The value of slice t at ctx from its operand's value `in` (id): the fill where the guards
+ * the slice added to sub (past ctx's) fail. */
+static int emit_slice_fill(pw_gen *s, int32_t t, const pw_ctx *ctx, const pw_ctx *sub, int in)
+{
+    bool lane = s->values[in].lane;
+    for (int k = ctx->n_guard; k < sub->n_guard; k++)
+        lane |= s->vec > 1 && sub->guard[k].x.c[s->rank - 1] != 0;
+    int id = value_new(s, t, ctx, lane);
+    if (id < 0)
+        return -1;
+    kt_buf *b = lane ? &s->lane : &s->pre;
+    kt_buf_printf(b, "%*sconst float v%d = (", b->indent, "", id);
+    render_guards(s, b, sub, ctx->n_guard, lane);
+    kt_buf_printf(b, ") ? v%d : ", in);
+    ops_emit_float_literal(b, s->g->nodes[s->g->tensors[t].producer].attrs.fill);
+    char c[OPS_EMIT_COMMENT_MAX];
+    kt_buf_printf(b, "; /* %s */\n", ops_emit_comment_text(s->g->tensors[t].name, c, sizeof(c)));
     return id;
 }
 
@@ -331,11 +427,20 @@ static int emit_node(pw_gen *s, int32_t t, const pw_ctx *ctx)
             continue;
         const ops_shape *in = &g->tensors[u].shape;
         pw_ctx sub;
-        if (n->op == OPS_PERMUTE) {
+        if (n->op == OPS_SLICE) {
+            if (!slice_ctx(s, n, ctx, in, out, &sub))
+                return -1;
+            int v = emit_value(s, u, &sub);
+            if (v < 0 || sub.n_guard == ctx->n_guard)
+                return v; /* read inside the operand: an index remap */
+            return emit_slice_fill(s, t, ctx, &sub, v);
+        } else if (n->op == OPS_PERMUTE) {
             memset(&sub, 0, sizeof(sub));
             sub.rank = in->rank;
             for (int j = 0; j < out->rank; j++)
                 sub.x[n->attrs.perm[j]] = ctx->x[j];
+            sub.n_guard = ctx->n_guard;
+            memcpy(sub.guard, ctx->guard, sizeof(sub.guard));
         } else if (n->op == OPS_RESHAPE) {
             pw_coord flat;
             if (!ctx_flat(ctx, out, &flat)) {
@@ -346,6 +451,8 @@ static int emit_node(pw_gen *s, int32_t t, const pw_ctx *ctx)
             sub.rank = in->rank;
             sub.has_flat = true;
             sub.flat = flat;
+            sub.n_guard = ctx->n_guard;
+            memcpy(sub.guard, ctx->guard, sizeof(sub.guard));
             int64_t stride = 1;
             for (int j = in->rank - 1; j >= 0; j--) {
                 sub.x[j] = coord_zero();
@@ -741,6 +848,7 @@ static double node_flops(ops_op op)
         return 4;
     case OPS_PERMUTE:
     case OPS_RESHAPE:
+    case OPS_SLICE:
         return 0;
     default:
         return 1;

@@ -36,6 +36,7 @@ static bool reference_op_ok(ops_op op)
     case OPS_TRANSPOSE:
     case OPS_PERMUTE:
     case OPS_RESHAPE:
+    case OPS_SLICE:
         return true;
     default:
         return false;
@@ -642,6 +643,33 @@ static void emit_permute_body(kt_buf *b, const ops_graph *g, const ops_node *n, 
     kt_buf_printf(b, "%s];\n", r ? "" : "0");
 }
 
+/* slice: operand index start + o * step per axis; outside the operand, the fill. */
+static void emit_slice_body(kt_buf *b, const ops_graph *g, const ops_node *n, const ref_params *p)
+{
+    const ops_shape *xs = &g->tensors[n->in[0].tensor].shape;
+    const ops_shape *os = &g->tensors[n->out].shape;
+    const ops_attrs *a = &n->attrs;
+    int r = xs->rank;
+    int64_t xst[OPS_MAX_RANK], s = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        xst[i] = s;
+        s *= xs->d[i].size;
+    }
+    emit_unravel(b, "i", os, "o");
+    for (int i = 0; i < r; i++)
+        kt_buf_line(b, "const long long x%d = %dLL + o%d * %dLL;", i, a->start[i], i, a->step[i]);
+    kt_buf_printf(b, "%*sconst bool inside = true", b->indent, "");
+    for (int i = 0; i < r; i++)
+        kt_buf_printf(b, " && x%d >= 0 && x%d < %lldLL", i, i, (long long)xs->d[i].size);
+    kt_buf_printf(b, ";\n");
+    kt_buf_printf(b, "%*sout0[i] = inside ? in%d[", b->indent, "", p->of[0]);
+    for (int i = 0; i < r; i++)
+        kt_buf_printf(b, "%sx%d * %lldLL", i ? " + " : "", i, (long long)xst[i]);
+    kt_buf_printf(b, "%s] : ", r ? "" : "0");
+    double_lit(b, a->has_fill ? a->fill : 0.0); /* validation: no fill, never outside */
+    kt_buf_printf(b, ";\n");
+}
+
 /* Emits the kernel of node ni named entry; fills launch (args left to the caller). */
 static int emit_node_kernel(kt_buf *b, const ops_graph *g, int ni, const char *entry,
                             ops_kernel_launch *launch)
@@ -717,6 +745,8 @@ static int emit_node_kernel(kt_buf *b, const ops_graph *g, int ni, const char *e
     case OPS_KIND_LAYOUT:
         if (n->op == OPS_RESHAPE)
             kt_buf_line(b, "out0[i] = in%d[i]; /* same row-major order */", p.of[0]);
+        else if (n->op == OPS_SLICE)
+            emit_slice_body(b, g, n, &p);
         else
             emit_permute_body(b, g, n, &p);
         break;

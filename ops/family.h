@@ -198,6 +198,8 @@ const char *ops_emit_ctype(ops_dtype dt);
 /* Appends an expression converting the stored value `expr` of dtype dt to float, or a float
  * expression to dtype dt. */
 void ops_emit_to_float(kt_buf *b, ops_dtype dt, const char *expr);
+/* A float literal CUDA C parses back to the same float (infinities and NaN by bit pattern). */
+void ops_emit_float_literal(kt_buf *b, double v);
 void ops_emit_from_float(kt_buf *b, ops_dtype dt, const char *expr);
 /* Appends the float expression computing elementwise node n from its operand expressions
  * (operands[k] for tensor operands; scalar operands are taken from n). -EINVAL when n is not

@@ -49,6 +49,7 @@ static const ops_op_info op_table[OPS_OP_COUNT] = {
     [OPS_PERMUTE] = {"permute", OPS_KIND_LAYOUT, 1, 1},
     [OPS_RESHAPE] = {"reshape", OPS_KIND_LAYOUT, 1, 1},
     [OPS_CONV3D] = {"conv3d", OPS_KIND_CONV, 2, 3},
+    [OPS_SLICE] = {"slice", OPS_KIND_LAYOUT, 1, 1},
 };
 
 static const char *rule_names[OPS_RULE_COUNT] = {
@@ -224,6 +225,10 @@ void ops_attrs_default(ops_op op, ops_attrs *a)
         for (int i = 0; i < 3; i++)
             a->stride[i] = a->dilation[i] = a->input_dilation[i] = 1;
         a->groups = 1;
+        break;
+    case OPS_SLICE:
+        for (int i = 0; i < OPS_MAX_RANK; i++)
+            a->step[i] = 1;
         break;
     default:
         break;
@@ -592,6 +597,11 @@ static bool attrs_equal(const ops_attrs *a, const ops_attrs *b)
             return false;
     for (int i = 0; i < a->n_perm; i++)
         if (a->perm[i] != b->perm[i])
+            return false;
+    if (a->has_fill != b->has_fill || (a->has_fill && a->fill != b->fill))
+        return false;
+    for (int i = 0; i < OPS_MAX_RANK; i++)
+        if (a->start[i] != b->start[i] || a->step[i] != b->step[i])
             return false;
     return true;
 }

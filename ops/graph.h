@@ -81,6 +81,7 @@ typedef enum ops_op {
     OPS_RESHAPE,
     /* appended: a signature holds the op's number, so existing ops keep theirs */
     OPS_CONV3D,
+    OPS_SLICE, /* layout: a strided window of the operand, optionally past its edges (fill) */
     OPS_OP_COUNT
 } ops_op;
 
@@ -139,7 +140,14 @@ typedef struct ops_attrs {
     bool causal; /* attention */
     int n_perm;  /* transpose/permute */
     int perm[OPS_MAX_RANK];
-    ops_shape shape; /* reshape target; a dim with size -1 and no sym is inferred */
+    ops_shape shape; /* reshape target; a dim with size -1 and no sym is inferred. slice: the
+                        output's sizes, -1 keeping the operand's (start 0, step 1 there) */
+    /* slice: out[i] = in[start + i * step] per axis (step nonzero: negative walks backwards);
+     * an index outside the operand reads `fill` (has_fill), else is an error */
+    int n_start, start[OPS_MAX_RANK];
+    int n_step, step[OPS_MAX_RANK];
+    bool has_fill;
+    double fill;
 } ops_attrs;
 
 typedef struct ops_operand {

@@ -279,6 +279,21 @@ static int attr_ints(dec *c, const char *key, const json_t *v, int *out, int n)
     return 0;
 }
 
+/* A number, or "inf" / "-inf" (which JSON cannot spell as a number): slice's fill. */
+static int attr_fill(dec *c, const char *key, const json_t *v, double *out)
+{
+    const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+    if (s && (strcmp(s, "inf") == 0 || strcmp(s, "-inf") == 0)) {
+        *out = s[0] == '-' ? -INFINITY : INFINITY;
+        return 0;
+    }
+    if (!json_is_number(v))
+        return fail(c, OPS_RULE_ATTR, c->out,
+                    "attribute '%s' must be a number, \"inf\" or \"-inf\"", key);
+    *out = json_number_value(v);
+    return 0;
+}
+
 static int attr_shape(dec *c, const char *key, const json_t *v, ops_shape *out)
 {
     if (!json_is_array(v))
@@ -402,6 +417,20 @@ static int decode_attr(dec *c, ops_op op, const char *key, const json_t *v, ops_
             return attr_shape(c, key, v, &a->shape);
         }
         break;
+    case OPS_SLICE:
+        if (IS("shape")) {
+            *seen |= SEEN_REQUIRED;
+            return attr_shape(c, key, v, &a->shape);
+        }
+        if (IS("start"))
+            return attr_int_list(c, key, v, a->start, &a->n_start);
+        if (IS("step"))
+            return attr_int_list(c, key, v, a->step, &a->n_step);
+        if (IS("fill")) {
+            a->has_fill = true;
+            return attr_fill(c, key, v, &a->fill);
+        }
+        break;
     default:
         break;
     }
@@ -422,6 +451,7 @@ static const char *required_attr(ops_op op)
     case OPS_PERMUTE:
         return "perm";
     case OPS_RESHAPE:
+    case OPS_SLICE:
         return "shape";
     default:
         return NULL;
@@ -777,6 +807,14 @@ static void encode_attrs(enc *e, const ops_graph *g, const ops_node *n, json_t *
         break;
     case OPS_RESHAPE:
         put(e, o, "shape", shape_value(e, g, &a->shape));
+        break;
+    case OPS_SLICE:
+        put(e, o, "shape", shape_value(e, g, &a->shape));
+        put(e, o, "start", int_list(e, a->start, a->shape.rank));
+        put(e, o, "step", int_list(e, a->step, a->shape.rank));
+        if (a->has_fill)
+            put(e, o, "fill", isinf(a->fill) ? json_string(a->fill < 0 ? "-inf" : "inf")
+                                             : real(e, a->fill));
         break;
     default:
         break;

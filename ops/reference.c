@@ -703,6 +703,38 @@ static int run_permute(const ops_graph *g, int ni, const ops_attrs *at, const re
     return 0;
 }
 
+/* slice: out[i] = x[start + i * step] per axis, the fill where that is outside x. */
+static int run_slice(const ops_graph *g, int ni, const ops_attrs *at, const ref_arg *x,
+                     double *out, const ref_dims *od, ops_diag *d)
+{
+    int r = x->dims.rank;
+    if (od->rank != r)
+        return ops_diag_set(d, g, OPS_RULE_ATTR, ni, NULL,
+                            "reference: slice output rank %d for operand rank %d", od->rank, r);
+    int64_t xs[OPS_MAX_RANK], s = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        xs[i] = s;
+        s *= x->dims.d[i];
+    }
+    int64_t n = dims_numel(od);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t rest = e, off = 0;
+        bool inside = true;
+        for (int i = r - 1; i >= 0; i--) {
+            int64_t oi = od->d[i] ? rest % od->d[i] : 0;
+            rest = od->d[i] ? rest / od->d[i] : 0;
+            int64_t xi = at->start[i] + oi * at->step[i];
+            inside &= xi >= 0 && xi < x->dims.d[i];
+            off += xi * xs[i];
+        }
+        if (!inside && !at->has_fill)
+            return ops_diag_set(d, g, OPS_RULE_SHAPE, ni, NULL,
+                                "reference: slice reads outside its operand without a fill");
+        out[e] = inside ? x->p[off] : at->fill;
+    }
+    return 0;
+}
+
 static int run_node(const ops_graph *g, int ni, const ref_arg *in, double *out, const ref_dims *od,
                     ops_diag *d)
 {
@@ -778,6 +810,8 @@ static int run_node(const ops_graph *g, int ni, const ref_arg *in, double *out, 
             memcpy(out, in[0].p, (size_t)numel * sizeof(double));
             return 0;
         }
+        if (n->op == OPS_SLICE)
+            return run_slice(g, ni, a, &in[0], out, od, d);
         return run_permute(g, ni, a, &in[0], out, od, d);
     }
     return ops_diag_set(d, g, OPS_RULE_SHAPE, ni, NULL,

@@ -263,6 +263,17 @@ static void put_attrs(sig_buf *b, const ops_graph *g, const ops_node *n, const i
         for (int i = 0; i < a->shape.rank; i++)
             put_dim(b, &a->shape.d[i], sym_id, sizes);
         break;
+    case OPS_SLICE: /* sizes are integers (validation), so no symbol to number */
+        put_u8(b, 'w');
+        put_i64(b, a->shape.rank);
+        for (int i = 0; i < a->shape.rank; i++) {
+            put_i64(b, a->shape.d[i].size);
+            put_i64(b, a->start[i]);
+            put_i64(b, a->step[i]);
+        }
+        put_u8(b, a->has_fill);
+        put_f64(b, a->has_fill ? a->fill : 0.0);
+        break;
     default:
         break;
     }

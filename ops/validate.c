@@ -922,12 +922,63 @@ done:
     return 0;
 }
 
+/* slice: per axis, out[i] = x[start + i * step] for i < size (-1: x's size, with start 0 and
+ * step 1). Every index read must be inside x unless a fill is given; an axis whose size is not
+ * bound yet is checked once it is. */
+static int infer_slice(vctx *c, const ops_node *n, ops_tensor *out)
+{
+    const ops_tensor *x = operand(c->g, n, 0);
+    const ops_attrs *a = &n->attrs;
+    int r = x->shape.rank;
+    if (a->shape.rank != r)
+        return fail(c, OPS_RULE_ATTR, out->name, "slice shape has %d entries but '%s' has rank %d",
+                    a->shape.rank, x->name, r);
+    if ((a->n_start && a->n_start != r) || (a->n_step && a->n_step != r))
+        return fail(c, OPS_RULE_ATTR, out->name,
+                    "slice start and step need an entry per axis of '%s' (rank %d)", x->name, r);
+    if (a->has_fill && isnan(a->fill))
+        return fail(c, OPS_RULE_ATTR, out->name, "slice fill is NaN");
+    out->dtype = x->dtype;
+    out->shape.rank = r;
+    for (int i = 0; i < r; i++) {
+        ops_dim want = a->shape.d[i], have = x->shape.d[i];
+        int start = a->start[i], step = a->step[i];
+        if (step == 0)
+            return fail(c, OPS_RULE_ATTR, out->name, "slice step of axis %d is 0", i);
+        if (want.sym >= 0 || want.size == 0 || want.size < -1)
+            return fail(c, OPS_RULE_ATTR, out->name,
+                        "slice size of axis %d must be a positive integer, or -1 to keep '%s''s",
+                        i, x->name);
+        if (want.size == -1) {
+            if (start != 0 || step != 1)
+                return fail(c, OPS_RULE_ATTR, out->name,
+                            "slice size -1 (keep) of axis %d needs start 0 and step 1", i);
+            out->shape.d[i] = have;
+            continue;
+        }
+        out->shape.d[i] = (ops_dim){.size = want.size, .sym = OPS_NO_SYM};
+        int64_t first = start, last;
+        if (__builtin_mul_overflow(want.size - 1, (int64_t)step, &last) ||
+            __builtin_add_overflow(last, first, &last))
+            return fail(c, OPS_RULE_ATTR, out->name, "slice of axis %d reaches past 2^63", i);
+        if (have.size >= 0 && !a->has_fill &&
+            (first < 0 || first >= have.size || last < 0 || last >= have.size))
+            return fail(c, OPS_RULE_SHAPE, out->name,
+                        "slice of axis %d reads indices %lld..%lld of '%s' (size %lld); give a "
+                        "fill to read past its edges",
+                        i, (long long)first, (long long)last, x->name, (long long)have.size);
+    }
+    return 0;
+}
+
 static int infer_layout(vctx *c, const ops_node *n, ops_tensor *out)
 {
     const ops_tensor *x = operand(c->g, n, 0);
     const ops_attrs *a = &n->attrs;
     if (n->op == OPS_RESHAPE)
         return infer_reshape(c, n, out);
+    if (n->op == OPS_SLICE)
+        return infer_slice(c, n, out);
     int perm[OPS_MAX_RANK], r = x->shape.rank;
     if (n->op == OPS_TRANSPOSE && a->n_perm == 0) {
         int rc = check_rank(c, x, 2, OPS_MAX_RANK, "transpose operand");

@@ -162,8 +162,10 @@ static const char *all_ops =
     "  {'out': 'at', 'op': 'attention', 'in': ['q', 'kk', 'v'], 'scale': 0.25, 'causal': true},"
     "  {'out': 't0', 'op': 'transpose', 'in': ['m0']},"
     "  {'out': 't1', 'op': 'permute', 'in': ['at'], 'perm': [0, 2, 1, 3]},"
-    "  {'out': 'rs', 'op': 'reshape', 'in': ['t1'], 'shape': ['B', 'S', -1]}],"
-    " 'outputs': ['r0', 'r1', 'r2', 'r3', 'c2', 'm1', 'cv', 'c3d', 't0', 'rs']}";
+    "  {'out': 'rs', 'op': 'reshape', 'in': ['t1'], 'shape': ['B', 'S', -1]},"
+    "  {'out': 'sl', 'op': 'slice', 'in': ['vol'], 'shape': [-1, -1, 3, 2, 4],"
+    "   'start': [0, 0, 3, -1, 0], 'step': [1, 1, -1, 2, 1], 'fill': '-inf'}],"
+    " 'outputs': ['r0', 'r1', 'r2', 'r3', 'c2', 'm1', 'cv', 'c3d', 't0', 'rs', 'sl']}";
 
 /* ---- parsing ---- */
 
@@ -205,7 +207,7 @@ static void test_every_op_with_attributes(void **state)
 {
     (void)state;
     ops_graph *g = parse_ok(all_ops);
-    assert_int_equal(g->n_nodes, 45);
+    assert_int_equal(g->n_nodes, 46);
     /* each op kind appears, with max/min resolved by operand count */
     bool seen[OPS_OP_COUNT] = {false};
     for (int i = 0; i < g->n_nodes; i++)
@@ -268,6 +270,20 @@ static void test_every_op_with_attributes(void **state)
     assert_false(ops_graph_equal(vg, other));
     other->nodes[node_of(other, "c3d")].attrs.end_padding[2] = 0;
     other->nodes[node_of(other, "c3d")].attrs.stride[2] = 2;
+    assert_false(ops_graph_equal(vg, other));
+    /* slice: -1 keeps the operand's size; a fill reads -inf past the edges */
+    const ops_shape *sls = &vg->tensors[ops_graph_find_tensor(vg, "sl")].shape;
+    assert_int_equal(sls->rank, 5);
+    assert_int_equal(sls->d[1].size, 4);
+    assert_int_equal(sls->d[2].size, 3);
+    assert_int_equal(sls->d[3].size, 2);
+    const ops_attrs *sl = attrs_of(vg, "sl");
+    assert_int_equal(sl->start[3], -1);
+    assert_int_equal(sl->step[2], -1);
+    assert_true(sl->has_fill && sl->fill == -INFINITY);
+    other->nodes[node_of(other, "c3d")].attrs.stride[2] = 1;
+    assert_true(ops_graph_equal(vg, other));
+    other->nodes[node_of(other, "sl")].attrs.start[3] = 0;
     assert_false(ops_graph_equal(vg, other));
     ops_graph_free(other);
     ops_graph_free(vg);

@@ -906,6 +906,37 @@ static void test_permute_transpose_reshape(void **state)
     ops_graph_free(g);
 }
 
+/* A flip of axis 0 and a window of axis 1 read with stride 2 from index -1 (past the start:
+ * the fill) to 5 (past the end of 4: the fill). */
+static void test_slice(void **state)
+{
+    (void)state;
+    double x[8] = {0, 1, 2, 3, 4, 5, 6, 7}, out[8];
+    ops_graph *g = ops_graph_new("slice");
+    int X = input(g, "X", SHAPE(2, 4));
+    ops_attrs a = attrs(OPS_SLICE);
+    a.shape = SHAPE(2, 4);
+    a.start[0] = 1;
+    a.step[0] = -1;
+    run1(g, NODE(g, OPS_SLICE, "Y", &a, SHAPE(2, 4), T(X)), (const double *[]){x}, out);
+    assert_close(out, (const double[]){4, 5, 6, 7, 0, 1, 2, 3}, 8, 0);
+    ops_graph_free(g);
+
+    g = ops_graph_new("window");
+    X = input(g, "X", SHAPE(2, 4));
+    a = attrs(OPS_SLICE);
+    a.shape = SHAPE(-1, 4);
+    a.start[1] = -1;
+    a.step[1] = 2;
+    a.has_fill = true;
+    a.fill = -INFINITY;
+    run1(g, NODE(g, OPS_SLICE, "Y", &a, SHAPE(2, 4), T(X)), (const double *[]){x}, out);
+    const double want[8] = {-INFINITY, 1, 3, -INFINITY, -INFINITY, 5, 7, -INFINITY};
+    for (int i = 0; i < 8; i++)
+        assert_true(out[i] == want[i]);
+    ops_graph_free(g);
+}
+
 /* ---- whole graphs ---- */
 
 /* Nodes written consumers-first, two outputs, an intermediate used twice. */
@@ -1204,6 +1235,7 @@ int main(void)
         cmocka_unit_test(test_attention_batched),
         cmocka_unit_test(test_attention_gqa),
         cmocka_unit_test(test_permute_transpose_reshape),
+        cmocka_unit_test(test_slice),
         cmocka_unit_test(test_graph_order_and_outputs),
         cmocka_unit_test(test_rejects_unvalidated_and_unbound),
         cmocka_unit_test(test_composites_match_canonical),

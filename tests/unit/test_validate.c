@@ -269,6 +269,30 @@ static const bad_case bad_cases[] = {
      0, "y", "only binary ops take scalar constants"},
     {"permute_needs_perm", GRAPH(XMK, "{'out': 'y', 'op': 'permute', 'in': ['x']}", "'y'"),
      OPS_RULE_ATTR, 0, "y", "permute needs attribute 'perm'"},
+    {"slice_past_edge_without_fill",
+     GRAPH(X4, "{'out': 'y', 'op': 'slice', 'in': ['x'], 'shape': [3], 'start': [2]}", "'y'"),
+     OPS_RULE_SHAPE, 0, "y", "reads indices 2..4 of 'x' (size 4); give a fill"},
+    {"slice_backwards_past_start",
+     GRAPH(X4, "{'out': 'y', 'op': 'slice', 'in': ['x'], 'shape': [2], 'start': [0], "
+               "'step': [-1]}",
+           "'y'"),
+     OPS_RULE_SHAPE, 0, "y", "reads indices 0..-1"},
+    {"slice_step_zero",
+     GRAPH(X4, "{'out': 'y', 'op': 'slice', 'in': ['x'], 'shape': [2], 'step': [0]}", "'y'"),
+     OPS_RULE_ATTR, 0, "y", "step of axis 0 is 0"},
+    {"slice_keep_with_start",
+     GRAPH(X4, "{'out': 'y', 'op': 'slice', 'in': ['x'], 'shape': [-1], 'start': [1]}", "'y'"),
+     OPS_RULE_ATTR, 0, "y", "needs start 0 and step 1"},
+    {"slice_rank", GRAPH(X4, "{'out': 'y', 'op': 'slice', 'in': ['x'], 'shape': [2, 2]}", "'y'"),
+     OPS_RULE_ATTR, 0, "y", "slice shape has 2 entries but 'x' has rank 1"},
+    {"slice_symbolic_size",
+     GRAPH(XMK, "{'out': 'y', 'op': 'slice', 'in': ['x'], 'shape': ['M', 2]}", "'y'"),
+     OPS_RULE_ATTR, 0, "y", "must be a positive integer, or -1"},
+    {"slice_needs_shape", GRAPH(X4, "{'out': 'y', 'op': 'slice', 'in': ['x']}", "'y'"),
+     OPS_RULE_ATTR, 0, "y", "slice needs attribute 'shape'"},
+    {"slice_fill_word",
+     GRAPH(X4, "{'out': 'y', 'op': 'slice', 'in': ['x'], 'shape': [2], 'fill': 'lots'}", "'y'"),
+     OPS_RULE_ATTR, 0, "y", "must be a number, \"inf\" or \"-inf\""},
     {"hardtanh_inverted",
      GRAPH(X4, "{'out': 'y', 'op': 'hardtanh', 'in': ['x'], 'min': 1, 'max': -1}", "'y'"),
      OPS_RULE_ATTR, 0, "y", "greater than max"},
@@ -568,6 +592,40 @@ static void test_layout_ops(void **state)
     assert_int_equal(ops_graph_bind(g, &b, 1, &bound, &d), 0);
     assert_shape(bound, "f", "[192]");
     ops_graph_free(bound);
+    ops_graph_free(g);
+}
+
+static void test_slice(void **state)
+{
+    (void)state;
+    /* a flip, a strided window past both edges with a fill, a kept symbolic axis */
+    ops_graph *g = load_ok(GRAPH("'x': {'dtype': 'f32', 'shape': ['B', 6]}",
+                                 "{'out': 'f', 'op': 'slice', 'in': ['x'], 'shape': [-1, 6], "
+                                 "'start': [0, 5], 'step': [1, -1]},"
+                                 "{'out': 'w', 'op': 'slice', 'in': ['x'], 'shape': [-1, 4], "
+                                 "'start': [0, -2], 'step': [1, 3], 'fill': '-inf'}",
+                                 "'f', 'w'"));
+    assert_shape(g, "f", "[B, 6]");
+    assert_shape(g, "w", "[B, 4]");
+    ops_graph_free(g);
+    /* a fixed size taken from a symbolic axis is checked once the axis is bound */
+    char *text = dq(GRAPH("'m': {'dtype': 'f32', 'shape': ['M', 8]}",
+                          "{'out': 's', 'op': 'slice', 'in': ['m'], 'shape': [2, -1], "
+                          "'start': [3, 0]}",
+                          "'s'"));
+    ops_diag d;
+    assert_int_equal(ops_graph_from_json(text, strlen(text), &g, &d), 0);
+    free(text);
+    assert_int_equal(ops_graph_validate(g, &d), 0);
+    ops_graph *bound = NULL;
+    ops_binding b = {"M", 5};
+    assert_int_equal(ops_graph_bind(g, &b, 1, &bound, &d), 0);
+    assert_shape(bound, "s", "[2, 8]");
+    ops_graph_free(bound);
+    b.value = 4;
+    assert_int_equal(ops_graph_bind(g, &b, 1, &bound, &d), -EINVAL);
+    assert_int_equal(d.rule, OPS_RULE_SHAPE);
+    assert_non_null(strstr(d.msg, "reads indices 3..4 of 'm' (size 4)"));
     ops_graph_free(g);
 }
 
@@ -955,6 +1013,7 @@ int main(void)
         cmocka_unit_test(test_conv2d),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_layout_ops),
+        cmocka_unit_test(test_slice),
         cmocka_unit_test(test_composites),
         cmocka_unit_test(test_validate_idempotent),
         cmocka_unit_test(test_bind),

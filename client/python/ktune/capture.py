@@ -11,6 +11,7 @@ An op ktune lacks raises CaptureError naming the op and the user's source line; 
 built, registered or cached until every node has been translated."""
 
 import inspect
+import math
 import operator
 import os
 import re
@@ -218,6 +219,22 @@ class _Builder:
         if shape == x.shape:
             return x
         return self.emit("reshape", [x], shape, shape=list(shape))
+
+    def slice(self, x, start, step, sizes, fill=None):
+        """x[start + i * step] per axis for i < sizes (None: the whole axis), reading fill past
+        x's edges (None: every read is inside x). Sizes, starts and steps are integers."""
+        shape = tuple(x.shape[i] if n is None else n for i, n in enumerate(sizes))
+        if all(n is None or (s0 == 0 and st == 1 and n == x.shape[i])
+               for i, (s0, st, n) in enumerate(zip(start, step, sizes))):
+            return x
+        for i, n in enumerate(sizes):
+            if n is not None and not isinstance(x.shape[i], int):
+                self.unsupported(f"a slice of the dynamic axis {i}")
+        attrs = {"shape": [-1 if n is None else n for n in sizes], "start": list(start),
+                 "step": list(step)}
+        if fill is not None:
+            attrs["fill"] = fill if math.isfinite(fill) else ("inf" if fill > 0 else "-inf")
+        return self.emit("slice", [x], shape, **attrs)
 
     def reduce(self, op, x, axes, keepdim):
         x = self.tensor(x)
@@ -510,6 +527,72 @@ def _h_permute(b, a):
     return b.permute(b.tensor(a["self"]), list(a["dims"]))
 
 
+def _fixed_axis(b, x, dim, what):
+    """Axis dim of x (negative from the end) and its size, which must be fixed."""
+    if not -x.rank <= dim < max(x.rank, 1):
+        b.unsupported(f"a {what} of axis {dim} of a rank-{x.rank} tensor")
+    dim %= max(x.rank, 1)
+    if not isinstance(x.shape[dim], int):
+        b.unsupported(f"a {what} of a dynamic axis")
+    return dim, x.shape[dim]
+
+
+def _slice_axis(b, x, dim, start, count, step):
+    """x with axis dim cut to count elements start, start + step, ... (a slice node)."""
+    r = x.rank
+    starts, steps, sizes = [0] * r, [1] * r, [None] * r
+    starts[dim], steps[dim], sizes[dim] = start, step, count
+    return b.slice(x, starts, steps, sizes)
+
+
+def _h_slice(b, a):
+    """aten.slice: Python's x[start:end:step] along dim (negative or past-the-end bounds
+    clamped as Python clamps them)."""
+    x = b.tensor(a["self"])
+    dim, size = _fixed_axis(b, x, a.get("dim", 0), "slice")
+    step = a.get("step", 1)
+    if not all(isinstance(v, int) for v in (a.get("start") or 0, a.get("end") or 0, step)):
+        b.unsupported("a slice with bounds derived from a dynamic dimension")
+    start, end, step = slice(a.get("start"), a.get("end"), step).indices(size)
+    count = len(range(start, end, step))
+    if count == 0:
+        b.unsupported("an empty slice")
+    return _slice_axis(b, x, dim, start, count, step)
+
+
+def _h_narrow(b, a):
+    x = b.tensor(a["self"])
+    dim, size = _fixed_axis(b, x, a["dim"], "narrow")
+    start, length = a["start"], a["length"]
+    if not isinstance(start, int) or not isinstance(length, int):
+        b.unsupported("a narrow with bounds derived from a dynamic dimension")
+    if length <= 0:
+        b.unsupported("an empty narrow")
+    return _slice_axis(b, x, dim, start % size if start < 0 else start, length, 1)
+
+
+def _h_select(b, a):
+    """x[..., index, ...]: a slice of one element, the axis then dropped (a reshape)."""
+    x = b.tensor(a["self"])
+    dim, size = _fixed_axis(b, x, a["dim"], "select")
+    index = a["index"]
+    if not isinstance(index, int):
+        b.unsupported("a select at an index derived from a dynamic dimension")
+    y = _slice_axis(b, x, dim, index % size, 1, 1)
+    return b.reshape(y, y.shape[:dim] + y.shape[dim + 1:])
+
+
+def _h_flip(b, a):
+    """x reversed along dims: a slice from the last element with step -1."""
+    x = b.tensor(a["self"])
+    starts, steps, sizes = [0] * x.rank, [1] * x.rank, [None] * x.rank
+    for d in a["dims"]:
+        d, size = _fixed_axis(b, x, d, "flip")
+        if size > 1:
+            starts[d], steps[d], sizes[d] = size - 1, -1, size
+    return b.slice(x, starts, steps, sizes)
+
+
 def _h_transpose(b, a):
     x = b.tensor(a["self"])
     if x.rank < 2:
@@ -659,10 +742,18 @@ def _h_conv_transpose(nd):
 
 # ---- pooling ----
 
-def _pool_args(b, a, nd):
+def _pool_out(b):
+    """The pooling's output shape (a _with_indices form's: its values')."""
+    val = b.node.meta.get("val")
+    if isinstance(val, (tuple, list)):
+        return tuple(b.dim(d) for d in val[0].shape)
+    return b.val_shape()
+
+
+def _pool_args(b, a, nd, ceil_ok=False):
     """x, kernel, stride, padding and dilation of an nd-d pooling (aten's defaults: stride the
-    kernel, no padding or dilation). Refuses an x other than [N, C, *fixed sizes] and a
-    ceil_mode that adds a window past the edge (a result larger than floor mode's)."""
+    kernel, no padding or dilation). Refuses an x other than [N, C, *fixed sizes] and, unless
+    ceil_ok, a ceil_mode that adds a window past the edge (a result larger than floor mode's)."""
     x = b.tensor(a["self"])
     if x.rank != nd + 2 or not all(isinstance(d, int) for d in x.shape[1:]):
         b.unsupported(f"a {nd}-d pooling of a tensor other than [N, C, ...] with fixed C and "
@@ -670,11 +761,10 @@ def _pool_args(b, a, nd):
     k = _nd(a["kernel_size"], nd)
     stride = _nd(a.get("stride") or k, nd)  # PyTorch's default stride: the window
     pad, dil = _nd(a.get("padding", 0), nd), _nd(a.get("dilation", 1), nd)
-    val = b.node.meta.get("val")
-    out = tuple(b.dim(d) for d in val[0].shape) if isinstance(val, (tuple, list)) else \
-        b.val_shape()  # a _with_indices form's: its values'
+    out = _pool_out(b)
     for i, size in enumerate(x.shape[2:]):
-        if (size + 2 * pad[i] - dil[i] * (k[i] - 1) - 1) // stride[i] + 1 != out[2 + i]:
+        if (size + 2 * pad[i] - dil[i] * (k[i] - 1) - 1) // stride[i] + 1 != out[2 + i] \
+                and not ceil_ok:
             b.unsupported("ceil_mode adds a window past the edge")
     return x, k, stride, pad, dil
 
@@ -724,19 +814,39 @@ def _indices_unused(b):
             b.unsupported("return_indices: ktune computes the maxima, not where they are")
 
 
+def _pool_window_max(b, x, k, stride, pad, dil, out):
+    """Max pooling of any windows (overlap, padding, dilation, sizes left over) as the maximum
+    of one slice of x [N, C, *sizes] per window position: the slice for offsets (j1, j2, ...)
+    holds x[o * stride + j * dil - pad] for every output position o, -inf past x's edges (as
+    PyTorch pads max pooling). The pointwise family fuses the slices and maxima into one
+    kernel that reads each output's window."""
+    import itertools
+    slices = []
+    for offs in itertools.product(*(range(kk) for kk in k)):
+        starts = [0, 0] + [j * d - p for j, d, p in zip(offs, dil, pad)]
+        slices.append(b.slice(x, starts, [1, 1] + list(stride), [None, None] + list(out),
+                              fill=-math.inf))
+    while len(slices) > 1:  # a balanced tree: the kernel's dependency chains stay short
+        pairs = [b.binary("max", p, q) for p, q in zip(slices[::2], slices[1::2])]
+        slices = pairs + ([slices[-1]] if len(slices) % 2 else [])
+    return slices[0]
+
+
 def _h_max_pool(nd, with_indices=False):
-    """Max pooling where the windows tile the input (_untiled): a max over each (_pool_tiles).
-    Overlapping, padded or dilated windows would need a windowed-max kernel ktune lacks (a
-    convolution sums), and a size the windows do not cover a slice. with_indices: the
-    (values, indices) form, its indices unused."""
+    """Max pooling: where the windows tile the input (_untiled), a max over each (_pool_tiles);
+    any other windows (overlapping, padded, dilated, or leaving the end of a size out) as the
+    maximum of a slice per window position (_pool_window_max). with_indices: the (values,
+    indices) form, its indices unused."""
     def h(b, a):
         if with_indices:
             _indices_unused(b)
-        x, k, stride, pad, dil = _pool_args(b, a, nd)
-        why = _untiled(x, k, stride, pad, dil)
-        if why:
-            b.unsupported(f"max pooling {why}")
-        y = _pool_tiles(b, "max", x, k)
+        # ceil_mode's extra windows start inside x (PyTorch's rule) and read -inf past it
+        x, k, stride, pad, dil = _pool_args(b, a, nd, ceil_ok=True)
+        out = list(_pool_out(b)[2:])
+        if _untiled(x, k, stride, pad, dil) or out != [s // kk for s, kk in zip(x.shape[2:], k)]:
+            y = _pool_window_max(b, x, k, stride, pad, dil, out)
+        else:
+            y = _pool_tiles(b, "max", x, k)
         return (y, None) if with_indices else y
     return h
 
@@ -1266,6 +1376,7 @@ _OPS = {
     "view": _h_reshape, "reshape": _h_reshape, "_unsafe_view": _h_reshape,
     "unsqueeze": _h_reshape, "squeeze": _h_reshape, "flatten": _h_reshape,
     "unflatten": _h_reshape, "expand": _h_expand, "permute": _h_permute,
+    "slice": _h_slice, "narrow": _h_narrow, "select": _h_select, "flip": _h_flip,
     "transpose": _h_transpose, "t": _h_t,
     "numpy_T": lambda b, a: b.permute(b.tensor(a["self"]),
                                       list(range(b.tensor(a["self"]).rank))[::-1]),
