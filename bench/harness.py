@@ -40,6 +40,7 @@ missing, fails to launch or is outside its tolerance; 2 for bad arguments or a b
 import argparse
 import datetime
 import errno
+import gc
 import json
 import math
 import os
@@ -444,7 +445,13 @@ def run_case(c, args, torch, ktune, tg_cls, rt, timer, jobs, copy=None):
             traceback.print_exc()
     rec["status"] = case_status(rec)
     rec["speedup"] = speedups(rec)
+    # The case's tensors go before the next case's come: torch.compile's caches hold the
+    # compiled function, whose closure holds the case (two KernelBench cases of 1.6G elements,
+    # with their float64 references, filled the GPU), and an exception's traceback its frames.
     del case
+    if any(p in args.peers for p in PEERS if p != "eager"):
+        torch._dynamo.reset()
+    gc.collect()
     torch.cuda.empty_cache()
     return rec
 

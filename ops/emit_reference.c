@@ -833,6 +833,69 @@ static void reference_estimate(const ops_group *grp, const ops_schedule *s, cons
     e->occupancy = 1.0;
 }
 
+/* Workspace offsets of the intermediates (ws_off[t], -1 for graph inputs and outputs), 256-byte
+ * aligned slices reused once dead: in topological order each node's output takes the smallest
+ * free slice that holds it (or a new one), then the operands it read last are freed. Every
+ * intermediate is double: a graph of several nodes over gigabytes would otherwise need the sum
+ * of them all (KernelBench's SELU, 1.6G elements, asked 77 GB). */
+static int place_intermediates(const ops_graph *g, const int32_t *order, int64_t *ws_off,
+                               int64_t *total)
+{
+    int32_t *last = malloc(((size_t)g->n_tensors + 1) * sizeof(*last));
+    int64_t *slot_off = malloc(((size_t)g->n_nodes + 1) * sizeof(*slot_off));
+    int64_t *slot_len = malloc(((size_t)g->n_nodes + 1) * sizeof(*slot_len));
+    int32_t *slot_of = malloc(((size_t)g->n_tensors + 1) * sizeof(*slot_of));
+    bool *slot_free = calloc((size_t)g->n_nodes + 1, sizeof(*slot_free));
+    int rc = last && slot_off && slot_len && slot_of && slot_free ? 0 : -ENOMEM;
+    int n_slots = 0;
+    *total = 0;
+    for (int t = 0; rc == 0 && t < g->n_tensors; t++) {
+        ws_off[t] = -1;
+        last[t] = -1;
+        slot_of[t] = -1;
+    }
+    for (int i = 0; rc == 0 && i < g->n_nodes; i++) {
+        const ops_node *n = &g->nodes[order[i]];
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k].tensor >= 0)
+                last[n->in[k].tensor] = i;
+    }
+    for (int i = 0; rc == 0 && i < g->n_nodes; i++) {
+        const ops_node *n = &g->nodes[order[i]];
+        int32_t t = n->out;
+        if (!g->tensors[t].is_output) {
+            int64_t bytes = (8 * shape_numel(&g->tensors[t].shape) + 255) / 256 * 256;
+            int best = -1;
+            for (int s = 0; s < n_slots; s++)
+                if (slot_free[s] && slot_len[s] >= bytes &&
+                    (best < 0 || slot_len[s] < slot_len[best]))
+                    best = s;
+            if (best < 0) {
+                best = n_slots++;
+                slot_off[best] = *total;
+                slot_len[best] = bytes;
+                *total += (uint64_t)bytes;
+            }
+            slot_free[best] = false;
+            slot_of[t] = best;
+            ws_off[t] = slot_off[best];
+            if (last[t] < 0) /* read by no node: dead once written */
+                slot_free[best] = true;
+        }
+        for (int k = 0; k < n->n_in; k++) {
+            int32_t u = n->in[k].tensor;
+            if (u >= 0 && slot_of[u] >= 0 && last[u] == i)
+                slot_free[slot_of[u]] = true;
+        }
+    }
+    free(last);
+    free(slot_off);
+    free(slot_len);
+    free(slot_of);
+    free(slot_free);
+    return rc;
+}
+
 int ops_emit_reference_graph(const ops_graph *g, ops_ref_program *out, ops_diag *d)
 {
     memset(out, 0, sizeof(*out));
@@ -860,15 +923,9 @@ int ops_emit_reference_graph(const ops_graph *g, ops_ref_program *out, ops_diag 
             goto fail;
         }
     }
-    /* Intermediates: each its own 256-byte aligned slice of the workspace. */
-    for (int t = 0; t < g->n_tensors; t++) {
-        ws_off[t] = -1;
-        if (g->tensors[t].producer < 0 || g->tensors[t].is_output)
-            continue;
-        ws_off[t] = out->workspace_bytes;
-        int64_t bytes = 8 * shape_numel(&g->tensors[t].shape);
-        out->workspace_bytes += (bytes + 255) / 256 * 256;
-    }
+    rc = place_intermediates(g, order, ws_off, &out->workspace_bytes);
+    if (rc < 0)
+        goto fail;
     char c[OPS_EMIT_COMMENT_MAX];
     kt_buf_printf(&b, "/*\n * ktune fp64 reference — graph %s, %d kernel%s in topological order\n",
                   ops_emit_comment_text(g->name, c, sizeof(c)), g->n_nodes,

@@ -183,6 +183,11 @@ int64_t srch_tn_group_best(const tune *t, int g, int lib)
     return fast;
 }
 
+int64_t srch_tn_part_pick(const tune *t, const srch_partition *part, int k)
+{
+    return srch_tn_group_best(t, part->groups[k], part->n_groups > 1 ? 0 : -1);
+}
+
 /* Up to max verified candidates of group g in winning order (only re-timed ones with
  * retimed_only). Returns the count. */
 int srch_tn_group_ranked(const tune *t, int g, bool retimed_only, int64_t *out, int max)
@@ -232,7 +237,7 @@ static double partition_time(const tune *t, int p, bool library_baseline)
             b = srch_tn_group_best(t, g, 1);
             any_lib = true;
         } else {
-            b = srch_tn_group_best(t, g, -1);
+            b = srch_tn_part_pick(t, part, k);
         }
         if (b < 0)
             return 0;
@@ -635,13 +640,16 @@ static int add_neighbours(tune *t, batch *b, int64_t i)
     return 0;
 }
 
-/* Queues group g's next untried candidate, unless one of g's is verified already. */
-static int add_next_untried(tune *t, batch *b, int g)
+/* Queues the next untried candidate of partition part's group k, unless the group has one
+ * the partition can serve (srch_tn_part_pick) verified already. */
+static int add_next_untried(tune *t, batch *b, const srch_partition *part, int k)
 {
-    if (srch_tn_group_best(t, g, -1) >= 0)
+    int g = part->groups[k];
+    if (srch_tn_part_pick(t, part, k) >= 0)
         return 0;
     for (int64_t i = t->gstart[g]; i < t->gend[g]; i++)
-        if (!t->c[i].done)
+        if (!t->c[i].done &&
+            !(part->n_groups > 1 && t->list[i].schedule.family == OPS_FAM_LIBRARY))
             return batch_add(b, i);
     return 0;
 }
@@ -670,7 +678,7 @@ static int screen(tune *t, kt_err *err)
         b.n = 0;
         for (int p = 0; p < parts && rc == 0; p++)
             for (int k = 0; k < t->s->partitions[p].n_groups && rc == 0; k++)
-                rc = add_next_untried(t, &b, t->s->partitions[p].groups[k]);
+                rc = add_next_untried(t, &b, &t->s->partitions[p], k);
         if (b.n == 0)
             break;
         if (rc == 0)
@@ -919,12 +927,13 @@ static int complete(tune *t, kt_err *err)
             bool open = !(t->part_set_aside && t->part_set_aside[q]);
             for (int k = 0; k < part->n_groups && open; k++) {
                 int g = part->groups[k];
-                if (srch_tn_group_best(t, g, -1) >= 0)
+                if (srch_tn_part_pick(t, part, k) >= 0)
                     continue;
                 missing++;
                 open = false; /* until an untried candidate is found */
                 for (int64_t i = t->gstart[g]; i < t->gend[g] && !open; i++)
-                    open = !t->c[i].done;
+                    open = !t->c[i].done && !(part->n_groups > 1 &&
+                                              t->list[i].schedule.family == OPS_FAM_LIBRARY);
             }
             if (open && (pick < 0 || missing < pick_missing)) {
                 pick = q;
@@ -936,7 +945,7 @@ static int complete(tune *t, kt_err *err)
         b.n = 0;
         const srch_partition *part = &t->s->partitions[pick];
         for (int k = 0; k < part->n_groups && rc == 0; k++)
-            rc = add_next_untried(t, &b, part->groups[k]);
+            rc = add_next_untried(t, &b, part, k);
         if (rc == 0)
             rc = run_batch(t, b.idx, b.n, err);
         int64_t settled = 0;
@@ -1058,7 +1067,7 @@ static void fill_result(tune *t)
     for (int k = 0; k < part->n_groups; k++) {
         srch_tune_pick *pk = &r->picks[k];
         int g = part->groups[k];
-        int64_t i = srch_tn_group_best(t, g, -1), lib = srch_tn_group_best(t, g, 1),
+        int64_t i = srch_tn_part_pick(t, part, k), lib = srch_tn_group_best(t, g, 1),
                 own = srch_tn_group_best(t, g, 0);
         const cand *c = &t->c[i];
         pk->group = g;

@@ -97,6 +97,10 @@ bool srch_tn_cancelled(const tune *t);
  * partition's measured time (0 when none) with its index in *which. */
 const srch_time_stats *srch_tn_tm(const tune *t, int64_t i);
 int64_t srch_tn_group_best(const tune *t, int g, int lib);
+/* The candidate partition part's group k serves: its best, or with more than one group its best
+ * own kernel (a record links a partition's kernels into one module: no cuBLASLt call among
+ * them). -1 when there is none. */
+int64_t srch_tn_part_pick(const tune *t, const srch_partition *part, int k);
 int srch_tn_group_ranked(const tune *t, int g, bool retimed_only, int64_t *out, int max);
 double srch_tn_best_partition(const tune *t, int *which, bool library_baseline);
 

@@ -687,7 +687,7 @@ static int record_partition(tune *t, int p, bool *stored, double *err_norm, char
                 ranked[nrec++] = all[j];
     }
     for (int k = 0; k < part->n_groups; k++)
-        ci[k] = srch_tn_group_best(t, part->groups[k], -1);
+        ci[k] = srch_tn_part_pick(t, part, k);
     int rc = 0;
     for (int q = 0; q < nrec; q++) {
         if (part->n_groups == 1)
@@ -707,24 +707,6 @@ static int record_partition(tune *t, int p, bool *stored, double *err_norm, char
         if (rc < 0) {
             cache_record_free(&rec);
             kt_log_warn(TAG, "no cache record: %s", rerr.msg);
-            if (q == 0 && rc == -ENOTSUP && part->n_groups > 1) {
-                /* A cuBLASLt call beside generated kernels cannot share one module, so only a
-                 * partition of one group may use one: every cuBLASLt candidate (each heuristic
-                 * is one) of a group that is not the whole graph is set aside, and the next
-                 * pick takes the groups' best generated kernels (this partition may still win
-                 * with them) instead of losing the partition or mixing another library call. */
-                snprintf(why, why_len, "%.250s", rerr.msg);
-                for (int g = 0; g < t->s->n_groups; g++) {
-                    bool whole = false;
-                    for (int q2 = 0; q2 < t->s->n_partitions && !whole; q2++)
-                        whole = t->s->partitions[q2].n_groups == 1 &&
-                                t->s->partitions[q2].groups[0] == g;
-                    for (int64_t i = t->gstart[g]; i < t->gend[g] && !whole; i++)
-                        if (t->list[i].schedule.family == OPS_FAM_LIBRARY)
-                            t->c[i].set_aside = true;
-                }
-                return 0;
-            }
             if (q == 0) {
                 snprintf(why, why_len, "%.250s", rerr.msg);
                 goto set_aside;

@@ -358,6 +358,41 @@ static void test_graph_programs(void **state)
     batch_finish(&bt);
 }
 
+/* A chain of six nodes over 1000 doubles: the intermediates take turns in two slices of the
+ * workspace (not one each), and no node writes the slice it reads. */
+static void test_workspace_reused(void **state)
+{
+    (void)state;
+    ops_graph *g = emit_test_graph(
+        "{\"name\": \"chain\", \"inputs\": {\"x\": {\"dtype\": \"f32\", \"shape\": [1000]}},"
+        " \"nodes\": ["
+        "  {\"out\": \"a\", \"op\": \"exp\", \"in\": [\"x\"]},"
+        "  {\"out\": \"b\", \"op\": \"neg\", \"in\": [\"a\"]},"
+        "  {\"out\": \"c\", \"op\": \"tanh\", \"in\": [\"b\"]},"
+        "  {\"out\": \"d\", \"op\": \"add\", \"in\": [\"c\", \"x\"]},"
+        "  {\"out\": \"e\", \"op\": \"relu\", \"in\": [\"d\"]},"
+        "  {\"out\": \"y\", \"op\": \"mul\", \"in\": [\"e\", \"d\"]}],"
+        " \"outputs\": [\"y\"]}",
+        "");
+    ops_ref_program p;
+    ops_diag d = {0};
+    if (ops_emit_reference_graph(g, &p, &d) < 0)
+        fail_msg("%s", d.msg);
+    assert_int_equal(p.n_kernels, 6);
+    assert_int_equal(p.workspace_bytes, 2 * 8192); /* 8000 bytes, 256-aligned: two slices */
+    for (int k = 0; k < p.n_kernels; k++) {
+        const ops_kernel_launch *l = &p.kernels[k];
+        const ops_arg *out = &l->args[l->n_args - 1];
+        for (int a = 0; a + 1 < l->n_args && out->kind == OPS_ARG_WORKSPACE; a++)
+            if (l->args[a].kind == OPS_ARG_WORKSPACE)
+                assert_true(l->args[a].offset != out->offset);
+    }
+    /* d is read by e and y: its slice is not e's */
+    assert_true(p.kernels[4].args[0].offset != p.kernels[4].args[1].offset);
+    ops_ref_program_free(&p);
+    ops_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -366,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_contractions_and_layout),
         cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_graph_programs),
+        cmocka_unit_test(test_workspace_reused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -782,7 +782,7 @@ def _untiled(x, k, stride, pad, dil):
         return "with gaps between windows (stride > kernel)"
     for s, kk in zip(x.shape[2:], k):
         if s % kk:
-            return f"whose windows of {kk} leave the end of a size {s} out (ktune has no slice op)"
+            return f"whose windows of {kk} leave the end of a size {s} out"
     return None
 
 

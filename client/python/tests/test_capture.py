@@ -280,22 +280,45 @@ def test_max_pooling_of_windows_that_tile():
     check(lambda x: F.max_pool3d(x, 2, return_indices=True)[0], randn(1, 2, 4, 4, 6))
 
 
-@pytest.mark.parametrize("pool,shape,why", [
-    (nn.MaxPool2d(3, stride=2), (1, 2, 9, 9), r"max pooling with overlapping windows "
-                                               r"\(stride < kernel\)"),
-    (nn.MaxPool3d(2, stride=1), (1, 2, 4, 4, 4), r"overlapping windows"),
-    (nn.MaxPool2d(2, padding=1), (1, 2, 8, 8), r"max pooling with padding"),
-    (nn.MaxPool2d(2, dilation=2), (1, 2, 8, 8), r"max pooling with dilation"),
-    (nn.MaxPool1d(2, stride=3), (1, 2, 9), r"gaps between windows \(stride > kernel\)"),
-    (nn.MaxPool2d(2), (1, 2, 5, 4), r"windows of 2 leave the end of a size 5 out \(ktune has "
-                                    r"no slice op\)"),
-    (nn.MaxPool2d(2, ceil_mode=True), (1, 2, 5, 4), r"ceil_mode adds a window past the edge"),
-    (nn.MaxPool2d(2, return_indices=True), (1, 2, 4, 4), r"_with_indices \(return_indices"),
-], ids=["overlap", "overlap3d", "padding", "dilation", "gaps", "uncovered", "ceil_mode",
-        "indices"])
-def test_max_pooling_refusals(pool, shape, why):
-    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.max_pool.*" + why):
-        ktune.capture(pool, randn(*shape))
+@pytest.mark.parametrize("pool,shape", [
+    (nn.MaxPool2d(3, stride=2), (1, 2, 9, 9)),  # overlapping windows
+    (nn.MaxPool3d(2, stride=1), (1, 2, 4, 4, 4)),
+    (nn.MaxPool2d(2, padding=1), (1, 2, 8, 7)),  # -inf past the edges, as PyTorch pads
+    (nn.MaxPool1d(8, stride=1, padding=4, dilation=3), (2, 3, 40)),  # KernelBench 1/41's form
+    (nn.MaxPool2d(4, stride=1, padding=1), (2, 3, 12, 11)),
+    (nn.MaxPool3d(3, stride=2, padding=1, dilation=3), (2, 2, 10, 9, 11)),
+    (nn.MaxPool1d(2, stride=3), (1, 2, 9)),  # gaps between windows
+    (nn.MaxPool2d(4), (2, 3, 30, 30)),  # the windows leave the end of each size out
+    (nn.MaxPool2d(2, ceil_mode=True), (1, 2, 5, 4)),  # ceil_mode's window past the edge
+    (nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True), (1, 2, 10, 10)),
+], ids=["overlap", "overlap3d", "padding", "dilated1d", "padded2d", "dilated3d", "gaps",
+        "uncovered", "ceil_mode", "ceil_mode_padded"])
+def test_max_pooling_of_any_windows(pool, shape):
+    # a slice of x per window position (-inf past its edges), their maximum
+    g = check(pool, randn(*shape))
+    k = pool.kernel_size if isinstance(pool.kernel_size, tuple) else \
+        (pool.kernel_size,) * (len(shape) - 2)
+    assert ops_of(g).count("slice") == math.prod(k)
+    assert set(ops_of(g)) == {"slice", "max"}
+
+
+def test_max_pooling_refuses_used_indices():
+    with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.max_pool.*_with_indices "
+                                                 r"\(return_indices"):
+        ktune.capture(nn.MaxPool2d(2, return_indices=True), randn(1, 2, 4, 4))
+
+
+def test_slicing_ops():
+    # Python slices (negative and past-the-end bounds, steps), narrow, select, flip: slice nodes
+    check(lambda x: x[:, 1:7:2] + x[:, -3:][:, :3], randn(4, 9))
+    check(lambda x: x[1:100, ::3], randn(4, 9))
+    check(lambda x: x.narrow(1, 2, 5) * 2, randn(3, 8))
+    check(lambda x: x.select(1, -2) + x[:, 0], randn(3, 8))
+    g = check(lambda x: x.flip(1, 2) - x, randn(2, 3, 4))
+    assert ops_of(g) == ["slice", "sub"]
+    assert g.document["nodes"][0]["step"] == [1, -1, -1]
+    # KernelBench 1/91's reversed sum over a prefix, by flips around a sum
+    check(lambda x: x.flip(0).sum(0) + x.flip(0)[0], randn(5, 3))
 
 
 def test_softmax_log_softmax():
