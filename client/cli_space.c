@@ -153,7 +153,7 @@ static void print_text(const srch_space *s, const srch_candidate *cand, int64_t 
     printf("graph       %s (%d nodes after canonicalisation), precision %s, device %s\n",
            s->g->name, s->g->n_nodes, ops_precision_name(s->precision), s->dev.name);
     printf("partitions  %d%s\n", s->n_partitions,
-           s->exhaustive ? " (all fusions tried)" : " (rule-based: too many edges to try all)");
+           s->exhaustive ? " (all fusions tried)" : " (rule-based: too many fusions to try all)");
     printf("candidates  %lld kept, %lld pruned\n", (long long)s->candidates, (long long)s->pruned);
     printf("families   ");
     for (int f = 0; f < OPS_FAM_COUNT; f++)

@@ -190,7 +190,7 @@ static bool group_ok(const node_graph *ng, uint64_t mask, bool (*legal)(uint64_t
     return is_convex(ng, mask) && legal(mask, ctx);
 }
 
-/* Rule-based partitions for graphs with too many edges to try every fusion: one kernel per
+/* Rule-based partitions for graphs with too many fusions to try every one: one kernel per
  * op, the whole graph as one kernel, and greedy fusion along edges in topological order. */
 static int rule_partitions(const node_graph *ng, bool (*legal)(uint64_t, void *), void *ctx,
                            part_set *ps)
@@ -260,8 +260,16 @@ int srch_enumerate_partitions(const ops_graph *g, bool (*legal)(uint64_t mask, v
         bool ok = true;
         for (int i = 0; i < n && ok; i++)
             ok = group_ok(&ng, groups[i], legal, ctx);
-        if (ok && (rc = part_add(&ps, &ng, groups, n)) < 0)
+        if (ok && (rc = part_add(&ps, &ng, groups, n)) < 0 && rc != -ENOSPC)
             return rc;
+        if (rc == -ENOSPC || ps.count > SRCH_MAX_PARTITIONS) {
+            /* Few edges, but nearly every fusion legal (a tree of pointwise ops: max pooling
+             * as the maximum of its windows' slices): too many to try, so the rules'. */
+            ps.count = ps.used = 0;
+            *exhaustive = false;
+            rc = rule_partitions(&ng, legal, ctx, &ps);
+            return rc < 0 ? rc : ps.count;
+        }
     }
     return ps.count;
 }

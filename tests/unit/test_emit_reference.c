@@ -288,6 +288,7 @@ static const char *example_shapes(const char *name)
         {"softmax.json", "M=9,N=129"},
         {"sum_lastaxis.json", "M=9,N=129"},
         {"gemv_bias_relu.json", "M=33,K=65"},
+        {"maxpool2d.json", "N=2"},
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(ex); i++)
         if (strcmp(ex[i].file, name) == 0)

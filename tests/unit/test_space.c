@@ -54,6 +54,45 @@ static void test_chain_has_four_partitions(void **state)
     assert_true(exhaustive);
 }
 
+/* Nine slices of x and a tree of eight maxima over them (max pooling of 3 x 3 windows): 16
+ * edges, few enough to try every fusion, but nearly every fusion is legal, so the partitions
+ * far outnumber SRCH_MAX_PARTITIONS: the rules' partitions then, not an error. */
+static void test_too_many_fusions_fall_back_to_rules(void **state)
+{
+    (void)state;
+    char json[4096];
+    int len = snprintf(json, sizeof(json), "{\"name\":\"pool\",\"inputs\":{\"x\":{\"dtype\":"
+                                           "\"f32\",\"shape\":[4,8]}},\"nodes\":[");
+    for (int i = 0; i < 9; i++)
+        len += snprintf(json + len, sizeof(json) - (size_t)len,
+                        "{\"out\":\"s%d\",\"op\":\"slice\",\"in\":[\"x\"],\"shape\":[4,6],"
+                        "\"start\":[0,%d],\"step\":[1,1],\"fill\":\"-inf\"},",
+                        i, i - 1);
+    static const char *const tree[8][3] = {{"m0", "s0", "s1"}, {"m1", "s2", "s3"}, {"m2", "s4", "s5"},
+                                           {"m3", "s6", "s7"}, {"m4", "m0", "m1"}, {"m5", "m2", "m3"},
+                                           {"m6", "m4", "m5"}, {"y", "m6", "s8"}};
+    for (int i = 0; i < 8; i++)
+        len += snprintf(json + len, sizeof(json) - (size_t)len,
+                        "{\"out\":\"%s\",\"op\":\"max\",\"in\":[\"%s\",\"%s\"]}%s", tree[i][0],
+                        tree[i][1], tree[i][2], i < 7 ? "," : "");
+    snprintf(json + len, sizeof(json) - (size_t)len, "],\"outputs\":[\"y\"]}");
+    enum { MAX = SRCH_MAX_PARTITIONS * (OPS_GROUP_MAX_NODES + 1) };
+    uint64_t *masks = malloc(MAX * sizeof(uint64_t));
+    assert_non_null(masks);
+    bool exhaustive = true;
+    int n = partitions(json, all_legal, &exhaustive, masks, MAX);
+    assert_false(exhaustive);
+    assert_in_range(n, 1, 3); /* one kernel per op, the whole graph, greedy fusion */
+    bool whole = false;
+    for (int at = 0, p = 0; p < n; p++, at++) {
+        whole |= masks[at] == (1ull << 17) - 1 && masks[at + 1] == 0;
+        while (masks[at])
+            at++;
+    }
+    assert_true(whole);
+    free(masks);
+}
+
 static void test_diamond_partitions_are_convex(void **state)
 {
     uint64_t masks[1024];
@@ -152,6 +191,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chain_has_four_partitions),
+        cmocka_unit_test(test_too_many_fusions_fall_back_to_rules),
         cmocka_unit_test(test_diamond_partitions_are_convex),
         cmocka_unit_test(test_partition_groups_cover_nodes_once_in_order),
         cmocka_unit_test(test_legality_predicate_respected),
