@@ -843,10 +843,18 @@ def _h_max_pool(nd, with_indices=False):
         # ceil_mode's extra windows start inside x (PyTorch's rule) and read -inf past it
         x, k, stride, pad, dil = _pool_args(b, a, nd, ceil_ok=True)
         out = list(_pool_out(b)[2:])
-        if _untiled(x, k, stride, pad, dil) or out != [s // kk for s, kk in zip(x.shape[2:], k)]:
-            y = _pool_window_max(b, x, k, stride, pad, dil, out)
-        else:
+        side_by_side = not any(pad) and list(stride) == list(k) and \
+            all(d == 1 or kk == 1 for d, kk in zip(dil, k))
+        if side_by_side and out == [s // kk for s, kk in zip(x.shape[2:], k)]:
+            # windows side by side, the ends of sizes they do not cover left out: a slice of
+            # what they cover, then a max over each (3 nodes, where a slice per window
+            # position would be 2 * kernel volume)
+            covered = [o * kk for o, kk in zip(out, k)]
+            if covered != list(x.shape[2:]):
+                x = b.slice(x, [0] * x.rank, [1] * x.rank, [None, None] + covered)
             y = _pool_tiles(b, "max", x, k)
+        else:
+            y = _pool_window_max(b, x, k, stride, pad, dil, out)
         return (y, None) if with_indices else y
     return h
 
