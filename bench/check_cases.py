@@ -11,6 +11,9 @@ Every line (blank lines and lines starting with # are skipped) must be a JSON ob
   source     where the case comes from (non-empty)
   group      the group `bench/run --group` picks it by: 1 to 63 bytes of [A-Za-z0-9_-]
   notes      optional: the case in PyTorch's words
+  module     optional: {"file": a Python file defining Model, get_inputs, get_init_inputs (the
+             KernelBench form), "user_inputs": the graph's non-const input names in the order
+             forward takes them, "fixed": position -> number}: the peers run that module
 and no other keys than those and `ktune batch`'s own (budget, tolerance, priority, gpu). Then:
   - `ktune check GRAPH --shape ... --json` passes and leaves no dimension unbound;
   - `ktune space GRAPH --shape ... --json` keeps at least one candidate;
@@ -37,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from work import case_work  # noqa: E402
 BATCH_KEYS = ("graph", "shapes", "precision", "name", "budget", "tolerance", "priority", "gpu")
-CASE_KEYS = set(BATCH_KEYS) | {"source", "notes", "group"}
+CASE_KEYS = set(BATCH_KEYS) | {"source", "notes", "group", "module"}
 PRECISIONS = ("exact", "tf32", "reduced")
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 GROUP_RE = re.compile(r"^[A-Za-z0-9_-]{1,63}$")  # no comma: --group takes a list
@@ -69,6 +72,13 @@ def check_fields(c, where, base, names, problems):
         problems.append(f"{where}: the name '{name}' is used twice")
     else:
         names.add(name)
+    m = c.get("module")
+    if m is not None and not (isinstance(m, dict) and isinstance(m.get("file"), str) and
+                              os.path.isfile(os.path.join(base, m["file"])) and
+                              isinstance(m.get("user_inputs"), list) and
+                              isinstance(m.get("fixed", {}), dict)):
+        problems.append(f"{where}: 'module' must be {{\"file\": an existing Python file, "
+                        f"\"user_inputs\": [names], \"fixed\": {{position: number}}}}")
     for key in ("source",) + (("notes",) if "notes" in c else ()):
         if not isinstance(c.get(key), str) or not c[key].strip():
             problems.append(f"{where}: '{key}' must be a non-empty string")

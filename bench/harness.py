@@ -41,6 +41,7 @@ import argparse
 import datetime
 import errno
 import gc
+import importlib.util
 import json
 import math
 import os
@@ -58,9 +59,10 @@ from work import case_work  # noqa: E402  (bench/work.py: standard library only)
 PEERS = ("eager", "compile", "max_autotune")
 CONTENDERS = ("ktune",) + PEERS
 # Keys of a case: the batch's (BATCH_KEYS) and the harness's own (source; notes: what the case is
-# in PyTorch's words, recorded; group: what --group picks it by).
-CASE_KEYS = {"graph", "shapes", "precision", "name", "source", "notes", "group", "budget",
-             "tolerance", "priority", "gpu"}
+# in PyTorch's words, recorded; group: what --group picks it by; module: what the peers run,
+# Case.module_peer).
+CASE_KEYS = {"graph", "shapes", "precision", "name", "source", "notes", "group", "module",
+             "budget", "tolerance", "priority", "gpu"}
 BATCH_KEYS = ("graph", "shapes", "precision", "name", "budget", "tolerance", "priority", "gpu")
 SCRUB_BYTES = 256 << 20  # > 2x the H100's 50 MB L2
 # how Timer scrubs: written then read (see the module docstring); results before 2026-11-28 have
@@ -292,8 +294,41 @@ class Case:
         self.fresh = self.tg.prepare(self.tg.random_inputs(seed=seed + 1))
         self.names = list(self.xs)
         self.ref = self.tg.run(self.fresh, dtype=torch.float64)
-        self.eager_fn = lambda *a: tuple(
-            self.tg.run(dict(zip(self.names, a)), dtype=None)[o] for o in self.out_names)
+        # The peers run the graph's ops in PyTorch, or, for a case captured from a module (a
+        # KernelBench problem), the module itself: where capture decomposed an op PyTorch has
+        # (max pooling as a maximum of slices), the graph's ops would time the decomposition.
+        if c.get("module"):
+            self.peer_fn, self.peer_names = self.module_peer(c["module"])
+        else:
+            self.peer_names = self.names
+            self.peer_fn = lambda *a: tuple(
+                self.tg.run(dict(zip(self.names, a)), dtype=None)[o] for o in self.out_names)
+
+    def module_peer(self, m):
+        """(fn, input names): the module of m["file"] built where the inputs are (the GPU) as the
+        problem builds it
+        (Model(*get_init_inputs()), in the training mode modules start in), its parameters and
+        buffers set to this case's values of the const inputs of the same names, called on the
+        user inputs m["user_inputs"] with m["fixed"] (position -> number) between them; fn
+        returns the outputs as a tuple."""
+        torch = self.torch
+        spec = importlib.util.spec_from_file_location("ktune_case_module", m["file"])
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        with torch.device(next(iter(self.xs.values())).device if self.xs else "cuda"):
+            model = mod.Model(*mod.get_init_inputs())
+        with torch.no_grad():
+            for name, t in model.state_dict().items():
+                if name in self.xs and tuple(self.xs[name].shape) == tuple(t.shape):
+                    t.copy_(self.xs[name])
+        fixed = {int(k): v for k, v in m.get("fixed", {}).items()}
+        n_args = len(m["user_inputs"]) + len(fixed)
+
+        def fn(*tensors):
+            it = iter(tensors)
+            y = model(*(fixed[i] if i in fixed else next(it) for i in range(n_args)))
+            return tuple(y) if isinstance(y, (tuple, list)) else (y,)
+        return fn, list(m["user_inputs"])
 
     # ktune
     def run_ktune(self, rt):
@@ -336,14 +371,16 @@ class Case:
     def run_peer(self, which):
         torch = self.torch
         res = {}
+        if self.peer_names is not self.names:
+            res["runs"] = "module"  # the problem's own module (module_peer)
         if which == "eager":
-            fn_args = self.eager_fn
+            fn_args = self.peer_fn
         else:
             torch._dynamo.reset()  # a fresh compile per case and mode (no recompile limit hit)
             mode = "max-autotune-no-cudagraphs" if which == "max_autotune" else None
-            fn_args = torch.compile(self.eager_fn, mode=mode)
+            fn_args = torch.compile(self.peer_fn, mode=mode)
             res["mode"] = mode or "default"
-        args = [self.xs[n] for n in self.names]
+        args = [self.xs[n] for n in self.peer_names]
         counters = None
         if which != "eager":
             try:
@@ -358,7 +395,7 @@ class Case:
         if counters is not None:  # > 0: dynamo did not capture the whole graph in one piece
             res["graph_breaks"] = sum(counters["graph_break"].values())
         res["time"] = self.timer.time(lambda: fn_args(*args))
-        outs = fn_args(*[self.fresh[n] for n in self.names])
+        outs = fn_args(*[self.fresh[n] for n in self.peer_names])
         torch.cuda.synchronize()
         res["errors"] = output_errors(outs, self.ref, self.out_names)
         return res

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -201,6 +202,26 @@ def test_dry_run_lists_every_problem(checkout, tmp_path):
                x["source"].startswith("KernelBench (commit unknown) KernelBench/level")
                for x in lines)
     assert [x["group"] for x in lines] == ["kernelbench_level1"] * 3 + ["kernelbench_level2"]
+    # the peers run each problem's module (bench/harness.py, Case.module_peer): its file, the
+    # user's inputs by name and the numbers get_inputs() fixes between them
+    by_case = {p.get("case"): p for p in doc["problems"]}
+    assert all(x["module"]["file"] == os.path.abspath(by_case[x["name"]]["file"]) for x in lines)
+    scal = next(x for x in lines if x["name"] == "kb1_5_matrix_scalar_multiplication")
+    assert scal["module"]["fixed"] == {"1": 3.5} and len(scal["module"]["user_inputs"]) == 1
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import harness
+    g = next(x for x in lines if x["name"] == "kb2_3_gemm_relu_scale")
+    weights = {n: torch.randn(t["shape"]) for n, t in
+               json.loads((out / "graphs" / g["graph"]).read_text())["inputs"].items()}
+    fn, names = harness.Case.module_peer(types.SimpleNamespace(torch=torch, xs=weights),
+                                         g["module"])
+    assert names == g["module"]["user_inputs"]
+    got_y = fn(*[weights[n] for n in names])
+    want = ktune.Graph(str(out / "graphs" / g["graph"])).reference(**weights)
+    assert isinstance(got_y, tuple) and len(got_y) == 1
+    # the module computes with the case's weights: float32 against the float64 reference
+    assert ((got_y[0].double() - want).norm() / want.norm()).item() < 1e-5
     # bench/run takes them as they are (its dry run checks and lists the steps)
     dry = subprocess.run([os.path.join(ROOT, "bench", "run"), "--dry-run", "--cases",
                           str(out / "graphs" / "cases.jsonl")], capture_output=True, text=True,
