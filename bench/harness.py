@@ -46,6 +46,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -312,8 +313,11 @@ class Case:
         user inputs m["user_inputs"] with m["fixed"] (position -> number) between them; fn
         returns the outputs as a tuple."""
         torch = self.torch
-        spec = importlib.util.spec_from_file_location("ktune_case_module", m["file"])
+        # registered under its own name: torch.compile looks the model's module up by name
+        name = "ktune_case_" + re.sub(r"\W", "_", self.c["name"])
+        spec = importlib.util.spec_from_file_location(name, m["file"])
         mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
         spec.loader.exec_module(mod)
         with torch.device(next(iter(self.xs.values())).device if self.xs else "cuda"):
             model = mod.Model(*mod.get_init_inputs())
