@@ -260,6 +260,8 @@ class TorchGraph:
             return x.reshape([self.dim(d) if not isinstance(d, int) else d for d in n["shape"]])
         if op == "slice":
             return slice_tensor(x, n)
+        if op in ("cumsum", "cumprod"):
+            return getattr(torch, op)(x, dim=n.get("axis", -1))
         raise ValueError(f"{self.name}: op {op} has no PyTorch mapping here")
 
 

@@ -71,6 +71,8 @@ static double node_flops(const ops_graph *g, const ops_node *n)
         }
         return 2.0 * batch * pairs * (double)(d + dv);
     }
+    case OPS_KIND_SCAN: /* one add or multiply per element but the first of each line */
+        return out;
     case OPS_KIND_COMPOSITE: /* not reached after canonicalisation */
     case OPS_KIND_LAYOUT:
         break;

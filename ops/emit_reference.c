@@ -37,6 +37,8 @@ static bool reference_op_ok(ops_op op)
     case OPS_PERMUTE:
     case OPS_RESHAPE:
     case OPS_SLICE:
+    case OPS_CUMSUM:
+    case OPS_CUMPROD:
         return true;
     default:
         return false;
@@ -670,6 +672,27 @@ static void emit_slice_body(kt_buf *b, const ops_graph *g, const ops_node *n, co
     kt_buf_printf(b, ";\n");
 }
 
+/* cumsum, cumprod: thread i walks line i (outer index i / inner, inner index i % inner) along
+ * the axis in order, as ops/reference.c does. */
+static void emit_scan_body(kt_buf *b, const ops_graph *g, const ops_node *n, const ref_params *p)
+{
+    const ops_shape *xs = &g->tensors[n->in[0].tensor].shape;
+    int r = xs->rank, ax = n->attrs.axis < 0 ? n->attrs.axis + r : n->attrs.axis;
+    int64_t inner = 1;
+    for (int i = ax + 1; i < r; i++)
+        inner *= xs->d[i].size;
+    long long len = (long long)xs->d[ax].size;
+    bool prod = n->op == OPS_CUMPROD;
+    kt_buf_line(b, "const long long base = i / %lldLL * %lldLL + i %% %lldLL;", (long long)inner,
+                len * (long long)inner, (long long)inner);
+    kt_buf_line(b, "double acc = %s;", prod ? "1.0" : "0.0");
+    kt_buf_line(b, "for (long long j = 0; j < %lldLL; j++) {", len);
+    kt_buf_line(b, "    acc = acc %s in%d[base + j * %lldLL];", prod ? "*" : "+", p->of[0],
+                (long long)inner);
+    kt_buf_line(b, "    out0[base + j * %lldLL] = acc;", (long long)inner);
+    kt_buf_line(b, "}");
+}
+
 /* Emits the kernel of node ni named entry; fills launch (args left to the caller). */
 static int emit_node_kernel(kt_buf *b, const ops_graph *g, int ni, const char *entry,
                             ops_kernel_launch *launch)
@@ -685,6 +708,10 @@ static int emit_node_kernel(kt_buf *b, const ops_graph *g, int ni, const char *e
         threads = items * 32;
     } else if (reduce) { /* a block per output element */
         threads = items * REF_THREADS;
+    } else if (ops_op_info_get(n->op)->kind == OPS_KIND_SCAN) { /* a thread per line */
+        int ax = n->attrs.axis < 0 ? n->attrs.axis + ot->shape.rank : n->attrs.axis;
+        int64_t len = ot->shape.d[ax].size;
+        items = threads = len ? items / len : 0;
     }
     char shape[256], c[OPS_EMIT_COMMENT_MAX], cs[3 * sizeof(shape)];
     ops_shape_format(g, &ot->shape, shape, sizeof(shape)); /* holds symbol names */
@@ -698,9 +725,10 @@ static int emit_node_kernel(kt_buf *b, const ops_graph *g, int ni, const char *e
                           ops_emit_comment_text(g->tensors[n->in[k].tensor].name, c, sizeof(c)));
     }
     kt_buf_printf(b, ")  %s, fp64, one %s */\n", ops_emit_comment_text(shape, cs, sizeof(cs)),
-                  n->op == OPS_ATTENTION ? "warp per query row"
-                  : reduce               ? "block per output element"
-                                         : "thread per output element");
+                  n->op == OPS_ATTENTION                           ? "warp per query row"
+                  : reduce                                         ? "block per output element"
+                  : ops_op_info_get(n->op)->kind == OPS_KIND_SCAN ? "thread per line"
+                                                                   : "thread per output element");
     kt_buf_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", REF_THREADS);
     kt_buf_line(b, "%s(", entry);
     for (int j = 0; j < p.n; j++)
@@ -741,6 +769,9 @@ static int emit_node_kernel(kt_buf *b, const ops_graph *g, int ni, const char *e
         break;
     case OPS_KIND_ATTENTION:
         emit_attention_body(b, g, n, &p);
+        break;
+    case OPS_KIND_SCAN:
+        emit_scan_body(b, g, n, &p);
         break;
     case OPS_KIND_LAYOUT:
         if (n->op == OPS_RESHAPE)

@@ -6,13 +6,15 @@
 #include <string.h>
 
 extern const ops_family ops_family_pointwise, ops_family_row, ops_family_gemm, ops_family_conv,
-    ops_family_attention, ops_family_library, ops_family_reference, ops_family_gemv;
+    ops_family_attention, ops_family_library, ops_family_reference, ops_family_gemv,
+    ops_family_scan;
 
 static const ops_family *const families[OPS_FAM_COUNT] = {
     [OPS_FAM_POINTWISE] = &ops_family_pointwise, [OPS_FAM_ROW] = &ops_family_row,
     [OPS_FAM_GEMM] = &ops_family_gemm,           [OPS_FAM_CONV] = &ops_family_conv,
     [OPS_FAM_ATTENTION] = &ops_family_attention, [OPS_FAM_LIBRARY] = &ops_family_library,
     [OPS_FAM_REFERENCE] = &ops_family_reference, [OPS_FAM_GEMV] = &ops_family_gemv,
+    [OPS_FAM_SCAN] = &ops_family_scan,
 };
 
 const ops_family *ops_family_get(ops_family_id id)

@@ -29,6 +29,7 @@ typedef enum ops_family_id {
     OPS_FAM_LIBRARY,
     OPS_FAM_REFERENCE,
     OPS_FAM_GEMV, /* after the others: family ids are stored in trial logs and records */
+    OPS_FAM_SCAN,
     OPS_FAM_COUNT
 } ops_family_id;
 

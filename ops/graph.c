@@ -50,6 +50,8 @@ static const ops_op_info op_table[OPS_OP_COUNT] = {
     [OPS_RESHAPE] = {"reshape", OPS_KIND_LAYOUT, 1, 1},
     [OPS_CONV3D] = {"conv3d", OPS_KIND_CONV, 2, 3},
     [OPS_SLICE] = {"slice", OPS_KIND_LAYOUT, 1, 1},
+    [OPS_CUMSUM] = {"cumsum", OPS_KIND_SCAN, 1, 1},
+    [OPS_CUMPROD] = {"cumprod", OPS_KIND_SCAN, 1, 1},
 };
 
 static const char *rule_names[OPS_RULE_COUNT] = {

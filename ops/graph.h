@@ -82,6 +82,8 @@ typedef enum ops_op {
     /* appended: a signature holds the op's number, so existing ops keep theirs */
     OPS_CONV3D,
     OPS_SLICE, /* layout: a strided window of the operand, optionally past its edges (fill) */
+    OPS_CUMSUM,  /* scans: inclusive, along attrs.axis */
+    OPS_CUMPROD,
     OPS_OP_COUNT
 } ops_op;
 
@@ -94,6 +96,7 @@ typedef enum ops_op_kind {
     OPS_KIND_CONV,
     OPS_KIND_ATTENTION,
     OPS_KIND_LAYOUT,
+    OPS_KIND_SCAN,
 } ops_op_kind;
 
 typedef struct ops_op_info {
@@ -124,7 +127,8 @@ typedef struct ops_attrs {
     int n_axes;    /* reductions: axes as written (negative counts from the end) */
     int axes[OPS_MAX_RANK];
     bool keepdim; /* reductions, logsumexp */
-    int axis;     /* softmax, log_softmax, logsumexp, layernorm, rmsnorm (default -1);
+    int axis;     /* softmax, log_softmax, logsumexp, layernorm, rmsnorm, cumsum, cumprod
+                     (default -1);
                      layernorm/rmsnorm normalise over axes [axis, rank) */
     double eps;   /* layernorm (default 1e-5), rmsnorm (default 1e-6) */
     bool transpose_a, transpose_b; /* matmul */

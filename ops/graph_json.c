@@ -354,6 +354,8 @@ static int decode_attr(dec *c, ops_op op, const char *key, const json_t *v, ops_
         /* fall through */
     case OPS_SOFTMAX:
     case OPS_LOG_SOFTMAX:
+    case OPS_CUMSUM:
+    case OPS_CUMPROD:
         if (IS("axis"))
             return attr_int(c, key, v, &a->axis);
         break;
@@ -758,6 +760,8 @@ static void encode_attrs(enc *e, const ops_graph *g, const ops_node *n, json_t *
         break;
     case OPS_SOFTMAX:
     case OPS_LOG_SOFTMAX:
+    case OPS_CUMSUM:
+    case OPS_CUMPROD:
         put(e, o, "axis", json_integer(a->axis));
         break;
     case OPS_LOGSUMEXP:

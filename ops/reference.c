@@ -380,6 +380,25 @@ static void run_reduce(ops_op op, const ref_arg *x, const bool *red, double *out
 }
 
 /* softmax, log_softmax, logsumexp along one axis: rows of length `len` with stride `inner`. */
+/* cumsum, cumprod: each line along axis accumulated in order, inclusive. */
+static void run_scan(ops_op op, const ref_arg *x, int axis, double *out)
+{
+    const ref_dims *xd = &x->dims;
+    int64_t outer = 1, len = xd->d[axis], inner = 1;
+    for (int i = 0; i < axis; i++)
+        outer *= xd->d[i];
+    for (int i = axis + 1; i < xd->rank; i++)
+        inner *= xd->d[i];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t in = 0; in < inner; in++) {
+            const double *row = x->p + o * len * inner + in;
+            double *orow = out + o * len * inner + in, acc = op == OPS_CUMPROD ? 1.0 : 0.0;
+            for (int64_t j = 0; j < len; j++)
+                orow[j * inner] = acc = op == OPS_CUMPROD ? acc * row[j * inner]
+                                                          : acc + row[j * inner];
+        }
+}
+
 static void run_softmax(ops_op op, const ref_arg *x, int axis, double *out)
 {
     const ref_dims *xd = &x->dims;
@@ -803,6 +822,16 @@ static int run_node(const ops_graph *g, int ni, const ref_arg *in, double *out, 
         return run_conv(g, ni, n, in, n->n_in, out, od, d);
     case OPS_KIND_ATTENTION:
         return run_attention(g, ni, a, in, out, od, d);
+    case OPS_KIND_SCAN: {
+        int r = in[0].dims.rank, axis = norm_axis(a->axis, r);
+        if (axis < 0 || axis >= r)
+            return ops_diag_set(d, g, OPS_RULE_ATTR, ni, NULL,
+                                "reference: axis %d out of range for rank %d", a->axis, r);
+        if (dims_numel(&in[0].dims) != numel)
+            break;
+        run_scan(n->op, &in[0], axis, out);
+        return 0;
+    }
     case OPS_KIND_LAYOUT:
         if (n->op == OPS_RESHAPE) {
             if (dims_numel(&in[0].dims) != numel)

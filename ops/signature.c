@@ -263,6 +263,11 @@ static void put_attrs(sig_buf *b, const ops_graph *g, const ops_node *n, const i
         for (int i = 0; i < a->shape.rank; i++)
             put_dim(b, &a->shape.d[i], sym_id, sizes);
         break;
+    case OPS_CUMSUM:
+    case OPS_CUMPROD:
+        put_u8(b, 'q');
+        put_i64(b, norm_axis(a->axis, r));
+        break;
     case OPS_SLICE: /* sizes are integers (validation), so no symbol to number */
         put_u8(b, 'w');
         put_i64(b, a->shape.rank);

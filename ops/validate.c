@@ -539,6 +539,19 @@ static int check_affine(vctx *c, const ops_tensor *x, int axis, const ops_tensor
     return 0;
 }
 
+/* cumsum, cumprod: x's shape and dtype, the axis inside x. */
+static int infer_scan(vctx *c, const ops_node *n, ops_tensor *out)
+{
+    const ops_tensor *x = operand(c->g, n, 0);
+    int ax = normalise_axis(n->attrs.axis, x->shape.rank);
+    if (ax < 0 || ax >= x->shape.rank)
+        return fail(c, OPS_RULE_SHAPE, x->name, "axis %d is out of range for '%s' of rank %d",
+                    n->attrs.axis, x->name, x->shape.rank);
+    out->dtype = x->dtype;
+    out->shape = x->shape;
+    return 0;
+}
+
 static int infer_composite(vctx *c, const ops_node *n, ops_tensor *out)
 {
     const ops_tensor *x = operand(c->g, n, 0);
@@ -1034,6 +1047,9 @@ static int infer_node(vctx *c, int ni)
         break;
     case OPS_KIND_LAYOUT:
         rc = infer_layout(c, n, out);
+        break;
+    case OPS_KIND_SCAN:
+        rc = infer_scan(c, n, out);
         break;
     default:
         rc = fail(c, OPS_RULE_UNKNOWN_OP, out->name, "op has no inference rule");

@@ -78,6 +78,11 @@ static int64_t node_reduction(const ops_graph *g, const ops_node *n)
         int64_t a = ops_shape_numel(in0), b = ops_shape_numel(&g->tensors[n->out].shape);
         return b > 0 ? a / b : a;
     }
+    case OPS_CUMSUM:
+    case OPS_CUMPROD: { /* the line's last element accumulates all of it */
+        int ax = n->attrs.axis < 0 ? n->attrs.axis + in0->rank : n->attrs.axis;
+        return ax >= 0 && ax < in0->rank ? in0->d[ax].size : 1;
+    }
     case OPS_CONV2D:
     case OPS_CONV3D: {
         const ops_shape *w = &g->tensors[n->in[1].tensor].shape;

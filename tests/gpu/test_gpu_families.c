@@ -42,6 +42,8 @@ static const gpu_case cases[] = {
     {"examples/attention.json", "B=1,H=2,S=200", OPS_PREC_EXACT, NULL},
     /* slices past the input's edges (-inf) and their maximum: max pooling of padded windows */
     {"examples/maxpool2d.json", "N=3", OPS_PREC_EXACT, NULL},
+    /* a line longer than most tiles (the carry between them), rows not a multiple of anything */
+    {"examples/cumsum.json", "M=37,N=20001", OPS_PREC_EXACT, NULL},
     /* The error-compensated tf32 paths under the exact policy: fp32-level accuracy required. */
     {"bench/cases/kb_l2_gemm_add_relu.json", "B=200", OPS_PREC_EXACT, "math=tf32x3"},
     /* cluster split-K: ragged tiles; tf32x3, f16 and FFMA partials summed through DSMEM */

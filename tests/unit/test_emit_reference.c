@@ -289,6 +289,7 @@ static const char *example_shapes(const char *name)
         {"sum_lastaxis.json", "M=9,N=129"},
         {"gemv_bias_relu.json", "M=33,K=65"},
         {"maxpool2d.json", "N=2"},
+        {"cumsum.json", "M=3,N=1000"},
     };
     for (size_t i = 0; i < KT_ARRAY_LEN(ex); i++)
         if (strcmp(ex[i].file, name) == 0)

@@ -164,8 +164,10 @@ static const char *all_ops =
     "  {'out': 't1', 'op': 'permute', 'in': ['at'], 'perm': [0, 2, 1, 3]},"
     "  {'out': 'rs', 'op': 'reshape', 'in': ['t1'], 'shape': ['B', 'S', -1]},"
     "  {'out': 'sl', 'op': 'slice', 'in': ['vol'], 'shape': [-1, -1, 3, 2, 4],"
-    "   'start': [0, 0, 3, -1, 0], 'step': [1, 1, -1, 2, 1], 'fill': '-inf'}],"
-    " 'outputs': ['r0', 'r1', 'r2', 'r3', 'c2', 'm1', 'cv', 'c3d', 't0', 'rs', 'sl']}";
+    "   'start': [0, 0, 3, -1, 0], 'step': [1, 1, -1, 2, 1], 'fill': '-inf'},"
+    "  {'out': 'cs', 'op': 'cumsum', 'in': ['x'], 'axis': 1},"
+    "  {'out': 'cp', 'op': 'cumprod', 'in': ['cs']}],"
+    " 'outputs': ['r0', 'r1', 'r2', 'r3', 'c2', 'm1', 'cv', 'c3d', 't0', 'rs', 'sl', 'cp']}";
 
 /* ---- parsing ---- */
 
@@ -207,7 +209,7 @@ static void test_every_op_with_attributes(void **state)
 {
     (void)state;
     ops_graph *g = parse_ok(all_ops);
-    assert_int_equal(g->n_nodes, 46);
+    assert_int_equal(g->n_nodes, 48);
     /* each op kind appears, with max/min resolved by operand count */
     bool seen[OPS_OP_COUNT] = {false};
     for (int i = 0; i < g->n_nodes; i++)
@@ -281,6 +283,8 @@ static void test_every_op_with_attributes(void **state)
     assert_int_equal(sl->start[3], -1);
     assert_int_equal(sl->step[2], -1);
     assert_true(sl->has_fill && sl->fill == -INFINITY);
+    assert_int_equal(attrs_of(vg, "cs")->axis, 1);
+    assert_int_equal(attrs_of(vg, "cp")->axis, -1); /* the default: the last axis */
     other->nodes[node_of(other, "c3d")].attrs.stride[2] = 1;
     assert_true(ops_graph_equal(vg, other));
     other->nodes[node_of(other, "sl")].attrs.start[3] = 0;

@@ -937,6 +937,27 @@ static void test_slice(void **state)
     ops_graph_free(g);
 }
 
+/* Inclusive scans along axis 1 of [2, 3] and along the last axis by default. */
+static void test_scans(void **state)
+{
+    (void)state;
+    double x[6] = {1, 2, 3, 4, 5, 6}, out[6];
+    ops_graph *g = ops_graph_new("cumsum");
+    int X = input(g, "X", SHAPE(2, 3));
+    ops_attrs a = attrs(OPS_CUMSUM);
+    a.axis = 1;
+    run1(g, NODE(g, OPS_CUMSUM, "Y", &a, SHAPE(2, 3), T(X)), (const double *[]){x}, out);
+    assert_close(out, (const double[]){1, 3, 6, 4, 9, 15}, 6, 0);
+    ops_graph_free(g);
+    g = ops_graph_new("cumprod");
+    X = input(g, "X", SHAPE(3, 2));
+    a = attrs(OPS_CUMPROD);
+    a.axis = 0;
+    run1(g, NODE(g, OPS_CUMPROD, "Y", &a, SHAPE(3, 2), T(X)), (const double *[]){x}, out);
+    assert_close(out, (const double[]){1, 2, 3, 8, 15, 48}, 6, 0);
+    ops_graph_free(g);
+}
+
 /* ---- whole graphs ---- */
 
 /* Nodes written consumers-first, two outputs, an intermediate used twice. */
@@ -1236,6 +1257,7 @@ int main(void)
         cmocka_unit_test(test_attention_gqa),
         cmocka_unit_test(test_permute_transpose_reshape),
         cmocka_unit_test(test_slice),
+        cmocka_unit_test(test_scans),
         cmocka_unit_test(test_graph_order_and_outputs),
         cmocka_unit_test(test_rejects_unvalidated_and_unbound),
         cmocka_unit_test(test_composites_match_canonical),

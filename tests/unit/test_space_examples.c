@@ -105,6 +105,7 @@ static void test_estimates_above_roofline(void **state)
         {"gelu_tanh_chain.json", "M=2000,N=2000"},
         {"gemv_bias_relu.json", "M=7680,K=2560"},
         {"maxpool2d.json", "N=256"},
+        {"cumsum.json", "M=4096,N=8192"},
     };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         char file[300];

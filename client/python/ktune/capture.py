@@ -593,6 +593,22 @@ def _h_flip(b, a):
     return b.slice(x, starts, steps, sizes)
 
 
+def _h_scan(op):
+    """cumsum, cumprod along dim (a dtype= casts first, as PyTorch does)."""
+    def h(b, a):
+        x = b.tensor(a["self"])
+        if x.rank == 0:
+            b.unsupported(f"a {op} of a scalar")
+        dim = a["dim"]
+        if not -x.rank <= dim < x.rank:
+            b.unsupported(f"a {op} over axis {dim} of a rank-{x.rank} tensor")
+        target = b.val_dtype()
+        if target != x.dtype:
+            x = b.emit("cast", [x], x.shape, target, dtype=target)
+        return b.emit(op, [x], x.shape, axis=dim % x.rank)
+    return h
+
+
 def _h_transpose(b, a):
     x = b.tensor(a["self"])
     if x.rank < 2:
@@ -1385,6 +1401,7 @@ _OPS = {
     "unsqueeze": _h_reshape, "squeeze": _h_reshape, "flatten": _h_reshape,
     "unflatten": _h_reshape, "expand": _h_expand, "permute": _h_permute,
     "slice": _h_slice, "narrow": _h_narrow, "select": _h_select, "flip": _h_flip,
+    "cumsum": _h_scan("cumsum"), "cumprod": _h_scan("cumprod"),
     "transpose": _h_transpose, "t": _h_t,
     "numpy_T": lambda b, a: b.permute(b.tensor(a["self"]),
                                       list(range(b.tensor(a["self"]).rank))[::-1]),

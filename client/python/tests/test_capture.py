@@ -310,6 +310,17 @@ def test_max_pooling_of_windows_that_leave_the_ends_out():
     check(nn.MaxPool3d(3), randn(1, 2, 7, 6, 8))
 
 
+def test_scans():
+    # cumsum and cumprod along any axis; KernelBench's reversed and exclusive forms: flips
+    # (slices) around the scan, a narrow before it
+    g = check(lambda x: torch.cumsum(x, 1), randn(4, 9))
+    assert ops_of(g) == ["cumsum"] and g.document["nodes"][0]["axis"] == 1
+    check(lambda x: torch.cumprod(x, dim=0) + torch.cumsum(x, -1), randn(3, 5))
+    g = check(lambda x: torch.cumsum(x.flip(1), 1).flip(1), randn(4, 9))
+    assert ops_of(g) == ["slice", "cumsum", "slice"]
+    check(lambda x: torch.cumsum(x.narrow(1, 0, x.shape[1] - 1), 1), randn(4, 9))
+
+
 def test_max_pooling_refuses_used_indices():
     with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.max_pool.*_with_indices "
                                                  r"\(return_indices"):
