@@ -785,23 +785,6 @@ def _pool_args(b, a, nd, ceil_ok=False):
     return x, k, stride, pad, dil
 
 
-def _untiled(x, k, stride, pad, dil):
-    """Why the windows do not tile x [N, C, *sizes], or None where they do: side by side
-    (stride = kernel, no dilation), no padding, each size a multiple of its kernel."""
-    if any(pad):
-        return "with padding"
-    if any(d != 1 and kk != 1 for d, kk in zip(dil, k)):
-        return "with dilation"
-    if any(s < kk for s, kk in zip(stride, k)):
-        return "with overlapping windows (stride < kernel)"
-    if any(s > kk for s, kk in zip(stride, k)):
-        return "with gaps between windows (stride > kernel)"
-    for s, kk in zip(x.shape[2:], k):
-        if s % kk:
-            return f"whose windows of {kk} leave the end of a size {s} out"
-    return None
-
-
 def _pool_tiles(b, op, x, k):
     """op ("max", "mean") over each window of x [N, C, *sizes] where the windows tile it: x viewed
     as [N, C, S1/k1, k1, S2/k2, k2, ...] with the window axes moved last and reduced away (ktune's
@@ -830,56 +813,76 @@ def _indices_unused(b):
             b.unsupported("return_indices: ktune computes the maxima, not where they are")
 
 
-def _pool_window_max(b, x, k, stride, pad, dil, out):
-    """Max pooling of any windows (overlap, padding, dilation, sizes left over) as the maximum
-    of one slice of x [N, C, *sizes] per window position: the slice for offsets (j1, j2, ...)
-    holds x[o * stride + j * dil - pad] for every output position o, -inf past x's edges (as
-    PyTorch pads max pooling). The pointwise family fuses the slices and maxima into one
-    kernel that reads each output's window."""
+def _pool_window(b, op, fill, x, k, stride, pad, dil, out):
+    """Pooling of any windows (overlap, padding, dilation, sizes left over) as op ("max",
+    "add") over one slice of x [N, C, *sizes] per window position: the slice for offsets (j1,
+    j2, ...) holds x[o * stride + j * dil - pad] for every output position o, fill past x's
+    edges (-inf for max pooling, as PyTorch pads it; 0 for the sums of average pooling). The
+    pointwise family fuses the slices and the op into one kernel that reads each output's
+    window."""
     import itertools
     slices = []
     for offs in itertools.product(*(range(kk) for kk in k)):
         starts = [0, 0] + [j * d - p for j, d, p in zip(offs, dil, pad)]
         slices.append(b.slice(x, starts, [1, 1] + list(stride), [None, None] + list(out),
-                              fill=-math.inf))
+                              fill=fill))
     while len(slices) > 1:  # a balanced tree: the kernel's dependency chains stay short
-        pairs = [b.binary("max", p, q) for p, q in zip(slices[::2], slices[1::2])]
+        pairs = [b.binary(op, p, q) for p, q in zip(slices[::2], slices[1::2])]
         slices = pairs + ([slices[-1]] if len(slices) % 2 else [])
     return slices[0]
 
 
+# Window positions up to which pooling takes a slice each (2 nodes a position: 27, a 3 x 3 x 3
+# window, is 53 of the search's 64); larger windows: average pooling as a convolution.
+_POOL_SLICES_MAX = 27
+
+
+def _pool_trimmed(b, x, k, stride, pad, dil, out):
+    """x cut to what side-by-side windows cover, when they do (stride = kernel, no padding or
+    dilation, floor mode leaving the ends of sizes out), for _pool_tiles; else None."""
+    side_by_side = not any(pad) and list(stride) == list(k) and \
+        all(d == 1 or kk == 1 for d, kk in zip(dil, k))
+    if not side_by_side or out != [s // kk for s, kk in zip(x.shape[2:], k)]:
+        return None
+    covered = [o * kk for o, kk in zip(out, k)]
+    if covered == list(x.shape[2:]):
+        return x
+    return b.slice(x, [0] * x.rank, [1] * x.rank, [None, None] + covered)
+
+
 def _h_max_pool(nd, with_indices=False):
-    """Max pooling: where the windows tile the input (_untiled), a max over each (_pool_tiles);
-    any other windows (overlapping, padded, dilated, or leaving the end of a size out) as the
-    maximum of a slice per window position (_pool_window_max). with_indices: the (values,
-    indices) form, its indices unused."""
+    """Max pooling: where side-by-side windows cover the input (or a slice of it:
+    _pool_trimmed), a max over each (_pool_tiles); other windows (overlapping, padded, dilated,
+    ceil_mode's extra one) as the maximum of a slice per window position (_pool_window).
+    with_indices: the (values, indices) form, its indices unused."""
     def h(b, a):
         if with_indices:
             _indices_unused(b)
         # ceil_mode's extra windows start inside x (PyTorch's rule) and read -inf past it
         x, k, stride, pad, dil = _pool_args(b, a, nd, ceil_ok=True)
         out = list(_pool_out(b)[2:])
-        side_by_side = not any(pad) and list(stride) == list(k) and \
-            all(d == 1 or kk == 1 for d, kk in zip(dil, k))
-        if side_by_side and out == [s // kk for s, kk in zip(x.shape[2:], k)]:
-            # windows side by side, the ends of sizes they do not cover left out: a slice of
-            # what they cover, then a max over each (3 nodes, where a slice per window
-            # position would be 2 * kernel volume)
-            covered = [o * kk for o, kk in zip(out, k)]
-            if covered != list(x.shape[2:]):
-                x = b.slice(x, [0] * x.rank, [1] * x.rank, [None, None] + covered)
-            y = _pool_tiles(b, "max", x, k)
+        # windows side by side, the ends of sizes they do not cover left out: a slice of what
+        # they cover, then a max over each (3 nodes, where a slice per window position would
+        # be 2 * kernel volume)
+        trimmed = _pool_trimmed(b, x, k, stride, pad, dil, out)
+        if trimmed is not None:
+            y = _pool_tiles(b, "max", trimmed, k)
+        elif math.prod(k) <= _POOL_SLICES_MAX:
+            y = _pool_window(b, "max", -math.inf, x, k, stride, pad, dil, out)
         else:
-            y = _pool_window_max(b, x, k, stride, pad, dil, out)
+            b.unsupported(f"max pooling of {math.prod(k)}-element windows that neither tile "
+                          f"nor fit the search as {math.prod(k)} slices")
         return (y, None) if with_indices else y
     return h
 
 
 def _h_avg_pool(nd):
-    """Average pooling: where the windows tile the input (_untiled), a mean over each
-    (_pool_tiles); else a depthwise convolution whose weights are all 1 / (window size), a const
-    input capture makes: the same sums over the same zero-padded windows, as long as padding
-    counts (count_include_pad, the default)."""
+    """Average pooling: where side-by-side windows cover the input (or a slice of it), a mean
+    over each (_pool_tiles); windows of at most _POOL_SLICES_MAX positions, the sum of a slice
+    per position (zeros past the edges, as padding counts: count_include_pad, the default)
+    times 1 / divisor; larger ones a depthwise convolution whose weights are all 1 / divisor, a
+    const input capture makes. (The convolution was PyTorch's avg_pool's 0.27-0.48x on the
+    H200: KernelBench 1/44-46.)"""
     def h(b, a):
         import torch
         x, k, stride, pad, dil = _pool_args(b, a, nd)
@@ -889,8 +892,13 @@ def _h_avg_pool(nd):
         for v in k:
             window *= v
         div = a.get("divisor_override") or window
-        if div == window and _untiled(x, k, stride, pad, dil) is None:
-            return _pool_tiles(b, "mean", x, k)
+        out = list(_pool_out(b)[2:])
+        trimmed = _pool_trimmed(b, x, k, stride, pad, dil, out)
+        if div == window and trimmed is not None:
+            return _pool_tiles(b, "mean", trimmed, k)
+        if window <= _POOL_SLICES_MAX:
+            y = _pool_window(b, "add", 0.0, x, k, stride, pad, dil, out)
+            return b.binary("mul", y, 1.0 / div)
         val = b.node.meta.get("val")
         torch_dtype = _torch_dtype(x.dtype)
         # [C, 1, *K]; a 1-d pooling's as [C, 1, 1, K], the 2-d convolution it becomes
