@@ -49,6 +49,19 @@ class _Bad:
         self.why = why
 
 
+class _Zeros:
+    """A tensor of zeros (aten.zeros_like, aten.zeros): no node of its own; a concatenation
+    takes it as the fill of a slice (_h_cat), any other op refuses it."""
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), dtype
+
+    @property
+    def rank(self):
+        return len(self.shape)
+
+
 class _Sym:
     """A symbolic size (aten.sym_size and arithmetic on it): only shapes may use it, and those
     are read from the node's result instead."""
@@ -180,6 +193,9 @@ class _Builder:
     def tensor(self, x, what="operand"):
         if isinstance(x, _T):
             return x
+        if isinstance(x, _Zeros):
+            self.unsupported(f"its {what} is a tensor of zeros, which ktune makes only beside "
+                             f"others in a concatenation")
         self.unsupported(f"its {what} is {type(x).__name__}, not a tensor")
 
     def unary(self, op, x, **attrs):
@@ -191,6 +207,8 @@ class _Builder:
             if isinstance(v, _Sym):
                 self.unsupported("an operand is the size of a dynamic dimension, which a ktune "
                                  "graph has no value for")
+            if isinstance(v, _Zeros):
+                self.tensor(v)  # says why
             if not isinstance(v, _T) and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 self.unsupported(f"an operand is {type(v).__name__}")
         if not isinstance(a, _T) and not isinstance(b, _T):
@@ -607,6 +625,42 @@ def _h_scan(op):
             x = b.emit("cast", [x], x.shape, target, dtype=target)
         return b.emit(op, [x], x.shape, axis=dim % x.rank)
     return h
+
+
+def _h_zeros_like(b, a):
+    return _Zeros(b.val_shape(), b.val_dtype())
+
+
+def _h_cat(b, a):
+    """torch.cat along dim: each tensor a slice reading it at its offset in the result, zeros
+    elsewhere (fill 0), the slices added (exact: x + 0 is x); pieces of zeros (zeros_like) add
+    nothing. KernelBench 1/92's exclusive cumsum: zeros, then the cumsum of all but the last."""
+    pieces = list(a["tensors"])
+    out, dtype = b.val_shape(), b.val_dtype()
+    dim = a.get("dim", 0) % len(out)
+    if not isinstance(out[dim], int):
+        b.unsupported("a concatenation along a dynamic axis")
+    at, parts = 0, []
+    for p in pieces:
+        if not isinstance(p, (_T, _Zeros)):
+            b.tensor(p, "piece")
+        size = p.shape[dim]
+        if not isinstance(size, int):
+            b.unsupported("a concatenation of pieces of dynamic size")
+        if isinstance(p, _T):
+            if p.dtype != dtype:
+                p = b.emit("cast", [p], p.shape, dtype, dtype=dtype)
+            starts, steps = [0] * len(out), [1] * len(out)
+            sizes = [None] * len(out)
+            starts[dim], sizes[dim] = -at, out[dim]
+            parts.append(b.slice(p, starts, steps, sizes, fill=0.0))
+        at += size
+    if not parts:
+        b.unsupported("a concatenation of zeros alone")
+    y = parts[0]
+    for p in parts[1:]:
+        y = b.binary("add", y, p)
+    return y
 
 
 def _h_transpose(b, a):
@@ -1410,6 +1464,7 @@ _OPS = {
     "unflatten": _h_reshape, "expand": _h_expand, "permute": _h_permute,
     "slice": _h_slice, "narrow": _h_narrow, "select": _h_select, "flip": _h_flip,
     "cumsum": _h_scan("cumsum"), "cumprod": _h_scan("cumprod"),
+    "zeros_like": _h_zeros_like, "cat": _h_cat, "concat": _h_cat,
     "transpose": _h_transpose, "t": _h_t,
     "numpy_T": lambda b, a: b.permute(b.tensor(a["self"]),
                                       list(range(b.tensor(a["self"]).rank))[::-1]),

@@ -327,6 +327,21 @@ def test_scans():
     check(lambda x: torch.cumsum(x.narrow(1, 0, x.shape[1] - 1), 1), randn(4, 9))
 
 
+def test_concatenation():
+    # each piece a slice reading it at its offset (zeros elsewhere), the slices added; pieces of
+    # zeros add nothing (KernelBench 1/92's exclusive cumsum)
+    g = check(lambda x: torch.cat((x * 2, x.flip(1), torch.zeros_like(x)), dim=1), randn(4, 9))
+    assert ops_of(g) == ["mul", "slice", "slice", "slice", "add"]
+    g = check(lambda x: torch.cat((torch.zeros_like(x[:, :1]),
+                                   torch.cumsum(x.narrow(1, 0, x.shape[1] - 1), 1)), 1),
+              randn(3, 7))
+    assert ops_of(g) == ["slice", "cumsum", "slice"]
+    assert g.document["nodes"][-1]["start"] == [0, -1] and g.document["nodes"][-1]["fill"] == 0
+    check(lambda x, y: torch.cat([x, y], 0), randn(2, 3), randn(4, 3))
+    with pytest.raises(ktune.CaptureError, match=r"a tensor of zeros"):
+        ktune.capture(lambda x: torch.zeros_like(x) + x, randn(2, 3))
+
+
 def test_max_pooling_refuses_used_indices():
     with pytest.raises(ktune.CaptureError, match=r"unsupported op aten.max_pool.*_with_indices "
                                                  r"\(return_indices"):
