@@ -81,6 +81,11 @@ static const char names_attention_json[] =
     "{\"out\":\"y\",\"op\":\"add\",\"in\":[\"o\",\"bias\"]}],"
     "\"outputs\":[\"y\"]}";
 
+static const char names_cumsum_json[] =
+    "{\"name\":\"cumsum_rows\",\"inputs\":{\"x\":{\"dtype\":\"f32\",\"shape\":[\"M\",3000]}},"
+    "\"nodes\":[{\"out\":\"y\",\"op\":\"cumsum\",\"in\":[\"x\"],\"axis\":1}],"
+    "\"outputs\":[\"y\"]}";
+
 /* A graph for every family, with the one test_emit_names compiles it with. */
 static const struct {
     const char *json, *shapes;
@@ -93,6 +98,7 @@ static const struct {
     {names_gemv_json, "M=256,K=128", OPS_FAM_GEMV},
     {names_conv_json, "B=2", OPS_FAM_CONV},
     {names_attention_json, "B=3", OPS_FAM_ATTENTION},
+    {names_cumsum_json, "M=7", OPS_FAM_SCAN},
 };
 
 #define NAMES_N_GRAPHS ((int)(sizeof(names_graphs) / sizeof(names_graphs[0])))
