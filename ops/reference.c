@@ -379,16 +379,21 @@ static void run_reduce(ops_op op, const ref_arg *x, const bool *red, double *out
             out[i] /= (double)count;
 }
 
-/* softmax, log_softmax, logsumexp along one axis: rows of length `len` with stride `inner`. */
+/* The lines of x along axis: outer of them before it, inner after it (the line's stride). */
+static void line_split(const ref_dims *xd, int axis, int64_t *outer, int64_t *inner)
+{
+    *outer = *inner = 1;
+    for (int i = 0; i < axis; i++)
+        *outer *= xd->d[i];
+    for (int i = axis + 1; i < xd->rank; i++)
+        *inner *= xd->d[i];
+}
+
 /* cumsum, cumprod: each line along axis accumulated in order, inclusive. */
 static void run_scan(ops_op op, const ref_arg *x, int axis, double *out)
 {
-    const ref_dims *xd = &x->dims;
-    int64_t outer = 1, len = xd->d[axis], inner = 1;
-    for (int i = 0; i < axis; i++)
-        outer *= xd->d[i];
-    for (int i = axis + 1; i < xd->rank; i++)
-        inner *= xd->d[i];
+    int64_t outer, inner, len = x->dims.d[axis];
+    line_split(&x->dims, axis, &outer, &inner);
     for (int64_t o = 0; o < outer; o++)
         for (int64_t in = 0; in < inner; in++) {
             const double *row = x->p + o * len * inner + in;
@@ -399,14 +404,11 @@ static void run_scan(ops_op op, const ref_arg *x, int axis, double *out)
         }
 }
 
+/* softmax, log_softmax, logsumexp along one axis: rows of length `len` with stride `inner`. */
 static void run_softmax(ops_op op, const ref_arg *x, int axis, double *out)
 {
-    const ref_dims *xd = &x->dims;
-    int64_t outer = 1, len = xd->d[axis], inner = 1;
-    for (int i = 0; i < axis; i++)
-        outer *= xd->d[i];
-    for (int i = axis + 1; i < xd->rank; i++)
-        inner *= xd->d[i];
+    int64_t outer, inner, len = x->dims.d[axis];
+    line_split(&x->dims, axis, &outer, &inner);
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t in = 0; in < inner; in++) {
             const double *row = x->p + o * len * inner + in;
