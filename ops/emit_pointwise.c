@@ -1,6 +1,7 @@
 /* The pointwise family: any DAG of elementwise (unary/binary, NumPy-broadcasting) nodes, plus
  * permute, reshape and slice nodes handled as index remaps (a slice past its operand's edge:
- * guarded reads and its fill), whose outputs all share one shape: the iteration space. Every thread evaluates the whole DAG for its elements.
+ * guarded reads and its fill), whose outputs all share one shape: the iteration space. Every
+ * thread evaluates the whole DAG for its elements.
  *
  * Work split: an exact grid, no grid-stride loop. The iteration space is cut into chunks of
  * `vec` consecutive elements along its innermost dimension (vec divides that dimension, so a

@@ -90,7 +90,8 @@ static int scan_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
     kt_buf_line(&b, "#define KT_OP(a, b) ((a) %s (b))", prod ? "*" : "+");
     kt_buf_line(&b, "#define KT_ID %s /* the identity of the operation */", prod ? "1.0f" : "0.0f");
     kt_buf_printf(&b, "\n");
-    kt_buf_line(&b, "/* Line blockIdx.x, tile by tile: see the family's comment (ops/emit_scan.c). */");
+    kt_buf_line(&b, "/* Line blockIdx.x, tile by tile: see the family's comment "
+                    "(ops/emit_scan.c). */");
     kt_buf_line(&b, "extern \"C\" __global__ void __launch_bounds__(THREADS) %s(", k->entry);
     kt_buf_line(&b, "    const %s *__restrict__ x, %s *__restrict__ y)", ops_emit_ctype(xt),
                 ops_emit_ctype(yt));

@@ -68,9 +68,9 @@ static void test_too_many_fusions_fall_back_to_rules(void **state)
                         "{\"out\":\"s%d\",\"op\":\"slice\",\"in\":[\"x\"],\"shape\":[4,6],"
                         "\"start\":[0,%d],\"step\":[1,1],\"fill\":\"-inf\"},",
                         i, i - 1);
-    static const char *const tree[8][3] = {{"m0", "s0", "s1"}, {"m1", "s2", "s3"}, {"m2", "s4", "s5"},
-                                           {"m3", "s6", "s7"}, {"m4", "m0", "m1"}, {"m5", "m2", "m3"},
-                                           {"m6", "m4", "m5"}, {"y", "m6", "s8"}};
+    static const char *const tree[8][3] = {
+        {"m0", "s0", "s1"}, {"m1", "s2", "s3"}, {"m2", "s4", "s5"}, {"m3", "s6", "s7"},
+        {"m4", "m0", "m1"}, {"m5", "m2", "m3"}, {"m6", "m4", "m5"}, {"y", "m6", "s8"}};
     for (int i = 0; i < 8; i++)
         len += snprintf(json + len, sizeof(json) - (size_t)len,
                         "{\"out\":\"%s\",\"op\":\"max\",\"in\":[\"%s\",\"%s\"]}%s", tree[i][0],
