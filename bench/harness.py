@@ -573,6 +573,63 @@ def summarise(recs):
                            and r["speedup"]["over_best_peer"] < 0.95]}
 
 
+def run_result(args, started, copy, batch, jobs, torch, ktune):
+    """The run's JSON, its cases to come: main() writes it after every case (complete false,
+    so that a run cut short keeps the cases it timed) and once more at the end."""
+    return {
+        "schema": "ktune-bench/1",
+        "date": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": args.command or " ".join(sys.argv),
+        "harness_command": " ".join(sys.argv),
+        "device": {"name": torch.cuda.get_device_name(),
+                   "capability": ".".join(map(str, torch.cuda.get_device_capability())),
+                   "sm_count": torch.cuda.get_device_properties(0).multi_processor_count,
+                   "host": platform.node()},
+        "versions": versions(torch, ktune, args),
+        "protocol": {
+            "text": "one process; inputs from TorchGraph.random_inputs; each contender timed "
+                    "with CUDA events around one call, the L2 scrubbed before every rep by a 256 MiB "
+                    "write then a read of it (L2 cold and clean: no write-back of the scrub's "
+                    "dirty lines in the timed call), then a GPU spin of spin_cycles (so the host has enqueued the "
+                    "call before the start event runs: the events time GPU work; the host's "
+                    "time to enqueue one call is host_us), after the first call (compile) and "
+                    ">= warmup_ms of calls; "
+                    "median and p10/p90 of up to reps reps or rep_seconds; ktune launched "
+                    "through the Python binding into preallocated outputs and workspace, const "
+                    "inputs pre-packed once when the kernel asks; peers in the case's precision "
+                    "class (exact: no TF32 in matmul or cuDNN); errors: normwise, vs PyTorch "
+                    "float64, on fresh inputs; speed-up = peer median / ktune median; rates: "
+                    "GEMM cases 2*M*N*K per matmul / median (TFLOP/s), decode cases (every "
+                    "matmul with a const weight, at most 64 token rows) the weights' bytes / "
+                    "median, against the copy bandwidth: a device-to-device copy of 1 GiB timed "
+                    "like the contenders once per run, its bytes read + written / median",
+            "reps": args.reps, "rep_seconds": args.rep_seconds, "warmup_ms": args.warmup_ms,
+            "scrub_bytes": SCRUB_BYTES, "scrub": SCRUB_KIND, "spin_cycles": timer.spin_cycles, "seed": args.seed,
+            "peers": args.peers},
+        "copy_bandwidth": copy,
+        "batch": {"file_cases": os.path.relpath(args.cases), "wall_s": args.batch_wall_s,
+                  "budget_total_s": args.budget_total, "cache": args.cache,
+                  "counts": {k: batch.get(k) for k in ("total", "done", "failed", "cancelled",
+                                                         "no_record", "not_submitted")}
+                  if batch else None,
+                  "joined": sum(bool(j.get("joined")) for j in jobs.values()),
+                  "note": "joined: jobs that joined a finished twin in the cache's journal (a "
+                          "rerun); their tuning cost is the original job's"},
+        "complete": False,
+        "cases": [],
+        "summary": summarise([]),
+    }
+
+
+def write_result(path, result):
+    """Replace PATH atomically: a reader (or a cut) never sees half a file."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(result, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--make-batch", metavar="CASES",
@@ -648,60 +705,20 @@ def main():
     print(f"copy bandwidth: {copy['tb_s']:.2f} TB/s ({COPY_BYTES >> 20} MiB device to device, "
           f"read + written, {copy['time']['median_us']:.0f} us)" if "tb_s" in copy else
           f"copy bandwidth: not measured: {copy.get('error')}", flush=True)
-    recs = []
+    result = run_result(args, started, copy, batch, jobs, torch, ktune)
+    recs = result["cases"]
     for c in cases:
         rec = run_case(c, args, torch, ktune, TorchGraph, rt, timer, jobs, copy)
         recs.append(rec)
         show(rec)
-    result = {
-        "schema": "ktune-bench/1",
-        "date": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": args.command or " ".join(sys.argv),
-        "harness_command": " ".join(sys.argv),
-        "device": {"name": torch.cuda.get_device_name(),
-                   "capability": ".".join(map(str, torch.cuda.get_device_capability())),
-                   "sm_count": torch.cuda.get_device_properties(0).multi_processor_count,
-                   "host": platform.node()},
-        "versions": versions(torch, ktune, args),
-        "protocol": {
-            "text": "one process; inputs from TorchGraph.random_inputs; each contender timed "
-                    "with CUDA events around one call, the L2 scrubbed before every rep by a 256 MiB "
-                    "write then a read of it (L2 cold and clean: no write-back of the scrub's "
-                    "dirty lines in the timed call), then a GPU spin of spin_cycles (so the host has enqueued the "
-                    "call before the start event runs: the events time GPU work; the host's "
-                    "time to enqueue one call is host_us), after the first call (compile) and "
-                    ">= warmup_ms of calls; "
-                    "median and p10/p90 of up to reps reps or rep_seconds; ktune launched "
-                    "through the Python binding into preallocated outputs and workspace, const "
-                    "inputs pre-packed once when the kernel asks; peers in the case's precision "
-                    "class (exact: no TF32 in matmul or cuDNN); errors: normwise, vs PyTorch "
-                    "float64, on fresh inputs; speed-up = peer median / ktune median; rates: "
-                    "GEMM cases 2*M*N*K per matmul / median (TFLOP/s), decode cases (every "
-                    "matmul with a const weight, at most 64 token rows) the weights' bytes / "
-                    "median, against the copy bandwidth: a device-to-device copy of 1 GiB timed "
-                    "like the contenders once per run, its bytes read + written / median",
-            "reps": args.reps, "rep_seconds": args.rep_seconds, "warmup_ms": args.warmup_ms,
-            "scrub_bytes": SCRUB_BYTES, "scrub": SCRUB_KIND, "spin_cycles": timer.spin_cycles, "seed": args.seed,
-            "peers": args.peers},
-        "copy_bandwidth": copy,
-        "batch": {"file_cases": os.path.relpath(args.cases), "wall_s": args.batch_wall_s,
-                  "budget_total_s": args.budget_total, "cache": args.cache,
-                  "counts": {k: batch.get(k) for k in ("total", "done", "failed", "cancelled",
-                                                         "no_record", "not_submitted")}
-                  if batch else None,
-                  "joined": sum(bool(j.get("joined")) for j in jobs.values()),
-                  "note": "joined: jobs that joined a finished twin in the cache's journal (a "
-                          "rerun); their tuning cost is the original job's"},
-        "cases": recs,
-        "summary": summarise(recs),
-    }
-    text = json.dumps(result, indent=1)
+        result["summary"] = summarise(recs)
+        if args.out:
+            write_result(args.out, result)
+    result["complete"] = True
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        write_result(args.out, result)
     else:
-        print(text)
+        print(json.dumps(result, indent=1))
     s = result["summary"]
     gm = s["geomean_over_best_peer"]
     print(f"{s['ok']}/{s['cases']} cases ok; geometric-mean speed-up over the best peer "
