@@ -555,6 +555,39 @@ void cache_close(cache_env *env)
     free(env);
 }
 
+int cache_backup(cache_env *env, const char *dir, size_t *bytes, kt_err *err)
+{
+    if (!env || !dir)
+        return kt_err_set(err, -EINVAL, "cache_backup: bad arguments");
+    int rc = mkdir_p(dir, err);
+    if (rc < 0)
+        return rc;
+    struct stat src, dst;
+    if (stat(env->path, &src) == 0 && stat(dir, &dst) == 0 && src.st_dev == dst.st_dev &&
+        src.st_ino == dst.st_ino)
+        return kt_err_set(err, -EINVAL, "%s: is the cache itself; back up into another directory",
+                          dir);
+    char path[4200];
+    if (snprintf(path, sizeof(path), "%s/data.mdb", dir) >= (int)sizeof(path))
+        return kt_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
+    kt_atomic_file out;
+    if ((rc = kt_atomic_begin(&out, path, CACHE_FILE_MODE, err)) < 0)
+        return rc;
+    cache_lock(env);
+    /* LMDB copies one read snapshot (ktuned may write meanwhile), free pages left out */
+    int mrc = mdb_env_copyfd2(env->env, out.fd, MDB_CP_COMPACT);
+    cache_unlock(env);
+    if (mrc != MDB_SUCCESS) {
+        kt_atomic_abort(&out);
+        return kt_err_set(err, mrc > 0 ? -mrc : -EIO, "%s: cannot copy the cache: %s", path,
+                          mdb_strerror(mrc));
+    }
+    struct stat st;
+    if (bytes)
+        *bytes = fstat(out.fd, &st) == 0 ? (size_t)st.st_size : 0;
+    return kt_atomic_commit(&out, err);
+}
+
 void cache_lock(cache_env *env)
 {
     if (env)

@@ -248,6 +248,14 @@ typedef struct cache_merge_stats {
 int cache_merge(cache_env *env, const char *src, const cache_trust *trust, cache_merge_stats *stats,
                 kt_err *err);
 
+/* Writes a consistent copy of the whole cache (kernel records, trial logs, job journal: one LMDB
+ * read snapshot, compacted) to dir/data.mdb, creating dir when missing and replacing an earlier
+ * copy atomically (kt_atomic_begin: a reader of dir sees the old copy or the new, never half).
+ * Safe while ktuned writes the cache. dir is then a cache directory of its own: open it, or copy
+ * it back, to restore. -EINVAL when dir is the cache's own directory. *bytes (may be NULL)
+ * receives the copy's size. */
+int cache_backup(cache_env *env, const char *dir, size_t *bytes, kt_err *err);
+
 /* ---- the job journal (the `jobs` database; cache/job.c) ----
  * The daemon's jobs, keyed by id (8 bytes big-endian, so walks go in submission order). Values
  * are msgpack + SHA-256 like records; a corrupt entry is reported and skipped. docs/protocol.md

@@ -1,4 +1,4 @@
-/* ktune cache ls|stats|check|export|import|merge: read and maintain a kernel cache directly, with
+/* ktune cache ls|stats|check|export|import|merge|backup: read and maintain a kernel cache directly, with
  * no daemon.
  *
  * Damaged files: LMDB trusts its own pages, so every command checks the structure of the cache it
@@ -30,6 +30,7 @@ static const char cache_help[] =
     "  export FILE   write every kernel record into one bundle file\n"
     "  import FILE   restore a bundle: its keys take exactly the bundle's records\n"
     "  merge SRC     merge a cache directory or a bundle: the faster verified record wins\n"
+    "  backup DIR    copy the whole cache (records, trial logs, job journal) into DIR, live\n"
     "\n"
     "options (every command):\n"
     "  --cache DIR   the cache directory (default: $KTUNE_CACHE, else " CACHE_DEFAULT_DIR ")\n"
@@ -115,6 +116,22 @@ static const char import_help[] =
     "  --json        print {\"file\", \"records\"}\n"
     "  -h, --help    show this help\n";
 
+static const char backup_help[] =
+    "usage: ktune cache backup DIR [--cache DIR] [--json]\n"
+    "\n"
+    "Writes a consistent copy of the whole cache (kernel records with their runner-ups, trial\n"
+    "logs, the job journal) to DIR/data.mdb: one snapshot, compacted, safe while ktuned runs.\n"
+    "DIR is created when missing; an earlier backup there is replaced atomically, so a reader\n"
+    "or a crash sees the old copy or the new. DIR is then a cache directory: point --cache (or\n"
+    "ktuned) at it, or copy it back, to restore; a ktuned started on it resumes the journal's\n"
+    "jobs from their trial logs. Unlike export, nothing is signed or left out: it is the\n"
+    "operator's own copy (a Slurm task's checkpoint, docs/operations.md, \"A fleet\").\n"
+    "\n"
+    "options:\n"
+    "  --cache DIR   the cache directory (default: $KTUNE_CACHE, else " CACHE_DEFAULT_DIR ")\n"
+    "  --json        print {\"cache\", \"backup\", \"bytes\"}\n"
+    "  -h, --help    show this help\n";
+
 static const char merge_help[] =
     "usage: ktune cache merge SRC [--cache DIR] [--keys DIR] [--trust-unsigned] [--json]\n"
     "\n"
@@ -189,7 +206,9 @@ static int parse(int argc, char **argv, const subcommand *sc, cache_args *a)
     }
     if (sc->needs_operand && !a->operand)
         return cli_usage_error(a->sub, "missing %s",
-                               strcmp(sc->name, "merge") == 0 ? "SRC" : "FILE");
+                               strcmp(sc->name, "merge") == 0    ? "SRC"
+                               : strcmp(sc->name, "backup") == 0 ? "DIR"
+                                                                 : "FILE");
     if (!a->dir || !a->dir[0]) {
         const char *env = getenv("KTUNE_CACHE");
         a->dir = env && env[0] ? env : CACHE_DEFAULT_DIR;
@@ -632,6 +651,25 @@ static int run_export(const cache_args *a)
     return CLI_OK;
 }
 
+static int run_backup(const cache_args *a)
+{
+    cache_env *env = NULL;
+    int rc = open_cache(a, CACHE_RDONLY, &env);
+    if (rc)
+        return rc;
+    size_t bytes = 0;
+    kt_err err = {0};
+    rc = cache_backup(env, a->operand, &bytes, &err);
+    cache_close(env);
+    if (rc < 0)
+        return cli_error("%s", err.msg);
+    if (a->json)
+        return cli_print_json(json_pack("{s:s, s:s, s:I}", "cache", a->dir, "backup", a->operand,
+                                        "bytes", (json_int_t)bytes));
+    printf("backed up %s to %s/data.mdb (%zu bytes)\n", a->dir, a->operand, bytes);
+    return CLI_OK;
+}
+
 static int run_import(const cache_args *a)
 {
     cache_trust trust = {0};
@@ -700,6 +738,7 @@ static const subcommand subcommands[] = {
     {"export", export_help, true, false, false, true, false, run_export},
     {"import", import_help, true, false, false, true, true, run_import},
     {"merge", merge_help, true, false, false, true, true, run_merge},
+    {"backup", backup_help, true, false, false, false, false, run_backup},
 };
 
 int cli_cache(int argc, char **argv)

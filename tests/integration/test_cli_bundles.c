@@ -360,6 +360,31 @@ static void test_ls_names_the_graph(void **state)
     free(r);
 }
 
+/* `cache backup DIR`: the copy lists the same records (a cache directory of its own) and a
+ * second backup over it succeeds; a missing operand is a usage error. */
+static void test_backup(void **state)
+{
+    fx *f = *state;
+    put_records(f->src, "NVIDIA H100 80GB HBM3", 64, 200e3);
+    put_records(f->src, "NVIDIA H100 80GB HBM3", 128, 300e3);
+    for (int round = 0; round < 2; round++) {
+        run_result *r = ktune("cache", "backup", f->dst, "--cache", f->src, "--json", NULL);
+        if (r->status != 0)
+            fail_msg("cache backup: %s", r->err);
+        assert_non_null(strstr(r->out, "\"bytes\""));
+        free(r);
+    }
+    json_t *a = ls(f->src), *b = ls(f->dst);
+    assert_int_equal(json_array_size(a), 2);
+    assert_true(json_equal(a, b)); /* every field of every record */
+    json_decref(a);
+    json_decref(b);
+    run_result *r = ktune("cache", "backup", "--cache", f->src, NULL);
+    assert_int_equal(r->status, 2);
+    assert_non_null(strstr(r->err, "missing DIR"));
+    free(r);
+}
+
 static void test_implausible_time_floor(void **state)
 {
     fx *f = *state;
@@ -443,6 +468,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_signed_bundles, setup, teardown),
         cmocka_unit_test_setup_teardown(test_implausible_time_floor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ls_names_the_graph, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backup, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

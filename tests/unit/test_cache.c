@@ -157,6 +157,44 @@ static void test_future_schema_refused(void **state)
     assert_int_equal(raw_schema(f->dir), 99); /* untouched */
 }
 
+/* A backup holds everything (records, trials, jobs) from one snapshot while the writer keeps
+ * its handle open, replaces an earlier backup whole, and is refused into the cache itself. */
+static void test_backup(void **state)
+{
+    fixture *f = *state;
+    cache_key k;
+    test_key(&k, "NVIDIA H100", 3, 64);
+    assert_int_equal(put(f->env, &k, "tile=1", 100, 64, 1), 0);
+    cache_trial tr = {.cand = "c1", .status = CACHE_TRIAL_OK, .time_ns = 5};
+    assert_int_equal(cache_trial_append(f->env, &k, &tr, NULL), 0);
+    cache_job j = {.id = 7, .name = "kept", .budget_s = 1};
+    assert_int_equal(cache_job_put(f->env, &j, NULL), 0);
+    char dir[600];
+    snprintf(dir, sizeof(dir), "%s/backup/of", f->dir); /* parents made too */
+    size_t bytes = 0;
+    kt_err err = {0};
+    assert_int_equal(cache_backup(f->env, dir, &bytes, &err), 0);
+    assert_true(bytes > 0);
+    /* the writer goes on; a second backup replaces the first with the newer state */
+    cache_trial tr2 = {.cand = "c2", .status = CACHE_TRIAL_OK, .time_ns = 6};
+    assert_int_equal(cache_trial_append(f->env, &k, &tr2, NULL), 0);
+    assert_int_equal(cache_backup(f->env, dir, NULL, &err), 0);
+    cache_env *copy = NULL;
+    assert_int_equal(cache_open(dir, CACHE_RDONLY, NULL, &copy, &err), 0);
+    cache_stats st;
+    assert_int_equal(cache_stat(copy, &st, NULL), 0);
+    assert_int_equal(st.records, 1);
+    assert_int_equal(st.trials, 2);
+    assert_int_equal(st.jobs, 1);
+    cache_job back;
+    assert_int_equal(cache_job_get(copy, 7, &back, NULL), 0);
+    assert_string_equal(back.name, "kept");
+    cache_job_free(&back);
+    cache_close(copy);
+    assert_int_equal(cache_backup(f->env, f->dir, NULL, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "the cache itself"));
+}
+
 /* A schema 1 cache (records keyed by symbol names): read-only opens refuse it, naming the way
  * out; the first read-write open drops its records and trials, keeps its jobs, and says so. */
 static void test_schema1_migrated(void **state)
@@ -902,6 +940,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reader_in_other_process, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trials_append_get_iterate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_generation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_backup, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
