@@ -5,6 +5,7 @@
 #include "ktune_config.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <grp.h>
 #include <limits.h>
 #include <stdio.h>
@@ -252,7 +253,8 @@ static const kd_option options[] = {
     {"cache", set_cache, "DIR",
      "the kernel cache and job journal (default: $KTUNE_CACHE, else " KD_DEFAULT_CACHE ")"},
     {"gpus", set_gpus, "LIST",
-     "GPU indices like 0,1, or auto (default: every GPU the driver lists)"},
+     "GPU indices like 0,1, or auto (default: those $CUDA_VISIBLE_DEVICES names, as under "
+     "Slurm, else every GPU the driver lists)"},
     {"compile-jobs", set_compile_jobs, "N",
      "NVRTC compile processes in all, split across the GPUs (default: one per CPU)"},
     {"worker", set_worker, "PATH",
@@ -453,4 +455,34 @@ int kd_config_load(kd_config *c, int argc, char **argv, kt_err *err)
                           "users would get no connection at all",
                           c->root_reserved, c->max_clients);
     return KD_CONFIG_RUN;
+}
+
+int kd_auto_gpus(const char *proc_dir, const char *visible, int *out, int cap)
+{
+    int listed = -1; /* GPUs the driver lists; -1: no such directory here */
+    DIR *dir = opendir(proc_dir);
+    if (dir) {
+        listed = 0;
+        for (struct dirent *e; (e = readdir(dir));)
+            listed += e->d_name[0] != '.';
+        closedir(dir);
+    }
+    int n = listed < 0 ? 1 : listed;
+    if (visible) {
+        /* CUDA numbers the devices CUDA_VISIBLE_DEVICES names 0, 1, ... and stops at the first
+         * entry it cannot use ("-1" is the common way to hide all) */
+        int named = 0;
+        for (const char *p = visible; *p && *p != '-' && *p != ','; named++) {
+            p += strcspn(p, ",");
+            p += *p == ',';
+        }
+        n = listed < 0 || named < listed ? named : listed;
+    }
+    if (n > cap)
+        n = cap;
+    for (int i = 0; i < n; i++)
+        out[i] = i;
+    if (n == 0) /* none visible: GPU 0, whose worker then says why it has no device */
+        out[n++] = 0;
+    return n;
 }

@@ -58,3 +58,11 @@ int kd_config_load(kd_config *c, int argc, char **argv, kt_err *err);
 
 /* Parses "90", "90s", "1.5m", "2h" into seconds; -1 when malformed or not > 0. */
 double kd_parse_duration(const char *s);
+
+/* `gpus = auto`: the CUDA indices 0..n-1 of the GPUs visible to this process, into out (at most
+ * cap) and their count. visible is $CUDA_VISIBLE_DEVICES (NULL: unset): when set, as a Slurm
+ * allocation sets it, the devices it names up to CUDA's first unusable entry, at most as many
+ * as proc_dir (the driver's /proc/driver/nvidia/gpus) lists; else every GPU proc_dir lists.
+ * None visible, or no proc_dir here (a container without the driver's /proc): GPU 0 alone,
+ * whose worker then says what it found. */
+int kd_auto_gpus(const char *proc_dir, const char *visible, int *out, int cap);

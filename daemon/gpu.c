@@ -378,32 +378,11 @@ static void handle(kd_daemon *d, kd_event *ev)
     kd_daemon_changed(d);
 }
 
-/* The CUDA indices of every GPU the driver lists, or just 0 when the driver lists none here
- * (no /proc entry: a container, or no driver; the worker then says). */
-static int auto_gpus(int *out, int cap)
-{
-    DIR *dir = opendir(NVIDIA_GPUS_DIR);
-    if (!dir) {
-        out[0] = 0;
-        return 1;
-    }
-    int n = 0;
-    for (struct dirent *e; (e = readdir(dir));)
-        if (e->d_name[0] != '.' && n < cap) {
-            out[n] = n;
-            n++;
-        }
-    closedir(dir);
-    if (n == 0)
-        out[n++] = 0;
-    return n;
-}
-
 int kd_gpus_start(kd_daemon *d, kt_err *err)
 {
     int idx[KD_MAX_GPUS], n;
     if (d->cfg->gpus_auto) {
-        n = auto_gpus(idx, KD_MAX_GPUS);
+        n = kd_auto_gpus(NVIDIA_GPUS_DIR, getenv("CUDA_VISIBLE_DEVICES"), idx, KD_MAX_GPUS);
     } else {
         n = d->cfg->n_gpus;
         memcpy(idx, d->cfg->gpus, sizeof(int) * (size_t)n);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -224,12 +225,46 @@ static void test_duration(void **state)
             fail_msg("'%s' parsed as %g s", bad[i], kd_parse_duration(bad[i]));
 }
 
+/* gpus = auto: a fake /proc/driver/nvidia/gpus of four; CUDA_VISIBLE_DEVICES (a Slurm
+ * allocation) narrows it, in CUDA's numbering. */
+static void test_auto_gpus(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/ktune-gpus-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char p[64];
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof(p), "%s/0000:%02x:00.0", dir, i + 1);
+        assert_int_equal(mkdir(p, 0755), 0);
+    }
+    int out[16];
+    assert_int_equal(kd_auto_gpus(dir, NULL, out, 16), 4);
+    assert_int_equal(out[3], 3);
+    assert_int_equal(kd_auto_gpus(dir, "2,3", out, 16), 2); /* Slurm gave this task two */
+    assert_int_equal(out[0], 0);
+    assert_int_equal(out[1], 1);
+    assert_int_equal(kd_auto_gpus(dir, "GPU-8a1b,GPU-77c2,GPU-19ee", out, 16), 3);
+    assert_int_equal(kd_auto_gpus(dir, "0,1,-1,2", out, 16), 2); /* CUDA stops at -1 */
+    assert_int_equal(kd_auto_gpus(dir, "0,1,2,3,4,5", out, 16), 4); /* no more than listed */
+    assert_int_equal(kd_auto_gpus(dir, "-1", out, 16), 1); /* none: GPU 0's worker says so */
+    assert_int_equal(out[0], 0);
+    assert_int_equal(kd_auto_gpus(dir, NULL, out, 2), 2);
+    assert_int_equal(kd_auto_gpus("/nonexistent/ktune", NULL, out, 16), 1);
+    assert_int_equal(kd_auto_gpus("/nonexistent/ktune", "0,1", out, 16), 2);
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof(p), "%s/0000:%02x:00.0", dir, i + 1);
+        rmdir(p);
+    }
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_env), cmocka_unit_test(test_file_then_command_line),
         cmocka_unit_test(test_file_errors),      cmocka_unit_test(test_command_line_errors),
         cmocka_unit_test(test_limits),           cmocka_unit_test(test_duration),
+        cmocka_unit_test(test_auto_gpus),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
