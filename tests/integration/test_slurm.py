@@ -240,6 +240,8 @@ def main():
         os.makedirs(scratch)
         fake_log = os.path.join(root, "fake.log")
         env = dict(cluster.env, KTUNE=ktune, KTUNED=ktuned, KTUNE_SCRATCH=scratch,
+                   KTUNE_TASK=os.path.join(src, "fleet", "ktune-task"),
+                   KTUNE_MERGE=os.path.join(src, "fleet", "ktune-merge"),
                    KTUNED_OPTS=f"--gpus 0 --worker {worker} --compile-jobs 1",
                    KTUNE_CHECKPOINT_S="2", FAKE_DELAY_MS=str(DELAY_MS), FAKE_LOG=fake_log,
                    FAKE_LOG_DETAIL="1")
@@ -276,7 +278,7 @@ def main():
 
         with open(os.path.join(root, "tune-1.out")) as f:
             t1 = f.read()
-        if "run 2" not in t1 or "resuming from the checkpoint" not in t1:
+        if "restart 1" not in t1 or "resuming from the checkpoint" not in t1:
             fail(f"task 1 did not run again from its checkpoint:\n{t1}")
 
         merged = records(ktune, os.path.join(shared, "cache"))
