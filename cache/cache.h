@@ -317,6 +317,9 @@ typedef struct cache_job {
      * daemon killed later than that resumes it with the time its trial log shows since
      * (docs/protocol.md, "Journal and restart"); 0 in older entries */
     int64_t elapsed_at_ms;
+    /* the job remeasures: trial log entries older than this (unix milliseconds) are measured
+     * again (srch_tune_opts.trials_since_ms); 0: every entry is read back */
+    int64_t trials_since_ms;
 } cache_job;
 
 void cache_job_free(cache_job *j); /* frees j->graph and zeroes *j; NULL is a no-op */

@@ -94,8 +94,9 @@ static int check_job(const cache_job *j, kt_err *err)
     if (!kt_text_clean(j->name, strlen(j->name)))
         return kt_err_set(err, -EINVAL, "job %" PRIu64 ": name '%s' is not UTF-8 text", j->id,
                           KT_ESC(j->name));
-    if (j->elapsed_at_ms < 0)
-        return kt_err_set(err, -EINVAL, "job %" PRIu64 ": elapsed_at_ms must be >= 0", j->id);
+    if (j->elapsed_at_ms < 0 || j->trials_since_ms < 0)
+        return kt_err_set(err, -EINVAL, "job %" PRIu64 ": elapsed_at_ms and trials_since_ms must be >= 0",
+                          j->id);
     if (j->graph_len && !j->graph)
         return kt_err_set(err, -EINVAL, "job %" PRIu64 ": graph length without data", j->id);
     const double nums[] = {j->tolerance,   j->budget_s, j->elapsed_s, j->best_ns,
@@ -109,7 +110,7 @@ static int check_job(const cache_job *j, kt_err *err)
     return 0;
 }
 
-#define JOB_FIELDS 32
+#define JOB_FIELDS 33
 
 static int pack_job(msgpack_packer *pk, const cache_job *j)
 {
@@ -148,6 +149,7 @@ static int pack_job(msgpack_packer *pk, const cache_job *j)
     e = e || kt_mp_pack_kbin(pk, "problem", j->problem, OPS_SIG_BYTES);
     e = e || kt_mp_pack_ku64(pk, "owner", j->owner);
     e = e || kt_mp_pack_ki64(pk, "elapsed_at_ms", j->elapsed_at_ms);
+    e = e || kt_mp_pack_ki64(pk, "trials_since_ms", j->trials_since_ms);
     return e ? -ENOMEM : 0;
 }
 
@@ -205,10 +207,11 @@ static const char *const job_fields[JOB_FIELDS] = {
     "shapes",    "precision", "tolerance", "budget",       "graph",   "submitted", "started",
     "finished",  "elapsed",   "trials",    "measured",     "resumed", "best_ns",   "baseline_ns",
     "err_norm",  "family",    "schedule",  "record",       "error",   "failures",  "compile_s",
-    "measure_s", "problem",   "owner",     "elapsed_at_ms"};
+    "measure_s", "problem",   "owner",     "elapsed_at_ms", "trials_since_ms"};
 /* Added after journals were written: absent in older entries, decoded as 0 (an entry without
  * an owner is root's: only root or the admin group may cancel it). */
-#define JOB_OPTIONAL ((1ull << 27) | (1ull << 28) | (1ull << 29) | (1ull << 30) | (1ull << 31))
+#define JOB_OPTIONAL                                                                               \
+    ((1ull << 27) | (1ull << 28) | (1ull << 29) | (1ull << 30) | (1ull << 31) | (1ull << 32))
 
 /* A text field as stored: entries written before names were checked (docs/protocol.md, "Names")
  * may hold control characters or bytes that are not UTF-8. Such a field is shown escaped, so
@@ -314,8 +317,10 @@ static int job_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
         rc = cache_get_i64(v, 0, UINT32_MAX, &n, "owner", d);
         j->owner = (uint32_t)n;
         return rc;
-    default:
+    case 31:
         return cache_get_i64(v, 0, INT64_MAX, &j->elapsed_at_ms, "elapsed_at_ms", d);
+    default:
+        return cache_get_i64(v, 0, INT64_MAX, &j->trials_since_ms, "trials_since_ms", d);
     }
 }
 

@@ -13,7 +13,7 @@
 
 static const char batch_help[] =
     "usage: ktune batch FILE.jsonl [--budget-total T] [--wait | --no-wait] [--shard I/N]\n"
-    "                   [--socket PATH] [--quiet] [--json]\n"
+    "                   [--retune | --remeasure] [--socket PATH] [--quiet] [--json]\n"
     "\n"
     "Submits one tuning job per line of FILE.jsonl to ktuned, waits for all of them (a progress\n"
     "line: elapsed time, with --budget-total the time left, k/n done) and prints a summary: name, "
@@ -28,7 +28,7 @@ static const char batch_help[] =
     "FILE:LINE: ...). FILE.jsonl must be a regular file of at most 64 MiB, and each graph file\n"
     "one of at most 16 MiB; anything else is refused before it is read.\n"
     "A job identical to one ktuned has queued, running or done joins it: rerunning a finished\n"
-    "batch measures nothing.\n"
+    "batch measures nothing (--retune: tune the done ones again).\n"
     "\n"
     "options:\n"
     "  --budget-total T  the wall-clock time for the whole batch (like 8h): T times ktuned's\n"
@@ -38,6 +38,10 @@ static const char batch_help[] =
     "  --no-wait         submit, print the job ids, and exit\n"
     "  --shard I/N       only the jobs whose index (0-based, counting job lines) modulo N is I,\n"
     "                    e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT\n"
+    "  --retune          new jobs even for lines whose identical job is done (as `ktune tune\n"
+    "                    --retune`): more budget, or new candidates after an upgrade; only\n"
+    "                    candidates not in the trial log are measured\n"
+    "  --remeasure       a retune that also measures again what the trial log holds\n"
     "  --socket PATH     ktuned's socket (default: $KTUNE_SOCKET, else /run/ktune/ktuned.sock)\n"
     "  --quiet           no progress line on stderr\n"
     "  --json            the summary as one JSON object\n"
@@ -70,7 +74,7 @@ typedef struct bjob {
 typedef struct batch_args {
     const char *path, *socket;
     double budget_total;
-    bool no_wait, json, quiet;
+    bool no_wait, json, quiet, retune, remeasure;
     long shard_i, shard_n;
 } batch_args;
 
@@ -104,6 +108,10 @@ static int parse_args(int argc, char **argv, batch_args *a)
             a->no_wait = false;
         } else if (!inline_value && strcmp(opt, "--no-wait") == 0) {
             a->no_wait = true;
+        } else if (!inline_value && strcmp(opt, "--retune") == 0) {
+            a->retune = true;
+        } else if (!inline_value && strcmp(opt, "--remeasure") == 0) {
+            a->remeasure = true;
         } else if (strcmp(opt, "--socket") == 0 || strcmp(opt, "--budget-total") == 0 ||
                    strcmp(opt, "--shard") == 0) {
             if (!value)
@@ -662,7 +670,10 @@ int cli_batch(int argc, char **argv)
         o.gpu = b->gpu;
         o.name = b->name;
         ktune_error err;
-        if (ktune_submit(c, b->g, b->shapes, b->n_shapes, &o, &b->job, &b->joined, &err) < 0) {
+        unsigned flags =
+            (a.retune ? KTUNE_SUBMIT_RETUNE : 0) | (a.remeasure ? KTUNE_SUBMIT_REMEASURE : 0);
+        if (ktune_submit2(c, b->g, b->shapes, b->n_shapes, &o, flags, &b->job, &b->joined, &err) <
+            0) {
             snprintf(b->submit_error, sizeof(b->submit_error), "%s", err.msg);
             failed_submits++;
             /* A broken connection fails every later submission the same way: stop there. */

@@ -19,10 +19,10 @@
 static const char tune_help[] =
     "usage: ktune tune GRAPH.json --shape NAME=VALUE ... [--budget 60s] [--precision P]\n"
     "                  [--tolerance X] [--priority N] [--gpu I] [--name NAME] [--wait]\n"
-    "                  [--socket PATH] [--quiet] [--json]\n"
+    "                  [--retune | --remeasure] [--socket PATH] [--quiet] [--json]\n"
     "       ktune tune GRAPH.json --shape NAME=VALUE ... --local [--budget 60s]\n"
     "                  [--precision P] [--tolerance X] [--cache DIR] [--gpu N] [--worker PATH]\n"
-    "                  [--jobs N] [--only PATTERN] [--quiet] [--json]\n"
+    "                  [--jobs N] [--only PATTERN] [--remeasure] [--quiet] [--json]\n"
     "\n"
     "Tunes the graph at the given shapes on one GPU: enumerates candidate kernels, compiles them\n"
     "with NVRTC, verifies each against the fp64 reference and times the survivors in a\n"
@@ -39,6 +39,9 @@ static const char tune_help[] =
     "  --precision P    exact (default), tf32 or reduced\n"
     "  --tolerance X    normwise error bound (default: per dtype and precision, "
     "docs/evaluation.md)\n"
+    "  --remeasure      measure again the candidates the trial log holds from before (a\n"
+    "                   changed machine, driver or clocks); through ktuned, a --retune that\n"
+    "                   does so\n"
     "  --gpu N          the GPU to use (through ktuned: its GPU index, default any; with\n"
     "                   --local: CUDA_VISIBLE_DEVICES of the worker, default 0)\n"
     "  --quiet          no progress line on stderr (it shows elapsed time, the budget's time\n"
@@ -49,6 +52,10 @@ static const char tune_help[] =
     "through ktuned:\n"
     "  --priority N     -100..100, higher runs first (default 0)\n"
     "  --name NAME      the job's name (default: the graph's)\n"
+    "  --retune         a new job even when an identical one is done (by default the\n"
+    "                   submission joins it): with more --budget, or after a ktune upgrade\n"
+    "                   brought new candidates; only candidates not in the trial log are\n"
+    "                   measured (an identical queued or running job is still joined)\n"
     "  --wait           follow the job (progress on stderr) and print its result; Ctrl-C\n"
     "                   stops following, not the job (`ktune cancel JOB` stops it)\n"
     "  --socket PATH    ktuned's socket (default: $KTUNE_SOCKET, else /run/ktune/ktuned.sock)\n"
@@ -67,7 +74,7 @@ static const char tune_help[] =
     "on stderr); 2 on a usage error.\n";
 
 typedef struct tune_args {
-    bool local, wait, quiet;
+    bool local, wait, quiet, retune, remeasure;
     double budget_s, tolerance;
     long gpu, jobs, priority;
     const char *cache_dir, *worker, *socket, *name, *only;
@@ -107,6 +114,15 @@ static int tune_extra(void *ctx, const char *arg, const char *value)
     }
     if (strcmp(opt, "--quiet") == 0) {
         a->quiet = true;
+        return 1;
+    }
+    if (strcmp(opt, "--retune") == 0) {
+        a->retune = true;
+        a->daemon_only = "--retune"; /* --local tunes every time anyway */
+        return 1;
+    }
+    if (strcmp(opt, "--remeasure") == 0) {
+        a->remeasure = true;
         return 1;
     }
     bool known = false;
@@ -365,6 +381,7 @@ static int tune_local(cli_graph_args *pa, tune_args *pta)
         .compile_jobs = (int)ta.jobs,
         .store_dir = store,
         .only = ta.only,
+        .trials_since_ms = ta.remeasure ? kt_wall_ms() : 0,
         .progress = on_progress,
         .progress_ctx = &pc,
     };
@@ -438,7 +455,8 @@ static int tune_daemon(const cli_graph_args *a, const tune_args *ta)
     ktune_job j;
     bool joined = false;
     ktune_error err;
-    if (ktune_submit(c, g, shapes, a->n_bindings, &o, &j, &joined, &err) < 0) {
+    unsigned flags = (ta->retune ? KTUNE_SUBMIT_RETUNE : 0) | (ta->remeasure ? KTUNE_SUBMIT_REMEASURE : 0);
+    if (ktune_submit2(c, g, shapes, a->n_bindings, &o, flags, &j, &joined, &err) < 0) {
         rc = cli_client_error(NULL, &err);
         goto out;
     }

@@ -228,6 +228,12 @@ static void p_key_i64(req *r, const char *k, int64_t v)
     r->fail |= msgpack_pack_int64(&r->pk, v);
 }
 
+static void p_key_bool(req *r, const char *k, bool v)
+{
+    p_key(r, k);
+    r->fail |= v ? msgpack_pack_true(&r->pk) : msgpack_pack_false(&r->pk);
+}
+
 static void p_key_f64(req *r, const char *k, double v)
 {
     p_key(r, k);
@@ -865,6 +871,13 @@ KTUNE_EXPORT int ktune_submit(ktune_client *c, const ktune_graph *g, const ktune
                               int n_shapes, const ktune_submit_opts *opts, ktune_job *out,
                               bool *joined, ktune_error *err)
 {
+    return ktune_submit2(c, g, shapes, n_shapes, opts, 0, out, joined, err);
+}
+
+KTUNE_EXPORT int ktune_submit2(ktune_client *c, const ktune_graph *g, const ktune_shape *shapes,
+                               int n_shapes, const ktune_submit_opts *opts, unsigned flags,
+                               ktune_job *out, bool *joined, ktune_error *err)
+{
     clear_err(err);
     static const ktune_submit_opts dflt = KTUNE_SUBMIT_OPTS_INIT;
     const ktune_submit_opts *o = opts ? opts : &dflt;
@@ -887,6 +900,9 @@ KTUNE_EXPORT int ktune_submit(ktune_client *c, const ktune_graph *g, const ktune
                               "the tolerance a number");
     if (o->gpu < -1)
         return ktune_err_from(err, -EINVAL, "ktune_submit: gpu %d (-1: any)", o->gpu);
+    if (flags & ~(unsigned)(KTUNE_SUBMIT_RETUNE | KTUNE_SUBMIT_REMEASURE))
+        return ktune_err_from(err, -EINVAL, "ktune_submit2: unknown flags 0x%x",
+                              flags & ~(unsigned)(KTUNE_SUBMIT_RETUNE | KTUNE_SUBMIT_REMEASURE));
     if ((rc = lock_client(c, "ktune_submit", err)) < 0)
         return rc;
     req r;
@@ -903,6 +919,11 @@ KTUNE_EXPORT int ktune_submit(ktune_client *c, const ktune_graph *g, const ktune
     p_key_i64(&r, "gpu", o->gpu);
     if (o->name)
         p_key_str(&r, "name", o->name);
+    /* sent only when asked: a daemon that predates them would ignore them anyway */
+    if (flags & KTUNE_SUBMIT_RETUNE)
+        p_key_bool(&r, "retune", true);
+    if (flags & KTUNE_SUBMIT_REMEASURE)
+        p_key_bool(&r, "remeasure", true);
     if ((rc = call(c, &r, &m, err)) < 0)
         goto out;
     if ((rc = decode_job(kt_mp_get(&m.data, "job"), out, err)) < 0)

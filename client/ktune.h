@@ -195,6 +195,18 @@ typedef struct ktune_submit_opts {
 KTUNE_EXPORT int ktune_submit(ktune_client *c, const ktune_graph *g, const ktune_shape *shapes,
                               int n_shapes, const ktune_submit_opts *opts, ktune_job *out,
                               bool *joined, ktune_error *err);
+
+/* ktune_submit2's flags. RETUNE: a new job even when an identical done one exists (a queued or
+ * running one is still joined), with opts' budget; it reads the trial log of the jobs before
+ * it back, so only candidates not measured before are measured: a finished job given more
+ * budget, or tuned again after a ktune upgrade brought new candidates. REMEASURE: a retune
+ * that also measures again what the trial log holds from before it (a changed machine,
+ * driver or clocks). */
+enum { KTUNE_SUBMIT_RETUNE = 1u << 0, KTUNE_SUBMIT_REMEASURE = 1u << 1 };
+/* ktune_submit with flags (0: the same as ktune_submit). -EINVAL for an unknown flag. */
+KTUNE_EXPORT int ktune_submit2(ktune_client *c, const ktune_graph *g, const ktune_shape *shapes,
+                               int n_shapes, const ktune_submit_opts *opts, unsigned flags,
+                               ktune_job *out, bool *joined, ktune_error *err);
 KTUNE_EXPORT int ktune_status(ktune_client *c, uint64_t job, ktune_job *out, ktune_error *err);
 KTUNE_EXPORT int ktune_cancel(ktune_client *c, uint64_t job, ktune_job *out, ktune_error *err);
 

@@ -193,6 +193,7 @@ static void run_job(kd_gpu *g, kd_run *run, srch_worker *w, srch_pool *pool)
         .precision = run->precision,
         .tolerance = run->tolerance,
         .budget_s = run->budget_s,
+        .trials_since_ms = run->trials_since_ms,
         .gpu = g->index,
         .worker = w,
         .pool = pool,
@@ -436,6 +437,7 @@ int kd_gpu_assign(kd_daemon *d, int slot, kd_job *kj, kt_err *err)
     memcpy(run->shapes, kj->j.shapes, sizeof(cache_bound) * (size_t)kj->j.n_shapes);
     run->precision = kj->j.precision;
     run->tolerance = kj->j.tolerance;
+    run->trials_since_ms = kj->j.trials_since_ms;
     /* a resumed job gets what is left of its budget, and a few seconds at least */
     double left = kj->j.budget_s - kj->j.elapsed_s;
     run->budget_s = left > KD_MIN_RESUME_S ? left : KD_MIN_RESUME_S;

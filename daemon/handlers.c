@@ -293,6 +293,8 @@ static int op_submit(kd_req *r)
         (rc = prep_stage(r, p, KD_PREP_PROBLEM)) < 0 ||
         (rc = kd_arg_int(r, "priority", -100, 100, 0, &priority)) < 0 ||
         (rc = kd_arg_int(r, "gpu", -1, KD_MAX_GPUS - 1, -1, &gpu)) < 0 ||
+        (rc = kd_arg_bool(r, "retune", false, &s.retune)) < 0 ||
+        (rc = kd_arg_bool(r, "remeasure", false, &s.remeasure)) < 0 ||
         (rc = arg_name(r, p->g, s.name, sizeof(s.name))) < 0)
         goto out;
     s.graph = p->g;

@@ -261,6 +261,10 @@ int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined,
         cache_job_state st = kj->j.state;
         if (st == CACHE_JOB_FAILED || st == CACHE_JOB_CANCELLED || !same_job(&kj->j, s))
             continue;
+        if ((s->retune || s->remeasure) && st == CACHE_JOB_DONE)
+            continue;
+        if (s->remeasure && kj->j.trials_since_ms == 0)
+            continue;
         /* joining raises the priority only for the owner or an admin: another user's
          * duplicate must not reorder the queue through someone else's job */
         if (s->priority > kj->j.priority && st != CACHE_JOB_DONE && may_manage(kj, s->by)) {
@@ -295,6 +299,7 @@ int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined,
     j->tolerance = s->tolerance;
     j->budget_s = s->budget_s;
     j->submitted = kd_wall();
+    j->trials_since_ms = s->remeasure ? kd_wall_ms() : 0;
     j->owner = (uint32_t)s->by->uid;
     void *graph = NULL;
     int rc = ops_graph_to_msgpack(s->graph, &graph, &j->graph_len);
@@ -314,8 +319,9 @@ int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined,
         return kt_err_set(err, -ENOMEM, "submit: out of memory");
     }
     d->next_id++;
-    kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " %s queued for uid %u (priority %d, budget %.0f s)",
-                j->id, KT_ESC(j->name), (unsigned)j->owner, (int)j->priority, j->budget_s);
+    kt_log_info(KD_LOG_JOBS, "job %" PRIu64 " %s queued for uid %u (priority %d, budget %.0f s%s)",
+                j->id, KT_ESC(j->name), (unsigned)j->owner, (int)j->priority, j->budget_s,
+                s->remeasure ? ", remeasuring" : s->retune ? ", a retune" : "");
     *out = kj;
     *joined = false;
     kd_jobs_schedule(d);

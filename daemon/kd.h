@@ -249,6 +249,10 @@ typedef struct kd_submit {
     ops_precision precision;
     double budget_s, tolerance; /* tolerance 0: the default (also when asked by its value) */
     int priority, gpu;
+    /* retune: a new job even where a done twin exists (a queued or running one is joined); its
+     * search reads the twin's trial log back, so only candidates not measured before are
+     * measured. remeasure: a retune that measures again what was logged before it */
+    bool retune, remeasure;
     char name[64];
     const kd_conn *by; /* the submitter: the job's owner, and whether it may raise a priority */
 } kd_submit;
@@ -257,7 +261,8 @@ typedef struct kd_submit {
 int kd_jobs_load(kd_daemon *d, kt_err *err);
 void kd_jobs_free(kd_daemon *d);
 kd_job *kd_jobs_find(kd_daemon *d, uint64_t id);
-/* Joins an identical queued/running/done job, or creates one (journal written before return). */
+/* Joins an identical queued/running/done job (not a done one for a retune; for a remeasure only
+ * a queued or running remeasure), or creates one (journal written before return). */
 int kd_jobs_submit(kd_daemon *d, const kd_submit *s, kd_job **out, bool *joined, kt_err *err);
 /* queued -> cancelled now; running -> its cancel flag. -EPERM unless c owns the job or is an
  * admin (kd_conn.admin); -EINVAL when already finished. */
@@ -299,6 +304,7 @@ typedef struct kd_run {
     cache_bound shapes[CACHE_MAX_SHAPES];
     ops_precision precision;
     double tolerance, budget_s;
+    int64_t trials_since_ms; /* cache_job's: a remeasuring job's start */
 } kd_run;
 
 struct kd_gpu {

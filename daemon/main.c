@@ -37,9 +37,7 @@ int64_t kd_wall(void)
 
 int64_t kd_wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kt_wall_ms();
 }
 
 void kd_daemon_changed(kd_daemon *d)

@@ -599,3 +599,10 @@ void kt_buf_free(kt_buf *b)
     free(b->data);
     *b = (kt_buf){0};
 }
+
+int64_t kt_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

@@ -158,6 +158,10 @@ void kt_hex(const uint8_t *bytes, size_t n, char *out);
 #define KT_DURATION_MIN_S 0.001
 double kt_parse_duration(const char *s);
 
+/* The wall-clock time in unix milliseconds (CLOCK_REALTIME): trial log stamps and the instants
+ * compared with them. */
+int64_t kt_wall_ms(void);
+
 /* A growable text buffer for code generation and formatting. After any failed append the buffer
  * is marked failed (oom) and later appends are no-ops, so emitters check once at the end. */
 typedef struct kt_buf {

@@ -495,7 +495,7 @@ static int run_batch(tune *t, const int64_t *idx, int64_t n, kt_err *err)
         if (c->done || c->queued)
             continue;
         cache_trial tr;
-        if (cache_trial_get(t->cache, &t->key, c->id, &tr, NULL) == 0) {
+        if (srch_tn_trial_get(t, c->id, &tr) == 0) {
             srch_tn_cand_from_trial(c, &tr, t->o->tolerance);
             settle(t, i);
             continue;

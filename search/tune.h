@@ -107,6 +107,10 @@ typedef struct srch_tune_opts {
      * every '&'-separated part of this pattern are tried; NULL: all. The record written is the
      * best of those (a faster one cached before stays first). */
     const char *only;
+    /* Trial log entries logged before this instant (unix milliseconds) are measured again, not
+     * read back: a job that remeasures (after an upgrade, on a changed machine). 0: all are
+     * read back, so a rerun or a retune measures only what was not measured before. */
+    int64_t trials_since_ms;
     /* strategy sizes; <= 0 takes the default in brackets */
     int screen_top;    /* per group, the cost model's first N [4] */
     int screen_spread; /* per group, plus a spread of N over its families [6] */

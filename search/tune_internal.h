@@ -80,6 +80,9 @@ void srch_tn_stamp(cache_trial *t);
 void srch_tn_trial_from(const cand *c, cache_trial *t);
 void srch_tn_failure_from_trial(const cache_trial *t, srch_status *st, char *msg, size_t len);
 void srch_tn_cand_from_trial(cand *c, const cache_trial *t, double tolerance);
+/* The trial log's entry for candidate id, unless logged before o->trials_since_ms (a remeasuring
+ * job measures those again): 0, or -ENOENT when there is none to use. */
+int srch_tn_trial_get(const tune *t, const char *id, cache_trial *out);
 
 /* ---- tune.c ---- */
 

@@ -606,7 +606,7 @@ static int check_record(tune *t, const cache_record *rec, int64_t ci, srch_eval_
     int rc = record_id(rec, id, err);
     if (rc < 0)
         return rc;
-    if (cache_trial_get(t->cache, &t->key, id, &tr, NULL) == 0) {
+    if (srch_tn_trial_get(t, id, &tr) == 0) {
         t->r->assembled_resumed++;
         res->err_norm = tr.error;
         if (tr.status != CACHE_TRIAL_OK) {

@@ -53,10 +53,8 @@ cache_trial_status srch_tn_trial_status(srch_status s)
  * across crashes from the latest of these (daemon/jobs.c). */
 void srch_tn_stamp(cache_trial *t)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    t->ts = (int64_t)ts.tv_sec;
-    t->ts_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    t->ts_ms = kt_wall_ms();
+    t->ts = t->ts_ms / 1000;
 }
 
 /* The trial entry's status has five classes; the detail keeps ours. Failures are written as
@@ -101,6 +99,14 @@ void srch_tn_failure_from_trial(const cache_trial *t, srch_status *st, char *msg
         }
     }
     snprintf(msg, len, "%s", t->detail);
+}
+
+int srch_tn_trial_get(const tune *t, const char *id, cache_trial *out)
+{
+    if (cache_trial_get(t->cache, &t->key, id, out, NULL) < 0)
+        return -ENOENT;
+    int64_t at_ms = out->ts_ms ? out->ts_ms : out->ts * 1000;
+    return at_ms < t->o->trials_since_ms ? -ENOENT : 0;
 }
 
 void srch_tn_cand_from_trial(cand *c, const cache_trial *t, double tolerance)

@@ -732,6 +732,133 @@ static void test_record_fails_as_assembled(void **state)
     daemon_stop(d);
 }
 
+/* The measured (not re-timed) evaluations of the fake worker's FAKE_LOG_DETAIL log from line
+ * `from` on, as "candidate\tgroup" strings; *n_lines receives the log's line count. */
+static char **measured_since(const char *log, int from, int *n, int *n_lines)
+{
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    char **out = NULL, line[2048];
+    int cap = 0, i = 0;
+    *n = 0;
+    for (; fgets(line, sizeof(line), f); i++) {
+        line[strcspn(line, "\n")] = '\0';
+        char *fields[6] = {0};
+        char *save = NULL, *p = strtok_r(line, "\t", &save);
+        for (int k = 0; p && k < 6; k++, p = strtok_r(NULL, "\t", &save))
+            fields[k] = p;
+        if (i < from || !fields[1] || (fields[5] && strcmp(fields[5], "load") == 0))
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            out = realloc(out, sizeof(char *) * (size_t)cap);
+            assert_non_null(out);
+        }
+        size_t len = strlen(fields[0]) + strlen(fields[1]) + 2;
+        out[*n] = malloc(len);
+        snprintf(out[(*n)++], len, "%s\t%s", fields[0], fields[1]);
+    }
+    fclose(f);
+    *n_lines = i;
+    return out;
+}
+
+static int overlap(char **a, int na, char **b, int nb)
+{
+    int k = 0;
+    for (int i = 0; i < na; i++)
+        for (int j = 0; j < nb; j++)
+            if (strcmp(a[i], b[j]) == 0) {
+                k++;
+                break;
+            }
+    return k;
+}
+
+static void free_strs(char **v, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+static json_t *tune_wait(daemon_proc *d, const char *budget, const char *flag)
+{
+    /* softmax: its kernels' names spell their whole schedule, so the fake worker's log tells
+     * candidates apart (a GEMM's do not: two schedules may share a name) */
+    run_result *r = flag ? RUN("tune", example("softmax.json"), "--shape", "M=64,N=4096", "--budget",
+                               budget, "--wait", "--json", "--quiet", "--socket", d->sock, flag)
+                         : RUN("tune", example("softmax.json"), "--shape", "M=64,N=4096", "--budget",
+                               budget, "--wait", "--json", "--quiet", "--socket", d->sock);
+    if (r->status != 0)
+        fail_msg("tune %s: status %d\nstdout: %s\nstderr: %s", flag ? flag : "", r->status, r->out,
+                 r->err);
+    json_t *v = parse_json(r);
+    free(r);
+    assert_string_equal(json_string_value(json_object_get(v, "state")), "done");
+    return v;
+}
+
+/* Issue 24: a finished job retuned with more budget is a new job that measures only candidates
+ * the first did not (the trial log read back; finalists re-timed are loads, not measurements);
+ * without --retune the submission joins the finished job; --remeasure measures again. */
+static void test_retune(void **state)
+{
+    const char *log = tmp_path("retune-fake.log");
+    setenv("FAKE_LOG", log, 1);
+    setenv("FAKE_LOG_DETAIL", "1", 1);
+    setenv("FAKE_DELAY_MS", "60", 1); /* the space outlasts the budgets */
+    daemon_proc *d = daemon_start("retune", NULL);
+    unsetenv("FAKE_LOG");
+    unsetenv("FAKE_LOG_DETAIL");
+    unsetenv("FAKE_DELAY_MS");
+    char b1[16], b2[16];
+    snprintf(b1, sizeof(b1), "%d", 2 * time_scale());
+    snprintf(b2, sizeof(b2), "%d", 5 * time_scale());
+    json_t *first = tune_wait(d, b1, NULL);
+    json_int_t id1 = json_integer_value(json_object_get(first, "job"));
+    int n1, lines1;
+    char **m1 = measured_since(log, 0, &n1, &lines1);
+    assert_true(n1 > 0);
+
+    json_t *again = tune_wait(d, b2, NULL); /* joins the done job */
+    assert_int_equal(json_integer_value(json_object_get(again, "job")), id1);
+    assert_true(json_is_true(json_object_get(again, "joined")));
+
+    json_t *re = tune_wait(d, b2, "--retune");
+    json_int_t id2 = json_integer_value(json_object_get(re, "job"));
+    assert_true(id2 != id1);
+    assert_false(json_is_true(json_object_get(re, "joined")));
+    assert_true(json_integer_value(json_object_get(re, "resumed")) > 0);
+    int n2, lines2;
+    char **m2 = measured_since(log, lines1, &n2, &lines2);
+    assert_true(n2 > 0); /* more budget: new candidates */
+    int twice = overlap(m2, n2, m1, n1);
+    for (int i = 0; twice && i < n2; i++)
+        for (int j = 0; j < n1; j++)
+            if (strcmp(m2[i], m1[j]) == 0)
+                print_message("measured again: %s\n", m2[i]);
+    if (twice)
+        fail_msg("the retune measured %d of the first job's %d candidates again", twice, n1);
+
+    json_t *rm = tune_wait(d, b1, "--remeasure");
+    assert_true(json_integer_value(json_object_get(rm, "job")) != id2);
+    int n3, lines3;
+    char **m3 = measured_since(log, lines2, &n3, &lines3);
+    assert_true(overlap(m3, n3, m1, n1) + overlap(m3, n3, m2, n2) > 0);
+    print_message("retune: first job %d measured, the retune %d new (%" JSON_INTEGER_FORMAT
+                  " read back), the remeasure %d\n",
+                  n1, n2, json_integer_value(json_object_get(re, "resumed")), n3);
+    free_strs(m1, n1);
+    free_strs(m2, n2);
+    free_strs(m3, n3);
+    json_decref(first);
+    json_decref(again);
+    json_decref(re);
+    json_decref(rm);
+    daemon_stop(d);
+}
+
 /* Issue 15's findings 1-3 end to end, with the fake worker: keys tell problems apart whatever
  * the symbols are called, the trial log and the job journal too, and a job's own tolerance keys
  * its records apart. X[M,N] and X[N,M] summed over axis 1 share a signature; bound M=1024,N=64
@@ -898,6 +1025,7 @@ int main(void)
         cmocka_unit_test_teardown(test_record_fails_as_assembled, stop_daemon),
         cmocka_unit_test(test_tune_only),
         cmocka_unit_test_teardown(test_keys_are_problems, stop_daemon),
+        cmocka_unit_test_teardown(test_retune, stop_daemon),
         cmocka_unit_test(test_lookup_names_declared_order),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);

@@ -84,6 +84,7 @@ static void fill_job(cache_job *j, uint64_t id, cache_job_state st)
     j->measure_s = 30.75;
     j->owner = 1000 + (uint32_t)id;
     j->elapsed_at_ms = 1795000000123;
+    j->trials_since_ms = 1795000000042;
 }
 
 static void assert_job_equal(const cache_job *a, const cache_job *b)
@@ -124,6 +125,7 @@ static void assert_job_equal(const cache_job *a, const cache_job *b)
     assert_true(a->compile_s == b->compile_s && a->measure_s == b->measure_s);
     assert_int_equal(a->owner, b->owner);
     assert_int_equal(a->elapsed_at_ms, b->elapsed_at_ms);
+    assert_int_equal(a->trials_since_ms, b->trials_since_ms);
 }
 
 static void test_state_names(void **state)
@@ -436,13 +438,14 @@ static void test_entry_without_owner(void **state)
         assert_int_equal(cache_job_put(f->env, &j, &err), 0);
         cache_job_free(&j);
     }
-    const char *const both[] = {"owner", "elapsed_at_ms"};
-    rewrite_job(f, 1, both, 2, NULL);
+    const char *const later[] = {"owner", "elapsed_at_ms", "trials_since_ms"};
+    rewrite_job(f, 1, later, 3, NULL);
     rewrite_job(f, 2, NULL, 0, "owner"); /* a string where a uid belongs */
     assert_int_equal(cache_job_get(f->env, 1, &back, &err), 0);
     fill_job(&j, 1, CACHE_JOB_QUEUED);
     j.owner = 0;
     j.elapsed_at_ms = 0;
+    j.trials_since_ms = 0; /* remeasures nothing */
     assert_job_equal(&j, &back);
     cache_job_free(&back);
     cache_job_free(&j);

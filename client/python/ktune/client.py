@@ -231,10 +231,12 @@ class Client:
         lib.ktune_client_set_timeout(self._h(), float(seconds))
 
     def submit(self, graph, shapes, precision="exact", budget=60, priority=0, gpu=None,
-               tolerance=None, name=None):
+               tolerance=None, name=None, retune=False, remeasure=False):
         """Submits a tuning job; returns its Job (joined=True when it joined an identical one).
         graph: a Graph, a path or JSON text; shapes: {"M": 1024}; budget: seconds or "2m";
-        priority: -100..100 (higher first); gpu: an index, None for any."""
+        priority: -100..100 (higher first); gpu: an index, None for any. retune: a new job even
+        when an identical one is done (its trial log is read back: only candidates not measured
+        before are measured); remeasure: a retune that measures everything again."""
         g = _as_graph(graph)
         if precision not in _PRECISIONS:
             raise ValueError(f"submit: precision must be one of {', '.join(_PRECISIONS)}, "
@@ -245,8 +247,9 @@ class Client:
             tolerance=float(tolerance or 0.0), priority=int(priority),
             gpu=-1 if gpu is None else int(gpu), name=_lib.encode(name))
         out, joined, err = _lib.ktune_job(), ctypes.c_bool(), _lib.ktune_error()
-        rc = lib.ktune_submit(self._h(), g.handle, arr, n, ctypes.byref(opts), ctypes.byref(out),
-                              ctypes.byref(joined), ctypes.byref(err))
+        flags = (_lib.SUBMIT_RETUNE if retune else 0) | (_lib.SUBMIT_REMEASURE if remeasure else 0)
+        rc = lib.ktune_submit2(self._h(), g.handle, arr, n, ctypes.byref(opts), flags,
+                               ctypes.byref(out), ctypes.byref(joined), ctypes.byref(err))
         _lib.check(rc, err, "submit")
         return Job._from_c(out, joined.value)
 

@@ -48,6 +48,12 @@ def test_submit_wait_lookup(daemon):
         assert job.id in [j.id for j in c.jobs()]
         assert [j.id for j in c.jobs(state="done")] == [job.id]
         assert c.jobs(state=["queued", "running"]) == []
+        # retune: a new job despite the done one; its trial log read back
+        re = c.submit(SOFTMAX, SOFTMAX_SHAPES, budget=5, retune=True)
+        assert not re.joined and re.id != job.id
+        re = c.wait(re)
+        assert re.state == "done" and re.resumed > 0, re
+        assert [j.id for j in c.jobs(state="done")] == [re.id, job.id]
 
         rec = c.lookup(g, SOFTMAX_SHAPES, source=True)
         assert rec is not None and rec.family == final.family, rec
@@ -55,7 +61,7 @@ def test_submit_wait_lookup(daemon):
         assert c.lookup(g, {"M": 8, "N": 8}) is None
 
         st = c.stats()
-        assert st.jobs["done"] == 1 and st.gpus == 1 and st.clients >= 1
+        assert st.jobs["done"] == 2 and st.gpus == 1 and st.clients >= 1
         assert st.cache["records"] >= 1 and st.requests > 0
 
         with pytest.raises(ktune.KtuneError) as e:
