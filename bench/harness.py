@@ -573,7 +573,7 @@ def summarise(recs):
                            and r["speedup"]["over_best_peer"] < 0.95]}
 
 
-def run_result(args, started, copy, batch, jobs, torch, ktune):
+def run_result(args, started, copy, batch, jobs, torch, ktune, timer):
     """The run's JSON, its cases to come: main() writes it after every case (complete false,
     so that a run cut short keeps the cases it timed) and once more at the end."""
     return {
@@ -705,7 +705,7 @@ def main():
     print(f"copy bandwidth: {copy['tb_s']:.2f} TB/s ({COPY_BYTES >> 20} MiB device to device, "
           f"read + written, {copy['time']['median_us']:.0f} us)" if "tb_s" in copy else
           f"copy bandwidth: not measured: {copy.get('error')}", flush=True)
-    result = run_result(args, started, copy, batch, jobs, torch, ktune)
+    result = run_result(args, started, copy, batch, jobs, torch, ktune, timer)
     recs = result["cases"]
     for c in cases:
         rec = run_case(c, args, torch, ktune, TorchGraph, rt, timer, jobs, copy)

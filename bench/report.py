@@ -366,7 +366,6 @@ def commits_text(r):
 
 def render_md(r, png_rel, notes, results_rel, rerun=None, rerun_rel=None):
     cases = r["cases"]
-    s = r.get("summary") or {}
     sp = [over_best(c) for c in cases if over_best(c)]
     gm = geomean(sp)
     below = [c for c in cases if over_best(c) is not None and over_best(c) < TARGET_FLOOR]

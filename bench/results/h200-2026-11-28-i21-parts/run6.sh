@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 21 on a lent multi-GPU H200 host: run4.sh with several parts a GPU, one after another.
-# GROUPS names one group a GPU, its parts joined by commas: GROUPS="11,3 12,4" runs parts 11
+# KB_GROUPS names one group a GPU, its parts joined by commas: KB_GROUPS="11,3 12,4" runs parts 11
 # then 3 on GPU 0, 12 then 4 on GPU 1. Every part gets the time left of CALL seconds (the
 # results JSON is written after every timed case, so a part cut short keeps what it timed).
 # From the repository root, carry dist-device and build-kb.
@@ -8,7 +8,7 @@ set -u
 start=$(date +%s)
 date -u +%FT%TZ > "$OUT/times.txt"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv > "$OUT/device.txt"
-groups=(${GROUPS:?GROUPS names the parts, one comma-separated group a GPU})
+groups=(${KB_GROUPS:?KB_GROUPS names the parts, one comma-separated group a GPU})
 gpus=$(nvidia-smi --list-gpus | wc -l)
 [ "${#groups[@]}" -le "$gpus" ] || { echo "run6.sh: ${#groups[@]} groups for $gpus GPUs" >&2; exit 2; }
 run_group() { # GPU PARTS...

@@ -60,11 +60,8 @@ def _empty(shape, use_torch):
 
 
 def _have_torch():
-    try:
-        import torch  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    import importlib.util
+    return importlib.util.find_spec("torch") is not None
 
 
 def reference(graph, tensors, named, shapes=None):
