@@ -186,6 +186,12 @@ void ops_emit_header(kt_buf *b, const ops_group *grp, const ops_schedule *s);
  * comment of ops_emit_header, #include lines), what the emitter appends after it the group's own
  * code; b's text becomes out->source. */
 void ops_emit_shared_prelude(kt_buf *b, ops_emitted *out);
+
+/* The dynamic shared memory, declared the same way by every family that takes it, each using a
+ * typed view of it: kernels of several families are linked into one module (search/link.c), and
+ * block-scope declarations in extern "C" kernels have C linkage, so every declaration of the
+ * name, in whichever group's namespace, is one entity and must agree in type and alignment. */
+#define OPS_DYNAMIC_SMEM "extern __shared__ __align__(128) unsigned char kt_smem[];"
 /* Type definitions, f16/bf16 conversions and the math helpers (kt_gelu, kt_gelu_tanh, ...)
  * every elementwise expression may use. */
 void ops_emit_prelude(kt_buf *b);

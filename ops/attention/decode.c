@@ -110,7 +110,7 @@ static void emit_ring_setup(kt_buf *b, const attn_geom *m, const char *ty)
     kt_buf_line(b,
                 "constexpr int STAGES = %d, CHUNK = 32 * (KSTR + VSTR); /* elements of a stage */",
                 m->stages);
-    kt_buf_line(b, "%s *ring = reinterpret_cast<%s *>(kv_smem) + (size_t)warp * STAGES * CHUNK;",
+    kt_buf_line(b, "%s *ring = reinterpret_cast<%s *>(kt_smem) + (size_t)warp * STAGES * CHUNK;",
                 ty, ty);
     kt_buf_line(b, "auto fetch = [&](int st, int c0) {");
     kt_buf_line(b, "    %s *sk = ring + st * CHUNK, *sv = sk + 32 * KSTR;", ty);
@@ -164,7 +164,7 @@ static void emit_partial_slot(kt_buf *b, const attn_geom *m)
         kt_buf_line(b, "kt_cp_async_wait<0>(); /* the rings' last copies (zero-fills) land before "
                        "their space is reused */");
     kt_buf_line(b, "__syncthreads();");
-    kt_buf_line(b, "float *part = reinterpret_cast<float *>(kv_smem) + warp * PART; /* this warp's "
+    kt_buf_line(b, "float *part = reinterpret_cast<float *>(kt_smem) + warp * PART; /* this warp's "
                    "slot */");
 }
 
@@ -175,7 +175,7 @@ static void emit_block_merge(kt_buf *b, const attn_info *a, const attn_geom *m)
     kt_buf_line(b, "__syncthreads();");
     kt_buf_line(b, "/* the W partials merged in warp order, a thread an element of O: rescaled to "
                    "their common max */");
-    kt_buf_line(b, "const float *parts = reinterpret_cast<const float *>(kv_smem);");
+    kt_buf_line(b, "const float *parts = reinterpret_cast<const float *>(kt_smem);");
     if (m->splits > 1)
         kt_buf_line(b, "float *slice = workspace + ((size_t)kvb * SPLITS + split) * PART;");
     kt_buf_line(b, "for (int i = threadIdx.x; i < R * DV; i += W * 32) {");
@@ -233,7 +233,7 @@ static void emit_kernel_open(kt_buf *b, const ops_group *grp, const attn_info *a
         kt_buf_line(b, "    float *__restrict__ workspace)");
     kt_buf_line(b, "{");
     b->indent += 4;
-    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kv_smem[]; /* %s */",
+    kt_buf_line(b, OPS_DYNAMIC_SMEM " /* %s */",
                 m->stages > 1 ? "the warps' rings, then their partials" : "the warps' partials");
     emit_constants(b, a, m, false);
     double s2 = a->scale * 1.4426950408889634;

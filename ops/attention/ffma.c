@@ -43,7 +43,7 @@ void attn_emit_ffma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, 
                    "conflicts */");
     kt_buf_line(b, "constexpr float SCALE = %s;%s", scale,
                 m->exp2 ? " /* scale * log2(e): softmax in base 2 */" : "");
-    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kt_smem[];");
+    kt_buf_line(b, OPS_DYNAMIC_SMEM);
     kt_buf_line(b, "float *sQ = reinterpret_cast<float *>(kt_smem); /* [BQ][QS] */");
     kt_buf_line(b,
                 "float *sKt = sQ + BQ * QS;                       /* %d x [D][KS]: K "

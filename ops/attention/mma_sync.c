@@ -69,7 +69,7 @@ void attn_emit_mma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a, c
     kt_buf_line(b, "/* scores are scaled by %s%s */", scale,
                 m->exp2 ? " (scale * log2(e): softmax in base 2)" : "");
     kt_buf_line(b, "constexpr float SCALE = %s;", scale);
-    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kt_smem[];");
+    kt_buf_line(b, OPS_DYNAMIC_SMEM);
     kt_buf_line(b, "%s *sQ = reinterpret_cast<%s *>(kt_smem);", ty, ty);
     kt_buf_line(b, "%s *sK = sQ + BQ * QS; /* %d stage%s of BKV x KS */", ty, m->stages,
                 m->stages > 1 ? "s" : "");

@@ -86,7 +86,7 @@ void attn_emit_wgmma_kernel(kt_buf *b, const ops_group *grp, const attn_info *a,
     kt_buf_line(b, "/* scores are scaled by %s%s */", scale,
                 m->exp2 ? " (scale * log2(e): softmax in base 2)" : "");
     kt_buf_line(b, "constexpr float SCALE = %s;", scale);
-    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kt_smem[];");
+    kt_buf_line(b, OPS_DYNAMIC_SMEM);
     kt_buf_line(b, "/* tiles 1024-byte aligned: the swizzle is a function of the address */");
     kt_buf_line(b,
                 "%s *sQ = reinterpret_cast<%s *>(kt_smem + ((1024u - (kt_smem_u32(kt_smem) & "
@@ -282,7 +282,7 @@ void attn_emit_wgmma_ws_kernel(kt_buf *b, const ops_group *grp, const attn_info 
                 m->exp2 ? " (scale * log2(e): softmax in base 2)" : "");
     kt_buf_line(b, "constexpr float SCALE = %s;", scale);
     kt_buf_line(b, "constexpr int NST = %d; /* ring buffers of K and of V */", m->stages);
-    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kt_smem[];");
+    kt_buf_line(b, OPS_DYNAMIC_SMEM);
     kt_buf_line(b, "/* tiles 1024-byte aligned (the swizzle is a function of the address), each "
                    "64-column block of rows x 128 bytes */");
     kt_buf_line(b,

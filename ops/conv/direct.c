@@ -25,7 +25,8 @@ void conv_emit_direct(kt_buf *b, const conv_info *ci, const direct_plan *pl, con
     char wl[160], fl[200];
     if (pl->shared) {
         kt_buf_line(b, "/* The block's filter slice [TK][GEMM_K], staged once. */");
-        kt_buf_line(b, "extern __shared__ __align__(16) float ws[];");
+        kt_buf_line(b, OPS_DYNAMIC_SMEM);
+        kt_buf_line(b, "float *const ws = reinterpret_cast<float *>(kt_smem);");
         kt_buf_line(b, "for (int i = threadIdx.x; i < TK * GEMM_K; i += THREADS)");
         kt_buf_line(b, "    ws[i] = (k0 + i / GEMM_K < K) ? %s : 0.0f;",
                     conv_to_f(fl, sizeof(fl), ci->dt, "w[(idx_t)k0 * GEMM_K + i]"));

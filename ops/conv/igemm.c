@@ -48,7 +48,7 @@ void conv_emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const co
     char name[32];
     snprintf(name, sizeof(name), "igemm_%s", conv_math_labels[pl->math]);
     conv_emit_kernel_head(b, "1", name, nm);
-    kt_buf_line(b, "extern __shared__ __align__(16) unsigned char kt_smem[];");
+    kt_buf_line(b, OPS_DYNAMIC_SMEM);
     if (pl->mma) {
         kt_buf_line(b, "unsigned short *As = (unsigned short *)kt_smem; /* [STAGES][BM][LDS] "
                        "pixels x reduction */");

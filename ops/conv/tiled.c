@@ -65,8 +65,9 @@ void conv_emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
     kt_buf_line(b, "constexpr int FT = (BN + NW - 1) / NW, FI = (R * S + 31) / 32;");
     kt_buf_printf(b, "\n");
     conv_emit_kernel_head(b, "MIN_BLOCKS", "tiled", nm);
-    kt_buf_line(b, "extern __shared__ __align__(16) float kt_smem[]; /* [STAGES][STAGE], then "
-                   "the output tile */");
+    kt_buf_line(b, OPS_DYNAMIC_SMEM);
+    kt_buf_line(b, "float *const smem = reinterpret_cast<float *>(kt_smem); /* [STAGES][STAGE], "
+                   "then the output tile */");
     kt_buf_line(b, "const int tid = threadIdx.x, warp = tid / 32, lane = tid %% 32;");
     kt_buf_line(b, "/* Channel blocks of one tile are neighbours in launch order: they read the "
                    "same patch. */");
@@ -150,8 +151,8 @@ void conv_emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
     kt_buf_line(b, "float acc[TK][TQ] = {};");
     kt_buf_line(b, "auto compute_chunk = [&](int stage) {");
     b->indent = 8;
-    kt_buf_line(b, "const float *xs = kt_smem + stage * STAGE + pr * RP + cg * TQ;");
-    kt_buf_line(b, "const float *ws = kt_smem + stage * STAGE + XS + kg * TK;");
+    kt_buf_line(b, "const float *xs = smem + stage * STAGE + pr * RP + cg * TQ;");
+    kt_buf_line(b, "const float *ws = smem + stage * STAGE + XS + kg * TK;");
     kt_buf_line(b, "#pragma unroll 1");
     kt_buf_line(b, "for (int r = 0; r < R; r++) {");
     b->indent = 12;
@@ -231,7 +232,7 @@ void conv_emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm)
     kt_buf_line(b, "/* Epilogue: the tile goes through shared memory ([BN][OH][OW]) so that "
                    "consecutive threads");
     kt_buf_line(b, " * store consecutive columns of a row (masked at the edges). */");
-    kt_buf_line(b, "float *os = kt_smem;");
+    kt_buf_line(b, "float *os = smem;");
     kt_buf_line(b, "#pragma unroll");
     kt_buf_line(b, "for (int j = 0; j < TK; j++)");
     kt_buf_line(b, "    #pragma unroll");

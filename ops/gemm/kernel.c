@@ -25,7 +25,7 @@ void gemm_emit_main_kernel(const gemm_emit *e, const char *entry)
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "{");
     b->indent = 4;
-    kt_buf_line(b, "extern __shared__ __align__(128) unsigned char kt_smem[];");
+    kt_buf_line(b, OPS_DYNAMIC_SMEM);
     kt_buf_line(b, "%s *as = reinterpret_cast<%s *>(kt_smem); /* STAGES x A_STAGE */", sty, sty);
     kt_buf_line(b, "%s *bs = as + STAGES * A_STAGE;              /* STAGES x B_STAGE */", sty);
     kt_buf_line(b, "const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;");

@@ -93,13 +93,13 @@ void gemm_emit_wgmma_kernel(const gemm_emit *e, const char *entry)
                        "hit 32 banks */");
     if (!bt)
         kt_buf_line(b, "constexpr int A_TILE = BM * 32, B_TILE = 32 * LDB;");
-    kt_buf_line(b, "extern __shared__ unsigned char kt_smem_raw[];");
+    kt_buf_line(b, OPS_DYNAMIC_SMEM);
     kt_buf_line(b,
                 "/* [STAGES] raw A tiles, [%s] A_small tiles (1024-byte aligned for the "
                 "swizzle), [STAGES] B tiles */",
                 ps ? "STAGES" : "2");
     kt_buf_line(b, "float *as = reinterpret_cast<float *>((reinterpret_cast<unsigned long "
-                   "long>(kt_smem_raw) + 1023) & ~1023ull);");
+                   "long>(kt_smem) + 1023) & ~1023ull);");
     kt_buf_line(b, "float *asmall = as + STAGES * A_TILE, *bs = asmall + %s * A_TILE;",
                 ps ? "STAGES" : "2");
     kt_buf_line(b, "const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;");

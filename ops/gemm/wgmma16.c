@@ -605,12 +605,12 @@ void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry)
                       e->names[p->grp->n_in], ws);
     kt_buf_line(b, "{");
     b->indent = 4;
-    kt_buf_line(b, "extern __shared__ unsigned char kt_smem_raw[];");
+    kt_buf_line(b, OPS_DYNAMIC_SMEM);
     kt_buf_line(b, "/* [STAGES] A tiles, [STAGES] B tiles (1024-byte aligned for the swizzle), "
                    "[STAGES] full and [STAGES] empty barriers */");
     kt_buf_line(b,
                 "%s *as = reinterpret_cast<%s *>((reinterpret_cast<unsigned long "
-                "long>(kt_smem_raw) + 1023) & ~1023ull);",
+                "long>(kt_smem) + 1023) & ~1023ull);",
                 ty, ty);
     kt_buf_line(b, "%s *bs = as + STAGES * A_STAGE;", ty);
     if (p->nb == 2)

@@ -85,8 +85,7 @@ void row_emit_fused_kernel(rw_gen *s, kt_buf *b, const char *entry, ops_kernel_l
         kt_buf_line(b, "    __shared__ float kt_red[%d];",
                     p->G * row_partials(p) * (p->red_floats ? p->red_floats : 1));
     if (p->storage == STO_SHARED && p->n_cached)
-        kt_buf_line(b, "    extern __shared__ float4 kt_smem[]; /* %lld bytes */",
-                    (long long)p->smem);
+        kt_buf_line(b, "    " OPS_DYNAMIC_SMEM " /* %lld bytes */", (long long)p->smem);
     if (p->strategy == ST_LANE) {
         kt_buf_line(b, "    const int g = threadIdx.x %% %d; /* row group: the lane */", p->G);
         kt_buf_line(b, "    const int t = threadIdx.x / %d; /* thread in the row: the warp */",

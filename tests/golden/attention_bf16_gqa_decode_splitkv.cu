@@ -99,7 +99,7 @@ ktune_attention_bf16_splitkv_w4_x8_s1(
     const kt_bf16 *__restrict__ in2,
     float *__restrict__ workspace)
 {
-    extern __shared__ __align__(16) unsigned char kv_smem[]; /* the warps' partials */
+    extern __shared__ __align__(128) unsigned char kt_smem[]; /* the warps' partials */
     constexpr int D = 128, DV = 128, SQ = 1, SKV = 1000;
     constexpr int HQ = 32, GROUP = 4, HKV = HQ / GROUP; /* query heads, per k/v head, k/v heads */
     constexpr int R = GROUP * SQ; /* query rows of a k/v head */
@@ -205,7 +205,7 @@ ktune_attention_bf16_splitkv_w4_x8_s1(
     }
     /* the warp's partial to shared memory: O unnormalised, the max, the sum over its lanes */
     __syncthreads();
-    float *part = reinterpret_cast<float *>(kv_smem) + warp * PART; /* this warp's slot */
+    float *part = reinterpret_cast<float *>(kt_smem) + warp * PART; /* this warp's slot */
     #pragma unroll
     for (int r = 0; r < R; r++) {
         float sum = l[r];
@@ -222,7 +222,7 @@ ktune_attention_bf16_splitkv_w4_x8_s1(
     }
     __syncthreads();
     /* the W partials merged in warp order, a thread an element of O: rescaled to their common max */
-    const float *parts = reinterpret_cast<const float *>(kv_smem);
+    const float *parts = reinterpret_cast<const float *>(kt_smem);
     float *slice = workspace + ((size_t)kvb * SPLITS + split) * PART;
     for (int i = threadIdx.x; i < R * DV; i += W * 32) {
         const int r = i / DV, c = i % DV;

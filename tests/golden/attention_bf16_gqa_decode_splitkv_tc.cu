@@ -91,7 +91,7 @@ ktune_attention_bf16_splitkv_tc_w4_x8_s3(
     const kt_bf16 *__restrict__ in2,
     float *__restrict__ workspace)
 {
-    extern __shared__ __align__(16) unsigned char kv_smem[]; /* the warps' rings, then their partials */
+    extern __shared__ __align__(128) unsigned char kt_smem[]; /* the warps' rings, then their partials */
     constexpr int D = 128, DV = 128, SQ = 1, SKV = 4000;
     constexpr int HQ = 32, GROUP = 4, HKV = HQ / GROUP; /* query heads, per k/v head, k/v heads */
     constexpr int R = GROUP * SQ; /* query rows of a k/v head */
@@ -129,7 +129,7 @@ ktune_attention_bf16_splitkv_tc_w4_x8_s3(
      * flight, too few bytes to stream HBM. Keys past the slice read as zeros (zero-size copies). */
     constexpr int KSTR = D + 8, VSTR = DV + 8; /* rows padded by 16 bytes: ldmatrix's 8 rows hit distinct banks */
     constexpr int STAGES = 3, CHUNK = 32 * (KSTR + VSTR); /* elements of a stage */
-    kt_bf16 *ring = reinterpret_cast<kt_bf16 *>(kv_smem) + (size_t)warp * STAGES * CHUNK;
+    kt_bf16 *ring = reinterpret_cast<kt_bf16 *>(kt_smem) + (size_t)warp * STAGES * CHUNK;
     auto fetch = [&](int st, int c0) {
         kt_bf16 *sk = ring + st * CHUNK, *sv = sk + 32 * KSTR;
         #pragma unroll
@@ -225,7 +225,7 @@ ktune_attention_bf16_splitkv_tc_w4_x8_s3(
     /* the warp's partial (rows below R) to shared memory: O unnormalised, the max, the sum over the row's 4 lanes */
     kt_cp_async_wait<0>(); /* the rings' last copies (zero-fills) land before their space is reused */
     __syncthreads();
-    float *part = reinterpret_cast<float *>(kv_smem) + warp * PART; /* this warp's slot */
+    float *part = reinterpret_cast<float *>(kt_smem) + warp * PART; /* this warp's slot */
     #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = g + 8 * h;
@@ -246,7 +246,7 @@ ktune_attention_bf16_splitkv_tc_w4_x8_s3(
     }
     __syncthreads();
     /* the W partials merged in warp order, a thread an element of O: rescaled to their common max */
-    const float *parts = reinterpret_cast<const float *>(kv_smem);
+    const float *parts = reinterpret_cast<const float *>(kt_smem);
     float *slice = workspace + ((size_t)kvb * SPLITS + split) * PART;
     for (int i = threadIdx.x; i < R * DV; i += W * 32) {
         const int r = i / DV, c = i % DV;

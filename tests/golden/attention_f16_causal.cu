@@ -97,7 +97,7 @@ ktune_attention_f16_q128_kv64_w8_s2(
     constexpr int MT = 1; /* 16-row m tiles per warp */
     /* scores are scaled by 0.180336878f (scale * log2(e): softmax in base 2) */
     constexpr float SCALE = 0.180336878f;
-    extern __shared__ __align__(16) unsigned char kt_smem[];
+    extern __shared__ __align__(128) unsigned char kt_smem[];
     kt_f16 *sQ = reinterpret_cast<kt_f16 *>(kt_smem);
     kt_f16 *sK = sQ + BQ * QS; /* 2 stages of BKV x KS */
     kt_f16 *sV = sK + 2 * BKV * KS;

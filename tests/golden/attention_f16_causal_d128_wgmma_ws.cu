@@ -99,7 +99,7 @@ ktune_attention_f16_ws_q128_kv128_w8_s2(
     /* scores are scaled by 0.127517432f (scale * log2(e): softmax in base 2) */
     constexpr float SCALE = 0.127517432f;
     constexpr int NST = 2; /* ring buffers of K and of V */
-    extern __shared__ __align__(16) unsigned char kt_smem[];
+    extern __shared__ __align__(128) unsigned char kt_smem[];
     /* tiles 1024-byte aligned (the swizzle is a function of the address), each 64-column block of rows x 128 bytes */
     kt_f16 *sQ = reinterpret_cast<kt_f16 *>(kt_smem + ((1024u - (kt_smem_u32(kt_smem) & 1023u)) & 1023u));
     kt_f16 *sK = sQ + BQ * D; /* NST buffers of BKV x D */

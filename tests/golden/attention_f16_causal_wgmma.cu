@@ -90,7 +90,7 @@ ktune_attention_f16_wgmma_q128_kv128_w8_s2(
     constexpr int MT = 1; /* a warp owns 16 of its warpgroup's 64 rows */
     /* scores are scaled by 0.180336878f (scale * log2(e): softmax in base 2) */
     constexpr float SCALE = 0.180336878f;
-    extern __shared__ __align__(16) unsigned char kt_smem[];
+    extern __shared__ __align__(128) unsigned char kt_smem[];
     /* tiles 1024-byte aligned: the swizzle is a function of the address */
     kt_f16 *sQ = reinterpret_cast<kt_f16 *>(kt_smem + ((1024u - (kt_smem_u32(kt_smem) & 1023u)) & 1023u));
     constexpr int NST = 2; /* ring buffers of K and of V */

@@ -110,7 +110,8 @@ ktune_conv_direct(const float *__restrict__ x, const float *__restrict__ w,
     const int k0 = blockIdx.y * TK;  /* first output channel of this block */
     const int grp = k0 / KG;         /* its group: all TK channels share it */
     /* The block's filter slice [TK][GEMM_K], staged once. */
-    extern __shared__ __align__(16) float ws[];
+    extern __shared__ __align__(128) unsigned char kt_smem[];
+    float *const ws = reinterpret_cast<float *>(kt_smem);
     for (int i = threadIdx.x; i < TK * GEMM_K; i += THREADS)
         ws[i] = (k0 + i / GEMM_K < K) ? w[(idx_t)k0 * GEMM_K + i] : 0.0f;
     __syncthreads();

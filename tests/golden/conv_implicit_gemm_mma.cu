@@ -118,7 +118,7 @@ ktune_conv_igemm_mma(const kt_f16 *__restrict__ x, const kt_f16 *__restrict__ w,
                      const kt_f16 *__restrict__ bias, const kt_f16 *__restrict__ in3,
                      kt_f16 *__restrict__ y)
 {
-    extern __shared__ __align__(16) unsigned char kt_smem[];
+    extern __shared__ __align__(128) unsigned char kt_smem[];
     unsigned short *As = (unsigned short *)kt_smem; /* [STAGES][BM][LDS] pixels x reduction */
     unsigned short *Bs = As + STAGES * BM * LDS;     /* [STAGES][BN][LDS] channels x reduction */
     const int tid = threadIdx.x;

@@ -162,7 +162,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 ktune_conv_igemm_tf32x3(const float *__restrict__ x, const float *__restrict__ w,
                         const float *__restrict__ bias, float *__restrict__ y)
 {
-    extern __shared__ __align__(16) unsigned char kt_smem[];
+    extern __shared__ __align__(128) unsigned char kt_smem[];
     float *As = (float *)kt_smem;     /* [STAGES][BM][LDS] pixels x reduction, raw floats */
     float *Bs = As + STAGES * BM * LDS; /* [STAGES][BN][LDS] channels x reduction */
     const int tid = threadIdx.x;

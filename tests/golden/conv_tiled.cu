@@ -133,7 +133,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 ktune_conv_tiled(const float *__restrict__ x, const float *__restrict__ w,
                  const float *__restrict__ bias, float *__restrict__ y)
 {
-    extern __shared__ __align__(16) float kt_smem[]; /* [STAGES][STAGE], then the output tile */
+    extern __shared__ __align__(128) unsigned char kt_smem[];
+    float *const smem = reinterpret_cast<float *>(kt_smem); /* [STAGES][STAGE], then the output tile */
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     /* Channel blocks of one tile are neighbours in launch order: they read the same patch. */
     const int kb = blockIdx.x % KBLOCKS, tile = blockIdx.x / KBLOCKS;
@@ -201,8 +202,8 @@ ktune_conv_tiled(const float *__restrict__ x, const float *__restrict__ w,
     const int kg = tid / PT, pt = tid % PT, pr = pt / CGN, cg = pt % CGN;
     float acc[TK][TQ] = {};
     auto compute_chunk = [&](int stage) {
-        const float *xs = kt_smem + stage * STAGE + pr * RP + cg * TQ;
-        const float *ws = kt_smem + stage * STAGE + XS + kg * TK;
+        const float *xs = smem + stage * STAGE + pr * RP + cg * TQ;
+        const float *ws = smem + stage * STAGE + XS + kg * TK;
         #pragma unroll 1
         for (int r = 0; r < R; r++) {
             /* Input row pr * STR_H + r of the patch, filter row r. */
@@ -265,7 +266,7 @@ ktune_conv_tiled(const float *__restrict__ x, const float *__restrict__ w,
 
     /* Epilogue: the tile goes through shared memory ([BN][OH][OW]) so that consecutive threads
      * store consecutive columns of a row (masked at the edges). */
-    float *os = kt_smem;
+    float *os = smem;
     #pragma unroll
     for (int j = 0; j < TK; j++)
         #pragma unroll

@@ -157,9 +157,9 @@ __device__ __forceinline__ void ktg_store2(const kt_bf16 *__restrict__ t2_bias, 
  * consume (wgmma) and run the epilogue. */
 extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_bf16_wgmma_128x256x64(const __grid_constant__ kt_tensor_map tmap_a, const __grid_constant__ kt_tensor_map tmap_b, const kt_bf16 *__restrict__ t2_bias, kt_bf16 *__restrict__ t5_Y)
 {
-    extern __shared__ unsigned char kt_smem_raw[];
+    extern __shared__ __align__(128) unsigned char kt_smem[];
     /* [STAGES] A tiles, [STAGES] B tiles (1024-byte aligned for the swizzle), [STAGES] full and [STAGES] empty barriers */
-    kt_bf16 *as = reinterpret_cast<kt_bf16 *>((reinterpret_cast<unsigned long long>(kt_smem_raw) + 1023) & ~1023ull);
+    kt_bf16 *as = reinterpret_cast<kt_bf16 *>((reinterpret_cast<unsigned long long>(kt_smem) + 1023) & ~1023ull);
     kt_bf16 *bs = as + STAGES * A_STAGE;
     unsigned long long *full = reinterpret_cast<unsigned long long *>(bs + STAGES * B_STAGE), *empty = full + STAGES;
     const int tid = threadIdx.x, wg = tid / 128;

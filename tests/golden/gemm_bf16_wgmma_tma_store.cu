@@ -181,9 +181,9 @@ __device__ __forceinline__ void ktw_stage2(const kt_bf16 *__restrict__ t2_bias, 
  * consume (wgmma) and run the epilogue. */
 extern "C" __global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(2, 1, 1) ktune_gemm_bf16_wgmma_128x256x64(const __grid_constant__ kt_tensor_map tmap_a, const __grid_constant__ kt_tensor_map tmap_b, const kt_bf16 *__restrict__ t2_bias, const __grid_constant__ kt_tensor_map tmap_c)
 {
-    extern __shared__ unsigned char kt_smem_raw[];
+    extern __shared__ __align__(128) unsigned char kt_smem[];
     /* [STAGES] A tiles, [STAGES] B tiles (1024-byte aligned for the swizzle), [STAGES] full and [STAGES] empty barriers */
-    kt_bf16 *as = reinterpret_cast<kt_bf16 *>((reinterpret_cast<unsigned long long>(kt_smem_raw) + 1023) & ~1023ull);
+    kt_bf16 *as = reinterpret_cast<kt_bf16 *>((reinterpret_cast<unsigned long long>(kt_smem) + 1023) & ~1023ull);
     kt_bf16 *bs = as + STAGES * A_STAGE;
     unsigned char *cs0 = reinterpret_cast<unsigned char *>(bs + STAGES * B_STAGE); /* [CONSUMERS] output tiles */
     unsigned long long *full = reinterpret_cast<unsigned long long *>(cs0 + CONSUMERS * C_BYTES), *empty = full + STAGES;

@@ -130,9 +130,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) ktune_gemm_tf32x3_wgmma
 {
     constexpr int LDB = BN + 8; /* B tile row pitch (floats): fragment reads hit 32 banks */
     constexpr int A_TILE = BM * 32, B_TILE = 32 * LDB;
-    extern __shared__ unsigned char kt_smem_raw[];
+    extern __shared__ __align__(128) unsigned char kt_smem[];
     /* [STAGES] raw A tiles, [2] A_small tiles (1024-byte aligned for the swizzle), [STAGES] B tiles */
-    float *as = reinterpret_cast<float *>((reinterpret_cast<unsigned long long>(kt_smem_raw) + 1023) & ~1023ull);
+    float *as = reinterpret_cast<float *>((reinterpret_cast<unsigned long long>(kt_smem) + 1023) & ~1023ull);
     float *asmall = as + STAGES * A_TILE, *bs = asmall + 2 * A_TILE;
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int nw = tid / 128 * 64 + (tid / 32 & 3) * 16; /* this warp's 16 C columns (wgmma A rows) */

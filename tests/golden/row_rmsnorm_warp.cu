@@ -87,7 +87,7 @@ struct __align__(16) kt_bf16_x8 {
 /* 8192 rows of 4096 elements (stride 1); 16 rows per block, 32 threads per row */
 extern "C" __global__ void __launch_bounds__(64, 1) ktune_row_warp_per_row_t64_r8_multi_smem_v8(const kt_bf16 *__restrict__ in0_x, const kt_bf16 *__restrict__ in1_weight, kt_bf16 *__restrict__ out0_y)
 {
-    extern __shared__ float4 kt_smem[]; /* 32768 bytes */
+    extern __shared__ __align__(128) unsigned char kt_smem[]; /* 32768 bytes */
     const int g = threadIdx.x / 32; /* row group */
     const int t = threadIdx.x % 32; /* thread in the row */
     float *const s0 = reinterpret_cast<float *>(kt_smem) + (g * 1 + 0) * 4096;

@@ -183,6 +183,20 @@ static void test_conv(void **state)
     }
 }
 
+/* conv | softmax | relu, the row kernel keeping its rows in dynamic shared memory: every kernel
+ * declares that memory inside an extern "C" function, where one name is one entity in all the
+ * groups' namespaces; with each conv kernel, whose declarations must agree with the row's
+ * (float4 against unsigned char failed to compile on KernelBench's conv + norm graphs). */
+static void test_conv_row_shared_memory(void **state)
+{
+    (void)state;
+    static const char *const algos[] = {"algo=direct", "algo=tiled", "algo=implicit_gemm"};
+    for (int i = 0; i < 3; i++) {
+        const char *const want[3] = {algos[i], "storage=shared", ""};
+        check_module("tests/gpu/conv_softmax_relu.json", "N=4", want, 3);
+    }
+}
+
 /* gemv | add | relu */
 static void test_gemv(void **state)
 {
@@ -246,6 +260,7 @@ int main(void)
         cmocka_unit_test(test_row_split),
         cmocka_unit_test(test_conv),
         cmocka_unit_test(test_gemv),
+        cmocka_unit_test(test_conv_row_shared_memory),
         cmocka_unit_test(test_contract_breaks),
     };
     return cmocka_run_group_tests_name("partition modules linked from emitted pieces", tests, NULL,
