@@ -403,7 +403,7 @@ static int env_open(cache_env *env, const char *dir, bool rdonly, size_t map, kt
         flags |= MDB_NOLOCK;
     }
     if (mrc == ENOENT)
-        return kt_err_set(err, -ENOENT, "no ktune cache in %s", dir);
+        return kt_err_set(err, -ENOENT, "no kernel cache in %s", dir);
     char what[512];
     snprintf(what, sizeof(what), "cannot open cache %s", dir);
     return cache_lmdb_error(env, mrc, what, err);

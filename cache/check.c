@@ -704,7 +704,7 @@ static int child_env(const char *dir, MDB_env **out, kt_err *why)
             continue;
         }
         if (mrc == ENOENT)
-            return kt_err_set(why, -ENOENT, "no ktune cache in %s", dir);
+            return kt_err_set(why, -ENOENT, "no kernel cache in %s", dir);
         if (mrc == EACCES || mrc == EPERM || mrc == ENOMEM || mrc == EMFILE)
             return kt_err_set(why, -mrc, "cannot open %s: %s", dir, strerror(mrc));
         /* MDB_INVALID, MDB_VERSION_MISMATCH, a map that cannot be set up from the meta page */
@@ -933,7 +933,7 @@ int cache_check(const char *dir, unsigned flags, double timeout_s, cache_check_r
         return kt_err_set(err, -ENAMETOOLONG, "%s: path too long", dir);
     struct stat sb;
     if (stat(path, &sb) < 0)
-        return errno == ENOENT ? kt_err_set(err, -ENOENT, "no ktune cache in %s", dir)
+        return errno == ENOENT ? kt_err_set(err, -ENOENT, "no kernel cache in %s", dir)
                                : kt_err_set(err, -errno, "%s: %s", path, strerror(errno));
 
     double t0 = now_s();

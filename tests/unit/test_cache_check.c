@@ -134,7 +134,7 @@ static void test_sound(void **state)
     char missing[1100];
     snprintf(missing, sizeof(missing), "%s/nothing-here", dir);
     assert_int_equal(cache_check(missing, 0, 0, &rep, &err), -ENOENT);
-    assert_non_null(strstr(err.msg, "no ktune cache"));
+    assert_non_null(strstr(err.msg, "no kernel cache"));
 }
 
 /* Where the stored bytes of key (m) rank 0 lie in data.mdb (found by content). */
