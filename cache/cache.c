@@ -292,7 +292,7 @@ static int check_schema(cache_env *env, MDB_txn *txn, bool may_write, kt_err *er
                                 "cannot write the schema version", err);
     }
     if (mrc == MDB_NOTFOUND)
-        return kt_err_set(err, -ENOENT, "%s is not a ktune cache (no schema version)", env->path);
+        return kt_err_set(err, -ENOENT, "%s is not a kernel cache (no schema version)", env->path);
     if (mrc != MDB_SUCCESS)
         return cache_lmdb_error(env, mrc, "cannot read the schema version", err);
     if (v.mv_size != 4)
@@ -328,7 +328,7 @@ static int open_dbs(cache_env *env, MDB_txn *txn, unsigned flags, kt_err *err)
     for (size_t i = 0; i < KT_ARRAY_LEN(names); i++) {
         int mrc = mdb_dbi_open(txn, names[i], flags, dbis[i]);
         if (mrc == MDB_NOTFOUND)
-            return kt_err_set(err, -ENOENT, "%s is not a ktune cache (no '%s' database)", env->path,
+            return kt_err_set(err, -ENOENT, "%s is not a kernel cache (no '%s' database)", env->path,
                               names[i]);
         if (mrc != MDB_SUCCESS)
             return cache_lmdb_error(env, mrc, "cannot open a database", err);
