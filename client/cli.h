@@ -41,6 +41,7 @@ int cli_check(int argc, char **argv);
 int cli_cache(int argc, char **argv);
 int cli_lookup(int argc, char **argv); /* cli_lookup.c: the runtime's lookup, no daemon */
 int cli_trials(int argc, char **argv); /* cli_lookup.c: a graph's trial log, no daemon */
+int cli_report(int argc, char **argv); /* cli_report.c: a job's HTML page, no daemon */
 
 #include "ops/ops.h"
 

@@ -4,6 +4,7 @@
  * without loading anything; with none it lists the records of every GPU for that graph, shapes and
  * precision. */
 #include "cli.h"
+#include "cli_trials.h"
 
 #include "cache/cache.h"
 #include "client/ktune.h"
@@ -450,14 +451,9 @@ static const char trials_help[] =
     "\n"
     "Exit status: 0 trials were found, 1 none (or an error), 2 usage.\n";
 
-typedef struct trial_row {
-    cache_gpu gpu;
-    cache_trial t;
-} trial_row;
-
 typedef struct trial_list {
     const cache_gpu *gpu;
-    trial_row *rows;
+    cli_trial_row *rows;
     size_t n, cap;
 } trial_list;
 
@@ -466,7 +462,7 @@ static int trial_cb(const cache_trial *t, void *ctx)
     trial_list *l = ctx;
     if (kt_grow(&l->rows, &l->cap, l->n + 1, sizeof(*l->rows)) < 0)
         return -ENOMEM;
-    l->rows[l->n++] = (trial_row){.gpu = *l->gpu, .t = *t};
+    l->rows[l->n++] = (cli_trial_row){.gpu = *l->gpu, .t = *t};
     return 0;
 }
 
@@ -474,7 +470,7 @@ static int trial_cb(const cache_trial *t, void *ctx)
  * timed ones); then the rest by status, then candidate. */
 static int trial_cmp(const void *pa, const void *pb)
 {
-    const trial_row *a = pa, *b = pb;
+    const cli_trial_row *a = pa, *b = pb;
     if (a->t.status != b->t.status)
         return (int)a->t.status - (int)b->t.status;
     double ta = a->t.time_ns > 0 ? a->t.time_ns : INFINITY;
@@ -484,10 +480,34 @@ static int trial_cmp(const void *pa, const void *pb)
     return strcmp(a->t.cand, b->t.cand);
 }
 
-/* trials JOB: the job's graph bound to its shapes, its precision and tolerance, from the cache's
- * journal; a->path names the job and a->bindings point into *job, which the caller frees. */
-static int load_job_graph(cache_env *cache, uint64_t id, cache_job *job, char *name, size_t cap,
-                          cli_graph_args *a, double *tolerance, ops_graph **bound, ktune_graph **kg)
+int cli_collect_trials(cache_env *cache, cache_key *want, cli_trial_row **rows, size_t *n,
+                       kt_err *err)
+{
+    cache_gpu *gpus = NULL;
+    size_t n_gpus = 0;
+    trial_list l = {0};
+    int rc = cache_gpus(cache, &gpus, &n_gpus, err);
+    for (size_t i = 0; rc == 0 && i < n_gpus; i++) {
+        want->gpu = gpus[i];
+        l.gpu = &gpus[i];
+        rc = cache_trial_foreach(cache, want, trial_cb, &l, err);
+    }
+    free(gpus);
+    if (rc < 0) {
+        free(l.rows);
+        if (rc == -ENOMEM)
+            kt_err_set(err, rc, "out of memory reading %s", cache_path(cache));
+        return rc;
+    }
+    if (l.n)
+        qsort(l.rows, l.n, sizeof(*l.rows), trial_cmp);
+    *rows = l.rows;
+    *n = l.n;
+    return 0;
+}
+
+int cli_load_job_graph(cache_env *cache, uint64_t id, cache_job *job, char *name, size_t cap,
+                       cli_graph_args *a, double *tolerance, ops_graph **bound, ktune_graph **kg)
 {
     kt_err kerr = {0};
     int rc = cache_job_get(cache, id, job, &kerr);
@@ -536,9 +556,8 @@ int cli_trials(int argc, char **argv)
     ops_graph *bound = NULL;
     ktune_graph *kg = NULL;
     ktune_runtime *rt = NULL;
-    cache_gpu *gpus = NULL;
-    size_t n_gpus = 0;
-    trial_list l = {0};
+    cli_trial_row *rows = NULL;
+    size_t n_rows = 0;
     cache_job job = {0};
     char job_name[128];
     ktune_error err = {0};
@@ -549,7 +568,7 @@ int cli_trials(int argc, char **argv)
         goto out;
     }
     if (is_job &&
-        (status = load_job_graph(ktune_rt_cache(rt), strtoull(a.path, NULL, 10), &job, job_name,
+        (status = cli_load_job_graph(ktune_rt_cache(rt), strtoull(a.path, NULL, 10), &job, job_name,
                                  sizeof(job_name), &a, &o.tolerance, &bound, &kg)) != CLI_OK)
         goto out;
     /* the job's key on each GPU the cache knows: trials are logged under it */
@@ -564,24 +583,17 @@ int cli_trials(int argc, char **argv)
     }
     cache_env *cache = ktune_rt_cache(rt);
     kt_err kerr = {0};
-    int rc = cache_gpus(cache, &gpus, &n_gpus, &kerr);
-    for (size_t i = 0; rc == 0 && i < n_gpus; i++) {
-        want.gpu = gpus[i];
-        l.gpu = &gpus[i];
-        rc = cache_trial_foreach(cache, &want, trial_cb, &l, &kerr);
-    }
-    if (rc < 0) {
-        status = rc == -ENOMEM ? cli_error("out of memory reading %s", cache_path(cache))
-                               : cli_error("%s", kerr.msg);
+    if (cli_collect_trials(cache, &want, &rows, &n_rows, &kerr) < 0) {
+        status = cli_error("%s", kerr.msg);
         goto out;
     }
+    trial_list l = {.rows = rows, .n = n_rows};
     if (l.n == 0) {
         status = cli_error("no trials in %s for %s (signature %.12s) at these shapes, precision %s",
                            cache_path(cache), a.path, ktune_graph_signature(kg),
                            ops_precision_name(a.precision));
         goto out;
     }
-    qsort(l.rows, l.n, sizeof(*l.rows), trial_cmp);
     if (a.json) {
         json_t *q = query_json(&a, kg, cache_path(cache));
         json_t *arr = json_array();
@@ -621,8 +633,7 @@ int cli_trials(int argc, char **argv)
     }
     status = CLI_OK;
 out:
-    free(l.rows);
-    free(gpus);
+    free(rows);
     ktune_runtime_close(rt);
     ktune_graph_free(kg);
     ops_graph_free(bound);

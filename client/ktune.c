@@ -28,6 +28,7 @@ static const struct {
     {"cache", cli_cache, "inspect, export, import and merge a kernel cache (no daemon needed)"},
     {"lookup", cli_lookup, "show the cached kernel a deployed program would get (no daemon)"},
     {"trials", cli_trials, "list the candidates a tuning job measured or rejected (no daemon)"},
+    {"report", cli_report, "write a tuning job's HTML page: trials plotted, winner, source"},
 };
 
 static void print_help(FILE *f)

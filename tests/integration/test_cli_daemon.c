@@ -859,6 +859,67 @@ static void test_retune(void **state)
     daemon_stop(d);
 }
 
+/* Issue 24: `ktune report JOB --html FILE` from the cache alone (the daemon stopped): the page
+ * holds the plot, the winner's highlighted source, no script and no remote resource; where
+ * Chromium is installed (scripts/install-deps), it renders the page headless to a screenshot
+ * with no console message. */
+static void test_report(void **state)
+{
+    setenv("FAKE_DELAY_MS", "10", 1);
+    daemon_proc *d = daemon_start("report", NULL);
+    unsetenv("FAKE_DELAY_MS");
+    char budget[16];
+    snprintf(budget, sizeof(budget), "%d", 2 * time_scale());
+    json_t *v = tune_wait(d, budget, NULL);
+    char job[32];
+    snprintf(job, sizeof(job), "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(v, "job")));
+    json_decref(v);
+    daemon_stop(d);
+    const char *html = tmp_path("report.html");
+    run_result *r = RUN("report", job, "--html", html, "--cache", d->cache);
+    if (r->status != 0)
+        fail_msg("report: status %d\nstdout: %s\nstderr: %s", r->status, r->out, r->err);
+    expect_in(r->out, "wrote");
+    free(r);
+    FILE *f = fopen(html, "r");
+    assert_non_null(f);
+    static char page[1 << 20];
+    size_t n = fread(page, 1, sizeof(page) - 1, f);
+    fclose(f);
+    page[n] = '\0';
+    expect_in(page, "<!DOCTYPE html>");
+    expect_in(page, "<svg");
+    expect_in(page, "<circle");
+    expect_in(page, "roofline floor");
+    expect_in(page, "<span class=k>__global__</span>");
+    assert_null(strstr(page, "<script"));
+    assert_null(strstr(page, "http://")); /* the SVG namespace is https-free too */
+    assert_null(strstr(page, "src="));
+    r = RUN("report", "999", "--html", html, "--cache", d->cache);
+    assert_int_equal(r->status, 1);
+    expect_in(r->err, "no job 999");
+    free(r);
+    if (system("command -v chromium >/dev/null 2>&1") != 0) {
+        print_message("report: no chromium here: the page was not rendered\n");
+        return;
+    }
+    char cmd[2048];
+    const char *png = tmp_path("report.png"), *log = tmp_path("chromium.log");
+    snprintf(cmd, sizeof(cmd),
+             "timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
+             "--window-size=1100,1500 --screenshot='%s' --enable-logging=stderr --v=0 "
+             "'file://%s' 2>'%s' >/dev/null",
+             png, html, log);
+    int rc = system(cmd);
+    struct stat st;
+    if (rc != 0 || stat(png, &st) != 0 || st.st_size < 10000)
+        fail_msg("chromium did not render %s (exit %d; see %s)", html, rc, log);
+    snprintf(cmd, sizeof(cmd), "grep -q 'CONSOLE' '%s'", log);
+    if (system(cmd) == 0)
+        fail_msg("the page logged to the console in chromium (see %s)", log);
+    print_message("report: rendered to %s (%lld bytes)\n", png, (long long)st.st_size);
+}
+
 /* Issue 15's findings 1-3 end to end, with the fake worker: keys tell problems apart whatever
  * the symbols are called, the trial log and the job journal too, and a job's own tolerance keys
  * its records apart. X[M,N] and X[N,M] summed over axis 1 share a signature; bound M=1024,N=64
@@ -1026,6 +1087,7 @@ int main(void)
         cmocka_unit_test(test_tune_only),
         cmocka_unit_test_teardown(test_keys_are_problems, stop_daemon),
         cmocka_unit_test_teardown(test_retune, stop_daemon),
+        cmocka_unit_test_teardown(test_report, stop_daemon),
         cmocka_unit_test(test_lookup_names_declared_order),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
