@@ -5,6 +5,7 @@
 #if KTUNE_HAVE_NVRTC
 #include <nvrtc.h>
 #endif
+#include <stdlib.h>
 #include <string.h>
 
 static const struct {
@@ -38,8 +39,52 @@ static void print_help(FILE *f)
                "commands:\n");
     for (size_t i = 0; i < KT_ARRAY_LEN(commands); i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\nEvery command takes --help and --json. Exit status: 0 success, 1 failure, "
-               "2 usage error.\n");
+    fprintf(f, "\n'ktune help COMMAND' (or 'ktune COMMAND --help') shows a command's options; every\n"
+               "option takes its value as '--opt value' or '--opt=value'. Most commands take --json.\n"
+               "Exit status: 0 success, 1 failure, 2 usage error.\n");
+}
+
+/* Edit distance (insertions, deletions, substitutions, adjacent swaps) of two short words. */
+static int distance(const char *a, const char *b)
+{
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 31 || lb > 31)
+        return 99;
+    int d[32][32];
+    for (int i = 0; i <= la; i++)
+        for (int j = 0; j <= lb; j++) {
+            if (!i || !j) {
+                d[i][j] = i + j;
+                continue;
+            }
+            int v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            v = d[i - 1][j] + 1 < v ? d[i - 1][j] + 1 : v;
+            v = d[i][j - 1] + 1 < v ? d[i][j - 1] + 1 : v;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[la][lb];
+}
+
+/* The command a mistyped name most likely meant: within two edits, or the one it begins; NULL
+ * when none is close or two are equally close. */
+static const char *nearest_command(const char *name)
+{
+    const char *best = NULL;
+    int best_d = 3, ties = 0;
+    for (size_t i = 0; i < KT_ARRAY_LEN(commands); i++) {
+        int d = strncmp(commands[i].name, name, strlen(name)) == 0 && name[0] ? 1
+                                                                                : distance(name, commands[i].name);
+        if (d < best_d) {
+            best = commands[i].name;
+            best_d = d;
+            ties = 0;
+        } else if (d == best_d) {
+            ties++;
+        }
+    }
+    return ties ? NULL : best;
 }
 
 static int print_version(void)
@@ -55,8 +100,39 @@ static int print_version(void)
     return CLI_OK;
 }
 
+/* One grammar for every command's options: "--opt=value" is "--opt value" (split here, before
+ * any command parses; "--" ends the options). *out is malloc'd, NULL-terminated. */
+static char **split_inline_values(int argc, char **argv, int *out_argc)
+{
+    char **out = calloc((size_t)argc * 2 + 1, sizeof(*out));
+    if (!out)
+        return NULL;
+    int n = 0;
+    bool options = true;
+    for (int i = 0; i < argc; i++) {
+        char *a = argv[i], *eq = strchr(a, '=');
+        if (options && strcmp(a, "--") == 0)
+            options = false;
+        if (options && i > 0 && strncmp(a, "--", 2) == 0 && eq && eq > a + 2) {
+            *eq = '\0'; /* argv's strings are ours to change */
+            out[n++] = a;
+            out[n++] = eq + 1;
+        } else {
+            out[n++] = a;
+        }
+    }
+    *out_argc = n;
+    return out;
+}
+
 int main(int argc, char **argv)
 {
+    char **split = split_inline_values(argc, argv, &argc);
+    if (!split) {
+        fprintf(stderr, "ktune: out of memory\n");
+        return CLI_FAIL;
+    }
+    argv = split;
     if (argc < 2) {
         print_help(stderr);
         return CLI_USAGE;
@@ -67,9 +143,24 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "--version") == 0)
         return print_version();
-    for (size_t i = 0; i < KT_ARRAY_LEN(commands); i++)
-        if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "ktune: unknown command '%s' (see 'ktune --help')\n", argv[1]);
+    /* ktune help [COMMAND]: the command's --help */
+    bool help = strcmp(argv[1], "help") == 0;
+    if (help && argc == 2) {
+        print_help(stdout);
+        return CLI_OK;
+    }
+    const char *name = help ? argv[2] : argv[1];
+    for (size_t i = 0; i < KT_ARRAY_LEN(commands); i++) {
+        if (strcmp(name, commands[i].name) != 0)
+            continue;
+        if (help) {
+            char *h[] = {argv[2], "--help", NULL};
+            return commands[i].run(2, h);
+        }
+        return commands[i].run(argc - 1, argv + 1);
+    }
+    const char *near = nearest_command(name);
+    fprintf(stderr, "ktune: unknown command '%s'%s%s%s (see 'ktune --help')\n", name,
+            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
     return CLI_USAGE;
 }
