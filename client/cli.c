@@ -128,13 +128,12 @@ int cli_parse_graph_args(int argc, char **argv, cli_graph_args *a,
             exit(CLI_OK);
         } else if (strcmp(arg, "--json") == 0) {
             a->json = true;
-        } else if (strcmp(arg, "--shape") == 0 || strncmp(arg, "--shape=", 8) == 0) {
-            char *list = arg[7] == '=' ? arg + 8 : value;
-            if (!list)
+        } else if (strcmp(arg, "--shape") == 0) {
+            if (!value)
                 return cli_usage_error(a->sub, "--shape needs NAME=VALUE");
-            if ((rc = add_bindings(a, list)) != CLI_OK)
+            if ((rc = add_bindings(a, value)) != CLI_OK)
                 return rc;
-            i += arg[7] != '=';
+            i++;
         } else if (strcmp(arg, "--precision") == 0) {
             if (!value || ops_precision_from_name(value, &a->precision) < 0)
                 return cli_usage_error(a->sub, "--precision takes exact, tf32 or reduced");

@@ -89,34 +89,27 @@ static int parse_args(int argc, char **argv, batch_args *a)
 {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
-        char opt[32]; /* the option's name: "--shard" of "--shard=0/4" */
-        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-        bool inline_value = eq && (size_t)(eq - arg) < sizeof(opt);
-        size_t olen = inline_value ? (size_t)(eq - arg) : strnlen(arg, sizeof(opt) - 1);
-        memcpy(opt, arg, olen);
-        opt[olen] = '\0';
-        if (inline_value)
-            value = eq + 1;
+        const char *opt = arg; /* "--opt=value" arrives split (client/ktune.c) */
         if (cli_is_help(arg)) {
             fputs(batch_help, stdout);
             exit(CLI_OK);
-        } else if (!inline_value && strcmp(opt, "--json") == 0) {
+        } else if (strcmp(opt, "--json") == 0) {
             a->json = true;
-        } else if (!inline_value && strcmp(opt, "--quiet") == 0) {
+        } else if (strcmp(opt, "--quiet") == 0) {
             a->quiet = true;
-        } else if (!inline_value && strcmp(opt, "--wait") == 0) {
+        } else if (strcmp(opt, "--wait") == 0) {
             a->no_wait = false;
-        } else if (!inline_value && strcmp(opt, "--no-wait") == 0) {
+        } else if (strcmp(opt, "--no-wait") == 0) {
             a->no_wait = true;
-        } else if (!inline_value && strcmp(opt, "--retune") == 0) {
+        } else if (strcmp(opt, "--retune") == 0) {
             a->retune = true;
-        } else if (!inline_value && strcmp(opt, "--remeasure") == 0) {
+        } else if (strcmp(opt, "--remeasure") == 0) {
             a->remeasure = true;
         } else if (strcmp(opt, "--socket") == 0 || strcmp(opt, "--budget-total") == 0 ||
                    strcmp(opt, "--shard") == 0) {
             if (!value)
                 return cli_usage_error("batch", "%s needs a value", opt);
-            i += !inline_value;
+            i++;
             if (strcmp(opt, "--socket") == 0) {
                 a->socket = value;
             } else if (strcmp(opt, "--budget-total") == 0) {

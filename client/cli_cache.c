@@ -194,8 +194,6 @@ static int parse(int argc, char **argv, const subcommand *sc, cache_args *a)
             if (++i == argc)
                 return cli_usage_error(a->sub, "--cache needs a directory");
             a->dir = argv[i];
-        } else if (strncmp(arg, "--cache=", 8) == 0) {
-            a->dir = arg + 8;
         } else if (arg[0] == '-' && arg[1] != '\0') {
             return cli_usage_error(a->sub, "unknown option '%s'", arg);
         } else if (!sc->needs_operand || a->operand) {

@@ -291,8 +291,6 @@ static int parse_cmd(int argc, char **argv, cmd_args *a)
             a->json = true;
         } else if (strcmp(a->sub, "watch") == 0 && strcmp(arg, "--quiet") == 0) {
             a->quiet = true;
-        } else if (strncmp(arg, "--socket=", 9) == 0) {
-            a->socket = arg + 9;
         } else if (strcmp(arg, "--socket") == 0) {
             if (!value)
                 return cli_usage_error(a->sub, "--socket needs a PATH");

@@ -433,19 +433,17 @@ int cli_report(int argc, char **argv)
 {
     const char *job_arg = NULL, *html = NULL, *cache_dir = NULL;
     for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *eq = strchr(arg, '=');
-        size_t olen = eq && strncmp(arg, "--", 2) == 0 ? (size_t)(eq - arg) : strlen(arg);
-        const char **slot = strncmp(arg, "--html", olen) == 0 && olen == 6    ? &html
-                            : strncmp(arg, "--cache", olen) == 0 && olen == 7 ? &cache_dir
-                                                                               : NULL;
+        const char *arg = argv[i]; /* "--opt=value" arrives split (client/ktune.c) */
+        const char **slot = strcmp(arg, "--html") == 0    ? &html
+                            : strcmp(arg, "--cache") == 0 ? &cache_dir
+                                                          : NULL;
         if (cli_is_help(arg)) {
             fputs(report_help, stdout);
             return CLI_OK;
         } else if (slot) {
-            const char *v = eq && olen < strlen(arg) ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-            if (!v || !v[0])
-                return cli_usage_error("report", "%.*s needs a value", (int)olen, arg);
-            *slot = v;
+            if (i + 1 == argc || !argv[i + 1][0])
+                return cli_usage_error("report", "%s needs a value", arg);
+            *slot = argv[++i];
         } else if (arg[0] == '-') {
             return cli_usage_error("report", "unknown option '%s'", arg);
         } else if (job_arg) {

@@ -89,21 +89,7 @@ static const char *const tune_valued[] = {"--budget", "--tolerance", "--cache", 
 static int tune_extra(void *ctx, const char *arg, const char *value)
 {
     tune_args *a = ctx;
-    const char *opt = arg;
-    int used = 2;
-    /* --name=value as well as --name value */
-    const char *eq = strchr(arg, '=');
-    if (eq) {
-        size_t n = (size_t)(eq - arg);
-        opt = NULL;
-        for (size_t i = 0; i < KT_ARRAY_LEN(tune_valued); i++)
-            if (strlen(tune_valued[i]) == n && strncmp(arg, tune_valued[i], n) == 0)
-                opt = tune_valued[i];
-        if (!opt)
-            return 0;
-        value = eq + 1;
-        used = 1;
-    }
+    const char *opt = arg; /* "--opt=value" arrives split (client/ktune.c) */
     if (strcmp(opt, "--local") == 0) {
         a->local = true;
         return 1;
@@ -190,7 +176,7 @@ static int tune_extra(void *ctx, const char *arg, const char *value)
         if ((a->jobs = cli_parse_count("tune", opt, value)) < 0)
             return -CLI_USAGE;
     }
-    return used;
+    return 2;
 }
 
 #if KTUNE_HAVE_NVRTC
