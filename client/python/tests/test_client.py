@@ -141,3 +141,17 @@ def test_closed_client_raises(daemon):
     c.close()
     with pytest.raises(ValueError, match="closed"):
         c.stats()
+
+
+def test_wait_with_tqdm(daemon):
+    """Client.wait's progress callback drives a tqdm bar over the budget's seconds."""
+    tqdm = pytest.importorskip("tqdm")
+    import io
+    out = io.StringIO()
+    with ktune.Client(daemon["socket"], timeout=30) as c:
+        job = c.submit(RMSNORM, {"M": 96}, budget=3)
+        with tqdm.tqdm(total=job.budget_s, unit="s", file=out, mininterval=0) as bar:
+            final = c.wait(job, progress=lambda j: bar.update(min(j.elapsed_s, bar.total) - bar.n))
+        assert final.state == "done", final
+        assert bar.n > 0
+    assert "s/s" in out.getvalue() or "|" in out.getvalue(), out.getvalue()
