@@ -157,18 +157,24 @@ static void test_future_schema_refused(void **state)
     assert_int_equal(raw_schema(f->dir), 99); /* untouched */
 }
 
+/* One record, one trial ("c1") and one job (7, "kept") of key *k, in f's cache. */
+static void put_one_of_each(fixture *f, cache_key *k)
+{
+    test_key(k, "NVIDIA H100", 3, 64);
+    assert_int_equal(put(f->env, k, "tile=1", 100, 64, 1), 0);
+    cache_trial tr = {.cand = "c1", .status = CACHE_TRIAL_OK, .time_ns = 5};
+    assert_int_equal(cache_trial_append(f->env, k, &tr, NULL), 0);
+    cache_job j = {.id = 7, .name = "kept", .budget_s = 1};
+    assert_int_equal(cache_job_put(f->env, &j, NULL), 0);
+}
+
 /* A backup holds everything (records, trials, jobs) from one snapshot while the writer keeps
  * its handle open, replaces an earlier backup whole, and is refused into the cache itself. */
 static void test_backup(void **state)
 {
     fixture *f = *state;
     cache_key k;
-    test_key(&k, "NVIDIA H100", 3, 64);
-    assert_int_equal(put(f->env, &k, "tile=1", 100, 64, 1), 0);
-    cache_trial tr = {.cand = "c1", .status = CACHE_TRIAL_OK, .time_ns = 5};
-    assert_int_equal(cache_trial_append(f->env, &k, &tr, NULL), 0);
-    cache_job j = {.id = 7, .name = "kept", .budget_s = 1};
-    assert_int_equal(cache_job_put(f->env, &j, NULL), 0);
+    put_one_of_each(f, &k);
     char dir[600];
     snprintf(dir, sizeof(dir), "%s/backup/of", f->dir); /* parents made too */
     size_t bytes = 0;
@@ -201,12 +207,7 @@ static void test_schema1_migrated(void **state)
 {
     fixture *f = *state;
     cache_key k;
-    test_key(&k, "NVIDIA H100", 3, 64);
-    assert_int_equal(put(f->env, &k, "tile=1", 100, 64, 1), 0);
-    cache_trial tr = {.cand = "c1", .status = CACHE_TRIAL_OK, .time_ns = 5};
-    assert_int_equal(cache_trial_append(f->env, &k, &tr, NULL), 0);
-    cache_job j = {.id = 7, .name = "kept", .budget_s = 1};
-    assert_int_equal(cache_job_put(f->env, &j, NULL), 0);
+    put_one_of_each(f, &k);
     cache_close(f->env);
     f->env = NULL;
     MDB_env *e;
