@@ -160,8 +160,27 @@ static int fam_index(fam_list *f, const char *name)
     return f->n++;
 }
 
+/* Is the trial's candidate ("m3 gemm math=...") the winner, or one of its groups' winners: one
+ * of the " | "-separated schedules of the record's? */
+static bool is_winner(const char *cand, const char *winner)
+{
+    if (!winner || strncmp(cand, "record", 6) == 0)
+        return false;
+    const char *sp = strchr(cand, ' ');
+    const char *sched = cand[0] == 'm' && sp ? sp + 1 : cand;
+    size_t n = strlen(sched);
+    for (const char *w = winner; w;) {
+        const char *bar = strstr(w, " | ");
+        size_t len = bar ? (size_t)(bar - w) : strlen(w);
+        if (len == n && strncmp(w, sched, n) == 0)
+            return true;
+        w = bar ? bar + 3 : NULL;
+    }
+    return false;
+}
+
 static void plot(kt_buf *b, const cli_trial_row *rows, size_t n, double baseline, double floor_ns,
-                 double best)
+                 const char *winner)
 {
     const double W = 900, H = 360, L = 70, R = 20, T = 20, B = 40;
     int64_t t0 = INT64_MAX, t1 = INT64_MIN;
@@ -228,7 +247,7 @@ static void plot(kt_buf *b, const cli_trial_row *rows, size_t n, double baseline
         if (t->status != CACHE_TRIAL_OK || !(t->time_ns > 0))
             continue;
         int64_t ms = t->ts_ms ? t->ts_ms : t->ts * 1000;
-        bool won = best > 0 && t->time_ns == best;
+        bool won = is_winner(t->cand, winner);
         kt_buf_printf(b, "<circle cx='%.1f' cy='%.1f' r='%d' fill='%s' fill-opacity='0.75'%s>"
                          "<title>",
                       PX((double)(ms - t0) / 1e3), PY(t->time_ns), won ? 6 : 3,
@@ -249,8 +268,7 @@ static void plot(kt_buf *b, const cli_trial_row *rows, size_t n, double baseline
         kt_buf_printf(b, " &nbsp; ");
     }
     kt_buf_printf(b, "(verified trials; a point's tooltip names its candidate, \"m&lt;hex&gt;\" "
-                     "the group of the partition it belongs to; the ringed point is the "
-                     "winner)</p>\n");
+                     "the group of the partition it belongs to; ringed: the winner's kernels)</p>\n");
 }
 
 /* ---- the page ---- */
@@ -374,7 +392,7 @@ static void page(kt_buf *b, const report *r)
 
     kt_buf_printf(b, "<h2>Trials over time</h2>\n");
     plot(b, r->rows, r->n, r->rec ? r->rec->cublaslt_ns : j->baseline_ns, r->floor_ns,
-         r->rec ? r->rec->time_ns : j->best_ns);
+         r->rec ? r->rec->schedule : j->schedule);
 
     kt_buf_printf(b, "<h2>Rejected</h2>\n");
     size_t counts[CACHE_TRIAL_STATUS_COUNT] = {0}, first[CACHE_TRIAL_STATUS_COUNT];
