@@ -890,6 +890,7 @@ static void test_report(void **state)
     expect_in(page, "<!DOCTYPE html>");
     expect_in(page, "<svg");
     expect_in(page, "<circle");
+    expect_in(page, "stroke='#000'"); /* the winner's trials ringed */
     expect_in(page, "roofline floor");
     expect_in(page, "<span class=k>__global__</span>");
     assert_null(strstr(page, "<script"));
