@@ -481,7 +481,8 @@ int cli_report(int argc, char **argv)
     ops_graph *bound = NULL;
     cache_job job = {0};
     cli_trial_row *rows = NULL;
-    size_t n = 0;
+    size_t n = 0, n_gpus = 0;
+    cache_gpu *gpus = NULL;
     cache_record best;
     cache_record_init(&best);
     bool have = false;
@@ -513,11 +514,13 @@ int cli_report(int argc, char **argv)
         status = cli_error("%s", kerr.msg);
         goto out;
     }
-    /* the fastest best record of the key over the GPUs the trials were logged on */
-    for (size_t i = 0; i < n; i++) {
-        if (i > 0 && memcmp(&rows[i].gpu, &rows[i - 1].gpu, sizeof(rows[i].gpu)) == 0)
-            continue;
-        want.gpu = rows[i].gpu;
+    /* the fastest best record of the key over the GPUs the cache knows */
+    if (cache_gpus(cache, &gpus, &n_gpus, &kerr) < 0) {
+        status = cli_error("%s", kerr.msg);
+        goto out;
+    }
+    for (size_t i = 0; i < n_gpus; i++) {
+        want.gpu = gpus[i];
         cache_record r;
         cache_record_init(&r);
         if (cache_get(cache, &want, 0, &r, NULL) == 0 && (!have || r.time_ns < best.time_ns)) {
@@ -547,6 +550,7 @@ int cli_report(int argc, char **argv)
 out:
     kt_buf_free(&b);
     cache_record_free(&best);
+    free(gpus);
     free(rows);
     cache_job_free(&job);
     ktune_graph_free(kg);
