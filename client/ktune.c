@@ -125,14 +125,8 @@ static char **split_inline_values(int argc, char **argv, int *out_argc)
     return out;
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
-    char **split = split_inline_values(argc, argv, &argc);
-    if (!split) {
-        fprintf(stderr, "ktune: out of memory\n");
-        return CLI_FAIL;
-    }
-    argv = split;
     if (argc < 2) {
         print_help(stderr);
         return CLI_USAGE;
@@ -163,4 +157,20 @@ int main(int argc, char **argv)
     fprintf(stderr, "ktune: unknown command '%s'%s%s%s (see 'ktune --help')\n", name,
             near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
     return CLI_USAGE;
+}
+
+/* The split arguments: a global, so that they stay reachable when a command exits the process
+ * itself (exit after --help), as leak checkers see it. */
+static char **split_argv;
+
+int main(int argc, char **argv)
+{
+    split_argv = split_inline_values(argc, argv, &argc);
+    if (!split_argv) {
+        fprintf(stderr, "ktune: out of memory\n");
+        return CLI_FAIL;
+    }
+    int rc = run(argc, split_argv);
+    free(split_argv);
+    return rc;
 }

@@ -197,6 +197,8 @@ _PROTOTYPES = {
     "ktune_disconnect": (None, [c_void_p]),
     "ktune_client_set_timeout": (None, [c_void_p, c_double]),
     "ktune_job_state_name": (c_char_p, [c_int]),
+    "ktune_submit": (c_int, [c_void_p, c_void_p, _P(ktune_shape), c_int, _P(ktune_submit_opts),
+                             _P(ktune_job), _P(c_bool), _P(ktune_error)]),
     "ktune_submit2": (c_int, [c_void_p, c_void_p, _P(ktune_shape), c_int, _P(ktune_submit_opts),
                               ctypes.c_uint, _P(ktune_job), _P(c_bool), _P(ktune_error)]),
     "ktune_status": (c_int, [c_void_p, c_uint64, _P(ktune_job), _P(ktune_error)]),
