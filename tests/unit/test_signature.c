@@ -922,8 +922,11 @@ static double parse_sign_once(const void *mp, size_t len)
  * accept cost about 8 times those of graphs 8 times smaller (n log n allows ~11), not 64 times:
  * a 4 095-node chain took ~2 s (every name lookup a scan; colour refinement one round per node,
  * every key recomputed each round). A ratio of the best of 7 runs of each size, the sizes
- * interleaved so that a loaded machine (the suite runs tests in parallel) slows both alike; the
- * bound leaves room for noise. */
+ * interleaved so that a loaded machine (the suite runs tests in parallel) slows both alike. CI
+ * once saw the large wide graph at 2.5 times its usual CPU time while the small one kept its
+ * own (caches shared with parallel tests hurt the larger working set more), so a ratio over the
+ * bound is measured again, up to 5 rounds, keeping each size's best: noise passes in a later
+ * round, a quadratic cost never does. */
 static void test_cost_near_linear(void **state)
 {
     (void)state;
@@ -933,16 +936,21 @@ static void test_cost_near_linear(void **state)
         big_graph(512, wide, &mp_small, &len_small);
         big_graph(4095, wide, &mp_large, &len_large);
         double small = 1e9, large = 1e9;
-        for (int rep = 0; rep < 7; rep++) {
-            double s = parse_sign_once(mp_small, len_small);
-            double l = parse_sign_once(mp_large, len_large);
-            small = s < small ? s : small;
-            large = l < large ? l : large;
+        for (int round = 0; round < 5; round++) {
+            for (int rep = 0; rep < 7; rep++) {
+                double s = parse_sign_once(mp_small, len_small);
+                double l = parse_sign_once(mp_large, len_large);
+                small = s < small ? s : small;
+                large = l < large ? l : large;
+            }
+            print_message("%s, round %d: 512 nodes %.2f ms, 4 095 nodes %.2f ms (x%.1f)\n",
+                          wide ? "wide" : "chain", round + 1, small * 1e3, large * 1e3,
+                          large / small);
+            if (!(large > 24 * small && large > 0.05))
+                break;
         }
         free(mp_small);
         free(mp_large);
-        print_message("%s: 512 nodes %.2f ms, 4 095 nodes %.2f ms (x%.1f)\n",
-                      wide ? "wide" : "chain", small * 1e3, large * 1e3, large / small);
         if (large > 24 * small && large > 0.05)
             fail_msg("%s graph: 4 095 nodes cost %.1f ms, %.0f times 512 nodes' %.2f ms "
                      "(quadratic: 64 times)",
