@@ -320,6 +320,9 @@ typedef struct cache_job {
     /* the job remeasures: trial log entries older than this (unix milliseconds) are measured
      * again (srch_tune_opts.trials_since_ms); 0: every entry is read back */
     int64_t trials_since_ms;
+    /* the roofline floor of the bound graph on the GPU it ran on (ops_graph_roofline), which
+     * best_ns is a multiple of; 0 before it ran, or in older entries */
+    double floor_ns;
 } cache_job;
 
 void cache_job_free(cache_job *j); /* frees j->graph and zeroes *j; NULL is a no-op */

@@ -99,8 +99,8 @@ static int check_job(const cache_job *j, kt_err *err)
                           j->id);
     if (j->graph_len && !j->graph)
         return kt_err_set(err, -EINVAL, "job %" PRIu64 ": graph length without data", j->id);
-    const double nums[] = {j->tolerance,   j->budget_s, j->elapsed_s, j->best_ns,
-                           j->baseline_ns, j->err_norm, j->compile_s, j->measure_s};
+    const double nums[] = {j->tolerance, j->budget_s,  j->elapsed_s, j->best_ns, j->baseline_ns,
+                           j->err_norm,  j->compile_s, j->measure_s, j->floor_ns};
     for (size_t i = 0; i < KT_ARRAY_LEN(nums); i++)
         if (!isfinite(nums[i]) || nums[i] < 0)
             return kt_err_set(err, -EINVAL,
@@ -110,7 +110,7 @@ static int check_job(const cache_job *j, kt_err *err)
     return 0;
 }
 
-#define JOB_FIELDS 33
+#define JOB_FIELDS 34
 
 static int pack_job(msgpack_packer *pk, const cache_job *j)
 {
@@ -150,6 +150,7 @@ static int pack_job(msgpack_packer *pk, const cache_job *j)
     e = e || kt_mp_pack_ku64(pk, "owner", j->owner);
     e = e || kt_mp_pack_ki64(pk, "elapsed_at_ms", j->elapsed_at_ms);
     e = e || kt_mp_pack_ki64(pk, "trials_since_ms", j->trials_since_ms);
+    e = e || kt_mp_pack_kf64(pk, "floor_ns", j->floor_ns);
     return e ? -ENOMEM : 0;
 }
 
@@ -207,11 +208,13 @@ static const char *const job_fields[JOB_FIELDS] = {
     "shapes",    "precision", "tolerance", "budget",       "graph",   "submitted", "started",
     "finished",  "elapsed",   "trials",    "measured",     "resumed", "best_ns",   "baseline_ns",
     "err_norm",  "family",    "schedule",  "record",       "error",   "failures",  "compile_s",
-    "measure_s", "problem",   "owner",     "elapsed_at_ms", "trials_since_ms"};
+    "measure_s", "problem",   "owner",     "elapsed_at_ms", "trials_since_ms",
+    "floor_ns"};
 /* Added after journals were written: absent in older entries, decoded as 0 (an entry without
  * an owner is root's: only root or the admin group may cancel it). */
 #define JOB_OPTIONAL                                                                               \
-    ((1ull << 27) | (1ull << 28) | (1ull << 29) | (1ull << 30) | (1ull << 31) | (1ull << 32))
+    ((1ull << 27) | (1ull << 28) | (1ull << 29) | (1ull << 30) | (1ull << 31) | (1ull << 32) |   \
+     (1ull << 33))
 
 /* A text field as stored: entries written before names were checked (docs/protocol.md, "Names")
  * may hold control characters or bytes that are not UTF-8. Such a field is shown escaped, so
@@ -319,8 +322,10 @@ static int job_field(int f, const msgpack_object *v, void *ctx, cache_dec *d)
         return rc;
     case 31:
         return cache_get_i64(v, 0, INT64_MAX, &j->elapsed_at_ms, "elapsed_at_ms", d);
-    default:
+    case 32:
         return cache_get_i64(v, 0, INT64_MAX, &j->trials_since_ms, "trials_since_ms", d);
+    default:
+        return get_amount(v, &j->floor_ns, "floor_ns", d);
     }
 }
 

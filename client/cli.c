@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,4 +220,40 @@ int cli_client_error(const char *what, const ktune_error *err)
     if (what)
         return cli_error("%s: %s", what, err->msg);
     return cli_error("%s", err->msg);
+}
+
+int cli_roofline(const ops_graph *bound, ops_precision p, const char *gpu, ops_roofline *out)
+{
+    ops_device dev;
+    ops_diag d = {0};
+    memset(out, 0, sizeof(*out));
+    if (ops_device_find(gpu, &dev) < 0)
+        return -ENOENT;
+    return ops_graph_roofline(bound, p, &dev, out, &d);
+}
+
+void cli_roofline_text(double time_ns, const ops_roofline *r, char *buf, size_t len)
+{
+    char fl[32], rate[64];
+    cli_fmt_ns(r->floor_ns, fl, sizeof(fl));
+    if (r->memory_bound)
+        snprintf(rate, sizeof(rate), "%.3g MB at %.3g TB/s", r->bytes / 1e6, r->bytes_per_s / 1e12);
+    else
+        snprintf(rate, sizeof(rate), "%.3g GFLOP at %.3g TFLOP/s, %s", r->flops / 1e9,
+                 r->flops_per_s / 1e12, r->unit);
+    if (time_ns > 0)
+        snprintf(buf, len, "%.3g%% of the roofline floor %s (%s: %s-bound)",
+                 100.0 * r->floor_ns / time_ns, fl, rate, r->memory_bound ? "memory" : "compute");
+    else
+        snprintf(buf, len, "floor %s (%s: %s-bound)", fl, rate,
+                 r->memory_bound ? "memory" : "compute");
+}
+
+json_t *cli_roofline_json(double time_ns, const ops_roofline *r)
+{
+    return json_pack("{s:f, s:o, s:s, s:f, s:f, s:f, s:f, s:s}", "floor_ns", r->floor_ns,
+                     "fraction", time_ns > 0 ? json_real(r->floor_ns / time_ns) : json_null(),
+                     "bound", r->memory_bound ? "memory" : "compute", "bytes", r->bytes, "flops",
+                     r->flops, "bytes_per_s", r->bytes_per_s, "flops_per_s", r->flops_per_s,
+                     "unit", r->unit ? r->unit : "");
 }

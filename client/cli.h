@@ -43,6 +43,7 @@ int cli_lookup(int argc, char **argv); /* cli_lookup.c: the runtime's lookup, no
 int cli_trials(int argc, char **argv); /* cli_lookup.c: a graph's trial log, no daemon */
 int cli_report(int argc, char **argv); /* cli_report.c: a job's HTML page, no daemon */
 
+#include "ops/family.h"
 #include "ops/ops.h"
 
 #define CLI_MAX_BINDINGS 32
@@ -66,6 +67,15 @@ int cli_parse_graph_args(int argc, char **argv, cli_graph_args *a,
                          int (*extra)(void *ctx, const char *opt, const char *value), void *ctx);
 /* Reads, validates and binds the graph. On failure prints one line and returns CLI_FAIL. */
 int cli_load_graph(const cli_graph_args *a, ops_graph **graph, ops_graph **bound);
+/* The roofline of bound under precision p on the GPU named gpu (cuDeviceGetName's; docs/
+ * search.md, "Roofline"): 0, or -ENOENT for a GPU not in the device table (no floor). */
+int cli_roofline(const ops_graph *bound, ops_precision p, const char *gpu, ops_roofline *out);
+/* "91% of the roofline floor 12.3 us (268 MB at 4.19 TB/s: memory-bound)" for a kernel of
+ * time_ns. */
+void cli_roofline_text(double time_ns, const ops_roofline *r, char *buf, size_t len);
+/* {"floor_ns", "fraction", "bound", "bytes", "flops", "bytes_per_s", "flops_per_s", "unit"};
+ * fraction null without a time. */
+json_t *cli_roofline_json(double time_ns, const ops_roofline *r);
 /* Parses a positive integer option value; prints a usage error and returns -1 if invalid. */
 long cli_parse_count(const char *sub, const char *opt, const char *value);
 

@@ -73,6 +73,10 @@ json_t *cli_job_json(const ktune_job *j)
                         j->best_ns > 0 && j->baseline_ns > 0
                             ? json_real(j->baseline_ns / j->best_ns)
                             : json_null());
+    json_object_set_new(o, "floor_ns", ns_or_null(j->floor_ns));
+    json_object_set_new(o, "roofline_fraction", j->best_ns > 0 && j->floor_ns > 0
+                                                    ? json_real(j->floor_ns / j->best_ns)
+                                                    : json_null());
     json_object_set_new(o, "err_norm", json_real(j->err_norm));
     json_object_set_new(o, "family", json_string(j->family));
     json_object_set_new(o, "schedule", json_string(j->schedule));
@@ -145,6 +149,11 @@ void cli_print_job_result(const ktune_job *j)
         if (j->baseline_ns > 0) {
             cli_fmt_ns(j->baseline_ns, base, sizeof(base));
             printf("baseline   cuBLASLt %s: speed-up %.2fx\n", base, j->baseline_ns / j->best_ns);
+        }
+        if (j->floor_ns > 0) {
+            cli_fmt_ns(j->floor_ns, base, sizeof(base));
+            printf("roofline   %.3g%% of the floor %s (docs/search.md, \"Roofline\")\n",
+                   100.0 * j->floor_ns / j->best_ns, base);
         }
     }
     if (j->family[0]) {
@@ -418,7 +427,8 @@ out:
 static const char status_help[] =
     "usage: ktune status JOB [--socket PATH] [--json]\n"
     "\n"
-    "Shows one job: state, phase, trials, best time so far, the cuBLASLt baseline, the winning\n"
+    "Shows one job: state, phase, trials, best time so far, the cuBLASLt baseline, its fraction\n"
+    "of the graph's roofline floor on its GPU (docs/search.md, \"Roofline\"), the winning\n"
     "kernel once done, and why it failed or was cancelled.\n"
     "\n"
     "options:\n" SOCKET_HELP "  --json           the job as a JSON object\n"

@@ -27,6 +27,9 @@ static const char lookup_help[] =
     "\"exact\"), else the fastest record of the same GPU model tuned under another driver or\n"
     "toolkit (match \"compatible\"). Reads the cache directly; no daemon is needed. Without a\n"
     "GPU it lists the records of every GPU in the cache for that graph, shapes and precision.\n"
+    "Each record shows its roofline: the time no kernel can beat on its GPU (the graph's bytes\n"
+    "at the measured copy bandwidth, or its FLOPs at the peak its precision allows) and the\n"
+    "record's fraction of it (docs/search.md, \"Roofline\"; --json: \"roofline\").\n"
     "\n"
     "options:\n"
     "  --shape NAME=VALUE  bind a symbolic dimension (repeat or separate with commas)\n"
@@ -100,7 +103,9 @@ static json_t *gpu_json(const cache_gpu *g)
                      g->driver_version, "cuda_version", g->cuda_version);
 }
 
-static json_t *record_json(const cache_record *r, bool with_source)
+/* The record as JSON; with bound, its roofline on the record's GPU (docs/search.md,
+ * "Roofline"), null for a GPU not in the device table. */
+static json_t *record_json(const cache_record *r, bool with_source, const ops_graph *bound)
 {
     json_t *kernels = json_array();
     for (int i = 0; kernels && i < r->n_kernels; i++) {
@@ -123,10 +128,16 @@ static json_t *record_json(const cache_record *r, bool with_source)
                   "created", (json_int_t)r->created);
     if (o && with_source)
         json_object_set_new(o, "source", json_string(r->source ? r->source : ""));
+    ops_roofline roof;
+    if (o && bound)
+        json_object_set_new(o, "roofline",
+                            cli_roofline(bound, r->key.precision, r->key.gpu.name, &roof) == 0
+                                ? cli_roofline_json(r->time_ns, &roof)
+                                : json_null());
     return o;
 }
 
-static void print_record(const cache_record *r, const char *match)
+static void print_record(const cache_record *r, const char *match, const ops_graph *bound)
 {
     char t[32], p10[32], p90[32], base[32], drv[16], cuda[16];
     fmt_time(r->time_ns, t, sizeof(t));
@@ -143,6 +154,12 @@ static void print_record(const cache_record *r, const char *match)
     printf("time       %s (p10 %s, p90 %s, %s, %u reps)\n", t, p10, p90,
            r->timing == CACHE_TIMING_HOT ? "hot" : "cold", r->reps);
     printf("cuBLASLt   %s\n", base);
+    ops_roofline roof;
+    char line[256];
+    if (cli_roofline(bound, r->key.precision, r->key.gpu.name, &roof) == 0) {
+        cli_roofline_text(r->time_ns, &roof, line, sizeof(line));
+        printf("roofline   %s\n", line);
+    }
     if (r->tolerance > 0)
         printf("error      %.3g (normwise; tolerance %.3g)\n", r->err_norm, r->tolerance);
     else
@@ -178,6 +195,7 @@ typedef struct row {
 
 typedef struct list_state {
     const cache_key *want;
+    const ops_graph *bound;
     bool json, source;
     row *rows;
     size_t n, cap;
@@ -198,7 +216,7 @@ static int list_cb(const cache_record *r, int rank, void *ctx)
     w->err_norm = r->err_norm;
     if (s->source && r->source && !(w->source = strdup(r->source)))
         return -ENOMEM;
-    if (s->json && !(w->json = record_json(r, s->source)))
+    if (s->json && !(w->json = record_json(r, s->source, s->bound)))
         return -ENOMEM;
     return 0;
 }
@@ -244,10 +262,11 @@ static json_t *query_json(const cli_graph_args *a, const ktune_graph *kg, const 
 }
 
 static int list_every_gpu(const cli_graph_args *a, const lookup_opts *o, cache_env *cache,
-                          const cache_key *want, const ktune_graph *kg, const char *why)
+                          const cache_key *want, const ops_graph *bound, const ktune_graph *kg,
+                          const char *why)
 {
     fprintf(stderr, "ktune: no GPU here: showing records of every GPU (%s)\n", why);
-    list_state s = {.want = want, .json = a->json, .source = o->source};
+    list_state s = {.want = want, .bound = bound, .json = a->json, .source = o->source};
     size_t corrupt = 0;
     kt_err err = {0};
     int rc = cache_list(cache, NULL, 0, true, list_cb, &s, &corrupt, &err);
@@ -377,7 +396,7 @@ int cli_lookup(int argc, char **argv)
             status = cli_error("%s: %s", a.path, err.msg);
             goto out;
         }
-        status = list_every_gpu(&a, &o, ktune_rt_cache(rt), &want, kg, err.msg);
+        status = list_every_gpu(&a, &o, ktune_rt_cache(rt), &want, bound, kg, err.msg);
         goto out;
     }
     if (rc < 0) {
@@ -398,7 +417,7 @@ int cli_lookup(int argc, char **argv)
         if (q) {
             json_object_set_new(q, "gpu", gpu_json(&here));
             json_object_set_new(q, "match", json_string(m));
-            json_object_set_new(q, "record", record_json(r, o.source));
+            json_object_set_new(q, "record", record_json(r, o.source, bound));
         }
         status = cli_print_json(q);
         goto out;
@@ -411,10 +430,12 @@ int cli_lookup(int argc, char **argv)
     print_names(kg, false);
     printf("this GPU   %s (sm_%d%d, %d SMs), driver %s, CUDA %s\n", here.name, here.sm_major,
            here.sm_minor, here.sm_count, drv, cuda);
-    print_record(r, match == KTUNE_MATCH_EXACT
-                        ? "exact (tuned on this GPU, driver and toolkit)"
-                        : "compatible (same GPU model, other driver or toolkit: correct, possibly "
-                          "not the fastest here)");
+    print_record(r,
+                 match == KTUNE_MATCH_EXACT
+                     ? "exact (tuned on this GPU, driver and toolkit)"
+                     : "compatible (same GPU model, other driver or toolkit: correct, possibly "
+                       "not the fastest here)",
+                 bound);
     if (o.source && r->source)
         printf("\n%s%s", r->source,
                r->source_len && r->source[r->source_len - 1] == '\n' ? "" : "\n");

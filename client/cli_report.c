@@ -297,29 +297,8 @@ typedef struct report {
     const cli_trial_row *rows;
     size_t n;
     const cache_record *rec; /* the best record of the job's key, NULL when none */
-    double floor_ns;         /* roofline_ns on the record's GPU */
-    char floor_why[160];
+    ops_roofline roof; /* the record's graph on its GPU (cli_roofline); floor_ns 0: none */
 } report;
-
-/* The roofline floor: the graph's compulsory traffic (every input read once, every output
- * written once) at the GPU's DRAM bandwidth, or its FLOPs at the fastest unit's peak, whichever
- * takes longer; 0 for a GPU not in the device table. */
-static double roofline_ns(const ops_graph *g, const char *gpu, char *why, size_t cap)
-{
-    ops_device dev;
-    ops_cost c;
-    ops_diag d = {0};
-    why[0] = '\0';
-    if (ops_device_find(gpu, &dev) < 0 || ops_graph_cost(g, &c, &d) < 0 ||
-        !(dev.dram_bytes_per_s > 0))
-        return 0;
-    double peak = fmax(dev.f16_flops_per_s, fmax(dev.tf32_flops_per_s, dev.fp32_flops_per_s));
-    double mem = c.bytes / dev.dram_bytes_per_s * 1e9, math = peak > 0 ? c.flops / peak * 1e9 : 0;
-    snprintf(why, cap, "%.3g MB at %.3g TB/s, %.3g GFLOP at %.3g TFLOP/s: %s-bound", c.bytes / 1e6,
-             dev.dram_bytes_per_s / 1e12, c.flops / 1e9, peak / 1e12,
-             mem >= math ? "memory" : "compute");
-    return fmax(mem, math);
-}
 
 static void page(kt_buf *b, const report *r)
 {
@@ -376,11 +355,9 @@ static void page(kt_buf *b, const report *r)
         } else {
             row2(b, "cuBLASLt baseline", "none for this graph");
         }
-        if (r->floor_ns > 0) {
-            fmt_ns(r->floor_ns, tm2, sizeof(tm2));
-            snprintf(line, sizeof(line), "%s (%s); the winner takes %.2fx that", tm2,
-                     r->floor_why, rec->time_ns / r->floor_ns);
-            row2(b, "roofline floor", line);
+        if (r->roof.floor_ns > 0) {
+            cli_roofline_text(rec->time_ns, &r->roof, line, sizeof(line));
+            row2(b, "roofline", line);
         }
         snprintf(line, sizeof(line), "normwise %.3g against the tolerance %.3g (%s); largest "
                  "element %.3g of its bound",
@@ -391,7 +368,7 @@ static void page(kt_buf *b, const report *r)
     }
 
     kt_buf_printf(b, "<h2>Trials over time</h2>\n");
-    plot(b, r->rows, r->n, r->rec ? r->rec->cublaslt_ns : j->baseline_ns, r->floor_ns,
+    plot(b, r->rows, r->n, r->rec ? r->rec->cublaslt_ns : j->baseline_ns, r->roof.floor_ns,
          r->rec ? r->rec->schedule : j->schedule);
 
     kt_buf_printf(b, "<h2>Rejected</h2>\n");
@@ -534,7 +511,7 @@ int cli_report(int argc, char **argv)
     report rep = {.job = &job, .graph_name = ktune_graph_name(kg), .sig = ktune_graph_signature(kg),
                   .bound = bound, .rows = rows, .n = n, .rec = have ? &best : NULL};
     if (have)
-        rep.floor_ns = roofline_ns(bound, best.key.gpu.name, rep.floor_why, sizeof(rep.floor_why));
+        cli_roofline(bound, best.key.precision, best.key.gpu.name, &rep.roof);
     page(&b, &rep);
     if (kt_buf_status(&b) < 0) {
         status = cli_error("out of memory writing the report");

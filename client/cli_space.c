@@ -2,6 +2,7 @@
  * kernel group, candidates kept and pruned by reason, and the cost model's picks. */
 #include "cli.h"
 #include "search/space.h"
+#include "search/tune.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,8 @@ static const char space_help[] =
     "  --precision P       exact (default), tf32 or reduced: which math paths are allowed\n"
     "  --list              also list every kept candidate with its estimate\n"
     "  --json              one JSON object: candidates, pruned, families (name -> count),\n"
-    "                      partitions, groups (and list with --list)\n"
+    "                      partitions, groups (and list with --list: each candidate's group,\n"
+    "                      id as the trial log names it, schedule and estimate)\n"
     "  -h, --help          show this help\n";
 
 typedef struct space_opts {
@@ -135,10 +137,12 @@ static int print_json(const srch_space *s, const srch_candidate *cand, int64_t n
     if (cand) {
         json_t *list = json_array();
         for (int64_t i = 0; i < n_cand; i++) {
+            char id[CACHE_CAND_MAX]; /* the trial log's name for it (ktune trials) */
             ops_schedule_format(&cand[i].schedule, sched, sizeof(sched));
-            json_array_append_new(list,
-                                  json_pack("{s:i, s:s, s:f}", "group", cand[i].group, "schedule",
-                                            sched, "est_us", cand[i].est.seconds * 1e6));
+            srch_candidate_id(s->groups[cand[i].group].group.mask, &cand[i].schedule, id);
+            json_array_append_new(list, json_pack("{s:i, s:s, s:s, s:f}", "group", cand[i].group,
+                                                  "id", id, "schedule", sched, "est_us",
+                                                  cand[i].est.seconds * 1e6));
         }
         json_object_set_new(root, "list", list);
     }

@@ -46,8 +46,9 @@ static const char tune_help[] =
     "                   --local: CUDA_VISIBLE_DEVICES of the worker, default 0)\n"
     "  --quiet          no progress line on stderr (it shows elapsed time, the budget's time\n"
     "                   left, phase, trials, best so far against cuBLASLt)\n"
-    "  --json           one JSON object (through ktuned: the job; with --local: winner,\n"
-    "                   baseline_ns, speedup, trials, failures, ...)\n"
+    "  --json           one JSON object (through ktuned: the job, with floor_ns and\n"
+    "                   roofline_fraction; with --local: winner, baseline_ns, speedup,\n"
+    "                   roofline, trials, failures, ...)\n"
     "  -h, --help       show this help\n"
     "through ktuned:\n"
     "  --priority N     -100..100, higher runs first (default 0)\n"
@@ -250,6 +251,10 @@ static json_t *result_json(const cli_graph_args *ga, const srch_tune_result *r)
     json_object_set_new(o, "baseline_ns",
                         r->baseline_ns > 0 ? json_real(r->baseline_ns) : json_null());
     json_object_set_new(o, "speedup", r->speedup > 0 ? json_real(r->speedup) : json_null());
+    json_object_set_new(o, "roofline",
+                        r->roofline.floor_ns > 0
+                            ? cli_roofline_json(r->found ? r->time_ns : 0, &r->roofline)
+                            : json_null());
     json_object_set_new(o, "trials", json_integer(r->trials));
     json_object_set_new(o, "measured", json_integer(r->measured));
     json_object_set_new(o, "resumed", json_integer(r->resumed));
@@ -299,6 +304,11 @@ static void print_table(const srch_tune_result *r)
         if (r->baseline_ns > 0) {
             cli_fmt_ns(r->baseline_ns, base, sizeof(base));
             printf("baseline   cuBLASLt %s: speed-up %.2fx\n", base, r->speedup);
+        }
+        if (r->roofline.floor_ns > 0) {
+            char line[256];
+            cli_roofline_text(r->time_ns, &r->roofline, line, sizeof(line));
+            printf("roofline   %s\n", line);
         }
         printf("\n%-10s %-52s %10s %10s %10s %10s %9s\n", "family", "schedule", "time", "p10",
                "p90", "cuBLASLt", "error");

@@ -546,6 +546,7 @@ static int decode_job(const msgpack_object *o, ktune_job *j, ktune_error *err)
     d_f64(&d, o, "elapsed_s", &j->elapsed_s);
     d_f64(&d, o, "best_ns", &j->best_ns);
     d_f64(&d, o, "baseline_ns", &j->baseline_ns);
+    d_f64(&d, o, "floor_ns", &j->floor_ns);
     d_f64(&d, o, "err_norm", &j->err_norm);
     d_str(&d, o, "family", j->family, sizeof(j->family));
     d_str(&d, o, "schedule", j->schedule, sizeof(j->schedule));

@@ -175,6 +175,11 @@ typedef struct ktune_job {
     /* The uid that submitted the job (appended likewise): only it, root and ktuned's admin group
      * may cancel it. -1 from a daemon that does not say. */
     int64_t owner;
+    /* The roofline floor of the job's bound graph on the GPU it runs on (appended likewise):
+     * its compulsory bytes at the GPU's measured copy bandwidth or its FLOPs at the peak of the
+     * unit its precision allows, whichever is longer; floor_ns / best_ns is how close the
+     * winner is to the limit. 0: not known yet (queued), or from an older daemon. */
+    double floor_ns;
 } ktune_job;
 
 typedef struct ktune_submit_opts {

@@ -518,6 +518,7 @@ void kd_jobs_on_progress(kd_daemon *d, int slot, uint64_t job, const srch_tune_p
     kj->j.resumed = p->resumed;
     kj->j.best_ns = p->best_ns > 0 ? p->best_ns : 0;
     kj->j.baseline_ns = p->baseline_ns > 0 ? p->baseline_ns : 0;
+    kj->j.floor_ns = p->floor_ns > 0 ? p->floor_ns : 0;
     double e = kj->elapsed0 + (p->elapsed_s > 0 ? p->elapsed_s : 0);
     if (e > kj->j.elapsed_s) /* save() may have counted from the attempt's start already */
         kj->j.elapsed_s = e;
@@ -545,6 +546,7 @@ static void take_result(kd_job *kj, const srch_tune_result *r)
     j->trials = r->trials;
     j->measured = r->measured;
     j->resumed = r->resumed;
+    j->floor_ns = r->roofline.floor_ns;
     memcpy(kj->failures, r->failures, sizeof(kj->failures));
     if (!r->found) {
         char f[200];

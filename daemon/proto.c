@@ -18,7 +18,7 @@ void kd_pack_job(msgpack_packer *pk, const kd_job *kj)
     int nfail = 0;
     for (int s = 1; s < SRCH_STATUS_COUNT; s++)
         nfail += kj->failures[s] > 0;
-    msgpack_pack_map(pk, 29);
+    msgpack_pack_map(pk, 30);
     kt_mp_pack_ku64(pk, "job", j->id);
     kt_mp_pack_ku64(pk, "owner", j->owner);
     kt_mp_pack_kstr(pk, "name", j->name);
@@ -45,6 +45,7 @@ void kd_pack_job(msgpack_packer *pk, const kd_job *kj)
     kt_mp_pack_kf64(pk, "elapsed_s", j->elapsed_s);
     kt_mp_pack_kf64(pk, "best_ns", j->best_ns);
     kt_mp_pack_kf64(pk, "baseline_ns", j->baseline_ns);
+    kt_mp_pack_kf64(pk, "floor_ns", j->floor_ns);
     kt_mp_pack_kf64(pk, "err_norm", j->err_norm);
     kt_mp_pack_kstr(pk, "family", j->family);
     kt_mp_pack_kstr(pk, "schedule", j->schedule);

@@ -14,6 +14,7 @@
  * Counts are taken on the canonical graph (composites expanded into primitives). Bytes are the
  * compulsory traffic: every graph input read once and every graph output written once, in their
  * dtypes. */
+#include "family.h"
 #include "ops.h"
 
 #include <stdlib.h>
@@ -110,4 +111,32 @@ int ops_graph_cost(const ops_graph *g, ops_cost *out, ops_diag *d)
 out:
     ops_graph_free(canon);
     return rc;
+}
+
+int ops_graph_roofline(const ops_graph *bound, ops_precision p, const ops_device *dev,
+                       ops_roofline *out, ops_diag *d)
+{
+    if (!bound || !dev || !out)
+        return -EINVAL;
+    ops_cost c;
+    int rc = ops_graph_cost(bound, &c, d);
+    if (rc < 0)
+        return rc;
+    bool half = p == OPS_PREC_REDUCED;
+    for (int t = 0; t < bound->n_tensors && !half; t++)
+        half = bound->tensors[t].producer < 0 &&
+               (bound->tensors[t].dtype == OPS_DT_F16 || bound->tensors[t].dtype == OPS_DT_BF16);
+    ops_roofline r = {.bytes = c.bytes, .flops = c.flops, .bytes_per_s = dev->dram_bytes_per_s};
+    if (half)
+        r.flops_per_s = dev->f16_flops_per_s, r.unit = "f16/bf16 tensor cores";
+    else if (p == OPS_PREC_TF32)
+        r.flops_per_s = dev->tf32_flops_per_s, r.unit = "tf32 tensor cores";
+    else
+        r.flops_per_s = dev->fp32_flops_per_s, r.unit = "fp32 FFMA";
+    r.mem_ns = r.bytes_per_s > 0 ? r.bytes / r.bytes_per_s * 1e9 : 0;
+    r.math_ns = r.flops_per_s > 0 ? r.flops / r.flops_per_s * 1e9 : 0;
+    r.memory_bound = r.mem_ns >= r.math_ns;
+    r.floor_ns = r.memory_bound ? r.mem_ns : r.math_ns;
+    *out = r;
+    return 0;
 }

@@ -99,6 +99,24 @@ void ops_device_h200(ops_device *dev);
  * in it (or NULL), the table's fastest entry by memory bandwidth and -ENOENT. */
 int ops_device_find(const char *name, ops_device *dev);
 
+/* The roofline floor of a bound graph on dev: its compulsory traffic (ops_graph_cost's bytes:
+ * every input read once, every output written once) at the device's measured copy bandwidth,
+ * or its arithmetic at the peak of the fastest unit the precision lets it use (f16/bf16 tensor
+ * cores for a graph with 16-bit inputs or under "reduced", tf32 tensor cores under "tf32",
+ * else fp32 FFMA), whichever takes longer. A kernel timed hot (its data partly in L2) may beat
+ * it. What `ktune tune`, `status`, `lookup --json` and `report` show as the winner's fraction
+ * of its floor (docs/search.md, "Roofline"). */
+typedef struct ops_roofline {
+    double bytes, flops;
+    double bytes_per_s, flops_per_s; /* the rates used */
+    const char *unit;                /* the unit whose peak flops_per_s is */
+    double mem_ns, math_ns;
+    double floor_ns; /* the larger of both */
+    bool memory_bound;
+} ops_roofline;
+int ops_graph_roofline(const ops_graph *bound, ops_precision p, const ops_device *dev,
+                       ops_roofline *out, ops_diag *d);
+
 typedef enum ops_arg_kind {
     OPS_ARG_TENSOR,     /* a graph tensor's device pointer */
     OPS_ARG_WORKSPACE,  /* workspace base + offset */

@@ -1189,6 +1189,10 @@ int srch_tune(const ops_graph *g, const ops_binding *b, int n, cache_env *cache,
         rc = kt_err_set(err, rc, "%s", d.msg);
         goto out;
     }
+    /* What the winner is measured against in progress and results: never fatal (a graph the
+     * space took has a cost). */
+    if (ops_graph_roofline(bound, opts->precision, &t.dev, &out->roofline, &d) == 0)
+        t.prog.floor_ns = out->roofline.floor_ns;
     if ((rc = srch_space_candidates(t.s, &t.list, &t.n)) < 0) {
         rc = kt_err_set(err, rc, "out of memory listing candidates");
         goto out;

@@ -87,6 +87,7 @@ typedef struct srch_tune_progress {
     double compile_s; /* NVRTC seconds of the compiles this job consumed (store hits: 0); the
                        * pool compiles in parallel, so this may exceed elapsed_s */
     double measure_s; /* wall seconds inside srch_worker_eval and srch_worker_retime */
+    double floor_ns;  /* the bound graph's roofline floor on the worker's GPU (ops_graph_roofline) */
 } srch_tune_progress;
 
 typedef struct srch_tune_opts {
@@ -158,6 +159,7 @@ typedef struct srch_tune_result {
                          * over its groups */
     double baseline_ns; /* best partition with cuBLASLt for every matmul group, 0 when none */
     double speedup;     /* baseline_ns / time_ns, 0 without a baseline */
+    ops_roofline roofline; /* the bound graph's on the worker's GPU; floor_ns 0 when unknown */
     int trials, measured, resumed, restarts;
     int reloads; /* finalists loaded into the worker again to be re-timed (evicted or lost to a
                   * restart since their evaluation) */

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -360,6 +361,14 @@ static void daemon_stop(daemon_proc *d)
     d->pid = 0;
 }
 
+/* a and b within tol (relative to b's size when b is large) */
+static void expect_near(double a, double b, double tol)
+{
+    double scale = fabs(b) > 1.0 ? fabs(b) : 1.0;
+    if (!(fabs(a - b) <= tol * scale))
+        fail_msg("%.17g, expected %.17g (within %g)", a, b, tol);
+}
+
 static void test_end_to_end(void **state)
 {
     daemon_proc *d = daemon_start("e2e", NULL);
@@ -382,6 +391,7 @@ static void test_end_to_end(void **state)
     expect_in(r->out, "state      done");
     expect_in(r->out, "winner");
     expect_in(r->out, "cached     yes");
+    expect_in(r->out, "% of the floor 22 ns"); /* the roofline, below */
     free(r);
     /* The same job again: joined, nothing to do. */
     r = RUN("tune", example("softmax.json"), "--shape", "M=64,N=128", "--json", "--socket",
@@ -392,6 +402,28 @@ static void test_end_to_end(void **state)
     assert_string_equal(json_string_value(json_object_get(v, "state")), "done");
     json_int_t tune_id = json_integer_value(json_object_get(v, "job"));
     json_int_t tune_trials = json_integer_value(json_object_get(v, "trials"));
+    /* The roofline floor on the fake worker's H100: 64 x 128 f32 read and written, 65 536
+     * bytes at 3.0 TB/s, 21.8 ns; the winner's fraction of it is the floor over its time. */
+    double floor_ns = json_real_value(json_object_get(v, "floor_ns"));
+    if (fabs(floor_ns - 65536 / 3.0e12 * 1e9) > 1e-9)
+        fail_msg("floor_ns %.17g, expected 65536 bytes at 3.0 TB/s", floor_ns);
+    expect_near(json_real_value(json_object_get(v, "roofline_fraction")),
+                        floor_ns / json_real_value(json_object_get(v, "best_ns")), 1e-12);
+    json_decref(v);
+    free(r);
+    /* lookup (no GPU here: every GPU's records) carries each record's roofline */
+    r = RUN("lookup", example("softmax.json"), "--shape", "M=64,N=128", "--cache", d->cache,
+            "--json");
+    if (r->status != 0)
+        fail_msg("lookup: status %d\nstderr: %s", r->status, r->err);
+    v = parse_json(r);
+    json_t *rec = json_array_get(json_object_get(v, "records"), 0);
+    json_t *roof = json_object_get(rec, "roofline");
+    expect_near(json_real_value(json_object_get(roof, "floor_ns")), floor_ns, 1e-9);
+    assert_string_equal(json_string_value(json_object_get(roof, "bound")), "memory");
+    expect_near(json_real_value(json_object_get(roof, "bytes")), 65536, 0);
+    expect_near(json_real_value(json_object_get(roof, "fraction")),
+                        floor_ns / json_real_value(json_object_get(rec, "time_ns")), 1e-12);
     json_decref(v);
     free(r);
     /* trials: the job's trial log from the cache, no daemon: as many entries as the job's
@@ -534,6 +566,7 @@ static void test_end_to_end(void **state)
     r = RUN("status", id, "--socket", d->sock);
     assert_int_equal(r->status, 0);
     expect_in(r->out, "state      done");
+    expect_in(r->out, "roofline   ");
     free(r);
     r = RUN("watch", id, "--socket", d->sock);
     assert_int_equal(r->status, 0);

@@ -85,6 +85,7 @@ static void fill_job(cache_job *j, uint64_t id, cache_job_state st)
     j->owner = 1000 + (uint32_t)id;
     j->elapsed_at_ms = 1795000000123;
     j->trials_since_ms = 1795000000042;
+    j->floor_ns = 2140.5;
 }
 
 static void assert_job_equal(const cache_job *a, const cache_job *b)
@@ -126,6 +127,7 @@ static void assert_job_equal(const cache_job *a, const cache_job *b)
     assert_int_equal(a->owner, b->owner);
     assert_int_equal(a->elapsed_at_ms, b->elapsed_at_ms);
     assert_int_equal(a->trials_since_ms, b->trials_since_ms);
+    assert_true(a->floor_ns == b->floor_ns);
 }
 
 static void test_state_names(void **state)
@@ -438,14 +440,15 @@ static void test_entry_without_owner(void **state)
         assert_int_equal(cache_job_put(f->env, &j, &err), 0);
         cache_job_free(&j);
     }
-    const char *const later[] = {"owner", "elapsed_at_ms", "trials_since_ms"};
-    rewrite_job(f, 1, later, 3, NULL);
+    const char *const later[] = {"owner", "elapsed_at_ms", "trials_since_ms", "floor_ns"};
+    rewrite_job(f, 1, later, 4, NULL);
     rewrite_job(f, 2, NULL, 0, "owner"); /* a string where a uid belongs */
     assert_int_equal(cache_job_get(f->env, 1, &back, &err), 0);
     fill_job(&j, 1, CACHE_JOB_QUEUED);
     j.owner = 0;
     j.elapsed_at_ms = 0;
     j.trials_since_ms = 0; /* remeasures nothing */
+    j.floor_ns = 0;        /* not known */
     assert_job_equal(&j, &back);
     cache_job_free(&back);
     cache_job_free(&j);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/family.h"
 #include "ops/ops.h"
 
 /* ---- graph building helpers ---- */
@@ -1221,9 +1222,57 @@ static void test_cost_conv_attention(void **state)
                "B", 2, 2.0 * 8 * (64.0 * 65 / 2) * 64, 2.0 * 4 * (2 * 4 * 64 * 32));
 }
 
+/* The roofline floor (docs/search.md, "Roofline") on the H100: bytes at the copy bandwidth or
+ * FLOPs at the peak of the unit the precision allows, whichever is longer. */
+static void test_roofline(void **state)
+{
+    (void)state;
+    ops_device h100;
+    ops_device_h100(&h100);
+    ops_diag d = {0};
+    ops_roofline r;
+    /* f32 softmax 4096 x 1000: 32.8 MB at 3.0 TB/s; 20.5 MFLOP is far below that at FFMA. */
+    const char *sm = "{\"name\":\"sm\",\"inputs\":{\"X\":{\"dtype\":\"f32\","
+                     "\"shape\":[\"R\",1000]}},"
+                     "\"nodes\":[{\"out\":\"Y\",\"op\":\"softmax\",\"in\":[\"X\"]}],"
+                     "\"outputs\":[\"Y\"]}";
+    ops_graph *g = parse_bound(sm, "R", 4096);
+    assert_int_equal(ops_graph_roofline(g, OPS_PREC_EXACT, &h100, &r, &d), 0);
+    assert_true(r.memory_bound);
+    assert_true(r.bytes == 2.0 * 4096 * 1000 * 4);
+    assert_true(r.floor_ns == r.bytes / 3.0e12 * 1e9);
+    ops_graph_free(g);
+    /* A 4096^3 matmul: compute-bound, at the peak of the unit its dtype and precision allow. */
+    static const struct {
+        const char *dtype;
+        ops_precision p;
+        double peak;
+    } cases[] = {{"f32", OPS_PREC_EXACT, 51e12},
+                 {"f32", OPS_PREC_TF32, 372e12},
+                 {"f32", OPS_PREC_REDUCED, 745e12},
+                 {"bf16", OPS_PREC_EXACT, 745e12}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char mm[512];
+        snprintf(mm, sizeof(mm),
+                 "{\"name\":\"mm\",\"inputs\":{\"A\":{\"dtype\":\"%s\",\"shape\":[\"M\",4096]},"
+                 "\"B\":{\"dtype\":\"%s\",\"shape\":[4096,4096]}},"
+                 "\"nodes\":[{\"out\":\"C\",\"op\":\"matmul\",\"in\":[\"A\",\"B\"]}],"
+                 "\"outputs\":[\"C\"]}",
+                 cases[i].dtype, cases[i].dtype);
+        g = parse_bound(mm, "M", 4096);
+        assert_int_equal(ops_graph_roofline(g, cases[i].p, &h100, &r, &d), 0);
+        assert_false(r.memory_bound);
+        assert_true(r.flops == 2.0 * 4096 * 4096 * 4096);
+        assert_true(r.flops_per_s == cases[i].peak);
+        assert_true(r.floor_ns == r.flops / cases[i].peak * 1e9 && r.floor_ns > r.mem_ns);
+        ops_graph_free(g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roofline),
         cmocka_unit_test(test_unary_simple),
         cmocka_unit_test(test_unary_exp_log_sqrt),
         cmocka_unit_test(test_unary_activations),

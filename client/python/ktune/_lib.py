@@ -78,6 +78,7 @@ class ktune_job(ctypes.Structure):
         ("compile_s", c_double),
         ("measure_s", c_double),
         ("owner", c_int64),
+        ("floor_ns", c_double),
     ]
 
 

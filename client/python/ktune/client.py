@@ -85,6 +85,8 @@ class Job:
     compile_s: float = 0.0  # NVRTC seconds, summed over the compile pool
     measure_s: float = 0.0  # seconds measuring on the GPU
     owner: object = None  # the uid that submitted it (None: the daemon did not say)
+    # the roofline floor of its graph on its GPU (docs/search.md, "Roofline"); None: not known
+    floor_ns: object = None
 
     @property
     def ended(self):
@@ -95,6 +97,11 @@ class Job:
     def speedup(self):
         """baseline_ns / best_ns, or None."""
         return self.baseline_ns / self.best_ns if self.best_ns and self.baseline_ns else None
+
+    @property
+    def roofline_fraction(self):
+        """floor_ns / best_ns: how close the best kernel is to the limit (1.0), or None."""
+        return self.floor_ns / self.best_ns if self.best_ns and self.floor_ns else None
 
     @classmethod
     def _from_c(cls, j, joined=False):
@@ -111,7 +118,7 @@ class Job:
             error=_lib.text(j.error), joined=bool(joined),
             failures={_lib.text(f.name): f.count for f in j.failures[:j.n_failures]},
             compile_s=j.compile_s, measure_s=j.measure_s,
-            owner=None if j.owner < 0 else int(j.owner))
+            owner=None if j.owner < 0 else int(j.owner), floor_ns=_opt(j.floor_ns))
 
 
 @dataclass(frozen=True)
