@@ -58,7 +58,7 @@ void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_device 
         flops += 2.0 * K * elems * computed;
         mm_k += K * computed;
     }
-    bool split = p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER;
+    bool split = p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER || p->strategy == ST_SPLIT_LANE;
     bool cluster = p->strategy == ST_CLUSTER;
     int kernels = split && !cluster ? in->n_levels + 1 : 1;
     double reread = 0;
@@ -73,7 +73,7 @@ void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_device 
                     : 0;
     double bytes = in_bytes + out_bytes + reread + ws;
     /* Strided rows read by several threads along the row touch a sector per element. */
-    if (in->inner > 1 && p->tpr > 1 && p->strategy != ST_LANE)
+    if (in->inner > 1 && p->tpr > 1 && !row_lanes(p))
         bytes += elems * row_in_bytes * (in->inner >= 8 ? 7 : (double)in->inner - 1);
 
     int regs = p->regs > 0 ? p->regs : 64;

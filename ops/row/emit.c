@@ -51,7 +51,7 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
         goto fail;
     }
     rw_gen gen = {.in = in, .p = p, .ix = in->wide ? "long long" : "int"};
-    gen.split = p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER;
+    gen.split = row_split_ws(p) || p->strategy == ST_CLUSTER;
     char sname[16];
     snprintf(sname, sizeof(sname), "%s", row_strategy_labels[p->strategy]);
     if (p->strategy == ST_CLUSTER) {
@@ -94,19 +94,20 @@ static int row_emit(const ops_group *grp, const ops_schedule *s, const ops_devic
         int n_k = in->n_levels + 1;
         for (int lvl = 1; lvl <= n_k; lvl++) {
             ops_kernel_launch *k = &out->kernels[lvl - 1];
-            snprintf(k->entry, sizeof(k->entry), "ktune_row_split_t%d_%s_v%d_k%d%s", p->threads,
-                     p->pass == PASS_ONE ? "one" : "multi", p->vec, lvl, grp->entry_suffix);
+            snprintf(k->entry, sizeof(k->entry), "ktune_row_split%s_t%d_%s_v%d_k%d%s",
+                     row_lanes(p) ? "_lane" : "", p->threads, p->pass == PASS_ONE ? "one" : "multi",
+                     p->vec, lvl, grp->entry_suffix);
             kt_buf_printf(&kern, "\n");
             kt_buf_line(&kern,
-                        "/* kernel %d of %d: %lld rows of %lld elements, %d chunks "
+                        "/* kernel %d of %d: %lld rows of %lld elements%s, %d chunks "
                         "of %lld per row; %s */",
-                        lvl, n_k, (long long)in->n_rows, (long long)in->L, p->S,
+                        lvl, n_k, (long long)in->n_rows, (long long)in->L,
+                        row_lanes(p) ? " (strided: a lane a row, 32 rows a block)" : "", p->S,
                         (long long)p->chunk,
                         lvl <= in->n_levels ? "partial reductions into the workspace"
                                             : "combine and write the outputs");
             row_emit_split_kernel(&gen, &kern, k->entry, lvl, k);
-            bool rows_only = lvl > in->n_levels && !in->full_out;
-            k->grid[0] = (uint32_t)(rows_only ? in->n_rows * p->S : p->grid);
+            k->grid[0] = (uint32_t)p->grid;
             k->grid[1] = k->grid[2] = 1;
             k->block[0] = (uint32_t)p->threads;
             k->block[1] = k->block[2] = 1;

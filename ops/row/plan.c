@@ -9,14 +9,15 @@
 
 const char *const row_strategy_labels[] = {"warp_per_row", "block_per_row",  "rows_per_block",
                                            "split_row",    "thread_per_row", "lane_per_row",
-                                           "split_cluster"};
+                                           "split_cluster", "split_lane"};
 static const char *const pass_labels[] = {"multi_pass", "one_pass"};
 static const char *const storage_labels[] = {"registers", "shared", "re_read"};
 
 const ops_knob row_knobs[N_KNOBS] = {
     [K_STRATEGY] = {"strategy",
-                    7,
-                    {ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE, ST_CLUSTER},
+                    8,
+                    {ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE, ST_CLUSTER,
+                     ST_SPLIT_LANE},
                     row_strategy_labels},
     [K_THREADS] = {"threads", 6, {32, 64, 128, 256, 512, 1024}, NULL},
     [K_ROWS] = {"rows", 4, {1, 2, 4, 8}, NULL},
@@ -24,6 +25,16 @@ const ops_knob row_knobs[N_KNOBS] = {
     [K_STORAGE] = {"storage", 3, {STO_REGS, STO_SHARED, STO_REREAD}, storage_labels},
     [K_VEC] = {"vec", 4, {1, 2, 4, 8}, NULL}, /* 8: 16-byte accesses of 16-bit data */
 };
+
+bool row_lanes(const rw_plan *p)
+{
+    return p->strategy == ST_LANE || p->strategy == ST_SPLIT_LANE;
+}
+
+bool row_split_ws(const rw_plan *p)
+{
+    return p->strategy == ST_SPLIT || p->strategy == ST_SPLIT_LANE;
+}
 
 /* Floats between the rows kept in shared memory: odd for lane_per_row, whose lanes read 32
  * different rows at the same element (an even stride would put them on few banks). */
@@ -37,7 +48,7 @@ int64_t row_smem_stride(const rw_plan *p, int64_t L)
  * hold different rows), none otherwise. */
 int row_partials(const rw_plan *p)
 {
-    if (p->strategy == ST_LANE)
+    if (row_lanes(p))
         return p->tpr;
     return p->tpr > 32 ? p->tpr / 32 : 0;
 }
@@ -49,12 +60,14 @@ static int reg_limit(const ops_device *dev, int threads)
     return lim & ~7;
 }
 
-static int splits_for(const rw_info *in, const ops_device *dev, int threads, int vec,
-                      int64_t *chunk)
+/* Chunks a row is cut into so that blocks (groups of them before the cut) fill the SMs twice,
+ * each chunk at least span elements (a trip of the row's threads). */
+static int splits_for(const rw_info *in, const ops_device *dev, int64_t groups, int64_t span,
+                      int vec, int64_t *chunk)
 {
     int64_t target = 2LL * dev->sm_count;
-    int64_t S = (target + in->n_rows - 1) / in->n_rows;
-    int64_t most = in->L / ((int64_t)threads * vec);
+    int64_t S = (target + groups - 1) / groups;
+    int64_t most = in->L / span;
     S = S > most ? most : S;
     S = S > RW_MAX_SPLITS ? RW_MAX_SPLITS : S;
     S = S < 1 ? 1 : S;
@@ -137,6 +150,17 @@ const char *row_plan_of(const rw_info *in, const ops_schedule *s, const ops_devi
         if (p->tpr / 2 >= in->L)
             return "shape"; /* more than half the warps idle */
         break;
+    case ST_SPLIT_LANE:
+        if (in->inner == 1)
+            return "shape"; /* contiguous rows: split_row */
+        if (p->rows != 1 || p->storage != STO_REREAD)
+            return "redundant";
+        p->tpr = p->threads / dev->warp_size; /* 32 threads: a lane a row, one block per chunk */
+        if (p->tpr < 1)
+            return "threads";
+        p->G = dev->warp_size;
+        p->rseq = 1;
+        break;
     default:
         return "shape";
     }
@@ -165,8 +189,9 @@ const char *row_plan_of(const rw_info *in, const ops_schedule *s, const ops_devi
                     return "align";
         }
     }
-    if (p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER) {
-        p->S = splits_for(in, dev, p->threads, p->vec, &p->chunk);
+    if (p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER || p->strategy == ST_SPLIT_LANE) {
+        int64_t groups = p->strategy == ST_SPLIT_LANE ? (in->n_rows + p->G - 1) / p->G : in->n_rows;
+        p->S = splits_for(in, dev, groups, (int64_t)p->tpr * p->vec, p->vec, &p->chunk);
         if (p->strategy == ST_CLUSTER && p->S > RW_MAX_CLUSTER) {
             p->chunk = (in->L + RW_MAX_CLUSTER - 1) / RW_MAX_CLUSTER;
             p->chunk = (p->chunk + p->vec - 1) / p->vec * p->vec;
@@ -178,8 +203,10 @@ const char *row_plan_of(const rw_info *in, const ops_schedule *s, const ops_devi
         }
         if (p->S < 2)
             return "shape";
-        if (p->strategy == ST_SPLIT && in->n_levels + 1 > OPS_MAX_KERNELS)
+        if (row_split_ws(p) && in->n_levels + 1 > OPS_MAX_KERNELS)
             return "shape";
+        if (p->strategy == ST_SPLIT_LANE && p->tpr > 1 && p->tpr / 2 >= p->chunk)
+            return "shape"; /* more than half the warps idle */
     }
     /* More than half the threads of a row idle. */
     if (p->tpr > dev->warp_size && (int64_t)(p->tpr / 2) * p->vec >= p->chunk)
@@ -188,7 +215,8 @@ const char *row_plan_of(const rw_info *in, const ops_schedule *s, const ops_devi
     p->rows_per_block = (int64_t)p->G * p->rseq;
     p->grid = p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER
                   ? in->n_rows * p->S
-                  : (in->n_rows + p->rows_per_block - 1) / p->rows_per_block;
+                  : (in->n_rows + p->rows_per_block - 1) / p->rows_per_block *
+                        (p->strategy == ST_SPLIT_LANE ? p->S : 1);
     if (p->grid > RW_MAX_GRID)
         return "shape";
     if (p->rows_per_block > 2 * in->n_rows && p->rseq > 1)

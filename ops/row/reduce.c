@@ -218,7 +218,7 @@ static void emit_lane_reduce(kt_buf *b, const rw_plan *p, const rw_acc *accs, in
 void row_emit_group_reduce(rw_gen *s, kt_buf *b, const rw_acc *accs, int n_acc)
 {
     const rw_plan *p = s->p;
-    if (p->strategy == ST_LANE) {
+    if (row_lanes(p)) {
         emit_lane_reduce(b, p, accs, n_acc);
         return;
     }

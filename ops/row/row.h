@@ -37,6 +37,10 @@
  *                   (coalesced), so tpr = threads / 32 threads, one per warp, split each row;
  *                   their partials meet in shared memory (for rows too few for a thread each
  *                   to keep the memory system busy, e.g. a sum over the middle axis)
+ *   split_lane      strided rows only: lane_per_row's layout with the rows cut into S chunks as
+ *                   split_row cuts them, a block per (32 adjacent rows, chunk), partials through
+ *                   the workspace: for row groups too few to fill the SMs (a reduction over the
+ *                   first axis into a few hundred columns)
  * Row storage: inputs of shape X read in two or more passes are kept in registers (fully
  * unrolled, compile-time sized), in shared memory (each thread reads back only what it wrote,
  * so no barrier is needed), or re-read from global memory. Rows past the end are clamped to
@@ -82,7 +86,7 @@
 #include <stdint.h>
 
 enum { K_STRATEGY, K_THREADS, K_ROWS, K_PASS, K_STORAGE, K_VEC, N_KNOBS };
-enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE, ST_CLUSTER };
+enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE, ST_CLUSTER, ST_SPLIT_LANE };
 enum { PASS_MULTI, PASS_ONE };
 enum { STO_REGS, STO_SHARED, STO_REREAD };
 
@@ -134,7 +138,7 @@ typedef struct rw_plan {
     int strategy, threads, rows, pass, storage, vec;
     int tpr, G, rseq;
     int64_t rows_per_block, grid;
-    int S;         /* splits per row (split_row), else 1 */
+    int S;         /* splits per row (split_row, split_cluster, split_lane), else 1 */
     int64_t chunk; /* elements per split (L when not split) */
     int nk;        /* loop trips per thread over a row (chunk) */
     int n_cached;
@@ -187,6 +191,8 @@ int row_kind_components(rw_kind k);
 int row_level_components(const rw_info *in, int p);
 
 /* ---- plan.c ---- */
+bool row_lanes(const rw_plan *p);      /* lane_per_row or split_lane: lane g on row g of 32 */
+bool row_split_ws(const rw_plan *p);   /* split_row or split_lane: a kernel per level */
 int64_t row_smem_stride(const rw_plan *p, int64_t L);
 int row_partials(const rw_plan *p);
 const char *row_plan_of(const rw_info *in, const ops_schedule *s, const ops_device *dev,

@@ -64,22 +64,37 @@ static void emit_combine(rw_gen *s, kt_buf *b, int level)
     row_emit_nodes(s, b, level);
 }
 
-/* The rest of a split_row / split_cluster kernel: kt_red, which thread, row and chunk (for
- * split_cluster the chunk is the block's rank in its cluster), then body (freed), closing the
- * kernel. */
+/* The rest of a split_row / split_cluster / split_lane kernel: kt_red, which thread, row and
+ * chunk (for split_cluster the chunk is the block's rank in its cluster), then body (freed),
+ * closing the kernel. split_lane: lane g of every warp on row g of the block's 32 adjacent rows
+ * (a row past the end clamped to the last, its stores skipped, so barriers stay uniform). */
 static void emit_chunk_kernel_end(rw_gen *s, kt_buf *b, kt_buf *body)
 {
     const rw_info *in = s->in;
     const rw_plan *p = s->p;
-    if (p->tpr > 32)
+    if (row_lanes(p)) {
         kt_buf_line(b, "    __shared__ float kt_red[%d];",
-                    (p->tpr / 32) * (p->red_floats ? p->red_floats : 1));
-    kt_buf_line(b, "    const int t = threadIdx.x;");
-    if (p->tpr > 32) {
-        kt_buf_line(b, "    const int lane = threadIdx.x %% 32;");
-        kt_buf_line(b, "    const int warp = t / 32;");
+                    p->G * row_partials(p) * (p->red_floats ? p->red_floats : 1));
+        kt_buf_line(b, "    const int g = threadIdx.x %% %d; /* row group: the lane */", p->G);
+        kt_buf_line(b, "    const int t = threadIdx.x / %d; /* thread in the row: the warp */",
+                    p->G);
+        kt_buf_line(b, "    const %s row_raw = (%s)(blockIdx.x / %d) * %d + g;", s->ix, s->ix,
+                    p->S, p->G);
+        kt_buf_line(b, "    const bool row_ok = row_raw < %lld;", (long long)in->n_rows);
+        kt_buf_line(b, "    const %s row = row_ok ? row_raw : %lld; /* clamped: barriers stay "
+                       "uniform */",
+                    s->ix, (long long)in->n_rows - 1);
+    } else {
+        if (p->tpr > 32)
+            kt_buf_line(b, "    __shared__ float kt_red[%d];",
+                        (p->tpr / 32) * (p->red_floats ? p->red_floats : 1));
+        kt_buf_line(b, "    const int t = threadIdx.x;");
+        if (p->tpr > 32) {
+            kt_buf_line(b, "    const int lane = threadIdx.x %% 32;");
+            kt_buf_line(b, "    const int warp = t / 32;");
+        }
+        kt_buf_line(b, "    const %s row = blockIdx.x / %d;", s->ix, p->S);
     }
-    kt_buf_line(b, "    const %s row = blockIdx.x / %d;", s->ix, p->S);
     kt_buf_line(b, "    const int sp = blockIdx.x %% %d; /* which chunk of the row */", p->S);
     kt_buf_line(b, "    const %s jbeg = (%s)sp * %lld;", s->ix, s->ix, (long long)p->chunk);
     kt_buf_line(b, "    const %s jend = jbeg + %lld < %lld ? jbeg + %lld : %lld;", s->ix,
@@ -116,7 +131,7 @@ void row_emit_split_kernel(rw_gen *s, kt_buf *b, const char *entry, int level, o
         kt_buf_line(&body, "/* level %d: this chunk's partial */", level);
         row_emit_pass(s, &body, level, accs, n);
         row_emit_group_reduce(s, &body, accs, n);
-        kt_buf_line(&body, "if (threadIdx.x == 0) {");
+        kt_buf_line(&body, "if (%s) {", row_lanes(p) ? "t == 0 && row_ok" : "threadIdx.x == 0");
         body.indent += 4;
         kt_buf_line(&body, "float *part = ws + %lld + (row * %d + sp) * %d;",
                     (long long)row_ws_level_offset(in, p, level), p->S,
@@ -135,7 +150,8 @@ void row_emit_split_kernel(rw_gen *s, kt_buf *b, const char *entry, int level, o
             kt_buf_line(&body, "/* this chunk of the outputs */");
             row_emit_pass(s, &body, level, NULL, 0);
         }
-        row_emit_outputs(s, &body, "sp == 0 && threadIdx.x == 0");
+        row_emit_outputs(s, &body,
+                         row_lanes(p) ? "sp == 0 && t == 0 && row_ok" : "sp == 0 && threadIdx.x == 0");
     }
     kt_buf_line(b, "    float *const ws = static_cast<float *>(workspace);");
     emit_chunk_kernel_end(s, b, &body);

@@ -14,7 +14,7 @@ extern const ops_family ops_family_row;
 #define ROW (&ops_family_row)
 
 enum { K_STRATEGY, K_THREADS, K_ROWS, K_PASS, K_STORAGE, K_VEC };
-enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE, ST_CLUSTER };
+enum { ST_WARP, ST_BLOCK, ST_ROWS, ST_SPLIT, ST_THREAD, ST_LANE, ST_CLUSTER, ST_SPLIT_LANE };
 enum { PASS_MULTI, PASS_ONE };
 enum { STO_REGS, STO_SHARED, STO_REREAD };
 
@@ -509,6 +509,73 @@ static void test_lane_per_row(void **state)
     ops_graph_free(g);
 }
 
+/* split_lane: strided rows only, lane_per_row's layout cut into chunks across blocks (a sum over
+ * the first axis into few columns fills the SMs); its launch, a ragged softmax over a middle
+ * axis in both passes (rows past the end clamped, outputs guarded) compiled, and a golden. */
+static void test_split_lane(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    ops_graph *g = emit_test_make(softmax_json, "M=16,N=16384", &grp);
+    ops_schedule s = {.family = OPS_FAM_ROW,
+                      .v = {ST_SPLIT_LANE, 256, 1, PASS_MULTI, STO_REREAD, 1}};
+    assert_string_equal(ROW->prune(&grp, &s, &dev), "shape"); /* contiguous rows: split_row */
+    ops_graph_free(g);
+
+    /* A = 1: a sum over [1, 65536, 64]'s middle axis is a reduction over the first axis of
+     * [65536, 64] into 64 columns: two groups of 32 columns, each cut into chunks. */
+    g = emit_test_make(sum_mid_json, "A=1,B=65536,C=64", &grp);
+    assert_null(ROW->prune(&grp, &s, &dev));
+    s.v[K_STORAGE] = STO_REGS;
+    assert_string_equal(ROW->prune(&grp, &s, &dev), "redundant");
+    s.v[K_STORAGE] = STO_REREAD;
+    s.v[K_ROWS] = 2;
+    assert_string_equal(ROW->prune(&grp, &s, &dev), "redundant");
+    s.v[K_ROWS] = 1;
+    ops_emitted e = {0};
+    emit_one(&grp, &s, &e);
+    assert_int_equal(e.n_kernels, 2); /* partials, then combine and outputs */
+    assert_true(e.workspace_bytes > 0);
+    /* 2 groups, 2 x 132 blocks wanted: 132 chunks of 497 (65536 / 132, rounded up) */
+    assert_int_equal(e.kernels[0].grid[0], 2 * 132);
+    assert_int_equal(e.kernels[1].grid[0], 2 * 132);
+    assert_int_equal(e.workspace_bytes, 64 * 132 * 4);
+    assert_non_null(strstr(e.source, "const int row_raw = (int)(blockIdx.x / 132) * 32 + g;"));
+    assert_non_null(strstr(e.source, "if (t == 0 && row_ok) {"));
+    emit_test_golden("row_sum_first_split_lane.cu", e.source);
+    emit_test_compile(e.source, "sm_90a");
+    ops_emitted_free(&e);
+    /* Its estimate beats every one-kernel strategy: lane_per_row fills 2 SMs. */
+    ops_estimate split_est, lane_est;
+    ROW->estimate(&grp, &s, &dev, &split_est);
+    s.v[K_STRATEGY] = ST_LANE;
+    s.v[K_THREADS] = 1024;
+    ROW->estimate(&grp, &s, &dev, &lane_est);
+    assert_true(split_est.seconds * 3 < lane_est.seconds);
+    ops_graph_free(g);
+
+    /* 21 rows of 333 (a partial group of 32, clamped), both passes, f16: compiled. */
+    g = emit_test_make(softmax_mid_json, "A=3,B=333,C=7", &grp);
+    emit_test_list pick = {0};
+    for (int pass = PASS_MULTI; pass <= PASS_ONE; pass++)
+        for (int threads = 64; threads <= 256; threads *= 4) {
+            s = (ops_schedule){.family = OPS_FAM_ROW,
+                               .v = {ST_SPLIT_LANE, threads, 1, pass, STO_REREAD, 1}};
+            if (!ROW->prune(&grp, &s, &dev))
+                emit_test_collect(&s, &pick);
+        }
+    assert_int_equal(pick.n, 4);
+    emit_test_compile_spread(&grp, &pick, pick.n, "sm_90a", emit_one);
+    emit_one(&grp, &pick.s[0], &e);
+    assert_int_equal(e.n_kernels, 3); /* max partials, sum partials, outputs */
+    assert_non_null(strstr(e.source, "if (row_ok)"));
+    ops_emitted_free(&e);
+    free(pick.s);
+    ops_graph_free(g);
+}
+
 /* split_cluster: sm_90 only, one kernel without workspace, at most 8 chunks (a portable
  * cluster) per row, and each level's partials combined through the cluster. */
 static void test_split_cluster(void **state)
@@ -645,6 +712,7 @@ int main(void)
         cmocka_unit_test(test_matches),        cmocka_unit_test(test_counts),
         cmocka_unit_test(test_estimate),       cmocka_unit_test(test_golden),
         cmocka_unit_test(test_lane_per_row),   cmocka_unit_test(test_split_cluster),
+        cmocka_unit_test(test_split_lane),
         cmocka_unit_test(test_split_launch),   cmocka_unit_test(test_each_strategy),
         cmocka_unit_test(test_ragged),         cmocka_unit_test(test_compile_spread),
         cmocka_unit_test(test_nan_reductions),
