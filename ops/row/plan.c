@@ -111,7 +111,12 @@ const char *row_plan_of(const rw_info *in, const ops_schedule *s, const ops_devi
         if (p->rows == 1)
             return "redundant"; /* block_per_row */
         p->tpr = p->threads / p->rows;
-        if (p->tpr < dev->warp_size)
+        /* Fewer threads than a warp on a row (several rows a warp, reduced by shuffles within
+         * each aligned group of tpr lanes): for contiguous rows too short to give a warp four
+         * trips of 16-byte loads, where a warp a row keeps too few bytes in flight (1M rows of
+         * 64 bf16: 2 bytes a thread). */
+        if (p->tpr < dev->warp_size &&
+            (p->tpr < 4 || in->inner != 1 || in->L >= 4LL * dev->warp_size * (16 / in->max_bytes)))
             return "threads";
         if (p->tpr == dev->warp_size)
             return "redundant"; /* warp_per_row */

@@ -576,6 +576,70 @@ static void test_split_lane(void **state)
     ops_graph_free(g);
 }
 
+/* rows_per_block with fewer threads than a warp on a row (several rows a warp, reduced by
+ * shuffles within aligned groups of tpr lanes): only for short contiguous rows; every pass and
+ * storage of a ragged softmax (1001 rows of 64: the last block's rows clamped) and of a
+ * layernorm (Welford) compiled, and a golden. */
+static void test_sub_warp_rows(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    /* 32 threads, 8 rows: 4 threads a row */
+    ops_schedule s = {.family = OPS_FAM_ROW, .v = {ST_ROWS, 32, 8, PASS_MULTI, STO_REREAD, 4}};
+    ops_graph *g = emit_test_make(softmax_json, "M=1001,N=4096", &grp);
+    assert_string_equal(ROW->prune(&grp, &s, &dev), "threads"); /* a warp a row has work */
+    ops_graph_free(g);
+    g = emit_test_make(sum_mid_json, "A=16,B=64,C=256", &grp);
+    s.v[K_VEC] = 1;
+    assert_string_equal(ROW->prune(&grp, &s, &dev), "threads"); /* strided rows */
+    ops_graph_free(g);
+
+    g = emit_test_make(softmax_json, "M=1001,N=64", &grp);
+    s.v[K_VEC] = 4;
+    assert_null(ROW->prune(&grp, &s, &dev));
+    emit_test_list pick = {0};
+    for (int threads = 32; threads <= 64; threads *= 2)
+        for (int pass = PASS_MULTI; pass <= PASS_ONE; pass++)
+            for (int sto = STO_REGS; sto <= STO_REREAD; sto++) {
+                s = (ops_schedule){.family = OPS_FAM_ROW, .v = {ST_ROWS, threads, 8, pass, sto, 4}};
+                if (!ROW->prune(&grp, &s, &dev))
+                    emit_test_collect(&s, &pick);
+            }
+    assert_int_equal(pick.n, 12);
+    emit_test_compile_spread(&grp, &pick, pick.n, "sm_90a", emit_one);
+    ops_emitted e = {0};
+    s = (ops_schedule){.family = OPS_FAM_ROW, .v = {ST_ROWS, 64, 8, PASS_ONE, STO_REGS, 4}};
+    emit_one(&grp, &s, &e);
+    assert_int_equal(e.kernels[0].grid[0], (1001 + 7) / 8);
+    assert_non_null(strstr(e.source, "const int t = threadIdx.x % 8; /* thread in the row */"));
+    assert_non_null(strstr(e.source, "for (int off = 4; off > 0; off >>= 1) {"));
+    assert_non_null(strstr(e.source, "if (row_ok)")); /* the clamped rows' stores skipped */
+    emit_test_golden("row_softmax_short_rows.cu", e.source);
+    ops_emitted_free(&e);
+    free(pick.s);
+    /* the estimate: a warp a row keeps too few bytes in flight on rows of 64 */
+    ops_estimate sub, warp;
+    ROW->estimate(&grp, &s, &dev, &sub);
+    s = (ops_schedule){.family = OPS_FAM_ROW, .v = {ST_WARP, 64, 1, PASS_ONE, STO_REGS, 2}};
+    ROW->estimate(&grp, &s, &dev, &warp);
+    assert_true(sub.seconds < warp.seconds);
+    ops_graph_free(g);
+
+    g = emit_test_make(layernorm_odd_json, "M=333,N=96", &grp);
+    pick = (emit_test_list){0};
+    for (int pass = PASS_MULTI; pass <= PASS_ONE; pass++) {
+        s = (ops_schedule){.family = OPS_FAM_ROW, .v = {ST_ROWS, 64, 4, pass, STO_SHARED, 8}};
+        if (!ROW->prune(&grp, &s, &dev))
+            emit_test_collect(&s, &pick);
+    }
+    assert_int_equal(pick.n, 2);
+    emit_test_compile_spread(&grp, &pick, pick.n, "sm_90a", emit_one);
+    free(pick.s);
+    ops_graph_free(g);
+}
+
 /* split_cluster: sm_90 only, one kernel without workspace, at most 8 chunks (a portable
  * cluster) per row, and each level's partials combined through the cluster. */
 static void test_split_cluster(void **state)
@@ -713,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_estimate),       cmocka_unit_test(test_golden),
         cmocka_unit_test(test_lane_per_row),   cmocka_unit_test(test_split_cluster),
         cmocka_unit_test(test_split_lane),
+        cmocka_unit_test(test_sub_warp_rows),
         cmocka_unit_test(test_split_launch),   cmocka_unit_test(test_each_strategy),
         cmocka_unit_test(test_ragged),         cmocka_unit_test(test_compile_spread),
         cmocka_unit_test(test_nan_reductions),
