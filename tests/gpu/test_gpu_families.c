@@ -92,6 +92,19 @@ static const gpu_case cases[] = {
      * online softmax, and a row kept in shared memory or registers for a second pass */
     {"tests/gpu/softmax_middle.json", "A=3,B=333,C=7", OPS_PREC_EXACT, "lane_per_row"},
     {"bench/cases/kb_l1_sum_middle.json", "B=3", OPS_PREC_EXACT, "lane_per_row"},
+    /* split_lane: strided rows cut into chunks across blocks; a sum over the first axis into 70
+     * columns (the last group of 32 clamped), and a softmax over a middle axis in three kernels
+     * (21 rows of 3333: max, sum, outputs through the workspace) */
+    {"tests/gpu/colsum.json", "N=50001,M=70", OPS_PREC_EXACT, "split_lane"},
+    {"tests/gpu/softmax_middle.json", "A=3,B=3333,C=7", OPS_PREC_EXACT, "whole:split_lane"},
+    /* rows_per_block with 4, 8 and 16 threads a row (short rows, several a warp, shuffles
+     * within lane groups), 1001 rows: the last block's clamped */
+    {"examples/softmax.json", "M=1001,N=64", OPS_PREC_EXACT,
+     "whole:rows_per_block&threads=32 rows=8"},
+    {"examples/softmax.json", "M=1001,N=64", OPS_PREC_EXACT,
+     "whole:rows_per_block&threads=64 rows=8"},
+    {"examples/sum_lastaxis.json", "M=1001,N=40", OPS_PREC_EXACT,
+     "rows_per_block&threads=128 rows=8"},
     /* whole graph only: a group starting at the mean would get random (negative) squares, and
      * rsqrt of a mean that cancels to near zero is ill-conditioned (seen: 9.8e-3 on the H100
      * from the summation order alone) */
