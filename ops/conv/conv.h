@@ -48,6 +48,14 @@
  *                  precision policy accepts it. The tile's outputs go back through shared memory
  *                  so that consecutive threads store consecutive columns.
  *
+ *   depthwise      NCHW, groups = C = K (one filter a channel): a block per (image, channel) and
+ *                  output tile of TK rows a warp x 32 * TQ columns; the input patch the tile
+ *                  reads (zeros past the edges: the padding) and the channel's R x S filter are
+ *                  staged in shared memory once (coalesced row loads), then each lane computes
+ *                  TK x TQ outputs (its columns 32 apart, so a warp's stores are coalesced) by
+ *                  FFMA over (r, s) in order: a stencil at the memory roofline, where the direct
+ *                  kernel re-read the window from the caches for every output row.
+ *
  * conv3d and input-dilated convolutions (transposed ones with a stride) take the implicit GEMM
  * with the plain predicated gather ("general"), which walks the depth and skips the zeros between
  * input elements; the kk table, cp.async and the other algorithms are for plain 2-d convs.
@@ -62,6 +70,7 @@
  *   epilogue.c  kt_conv_store: bias, the fused elementwise chain and the store of one element
  *   direct.c    the direct kernel
  *   tiled.c     the tiled direct kernel (its own cp.async patch pipeline and FFMA loop)
+ *   depthwise.c the depthwise kernel (a stencil over a patch staged in shared memory)
  *   igemm.c     the implicit-GEMM kernel: tile constants, the k loop's pipeline, the stores
  *   loaders.c   implicit GEMM: the im2col gather (reduction-index table, row setup) and the
  *               tile loaders (plain predicated loads, 16-byte cp.async)
@@ -81,7 +90,7 @@
 #include <stdint.h>
 
 enum { K_ALGO, K_MATH, K_BM, K_BN, K_BK, K_WARPS, K_STAGES, K_TK, K_TQ, K_FILTER, N_KNOBS };
-enum { ALGO_IGEMM = 0, ALGO_DIRECT = 1, ALGO_TILED = 2 };
+enum { ALGO_IGEMM = 0, ALGO_DIRECT = 1, ALGO_TILED = 2, ALGO_DEPTHWISE = 3 };
 /* Values are stored in schedules (cache records, logs): append, never renumber. */
 enum { MATH_FFMA = 0, MATH_MMA = 1, MATH_TF32 = 2, MATH_TF32X3 = 3 };
 enum { FILTER_SHARED = 0, FILTER_REGS = 1 };
@@ -145,6 +154,15 @@ typedef struct direct_plan {
     int64_t spatial; /* thread tiles per channel block: N * P * ceil(Q / TQ) */
 } direct_plan;
 
+/* The depthwise kernel's tile: TK output rows a warp, TQ columns a lane (32 apart). */
+typedef struct dw_plan {
+    int tk, tq, threads, warps;
+    int tile_p, tile_q;    /* output rows and columns of a block */
+    int in_h, in_w;        /* the input patch they read */
+    int64_t tiles_p, tiles_q;
+    int smem, regs;
+} dw_plan;
+
 /* The tiled direct kernel's geometry (see the header comment). Sizes in words (floats). */
 typedef struct tiled_plan {
     int bm, bn, tk, tq, threads, stages;
@@ -178,6 +196,8 @@ const char *conv_direct_plan_make(const conv_info *ci, const ops_schedule *s, co
                                   direct_plan *pl);
 const char *conv_tiled_plan_make(const conv_info *ci, const ops_schedule *s, const ops_device *dev,
                                  tiled_plan *pl);
+const char *conv_dw_plan_make(const conv_info *ci, const ops_schedule *s, const ops_device *dev,
+                              dw_plan *pl);
 const char *conv_prune(const ops_group *grp, const ops_schedule *s, const ops_device *dev);
 
 /* emit.c */
@@ -194,6 +214,7 @@ int conv_emit_store_fn(kt_buf *b, const ops_group *grp, const conv_info *ci, con
 /* direct.c, tiled.c, igemm.c: the kernels */
 void conv_emit_direct(kt_buf *b, const conv_info *ci, const direct_plan *pl, const conv_names *nm);
 void conv_emit_tiled(kt_buf *b, const tiled_plan *pl, const conv_names *nm);
+void conv_emit_depthwise(kt_buf *b, const conv_info *ci, const dw_plan *pl, const conv_names *nm);
 void conv_emit_igemm(kt_buf *b, const conv_info *ci, const ig_plan *pl, const conv_names *nm);
 
 /* loaders.c */

@@ -143,6 +143,31 @@ void conv_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
         int bps = (int)(occ * dev->max_threads_per_sm / pl.threads + 0.5);
         double wait = pl.stages == 1 ? (bps >= 2 ? 0.9 : 0.75) : 1.0 - 0.1 / ci.c;
         launch_eff *= wait;
+    } else if (s->v[K_ALGO] == ALGO_DEPTHWISE) {
+        dw_plan pl;
+        if (conv_dw_plan_make(&ci, s, dev, &pl)) {
+            e->seconds = INFINITY;
+            return;
+        }
+        /* The halo: neighbouring tiles read their patches' overlap again (from L2 mostly). */
+        double patch = (double)pl.in_h * pl.in_w, owned = (double)pl.tile_p * ci.sh *
+                                                       (double)pl.tile_q * ci.sw;
+        if (patch > owned)
+            bytes += x_bytes * 0.3 * (patch - owned) / owned;
+        /* Per output: R * S FFMAs, each with a shared load (the filter word is a broadcast
+         * shared by the TK x TQ outputs of a lane); the patch fill, a load, a store and the
+         * bounds per element, and the barrier, per block. Work on the padded tile. */
+        double fma = (double)ci.r * ci.s * pl.tk * pl.tq;
+        double per_block = pl.warps * (fma * 2.0 + (double)ci.r * ci.s +
+                                       pl.tk * pl.tq * (4.0 + 2.0 * ci.epilogue_nodes)) +
+                           patch * 8.0 / 32.0 + 100.0;
+        double tile_eff = (double)(ci.p * ci.q) /
+                          (double)(pl.tiles_p * pl.tile_p * pl.tiles_q * pl.tile_q);
+        compute_eff = pl.warps * fma / per_block * tile_eff;
+        /* The fill's loads are in flight together (every thread several), then the stencil
+         * runs from shared memory: other resident blocks hide each one's fill. */
+        launch_eff = launch_efficiency(dev, pl.tiles_p * pl.tiles_q * ci.n * ci.c, pl.threads,
+                                       pl.regs, pl.smem, 2.0, &occ);
     } else if (s->v[K_ALGO] == ALGO_DIRECT) {
         direct_plan pl;
         if (conv_direct_plan_make(&ci, s, dev, &pl)) {

@@ -206,6 +206,16 @@ static int conv_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
         l->grid[2] = 1;
         l->block[0] = (uint32_t)pl.threads;
         l->smem_bytes = (uint32_t)pl.smem;
+    } else if (s->v[K_ALGO] == ALGO_DEPTHWISE) {
+        dw_plan pl;
+        conv_dw_plan_make(&ci, s, dev, &pl);
+        conv_emit_depthwise(&b, &ci, &pl, &nm);
+        snprintf(l->entry, sizeof(l->entry), "ktune_conv_depthwise%s", grp->entry_suffix);
+        l->grid[0] = (uint32_t)(pl.tiles_p * pl.tiles_q);
+        l->grid[1] = (uint32_t)(ci.n * ci.c);
+        l->grid[2] = 1;
+        l->block[0] = (uint32_t)pl.threads;
+        l->smem_bytes = (uint32_t)pl.smem;
     } else if (s->v[K_ALGO] == ALGO_DIRECT) {
         direct_plan pl;
         conv_direct_plan_make(&ci, s, dev, &pl);

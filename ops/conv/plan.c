@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const algo_labels[] = {"implicit_gemm", "direct", "tiled"};
+static const char *const algo_labels[] = {"implicit_gemm", "direct", "tiled", "depthwise"};
 const char *const conv_math_labels[] = {"ffma", "mma", "tf32", "tf32x3"};
 static const char *const filter_labels[] = {"shared", "registers"};
 
 const ops_knob conv_knobs[N_KNOBS] = {
-    [K_ALGO] = {"algo", 3, {ALGO_IGEMM, ALGO_DIRECT, ALGO_TILED}, algo_labels},
+    [K_ALGO] = {"algo", 4, {ALGO_IGEMM, ALGO_DIRECT, ALGO_TILED, ALGO_DEPTHWISE}, algo_labels},
     [K_MATH] = {"math", 4, {MATH_FFMA, MATH_MMA, MATH_TF32, MATH_TF32X3}, conv_math_labels},
     [K_BM] = {"bm", 3, {32, 64, 128}, NULL},
     /* 96: networks with 96 (or 192, 288, ...) output channels, e.g. AlexNet's first layer. */
@@ -380,6 +380,41 @@ const char *conv_direct_plan_make(const conv_info *ci, const ops_schedule *s, co
     return NULL;
 }
 
+const char *conv_dw_plan_make(const conv_info *ci, const ops_schedule *s, const ops_device *dev,
+                              dw_plan *pl)
+{
+    memset(pl, 0, sizeof(*pl));
+    if (ci->nhwc || ci->nd != 2 || ci->cg != 1 || ci->kg != 1)
+        return "shape"; /* NCHW, one filter a channel */
+    pl->tk = s->v[K_TK];
+    pl->tq = s->v[K_TQ];
+    pl->warps = s->v[K_WARPS];
+    pl->threads = 32 * pl->warps;
+    if (pl->threads < 64 || pl->threads > dev->max_threads_per_block)
+        return "threads";
+    pl->tile_p = pl->warps * pl->tk;
+    pl->tile_q = 32 * pl->tq;
+    /* a tile more than twice the output: the same kernel as a smaller one, idle threads */
+    if ((pl->tq > 1 && pl->tile_q / 2 >= ci->q) || (pl->tile_p > 2 && pl->tile_p / 2 >= ci->p))
+        return "redundant";
+    pl->in_h = (pl->tile_p - 1) * ci->sh + (int)(ci->r - 1) * ci->dh + 1;
+    pl->in_w = (pl->tile_q - 1) * ci->sw + (int)(ci->s - 1) * ci->dw + 1;
+    pl->tiles_p = conv_div_up(ci->p, pl->tile_p);
+    pl->tiles_q = conv_div_up(ci->q, pl->tile_q);
+    if (ci->n * ci->c > 65535 || pl->tiles_p * pl->tiles_q > ((int64_t)1 << 31) - 1)
+        return "shape"; /* grid.y is the plane */
+    pl->smem = (pl->in_h * pl->in_w + (int)(ci->r * ci->s)) * 4;
+    if (pl->smem > dev->smem_per_block_optin)
+        return "smem";
+    pl->regs = pl->tk * pl->tq + 32;
+    int cap = dev->regs_per_sm / pl->threads;
+    if (cap > dev->max_regs_per_thread)
+        cap = dev->max_regs_per_thread;
+    if (pl->regs > 160 || pl->regs > cap * 3 / 4)
+        return "regs";
+    return NULL;
+}
+
 /* Shared-memory wavefronts beyond one per quarter warp when every thread of the block loads 16
  * bytes at word pr * rp + cg * tq (a window load): within each 8-lane quarter, distinct 16-byte
  * chunks falling on the same four banks serialise; equal addresses broadcast. */
@@ -519,7 +554,7 @@ const char *conv_tiled_plan_make(const conv_info *ci, const ops_schedule *s, con
 /* The knobs each algorithm reads; the others must stay at their first value. */
 static bool other_knobs_default(const ops_schedule *s, int algo)
 {
-    static const bool used[3][N_KNOBS] = {
+    static const bool used[4][N_KNOBS] = {
         [ALGO_IGEMM] = {[K_MATH] = true,
                         [K_BM] = true,
                         [K_BN] = true,
@@ -529,8 +564,9 @@ static bool other_knobs_default(const ops_schedule *s, int algo)
         [ALGO_DIRECT] = {[K_WARPS] = true, [K_TK] = true, [K_TQ] = true, [K_FILTER] = true},
         [ALGO_TILED] =
             {[K_BM] = true, [K_BN] = true, [K_STAGES] = true, [K_TK] = true, [K_TQ] = true},
+        [ALGO_DEPTHWISE] = {[K_WARPS] = true, [K_TK] = true, [K_TQ] = true},
     };
-    if (algo < 0 || algo > ALGO_TILED)
+    if (algo < 0 || algo > ALGO_DEPTHWISE)
         return false;
     for (int k = K_ALGO + 1; k < N_KNOBS; k++)
         if (!used[algo][k] && s->v[k] != conv_knobs[k].values[0])
@@ -555,6 +591,10 @@ const char *conv_prune(const ops_group *grp, const ops_schedule *s, const ops_de
     if (algo == ALGO_TILED) {
         tiled_plan pl;
         return conv_tiled_plan_make(&ci, s, dev, &pl);
+    }
+    if (algo == ALGO_DEPTHWISE) {
+        dw_plan pl;
+        return conv_dw_plan_make(&ci, s, dev, &pl);
     }
     ig_plan pl;
     return conv_ig_plan_make(grp, &ci, s, dev, &pl);

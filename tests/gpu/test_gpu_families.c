@@ -92,6 +92,10 @@ static const gpu_case cases[] = {
      * online softmax, and a row kept in shared memory or registers for a second pass */
     {"tests/gpu/softmax_middle.json", "A=3,B=333,C=7", OPS_PREC_EXACT, "lane_per_row"},
     {"bench/cases/kb_l1_sum_middle.json", "B=3", OPS_PREC_EXACT, "lane_per_row"},
+    /* the depthwise conv kernel: ragged planes and tiles, f16 with stride, dilation, bias and
+     * an epilogue; f32 3x3 */
+    {"tests/gpu/conv_depthwise_ragged.json", "N=3", OPS_PREC_EXACT, "algo=depthwise"},
+    {"tests/gpu/conv_depthwise_f32.json", "N=5", OPS_PREC_EXACT, "algo=depthwise"},
     /* split_lane: strided rows cut into chunks across blocks; a sum over the first axis into 70
      * columns (the last group of 32 clamped), and a softmax over a middle axis in three kernels
      * (21 rows of 3333: max, sum, outputs through the workspace) */

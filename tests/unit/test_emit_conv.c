@@ -19,7 +19,7 @@
 
 /* Values of the conv knobs "math" and "algo" (stored in schedules: appended, never renumbered). */
 enum { MATH_FFMA = 0, MATH_MMA = 1, MATH_TF32 = 2, MATH_TF32X3 = 3 };
-enum { ALGO_IGEMM = 0, ALGO_DIRECT = 1, ALGO_TILED = 2 };
+enum { ALGO_IGEMM = 0, ALGO_DIRECT = 1, ALGO_TILED = 2, ALGO_DEPTHWISE = 3 };
 
 /* ---- graphs ---- */
 
@@ -115,6 +115,18 @@ static const char g_depthwise[] =
     " \"nodes\": ["
     "  {\"out\": \"Y\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\", \"b\"], \"padding\": [1, 1],"
     "   \"groups\": 32}],"
+    " \"outputs\": [\"Y\"]}";
+
+/* Depthwise, ragged: f16, 7x7, stride 2, dilation 2, odd sizes, bias then relu. */
+static const char g_depthwise_ragged[] =
+    "{\"name\": \"conv_dw_ragged\", \"inputs\": {"
+    "  \"X\": {\"dtype\": \"f16\", \"shape\": [3, 24, 61, 83]},"
+    "  \"W\": {\"dtype\": \"f16\", \"shape\": [24, 1, 7, 7], \"const\": true},"
+    "  \"b\": {\"dtype\": \"f16\", \"shape\": [24], \"const\": true}},"
+    " \"nodes\": ["
+    "  {\"out\": \"t\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\", \"b\"], \"stride\": [2, 2],"
+    "   \"padding\": [5, 5], \"dilation\": [2, 2], \"groups\": 24},"
+    "  {\"out\": \"Y\", \"op\": \"relu\", \"in\": [\"t\"]}],"
     " \"outputs\": [\"Y\"]}";
 
 /* Grouped NHWC bf16: 64 -> 128 channels in 4 groups (16 in, 32 out each), stride 2. */
@@ -770,6 +782,9 @@ static void test_compile_sm90a(void **state)
         {"f16 nhwc", g_f16_nhwc, "", OPS_PREC_EXACT, 10, -1, NULL},
         {"ragged", g_ragged, "", OPS_PREC_EXACT, 6, -1, NULL},
         {"depthwise", g_depthwise, "", OPS_PREC_EXACT, 4, -1, NULL},
+        /* The depthwise kernel: ragged tiles, stride and dilation, every tile shape's corner */
+        {"depthwise kernel", g_depthwise, "", OPS_PREC_EXACT, 6, -1, "algo=depthwise"},
+        {"depthwise ragged", g_depthwise_ragged, "", OPS_PREC_EXACT, 8, -1, "algo=depthwise"},
         {"grouped bf16", g_grouped_bf16, "", OPS_PREC_EXACT, 4, -1, NULL},
         {"bf16 odd", g_bf16_odd, "", OPS_PREC_EXACT, 4, -1, NULL},
         /* The tf32 paths: plain gather (NCHW), cp.async gather (NHWC), ragged edges. */
@@ -995,6 +1010,74 @@ static void test_golden(void **state)
     golden(g_conv3d, "", "bm=64 bn=16 bk=16 warps=2 stages=2", "conv3d_implicit_gemm_ffma.cu",
            "ktune_conv_igemm_ffma", "");
     golden_tiled();
+    golden(g_depthwise_ragged, "", "algo=depthwise warps=4 tk=2 tq=2", "conv_depthwise.cu",
+           "ktune_conv_depthwise", "");
+}
+
+/* The depthwise kernel: NCHW with one filter a channel only; its launch (a block per plane and
+ * tile); and its estimate against the direct kernel on a large depthwise layer. */
+static void test_depthwise(void **state)
+{
+    (void)state;
+    ops_device dev;
+    ops_device_h100(&dev);
+    ops_group grp;
+    ops_graph *g = emit_test_graph(g_grouped_bf16, ""); /* 16 channels a group */
+    emit_test_whole_group(g, &grp);
+    ops_schedule s = sched("algo=depthwise warps=4 tk=2 tq=2");
+    assert_string_equal(FAM.prune(&grp, &s, &dev), "shape");
+    ops_graph_free(g);
+    g = emit_test_graph(g_depthwise_ragged, "");
+    emit_test_whole_group(g, &grp);
+    assert_null(FAM.prune(&grp, &s, &dev));
+    ops_schedule bad = sched("algo=depthwise warps=1 tk=2 tq=2");
+    assert_string_equal(FAM.prune(&grp, &bad, &dev), "threads");
+    bad = sched("algo=depthwise warps=4 tk=2 tq=2 bm=64"); /* a knob it does not read */
+    assert_string_equal(FAM.prune(&grp, &bad, &dev), "redundant");
+    bad = sched("algo=depthwise warps=4 tk=2 tq=8"); /* 256 columns for 31 */
+    assert_string_equal(FAM.prune(&grp, &bad, &dev), "redundant");
+    ops_emitted e = {0};
+    ops_diag d = {0};
+    assert_int_equal(FAM.emit(&grp, &s, &dev, &e, &d), 0);
+    /* output 31 x 42 (61 + 10 - 12 - 1) / 2 + 1 and (83 + 10 - 12 - 1) / 2 + 1: tiles of 8
+     * rows x 64 columns, 4 x 1 a plane; 3 x 24 planes */
+    const ops_kernel_launch *l = &e.kernels[0];
+    assert_int_equal(l->grid[0], 4);
+    assert_int_equal(l->grid[1], 3 * 24);
+    assert_int_equal(l->block[0], 128);
+    /* the patch: (8 - 1) * 2 + 6 * 2 + 1 rows x (64 - 1) * 2 + 6 * 2 + 1 columns, the filter */
+    assert_int_equal(l->smem_bytes, (27 * 139 + 49) * 4);
+    ops_emitted_free(&e);
+    ops_graph_free(g);
+
+    /* MobileNet-like 3x3 depthwise over 32 x 128 x 112 x 112 f32: the stencil from shared
+     * memory beats the direct kernel's window re-read from the caches. */
+    const char *big =
+        "{\"name\": \"dw\", \"inputs\": {"
+        "  \"X\": {\"dtype\": \"f32\", \"shape\": [32, 128, 112, 112]},"
+        "  \"W\": {\"dtype\": \"f32\", \"shape\": [128, 1, 3, 3], \"const\": true}},"
+        " \"nodes\": [{\"out\": \"Y\", \"op\": \"conv2d\", \"in\": [\"X\", \"W\"],"
+        "   \"padding\": [1, 1], \"groups\": 128}], \"outputs\": [\"Y\"]}";
+    g = emit_test_graph(big, "");
+    emit_test_whole_group(g, &grp);
+    ops_prune_counts counts;
+    sched_list kl = kept(&grp, &dev, &counts);
+    double best_dw = INFINITY, best_direct = INFINITY;
+    int algo = knob_index("algo");
+    for (int i = 0; i < kl.n; i++) {
+        ops_estimate est;
+        FAM.estimate(&grp, &kl.s[i], &dev, &est);
+        double *best = kl.s[i].v[algo] == ALGO_DEPTHWISE ? &best_dw
+                       : kl.s[i].v[algo] == ALGO_DIRECT  ? &best_direct
+                                                         : NULL;
+        if (best && est.seconds < *best)
+            *best = est.seconds;
+    }
+    print_message("depthwise 3x3: best depthwise %.1f us, best direct %.1f us\n", best_dw * 1e6,
+                  best_direct * 1e6);
+    assert_true(best_dw < best_direct);
+    free(kl.s);
+    ops_graph_free(g);
 }
 
 /* 3-d and input-dilated convs keep only implicit-GEMM schedules, every math path, and gather
@@ -1313,6 +1396,7 @@ int main(void)
         cmocka_unit_test(test_estimate),         cmocka_unit_test(test_golden),
         cmocka_unit_test(test_compile_extremes), cmocka_unit_test(test_compile_sm90a),
         cmocka_unit_test(test_compile_sm80),     cmocka_unit_test(test_compile_tiled_best),
+        cmocka_unit_test(test_depthwise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
