@@ -346,6 +346,16 @@ const char *conv_ig_plan_make(const ops_group *grp, const conv_info *ci, const o
     return NULL;
 }
 
+/* The direct and depthwise kernels' register estimate against what ptxas can give each thread
+ * of a block of `threads`, with room for the estimate's error. */
+static bool regs_fit(const ops_device *dev, int threads, int regs)
+{
+    int cap = dev->regs_per_sm / threads;
+    if (cap > dev->max_regs_per_thread)
+        cap = dev->max_regs_per_thread;
+    return regs <= 160 && regs <= cap * 3 / 4;
+}
+
 const char *conv_direct_plan_make(const conv_info *ci, const ops_schedule *s, const ops_device *dev,
                                   direct_plan *pl)
 {
@@ -372,12 +382,7 @@ const char *conv_direct_plan_make(const conv_info *ci, const ops_schedule *s, co
             return "smem";
     }
     pl->regs = pl->tk * pl->tq + pl->win + (pl->shared ? pl->tk : pl->tk * (int)ci->s) + 24;
-    int cap = dev->regs_per_sm / pl->threads;
-    if (cap > dev->max_regs_per_thread)
-        cap = dev->max_regs_per_thread;
-    if (pl->regs > 160 || pl->regs > cap * 3 / 4)
-        return "regs";
-    return NULL;
+    return regs_fit(dev, pl->threads, pl->regs) ? NULL : "regs";
 }
 
 const char *conv_dw_plan_make(const conv_info *ci, const ops_schedule *s, const ops_device *dev,
@@ -407,12 +412,7 @@ const char *conv_dw_plan_make(const conv_info *ci, const ops_schedule *s, const 
     if (pl->smem > dev->smem_per_block_optin)
         return "smem";
     pl->regs = pl->tk * pl->tq + 32;
-    int cap = dev->regs_per_sm / pl->threads;
-    if (cap > dev->max_regs_per_thread)
-        cap = dev->max_regs_per_thread;
-    if (pl->regs > 160 || pl->regs > cap * 3 / 4)
-        return "regs";
-    return NULL;
+    return regs_fit(dev, pl->threads, pl->regs) ? NULL : "regs";
 }
 
 /* Shared-memory wavefronts beyond one per quarter warp when every thread of the block loads 16
