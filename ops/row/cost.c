@@ -10,7 +10,7 @@
  * against a critical path: each block walks its rows in sequence, every pass costing a memory
  * latency plus the row's bytes at the block's share of its SM. Extra passes re-read from L2
  * (counted at 30% of a DRAM read) unless the row is kept on chip; split_row's kernels each read
- * their chunk again and pay a launch each. */
+ * their chunk again (from L2 for what the kernel before read last) and pay a launch each. */
 void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                   ops_estimate *e)
 {
@@ -61,13 +61,31 @@ void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_device 
     bool split = p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER || p->strategy == ST_SPLIT_LANE;
     bool cluster = p->strategy == ST_CLUSTER;
     int kernels = split && !cluster ? in->n_levels + 1 : 1;
-    double reread = 0;
-    if (split && !cluster)
-        reread = (passes - 1) * elems * row_in_bytes;
-    else if (cluster) /* the chunk read again right away: mostly L2 */
-        reread = 0.3 * (passes - 1) * elems * row_in_bytes;
-    else if (p->n_cached == 0)
-        reread = 0.3 * (passes - 1) * elems * row_in_bytes;
+    /* What each pass reads of the FULL inputs, per row element: a normalisation's statistics
+     * read x alone, its output pass x, the weight and the bias. */
+    double pass_bytes[OPS_GROUP_MAX_NODES + 2] = {0}, read_bytes = 0;
+    for (int q = 1; q <= passes && q < OPS_GROUP_MAX_NODES + 2; q++) {
+        bool reads[RW_MAX_SLOTS];
+        row_pass_reads(in, q, reads);
+        for (int u = 0; u < grp->n_in; u++)
+            if (reads[u] && in->cls[u] == CL_FULL)
+                pass_bytes[q] += (double)ops_dtype_size(g->tensors[grp->in[u]].dtype);
+        read_bytes += pass_bytes[q];
+    }
+    double reread = read_bytes > row_in_bytes ? (read_bytes - row_in_bytes) * elems : 0;
+    if (split && !cluster) {
+        /* each kernel after the first walks the grid backwards (ops/row/split.c): its first
+         * reads, up to about half the L2, are what the kernel before read last */
+        for (int q = 2; q <= passes && q < OPS_GROUP_MAX_NODES + 2; q++) {
+            double again = (pass_bytes[q] < pass_bytes[q - 1] ? pass_bytes[q] : pass_bytes[q - 1]) *
+                           elems;
+            double hot = (double)dev->l2_bytes / 2;
+            reread -= 0.7 * (again < hot ? again : hot);
+        }
+    } else if (cluster || p->n_cached == 0) /* the row read again right away: mostly L2 */
+        reread *= 0.3;
+    else
+        reread = 0;
     double ws = split && !cluster
                     ? 2.0 * (double)row_ws_level_offset(in, p, in->n_levels + 1) * 4 * p->S
                     : 0;
@@ -106,16 +124,21 @@ void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_device 
     double share = per_sm / resident;
     double t_path;
     if (split) {
-        double chunk_in = (double)p->chunk * row_in_bytes;
-        t_path = in->n_levels * (latency + chunk_in / share) +
-                 (latency + (double)p->chunk * (row_in_bytes + row_out_bytes) / share);
+        t_path = 0;
+        for (int q = 1; q <= passes && q < OPS_GROUP_MAX_NODES + 2; q++)
+            t_path += latency + (double)p->chunk * pass_bytes[q] / share;
+        t_path += (double)p->chunk * row_out_bytes / share;
+        if (!cluster) /* kernel q folds the partials of levels < q: S / tpr a thread, and a tree */
+            t_path += in->n_levels * (in->n_levels + 1) / 2.0 *
+                      ((double)((p->S + p->tpr - 1) / p->tpr) * 40e-9 + 0.3e-6);
         if (cluster) /* a cluster barrier and a round of DSMEM reads per level: on the H100
                         softmax 16 x 16384 took 6.6 us (CUDA events) against split_row's 9.4 */
             t_path += in->n_levels * 0.5e-6;
     } else {
         double row_bytes = (double)in->L * (row_in_bytes + row_out_bytes);
         if (p->n_cached == 0)
-            row_bytes += (passes - 1) * (double)in->L * row_in_bytes * 0.3;
+            row_bytes += (read_bytes > row_in_bytes ? read_bytes - row_in_bytes : 0) *
+                         (double)in->L * 0.3;
         double sync = row_partials(p) ? in->n_levels * 0.1e-6 : 0;
         double mm_chain = (double)p->nk * p->vec * mm_k * 2.4e-9;
         t_path = p->rseq * (passes * latency + sync + row_bytes / share + mm_chain);

@@ -60,13 +60,19 @@ static int reg_limit(const ops_device *dev, int threads)
     return lim & ~7;
 }
 
-/* Chunks a row is cut into so that blocks (groups of them before the cut) fill the SMs twice,
- * each chunk at least span elements (a trip of the row's threads). */
-static int splits_for(const rw_info *in, const ops_device *dev, int64_t groups, int64_t span,
-                      int vec, int64_t *chunk)
+/* Chunks a row is cut into so that blocks (groups of them before the cut) fill the SMs: about a
+ * wave of `threads`-thread blocks at full occupancy, at least two blocks a SM (a long row is
+ * read at the copy bandwidth only with that much in flight), each chunk at least span elements
+ * (a trip of the row's threads). The later kernels fold the chunks' partials in parallel (ops/row/split.c),
+ * so a thousand cost a few loads a thread. */
+static int splits_for(const rw_info *in, const ops_device *dev, int64_t groups, int threads,
+                      int64_t span, int vec, int64_t *chunk)
 {
-    int64_t target = 2LL * dev->sm_count;
-    int64_t S = (target + groups - 1) / groups;
+    int per_sm = dev->max_threads_per_sm / threads;
+    per_sm = per_sm < dev->max_blocks_per_sm ? per_sm : dev->max_blocks_per_sm;
+    int64_t twice = (2LL * dev->sm_count + groups - 1) / groups; /* the old rule's floor */
+    int64_t S = (int64_t)dev->sm_count * per_sm / groups; /* rounded down: no part-empty wave */
+    S = S > twice ? S : twice;
     int64_t most = in->L / span;
     S = S > most ? most : S;
     S = S > RW_MAX_SPLITS ? RW_MAX_SPLITS : S;
@@ -196,7 +202,8 @@ const char *row_plan_of(const rw_info *in, const ops_schedule *s, const ops_devi
     }
     if (p->strategy == ST_SPLIT || p->strategy == ST_CLUSTER || p->strategy == ST_SPLIT_LANE) {
         int64_t groups = p->strategy == ST_SPLIT_LANE ? (in->n_rows + p->G - 1) / p->G : in->n_rows;
-        p->S = splits_for(in, dev, groups, (int64_t)p->tpr * p->vec, p->vec, &p->chunk);
+        p->S = splits_for(in, dev, groups, p->threads, (int64_t)p->tpr * p->vec, p->vec,
+                          &p->chunk);
         if (p->strategy == ST_CLUSTER && p->S > RW_MAX_CLUSTER) {
             p->chunk = (in->L + RW_MAX_CLUSTER - 1) / RW_MAX_CLUSTER;
             p->chunk = (p->chunk + p->vec - 1) / p->vec * p->vec;

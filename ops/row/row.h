@@ -92,7 +92,7 @@ enum { STO_REGS, STO_SHARED, STO_REREAD };
 
 #define RW_MAX_SLOTS   (OPS_GROUP_MAX_IO + OPS_GROUP_MAX_NODES)
 #define RW_MAX_GRID    2147483647LL
-#define RW_MAX_SPLITS  256
+#define RW_MAX_SPLITS  1024
 #define RW_MAX_CLUSTER 8   /* split_cluster: the portable cluster size */
 #define RW_MAX_CACHED  64  /* floats per thread kept in registers */
 #define MM_MAX_K       512 /* the longest dot product of a matmul prologue */

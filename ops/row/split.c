@@ -24,9 +24,11 @@ static int cluster_part_offset(const rw_info *in, int level)
     return off;
 }
 
-/* Re-reads the partials of `level` and combines them (s' = 0 .. S-1 in order, so every block
- * gets the same value): from the workspace (split_row), or from the shared memory of the
- * cluster's blocks (split_cluster). */
+/* Re-reads the partials of `level` and combines them, every block the same way, so all get the
+ * same value. split_cluster: every thread folds the S <= 8 partials from the shared memory of
+ * the cluster's blocks, s' = 0 .. S-1 in order. split_row / split_lane: thread t of a row folds
+ * partials t, t + tpr, ... from the workspace, then the row's threads combine theirs like a
+ * pass's partials (row_emit_group_reduce), so hundreds of chunks cost a few loads a thread. */
 static void emit_combine(rw_gen *s, kt_buf *b, int level)
 {
     const rw_info *in = s->in;
@@ -38,7 +40,10 @@ static void emit_combine(rw_gen *s, kt_buf *b, int level)
     kt_buf_line(b, "/* level %d: combine the %d partials */", level, p->S);
     for (int i = 0; i < n; i++)
         row_acc_decl(b, &accs[i]);
-    kt_buf_line(b, "for (int q = 0; q < %d; q++) {", p->S);
+    if (cluster)
+        kt_buf_line(b, "for (int q = 0; q < %d; q++) {", p->S);
+    else
+        kt_buf_line(b, "for (int q = t; q < %d; q += %d) {", p->S, p->tpr);
     b->indent += 4;
     if (cluster)
         kt_buf_line(b, "const unsigned part = kt_cluster_addr(kt_part + %d, q); /* block q's */",
@@ -60,6 +65,8 @@ static void emit_combine(rw_gen *s, kt_buf *b, int level)
         row_acc_merge(b, &accs[i], "o_");
     b->indent -= 4;
     kt_buf_line(b, "}");
+    if (!cluster && p->tpr > 1)
+        row_emit_group_reduce(s, b, accs, n);
     row_emit_finalize(s, b, accs, n);
     row_emit_nodes(s, b, level);
 }
@@ -67,18 +74,27 @@ static void emit_combine(rw_gen *s, kt_buf *b, int level)
 /* The rest of a split_row / split_cluster / split_lane kernel: kt_red, which thread, row and
  * chunk (for split_cluster the chunk is the block's rank in its cluster), then body (freed),
  * closing the kernel. split_lane: lane g of every warp on row g of the block's 32 adjacent rows
- * (a row past the end clamped to the last, its stores skipped, so barriers stay uniform). */
-static void emit_chunk_kernel_end(rw_gen *s, kt_buf *b, kt_buf *body)
+ * (a row past the end clamped to the last, its stores skipped, so barriers stay uniform).
+ * `reversed`: the blocks take their (rows, chunk) from the end of the grid. The kernels of a
+ * split read the same chunks in turn, and blocks start roughly in blockIdx order, so a kernel
+ * walking the grid backwards first reads what the previous one read last, while it is still in
+ * L2 (kernels alternate: level 1 forwards, level 2 backwards, ...). */
+static void emit_chunk_kernel_end(rw_gen *s, kt_buf *b, kt_buf *body, bool reversed)
 {
     const rw_info *in = s->in;
     const rw_plan *p = s->p;
+    if (reversed)
+        kt_buf_line(b, "    const unsigned blk = gridDim.x - 1 - blockIdx.x; /* backwards: the "
+                       "kernel before read these chunks last */");
+    else
+        kt_buf_line(b, "    const unsigned blk = blockIdx.x;");
     if (row_lanes(p)) {
         kt_buf_line(b, "    __shared__ float kt_red[%d];",
                     p->G * row_partials(p) * (p->red_floats ? p->red_floats : 1));
         kt_buf_line(b, "    const int g = threadIdx.x %% %d; /* row group: the lane */", p->G);
         kt_buf_line(b, "    const int t = threadIdx.x / %d; /* thread in the row: the warp */",
                     p->G);
-        kt_buf_line(b, "    const %s row_raw = (%s)(blockIdx.x / %d) * %d + g;", s->ix, s->ix,
+        kt_buf_line(b, "    const %s row_raw = (%s)(blk / %d) * %d + g;", s->ix, s->ix,
                     p->S, p->G);
         kt_buf_line(b, "    const bool row_ok = row_raw < %lld;", (long long)in->n_rows);
         kt_buf_line(b, "    const %s row = row_ok ? row_raw : %lld; /* clamped: barriers stay "
@@ -93,9 +109,9 @@ static void emit_chunk_kernel_end(rw_gen *s, kt_buf *b, kt_buf *body)
             kt_buf_line(b, "    const int lane = threadIdx.x %% 32;");
             kt_buf_line(b, "    const int warp = t / 32;");
         }
-        kt_buf_line(b, "    const %s row = blockIdx.x / %d;", s->ix, p->S);
+        kt_buf_line(b, "    const %s row = blk / %d;", s->ix, p->S);
     }
-    kt_buf_line(b, "    const int sp = blockIdx.x %% %d; /* which chunk of the row */", p->S);
+    kt_buf_line(b, "    const int sp = blk %% %d; /* which chunk of the row */", p->S);
     kt_buf_line(b, "    const %s jbeg = (%s)sp * %lld;", s->ix, s->ix, (long long)p->chunk);
     kt_buf_line(b, "    const %s jend = jbeg + %lld < %lld ? jbeg + %lld : %lld;", s->ix,
                 (long long)p->chunk, (long long)in->L, (long long)p->chunk, (long long)in->L);
@@ -122,6 +138,9 @@ void row_emit_split_kernel(rw_gen *s, kt_buf *b, const char *entry, int level, o
     kt_buf body = {0};
     body.indent = 4;
     s->use_o = s->use_in = false;
+    if (level > in->n_levels && !in->full_out) /* uniform in the block: before any barrier */
+        kt_buf_line(&body, "if (sp != 0) return; /* only chunk 0's block writes the row's "
+                           "outputs */");
     row_emit_setup(s, &body);
     for (int q = 1; q < level && q <= in->n_levels; q++)
         emit_combine(s, &body, q);
@@ -154,7 +173,7 @@ void row_emit_split_kernel(rw_gen *s, kt_buf *b, const char *entry, int level, o
                          row_lanes(p) ? "sp == 0 && t == 0 && row_ok" : "sp == 0 && threadIdx.x == 0");
     }
     kt_buf_line(b, "    float *const ws = static_cast<float *>(workspace);");
-    emit_chunk_kernel_end(s, b, &body);
+    emit_chunk_kernel_end(s, b, &body, level % 2 == 0);
 }
 
 /* The one kernel of split_cluster: per level, each block's partial of its chunk goes to its
@@ -201,5 +220,5 @@ void row_emit_cluster_kernel(rw_gen *s, kt_buf *b, const char *entry, ops_kernel
     row_emit_outputs(s, &body, "sp == 0 && threadIdx.x == 0");
     kt_buf_line(b, "    __shared__ float kt_part[%d]; /* this chunk's partial of every level */",
                 cluster_part_offset(in, in->n_levels + 1));
-    emit_chunk_kernel_end(s, b, &body);
+    emit_chunk_kernel_end(s, b, &body, false); /* its rank in the cluster is its chunk */
 }

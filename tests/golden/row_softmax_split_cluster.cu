@@ -84,12 +84,13 @@ struct __align__(16) float_x4 {
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) ktune_row_split_cluster_t512_one_v4(const float *__restrict__ in0_x, float *__restrict__ out0_y)
 {
     __shared__ float kt_part[2]; /* this chunk's partial of every level */
+    const unsigned blk = blockIdx.x;
     __shared__ float kt_red[32];
     const int t = threadIdx.x;
     const int lane = threadIdx.x % 32;
     const int warp = t / 32;
-    const int row = blockIdx.x / 8;
-    const int sp = blockIdx.x % 8; /* which chunk of the row */
+    const int row = blk / 8;
+    const int sp = blk % 8; /* which chunk of the row */
     const int jbeg = (int)sp * 2048;
     const int jend = jbeg + 2048 < 16384 ? jbeg + 2048 : 16384;
     const int o = row;

@@ -71,25 +71,26 @@ __device__ __forceinline__ float kt_min(float a, float b)
 }
 /* ---- end of prelude ---- */
 
-/* kernel 1 of 2: 64 rows of 65536 elements (strided: a lane a row, 32 rows a block), 132 chunks of 497 per row; partial reductions into the workspace */
+/* kernel 1 of 2: 64 rows of 65536 elements (strided: a lane a row, 32 rows a block), 525 chunks of 125 per row; partial reductions into the workspace */
 extern "C" __global__ void __launch_bounds__(256, 1) ktune_row_split_lane_t256_multi_v1_k1(const float *__restrict__ in0_x, float *__restrict__ out0_s, void *__restrict__ workspace)
 {
     float *const ws = static_cast<float *>(workspace);
+    const unsigned blk = blockIdx.x;
     __shared__ float kt_red[256];
     const int g = threadIdx.x % 32; /* row group: the lane */
     const int t = threadIdx.x / 32; /* thread in the row: the warp */
-    const int row_raw = (int)(blockIdx.x / 132) * 32 + g;
+    const int row_raw = (int)(blk / 525) * 32 + g;
     const bool row_ok = row_raw < 64;
     const int row = row_ok ? row_raw : 63; /* clamped: barriers stay uniform */
-    const int sp = blockIdx.x % 132; /* which chunk of the row */
-    const int jbeg = (int)sp * 497;
-    const int jend = jbeg + 497 < 65536 ? jbeg + 497 : 65536;
+    const int sp = blk % 525; /* which chunk of the row */
+    const int jbeg = (int)sp * 125;
+    const int jend = jbeg + 125 < 65536 ? jbeg + 125 : 65536;
     const int in = row % 64;
     const int b0 = in; /* row start in x */
     /* level 1: this chunk's partial */
     float a1 = 0.0f;
     #pragma unroll 4
-    for (int k = 0; k < 63; k++) {
+    for (int k = 0; k < 16; k++) {
         const int j = jbeg + (k * 8 + t);
         if (j < jend) {
             const float f0 = in0_x[b0 + j * 64];
@@ -108,33 +109,46 @@ extern "C" __global__ void __launch_bounds__(256, 1) ktune_row_split_lane_t256_m
     }
     __syncthreads(); /* kt_red is reused by the next reduction */
     if (t == 0 && row_ok) {
-        float *part = ws + 0 + (row * 132 + sp) * 1;
+        float *part = ws + 0 + (row * 525 + sp) * 1;
         part[0] = a1;
     }
 }
 
-/* kernel 2 of 2: 64 rows of 65536 elements (strided: a lane a row, 32 rows a block), 132 chunks of 497 per row; combine and write the outputs */
+/* kernel 2 of 2: 64 rows of 65536 elements (strided: a lane a row, 32 rows a block), 525 chunks of 125 per row; combine and write the outputs */
 extern "C" __global__ void __launch_bounds__(256, 1) ktune_row_split_lane_t256_multi_v1_k2(const float *__restrict__ in0_x, float *__restrict__ out0_s, void *__restrict__ workspace)
 {
     float *const ws = static_cast<float *>(workspace);
+    const unsigned blk = gridDim.x - 1 - blockIdx.x; /* backwards: the kernel before read these chunks last */
     __shared__ float kt_red[256];
     const int g = threadIdx.x % 32; /* row group: the lane */
     const int t = threadIdx.x / 32; /* thread in the row: the warp */
-    const int row_raw = (int)(blockIdx.x / 132) * 32 + g;
+    const int row_raw = (int)(blk / 525) * 32 + g;
     const bool row_ok = row_raw < 64;
     const int row = row_ok ? row_raw : 63; /* clamped: barriers stay uniform */
-    const int sp = blockIdx.x % 132; /* which chunk of the row */
-    const int jbeg = (int)sp * 497;
-    const int jend = jbeg + 497 < 65536 ? jbeg + 497 : 65536;
+    const int sp = blk % 525; /* which chunk of the row */
+    const int jbeg = (int)sp * 125;
+    const int jend = jbeg + 125 < 65536 ? jbeg + 125 : 65536;
     const int in = row % 64;
+    if (sp != 0) return; /* only chunk 0's block writes the row's outputs */
     const int b0 = in; /* row start in x */
-    /* level 1: combine the 132 partials */
+    /* level 1: combine the 525 partials */
     float a1 = 0.0f;
-    for (int q = 0; q < 132; q++) {
-        const float *part = ws + 0 + (row * 132 + q) * 1;
+    for (int q = t; q < 525; q += 8) {
+        const float *part = ws + 0 + (row * 525 + q) * 1;
         const float o_a1 = part[0];
         a1 = a1 + o_a1;
     }
+    kt_red[(0 + t) * 32 + g] = a1;
+    __syncthreads();
+    {
+        a1 = kt_red[0 + g];
+        #pragma unroll
+        for (int w = 1; w < 8; w++) {
+            const float o_a1 = kt_red[(0 + w) * 32 + g];
+            a1 = a1 + o_a1;
+        }
+    }
+    __syncthreads(); /* kt_red is reused by the next reduction */
     const float r1 = a1; /* s */
     if (sp == 0 && t == 0 && row_ok) {
         out0_s[row] = r1;

@@ -538,11 +538,16 @@ static void test_split_lane(void **state)
     emit_one(&grp, &s, &e);
     assert_int_equal(e.n_kernels, 2); /* partials, then combine and outputs */
     assert_true(e.workspace_bytes > 0);
-    /* 2 groups, 2 x 132 blocks wanted: 132 chunks of 497 (65536 / 132, rounded up) */
-    assert_int_equal(e.kernels[0].grid[0], 2 * 132);
-    assert_int_equal(e.kernels[1].grid[0], 2 * 132);
-    assert_int_equal(e.workspace_bytes, 64 * 132 * 4);
-    assert_non_null(strstr(e.source, "const int row_raw = (int)(blockIdx.x / 132) * 32 + g;"));
+    /* 2 groups, a wave of 256-thread blocks wanted (8 a SM, 1056): 528 chunks a group, of 125
+     * (65536 / 528, rounded up), so 525 */
+    assert_int_equal(e.kernels[0].grid[0], 2 * 525);
+    assert_int_equal(e.kernels[1].grid[0], 2 * 525);
+    assert_int_equal(e.workspace_bytes, 64 * 525 * 4);
+    assert_non_null(strstr(e.source, "const int row_raw = (int)(blk / 525) * 32 + g;"));
+    /* the second kernel walks the grid backwards (the first one's last chunks are in L2) and
+     * its threads fold the partials in parallel */
+    assert_non_null(strstr(e.source, "const unsigned blk = gridDim.x - 1 - blockIdx.x"));
+    assert_non_null(strstr(e.source, "for (int q = t; q < 525; q += 8) {"));
     assert_non_null(strstr(e.source, "if (t == 0 && row_ok) {"));
     emit_test_golden("row_sum_first_split_lane.cu", e.source);
     emit_test_compile(e.source, "sm_90a");
