@@ -399,6 +399,16 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
     }
     if (c.presplit)
         gemm_emit_split_kernel(&e);
+    int64_t pad_end = 0;
+    if (c.wg16) { /* the padded operands after the workspace the main kernel uses */
+        int64_t main_ws = c.stream     ? gemm_stream_workspace_bytes(&p, &c)
+                          : c.parallel ? (int64_t)c.splitk * p.batch * p.M * p.N * 4
+                                       : 0;
+        pad_end = gemm_wgmma16_pad_layout(&p, &c, main_ws);
+        for (int k = 0; k < 1 + p.nb; k++)
+            if (c.pad[k])
+                gemm_emit_pad_kernel(&e, k);
+    }
     if (c.wg16)
         gemm_emit_wgmma16_kernel(&e, entry);
     else if (c.wgmma)
@@ -424,6 +434,9 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
         fill_args(&p, ks, true);
         out->workspace_bytes = p.M * p.K * 4;
     }
+    for (int op = 0; c.wg16 && op < 1 + p.nb; op++)
+        if (c.pad[op])
+            gemm_pad_launch(&p, &c, op, dev, &out->kernels[out->n_kernels++]);
     ops_kernel_launch *k = &out->kernels[out->n_kernels++];
     snprintf(k->entry, sizeof(k->entry), "%s", entry);
     bool slices_in_x = c.serial || c.cluster; /* a tile's slices are adjacent blocks */
@@ -464,6 +477,8 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
         k->block[1] = k->block[2] = 1;
         fill_args(&p, k, true);
     }
+    if (pad_end > out->workspace_bytes)
+        out->workspace_bytes = pad_end;
     return 0;
 }
 

@@ -58,6 +58,7 @@
 
 #define SPLIT_THREADS  256 /* the wgmma_split kernel's block */
 #define REDUCE_THREADS 256 /* the parallel split-K reduction's block */
+#define PAD_THREADS    256 /* the 16-bit wgmma kernel's operand padding copies */
 
 /* ---- knobs ---- */
 
@@ -153,6 +154,11 @@ typedef struct gemm_cfg {
     bool pingpong;    /* wg16: each consumer warpgroup its own tile (mma=wgmma_pingpong) */
     int mcast;        /* wg16: blocks of a cluster along m sharing B by TMA multicast (1 or 2) */
     bool tma_store;   /* wg16: the epilogue stages its tile in shared memory for a TMA store */
+    /* wg16: operands (A, B, B2) whose rows are not 16-byte multiples, which no tensor map
+     * addresses: a first kernel copies each into the workspace at pad_off[k], its rows
+     * pad_stride[k] elements apart (the next multiple of 8), pad_rows[k] of them */
+    bool pad[3];
+    int64_t pad_stride[3], pad_rows[3], pad_off[3];
     int consumers;    /* wg16: consumer warpgroups (the wm knob; 2 in ping-pong) */
     int mt;           /* wg16: m64 wgmma slabs per consumer warpgroup */
     int regs;         /* estimated registers per thread */
@@ -269,6 +275,13 @@ const char *gemm_wgmma16_prefix_why(const gemm_problem *p, const gemm_cfg *c,
 void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const ops_device *dev,
                             gemm_cfg *c);
 void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel_launch *k);
+/* The padded operands' copies placed in the workspace from byte `base` on (256-byte aligned);
+ * returns the workspace's end. */
+int64_t gemm_wgmma16_pad_layout(const gemm_problem *p, gemm_cfg *c, int64_t base);
+/* The kernel that copies operand k into its padded rows (c->pad[k]), and its launch. */
+void gemm_emit_pad_kernel(const gemm_emit *e, int k);
+void gemm_pad_launch(const gemm_problem *p, const gemm_cfg *c, int k, const ops_device *dev,
+                     ops_kernel_launch *l);
 void gemm_emit_wgmma16_helpers(const gemm_emit *e);
 void gemm_emit_wgmma16_kernel(const gemm_emit *e, const char *entry);
 

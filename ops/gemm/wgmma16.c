@@ -84,10 +84,8 @@ const char *gemm_wgmma16_prefix_why(const gemm_problem *p, const gemm_cfg *c, co
     for (int k = 0; k < 2; k++)
         if (p->src_dt[k] != p->dt || !gemm_cast_is_identity(p, k) || !batch_mode(p, k))
             return "shape";
-    /* tensor-map rows (the contiguous dimension) must be multiples of 16 bytes */
-    int64_t arow = p->trans[0] ? p->M : p->K, brow = p->trans[1] ? p->K : p->N;
-    if (arow % 8 || brow % 8)
-        return "shape";
+    /* (tensor-map rows, the contiguous dimension, must be multiples of 16 bytes: an operand
+     * whose rows are not is copied into padded rows first, gemm_wgmma16_configure) */
     if (c->bk != 64) /* one 128-byte swizzle row of k */
         return "shape";
     if (c->bm < 64 || c->bn < 64 || c->wm > 2 || c->bm / c->wm < 64 || c->bm / c->wm > 128)
@@ -117,6 +115,13 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
     c->wtm = rows;
     c->wtn = c->bn;
     c->op[0].vb = c->op[1].vb = 16; /* no register-path loads (the cost model reads vb) */
+    for (int k = 0; k < 1 + p->nb; k++) {
+        int64_t mn = k == 0 ? p->M : p->N;
+        int64_t inner = kmajor(p, k) ? p->K : mn, outer = kmajor(p, k) ? mn : p->K;
+        c->pad[k] = inner % 8 != 0;
+        c->pad_stride[k] = (inner + 7) / 8 * 8;
+        c->pad_rows[k] = outer * (batch_mode(p, k) == 2 ? p->batch : 1);
+    }
     /* the ring's stages, each consumer's output tile (store=tma), 1024 bytes of alignment slack,
      * a full and an empty barrier per stage */
     c->smem_bytes = (int64_t)c->stages * (c->bm + p->nb * c->bn) * 128 +
@@ -196,6 +201,90 @@ static void tensor_map(const gemm_problem *p, const gemm_cfg *c, int k, ops_tens
     uint32_t rows = km ? (uint32_t)(k == 0 ? c->bm : c->bn / c->mcast) : 64;
     ops_tensor_map_swizzled(m, p->dt, (uint64_t)(km ? p->K : mn), (uint64_t)(km ? mn : p->K),
                             batch_mode(p, k) == 2 ? p->batch : 1, 64, rows);
+    if (c->pad[k]) { /* the padded copy: the same dims (zeros past them), wider rows */
+        m->strides[0] = (uint64_t)c->pad_stride[k] * 2;
+        if (m->rank == 3)
+            m->strides[1] = m->strides[0] * (uint64_t)(km ? mn : p->K);
+    }
+}
+
+int64_t gemm_wgmma16_pad_layout(const gemm_problem *p, gemm_cfg *c, int64_t base)
+{
+    int64_t end = base;
+    for (int k = 0; k < 1 + p->nb; k++) {
+        if (!c->pad[k])
+            continue;
+        c->pad_off[k] = (end + 255) / 256 * 256;
+        end = c->pad_off[k] + c->pad_rows[k] * c->pad_stride[k] * 2;
+    }
+    return end;
+}
+
+/* Operand k's rows re-strided: element j of row r to r * PADDED + j, a thread writing 8 of a
+ * row's elements as one 16-byte store (the gap past the row's end zeros, which the tensor map
+ * never reads: its dims stop at the row's end) from 2-byte loads (the source rows are only
+ * 2-byte aligned). 16-bit elements moved as raw bits. */
+void gemm_emit_pad_kernel(const gemm_emit *e, int k)
+{
+    const gemm_problem *p = e->p;
+    const gemm_cfg *c = e->c;
+    kt_buf *b = e->b;
+    int64_t inner = kmajor(p, k) ? p->K : (k == 0 ? p->M : p->N);
+    int64_t vecs = c->pad_stride[k] / 8; /* 16-byte stores a padded row */
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* %s's %lld rows of %lld elements, not a 16-byte multiple, copied %lld apart "
+                   "for its tensor map. */",
+                k == 0 ? "A" : k == 1 ? "B" : "B2", (long long)c->pad_rows[k], (long long)inner,
+                (long long)c->pad_stride[k]);
+    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_pad_%s%s",
+                  PAD_THREADS, k == 0 ? "a" : k == 1 ? "b" : "b2", p->grp->entry_suffix);
+    gemm_emit_kernel_params(e, true);
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "{");
+    b->indent = 4;
+    kt_buf_line(b, "const unsigned short *__restrict__ src = reinterpret_cast<const unsigned short "
+                   "*>(%s);",
+                gemm_in_name(e, p->src[k]));
+    kt_buf_line(b, "uint4 *__restrict__ dst = reinterpret_cast<uint4 *>(static_cast<char "
+                   "*>(workspace) + %lld);",
+                (long long)c->pad_off[k]);
+    kt_buf_line(b, "for (long long i = (long long)blockIdx.x * %d + threadIdx.x; i < %lldLL; "
+                   "i += (long long)gridDim.x * %d) {",
+                PAD_THREADS, (long long)(c->pad_rows[k] * vecs), PAD_THREADS);
+    b->indent = 8;
+    kt_buf_line(b, "const long long r = i / %lld, j = (i - r * %lld) * 8;", (long long)vecs,
+                (long long)vecs);
+    kt_buf_line(b, "const unsigned short *s = src + r * %lld + j;", (long long)inner);
+    kt_buf_line(b, "unsigned int w[4];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int q = 0; q < 4; q++) {");
+    kt_buf_line(b, "    const unsigned int lo = j + 2 * q < %lld ? s[2 * q] : 0u;", (long long)inner);
+    kt_buf_line(b, "    const unsigned int hi = j + 2 * q + 1 < %lld ? s[2 * q + 1] : 0u;",
+                (long long)inner);
+    kt_buf_line(b, "    w[q] = lo | hi << 16;");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "dst[i] = make_uint4(w[0], w[1], w[2], w[3]);");
+    b->indent = 4;
+    kt_buf_line(b, "}");
+    b->indent = 0;
+    kt_buf_line(b, "}");
+}
+
+void gemm_pad_launch(const gemm_problem *p, const gemm_cfg *c, int k, const ops_device *dev,
+                     ops_kernel_launch *l)
+{
+    memset(l, 0, sizeof(*l));
+    snprintf(l->entry, sizeof(l->entry), "ktune_gemm_pad_%s%s", k == 0 ? "a" : k == 1 ? "b" : "b2",
+             p->grp->entry_suffix);
+    int64_t blocks = gemm_cdiv(c->pad_rows[k] * c->pad_stride[k] / 8, PAD_THREADS);
+    l->grid[0] = (uint32_t)(blocks < 16 * dev->sm_count ? blocks : 16 * dev->sm_count);
+    l->grid[1] = l->grid[2] = 1;
+    l->block[0] = PAD_THREADS;
+    l->block[1] = l->block[2] = 1;
+    for (int i = 0; i < p->grp->n_in; i++)
+        l->args[l->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = p->grp->in[i]};
+    l->args[l->n_args++] = (ops_arg){.kind = OPS_ARG_TENSOR, .tensor = p->out};
+    l->args[l->n_args++] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = 0};
 }
 
 void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel_launch *k)
@@ -205,7 +294,8 @@ void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel
         ops_arg *a = &k->args[k->n_args++];
         memset(a, 0, sizeof(*a));
         a->kind = OPS_ARG_TENSOR_MAP;
-        a->tensor = p->src[op];
+        a->tensor = c->pad[op] ? -1 : p->src[op]; /* the padded copy in the workspace */
+        a->offset = c->pad[op] ? c->pad_off[op] : 0;
         tensor_map(p, c, op, &a->tmap);
     }
     /* then the kernel's pointer parameters: what the epilogue reads, the output */

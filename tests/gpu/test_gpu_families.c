@@ -189,6 +189,15 @@ static const gpu_case cases[] = {
  * tiles (ping-pong needs them). */
 static const gpu_case wgmma16_cases[] = {
     {"bench/cases/gemm_bf16.json", "M=1000,N=776,K=1000", OPS_PREC_EXACT, "mma=wgmma"},
+    /* operands whose rows are not 16-byte multiples, copied into padded rows of the workspace
+     * and mapped there: A [M][K] and B [K][N] both (odd K and N, the output's rows odd too);
+     * A transposed [K][M] with odd M, W [N][K] with odd K, under an epilogue; parallel split-K
+     * (the copies after its partials); a dual group's B and B2 */
+    {"bench/cases/gemm_bf16.json", "M=1001,N=777,K=1003", OPS_PREC_EXACT, "mma=wgmma"},
+    {"tests/gpu/gemm_bf16_epilogue.json", "M=333,N=264,K=517", OPS_PREC_EXACT, "whole:mma=wgmma"},
+    {"bench/cases/gemm_bf16.json", "M=200,N=777,K=2001", OPS_PREC_EXACT, "splitk=2&mma=wgmma "},
+    {"tests/gpu/swiglu_f16_bias.json", "B=2,M=333,N=267,K=520", OPS_PREC_EXACT,
+     "whole:mma=wgmma "},
     {"bench/cases/linear_bf16.json", "M=333,N=1000,K=1016", OPS_PREC_EXACT, "mma=wgmma"},
     {"examples/gemm_bias_relu.json", "M=1000", OPS_PREC_EXACT, "mma=wgmma"},
     {"tests/gpu/gemm_bf16_epilogue.json", "M=200,N=264,K=520", OPS_PREC_EXACT, "whole:mma=wgmma"},

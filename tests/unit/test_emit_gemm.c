@@ -968,8 +968,9 @@ static const char gemm_bf16_bias_relu[] =
     "\"outputs\": [\"Y\"]}";
 
 /* Every tensor-map argument of a launch passes the driver's encoding rules (ops_tensor_map_check)
- * and lies within its tensor. */
-static void check_tmaps(const ops_group *grp, const ops_kernel_launch *k)
+ * and lies within its tensor, or within the workspace of workspace_bytes (tensor < 0) past its
+ * offset, which is 16-byte aligned. */
+static void check_tmaps_ws(const ops_group *grp, const ops_kernel_launch *k, int64_t workspace_bytes)
 {
     for (int i = 0; i < k->n_args; i++) {
         const ops_arg *a = &k->args[i];
@@ -978,12 +979,23 @@ static void check_tmaps(const ops_group *grp, const ops_kernel_launch *k)
         ops_diag d = {0};
         if (ops_tensor_map_check(&a->tmap, &d) < 0)
             fail_msg("%s argument %d: %s", k->entry, i, d.msg);
-        const ops_tensor *t = &grp->g->tensors[a->tensor];
-        uint64_t bytes = (uint64_t)ops_shape_numel(&t->shape) * ops_dtype_size(t->dtype);
+        uint64_t bytes;
+        if (a->tensor < 0) {
+            assert_int_equal(a->offset % 16, 0);
+            bytes = (uint64_t)(workspace_bytes - a->offset);
+        } else {
+            const ops_tensor *t = &grp->g->tensors[a->tensor];
+            bytes = (uint64_t)ops_shape_numel(&t->shape) * ops_dtype_size(t->dtype);
+        }
         if (ops_tensor_map_span(&a->tmap) > bytes)
             fail_msg("%s argument %d: the map spans %llu bytes of a %llu-byte tensor", k->entry, i,
                      (unsigned long long)ops_tensor_map_span(&a->tmap), (unsigned long long)bytes);
     }
+}
+
+static void check_tmaps(const ops_group *grp, const ops_kernel_launch *k)
+{
+    check_tmaps_ws(grp, k, 0);
 }
 
 static void test_wgmma16(void **state)
@@ -1193,12 +1205,48 @@ static void test_wgmma16(void **state)
     assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "redundant");
     ops_graph_free(g);
 
-    /* rows of tensor maps are 16-byte multiples (K % 8), and TMA copies no prologue cast */
+    /* rows of tensor maps are 16-byte multiples: operands whose rows are not (K % 8 for A
+     * [M][K], N % 8 for B [K][N]) are copied into padded rows of the workspace first, each by a
+     * kernel of its own, and mapped there (tensor -1, the copy's offset, the padded stride);
+     * the output's odd rows take the masked single stores */
     char *plain = plain_gemm("f16");
-    g = emit_test_graph(plain, "M=1024,N=1024,K=1020");
+    g = emit_test_graph(plain, "M=300,N=203,K=201");
     emit_test_whole_group(g, &grp);
     s = wg16(F16, 128, 128, 2, 3);
-    assert_non_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_null(ops_family_gemm.prune(&grp, &s, &dev));
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.n_kernels, 3);
+    assert_string_equal(em.kernels[0].entry, "ktune_gemm_pad_a");
+    assert_string_equal(em.kernels[1].entry, "ktune_gemm_pad_b");
+    /* A: 300 rows of 201 -> 208 apart (124800 bytes); B at the next 256 bytes, 201 rows of 203
+     * -> 208 */
+    assert_int_equal(em.workspace_bytes, 124928 + 201 * 208 * 2);
+    assert_int_equal(em.kernels[0].block[0], 256);
+    assert_int_equal(em.kernels[0].grid[0], (300 * 26 + 255) / 256);
+    assert_int_equal(em.kernels[0].args[em.kernels[0].n_args - 1].kind, OPS_ARG_WORKSPACE);
+    k = &em.kernels[2];
+    assert_int_equal(k->args[0].tensor, -1);
+    assert_int_equal(k->args[0].offset, 0);
+    assert_true(k->args[0].tmap.dims[0] == 201 && k->args[0].tmap.strides[0] == 416);
+    assert_int_equal(k->args[1].tensor, -1);
+    assert_int_equal(k->args[1].offset, 124928);
+    assert_true(k->args[1].tmap.dims[0] == 203 && k->args[1].tmap.strides[0] == 416);
+    check_tmaps_ws(&grp, k, em.workspace_bytes);
+    assert_non_null(strstr(em.source, "const long long r = i / 26, j = (i - r * 26) * 8;"));
+    assert_non_null(strstr(em.source, "static_cast<char *>(workspace) + 124928);"));
+    emit_test_compile(em.source, "sm_90a");
+    ops_emitted_free(&em);
+    s.v[STORE] = TMA; /* the output's rows (203 halves) have no tensor map either */
+    assert_string_equal(ops_family_gemm.prune(&grp, &s, &dev), "shape");
+    ops_graph_free(g);
+    /* aligned rows: no copy */
+    g = emit_test_graph(plain, "M=300,N=208,K=200");
+    emit_test_whole_group(g, &grp);
+    s = wg16(F16, 128, 128, 2, 3);
+    assert_int_equal(ops_family_gemm.emit(&grp, &s, &dev, &em, &d), 0);
+    assert_int_equal(em.n_kernels, 1);
+    assert_int_equal(em.workspace_bytes, 0);
+    ops_emitted_free(&em);
     ops_graph_free(g);
     free(plain);
     char *cast = rich_gemm("bf16", false, false);
