@@ -145,13 +145,17 @@ check(parts == names, "--part 1/3, 2/3, 3/3 are consecutive slices that make the
 conv = run(sweep, "--list", "--families", "conv,attention")
 check(all(ln.split()[1] in ("conv", "attention") for ln in conv.stdout.splitlines()
           if ln.startswith("sw_")), "--families keeps those families only")
+only = run(sweep, "--list", "--only", f"{names[5]},{names[0]}")
+check([ln.split()[0] for ln in only.stdout.splitlines() if ln.startswith("sw_")]
+      == [names[0], names[5]], "--only keeps the named points, in the grid's order")
 run(sweep, "--list", "--out", os.path.join(tmp, "listed"))
 check(not os.path.exists(os.path.join(tmp, "listed")), "--list writes nothing")
 
 # ---- bad arguments: exit 2, one line ----
 for bad in (["--out", out, "--part", "0/3"], ["--out", out, "--part", "4/3"],
             ["--out", out, "--part", "x"], ["--out", out, "--families", "row,nope"],
-            ["--out", out, "--budget", "0"], ["--dry-run"], ["--out", out, "--bogus"]):
+            ["--out", out, "--budget", "0"], ["--dry-run"], ["--out", out, "--bogus"],
+            ["--out", out, "--only", "sw_nope"], ["--out", out, "--only", names[0], "--part", "1/2"]):
     b = run(sweep, *bad)
     lines = b.stderr.strip().splitlines()
     check(b.returncode == 2 and len(lines) == 1 and lines[0].startswith("bench/sweep: "),
