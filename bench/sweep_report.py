@@ -315,11 +315,14 @@ def render_md(r, rows, notes, ranks, fig_rel, sources):
                       [[x["p"]["name"], x["p"].get("regime", "-"), f"{x['p']['bytes']:,}",
                         fmt_copy(x["copy"]), fmt_copy(x["peer_copy"]), report.fmt_x(x["x"])]
                        for x in low]) if low else ["None."]
-    missing = [x for x in rows if not x["x"]]
+    missing = [x for x in rows if not x["x"] and x["status"] != "not run"]
+    not_run = [x for x in rows if x["status"] == "not run"]
     L += ["", "## Points without a speed-up", "",
-          "Not run (absent from the results), checked out by bench/check_cases.py, or ktune "
-          "without a verified kernel or a time:", ""]
+          "Checked out by bench/check_cases.py, or ktune without a verified kernel or a time:", ""]
     L += [explained(x, notes) for x in missing] or ["None."]
+    if not_run:
+        L += ["", f"Not run yet (absent from the results, {len(not_run)} points): "
+              + ", ".join(f"`{x['p']['name']}`" for x in not_run) + "."]
     errs = [(x["p"]["name"], q, x["case"][q]["error"]) for x in rows if x["case"]
             for q, _ in report.PEERS if (x["case"].get(q) or {}).get("error")
             and not x["case"][q].get("not_run")]
