@@ -220,10 +220,12 @@ int64_t gemm_wgmma16_pad_layout(const gemm_problem *p, gemm_cfg *c, int64_t base
     return end;
 }
 
-/* Operand k's rows re-strided: element j of row r to r * PADDED + j, a thread writing 8 of a
- * row's elements as one 16-byte store (the gap past the row's end zeros, which the tensor map
- * never reads: its dims stop at the row's end) from 2-byte loads (the source rows are only
- * 2-byte aligned). 16-bit elements moved as raw bits. */
+/* Operand k's rows re-strided: element j of row r to r * PADDED + j, a thread a 16-byte store of
+ * 8 elements of a padded row (past the row's end zeros, which the tensor map never reads: its
+ * dims stop there). The source rows start only 2-byte aligned, so the thread reads the two
+ * aligned 16-byte words around its 8 elements and shifts them into place (the warp's loads are
+ * then whole, coalesced lines); the last few elements of the tensor, where the second word would
+ * pass its end, go element by element. 16-bit elements moved as raw bits. */
 void gemm_emit_pad_kernel(const gemm_emit *e, int k)
 {
     const gemm_problem *p = e->p;
@@ -231,6 +233,7 @@ void gemm_emit_pad_kernel(const gemm_emit *e, int k)
     kt_buf *b = e->b;
     int64_t inner = kmajor(p, k) ? p->K : (k == 0 ? p->M : p->N);
     int64_t vecs = c->pad_stride[k] / 8; /* 16-byte stores a padded row */
+    int64_t total = c->pad_rows[k] * inner * 2;
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "/* %s's %lld rows of %lld elements, not a 16-byte multiple, copied %lld apart "
                    "for its tensor map. */",
@@ -242,7 +245,7 @@ void gemm_emit_pad_kernel(const gemm_emit *e, int k)
     kt_buf_printf(b, "\n");
     kt_buf_line(b, "{");
     b->indent = 4;
-    kt_buf_line(b, "const unsigned short *__restrict__ src = reinterpret_cast<const unsigned short "
+    kt_buf_line(b, "const unsigned char *__restrict__ src = reinterpret_cast<const unsigned char "
                    "*>(%s);",
                 gemm_in_name(e, p->src[k]));
     kt_buf_line(b, "uint4 *__restrict__ dst = reinterpret_cast<uint4 *>(static_cast<char "
@@ -254,16 +257,55 @@ void gemm_emit_pad_kernel(const gemm_emit *e, int k)
     b->indent = 8;
     kt_buf_line(b, "const long long r = i / %lld, j = (i - r * %lld) * 8;", (long long)vecs,
                 (long long)vecs);
-    kt_buf_line(b, "const unsigned short *s = src + r * %lld + j;", (long long)inner);
-    kt_buf_line(b, "unsigned int w[4];");
-    kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int q = 0; q < 4; q++) {");
-    kt_buf_line(b, "    const unsigned int lo = j + 2 * q < %lld ? s[2 * q] : 0u;", (long long)inner);
-    kt_buf_line(b, "    const unsigned int hi = j + 2 * q + 1 < %lld ? s[2 * q + 1] : 0u;",
+    kt_buf_line(b, "const long long at = (r * %lld + j) * 2; /* the first element's byte */",
                 (long long)inner);
-    kt_buf_line(b, "    w[q] = lo | hi << 16;");
+    kt_buf_line(b, "const long long base = at & ~15LL;");
+    kt_buf_line(b, "unsigned int o0, o1, o2, o3;");
+    kt_buf_line(b, "if (base + 32 <= %lldLL) {", (long long)total);
+    b->indent = 12;
+    kt_buf_line(b, "const uint4 lo = __ldg(reinterpret_cast<const uint4 *>(src + base));");
+    kt_buf_line(b, "const uint4 hi = __ldg(reinterpret_cast<const uint4 *>(src + base + 16));");
+    kt_buf_line(b, "unsigned int w0 = lo.x, w1 = lo.y, w2 = lo.z, w3 = lo.w, w4 = hi.x, w5 = hi.y, "
+                   "w6 = hi.z, w7 = hi.w;");
+    kt_buf_line(b, "const int words = (int)(at & 15) >> 2; /* whole words to skip, then maybe a "
+                   "half */");
+    kt_buf_line(b, "if (words & 2) {");
+    kt_buf_line(b, "    w0 = w2; w1 = w3; w2 = w4; w3 = w5; w4 = w6; w5 = w7;");
     kt_buf_line(b, "}");
-    kt_buf_line(b, "dst[i] = make_uint4(w[0], w[1], w[2], w[3]);");
+    kt_buf_line(b, "if (words & 1) {");
+    kt_buf_line(b, "    w0 = w1; w1 = w2; w2 = w3; w3 = w4; w4 = w5;");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "const bool half = (at & 2) != 0;");
+    kt_buf_line(b, "o0 = half ? __funnelshift_r(w0, w1, 16) : w0;");
+    kt_buf_line(b, "o1 = half ? __funnelshift_r(w1, w2, 16) : w1;");
+    kt_buf_line(b, "o2 = half ? __funnelshift_r(w2, w3, 16) : w2;");
+    kt_buf_line(b, "o3 = half ? __funnelshift_r(w3, w4, 16) : w3;");
+    b->indent = 8;
+    kt_buf_line(b, "} else { /* the tensor's end: element by element */");
+    b->indent = 12;
+    kt_buf_line(b, "const unsigned short *s = reinterpret_cast<const unsigned short *>(src + at);");
+    kt_buf_line(b, "unsigned int h[8];");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int q = 0; q < 8; q++)");
+    kt_buf_line(b, "    h[q] = j + q < %lld ? s[q] : 0u;", (long long)inner);
+    kt_buf_line(b, "o0 = h[0] | h[1] << 16;");
+    kt_buf_line(b, "o1 = h[2] | h[3] << 16;");
+    kt_buf_line(b, "o2 = h[4] | h[5] << 16;");
+    kt_buf_line(b, "o3 = h[6] | h[7] << 16;");
+    b->indent = 8;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "if (j + 8 > %lld) { /* the row's last vector: zeros past its end (the next "
+                   "row's elements) */",
+                (long long)inner);
+    b->indent = 12;
+    kt_buf_line(b, "const int keep = (int)(%lld - j); /* 1..7 elements */", (long long)inner);
+    kt_buf_line(b, "o0 = keep >= 2 ? o0 : o0 & 0xffffu;");
+    kt_buf_line(b, "o1 = keep >= 4 ? o1 : keep == 3 ? o1 & 0xffffu : 0u;");
+    kt_buf_line(b, "o2 = keep >= 6 ? o2 : keep == 5 ? o2 & 0xffffu : 0u;");
+    kt_buf_line(b, "o3 = keep == 7 ? o3 & 0xffffu : 0u;");
+    b->indent = 8;
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "dst[i] = make_uint4(o0, o1, o2, o3);");
     b->indent = 4;
     kt_buf_line(b, "}");
     b->indent = 0;
