@@ -328,6 +328,15 @@ static void library_estimate(const ops_group *grp, const ops_schedule *s, const 
     double k_eff = (double)li.k / ((double)li.k + 64.0);
     double rank = 1.0 - 0.03 * s->v[K_HEURISTIC];
     double eff = 0.85 * wave_eff * k_eff * rank;
+    /* 16-bit data whose rows are not 16-byte multiples (any of A, B, C's leading dimensions,
+     * which are K or M, N or K, and N): cuBLASLt's unaligned kernels, measured on the H200 at
+     * 4093^3 f16 in 879 us against ~185 for 4096^3 (bench/results/h200-2026-11-29-i22-sweep/) */
+    if (size == 2) {
+        const ops_node *mm = li.mm;
+        int64_t lda = mm->attrs.transpose_a ? li.m : li.k, ldb = mm->attrs.transpose_b ? li.k : li.n;
+        if (lda % 8 || ldb % 8 || li.n % 8)
+            eff /= 4.7;
+    }
     double t_math = e->flops / (peak * eff);
     double t_mem = e->bytes / (dev->dram_bytes_per_s * 0.9 * rank);
     e->seconds = (t_math > t_mem ? t_math : t_mem) + 4e-6;
