@@ -136,7 +136,10 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
              * store=tma's three stages beat direct's four); ping-pong hides half of it behind the
              * other consumer (its pairs 2-7% slower) */
             if (!c.tma_store)
-                eff /= 1.0 + (c.pingpong ? 0.08 : 0.16) * 4096.0 / (double)(c.ktiles * c.bk);
+                eff /= 1.0 + (c.pingpong ? 0.08 : 0.16) * 4096.0 / (double)(c.ktiles * c.bk) *
+                                 /* odd N: single-element stores, twice the instructions (the
+                                    H200 at f16 4093^3: ~240 us against ~185 at 4096^3) */
+                                 (p.N % 2 ? 2.0 : 1.0);
         }
         if (c.op[0].scalar_frag || c.op[1].scalar_frag)
             eff *= 0.85;
@@ -188,6 +191,10 @@ void gemm_estimate(const ops_group *grp, const ops_schedule *s, const ops_device
         t += (ws + bytes - ab) / dev->dram_bytes_per_s + 2e-6;
     if (c.presplit) /* the split kernel reads A and writes its small halves, then a launch */
         t += 8.0 * (double)(p.M * p.K) / dev->dram_bytes_per_s + 2e-6;
+    if (c.wg16 && c.pad_out) /* the padded output rows copied into the output, then a launch */
+        t += 2.0 * (double)(p.batch * p.M * c.pad_out_stride) *
+                 (double)ops_dtype_size(p.g->tensors[p.out].dtype) / (0.8 * dev->dram_bytes_per_s) +
+             2e-6;
     for (int k = 0; c.wg16 && k < 1 + p.nb; k++)
         if (c.pad[k]) /* the padding copy reads and writes the operand, then a launch: aligned
                          16-byte loads shifted into 16-byte stores, taken at 80% of the copy

@@ -417,6 +417,8 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
         gemm_emit_main_kernel(&e, entry);
     if (c.parallel)
         gemm_emit_reduce_kernel(&e);
+    if (c.wg16 && c.pad_out)
+        gemm_emit_unpad_kernel(&e);
     if ((rc = kt_buf_status(&b)) < 0) {
         kt_buf_free(&b);
         return rc;
@@ -477,6 +479,8 @@ static int gemm_emit_fn(const ops_group *grp, const ops_schedule *s, const ops_d
         k->block[1] = k->block[2] = 1;
         fill_args(&p, k, true);
     }
+    if (c.wg16 && c.pad_out) /* the padded output rows into the output */
+        gemm_pad_launch(&p, &c, 3, dev, &out->kernels[out->n_kernels++]);
     if (pad_end > out->workspace_bytes)
         out->workspace_bytes = pad_end;
     return 0;

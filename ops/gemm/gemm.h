@@ -159,6 +159,11 @@ typedef struct gemm_cfg {
      * pad_stride[k] elements apart (the next multiple of 8), pad_rows[k] of them */
     bool pad[3];
     int64_t pad_stride[3], pad_rows[3], pad_off[3];
+    /* wg16 store=tma with output rows that are not 16-byte multiples: the TMA stores go to
+     * padded rows of the workspace (pad_out_stride elements apart, at pad_out_off), and a last
+     * kernel copies them into the output */
+    bool pad_out;
+    int64_t pad_out_stride, pad_out_off;
     int consumers;    /* wg16: consumer warpgroups (the wm knob; 2 in ping-pong) */
     int mt;           /* wg16: m64 wgmma slabs per consumer warpgroup */
     int regs;         /* estimated registers per thread */
@@ -278,8 +283,10 @@ void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel
 /* The padded operands' copies placed in the workspace from byte `base` on (256-byte aligned);
  * returns the workspace's end. */
 int64_t gemm_wgmma16_pad_layout(const gemm_problem *p, gemm_cfg *c, int64_t base);
-/* The kernel that copies operand k into its padded rows (c->pad[k]), and its launch. */
+/* The kernel that copies operand k into its padded rows (c->pad[k]), and its launch; k = 3:
+ * the kernel that copies the padded output rows into the output (c->pad_out). */
 void gemm_emit_pad_kernel(const gemm_emit *e, int k);
+void gemm_emit_unpad_kernel(const gemm_emit *e);
 void gemm_pad_launch(const gemm_problem *p, const gemm_cfg *c, int k, const ops_device *dev,
                      ops_kernel_launch *l);
 void gemm_emit_wgmma16_helpers(const gemm_emit *e);

@@ -122,6 +122,9 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->pad_stride[k] = (inner + 7) / 8 * 8;
         c->pad_rows[k] = outer * (batch_mode(p, k) == 2 ? p->batch : 1);
     }
+    int64_t per16 = 16 / osize; /* output elements in 16 bytes */
+    c->pad_out = c->tma_store && p->N % per16 != 0;
+    c->pad_out_stride = (p->N + per16 - 1) / per16 * per16;
     /* the ring's stages, each consumer's output tile (store=tma), 1024 bytes of alignment slack,
      * a full and an empty barrier per stage */
     c->smem_bytes = (int64_t)c->stages * (c->bm + p->nb * c->bn) * 128 +
@@ -170,8 +173,6 @@ void gemm_wgmma16_configure(const gemm_problem *p, const ops_schedule *s, const 
         c->why = "redundant"; /* half as many slices already fill the GPU */
     else if (c->splitk != 1 && c->tma_store)
         c->why = "redundant"; /* the partial sums are stored directly */
-    else if (c->tma_store && (p->N * osize) % 16)
-        c->why = "shape"; /* the output's rows are not 16-byte multiples: no tensor map */
     else if (c->smem != SMEM_XOR ||
              (c->splitk == 1 && !c->stream && s->v[KN_SPLITK_MODE] != SPLITK_PARALLEL) ||
              (c->pingpong && c->wm != 1))
@@ -217,7 +218,63 @@ int64_t gemm_wgmma16_pad_layout(const gemm_problem *p, gemm_cfg *c, int64_t base
         c->pad_off[k] = (end + 255) / 256 * 256;
         end = c->pad_off[k] + c->pad_rows[k] * c->pad_stride[k] * 2;
     }
+    if (c->pad_out) {
+        c->pad_out_off = (end + 255) / 256 * 256;
+        end = c->pad_out_off + p->batch * p->M * c->pad_out_stride *
+                                   (int64_t)ops_dtype_size(p->g->tensors[p->out].dtype);
+    }
     return end;
+}
+
+/* The padded output rows (store=tma, c->pad_out) copied into the output: a thread reads 16
+ * aligned bytes of a padded row and stores its elements one by one (the output's rows start
+ * only element-aligned); past N nothing. */
+void gemm_emit_unpad_kernel(const gemm_emit *e)
+{
+    const gemm_problem *p = e->p;
+    const gemm_cfg *c = e->c;
+    kt_buf *b = e->b;
+    int osize = ops_dtype_size(p->g->tensors[p->out].dtype);
+    int per16 = 16 / osize;
+    const char *word = osize == 2 ? "unsigned short" : "unsigned int";
+    int64_t vecs = c->pad_out_stride / per16, rows = p->batch * p->M;
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* The output's %lld rows of %lld elements, stored by TMA %lld apart in the "
+                   "workspace, copied into place. */",
+                (long long)rows, (long long)p->N, (long long)c->pad_out_stride);
+    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_unpad_c%s",
+                  PAD_THREADS, p->grp->entry_suffix);
+    gemm_emit_kernel_params(e, true);
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "{");
+    b->indent = 4;
+    kt_buf_line(b, "const uint4 *__restrict__ src = reinterpret_cast<const uint4 *>(static_cast<const "
+                   "char *>(workspace) + %lld);",
+                (long long)c->pad_out_off);
+    kt_buf_line(b, "%s *__restrict__ dst = reinterpret_cast<%s *>(%s);", word, word,
+                e->names[p->grp->n_in]);
+    kt_buf_line(b, "for (long long i = (long long)blockIdx.x * %d + threadIdx.x; i < %lldLL; "
+                   "i += (long long)gridDim.x * %d) {",
+                PAD_THREADS, (long long)(rows * vecs), PAD_THREADS);
+    b->indent = 8;
+    kt_buf_line(b, "const long long r = i / %lld, j = (i - r * %lld) * %d;", (long long)vecs,
+                (long long)vecs, per16);
+    kt_buf_line(b, "const uint4 v = src[i];");
+    if (osize == 2)
+        kt_buf_line(b, "const unsigned short w[8] = {(unsigned short)v.x, (unsigned short)(v.x >> "
+                       "16), (unsigned short)v.y, (unsigned short)(v.y >> 16), (unsigned short)v.z, "
+                       "(unsigned short)(v.z >> 16), (unsigned short)v.w, (unsigned short)(v.w >> "
+                       "16)};");
+    else
+        kt_buf_line(b, "const unsigned int w[4] = {v.x, v.y, v.z, v.w};");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "for (int q = 0; q < %d; q++)", per16);
+    kt_buf_line(b, "    if (j + q < %lld)", (long long)p->N);
+    kt_buf_line(b, "        dst[r * %lld + j + q] = w[q];", (long long)p->N);
+    b->indent = 4;
+    kt_buf_line(b, "}");
+    b->indent = 0;
+    kt_buf_line(b, "}");
 }
 
 /* Operand k's rows re-strided: element j of row r to r * PADDED + j, a thread a 16-byte store of
@@ -316,9 +373,12 @@ void gemm_pad_launch(const gemm_problem *p, const gemm_cfg *c, int k, const ops_
                      ops_kernel_launch *l)
 {
     memset(l, 0, sizeof(*l));
-    snprintf(l->entry, sizeof(l->entry), "ktune_gemm_pad_%s%s", k == 0 ? "a" : k == 1 ? "b" : "b2",
+    snprintf(l->entry, sizeof(l->entry), "ktune_gemm_%s%s",
+             k == 0 ? "pad_a" : k == 1 ? "pad_b" : k == 2 ? "pad_b2" : "unpad_c",
              p->grp->entry_suffix);
-    int64_t blocks = gemm_cdiv(c->pad_rows[k] * c->pad_stride[k] / 8, PAD_THREADS);
+    int64_t per16 = 16 / ops_dtype_size(p->g->tensors[p->out].dtype);
+    int64_t blocks = k == 3 ? gemm_cdiv(p->batch * p->M * c->pad_out_stride / per16, PAD_THREADS)
+                            : gemm_cdiv(c->pad_rows[k] * c->pad_stride[k] / 8, PAD_THREADS);
     l->grid[0] = (uint32_t)(blocks < 16 * dev->sm_count ? blocks : 16 * dev->sm_count);
     l->grid[1] = l->grid[2] = 1;
     l->block[0] = PAD_THREADS;
@@ -360,6 +420,13 @@ void gemm_wgmma16_fill_args(const gemm_problem *p, const gemm_cfg *c, ops_kernel
     ops_tensor_map_swizzled(&a->tmap, odt, (uint64_t)p->N, (uint64_t)p->M, p->batch,
                             (uint32_t)(128 / ops_dtype_size(odt)),
                             (uint32_t)(c->pingpong ? c->bm : c->bm / c->wm));
+    if (c->pad_out) { /* padded rows of the workspace (the map stops at N: no writes past it) */
+        a->tensor = -1;
+        a->offset = c->pad_out_off;
+        a->tmap.strides[0] = (uint64_t)(c->pad_out_stride * ops_dtype_size(odt));
+        if (a->tmap.rank == 3)
+            a->tmap.strides[1] = a->tmap.strides[0] * (uint64_t)p->M;
+    }
     if (c->stream)
         k->args[k->n_args++] = (ops_arg){.kind = OPS_ARG_WORKSPACE, .offset = 0};
 }

@@ -198,6 +198,10 @@ static const gpu_case wgmma16_cases[] = {
     {"bench/cases/gemm_bf16.json", "M=200,N=777,K=2001", OPS_PREC_EXACT, "splitk=2&mma=wgmma "},
     {"tests/gpu/swiglu_f16_bias.json", "B=2,M=333,N=267,K=520", OPS_PREC_EXACT,
      "whole:mma=wgmma "},
+    /* store=tma with odd output rows: TMA stores into padded rows of the workspace, a last
+     * kernel copying them out (bf16, and a bias + gelu + residual epilogue) */
+    {"bench/cases/gemm_bf16.json", "M=1001,N=777,K=1003", OPS_PREC_EXACT, "store=tma"},
+    {"tests/gpu/gemm_bf16_epilogue.json", "M=333,N=261,K=517", OPS_PREC_EXACT, "whole:store=tma"},
     {"bench/cases/linear_bf16.json", "M=333,N=1000,K=1016", OPS_PREC_EXACT, "mma=wgmma"},
     {"examples/gemm_bias_relu.json", "M=1000", OPS_PREC_EXACT, "mma=wgmma"},
     {"tests/gpu/gemm_bf16_epilogue.json", "M=200,N=264,K=520", OPS_PREC_EXACT, "whole:mma=wgmma"},
