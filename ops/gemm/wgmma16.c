@@ -226,6 +226,40 @@ int64_t gemm_wgmma16_pad_layout(const gemm_problem *p, gemm_cfg *c, int64_t base
     return end;
 }
 
+/* The frame of the padding and unpadding copies: a comment, the entry (the group's parameters,
+ * so one launch plan serves all its kernels), then a grid-stride loop over 16-byte words, word i
+ * being the (i % vecs)-th of row r = i / vecs, its first element j. */
+static void copy_kernel_open(const gemm_emit *e, const char *what, const char *entry)
+{
+    kt_buf *b = e->b;
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "/* %s */", what);
+    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_%s%s",
+                  PAD_THREADS, entry, e->p->grp->entry_suffix);
+    gemm_emit_kernel_params(e, true);
+    kt_buf_printf(b, "\n");
+    kt_buf_line(b, "{");
+    b->indent = 4;
+}
+
+static void copy_kernel_loop(kt_buf *b, int64_t rows, int64_t vecs, int per_word)
+{
+    kt_buf_line(b, "for (long long i = (long long)blockIdx.x * %d + threadIdx.x; i < %lldLL; "
+                   "i += (long long)gridDim.x * %d) {",
+                PAD_THREADS, (long long)(rows * vecs), PAD_THREADS);
+    b->indent = 8;
+    kt_buf_line(b, "const long long r = i / %lld, j = (i - r * %lld) * %d;", (long long)vecs,
+                (long long)vecs, per_word);
+}
+
+static void copy_kernel_close(kt_buf *b)
+{
+    b->indent = 4;
+    kt_buf_line(b, "}");
+    b->indent = 0;
+    kt_buf_line(b, "}");
+}
+
 /* The padded output rows (store=tma, c->pad_out) copied into the output: a thread reads 16
  * aligned bytes of a padded row and stores its elements one by one (the output's rows start
  * only element-aligned); past N nothing. */
@@ -238,27 +272,18 @@ void gemm_emit_unpad_kernel(const gemm_emit *e)
     int per16 = 16 / osize;
     const char *word = osize == 2 ? "unsigned short" : "unsigned int";
     int64_t vecs = c->pad_out_stride / per16, rows = p->batch * p->M;
-    kt_buf_printf(b, "\n");
-    kt_buf_line(b, "/* The output's %lld rows of %lld elements, stored by TMA %lld apart in the "
-                   "workspace, copied into place. */",
-                (long long)rows, (long long)p->N, (long long)c->pad_out_stride);
-    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_unpad_c%s",
-                  PAD_THREADS, p->grp->entry_suffix);
-    gemm_emit_kernel_params(e, true);
-    kt_buf_printf(b, "\n");
-    kt_buf_line(b, "{");
-    b->indent = 4;
+    char what[160];
+    snprintf(what, sizeof(what),
+             "The output's %lld rows of %lld elements, stored by TMA %lld apart in the "
+             "workspace, copied into place.",
+             (long long)rows, (long long)p->N, (long long)c->pad_out_stride);
+    copy_kernel_open(e, what, "unpad_c");
     kt_buf_line(b, "const uint4 *__restrict__ src = reinterpret_cast<const uint4 *>(static_cast<const "
                    "char *>(workspace) + %lld);",
                 (long long)c->pad_out_off);
     kt_buf_line(b, "%s *__restrict__ dst = reinterpret_cast<%s *>(%s);", word, word,
                 e->names[p->grp->n_in]);
-    kt_buf_line(b, "for (long long i = (long long)blockIdx.x * %d + threadIdx.x; i < %lldLL; "
-                   "i += (long long)gridDim.x * %d) {",
-                PAD_THREADS, (long long)(rows * vecs), PAD_THREADS);
-    b->indent = 8;
-    kt_buf_line(b, "const long long r = i / %lld, j = (i - r * %lld) * %d;", (long long)vecs,
-                (long long)vecs, per16);
+    copy_kernel_loop(b, rows, vecs, per16);
     kt_buf_line(b, "const uint4 v = src[i];");
     if (osize == 2)
         kt_buf_line(b, "const unsigned short w[8] = {(unsigned short)v.x, (unsigned short)(v.x >> "
@@ -271,10 +296,7 @@ void gemm_emit_unpad_kernel(const gemm_emit *e)
     kt_buf_line(b, "for (int q = 0; q < %d; q++)", per16);
     kt_buf_line(b, "    if (j + q < %lld)", (long long)p->N);
     kt_buf_line(b, "        dst[r * %lld + j + q] = w[q];", (long long)p->N);
-    b->indent = 4;
-    kt_buf_line(b, "}");
-    b->indent = 0;
-    kt_buf_line(b, "}");
+    copy_kernel_close(b);
 }
 
 /* Operand k's rows re-strided: element j of row r to r * PADDED + j, a thread a 16-byte store of
@@ -291,29 +313,20 @@ void gemm_emit_pad_kernel(const gemm_emit *e, int k)
     int64_t inner = kmajor(p, k) ? p->K : (k == 0 ? p->M : p->N);
     int64_t vecs = c->pad_stride[k] / 8; /* 16-byte stores a padded row */
     int64_t total = c->pad_rows[k] * inner * 2;
-    kt_buf_printf(b, "\n");
-    kt_buf_line(b, "/* %s's %lld rows of %lld elements, not a 16-byte multiple, copied %lld apart "
-                   "for its tensor map. */",
-                k == 0 ? "A" : k == 1 ? "B" : "B2", (long long)c->pad_rows[k], (long long)inner,
-                (long long)c->pad_stride[k]);
-    kt_buf_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) ktune_gemm_pad_%s%s",
-                  PAD_THREADS, k == 0 ? "a" : k == 1 ? "b" : "b2", p->grp->entry_suffix);
-    gemm_emit_kernel_params(e, true);
-    kt_buf_printf(b, "\n");
-    kt_buf_line(b, "{");
-    b->indent = 4;
+    char what[160];
+    snprintf(what, sizeof(what),
+             "%s's %lld rows of %lld elements, not a 16-byte multiple, copied %lld apart for its "
+             "tensor map.",
+             k == 0 ? "A" : k == 1 ? "B" : "B2", (long long)c->pad_rows[k], (long long)inner,
+             (long long)c->pad_stride[k]);
+    copy_kernel_open(e, what, k == 0 ? "pad_a" : k == 1 ? "pad_b" : "pad_b2");
     kt_buf_line(b, "const unsigned char *__restrict__ src = reinterpret_cast<const unsigned char "
                    "*>(%s);",
                 gemm_in_name(e, p->src[k]));
     kt_buf_line(b, "uint4 *__restrict__ dst = reinterpret_cast<uint4 *>(static_cast<char "
                    "*>(workspace) + %lld);",
                 (long long)c->pad_off[k]);
-    kt_buf_line(b, "for (long long i = (long long)blockIdx.x * %d + threadIdx.x; i < %lldLL; "
-                   "i += (long long)gridDim.x * %d) {",
-                PAD_THREADS, (long long)(c->pad_rows[k] * vecs), PAD_THREADS);
-    b->indent = 8;
-    kt_buf_line(b, "const long long r = i / %lld, j = (i - r * %lld) * 8;", (long long)vecs,
-                (long long)vecs);
+    copy_kernel_loop(b, c->pad_rows[k], vecs, 8);
     kt_buf_line(b, "const long long at = (r * %lld + j) * 2; /* the first element's byte */",
                 (long long)inner);
     kt_buf_line(b, "const long long base = at & ~15LL;");
@@ -363,10 +376,7 @@ void gemm_emit_pad_kernel(const gemm_emit *e, int k)
     b->indent = 8;
     kt_buf_line(b, "}");
     kt_buf_line(b, "dst[i] = make_uint4(o0, o1, o2, o3);");
-    b->indent = 4;
-    kt_buf_line(b, "}");
-    b->indent = 0;
-    kt_buf_line(b, "}");
+    copy_kernel_close(b);
 }
 
 void gemm_pad_launch(const gemm_problem *p, const gemm_cfg *c, int k, const ops_device *dev,
