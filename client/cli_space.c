@@ -8,7 +8,8 @@
 #include <string.h>
 
 static const char space_help[] =
-    "usage: ktune space GRAPH.json --shape NAME=VALUE ... [--precision P] [--list] [--json]\n"
+    "usage: ktune space GRAPH.json --shape NAME=VALUE ... [--precision P] [--device NAME]\n"
+    "                   [--list] [--json]\n"
     "\n"
     "Enumerates the fusion partitions of the graph into kernel groups, the kernel families\n"
     "(pointwise, row, gemm, conv, attention, library) that can implement each group, and their\n"
@@ -19,6 +20,8 @@ static const char space_help[] =
     "options:\n"
     "  --shape NAME=VALUE  bind a symbolic dimension (repeat, or separate with commas)\n"
     "  --precision P       exact (default), tf32 or reduced: which math paths are allowed\n"
+    "  --device NAME       the device to prune and estimate for, by its CUDA name: \"NVIDIA\n"
+    "                      H100 80GB HBM3\" (default) or \"NVIDIA H200\"\n"
     "  --list              also list every kept candidate with its estimate\n"
     "  --json              one JSON object: candidates, pruned, families (name -> count),\n"
     "                      partitions, groups (and list with --list: each candidate's group,\n"
@@ -27,15 +30,21 @@ static const char space_help[] =
 
 typedef struct space_opts {
     bool list;
+    const char *device;
 } space_opts;
 
 static int space_extra(void *ctx, const char *opt, const char *value)
 {
     space_opts *o = ctx;
-    (void)value;
     if (strcmp(opt, "--list") == 0) {
         o->list = true;
         return 1;
+    }
+    if (strcmp(opt, "--device") == 0) {
+        if (!value)
+            return cli_usage_error("space", "--device needs a device name");
+        o->device = value;
+        return 2;
     }
     return 0;
 }
@@ -209,6 +218,13 @@ int cli_space(int argc, char **argv)
         return rc;
     ops_device dev;
     ops_device_h100(&dev);
+    if (o.device && ops_device_find(o.device, &dev) < 0) {
+        ops_graph_free(g);
+        ops_graph_free(bound);
+        return cli_error("--device: no device named '%s' (the table has \"NVIDIA H100 80GB "
+                         "HBM3\" and \"NVIDIA H200\")",
+                         o.device);
+    }
     srch_space *s = NULL;
     srch_candidate *cand = NULL;
     int64_t n_cand = 0;

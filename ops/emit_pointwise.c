@@ -857,8 +857,8 @@ static double node_flops(ops_op op)
 }
 
 /* Roofline over bytes moved and arithmetic, divided by an efficiency from the bytes each SM
- * keeps in flight (Little's law: ~32 KiB per SM saturates HBM), the SMs the grid occupies, and
- * wave quantisation; plus a fixed launch cost. */
+ * keeps in flight from DRAM (Little's law, ops_device_inflight_bytes), the SMs the grid
+ * occupies, and wave quantisation; plus a fixed launch cost. */
 static void pointwise_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                                ops_estimate *e)
 {
@@ -882,7 +882,10 @@ static void pointwise_estimate(const ops_group *grp, const ops_schedule *s, cons
         const ops_tensor *t = &g->tensors[grp->in[i]];
         double sz = (double)ops_shape_numel(&t->shape) * (double)ops_dtype_size(t->dtype);
         bytes += sz;
-        load_bytes += (double)ops_dtype_size(t->dtype) * p.vec;
+        /* A broadcast input (a bias row) is read again and again from L1 and L2, so its loads
+         * keep DRAM busy only in proportion to its size. */
+        double share = (double)ops_shape_numel(&t->shape) / (double)info.numel;
+        load_bytes += (double)ops_dtype_size(t->dtype) * p.vec * (share < 1 ? share : 1);
     }
     for (int i = 0; i < grp->n_out; i++) {
         const ops_tensor *t = &g->tensors[grp->out[i]];
@@ -903,7 +906,7 @@ static void pointwise_estimate(const ops_group *grp, const ops_schedule *s, cons
     double resident = (double)p.grid / sms; /* blocks per busy SM */
     resident = resident < bps ? resident : bps;
     double inflight = resident * p.threads * load_bytes * p.unroll;
-    double bw_eff = inflight / 32768.0;
+    double bw_eff = inflight / ops_device_inflight_bytes(dev);
     bw_eff = bw_eff < 1 ? bw_eff : 1;
     double waves = (double)p.grid / ((double)bps * dev->sm_count);
     double wave_eff = waves <= 1 ? 1 : waves / (double)(int64_t)(waves + 0.999999);

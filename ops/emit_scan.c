@@ -173,7 +173,7 @@ static int scan_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
 }
 
 /* Memory-bound: the line read and written once, at the bandwidth the resident blocks' loads in
- * flight reach (Little's law, as the pointwise family: ~32 KiB a SM saturates HBM), plus the
+ * flight reach (Little's law, ops_device_inflight_bytes), plus the
  * tiles' barriers (two a tile) and a launch. */
 static void scan_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                           ops_estimate *e)
@@ -195,7 +195,8 @@ static void scan_estimate(const ops_group *grp, const ops_schedule *s, const ops
         per_sm = 1;
     double inflight = (double)per_sm * threads * items *
                       (double)ops_dtype_size(g->tensors[grp->in[0]].dtype);
-    double eff = inflight >= 32768.0 ? 1.0 : inflight / 32768.0;
+    double need = ops_device_inflight_bytes(dev);
+    double eff = inflight >= need ? 1.0 : inflight / need;
     if (eff < 0.05)
         eff = 0.05;
     double tiles = (double)((in.len + (int64_t)threads * items - 1) / ((int64_t)threads * items));

@@ -95,6 +95,10 @@ typedef struct ops_device {
 void ops_device_h100(ops_device *dev);
 /* The lent H200: the H100's compute with HBM3e (4.19 TB/s measured copy bandwidth). */
 void ops_device_h200(ops_device *dev);
+/* Bytes an SM must keep in flight to draw its share of the DRAM bandwidth (Little's law:
+ * bandwidth x latency; 32 KiB per SM saturated the H100's 3.0 TB/s, so ~1.44 us). The cost
+ * models' memory efficiency is the bytes a schedule keeps in flight over this. */
+double ops_device_inflight_bytes(const ops_device *dev);
 /* The device table: the entry whose name is exactly name (cuDeviceGetName's), 0; for a name not
  * in it (or NULL), the table's fastest entry by memory bandwidth and -ENOENT. */
 int ops_device_find(const char *name, ops_device *dev);

@@ -227,8 +227,7 @@ int64_t gemm_wgmma16_pad_layout(const gemm_problem *p, gemm_cfg *c, int64_t base
 }
 
 /* The frame of the padding and unpadding copies: a comment, the entry (the group's parameters,
- * so one launch plan serves all its kernels), then a grid-stride loop over 16-byte words, word i
- * being the (i % vecs)-th of row r = i / vecs, its first element j. */
+ * so one launch plan serves all its kernels), then a grid-stride loop over 16-byte words (i). */
 static void copy_kernel_open(const gemm_emit *e, const char *what, const char *entry)
 {
     kt_buf *b = e->b;
@@ -242,14 +241,12 @@ static void copy_kernel_open(const gemm_emit *e, const char *what, const char *e
     b->indent = 4;
 }
 
-static void copy_kernel_loop(kt_buf *b, int64_t rows, int64_t vecs, int per_word)
+static void copy_kernel_loop(kt_buf *b, int64_t words)
 {
     kt_buf_line(b, "for (long long i = (long long)blockIdx.x * %d + threadIdx.x; i < %lldLL; "
                    "i += (long long)gridDim.x * %d) {",
-                PAD_THREADS, (long long)(rows * vecs), PAD_THREADS);
+                PAD_THREADS, (long long)words, PAD_THREADS);
     b->indent = 8;
-    kt_buf_line(b, "const long long r = i / %lld, j = (i - r * %lld) * %d;", (long long)vecs,
-                (long long)vecs, per_word);
 }
 
 static void copy_kernel_close(kt_buf *b)
@@ -260,9 +257,12 @@ static void copy_kernel_close(kt_buf *b)
     kt_buf_line(b, "}");
 }
 
-/* The padded output rows (store=tma, c->pad_out) copied into the output: a thread reads 16
- * aligned bytes of a padded row and stores its elements one by one (the output's rows start
- * only element-aligned); past N nothing. */
+/* The padded output rows (store=tma, c->pad_out) copied into the output, by the output's own
+ * 16-byte words: a thread gathers the word's elements from the padded rows (scalar loads, the
+ * warp's together contiguous but at row ends, so L1 serves them) and stores the word whole. The
+ * other way round, a 16-byte load and an element-wise store each, cost every element its own
+ * partial-sector write to L2: slower than storing the output directly from the GEMM at 4093^2.
+ * The last word, past the end of the tensor, goes element by element. */
 void gemm_emit_unpad_kernel(const gemm_emit *e)
 {
     const gemm_problem *p = e->p;
@@ -271,31 +271,45 @@ void gemm_emit_unpad_kernel(const gemm_emit *e)
     int osize = ops_dtype_size(p->g->tensors[p->out].dtype);
     int per16 = 16 / osize;
     const char *word = osize == 2 ? "unsigned short" : "unsigned int";
-    int64_t vecs = c->pad_out_stride / per16, rows = p->batch * p->M;
+    int64_t rows = p->batch * p->M, total = rows * p->N;
     char what[160];
     snprintf(what, sizeof(what),
              "The output's %lld rows of %lld elements, stored by TMA %lld apart in the "
              "workspace, copied into place.",
              (long long)rows, (long long)p->N, (long long)c->pad_out_stride);
     copy_kernel_open(e, what, "unpad_c");
-    kt_buf_line(b, "const uint4 *__restrict__ src = reinterpret_cast<const uint4 *>(static_cast<const "
+    kt_buf_line(b, "const %s *__restrict__ src = reinterpret_cast<const %s *>(static_cast<const "
                    "char *>(workspace) + %lld);",
-                (long long)c->pad_out_off);
+                word, word, (long long)c->pad_out_off);
     kt_buf_line(b, "%s *__restrict__ dst = reinterpret_cast<%s *>(%s);", word, word,
                 e->names[p->grp->n_in]);
-    copy_kernel_loop(b, rows, vecs, per16);
-    kt_buf_line(b, "const uint4 v = src[i];");
-    if (osize == 2)
-        kt_buf_line(b, "const unsigned short w[8] = {(unsigned short)v.x, (unsigned short)(v.x >> "
-                       "16), (unsigned short)v.y, (unsigned short)(v.y >> 16), (unsigned short)v.z, "
-                       "(unsigned short)(v.z >> 16), (unsigned short)v.w, (unsigned short)(v.w >> "
-                       "16)};");
-    else
-        kt_buf_line(b, "const unsigned int w[4] = {v.x, v.y, v.z, v.w};");
+    copy_kernel_loop(b, (total + per16 - 1) / per16);
+    kt_buf_line(b, "const long long e0 = i * %d; /* the word's first element */", per16);
+    kt_buf_line(b, "long long r = e0 / %lld, col = e0 - r * %lld;", (long long)p->N,
+                (long long)p->N);
+    kt_buf_line(b, "%s w[%d];", word, per16);
     kt_buf_line(b, "#pragma unroll");
-    kt_buf_line(b, "for (int q = 0; q < %d; q++)", per16);
-    kt_buf_line(b, "    if (j + q < %lld)", (long long)p->N);
-    kt_buf_line(b, "        dst[r * %lld + j + q] = w[q];", (long long)p->N);
+    kt_buf_line(b, "for (int q = 0; q < %d; q++) {", per16);
+    kt_buf_line(b, "    w[q] = e0 + q < %lldLL ? src[r * %lld + col] : 0;", (long long)total,
+                (long long)c->pad_out_stride);
+    kt_buf_line(b, "    if (++col == %lld) {", (long long)p->N);
+    kt_buf_line(b, "        col = 0;");
+    kt_buf_line(b, "        r++;");
+    kt_buf_line(b, "    }");
+    kt_buf_line(b, "}");
+    kt_buf_line(b, "if (e0 + %d <= %lldLL) {", per16, (long long)total);
+    if (osize == 2)
+        kt_buf_line(b, "    reinterpret_cast<uint4 *>(dst)[i] = make_uint4(w[0] | (unsigned)w[1] << "
+                       "16, w[2] | (unsigned)w[3] << 16, w[4] | (unsigned)w[5] << 16, w[6] | "
+                       "(unsigned)w[7] << 16);");
+    else
+        kt_buf_line(b, "    reinterpret_cast<uint4 *>(dst)[i] = make_uint4(w[0], w[1], w[2], w[3]);");
+    kt_buf_line(b, "} else { /* unrolled, so that w stays in registers */");
+    kt_buf_line(b, "#pragma unroll");
+    kt_buf_line(b, "    for (int q = 0; q < %d; q++)", per16);
+    kt_buf_line(b, "        if (e0 + q < %lldLL)", (long long)total);
+    kt_buf_line(b, "            dst[e0 + q] = w[q];");
+    kt_buf_line(b, "}");
     copy_kernel_close(b);
 }
 
@@ -326,7 +340,9 @@ void gemm_emit_pad_kernel(const gemm_emit *e, int k)
     kt_buf_line(b, "uint4 *__restrict__ dst = reinterpret_cast<uint4 *>(static_cast<char "
                    "*>(workspace) + %lld);",
                 (long long)c->pad_off[k]);
-    copy_kernel_loop(b, c->pad_rows[k], vecs, 8);
+    copy_kernel_loop(b, c->pad_rows[k] * vecs);
+    kt_buf_line(b, "const long long r = i / %lld, j = (i - r * %lld) * 8;", (long long)vecs,
+                (long long)vecs);
     kt_buf_line(b, "const long long at = (r * %lld + j) * 2; /* the first element's byte */",
                 (long long)inner);
     kt_buf_line(b, "const long long base = at & ~15LL;");
@@ -387,7 +403,7 @@ void gemm_pad_launch(const gemm_problem *p, const gemm_cfg *c, int k, const ops_
              k == 0 ? "pad_a" : k == 1 ? "pad_b" : k == 2 ? "pad_b2" : "unpad_c",
              p->grp->entry_suffix);
     int64_t per16 = 16 / ops_dtype_size(p->g->tensors[p->out].dtype);
-    int64_t blocks = k == 3 ? gemm_cdiv(p->batch * p->M * c->pad_out_stride / per16, PAD_THREADS)
+    int64_t blocks = k == 3 ? gemm_cdiv(gemm_cdiv(p->batch * p->M * p->N, per16), PAD_THREADS)
                             : gemm_cdiv(c->pad_rows[k] * c->pad_stride[k] / 8, PAD_THREADS);
     l->grid[0] = (uint32_t)(blocks < 16 * dev->sm_count ? blocks : 16 * dev->sm_count);
     l->grid[1] = l->grid[2] = 1;

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Roofline with an efficiency from bytes in flight per busy SM (Little's law: ~32 KiB per SM
- * saturates HBM), capped per SM (one SM draws at most about twice its share of the bandwidth),
- * against a critical path: each block walks its rows in sequence, every pass costing a memory
- * latency plus the row's bytes at the block's share of its SM. Extra passes re-read from L2
- * (counted at 30% of a DRAM read) unless the row is kept on chip; split_row's kernels each read
- * their chunk again (from L2 for what the kernel before read last) and pay a launch each. */
+/* Roofline with an efficiency from bytes in flight per busy SM (Little's law,
+ * ops_device_inflight_bytes), capped per SM (one SM draws at most about twice its share of the
+ * bandwidth), against a critical path: each block walks its rows in sequence, every pass costing
+ * a memory latency plus the row's bytes at the block's share of its SM. Extra passes re-read from
+ * L2 (counted at 30% of a DRAM read) unless the row is kept on chip; split_row's kernels each
+ * read their chunk again (from L2 for what the kernel before read last) and pay a launch each. */
 void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                   ops_estimate *e)
 {
@@ -26,11 +26,20 @@ void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_device 
     const ops_graph *g = grp->g;
     const double latency = 0.8e-6, launch = 1.5e-6;
     double in_bytes = 0, out_bytes = 0, row_in_bytes = 0, row_out_bytes = 0, flops = 0;
+    /* per row element, what comes from DRAM: a FULL input shared by the rows (a norm's weight)
+     * is read again and again from L1 and L2, so it keeps DRAM busy only in proportion to its
+     * size */
+    double dram_row_bytes = 0;
+    double x_numel = (double)in->n_rows * (double)in->L;
     for (int u = 0; u < grp->n_in; u++) {
         const ops_tensor *t = &g->tensors[grp->in[u]];
-        in_bytes += (double)ops_shape_numel(&t->shape) * (double)ops_dtype_size(t->dtype);
-        if (in->cls[u] == CL_FULL)
+        double numel = (double)ops_shape_numel(&t->shape);
+        in_bytes += numel * (double)ops_dtype_size(t->dtype);
+        if (in->cls[u] == CL_FULL) {
             row_in_bytes += (double)ops_dtype_size(t->dtype);
+            double share = numel < x_numel ? numel / x_numel : 1;
+            dram_row_bytes += (double)ops_dtype_size(t->dtype) * share;
+        }
     }
     for (int i = 0; i < grp->n_out; i++) {
         const ops_tensor *t = &g->tensors[grp->out[i]];
@@ -38,7 +47,7 @@ void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_device 
         if (in->cls[row_slot_of(in, grp->out[i])] == CL_FULL)
             row_out_bytes += (double)ops_dtype_size(t->dtype);
     }
-    double elems = (double)in->n_rows * (double)in->L;
+    double elems = x_numel;
     for (int u = grp->n_in; u < in->n_slots; u++)
         flops += (in->cls[u] == CL_FULL || row_is_reduce(row_slot_node(in, u)->op) ? elems
                                                                                    : in->n_rows) *
@@ -109,8 +118,8 @@ void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_device 
     resident = resident < bps ? resident : bps;
     int ilp =
         p->storage == STO_REGS && p->n_cached ? (p->nk < 8 ? p->nk : 8) : (p->nk < 4 ? p->nk : 4);
-    double inflight = resident * p->threads * row_in_bytes * p->vec * ilp;
-    double bw_eff = inflight / 32768.0;
+    double inflight = resident * p->threads * dram_row_bytes * p->vec * ilp;
+    double bw_eff = inflight / ops_device_inflight_bytes(dev);
     bw_eff = bw_eff < 1 ? bw_eff : 1;
     double waves = (double)p->grid / ((double)bps * dev->sm_count);
     double rounds = waves <= 1 ? 1 : (double)(int64_t)(waves + 0.999999);
