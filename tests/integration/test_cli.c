@@ -266,6 +266,21 @@ static void test_space_json(void **state)
     assert_int_equal(json_array_size(json_object_get(v, "partitions")), 4);
     json_decref(v);
     free(r);
+    /* --device: another entry of the device table; a name not in it is an error */
+    r = run_ktune("space", example("gemm_bias_relu.json"), "--shape", "M=1024", "--device",
+                  "NVIDIA H200", "--json", NULL);
+    if (r->status != 0)
+        fail_msg("exit %d: %s", r->status, r->err);
+    v = parse_json_out(r);
+    assert_string_equal(json_string_value(json_object_get(v, "device")), "NVIDIA H200");
+    json_decref(v);
+    free(r);
+    r = run_ktune("space", example("gemm_bias_relu.json"), "--shape", "M=1024", "--device",
+                  "NVIDIA H300", NULL);
+    assert_int_equal(r->status, 1);
+    assert_int_equal(count_lines(r->err), 1);
+    assert_non_null(strstr(r->err, "no device named 'NVIDIA H300'"));
+    free(r);
     /* the search needs every dimension bound */
     r = run_ktune("space", example("gemm_bias_relu.json"), NULL);
     assert_int_equal(r->status, 1);
