@@ -318,17 +318,19 @@ static int reply_error(const msgpack_object *o, const char *what, kt_err *err)
                       msg[0] ? msg : "(no message)");
 }
 
-/* The device description for the space: the lent H100's figures (docs/search.md) for throughput
- * (the worker does not measure peaks), overridden by what the worker read off its GPU. */
+/* The device description for the space: the device table's entry for the GPU's name (its
+ * throughput figures: the worker does not measure peaks), the lent H100's for a name not in it
+ * (docs/search.md), overridden by what the worker read off its GPU. */
 static void read_hello(srch_worker *w, const msgpack_object *o)
 {
     const msgpack_object *g = kt_mp_get(o, "gpu");
     ops_device *d = &w->dev;
     cache_gpu *fp = &w->gpu_fp;
     int64_t v;
-    ops_device_h100(d);
     memset(fp, 0, sizeof(*fp));
     obj_str(kt_mp_get(g, "name"), fp->name, sizeof(fp->name));
+    if (ops_device_find(fp->name, d) < 0)
+        ops_device_h100(d);
     snprintf(d->name, sizeof(d->name), "%s", fp->name);
     if (obj_int(kt_mp_get(g, "sm_major"), &v))
         d->sm_major = fp->sm_major = (int)v;
