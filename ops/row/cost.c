@@ -150,7 +150,13 @@ void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_device 
                          (double)in->L * 0.3;
         double sync = row_partials(p) ? in->n_levels * 0.1e-6 : 0;
         double mm_chain = (double)p->nk * p->vec * mm_k * 2.4e-9;
-        t_path = p->rseq * (passes * latency + sync + row_bytes / share + mm_chain);
+        /* With the row kept on chip only the first pass waits on memory. The online pairs
+         * (one_pass) then save nothing and rescale at every element, an exp in sequence: on
+         * the H200, softmax over 1M rows of 64 ran 1.2x slower one_pass than multi_pass (median
+         * of 46 pairs, bench/results/h200-2026-11-29-i22-sweep/README.md). */
+        int waits = p->n_cached ? 1 : passes;
+        double online = p->pass == PASS_ONE && p->n_cached ? (double)p->nk * p->vec * 25e-9 : 0;
+        t_path = p->rseq * (waits * latency + sync + row_bytes / share + mm_chain + online);
     }
     t_path *= rounds;
     double t = t_mem > t_math ? t_mem : t_math;
