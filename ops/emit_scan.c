@@ -173,8 +173,8 @@ static int scan_emit(const ops_group *grp, const ops_schedule *s, const ops_devi
 }
 
 /* Memory-bound: the line read and written once, at the bandwidth the resident blocks' loads in
- * flight reach (Little's law, ops_device_inflight_bytes), plus the
- * tiles' barriers (two a tile) and a launch. */
+ * flight reach (Little's law, OPS_INFLIGHT_BYTES_PER_SM), plus the tiles' barriers (two a tile)
+ * and a launch. */
 static void scan_estimate(const ops_group *grp, const ops_schedule *s, const ops_device *dev,
                           ops_estimate *e)
 {
@@ -195,8 +195,7 @@ static void scan_estimate(const ops_group *grp, const ops_schedule *s, const ops
         per_sm = 1;
     double inflight = (double)per_sm * threads * items *
                       (double)ops_dtype_size(g->tensors[grp->in[0]].dtype);
-    double need = ops_device_inflight_bytes(dev);
-    double eff = inflight >= need ? 1.0 : inflight / need;
+    double eff = inflight >= OPS_INFLIGHT_BYTES_PER_SM ? 1.0 : inflight / OPS_INFLIGHT_BYTES_PER_SM;
     if (eff < 0.05)
         eff = 0.05;
     double tiles = (double)((in.len + (int64_t)threads * items - 1) / ((int64_t)threads * items));

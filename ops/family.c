@@ -61,11 +61,6 @@ void ops_device_h200(ops_device *dev)
     dev->dram_bytes_per_s = 4.19e12;
 }
 
-double ops_device_inflight_bytes(const ops_device *dev)
-{
-    return dev->dram_bytes_per_s * 1.44e-6 / dev->sm_count;
-}
-
 int ops_device_find(const char *name, ops_device *dev)
 {
     static void (*const table[])(ops_device *) = {ops_device_h100, ops_device_h200};

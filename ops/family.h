@@ -95,10 +95,11 @@ typedef struct ops_device {
 void ops_device_h100(ops_device *dev);
 /* The lent H200: the H100's compute with HBM3e (4.19 TB/s measured copy bandwidth). */
 void ops_device_h200(ops_device *dev);
-/* Bytes an SM must keep in flight to draw its share of the DRAM bandwidth (Little's law:
- * bandwidth x latency; 32 KiB per SM saturated the H100's 3.0 TB/s, so ~1.44 us). The cost
- * models' memory efficiency is the bytes a schedule keeps in flight over this. */
-double ops_device_inflight_bytes(const ops_device *dev);
+/* Bytes a SM keeps in flight from DRAM to draw its share of the bandwidth (Little's law), for
+ * the memory-bound families' cost models: 32 KiB measured on the H100, and enough on the H200 too
+ * (a pointwise chain with one 16-byte load a thread in 2048 resident threads ran at 1.05x its
+ * best schedule there, 4.1 TB/s: bench/results/h200-2026-11-29-i22-sweep/README.md). */
+#define OPS_INFLIGHT_BYTES_PER_SM 32768.0
 /* The device table: the entry whose name is exactly name (cuDeviceGetName's), 0; for a name not
  * in it (or NULL), the table's fastest entry by memory bandwidth and -ENOENT. */
 int ops_device_find(const char *name, ops_device *dev);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 /* Roofline with an efficiency from bytes in flight per busy SM (Little's law,
- * ops_device_inflight_bytes), capped per SM (one SM draws at most about twice its share of the
+ * OPS_INFLIGHT_BYTES_PER_SM), capped per SM (one SM draws at most about twice its share of the
  * bandwidth), against a critical path: each block walks its rows in sequence, every pass costing
  * a memory latency plus the row's bytes at the block's share of its SM. Extra passes re-read from
  * L2 (counted at 30% of a DRAM read) unless the row is kept on chip; split_row's kernels each
@@ -119,7 +119,7 @@ void row_estimate(const ops_group *grp, const ops_schedule *s, const ops_device 
     int ilp =
         p->storage == STO_REGS && p->n_cached ? (p->nk < 8 ? p->nk : 8) : (p->nk < 4 ? p->nk : 4);
     double inflight = resident * p->threads * dram_row_bytes * p->vec * ilp;
-    double bw_eff = inflight / ops_device_inflight_bytes(dev);
+    double bw_eff = inflight / OPS_INFLIGHT_BYTES_PER_SM;
     bw_eff = bw_eff < 1 ? bw_eff : 1;
     double waves = (double)p->grid / ((double)bps * dev->sm_count);
     double rounds = waves <= 1 ? 1 : (double)(int64_t)(waves + 0.999999);
