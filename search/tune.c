@@ -686,15 +686,23 @@ static int screen(tune *t, kt_err *err)
     }
     b.n = 0;
     /* Round B: the groups of the best measured partitions (by estimate where none measured),
-     * and always those of the model's first partition (the cheapest estimate, as a rule the
-     * most fused): one pick is a thin sample of a group of hundreds of schedules, and a
-     * latency-bound first pick (rmsnorm over 2048 x 8192 bf16: 37 us, where the group's best is
-     * about half that) would otherwise drop the partition behind every two-kernel one. */
+     * and those of the model's first partition (the cheapest estimate, as a rule the most
+     * fused) when its measured sum is behind the best but within twice it: one pick is a thin
+     * sample of a group of hundreds of schedules, and a latency-bound first pick (RMSNorm over
+     * 2048 x 8192 bf16: 37 us, where the group's best is about half that) would otherwise drop
+     * the partition behind every two-kernel one. */
     int want = srch_tn_defint(t->o->screen_parts, 3), taken = 0;
     bool *used = calloc((size_t)t->s->n_partitions, sizeof(bool));
     if (!used)
         rc = -ENOMEM;
-    if (rc == 0 && t->s->n_partitions > 0) {
+    double first = rc == 0 && t->s->n_partitions > 0 ? partition_time(t, 0, false) : 0;
+    double fastest = 0;
+    for (int p = 0; first > 0 && p < t->s->n_partitions; p++) {
+        double v = partition_time(t, p, false);
+        if (v > 0 && (fastest == 0 || v < fastest))
+            fastest = v;
+    }
+    if (first > 0 && clearly_less(t, fastest, first) && first <= 2 * fastest) {
         used[0] = true;
         for (int k = 0; k < t->s->partitions[0].n_groups && rc == 0; k++)
             rc = add_screen(t, &b, t->s->partitions[0].groups[k]);

@@ -8,9 +8,9 @@
  *   2. Screen, round A: every group of the 16 cheapest partitions gets its cost-model pick (plus
  *      every library candidate: cuBLASLt competes and is the baseline), so partitions get
  *      measured sums early; a group whose pick failed gets the next ones (up to 5 more).
- *      Round B: the groups of the best measured partitions, and of the model's first
- *      partition whatever its pick measured, get the top of their list plus a spread over
- *      their families (srch_spread).
+ *      Round B: the groups of the best measured partitions, and those of the model's first
+ *      partition when its sum measured behind the best but within twice it, get the top of
+ *      their list plus a spread over their families (srch_spread).
  *   3. Refine: neighbours (one knob one step along its value list) of the best few of each
  *      group of the leading partition, repeated around a new best until a round improves
  *      nothing (converged) or the budget is spent.
